@@ -1,0 +1,1 @@
+"""Attention implementations, one module per kernel family; each imports its library lazily."""

@@ -1,0 +1,87 @@
+"""What a backend is: a name, whether it can run here, and how to prepare a case for its kernel."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+
+
+class Unsupported(Exception):
+    """Raised by a backend that cannot run a case here; the message is the reason recorded with `skipped`."""
+
+
+def _identity(out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+@dataclass
+class Prepared:
+    """A case made ready for one backend, everything outside the timed region already done.
+
+    `inputs` are the backend's native-layout tensors, made from the canonical q, k, v by differentiable
+    ops (a transpose, an expand), so gradients map back to the canonical layout by the chain rule.
+    `call(*inputs)` is the only thing timed; `to_canonical` turns its output into (B, H, Sq, D).
+    """
+
+    inputs: tuple[torch.Tensor, ...]
+    call: Callable[..., torch.Tensor]
+    kernel: str
+    to_canonical: Callable[[torch.Tensor], torch.Tensor] = _identity
+    context: Callable[[], AbstractContextManager[Any]] = nullcontext
+    kv_expanded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend:
+    """An attention implementation. Subclasses set `name` and implement `prepare`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    # The distribution whose version is recorded with the kernel (importlib.metadata name).
+    library: ClassVar[str] = "torch"
+    # Whether the kernel holds the full (Sq, Sk) score matrix: memory grows with seq_len².
+    materialises_scores: ClassVar[bool] = False
+    # Whether the kernel has no native MQA/GQA, so K/V are repeated per query head before the call.
+    expands_kv: ClassVar[bool] = False
+
+    def version(self) -> str | None:
+        """The installed version of the backend's library, or None when it is not installed."""
+        try:
+            return importlib.metadata.version(self.library)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def availability(self, device: str) -> str | None:
+        """Why this backend cannot run at all on `device` ("cpu" or "cuda"); None when it can."""
+        return None
+
+    def unsupported(self, case: Case) -> str | None:
+        """Why this backend cannot run `case`, known before any tensor exists; None when it may."""
+        return None
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments."""
+        raise NotImplementedError
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        """The library's own refusal as a skip reason, when `exc` is one; None for a real error."""
+        return None
+
+    def estimate_memory(self, case: Case) -> int:
+        """Analytic bytes above the inputs this backend should need for `case`."""
+        return case.memory_estimate(self.materialises_scores, self.expands_kv)
+
+
+def expand_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
+    """Repeat each KV head for the query heads that read it (head h reads KV head h // group)."""
+    if case.kv_heads == case.heads:
+        return t
+    return t.repeat_interleave(case.group_size, dim=1)

@@ -1,0 +1,161 @@
+"""Case: one attention workload — its shapes, mask (GUIDE.md's conventions), FLOPs and memory estimate."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+MODES = ("fwd", "bwd", "fwd_bwd")
+# Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (GUIDE.md).
+MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
+
+
+@dataclass(frozen=True)
+class Case:
+    """The workload a backend is measured on. Canonical layout is (batch, heads, seq, head_dim)."""
+
+    device: str
+    dtype: str
+    batch: int
+    seq_len: int
+    kv_seq_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    window: int | None
+    mode: str
+
+    @property
+    def offset(self) -> int:
+        """Queries are the last `seq_len` of `kv_seq_len` positions: off = Sk - Sq (bottom-right)."""
+        return self.kv_seq_len - self.seq_len
+
+    @property
+    def needs_grad(self) -> bool:
+        return self.mode != "fwd"
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head: query head h reads KV head h // group_size."""
+        return self.heads // self.kv_heads
+
+    @property
+    def has_mask(self) -> bool:
+        """Whether any (query, key) pair is masked out."""
+        return self.visible_pairs() < self.seq_len * self.kv_seq_len
+
+    @property
+    def case_id(self) -> str:
+        """A short, stable, human-readable name for the case."""
+        kv = "" if self.kv_seq_len == self.seq_len else f"-kv{self.kv_seq_len}"
+        mask = ("causal" if self.causal else "full") + ("" if self.window is None else f"-w{self.window}")
+        return (
+            f"{self.device}-{DTYPE_SHORT[self.dtype]}-b{self.batch}-s{self.seq_len}{kv}"
+            f"-h{self.heads}-kv{self.kv_heads}-d{self.head_dim}-{mask}-{self.mode}"
+        )
+
+    @property
+    def seed(self) -> int:
+        """The seed inputs are drawn from: derived from the case, so every backend sees the same tensors."""
+        return zlib.crc32(self.case_id.encode())
+
+    def fields(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # ---- the mask -------------------------------------------------------------------------
+    def key_range(self, query: int) -> tuple[int, int]:
+        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi)."""
+        pos = query + self.offset
+        lo, hi = 0, self.kv_seq_len - 1
+        if self.causal:
+            hi = min(hi, pos)
+            if self.window is not None:
+                lo = max(lo, pos - self.window)
+        elif self.window is not None:
+            lo, hi = max(lo, pos - self.window), min(hi, pos + self.window)
+        return lo, hi
+
+    def allowed(self, q_idx: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
+        """Boolean mask, True where query q_idx may attend to key k_idx (broadcasting tensors)."""
+        pos = q_idx + self.offset
+        keep = k_idx <= pos if self.causal else k_idx >= 0
+        if self.window is not None:
+            keep = keep & (pos - k_idx <= self.window)
+            if not self.causal:
+                keep = keep & (k_idx - pos <= self.window)
+        return keep
+
+    def mask(self, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
+        """The (rows, Sk) boolean mask for the given query rows (all rows by default); None when unmasked."""
+        import torch
+
+        if not self.has_mask:
+            return None
+        q = torch.arange(self.seq_len, device=device) if rows is None else rows.to(device)
+        k = torch.arange(self.kv_seq_len, device=device)
+        return self.allowed(q[:, None], k[None, :])
+
+    def visible_pairs(self) -> int:
+        """The exact number of (query, key) pairs the mask lets through, counted row by row."""
+        return self._visible
+
+    @cached_property
+    def _visible(self) -> int:
+        total = 0
+        for query in range(self.seq_len):
+            lo, hi = self.key_range(query)
+            total += max(0, hi - lo + 1)
+        return total
+
+    # ---- work and memory ------------------------------------------------------------------
+    def flops(self) -> int:
+        """FLOPs of the measured mode: 4·B·H·D·visible for forward, ×2.5 backward, ×3.5 fwd+bwd."""
+        forward = 4 * self.batch * self.heads * self.head_dim * self.visible_pairs()
+        return int(forward * MODE_FLOP_FACTOR[self.mode])
+
+    def tensor_bytes(self) -> dict[str, int]:
+        """Bytes of Q, K, V and O in the case's dtype."""
+        elem = DTYPE_BYTES[self.dtype]
+        q = self.batch * self.heads * self.seq_len * self.head_dim * elem
+        kv = self.batch * self.kv_heads * self.kv_seq_len * self.head_dim * elem
+        return {"q": q, "k": kv, "v": kv, "o": q}
+
+    def io_bytes(self) -> int:
+        """Bytes of Q, K, V read and O written once: the memory traffic floor of one forward call."""
+        return sum(self.tensor_bytes().values())
+
+    def memory_estimate(self, materialises_scores: bool, expands_kv: bool = False) -> int:
+        """Analytic peak bytes above the inputs: the output (and grads), plus scores when materialised."""
+        sizes = self.tensor_bytes()
+        elem = DTYPE_BYTES[self.dtype]
+        estimate = sizes["o"]
+        if expands_kv and self.kv_heads != self.heads:
+            estimate += 2 * self.batch * self.heads * self.kv_seq_len * self.head_dim * elem
+        if self.needs_grad:
+            estimate += sizes["q"] + sizes["k"] + sizes["v"]
+        if materialises_scores:
+            scores = self.batch * self.heads * self.seq_len * self.kv_seq_len * elem
+            # scores and probabilities live together; backward keeps both and their gradient
+            estimate += scores * (3 if self.needs_grad else 2)
+        return estimate
+
+    def describe(self) -> str:
+        """The case in words, for progress lines and tables."""
+        heads = f"{self.heads}/{self.kv_heads} heads"
+        kv = f" kv {self.kv_seq_len}" if self.kv_seq_len != self.seq_len else ""
+        mask = "causal" if self.causal else "full"
+        if self.window is not None:
+            mask += f" w{self.window}"
+        return (
+            f"{DTYPE_SHORT[self.dtype]} b{self.batch} seq {self.seq_len}{kv} {heads} "
+            f"d{self.head_dim} {mask} {self.mode}"
+        )

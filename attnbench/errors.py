@@ -1,0 +1,27 @@
+"""The only errors a user sees: each is caught once by the CLI, printed as one line, exit 2."""
+
+from __future__ import annotations
+
+
+class AttnbenchError(Exception):
+    """A problem with what the user asked for (a suite, a path, a backend name)."""
+
+
+class SuiteError(AttnbenchError):
+    """A suite file that cannot be read or does not follow the schema."""
+
+
+class RegistryError(AttnbenchError):
+    """An unknown backend name, a duplicate registration, or a plugin that does not load."""
+
+
+class ResultsError(AttnbenchError):
+    """A results file or directory that is missing or is not attnbench's."""
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """' (did you mean 'x'?)' for a near miss among `choices`, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

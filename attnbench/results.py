@@ -1,0 +1,176 @@
+"""The measurement record, the JSONL store it is appended to, and the loaders that read it back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from attnbench.errors import ResultsError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+RESULTS_FILE = "results.jsonl"
+ENV_FILE = "env.json"
+STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
+# The fields that identify a measurement: two records with the same key measured the same thing.
+KEY_FIELDS = (
+    "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
+    "head_dim", "causal", "window", "mode",
+)
+
+
+@dataclass
+class Record:
+    """One measurement: a backend on a case. Fields follow GUIDE.md's "A measurement record"."""
+
+    run_id: str
+    suite: str
+    timestamp: str
+    backend: str
+    device: str
+    dtype: str
+    batch: int
+    seq_len: int
+    kv_seq_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    window: int | None
+    mode: str
+    status: str
+    reason: str | None = None
+    kernel: str | None = None
+    device_name: str | None = None
+    case_id: str | None = None
+    time_ms: float | None = None
+    time_ms_iqr: float | None = None
+    time_ms_min: float | None = None
+    samples: int = 0
+    times_ms: list[float] = field(default_factory=list)
+    timer: str | None = None
+    flops: int | None = None
+    tflops: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_method: str | None = None
+    memory_estimate_bytes: int | None = None
+    max_abs_error: float | None = None
+    error_bound: float | None = None
+    rows_checked: int | None = None
+    grad_checked: bool = False
+    kv_expanded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        assert self.status in STATUSES, self.status
+        assert self.status == "ok" or self.reason, f"status {self.status} needs a reason"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object stored on one line of results.jsonl."""
+        return dataclasses.asdict(self)
+
+
+def key_of(record: dict[str, Any]) -> tuple:
+    """The identity of a measurement (case + backend + device), for matching across runs."""
+    return tuple(record.get(name) for name in KEY_FIELDS)
+
+
+class ResultsWriter:
+    """Appends records to results.jsonl, flushed and fsynced one by one so a crash loses nothing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")
+
+    def append(self, record: Record) -> None:
+        self._file.write(json.dumps(record.to_dict(), allow_nan=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def results_path(path: Path) -> Path:
+    """The results.jsonl for a path that names either the file or its run directory."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE}, or the file)")
+    return path
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """Read every record of a results file or directory. A cut last line is dropped with a warning."""
+    file = results_path(path)
+    lines = file.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                warnings.warn(f"{file}:{number}: last line is incomplete and was ignored ({exc.msg})", stacklevel=2)
+                continue
+            raise ResultsError(f"{file}:{number}: not a JSON record ({exc.msg})") from None
+        if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
+            raise ResultsError(f"{file}:{number}: not an attnbench record (no schema_version/backend)")
+        if record["schema_version"] > SCHEMA_VERSION:
+            raise ResultsError(
+                f"{file}:{number}: schema_version {record['schema_version']} is newer than this attnbench "
+                f"understands ({SCHEMA_VERSION}); upgrade attnbench"
+            )
+        records.append(record)
+    return records
+
+
+def load_results(path: Path) -> pd.DataFrame:
+    """Results as a pandas DataFrame, one row per record (the raw samples stay a list column)."""
+    import pandas as pd
+
+    return pd.DataFrame.from_records(load_records(path))
+
+
+def read_env(path: Path) -> dict[str, Any]:
+    """The env.json beside a results file; empty when there is none."""
+    directory = results_path(path).parent
+    env_file = directory / ENV_FILE
+    if not env_file.is_file():
+        return {}
+    try:
+        return json.loads(env_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{env_file}: not valid JSON ({exc.msg})") from None
+
+
+def iter_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many records have each status."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record["status"]] = counts.get(record["status"], 0) + 1
+    return counts

@@ -1,0 +1,208 @@
+"""A run from the user's side: resolve suite, device and backends; write results and env; show progress."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from attnbench.backends.base import Backend
+from attnbench.case import Case
+from attnbench.errors import AttnbenchError, SuiteError
+from attnbench.registry import Registry, default_registry
+from attnbench.results import ENV_FILE, RESULTS_FILE, Record, ResultsWriter, write_json_atomic
+from attnbench.suite import Suite, load_suite
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run will do, decided before anything runs."""
+
+    suite: Suite
+    device: str
+    cases: list[Case]
+    backends: list[Backend]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    planned: int
+    measured: int
+    mismatches: int
+    stopped: bool
+
+
+def check_backends(suite: Suite, registry: Registry, requested: list[str] | None) -> list[str]:
+    """The backend names to run, every one known to the registry (a suite's typo names its line)."""
+    from attnbench.errors import did_you_mean
+
+    if requested is not None:
+        names, where = requested, "--backend"
+    elif suite.model.backends is not None:
+        names, where = suite.model.backends, f"{suite.path}: backends"
+    else:
+        return registry.names()
+    for index, name in enumerate(names):
+        if name not in registry:
+            position = f"[{index}]" if where != "--backend" else ""
+            raise SuiteError(f"{where}{position}: unknown backend {name!r}{did_you_mean(name, registry.names())}; "
+                             f"allowed: {', '.join(registry.names())}")
+    return list(dict.fromkeys(names))
+
+
+def plan(suite_path: Path, backends: list[str] | None, device: str | None, plugins: list[str]) -> Plan:
+    """Validate everything the run depends on; nothing is written or run yet."""
+    from attnbench.env import resolve_device
+
+    registry = default_registry(plugins)
+    suite = load_suite(suite_path)
+    names = check_backends(suite, registry, backends)
+    resolved = resolve_device(device or suite.model.device)
+    return Plan(suite, resolved, suite.cases(resolved), registry.resolve(names))
+
+
+def print_dry_run(plan: Plan, console: Console) -> None:
+    """The cases a run would measure, with the analytic memory each backend should need."""
+    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends on {plan.device}",
+                  title_justify="left")
+    table.add_column("case")
+    table.add_column("GFLOP", justify="right")
+    table.add_column("est. memory, fused", justify="right")
+    table.add_column("est. memory, materialised scores", justify="right")
+    for case in plan.cases:
+        table.add_row(case.describe(), f"{case.flops() / 1e9:,.2f}", format_bytes(case.memory_estimate(False)),
+                      format_bytes(case.memory_estimate(True, True)))
+    console.print(table)
+
+
+def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool]) -> Outcome:
+    """Run the plan into `directory`: env.json first, then one results line per measurement."""
+    from attnbench.env import collect_env
+    from attnbench.runner import RunInfo, Runner
+    from attnbench.timing import TimingSettings, timer_for
+
+    results = directory / RESULTS_FILE
+    if results.exists():
+        raise AttnbenchError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier results are kept")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
+    run_id = uuid.uuid4().hex[:12]
+    env = collect_env(plan.device)
+    env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
+               suite_text=plan.suite.text, timestamp=_now())
+    write_json_atomic(directory / ENV_FILE, env)
+    timing = plan.suite.model.timing
+    settings = TimingSettings(timing.warmup_ms, timing.budget_ms, timing.min_samples, timing.max_samples)
+    records: list[Record] = []
+    total = len(plan.cases) * len(plan.backends)
+    errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends = {total} "
+                 f"measurements on {plan.device} ({env['device_name']}) → {directory}")
+    with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener:
+        runner = Runner(RunInfo(run_id, plan.suite.name, env["device_name"]), timer_for(plan.device), settings,
+                        listener, should_stop)
+
+        def sink(record: Record) -> None:
+            writer.append(record)
+            records.append(record)
+
+        measured = runner.run(plan.cases, plan.backends, sink)
+    print_summary(records, console)
+    errors.print(f"results: {results}")
+    mismatches = sum(r.status == "mismatch" for r in records)
+    return Outcome(total, measured, mismatches, measured < total)
+
+
+class _ProgressListener:
+    """A progress bar with the current measurement and an ETA on a terminal; one line each elsewhere."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = total
+        self.live = console.is_terminal
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True,
+        )
+        self.task = self.progress.add_task("starting", total=total)
+
+    def __enter__(self) -> _ProgressListener:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.progress.stop()
+
+    def started(self, index: int, total: int, case: Case, backend: Backend) -> None:
+        self.progress.update(self.task, description=f"{backend.name:<15} {case.describe()}")
+
+    def finished(self, record: Record) -> None:
+        self.progress.advance(self.task)
+        done = int(self.progress.tasks[0].completed)
+        line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {_status_text(record)}"
+        if not self.live:
+            self.console.print(line, markup=False, soft_wrap=True)
+        elif record.status != "ok":  # failures stay on screen above the bar
+            self.progress.console.print(line, markup=False, soft_wrap=True)
+
+
+def _status_text(record: Record) -> str:
+    if record.status == "ok":
+        return f"ok {record.time_ms:.3f} ms"
+    if record.status == "mismatch":
+        return f"MISMATCH {record.time_ms:.3f} ms: {record.reason}"
+    return f"{record.status}: {record.reason}"
+
+
+STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "magenta", "skipped": "yellow",
+                "timeout": "red"}
+
+
+def print_summary(records: list[Record], console: Console) -> None:
+    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error."""
+    by_case: dict[str, list[Record]] = {}
+    for record in records:
+        by_case.setdefault(record.case_id or "", []).append(record)
+    for case_id, rows in by_case.items():
+        table = Table(title=case_id, title_justify="left", title_style="bold")
+        for column in ("backend", "status", "median ms", "±IQR", "TFLOP/s", "peak mem", "error / bound", "note"):
+            table.add_column(column, justify="right" if column not in ("backend", "status", "note") else "left",
+                             overflow="fold")
+        for r in rows:
+            timed = r.time_ms is not None
+            table.add_row(
+                r.backend,
+                f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
+                f"{r.time_ms:.3f}" if timed else "–",
+                f"{r.time_ms_iqr:.3f}" if timed else "–",
+                f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
+                format_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
+                f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
+                (r.reason or r.kernel or "")[:160],
+            )
+        console.print(table)
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _now() -> str:
+    from attnbench.runner import now
+
+    return now()

@@ -1,0 +1,124 @@
+"""Timers: a monotonic clock on CPU, CUDA events with the L2 cache cleared on CUDA. Injectable for tests."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 cache (H100/H200: 50 MB, B200: 126 MB)
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """Warm-up and measuring budgets, in milliseconds of the measured call's own time."""
+
+    warmup_ms: float = 50.0
+    budget_ms: float = 300.0
+    min_samples: int = 5
+    max_samples: int = 1000
+
+
+class Timer(Protocol):
+    """Times a call repeatedly and returns the raw per-call samples in milliseconds."""
+
+    name: str
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics computed from raw samples."""
+
+    median: float
+    iqr: float
+    minimum: float
+
+
+def summarize(samples: list[float]) -> Summary:
+    """Median, interquartile range and minimum of the samples (ms)."""
+    if len(samples) >= 2:
+        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    else:
+        q1 = q3 = samples[0]
+    return Summary(statistics.median(samples), q3 - q1, min(samples))
+
+
+class ClockTimer:
+    """Wall time of each call on a monotonic clock (CPU work is synchronous, so this is the call's time)."""
+
+    name = "perf_counter"
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.clock = clock
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        self._run_for(fn, settings.warmup_ms, 1, 1 << 30)
+        return self._run_for(fn, settings.budget_ms, settings.min_samples, settings.max_samples)
+
+    def _run_for(self, fn: Callable[[], object], budget_ms: float, least: int, most: int) -> list[float]:
+        samples: list[float] = []
+        spent = 0.0
+        while len(samples) < most and (len(samples) < least or spent < budget_ms):
+            start = self.clock()
+            fn()
+            samples.append((self.clock() - start) / 1e6)
+            spent += samples[-1]
+        return samples
+
+
+class CudaEventTimer:
+    """CUDA events around each call, with the L2 cache overwritten before each (as triton's do_bench)."""
+
+    name = "cuda-event"
+
+    def __init__(self, device: torch.device | str = "cuda", flush_l2: bool = True) -> None:
+        import torch
+
+        self.torch = torch
+        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
+        if not flush_l2:
+            self.name = "cuda-event (no L2 flush)"
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        torch = self.torch
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        calls = 0
+        while calls == 0 or (time.perf_counter() - start) * 1e3 < settings.warmup_ms:
+            fn()
+            calls += 1
+            torch.cuda.synchronize()
+        estimate = self._estimate(fn)
+        count = int(min(settings.max_samples, max(settings.min_samples, settings.budget_ms / max(estimate, 1e-3))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        for i in range(count):
+            if self.flush is not None:
+                self.flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def _estimate(self, fn: Callable[[], object]) -> float:
+        """Milliseconds per call over a few calls, to size the measuring loop to the budget."""
+        torch = self.torch
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(3):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return begin.elapsed_time(end) / 3
+
+
+def timer_for(device: str) -> Timer:
+    """The default timer for a device."""
+    return CudaEventTimer() if device == "cuda" else ClockTimer()
