@@ -1,0 +1,409 @@
+"""The report's charts, drawn with matplotlib's Agg canvas to PNG bytes that are identical on every render."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+if "matplotlib.pyplot" not in sys.modules:  # never switch the backend under a caller that already uses pyplot
+    matplotlib.use("Agg")  # we draw on Figure + the Agg canvas only, and never need a display
+
+import numpy as np  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
+
+from attnbench.report.baseline import group_speedups  # noqa: E402
+from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes  # noqa: E402
+from attnbench.report.peaks import peak_tflops_for  # noqa: E402
+from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle  # noqa: E402
+from attnbench.report.units import GIB, MIB, fmt_length  # noqa: E402
+
+DPI = 100
+GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
+WIDTH_PX = int(GROUP_FIGSIZE[0] * DPI)
+FAILED = ("oom", "error", "timeout", "skipped")
+RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9.5,
+      "axes.grid": True, "grid.alpha": 0.3, "font.family": "DejaVu Sans"}
+
+
+@dataclass
+class Chart:
+    """One rendered figure: its file name under charts/, what it shows, and the PNG bytes."""
+
+    name: str
+    title: str
+    png: bytes
+
+
+def _to_png(fig: Figure) -> bytes:
+    # Fixed DPI and no "Software" text chunk: the same data gives byte-identical files.
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _log2_x(ax: Any, xs: list[int], label: str) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(xs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_length(int(round(v)))))
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(xs) == 1:
+        ax.set_xlim(xs[0] / 1.5, xs[0] * 1.5)
+    else:
+        ax.set_xlim(xs[0] / 1.25, xs[-1] * 1.25)
+    ax.set_xlabel(label)
+
+
+def _plain(value: float, _: Any = None) -> str:
+    return "" if value < 0 else f"{value:g}"
+
+
+def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> bool:
+    """Scale the y axis to the data and leave an empty band at the bottom for `levels` rows of failure marks.
+
+    Returns whether the panel had any data.
+    """
+    lows, highs = [], []
+    for line in ax.lines:
+        if line.get_transform() != ax.transData:
+            continue
+        ys = np.asarray(line.get_ydata(), dtype=float)
+        ys = ys[np.isfinite(ys) & ((ys > 0) if log else np.isfinite(ys))]
+        if ys.size:
+            lows.append(ys.min())
+            highs.append(ys.max())
+    for collection in ax.collections:  # IQR bands
+        for path in collection.get_paths():
+            ys = path.vertices[:, 1]
+            ys = ys[np.isfinite(ys) & ((ys > 0) if log else np.isfinite(ys))]
+            if ys.size:
+                lows.append(ys.min())
+                highs.append(ys.max())
+    if not lows:
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        return False
+    lo, hi = min(lows), max(highs)
+    if bottom is not None:
+        lo = min(lo, bottom)
+    band = 0.0 if levels == 0 else 0.05 + 0.065 * levels
+    if log:
+        ax.set_yscale("log")
+        low, high = math.log10(lo), math.log10(hi)
+        span = max(high - low, 0.3)
+        high += 0.06 * span
+        low -= 0.04 * span
+        low = (low - band * high) / (1 - band)
+        ax.set_ylim(10**low, 10**high)
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+        if high - low < 1.3:  # less than about a decade: label some minor ticks too, plainly
+            ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 3.0, 5.0)))
+            ax.yaxis.set_minor_formatter(FuncFormatter(_plain))
+        else:
+            ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        span = max(hi - lo, abs(hi) * 0.1, 1e-9)
+        high = hi + 0.08 * span
+        low = (lo - band * high) / (1 - band)
+        ax.set_ylim(low, high)
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    return True
+
+
+def _quartiles(record: dict[str, Any]) -> tuple[float, float]:
+    """The 25th and 75th percentile of the raw samples (or median ± IQR/2 when only the summary is stored)."""
+    samples = record.get("times_ms") or []
+    if len(samples) >= 2:
+        q1, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 75])
+        return float(q1), float(q3)
+    median, iqr = float(record["time_ms"]), float(record.get("time_ms_iqr") or 0.0)
+    return max(median - iqr / 2, median * 1e-3), median + iqr / 2
+
+
+def _mark_failures(ax: Any, failures: list[tuple[int, str, str]], styles: dict[str, BackendStyle]) -> None:
+    """Draw each failed (x, backend, status) as an X at the bottom of the panel with the status beside it."""
+    transform = blended_transform_factory(ax.transData, ax.transAxes)
+    slot: dict[int, int] = {}
+    for x, backend, status in failures:
+        level = slot.get(x, 0)
+        slot[x] = level + 1
+        y = 0.04 + 0.065 * level
+        style = styles[backend]
+        ax.plot([x], [y], marker="X", markersize=9, color=style.color, markeredgecolor="black",
+                markeredgewidth=0.6, linestyle="none", transform=transform, clip_on=False, zorder=5)
+        ax.annotate(STATUS_LABELS.get(status, status), (x, y), xycoords=transform, xytext=(7, 0),
+                    textcoords="offset points", fontsize=8, color=style.color, va="center", ha="left", zorder=5)
+
+
+def _empty_note(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.55, text, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="#555555")
+
+
+def _series(group: CaseGroup, backend: str, value: Any) -> tuple[list[int], list[float], list[bool]]:
+    """(xs, ys, mismatch flags) of one backend's points; NaN where the record failed."""
+    xs, ys, flags = [], [], []
+    for (name, x), record in sorted(group.by_backend_x().items()):
+        if name != backend:
+            continue
+        if record["status"] not in ("ok", "mismatch"):
+            xs.append(x)  # a failed point breaks the line, so it never bridges a missing result
+            ys.append(math.nan)
+            flags.append(False)
+            continue
+        y = value(record)
+        if y is None or not math.isfinite(y) or y <= 0:
+            continue
+        xs.append(x)
+        ys.append(float(y))
+        flags.append(record["status"] == "mismatch")
+    return xs, ys, flags
+
+
+def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], style: BackendStyle,
+                 linestyle: str = "-") -> None:
+    if not any(math.isfinite(y) for y in ys):
+        return
+    ax.plot(xs, ys, color=style.color, marker=style.marker, markersize=6, linewidth=1.8, linestyle=linestyle, zorder=3)
+    bad = [(x, y) for x, y, flag in zip(xs, ys, flags) if flag]
+    if bad:
+        ax.plot(*zip(*bad), marker="o", markersize=14, markerfacecolor="none", markeredgecolor=MISMATCH_COLOR,
+                markeredgewidth=2.0, linestyle="none", zorder=4)
+
+
+def _failures(group: CaseGroup) -> list[tuple[int, str, str]]:
+    return sorted(
+        (x, backend, str(record["status"]))
+        for (backend, x), record in group.by_backend_x().items()
+        if record["status"] in FAILED
+    )
+
+
+def _legend_handles(backends: list[str], styles: dict[str, BackendStyle], statuses: set[str],
+                    extra: list[Line2D] | None = None) -> list[Line2D]:
+    handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linewidth=1.8, label=b) for b in backends]
+    failed = [STATUS_LABELS[s] for s in ("oom", "error", "timeout", "skipped") if s in statuses]
+    if failed:
+        handles.append(Line2D([], [], color="#777777", marker="X", markeredgecolor="black", linestyle="none",
+                              markersize=9, label="no result: " + " / ".join(failed)))
+    if "mismatch" in statuses:
+        handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
+                              markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch (time flagged)"))
+    return handles + (extra or [])
+
+
+def _legend(fig: Figure, handles: list[Line2D]) -> int:
+    """A legend under the panels; returns how many rows it takes."""
+    ncol = len(handles) if len(handles) <= 8 else math.ceil(len(handles) / 2)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.005))
+    return math.ceil(len(handles) / ncol)
+
+
+def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str | None,
+                peak_tflops: float | None, device_name: str | None) -> Figure:
+    """Four panels for one case group: latency, peak memory, TFLOP/s and speed-up, one line per backend."""
+    fig = Figure(figsize=GROUP_FIGSIZE, dpi=DPI)
+    (ax_time, ax_mem), (ax_tflops, ax_speed) = fig.subplots(2, 2)
+    xs, backends, failures = group.xs, group.backends, _failures(group)
+    levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
+    statuses = {str(r["status"]) for r in group.records}
+    cells = group.by_backend_x()
+
+    # Latency, with the samples' interquartile range shaded.
+    for backend in backends:
+        px, py, flags = _series(group, backend, lambda r: r.get("time_ms"))
+        _plot_series(ax_time, px, py, flags, styles[backend])
+        if len(px) > 1:
+            bands = [_quartiles(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
+                     for x, y in zip(px, py)]
+            ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
+                                 alpha=0.18, linewidth=0, zorder=2)
+    ax_time.set_title("Latency (median, IQR shaded)")
+    ax_time.set_ylabel("time per call (ms, log)")
+    any_time = _finish_y(ax_time, log=True, levels=levels)
+
+    # Peak memory above the inputs: measured where available, the estimate (dashed) where not.
+    measured = any(r.get("peak_memory_bytes") for r in group.records)
+    key = "peak_memory_bytes" if measured else "memory_estimate_bytes"
+    values = [r[key] for r in group.records if r.get(key) and r["status"] in ("ok", "mismatch")]
+    unit, unit_name = (GIB, "GiB") if values and max(values) >= 4 * GIB else (MIB, "MiB")
+    for backend in backends:
+        px, py, flags = _series(group, backend, lambda r: (r.get(key) or 0) / unit)
+        _plot_series(ax_mem, px, py, flags, styles[backend], linestyle="-" if measured else "--")
+    ax_mem.set_title("Peak memory above inputs" + ("" if measured else " (estimate: not measured)"))
+    ax_mem.set_ylabel(f"peak memory ({unit_name}, log)")
+    _finish_y(ax_mem, log=True, levels=levels)
+
+    # Achieved TFLOP/s, with the device's peak as a dashed line when it is on the scale.
+    for backend in backends:
+        px, py, flags = _series(group, backend, lambda r: r.get("tflops"))
+        _plot_series(ax_tflops, px, py, flags, styles[backend])
+    peak = peak_tflops if peak_tflops is not None else peak_tflops_for(device_name, str(group.shape["dtype"]))
+    achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")]
+    peak_note = f"peak unknown for {device_name or 'this device'}"
+    if peak and achieved and max(achieved) >= 0.1 * peak:
+        ax_tflops.plot(xs, [peak] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
+        ax_tflops.axhline(peak, color="black", linestyle="--", linewidth=1.2, zorder=1)
+        ax_tflops.annotate(f"peak {peak:g} TFLOP/s ({dtype_word(group.shape['dtype'])} dense)", (0.01, peak),
+                           xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
+                           xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
+        peak_note = ""
+    elif peak:
+        peak_note = f"peak {peak:g} TFLOP/s is off this scale (memory-bound case)"
+    _finish_y(ax_tflops, log=False, levels=levels, bottom=0.0)
+    if peak_note:
+        ax_tflops.text(0.99, 0.97, peak_note, transform=ax_tflops.transAxes, ha="right", va="top", fontsize=8,
+                       color="#555555")
+    ax_tflops.set_title("Achieved throughput")
+    ax_tflops.set_ylabel("TFLOP/s")
+
+    # Speed-up over the baseline backend (above 1 = faster than the baseline); mismatches drawn, flagged.
+    speedups = group_speedups(group, baseline, include_mismatch=True)
+    for backend in backends:
+        pts = sorted((x, s) for (b, x), s in speedups.items() if b == backend)
+        if pts:
+            flags = [cells[(backend, x)]["status"] == "mismatch" for x, _ in pts]
+            _plot_series(ax_speed, [p[0] for p in pts], [p[1] for p in pts], flags, styles[backend])
+    ax_speed.set_title(f"Speed-up over {baseline}" if baseline else "Speed-up (no baseline ran)")
+    ax_speed.set_ylabel(f"{baseline} time / backend time (×, log)" if baseline else "×")
+    if _finish_y(ax_speed, log=True, levels=levels):
+        ax_speed.axhline(1.0, color="black", linewidth=1.0, linestyle=":", zorder=1)
+    elif baseline:
+        _empty_note(ax_speed, f"{baseline} has no ok result to compare with here")
+    else:
+        _empty_note(ax_speed, "neither sdpa-math nor naive ran ok; pass a baseline")
+
+    for ax in (ax_time, ax_mem, ax_tflops, ax_speed):
+        _log2_x(ax, xs, group.x_label())
+        _mark_failures(ax, failures, styles)
+    if not any_time:
+        for ax in (ax_time, ax_mem, ax_tflops):
+            _empty_note(ax, "no successful measurement in this group")
+
+    fig.suptitle(group.title(), fontsize=14, fontweight="bold")
+    rows = _legend(fig, _legend_handles(backends, styles, statuses))
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.91, bottom=0.065 + 0.03 * rows, hspace=0.32, wspace=0.2)
+    return fig
+
+
+def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle]) -> Figure:
+    """MQA/GQA: latency and KV-cache bytes against kv_heads at the longest length, one row per family."""
+    rows = len(families)
+    fig = Figure(figsize=(GROUP_FIGSIZE[0], 3.9 * rows + 1.3), dpi=DPI)
+    axes = np.atleast_2d(fig.subplots(rows, 2, squeeze=False))
+    all_backends: set[str] = set()
+    statuses: set[str] = set()
+    for family, (ax_time, ax_bytes) in zip(families, axes):
+        kv_values = sorted({int(r["kv_heads"]) for r in family.records})
+        backends = sorted({str(r["backend"]) for r in family.records})
+        all_backends.update(backends)
+        statuses.update(str(r["status"]) for r in family.records)
+        failures = []
+        for backend in backends:
+            mine = sorted((int(r["kv_heads"]), r) for r in family.records if r["backend"] == backend)
+            pts = [(k, float(r["time_ms"]), r["status"] == "mismatch") for k, r in mine
+                   if r["status"] in ("ok", "mismatch") and r.get("time_ms")]
+            if pts:
+                _plot_series(ax_time, [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], styles[backend])
+            failures += [(k, backend, str(r["status"])) for k, r in mine if r["status"] in FAILED]
+        levels = max([sum(1 for f in failures if f[0] == k) for k in kv_values] + [0])
+        if not _finish_y(ax_time, log=True, levels=levels):
+            _empty_note(ax_time, "no successful measurement")
+        by_kv = {int(r["kv_heads"]): kv_cache_bytes(r) for r in family.records}
+        cache = [by_kv[k] / MIB for k in kv_values]
+        ax_bytes.plot(kv_values, cache, color="black", marker="o", linewidth=1.8)
+        for k, value in zip(kv_values, cache):
+            ax_bytes.annotate(f"{value:.0f} MiB" if value >= 10 else f"{value:.2g} MiB", (k, value),
+                              textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
+        _finish_y(ax_bytes, log=True, levels=0)
+        for ax in (ax_time, ax_bytes):
+            _log2_x(ax, kv_values, "KV heads (MQA = 1 … MHA = query heads)")
+        _mark_failures(ax_time, sorted(failures), styles)
+        ax_time.set_title(family.title(), fontsize=10)
+        ax_time.set_ylabel("time per call (ms, log)")
+        ax_bytes.set_title("KV cache = 2·batch·kv_heads·kv_len·d·bytes", fontsize=10)
+        ax_bytes.set_ylabel("KV-cache size (MiB, log)")
+    fig.suptitle("MQA / GQA: fewer KV heads, smaller KV cache", fontsize=14, fontweight="bold")
+    legend_rows = _legend(fig, _legend_handles(sorted(all_backends), styles, statuses))
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=(0.75 + 0.3 * legend_rows) / height,
+                        hspace=0.45, wspace=0.2)
+    return fig
+
+
+def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle]) -> Figure:
+    """Each checked record's max error against its bound (left) and as a fraction of it (right); mismatches red."""
+    fig = Figure(figsize=(GROUP_FIGSIZE[0], 6.2), dpi=DPI)
+    ax_scatter, ax_ratio = fig.subplots(1, 2)
+    checked = [r for r in records if r.get("max_abs_error") is not None and r.get("error_bound")
+               and math.isfinite(float(r["max_abs_error"]))]
+    backends = sorted({str(r["backend"]) for r in records})
+    positives = [float(r["max_abs_error"]) for r in checked if r["max_abs_error"] > 0]
+    floor = min(positives) / 10 if positives else 1e-12
+    for r in checked:
+        err = max(float(r["max_abs_error"]), floor)
+        bound = float(r["error_bound"])
+        bad = r["status"] == "mismatch"
+        style = styles[str(r["backend"])]
+        kwargs = dict(marker=style.marker, linestyle="none", markersize=8 if bad else 6, zorder=4 if bad else 3,
+                      color=MISMATCH_COLOR if bad else style.color, markeredgecolor="black" if bad else style.color,
+                      alpha=1.0 if bad else 0.75)
+        ax_scatter.plot([bound], [err], **kwargs)
+        ax_ratio.plot([backends.index(str(r["backend"]))], [err / bound], **kwargs)
+    unchecked_bad = [r for r in records if r["status"] == "mismatch" and r not in checked]
+    if checked:
+        low = min(min(float(r["error_bound"]) for r in checked), floor)
+        high = max(max(float(r["error_bound"]) for r in checked), max(max(float(r["max_abs_error"]), floor) for r in checked))
+        line = [low / 3, high * 3]
+        ax_scatter.plot(line, line, color="black", linestyle="--", linewidth=1.0, zorder=1)
+        ax_scatter.text(line[0] * 1.5, line[0] * 1.5 * 1.8, "err = bound", rotation=0, fontsize=8)
+        ax_scatter.set_xscale("log")
+        ax_scatter.set_yscale("log")
+        ax_scatter.xaxis.set_minor_formatter(NullFormatter())
+        ax_scatter.yaxis.set_minor_formatter(NullFormatter())
+        ax_ratio.plot([0], [1.0], linewidth=0)  # keeps the pass/fail line on the scale
+        _finish_y(ax_ratio, log=True, levels=0)
+        ax_ratio.axhline(1.0, color=MISMATCH_COLOR, linestyle="--", linewidth=1.0)
+    else:
+        for ax in (ax_scatter, ax_ratio):
+            _empty_note(ax, "no record carries a finite error and bound")
+    ax_scatter.set_title("Max |error| vs its bound (below the diagonal = pass)")
+    ax_scatter.set_xlabel("error bound = 2·err(naive, same dtype) + floor")
+    ax_scatter.set_ylabel("max |output − reference| (log)")
+    ax_ratio.set_title("Error as a fraction of the bound (above 1 = mismatch)")
+    ax_ratio.set_xticks(range(len(backends)))
+    ax_ratio.set_xticklabels(backends, rotation=20, ha="right")
+    ax_ratio.set_xlim(-0.6, len(backends) - 0.4)
+    ax_ratio.set_ylabel("max |error| / bound (log)")
+    notes = []
+    if positives and len(positives) < len(checked):
+        notes.append(f"errors of exactly 0 are drawn at {floor:.1g}")
+    if unchecked_bad:
+        notes.append(f"{len(unchecked_bad)} mismatch(es) without a finite error (NaN/Inf) are listed in the table")
+    unchecked_ok = sum(1 for r in records if r["status"] == "ok" and r.get("max_abs_error") is None)
+    if unchecked_ok:
+        notes.append(f"{unchecked_ok} ok record(s) were not checked")
+    fig.suptitle("Correctness against the reference", fontsize=14, fontweight="bold")
+    extra = [Line2D([], [], marker="o", color=MISMATCH_COLOR, markeredgecolor="black", linestyle="none",
+                    label="mismatch (above its bound)")]
+    handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
+               for b in backends] + extra
+    _legend(fig, handles)
+    if notes:
+        fig.text(0.5, 0.065, "; ".join(notes), ha="center", fontsize=9, color="#444444")
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.2, wspace=0.22)
+    return fig
+
+
+def render_chart(draw: Any, *args: Any) -> bytes:
+    """Draw a figure (`draw(*args)`) under the report's style and return it as deterministic PNG bytes."""
+    with matplotlib.rc_context(RC):
+        return _to_png(draw(*args))

@@ -1,0 +1,196 @@
+"""compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnbench.errors import ResultsError
+from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.report.markdown import md_cell
+from attnbench.report.units import fmt_ms
+from attnbench.results import key_of, load_records, results_path
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+@dataclass
+class Match:
+    """One measurement present in both runs."""
+
+    key: tuple
+    backend: str
+    case: str
+    base_status: str
+    new_status: str
+    base_ms: float | None
+    new_ms: float | None
+    base_iqr: float
+    new_iqr: float
+    new_reason: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """NEW / BASE median time, when both ran ok."""
+        if self.base_status == "ok" and self.new_status == "ok" and self.base_ms and self.new_ms:
+            return self.new_ms / self.base_ms
+        return None
+
+    def beyond_noise(self) -> bool:
+        """Whether the two medians differ by more than the two IQRs together."""
+        assert self.base_ms is not None and self.new_ms is not None
+        return abs(self.new_ms - self.base_ms) > self.base_iqr + self.new_iqr
+
+
+@dataclass
+class Comparison:
+    """What changed from BASE to NEW."""
+
+    base: str
+    new: str
+    threshold: float
+    matches: list[Match] = field(default_factory=list)
+    only_in_base: int = 0
+    only_in_new: int = 0
+
+    @property
+    def regressions(self) -> list[Match]:
+        """NEW slower by more than the threshold and by more than the combined IQRs."""
+        return [m for m in self.matches if m.ratio is not None and m.ratio > 1 + self.threshold and m.beyond_noise()]
+
+    @property
+    def improvements(self) -> list[Match]:
+        """NEW faster by more than the threshold and by more than the combined IQRs."""
+        return [m for m in self.matches if m.ratio is not None and m.ratio < 1 / (1 + self.threshold) and m.beyond_noise()]
+
+    @property
+    def new_failures(self) -> list[Match]:
+        """Ran ok in BASE; oom, error, mismatch or timeout in NEW."""
+        return [m for m in self.matches if m.base_status == "ok" and m.new_status in BAD_STATUSES]
+
+    @property
+    def fixed(self) -> list[Match]:
+        """Failed in BASE (oom, error, mismatch or timeout); ok in NEW."""
+        return [m for m in self.matches if m.base_status in BAD_STATUSES and m.new_status == "ok"]
+
+    @property
+    def geomean_by_backend(self) -> dict[str, float]:
+        """Geometric mean of NEW/BASE per backend, over the cases both runs measured ok."""
+        logs: dict[str, list[float]] = {}
+        for m in self.matches:
+            if m.ratio is not None:
+                logs.setdefault(m.backend, []).append(math.log(m.ratio))
+        return {b: math.exp(sum(v) / len(v)) for b, v in sorted(logs.items())}
+
+    @property
+    def should_fail(self) -> bool:
+        """True when the CLI should exit 1: any regression or any new failure."""
+        return bool(self.regressions or self.new_failures)
+
+    def to_markdown(self) -> str:
+        """The comparison as Markdown, for a pull request."""
+        lines = [f"## attnbench compare: {md_cell(self.new)} vs {md_cell(self.base)}", ""]
+        lines.append(f"{len(self.matches)} matched measurements ({self.only_in_base} only in base, "
+                     f"{self.only_in_new} only in new); threshold {self.threshold:.0%} beyond the combined IQRs.")
+        lines.append("")
+        verdict = "**FAIL**" if self.should_fail else "**pass**"
+        lines.append(f"{verdict}: {len(self.regressions)} regression(s), {len(self.new_failures)} new failure(s), "
+                     f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed.")
+        lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
+        counts: dict[str, int] = {}
+        for m in self.matches:
+            if m.ratio is not None:
+                counts[m.backend] = counts.get(m.backend, 0) + 1
+        for backend, value in self.geomean_by_backend.items():
+            lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
+        sections = (("Regressions", self.regressions), ("Improvements", self.improvements))
+        for title, items in sections:
+            if items:
+                lines += ["", f"### {title}", "", "| backend | case | base ms (IQR) | new ms (IQR) | new/base |",
+                          "|---|---|---|---|---|"]
+                for m in items:
+                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {fmt_ms(m.base_ms)} ({fmt_ms(m.base_iqr)}) "
+                                 f"| {fmt_ms(m.new_ms)} ({fmt_ms(m.new_iqr)}) | {m.ratio:.3f}× |")
+        for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
+            if items:
+                lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
+                for m in items:
+                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {m.base_status} | {m.new_status} "
+                                 f"| {md_cell(m.new_reason or '')} |")
+        return "\n".join(lines) + "\n"
+
+
+def _schema(records: list[dict[str, Any]], path: Path) -> int:
+    versions = sorted({int(r["schema_version"]) for r in records})
+    if len(versions) != 1:
+        raise ResultsError(f"{path}: records mix schema versions {versions}; compare runs written by one attnbench")
+    return versions[0]
+
+
+def _index(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    # A run that repeated a measurement: the last record of a key stands for it.
+    return {key_of(r): r for r in records}
+
+
+def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
+    """Match BASE and NEW by measurement key and say what regressed, improved, broke and was fixed."""
+    if not threshold >= 0:
+        raise ResultsError(f"threshold must be 0 or more (a fraction, 0.05 = 5%), got {threshold}")
+    base_records, new_records = load_records(Path(base)), load_records(Path(new))
+    for path, records in ((base, base_records), (new, new_records)):
+        if not records:
+            raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
+    base_version, new_version = _schema(base_records, Path(base)), _schema(new_records, Path(new))
+    if base_version != new_version:
+        raise ResultsError(f"schema_version differs: base {base} has {base_version}, new {new} has {new_version}; "
+                           "compare runs written by the same record schema")
+    base_index, new_index = _index(base_records), _index(new_records)
+    shared = [k for k in base_index if k in new_index]
+    if not shared:
+        raise ResultsError(f"no overlapping cases between {base} and {new}: they share no backend, case and device "
+                           "(check that both ran the same suite on the same device type)")
+    matches = []
+    for key in shared:
+        b, n = base_index[key], new_index[key]
+        matches.append(Match(
+            key=key, backend=str(b["backend"]), case=case_words(b), base_status=str(b["status"]),
+            new_status=str(n["status"]), base_ms=b.get("time_ms"), new_ms=n.get("time_ms"),
+            base_iqr=float(b.get("time_ms_iqr") or 0.0), new_iqr=float(n.get("time_ms_iqr") or 0.0),
+            new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
+        ))
+    return Comparison(
+        base=str(base), new=str(new), threshold=threshold, matches=matches,
+        only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared),
+    )
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    """A rich Table for the terminal: regressions, new failures, fixes and improvements, then per-backend geomeans."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{comparison.new} vs {comparison.base} (threshold {comparison.threshold:.0%})",
+                  show_lines=False)
+    for column in ("change", "backend", "case", "base", "new", "new/base"):
+        table.add_column(column, justify="right" if column in ("base", "new", "new/base") else "left")
+
+    def timed(ms: float | None, iqr: float, status: str) -> str:
+        return f"{fmt_ms(ms)} ±{fmt_ms(iqr)}" if status == "ok" else status
+
+    rows = ([("regression", "bold red", m) for m in comparison.regressions]
+            + [("new failure", "bold red", m) for m in comparison.new_failures]
+            + [("fixed", "green", m) for m in comparison.fixed]
+            + [("faster", "green", m) for m in comparison.improvements])
+    for label, style, m in rows:
+        # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
+        table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
+                      Text(timed(m.base_ms, m.base_iqr, m.base_status)),
+                      Text(timed(m.new_ms, m.new_iqr, m.new_status)),
+                      Text(f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
+    for backend, value in comparison.geomean_by_backend.items():
+        table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
+                      Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
+    return table

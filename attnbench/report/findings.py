@@ -1,0 +1,134 @@
+"""The short "findings" a reader wants first, written from the data as plain-text sentences (escaped later)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnbench.report.baseline import group_speedups, usable_time
+from attnbench.report.groups import CaseGroup, case_words
+from attnbench.report.units import fmt_bytes, fmt_length, fmt_ms
+
+MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
+
+
+@dataclass
+class Failure:
+    """Records that failed the same way: one backend, one status, one reason, and the cases it hit."""
+
+    backend: str
+    status: str
+    reason: str
+    cases: list[str]
+
+
+@dataclass
+class Findings:
+    """What the report says up front; each list holds plain sentences."""
+
+    fastest: list[str] = field(default_factory=list)
+    speedup: list[str] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
+    other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def summary_lines(self) -> list[str]:
+        """Every sentence but the failures, in reading order."""
+        return self.fastest + self.speedup + self.memory
+
+
+def _ranges(winners: list[tuple[int, str]]) -> str:
+    """Collapse consecutive lengths with the same winner: "sdpa-flash at 1K–4K, xformers at 8K"."""
+    runs: list[tuple[str, int, int]] = []
+    for x, name in winners:
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1], x)
+        else:
+            runs.append((name, x, x))
+    parts = []
+    for name, first, last in runs:
+        span = fmt_length(first) if first == last else f"{fmt_length(first)}–{fmt_length(last)}"
+        parts.append(f"{name} at {span}")
+    return ", ".join(parts)
+
+
+def fastest_line(group: CaseGroup) -> str | None:
+    """Which backend was fastest at each length of a group (ok results only), in one sentence."""
+    cells = group.by_backend_x()
+    winners: list[tuple[int, str]] = []
+    for x in group.xs:
+        timed = [(usable_time(r), b) for (b, xx), r in cells.items() if xx == x and usable_time(r) is not None]
+        if timed:
+            best = min(timed)
+            winners.append((x, best[1]))
+    if not winners:
+        return f"{group.title()}: no backend produced a correct timing."
+    only = {name for _, name in winners}
+    if len(only) == 1 and len(winners) == len(group.xs) and len(winners) > 1:
+        return f"{group.title()}: {next(iter(only))} is fastest at every length ({fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])})."
+    return f"{group.title()}: fastest {_ranges(winners)}."
+
+
+def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) -> list[Failure]:
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for r in records:
+        if r["status"] in statuses:
+            key = (str(r["backend"]), str(r["status"]), str(r.get("reason") or "no reason recorded"))
+            grouped.setdefault(key, []).append(case_words(r))
+    return [Failure(b, s, reason, cases) for (b, s, reason), cases in sorted(grouped.items())]
+
+
+def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None) -> Findings:
+    """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
+    found = Findings()
+    for r in records:
+        found.counts[r["status"]] = found.counts.get(r["status"], 0) + 1
+    lines = [line for line in (fastest_line(g) for g in groups) if line]
+    found.fastest = lines[:MAX_GROUP_LINES]
+    if len(lines) > MAX_GROUP_LINES:
+        found.fastest.append(f"… and {len(lines) - MAX_GROUP_LINES} more case groups (see the tables).")
+
+    best: tuple[float, str, CaseGroup, int] | None = None
+    for group in groups:
+        for (backend, x), value in group_speedups(group, baseline).items():
+            if backend != baseline and (best is None or value > best[0]):
+                best = (value, backend, group, x)
+    if best is not None:
+        value, backend, group, x = best
+        found.speedup.append(
+            f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
+            f"at {group.x_field.replace('_', ' ')} {x}."
+        )
+    elif baseline is None:
+        found.speedup.append("No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline).")
+    else:
+        found.speedup.append(f"No other backend has a correct timing next to {baseline} on the same case.")
+
+    if groups:
+        longest = max(groups, key=lambda g: (g.xs[-1], len(g.records)))
+        x = longest.xs[-1]
+        parts = []
+        for (backend, xx), r in sorted(longest.by_backend_x().items()):
+            if xx != x:
+                continue
+            if r["status"] in ("ok", "mismatch") and r.get("peak_memory_bytes") is not None:
+                parts.append(f"{backend} {fmt_bytes(r['peak_memory_bytes'])}")
+            elif r["status"] in ("ok", "mismatch"):
+                parts.append(f"{backend} not measured")
+            else:
+                parts.append(f"{backend} {r['status']}")
+        found.memory.append(
+            f"Peak memory at the longest length ({longest.x_field.replace('_', ' ')} {x}, {longest.title()}): "
+            + "; ".join(parts) + "."
+        )
+    found.failures = _group_failures(records, ("mismatch", "error"))
+    found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
+    return found
+
+
+def fastest_time(group: CaseGroup, x: int) -> str:
+    """The best ok time at one length, for table captions."""
+    times = [usable_time(r) for (b, xx), r in group.by_backend_x().items() if xx == x]
+    times = [t for t in times if t is not None]
+    return fmt_ms(min(times)) if times else "—"

@@ -1,0 +1,177 @@
+"""Case groups: the records that differ only in sequence length, so they can share one chart and one table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+# A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
+FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
+BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
+# What stays fixed within a group (the sequence lengths are what vary).
+SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
+MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
+DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "bf16": 2, "fp16": 2, "float32": 4, "fp32": 4, "float64": 8, "fp64": 8}
+
+
+@dataclass
+class CaseGroup:
+    """Records sharing every case field but the sequence lengths; `x_field` is the length that varies."""
+
+    shape: dict[str, Any]
+    x_field: str  # "seq_len", or "kv_seq_len" for decode-like groups where the query length is fixed
+    fixed: dict[str, int] = field(default_factory=dict)  # the other length when it is constant and differs
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def xs(self) -> list[int]:
+        """The distinct lengths on the x axis, ascending."""
+        return sorted({int(r[self.x_field]) for r in self.records})
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends that have at least one record (any status) in this group."""
+        return sorted({str(r["backend"]) for r in self.records})
+
+    def title(self) -> str:
+        """The group in words, e.g. "bf16 · causal · 32 heads / 8 KV heads · d=128 · fwd+bwd"."""
+        words = shape_words(self.shape)
+        for name, value in self.fixed.items():
+            words.append(f"{'query' if name == 'seq_len' else 'KV'} length {value}")
+        return " · ".join(words)
+
+    def x_label(self) -> str:
+        """Axis label for the varying length."""
+        return "KV sequence length (tokens)" if self.x_field == "kv_seq_len" else "sequence length (tokens)"
+
+    def slug(self) -> str:
+        """A file-name-safe name for the group's chart."""
+        s = self.shape
+        parts = [
+            dtype_word(s["dtype"]), "causal" if s["causal"] else "full",
+            f"w{s['window']}" if s["window"] is not None else "", f"h{s['heads']}", f"kv{s['kv_heads']}",
+            f"d{s['head_dim']}", str(s["mode"]), f"b{s['batch']}" if s["batch"] != 1 else "",
+            *(f"{'q' if k == 'seq_len' else 'k'}{v}" for k, v in self.fixed.items()),
+        ]
+        if s["device"] != "cuda":
+            parts.insert(0, str(s["device"]))
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
+
+    def by_backend_x(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """The record for each (backend, length); the last one wins if a run repeated a measurement."""
+        return {(str(r["backend"]), int(r[self.x_field])): r for r in self.records}
+
+
+def dtype_word(dtype: Any) -> str:
+    """Short dtype name: bfloat16 -> bf16."""
+    return DTYPE_WORDS.get(str(dtype), str(dtype))
+
+
+def shape_words(shape: dict[str, Any]) -> list[str]:
+    """The fixed case fields of a group, as words for titles and headings."""
+    words = [dtype_word(shape["dtype"]), "causal" if shape["causal"] else "no mask"]
+    if shape.get("window") is not None:
+        words.append(f"window {shape['window']}")
+    heads, kv_heads = shape["heads"], shape["kv_heads"]
+    words.append(f"{heads} heads" if heads == kv_heads else f"{heads} heads / {kv_heads} KV heads")
+    words.append(f"d={shape['head_dim']}")
+    words.append(MODE_WORDS.get(str(shape["mode"]), str(shape["mode"])))
+    if int(shape.get("batch") or 1) > 1:
+        words.append(f"batch {shape['batch']}")
+    if shape.get("device") not in (None, "cuda"):
+        words.append(str(shape["device"]))
+    return words
+
+
+def case_words(record: dict[str, Any]) -> str:
+    """One record's case in words, lengths included."""
+    words = shape_words(record)
+    if record["seq_len"] == record["kv_seq_len"]:
+        words.append(f"seq {record['seq_len']}")
+    else:
+        words.append(f"q {record['seq_len']} / kv {record['kv_seq_len']}")
+    return " · ".join(words)
+
+
+def _shape_key(record: dict[str, Any]) -> tuple:
+    # str() keeps None and mixed types sortable.
+    return tuple((str(type(record.get(f)).__name__), str(record.get(f))) for f in SHAPE_FIELDS)
+
+
+def group_records(records: Iterable[dict[str, Any]]) -> list[CaseGroup]:
+    """Split records into case groups: self-attention groups vary seq_len; decode-like ones vary kv_seq_len."""
+    buckets: dict[tuple, list[dict[str, Any]]] = {}
+    for record in records:
+        self_attention = record["seq_len"] == record["kv_seq_len"]
+        buckets.setdefault((_shape_key(record), self_attention), []).append(record)
+    groups: list[CaseGroup] = []
+    for (_, self_attention), members in buckets.items():
+        shape = {f: members[0].get(f) for f in SHAPE_FIELDS}
+        if self_attention:
+            groups.append(CaseGroup(shape, "seq_len", {}, members))
+            continue
+        q_lengths = {r["seq_len"] for r in members}
+        kv_lengths = {r["kv_seq_len"] for r in members}
+        if len(q_lengths) > 1 and len(kv_lengths) == 1:
+            groups.append(CaseGroup(shape, "seq_len", {"kv_seq_len": int(next(iter(kv_lengths)))}, members))
+            continue
+        # Decode-like: the query length is fixed (split by it when several), the KV length varies.
+        for q in sorted(q_lengths):
+            subset = [r for r in members if r["seq_len"] == q]
+            groups.append(CaseGroup(shape, "kv_seq_len", {"seq_len": int(q)}, subset))
+    groups.sort(key=_group_order)
+    return groups
+
+
+def _group_order(group: CaseGroup) -> tuple:
+    s = group.shape
+    return (
+        str(s["device"]), str(s["mode"]), str(s["dtype"]), bool(s["causal"]), s["window"] is not None,
+        s["window"] or 0, int(s["head_dim"]), int(s["heads"]), -int(s["kv_heads"]), int(s["batch"]),
+        group.x_field != "seq_len", tuple(sorted(group.fixed.items())),
+    )
+
+
+def kv_cache_bytes(record: dict[str, Any]) -> int:
+    """Bytes of K and V for one record's case: 2 * batch * kv_heads * kv_seq_len * head_dim * bytes/elem."""
+    size = DTYPE_BYTES.get(str(record["dtype"]), 2)
+    return 2 * int(record["batch"]) * int(record["kv_heads"]) * int(record["kv_seq_len"]) * int(record["head_dim"]) * size
+
+
+@dataclass
+class KvHeadsFamily:
+    """Case groups that differ only in kv_heads (MHA / GQA / MQA of one shape), compared at one length."""
+
+    shape: dict[str, Any]  # the shared fields; kv_heads is left out
+    x_field: str
+    length: int  # the longest length all of them measured (or the longest any measured)
+    records: list[dict[str, Any]]  # the records at that length
+
+    def title(self) -> str:
+        """The family in words, without kv_heads."""
+        heads = self.shape["heads"]
+        words = shape_words({**self.shape, "kv_heads": heads})
+        words = [f"{heads} query heads" if w == f"{heads} heads" else w for w in words]
+        what = "KV length" if self.x_field == "kv_seq_len" else "seq"
+        return " · ".join(words + [f"{what} {self.length}"])
+
+
+def kv_heads_families(groups: list[CaseGroup]) -> list[KvHeadsFamily]:
+    """The sets of groups that vary only kv_heads, each at its longest common length."""
+    buckets: dict[tuple, list[CaseGroup]] = {}
+    for group in groups:
+        key = tuple(str(group.shape[f]) for f in SHAPE_FIELDS if f != "kv_heads")
+        buckets.setdefault((key, group.x_field, tuple(sorted(group.fixed.items()))), []).append(group)
+    families: list[KvHeadsFamily] = []
+    for (_, x_field, _), members in buckets.items():
+        if len({g.shape["kv_heads"] for g in members}) < 2:
+            continue
+        common = set.intersection(*(set(g.xs) for g in members))
+        length = max(common) if common else max(max(g.xs) for g in members)
+        records = [r for g in members for r in g.records if int(r[x_field]) == length]
+        shape = {f: members[0].shape[f] for f in SHAPE_FIELDS if f != "kv_heads"}
+        families.append(KvHeadsFamily(shape, x_field, length, records))
+    families.sort(key=lambda fam: (str(fam.shape["mode"]), str(fam.shape["dtype"]), str(fam.shape)))
+    return families

@@ -1,0 +1,203 @@
+"""report.html: one self-contained page (charts inline as base64 PNG, no network) with every string escaped."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import jinja2
+
+from attnbench.report.charts import Chart
+from attnbench.report.findings import Findings
+from attnbench.report.rows import COLUMNS, display_value, sort_value
+
+HOW_TO_READ = (
+    "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
+    "is shown, flagged, and never used for speed-ups); oom — ran out of device memory; error — the backend raised; "
+    "timeout — exceeded the time budget; skipped — the backend does not support this case (the reason says why). "
+    "A failed point is drawn as an X at the bottom of each chart panel with its status beside it.",
+    "Times are the median of the raw samples, in milliseconds per call; the IQR (75th − 25th percentile of the "
+    "samples) is the shaded band in the latency chart and the IQR column in the table.",
+    "Correctness: each backend's output is compared with a reference computed in float64 on CPU (float32 on CUDA, "
+    "TF32 off). It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
+    "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
+    "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
+    "The dashed line is the device's dense peak for the dtype, where attnbench knows it.",
+    "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
+    "divided by the backend's, on the same case.",
+)
+
+TEMPLATE = r"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>attnbench report — {{ env.suite_name or "results" }}</title>
+<style>
+  body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto;
+         max-width: 1360px; padding: 0 16px; color: #1a1a1a; }
+  h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; }
+  .env { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; background: #f6f8fa;
+         padding: 10px 14px; border-radius: 6px; }
+  .env dt { font-weight: 600; } .env dd { margin: 0; font-family: ui-monospace, monospace; font-size: 13px; }
+  ul.findings li { margin: 3px 0; } .st { font-weight: 600; padding: 0 4px; border-radius: 3px; }
+  .st-ok { color: #1a7f37; } .st-mismatch { background: #ffebe9; color: #cf222e; }
+  .st-error, .st-oom, .st-timeout { background: #fff1e5; color: #953800; } .st-skipped { color: #57606a; }
+  .cases { color: #57606a; font-size: 12.5px; }
+  figure { margin: 18px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+  figcaption { color: #57606a; font-size: 13px; }
+  .filters { margin: 8px 0; display: flex; gap: 16px; flex-wrap: wrap; align-items: center; }
+  table { border-collapse: collapse; font-size: 12.5px; width: 100%; }
+  th, td { border-bottom: 1px solid #e5e5e5; padding: 3px 6px; text-align: left; vertical-align: top; }
+  th { background: #f6f8fa; cursor: pointer; position: sticky; top: 0; user-select: none; white-space: nowrap; }
+  th[data-dir="asc"]::after { content: " ▲"; } th[data-dir="desc"]::after { content: " ▼"; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+  td.reason { max-width: 360px; overflow-wrap: anywhere; }
+  tr.bad td { background: #fff8f6; }
+  .note { color: #57606a; font-size: 13px; }
+</style>
+</head>
+<body>
+<h1>attnbench report{% if env.suite_name %}: {{ env.suite_name }}{% endif %}</h1>
+<p class="note">{{ counts_line }}</p>
+<dl class="env">
+{% for label, value in env_rows %}<dt>{{ label }}</dt><dd>{{ value }}</dd>
+{% endfor %}</dl>
+
+<h2>Findings</h2>
+<ul class="findings">
+{% for line in findings.summary_lines() %}<li>{{ line }}</li>
+{% endfor %}
+{% for f in findings.failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
+  {{ f.reason }} <span class="cases">({{ f.cases | length }} case{{ "s" if f.cases | length != 1 }}: {{ f.cases | join("; ") }})</span></li>
+{% endfor %}
+{% for f in findings.other_failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
+  {{ f.reason }} <span class="cases">({{ f.cases | length }} case{{ "s" if f.cases | length != 1 }}: {{ f.cases | join("; ") }})</span></li>
+{% endfor %}
+{% if not findings.failures %}<li>No mismatches and no errors.</li>{% endif %}
+</ul>
+
+<h2>How to read this</h2>
+<ul class="note">
+{% for line in how_to_read %}<li>{{ line }}</li>
+{% endfor %}{% if baseline %}<li>Speed-ups are over <b>{{ baseline }}</b>.</li>{% endif %}
+</ul>
+
+<h2>Charts</h2>
+{% for note in chart_notes %}<p class="note">{{ note }}</p>
+{% endfor %}
+{% for chart in charts %}<figure id="chart-{{ chart.name }}">
+<img alt="{{ chart.title }}" width="{{ chart_width }}" src="data:image/png;base64,{{ chart.b64 }}">
+<figcaption>{{ chart.title }} — charts/{{ chart.name }}</figcaption>
+</figure>
+{% endfor %}
+
+<h2>All records</h2>
+<div class="filters">
+{% for key, label, options in filters %}<label>{{ label }}
+<select data-filter="{{ key }}"><option value="">all</option>
+{% for option in options %}<option value="{{ option }}">{{ option }}</option>{% endfor %}
+</select></label>
+{% endfor %}<span class="note">showing <span id="shown">{{ rows | length }}</span> of {{ rows | length }}; click a header to sort</span>
+</div>
+<table id="records">
+<thead><tr>{% for key, header, numeric in columns %}<th data-type="{{ "num" if numeric else "text" }}">{{ header }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in rows %}<tr class="{{ "bad" if row.status != "ok" }}" data-backend="{{ row.backend }}" data-dtype="{{ row.dtype }}" data-status="{{ row.status }}">
+{% for cell in row.cells %}<td{% if cell.numeric %} class="num" data-v="{{ cell.sort }}"{% elif cell.key == "reason" %} class="reason"{% elif cell.key == "status" %} class="st st-{{ row.status }}"{% endif %}>{{ cell.text }}</td>{% endfor %}
+</tr>
+{% endfor %}</tbody>
+</table>
+<p class="note">Generated by attnbench {{ env.attnbench or "" }} from stored results; nothing was re-run to draw this page.</p>
+<script>
+(function () {
+  var table = document.getElementById("records"), body = table.tBodies[0];
+  var rows = Array.prototype.slice.call(body.rows), heads = table.tHead.rows[0].cells;
+  var filters = document.querySelectorAll("select[data-filter]");
+  function applyFilters() {
+    var shown = 0;
+    rows.forEach(function (row) {
+      var keep = Array.prototype.every.call(filters, function (f) { return !f.value || row.dataset[f.dataset.filter] === f.value; });
+      row.hidden = !keep; if (keep) shown++;
+    });
+    document.getElementById("shown").textContent = shown;
+  }
+  Array.prototype.forEach.call(filters, function (f) { f.addEventListener("change", applyFilters); });
+  Array.prototype.forEach.call(heads, function (th, i) {
+    th.addEventListener("click", function () {
+      var dir = th.dataset.dir === "asc" ? "desc" : "asc", num = th.dataset.type === "num";
+      Array.prototype.forEach.call(heads, function (h) { delete h.dataset.dir; });
+      th.dataset.dir = dir;
+      function key(row) {
+        var cell = row.cells[i];
+        if (!num) return cell.textContent.toLowerCase();
+        return cell.dataset.v === "" ? (dir === "asc" ? Infinity : -Infinity) : parseFloat(cell.dataset.v);
+      }
+      rows.sort(function (a, b) { var x = key(a), y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (dir === "asc" ? 1 : -1); });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+})();
+</script>
+</body>
+</html>
+"""
+
+
+def _environment() -> jinja2.Environment:
+    # Autoescape everything: backend names, kernels, reasons and suite names all come from a run.
+    return jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined, keep_trailing_newline=True)
+
+
+def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The environment header as (label, value) pairs; missing keys are left out rather than guessed."""
+    rows: list[tuple[str, str]] = []
+    device = env.get("device") or (records[0].get("device") if records else None)
+    gpus = env.get("gpus") or []
+    if device == "cuda" or gpus:
+        names = ", ".join(str(g.get("name")) for g in gpus if isinstance(g, dict)) or env.get("device_name") or "?"
+        rows.append(("GPU", f"{names} ×{len(gpus)}" if len(gpus) > 1 else names))
+        if env.get("driver"):
+            rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
+    else:
+        rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
+    versions = [f"torch {env['torch']}"] if env.get("torch") else []
+    for name, version in sorted((env.get("libraries") or {}).items()):
+        versions.append(f"{name} {version}" if version else f"{name} not installed")
+    if versions:
+        rows.append(("libraries", ", ".join(versions)))
+    for label, key in (("date", "timestamp"), ("suite", "suite_name"), ("suite file", "suite_file"),
+                       ("git commit", "git_commit"), ("run", "run_id"), ("python", "python"), ("platform", "platform")):
+        if env.get(key):
+            rows.append((label, str(env[key])))
+    if not env:
+        rows.append(("environment", "no env.json beside these results"))
+    return rows
+
+
+def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Findings, charts: list[Chart],
+                chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int) -> str:
+    """The page as a string. `speedups` maps id(record) to its speed-up over the baseline."""
+    rows = []
+    for r in records:
+        s = speedups.get(id(r))
+        cells = [dict(key=k, numeric=num, text=display_value(r, k, s), sort=sort_value(r, k, s) if num else "")
+                 for k, _, num in COLUMNS]
+        rows.append(dict(backend=str(r["backend"]), dtype=display_value(r, "dtype", None), status=str(r["status"]),
+                         cells=cells))
+    filters = [
+        ("backend", "backend", sorted({row["backend"] for row in rows})),
+        ("dtype", "dtype", sorted({row["dtype"] for row in rows})),
+        ("status", "status", sorted({row["status"] for row in rows})),
+    ]
+    counts = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    counts_line = f"{len(records)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    template = _environment().from_string(TEMPLATE)
+    return template.render(
+        env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=HOW_TO_READ, baseline=baseline,
+        charts=[dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts],
+        chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
+        chart_width=chart_width,
+    )

@@ -1,0 +1,75 @@
+"""summary.md: the findings and one table per case group, to paste into a pull request."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from attnbench.report.baseline import group_speedups
+from attnbench.report.findings import Findings
+from attnbench.report.groups import CaseGroup
+from attnbench.report.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+
+TABLE_HEADER = ("backend", "{x}", "status", "median ms (IQR)", "TFLOP/s", "peak memory", "speed-up", "note")
+
+
+def md_cell(text: Any) -> str:
+    """A table cell: HTML-escaped (GitHub renders inline HTML), pipes escaped, on one line."""
+    value = html.escape(str(text), quote=False).replace("|", "\\|")
+    return " ".join(value.split())
+
+
+def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:
+    status = str(record["status"])
+    time = ""
+    if record.get("time_ms") is not None:
+        time = fmt_ms(record["time_ms"])
+        if record.get("time_ms_iqr") is not None:
+            time += f" ({fmt_ms(record['time_ms_iqr'])})"
+    memory = fmt_bytes(record["peak_memory_bytes"]) if record.get("peak_memory_bytes") is not None else ""
+    tflops = fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
+    return [
+        str(record["backend"]), str(x), f"**{status}**" if status != "ok" else status, time, tflops, memory,
+        fmt_ratio(speedup) if speedup is not None else "", str(record.get("reason") or ""),
+    ]
+
+
+def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
+    """The Markdown lines of one group's table: one row per backend × length, failures included."""
+    speedups = group_speedups(group, baseline)
+    header = [h.format(x="KV seq" if group.x_field == "kv_seq_len" else "seq") for h in TABLE_HEADER]
+    if baseline:
+        header[6] = f"× vs {baseline}"
+    lines = ["| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    for (backend, x), record in sorted(group.by_backend_x().items()):
+        cells = _row(record, x, speedups.get((backend, x)))
+        lines.append("| " + " | ".join(md_cell(c) if i != 2 else c for i, c in enumerate(cells)) + " |")
+    return lines
+
+
+def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Findings, baseline: str | None,
+                    chart_notes: list[str]) -> str:
+    """The summary as Markdown text."""
+    where = env.get("device_name") or (", ".join(str(g.get("name")) for g in env.get("gpus") or []) or env.get("cpu"))
+    lines = [f"## attnbench: {md_cell(env.get('suite_name') or 'results')}", ""]
+    facts = [f"device: {where}" if where else "", f"torch {env['torch']}" if env.get("torch") else "",
+             f"commit {str(env['git_commit'])[:12]}" if env.get("git_commit") else "",
+             str(env.get("timestamp") or "")]
+    facts_line = " · ".join(md_cell(f) for f in facts if f)
+    if facts_line:
+        lines += [facts_line, ""]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms (IQR in brackets).", ""]
+    lines += ["### Findings", ""]
+    lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
+    for failure in findings.failures + findings.other_failures:
+        cases = "; ".join(failure.cases)
+        lines.append(f"- **{failure.status}** {md_cell(failure.backend)}: {md_cell(failure.reason)} "
+                     f"({len(failure.cases)} case{'s' if len(failure.cases) != 1 else ''}: {md_cell(cases)})")
+    if not findings.failures:
+        lines.append("- No mismatches and no errors.")
+    lines += [f"- {md_cell(note)}" for note in chart_notes]
+    for group in groups:
+        lines += ["", f"### {md_cell(group.title())}", ""]
+        lines += group_table(group, baseline)
+    return "\n".join(lines) + "\n"

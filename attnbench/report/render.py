@@ -1,0 +1,101 @@
+"""render_report: results in, report.html + charts/*.png + summary.md out; never re-runs a benchmark."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from attnbench.errors import ResultsError
+from attnbench.report.baseline import choose_baseline, group_speedups
+from attnbench.report.charts import WIDTH_PX, Chart, correctness_chart, group_chart, kv_heads_chart, render_chart
+from attnbench.report.findings import build_findings
+from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
+from attnbench.report.html import render_html
+from attnbench.report.markdown import render_markdown
+from attnbench.report.styles import backend_styles
+from attnbench.results import load_records, read_env, results_path
+
+FORMATS = ("html", "png", "md")
+CHARTS_DIR = "charts"
+NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
+
+
+def chart_file_names(groups: list[CaseGroup]) -> list[str]:
+    """The PNG name of each group's chart, numbered so that names never collide and sort in report order."""
+    return [f"group-{i:02d}-{group.slug()}.png" for i, group in enumerate(groups, start=1)]
+
+
+def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
+                 peak_tflops: float | None, device_name: str | None) -> tuple[list[Chart], list[str]]:
+    """Every chart of the report (group charts, then MQA/GQA when some group varies kv_heads, then correctness)."""
+    styles = backend_styles(str(r["backend"]) for r in records)
+    charts = [
+        Chart(name, group.title(), render_chart(group_chart, group, styles, baseline, peak_tflops, device_name))
+        for name, group in zip(chart_file_names(groups), groups)
+    ]
+    notes = []
+    families = kv_heads_families(groups)
+    if families:
+        charts.append(Chart("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads",
+                            render_chart(kv_heads_chart, families, styles)))
+    else:
+        notes.append(NO_KV_FAMILY_NOTE)
+    charts.append(Chart("correctness.png", "Correctness: max error against its bound",
+                        render_chart(correctness_chart, records, styles)))
+    return charts, notes
+
+
+def _write(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[str] = FORMATS,
+                  baseline: str | None = None, peak_tflops: float | None = None) -> list[Path]:
+    """Read results from `source` (run directory or results.jsonl), write the report, return the written paths."""
+    wanted = list(dict.fromkeys(formats))
+    unknown = [f for f in wanted if f not in FORMATS]
+    if unknown or not wanted:
+        raise ResultsError(f"unknown report format(s) {', '.join(unknown) or '(none)'}: choose from {', '.join(FORMATS)}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
+    source = Path(source)
+    records = load_records(source)
+    if not records:
+        raise ResultsError(f"{results_path(source)}: holds no records, so there is nothing to report")
+    env = read_env(source)
+    out = Path(out_dir) if out_dir is not None else results_path(source).parent
+    out.mkdir(parents=True, exist_ok=True)
+
+    baseline = choose_baseline(records, baseline)
+    groups = group_records(records)
+    findings = build_findings(groups, records, baseline)
+    device_name = env.get("device_name") or next((r.get("device_name") for r in records if r.get("device_name")), None)
+    written: list[Path] = []
+    charts: list = []
+    notes: list[str] = []
+    if "html" in wanted or "png" in wanted:
+        charts, notes = build_charts(groups, records, baseline, peak_tflops, device_name)
+    elif not kv_heads_families(groups):
+        notes.append(NO_KV_FAMILY_NOTE)
+    if "png" in wanted:
+        chart_dir = out / CHARTS_DIR
+        chart_dir.mkdir(exist_ok=True)
+        for stale in [*chart_dir.glob("group-*.png"), chart_dir / "mqa-gqa.png", chart_dir / "correctness.png"]:
+            stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
+        written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
+    if "html" in wanted:
+        speedups = {}
+        for group in groups:
+            cells = group.by_backend_x()
+            for key, value in group_speedups(group, baseline).items():
+                speedups[id(cells[key])] = value
+        page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX)
+        written.append(_write(out / "report.html", page.encode("utf-8")))
+    if "md" in wanted:
+        text = render_markdown(env, groups, findings, baseline, notes)
+        written.append(_write(out / "summary.md", text.encode("utf-8")))
+    return written

@@ -1,0 +1,57 @@
+"""One record as the cells of a table row, shared by the HTML and Markdown tables so they read the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnbench.report.groups import dtype_word
+from attnbench.report.units import MIB, fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+
+# (key, header, numeric?) for the full records table.
+COLUMNS = (
+    ("backend", "backend", False), ("kernel", "kernel", False), ("dtype", "dtype", False),
+    ("batch", "batch", True), ("seq_len", "seq", True), ("kv_seq_len", "kv seq", True), ("heads", "heads", True),
+    ("kv_heads", "kv heads", True), ("head_dim", "d", True), ("causal", "causal", False), ("window", "window", True),
+    ("mode", "mode", False), ("status", "status", False), ("time_ms", "median ms", True), ("iqr", "IQR ms", True),
+    ("tflops", "TFLOP/s", True), ("speedup", "speed-up", True), ("memory", "peak mem", True),
+    ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
+)
+
+
+def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
+    """The raw value a numeric column sorts by ('' when absent)."""
+    raw = {
+        "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
+    }.get(key, record.get(key))
+    if raw is None or isinstance(raw, bool):
+        return ""
+    return repr(float(raw))
+
+
+def display_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
+    """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
+    if key == "dtype":
+        return dtype_word(record.get("dtype"))
+    if key == "time_ms":
+        return fmt_ms(record.get("time_ms")) if record.get("time_ms") is not None else ""
+    if key == "iqr":
+        return fmt_ms(record.get("time_ms_iqr")) if record.get("time_ms_iqr") is not None else ""
+    if key == "tflops":
+        return fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
+    if key == "speedup":
+        return fmt_ratio(speedup) if speedup is not None else ""
+    if key == "memory":
+        value = record.get("peak_memory_bytes")
+        return fmt_bytes(value) if value is not None else ""
+    if key in ("max_abs_error", "error_bound"):
+        return fmt_float(record.get(key), 2) if record.get(key) is not None else ""
+    if key == "causal":
+        return "yes" if record.get("causal") else "no"
+    value = record.get(key)
+    return "" if value is None else str(value)
+
+
+def memory_mib(record: dict[str, Any]) -> float | None:
+    """Peak memory in MiB, for Markdown."""
+    value = record.get("peak_memory_bytes")
+    return None if value is None else value / MIB

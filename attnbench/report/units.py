@@ -1,0 +1,49 @@
+"""How numbers are written in reports: times, bytes, lengths, ratios — the same way everywhere."""
+
+from __future__ import annotations
+
+import math
+
+MIB = 1024**2
+GIB = 1024**3
+
+
+def fmt_ms(value: float | None) -> str:
+    """A time in milliseconds with three significant digits."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    """Bytes as MiB or GiB."""
+    if value is None:
+        return "—"
+    if value >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if value >= MIB:
+        return f"{value / MIB:.1f} MiB"
+    return f"{value / 1024:.1f} KiB"
+
+
+def fmt_length(value: int) -> str:
+    """A sequence length, 8192 -> 8K, for axis ticks."""
+    if value >= 1024 and value % 1024 == 0:
+        return f"{value // 1024}K"
+    return str(value)
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A speed-up or slow-down factor."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.2f}×"
+
+
+def fmt_float(value: float | None, digits: int = 3) -> str:
+    """A plain number with a few significant digits (errors, TFLOP/s)."""
+    if value is None:
+        return "—"
+    return f"{value:.{digits}g}"
