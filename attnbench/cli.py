@@ -21,8 +21,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark attention implementations on long sequences: correctness, latency, memory.",
 )
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+# Plain lines never wrap; tables get a wide page when the output is a log file rather than a terminal.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 F = TypeVar("F", bound=Callable[..., Any])
 state = {"debug": False}
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import os
+import sys
+from typing import Callable, Iterator
 
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 CPU_METHOD = "torch.profiler CPU allocator events"
@@ -40,12 +43,32 @@ def _cpu_peak(fn: Callable[[], object]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # the profiler's C++ side logs each start and stop to stderr
+        prof.start()
+    try:
         result = fn()
         del result
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type().name == "CPU"]
     live = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         live += event.nbytes()
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for a moment (C++ logging bypasses Python's sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

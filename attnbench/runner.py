@@ -93,7 +93,7 @@ class Runner:
                 if self.listener:
                     self.listener.finished(record)
             del data
-            release_memory(cases[0].device if cases else "cpu")
+            release_memory(case.device, collect=True)
         return done
 
     def measure(self, data: CaseData, backend: Backend) -> Record:
@@ -111,8 +111,9 @@ class Runner:
             status, reason = "skipped", str(exc)
         except Exception as exc:  # a backend may fail in any way; the sweep goes on
             status, reason = classify(exc, backend, caught)
-        finally:
-            release_memory(case.device)
+            del exc
+            release_memory(case.device, collect=True)  # a traceback holds the failed call's tensors in cycles
+        release_memory(case.device)
         return self._record(case, backend, status, reason, fields)
 
     def _measure(self, data: CaseData, backend: Backend, fields: dict[str, Any], caught: list) -> str:
@@ -242,9 +243,10 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def release_memory(device: str) -> None:
+def release_memory(device: str, collect: bool = False) -> None:
     """Drop what a finished measurement left behind, so the next one starts from the same state."""
-    gc.collect()
+    if collect:
+        gc.collect()
     if device == "cuda":
         import torch
 

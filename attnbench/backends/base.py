@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import warnings
 from contextlib import AbstractContextManager, nullcontext
@@ -54,10 +55,7 @@ class Backend:
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""
-        try:
-            return importlib.metadata.version(self.library)
-        except importlib.metadata.PackageNotFoundError:
-            return None
+        return installed_version(self.library)
 
     def availability(self, device: str) -> str | None:
         """Why this backend cannot run at all on `device` ("cpu" or "cuda"); None when it can."""
@@ -78,6 +76,15 @@ class Backend:
     def estimate_memory(self, case: Case) -> int:
         """Analytic bytes above the inputs this backend should need for `case`."""
         return case.memory_estimate(self.materialises_scores, self.expands_kv)
+
+
+@functools.cache
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def expand_kv(t: torch.Tensor, case: Case) -> torch.Tensor:

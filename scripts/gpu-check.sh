@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run attnbench's CUDA checks on a GPU machine, from the checkout, with nothing installed:
+# the gpu-marked tests, then suites/gpu-check.yaml. Writes everything to OUT/<gpu>-<date>/.
+#   scripts/gpu-check.sh [OUT]            (OUT defaults to reports/)
+# Missing pure-Python dependencies (pydantic and friends) are installed from wheels in $WHEELS
+# (default: wheels/) when that folder exists, without network. GPU_CHECK_ALLOW_CPU=1 lets the
+# script run on a CPU machine (for testing the script itself).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-reports}
+WHEELS=${WHEELS:-wheels}
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if ! "$PY" -c "import pydantic, typer, rich, yaml, pandas" 2>/dev/null; then
+  if [ -d "$WHEELS" ]; then
+    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" "$WHEELS"/*.whl || exit 1
+  else
+    echo "missing Python dependencies and no $WHEELS/ folder of wheels to install them from" >&2
+    exit 1
+  fi
+fi
+
+device=$("$PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+if [ "$device" != cuda ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
+  echo "no CUDA GPU here: nothing to check (GPU_CHECK_ALLOW_CPU=1 runs the script on CPU)" >&2
+  exit 1
+fi
+name=$("$PY" -c "
+import re, torch
+n = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'
+print(re.sub(r'[^A-Za-z0-9]+', '-', n).strip('-'))")
+dir="$OUT/$name-$(date -u +%Y%m%d-%H%M%S)"
+mkdir -p "$dir"
+echo "gpu-check: writing to $dir"
+{
+  date -u
+  nvidia-smi 2>/dev/null || echo "(no nvidia-smi)"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
+} > "$dir/machine.txt" 2>&1
+
+status=0
+"$PY" -m attnbench list --device "$device" > "$dir/list.txt" 2>&1 || status=1
+timeout "${GPU_TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/ -rs > "$dir/pytest-gpu.log" 2>&1 || status=1
+tail -n 3 "$dir/pytest-gpu.log"
+timeout "${GPU_SUITE_TIMEOUT:-300}" "$PY" -m attnbench run suites/gpu-check.yaml --device "$device" --out "$dir/run" \
+  > "$dir/run.log" 2>&1 || status=1
+tail -n 5 "$dir/run.log"
+echo "gpu-check: done (status $status); results in $dir"
+exit $status

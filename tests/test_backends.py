@@ -1,0 +1,87 @@
+"""Every CPU backend matches the float64 reference under GUIDE.md's rule, on every mask and head layout."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from attnbench.backends.base import Backend, Prepared
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData
+from tests.conftest import make_case, measure
+
+CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
+MASKS = [(False, None), (True, None), (True, 16), (False, 16), (True, 0)]
+HEADS = [(4, 4), (4, 2), (4, 1)]  # MHA, GQA, MQA
+SHAPES = [(64, 64), (16, 80), (1, 96)]  # self-attention, Sq < Sk (prefill with cache), decode
+GRID = list(itertools.product(["float32", "bfloat16"], MASKS, HEADS, SHAPES, ["fwd", "bwd"]))
+
+
+@pytest.mark.parametrize("dtype, mask, heads, shape, mode", GRID,
+                         ids=[f"{d}-{'causal' if m[0] else 'full'}-w{m[1]}-h{h[0]}kv{h[1]}-s{s[0]}kv{s[1]}-{mode}"
+                              for d, m, h, s, mode in GRID])
+def test_cpu_backends_match_reference(dtype: str, mask: tuple, heads: tuple, shape: tuple, mode: str) -> None:
+    case = make_case(dtype=dtype, causal=mask[0], window=mask[1], heads=heads[0], kv_heads=heads[1],
+                     seq_len=shape[0], kv_seq_len=shape[1], mode=mode)
+    data = CaseData(case)
+    registry = default_registry()
+    for name in CPU_BACKENDS:
+        record = measure(case, registry.get(name), data)
+        assert record.status == "ok", (name, record.reason)
+        assert record.max_abs_error <= record.error_bound
+        assert record.grad_checked == (mode == "bwd")
+        assert record.rows_checked == case.seq_len
+    # naive has no native GQA: it must say it expanded K/V
+    assert measure(case, registry.get("naive"), data).kv_expanded == (heads[0] != heads[1])
+
+
+@pytest.mark.parametrize("name, kernel", [("sdpa-efficient", "EFFICIENT_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION")])
+def test_cuda_only_sdpa_kernels_skip_on_cpu_with_reason(name: str, kernel: str) -> None:
+    record = measure(make_case(), default_registry().get(name))
+    assert record.status == "skipped"
+    assert record.reason == f"needs CUDA (PyTorch has no CPU implementation of {kernel})"
+
+
+def test_sdpa_records_the_kernel_pytorch_picked() -> None:
+    record = measure(make_case(causal=True), default_registry().get("sdpa"))
+    assert "auto→FLASH_ATTENTION" in record.kernel and "is_causal" in record.kernel
+    lower_right = measure(make_case(causal=True, seq_len=16, kv_seq_len=80), default_registry().get("sdpa"))
+    assert "explicit mask" in lower_right.kernel
+
+
+class TopLeftCausal(Backend):
+    """A plausible bug: SDPA's top-left `is_causal=True` used where queries are the last Sq positions."""
+
+    name = "top-left"
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        import torch.nn.functional as F
+
+        return Prepared((q, k, v), lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True), kernel="sdpa is_causal")
+
+
+class WindowOffByOne(Backend):
+    """A plausible bug: a window of W+1 keys before the query instead of W."""
+
+    name = "window-off-by-one"
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        from attnbench.backends.naive import naive_attention
+
+        wider = replace(case, window=case.window + 1)
+        return Prepared((q, k, v), lambda q, k, v: naive_attention(q, k, v, wider.mask()), kernel="naive w+1")
+
+
+def test_the_check_catches_a_top_left_causal_mask() -> None:
+    record = measure(make_case(causal=True, seq_len=16, kv_seq_len=80), TopLeftCausal())
+    assert record.status == "mismatch"
+    assert record.max_abs_error > record.error_bound
+    assert record.time_ms is not None, "a mismatch still reports its time, flagged"
+
+
+def test_the_check_catches_a_window_off_by_one() -> None:
+    assert measure(make_case(causal=True, window=8), WindowOffByOne()).status == "mismatch"

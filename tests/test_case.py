@@ -1,0 +1,50 @@
+"""The mask, the visible-pair count and the FLOP formula, against brute force and hand counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import make_case
+
+
+@pytest.mark.parametrize("seq, kv, causal, window", [
+    (64, 64, True, None), (64, 64, False, 5), (64, 64, True, 5), (16, 80, True, None), (16, 80, True, 7),
+    (1, 100, True, 10), (40, 64, False, 0), (64, 64, True, 1000),
+])
+def test_visible_pairs_is_the_mask_count(seq: int, kv: int, causal: bool, window: int | None) -> None:
+    case = make_case(seq_len=seq, kv_seq_len=kv, causal=causal, window=window)
+    mask = case.mask()
+    count = seq * kv if mask is None else int(mask.sum())
+    assert case.visible_pairs() == count
+
+
+def test_bottom_right_causal_and_window_by_hand() -> None:
+    # 2 queries over 4 keys: the queries are positions 2 and 3 (off = 2).
+    case = make_case(seq_len=2, kv_seq_len=4, causal=True, window=1)
+    assert case.mask().tolist() == [[False, True, True, False], [False, False, True, True]]
+    two_sided = make_case(seq_len=2, kv_seq_len=4, causal=False, window=1)
+    assert two_sided.mask().tolist() == [[False, True, True, True], [False, False, True, True]]
+
+
+def test_flops_hand_computed() -> None:
+    full = make_case(batch=2, heads=4, head_dim=32, seq_len=64)
+    assert full.flops() == 4 * 2 * 4 * 32 * 64 * 64
+    causal = make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True)
+    assert causal.visible_pairs() == 1 + 2 + 3 + 4
+    assert causal.flops() == 4 * 8 * 10
+    assert make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="bwd").flops() == 4 * 8 * 10 * 2.5
+    assert make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="fwd_bwd").flops() == 4 * 8 * 10 * 3.5
+
+
+def test_decode_causal_sees_the_whole_cache() -> None:
+    case = make_case(seq_len=1, kv_seq_len=4096, causal=True)
+    assert not case.has_mask and case.mask() is None
+    windowed = make_case(seq_len=1, kv_seq_len=4096, causal=True, window=255)
+    assert windowed.visible_pairs() == 256
+
+
+def test_seed_depends_on_the_case_only() -> None:
+    assert make_case().seed == make_case().seed
+    assert make_case().seed != make_case(causal=True).seed
+    assert torch.equal(*(torch.randn(3, generator=torch.Generator().manual_seed(make_case().seed)) for _ in range(2)))

@@ -1,0 +1,63 @@
+"""CUDA paths, run only where a GPU is (scripts/gpu-check.sh): every SDPA kernel on the real device."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData
+from tests.conftest import make_case, measure
+
+pytestmark = pytest.mark.gpu
+SDPA = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+GRID = list(itertools.product(["bfloat16", "float16"], [(True, None), (False, None), (True, 64)],
+                              [(8, 8), (8, 2)], [(256, 256), (64, 320)], ["fwd", "fwd_bwd"]))
+
+
+@pytest.mark.parametrize("dtype, mask, heads, shape, mode", GRID)
+def test_sdpa_kernels_on_cuda_match_or_skip_with_pytorchs_reason(dtype, mask, heads, shape, mode) -> None:  # type: ignore[no-untyped-def]
+    case = make_case(device="cuda", dtype=dtype, causal=mask[0], window=mask[1], heads=heads[0], kv_heads=heads[1],
+                     seq_len=shape[0], kv_seq_len=shape[1], head_dim=64, mode=mode)
+    data = CaseData(case)
+    for name in SDPA:
+        record = measure(case, default_registry().get(name), data)
+        assert record.status in ("ok", "skipped"), (name, record.status, record.reason)
+        if record.status == "skipped":
+            assert "PyTorch refused" in record.reason, (name, record.reason)
+        else:
+            assert record.max_abs_error <= record.error_bound
+            assert record.memory_method == "torch.cuda.max_memory_allocated"
+            assert record.timer == "cuda-event"
+
+
+def test_flash_refuses_float32_instead_of_falling_back() -> None:
+    record = measure(make_case(device="cuda", dtype="float32"), default_registry().get("sdpa-flash"))
+    assert record.status == "skipped" and "PyTorch refused FLASH_ATTENTION" in record.reason
+
+
+def test_naive_cuda_memory_is_quadratic_and_flash_linear() -> None:
+    def peak(name: str, seq: int) -> int:
+        record = measure(make_case(device="cuda", dtype="bfloat16", seq_len=seq, heads=8, kv_heads=8, head_dim=64),
+                         default_registry().get(name))
+        assert record.status == "ok", record.reason
+        return record.peak_memory_bytes
+
+    assert 3.5 <= peak("naive", 4096) / peak("naive", 2048) <= 4.5
+    assert peak("sdpa-flash", 4096) / peak("sdpa-flash", 2048) <= 2.5
+
+
+def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
+    triton_testing = pytest.importorskip("triton.testing")
+    import torch
+    import torch.nn.functional as F
+
+    from attnbench.timing import CudaEventTimer, TimingSettings, summarize
+
+    for seq in (256, 8192):  # a short (< 50 µs) and a long (> 5 ms at 32 heads) kernel
+        q = torch.randn(1, 32, seq, 128, device="cuda", dtype=torch.bfloat16)
+        fn = lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True)  # noqa: E731
+        ours = summarize(CudaEventTimer().measure(fn, TimingSettings(warmup_ms=100, budget_ms=500))).median
+        theirs = triton_testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+        assert abs(ours / theirs - 1) <= 0.05, (seq, ours, theirs)

@@ -1,0 +1,60 @@
+"""The backend registry: names, duplicates, entry points, plugins and did-you-mean."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from attnbench.backends.testing import Raising, Wrong
+from attnbench.errors import RegistryError
+from attnbench.registry import Registry, default_registry
+
+
+def test_builtins_are_registered() -> None:
+    names = default_registry().names()
+    for name in ("naive", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"):
+        assert name in names
+
+
+def test_duplicate_name_refused() -> None:
+    registry = Registry()
+    registry.register(Raising)
+    with pytest.raises(RegistryError, match="'faulty-raise' is already registered"):
+        registry.add("faulty-raise", Wrong)
+
+
+def test_unknown_name_did_you_mean() -> None:
+    with pytest.raises(RegistryError, match=r"unknown backend 'sdpa-flsh' \(did you mean 'sdpa-flash'\?\)"):
+        default_registry().get("sdpa-flsh")
+
+
+def test_lazy_string_target_loads_on_first_use() -> None:
+    registry = Registry()
+    registry.add("w", "attnbench.backends.testing:Wrong")
+    assert registry.get("w").fault == "wrong"
+
+
+def test_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    point = importlib.metadata.EntryPoint("third-party", "attnbench.backends.testing:Raising", "attnbench.backends")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [point] if group == "attnbench.backends" else [])
+    registry = Registry()
+    registry.load_entry_points()
+    assert registry.names() == ["third-party"]
+    assert registry.get("third-party").fault == "raise"
+
+
+def test_plugin_module_attr() -> None:
+    registry = Registry()
+    assert registry.load_plugin("attnbench.backends.testing:FAULTY") == ["faulty-raise", "faulty-oom", "faulty-wrong"]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_module_xyz:Thing", "cannot import no_such_module_xyz"),
+    ("attnbench.backends.testing:Nope", "has no attribute 'Nope'"),
+    ("attnbench.backends.testing", "expected 'module:attr'"),
+    ("attnbench.backends.testing:FaultyBackend.fault", "has no attribute"),
+])
+def test_bad_plugins_are_one_line_errors(spec: str, message: str) -> None:
+    with pytest.raises(RegistryError, match=message):
+        Registry().load_plugin(spec)

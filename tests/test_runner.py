@@ -1,0 +1,84 @@
+"""The sweep never aborts: planted failures become records, and the records land on disk one by one."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from attnbench.backends.testing import OutOfMemory, Raising, Wrong
+from attnbench.registry import default_registry
+from attnbench.results import Record, ResultsWriter, load_records
+from attnbench.runner import RunInfo, Runner
+from attnbench.timing import ClockTimer
+from tests.conftest import ONE_SAMPLE, make_case
+
+
+def run(cases, backends, path: Path, should_stop=lambda: False) -> list[Record]:  # type: ignore[no-untyped-def]
+    records: list[Record] = []
+    with ResultsWriter(path) as writer:
+        def sink(record: Record) -> None:
+            writer.append(record)
+            records.append(record)
+
+        Runner(RunInfo("r1", "unit"), ClockTimer(), ONE_SAMPLE, should_stop=should_stop).run(cases, backends, sink)
+    return records
+
+
+def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    naive = default_registry().get("naive")
+    cases = [make_case(causal=True), make_case(causal=True, kv_heads=1, mode="fwd_bwd")]
+    records = run(cases, [Raising(), OutOfMemory(), Wrong(), naive], tmp_path / "results.jsonl")
+    statuses = [(r.backend, r.status) for r in records]
+    assert statuses == [("faulty-raise", "error"), ("faulty-oom", "oom"), ("faulty-wrong", "mismatch"),
+                        ("naive", "ok")] * 2
+    by_name = {r.backend: r for r in records[:4]}
+    assert by_name["faulty-raise"].reason == "ValueError: planted failure in the faulty backend"
+    assert by_name["faulty-oom"].reason.startswith("out of memory: planted out of memory")
+    assert by_name["faulty-wrong"].reason.startswith("out max |error|")
+    assert by_name["faulty-wrong"].max_abs_error == pytest.approx(0.01, rel=0.01)
+    assert by_name["naive"].max_abs_error <= by_name["naive"].error_bound
+    # every record is on disk, in order, as JSON
+    stored = load_records(tmp_path)
+    assert [(r["backend"], r["status"]) for r in stored] == statuses
+    assert all(r["schema_version"] == 1 and r["run_id"] == "r1" for r in stored)
+
+
+def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> None:
+    naive, sdpa = default_registry().get("naive"), default_registry().get("sdpa")
+    made: list[int] = []
+    records = run([make_case(), make_case(causal=True)], [naive, sdpa], tmp_path / "results.jsonl",
+                  should_stop=lambda: len(made.append(1) or made) > 3)
+    assert len(records) == 3
+    assert len(load_records(tmp_path)) == 3
+
+
+def test_a_cut_last_line_loads_with_a_warning(tmp_path: Path) -> None:
+    run([make_case()], [default_registry().get("naive"), default_registry().get("sdpa")], tmp_path / "results.jsonl")
+    path = tmp_path / "results.jsonl"
+    text = path.read_text()
+    path.write_text(text + text.splitlines()[0][:40])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = load_records(tmp_path)
+    assert len(records) == 2
+    assert "last line is incomplete" in str(caught[0].message)
+
+
+def test_record_fields_follow_the_guide(tmp_path: Path) -> None:
+    (record,) = run([make_case(causal=True, window=8, mode="fwd_bwd")], [default_registry().get("sdpa-math")],
+                    tmp_path / "results.jsonl")
+    stored = json.loads((tmp_path / "results.jsonl").read_text())
+    for field in ("schema_version", "run_id", "suite", "timestamp", "backend", "kernel", "device", "dtype", "batch",
+                  "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal", "window", "mode", "status",
+                  "time_ms", "time_ms_iqr", "time_ms_min", "samples", "times_ms", "timer", "flops", "tflops",
+                  "peak_memory_bytes", "memory_method", "memory_estimate_bytes", "max_abs_error", "error_bound",
+                  "rows_checked", "grad_checked", "kv_expanded"):
+        assert field in stored, field
+    assert stored["samples"] == len(stored["times_ms"]) >= 1
+    assert stored["time_ms"] == sorted(stored["times_ms"])[len(stored["times_ms"]) // 2]
+    assert stored["flops"] == make_case(causal=True, window=8, mode="fwd_bwd").flops()
+    assert stored["tflops"] == pytest.approx(stored["flops"] / (stored["time_ms"] * 1e-3) / 1e12)
+    assert record.grad_checked
