@@ -124,10 +124,13 @@ def run(
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set)
-    if outcome.stopped:
-        err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; results so far are in {directory}")
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
+    if outcome.stopped:
+        err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
+                  f"the results so far are in {directory}")
+        raise typer.Exit(130)
+    if outcome.mismatches:
         raise typer.Exit(1)
 
 
