@@ -29,8 +29,11 @@ from attnbench.report.units import GIB, MIB, fmt_length  # noqa: E402
 DPI = 100
 GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
 WIDTH_PX = int(GROUP_FIGSIZE[0] * DPI)
+MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
 FAILED = ("oom", "error", "timeout", "skipped")
-RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9.5,
+# A fixed title height: left to itself matplotlib measures every tick label to place each title (a third
+# of the render time).
+RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9.5, "axes.titley": 1.01,
       "axes.grid": True, "grid.alpha": 0.3, "font.family": "DejaVu Sans"}
 
 
@@ -104,12 +107,11 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
         low -= 0.04 * span
         low = (low - band * high) / (1 - band)
         ax.set_ylim(10**low, 10**high)
+        # Ticks at 1-2-5 steps read better than powers of ten with unlabeled minor ticks, and are cheaper to draw.
+        subs = (1.0, 2.0, 5.0) if high - low <= 4 else (1.0,)
+        ax.yaxis.set_major_locator(LogLocator(subs=subs))
         ax.yaxis.set_major_formatter(FuncFormatter(_plain))
-        if high - low < 1.3:  # less than about a decade: label some minor ticks too, plainly
-            ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 3.0, 5.0)))
-            ax.yaxis.set_minor_formatter(FuncFormatter(_plain))
-        else:
-            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_locator(NullLocator())
     else:
         span = max(hi - lo, abs(hi) * 0.1, 1e-9)
         high = hi + 0.08 * span
@@ -295,7 +297,9 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
 
 
 def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle]) -> Figure:
-    """MQA/GQA: latency and KV-cache bytes against kv_heads at the longest length, one row per family."""
+    """MQA/GQA: latency and KV-cache bytes against kv_heads at the longest length, one row per family (at most 8)."""
+    total = len(families)
+    families = families[:MAX_KV_FAMILIES]
     rows = len(families)
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 3.9 * rows + 1.3), dpi=DPI)
     axes = np.atleast_2d(fig.subplots(rows, 2, squeeze=False))
@@ -323,6 +327,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
         for k, value in zip(kv_values, cache):
             ax_bytes.annotate(f"{value:.0f} MiB" if value >= 10 else f"{value:.2g} MiB", (k, value),
                               textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
+        ax_bytes.plot([kv_values[-1]], [max(cache) * 1.6], linewidth=0)  # headroom for the value labels
         _finish_y(ax_bytes, log=True, levels=0)
         for ax in (ax_time, ax_bytes):
             _log2_x(ax, kv_values, "KV heads (MQA = 1 … MHA = query heads)")
@@ -331,7 +336,8 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
         ax_time.set_ylabel("time per call (ms, log)")
         ax_bytes.set_title("KV cache = 2·batch·kv_heads·kv_len·d·bytes", fontsize=10)
         ax_bytes.set_ylabel("KV-cache size (MiB, log)")
-    fig.suptitle("MQA / GQA: fewer KV heads, smaller KV cache", fontsize=14, fontweight="bold")
+    more = f" (first {rows} of {total} shapes; the table has all)" if total > rows else ""
+    fig.suptitle("MQA / GQA: fewer KV heads, smaller KV cache" + more, fontsize=14, fontweight="bold")
     legend_rows = _legend(fig, _legend_handles(sorted(all_backends), styles, statuses))
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=(0.75 + 0.3 * legend_rows) / height,
@@ -348,16 +354,18 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
     backends = sorted({str(r["backend"]) for r in records})
     positives = [float(r["max_abs_error"]) for r in checked if r["max_abs_error"] > 0]
     floor = min(positives) / 10 if positives else 1e-12
-    for r in checked:
+    points: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    for r in checked:  # one plot call per (backend, mismatch) keeps thousands of records fast
         err = max(float(r["max_abs_error"]), floor)
-        bound = float(r["error_bound"])
-        bad = r["status"] == "mismatch"
-        style = styles[str(r["backend"])]
+        points.setdefault((str(r["backend"]), r["status"] == "mismatch"), []).append((float(r["error_bound"]), err))
+    for (backend, bad), pts in sorted(points.items()):
+        style = styles[backend]
         kwargs = dict(marker=style.marker, linestyle="none", markersize=8 if bad else 6, zorder=4 if bad else 3,
                       color=MISMATCH_COLOR if bad else style.color, markeredgecolor="black" if bad else style.color,
                       alpha=1.0 if bad else 0.75)
-        ax_scatter.plot([bound], [err], **kwargs)
-        ax_ratio.plot([backends.index(str(r["backend"]))], [err / bound], **kwargs)
+        bounds, errs = [p[0] for p in pts], [p[1] for p in pts]
+        ax_scatter.plot(bounds, errs, **kwargs)
+        ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs)], **kwargs)
     unchecked_bad = [r for r in records if r["status"] == "mismatch" and r not in checked]
     if checked:
         low = min(min(float(r["error_bound"]) for r in checked), floor)

@@ -7,7 +7,7 @@ from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words
-from attnbench.report.units import fmt_bytes, fmt_length, fmt_ms
+from attnbench.report.units import fmt_bytes, fmt_length
 
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 
@@ -51,6 +51,10 @@ def _ranges(winners: list[tuple[int, str]]) -> str:
         span = fmt_length(first) if first == last else f"{fmt_length(first)}–{fmt_length(last)}"
         parts.append(f"{name} at {span}")
     return ", ".join(parts)
+
+
+def _length_words(group: CaseGroup, x: int) -> str:
+    return f"{'KV length' if group.x_field == 'kv_seq_len' else 'sequence length'} {x}"
 
 
 def fastest_line(group: CaseGroup) -> str | None:
@@ -98,7 +102,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
         value, backend, group, x = best
         found.speedup.append(
             f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
-            f"at {group.x_field.replace('_', ' ')} {x}."
+            f"at {_length_words(group, x)}."
         )
     elif baseline is None:
         found.speedup.append("No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline).")
@@ -119,16 +123,10 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
             else:
                 parts.append(f"{backend} {r['status']}")
         found.memory.append(
-            f"Peak memory at the longest length ({longest.x_field.replace('_', ' ')} {x}, {longest.title()}): "
+            f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
             + "; ".join(parts) + "."
         )
     found.failures = _group_failures(records, ("mismatch", "error"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
 
-
-def fastest_time(group: CaseGroup, x: int) -> str:
-    """The best ok time at one length, for table captions."""
-    times = [usable_time(r) for (b, xx), r in group.by_backend_x().items() if xx == x]
-    times = [t for t in times if t is not None]
-    return fmt_ms(min(times)) if times else "—"

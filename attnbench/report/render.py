@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -13,11 +15,12 @@ from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
-from attnbench.report.styles import backend_styles
+from attnbench.report.styles import BackendStyle, backend_styles
 from attnbench.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
+PARALLEL_FROM = 12  # group charts; below this a process pool costs more to start than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
 
 
@@ -26,14 +29,35 @@ def chart_file_names(groups: list[CaseGroup]) -> list[str]:
     return [f"group-{i:02d}-{group.slug()}.png" for i, group in enumerate(groups, start=1)]
 
 
+def _group_png(task: tuple[CaseGroup, dict[str, BackendStyle], str | None, float | None, str | None]) -> bytes:
+    return render_chart(group_chart, *task)
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _group_pngs(tasks: list[tuple]) -> list[bytes]:
+    """Each group's chart as PNG bytes; in worker processes when there are many (each chart is independent)."""
+    workers = min(_cpu_count(), 8, len(tasks) // 6)
+    if len(tasks) >= PARALLEL_FROM and workers > 1:
+        try:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                return list(pool.map(_group_png, tasks, chunksize=4))
+        except (OSError, BrokenProcessPool):  # no process support here (sandboxes): draw them one by one
+            pass
+    return [_group_png(task) for task in tasks]
+
+
 def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
                  peak_tflops: float | None, device_name: str | None) -> tuple[list[Chart], list[str]]:
     """Every chart of the report (group charts, then MQA/GQA when some group varies kv_heads, then correctness)."""
     styles = backend_styles(str(r["backend"]) for r in records)
-    charts = [
-        Chart(name, group.title(), render_chart(group_chart, group, styles, baseline, peak_tflops, device_name))
-        for name, group in zip(chart_file_names(groups), groups)
-    ]
+    pngs = _group_pngs([(group, styles, baseline, peak_tflops, device_name) for group in groups])
+    charts = [Chart(name, group.title(), png) for name, group, png in zip(chart_file_names(groups), groups, pngs)]
     notes = []
     families = kv_heads_families(groups)
     if families:

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.report.groups import dtype_word
-from attnbench.report.units import MIB, fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.report.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
 # (key, header, numeric?) for the full records table.
 COLUMNS = (
-    ("backend", "backend", False), ("kernel", "kernel", False), ("dtype", "dtype", False),
-    ("batch", "batch", True), ("seq_len", "seq", True), ("kv_seq_len", "kv seq", True), ("heads", "heads", True),
-    ("kv_heads", "kv heads", True), ("head_dim", "d", True), ("causal", "causal", False), ("window", "window", True),
-    ("mode", "mode", False), ("status", "status", False), ("time_ms", "median ms", True), ("iqr", "IQR ms", True),
+    ("backend", "backend", False), ("dtype", "dtype", False), ("batch", "batch", True), ("seq_len", "seq", True),
+    ("kv_seq_len", "kv seq", True), ("heads", "heads", True), ("kv_heads", "kv heads", True),
+    ("head_dim", "d", True), ("causal", "causal", False), ("window", "window", True), ("mode", "mode", False),
+    ("status", "status", False), ("time_ms", "median ms", True), ("iqr", "IQR ms", True),
     ("tflops", "TFLOP/s", True), ("speedup", "speed-up", True), ("memory", "peak mem", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
+    ("kernel", "kernel", False),
 )
 
 
@@ -49,9 +50,3 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return "yes" if record.get("causal") else "no"
     value = record.get(key)
     return "" if value is None else str(value)
-
-
-def memory_mib(record: dict[str, Any]) -> float | None:
-    """Peak memory in MiB, for Markdown."""
-    value = record.get("peak_memory_bytes")
-    return None if value is None else value / MIB

@@ -1,0 +1,118 @@
+"""compare_runs on the planted fixtures: exactly the planted regression and new OOM, and nothing from noise."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from attnbench.errors import ResultsError
+from attnbench.report import compare_runs, comparison_table
+
+DATA = Path(__file__).parent / "data"
+BASE, NEW = DATA / "compare-base", DATA / "compare-new"
+REGRESSED = "bf16 · causal · 16 heads · d=128 · fwd · seq 2048"
+OOMED = "bf16 · causal · 16 heads · d=128 · fwd · seq 4096"
+NOISY = "bf16 · causal · 16 heads · d=128 · fwd · seq 1024"
+
+
+def rewrite(source: Path, target: Path, **changes: object) -> Path:
+    """A copy of a run with some fields of every record changed (or of the first record, for `first_`)."""
+    shutil.copytree(source, target)
+    lines = (target / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for i, record in enumerate(records):
+        for name, value in changes.items():
+            if name.startswith("first_"):
+                if i == 0:
+                    record[name[len("first_"):]] = value
+            else:
+                record[name] = value
+    (target / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return target
+
+
+def test_planted_regression_and_new_oom_are_found_and_nothing_else() -> None:
+    result = compare_runs(BASE, NEW)
+    assert [(m.backend, m.case) for m in result.regressions] == [("sdpa-flash", REGRESSED)]
+    assert result.regressions[0].ratio == pytest.approx(1.20, abs=0.01)
+    assert [(m.backend, m.case, m.new_status) for m in result.new_failures] == [("naive", OOMED, "oom")]
+    assert result.fixed == [] and result.improvements == []
+    assert result.should_fail
+    assert len(result.matches) == 9 and result.only_in_base == 0 and result.only_in_new == 0
+
+
+def test_a_slowdown_within_the_combined_iqrs_is_noise() -> None:
+    result = compare_runs(BASE, NEW)
+    noisy = next(m for m in result.matches if m.backend == "sdpa" and m.case == NOISY)
+    assert noisy.ratio is not None and noisy.ratio > 1.05  # slower than the threshold ...
+    assert not noisy.beyond_noise()  # ... but not beyond the spread of the samples
+    assert noisy not in result.regressions
+
+
+def test_geometric_mean_per_backend() -> None:
+    geomeans = compare_runs(BASE, NEW).geomean_by_backend
+    assert sorted(geomeans) == ["naive", "sdpa", "sdpa-flash"]
+    assert geomeans["sdpa-flash"] == pytest.approx(1.2 ** (1 / 3), abs=0.01)  # one of three cases 20% slower
+    assert geomeans["naive"] == pytest.approx(1.0, abs=0.02)  # its OOM case has no ratio
+
+
+def test_identical_runs_report_nothing() -> None:
+    result = compare_runs(BASE, BASE)
+    assert result.regressions == [] and result.new_failures == [] and result.fixed == [] and result.improvements == []
+    assert not result.should_fail
+    assert all(value == pytest.approx(1.0) for value in result.geomean_by_backend.values())
+
+
+def test_swapped_runs_turn_the_oom_into_a_fix() -> None:
+    result = compare_runs(NEW, BASE)
+    assert [(m.backend, m.case) for m in result.fixed] == [("naive", OOMED)]
+    assert [(m.backend, m.case) for m in result.improvements] == [("sdpa-flash", REGRESSED)]
+    assert not result.should_fail
+
+
+def test_threshold_above_the_regression_leaves_only_the_oom() -> None:
+    result = compare_runs(BASE, NEW, threshold=0.25)
+    assert result.regressions == [] and len(result.new_failures) == 1 and result.should_fail
+
+
+def test_markdown_lists_the_regression_and_the_failure() -> None:
+    text = compare_runs(BASE, NEW).to_markdown()
+    assert "**FAIL**: 1 regression(s), 1 new failure(s)" in text
+    regressions = text.split("### Regressions")[1].split("###")[0]
+    assert f"| sdpa-flash | {REGRESSED} |" in regressions
+    assert re.search(r"\| 1\.(19|20)\d× \|", regressions)
+    failures = text.split("### New failures")[1]
+    assert f"| naive | {OOMED} | ok | oom | CUDA out of memory" in failures
+
+
+def test_terminal_table_shows_the_changes() -> None:
+    console = Console(record=True, width=240)
+    console.print(comparison_table(compare_runs(BASE, NEW)))
+    text = console.export_text()
+    assert "regression" in text and "new failure" in text and "sdpa-flash" in text and "oom" in text
+    assert text.count("geomean") == 3
+
+
+def test_mixed_schema_versions_are_refused(tmp_path: Path) -> None:
+    mixed = rewrite(NEW, tmp_path / "mixed", first_schema_version=0)
+    with pytest.raises(ResultsError, match=r"mix schema versions \[0, 1\]"):
+        compare_runs(BASE, mixed)
+    older = rewrite(NEW, tmp_path / "older", schema_version=0)
+    with pytest.raises(ResultsError, match="schema_version differs: base .* has 1, new .* has 0"):
+        compare_runs(BASE, older)
+
+
+def test_runs_with_nothing_in_common_are_refused(tmp_path: Path) -> None:
+    elsewhere = rewrite(NEW, tmp_path / "cpu", device="cpu")
+    with pytest.raises(ResultsError, match="no overlapping cases"):
+        compare_runs(BASE, elsewhere)
+
+
+def test_missing_run_is_a_results_error(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="no attnbench results"):
+        compare_runs(BASE, tmp_path / "nowhere")

@@ -1,0 +1,341 @@
+"""The report: what a reader sees in report.html, charts/*.png and summary.md, from committed result files."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import resource
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image  # matplotlib depends on Pillow, so it is there wherever reports can be drawn
+
+from attnbench.errors import ResultsError
+from attnbench.report import render_report
+from attnbench.report.charts import DPI, GROUP_FIGSIZE, group_chart
+from attnbench.report.groups import group_records, kv_heads_families
+from attnbench.report.peaks import peak_tflops_for
+from attnbench.report.styles import backend_styles
+from attnbench.results import load_records
+
+DATA = Path(__file__).parent / "data"
+GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))
+
+# (run directory under tests/data, case groups, whether some group varies kv_heads). A recorded run is one more line,
+# e.g. ("cpu-run", <its groups>, False).
+RUNS = [
+    ("gpu-like", 5, True),
+    ("cpu-like", 2, False),
+]
+
+
+def write_run(directory: Path, records: list[dict[str, Any]], env: dict[str, Any] | None = None) -> Path:
+    """A run directory holding these records (and an env.json when given)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    if env is not None:
+        (directory / "env.json").write_text(json.dumps(env), encoding="utf-8")
+    return directory
+
+
+def a_record(**overrides: Any) -> dict[str, Any]:
+    """One ok record; any field can be overridden."""
+    record: dict[str, Any] = dict(
+        schema_version=1, run_id="t", suite="t", timestamp="2025-01-01T00:00:00+00:00", backend="sdpa",
+        kernel="k", device="cpu", device_name="test cpu", dtype="float32", batch=1, seq_len=512, kv_seq_len=512,
+        heads=8, kv_heads=8, head_dim=64, causal=False, window=None, mode="fwd", status="ok", reason=None,
+        time_ms=1.0, time_ms_iqr=0.05, time_ms_min=0.95, samples=3, times_ms=[0.95, 1.0, 1.05], tflops=0.1,
+        peak_memory_bytes=1 << 20, max_abs_error=1e-7, error_bound=1e-6,
+    )
+    record.update(overrides)
+    return record
+
+
+@pytest.fixture(scope="module", params=RUNS, ids=[r[0] for r in RUNS])
+def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Each committed run rendered once into a fresh directory."""
+    name, n_groups, varies_kv = request.param
+    out = tmp_path_factory.mktemp(name)
+    paths = render_report(DATA / name, out)
+    return dict(name=name, out=out, paths=paths, n_groups=n_groups, varies_kv=varies_kv,
+                records=load_records(DATA / name), html=(out / "report.html").read_text(encoding="utf-8"),
+                md=(out / "summary.md").read_text(encoding="utf-8"))
+
+
+def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
+    out = rendered["out"]
+    on_disk = sorted(p for p in out.rglob("*") if p.is_file())
+    assert sorted(rendered["paths"]) == on_disk
+    assert out / "report.html" in on_disk and out / "summary.md" in on_disk
+
+
+def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: dict[str, Any]) -> None:
+    page = rendered["html"]
+    for backend in {r["backend"] for r in rendered["records"]}:
+        assert f'<option value="{backend}">' in page  # in the backend filter
+        assert f'data-backend="{backend}"' in page  # and in the table
+    rows = re.findall(r"<tr class=\"(?:bad)?\" data-backend=\"([^\"]*)\" data-dtype=\"[^\"]*\" data-status=\"(\w+)\"",
+                      page)
+    assert len(rows) == len(rendered["records"])  # one table row per record, failures included
+    for record in rendered["records"]:
+        if record["status"] != "ok":
+            assert html.escape(record["reason"]) in page, record["reason"]
+
+
+def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
+    page = rendered["html"]
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<link" not in page
+    images = re.findall(r'src="data:image/png;base64,', page)
+    assert len(images) == len(list((rendered["out"] / "charts").glob("*.png")))
+
+
+def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
+    env = json.loads((DATA / rendered["name"] / "env.json").read_text())
+    page = rendered["html"]
+    assert env["suite_name"] in page and env["git_commit"] in page and env["torch"] in page
+    if env["device"] == "cuda":
+        assert env["gpus"][0]["name"] in page and env["driver"] in page
+    else:
+        assert "<dt>CPU</dt>" in page
+
+
+def test_one_png_per_case_group_plus_summary_figures(rendered: dict[str, Any]) -> None:
+    names = sorted(p.name for p in (rendered["out"] / "charts").glob("*.png"))
+    groups = [n for n in names if n.startswith("group-")]
+    assert len(groups) == rendered["n_groups"] == len(group_records(rendered["records"]))
+    expected_summaries = ["correctness.png"] + (["mqa-gqa.png"] if rendered["varies_kv"] else [])
+    assert sorted(set(names) - set(groups)) == sorted(expected_summaries)
+    if not rendered["varies_kv"]:
+        assert "No MQA/GQA chart" in rendered["html"]
+
+
+def test_pngs_decode_at_the_expected_size(rendered: dict[str, Any]) -> None:
+    for path in (rendered["out"] / "charts").glob("*.png"):
+        with Image.open(path) as image:
+            image.load()
+            width, height = image.size
+        assert width == GROUP_PX[0], path.name
+        if path.name.startswith("group-"):
+            assert (width, height) == GROUP_PX
+        elif path.name == "mqa-gqa.png":
+            rows = len(kv_heads_families(group_records(rendered["records"])))
+            assert height == round((3.9 * rows + 1.3) * DPI)
+
+
+def test_markdown_has_one_row_per_backend_and_length_in_each_group(rendered: dict[str, Any]) -> None:
+    sections = re.split(r"^### ", rendered["md"], flags=re.MULTILINE)[1:]
+    tables = {s.splitlines()[0]: s for s in sections if s.splitlines()[0] != "Findings"}
+    groups = group_records(rendered["records"])
+    assert len(tables) == len(groups)
+    for group in groups:
+        table = tables[group.title()]
+        rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+        got = sorted((cells[0].lstrip("| "), int(cells[1])) for cells in rows)
+        assert got == sorted(group.by_backend_x())
+
+
+def test_findings_name_the_failures(rendered: dict[str, Any]) -> None:
+    md = rendered["md"]
+    for record in rendered["records"]:
+        if record["status"] in ("mismatch", "error"):
+            assert f"**{record['status']}** {record['backend']}: {html.escape(record['reason'], quote=False)}" in md
+
+
+def test_gpu_like_findings_are_the_planted_ones(tmp_path: Path) -> None:
+    render_report(DATA / "gpu-like", tmp_path, formats=("md",))
+    md = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "Largest speed-up over sdpa-math: sdpa-flash" in md
+    assert "bf16 · causal · 32 heads · d=128 · fwd: sdpa-flash is fastest at every length (1K–8K)." in md
+    assert "naive oom" in md  # memory at the longest length says naive ran out
+    assert "**timeout** sdpa-math" in md and "**skipped** xformers" in md and "**oom** naive" in md
+
+
+def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    records = [a_record(seq_len=s, kv_seq_len=s) for s in (256, 512)]
+    records.append(a_record(backend="<b>x</b>", status="error", reason=evil, time_ms=None, tflops=None,
+                            kernel="<img src=x onerror=alert(2)>"))
+    env = {"suite_name": "<i>suite</i>", "device": "cpu", "cpu": "<u>cpu</u>"}
+    render_report(write_run(tmp_path / "run", records, env), tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert evil not in page and "<b>x</b>" not in page and "<img src=x" not in page and "<i>suite</i>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert page.count("<script>") == 1  # only the page's own sorting/filtering script
+    md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert evil not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+
+
+def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
+    first = render_report(DATA / "gpu-like", tmp_path / "a")
+    second = render_report(DATA / "gpu-like", tmp_path / "b")
+    assert [p.relative_to(tmp_path / "a") for p in first] == [p.relative_to(tmp_path / "b") for p in second]
+    for a, b in zip(first, second):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
+    records = [a_record(backend=b, seq_len=s, kv_seq_len=s, status=st, reason=f"{b} {st} at {s}", time_ms=None,
+                        tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
+               for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
+    paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
+    assert sorted(p.name for p in paths if p.suffix == ".png") == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png"]
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    for record in records:
+        assert record["reason"] in page
+    md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert "no backend produced a correct timing" in md and "neither sdpa-math nor naive ran ok" in md
+
+
+def test_a_single_case_run_renders(tmp_path: Path) -> None:
+    paths = render_report(write_run(tmp_path / "run", [a_record()]), tmp_path / "out", formats=("png", "md"))
+    assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "summary.md"]
+    md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert "| sdpa | 512 | ok | 1 (0.05) |" in md
+
+
+def test_every_failed_point_is_marked_on_the_chart() -> None:
+    records = load_records(DATA / "gpu-like")
+    styles = backend_styles(r["backend"] for r in records)
+    for group in group_records(records):
+        fig = group_chart(group, styles, "sdpa-math", None, "NVIDIA H100 80GB HBM3")
+        latency = fig.axes[0]
+        marks = [line for line in latency.lines if line.get_marker() == "X"]
+        failed = [r for r in group.records if r["status"] in ("oom", "error", "timeout", "skipped")]
+        assert len(marks) == len(failed), group.title()
+        mismatches = [r for r in group.records if r["status"] == "mismatch"]
+        rings = [line for line in latency.lines if line.get_markeredgecolor() == "#d62728"]
+        assert len(rings) == (1 if mismatches else 0)
+
+
+def test_a_backend_keeps_its_colour_across_charts() -> None:
+    records = load_records(DATA / "gpu-like")
+    styles = backend_styles(r["backend"] for r in records)
+    colours: dict[str, set[str]] = {}
+    for group in group_records(records):
+        fig = group_chart(group, styles, "sdpa-math", None, None)
+        for handle in fig.legends[0].legend_handles:
+            if handle.get_label() in styles:
+                colours.setdefault(handle.get_label(), set()).add(handle.get_color())
+    assert all(len(c) == 1 for c in colours.values()) and len({next(iter(c)) for c in colours.values()}) == 5
+
+
+def test_group_titles_and_decode_axis() -> None:
+    records = [a_record(dtype="bfloat16", causal=True, heads=32, kv_heads=8, head_dim=128, mode="fwd_bwd",
+                        window=1024, batch=2, device="cuda", seq_len=s, kv_seq_len=s) for s in (1024, 2048)]
+    records += [a_record(seq_len=1, kv_seq_len=k, device="cuda") for k in (1024, 4096)]
+    groups = group_records(records)
+    assert sorted(g.title() for g in groups) == [
+        "bf16 · causal · window 1024 · 32 heads / 8 KV heads · d=128 · fwd+bwd · batch 2",
+        "fp32 · no mask · 8 heads · d=64 · fwd · query length 1",
+    ]
+    decode = next(g for g in groups if g.fixed)
+    assert decode.x_field == "kv_seq_len" and decode.xs == [1024, 4096]
+
+
+@pytest.mark.parametrize(("name", "dtype", "peak"), [
+    ("NVIDIA H100 80GB HBM3", "bfloat16", 989.0), ("NVIDIA H100 PCIe", "float16", 756.0),
+    ("NVIDIA H200", "bfloat16", 989.0), ("NVIDIA A100-SXM4-80GB", "bfloat16", 312.0),
+    ("NVIDIA A100-SXM4-80GB", "float32", 19.5), ("NVIDIA A10G", "bfloat16", None), ("NVIDIA A10", "float16", 125.0),
+    ("Tesla V100-SXM2-16GB", "bfloat16", None), ("Intel(R) Xeon(R)", "float32", None), (None, "bfloat16", None),
+])
+def test_peak_tflops_by_device_name(name: str | None, dtype: str, peak: float | None) -> None:
+    assert peak_tflops_for(name, dtype) == peak
+
+
+def test_peak_override_draws_the_line(tmp_path: Path) -> None:
+    records = load_records(DATA / "cpu-like")
+    styles = backend_styles(r["backend"] for r in records)
+    group = group_records(records)[0]
+    fig = group_chart(group, styles, "sdpa-math", 0.2, None)
+    texts = [t.get_text() for t in fig.axes[2].texts]
+    assert "peak 0.2 TFLOP/s (fp32 dense)" in texts
+
+
+def test_bad_requests_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="baseline backend 'flash' is not in these results"):
+        render_report(DATA / "cpu-like", tmp_path, baseline="flash")
+    with pytest.raises(ResultsError, match="unknown report format"):
+        render_report(DATA / "cpu-like", tmp_path, formats=("pdf",))
+    with pytest.raises(ResultsError, match="no attnbench results"):
+        render_report(tmp_path / "missing", tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "results.jsonl").write_text("")
+    with pytest.raises(ResultsError, match="holds no records"):
+        render_report(tmp_path / "empty", tmp_path)
+
+
+def test_default_output_is_beside_the_results(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "cpu-like", run)
+    render_report(run / "results.jsonl", formats=("md",), baseline="naive")
+    assert "× vs naive" in (run / "summary.md").read_text(encoding="utf-8")
+
+
+def large_run(directory: Path, n: int) -> Path:
+    """A synthetic run of n records over many case groups, for the render-time budget."""
+    records = []
+    backends = ("naive", "sdpa", "sdpa-flash", "sdpa-math", "xformers")
+    lengths = (1024, 2048, 4096, 8192, 16384)
+    i = 0
+    while len(records) < n:
+        dtype = ("bfloat16", "float16")[i % 2]
+        heads, kv_heads = 32, (32, 8, 1)[(i // 2) % 3]
+        head_dim = (64, 128)[(i // 6) % 2]
+        causal = bool((i // 12) % 2)
+        mode = ("fwd", "fwd_bwd")[(i // 24) % 2]
+        batch = 1 + (i // 48)
+        for s in lengths:
+            for b in backends:
+                status = "oom" if b == "naive" and s == 16384 else "ok"
+                records.append(a_record(backend=b, dtype=dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                        causal=causal, mode=mode, batch=batch, seq_len=s, kv_seq_len=s, device="cuda",
+                                        status=status, reason="out of memory" if status != "ok" else None,
+                                        time_ms=s / 1000 * (1 + backends.index(b)), times_ms=[1.0 + k / 10 for k in range(10)]))
+        i += 1
+    return write_run(directory, records[:n], {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"})
+
+
+@pytest.mark.slow
+def test_two_thousand_records_render_within_budget(tmp_path: Path) -> None:
+    """The budget is 30 s on 2 cores. CPU seconds (ours + chart workers') are asserted, not wall time, so
+    that other work on a shared test machine cannot fail it: 60 CPU-seconds is 30 s of two cores."""
+    source = large_run(tmp_path / "big", 2000)
+    before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    paths = render_report(source, tmp_path / "out")
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+    assert len([p for p in paths if p.name.startswith("group-")]) == len(group_records(load_records(source)))
+    assert cpu < 60, f"rendering 2,000 records took {cpu:.1f} CPU-seconds ({wall:.1f} s wall)"
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install chromium)")
+def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
+    render_report(DATA / "gpu-like", tmp_path / "out", formats=("html",))
+    shot = tmp_path / "shot.png"
+    command = [
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2400",
+        (tmp_path / "out" / "report.html").as_uri(),
+    ]
+    subprocess.run(command, capture_output=True, timeout=120, check=False)
+    assert shot.is_file(), "chromium wrote no screenshot"
+    with Image.open(shot) as image:
+        grey = image.convert("L")
+        assert grey.size == (1400, 2400)
+        low, high = grey.getextrema()
+        histogram = grey.histogram()
+    assert high - low > 100  # text and charts, not a blank page
+    assert sum(histogram[:200]) > 0.01 * 1400 * 2400  # a good share of the page is drawn on
