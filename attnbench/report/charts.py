@@ -108,7 +108,8 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
         low = (low - band * high) / (1 - band)
         ax.set_ylim(10**low, 10**high)
         # Ticks at 1-2-5 steps read better than powers of ten with unlabeled minor ticks, and are cheaper to draw.
-        subs = (1.0, 2.0, 5.0) if high - low <= 4 else (1.0,)
+        decades = high - low
+        subs = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if decades <= 1 else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,)
         ax.yaxis.set_major_locator(LogLocator(subs=subs))
         ax.yaxis.set_major_formatter(FuncFormatter(_plain))
         ax.yaxis.set_minor_locator(NullLocator())
@@ -142,8 +143,10 @@ def _mark_failures(ax: Any, failures: list[tuple[int, str, str]], styles: dict[s
         style = styles[backend]
         ax.plot([x], [y], marker="X", markersize=9, color=style.color, markeredgecolor="black",
                 markeredgewidth=0.6, linestyle="none", transform=transform, clip_on=False, zorder=5)
-        ax.annotate(STATUS_LABELS.get(status, status), (x, y), xycoords=transform, xytext=(7, 0),
-                    textcoords="offset points", fontsize=8, color=style.color, va="center", ha="left", zorder=5)
+        last = x * 1.3 > ax.get_xlim()[1]  # at the right edge the label goes on the left of its mark
+        ax.annotate(STATUS_LABELS.get(status, status), (x, y), xycoords=transform, xytext=(-7 if last else 7, 0),
+                    textcoords="offset points", fontsize=8, color=style.color, va="center",
+                    ha="right" if last else "left", zorder=5)
 
 
 def _empty_note(ax: Any, text: str) -> None:
@@ -250,21 +253,18 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
         _plot_series(ax_tflops, px, py, flags, styles[backend])
     peak = peak_tflops if peak_tflops is not None else peak_tflops_for(device_name, str(group.shape["dtype"]))
     achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")]
-    peak_note = f"peak unknown for {device_name or 'this device'}"
+    title = "Achieved throughput (no known peak for this device)"
     if peak and achieved and max(achieved) >= 0.1 * peak:
         ax_tflops.plot(xs, [peak] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
         ax_tflops.axhline(peak, color="black", linestyle="--", linewidth=1.2, zorder=1)
         ax_tflops.annotate(f"peak {peak:g} TFLOP/s ({dtype_word(group.shape['dtype'])} dense)", (0.01, peak),
                            xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
                            xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
-        peak_note = ""
+        title = "Achieved throughput"
     elif peak:
-        peak_note = f"peak {peak:g} TFLOP/s is off this scale (memory-bound case)"
+        title = f"Achieved throughput (peak {peak:g} is off this scale: memory-bound)"
     _finish_y(ax_tflops, log=False, levels=levels, bottom=0.0)
-    if peak_note:
-        ax_tflops.text(0.99, 0.97, peak_note, transform=ax_tflops.transAxes, ha="right", va="top", fontsize=8,
-                       color="#555555")
-    ax_tflops.set_title("Achieved throughput")
+    ax_tflops.set_title(title)
     ax_tflops.set_ylabel("TFLOP/s")
 
     # Speed-up over the baseline backend (above 1 = faster than the baseline); mismatches drawn, flagged.
@@ -372,7 +372,8 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
         high = max(max(float(r["error_bound"]) for r in checked), max(max(float(r["max_abs_error"]), floor) for r in checked))
         line = [low / 3, high * 3]
         ax_scatter.plot(line, line, color="black", linestyle="--", linewidth=1.0, zorder=1)
-        ax_scatter.text(line[0] * 1.5, line[0] * 1.5 * 1.8, "err = bound", rotation=0, fontsize=8)
+        ax_scatter.annotate("err = bound", (line[1], line[1]), xytext=(-4, 4), textcoords="offset points",
+                            ha="right", va="bottom", fontsize=8)
         ax_scatter.set_xscale("log")
         ax_scatter.set_yscale("log")
         ax_scatter.xaxis.set_minor_formatter(NullFormatter())
