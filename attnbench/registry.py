@@ -15,6 +15,7 @@ ENTRY_POINT_GROUP = "attnbench.backends"
 BUILTIN_MODULES = (
     "attnbench.backends.naive",
     "attnbench.backends.sdpa",
+    "attnbench.backends.sliding_window",
 )
 
 Target = Union[type[Backend], Backend, str]

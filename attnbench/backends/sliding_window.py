@@ -1,0 +1,141 @@
+"""`sliding-window`: our own local attention in PyTorch ops, with work and memory O(seq_len × window).
+
+Queries are cut into blocks of `block` rows. With `off = Sk - Sq`, every query of block n sees only
+keys in one contiguous span of `block + W + W_right` keys (W_right = 0 causal, W two-sided), and
+consecutive blocks' spans are `block` keys apart: so K and V, padded at both ends, are viewed as
+overlapping windows (`unfold`, no copy) and each block is one small dense attention over its span,
+with the exact mask (`Case.allowed`, and "is a real key/query") applied inside it. MQA/GQA folds a
+KV head's group of query heads into the block's rows, so K/V are never copied per query head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from attnbench.backends.base import Backend, Prepared
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+
+# Smallest query block: below this the per-block overhead of many tiny matmuls dominates.
+MIN_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The blocking of one (Sq, Sk, window) shape, and the (blocks, block, span) mask that goes with it."""
+
+    seq_len: int
+    kv_seq_len: int
+    block: int  # query rows per block
+    span: int  # keys each block sees: block + left + right
+    left: int  # the effective window to the left (clipped so it never exceeds what exists)
+    blocks: int
+    drop: torch.Tensor  # bool (blocks, block, span): True where a row must NOT see a span position
+
+    @property
+    def pad_front(self) -> int:
+        """Zero keys in front of K: span position 0 of block 0 is key `off - left`."""
+        return max(0, self.left - (self.kv_seq_len - self.seq_len))
+
+    @property
+    def first_key(self) -> int:
+        """The first real key any block can see."""
+        return max(0, self.kv_seq_len - self.seq_len - self.left)
+
+
+def plan_for(
+    seq_len: int,
+    kv_seq_len: int,
+    window: int,
+    causal: bool,
+    allowed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device | str | None = None,
+    block: int | None = None,
+) -> Plan:
+    """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)` (GUIDE.md's mask).
+
+    A window wider than the keys changes nothing, so it is clipped to `Sk + |off|`: the span then
+    covers every key and the cost stays bounded by the case, not by the window's nominal size.
+    """
+    import torch
+
+    off = kv_seq_len - seq_len
+    left = min(window, kv_seq_len + abs(off))
+    right = 0 if causal else left
+    if block is None:
+        block = max(MIN_BLOCK, left)
+    block = max(1, min(block, seq_len))
+    blocks = -(-seq_len // block)
+    span = block + left + right
+    # Block n's span position l holds key n·block + l + off - left; its row t is query n·block + t.
+    n = torch.arange(blocks, device=device)[:, None, None]
+    q_idx = n * block + torch.arange(block, device=device)[None, :, None]
+    k_idx = n * block + torch.arange(span, device=device)[None, None, :] + (off - left)
+    keep = allowed(q_idx, k_idx) & (q_idx < seq_len) & (k_idx >= 0) & (k_idx < kv_seq_len)
+    return Plan(seq_len, kv_seq_len, block, span, left, blocks, ~keep)
+
+
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """Local attention of canonical q (B, H, Sq, D) over k, v (B, KVH, Sk, D), H a multiple of KVH.
+
+    Memory and work are O(B·H·Sq·span); autograd through it keeps the same bound for backward.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    b, h, sq, d = q.shape
+    kvh = k.shape[1]
+    g = h // kvh
+    t, nb, span = plan.block, plan.blocks, plan.span
+    # Query rows: pad to whole blocks, then fold each KV head's group into the block's rows.
+    qp = F.pad(q, (0, 0, 0, nb * t - sq)) if nb * t != sq else q
+    qb = qp.view(b, kvh, g, nb, t, d).transpose(2, 3).reshape(b, kvh, nb, g * t, d)
+    # Keys: only those some block can see, zero-padded so that block n's span starts at n·t.
+    kv_len = (nb - 1) * t + span
+    tail = kv_len - plan.pad_front - (k.shape[2] - plan.first_key)
+
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, plan.first_key:]
+        x = x[:, :, : x.shape[2] + min(0, tail)]
+        x = F.pad(x, (0, 0, plan.pad_front, max(0, tail)))
+        return x.unfold(2, span, t)  # (B, KVH, nb, D, span): overlapping views, no copy
+
+    kw, vw = windows(k), windows(v)
+    # In place on the fresh matmul output: autograd needs neither it nor its scaled form, so this is
+    # safe under backward too, and saves two score-sized buffers.
+    scores = (qb @ kw).div_(math.sqrt(d))  # (B, KVH, nb, g·t, span)
+    # A row with no visible key (only padding rows) gets finite weights over zero keys, never NaN.
+    scores.view(b, kvh, nb, g, t, span).masked_fill_(plan.drop[:, None], torch.finfo(q.dtype).min)
+    probs = scores.softmax(dim=-1)
+    out = probs @ vw.transpose(-1, -2)  # (B, KVH, nb, g·t, D)
+    out = out.view(b, kvh, nb, g, t, d).transpose(2, 3).reshape(b, h, nb * t, d)
+    return out[:, :, :sq] if nb * t != sq else out
+
+
+@register
+class SlidingWindowBackend(Backend):
+    name = "sliding-window"
+    summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.window is None:
+            return ("needs a window (sliding-window attention is local by design; a full or plain causal "
+                    "mask is O(seq²) work, measured by naive, sdpa and flex)")
+        return None
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        assert case.window is not None
+        plan = plan_for(case.seq_len, case.kv_seq_len, case.window, case.causal, case.allowed, device=q.device)
+        return Prepared(
+            inputs=(q, k, v),
+            call=lambda q, k, v: sliding_window_attention(q, k, v, plan),
+            kernel=(f"torch {self.version()} blocked sliding window (block {plan.block}, span {plan.span}, "
+                    f"{'causal' if case.causal else 'two-sided'}, K/V broadcast over groups)"),
+            extra={"block": plan.block, "span": plan.span},
+        )
