@@ -16,6 +16,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.naive",
     "attnbench.backends.sdpa",
     "attnbench.backends.sliding_window",
+    "attnbench.backends.flex",
 )
 
 Target = Union[type[Backend], Backend, str]

@@ -1,0 +1,99 @@
+"""`flex`: PyTorch's FlexAttention, compiled, with a block mask made from GUIDE.md's mask (Case.allowed).
+
+flex_attention only runs fused under torch.compile (eager materialises every score), so it is compiled
+once per process with dynamic=False; each new shape recompiles, which `prepare` triggers with a warm
+call so that compilation never lands in the timed region. Layout is canonical; GQA/MQA is enable_gqa.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.backends.base import Backend, Prepared
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+
+# Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
+# limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them.
+RECOMPILE_LIMIT = 1024
+_compiled: Callable[..., Any] | None = None
+
+
+def compiled_flex_attention() -> Callable[..., Any]:
+    """torch.compile(flex_attention, dynamic=False), made once per process."""
+    global _compiled
+    if _compiled is None:
+        import torch
+        import torch._dynamo.config as dynamo_config
+        from torch.nn.attention.flex_attention import flex_attention
+
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(dynamo_config, name):
+                setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+        _compiled = torch.compile(flex_attention, dynamic=False)
+    return _compiled
+
+
+def flex_block_mask(case: Case, device: torch.device | str) -> Any:
+    """create_block_mask from Case.allowed (off = KV_LEN - Q_LEN, causal and window); None when unmasked."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if not case.has_mask:
+        return None
+
+    def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        return case.allowed(q_idx, kv_idx)
+
+    return create_block_mask(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
+
+
+@register
+class FlexBackend(Backend):
+    name = "flex"
+    summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        import torch
+
+        flex = compiled_flex_attention()
+        block_mask = flex_block_mask(case, q.device)
+        gqa = case.kv_heads != case.heads
+        scale = case.head_dim ** -0.5
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+        start = time.perf_counter()
+        leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in (q, k, v))
+        with torch.set_grad_enabled(case.needs_grad):
+            out = call(*leaves)  # compiles forward (and, below, backward) for this shape now
+            if case.needs_grad:
+                torch.autograd.grad(out, leaves, torch.ones_like(out))
+        if out.is_cuda:
+            torch.cuda.synchronize()
+        compile_s = time.perf_counter() - start
+        sparsity = None if block_mask is None else float(block_mask.sparsity())
+        where = "Inductor C++" if q.device.type == "cpu" else "Inductor Triton"
+        return Prepared(
+            inputs=(q, k, v),
+            call=call,
+            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic=False"
+                    f"{', block_mask' if block_mask is not None else ', no mask'}{', enable_gqa' if gqa else ''})"),
+            extra={"compile_s": compile_s, "sparsity_percent": sparsity},
+        )
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        """FlexAttention's own refusals (unsupported dtype, shape or device) as the skip reason."""
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        markers = ("not support", "NYI", "nsupported", "only supports")
+        if isinstance(exc, NotImplementedError) or any(m in first for m in markers):
+            return f"flex_attention refused: {first}"
+        return None

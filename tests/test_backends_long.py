@@ -1,0 +1,164 @@
+"""The long-sequence backends (sliding-window, flex) against the float64 reference, and their refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.backends.flex import FlexBackend
+from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
+from attnbench.case import Case
+from attnbench.registry import default_registry
+from attnbench.results import Record
+from attnbench.runner import CaseData, Runner, RunInfo
+from attnbench.timing import ClockTimer, TimingSettings
+
+
+def measure(case: Case, backend) -> Record:
+    """One measurement by the real Runner: status ok means the correctness rule passed."""
+    runner = Runner(RunInfo("t", "t"), ClockTimer(), TimingSettings(0, 0, 1, 1))
+    return runner.measure(CaseData(case), backend)
+
+
+def case(dtype="float32", sq=64, sk=None, heads=4, kv_heads=4, causal=True, window=8, mode="fwd", batch=1, d=16,
+         device="cpu") -> Case:
+    return Case(device, dtype, batch, sq, sq if sk is None else sk, heads, kv_heads, d, causal, window, mode)
+
+
+def assert_matches(record: Record) -> None:
+    assert record.status == "ok", record.reason
+    assert record.max_abs_error <= record.error_bound
+
+
+SLIDING_CASES = [
+    # causal windows: W = 0 (only itself), W not dividing seq_len, W >= seq_len, W far beyond it
+    case(window=0, sq=37),
+    case(window=5, sq=70, heads=6, kv_heads=2, mode="fwd_bwd"),
+    case(window=100, sq=37, mode="fwd_bwd"),
+    case(window=10_000, sq=45, heads=4, kv_heads=1),
+    case(window=3, sq=129, batch=2, dtype="bfloat16", mode="fwd_bwd"),
+    case(window=8, sq=96, dtype="float16", heads=4, kv_heads=2, mode="fwd_bwd"),
+    # Sq != Sk (bottom-right): prefill with a cache, and decode (one query, long KV)
+    case(window=16, sq=50, sk=130, heads=4, kv_heads=1, dtype="bfloat16", mode="fwd_bwd"),
+    case(window=31, sq=1, sk=300, heads=8, kv_heads=2),
+    case(window=10_000, sq=1, sk=300, heads=4, kv_heads=1, dtype="bfloat16"),
+    # two-sided windows
+    case(causal=False, window=0, sq=33, mode="fwd_bwd"),
+    case(causal=False, window=7, sq=90, heads=6, kv_heads=3, dtype="bfloat16"),
+    case(causal=False, window=9, sq=40, sk=100, heads=4, kv_heads=2, mode="fwd_bwd"),
+    case(causal=False, window=500, sq=60),
+    case(causal=False, window=4, sq=1, sk=77, heads=4, kv_heads=1, dtype="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("c", SLIDING_CASES, ids=lambda c: c.case_id)
+def test_sliding_window_matches_reference(c: Case) -> None:
+    record = measure(c, SlidingWindowBackend())
+    assert_matches(record)
+    assert record.kv_expanded is False  # GQA/MQA broadcast over the group, K/V never repeated
+    if c.needs_grad:
+        assert record.grad_checked
+
+
+def test_sliding_window_too_narrow_span_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule can fail it: a plan whose spans miss the window's oldest key is a mismatch."""
+    import attnbench.backends.sliding_window as sw
+
+    real = sw.plan_for
+    monkeypatch.setattr(sw, "plan_for", lambda sq, sk, w, causal, allowed, **kw: real(
+        sq, sk, w - 1, causal, allowed, **kw))
+    record = measure(case(window=8, sq=200), SlidingWindowBackend())  # several blocks: their first rows lose a key
+    assert record.status == "mismatch"
+
+
+def test_sliding_window_needs_a_window() -> None:
+    record = measure(case(window=None), SlidingWindowBackend())
+    assert record.status == "skipped"
+    assert record.reason.startswith("needs a window")
+
+
+def test_sliding_window_work_is_linear_in_seq_len() -> None:
+    """Each query sees a span that depends on the window, not on seq_len: work O(seq_len × window)."""
+    c = case()
+    short = plan_for(4096, 4096, 512, True, c.allowed)
+    long = plan_for(65536, 65536, 512, True, c.allowed)
+    assert short.span == long.span == short.block + 512
+    assert long.blocks * long.block == 65536
+    two_sided = plan_for(4096, 4096, 512, False, c.allowed)
+    assert two_sided.span == two_sided.block + 2 * 512
+
+
+def test_sliding_window_backward_memory_stays_linear() -> None:
+    """The graph autograd keeps holds O(seq_len × span) elements, far below seq_len² at 8K."""
+    seq, window = 8192, 64
+    q, k, v = (torch.randn(1, 1, seq, 16, requires_grad=True) for _ in range(3))
+    c = case(sq=seq, window=window, heads=1, kv_heads=1)
+    plan = plan_for(seq, seq, window, True, c.allowed)
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    from attnbench.backends.sliding_window import sliding_window_attention
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = sliding_window_attention(q, k, v, plan)
+    out.sum().backward()
+    assert max(saved) <= seq * plan.span
+    assert max(saved) < seq * seq / 32
+
+
+FLEX_CASES = [
+    case(window=32, sq=256, heads=4, kv_heads=2),
+    case(causal=False, window=7, sq=256, heads=4, kv_heads=2, dtype="bfloat16"),
+    case(window=50, sq=1, sk=300, heads=4, kv_heads=1),
+]
+
+
+@pytest.mark.parametrize("c", FLEX_CASES, ids=lambda c: c.case_id)
+def test_flex_matches_reference(c: Case) -> None:
+    record = measure(c, FlexBackend())
+    assert_matches(record)
+    assert record.extra["compile_s"] > 0
+    assert "flex_attention compiled (Inductor C++" in record.kernel
+    if c.seq_len == 256 and c.causal:  # 2x2 blocks of 128: the one above the diagonal is skipped
+        assert record.extra["sparsity_percent"] == 25.0
+
+
+def test_flex_backward_on_cpu_is_refused_with_flex_reason() -> None:
+    """FlexAttention has no CPU backward: the record is `skipped` with FlexAttention's own words."""
+    record = measure(case(window=8, sq=64, mode="fwd_bwd"), FlexBackend())
+    assert record.status == "skipped"
+    assert "FlexAttention does not support backward on CPU" in record.reason
+
+
+def test_long_backends_are_registered() -> None:
+    names = default_registry().names()
+    for name in ("flex", "sliding-window"):
+        assert name in names
+
+
+# ---- real libraries on a GPU (scripts/gpu-check.sh) ---------------------------------------------
+GPU_CASES = [
+    case(device="cuda", dtype="bfloat16", sq=2048, heads=8, kv_heads=2, d=64, window=256, mode="fwd_bwd"),
+    case(device="cuda", dtype="float16", sq=1024, sk=3000, heads=8, kv_heads=8, d=128, causal=True, window=None),
+    case(device="cuda", dtype="bfloat16", sq=1000, heads=8, kv_heads=1, d=64, causal=False, window=100),
+    case(device="cuda", dtype="bfloat16", sq=1, sk=4096, heads=8, kv_heads=2, d=128, window=1024),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flex", "sliding-window"])
+@pytest.mark.parametrize("c", GPU_CASES, ids=lambda c: c.case_id)
+def test_real_library_on_gpu(name: str, c: Case) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    backend = default_registry().get(name)
+    reason = backend.availability("cuda") or backend.unsupported(c)
+    if reason:
+        pytest.skip(f"{name}: {reason}")
+    record = measure(c, backend)
+    if record.status == "skipped":
+        pytest.skip(f"{name} refused: {record.reason}")
+    assert_matches(record)
