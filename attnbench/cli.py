@@ -124,6 +124,11 @@ def run(
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set)
+    if outcome.measured:
+        from attnbench.report import render_report
+
+        written = render_report(directory)
+        err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
@@ -132,6 +137,53 @@ def run(
         raise typer.Exit(130)
     if outcome.mismatches:
         raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def report(
+    source: Path = typer.Argument(..., help="A run directory, or its results.jsonl."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
+    formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
+    baseline: Optional[str] = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else naive)."),
+    peak_tflops: Optional[float] = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
+) -> None:
+    """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
+    from attnbench.report import render_report
+
+    chosen = [f.strip() for f in formats.split(",") if f.strip()]
+    for path in render_report(source, out_dir, chosen, baseline, peak_tflops):
+        out.print(str(path))
+
+
+@app.command()
+@user_errors
+def compare(
+    base: Path = typer.Argument(..., help="Baseline run directory or results.jsonl."),
+    new: Path = typer.Argument(..., help="New run directory or results.jsonl."),
+    threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
+    md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
+) -> None:
+    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure."""
+    from attnbench.report import compare_runs, comparison_table
+
+    result = compare_runs(base, new, parse_fraction(threshold))
+    out.print(comparison_table(result))
+    if md is not None:
+        md.write_text(result.to_markdown(), encoding="utf-8")
+    if result.should_fail:
+        raise typer.Exit(1)
+
+
+def parse_fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; anything else is a user error."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise AttnbenchError(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+    if not 0 <= value < 10:
+        raise AttnbenchError(f"--threshold {text!r}: out of range; allowed: 0% to 1000%")
+    return value
 
 
 class StopFlag:

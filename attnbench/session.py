@@ -83,7 +83,7 @@ def print_dry_run(plan: Plan, console: Console) -> None:
 def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool]) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement."""
     from attnbench.env import collect_env
-    from attnbench.runner import RunInfo, Runner
+    from attnbench.runner import RunInfo, Runner, now
     from attnbench.timing import TimingSettings, timer_for
 
     results = directory / RESULTS_FILE
@@ -96,7 +96,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     run_id = uuid.uuid4().hex[:12]
     env = collect_env(plan.device)
     env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
-               suite_text=plan.suite.text, timestamp=_now())
+               suite_text=plan.suite.text, timestamp=now())
     write_json_atomic(directory / ENV_FILE, env)
     timing = plan.suite.model.timing
     settings = TimingSettings(timing.warmup_ms, timing.budget_ms, timing.min_samples, timing.max_samples)
@@ -200,9 +200,3 @@ def format_bytes(n: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def _now() -> str:
-    from attnbench.runner import now
-
-    return now()

@@ -2,23 +2,27 @@
 # Run attnbench's CUDA checks on a GPU machine, from the checkout, with nothing installed:
 # the gpu-marked tests, then suites/gpu-check.yaml. Writes everything to OUT/<gpu>-<date>/.
 #   scripts/gpu-check.sh [OUT]            (OUT defaults to reports/)
-# Missing pure-Python dependencies (pydantic and friends) are installed from wheels in $WHEELS
-# (default: wheels/) when that folder exists, without network. GPU_CHECK_ALLOW_CPU=1 lets the
-# script run on a CPU machine (for testing the script itself).
+# Missing dependencies (pydantic and friends, xformers) are installed, without network, from the
+# wheels in $WHEELS (default: .whl/) into a private folder put on PYTHONPATH. Fetch them elsewhere with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl \
+#     pydantic pydantic-core annotated-types typing-inspection
+# GPU_CHECK_ALLOW_CPU=1 lets the script run on a CPU machine (for testing the script itself).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-reports}
-WHEELS=${WHEELS:-wheels}
+WHEELS=${WHEELS:-.whl}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! "$PY" -c "import pydantic, typer, rich, yaml, pandas" 2>/dev/null; then
-  if [ -d "$WHEELS" ]; then
-    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" "$WHEELS"/*.whl || exit 1
-  else
-    echo "missing Python dependencies and no $WHEELS/ folder of wheels to install them from" >&2
-    exit 1
-  fi
+if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  site=${GPU_CHECK_SITE:-/tmp/attnbench-site}
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$WHEELS"/*.whl \
+    || exit 1
+  export PYTHONPATH="$PYTHONPATH:$site"
+fi
+if ! "$PY" -c "import pydantic, typer, rich, yaml, pandas, torch" 2>/dev/null; then
+  echo "missing Python dependencies (pydantic, typer, rich, pyyaml, pandas, torch): put wheels in $WHEELS/" >&2
+  exit 1
 fi
 
 device=$("$PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")

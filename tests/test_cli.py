@@ -97,6 +97,9 @@ def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None
     out = tiny.parent / "run"
     result = invoke("run", tiny, "--out", out)
     assert result.exit_code == 0, result.output
+    assert (out / "report.html").is_file() and (out / "summary.md").is_file()
+    charts = sorted((out / "charts").glob("*.png"))
+    assert len(charts) == 2 + 2, "one figure per case group (MHA, MQA) plus MQA/GQA and correctness"
     records = load_records(out)
     assert len(records) == 4 * 3
     assert {r["status"] for r in records if r["backend"] != "sdpa-efficient"} == {"ok"}
@@ -153,3 +156,27 @@ def test_ctrl_c_stops_after_the_current_measurement_and_keeps_results(tmp_path: 
     kept = load_records(out)
     assert 1 <= len(kept) < 30, "stopped early, with every finished measurement on disk"
     assert "stopped after" in stderr and "Traceback" not in stderr
+
+
+def test_report_rerenders_the_same_charts_byte_for_byte(tiny: Path) -> None:
+    out = tiny.parent / "run"
+    assert invoke("run", tiny, "--out", out).exit_code == 0
+    first = {p.name: p.read_bytes() for p in (out / "charts").glob("*.png")}
+    again = tiny.parent / "again"
+    result = invoke("report", out, "--out", again)
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.read_bytes() for p in (again / "charts").glob("*.png")} == first
+    only_md = invoke("report", out, "--out", tiny.parent / "md", "--format", "md")
+    assert only_md.exit_code == 0 and [p.name for p in (tiny.parent / "md").iterdir()] == ["summary.md"]
+
+
+def test_compare_exit_codes(tmp_path: Path) -> None:
+    data = ROOT / "tests" / "data"
+    regressed = invoke("compare", data / "compare-base", data / "compare-new", "--md", tmp_path / "c.md")
+    assert regressed.exit_code == 1
+    assert "regression" in regressed.output and "new failure" in regressed.output
+    assert "oom" in (tmp_path / "c.md").read_text()
+    assert invoke("compare", data / "compare-base", data / "compare-base").exit_code == 0
+    bad = invoke("compare", data / "compare-base", tmp_path)
+    assert bad.exit_code == 2 and "no attnbench results here" in bad.output
+    assert invoke("compare", data / "compare-base", data / "compare-new", "--threshold", "lots").exit_code == 2

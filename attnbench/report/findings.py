@@ -10,6 +10,7 @@ from attnbench.report.groups import CaseGroup, case_words
 from attnbench.report.units import fmt_bytes, fmt_length
 
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
+SHOWN_CASES = 3  # cases named per failure line
 
 
 @dataclass
@@ -20,6 +21,14 @@ class Failure:
     status: str
     reason: str
     cases: list[str]
+
+    @property
+    def cases_text(self) -> str:
+        """How many cases, naming the first few: the records table lists every one."""
+        count = f"{len(self.cases)} case{'s' if len(self.cases) != 1 else ''}"
+        shown = "; ".join(self.cases[:SHOWN_CASES])
+        more = f"; … {len(self.cases) - SHOWN_CASES} more in the table" if len(self.cases) > SHOWN_CASES else ""
+        return f"{count}: {shown}{more}"
 
 
 @dataclass

@@ -71,10 +71,10 @@ TEMPLATE = r"""<!DOCTYPE html>
 {% for line in findings.summary_lines() %}<li>{{ line }}</li>
 {% endfor %}
 {% for f in findings.failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
-  {{ f.reason }} <span class="cases">({{ f.cases | length }} case{{ "s" if f.cases | length != 1 }}: {{ f.cases | join("; ") }})</span></li>
+  {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
 {% endfor %}
 {% for f in findings.other_failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
-  {{ f.reason }} <span class="cases">({{ f.cases | length }} case{{ "s" if f.cases | length != 1 }}: {{ f.cases | join("; ") }})</span></li>
+  {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
 {% endfor %}
 {% if not findings.failures %}<li>No mismatches and no errors.</li>{% endif %}
 </ul>

@@ -63,9 +63,8 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:
-        cases = "; ".join(failure.cases)
         lines.append(f"- **{failure.status}** {md_cell(failure.backend)}: {md_cell(failure.reason)} "
-                     f"({len(failure.cases)} case{'s' if len(failure.cases) != 1 else ''}: {md_cell(cases)})")
+                     f"({md_cell(failure.cases_text)})")
     if not findings.failures:
         lines.append("- No mismatches and no errors.")
     lines += [f"- {md_cell(note)}" for note in chart_notes]
