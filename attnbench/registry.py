@@ -17,6 +17,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.sdpa",
     "attnbench.backends.sliding_window",
     "attnbench.backends.flex",
+    "attnbench.backends.flash",
 )
 
 Target = Union[type[Backend], Backend, str]
