@@ -18,6 +18,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.sliding_window",
     "attnbench.backends.flex",
     "attnbench.backends.flash",
+    "attnbench.backends.xformers_ops",
 )
 
 Target = Union[type[Backend], Backend, str]

@@ -135,7 +135,7 @@ def test_flex_backward_on_cpu_is_refused_with_flex_reason() -> None:
 
 def test_long_backends_are_registered() -> None:
     names = default_registry().names()
-    for name in ("flash-attn", "flash-attn-3", "flash-attn-4", "flex", "sliding-window"):
+    for name in ("flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flex", "sliding-window"):
         assert name in names
 
 

@@ -1,0 +1,239 @@
+"""The xformers adapter against a stand-in `xformers.ops`, and the real xformers' refusal on CPU.
+
+The stand-in follows xformers' documentation, not attnbench's Case: BMHK (batch, seq, heads, K) layout;
+BMGHK (batch, seq, groups, heads_per_group, K) for MQA/GQA, forward only; and the bias classes' own
+definitions with shift = Sk - Sq:
+  LowerTriangularMask: key j <= query i (top-left);
+  LowerTriangularFromBottomRightMask: j <= i + shift;
+  LowerTriangularFromBottomRightLocalAttentionMask(window_size): j <= i + shift and
+      i + shift - j < window_size (window_size > 0);
+  LocalAttentionFromBottomRightMask(window_left, window_right): i + shift - window_left <= j <= i + shift + window_right.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import pytest
+import torch
+
+import attnbench.backends.xformers_ops as xf
+from attnbench.backends.xformers_ops import XformersBackend
+from attnbench.case import Case
+from attnbench.results import Record
+from attnbench.runner import CaseData, Runner, RunInfo
+from attnbench.timing import ClockTimer, TimingSettings
+
+
+class LowerTriangularMask:
+    def keep(self, sq: int, sk: int) -> torch.Tensor:
+        return torch.ones(sq, sk, dtype=torch.bool).tril()
+
+
+class LowerTriangularFromBottomRightMask:
+    def keep(self, sq: int, sk: int) -> torch.Tensor:
+        return torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
+
+
+class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottomRightMask):
+    def __init__(self, window_size: int) -> None:
+        if window_size <= 0:
+            raise ValueError(f"Expected `window_size > 0`, but window_size={window_size}")
+        self._window_size = window_size
+
+    def keep(self, sq: int, sk: int) -> torch.Tensor:
+        i, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]
+        return (j <= i) & (i - j < self._window_size)
+
+
+class LocalAttentionFromBottomRightMask:
+    def __init__(self, window_left: int, window_right: int) -> None:
+        self.window_left, self.window_right = window_left, window_right
+
+    def keep(self, sq: int, sk: int) -> torch.Tensor:
+        i, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]
+        return (j >= i - self.window_left) & (j <= i + self.window_right)
+
+
+class StandinOp:
+    NAME = "standinF"
+
+
+class Inputs:
+    def __init__(self, query, key, value, attn_bias=None, p=0.0, scale=None) -> None:
+        self.query, self.key, self.value, self.attn_bias = query, key, value, attn_bias
+
+
+def _dispatch_fw(inp: Inputs, needs_gradient: bool):
+    if inp.query.shape[-1] > 128:
+        raise NotImplementedError(
+            "No operator found for `memory_efficient_attention_forward` with inputs:\n"
+            f"     query       : shape={tuple(inp.query.shape)}\n"
+            "`standinF` is not supported because:\n    max(query.shape[-1], value.shape[-1]) > 128")
+    return StandinOp
+
+
+def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
+                               output_dtype=None):
+    """softmax(Q Kᵀ · scale + bias) V over BMHK or BMGHK inputs, in float32, returned like query."""
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if query.dim() == 5 and grad:
+        raise ValueError("MQA/GQA (BMGHK inputs) is supported only for the forward pass")
+    bmhk = query.dim() == 4
+    if bmhk:
+        if key.shape[2] != query.shape[2]:
+            raise ValueError("BMHK inputs need as many key heads as query heads")
+        query, key, value = (t.unsqueeze(2) for t in (query, key, value))  # one group
+    b, sq, g, hg, d = query.shape
+    sk = key.shape[1]
+    to_bghsd = lambda t: t.float().permute(0, 2, 3, 1, 4)  # noqa: E731
+    q, k, v = to_bghsd(query), to_bghsd(key), to_bghsd(value)
+    s = q @ k.transpose(-1, -2) * (d ** -0.5 if scale is None else scale)
+    if attn_bias is not None:
+        s = s.masked_fill(~attn_bias.keep(sq, sk), float("-inf"))
+    out = (s.softmax(-1) @ v).permute(0, 3, 1, 2, 4).to(query.dtype)  # (B, Sq, G, H/G, K), like query
+    return out.squeeze(2) if bmhk else out
+
+
+def _standin_module() -> types.ModuleType:
+    ops = types.ModuleType("xformers.ops")
+    attn_bias = types.SimpleNamespace(
+        LowerTriangularMask=LowerTriangularMask,
+        LowerTriangularFromBottomRightMask=LowerTriangularFromBottomRightMask,
+        LowerTriangularFromBottomRightLocalAttentionMask=LowerTriangularFromBottomRightLocalAttentionMask,
+        LocalAttentionFromBottomRightMask=LocalAttentionFromBottomRightMask,
+    )
+    ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
+    ops.memory_efficient_attention = memory_efficient_attention
+    return ops
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    ops = _standin_module()
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    return ops
+
+
+def measure(case: Case, backend) -> Record:
+    return Runner(RunInfo("t", "t"), ClockTimer(), TimingSettings(0, 0, 1, 1)).measure(CaseData(case), backend)
+
+
+def case(dtype="float32", sq=48, sk=None, heads=4, kv_heads=4, causal=True, window=None, mode="fwd", d=16) -> Case:
+    return Case("cpu", dtype, 1, sq, sq if sk is None else sk, heads, kv_heads, d, causal, window, mode)
+
+
+CASES = [
+    case(causal=False),
+    case(causal=True, sq=20, sk=70),
+    case(causal=True, sq=30, sk=50, heads=6, kv_heads=2, mode="fwd_bwd"),
+    case(causal=True, window=5, sq=40, heads=8, kv_heads=2, dtype="bfloat16"),
+    case(causal=True, window=0, sq=30, sk=50, heads=4, kv_heads=1),
+    case(causal=False, window=6, sq=30, sk=45, mode="fwd_bwd"),
+    case(causal=False, window=3, sq=40, heads=6, kv_heads=3, dtype="float16"),
+    case(causal=True, window=7, sq=1, sk=64, heads=8, kv_heads=2),
+]
+
+
+@pytest.mark.parametrize("c", CASES, ids=lambda c: c.case_id)
+def test_adapter_gives_the_reference_answer_through_the_standin(standin, c: Case) -> None:
+    record = measure(c, XformersBackend())
+    assert record.status == "ok", record.reason
+    assert record.max_abs_error <= record.error_bound
+    assert "fw op standinF" in record.kernel
+    gqa = c.kv_heads != c.heads
+    assert record.kv_expanded is (gqa and c.needs_grad)  # BMGHK expand forward; real repeat for backward
+    assert ("BMGHK, K/V expanded" in record.kernel) is (gqa and not c.needs_grad)
+
+
+def test_kernel_field_names_the_bias(standin) -> None:
+    record = measure(case(causal=True, window=5), XformersBackend())
+    assert "attn_bias=LowerTriangularFromBottomRightLocalAttentionMask(6)" in record.kernel
+    record = measure(case(causal=False, window=5), XformersBackend())
+    assert "attn_bias=LocalAttentionFromBottomRightMask(5, 5)" in record.kernel
+
+
+def test_gqa_forward_does_not_copy_kv(standin) -> None:
+    c = case(heads=8, kv_heads=2)
+    q, k, v = (torch.randn(1, h, 48, 16) for h in (8, 2, 2))
+    q5, k5, v5 = xf.xformers_layout(c, q, k, v)
+    assert q5.shape == k5.shape == (1, 48, 2, 4, 16)
+    assert k5.stride(3) == 0 and v5.stride(3) == 0  # expanded over the group, not copied
+
+
+def test_dispatcher_refusal_is_the_skip_reason(standin) -> None:
+    record = measure(case(d=160), XformersBackend())
+    assert record.status == "skipped"
+    assert record.reason.startswith("xformers: No operator found for `memory_efficient_attention_forward`")
+    assert "max(query.shape[-1], value.shape[-1]) > 128" in record.reason
+
+
+def _wrong_bias(kind: str):
+    def bias(c: Case, ops):
+        b = ops.fmha.attn_bias
+        if kind == "top-left":
+            return b.LowerTriangularMask()
+        return b.LowerTriangularFromBottomRightLocalAttentionMask(c.window)  # W instead of W + 1
+    return bias
+
+
+_real_layout = xf.xformers_layout
+
+
+def _wrong_grouping(c: Case, q, k, v):
+    """Query head h reading KV head h % kv_heads instead of h // group."""
+    q5, k5, v5 = _real_layout(c, q, k, v)
+    b, s, kvh, g, d = q5.shape
+    return q5.reshape(b, s, g, kvh, d).transpose(2, 3), k5, v5
+
+
+SABOTAGES = {
+    "top-left-causal": (lambda mp: mp.setattr(xf, "xformers_bias", _wrong_bias("top-left")),
+                        case(causal=True, sq=20, sk=70)),
+    "window-off-by-one": (lambda mp: mp.setattr(xf, "xformers_bias", _wrong_bias("off-by-one")),
+                          case(causal=True, window=5, sq=40)),
+    "gqa-grouping": (lambda mp: mp.setattr(xf, "xformers_layout", _wrong_grouping),
+                     case(causal=True, sq=40, heads=8, kv_heads=2)),
+    "layout-not-transposed": (lambda mp: mp.setattr(xf, "xformers_layout", lambda c, q, k, v: (
+                                  q.contiguous(), k.contiguous(), v.contiguous())),
+                              case(causal=False, sq=8, heads=8, kv_heads=8)),
+}
+
+
+@pytest.mark.parametrize("name", list(SABOTAGES))
+def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = SABOTAGES[name]
+    assert measure(c, XformersBackend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, XformersBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+def test_reason_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "xformers.ops", None)
+    assert XformersBackend().availability("cpu").startswith("xformers is not installed")
+
+
+def test_reason_needs_cuda_without_a_gpu(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert XformersBackend().availability("cuda") == "needs CUDA (torch.cuda.is_available() is False)"
+
+
+REAL = importlib.util.find_spec("xformers") is not None
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_real_xformers_on_cpu_says_why_in_its_own_words() -> None:
+    """On CPU the real dispatcher finds no operator; its refusal is the availability and skip reason."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: the CPU refusal is checked where there is no GPU")
+    backend = XformersBackend()
+    reason = backend.availability("cpu")
+    assert reason.startswith("CUDA-only: xformers has no operator for cpu inputs here: No operator found for "
+                             "`memory_efficient_attention_forward`")
+    assert "device=cpu (supported: {'cuda'})" in reason
+    record = measure(case(dtype="float16", causal=True, window=8), backend)
+    assert record.status == "skipped"
+    assert record.reason == reason
