@@ -33,23 +33,28 @@ def test_summary_statistics() -> None:
 
 
 def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
-    """attnbench's median for sdpa-math equals blocked_autorange's on the same call (CPU)."""
+    """attnbench's median for sdpa-math equals blocked_autorange's on the same call (CPU).
+
+    The two timers take turns in short rounds, so a slow drift of the machine's speed (another
+    process, frequency scaling) reaches both alike; the medians over the rounds are compared.
+    """
+    import statistics
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.benchmark import Timer
 
     case = make_case(seq_len=1024, heads=8, kv_heads=8, head_dim=64, causal=True)
     data = CaseData(case)
-    runner = Runner(RunInfo("fidelity", "t"), ClockTimer(), TimingSettings(warmup_ms=200, budget_ms=1500))
+    runner = Runner(RunInfo("fidelity", "t"), ClockTimer(), TimingSettings(warmup_ms=50, budget_ms=300))
     q, k, v = data.inputs.q, data.inputs.k, data.inputs.v
-    ratios = []
-    for _ in range(3):  # a shared 2-core machine is noisy: a systematic bias fails all three
-        ours = runner.measure(data, default_registry().get("sdpa-math"))
-        assert ours.status == "ok"
+    timer = Timer("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                  globals={"F": torch.nn.functional, "q": q, "k": k, "v": v}, num_threads=torch.get_num_threads())
+    ours, theirs = [], []
+    for _ in range(7):
+        record = runner.measure(data, default_registry().get("sdpa-math"))
+        assert record.status == "ok"
+        ours.append(record.time_ms)
         with sdpa_kernel([SDPBackend.MATH]):
-            theirs = Timer("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
-                           globals={"F": torch.nn.functional, "q": q, "k": k, "v": v},
-                           num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=1.5)
-        ratios.append(ours.time_ms / (theirs.median * 1e3))
-        if abs(ratios[-1] - 1) <= 0.05:
-            break
-    assert abs(ratios[-1] - 1) <= 0.05, f"attnbench/blocked_autorange ratios: {ratios}"
+            theirs.append(timer.blocked_autorange(min_run_time=0.3).median * 1e3)
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
