@@ -7,6 +7,7 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl \
 #     pydantic pydantic-core annotated-types typing-inspection
 # GPU_CHECK_ALLOW_CPU=1 lets the script run on a CPU machine (for testing the script itself).
+# On a lent machine that returns only a few files, pack the result: tar czf "$OUT/gpu-check.tgz" -C OUT .
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-reports}
