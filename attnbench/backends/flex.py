@@ -80,6 +80,8 @@ class FlexBackend(Backend):
             torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
         sparsity = None if block_mask is None else float(block_mask.sparsity())
+        if sparsity is not None and not 0 <= sparsity <= 100:
+            sparsity = None  # torch reports nonsense (e.g. -10823%) when Q_LEN is below one 128-row block
         where = "Inductor C++" if q.device.type == "cpu" else "Inductor Triton"
         return Prepared(
             inputs=(q, k, v),
