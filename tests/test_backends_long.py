@@ -10,19 +10,16 @@ from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
 from attnbench.case import Case
 from attnbench.registry import default_registry
 from attnbench.results import Record
-from attnbench.runner import CaseData, Runner, RunInfo
-from attnbench.timing import ClockTimer, TimingSettings
+from tests.conftest import make_case, measure
 
 
-def measure(case: Case, backend) -> Record:
-    """One measurement by the real Runner: status ok means the correctness rule passed."""
-    runner = Runner(RunInfo("t", "t"), ClockTimer(), TimingSettings(0, 0, 1, 1))
-    return runner.measure(CaseData(case), backend)
 
 
 def case(dtype="float32", sq=64, sk=None, heads=4, kv_heads=4, causal=True, window=8, mode="fwd", batch=1, d=16,
          device="cpu") -> Case:
-    return Case(device, dtype, batch, sq, sq if sk is None else sk, heads, kv_heads, d, causal, window, mode)
+    """A small case; sk defaults to sq."""
+    return make_case(device=device, dtype=dtype, batch=batch, seq_len=sq, kv_seq_len=sk, heads=heads,
+                     kv_heads=kv_heads, head_dim=d, causal=causal, window=window, mode=mode)
 
 
 def assert_matches(record: Record) -> None:

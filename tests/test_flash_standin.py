@@ -17,9 +17,7 @@ import torch
 import attnbench.backends.flash as flash
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.case import Case
-from attnbench.results import Record
-from attnbench.runner import CaseData, Runner, RunInfo
-from attnbench.timing import ClockTimer, TimingSettings
+from tests.conftest import make_case, measure
 
 
 def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: list[int] | None = None):
@@ -77,12 +75,12 @@ def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     return calls
 
 
-def measure(case: Case, backend) -> Record:
-    return Runner(RunInfo("t", "t"), ClockTimer(), TimingSettings(0, 0, 1, 1)).measure(CaseData(case), backend)
 
 
 def case(dtype="bfloat16", sq=48, sk=None, heads=4, kv_heads=4, causal=True, window=None, mode="fwd", d=16) -> Case:
-    return Case("cpu", dtype, 1, sq, sq if sk is None else sk, heads, kv_heads, d, causal, window, mode)
+    """A small case; sk defaults to sq."""
+    return make_case(device="cpu", dtype=dtype, batch=1, seq_len=sq, kv_seq_len=sk, heads=heads,
+                     kv_heads=kv_heads, head_dim=d, causal=causal, window=window, mode=mode)
 
 
 CASES = [

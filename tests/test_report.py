@@ -31,6 +31,7 @@ GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))
 RUNS = [
     ("gpu-like", 5, True),
     ("cpu-like", 2, False),
+    ("cpu-run", 8, True),  # a real `attnbench run suites/quick.yaml` on a 2-core CPU
 ]
 
 

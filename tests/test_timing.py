@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 import torch
 
 from attnbench.registry import default_registry

@@ -22,9 +22,7 @@ import torch
 import attnbench.backends.xformers_ops as xf
 from attnbench.backends.xformers_ops import XformersBackend
 from attnbench.case import Case
-from attnbench.results import Record
-from attnbench.runner import CaseData, Runner, RunInfo
-from attnbench.timing import ClockTimer, TimingSettings
+from tests.conftest import make_case, measure
 
 
 class LowerTriangularMask:
@@ -117,12 +115,12 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return ops
 
 
-def measure(case: Case, backend) -> Record:
-    return Runner(RunInfo("t", "t"), ClockTimer(), TimingSettings(0, 0, 1, 1)).measure(CaseData(case), backend)
 
 
 def case(dtype="float32", sq=48, sk=None, heads=4, kv_heads=4, causal=True, window=None, mode="fwd", d=16) -> Case:
-    return Case("cpu", dtype, 1, sq, sq if sk is None else sk, heads, kv_heads, d, causal, window, mode)
+    """A small case; sk defaults to sq."""
+    return make_case(device="cpu", dtype=dtype, batch=1, seq_len=sq, kv_seq_len=sk, heads=heads,
+                     kv_heads=kv_heads, head_dim=d, causal=causal, window=window, mode=mode)
 
 
 CASES = [

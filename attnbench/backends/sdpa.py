@@ -6,7 +6,7 @@ import functools
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.backends.base import Backend, Prepared, Unsupported
+from attnbench.backends.base import Backend, Prepared
 from attnbench.registry import register
 
 if TYPE_CHECKING:
