@@ -200,18 +200,27 @@ def test_a_single_case_run_renders(tmp_path: Path) -> None:
     assert "| sdpa | 512 | ok | 1 (0.05) |" in md
 
 
-def test_every_failed_point_is_marked_on_the_chart() -> None:
-    records = load_records(DATA / "gpu-like")
+@pytest.mark.parametrize("run", ["gpu-like", "cpu-run"])
+def test_every_failed_point_is_marked_on_the_chart(run: str) -> None:
+    records = load_records(DATA / run)
+    seen_never = False
     styles = backend_styles(r["backend"] for r in records)
     for group in group_records(records):
         fig = group_chart(group, styles, "sdpa-math", None, "NVIDIA H100 80GB HBM3")
         latency = fig.axes[0]
         marks = [line for line in latency.lines if line.get_marker() == "X"]
-        failed = [r for r in group.records if r["status"] in ("oom", "error", "timeout", "skipped")]
+        never = {b for b in group.backends if all(r["status"] == "skipped" for r in group.records if r["backend"] == b)}
+        failed = [r for r in group.records if r["status"] in ("oom", "error", "timeout", "skipped")
+                  and r["backend"] not in never]
         assert len(marks) == len(failed), group.title()
+        # a backend skipped at every length is named once in the figure instead of a row of marks
+        note = " ".join(t.get_text() for t in fig.texts)
+        assert all(b in note for b in never), (group.title(), never, note)
+        seen_never |= bool(never)
         mismatches = [r for r in group.records if r["status"] == "mismatch"]
         rings = [line for line in latency.lines if line.get_markeredgecolor() == "#d62728"]
         assert len(rings) == (1 if mismatches else 0)
+    assert seen_never or run != "cpu-run", "the CPU run skips sdpa-efficient and sdpa-cudnn everywhere"
 
 
 def test_a_backend_keeps_its_colour_across_charts() -> None:

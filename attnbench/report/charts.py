@@ -217,10 +217,13 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     """Four panels for one case group: latency, peak memory, TFLOP/s and speed-up, one line per backend."""
     fig = Figure(figsize=GROUP_FIGSIZE, dpi=DPI)
     (ax_time, ax_mem), (ax_tflops, ax_speed) = fig.subplots(2, 2)
-    xs, backends, failures = group.xs, group.backends, _failures(group)
-    levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
-    statuses = {str(r["status"]) for r in group.records}
     cells = group.by_backend_x()
+    # Backends skipped at every length get one line of text, not a row of marks in every panel.
+    never = [b for b in group.backends if all(r["status"] == "skipped" for (b2, _), r in cells.items() if b2 == b)]
+    xs, backends = group.xs, [b for b in group.backends if b not in never]
+    failures = [f for f in _failures(group) if f[1] not in never]
+    levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
+    statuses = {str(r["status"]) for r in group.records if r["backend"] not in never}
 
     # Latency, with the samples' interquartile range shaded.
     for backend in backends:
@@ -291,8 +294,12 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
             _empty_note(ax, "no successful measurement in this group")
 
     fig.suptitle(group.title(), fontsize=14, fontweight="bold")
+    if never:
+        fig.text(0.5, 0.945, f"not drawn, skipped at every length (reasons in the table): {', '.join(never)}",
+                 ha="center", va="center", fontsize=9, color="#57606a")
     rows = _legend(fig, _legend_handles(backends, styles, statuses))
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.91, bottom=0.065 + 0.03 * rows, hspace=0.32, wspace=0.2)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.895 if never else 0.91, bottom=0.065 + 0.03 * rows,
+                        hspace=0.32, wspace=0.2)
     return fig
 
 
@@ -307,9 +314,10 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     statuses: set[str] = set()
     for family, (ax_time, ax_bytes) in zip(families, axes):
         kv_values = sorted({int(r["kv_heads"]) for r in family.records})
-        backends = sorted({str(r["backend"]) for r in family.records})
+        ran = {str(r["backend"]) for r in family.records if r["status"] != "skipped"}
+        backends = sorted(ran)  # a backend skipped at every kv_heads is in the table, not drawn
         all_backends.update(backends)
-        statuses.update(str(r["status"]) for r in family.records)
+        statuses.update(str(r["status"]) for r in family.records if r["backend"] in ran)
         failures = []
         for backend in backends:
             mine = sorted((int(r["kv_heads"]), r) for r in family.records if r["backend"] == backend)
