@@ -129,7 +129,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
                 parts.append(f"{backend} {fmt_bytes(r['peak_memory_bytes'])}")
             elif r["status"] in ("ok", "mismatch"):
                 parts.append(f"{backend} not measured")
-            else:
+            elif r["status"] != "skipped":  # an oom here is the finding; skips are listed below
                 parts.append(f"{backend} {r['status']}")
         found.memory.append(
             f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
