@@ -2,4 +2,5 @@
 
 from attnbench.cli import main
 
-main()
+if __name__ == "__main__":  # not when something imports this module (multiprocessing spawn does)
+    main()

@@ -31,6 +31,7 @@ class Registry:
     def __init__(self) -> None:
         self._targets: dict[str, Target] = {}
         self._loaded: dict[str, Backend] = {}
+        self._plugins: dict[str, list[str]] = {}
 
     def add(self, name: str, target: Target) -> None:
         """Register `target` under `name`; a name is registered once."""
@@ -69,7 +70,12 @@ class Registry:
                 self.add(entry.name, entry.value)
 
     def load_plugin(self, spec: str) -> list[str]:
-        """Import `module:attr` (a Backend class, instance, or list of them) and register it."""
+        """Import `module:attr` (a Backend class, instance, or list of them) and register it.
+
+        Loading the same spec again is a no-op, so one process can plan several runs with one plugin.
+        """
+        if spec in self._plugins:
+            return self._plugins[spec]
         found = load_object(spec)
         items = found if isinstance(found, (list, tuple)) else [found]
         names = []
@@ -77,6 +83,7 @@ class Registry:
             backend = _instantiate(item, spec)
             self.add(backend.name, backend)
             names.append(backend.name)
+        self._plugins[spec] = names
         return names
 
 

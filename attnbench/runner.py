@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from attnbench.inputs import Answer, Inputs
 
 MAX_REASON = 600
+# A case whose analytic estimate exceeds free device memory by this factor is skipped without trying it.
+MEMORY_SKIP_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,14 @@ class Listener(Protocol):
     def started(self, index: int, total: int, case: Case, backend: Backend) -> None: ...
 
     def finished(self, record: Record) -> None: ...
+
+
+class Measurer(Protocol):
+    """Makes one measurement: in this process, or in a worker process that may die or hang."""
+
+    def measure(self, case: Case, backend: Backend) -> Record: ...
+
+    def close(self) -> None: ...
 
 
 class CaseData:
@@ -76,33 +86,75 @@ class Runner:
     listener: Listener | None = None
     should_stop: Callable[[], bool] = lambda: False
 
+    oom_pruning: bool = True
+    free_memory: Callable[[str], int | None] = field(default=lambda device: free_device_memory(device))
+
     def run(self, cases: Iterable[Case], backends: list[Backend], sink: Callable[[Record], None]) -> int:
         """Measure every (case, backend); returns how many measurements were made before any stop."""
-        cases = list(cases)
-        total, done = len(cases) * len(backends), 0
-        for case in cases:
-            data = CaseData(case)
-            for backend in backends:
+        return self.run_tasks([(case, backend) for case in cases for backend in backends], sink)
+
+    def run_tasks(self, tasks: list[tuple[Case, Backend]], sink: Callable[[Record], None],
+                  measurer: Measurer | None = None) -> int:
+        """Measure each (case, backend) in order, in this process unless `measurer` says otherwise.
+
+        After an `oom`, longer sequences of the same backend and case group are recorded `skipped`
+        without being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
+        """
+        measurer = measurer or InProcess(self)
+        pruned: dict[tuple, tuple[int, int]] = {}
+        total, done = len(tasks), 0
+        try:
+            for case, backend in tasks:
                 if self.should_stop():
                     return done
                 if self.listener:
                     self.listener.started(done, total, case, backend)
-                record = self.measure(data, backend)
+                group = (backend.name, group_of(case))
+                if self.oom_pruning and group in pruned and longer_than(case, pruned[group]):
+                    record = self.unmeasured(case, backend, "skipped", pruning_reason(pruned[group]))
+                else:
+                    record = measurer.measure(case, backend)
+                if record.status == "oom":
+                    pruned[group] = min(pruned.get(group, (case.seq_len, case.kv_seq_len)),
+                                        (case.seq_len, case.kv_seq_len))
                 sink(record)
                 done += 1
                 if self.listener:
                     self.listener.finished(record)
-            del data
-            release_memory(case.device, collect=True)
+        finally:
+            measurer.close()
         return done
 
-    def measure(self, data: CaseData, backend: Backend) -> Record:
-        """One measurement; every outcome, including a crash of the backend, becomes a record."""
-        case = data.case
-        fields: dict[str, Any] = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops()}
+    def unmeasured(self, case: Case, backend: Backend, status: str, reason: str) -> Record:
+        """A record for a measurement that gave no numbers: skipped here, or lost with a worker."""
+        fields = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops()}
+        return self._record(case, backend, status, reason, fields)
+
+    def skip_reason(self, case: Case, backend: Backend) -> str | None:
+        """Why (case, backend) should not be tried here, known before any tensor exists; None to try it."""
         reason = backend.availability(case.device) or backend.unsupported(case)
         if reason:
+            return reason
+        free = self.free_memory(case.device)
+        estimate = backend.estimate_memory(case)
+        if free is not None and estimate > MEMORY_SKIP_FACTOR * free:
+            return (f"estimated memory {format_size(estimate)} exceeds {MEMORY_SKIP_FACTOR:g}x the free device "
+                    f"memory {format_size(free)}; not tried")
+        return None
+
+    def measure(self, data: CaseData, backend: Backend, on_start: Callable[[CaseData], None] | None = None) -> Record:
+        """One measurement; every outcome, including a crash of the backend, becomes a record.
+
+        `on_start` is called once the measurement will really run (not skipped): a worker uses it to
+        make the case's reference first and to tell its parent that the time limit starts now.
+        """
+        case = data.case
+        fields: dict[str, Any] = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops()}
+        reason = self.skip_reason(case, backend)
+        if reason:
             return self._record(case, backend, "skipped", reason, fields)
+        if on_start is not None:
+            on_start(data)
         caught: list[warnings.WarningMessage] = []
         try:
             status = self._measure(data, backend, fields, caught)
@@ -162,6 +214,61 @@ class Runner:
             timer=self.timer.name if status in ("ok", "mismatch") else None,
             **case.fields(), **fields,
         )
+
+
+class InProcess:
+    """Measures in this process, keeping one CaseData while consecutive tasks share a case."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.data: CaseData | None = None
+
+    def measure(self, case: Case, backend: Backend) -> Record:
+        if self.data is None or self.data.case != case:
+            self._drop()
+            self.data = CaseData(case)
+        return self.runner.measure(self.data, backend)
+
+    def _drop(self) -> None:
+        if self.data is not None:
+            device = self.data.case.device
+            self.data = None
+            release_memory(device, collect=True)
+
+    def close(self) -> None:
+        self._drop()
+
+
+def group_of(case: Case) -> tuple:
+    """A case without its sequence lengths: the cases whose memory grows only with the sequence."""
+    fields = case.fields()
+    del fields["seq_len"], fields["kv_seq_len"]
+    return tuple(sorted(fields.items()))
+
+
+def longer_than(case: Case, limit: tuple[int, int]) -> bool:
+    """Whether `case` is at least as long as the (seq_len, kv_seq_len) that ran out of memory, and longer."""
+    seq, kv = limit
+    return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
+
+
+def pruning_reason(limit: tuple[int, int]) -> str:
+    seq, kv = limit
+    return f"oom at seq_len {seq}" + (f" (kv_seq_len {kv})" if kv != seq else "") + "; longer sequences not tried"
+
+
+def free_device_memory(device: str) -> int | None:
+    """Free bytes on the current CUDA device; None on a CPU (no limit is checked there)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.mem_get_info()[0]
+
+
+def format_size(n: int) -> str:
+    """Bytes as GiB, or MiB below one GiB, for skip reasons."""
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def answer_of(

@@ -11,7 +11,7 @@ import pytest
 from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.registry import default_registry
 from attnbench.results import Record, ResultsWriter, load_records
-from attnbench.runner import RunInfo, Runner
+from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import ClockTimer
 from tests.conftest import ONE_SAMPLE, make_case
 
@@ -82,3 +82,33 @@ def test_record_fields_follow_the_guide(tmp_path: Path) -> None:
     assert stored["flops"] == make_case(causal=True, window=8, mode="fwd_bwd").flops()
     assert stored["tflops"] == pytest.approx(stored["flops"] / (stored["time_ms"] * 1e-3) / 1e12)
     assert record.grad_checked
+
+
+def test_after_an_oom_longer_sequences_of_that_backend_and_group_are_skipped() -> None:
+    naive = default_registry().get("naive")
+    cases = [make_case(seq_len=s) for s in (32, 64, 128)] + [make_case(seq_len=64, causal=True)]
+    records: list[Record] = []
+    Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE).run(cases, [OutOfMemory(), naive], records.append)
+    got = [(r.backend, r.seq_len, r.causal, r.status, r.reason) for r in records if r.backend == "faulty-oom"]
+    assert got == [
+        ("faulty-oom", 32, False, "oom", "out of memory: planted out of memory in the faulty backend"),
+        ("faulty-oom", 64, False, "skipped", "oom at seq_len 32; longer sequences not tried"),
+        ("faulty-oom", 128, False, "skipped", "oom at seq_len 32; longer sequences not tried"),
+        ("faulty-oom", 64, True, "oom", "out of memory: planted out of memory in the faulty backend"),  # other group
+    ]
+    assert {r.status for r in records if r.backend == "naive"} == {"ok"}
+    unpruned: list[Record] = []
+    Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, oom_pruning=False).run(cases[:3], [OutOfMemory()],
+                                                                                  unpruned.append)
+    assert [r.status for r in unpruned] == ["oom"] * 3
+
+
+def test_a_case_far_beyond_free_device_memory_is_skipped_with_the_estimate() -> None:
+    naive = default_registry().get("naive")
+    case = make_case(seq_len=256)  # naive: scores and probabilities, 2 x 4 x 256² fp32, plus the output: 2.1 MiB
+    runner = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, free_memory=lambda device: 1 << 19)
+    record = runner.measure(CaseData(case), naive)
+    assert record.status == "skipped" and record.time_ms is None
+    assert record.reason == "estimated memory 2.1 MiB exceeds 2x the free device memory 0.5 MiB; not tried"
+    roomy = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, free_memory=lambda device: 2 << 20)
+    assert roomy.measure(CaseData(case), naive).status == "ok", "within 2x of free memory: tried"

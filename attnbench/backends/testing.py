@@ -1,11 +1,17 @@
 """A tiny backend that can be told to raise, run out of memory or answer wrongly — for tests and demos.
 
-Not registered by default; `--plugin attnbench.backends.testing:FAULTY` adds all three.
+Not registered by default; `--plugin attnbench.backends.testing:FAULTY` adds those three.
+`--plugin attnbench.backends.testing:CRASHING` adds faults that take the whole process with them
+(hang, exit, segfault): run those only with `--isolate`, where a worker process absorbs them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import faulthandler
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.naive import naive_attention
@@ -17,7 +23,8 @@ if TYPE_CHECKING:
 
 
 class FaultyBackend(Backend):
-    """Naive attention with a planted fault: "raise", "oom", "wrong" (a small error in one element) or "none"."""
+    """Naive attention with a planted fault: "raise", "oom", "wrong" (a small error in one element),
+    "hang" (sleeps for an hour), "exit" (the process exits with code 3), "segfault" or "none"."""
 
     fault: ClassVar[str] = "none"
     name = "faulty"
@@ -34,6 +41,8 @@ class FaultyBackend(Backend):
                 raise ValueError("planted failure in the faulty backend")
             if self.fault == "oom":
                 raise torch.OutOfMemoryError("planted out of memory in the faulty backend")
+            if self.fault in PROCESS_FAULTS:
+                PROCESS_FAULTS[self.fault]()
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             out = naive_attention(q, k, v, mask)
             if self.fault == "wrong":
@@ -59,4 +68,38 @@ class Wrong(FaultyBackend):
     fault = "wrong"
 
 
+def _hang() -> None:
+    time.sleep(3600)
+
+
+def _exit() -> None:
+    print("planted exit in the faulty backend", file=sys.stderr, flush=True)
+    os._exit(EXIT_CODE)
+
+
+def _segfault() -> None:
+    print("planted segmentation fault in the faulty backend", file=sys.stderr, flush=True)
+    faulthandler._sigsegv()  # CPython's own way to raise SIGSEGV for tests
+
+
+EXIT_CODE = 3
+PROCESS_FAULTS: dict[str, Callable[[], None]] = {"hang": _hang, "exit": _exit, "segfault": _segfault}
+
+
+class Hanging(FaultyBackend):
+    name = "faulty-hang"
+    fault = "hang"
+
+
+class Exiting(FaultyBackend):
+    name = "faulty-exit"
+    fault = "exit"
+
+
+class Segfaulting(FaultyBackend):
+    name = "faulty-segfault"
+    fault = "segfault"
+
+
 FAULTY = [Raising, OutOfMemory, Wrong]
+CRASHING = [Hanging, Exiting, Segfaulting]

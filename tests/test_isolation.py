@@ -1,0 +1,78 @@
+"""Measurements in a worker process: a crash, an exit or a hang costs one record and the run goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.isolation import Isolated, WorkerConfig
+from attnbench.registry import default_registry
+from attnbench.results import Record, load_records
+from attnbench.runner import RunInfo, Runner
+from attnbench.timing import ClockTimer
+from tests.conftest import ONE_SAMPLE, make_case
+
+PLUGINS = ("attnbench.backends.testing:FAULTY", "attnbench.backends.testing:CRASHING")
+SUITE = """\
+name: faults
+device: cpu
+timing: {warmup_ms: 0, budget_ms: 1, min_samples: 1, max_samples: 2, timeout_s: 3}
+sweep:
+  seq_len: [32]
+  heads: [2]
+  head_dim: [16]
+"""
+
+
+def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) -> None:
+    """The suite's timing.timeout_s alone turns isolation on for a CPU run."""
+    suite = tmp_path / "faults.yaml"
+    suite.write_text(SUITE)
+    names = ["faulty-raise", "faulty-oom", "faulty-hang", "faulty-exit", "faulty-segfault", "faulty-wrong",
+             "naive", "sdpa"]
+    args = ["run", str(suite), "--out", str(tmp_path / "out")]
+    for spec in PLUGINS:
+        args += ["--plugin", spec]
+    for name in names:
+        args += ["--backend", name]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output  # the planted mismatch
+    records = {r["backend"]: r for r in load_records(tmp_path / "out")}
+    assert [records[n]["status"] for n in names] == ["error", "oom", "timeout", "error", "error", "mismatch",
+                                                     "ok", "ok"]
+    assert records["faulty-raise"]["reason"] == "ValueError: planted failure in the faulty backend"
+    assert records["faulty-hang"]["reason"] == "no result within --timeout 3 s; the worker was killed"
+    assert records["faulty-exit"]["reason"] == ("worker process exited with code 3; "
+                                                "last stderr: planted exit in the faulty backend")
+    segfault = records["faulty-segfault"]["reason"]
+    assert segfault.startswith("worker process was killed by signal SIGSEGV (11); last stderr: ")
+    assert "Fatal Python error: Segmentation fault" in segfault
+    for name in ("naive", "sdpa"):
+        assert records[name]["time_ms"] > 0 and records[name]["max_abs_error"] <= records[name]["error_bound"]
+        assert records[name]["case_id"] == "cpu-fp32-b1-s32-h2-kv2-d16-full-fwd"
+
+
+def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() -> None:
+    registry = default_registry(list(PLUGINS))
+    info = RunInfo("r", "unit", "cpu")
+    runner = Runner(info, ClockTimer(), ONE_SAMPLE)
+    isolated = Isolated(WorkerConfig(info, "cpu", ONE_SAMPLE, PLUGINS), runner, timeout_s=60)
+    case, other = make_case(seq_len=32), make_case(seq_len=48)
+    tasks = [(case, registry.get(name)) for name in ("faulty-raise", "naive", "faulty-exit", "naive")]
+    tasks.append((other, registry.get("sdpa")))
+    records: list[Record] = []
+    runner.run_tasks(tasks, records.append, isolated)
+    assert [r.status for r in records] == ["error", "ok", "error", "ok", "ok"]
+    assert isolated.started == 2, "one worker until the exit, a fresh one after it"
+    assert records[4].seq_len == 48 and records[4].backend == "sdpa"
+
+
+def test_a_time_limit_without_isolation_is_refused(tmp_path: Path) -> None:
+    suite = tmp_path / "faults.yaml"
+    suite.write_text(SUITE)
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(tmp_path / "out"), "--no-isolate"])
+    assert result.exit_code == 2
+    assert "--timeout 3: a time limit needs a worker process to kill; drop --no-isolate" in result.output
+    assert not (tmp_path / "out").exists()
