@@ -28,8 +28,11 @@ bench: setup
 quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
+# The tests, the Dockerfile lint, and the built wheel installed and run in a fresh environment.
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/hadolint Dockerfile
+	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -105,6 +105,56 @@ def list_backends(
 
 @app.command()
 @user_errors
+def doctor(
+    device: str = typer.Option("auto", help="Device to check: auto, cpu or cuda."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for tools."),
+) -> None:
+    """What this machine can run: devices, versions, every backend's reason and fix. Exit 1 if the default suite can't."""
+    import json
+
+    from attnbench.doctor import diagnose, format_text
+    from attnbench.env import resolve_device
+
+    diagnosis = diagnose(resolve_device(device))
+    if as_json:
+        out.print_json(json.dumps(diagnosis.to_dict(), default=str))
+    else:
+        for line in format_text(diagnosis):
+            out.print(line, markup=False)
+    if not diagnosis.healthy:
+        raise typer.Exit(1)
+
+
+@app.command("suites")
+@user_errors
+def list_suites() -> None:
+    """The suites shipped with attnbench: `attnbench run NAME` runs one without a checkout."""
+    from attnbench.suite import load_suite, packaged_suites
+
+    for name, path in packaged_suites().items():
+        suite = load_suite(path)
+        first = next((line.lstrip("# ").strip() for line in suite.text.splitlines() if line.startswith("#")), "")
+        out.print(f"{name:<10} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
+                  f"{first}", markup=False)
+
+
+@app.command()
+@user_errors
+def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write the starter suite.")) -> None:
+    """Write a commented starter suite to edit."""
+    from attnbench.suite import STARTER
+
+    if path.exists():
+        raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)")
+    try:
+        path.write_text(STARTER.read_text(encoding="utf-8"), encoding="utf-8")
+    except OSError as exc:
+        raise AttnbenchError(f"{path}: cannot be written ({exc.strerror})") from None
+    out.print(f"wrote {path}; check it with: attnbench validate {path}", markup=False)
+
+
+@app.command()
+@user_errors
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),

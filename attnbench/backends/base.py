@@ -52,6 +52,10 @@ class Backend:
     materialises_scores: ClassVar[bool] = False
     # Whether the kernel has no native MQA/GQA, so K/V are repeated per query head before the call.
     expands_kv: ClassVar[bool] = False
+    # The devices the kernel exists for at all: elsewhere it is "not applicable", not "missing".
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    # What a user runs to make the backend available when its library is missing (for `doctor`).
+    install_hint: ClassVar[str | None] = None
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""

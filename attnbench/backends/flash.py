@@ -141,6 +141,7 @@ class FlashAttn2(_Flash):
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
     module = "flash_attn"
+    install_hint = "pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)"
 
 
 @register
@@ -149,6 +150,7 @@ class FlashAttn3(_Flash):
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
     module = "flash_attn_interface"
+    install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
 
 
 @register
@@ -157,6 +159,7 @@ class FlashAttn4(_Flash):
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"
     module = "flash_attn.cute"
+    install_hint = "pip install flash-attn-4"
     unbounded = None
     returns_tuple = True
     warm_call = True

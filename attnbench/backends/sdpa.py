@@ -40,10 +40,8 @@ class _Sdpa(Backend):
     """`F.scaled_dot_product_attention`, optionally pinned to one kernel with `sdpa_kernel`."""
 
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
-    cuda_only: ClassVar[bool] = False
-
     def availability(self, device: str) -> str | None:
-        if self.cuda_only and device != "cuda":
+        if device not in self.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
         return None
 
@@ -117,7 +115,7 @@ class SdpaEfficient(_Sdpa):
     name = "sdpa-efficient"
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
-    cuda_only = True
+    devices = ("cuda",)
 
 
 @register
@@ -125,4 +123,4 @@ class SdpaCudnn(_Sdpa):
     name = "sdpa-cudnn"
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
-    cuda_only = True
+    devices = ("cuda",)

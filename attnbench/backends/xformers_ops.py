@@ -69,6 +69,8 @@ class XformersBackend(Backend):
     name = "xformers"
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
     library = "xformers"
+    devices = ("cuda",)
+    install_hint = "pip install 'attnbench[xformers]'  (its wheel needs torch>=2.10)"
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}

@@ -1,0 +1,105 @@
+"""What ships: the Dockerfile's pins agree with pyproject's extras, the CLI starts without torch,
+packaged suites and the starter suite, and `doctor` telling the truth on this machine."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+
+ROOT = Path(__file__).parent.parent
+
+
+def dockerfile_args() -> dict[str, str]:
+    text = (ROOT / "Dockerfile").read_text()
+    return {m[1]: m[2].strip('"') for m in re.finditer(r"^ARG (\w+)=(\S+)", text, re.M)}
+
+
+def extra(name: str) -> dict[str, Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {Requirement(r).name: Requirement(r) for r in project["optional-dependencies"][name]}
+
+
+def test_dockerfile_pins_satisfy_the_extras() -> None:
+    args = dockerfile_args()
+    assert extra("flash")["flash-attn"].specifier.contains(args["FLASH_ATTN_VERSION"])
+    assert extra("xformers")["xformers"].specifier.contains(args["XFORMERS_VERSION"])
+    # xformers' PyPI wheel is built for torch 2.10: the base image must carry exactly that torch
+    torch_version = re.match(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda([\d.]+)-cudnn\d+-devel$", args["TORCH_IMAGE"])
+    assert torch_version, "TORCH_IMAGE must be an official PyTorch *devel* image (nvcc for flash-attn)"
+    assert Version(torch_version[1]).release[:2] == (2, 10) and torch_version[2] == "12.8"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    torch_req = next(Requirement(r) for r in project["dependencies"] if r.startswith("torch"))
+    assert torch_req.specifier.contains(torch_version[1])
+    assert set(args["FLASH_ATTN_CUDA_ARCHS"].split(";")) >= {"80", "90"}, "Ampere and Hopper by default"
+
+
+def test_dockerfile_runs_as_non_root_with_the_reports_volume() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^USER 1000", text, re.M)
+    assert 'VOLUME ["/work/reports"]' in text and 'ENTRYPOINT ["attnbench"]' in text
+    assert "keep-torch" in text, "pip must not replace the image's torch"
+
+
+def test_help_does_not_import_torch() -> None:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnbench", "--help"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0 and "run" in proc.stdout
+    imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+def test_packaged_suites_run_by_name_and_are_listed(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["suites"])
+    assert result.exit_code == 0
+    assert {line.split()[0] for line in result.output.splitlines()} >= {"quick", "long", "gpu-check"}
+    validated = CliRunner().invoke(app, ["validate", "long", "--device", "cpu"])
+    assert validated.exit_code == 0 and "12 cases on cpu" in validated.output
+
+
+def test_init_writes_a_valid_starter_and_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    assert CliRunner().invoke(app, ["init", str(path)]).exit_code == 0
+    text = path.read_text()
+    assert text.count("#") > 10, "the starter explains itself"
+    checked = CliRunner().invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 0 and "cases on cpu" in checked.output
+    path.write_text("mine")
+    again = CliRunner().invoke(app, ["init", str(path)])
+    assert again.exit_code == 2 and path.read_text() == "mine"
+
+
+def test_doctor_on_this_cpu_machine_tells_the_truth() -> None:
+    result = CliRunner().invoke(app, ["doctor", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    states = {b["name"]: b for b in report["backends"]}
+    for name in ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"):
+        assert states[name]["state"] == "ok", (name, states[name]["reason"])
+    for name in ("sdpa-efficient", "sdpa-cudnn", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers"):
+        assert states[name]["state"] == "n/a", name
+        assert "CUDA" in states[name]["reason"] or "cuda only" in states[name]["reason"]
+    assert report["sdpa_kernels"] == {"flash": "no: CUDA only", "efficient": "no: CUDA only", "cudnn": "no: CUDA only"}
+    assert report["environment"]["torch"] and report["healthy"] is True
+
+
+def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import attnbench.doctor as doctor
+    import attnbench.env as env
+
+    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
+    monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
+    diagnosis = doctor.diagnose("cuda")
+    flash = next(b for b in diagnosis.backends if b.name == "flash-attn")
+    assert flash.state == "missing" and flash.fix.startswith("pip install 'attnbench[flash]'")
+    assert not diagnosis.healthy and "flash-attn" in {b.name for b in diagnosis.problems}
+    assert any("not ready" in line and "flash-attn" in line for line in doctor.format_text(diagnosis))
