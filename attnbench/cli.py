@@ -162,18 +162,41 @@ def run(
     device: Optional[str] = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cases and their memory estimates; run nothing."),
     plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
+    isolate: Optional[bool] = typer.Option(None, "--isolate/--no-isolate",
+                                           help="Measure in a worker process that may crash (default: on for CUDA)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, metavar="SECONDS",
+                                            help="Kill a measurement after this long: `timeout` (turns --isolate on)."),
+    oom_pruning: bool = typer.Option(True, "--oom-pruning/--no-oom-pruning",
+                                     help="After an oom, skip longer sequences of that backend and case group."),
+    resume: Optional[Path] = typer.Option(None, "--resume", metavar="DIR",
+                                          help="Finish the run in DIR: only measurements it lacks, appended."),
+    force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N",
+                                        help="Run shard I (from 0) of N, balanced by estimated cost."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session
+    from attnbench.shard import parse_shard
 
+    if force and resume is None:
+        raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
+                             "attnbench never overwrites results: choose a new --out")
+    if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
+        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+    chosen_shard = parse_shard(shard) if shard is not None else None
+    if resume is not None and not resume.is_dir():
+        raise AttnbenchError(f"--resume {resume}: no such run directory")
     plan = session.plan(suite, backend or None, device, plugin)
     if dry_run:
         session.print_dry_run(plan, out)
         return
-    directory = out_dir or Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    shard_tag = f"-shard{chosen_shard.index}of{chosen_shard.count}" if chosen_shard else ""
+    directory = resume or out_dir or (
+        Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
+    options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force)
     stop = StopFlag()
     with stop.installed():
-        outcome = session.execute(plan, directory, out, err, stop.is_set)
+        outcome = session.execute(plan, directory, out, err, stop.is_set, options)
     if outcome.measured:
         from attnbench.report import render_report
 
@@ -182,11 +205,52 @@ def run(
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
+        again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
+        err.print(f"to finish the run: {again}", markup=False)
         raise typer.Exit(130)
     if outcome.mismatches:
         raise typer.Exit(1)
+
+
+def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
+                   isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None) -> str:
+    """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
+    import shlex
+
+    words = ["attnbench", "run", str(suite), "--resume", str(directory)]
+    for name in backends:
+        words += ["--backend", name]
+    for spec in plugins:
+        words += ["--plugin", spec]
+    if device:
+        words += ["--device", device]
+    if isolate is not None:
+        words.append("--isolate" if isolate else "--no-isolate")
+    if timeout is not None:
+        words += ["--timeout", f"{timeout:g}"]
+    if not oom_pruning:
+        words.append("--no-oom-pruning")
+    if shard:
+        words += ["--shard", shard]
+    return shlex.join(words)
+
+
+@app.command()
+@user_errors
+def merge(
+    sources: List[Path] = typer.Argument(..., help="Run directories (shards) to combine."),
+    out_dir: Path = typer.Option(..., "--out", help="Directory for the merged results.jsonl, env.json and report."),
+) -> None:
+    """Combine shard runs into one: refuses overlapping measurements, mixed schema versions or devices."""
+    from attnbench.merge import merge_runs
+    from attnbench.report import render_report
+
+    merged = merge_runs(sources, out_dir)
+    err.print(f"merged {merged.records} records from {merged.sources} runs into {out_dir / 'results.jsonl'}")
+    written = render_report(out_dir)
+    err.print(f"report: {out_dir / 'report.html'} ({len(written)} files)")
 
 
 @app.command()

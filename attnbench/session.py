@@ -15,7 +15,8 @@ from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.errors import AttnbenchError, SuiteError
 from attnbench.registry import Registry, default_registry
-from attnbench.results import ENV_FILE, RESULTS_FILE, Record, ResultsWriter, write_json_atomic
+from attnbench.results import ENV_FILE, RESULTS_FILE, Record, ResultsWriter, key_of, write_json_atomic
+from attnbench.shard import Shard
 from attnbench.suite import Suite, load_suite
 
 
@@ -27,6 +28,23 @@ class Plan:
     device: str
     cases: list[Case]
     backends: list[Backend]
+    plugins: tuple[str, ...] = ()
+
+    def tasks(self) -> list[tuple[Case, Backend]]:
+        """Every (case, backend) measurement, case by case in suite order."""
+        return [(case, backend) for case in self.cases for backend in self.backends]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a plan is run: isolation and time limit, OOM pruning, one shard of it, or the rest of an earlier run."""
+
+    isolate: bool | None = None  # None: on for CUDA runs and whenever there is a time limit
+    timeout_s: float | None = None  # None: the suite's timing.timeout_s
+    oom_pruning: bool = True
+    shard: Shard | None = None
+    resume: bool = False
+    force: bool = False  # with resume: continue even where env.json differs from this machine
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,22 @@ def plan(suite_path: Path, backends: list[str] | None, device: str | None, plugi
     suite = load_suite(suite_path)
     names = check_backends(suite, registry, backends)
     resolved = resolve_device(device or suite.model.device)
-    return Plan(suite, resolved, suite.cases(resolved), registry.resolve(names))
+    return Plan(suite, resolved, suite.cases(resolved), registry.resolve(names), tuple(plugins))
+
+
+def task_key(case: Case, backend: Backend) -> tuple:
+    """The key a measurement's record will have (results.key_of): case, backend and device."""
+    return key_of({**case.fields(), "backend": backend.name})
+
+
+def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None) -> bool:
+    """Whether measurements run in a worker process: asked for, or on CUDA, or needed for a time limit."""
+    if timeout_s is not None and isolate is False:
+        raise AttnbenchError(f"--timeout {timeout_s:g}: a time limit needs a worker process to kill; "
+                             f"drop --no-isolate")
+    if isolate is not None:
+        return isolate
+    return device == "cuda" or timeout_s is not None
 
 
 def print_dry_run(plan: Plan, console: Console) -> None:
@@ -80,39 +113,70 @@ def print_dry_run(plan: Plan, console: Console) -> None:
     console.print(table)
 
 
-def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool]) -> Outcome:
+def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool],
+            options: RunOptions = RunOptions()) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement."""
     from attnbench.env import collect_env
+    from attnbench.isolation import Isolated, WorkerConfig
+    from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
     from attnbench.runner import RunInfo, Runner, now
+    from attnbench.shard import select
     from attnbench.timing import TimingSettings, timer_for
 
-    results = directory / RESULTS_FILE
-    if results.exists():
-        raise AttnbenchError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier results are kept")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
-    run_id = uuid.uuid4().hex[:12]
-    env = collect_env(plan.device)
-    env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
-               suite_text=plan.suite.text, timestamp=now())
-    write_json_atomic(directory / ENV_FILE, env)
     timing = plan.suite.model.timing
+    timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
+    isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
+    results = directory / RESULTS_FILE
+    tasks = plan.tasks()
+    if options.shard is not None:
+        tasks = select(tasks, options.shard)
+    env = collect_env(plan.device)
+    if options.resume:
+        recorded = read_run_env(directory)
+        check_compatible(directory, recorded, env, plan.suite.name,
+                         str(options.shard) if options.shard else None, options.force)
+        if drop_cut_line(results):
+            errors.print(f"{results}: dropped a last line cut off when the run was killed")
+        done = done_keys(directory)
+        tasks = [task for task in tasks if task_key(*task) not in done]
+        run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
+        recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
+                                                   "already_done": len(done), "env": env})
+        env = recorded
+    else:
+        if results.exists():
+            raise AttnbenchError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
+                                 f"results are kept, or --resume {directory} to finish that run")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
+        run_id = uuid.uuid4().hex[:12]
+        env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
+                   suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
+                   shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s)
+    try:
+        write_json_atomic(directory / ENV_FILE, env)
+    except OSError as exc:
+        raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
     settings = TimingSettings(timing.warmup_ms, timing.budget_ms, timing.min_samples, timing.max_samples)
     records: list[Record] = []
-    total = len(plan.cases) * len(plan.backends)
-    errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends = {total} "
-                 f"measurements on {plan.device} ({env['device_name']}) → {directory}")
+    total = len(tasks)
+    scope = f" (shard {options.shard})" if options.shard else ""
+    scope += " (resuming: the rest of the run)" if options.resume else ""
+    mode = f"isolated, timeout {timeout_s:g} s" if isolate and timeout_s else "isolated" if isolate else "in-process"
+    errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
+                 f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
+    info = RunInfo(run_id, plan.suite.name, env["device_name"])
     with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener:
-        runner = Runner(RunInfo(run_id, plan.suite.name, env["device_name"]), timer_for(plan.device), settings,
-                        listener, should_stop)
+        runner = Runner(info, timer_for(plan.device), settings, listener, should_stop, oom_pruning=options.oom_pruning)
+        measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins), runner, timeout_s) if isolate else None
 
         def sink(record: Record) -> None:
             writer.append(record)
             records.append(record)
 
-        measured = runner.run(plan.cases, plan.backends, sink)
+        measured = runner.run_tasks(tasks, sink, measurer)
     print_summary(records, console)
     errors.print(f"results: {results}")
     mismatches = sum(r.status == "mismatch" for r in records)
