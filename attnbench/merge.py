@@ -49,6 +49,8 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
                                    f"{record.get('case_id') or key}; the shards overlap")
             owners[key] = source
         merged.extend(records)
+    if not merged:
+        raise ResultsError(f"merge: {', '.join(map(str, sources))} hold no records; nothing to merge")
     if len(versions) > 1:
         listed = ", ".join(f"{v} ({p})" for v, p in sorted(versions.items()))
         raise ResultsError(f"merge: mixed schema versions {listed}; merge runs of one attnbench version")

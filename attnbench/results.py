@@ -134,7 +134,7 @@ def load_records(path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            if number == len(lines):
+            if number == len(lines) and line.lstrip().startswith("{"):  # a record cut off mid-write
                 warnings.warn(f"{file}:{number}: last line is incomplete and was ignored ({exc.msg})", stacklevel=2)
                 continue
             raise ResultsError(f"{file}:{number}: not a JSON record ({exc.msg})") from None

@@ -246,6 +246,8 @@ def _field_path(loc: tuple[Any, ...]) -> str:
             continue  # pydantic's union-branch tags, not fields
         else:
             path += ("." if path else "") + str(part)
+    if kind in ("model_type", "dict_type"):
+        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}{more}"
     return path or "(top level)"
 
 
