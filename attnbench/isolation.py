@@ -51,6 +51,16 @@ class WorkerConfig:
     env: dict[str, str] = field(default_factory=dict)
 
 
+class WorkerTimer:
+    """The parent's timer when a worker measures: only named, so the parent never touches the GPU
+    (a CUDA timer would allocate its L2-flush buffer and a context beside the worker's)."""
+
+    name = "in worker"
+
+    def measure(self, fn: object, settings: TimingSettings) -> list[float]:
+        raise RuntimeError("measurements of an isolated run are timed in the worker")
+
+
 class WorkerDied(Exception):
     """The worker process ended without answering; the message says how."""
 

@@ -117,7 +117,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
             options: RunOptions = RunOptions()) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement."""
     from attnbench.env import collect_env
-    from attnbench.isolation import Isolated, WorkerConfig
+    from attnbench.isolation import Isolated, WorkerConfig, WorkerTimer
     from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
     from attnbench.runner import RunInfo, Runner, now
     from attnbench.shard import select
@@ -169,7 +169,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
     info = RunInfo(run_id, plan.suite.name, env["device_name"])
     with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener:
-        runner = Runner(info, timer_for(plan.device), settings, listener, should_stop, oom_pruning=options.oom_pruning)
+        timer = WorkerTimer() if isolate else timer_for(plan.device)
+        runner = Runner(info, timer, settings, listener, should_stop, oom_pruning=options.oom_pruning)
         measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins), runner, timeout_s) if isolate else None
 
         def sink(record: Record) -> None:
