@@ -173,9 +173,12 @@ def run(
     force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N",
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
+    devices: Optional[str] = typer.Option(None, "--devices", metavar="0,1,...",
+                                          help="One worker per GPU index, sharing one queue of cases."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session
+    from attnbench.devices import parse_devices
     from attnbench.shard import parse_shard
 
     if force and resume is None:
@@ -184,6 +187,7 @@ def run(
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
     chosen_shard = parse_shard(shard) if shard is not None else None
+    chosen_devices = tuple(parse_devices(devices)) if devices is not None else None
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     plan = session.plan(suite, backend or None, device, plugin)
@@ -193,7 +197,8 @@ def run(
     shard_tag = f"-shard{chosen_shard.index}of{chosen_shard.count}" if chosen_shard else ""
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
-    options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force)
+    options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force,
+                                 chosen_devices)
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set, options)
@@ -205,7 +210,8 @@ def run(
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
-        again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard)
+        again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard,
+                               devices)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
         err.print(f"to finish the run: {again}", markup=False)
@@ -215,7 +221,8 @@ def run(
 
 
 def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
-                   isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None) -> str:
+                   isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None,
+                   devices: str | None = None) -> str:
     """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
@@ -234,6 +241,8 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words.append("--no-oom-pruning")
     if shard:
         words += ["--shard", shard]
+    if devices:
+        words += ["--devices", devices]
     return shlex.join(words)
 
 

@@ -96,6 +96,10 @@ class Isolated:
             self._retire()
         return Record(**fields)
 
+    def abort(self) -> None:
+        """Kill the worker now, mid-measurement if need be (a second Ctrl-C)."""
+        self._retire()
+
     def _retire(self) -> None:
         if self.worker is not None:
             self.worker.kill()
@@ -261,6 +265,8 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
                 release_memory(previous, collect=True)
             data = CaseData(case)
         record = runner.measure(data, registry.get(name), on_start=started)
+        if "CUDA_VISIBLE_DEVICES" in config.env:  # one worker per GPU: say which GPU measured this
+            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]
         retire = record.status == "error" and cuda_is_broken(case.device)
         conn.send(("record", record.to_dict(), retire))
         if retire:

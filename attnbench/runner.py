@@ -101,7 +101,7 @@ class Runner:
         without being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
         """
         measurer = measurer or InProcess(self)
-        pruned: dict[tuple, tuple[int, int]] = {}
+        pruner = OomPruner(self.oom_pruning)
         total, done = len(tasks), 0
         try:
             for case, backend in tasks:
@@ -109,14 +109,9 @@ class Runner:
                     return done
                 if self.listener:
                     self.listener.started(done, total, case, backend)
-                group = (backend.name, group_of(case))
-                if self.oom_pruning and group in pruned and longer_than(case, pruned[group]):
-                    record = self.unmeasured(case, backend, "skipped", pruning_reason(pruned[group]))
-                else:
-                    record = measurer.measure(case, backend)
-                if record.status == "oom":
-                    pruned[group] = min(pruned.get(group, (case.seq_len, case.kv_seq_len)),
-                                        (case.seq_len, case.kv_seq_len))
+                reason = pruner.reason(case, backend)
+                record = self.unmeasured(case, backend, "skipped", reason) if reason else measurer.measure(case, backend)
+                pruner.note(case, backend, record)
                 sink(record)
                 done += 1
                 if self.listener:
@@ -237,6 +232,26 @@ class InProcess:
 
     def close(self) -> None:
         self._drop()
+
+
+class OomPruner:
+    """Remembers the shortest sequence each (backend, case group) ran out of memory at."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.limits: dict[tuple, tuple[int, int]] = {}
+
+    def reason(self, case: Case, backend: Backend) -> str | None:
+        """Why (case, backend) is not worth trying after an earlier oom; None to try it."""
+        limit = self.limits.get((backend.name, group_of(case)))
+        if self.enabled and limit is not None and longer_than(case, limit):
+            return pruning_reason(limit)
+        return None
+
+    def note(self, case: Case, backend: Backend, record: Record) -> None:
+        if record.status == "oom":
+            key, length = (backend.name, group_of(case)), (case.seq_len, case.kv_seq_len)
+            self.limits[key] = min(self.limits.get(key, length), length)
 
 
 def group_of(case: Case) -> tuple:

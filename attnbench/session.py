@@ -45,6 +45,7 @@ class RunOptions:
     shard: Shard | None = None
     resume: bool = False
     force: bool = False  # with resume: continue even where env.json differs from this machine
+    devices: tuple[int, ...] | None = None  # one worker per GPU index, sharing one queue of cases
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,13 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     timing = plan.suite.model.timing
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
+    if options.devices is not None:
+        from attnbench.devices import check_devices
+
+        if options.isolate is False:
+            raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
+        isolate = True
+        check_devices(plan.device, list(options.devices))
     results = directory / RESULTS_FILE
     tasks = plan.tasks()
     if options.shard is not None:
@@ -154,7 +162,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         run_id = uuid.uuid4().hex[:12]
         env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
                    suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
-                   shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s)
+                   shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
+                   devices=list(options.devices) if options.devices is not None else None)
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
@@ -165,6 +174,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     scope = f" (shard {options.shard})" if options.shard else ""
     scope += " (resuming: the rest of the run)" if options.resume else ""
     mode = f"isolated, timeout {timeout_s:g} s" if isolate and timeout_s else "isolated" if isolate else "in-process"
+    if options.devices is not None:
+        mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
     info = RunInfo(run_id, plan.suite.name, env["device_name"])
@@ -177,7 +188,15 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
             writer.append(record)
             records.append(record)
 
-        measured = runner.run_tasks(tasks, sink, measurer)
+        if options.devices is not None:
+            from attnbench.devices import run_on_devices
+
+            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
+                                               {"CUDA_VISIBLE_DEVICES": str(index)}), runner, timeout_s)
+                         for index in options.devices]
+            measured = run_on_devices(runner, tasks, sink, measurers)
+        else:
+            measured = runner.run_tasks(tasks, sink, measurer)
     print_summary(records, console)
     errors.print(f"results: {results}")
     mismatches = sum(r.status == "mismatch" for r in records)

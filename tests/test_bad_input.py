@@ -79,6 +79,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "compare of a file not ours": (results_command("compare", '{"a": 1}\n'), "not an attnbench record"),
     "merge of a file not ours": (results_command("merge", "hello\n"), "results.jsonl:1: not a JSON record"),
     "timeout without isolation": (good_run("--timeout", "5", "--no-isolate"), "a time limit needs a worker process"),
+    "repeated device index": (good_run("--devices", "0,0"), "--devices '0,0': expected distinct GPU indices"),
 }
 
 

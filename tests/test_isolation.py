@@ -76,3 +76,23 @@ def test_a_time_limit_without_isolation_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "--timeout 3: a time limit needs a worker process to kill; drop --no-isolate" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_devices_share_one_queue_of_cases_and_one_results_file(tmp_path: Path) -> None:
+    """On a CPU the "devices" are fake (CUDA_VISIBLE_DEVICES is set for each worker and unused): what this
+    checks is the dispatch: one worker per device, every measurement once, one results file."""
+    suite = tmp_path / "four.yaml"
+    suite.write_text(SUITE.replace("seq_len: [32]", "seq_len: [16, 32, 48, 64]").replace(", timeout_s: 3", ""))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--devices", "0,1",
+                                      "--backend", "naive", "--backend", "sdpa"])
+    assert result.exit_code == 0, result.output
+    records = load_records(out)
+    assert sorted((r["seq_len"], r["backend"]) for r in records) == sorted(
+        (s, b) for s in (16, 32, 48, 64) for b in ("naive", "sdpa"))
+    assert {r["status"] for r in records} == {"ok"}
+    by_case: dict[int, set[str]] = {}
+    for r in records:
+        by_case.setdefault(r["seq_len"], set()).add(r["extra"]["gpu"])
+    assert all(len(gpus) == 1 for gpus in by_case.values()), "a case's backends stay on one worker"
+    assert set().union(*by_case.values()) == {"0", "1"}, "both workers took cases"
