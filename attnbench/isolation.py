@@ -28,7 +28,7 @@ from attnbench.results import Record
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.case import Case
-    from attnbench.runner import CaseData, Runner, RunInfo
+    from attnbench.runner import Runner, RunInfo
     from attnbench.timing import TimingSettings
 
 STDERR_TAIL_LINES = 5
