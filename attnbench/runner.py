@@ -106,7 +106,7 @@ class Runner:
         try:
             for case, backend in tasks:
                 if self.should_stop():
-                    return done
+                    break
                 if self.listener:
                     self.listener.started(done, total, case, backend)
                 reason = pruner.reason(case, backend)
@@ -116,8 +116,10 @@ class Runner:
                 done += 1
                 if self.listener:
                     self.listener.finished(record)
-        finally:
-            measurer.close()
+        except BaseException:  # a second Ctrl-C aborts: a worker is killed, not waited for
+            getattr(measurer, "abort", measurer.close)()
+            raise
+        measurer.close()
         return done
 
     def unmeasured(self, case: Case, backend: Backend, status: str, reason: str) -> Record:
