@@ -44,9 +44,12 @@ def parse_shard(text: str) -> Shard:
 def cost(case: Case, backend: Backend) -> int:
     """Estimated cost of one measurement: the case's FLOPs, weighted for backends that materialise scores.
 
-    It depends only on the case and the backend's class, never on this machine (not on availability),
-    so every shard computes the same split.
+    It depends only on the case and the backend's class, never on this machine (not on installed
+    libraries), so every shard computes the same split. A kernel that does not exist for the case's
+    device at all (flash-attn on a CPU) is skipped at once and costs nothing.
     """
+    if case.device not in backend.devices:
+        return 1
     return max(1, case.flops()) * (MATERIALISING_FACTOR if backend.materialises_scores else 1)
 
 

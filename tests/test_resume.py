@@ -125,3 +125,15 @@ def test_force_without_resume_never_overwrites(suite: Path, tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["run", str(suite), "--out", str(tmp_path / "x"), "--force"])
     assert result.exit_code == 2 and "--force only applies with --resume" in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_resume_keeps_a_shard_to_its_own_part(suite: Path, tmp_path: Path) -> None:
+    suite.write_text(suite.read_text().replace("budget_ms: 200", "budget_ms: 1").replace("warmup_ms: 5", "warmup_ms: 0"))
+    out = tmp_path / "shard0"
+    assert CliRunner().invoke(app, ["run", str(suite), "--shard", "0/2", "--out", str(out)]).exit_code == 0
+    before = len(load_records(out))
+    whole = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out)])
+    assert whole.exit_code == 2
+    assert "that run was shard 0/2, this one has no --shard; resume with the run's own --shard" in whole.output
+    same = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out), "--shard", "0/2"])
+    assert same.exit_code == 0 and len(load_records(out)) == before, "a finished shard has nothing left to run"
