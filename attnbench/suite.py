@@ -228,6 +228,8 @@ def describe_validation_error(exc: ValidationError) -> str:
         return f"{where}{key}: unknown key{hint}; allowed: {', '.join(allowed)}{more}"
     if kind == "missing":
         return f"{loc}: required field is missing{more}"
+    if kind in ("model_type", "dict_type"):
+        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}{more}"
     if kind == "literal_error":
         allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
         hint = did_you_mean(str(value), allowed)
@@ -246,8 +248,6 @@ def _field_path(loc: tuple[Any, ...]) -> str:
             continue  # pydantic's union-branch tags, not fields
         else:
             path += ("." if path else "") + str(part)
-    if kind in ("model_type", "dict_type"):
-        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}{more}"
     return path or "(top level)"
 
 
