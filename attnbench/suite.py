@@ -180,11 +180,29 @@ class Suite:
         return cases
 
 
-def load_suite(path: Path | str) -> Suite:
-    """Read and validate a suite file; any problem raises SuiteError with one line naming it."""
+STARTER = Path(__file__).parent / "templates" / "starter.yaml"
+
+
+def packaged_suites() -> dict[str, Path]:
+    """The suites shipped inside the package, by name (file stem): `attnbench run long` needs no checkout."""
+    folder = Path(__file__).parent / "suites"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def resolve_suite(path: Path | str) -> Path:
+    """A suite argument as a file: an existing path, else the name of a packaged suite."""
     path = Path(path)
+    if path.exists() or len(path.parts) != 1:
+        return path
+    return packaged_suites().get(path.name.removesuffix(".yaml"), path)
+
+
+def load_suite(path: Path | str) -> Suite:
+    """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line."""
+    path = resolve_suite(path)
     if not path.exists():
-        raise SuiteError(f"{path}: no such suite file")
+        names = ", ".join(packaged_suites())
+        raise SuiteError(f"{path}: no such suite file (packaged suites: {names})")
     if path.is_dir():
         raise SuiteError(f"{path}: is a directory; expected a suite YAML file")
     try:
