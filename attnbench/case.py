@@ -16,6 +16,9 @@ DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 MODES = ("fwd", "bwd", "fwd_bwd")
 # Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (GUIDE.md).
 MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
+# How many times each of (Q + K + V) and O's size is moved per mode (the traffic floor, GUIDE.md "Counting work"):
+# fwd reads Q, K, V and writes O; bwd reads Q, K, V, O and dO and writes dQ, dK, dV; fwd_bwd does both.
+MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,21 @@ class Case:
     def io_bytes(self) -> int:
         """Bytes of Q, K, V read and O written once: the memory traffic floor of one forward call."""
         return sum(self.tensor_bytes().values())
+
+    def bytes_moved(self) -> int:
+        """The memory traffic floor of the measured mode: every tensor read or written exactly once.
+
+        fwd: Q, K, V read, O written (io_bytes). bwd: Q, K, V, O and dO read, dQ, dK, dV written
+        (softmax statistics are a row each, left out). fwd_bwd: the two together.
+        """
+        sizes = self.tensor_bytes()
+        qkv, out = MODE_BYTE_FACTOR[self.mode]
+        return qkv * (sizes["q"] + sizes["k"] + sizes["v"]) + out * sizes["o"]
+
+    @property
+    def memory_bound(self) -> bool:
+        """Decode-like: one query row per head over a KV cache, so reading K and V is the work's floor."""
+        return self.seq_len == 1
 
     def memory_estimate(self, materialises_scores: bool, expands_kv: bool = False) -> int:
         """Analytic peak bytes above the inputs: the output (and grads), plus scores when materialised."""

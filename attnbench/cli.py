@@ -175,6 +175,10 @@ def run(
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
     devices: Optional[str] = typer.Option(None, "--devices", metavar="0,1,...",
                                           help="One worker per GPU index, sharing one queue of cases."),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", min=1e-9, metavar="TFLOPS",
+                                                help="Compute roof for percent_of_peak (default: datasheet table)."),
+    peak_bandwidth: Optional[float] = typer.Option(None, "--peak-bandwidth", min=1e-9, metavar="GBS",
+                                                   help="Memory roof in GB/s for decode-like cases' percent_of_peak."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session
@@ -198,7 +202,7 @@ def run(
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
     options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force,
-                                 chosen_devices)
+                                 chosen_devices, peak_tflops, peak_bandwidth)
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set, options)
@@ -211,7 +215,7 @@ def run(
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
         again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard,
-                               devices)
+                               devices, peak_tflops, peak_bandwidth)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
         err.print(f"to finish the run: {again}", markup=False)
@@ -222,7 +226,8 @@ def run(
 
 def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
                    isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None,
-                   devices: str | None = None) -> str:
+                   devices: str | None = None, peak_tflops: float | None = None,
+                   peak_bandwidth: float | None = None) -> str:
     """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
@@ -243,6 +248,10 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--shard", shard]
     if devices:
         words += ["--devices", devices]
+    if peak_tflops is not None:
+        words += ["--peak-tflops", f"{peak_tflops:g}"]
+    if peak_bandwidth is not None:
+        words += ["--peak-bandwidth", f"{peak_bandwidth:g}"]
     return shlex.join(words)
 
 

@@ -56,8 +56,12 @@ class Record:
     samples: int = 0
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
+    noisy: bool = False  # the samples' IQR exceeds NOISE_THRESHOLD of their median: compare never calls it a regression
     flops: int | None = None
     tflops: float | None = None
+    bytes_moved: int | None = None  # Case.bytes_moved(): the mode's memory-traffic floor
+    bandwidth_gbs: float | None = None  # bytes_moved / median time, in GB/s (1e9 bytes/s)
+    percent_of_peak: float | None = None  # of the compute roof, or of the bandwidth roof for decode-like cases
     peak_memory_bytes: int | None = None
     memory_method: str | None = None
     memory_estimate_bytes: int | None = None
@@ -76,6 +80,16 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object stored on one line of results.jsonl."""
         return dataclasses.asdict(self)
+
+
+def is_noisy(record: dict[str, Any]) -> bool:
+    """A stored record's noise flag; for records written before the flag existed, computed from its IQR."""
+    if "noisy" in record:
+        return bool(record["noisy"])
+    from attnbench.timing import NOISE_THRESHOLD
+
+    median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
+    return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
 
 
 def key_of(record: dict[str, Any]) -> tuple:

@@ -13,6 +13,7 @@ from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported
 from attnbench.check import judge
 from attnbench.memory import measure_peak
+from attnbench.peaks import peak_for
 from attnbench.results import Record
 from attnbench.timing import Timer, TimingSettings, summarize
 
@@ -34,6 +35,9 @@ class RunInfo:
     run_id: str
     suite: str
     device_name: str | None = None
+    # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
+    peak_tflops: float | None = None
+    peak_bandwidth_gbs: float | None = None
 
 
 class Listener(Protocol):
@@ -124,7 +128,8 @@ class Runner:
 
     def unmeasured(self, case: Case, backend: Backend, status: str, reason: str) -> Record:
         """A record for a measurement that gave no numbers: skipped here, or lost with a worker."""
-        fields = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops()}
+        fields = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops(),
+                  "bytes_moved": case.bytes_moved()}
         return self._record(case, backend, status, reason, fields)
 
     def skip_reason(self, case: Case, backend: Backend) -> str | None:
@@ -146,7 +151,8 @@ class Runner:
         make the case's reference first and to tell its parent that the time limit starts now.
         """
         case = data.case
-        fields: dict[str, Any] = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops()}
+        fields: dict[str, Any] = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops(),
+                  "bytes_moved": case.bytes_moved()}
         reason = self.skip_reason(case, backend)
         if reason:
             return self._record(case, backend, "skipped", reason, fields)
@@ -188,13 +194,16 @@ class Runner:
         stats = summarize(samples)
         fields.update(
             time_ms=stats.median, time_ms_iqr=stats.iqr, time_ms_min=stats.minimum, samples=len(samples),
-            times_ms=samples, tflops=case.flops() / (stats.median * 1e-3) / 1e12,
+            times_ms=samples, noisy=stats.noisy, **throughput(case, stats.median),
             peak_memory_bytes=peak, memory_method=method, max_abs_error=verdict.max_abs_error,
             error_bound=verdict.error_bound,
             rows_checked=case.seq_len if data.rows is None else len(data.rows),
             grad_checked=data.reference.grads is not None,
         )
         fields["extra"]["errors"] = verdict.errors
+        fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
+                                                                self.info)
+        fields["extra"].update(peak_extra)
         if verdict.passed:
             return "ok"
         fields["mismatch_reason"] = (
@@ -254,6 +263,30 @@ class OomPruner:
         if record.status == "oom":
             key, length = (backend.name, group_of(case)), (case.seq_len, case.kv_seq_len)
             self.limits[key] = min(self.limits.get(key, length), length)
+
+
+def throughput(case: Case, median_ms: float) -> dict[str, Any]:
+    """Achieved TFLOP/s and GB/s at the median time (GUIDE.md "Counting work")."""
+    seconds = median_ms * 1e-3
+    return {"tflops": case.flops() / seconds / 1e12, "bandwidth_gbs": case.bytes_moved() / seconds / 1e9}
+
+
+def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float,
+                    info: RunInfo) -> tuple[float | None, dict[str, Any]]:
+    """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence (peak_source).
+
+    Decode-like cases (one query row) are judged against memory bandwidth, the rest against the dense
+    compute rate for the dtype. The datasheet table is consulted only on CUDA; an override applies anywhere.
+    """
+    name = info.device_name if case.device == "cuda" else None
+    peak = peak_for(name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
+    if case.memory_bound:
+        roof, achieved, source, bound = peak.bandwidth_gbs, bandwidth_gbs, peak.bandwidth_source, "memory"
+    else:
+        roof, achieved, source, bound = peak.tflops, tflops, peak.tflops_source, "compute"
+    if not roof:
+        return None, {"peak_bound": bound, "peak_source": None}
+    return 100.0 * achieved / roof, {"peak_bound": bound, "peak_source": source, "peak": roof}
 
 
 def group_of(case: Case) -> tuple:

@@ -46,6 +46,8 @@ class RunOptions:
     resume: bool = False
     force: bool = False  # with resume: continue even where env.json differs from this machine
     devices: tuple[int, ...] | None = None  # one worker per GPU index, sharing one queue of cases
+    peak_tflops: float | None = None  # roofs for percent_of_peak, in place of the datasheet table
+    peak_bandwidth_gbs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
                    suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
                    shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
-                   devices=list(options.devices) if options.devices is not None else None)
+                   devices=list(options.devices) if options.devices is not None else None,
+                   peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs)
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
@@ -178,7 +181,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
-    info = RunInfo(run_id, plan.suite.name, env["device_name"])
+    info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs)
     with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener:
         timer = WorkerTimer() if isolate else timer_for(plan.device)
         runner = Runner(info, timer, settings, listener, should_stop, oom_pruning=options.oom_pruning)

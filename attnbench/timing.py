@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Callable, Protocol
 if TYPE_CHECKING:
     import torch
 
+# A measurement whose samples' IQR exceeds this fraction of their median is flagged `noisy`.
+NOISE_THRESHOLD = 0.10
 L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 cache (H100/H200: 50 MB, B200: 126 MB)
 
 
@@ -38,6 +40,11 @@ class Summary:
     median: float
     iqr: float
     minimum: float
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the spread is too wide for the median to be trusted to NOISE_THRESHOLD."""
+        return self.iqr > NOISE_THRESHOLD * self.median
 
 
 def summarize(samples: list[float]) -> Summary:

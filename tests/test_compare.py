@@ -116,3 +116,18 @@ def test_runs_with_nothing_in_common_are_refused(tmp_path: Path) -> None:
 def test_missing_run_is_a_results_error(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no attnbench results"):
         compare_runs(BASE, tmp_path / "nowhere")
+
+
+def test_a_noisy_measurement_is_listed_as_noisy_never_as_a_regression(tmp_path: Path) -> None:
+    noisy_new = rewrite(NEW, tmp_path / "noisy-new", noisy=True)
+    result = compare_runs(BASE, noisy_new)
+    assert result.regressions == [] and result.improvements == []
+    assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
+    assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
+    text = result.to_markdown()
+    assert "### Noisy" in text and "1.201× (noisy: new)" in text and "1 change(s) not judged: noisy" in text
+    noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", noisy=True), NEW)
+    assert noisy_base.regressions == [] and [m.noise_words() for m in noisy_base.noisy] == ["base"]
+    console = Console(record=True, width=200)
+    console.print(comparison_table(result))
+    assert re.search(r"noisy\W+sdpa-flash", console.export_text())

@@ -349,3 +349,20 @@ def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
         histogram = grey.histogram()
     assert high - low > 100  # text and charts, not a blank page
     assert sum(histogram[:200]) > 0.01 * 1400 * 2400  # a good share of the page is drawn on
+
+
+def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path: Path) -> None:
+    noisy = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, time_ms_iqr=0.5, times_ms=[1.6, 2.0, 2.4],
+                     noisy=True)
+    records = [a_record(noisy=False), noisy]
+    out = write_run(tmp_path / "run", records)
+    render_report(out)
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    assert "| ~2 (0.5) |" in md and "| 1 (0.05) |" in md
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert ">~2</td>" in page and "hollow marker" in page
+    group = group_records(records)[0]
+    fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
+    assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
+    assert "noisy: IQR > 10% of median" in [t.get_text() for t in fig.legends[0].get_texts()]

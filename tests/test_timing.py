@@ -57,3 +57,30 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
             theirs.append(timer.blocked_autorange(min_run_time=0.3).median * 1e3)
     ratio = statistics.median(a / b for a, b in zip(ours, theirs))
     assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
+
+
+class SpreadClock:
+    """A clock whose calls take the given durations in turn (ms), to plant a wide or a tight spread."""
+
+    def __init__(self, durations_ms: list[float]) -> None:
+        self.durations = itertools.cycle(durations_ms)
+        self.now = 0
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        if self.reads % 2 == 0:  # the read after a call: the call took the next duration
+            self.now += int(next(self.durations) * 1e6)
+        return self.now
+
+
+def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
+    settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8)
+    case = make_case(seq_len=32)
+    naive = default_registry().get("naive")
+    noisy = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), settings).measure(CaseData(case), naive)
+    assert noisy.status == "ok" and noisy.noisy
+    assert noisy.time_ms_iqr > 0.1 * noisy.time_ms
+    steady = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])), settings).measure(CaseData(case), naive)
+    assert steady.status == "ok" and not steady.noisy
+    assert not summarize([1.0, 1.0, 1.1, 1.1]).noisy and summarize([1.0, 1.0, 1.3, 1.3]).noisy

@@ -11,7 +11,7 @@ from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
 from attnbench.report.units import fmt_ms
-from attnbench.results import key_of, load_records, results_path
+from attnbench.results import is_noisy, key_of, load_records, results_path
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -31,6 +31,16 @@ class Match:
     base_iqr: float
     new_iqr: float
     new_reason: str | None = None
+    base_noisy: bool = False
+    new_noisy: bool = False
+
+    @property
+    def noisy(self) -> bool:
+        """Either side's samples spread beyond the noise threshold: its ratio is shown but never judged."""
+        return self.base_noisy or self.new_noisy
+
+    def noise_words(self) -> str:
+        return " and ".join(side for side, flag in (("base", self.base_noisy), ("new", self.new_noisy)) if flag)
 
     @property
     def ratio(self) -> float | None:
@@ -56,15 +66,25 @@ class Comparison:
     only_in_base: int = 0
     only_in_new: int = 0
 
+    def _changed(self, m: Match) -> bool:
+        """Beyond the threshold (either way) and beyond the combined IQRs."""
+        return m.ratio is not None and (m.ratio > 1 + self.threshold or m.ratio < 1 / (1 + self.threshold)) \
+            and m.beyond_noise()
+
     @property
     def regressions(self) -> list[Match]:
-        """NEW slower by more than the threshold and by more than the combined IQRs."""
-        return [m for m in self.matches if m.ratio is not None and m.ratio > 1 + self.threshold and m.beyond_noise()]
+        """NEW slower by more than the threshold and by more than the combined IQRs; neither side noisy."""
+        return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio > 1]  # type: ignore[operator]
 
     @property
     def improvements(self) -> list[Match]:
-        """NEW faster by more than the threshold and by more than the combined IQRs."""
-        return [m for m in self.matches if m.ratio is not None and m.ratio < 1 / (1 + self.threshold) and m.beyond_noise()]
+        """NEW faster by more than the threshold and by more than the combined IQRs; neither side noisy."""
+        return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio < 1]  # type: ignore[operator]
+
+    @property
+    def noisy(self) -> list[Match]:
+        """Would be a regression or improvement, but BASE or NEW is noisy: listed, never judged."""
+        return [m for m in self.matches if self._changed(m) and m.noisy]
 
     @property
     def new_failures(self) -> list[Match]:
@@ -98,7 +118,8 @@ class Comparison:
         lines.append("")
         verdict = "**FAIL**" if self.should_fail else "**pass**"
         lines.append(f"{verdict}: {len(self.regressions)} regression(s), {len(self.new_failures)} new failure(s), "
-                     f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed.")
+                     f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed"
+                     + (f", {len(self.noisy)} change(s) not judged: noisy." if self.noisy else "."))
         lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
         counts: dict[str, int] = {}
         for m in self.matches:
@@ -106,14 +127,16 @@ class Comparison:
                 counts[m.backend] = counts.get(m.backend, 0) + 1
         for backend, value in self.geomean_by_backend.items():
             lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
-        sections = (("Regressions", self.regressions), ("Improvements", self.improvements))
+        sections = (("Regressions", self.regressions), ("Improvements", self.improvements),
+                    ("Noisy (IQR over 10% of the median: not judged)", self.noisy))
         for title, items in sections:
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base ms (IQR) | new ms (IQR) | new/base |",
                           "|---|---|---|---|---|"]
                 for m in items:
+                    note = f" (noisy: {m.noise_words()})" if m.noisy else ""
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {fmt_ms(m.base_ms)} ({fmt_ms(m.base_iqr)}) "
-                                 f"| {fmt_ms(m.new_ms)} ({fmt_ms(m.new_iqr)}) | {m.ratio:.3f}× |")
+                                 f"| {fmt_ms(m.new_ms)} ({fmt_ms(m.new_iqr)}) | {m.ratio:.3f}×{note} |")
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
@@ -160,6 +183,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
             new_status=str(n["status"]), base_ms=b.get("time_ms"), new_ms=n.get("time_ms"),
             base_iqr=float(b.get("time_ms_iqr") or 0.0), new_iqr=float(n.get("time_ms_iqr") or 0.0),
             new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
+            base_noisy=is_noisy(b), new_noisy=is_noisy(n),
         ))
     return Comparison(
         base=str(base), new=str(new), threshold=threshold, matches=matches,
@@ -183,13 +207,15 @@ def comparison_table(comparison: Comparison) -> Table:
     rows = ([("regression", "bold red", m) for m in comparison.regressions]
             + [("new failure", "bold red", m) for m in comparison.new_failures]
             + [("fixed", "green", m) for m in comparison.fixed]
-            + [("faster", "green", m) for m in comparison.improvements])
+            + [("faster", "green", m) for m in comparison.improvements]
+            + [("noisy", "yellow", m) for m in comparison.noisy])
     for label, style, m in rows:
         # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
                       Text(timed(m.base_ms, m.base_iqr, m.base_status)),
                       Text(timed(m.new_ms, m.new_iqr, m.new_status)),
-                      Text(f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
+                      Text(f"{m.ratio:.3f}× (noisy: {m.noise_words()})" if m.noisy and m.ratio is not None
+                           else f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
                       Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))

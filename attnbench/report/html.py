@@ -17,12 +17,17 @@ HOW_TO_READ = (
     "timeout — exceeded the time budget; skipped — the backend does not support this case (the reason says why). "
     "A failed point is drawn as an X at the bottom of each chart panel with its status beside it.",
     "Times are the median of the raw samples, in milliseconds per call; the IQR (75th − 25th percentile of the "
-    "samples) is the shaded band in the latency chart and the IQR column in the table.",
+    "samples) is the shaded band in the latency chart and the IQR column in the table. A noisy measurement — IQR "
+    "over 10% of its median — is drawn with a hollow marker and its median has a ~ in front; compare never calls "
+    "it a regression.",
     "Correctness: each backend's output is compared with a reference computed in float64 on CPU (float32 on CUDA, "
     "TF32 off). It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
-    "The dashed line is the device's dense peak for the dtype, where attnbench knows it.",
+    "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
+    "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written) "
+    "over the median time. % of peak is TFLOP/s over the dense peak, or, for decode (one query row), GB/s over "
+    "the memory bandwidth; the roofline chart puts both roofs together.",
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
     "divided by the backend's, on the same case.",
 )

@@ -6,6 +6,10 @@ from typing import Any
 
 from attnbench.report.groups import dtype_word
 from attnbench.report.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.results import is_noisy
+
+# Marks a noisy median (IQR over 10% of it) in every table.
+NOISY_MARK = "~"
 
 # (key, header, numeric?) for the full records table.
 COLUMNS = (
@@ -13,7 +17,8 @@ COLUMNS = (
     ("kv_seq_len", "kv seq", True), ("heads", "heads", True), ("kv_heads", "kv heads", True),
     ("head_dim", "d", True), ("causal", "causal", False), ("window", "window", True), ("mode", "mode", False),
     ("status", "status", False), ("time_ms", "median ms", True), ("iqr", "IQR ms", True),
-    ("tflops", "TFLOP/s", True), ("speedup", "speed-up", True), ("memory", "peak mem", True),
+    ("tflops", "TFLOP/s", True), ("bandwidth_gbs", "GB/s", True), ("percent_of_peak", "% of peak", True),
+    ("speedup", "speed-up", True), ("memory", "peak mem", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
     ("kernel", "kernel", False),
 )
@@ -34,11 +39,15 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     if key == "dtype":
         return dtype_word(record.get("dtype"))
     if key == "time_ms":
-        return fmt_ms(record.get("time_ms")) if record.get("time_ms") is not None else ""
+        return median_text(record)
     if key == "iqr":
         return fmt_ms(record.get("time_ms_iqr")) if record.get("time_ms_iqr") is not None else ""
     if key == "tflops":
         return fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
+    if key == "bandwidth_gbs":
+        return fmt_float(record.get(key)) if record.get(key) is not None else ""
+    if key == "percent_of_peak":
+        return f"{record[key]:.1f}%" if record.get(key) is not None else ""
     if key == "speedup":
         return fmt_ratio(speedup) if speedup is not None else ""
     if key == "memory":
@@ -50,3 +59,10 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return "yes" if record.get("causal") else "no"
     value = record.get(key)
     return "" if value is None else str(value)
+
+
+def median_text(record: dict[str, Any]) -> str:
+    """The median time, with NOISY_MARK in front when its IQR is over 10% of it."""
+    if record.get("time_ms") is None:
+        return ""
+    return (NOISY_MARK if is_noisy(record) else "") + fmt_ms(record["time_ms"])

@@ -1,0 +1,117 @@
+"""Counting work and bytes, the shared peaks table, and percent_of_peak against a known roof."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.peaks import peak_bandwidth_for, peak_for
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.timing import TimingSettings
+from tests.conftest import make_case
+
+ONE_MS = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
+
+
+class FixedTimer:
+    """Every call takes exactly `ms`: the throughput fields become exact arithmetic."""
+
+    name = "fixed"
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def measure(self, fn: object, settings: TimingSettings) -> list[float]:
+        return [self.ms] * settings.min_samples
+
+
+def test_flops_and_bytes_by_hand() -> None:
+    # b1 h2 (kv 1) d4, Sq = Sk = 3, causal: visible pairs 1 + 2 + 3 = 6.
+    case = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True)
+    assert case.flops() == 4 * 1 * 2 * 4 * 6
+    q = o = 1 * 2 * 3 * 4 * 4  # fp32
+    k = v = 1 * 1 * 3 * 4 * 4
+    assert case.bytes_moved() == q + k + v + o == case.io_bytes() == 288
+    bwd = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True, mode="bwd")
+    assert bwd.flops() == int(2.5 * 4 * 2 * 4 * 6)
+    assert bwd.bytes_moved() == 2 * (q + k + v) + 2 * o  # reads Q K V O dO, writes dQ dK dV
+    both = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True, mode="fwd_bwd")
+    assert both.bytes_moved() == 3 * (q + k + v) + 3 * o
+
+
+def test_decode_bytes_are_dominated_by_the_kv_cache() -> None:
+    # One query over 1000 keys, 8 query heads on 2 KV heads, d64, bf16: K and V are 2*2*1000*64*2 bytes.
+    case = make_case(dtype="bfloat16", heads=8, kv_heads=2, head_dim=64, seq_len=1, kv_seq_len=1000)
+    assert case.memory_bound
+    assert case.bytes_moved() == 2 * (8 * 64 * 2) + 2 * (2 * 1000 * 64 * 2)
+    assert case.flops() == 4 * 8 * 64 * 1000
+
+
+@pytest.mark.parametrize(("name", "bandwidth"), [
+    ("NVIDIA H100 80GB HBM3", 3350.0), ("NVIDIA H100 PCIe", 2000.0), ("NVIDIA H200", 4800.0),
+    ("NVIDIA A100-SXM4-40GB", 1555.0), ("NVIDIA A100-SXM4-80GB", 2039.0), ("NVIDIA A100 80GB PCIe", 1935.0),
+    ("NVIDIA B200", 8000.0), ("NVIDIA L40S", 864.0), ("NVIDIA L4", 300.0), ("NVIDIA GeForce RTX 4090", 1008.0),
+    ("Tesla T4", 320.0), ("Intel(R) Xeon(R)", None),
+])
+def test_bandwidth_by_device_name(name: str, bandwidth: float | None) -> None:
+    assert peak_bandwidth_for(name) == bandwidth
+
+
+def test_an_override_wins_and_says_so() -> None:
+    peak = peak_for("NVIDIA H100 80GB HBM3", "bfloat16", tflops=500.0)
+    assert (peak.tflops, peak.tflops_source) == (500.0, "--peak-tflops")
+    assert (peak.bandwidth_gbs, peak.bandwidth_source) == (3350.0, "datasheet: H100 SXM")
+    assert peak.ridge == pytest.approx(500e12 / 3350e9)
+
+
+def measure_with(case: object, info: RunInfo, ms: float = 1.0) -> object:
+    runner = Runner(info, FixedTimer(ms), ONE_MS)
+    return runner.measure(CaseData(case), default_registry().get("naive"))  # type: ignore[arg-type]
+
+
+def test_percent_of_peak_against_an_overridden_compute_roof() -> None:
+    case = make_case(seq_len=64, heads=4, head_dim=32)
+    record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01))
+    tflops = case.flops() / 1e-3 / 1e12
+    assert record.tflops == pytest.approx(tflops)
+    assert record.bandwidth_gbs == pytest.approx(case.bytes_moved() / 1e-3 / 1e9)
+    assert record.percent_of_peak == pytest.approx(100 * tflops / 0.01)
+    assert record.extra["peak_source"] == "--peak-tflops" and record.extra["peak_bound"] == "compute"
+
+
+def test_decode_percent_of_peak_is_of_memory_bandwidth() -> None:
+    case = make_case(seq_len=1, kv_seq_len=512, heads=4, kv_heads=1, head_dim=32)
+    record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01, peak_bandwidth_gbs=1.0), ms=0.5)
+    assert record.percent_of_peak == pytest.approx(100 * (case.bytes_moved() / 0.5e-3 / 1e9) / 1.0)
+    assert record.extra["peak_bound"] == "memory" and record.extra["peak_source"] == "--peak-bandwidth"
+
+
+def test_a_cpu_has_no_peak() -> None:
+    record = measure_with(make_case(), RunInfo("r", "t", "Intel(R) Xeon(R) CPU"))
+    assert record.status == "ok" and record.percent_of_peak is None and record.extra["peak_source"] is None
+    assert record.bytes_moved == make_case().bytes_moved()
+
+
+def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
+    """--peak-tflops / --peak-bandwidth travel in RunInfo to the worker process and into every record and env.json."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+    from attnbench.results import load_records
+
+    suite = Path(str(tmp_path)) / "peaks.yaml"
+    suite.write_text("name: peaks\ndevice: cpu\nbackends: [naive]\ntiming: {warmup_ms: 0, budget_ms: 1, min_samples: 2}\n"
+                     "sweep: {seq_len: [1, 32], kv_seq_len: [64], heads: [2], head_dim: [16]}\n")
+    out = Path(str(tmp_path)) / "out"
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--isolate", "--peak-tflops", "0.5",
+                                      "--peak-bandwidth", "20"])
+    assert result.exit_code == 0, result.output
+    records = {r["seq_len"]: r for r in load_records(out)}
+    assert records[32]["percent_of_peak"] == pytest.approx(100 * records[32]["tflops"] / 0.5)
+    assert records[1]["percent_of_peak"] == pytest.approx(100 * records[1]["bandwidth_gbs"] / 20)
+    assert records[1]["extra"]["peak_source"] == "--peak-bandwidth"
+    env = json.loads((out / "env.json").read_text())
+    assert (env["peak_tflops"], env["peak_bandwidth_gbs"]) == (0.5, 20.0)
