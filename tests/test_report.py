@@ -110,7 +110,7 @@ def test_one_png_per_case_group_plus_summary_figures(rendered: dict[str, Any]) -
     names = sorted(p.name for p in (rendered["out"] / "charts").glob("*.png"))
     groups = [n for n in names if n.startswith("group-")]
     assert len(groups) == rendered["n_groups"] == len(group_records(rendered["records"]))
-    expected_summaries = ["correctness.png"] + (["mqa-gqa.png"] if rendered["varies_kv"] else [])
+    expected_summaries = ["correctness.png", "roofline.png"] + (["mqa-gqa.png"] if rendered["varies_kv"] else [])
     assert sorted(set(names) - set(groups)) == sorted(expected_summaries)
     if not rendered["varies_kv"]:
         assert "No MQA/GQA chart" in rendered["html"]
@@ -366,3 +366,25 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
     assert "noisy: IQR > 10% of median" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:
+    from attnbench.report.roofline import roofline_chart, roofline_points
+
+    records = load_records(DATA / "gpu-like")  # device_name "NVIDIA H100 80GB HBM3 (synthetic)"
+    out = tmp_path / "gpu"
+    render_report(DATA / "gpu-like", out, formats=["png", "html"])
+    with Image.open(out / "charts" / "roofline.png") as image:
+        image.load()
+        assert image.size[0] == GROUP_PX[0]
+    assert 'id="chart-roofline.png"' in (out / "report.html").read_text(encoding="utf-8")
+    styles = backend_styles(r["backend"] for r in records)
+    fig = roofline_chart(records, styles, "NVIDIA H100 80GB HBM3")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "bf16/fp16 dense peak 989 TFLOP/s" in texts and "memory 3350 GB/s" in texts
+    assert "compute and bandwidth roof drawn" in fig.axes[0].get_title()
+    points = roofline_points(records)
+    ok = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("tflops")]
+    assert len(points) == len(ok) and all(p[1] > 0 for p in points)
+    cpu = roofline_chart(load_records(DATA / "cpu-like"), backend_styles(["naive", "sdpa", "sdpa-math"]), "test cpu")
+    assert "no known peaks" in cpu.axes[0].get_title() and not cpu.axes[0].texts

@@ -15,6 +15,7 @@ from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
+from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
 from attnbench.results import load_records, read_env, results_path
 
@@ -53,8 +54,9 @@ def _group_pngs(tasks: list[tuple]) -> list[bytes]:
 
 
 def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
-                 peak_tflops: float | None, device_name: str | None) -> tuple[list[Chart], list[str]]:
-    """Every chart of the report (group charts, then MQA/GQA when some group varies kv_heads, then correctness)."""
+                 peak_tflops: float | None, device_name: str | None,
+                 peak_bandwidth_gbs: float | None = None) -> tuple[list[Chart], list[str]]:
+    """Every chart of the report (group charts, MQA/GQA when some group varies kv_heads, roofline, correctness)."""
     styles = backend_styles(str(r["backend"]) for r in records)
     pngs = _group_pngs([(group, styles, baseline, peak_tflops, device_name) for group in groups])
     charts = [Chart(name, group.title(), png) for name, group, png in zip(chart_file_names(groups), groups, pngs)]
@@ -65,6 +67,8 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
                             render_chart(kv_heads_chart, families, styles)))
     else:
         notes.append(NO_KV_FAMILY_NOTE)
+    charts.append(Chart("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s",
+                        render_chart(roofline_chart, records, styles, device_name, peak_tflops, peak_bandwidth_gbs)))
     charts.append(Chart("correctness.png", "Correctness: max error against its bound",
                         render_chart(correctness_chart, records, styles)))
     return charts, notes
@@ -98,17 +102,21 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     groups = group_records(records)
     findings = build_findings(groups, records, baseline)
     device_name = env.get("device_name") or next((r.get("device_name") for r in records if r.get("device_name")), None)
+    if peak_tflops is None:
+        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops, when it was given one
+    peak_bandwidth_gbs = env.get("peak_bandwidth_gbs")
     written: list[Path] = []
     charts: list = []
     notes: list[str] = []
     if "html" in wanted or "png" in wanted:
-        charts, notes = build_charts(groups, records, baseline, peak_tflops, device_name)
+        charts, notes = build_charts(groups, records, baseline, peak_tflops, device_name, peak_bandwidth_gbs)
     elif not kv_heads_families(groups):
         notes.append(NO_KV_FAMILY_NOTE)
     if "png" in wanted:
         chart_dir = out / CHARTS_DIR
         chart_dir.mkdir(exist_ok=True)
-        for stale in [*chart_dir.glob("group-*.png"), chart_dir / "mqa-gqa.png", chart_dir / "correctness.png"]:
+        for stale in [*chart_dir.glob("group-*.png"), chart_dir / "mqa-gqa.png", chart_dir / "correctness.png",
+                      chart_dir / "roofline.png"]:
             stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
         written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
     if "html" in wanted:

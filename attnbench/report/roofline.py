@@ -1,0 +1,120 @@
+"""The roofline chart: arithmetic intensity against achieved TFLOP/s, under the device's compute and bandwidth roofs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from attnbench.case import Case
+from attnbench.peaks import Peak, peak_for
+from attnbench.report.charts import GROUP_FIGSIZE, DPI, _legend
+from attnbench.report.groups import dtype_word
+from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
+
+CASE_FIELDS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal",
+               "window", "mode")
+
+
+def bytes_of(record: dict[str, Any]) -> int | None:
+    """The record's bytes_moved, recomputed from its case for records written before the field existed."""
+    if record.get("bytes_moved"):
+        return int(record["bytes_moved"])
+    try:
+        return Case(**{name: record[name] for name in CASE_FIELDS}).bytes_moved()
+    except (KeyError, TypeError):
+        return None
+
+
+def roofline_points(records: list[dict[str, Any]]) -> list[tuple[str, float, float, bool]]:
+    """(backend, FLOPs per byte, TFLOP/s, mismatch) for every measured record with work and bytes."""
+    points = []
+    for r in records:
+        if r["status"] not in ("ok", "mismatch") or not r.get("tflops") or not r.get("flops"):
+            continue
+        moved = bytes_of(r)
+        if moved:
+            points.append((str(r["backend"]), float(r["flops"]) / moved, float(r["tflops"]), r["status"] == "mismatch"))
+    return points
+
+
+def device_peaks(records: list[dict[str, Any]], device_name: str | None, peak_tflops: float | None,
+                 peak_bandwidth_gbs: float | None) -> dict[str, Peak]:
+    """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name."""
+    cuda = any(r.get("device") == "cuda" for r in records)
+    name = device_name if cuda else None
+    dtypes = sorted({str(r["dtype"]) for r in records if r["status"] in ("ok", "mismatch")})
+    return {d: peak_for(name, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
+
+
+def bandwidth_of(peaks: dict[str, Peak]) -> float | None:
+    """The memory roof (GB/s): the same for every dtype."""
+    return next((p.bandwidth_gbs for p in peaks.values() if p.bandwidth_gbs), None)
+
+
+def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle], device_name: str | None,
+                   peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None) -> Figure:
+    """One point per measurement; the bandwidth roof (slope) meets each dtype's compute roof at its ridge point."""
+    fig = Figure(figsize=(GROUP_FIGSIZE[0], 7.0), dpi=DPI)
+    ax = fig.subplots()
+    points = roofline_points(records)
+    backends = sorted({p[0] for p in points})
+    for backend in backends:
+        mine = [p for p in points if p[0] == backend]
+        style = styles[backend]
+        ax.plot([p[1] for p in mine], [p[2] for p in mine], marker=style.marker, color=style.color, linestyle="none",
+                markersize=7, alpha=0.85, zorder=3)
+        bad = [p for p in mine if p[3]]
+        if bad:
+            ax.plot([p[1] for p in bad], [p[2] for p in bad], marker="o", markersize=14, markerfacecolor="none",
+                    markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
+    peaks = device_peaks(records, device_name, peak_tflops, peak_bandwidth_gbs)
+    xs = [p[1] for p in points] or [1.0, 100.0]
+    ys = [p[2] for p in points] or [1e-3, 1.0]
+    ridges = [p.ridge for p in peaks.values() if p.ridge]
+    lo, hi = min(xs + ridges) / 3, max(xs + ridges) * 3
+    roofs = []
+    bandwidth = bandwidth_of(peaks)
+    by_value: dict[float, list[str]] = {}  # fp16 and bf16 usually share one roof: one line, one label
+    for dtype, peak in peaks.items():
+        if peak.tflops:
+            by_value.setdefault(peak.tflops, []).append(dtype_word(dtype))
+    for value, words in by_value.items():
+        ridge = value * 1e3 / bandwidth_of(peaks) if bandwidth_of(peaks) else lo
+        ax.plot([ridge, hi], [value, value], color="black", linestyle="--", linewidth=1.3, zorder=2)
+        ax.annotate(f"{'/'.join(words)} dense peak {value:g} TFLOP/s", (hi, value), xytext=(-4, 4),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=9)
+        roofs.append("compute")
+    if bandwidth:
+        top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * 3
+        end = top * 1e3 / bandwidth  # the FLOPs per byte where the slope reaches the highest roof
+        ax.plot([lo, end], [bandwidth * lo / 1e3, top], color="black", linestyle="-.", linewidth=1.3, zorder=2)
+        ax.annotate(f"memory {bandwidth:g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
+                    textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
+        roofs.append("bandwidth")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved, log)")
+    ax.set_ylabel("achieved TFLOP/s (log)")
+    where = device_name or "this device"
+    if not points:
+        ax.text(0.5, 0.5, "no measurement with work and bytes to place", transform=ax.transAxes, ha="center")
+    if roofs:
+        title = f"Roofline on {where}: " + " and ".join(dict.fromkeys(roofs)) + " roof drawn"
+        missing = [r for r in ("compute", "bandwidth") if r not in roofs]
+        if missing:
+            title += f" ({missing[0]} peak not known)"
+    else:
+        title = f"Roofline on {where} (no known peaks for this device: roofs not drawn; pass --peak-tflops)"
+    ax.set_title(title)
+    fig.suptitle("Roofline: how close each measurement runs to the device's roofs", fontsize=14, fontweight="bold")
+    handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
+               for b in backends]
+    if any(p[3] for p in points):
+        handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
+                              markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch (time flagged)"))
+    rows = _legend(fig, handles) if handles else 0
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.12 + 0.04 * rows)
+    return fig
