@@ -85,3 +85,17 @@ def test_the_check_catches_a_top_left_causal_mask() -> None:
 
 def test_the_check_catches_a_window_off_by_one() -> None:
     assert measure(make_case(causal=True, window=8), WindowOffByOne()).status == "mismatch"
+
+
+def test_decode_over_a_long_cache_with_a_causal_window() -> None:
+    """One query over an 8K-token cache, causal with a 256-token window, GQA: only the last 257 keys count."""
+    case = make_case(seq_len=1, kv_seq_len=8192, heads=8, kv_heads=2, head_dim=64, causal=True, window=256)
+    assert case.visible_pairs() == 257 and case.memory_bound
+    data = CaseData(case)
+    registry = default_registry()
+    for name in (*CPU_BACKENDS, "sliding-window"):
+        record = measure(case, registry.get(name), data)
+        assert record.status == "ok", (name, record.reason)
+        assert record.max_abs_error <= record.error_bound
+    mha = make_case(seq_len=1, kv_seq_len=8192, heads=2, kv_heads=2, head_dim=64, causal=True, window=256)
+    assert measure(mha, WindowOffByOne()).status == "mismatch"  # one key too many is caught at this length
