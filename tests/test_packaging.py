@@ -103,3 +103,16 @@ def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> N
     assert flash.state == "missing" and flash.fix.startswith("pip install 'attnbench[flash]'")
     assert not diagnosis.healthy and "flash-attn" in {b.name for b in diagnosis.problems}
     assert any("not ready" in line and "flash-attn" in line for line in doctor.format_text(diagnosis))
+
+
+def test_decode_suite_is_packaged_one_query_over_a_kv_cache() -> None:
+    from attnbench.suite import load_suite
+
+    listed = CliRunner().invoke(app, ["suites"])
+    assert "decode" in {line.split()[0] for line in listed.output.splitlines() if line.strip()}
+    suite = load_suite(ROOT / "suites" / "decode.yaml")
+    gpu, cpu = suite.cases("cuda"), suite.cases("cpu")
+    assert {c.seq_len for c in gpu + cpu} == {1} and all(c.memory_bound for c in gpu + cpu)
+    assert {c.kv_heads for c in gpu} == {1, 4, 8, 32} and {c.heads for c in gpu} == {32}
+    assert min(c.kv_seq_len for c in gpu) == 1024 and max(c.kv_seq_len for c in gpu) == 131072
+    assert len(cpu) == 18 and max(c.kv_seq_len for c in cpu) == 16384
