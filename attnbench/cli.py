@@ -179,6 +179,8 @@ def run(
                                                 help="Compute roof for percent_of_peak (default: datasheet table)."),
     peak_bandwidth: Optional[float] = typer.Option(None, "--peak-bandwidth", min=1e-9, metavar="GBS",
                                                    help="Memory roof in GB/s for decode-like cases' percent_of_peak."),
+    timer: str = typer.Option("auto", "--timer", metavar="auto|cuda-graph",
+                              help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead)."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session
@@ -202,7 +204,7 @@ def run(
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
     options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force,
-                                 chosen_devices, peak_tflops, peak_bandwidth)
+                                 chosen_devices, peak_tflops, peak_bandwidth, timer)
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set, options)
@@ -215,7 +217,7 @@ def run(
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
         again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard,
-                               devices, peak_tflops, peak_bandwidth)
+                               devices, peak_tflops, peak_bandwidth, timer)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
         err.print(f"to finish the run: {again}", markup=False)
@@ -227,7 +229,7 @@ def run(
 def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
                    isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None,
                    devices: str | None = None, peak_tflops: float | None = None,
-                   peak_bandwidth: float | None = None) -> str:
+                   peak_bandwidth: float | None = None, timer: str = "auto") -> str:
     """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
@@ -252,6 +254,8 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--peak-tflops", f"{peak_tflops:g}"]
     if peak_bandwidth is not None:
         words += ["--peak-bandwidth", f"{peak_bandwidth:g}"]
+    if timer != "auto":
+        words += ["--timer", timer]
     return shlex.join(words)
 
 

@@ -49,6 +49,7 @@ class WorkerConfig:
     settings: TimingSettings
     plugins: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    timer: str = "auto"  # run --timer: the worker builds the same timer
 
 
 class WorkerTimer:
@@ -238,7 +239,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     from attnbench.timing import timer_for
 
     registry = default_registry(list(config.plugins))
-    runner = Runner(config.info, timer_for(config.device), config.settings)
+    runner = Runner(config.info, timer_for(config.device, config.timer), config.settings)
     conn.send(("ready",))
     data: CaseData | None = None
 

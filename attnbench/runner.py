@@ -137,6 +137,9 @@ class Runner:
         reason = backend.availability(case.device) or backend.unsupported(case)
         if reason:
             return reason
+        modes = getattr(self.timer, "modes", None)
+        if modes is not None and case.mode not in modes:
+            return f"the {self.timer.name} timer times {'/'.join(modes)} only, not {case.mode}"
         free = self.free_memory(case.device)
         estimate = backend.estimate_memory(case)
         if free is not None and estimate > MEMORY_SKIP_FACTOR * free:

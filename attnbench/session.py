@@ -48,6 +48,7 @@ class RunOptions:
     devices: tuple[int, ...] | None = None  # one worker per GPU index, sharing one queue of cases
     peak_tflops: float | None = None  # roofs for percent_of_peak, in place of the datasheet table
     peak_bandwidth_gbs: float | None = None
+    timer: str = "auto"  # "cuda-graph": CudaGraphTimer in place of CUDA events
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,9 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
     from attnbench.runner import RunInfo, Runner, now
     from attnbench.shard import select
-    from attnbench.timing import TimingSettings, timer_for
+    from attnbench.timing import TimingSettings, check_timer, timer_for
 
+    check_timer(plan.device, options.timer)  # before anything is written
     timing = plan.suite.model.timing
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
@@ -166,7 +168,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
                    suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
                    shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
                    devices=list(options.devices) if options.devices is not None else None,
-                   peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs)
+                   peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
+                   timer=options.timer)
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
@@ -183,9 +186,10 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
     info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs)
     with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener:
-        timer = WorkerTimer() if isolate else timer_for(plan.device)
+        timer = WorkerTimer() if isolate else timer_for(plan.device, options.timer)
         runner = Runner(info, timer, settings, listener, should_stop, oom_pruning=options.oom_pruning)
-        measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins), runner, timeout_s) if isolate else None
+        measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer), runner,
+                            timeout_s) if isolate else None
 
         def sink(record: Record) -> None:
             writer.append(record)
@@ -195,7 +199,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
             from attnbench.devices import run_on_devices
 
             measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                               {"CUDA_VISIBLE_DEVICES": str(index)}), runner, timeout_s)
+                                               {"CUDA_VISIBLE_DEVICES": str(index)}, options.timer), runner, timeout_s)
                          for index in options.devices]
             measured = run_on_devices(runner, tasks, sink, measurers)
         else:

@@ -61,3 +61,24 @@ def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
         ours = summarize(CudaEventTimer().measure(fn, TimingSettings(warmup_ms=100, budget_ms=500))).median
         theirs = triton_testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
         assert abs(ours / theirs - 1) <= 0.05, (seq, ours, theirs)
+
+
+def test_cuda_graph_timer_agrees_with_cuda_events_on_a_long_call_and_refuses_backward() -> None:
+    """A call long enough that launch overhead is noise: the graph's per-call time is the event time within 10%."""
+    from attnbench.runner import RunInfo, Runner
+    from attnbench.timing import CudaEventTimer, CudaGraphTimer, TimingSettings
+
+    settings = TimingSettings(warmup_ms=20, budget_ms=100, min_samples=5)
+    case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True)
+    data = CaseData(case)
+    sdpa = default_registry().get("sdpa")
+    graph = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(data, sdpa)
+    events = Runner(RunInfo("e", "t"), CudaEventTimer(flush_l2=False), settings).measure(data, sdpa)
+    assert graph.status == "ok" and graph.timer == "cuda-graph", graph.reason
+    assert abs(graph.time_ms / events.time_ms - 1) < 0.10, (graph.time_ms, events.time_ms)
+    short = make_case(device="cuda", dtype="bfloat16", seq_len=128, heads=8, kv_heads=8, head_dim=64)
+    quick = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(CaseData(short), sdpa)
+    assert quick.status == "ok" and quick.time_ms > 0
+    backward = make_case(device="cuda", dtype="bfloat16", mode="fwd_bwd")
+    refused = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(CaseData(backward), sdpa)
+    assert refused.status == "skipped" and "cuda-graph timer times fwd only" in refused.reason

@@ -84,3 +84,32 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
     steady = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])), settings).measure(CaseData(case), naive)
     assert steady.status == "ok" and not steady.noisy
     assert not summarize([1.0, 1.0, 1.1, 1.1]).noisy and summarize([1.0, 1.0, 1.3, 1.3]).noisy
+
+
+def test_cuda_graph_timer_sizing_and_its_refusals_on_a_cpu(tmp_path: "object") -> None:
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+    from attnbench.timing import graph_calls
+
+    assert graph_calls(0.01, 1.0, 100) == 100 and graph_calls(0.3, 1.0, 100) == 4 and graph_calls(5.0, 1.0, 100) == 1
+    out = Path(str(tmp_path)) / "out"
+    result = CliRunner().invoke(app, ["run", "quick", "--out", str(out), "--timer", "cuda-graph"])
+    assert result.exit_code == 2 and "--timer cuda-graph needs a CUDA device; this run is on cpu" in result.output
+    assert not out.exists()
+    unknown = CliRunner().invoke(app, ["run", "quick", "--out", str(out), "--timer", "events"])
+    assert unknown.exit_code == 2 and "--timer events: unknown timer; allowed: auto, cuda-graph" in unknown.output
+
+
+def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
+    class ForwardOnly(ClockTimer):
+        name = "fwd-only"
+        modes = ("fwd",)
+
+    runner = Runner(RunInfo("r", "t"), ForwardOnly(), TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1))
+    naive = default_registry().get("naive")
+    assert runner.measure(CaseData(make_case(seq_len=16)), naive).status == "ok"
+    skipped = runner.measure(CaseData(make_case(seq_len=16, mode="fwd_bwd")), naive)
+    assert skipped.status == "skipped" and skipped.reason == "the fwd-only timer times fwd only, not fwd_bwd"
