@@ -140,11 +140,27 @@ class Case:
         """The memory traffic floor of the measured mode: every tensor read or written exactly once.
 
         fwd: Q, K, V read, O written (io_bytes). bwd: Q, K, V, O and dO read, dQ, dK, dV written
-        (softmax statistics are a row each, left out). fwd_bwd: the two together.
+        (softmax statistics are a row each, left out). fwd_bwd: the two together. Only the K/V rows some
+        query may see count: a decode step with a window reads W + 1 keys of its cache, not all of it.
         """
         sizes = self.tensor_bytes()
+        kv = (sizes["k"] + sizes["v"]) * self.keys_seen() // self.kv_seq_len
         qkv, out = MODE_BYTE_FACTOR[self.mode]
-        return qkv * (sizes["q"] + sizes["k"] + sizes["v"]) + out * sizes["o"]
+        return qkv * (sizes["q"] + kv) + out * sizes["o"]
+
+    def keys_seen(self) -> int:
+        """How many keys at least one query may see: the rows of K and V a kernel must read (a window skips the rest)."""
+        return self._keys_seen
+
+    @cached_property
+    def _keys_seen(self) -> int:
+        total, end = 0, -1  # every query's range starts and ends no earlier than the previous one's
+        for query in range(self.seq_len):
+            lo, hi = self.key_range(query)
+            if hi >= lo and hi > end:
+                total += hi - max(lo, end + 1) + 1
+                end = hi
+        return total
 
     @property
     def memory_bound(self) -> bool:

@@ -25,7 +25,8 @@ HOW_TO_READ = (
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
-    "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written) "
+    "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written; "
+    "only the K/V rows some query can see) "
     "over the median time. % of peak is TFLOP/s over the dense peak, or, for decode (one query row), GB/s over "
     "the memory bandwidth; the roofline chart puts both roofs together.",
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
