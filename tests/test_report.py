@@ -185,7 +185,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
                         tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
                for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
     paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
-    assert sorted(p.name for p in paths if p.suffix == ".png") == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png"]
+    assert sorted(p.name for p in paths if p.suffix == ".png") == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png",
+                                                                   "roofline.png"]
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     for record in records:
         assert record["reason"] in page
@@ -195,7 +196,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
 
 def test_a_single_case_run_renders(tmp_path: Path) -> None:
     paths = render_report(write_run(tmp_path / "run", [a_record()]), tmp_path / "out", formats=("png", "md"))
-    assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "summary.md"]
+    assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png",
+                                             "summary.md"]
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert "| sdpa | 512 | ok | 1 (0.05) |" in md
 
