@@ -272,7 +272,7 @@ def print_summary(records: list[Record], console: Console) -> None:
             table.add_row(
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                f"{r.time_ms:.3f}" if timed else "–",
+                ("~" if r.noisy else "") + f"{r.time_ms:.3f}" if timed else "–",
                 f"{r.time_ms_iqr:.3f}" if timed else "–",
                 f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
                 format_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
@@ -280,6 +280,8 @@ def print_summary(records: list[Record], console: Console) -> None:
                 (r.reason or r.kernel or "")[:160],
             )
         console.print(table)
+    if any(r.noisy for r in records):
+        console.print("~ before a median: noisy, its IQR is over 10% of it", markup=False)
 
 
 def format_bytes(n: int | None) -> str:

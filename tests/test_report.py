@@ -363,6 +363,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert "| ~2 (0.5) |" in md and "| 1 (0.05) |" in md
     page = (out / "report.html").read_text(encoding="utf-8")
     assert ">~2</td>" in page and "hollow marker" in page
+    assert "1 of 2 timings are noisy (IQR over 10% of the median)" in md
     group = group_records(records)[0]
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]

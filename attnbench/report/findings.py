@@ -8,6 +8,7 @@ from typing import Any
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words
 from attnbench.report.units import fmt_bytes, fmt_length
+from attnbench.results import is_noisy
 
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
@@ -38,13 +39,14 @@ class Findings:
     fastest: list[str] = field(default_factory=list)
     speedup: list[str] = field(default_factory=list)
     memory: list[str] = field(default_factory=list)
+    noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return self.fastest + self.speedup + self.memory
+        return self.fastest + self.speedup + self.memory + self.noise
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -97,6 +99,11 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     found = Findings()
     for r in records:
         found.counts[r["status"]] = found.counts.get(r["status"], 0) + 1
+    timed = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("time_ms") is not None]
+    noisy = sum(1 for r in timed if is_noisy(r))
+    if noisy:
+        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (IQR over 10% of the median): marked ~ in the "
+                           "tables and drawn hollow; compare does not judge them.")
     lines = [line for line in (fastest_line(g) for g in groups) if line]
     found.fastest = lines[:MAX_GROUP_LINES]
     if len(lines) > MAX_GROUP_LINES:
