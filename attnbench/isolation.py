@@ -239,6 +239,10 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     from attnbench.timing import timer_for
 
     registry = default_registry(list(config.plugins))
+    import gc
+
+    gc.collect()
+    gc.freeze()  # this process lives for measuring: collections between cases skip torch's own objects
     runner = Runner(config.info, timer_for(config.device, config.timer), config.settings)
     conn.send(("ready",))
     data: CaseData | None = None
