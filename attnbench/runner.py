@@ -128,9 +128,7 @@ class Runner:
 
     def unmeasured(self, case: Case, backend: Backend, status: str, reason: str) -> Record:
         """A record for a measurement that gave no numbers: skipped here, or lost with a worker."""
-        fields = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops(),
-                  "bytes_moved": case.bytes_moved()}
-        return self._record(case, backend, status, reason, fields)
+        return self._record(case, backend, status, reason, work_fields(case, backend))
 
     def skip_reason(self, case: Case, backend: Backend) -> str | None:
         """Why (case, backend) should not be tried here, known before any tensor exists; None to try it."""
@@ -154,8 +152,7 @@ class Runner:
         make the case's reference first and to tell its parent that the time limit starts now.
         """
         case = data.case
-        fields: dict[str, Any] = {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops(),
-                  "bytes_moved": case.bytes_moved()}
+        fields = work_fields(case, backend)
         reason = self.skip_reason(case, backend)
         if reason:
             return self._record(case, backend, "skipped", reason, fields)
@@ -322,6 +319,12 @@ def free_device_memory(device: str) -> int | None:
 def format_size(n: int) -> str:
     """Bytes as GiB, or MiB below one GiB, for skip reasons."""
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
+    """What every record carries whether or not it was measured: FLOPs, bytes and the memory estimate."""
+    return {"memory_estimate_bytes": backend.estimate_memory(case), "flops": case.flops(),
+            "bytes_moved": case.bytes_moved()}
 
 
 def answer_of(
