@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnbench.errors import ResultsError
-from attnbench.results import ENV_FILE, RESULTS_FILE, key_of, load_records, read_env, write_json_atomic
+from attnbench.results import (ENV_FILE, RESULTS_FILE, key_of, load_records, read_env, refuse_existing,
+                               write_json_atomic, write_records_atomic)
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,7 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
     """
     if not sources:
         raise ResultsError("merge: name at least one run directory")
-    if (out / RESULTS_FILE).exists():
-        raise ResultsError(f"{out}: already holds {RESULTS_FILE}; choose another --out so earlier results are kept")
+    refuse_existing(out)
     owners: dict[tuple, Path] = {}
     versions: dict[int, Path] = {}
     devices: dict[Any, Path] = {}
@@ -59,7 +57,7 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         raise ResultsError(f"merge: runs on different devices: {listed}; their numbers do not belong in one report")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _write_lines_atomic(out / RESULTS_FILE, merged)
+        write_records_atomic(out / RESULTS_FILE, merged)
         env = dict(envs[0][1])
         env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard")}
                               for p, e in envs]
@@ -68,12 +66,3 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         raise ResultsError(f"{out}: cannot write the merged run ({exc.strerror})") from None
     return Merged(out, len(merged), len(sources))
 
-
-def _write_lines_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        for record in records:
-            file.write(json.dumps(record, allow_nan=False) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)

@@ -106,7 +106,7 @@ class ResultsWriter:
         self._file = open(path, "a", encoding="utf-8")
 
     def append(self, record: Record) -> None:
-        self._file.write(json.dumps(record.to_dict(), allow_nan=False) + "\n")
+        self._file.write(record_line(record.to_dict()))
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -118,6 +118,28 @@ class ResultsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """One record as its line of results.jsonl."""
+    return json.dumps(record, allow_nan=False) + "\n"
+
+
+def refuse_existing(directory: Path, hint: str = "") -> None:
+    """A run never writes over earlier results: a directory holding a results file is refused."""
+    if (directory / RESULTS_FILE).exists():
+        raise ResultsError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
+                           f"results are kept{hint}")
+
+
+def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
+    """Write a whole results file under a temporary name, fsync it and rename it into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.writelines(record_line(record) for record in records)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

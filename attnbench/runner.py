@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from attnbench import inputs as inputs_mod
-from attnbench.backends.base import Backend, Prepared, Unsupported
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
 from attnbench.memory import measure_peak
 from attnbench.peaks import peak_for
@@ -399,11 +399,6 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (RuntimeError, MemoryError)) and (
         isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower()
     )
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def release_memory(device: str, collect: bool = False) -> None:

@@ -17,9 +17,11 @@ from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.errors import AttnbenchError, SuiteError
 from attnbench.registry import Registry, default_registry
-from attnbench.results import ENV_FILE, RESULTS_FILE, Record, ResultsWriter, key_of, write_json_atomic
+from attnbench.results import (ENV_FILE, RESULTS_FILE, Record, ResultsWriter, key_of, refuse_existing,
+                               write_json_atomic)
 from attnbench.shard import Shard
 from attnbench.suite import Suite, load_suite
+from attnbench.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,8 @@ def print_dry_run(plan: Plan, console: Console) -> None:
     table.add_column("est. memory, fused", justify="right")
     table.add_column("est. memory, materialised scores", justify="right")
     for case in plan.cases:
-        table.add_row(case.describe(), f"{case.flops() / 1e9:,.2f}", format_bytes(case.memory_estimate(False)),
-                      format_bytes(case.memory_estimate(True, True)))
+        table.add_row(case.describe(), f"{case.flops() / 1e9:,.2f}", fmt_bytes(case.memory_estimate(False)),
+                      fmt_bytes(case.memory_estimate(True, True)))
     console.print(table)
 
 
@@ -158,9 +160,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
                                                    "already_done": len(done), "env": env})
         env = recorded
     else:
-        if results.exists():
-            raise AttnbenchError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
-                                 f"results are kept, or --resume {directory} to finish that run")
+        refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -293,7 +293,7 @@ def print_summary(records: list[Record], console: Console) -> None:
                 ("~" if r.noisy else "") + f"{r.time_ms:.3f}" if timed else "–",
                 f"{r.time_ms_iqr:.3f}" if timed else "–",
                 f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
-                format_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
+                fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
                 f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
                 (r.reason or r.kernel or "")[:160],
             )
@@ -301,13 +301,3 @@ def print_summary(records: list[Record], console: Console) -> None:
     if any(r.noisy for r in records):
         console.print("~ before a median: noisy, its IQR is over 10% of it", markup=False)
 
-
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "–"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"

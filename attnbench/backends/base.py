@@ -91,6 +91,12 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when the message is empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def expand_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
     """Repeat each KV head for the query heads that read it (head h reads KV head h // group)."""
     if case.kv_heads == case.heads:

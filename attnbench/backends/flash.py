@@ -13,7 +13,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.base import Backend, Prepared, first_line
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class _Flash(Backend):
         if isinstance(exc, (RuntimeError, AssertionError, NotImplementedError, ValueError)) and any(
             phrase in text for phrase in REFUSALS
         ):
-            return f"{self.library} refused: {text.splitlines()[0] if text else type(exc).__name__}"
+            return f"{self.library} refused: {first_line(exc)}"
         return None
 
 

@@ -11,7 +11,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.base import Backend, Prepared, first_line
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class FlexBackend(Backend):
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         """FlexAttention's own refusals (unsupported dtype, shape or device) as the skip reason."""
-        text = str(exc).strip()
-        first = text.splitlines()[0] if text else type(exc).__name__
+        first = first_line(exc)
         markers = ("not support", "NYI", "nsupported", "only supports")
         if isinstance(exc, NotImplementedError) or any(m in first for m in markers):
             return f"flex_attention refused: {first}"

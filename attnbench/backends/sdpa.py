@@ -6,7 +6,7 @@ import functools
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.base import Backend, Prepared, first_line
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class _Sdpa(Backend):
         if not any(marker in text for marker in NO_KERNEL):
             return None
         reasons = list(dict.fromkeys(str(w.message).strip() for w in caught))  # PyTorch says why in warnings
-        head = f"PyTorch refused {self.kernel_name}: {text.splitlines()[0]}"
+        head = f"PyTorch refused {self.kernel_name}: {first_line(exc)}"
         return "; ".join([head, *reasons])
 
 

@@ -24,7 +24,7 @@ from attnbench.report.baseline import group_speedups  # noqa: E402
 from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes  # noqa: E402
 from attnbench.report.peaks import peak_tflops_for  # noqa: E402
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle  # noqa: E402
-from attnbench.report.units import GIB, MIB, fmt_length  # noqa: E402
+from attnbench.units import GIB, MIB, fmt_length  # noqa: E402
 from attnbench.results import is_noisy  # noqa: E402
 
 DPI = 100

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
-from attnbench.report.units import fmt_ms
+from attnbench.units import fmt_ms
 from attnbench.results import is_noisy, key_of, load_records, results_path
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words
-from attnbench.report.units import fmt_bytes, fmt_length
+from attnbench.units import fmt_bytes, fmt_length
 from attnbench.results import is_noisy
 
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group

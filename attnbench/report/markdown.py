@@ -9,7 +9,7 @@ from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
 from attnbench.report.rows import median_text
-from attnbench.report.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms (IQR)", "TFLOP/s", "peak memory", "speed-up", "note")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.report.groups import dtype_word
-from attnbench.report.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.results import is_noisy
 
 # Marks a noisy median (IQR over 10% of it) in every table.

@@ -1,4 +1,4 @@
-"""How numbers are written in reports: times, bytes, lengths, ratios — the same way everywhere."""
+"""How numbers are written for people (reports and terminal tables): times, bytes, lengths, ratios."""
 
 from __future__ import annotations
 
