@@ -21,8 +21,14 @@ if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     || exit 1
   export PYTHONPATH="$PYTHONPATH:$site"
 fi
-if ! "$PY" -c "import pydantic, typer, rich, yaml, pandas, torch" 2>/dev/null; then
-  echo "missing Python dependencies (pydantic, typer, rich, pyyaml, pandas, torch): put wheels in $WHEELS/" >&2
+missing=$("$PY" - <<'PY'
+import importlib.util
+need = ["pydantic", "typer", "rich", "yaml", "pandas", "torch", "pytest", "matplotlib", "jinja2"]
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
+PY
+)
+if [ -n "$missing" ]; then
+  echo "missing Python packages: $missing (put their wheels in $WHEELS/, see the top of this script)" >&2
   exit 1
 fi
 
@@ -43,13 +49,18 @@ echo "gpu-check: writing to $dir"
   nvidia-smi 2>/dev/null || echo "(no nvidia-smi)"
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
 } > "$dir/machine.txt" 2>&1
+# The GPU's own account of its state, raw, for the record (and as fixtures for attnbench's parsers).
+nvidia-smi -q -x > "$dir/nvidia-smi-q.xml" 2>/dev/null || rm -f "$dir/nvidia-smi-q.xml"
+nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,clocks.sm,clocks.mem,clocks.applications.graphics,clocks.applications.memory,clocks.max.sm,clocks.max.mem,power.limit,power.draw,temperature.gpu,persistence_mode,ecc.mode.current,mig.mode.current,compute_mode,clocks_event_reasons.active \
+  --format=csv > "$dir/nvidia-smi-query.csv" 2>&1 || true
+nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv > "$dir/nvidia-smi-apps.csv" 2>&1 || true
 
 status=0
 "$PY" -m attnbench list --device "$device" > "$dir/list.txt" 2>&1 || status=1
 "$PY" -m attnbench doctor --device "$device" > "$dir/doctor.txt" 2>&1  # exit 1 = a backend is missing: recorded, not fatal
 timeout "${GPU_TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/ -rs > "$dir/pytest-gpu.log" 2>&1 || status=1
 tail -n 3 "$dir/pytest-gpu.log"
-timeout "${GPU_SUITE_TIMEOUT:-300}" "$PY" -m attnbench run suites/gpu-check.yaml --device "$device" --out "$dir/run" \
+timeout "${GPU_SUITE_TIMEOUT:-300}" "$PY" -m attnbench run suites/gpu-check.yaml --device "$device" --out "$dir/run" --timeout 120 \
   > "$dir/run.log" 2>&1 || status=1
 tail -n 5 "$dir/run.log"
 echo "gpu-check: done (status $status); results in $dir"

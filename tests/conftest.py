@@ -8,7 +8,7 @@ from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.results import Record
 from attnbench.runner import CaseData, RunInfo, Runner
-from attnbench.timing import ClockTimer, TimingSettings
+from attnbench.timing import TimingSettings, timer_for
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 
@@ -35,6 +35,6 @@ def make_case(**overrides: object) -> Case:
 
 
 def measure(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
-    """One measurement with a single timed sample: enough to check correctness and record shape."""
-    runner = Runner(RunInfo("test", "test"), ClockTimer(), ONE_SAMPLE)
+    """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
+    runner = Runner(RunInfo("test", "test"), timer_for(case.device), ONE_SAMPLE)
     return runner.measure(data or CaseData(case), backend)
