@@ -172,6 +172,8 @@ class Runner:
         return self._record(case, backend, status, reason, fields)
 
     def _measure(self, data: CaseData, backend: Backend, fields: dict[str, Any], caught: list) -> str:
+        import torch
+
         case = data.case
         inp = data.inputs
         canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inp.q, inp.k, inp.v))
@@ -179,7 +181,8 @@ class Runner:
         fields.update(kernel=prepared.kernel, kv_expanded=prepared.kv_expanded, extra=dict(prepared.extra))
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
         with prepared.context():
-            with warnings.catch_warnings(record=True) as seen:
+            # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.
+            with warnings.catch_warnings(record=True) as seen, torch.set_grad_enabled(case.needs_grad):
                 warnings.simplefilter("always")
                 try:
                     out_native = prepared.call(*leaves)

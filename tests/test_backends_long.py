@@ -131,6 +131,44 @@ def test_flex_matches_reference(c: Case) -> None:
         assert record.extra["sparsity_percent"] == 25.0
 
 
+def test_flex_forward_compiles_one_graph_and_records_how_its_mask_was_built() -> None:
+    """The check runs in the timed grad mode, so no second compile (grad mode is in Dynamo's guards)."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    record = measure(case(window=24, sq=200, heads=2, kv_heads=2, d=16), FlexBackend())
+    assert record.status == "ok", record.reason
+    assert counters["stats"]["unique_graphs"] - before == 1
+    assert record.extra["mask_build"] == "eager" and record.extra["mask_build_s"] > 0
+
+
+def test_flex_backward_keeps_its_buffers_for_retained_graphs() -> None:
+    """On CUDA, a compiled backward that donates buffers refuses retain_graph=True (every flex fwd_bwd
+    record on the first H200 run was that error); the check and `bwd` timing need retain_graph."""
+    import torch._functorch.config as functorch_config
+
+    from attnbench.backends.flex import compiled_flex_attention
+
+    compiled_flex_attention()
+    assert functorch_config.donated_buffer is False
+
+
+def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the eager limit (12 GB at 32K tokens, eagerly) the mask comes from a compiled create_block_mask."""
+    import attnbench.backends.flex as flex
+
+    monkeypatch.setattr(flex, "MASK_EAGER_LIMIT", 0)
+    c = case(window=24, sq=256, heads=2, kv_heads=2, d=16)
+    block_mask, how = flex.flex_block_mask(c, "cpu")
+    assert how["mask_build"] == "compiled"
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    eager = create_block_mask(lambda b, h, q, k: c.allowed(q, k), None, None, 256, 256, device="cpu")
+    assert torch.equal(block_mask.kv_num_blocks, eager.kv_num_blocks)
+    assert torch.equal(block_mask.kv_indices, eager.kv_indices)
+    assert block_mask.sparsity() == eager.sparsity()
+
+
 def test_flex_backward_on_cpu_is_refused_with_flex_reason() -> None:
     """FlexAttention has no CPU backward: the record is `skipped` with FlexAttention's own words."""
     record = measure(case(window=8, sq=64, mode="fwd_bwd"), FlexBackend())

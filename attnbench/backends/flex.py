@@ -19,10 +19,16 @@ if TYPE_CHECKING:
 
     from attnbench.case import Case
 
+# A mask materialised eagerly costs about this many bytes per (query, key) pair (bool mask plus the
+# int64 index arithmetic of the window term): 12 GB at 32K tokens. Above MASK_EAGER_LIMIT bytes, and
+# always on CUDA, the block mask is built by a compiled create_block_mask, which never materialises it.
+MASK_BYTES_PER_PAIR = 11
+MASK_EAGER_LIMIT = 256 << 20
 # Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
 # limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them.
 RECOMPILE_LIMIT = 1024
 _compiled: Callable[..., Any] | None = None
+_compiled_mask: Callable[..., Any] | None = None
 
 
 def compiled_flex_attention() -> Callable[..., Any]:
@@ -37,21 +43,51 @@ def compiled_flex_attention() -> Callable[..., Any]:
                      "accumulated_cache_size_limit"):
             if hasattr(dynamo_config, name):
                 setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+        # The compiled backward donates its saved buffers by default, which forbids retain_graph=True;
+        # the correctness check and the `bwd` mode reuse one forward graph, so keep the buffers.
+        import torch._functorch.config as functorch_config
+
+        functorch_config.donated_buffer = False
         _compiled = torch.compile(flex_attention, dynamic=False)
     return _compiled
 
 
-def flex_block_mask(case: Case, device: torch.device | str) -> Any:
-    """create_block_mask from Case.allowed (off = KV_LEN - Q_LEN, causal and window); None when unmasked."""
+def compiled_create_block_mask() -> Callable[..., Any]:
+    """torch.compile(create_block_mask), as PyTorch recommends in place of its `_compile=True` flag."""
+    global _compiled_mask
+    if _compiled_mask is None:
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        compiled_flex_attention()  # the same recompile limits
+        _compiled_mask = torch.compile(create_block_mask, dynamic=False)
+    return _compiled_mask
+
+
+def mask_is_compiled(case: Case, device_type: str) -> bool:
+    """Compile the block mask's construction on CUDA, and on CPU once the eager mask would be large."""
+    return device_type == "cuda" or case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR > MASK_EAGER_LIMIT
+
+
+def flex_block_mask(case: Case, device: torch.device | str) -> tuple[Any, dict[str, Any]]:
+    """create_block_mask from Case.allowed (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
+    and how it was built: `mask_build` ("compiled" or "eager") and `mask_build_s` (compile included)."""
+    import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
     if not case.has_mask:
-        return None
+        return None, {}
 
     def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         return case.allowed(q_idx, kv_idx)
 
-    return create_block_mask(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
+    compiled = mask_is_compiled(case, torch.device(device).type)
+    build = compiled_create_block_mask() if compiled else create_block_mask
+    start = time.perf_counter()
+    block_mask = build(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+    return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
 
 
 @register
@@ -63,13 +99,15 @@ class FlexBackend(Backend):
         import torch
 
         flex = compiled_flex_attention()
-        block_mask = flex_block_mask(case, q.device)
+        block_mask, mask_extra = flex_block_mask(case, q.device)
         gqa = case.kv_heads != case.heads
         scale = case.head_dim ** -0.5
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
 
+        # Compiled in the grad mode that is timed (the runner checks in that mode too): grad mode is part
+        # of Dynamo's guards, so a call in the other mode would compile a second graph.
         start = time.perf_counter()
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in (q, k, v))
         with torch.set_grad_enabled(case.needs_grad):
@@ -88,7 +126,7 @@ class FlexBackend(Backend):
             call=call,
             kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic=False"
                     f"{', block_mask' if block_mask is not None else ', no mask'}{', enable_gqa' if gqa else ''})"),
-            extra={"compile_s": compile_s, "sparsity_percent": sparsity},
+            extra={"compile_s": compile_s, "sparsity_percent": sparsity, **mask_extra},
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
