@@ -91,6 +91,42 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
+def module_owner(module: str, distribution: str) -> str | None:
+    """Why the importable `module` is not `distribution`'s own file; None when it is, or when it is not importable.
+
+    Two distributions can install the same path: flash-attn 2.8 bundles a `flash_attn/cute` prototype
+    (0.1.0) where flash-attn-4 installs FlashAttention 4. The file must be in the distribution's RECORD
+    with the same sha256, so whichever was installed last is the one named.
+    """
+    import base64
+    import hashlib
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    origin = Path(spec.origin).resolve()
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        owners = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
+        return f"{module} is importable but {distribution} is not installed ({module} comes from {', '.join(owners) or 'an unknown package'})"
+    for entry in dist.files or []:
+        if Path(str(dist.locate_file(entry))).resolve() != origin:
+            continue
+        if entry.hash is None or entry.hash.mode != "sha256":
+            return None
+        digest = base64.urlsafe_b64encode(hashlib.sha256(origin.read_bytes()).digest()).rstrip(b"=").decode()
+        if digest == entry.hash.value:
+            return None
+        break
+    return f"{module} ({origin}) is not the file {distribution} {dist.version} installed: another package overwrote or shadows it"
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty)."""
     text = str(exc).strip()

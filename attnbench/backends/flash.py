@@ -13,7 +13,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.backends.base import Backend, Prepared, first_line, module_owner
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ class _Flash(Backend):
     module: ClassVar[str]
     function: ClassVar[str] = "flash_attn_func"
     unbounded: ClassVar[int | None] = -1
-    returns_tuple: ClassVar[bool] = False  # FA4 returns (out, lse)
     warm_call: ClassVar[bool] = False  # FA4 compiles its kernels at the first call
+    # FA4: `module` must be the library's own file (flash-attn 2.8 bundles an older flash_attn/cute).
+    owner_checked: ClassVar[bool] = False
     min_capability: ClassVar[tuple[int, int]] = (8, 0)
     # The devices the kernels run on; the adapter tests add "cpu" to run it against a stand-in module.
     devices: ClassVar[tuple[str, ...]] = ("cuda",)
@@ -73,6 +74,10 @@ class _Flash(Backend):
             return f"{self.library} is not installed (cannot import {self.module}: {exc})"
         except AttributeError:
             return f"{self.library}: {self.module} has no {self.function}"
+        if self.owner_checked:
+            problem = module_owner(self.module, self.library)
+            if problem:
+                return problem
         if device not in self.devices:
             return "needs CUDA (FlashAttention has no CPU kernel)"
         if device == "cuda":
@@ -96,7 +101,10 @@ class _Flash(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         fn = self._function()
         kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5}
-        call = (lambda q, k, v: fn(q, k, v, **kwargs)[0]) if self.returns_tuple else (lambda q, k, v: fn(q, k, v, **kwargs))
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return output_of(fn(q, k, v, **kwargs))
+
         inputs = tuple(to_flash_layout(t) for t in (q, k, v))
         extra: dict[str, Any] = {}
         if self.warm_call:
@@ -118,6 +126,11 @@ class _Flash(Backend):
         ):
             return f"{self.library} refused: {first_line(exc)}"
         return None
+
+
+def output_of(result: Any) -> torch.Tensor:
+    """The attention output: FA4 and FA3 builds from before January 2025 return (out, lse), the rest out."""
+    return result[0] if isinstance(result, (tuple, list)) else result
 
 
 def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], backward: bool) -> float:
@@ -161,5 +174,5 @@ class FlashAttn4(_Flash):
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
     unbounded = None
-    returns_tuple = True
     warm_call = True
+    owner_checked = True

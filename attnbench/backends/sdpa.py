@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import re
 import warnings
-from typing import TYPE_CHECKING, Any, ClassVar
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.backends.base import Backend, Prepared, first_line, installed_version, module_owner
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -15,6 +17,34 @@ if TYPE_CHECKING:
     from attnbench.case import Case
 
 NO_KERNEL = ("No available kernel", "No viable backend")
+# PyTorch warns, for each kernel in turn, "<kernel> kernel not used because:" and then that kernel's
+# reasons, one warning each; the kernels that sdpa_kernel switched off add "... has been runtime disabled".
+KERNEL_HEADERS = {
+    "EFFICIENT_ATTENTION": "memory efficient kernel not used because",
+    "FLASH_ATTENTION": "flash attention kernel not used because",
+    "CUDNN_ATTENTION": "cudnn attention kernel not used because",
+}
+TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)?\s*$")
+# PyTorch's FA3/FA4 flash implementations refuse with RuntimeError("FA3 flash_attention forward unsupported: ...").
+IMPL_REFUSAL = re.compile(r"\bFA\d\b.*\bunsupported\b")
+
+
+def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
+    """The reasons PyTorch gave for `kernel` alone, without the "(Triggered internally at ...)" suffix
+    and the "has been runtime disabled" lines of the kernels that pinning switched off."""
+    groups: dict[str | None, list[str]] = {}
+    current: str | None = None
+    for message in messages:
+        text = TRIGGERED.sub("", message).strip()
+        lower = text.lower()
+        header = next((name for name, words in KERNEL_HEADERS.items() if lower.startswith(words)), None)
+        if header is not None:
+            current, text = header, text.split(":", 1)[1].strip() if ":" in text else ""
+        if not text or "has been runtime disabled" in lower:
+            continue
+        groups.setdefault(current, []).append(text)
+    own = groups.get(kernel) if kernel in KERNEL_HEADERS else [t for ts in groups.values() for t in ts]
+    return list(dict.fromkeys(own or []))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
@@ -40,6 +70,8 @@ class _Sdpa(Backend):
     """`F.scaled_dot_product_attention`, optionally pinned to one kernel with `sdpa_kernel`."""
 
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
+    # With FLASH_ATTENTION: PyTorch's FA3/FA4 implementation to route it to (None: its built-in FA2).
+    flash_impl: ClassVar[str | None] = None
     def availability(self, device: str) -> str | None:
         if device not in self.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
@@ -53,6 +85,10 @@ class _Sdpa(Backend):
         call = functools.partial(F.scaled_dot_product_attention, **kwargs)
         if self.kernel_name is None:
             context, kernel = sdpa_kernel_choice(q, k, v, kwargs)
+        elif self.kernel_name == "FLASH_ATTENTION":
+            pinned = [SDPBackend.FLASH_ATTENTION]
+            context = lambda: flash_pinned(self.flash_impl, pinned)  # noqa: E731
+            kernel = f"FLASH_ATTENTION {flash_impl_label(self.flash_impl, q.device.type)}"
         else:
             pinned = [getattr(SDPBackend, self.kernel_name)]
             context, kernel = (lambda: sdpa_kernel(pinned)), self.kernel_name
@@ -65,11 +101,72 @@ class _Sdpa(Backend):
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         text = str(exc)
+        if IMPL_REFUSAL.search(text):
+            return f"PyTorch's {self.kernel_name} refused: {first_line(exc)}"
         if not any(marker in text for marker in NO_KERNEL):
             return None
-        reasons = list(dict.fromkeys(str(w.message).strip() for w in caught))  # PyTorch says why in warnings
-        head = f"PyTorch refused {self.kernel_name}: {first_line(exc)}"
-        return "; ".join([head, *reasons])
+        reasons = pinned_kernel_reasons(self.kernel_name, [str(w.message) for w in caught])
+        return f"PyTorch refused {self.kernel_name}: " + "; ".join(reasons or ["PyTorch gave no reason"])
+
+
+# The module each of PyTorch's flash implementations imports, and the distribution that must own it.
+FLASH_IMPL_MODULES = {"FA3": ("flash_attn_interface", "flash-attn-3"), "FA4": ("flash_attn.cute.interface", "flash-attn-4")}
+
+
+@contextmanager
+def flash_pinned(impl: str | None, pinned: list[Any]) -> Iterator[None]:
+    """SDPA pinned to FLASH_ATTENTION, routed to PyTorch's `impl` (FA3, FA4) or its default FA2 (None);
+    the default is restored afterwards, so no other backend runs on an implementation it did not ask for."""
+    from torch.nn import attention
+    from torch.nn.attention import sdpa_kernel
+
+    switchable = hasattr(attention, "activate_flash_attention_impl")
+    if impl is not None:
+        attention.activate_flash_attention_impl(impl)
+    elif switchable and attention.current_flash_attention_impl() is not None:
+        attention.restore_flash_attention_impl(_raise_warn=False)
+    try:
+        with sdpa_kernel(pinned):
+            yield
+    finally:
+        if impl is not None:
+            attention.restore_flash_attention_impl(_raise_warn=False)
+
+
+def flash_impl_label(impl: str | None, device_type: str) -> str:
+    """Which flash implementation runs: PyTorch's CPU kernel, its built-in FA2, or an activated FA3/FA4."""
+    if device_type != "cuda":
+        return "(PyTorch's CPU flash kernel)"
+    if impl is None:
+        return "via FA2 (built into PyTorch)"
+    module, distribution = FLASH_IMPL_MODULES.get(impl, (None, None))
+    version = installed_version(distribution) if distribution else None
+    return f"via {impl} ({module}{f', {distribution} {version}' if version else ''})"
+
+
+@functools.cache
+def flash_impl_problem(impl: str) -> str | None:
+    """Why PyTorch cannot route SDPA's flash kernel to `impl` here (tried once: activated, then restored)."""
+    import torch
+    from torch.nn import attention
+
+    if not hasattr(attention, "list_flash_attention_impls"):
+        return f"torch {torch.__version__} cannot switch SDPA's flash implementation (no activate_flash_attention_impl)"
+    listed = attention.list_flash_attention_impls()
+    if impl not in listed:
+        return f"torch {torch.__version__} lists no {impl} flash implementation (it lists {listed or 'none'})"
+    module, distribution = FLASH_IMPL_MODULES.get(impl, (None, None))
+    if module and distribution:
+        owner = module_owner(module, distribution)
+        if owner:
+            return owner
+    try:
+        attention.activate_flash_attention_impl(impl)
+    except Exception as exc:  # PyTorch's own words: a missing module, kernels it does not find
+        return f"PyTorch cannot activate {impl}: {type(exc).__name__}: {first_line(exc)}"
+    finally:
+        attention.restore_flash_attention_impl(_raise_warn=False)
+    return None
 
 
 def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> tuple[Any, str]:
@@ -108,6 +205,34 @@ class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
+
+
+class _SdpaFlashImpl(SdpaFlash):
+    """SDPA's flash kernel routed to one of PyTorch's FlashAttention implementations (activate_flash_attention_impl)."""
+
+    devices = ("cuda",)
+
+    def availability(self, device: str) -> str | None:
+        if device != "cuda":
+            return f"needs CUDA (PyTorch's {self.flash_impl} flash implementation is CUDA-only)"
+        assert self.flash_impl is not None
+        return flash_impl_problem(self.flash_impl)
+
+
+@register
+class SdpaFlashFa3(_SdpaFlashImpl):
+    name = "sdpa-flash-fa3"
+    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
+    flash_impl = "FA3"
+    install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
+
+
+@register
+class SdpaFlashFa4(_SdpaFlashImpl):
+    name = "sdpa-flash-fa4"
+    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
+    flash_impl = "FA4"
+    install_hint = "pip install flash-attn-4"
 
 
 @register
