@@ -112,3 +112,21 @@ def test_a_case_far_beyond_free_device_memory_is_skipped_with_the_estimate() -> 
     assert record.reason == "estimated memory 2.1 MiB exceeds 2x the free device memory 0.5 MiB; not tried"
     roomy = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, free_memory=lambda device: 2 << 20)
     assert roomy.measure(CaseData(case), naive).status == "ok", "within 2x of free memory: tried"
+
+
+def test_the_reference_is_float64_on_cuda_too_so_fp32_bounds_do_not_collapse() -> None:
+    """An fp32 reference on CUDA is naive in fp32 itself: err(naive) = 0 and the bound a bare 1e-5 floor."""
+    import dataclasses
+
+    import torch
+
+    from attnbench import inputs as inputs_mod
+    from attnbench.check import max_abs_error
+
+    cpu = make_case(dtype="float32", seq_len=512, heads=2, kv_heads=2, head_dim=64, causal=True)
+    cuda = dataclasses.replace(cpu, device="cuda")  # the reference's precision must not depend on the device
+    inputs = inputs_mod.make_inputs(cpu)
+    ref = inputs_mod.reference(cuda, inputs, None)
+    assert ref.out.dtype == torch.float64
+    naive = inputs_mod.blocked_attention(cuda, inputs, None, False)
+    assert max_abs_error(naive.out, ref.out) > 0  # an fp32 reference would make this exactly 0
