@@ -205,7 +205,7 @@ class Runner:
         )
         fields["extra"]["errors"] = verdict.errors
         fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
-                                                                self.info)
+                                                                self.info, fields["extra"].get("fp32_math"))
         fields["extra"].update(peak_extra)
         if verdict.passed:
             return "ok"
@@ -274,15 +274,15 @@ def throughput(case: Case, median_ms: float) -> dict[str, Any]:
     return {"tflops": case.flops() / seconds / 1e12, "bandwidth_gbs": case.bytes_moved() / seconds / 1e9}
 
 
-def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float,
-                    info: RunInfo) -> tuple[float | None, dict[str, Any]]:
+def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
+                    fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
     """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence (peak_source).
 
     Decode-like cases (one query row) are judged against memory bandwidth, the rest against the dense
     compute rate for the dtype. The datasheet table is consulted only on CUDA; an override applies anywhere.
     """
     name = info.device_name if case.device == "cuda" else None
-    peak = peak_for(name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
+    peak = peak_for(name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs, fp32_math)
     if case.memory_bound:
         roof, achieved, source, bound = peak.bandwidth_gbs, bandwidth_gbs, peak.bandwidth_source, "memory"
     else:

@@ -97,6 +97,7 @@ class _Sdpa(Backend):
             call=call,
             kernel=f"torch {self.version()} sdpa {kernel} ({how}{', enable_gqa' if kwargs['enable_gqa'] else ''})",
             context=context,
+            extra=fp32_math(case, q.device.type, "EFFICIENT_ATTENTION" in kernel),
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -167,6 +168,12 @@ def flash_impl_problem(impl: str) -> str | None:
     finally:
         attention.restore_flash_attention_impl(_raise_warn=False)
     return None
+
+
+def fp32_math(case: Case, device_type: str, cutlass_efficient: bool) -> dict[str, Any]:
+    """`fp32_math: 3xTF32` where a CUTLASS memory-efficient kernel computes float32 on tensor cores (sm80+,
+    OpMultiplyAddFastF32), so percent_of_peak judges it against the TF32 roof, not the CUDA-core rate."""
+    return {"fp32_math": "3xTF32"} if cutlass_efficient and case.dtype == "float32" and device_type == "cuda" else {}
 
 
 def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> tuple[Any, str]:

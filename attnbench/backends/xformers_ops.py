@@ -14,6 +14,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Prepared, Unsupported, expand_kv
+from attnbench.backends.sdpa import fp32_math
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class XformersBackend(Backend):
         if device == "cuda" and not torch.cuda.is_available():
             return "needs CUDA (torch.cuda.is_available() is False)"
         dtype = torch.float16 if device == "cuda" else torch.float32
-        t = torch.zeros(1, 8, 1, 16, device=device, dtype=dtype)
+        t = torch.zeros(1, 8, 1, 64, device=device, dtype=dtype)  # a head size every operator takes
         try:
             dispatch_fw(ops, t, t, t, None, needs_gradient=False)
         except NotImplementedError as exc:
@@ -113,8 +114,16 @@ class XformersBackend(Backend):
             raise Unsupported(f"xformers: {condense(str(exc))}") from None
         except AttributeError:
             op = None  # private API gone: let xformers choose, and say that we could not ask
+        op_bw = None
+        if case.needs_grad and op is not None:
+            try:
+                op_bw = dispatch_bw(ops, *inputs, bias)
+            except NotImplementedError as exc:
+                raise Unsupported(f"xformers: {condense(str(exc))}") from None
+            except AttributeError:
+                op_bw = None  # private API gone: xformers chooses the backward op, unrecorded
         mea = ops.memory_efficient_attention
-        pinned = None if op is None else (op, None)  # pin the forward op we record; backward op: xformers'
+        pinned = None if op is None else (op, op_bw)  # the ops we record are the ops that run
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return mea(q, k, v, attn_bias=bias, scale=case.head_dim ** -0.5, op=pinned)
@@ -123,11 +132,16 @@ class XformersBackend(Backend):
         five_d = inputs[0].dim() == 5
         layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
+        ops_named = f"fw op {op_name}"
+        if case.needs_grad:
+            ops_named += f", bw op {getattr(op_bw, 'NAME', None) or 'unknown (xformers dispatcher not reachable)'}"
+        cutlass = "cutlass" in str(op_name).lower()
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=(f"xformers {self.version()} memory_efficient_attention fw op {op_name} "
+            kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
                     f"({layout}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
+            extra=fp32_math(case, inputs[0].device.type, cutlass),
             to_canonical=lambda out: out.reshape(b, sq, h, d).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,
         )
@@ -145,6 +159,13 @@ def dispatch_fw(ops: Any, q: Any, k: Any, v: Any, bias: Any, needs_gradient: boo
     fmha = ops.fmha
     inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
     return fmha._dispatch_fw(inp, needs_gradient)
+
+
+def dispatch_bw(ops: Any, q: Any, k: Any, v: Any, bias: Any) -> Any:
+    """The backward operator xformers' dispatcher picks (as memory_efficient_attention does at its forward)."""
+    fmha = ops.fmha
+    inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
+    return fmha._dispatch_bw(inp, varlen_lse_packed=None)
 
 
 def _window_of(bias: Any) -> str:
