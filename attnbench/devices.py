@@ -27,6 +27,26 @@ def parse_devices(text: str) -> list[int]:
     return indices
 
 
+def physical_gpu(index: int, visible: str | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry that this process's GPU `index` is, so a child sees the same GPU.
+
+    Indices count the GPUs visible here: under SLURM or on a shared box with CUDA_VISIBLE_DEVICES=4,5,6,7,
+    index 0 is physical GPU 4 (or a UUID / MIG id, passed on as written), never physical GPU 0.
+    """
+    if visible is None or not visible.strip():
+        return str(index)
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    if index >= len(entries):
+        raise AttnbenchError(f"--devices: no GPU {index} here; CUDA_VISIBLE_DEVICES={visible} makes {len(entries)} "
+                             f"visible (0..{len(entries) - 1})")
+    return entries[index]
+
+
+def worker_env(index: int, visible: str | None) -> dict[str, str]:
+    """The environment of the worker that measures on visible GPU `index`: that GPU alone."""
+    return {"CUDA_VISIBLE_DEVICES": physical_gpu(index, visible)}
+
+
 def check_devices(device: str, indices: list[int]) -> list[str]:
     """The names of the chosen GPUs; a user error for an index that does not exist or for mixed models."""
     if device != "cuda":

@@ -91,12 +91,15 @@ def collect_env(device: str) -> dict[str, Any]:
     """Everything about this machine that a reader needs to reproduce or compare a run."""
     import torch
 
+    from attnbench.devices import physical_gpu
+
     gpus = []
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             gpus.append({"name": props.name, "capability": f"{props.major}.{props.minor}",
-                         "memory_bytes": props.total_memory})
+                         "memory_bytes": props.total_memory,
+                         "physical_id": physical_gpu(index, os.environ.get("CUDA_VISIBLE_DEVICES"))})
     return {
         "attnbench": attnbench.__version__,
         "python": platform.python_version(),
@@ -108,6 +111,7 @@ def collect_env(device: str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "gpu_count": len(gpus),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus": gpus,
         "driver": nvidia_driver() if gpus else None,
         "libraries": library_versions(),

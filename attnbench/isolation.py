@@ -235,7 +235,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     """The worker's loop: measure what the parent sends until it says stop or goes away."""
     from attnbench.case import Case
     from attnbench.registry import default_registry
-    from attnbench.runner import CaseData, Runner, release_memory
+    from attnbench.runner import CaseData, Runner, cuda_is_broken, release_memory
     from attnbench.timing import timer_for
 
     registry = default_registry(list(config.plugins))
@@ -243,7 +243,15 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
     gc.collect()
     gc.freeze()  # this process lives for measuring: collections between cases skip torch's own objects
-    runner = Runner(config.info, timer_for(config.device, config.timer), config.settings)
+    info = config.info
+    if config.device == "cuda" and "CUDA_VISIBLE_DEVICES" in config.env:
+        import dataclasses
+
+        import torch
+
+        # The GPU this worker was given, not the parent's first: its name picks the peak for percent_of_peak.
+        info = dataclasses.replace(info, device_name=torch.cuda.get_device_name(0))
+    runner = Runner(info, timer_for(config.device, config.timer), config.settings)
     conn.send(("ready",))
     data: CaseData | None = None
 
@@ -271,21 +279,9 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             data = CaseData(case)
         record = runner.measure(data, registry.get(name), on_start=started)
         if "CUDA_VISIBLE_DEVICES" in config.env:  # one worker per GPU: say which GPU measured this
-            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]
+            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]  # its physical id (or UUID)
+            record.extra["gpu_name"] = info.device_name
         retire = record.status == "error" and cuda_is_broken(case.device)
         conn.send(("record", record.to_dict(), retire))
         if retire:
             return
-
-
-def cuda_is_broken(device: str) -> bool:
-    """Whether a CUDA error has poisoned this process's context (every later call would fail too)."""
-    if device != "cuda":
-        return False
-    import torch
-
-    try:
-        torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001 - any failure here means the context is unusable
-        return True
-    return False

@@ -159,6 +159,7 @@ class Runner:
         if on_start is not None:
             on_start(data)
         caught: list[warnings.WarningMessage] = []
+        collect = False
         try:
             status = self._measure(data, backend, fields, caught)
             reason = None if status == "ok" else fields.pop("mismatch_reason")
@@ -167,8 +168,12 @@ class Runner:
         except Exception as exc:  # a backend may fail in any way; the sweep goes on
             status, reason = classify(exc, backend, caught)
             del exc
-            release_memory(case.device, collect=True)  # a traceback holds the failed call's tensors in cycles
-        release_memory(case.device)
+            collect = True  # a traceback holds the failed call's tensors in cycles
+        try:
+            release_memory(case.device, collect=collect)
+        except Exception as exc:  # noqa: BLE001 - a sticky CUDA error (illegal memory access) raises again here
+            status = "error"
+            reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
         return self._record(case, backend, status, reason, fields)
 
     def _measure(self, data: CaseData, backend: Backend, fields: dict[str, Any], caught: list) -> str:
@@ -226,23 +231,38 @@ class Runner:
 
 
 class InProcess:
-    """Measures in this process, keeping one CaseData while consecutive tasks share a case."""
+    """Measures in this process, keeping one CaseData while consecutive tasks share a case.
+
+    After an error that broke the CUDA context (a sticky error: every later call would fail too), the
+    rest are recorded `skipped` with that reason; an isolated run replaces its worker instead.
+    """
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.data: CaseData | None = None
+        self.broken: str | None = None
 
     def measure(self, case: Case, backend: Backend) -> Record:
+        if self.broken:
+            return self.runner.unmeasured(case, backend, "skipped", self.broken)
         if self.data is None or self.data.case != case:
             self._drop()
             self.data = CaseData(case)
-        return self.runner.measure(self.data, backend)
+        record = self.runner.measure(self.data, backend)
+        if record.status == "error" and cuda_is_broken(case.device):
+            self.data = None
+            self.broken = (f"not run: {record.backend} on {record.case_id} broke this process's CUDA context "
+                           f"({record.reason}); run isolated (the default on CUDA) to go on past it")
+        return record
 
     def _drop(self) -> None:
         if self.data is not None:
             device = self.data.case.device
             self.data = None
-            release_memory(device, collect=True)
+            try:
+                release_memory(device, collect=True)
+            except Exception:  # noqa: BLE001 - a broken context is found and recorded by the next measurement
+                pass
 
     def close(self) -> None:
         self._drop()
@@ -402,6 +422,19 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (RuntimeError, MemoryError)) and (
         isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower()
     )
+
+
+def cuda_is_broken(device: str) -> bool:
+    """Whether a CUDA error has poisoned this process's context (every later call would fail too)."""
+    if device != "cuda":
+        return False
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - any failure here means the context is unusable
+        return True
+    return False
 
 
 def release_memory(device: str, collect: bool = False) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,10 +199,11 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
             records.append(record)
 
         if options.devices is not None:
-            from attnbench.devices import run_on_devices
+            from attnbench.devices import run_on_devices, worker_env
 
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                               {"CUDA_VISIBLE_DEVICES": str(index)}, options.timer), runner, timeout_s)
+                                               worker_env(index, visible), options.timer), runner, timeout_s)
                          for index in options.devices]
             measured = run_on_devices(runner, tasks, sink, measurers)
         else:

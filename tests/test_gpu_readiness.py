@@ -83,3 +83,47 @@ def test_the_flash_extra_installs_with_xformers() -> None:
     assert flash.specifier.contains(Version("2.7.1")) and flash.specifier.contains(Version("2.8.3"))
     xformers = next(Requirement(r) for r in extras["xformers"] if Requirement(r).name == "xformers")
     assert xformers.specifier.contains(Version("0.0.35"))
+
+
+@pytest.mark.parametrize(("visible", "index", "physical"), [
+    (None, 1, "1"), ("", 0, "0"), ("4,5,6,7", 0, "4"), ("4,5,6,7", 3, "7"), (" 2, 3", 1, "3"),
+    ("GPU-a9a60faf-a839-1b91-a0fb-4017ebbc5d83,GPU-b1", 1, "GPU-b1"), ("MIG-3f2e", 0, "MIG-3f2e"),
+])
+def test_devices_map_through_the_visible_gpus(visible: str | None, index: int, physical: str) -> None:
+    """--devices 0 under CUDA_VISIBLE_DEVICES=4,5,6,7 is physical GPU 4, never someone else's GPU 0."""
+    from attnbench.devices import worker_env
+
+    assert worker_env(index, visible) == {"CUDA_VISIBLE_DEVICES": physical}
+
+
+def test_a_device_index_beyond_the_visible_list_is_one_clear_error() -> None:
+    from attnbench.devices import physical_gpu
+    from attnbench.errors import AttnbenchError
+
+    with pytest.raises(AttnbenchError, match=r"CUDA_VISIBLE_DEVICES=4,5 makes 2 visible \(0..1\)"):
+        physical_gpu(2, "4,5")
+
+
+def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an illegal memory access, releasing memory raises again: it must not escape, and with
+    --no-isolate the later measurements are `skipped` naming the broken context instead of erroring."""
+    import attnbench.runner as runner_mod
+    from attnbench.backends.testing import Raising
+    from attnbench.registry import default_registry
+    from attnbench.runner import InProcess, Runner
+    from tests.conftest import ONE_SAMPLE
+
+    def sticky(device: str, collect: bool = False) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(runner_mod, "release_memory", sticky)
+    monkeypatch.setattr(runner_mod, "cuda_is_broken", lambda device: True)
+    from attnbench.timing import ClockTimer
+
+    measurer = InProcess(Runner(RunInfo("r", "t"), ClockTimer(), ONE_SAMPLE))
+    case = make_case()
+    first = measurer.measure(case, Raising())
+    assert first.status == "error"
+    assert "while releasing memory: CUDA error: an illegal memory access" in first.reason
+    second = measurer.measure(make_case(seq_len=32), default_registry().get("naive"))
+    assert second.status == "skipped" and "broke this process's CUDA context" in second.reason
