@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from attnbench.errors import AttnbenchError
-from attnbench.runner import OomPruner
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -66,66 +63,6 @@ def check_devices(device: str, indices: list[int]) -> list[str]:
 
 def run_on_devices(runner: Runner, tasks: list[tuple[Case, Backend]], sink: Callable[[Record], None],
                    measurers: list[Measurer]) -> int:
-    """Measure `tasks` with one thread per measurer (one worker per GPU); returns how many records were made.
-
-    A case's backends stay together, so a worker makes the case's inputs and reference once. Records
-    reach `sink` one at a time, in the order they finish; OOM pruning is shared by all workers.
-    """
-    groups: deque[list[tuple[Case, Backend]]] = deque()
-    for case, backend in tasks:
-        if groups and groups[-1][0][0] == case:
-            groups[-1].append((case, backend))
-        else:
-            groups.append([(case, backend)])
-    lock = threading.Lock()
-    pruner = OomPruner(runner.oom_pruning)
-    listener, total = runner.listener, len(tasks)
-    done = 0
-    failures: list[BaseException] = []
-
-    def work(measurer: Measurer) -> None:
-        nonlocal done
-        try:
-            while True:
-                with lock:
-                    if not groups or runner.should_stop():
-                        return
-                    group = groups.popleft()
-                for case, backend in group:
-                    with lock:
-                        if runner.should_stop():
-                            return
-                        if listener:
-                            listener.started(done, total, case, backend)
-                        reason = pruner.reason(case, backend)
-                    if reason:
-                        record = runner.unmeasured(case, backend, "skipped", reason)
-                    else:
-                        record = measurer.measure(case, backend)
-                    with lock:
-                        pruner.note(case, backend, record)
-                        sink(record)
-                        done += 1
-                        if listener:
-                            listener.finished(record)
-        except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread below
-            failures.append(exc)
-        finally:
-            measurer.close()
-
-    threads = [threading.Thread(target=work, args=(m,), name=f"attnbench-device-{i}", daemon=True)
-               for i, m in enumerate(measurers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:  # a second Ctrl-C: stop every worker before leaving
-        with lock:
-            groups.clear()
-        for measurer in measurers:
-            getattr(measurer, "abort", measurer.close)()
-        raise
-    if failures:
-        raise failures[0]
-    return done
+    """Measure `tasks` with one measurer per GPU, through the runner's one loop (Runner.run_tasks): a queue of
+    whole cases that every measurer feeds from. Returns how many records were made."""
+    return runner.run_tasks(tasks, sink, list(measurers))

@@ -1,11 +1,17 @@
-"""Peak memory a call needs above what was allocated before it, measured per device."""
+"""Peak memory a call needs above what was allocated before it, measured per device, on a call that runs anyway.
+
+No measurement costs a call of its own: on CUDA the peak is read around the timer's first warm-up call
+(peak statistics reset before it, read after); on a CPU, where only PyTorch's profiler sees the allocator,
+the profiled call is the correctness call when it is the timed call's twin (forward), else the first
+warm-up call. `PeakOnFirstCall` wraps the timed function for that.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 CPU_METHOD = "torch.profiler CPU allocator events"
@@ -16,12 +22,34 @@ def measure_peak(fn: Callable[[], object], device: str) -> tuple[int, str]:
 
     The call's result is held until the peak is read, so the output counts as memory it needs.
     """
+    _, peak, method = call_measuring_peak(fn, device)
+    return peak, method
+
+
+def call_measuring_peak(fn: Callable[[], Any], device: str) -> tuple[Any, int, str]:
+    """Run `fn` once and return (its result, peak bytes above the state before the call, method used)."""
     if device == "cuda":
-        return _cuda_peak(fn), CUDA_METHOD
-    return _cpu_peak(fn), CPU_METHOD
+        return (*_cuda_peak(fn), CUDA_METHOD)
+    return (*_cpu_peak(fn), CPU_METHOD)
 
 
-def _cuda_peak(fn: Callable[[], object]) -> int:
+class PeakOnFirstCall:
+    """The timed function, measuring peak memory on its first call (the timer's first warm-up call)."""
+
+    def __init__(self, fn: Callable[[], object], device: str) -> None:
+        self.fn = fn
+        self.device = device
+        self.peak: int | None = None
+        self.method: str | None = None
+
+    def __call__(self) -> object:
+        if self.peak is not None:
+            return self.fn()
+        result, self.peak, self.method = call_measuring_peak(self.fn, self.device)
+        return result
+
+
+def _cuda_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
     import torch
 
     torch.cuda.synchronize()
@@ -29,18 +57,52 @@ def _cuda_peak(fn: Callable[[], object]) -> int:
     before = torch.cuda.memory_allocated()
     result = fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    del result
-    return peak
+    return result, torch.cuda.max_memory_allocated() - before
 
 
-def _cpu_peak(fn: Callable[[], object]) -> int:
+def _cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
     """The highest running total of CPU allocations minus frees seen by PyTorch's profiler during `fn`.
 
     PyTorch keeps no peak statistic for CPU memory, but its profiler records every allocation and
     free made through its CPU allocator (`profile_memory=True`); summing them in time order gives
-    the live bytes the call added at each moment.
+    the live bytes the call added at each moment. The autograd profiler's plain CPU mode does this
+    without starting Kineto (whose first start costs about a second); Kineto is the fallback.
     """
+    legacy = _legacy_profiler()
+    if legacy is None:
+        return _kineto_cpu_peak(fn)
+    enable, disable, config = legacy
+    with _quiet_stderr():
+        enable(config)
+    try:
+        result = fn()
+    finally:
+        threads = disable()
+    events = [event for thread in threads for event in thread if event.kind() == "memory_alloc"]
+    if not events:
+        return result, 0
+    first = events[0]
+    events.sort(key=lambda event: first.cpu_elapsed_us(event))
+    live = peak = 0
+    for event in events:
+        live += event.cpu_memory_usage()
+        peak = max(peak, live)
+    return result, peak
+
+
+def _legacy_profiler() -> tuple[Callable, Callable, Any] | None:
+    """The autograd profiler's CPU mode with memory events, where this torch still has it."""
+    try:
+        import torch.autograd as autograd
+        from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        config = ProfilerConfig(ProfilerState.CPU, False, True, False, False, False, _ExperimentalConfig())
+        return autograd._enable_profiler_legacy, autograd._disable_profiler_legacy, config
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+def _kineto_cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
@@ -48,7 +110,6 @@ def _cpu_peak(fn: Callable[[], object]) -> int:
         prof.start()
     try:
         result = fn()
-        del result
     finally:
         with _quiet_stderr():
             prof.stop()
@@ -57,7 +118,7 @@ def _cpu_peak(fn: Callable[[], object]) -> int:
     for event in sorted(events, key=lambda e: e.start_ns()):
         live += event.nbytes()
         peak = max(peak, live)
-    return peak
+    return result, peak
 
 
 @contextlib.contextmanager

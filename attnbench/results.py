@@ -56,7 +56,14 @@ class Record:
     samples: int = 0
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
-    noisy: bool = False  # the samples' IQR exceeds NOISE_THRESHOLD of their median: compare never calls it a regression
+    # The median's distribution-free interval (attnbench.interval) at ci_level confidence (0.95 once there are
+    # at least 6 samples; with fewer it is [min, max] and ci_level says what that covers).
+    ci_low_ms: float | None = None
+    ci_high_ms: float | None = None
+    ci_level: float | None = None
+    stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
+    # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked.
+    noisy: bool = False
     flops: int | None = None
     tflops: float | None = None
     bytes_moved: int | None = None  # Case.bytes_moved(): the mode's memory-traffic floor
@@ -86,10 +93,24 @@ def is_noisy(record: dict[str, Any]) -> bool:
     """A stored record's noise flag; for records written before the flag existed, computed from its IQR."""
     if "noisy" in record:
         return bool(record["noisy"])
+    return is_spread(record)
+
+
+def is_spread(record: dict[str, Any]) -> bool:
+    """Whether a record's samples spread wide: IQR over NOISE_THRESHOLD of the median (the samples themselves
+    are unsteady, so no interval computed from them can be trusted)."""
     from attnbench.timing import NOISE_THRESHOLD
 
     median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
     return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
+
+
+def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
+    """A record's (ci_low_ms, ci_high_ms); None for a record without one (not timed, or written before intervals)."""
+    low, high = record.get("ci_low_ms"), record.get("ci_high_ms")
+    if low is None or high is None:
+        return None
+    return float(low), float(high)
 
 
 def key_of(record: dict[str, Any]) -> tuple:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
@@ -12,9 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
-from attnbench.memory import measure_peak
+from attnbench.interval import Interval, median_interval
+from attnbench.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.peaks import peak_for
 from attnbench.results import Record
+from attnbench.sampling import STOPS
 from attnbench.timing import Timer, TimingSettings, summarize
 
 if TYPE_CHECKING:
@@ -57,10 +62,15 @@ class Measurer(Protocol):
 
 
 class CaseData:
-    """Everything shared by the backends of one case, made once and only when first needed."""
+    """Everything shared by the backends of one case, made once and only when first needed.
+
+    `reference_s` adds up the seconds spent on the reference and the naive run in the case's dtype (the
+    correctness rule's two yardsticks): what checking costs, shown in the run's summary line.
+    """
 
     def __init__(self, case: Case) -> None:
         self.case = case
+        self.reference_s = 0.0
 
     @cached_property
     def inputs(self) -> Inputs:
@@ -72,12 +82,42 @@ class CaseData:
 
     @cached_property
     def reference(self) -> Answer:
-        return inputs_mod.reference(self.case, self.inputs, self.rows)
+        inputs, rows = self.inputs, self.rows
+        with self._timed():
+            return inputs_mod.reference(self.case, inputs, rows)
 
     @cached_property
     def naive(self) -> Answer:
         """Naive attention in the case's own dtype: how much rounding that dtype must be allowed."""
-        return inputs_mod.blocked_attention(self.case, self.inputs, self.rows, inputs_mod.grad_checkable(self.case))
+        inputs, rows = self.inputs, self.rows
+        with self._timed():
+            return inputs_mod.blocked_attention(self.case, inputs, rows, inputs_mod.grad_checkable(self.case))
+
+    def _timed(self) -> _Stopwatch:
+        return _Stopwatch(self)
+
+
+class _Stopwatch:
+    """Adds the seconds of a `with` block to a CaseData's reference_s (synchronising CUDA at both ends)."""
+
+    def __init__(self, data: CaseData) -> None:
+        self.data = data
+
+    def __enter__(self) -> None:
+        _sync(self.data.case.device)
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        if kind is None:  # after a failure (a sticky CUDA error) a synchronize would only raise again
+            _sync(self.data.case.device)
+        self.data.reference_s += time.perf_counter() - self.start
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 @dataclass
@@ -98,32 +138,49 @@ class Runner:
         return self.run_tasks([(case, backend) for case in cases for backend in backends], sink)
 
     def run_tasks(self, tasks: list[tuple[Case, Backend]], sink: Callable[[Record], None],
-                  measurer: Measurer | None = None) -> int:
-        """Measure each (case, backend) in order, in this process unless `measurer` says otherwise.
+                  measurer: Measurer | list[Measurer] | None = None) -> int:
+        """Measure each (case, backend): in this process, or by `measurer`, or by several measurers at once.
 
-        After an `oom`, longer sequences of the same backend and case group are recorded `skipped`
-        without being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
+        The one loop every run goes through. Tasks wait in a queue of whole cases (a case's backends stay
+        together, so its inputs and reference are made once); each measurer takes the next case when it is
+        free: one measurer (the usual run) takes them in order, several (one worker per GPU) share them.
+        After an `oom`, longer sequences of the same backend and case group are recorded `skipped` without
+        being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
         """
-        measurer = measurer or InProcess(self)
+        measurers = measurer if isinstance(measurer, list) else [measurer or InProcess(self)]
+        queue = TaskQueue(tasks)
         pruner = OomPruner(self.oom_pruning)
-        total, done = len(tasks), 0
-        try:
-            for case, backend in tasks:
-                if self.should_stop():
-                    break
-                if self.listener:
-                    self.listener.started(done, total, case, backend)
-                reason = pruner.reason(case, backend)
-                record = self.unmeasured(case, backend, "skipped", reason) if reason else measurer.measure(case, backend)
-                pruner.note(case, backend, record)
-                sink(record)
-                done += 1
-                if self.listener:
-                    self.listener.finished(record)
-        except BaseException:  # a second Ctrl-C aborts: a worker is killed, not waited for
-            getattr(measurer, "abort", measurer.close)()
-            raise
-        measurer.close()
+        lock = threading.Lock()
+        done = 0
+
+        def work(one: Measurer) -> None:
+            nonlocal done
+            while (group := queue.next_case()) is not None:
+                for case, backend in group:
+                    with lock:
+                        if self.should_stop():
+                            queue.clear()
+                            return
+                        if self.listener:
+                            self.listener.started(done, len(tasks), case, backend)
+                        reason = pruner.reason(case, backend)
+                    record = self.unmeasured(case, backend, "skipped", reason) if reason else one.measure(case, backend)
+                    with lock:
+                        pruner.note(case, backend, record)
+                        sink(record)
+                        done += 1
+                        if self.listener:
+                            self.listener.finished(record)
+
+        if len(measurers) == 1:
+            try:
+                work(measurers[0])
+            except BaseException:  # a second Ctrl-C aborts: a worker is killed, not waited for
+                getattr(measurers[0], "abort", measurers[0].close)()
+                raise
+            measurers[0].close()
+            return done
+        run_threads(work, measurers, queue)
         return done
 
     def unmeasured(self, case: Case, backend: Backend, status: str, reason: str) -> Record:
@@ -156,6 +213,7 @@ class Runner:
         reason = self.skip_reason(case, backend)
         if reason:
             return self._record(case, backend, "skipped", reason, fields)
+        reference_before = data.reference_s
         if on_start is not None:
             on_start(data)
         caught: list[warnings.WarningMessage] = []
@@ -169,6 +227,8 @@ class Runner:
             status, reason = classify(exc, backend, caught)
             del exc
             collect = True  # a traceback holds the failed call's tensors in cycles
+        if data.reference_s > reference_before:  # this measurement made the case's reference: say what it cost
+            fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
         try:
             release_memory(case.device, collect=collect)
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error (illegal memory access) raises again here
@@ -185,29 +245,39 @@ class Runner:
         prepared = backend.prepare(case, *canonical)
         fields.update(kernel=prepared.kernel, kv_expanded=prepared.kv_expanded, extra=dict(prepared.extra))
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
+        # Peak memory comes from a call that runs anyway: the checked call when it is the timed call's twin
+        # (a CPU forward: the profiler is the only way to see CPU allocations), else the first warm-up call.
+        peak_in_check = case.device != "cuda" and case.mode == "fwd"
         with prepared.context():
             # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.
             with warnings.catch_warnings(record=True) as seen, torch.set_grad_enabled(case.needs_grad):
                 warnings.simplefilter("always")
                 try:
-                    out_native = prepared.call(*leaves)
+                    if peak_in_check:
+                        out_native, peak, method = call_measuring_peak(lambda: prepared.call(*leaves), case.device)
+                    else:
+                        out_native = prepared.call(*leaves)
                 finally:
                     caught.extend(seen)
             answer, dout_native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
                                             inputs_mod.grad_checkable(case))
             verdict = judge(answer, data.reference, data.naive, case.dtype)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
-            samples = self.timer.measure(fn, self.settings)
-            peak, method = measure_peak(fn, case.device)
-        stats = summarize(samples)
+            first = None if peak_in_check else PeakOnFirstCall(fn, case.device)
+            samples = self.timer.measure(first or fn, self.settings)
+            # (right after timing: a spot for what the device's state was while it timed)
+            if first is not None:
+                if first.peak is None:  # a timer that never called fn (a test's scripted timer)
+                    first()
+                peak, method = first.peak, first.method
+        fields.update(timing_fields(samples, self.settings))
         fields.update(
-            time_ms=stats.median, time_ms_iqr=stats.iqr, time_ms_min=stats.minimum, samples=len(samples),
-            times_ms=samples, noisy=stats.noisy, **throughput(case, stats.median),
-            peak_memory_bytes=peak, memory_method=method, max_abs_error=verdict.max_abs_error,
-            error_bound=verdict.error_bound,
+            **throughput(case, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
+            max_abs_error=verdict.max_abs_error, error_bound=verdict.error_bound,
             rows_checked=case.seq_len if data.rows is None else len(data.rows),
             grad_checked=data.reference.grads is not None,
         )
+        fields["extra"].update(timing_extra(samples, self.timer))
         fields["extra"]["errors"] = verdict.errors
         fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                                 self.info, fields["extra"].get("fp32_math"))
@@ -268,6 +338,60 @@ class InProcess:
         self._drop()
 
 
+class TaskQueue:
+    """The measurements still to make, as whole cases (consecutive tasks of one case), taken one case at a time."""
+
+    def __init__(self, tasks: list[tuple[Case, Backend]]) -> None:
+        self.groups: deque[list[tuple[Case, Backend]]] = deque()
+        for case, backend in tasks:
+            if self.groups and self.groups[-1][0][0] == case:
+                self.groups[-1].append((case, backend))
+            else:
+                self.groups.append([(case, backend)])
+        self.lock = threading.Lock()
+
+    def next_case(self) -> list[tuple[Case, Backend]] | None:
+        with self.lock:
+            return self.groups.popleft() if self.groups else None
+
+    def clear(self) -> None:
+        with self.lock:
+            self.groups.clear()
+
+
+def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], queue: TaskQueue) -> None:
+    """`work` once per measurer, each in its own thread, all feeding from `queue`; every measurer is closed.
+
+    A failure in one thread (an exception out of a measurer) empties the queue and is raised here once
+    the others finish; a Ctrl-C while waiting kills every worker before leaving.
+    """
+    failures: list[BaseException] = []
+
+    def guarded(one: Measurer) -> None:
+        try:
+            work(one)
+        except BaseException as exc:  # noqa: BLE001 - surfaced in the calling thread below
+            queue.clear()
+            failures.append(exc)
+        finally:
+            one.close()
+
+    threads = [threading.Thread(target=guarded, args=(m,), name=f"attnbench-measurer-{i}", daemon=True)
+               for i, m in enumerate(measurers)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # a second Ctrl-C: stop every worker before leaving
+        queue.clear()
+        for one in measurers:
+            getattr(one, "abort", one.close)()
+        raise
+    if failures:
+        raise failures[0]
+
+
 class OomPruner:
     """Remembers the shortest sequence each (backend, case group) ran out of memory at."""
 
@@ -292,6 +416,44 @@ def throughput(case: Case, median_ms: float) -> dict[str, Any]:
     """Achieved TFLOP/s and GB/s at the median time (GUIDE.md "Counting work")."""
     seconds = median_ms * 1e-3
     return {"tflops": case.flops() / seconds / 1e12, "bandwidth_gbs": case.bytes_moved() / seconds / 1e9}
+
+
+def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, Any]:
+    """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
+
+    `noisy` when the spread is wide (IQR over NOISE_THRESHOLD of the median) or the interval is wider than the
+    precision asked (±precision of the median): the number is not known as well as the suite wanted.
+    """
+    stats = summarize(samples)
+    interval = median_interval(samples, settings.confidence)
+    return {
+        "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
+        "times_ms": list(samples), "ci_low_ms": interval.low, "ci_high_ms": interval.high,
+        "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
+        "noisy": stats.noisy or interval.half_width() > settings.precision,
+    }
+
+
+def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) -> str:
+    """Why sampling stopped: as the timer says, else as the samples show (a timer that returns a plain list)."""
+    stop = getattr(samples, "stop", None)
+    if stop in STOPS:
+        return stop
+    if len(samples) >= settings.max_samples:
+        return "max_samples"
+    if interval.level >= settings.confidence and interval.half_width() <= settings.precision:
+        return "precision"
+    return "budget"
+
+
+def timing_extra(samples: list[float], timer: Timer) -> dict[str, Any]:
+    """What the timer spent warming up (ms, calls, whether the call time settled) and its own details."""
+    extra: dict[str, Any] = {}
+    if hasattr(samples, "warmup_calls"):
+        extra.update(warmup_ms=getattr(samples, "warmup_ms"), warmup_calls=getattr(samples, "warmup_calls"),
+                     warmup_steady=getattr(samples, "steady"))
+    extra.update(getattr(timer, "extra", None) or {})
+    return extra
 
 
 def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,

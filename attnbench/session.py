@@ -8,7 +8,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -23,6 +23,9 @@ from attnbench.results import (ENV_FILE, RESULTS_FILE, Record, ResultsWriter, ke
 from attnbench.shard import Shard
 from attnbench.suite import Suite, load_suite
 from attnbench.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from attnbench.timing import TimingSettings
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,14 @@ class Outcome:
     measured: int
     mismatches: int
     stopped: bool
+
+
+def settings_of(suite: Suite) -> TimingSettings:
+    """The suite's `timing:` block as the timers' settings."""
+    from attnbench.timing import TimingSettings
+
+    t = suite.model.timing
+    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision)
 
 
 def check_backends(suite: Suite, registry: Registry, requested: list[str] | None) -> list[str]:
@@ -130,7 +141,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
     from attnbench.runner import RunInfo, Runner, now
     from attnbench.shard import select
-    from attnbench.timing import TimingSettings, check_timer, timer_for
+    from attnbench.timing import check_timer, timer_for
 
     check_timer(plan.device, options.timer)  # before anything is written
     timing = plan.suite.model.timing
@@ -177,7 +188,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    settings = TimingSettings(timing.warmup_ms, timing.budget_ms, timing.min_samples, timing.max_samples)
+    settings = settings_of(plan.suite)
     records: list[Record] = []
     total = len(tasks)
     scope = f" (shard {options.shard})" if options.shard else ""

@@ -1,4 +1,8 @@
-"""Timers: a monotonic clock on CPU, CUDA events with the L2 cache cleared on CUDA. Injectable for tests."""
+"""Timers: a monotonic clock on CPU, CUDA events with the L2 cache cleared on CUDA. Injectable for tests.
+
+Each timer only knows how to time a batch of calls; how many calls, and when to stop, is attnbench.sampling's
+one set of rules (steady-state warm-up, then samples until the median's interval is as narrow as asked).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +10,43 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from attnbench.errors import AttnbenchError
+from attnbench.sampling import Sampler, run
 
 if TYPE_CHECKING:
     import torch
 
 # A measurement whose samples' IQR exceeds this fraction of their median is flagged `noisy`.
 NOISE_THRESHOLD = 0.10
-L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 cache (H100/H200: 50 MB, B200: 126 MB)
+# The flush buffer when the device's L2 size is unknown (a fake or meta device): larger than any current L2.
+L2_FLUSH_BYTES = 256 << 20
+L2_FLUSH_FACTOR = 2  # the flush overwrites twice the device's L2, so nothing of the previous call survives
 
 
 @dataclass(frozen=True)
 class TimingSettings:
-    """Warm-up and measuring budgets, in milliseconds of the measured call's own time."""
+    """Warm-up and measuring budgets, in milliseconds of the measured call's own time, and the precision asked.
+
+    Sampling stops once the median's `confidence` interval is within ±`precision` of it (relative), or the
+    budget or `max_samples` runs out, never before `min_samples`.
+    """
 
     warmup_ms: float = 50.0
     budget_ms: float = 300.0
     min_samples: int = 5
     max_samples: int = 1000
+    precision: float = 0.01
+    confidence: float = 0.95
 
 
 class Timer(Protocol):
-    """Times a call repeatedly and returns the raw per-call samples in milliseconds."""
+    """Times a call repeatedly and returns the raw per-call samples in milliseconds.
+
+    The built-in timers return a `Samples` list that also says why sampling stopped and what warm-up cost;
+    any plain list of samples is accepted (the runner infers the rest).
+    """
 
     name: str
 
@@ -68,22 +85,37 @@ class ClockTimer:
         self.clock = clock
 
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
-        self._run_for(fn, settings.warmup_ms, 1, 1 << 30)
-        return self._run_for(fn, settings.budget_ms, settings.min_samples, settings.max_samples)
+        clock = self.clock
 
-    def _run_for(self, fn: Callable[[], object], budget_ms: float, least: int, most: int) -> list[float]:
-        samples: list[float] = []
-        spent = 0.0
-        while len(samples) < most and (len(samples) < least or spent < budget_ms):
-            start = self.clock()
-            fn()
-            samples.append((self.clock() - start) / 1e6)
-            spent += samples[-1]
-        return samples
+        def batch(count: int) -> list[float]:
+            times = []
+            for _ in range(count):
+                start = clock()
+                fn()
+                times.append((clock() - start) / 1e6)
+            return times
+
+        return run(Sampler(settings), batch)
+
+
+def flush_bytes_for(device: Any) -> int:
+    """Twice the L2 cache of `device` (torch.cuda.get_device_properties().L2_cache_size); L2_FLUSH_BYTES when the
+    device reports none (a meta or fake device)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return L2_FLUSH_BYTES
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+    return L2_FLUSH_FACTOR * l2 if l2 > 0 else L2_FLUSH_BYTES
 
 
 class CudaEventTimer:
-    """CUDA events around each call, with the L2 cache overwritten before each (as triton's do_bench)."""
+    """CUDA events around each call, with the L2 cache overwritten before each (as triton's do_bench).
+
+    The flush buffer is twice the device's L2 (120 MiB on an H100/H200's 60 MB L2), so no byte the previous
+    call left in L2 survives; warm-up calls are flushed and timed the same way, so "steady" means steady as timed.
+    """
 
     name = "cuda-event"
 
@@ -91,42 +123,33 @@ class CudaEventTimer:
         import torch
 
         self.torch = torch
-        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
+        self.flush_bytes = flush_bytes_for(device) if flush_l2 else 0
+        self.flush = torch.empty(self.flush_bytes, dtype=torch.int8, device=device) if flush_l2 else None
         if not flush_l2:
             self.name = "cuda-event (no L2 flush)"
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
-        torch = self.torch
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        calls = 0
-        while calls == 0 or (time.perf_counter() - start) * 1e3 < settings.warmup_ms:
-            fn()
-            calls += 1
-            torch.cuda.synchronize()
-        estimate = self._estimate(fn)
-        count = int(min(settings.max_samples, max(settings.min_samples, settings.budget_ms / max(estimate, 1e-3))))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        for i in range(count):
-            if self.flush is not None:
-                self.flush.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    @property
+    def extra(self) -> dict[str, Any]:
+        """What a record says about this timer: the flush size."""
+        return {"l2_flush_bytes": self.flush_bytes}
 
-    def _estimate(self, fn: Callable[[], object]) -> float:
-        """Milliseconds per call over a few calls, to size the measuring loop to the budget."""
-        torch = self.torch
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        for _ in range(3):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return begin.elapsed_time(end) / 3
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        cuda = self.torch.cuda
+        cuda.synchronize()
+
+        def batch(count: int) -> list[float]:
+            starts = [cuda.Event(enable_timing=True) for _ in range(count)]
+            ends = [cuda.Event(enable_timing=True) for _ in range(count)]
+            for i in range(count):
+                if self.flush is not None:
+                    self.flush.zero_()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            cuda.synchronize()
+            return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+        return run(Sampler(settings), batch)
 
 
 class CudaGraphTimer:
@@ -134,7 +157,8 @@ class CudaGraphTimer:
 
     Warm-up runs on a side stream before capture, as torch.cuda.graphs requires. The calls in a graph run
     back to back, so L2 is not flushed between them (unlike CudaEventTimer): these are warm-cache times.
-    Only forward calls are captured (a backward's autograd graph is not capturable this simply).
+    Only forward calls are captured (a backward's autograd graph is not capturable this simply). Each sample
+    is one replay divided by the calls it holds; warm-up and stopping are the sampler's, over replays.
     """
 
     name = "cuda-graph"
@@ -166,33 +190,20 @@ class CudaGraphTimer:
         with torch.cuda.graph(graph):
             for _ in range(calls):
                 fn()
-        start = time.perf_counter()
-        replays = 0
-        while replays == 0 or (time.perf_counter() - start) * 1e3 < settings.warmup_ms:
-            graph.replay()
-            replays += 1
+
+        def batch(count: int) -> list[float]:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+            for i in range(count):
+                starts[i].record()
+                graph.replay()
+                ends[i].record()
             torch.cuda.synchronize()
-        replay_ms = max(calls * 1e-3, self._replay_ms(graph))
-        count = int(min(settings.max_samples, max(settings.min_samples, settings.budget_ms / replay_ms)))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        for i in range(count):
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-        samples = [s.elapsed_time(e) / calls for s, e in zip(starts, ends)]
+            return [s.elapsed_time(e) / calls for s, e in zip(starts, ends)]
+
+        samples = run(Sampler(settings), batch)
         del graph
         return samples
-
-    def _replay_ms(self, graph: object) -> float:
-        torch = self.torch
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()  # type: ignore[attr-defined]
-        end.record()
-        torch.cuda.synchronize()
-        return begin.elapsed_time(end)
 
 
 def graph_calls(call_ms: float, target_ms: float, most: int) -> int:

@@ -46,12 +46,36 @@ def test_planted_regression_and_new_oom_are_found_and_nothing_else() -> None:
     assert len(result.matches) == 9 and result.only_in_base == 0 and result.only_in_new == 0
 
 
-def test_a_slowdown_within_the_combined_iqrs_is_noise() -> None:
+def test_a_slowdown_whose_intervals_overlap_is_noise() -> None:
     result = compare_runs(BASE, NEW)
     noisy = next(m for m in result.matches if m.backend == "sdpa" and m.case == NOISY)
     assert noisy.ratio is not None and noisy.ratio > 1.05  # slower than the threshold ...
-    assert not noisy.beyond_noise()  # ... but not beyond the spread of the samples
+    assert noisy.new_ci[0] <= noisy.base_ci[1]  # ... but the new interval reaches down to the base one
+    assert not noisy.beyond_noise()
     assert noisy not in result.regressions
+
+
+def test_a_regression_needs_intervals_apart_not_only_the_threshold(tmp_path: Path) -> None:
+    """The planted 20% regression, with the new interval widened until it touches the base one: not judged a
+    regression; widened but still apart (and wider than the precision asked, so flagged noisy): still one."""
+    base = {(m.backend, m.case): m for m in compare_runs(BASE, NEW).matches}
+    planted = base[("sdpa-flash", REGRESSED)]
+    assert planted.new_ci[0] > planted.base_ci[1]  # the fixture's intervals are apart
+    touching = rewrite(NEW, tmp_path / "touching", ci_low_ms=planted.base_ci[1])
+    assert compare_runs(BASE, touching).regressions == []
+    wide_apart = rewrite(NEW, tmp_path / "wide", ci_low_ms=planted.base_ci[1] * 1.001, noisy=True)
+    result = compare_runs(BASE, wide_apart)
+    assert [(m.backend, m.case) for m in result.regressions] == [("sdpa-flash", REGRESSED)]
+    assert ("sdpa-flash", REGRESSED) not in [(m.backend, m.case) for m in result.noisy]
+
+
+def test_records_without_intervals_fall_back_to_the_iqrs(tmp_path: Path) -> None:
+    old_base = rewrite(BASE, tmp_path / "old-base", ci_low_ms=None, ci_high_ms=None)
+    old_new = rewrite(NEW, tmp_path / "old-new", ci_low_ms=None, ci_high_ms=None)
+    result = compare_runs(old_base, old_new)
+    assert [(m.backend, m.case) for m in result.regressions] == [("sdpa-flash", REGRESSED)]
+    noisy = next(m for m in result.matches if m.backend == "sdpa" and m.case == NOISY)
+    assert abs(noisy.new_ms - noisy.base_ms) < noisy.base_iqr + noisy.new_iqr and not noisy.beyond_noise()
 
 
 def test_geometric_mean_per_backend() -> None:
@@ -119,14 +143,15 @@ def test_missing_run_is_a_results_error(tmp_path: Path) -> None:
 
 
 def test_a_noisy_measurement_is_listed_as_noisy_never_as_a_regression(tmp_path: Path) -> None:
-    noisy_new = rewrite(NEW, tmp_path / "noisy-new", noisy=True)
+    """Samples spread wide (IQR 1 ms, over 10% of every median here): unsteady, so never judged."""
+    noisy_new = rewrite(NEW, tmp_path / "noisy-new", time_ms_iqr=1.0)
     result = compare_runs(BASE, noisy_new)
     assert result.regressions == [] and result.improvements == []
     assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
     text = result.to_markdown()
     assert "### Noisy" in text and "1.201× (noisy: new)" in text and "1 change(s) not judged: noisy" in text
-    noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", noisy=True), NEW)
+    noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=1.0), NEW)
     assert noisy_base.regressions == [] and [m.noise_words() for m in noisy_base.noisy] == ["base"]
     console = Console(record=True, width=200)
     console.print(comparison_table(result))

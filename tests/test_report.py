@@ -355,20 +355,23 @@ def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
 
 def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path: Path) -> None:
     noisy = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, time_ms_iqr=0.5, times_ms=[1.6, 2.0, 2.4],
-                     noisy=True)
+                     noisy=True, ci_low_ms=1.6, ci_high_ms=2.4)
     records = [a_record(noisy=False), noisy]
     out = write_run(tmp_path / "run", records)
     render_report(out)
     md = (out / "summary.md").read_text(encoding="utf-8")
-    assert "| ~2 (0.5) |" in md and "| 1 (0.05) |" in md
+    assert "| ~2 [1.6–2.4] |" in md and "| 1 (IQR 0.05) |" in md  # the interval where the record has one
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert ">~2</td>" in page and "hollow marker" in page
-    assert "1 of 2 timings are noisy (IQR over 10% of the median)" in md
+    assert ">~2</td>" in page and "hollow marker" in page and ">1.6–2.4</td>" in page
+    assert "1 of 2 timings are noisy (interval wider than the precision asked, or IQR over 10% of the median)" in md
     group = group_records(records)[0]
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
-    assert "noisy: IQR > 10% of median" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "noisy: interval wider than asked, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
+    corners = {(float(x), round(float(y), 6)) for c in fig.axes[0].collections for path in c.get_paths()
+               for x, y in path.vertices}
+    assert {(1024.0, 1.6), (1024.0, 2.4)} <= corners, "the band is the record's interval, not its quartiles"
 
 
 def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None
     timer = ClockTimer(clock=lambda: next(ticks))
     calls = []
     samples = timer.measure(lambda: calls.append(1), TimingSettings(warmup_ms=3, budget_ms=10, min_samples=2))
-    assert samples == [2.0] * 5  # 10 ms budget / 2 ms per call
+    assert samples == [2.0] * 5  # 10 ms budget / 2 ms per call (six would be needed for a 95% interval)
+    assert samples.stop == "budget"
     assert len(calls) == 2 + 5  # two warm-up calls cover 3 ms
     few = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1, min_samples=4))
     assert len(few) == 4  # the minimum count wins over a small budget
@@ -75,7 +76,8 @@ class SpreadClock:
 
 
 def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
-    settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8)
+    """Noisy: IQR over 10% of the median, or the interval wider than the precision asked (±5% here)."""
+    settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.05)
     case = make_case(seq_len=32)
     naive = default_registry().get("naive")
     noisy = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), settings).measure(CaseData(case), naive)
@@ -84,6 +86,10 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
     steady = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])), settings).measure(CaseData(case), naive)
     assert steady.status == "ok" and not steady.noisy
     assert not summarize([1.0, 1.0, 1.1, 1.1]).noisy and summarize([1.0, 1.0, 1.3, 1.3]).noisy
+    strict = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])),
+                    TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.01))
+    narrow_iqr = strict.measure(CaseData(case), naive)
+    assert narrow_iqr.time_ms_iqr < 0.1 * narrow_iqr.time_ms and narrow_iqr.noisy  # its interval is ±2%, not 1%
 
 
 def test_cuda_graph_timer_sizing_and_its_refusals_on_a_cpu(tmp_path: "object") -> None:

@@ -123,8 +123,11 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
     return True
 
 
-def _quartiles(record: dict[str, Any]) -> tuple[float, float]:
-    """The 25th and 75th percentile of the raw samples (or median ± IQR/2 when only the summary is stored)."""
+def _band(record: dict[str, Any]) -> tuple[float, float]:
+    """The band around a median: its interval (ci_low_ms, ci_high_ms), or for a record written before intervals,
+    the 25th and 75th percentile of the raw samples (median ± IQR/2 when only the summary is stored)."""
+    if record.get("ci_low_ms") is not None and record.get("ci_high_ms") is not None:
+        return float(record["ci_low_ms"]), float(record["ci_high_ms"])
     samples = record.get("times_ms") or []
     if len(samples) >= 2:
         q1, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 75])
@@ -186,7 +189,7 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
 
 
 NOISY_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
-                      label="noisy: IQR > 10% of median")
+                      label="noisy: interval wider than asked, or IQR > 10%")
 
 
 def _mark_noisy(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle]) -> int:
@@ -243,17 +246,18 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
     statuses = {str(r["status"]) for r in group.records if r["backend"] not in never}
 
-    # Latency, with the samples' interquartile range shaded.
+    # Latency, with the median's interval shaded.
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: r.get("time_ms"))
         _plot_series(ax_time, px, py, flags, styles[backend])
         if len(px) > 1:
-            bands = [_quartiles(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
+            bands = [_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
                      for x, y in zip(px, py)]
             ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
                                  alpha=0.18, linewidth=0, zorder=2)
     noisy_points = _mark_noisy(ax_time, group, backends, styles)
-    ax_time.set_title("Latency (median, IQR shaded; hollow = noisy)" if noisy_points else "Latency (median, IQR shaded)")
+    ax_time.set_title("Latency (median, its interval shaded; hollow = noisy)" if noisy_points
+                      else "Latency (median, its interval shaded)")
     ax_time.set_ylabel("time per call (ms, log)")
     any_time = _finish_y(ax_time, log=True, levels=levels)
 

@@ -1,4 +1,11 @@
-"""compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures."""
+"""compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures.
+
+A regression is a slow-down beyond the threshold whose two intervals for the median (ci_low_ms..ci_high_ms)
+do not overlap: the two medians are known well enough to be told apart. Records written before intervals
+existed fall back to the older rule (the medians differ by more than the two IQRs together). A side whose
+samples spread wide (IQR over 10% of the median) is listed as noisy and never judged: its samples were not
+steady, so no interval computed from them can be trusted.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
 from attnbench.units import fmt_ms
-from attnbench.results import is_noisy, key_of, load_records, results_path
+from attnbench.results import interval_of, is_noisy, is_spread, key_of, load_records, results_path
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -33,6 +40,8 @@ class Match:
     new_reason: str | None = None
     base_noisy: bool = False
     new_noisy: bool = False
+    base_ci: tuple[float, float] | None = None
+    new_ci: tuple[float, float] | None = None
 
     @property
     def noisy(self) -> bool:
@@ -50,9 +59,22 @@ class Match:
         return None
 
     def beyond_noise(self) -> bool:
-        """Whether the two medians differ by more than the two IQRs together."""
+        """Whether the two medians are told apart: their intervals do not overlap (or, for records without
+        intervals, the medians differ by more than the two IQRs together)."""
         assert self.base_ms is not None and self.new_ms is not None
+        if self.base_ci is not None and self.new_ci is not None:
+            return self.new_ci[0] > self.base_ci[1] or self.base_ci[0] > self.new_ci[1]
         return abs(self.new_ms - self.base_ms) > self.base_iqr + self.new_iqr
+
+    def side(self, which: str) -> str:
+        """One side's median with its interval (or ±IQR for a record without one), or its status."""
+        ms, iqr, ci, status = ((self.base_ms, self.base_iqr, self.base_ci, self.base_status) if which == "base"
+                               else (self.new_ms, self.new_iqr, self.new_ci, self.new_status))
+        if status != "ok":
+            return status
+        if ci is not None:
+            return f"{fmt_ms(ms)} [{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
+        return f"{fmt_ms(ms)} ±{fmt_ms(iqr)}"
 
 
 @dataclass
@@ -67,18 +89,18 @@ class Comparison:
     only_in_new: int = 0
 
     def _changed(self, m: Match) -> bool:
-        """Beyond the threshold (either way) and beyond the combined IQRs."""
+        """Beyond the threshold (either way), with intervals that do not overlap."""
         return m.ratio is not None and (m.ratio > 1 + self.threshold or m.ratio < 1 / (1 + self.threshold)) \
             and m.beyond_noise()
 
     @property
     def regressions(self) -> list[Match]:
-        """NEW slower by more than the threshold and by more than the combined IQRs; neither side noisy."""
+        """NEW slower by more than the threshold, the two intervals apart; neither side's samples spread wide."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio > 1]  # type: ignore[operator]
 
     @property
     def improvements(self) -> list[Match]:
-        """NEW faster by more than the threshold and by more than the combined IQRs; neither side noisy."""
+        """NEW faster by more than the threshold, the two intervals apart; neither side's samples spread wide."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio < 1]  # type: ignore[operator]
 
     @property
@@ -114,7 +136,8 @@ class Comparison:
         """The comparison as Markdown, for a pull request."""
         lines = [f"## attnbench compare: {md_cell(self.new)} vs {md_cell(self.base)}", ""]
         lines.append(f"{len(self.matches)} matched measurements ({self.only_in_base} only in base, "
-                     f"{self.only_in_new} only in new); threshold {self.threshold:.0%} beyond the combined IQRs.")
+                     f"{self.only_in_new} only in new); a change is beyond the threshold ({self.threshold:.0%}) with "
+                     "intervals of the median that do not overlap.")
         lines.append("")
         verdict = "**FAIL**" if self.should_fail else "**pass**"
         lines.append(f"{verdict}: {len(self.regressions)} regression(s), {len(self.new_failures)} new failure(s), "
@@ -128,15 +151,15 @@ class Comparison:
         for backend, value in self.geomean_by_backend.items():
             lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
         sections = (("Regressions", self.regressions), ("Improvements", self.improvements),
-                    ("Noisy (IQR over 10% of the median: not judged)", self.noisy))
+                    ("Noisy (samples spread over 10% of the median: not judged)", self.noisy))
         for title, items in sections:
             if items:
-                lines += ["", f"### {title}", "", "| backend | case | base ms (IQR) | new ms (IQR) | new/base |",
+                lines += ["", f"### {title}", "", "| backend | case | base ms [interval] | new ms [interval] | new/base |",
                           "|---|---|---|---|---|"]
                 for m in items:
                     note = f" (noisy: {m.noise_words()})" if m.noisy else ""
-                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {fmt_ms(m.base_ms)} ({fmt_ms(m.base_iqr)}) "
-                                 f"| {fmt_ms(m.new_ms)} ({fmt_ms(m.new_iqr)}) | {m.ratio:.3f}×{note} |")
+                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
+                                 f"| {md_cell(m.side('new'))} | {m.ratio:.3f}×{note} |")
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
@@ -156,6 +179,12 @@ def _schema(records: list[dict[str, Any]], path: Path) -> int:
 def _index(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     # A run that repeated a measurement: the last record of a key stands for it.
     return {key_of(r): r for r in records}
+
+
+def _unsteady(record: dict[str, Any]) -> bool:
+    """Not to be judged: samples spread wide. For a record with an interval, only the spread counts (an interval
+    merely wider than the precision asked still tells two medians apart when the intervals do not overlap)."""
+    return is_spread(record) if interval_of(record) is not None else is_noisy(record)
 
 
 def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
@@ -183,7 +212,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
             new_status=str(n["status"]), base_ms=b.get("time_ms"), new_ms=n.get("time_ms"),
             base_iqr=float(b.get("time_ms_iqr") or 0.0), new_iqr=float(n.get("time_ms_iqr") or 0.0),
             new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
-            base_noisy=is_noisy(b), new_noisy=is_noisy(n),
+            base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_ci=interval_of(b), new_ci=interval_of(n),
         ))
     return Comparison(
         base=str(base), new=str(new), threshold=threshold, matches=matches,
@@ -201,9 +230,6 @@ def comparison_table(comparison: Comparison) -> Table:
     for column in ("change", "backend", "case", "base", "new", "new/base"):
         table.add_column(column, justify="right" if column in ("base", "new", "new/base") else "left")
 
-    def timed(ms: float | None, iqr: float, status: str) -> str:
-        return f"{fmt_ms(ms)} ±{fmt_ms(iqr)}" if status == "ok" else status
-
     rows = ([("regression", "bold red", m) for m in comparison.regressions]
             + [("new failure", "bold red", m) for m in comparison.new_failures]
             + [("fixed", "green", m) for m in comparison.fixed]
@@ -212,8 +238,7 @@ def comparison_table(comparison: Comparison) -> Table:
     for label, style, m in rows:
         # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
-                      Text(timed(m.base_ms, m.base_iqr, m.base_status)),
-                      Text(timed(m.new_ms, m.new_iqr, m.new_status)),
+                      Text(m.side("base")), Text(m.side("new")),
                       Text(f"{m.ratio:.3f}× (noisy: {m.noise_words()})" if m.noisy and m.ratio is not None
                            else f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():

@@ -102,8 +102,8 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     timed = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("time_ms") is not None]
     noisy = sum(1 for r in timed if is_noisy(r))
     if noisy:
-        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (IQR over 10% of the median): marked ~ in the "
-                           "tables and drawn hollow; compare does not judge them.")
+        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
+                           "IQR over 10% of the median): marked ~ in the tables and drawn hollow.")
     lines = [line for line in (fastest_line(g) for g in groups) if line]
     found.fastest = lines[:MAX_GROUP_LINES]
     if len(lines) > MAX_GROUP_LINES:

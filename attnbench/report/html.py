@@ -16,10 +16,13 @@ HOW_TO_READ = (
     "is shown, flagged, and never used for speed-ups); oom — ran out of device memory; error — the backend raised; "
     "timeout — exceeded the time budget; skipped — the backend does not support this case (the reason says why). "
     "A failed point is drawn as an X at the bottom of each chart panel with its status beside it.",
-    "Times are the median of the raw samples, in milliseconds per call; the IQR (75th − 25th percentile of the "
-    "samples) is the shaded band in the latency chart and the IQR column in the table. A noisy measurement — IQR "
-    "over 10% of its median — is drawn with a hollow marker and its median has a ~ in front; compare never calls "
-    "it a regression.",
+    "Times are the median of the raw samples, in milliseconds per call. Sampling stops once the median's "
+    "distribution-free 95% interval (order statistics of the samples) is within the precision the suite asks "
+    "(timing.precision, ±1% by default), or the budget runs out (the record's stop field says which); the "
+    "interval is the shaded band in the latency chart and the interval column in the table. A noisy measurement "
+    "— interval wider than asked, or IQR (75th − 25th percentile) over 10% of its median — is drawn with a "
+    "hollow marker and its median has a ~ in front. compare calls a slow-down a regression only when it exceeds "
+    "the threshold and the two intervals do not overlap, and never judges samples that spread over 10%.",
     "Correctness: each backend's output is compared with a reference computed in float64 on CPU (float32 on CUDA, "
     "TF32 off). It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",

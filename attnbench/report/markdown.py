@@ -8,10 +8,10 @@ from typing import Any
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
-from attnbench.report.rows import median_text
+from attnbench.report.rows import interval_text, median_text
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
-TABLE_HEADER = ("backend", "{x}", "status", "median ms (IQR)", "TFLOP/s", "peak memory", "speed-up", "note")
+TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
 
 
 def md_cell(text: Any) -> str:
@@ -25,8 +25,10 @@ def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:
     time = ""
     if record.get("time_ms") is not None:
         time = median_text(record)
-        if record.get("time_ms_iqr") is not None:
-            time += f" ({fmt_ms(record['time_ms_iqr'])})"
+        if interval_text(record):
+            time += f" [{interval_text(record)}]"
+        elif record.get("time_ms_iqr") is not None:
+            time += f" (IQR {fmt_ms(record['time_ms_iqr'])})"
     memory = fmt_bytes(record["peak_memory_bytes"]) if record.get("peak_memory_bytes") is not None else ""
     tflops = fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
     return [
@@ -60,7 +62,7 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms (IQR in brackets; ~ marks a noisy one, IQR over 10% of the median).", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their 95% interval in brackets (~ marks a noisy one: its interval wider than the precision asked, or its IQR over 10% of the median).", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

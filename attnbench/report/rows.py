@@ -8,7 +8,7 @@ from attnbench.report.groups import dtype_word
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.results import is_noisy
 
-# Marks a noisy median (IQR over 10% of it) in every table.
+# Marks a noisy median (its interval wider than the precision asked, or IQR over 10% of it) in every table.
 NOISY_MARK = "~"
 
 # (key, header, numeric?) for the full records table.
@@ -16,7 +16,8 @@ COLUMNS = (
     ("backend", "backend", False), ("dtype", "dtype", False), ("batch", "batch", True), ("seq_len", "seq", True),
     ("kv_seq_len", "kv seq", True), ("heads", "heads", True), ("kv_heads", "kv heads", True),
     ("head_dim", "d", True), ("causal", "causal", False), ("window", "window", True), ("mode", "mode", False),
-    ("status", "status", False), ("time_ms", "median ms", True), ("iqr", "IQR ms", True),
+    ("status", "status", False), ("time_ms", "median ms", True), ("interval", "interval ms", True),
+    ("iqr", "IQR ms", True),
     ("tflops", "TFLOP/s", True), ("bandwidth_gbs", "GB/s", True), ("percent_of_peak", "% of peak", True),
     ("speedup", "speed-up", True), ("memory", "peak mem", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
@@ -28,6 +29,8 @@ def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
     """The raw value a numeric column sorts by ('' when absent)."""
     raw = {
         "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
+        "interval": record.get("ci_high_ms") - record["ci_low_ms"] if record.get("ci_high_ms") is not None
+        and record.get("ci_low_ms") is not None else None,
     }.get(key, record.get(key))
     if raw is None or isinstance(raw, bool):
         return ""
@@ -42,6 +45,8 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return median_text(record)
     if key == "iqr":
         return fmt_ms(record.get("time_ms_iqr")) if record.get("time_ms_iqr") is not None else ""
+    if key == "interval":
+        return interval_text(record)
     if key == "tflops":
         return fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
     if key == "bandwidth_gbs":
@@ -61,8 +66,15 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     return "" if value is None else str(value)
 
 
+def interval_text(record: dict[str, Any]) -> str:
+    """The median's interval as "low–high" ms, '' for a record without one."""
+    if record.get("ci_low_ms") is None or record.get("ci_high_ms") is None:
+        return ""
+    return f"{fmt_ms(record['ci_low_ms'])}–{fmt_ms(record['ci_high_ms'])}"
+
+
 def median_text(record: dict[str, Any]) -> str:
-    """The median time, with NOISY_MARK in front when its IQR is over 10% of it."""
+    """The median time, with NOISY_MARK in front when the record is noisy."""
     if record.get("time_ms") is None:
         return ""
     return (NOISY_MARK if is_noisy(record) else "") + fmt_ms(record["time_ms"])

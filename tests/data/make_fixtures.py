@@ -15,6 +15,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
+from attnbench.interval import median_interval  # noqa: E402
 from attnbench.results import Record  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -56,9 +57,11 @@ def record(run_id: str, suite: str, device: str, device_name: str, backend: str,
         times = times or samples_for(time_ms, spread, rng)
         q = statistics.quantiles(times, n=4)
         median = statistics.median(times)
+        interval = median_interval(times)
         fields = dict(time_ms=median, time_ms_iqr=q[2] - q[0], time_ms_min=times[0], samples=len(times),
                       times_ms=times, timer="cuda-events" if device == "cuda" else "perf_counter",
-                      tflops=flops / (median * 1e-3) / 1e12)
+                      tflops=flops / (median * 1e-3) / 1e12, ci_low_ms=interval.low, ci_high_ms=interval.high,
+                      ci_level=interval.level, stop="precision" if interval.half_width() <= 0.01 else "budget")
     estimate = case["batch"] * case["heads"] * case["seq_len"] * case["kv_seq_len"] * DTYPE_BYTES[case["dtype"]]
     if backend != "naive":
         estimate = 4 * case["batch"] * case["heads"] * case["seq_len"] * DTYPE_BYTES[case["dtype"]] * case["head_dim"]

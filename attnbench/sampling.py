@@ -1,0 +1,152 @@
+"""When to stop: warm up until the call time is steady, then sample until the median is known.
+
+Every timer drives the same `Sampler`: it asks how many calls to run next (`next_batch`), runs and
+times them its own way (a clock around each call, CUDA events, graph replays), and hands the times back
+(`add`). The sampler decides everything else, so the stop rules are written once:
+
+- warm-up: batches of calls until two consecutive batch medians agree within the precision asked, or
+  `warmup_ms` of calls has been spent (at least one call either way);
+- sampling: until the median's distribution-free 95% interval (attnbench.interval) is within
+  ±`precision` of it (`stop = "precision"`), or `budget_ms` of samples is spent (`"budget"`), or
+  `max_samples` is reached (`"max_samples"`) — never fewer than `min_samples`.
+
+The interval is recomputed only at checkpoints that grow the sample count geometrically, so checking
+costs O(n log n) in all.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from attnbench.interval import median_interval, rank, samples_needed
+
+if TYPE_CHECKING:
+    from attnbench.timing import TimingSettings
+
+STOPS = ("precision", "budget", "max_samples")
+WARMUP_BATCH_MAX = 5  # calls per warm-up batch after the first: enough for a median, small enough to stop early
+GROWTH = 1.25  # each sampling checkpoint has at least this many times the samples of the one before
+MAX_GROWTH = 2.0  # and at most this many (a too-hopeful prediction of the samples needed)
+
+
+class Samples(list):  # type: ignore[type-arg]
+    """The timed samples (ms), as a plain list, carrying how the measurement went.
+
+    A list so that anything written for `Timer.measure(...) -> list[float]` keeps working.
+    """
+
+    stop: str | None = None  # "precision", "budget" or "max_samples"; None from a timer that does not say
+    warmup_ms: float = 0.0  # time spent in warm-up calls, by the timer's own clock
+    warmup_calls: int = 0
+    steady: bool = False  # whether warm-up ended because two batches agreed (not because warmup_ms ran out)
+
+    @classmethod
+    def of(cls, samples: list[float], stop: str | None, warmup_ms: float = 0.0, warmup_calls: int = 0,
+           steady: bool = False) -> Samples:
+        made = cls(samples)
+        made.stop, made.warmup_ms, made.warmup_calls, made.steady = stop, warmup_ms, warmup_calls, steady
+        return made
+
+
+@dataclass
+class Sampler:
+    """The stop rules of one measurement, fed batch by batch."""
+
+    settings: TimingSettings
+    warm: list[float] = field(default_factory=list)
+    samples: list[float] = field(default_factory=list)
+    warming: bool = True
+    steady: bool = False
+    stop: str | None = None
+    _last_batch_median: float | None = None
+    _checkpoint: int = 0
+
+    @property
+    def warmup_ms(self) -> float:
+        return sum(self.warm)
+
+    @property
+    def spent_ms(self) -> float:
+        return sum(self.samples)
+
+    def estimate_ms(self) -> float:
+        """The call's time as known so far: the median of the samples, else of the last warm-up batch."""
+        if self.samples:
+            return statistics.median(self.samples[-64:])
+        if self._last_batch_median is not None:
+            return self._last_batch_median
+        return 0.0
+
+    def next_batch(self) -> int:
+        """How many calls to run (and time) next; 0 when the measurement is done."""
+        if self.warming:
+            if not self.warm:
+                return 1
+            left = self.settings.warmup_ms - self.warmup_ms
+            return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
+        if self.stop is not None:
+            return 0
+        s = self.settings
+        n = len(self.samples)
+        least = max(s.min_samples, 1)
+        target = max(least, self._checkpoint)
+        per_call = max(self.estimate_ms(), 1e-6)
+        affordable = n + max(0, math.ceil((s.budget_ms - self.spent_ms) / per_call))
+        target = max(least, min(target, affordable), n + 1)
+        return min(target, s.max_samples) - n
+
+    def add(self, times: list[float]) -> None:
+        """The times (ms) of the calls just run, in order."""
+        if not times:
+            return
+        median = statistics.median(times)
+        if self.warming:
+            previous = self._last_batch_median
+            self.warm.extend(times)
+            self._last_batch_median = median
+            agree = previous is not None and abs(median - previous) <= self.settings.precision * previous
+            if agree or self.warmup_ms >= self.settings.warmup_ms:
+                self.warming, self.steady = False, agree
+                self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
+            return
+        self.samples.extend(times)
+        self._judge()
+
+    def _judge(self) -> None:
+        s = self.settings
+        n = len(self.samples)
+        if n < s.min_samples:
+            return
+        if n >= self._checkpoint:
+            interval = median_interval(self.samples, s.confidence)
+            if interval.level >= s.confidence and interval.half_width() <= s.precision:
+                self.stop = "precision"
+                return
+            needed = samples_needed(n, interval.half_width(), s.precision) if interval.level >= s.confidence \
+                else rank_floor(s.confidence)
+            self._checkpoint = max(math.ceil(n * GROWTH), min(needed, math.ceil(n * MAX_GROWTH)))
+        if n >= s.max_samples:
+            self.stop = "max_samples"
+        elif self.spent_ms >= s.budget_ms:
+            self.stop = "budget"
+
+    def result(self) -> Samples:
+        return Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.warm), self.steady)
+
+
+def rank_floor(confidence: float) -> int:
+    """The fewest samples whose order statistics can bound the median at `confidence` (6 at 95%)."""
+    n = 1
+    while rank(n, confidence)[0] == 0:
+        n += 1
+    return n
+
+
+def run(sampler: Sampler, batch: Callable[[int], list[float]]) -> Samples:
+    """Drive `sampler` with `batch(n)`, which runs n calls and returns their times (ms)."""
+    while (count := sampler.next_batch()) > 0:
+        sampler.add(batch(count))
+    return sampler.result()

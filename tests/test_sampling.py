@@ -1,0 +1,143 @@
+"""The stop rules: the median's distribution-free interval, steady-state warm-up, and why sampling stopped."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from attnbench.interval import median_interval, rank, samples_needed
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.timing import ClockTimer, TimingSettings
+from tests.conftest import make_case
+
+
+class ScriptClock:
+    """A nanosecond clock for ClockTimer: call i (counted over warm-up and samples) lasts durations_ms(i)."""
+
+    def __init__(self, durations_ms) -> None:  # type: ignore[no-untyped-def]
+        self.durations = durations_ms
+        self.now = 0
+        self.reads = 0
+        self.calls = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        if self.reads % 2 == 0:  # the read after a call
+            self.now += int(self.durations(self.calls) * 1e6)
+            self.calls += 1
+        return self.now
+
+
+def measure(durations_ms, **settings: float):  # type: ignore[no-untyped-def]
+    clock = ScriptClock(durations_ms)
+    samples = ClockTimer(clock).measure(lambda: None, TimingSettings(**settings))  # type: ignore[arg-type]
+    return samples, clock
+
+
+def test_interval_ranks_are_the_exact_binomial_ones() -> None:
+    assert rank(5) == (0, 0.0)  # five samples cannot bound a median at 95%: [min, max] covers 1 - 2/32
+    assert rank(6) == (1, pytest.approx(1 - 2 / 64))
+    assert rank(10) == (2, pytest.approx(1 - 2 * 11 / 1024))  # P(B <= 1) = 11/1024 <= 2.5% < P(B <= 2)
+    k, level = rank(4000)  # the normal approximation: n/2 - 1.96 sqrt(n)/2
+    assert k == 1938 and level == 0.95
+    interval = median_interval([5.0, 1.0, 4.0, 2.0, 3.0, 6.0])
+    assert (interval.median, interval.low, interval.high) == (3.5, 1.0, 6.0)
+    few = median_interval([2.0, 1.0, 3.0])
+    assert (few.low, few.high, few.level) == (1.0, 3.0, 0.75)
+
+
+def test_the_interval_covers_the_median_of_a_skewed_distribution_as_often_as_it_says() -> None:
+    """Exponential samples (mean 1, median ln 2): the 95% interval must hold the true median in >= 95% of runs."""
+    import math
+
+    rng = random.Random(12)
+    for n in (6, 20, 101):
+        hits = 0
+        trials = 3000
+        for _ in range(trials):
+            interval = median_interval([rng.expovariate(1.0) for _ in range(n)])
+            hits += interval.low <= math.log(2) <= interval.high
+        assert hits / trials >= 0.94, (n, hits / trials)  # nominal >= 0.95; 3000 trials leave ~0.4% of noise
+        assert hits / trials <= interval.level + 0.02
+
+
+def test_samples_needed_scales_with_the_square_of_the_width() -> None:
+    assert samples_needed(10, 0.04, 0.01) == 160
+    assert samples_needed(10, 0.005, 0.01) == 10
+
+
+def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
+    samples, clock = measure(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
+    assert samples.stop == "precision"
+    assert list(samples) == [2.0] * 6  # six samples are the fewest with a 95% interval
+    assert samples.warmup_calls == 1 + 5 and samples.steady  # the first call, then a batch of five that agreed
+    assert clock.calls == 6 + 6
+
+
+def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
+    """Calls take 9, 5, 3, then 1 ms: warm-up runs batches until consecutive medians agree, far inside 100 ms."""
+    slow = [9.0, 5.0, 3.0]
+    samples, _ = measure(lambda i: slow[i] if i < len(slow) else 1.0, warmup_ms=100, budget_ms=50, min_samples=3)
+    assert samples.steady and samples.warmup_ms < 30
+    assert 9.0 not in samples and 5.0 not in samples and 3.0 not in samples
+    assert samples.stop == "precision"
+
+
+def test_warm_up_is_bounded_by_warmup_ms_when_calls_never_settle() -> None:
+    samples, _ = measure(lambda i: 1.0 + 0.1 * i, warmup_ms=5, budget_ms=3, min_samples=2)
+    assert not samples.steady
+    assert 5 <= samples.warmup_ms < 5 + 2.0  # stops with the batch that passes warmup_ms
+    assert samples.stop == "budget" and len(samples) in (2, 3)  # a batch sized from the estimate may pass it by one
+
+
+def test_a_spread_that_never_narrows_stops_at_the_budget_or_at_max_samples() -> None:
+    alternating = lambda i: 1.0 if i % 2 else 1.2  # noqa: E731 - the median's interval stays ±10% wide
+    samples, _ = measure(alternating, warmup_ms=0, budget_ms=40, min_samples=3)
+    assert samples.stop == "budget" and 40 <= sum(samples) < 40 + 1.2 * 10
+    capped, _ = measure(alternating, warmup_ms=0, budget_ms=10_000, min_samples=3, max_samples=50)
+    assert capped.stop == "max_samples" and len(capped) == 50
+
+
+def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
+    rng = random.Random(3)
+    noise = [1.0 + rng.gauss(0, 0.03) for _ in range(100_000)]
+    loose, _ = measure(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.02)
+    tight, _ = measure(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.004,
+                       max_samples=100_000)
+    assert loose.stop == tight.stop == "precision"
+    assert len(loose) < 60 < 200 < len(tight)
+    assert median_interval(list(tight)).half_width() <= 0.004 < median_interval(list(tight)[:200]).half_width()
+
+
+def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
+    clock = ScriptClock(lambda i: 1.0 if i % 2 else 1.5)
+    runner = Runner(RunInfo("r", "t"), ClockTimer(clock),
+                    TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01))
+    record = runner.measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    assert record.status == "ok" and record.stop == "budget"
+    interval = median_interval(record.times_ms)
+    assert (record.ci_low_ms, record.ci_high_ms, record.ci_level) == (interval.low, interval.high, interval.level)
+    assert record.ci_low_ms <= record.time_ms <= record.ci_high_ms
+    assert record.noisy  # the interval is wider than the ±1% asked
+    assert record.extra["warmup_calls"] == 1 and record.extra["warmup_ms"] == 1.5
+
+    steady = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 1.0)),
+                    TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3))
+    calm = steady.measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    assert calm.stop == "precision" and not calm.noisy and calm.ci_low_ms == calm.ci_high_ms == 1.0
+
+
+def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> None:
+    class Plain:
+        name = "plain"
+
+        def measure(self, fn, settings):  # type: ignore[no-untyped-def]
+            fn()
+            return [1.0] * 8
+
+    record = Runner(RunInfo("r", "t"), Plain(), TimingSettings()).measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    assert record.stop == "precision" and (record.ci_low_ms, record.ci_high_ms) == (1.0, 1.0)
+    assert "warmup_calls" not in record.extra
