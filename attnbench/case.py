@@ -113,11 +113,25 @@ class Case:
 
     @cached_property
     def _visible(self) -> int:
-        total = 0
-        for query in range(self.seq_len):
-            lo, hi = self.key_range(query)
-            total += max(0, hi - lo + 1)
-        return total
+        import numpy as np
+
+        lo, hi = self._key_ranges()
+        return int(np.maximum(hi - lo + 1, 0).sum())
+
+    def _key_ranges(self) -> tuple[Any, Any]:
+        """key_range of every query at once, as two int64 arrays (a 32K-token case in microseconds, not 0.1 s)."""
+        import numpy as np
+
+        pos = np.arange(self.seq_len, dtype=np.int64) + self.offset
+        lo = np.zeros_like(pos)
+        hi = np.full_like(pos, self.kv_seq_len - 1)
+        if self.causal:
+            hi = np.minimum(hi, pos)
+            if self.window is not None:
+                lo = np.maximum(lo, pos - self.window)
+        elif self.window is not None:
+            lo, hi = np.maximum(lo, pos - self.window), np.minimum(hi, pos + self.window)
+        return lo, hi
 
     # ---- work and memory ------------------------------------------------------------------
     def flops(self) -> int:
@@ -154,13 +168,17 @@ class Case:
 
     @cached_property
     def _keys_seen(self) -> int:
-        total, end = 0, -1  # every query's range starts and ends no earlier than the previous one's
-        for query in range(self.seq_len):
-            lo, hi = self.key_range(query)
-            if hi >= lo and hi > end:
-                total += hi - max(lo, end + 1) + 1
-                end = hi
-        return total
+        import numpy as np
+
+        # Every query's range starts and ends no earlier than the previous one's, so a range adds the keys
+        # past the furthest end seen before it.
+        lo, hi = self._key_ranges()
+        nonempty = hi >= lo
+        lo, hi = lo[nonempty], hi[nonempty]
+        if not len(hi):
+            return 0
+        before = np.concatenate(([-1], np.maximum.accumulate(hi)[:-1]))
+        return int(np.maximum(hi - np.maximum(lo, before + 1) + 1, 0).sum())
 
     @property
     def memory_bound(self) -> bool:
