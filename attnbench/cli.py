@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, List, Optional, TypeVar
@@ -213,6 +214,9 @@ def run(
 
         written = render_report(directory)
         err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
+    from attnbench.tally import process_start, timed_line
+
+    last = timed_line(outcome.tally, time.time() - process_start())
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
@@ -221,7 +225,9 @@ def run(
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
         err.print(f"to finish the run: {again}", markup=False)
+        err.print(last, markup=False)
         raise typer.Exit(130)
+    err.print(last, markup=False)
     if outcome.mismatches:
         raise typer.Exit(1)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -22,6 +23,7 @@ from attnbench.results import (ENV_FILE, RESULTS_FILE, Record, ResultsWriter, ke
                                write_json_atomic)
 from attnbench.shard import Shard
 from attnbench.suite import Suite, load_suite
+from attnbench.tally import Tally, process_start, reference_line
 from attnbench.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ class Outcome:
     measured: int
     mismatches: int
     stopped: bool
+    tally: Tally = field(default_factory=Tally)
 
 
 def settings_of(suite: Suite) -> TimingSettings:
@@ -220,9 +223,10 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         else:
             measured = runner.run_tasks(tasks, sink, measurer)
     print_summary(records, console)
-    errors.print(f"results: {results}")
+    tally = Tally.of(records)
+    errors.print(f"results: {results}; {reference_line(tally, time.time() - process_start())}")
     mismatches = sum(r.status == "mismatch" for r in records)
-    return Outcome(total, measured, mismatches, measured < total)
+    return Outcome(total, measured, mismatches, measured < total, tally)
 
 
 @contextlib.contextmanager
@@ -295,7 +299,7 @@ def print_summary(records: list[Record], console: Console) -> None:
         by_case.setdefault(record.case_id or "", []).append(record)
     for case_id, rows in by_case.items():
         table = Table(title=case_id, title_justify="left", title_style="bold")
-        for column in ("backend", "status", "median ms", "±IQR", "TFLOP/s", "peak mem", "error / bound", "note"):
+        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound", "note"):
             table.add_column(column, justify="right" if column not in ("backend", "status", "note") else "left",
                              overflow="fold")
         for r in rows:
@@ -304,7 +308,7 @@ def print_summary(records: list[Record], console: Console) -> None:
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
                 ("~" if r.noisy else "") + f"{r.time_ms:.3f}" if timed else "–",
-                f"{r.time_ms_iqr:.3f}" if timed else "–",
+                f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
                 f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
                 fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
                 f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
@@ -312,5 +316,6 @@ def print_summary(records: list[Record], console: Console) -> None:
             )
         console.print(table)
     if any(r.noisy for r in records):
-        console.print("~ before a median: noisy, its IQR is over 10% of it", markup=False)
+        console.print("~ before a median: noisy, its interval is wider than the precision asked or its IQR is over "
+                      "10% of it", markup=False)
 
