@@ -5,7 +5,10 @@ times them its own way (a clock around each call, CUDA events, graph replays), a
 (`add`). The sampler decides everything else, so the stop rules are written once:
 
 - warm-up: batches of calls until two consecutive batch medians agree within the precision asked, or
-  `warmup_ms` of calls has been spent (at least one call either way);
+  `warmup_ms` of calls has been spent (at least one call either way). Calls already steady are not thrown
+  away: the batch that agreed with the one before it becomes the first samples, and a last warm-up batch cut
+  short by `warmup_ms` (a slow call's single warm-up call) joins them when each of its calls agrees with the
+  median of the first batch of samples. Only calls not shown steady are discarded;
 - sampling: until the median's distribution-free 95% interval (attnbench.interval) is within
   ±`precision` of it (`stop = "precision"`), or `budget_ms` of samples is spent (`"budget"`), or
   `max_samples` is reached (`"max_samples"`) — never fewer than `min_samples`.
@@ -56,64 +59,87 @@ class Sampler:
     """The stop rules of one measurement, fed batch by batch."""
 
     settings: TimingSettings
-    warm: list[float] = field(default_factory=list)
     samples: list[float] = field(default_factory=list)
+    discarded: list[float] = field(default_factory=list)  # warm-up calls that were not steady
     warming: bool = True
     steady: bool = False
     stop: str | None = None
-    _last_batch_median: float | None = None
+    _batches: list[list[float]] = field(default_factory=list)  # warm-up batches so far
+    _pending: list[float] = field(default_factory=list)  # the last warm-up batch, steady or not yet known
     _checkpoint: int = 0
 
     @property
     def warmup_ms(self) -> float:
-        return sum(self.warm)
+        return sum(self.discarded)
 
     @property
     def spent_ms(self) -> float:
         return sum(self.samples)
 
     def estimate_ms(self) -> float:
-        """The call's time as known so far: the median of the samples, else of the last warm-up batch."""
-        if self.samples:
-            return statistics.median(self.samples[-64:])
-        if self._last_batch_median is not None:
-            return self._last_batch_median
-        return 0.0
+        """The call's time as known so far: the median of the latest samples, else of the last warm-up batch."""
+        recent = self.samples[-64:] or self._pending or (self._batches[-1] if self._batches else [])
+        return statistics.median(recent) if recent else 0.0
 
     def next_batch(self) -> int:
         """How many calls to run (and time) next; 0 when the measurement is done."""
         if self.warming:
-            if not self.warm:
+            if not self._batches:
                 return 1
-            left = self.settings.warmup_ms - self.warmup_ms
+            left = self.settings.warmup_ms - sum(sum(b) for b in self._batches)
             return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
         if self.stop is not None:
             return 0
         s = self.settings
-        n = len(self.samples)
+        n = len(self.samples) + len(self._pending)
         least = max(s.min_samples, 1)
-        target = max(least, self._checkpoint)
         per_call = max(self.estimate_ms(), 1e-6)
-        affordable = n + max(0, math.ceil((s.budget_ms - self.spent_ms) / per_call))
-        target = max(least, min(target, affordable), n + 1)
-        return min(target, s.max_samples) - n
+        spent = self.spent_ms + sum(self._pending)
+        affordable = n + max(0, math.ceil((s.budget_ms - spent) / per_call))
+        target = max(least, min(max(least, self._checkpoint), affordable), n + 1)
+        return max(1, min(target, s.max_samples) - n)
 
     def add(self, times: list[float]) -> None:
         """The times (ms) of the calls just run, in order."""
         if not times:
             return
-        median = statistics.median(times)
         if self.warming:
-            previous = self._last_batch_median
-            self.warm.extend(times)
-            self._last_batch_median = median
-            agree = previous is not None and abs(median - previous) <= self.settings.precision * previous
-            if agree or self.warmup_ms >= self.settings.warmup_ms:
-                self.warming, self.steady = False, agree
-                self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
+            self._warm(times)
             return
+        if self._pending:
+            self._settle(times)
         self.samples.extend(times)
         self._judge()
+
+    def _warm(self, times: list[float]) -> None:
+        previous = statistics.median(self._batches[-1]) if self._batches else None
+        self._batches.append(times)
+        agree = previous is not None and _agree(statistics.median(times), previous, self.settings.precision)
+        spent = sum(sum(b) for b in self._batches)
+        if not (agree or spent >= self.settings.warmup_ms):
+            return
+        self.warming, self.steady = False, agree
+        self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
+        for batch in self._batches[:-1]:
+            self.discarded.extend(batch)
+        last = self._batches[-1]
+        if agree:  # the last batch is steady: the first samples
+            self.samples.extend(last[:self.settings.max_samples])
+            self.discarded.extend(last[self.settings.max_samples:])
+            self._judge()
+        else:  # cut short by warmup_ms: steady or not, the first samples will tell
+            self._pending = list(last)
+
+    def _settle(self, times: list[float]) -> None:
+        """The last warm-up batch joins the samples if each of its calls agrees with the median of the first
+        batch of samples (and they fit under max_samples); else it was warm-up after all."""
+        pending, self._pending = self._pending, []
+        fits = len(self.samples) + len(pending) + len(times) <= self.settings.max_samples
+        median = statistics.median(times)
+        if fits and all(_agree(t, median, self.settings.precision) for t in pending):
+            self.samples.extend(pending)
+        else:
+            self.discarded.extend(pending)
 
     def _judge(self) -> None:
         s = self.settings
@@ -134,7 +160,12 @@ class Sampler:
             self.stop = "budget"
 
     def result(self) -> Samples:
-        return Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.warm), self.steady)
+        return Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.discarded), self.steady)
+
+
+def _agree(a: float, b: float, precision: float) -> bool:
+    """Two batch medians agree within the precision asked (relative to the earlier one)."""
+    return abs(a - b) <= precision * b
 
 
 def rank_floor(confidence: float) -> int:

@@ -72,8 +72,9 @@ def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
     samples, clock = measure(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
     assert samples.stop == "precision"
     assert list(samples) == [2.0] * 6  # six samples are the fewest with a 95% interval
-    assert samples.warmup_calls == 1 + 5 and samples.steady  # the first call, then a batch of five that agreed
-    assert clock.calls == 6 + 6
+    # the first call is warm-up; the batch of five after it agreed, so those five are already samples
+    assert samples.warmup_calls == 1 and samples.warmup_ms == 2.0 and samples.steady
+    assert clock.calls == 1 + 6
 
 
 def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
@@ -83,6 +84,14 @@ def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
     assert samples.steady and samples.warmup_ms < 30
     assert 9.0 not in samples and 5.0 not in samples and 3.0 not in samples
     assert samples.stop == "precision"
+
+
+def test_a_slow_call_warm_from_the_start_costs_no_warm_up_and_a_cold_one_costs_one_call() -> None:
+    """10 ms calls with warmup_ms 1: the one warm-up call is kept when it agrees with the samples after it."""
+    warm, clock = measure(lambda i: 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
+    assert list(warm) == [10.0] * 6 and warm.warmup_calls == 0 and clock.calls == 6
+    cold, clock = measure(lambda i: 20.0 if i == 0 else 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
+    assert list(cold) == [10.0] * 6 and cold.warmup_calls == 1 and cold.warmup_ms == 20.0 and clock.calls == 7
 
 
 def test_warm_up_is_bounded_by_warmup_ms_when_calls_never_settle() -> None:
