@@ -90,6 +90,17 @@ def flex_block_mask(case: Case, device: torch.device | str) -> tuple[Any, dict[s
     return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
 
 
+def compile_counters() -> dict[str, int]:
+    """So far in this process: graphs Dynamo traced, kernels Inductor compiled from scratch, and compiled graphs
+    loaded from the on-disk caches in --cache-dir (AOTAutograd's, else Inductor's FX graph cache)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs_traced": int(counters["stats"]["unique_graphs"]),
+            "kernels_compiled": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "cache_hits": int(counters["aot_autograd"]["autograd_cache_hit"])
+            + int(counters["inductor"]["fxgraph_cache_hit"])}
+
+
 @register
 class FlexBackend(Backend):
     name = "flex"
@@ -108,6 +119,7 @@ class FlexBackend(Backend):
 
         # Compiled in the grad mode that is timed (the runner checks in that mode too): grad mode is part
         # of Dynamo's guards, so a call in the other mode would compile a second graph.
+        before = compile_counters()
         start = time.perf_counter()
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in (q, k, v))
         with torch.set_grad_enabled(case.needs_grad):
@@ -117,6 +129,7 @@ class FlexBackend(Backend):
         if out.is_cuda:
             torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
+        compiled = {name: value - before[name] for name, value in compile_counters().items()}
         sparsity = None if block_mask is None else float(block_mask.sparsity())
         if sparsity is not None and not 0 <= sparsity <= 100:
             sparsity = None  # torch reports nonsense (e.g. -10823%) when Q_LEN is below one 128-row block
@@ -126,7 +139,7 @@ class FlexBackend(Backend):
             call=call,
             kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic=False"
                     f"{', block_mask' if block_mask is not None else ', no mask'}{', enable_gqa' if gqa else ''})"),
-            extra={"compile_s": compile_s, "sparsity_percent": sparsity, **mask_extra},
+            extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
