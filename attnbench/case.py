@@ -21,6 +21,18 @@ MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}
 
 
+def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | None) -> Any:
+    """GUIDE.md's mask on index tensors: True where query q_idx may see key k_idx, for queries that are the last
+    positions (offset = Sk - Sq). The one definition every backend's mask and the reference come from."""
+    pos = q_idx + offset
+    keep = k_idx <= pos if causal else k_idx >= 0
+    if window is not None:
+        keep = keep & (pos - k_idx <= window)
+        if not causal:
+            keep = keep & (k_idx - pos <= window)
+    return keep
+
+
 @dataclass(frozen=True)
 class Case:
     """The workload a backend is measured on. Canonical layout is (batch, heads, seq, head_dim)."""
@@ -89,13 +101,7 @@ class Case:
 
     def allowed(self, q_idx: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
         """Boolean mask, True where query q_idx may attend to key k_idx (broadcasting tensors)."""
-        pos = q_idx + self.offset
-        keep = k_idx <= pos if self.causal else k_idx >= 0
-        if self.window is not None:
-            keep = keep & (pos - k_idx <= self.window)
-            if not self.causal:
-                keep = keep & (k_idx - pos <= self.window)
-        return keep
+        return allowed(q_idx, k_idx, self.offset, self.causal, self.window)
 
     def mask(self, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
         """The (rows, Sk) boolean mask for the given query rows (all rows by default); None when unmasked."""

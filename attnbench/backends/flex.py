@@ -1,17 +1,29 @@
-"""`flex`: PyTorch's FlexAttention, compiled, with a block mask made from GUIDE.md's mask (Case.allowed).
+"""`flex` and `flex-dynamic`: PyTorch's FlexAttention, compiled, with a block mask from GUIDE.md's mask.
 
-flex_attention only runs fused under torch.compile (eager materialises every score), so it is compiled
-once per process with dynamic=False; each new shape recompiles, which `prepare` triggers with a warm
-call so that compilation never lands in the timed region. Layout is canonical; GQA/MQA is enable_gqa.
+flex_attention only runs fused under torch.compile (eager materialises every score). `prepare` triggers the
+compile with a warm call, so compilation is setup (extra.compile_s), never kernel time. Layout is canonical;
+GQA/MQA is enable_gqa.
+
+- `flex` compiles with dynamic=False: a kernel per shape, the one a fixed-shape model runs. Inductor
+  specialises it on the sequence lengths, among them whether they divide the 128-token block (IS_DIVISIBLE,
+  which drops the bounds checks on every load), so no two sequence lengths can share it.
+- `flex-dynamic` compiles with dynamic=True: one compile serves every sequence length of a case group (the
+  mask function sees only the offset, causal flag and window). That kernel cannot assume divisibility, so it
+  is a different, bounds-checked kernel: what a model that varies its sequence length runs.
+
+Either way the same graph is never compiled twice in a process (Dynamo's cache), and --cache-dir keeps
+Inductor's on-disk caches between runs, so a second run loads instead of compiling.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.case import allowed
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -27,14 +39,13 @@ MASK_EAGER_LIMIT = 256 << 20
 # Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
 # limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them.
 RECOMPILE_LIMIT = 1024
-_compiled: Callable[..., Any] | None = None
-_compiled_mask: Callable[..., Any] | None = None
+_compiled: dict[bool, Callable[..., Any]] = {}
+_compiled_mask: dict[bool, Callable[..., Any]] = {}
 
 
-def compiled_flex_attention() -> Callable[..., Any]:
-    """torch.compile(flex_attention, dynamic=False), made once per process."""
-    global _compiled
-    if _compiled is None:
+def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
+    """torch.compile(flex_attention, dynamic=dynamic), made once per process."""
+    if dynamic not in _compiled:
         import torch
         import torch._dynamo.config as dynamo_config
         from torch.nn.attention.flex_attention import flex_attention
@@ -48,20 +59,33 @@ def compiled_flex_attention() -> Callable[..., Any]:
         import torch._functorch.config as functorch_config
 
         functorch_config.donated_buffer = False
-        _compiled = torch.compile(flex_attention, dynamic=False)
-    return _compiled
+        _compiled[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
+    return _compiled[dynamic]
 
 
-def compiled_create_block_mask() -> Callable[..., Any]:
+def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
     """torch.compile(create_block_mask), as PyTorch recommends in place of its `_compile=True` flag."""
-    global _compiled_mask
-    if _compiled_mask is None:
+    if dynamic not in _compiled_mask:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
 
-        compiled_flex_attention()  # the same recompile limits
-        _compiled_mask = torch.compile(create_block_mask, dynamic=False)
-    return _compiled_mask
+        compiled_flex_attention(dynamic)  # the same recompile limits
+        _compiled_mask[dynamic] = torch.compile(create_block_mask, dynamic=dynamic)
+    return _compiled_mask[dynamic]
+
+
+@functools.lru_cache(maxsize=None)
+def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
+    """The mask_mod of GUIDE.md's mask (attnbench.case.allowed) for these three values, one function per distinct
+    mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
+    literals in its code, not closure cells: under dynamic=True Dynamo makes captured ints symbolic, which
+    Inductor's CPU flex template then fails to compile (torch 2.13), while literals stay constants."""
+    source = (f"def mask_mod(b, h, q_idx, kv_idx):\n"
+              f"    return allowed(q_idx, kv_idx, {int(offset)!r}, {bool(causal)!r}, "
+              f"{None if window is None else int(window)!r})\n")
+    namespace: dict[str, Any] = {"allowed": allowed}
+    exec(compile(source, f"<attnbench flex mask off={offset} causal={causal} window={window}>", "exec"), namespace)
+    return namespace["mask_mod"]
 
 
 def mask_is_compiled(case: Case, device_type: str) -> bool:
@@ -69,20 +93,17 @@ def mask_is_compiled(case: Case, device_type: str) -> bool:
     return device_type == "cuda" or case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR > MASK_EAGER_LIMIT
 
 
-def flex_block_mask(case: Case, device: torch.device | str) -> tuple[Any, dict[str, Any]]:
-    """create_block_mask from Case.allowed (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
+def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
+    """create_block_mask from GUIDE.md's mask (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
     and how it was built: `mask_build` ("compiled" or "eager") and `mask_build_s` (compile included)."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
     if not case.has_mask:
         return None, {}
-
-    def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-        return case.allowed(q_idx, kv_idx)
-
+    mask_mod = mask_mod_for(case.offset, case.causal, case.window)
     compiled = mask_is_compiled(case, torch.device(device).type)
-    build = compiled_create_block_mask() if compiled else create_block_mask
+    build = compiled_create_block_mask(dynamic) if compiled else create_block_mask
     start = time.perf_counter()
     block_mask = build(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
     if torch.device(device).type == "cuda":
@@ -105,12 +126,13 @@ def compile_counters() -> dict[str, int]:
 class FlexBackend(Backend):
     name = "flex"
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
+    dynamic: bool = False
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
 
-        flex = compiled_flex_attention()
-        block_mask, mask_extra = flex_block_mask(case, q.device)
+        flex = compiled_flex_attention(self.dynamic)
+        block_mask, mask_extra = flex_block_mask(case, q.device, self.dynamic)
         gqa = case.kv_heads != case.heads
         scale = case.head_dim ** -0.5
 
@@ -137,7 +159,7 @@ class FlexBackend(Backend):
         return Prepared(
             inputs=(q, k, v),
             call=call,
-            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic=False"
+            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
                     f"{', block_mask' if block_mask is not None else ', no mask'}{', enable_gqa' if gqa else ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
@@ -149,3 +171,11 @@ class FlexBackend(Backend):
         if isinstance(exc, NotImplementedError) or any(m in first for m in markers):
             return f"flex_attention refused: {first}"
         return None
+
+
+@register
+class FlexDynamicBackend(FlexBackend):
+    name = "flex-dynamic"
+    summary = ("torch FlexAttention compiled with dynamic=True: one compile for every sequence length "
+               "(a bounds-checked kernel, unlike flex's per-shape one)")
+    dynamic = True
