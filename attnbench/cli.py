@@ -182,6 +182,11 @@ def run(
                                                    help="Memory roof in GB/s for decode-like cases' percent_of_peak."),
     timer: str = typer.Option("auto", "--timer", metavar="auto|cuda-graph",
                               help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
+    estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
+                                               help="With --dry-run: estimate the run on this GPU (e.g. H100) from "
+                                                    "the datasheet table."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session
@@ -197,15 +202,18 @@ def run(
     chosen_devices = tuple(parse_devices(devices)) if devices is not None else None
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
-    plan = session.plan(suite, backend or None, device, plugin)
+    if estimate_gpu is not None and not dry_run:
+        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
+    plan = session.plan(suite, backend or None, "cuda" if estimate_gpu else device, plugin,
+                        resolve=estimate_gpu is None)
     if dry_run:
-        session.print_dry_run(plan, out)
+        session.print_dry_run(plan, out, cache_dir, estimate_gpu, isolate)
         return
     shard_tag = f"-shard{chosen_shard.index}of{chosen_shard.count}" if chosen_shard else ""
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
     options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force,
-                                 chosen_devices, peak_tflops, peak_bandwidth, timer)
+                                 chosen_devices, peak_tflops, peak_bandwidth, timer, cache_dir)
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, out, err, stop.is_set, options)
@@ -216,7 +224,9 @@ def run(
         err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
     from attnbench.tally import process_start, timed_line
 
-    last = timed_line(outcome.tally, time.time() - process_start())
+    wall_s = time.time() - process_start()
+    session.record_actual(directory, outcome, wall_s)
+    last = timed_line(outcome.tally, wall_s)
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:

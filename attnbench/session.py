@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import time
 import uuid
@@ -12,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from attnbench.backends.base import Backend
@@ -23,10 +23,12 @@ from attnbench.results import (ENV_FILE, RESULTS_FILE, Record, ResultsWriter, ke
                                write_json_atomic)
 from attnbench.shard import Shard
 from attnbench.suite import Suite, load_suite
+from attnbench.progress import ProgressListener, Eta
 from attnbench.tally import Tally, process_start, reference_line
 from attnbench.units import fmt_bytes
 
 if TYPE_CHECKING:
+    from attnbench.forecast import Forecast
     from attnbench.timing import TimingSettings
 
 
@@ -59,6 +61,7 @@ class RunOptions:
     peak_tflops: float | None = None  # roofs for percent_of_peak, in place of the datasheet table
     peak_bandwidth_gbs: float | None = None
     timer: str = "auto"  # "cuda-graph": CudaGraphTimer in place of CUDA events
+    cache_dir: Path | None = None  # torch.compile's caches and attnbench's calibration; None: the default
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,22 @@ def check_backends(suite: Suite, registry: Registry, requested: list[str] | None
     return list(dict.fromkeys(names))
 
 
-def plan(suite_path: Path, backends: list[str] | None, device: str | None, plugins: list[str]) -> Plan:
-    """Validate everything the run depends on; nothing is written or run yet."""
+def plan(suite_path: Path, backends: list[str] | None, device: str | None, plugins: list[str],
+         resolve: bool = True) -> Plan:
+    """Validate everything the run depends on; nothing is written or run yet. `resolve=False` takes `device`
+    as given (a dry run's estimate for a GPU that is not here)."""
     from attnbench.env import resolve_device
 
     registry = default_registry(plugins)
     suite = load_suite(suite_path)
     names = check_backends(suite, registry, backends)
-    resolved = resolve_device(device or suite.model.device)
+    resolved = resolve_device(device or suite.model.device) if resolve or device is None else device
     return Plan(suite, resolved, suite.cases(resolved), registry.resolve(names), tuple(plugins))
+
+
+def case_of(record: Record) -> Case:
+    """The case a record measured."""
+    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
 
 
 def task_key(case: Case, backend: Backend) -> tuple:
@@ -122,8 +132,16 @@ def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None
     return device == "cuda" or timeout_s is not None
 
 
-def print_dry_run(plan: Plan, console: Console) -> None:
-    """The cases a run would measure, with the analytic memory each backend should need."""
+def print_dry_run(plan: Plan, console: Console, cache_dir: Path | None = None, gpu: str | None = None,
+                  isolate: bool | None = None) -> Forecast:
+    """The cases a run would measure, with their work and memory, and the run's predicted wall time per backend.
+
+    The prediction calibrates this device (under a second, once per device and torch version), or, with `gpu`,
+    takes that GPU's datasheet row: then it is an estimate for a machine that is not here, and says so.
+    """
+    from attnbench import compile_cache, forecast
+    from attnbench.timing import TimingSettings  # noqa: F401 - settings_of's return type
+
     table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends on {plan.device}",
                   title_justify="left")
     table.add_column("case")
@@ -134,11 +152,43 @@ def print_dry_run(plan: Plan, console: Console) -> None:
         table.add_row(case.describe(), f"{case.flops() / 1e9:,.2f}", fmt_bytes(case.memory_estimate(False)),
                       fmt_bytes(case.memory_estimate(True, True)))
     console.print(table)
+    cache = compile_cache.use(cache_dir)
+    machine = forecast.datasheet(gpu) if gpu else forecast.cached_calibration(plan.device, cache)
+    import torch
+
+    predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite), machine,
+                                  isolate=resolve_isolation(plan.device, isolate, plan.suite.model.timing.timeout_s),
+                                  compiled=compile_cache.compiled(cache, torch.__version__))
+    print_forecast(predicted, console)
+    return predicted
+
+
+def print_forecast(predicted: Forecast, console: Console) -> None:
+    """Per backend: measurements and predicted time; then the total, and what the prediction rests on."""
+    from attnbench.forecast import fmt_duration
+
+    label = "ESTIMATE for a GPU that is not here" if predicted.machine.estimate else "predicted wall time"
+    table = Table(title=f"{label}: {fmt_duration(predicted.total_s)} in total", title_justify="left")
+    for column in ("backend", "measured", "skipped", "predicted"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    counts: dict[str, list[int]] = {}
+    for task in predicted.tasks:
+        counts.setdefault(task.backend, [0, 0])[0 if task.runs else 1] += 1
+    for backend, seconds in predicted.by_backend().items():
+        ran, skipped = counts[backend]
+        table.add_row(backend, str(ran), str(skipped), fmt_duration(seconds))
+    table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s))
+    console.print(table)
+    console.print(f"of which references {fmt_duration(predicted.reference_s)}, flex compiles "
+                  f"{fmt_duration(predicted.compile_s)}; throughput {predicted.machine.source}"
+                  + ("; every backend made for CUDA taken as installed" if predicted.machine.estimate else ""),
+                  markup=False)
 
 
 def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool],
             options: RunOptions = RunOptions()) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement."""
+    from attnbench import compile_cache, forecast
     from attnbench.env import collect_env
     from attnbench.isolation import Isolated, WorkerConfig, WorkerTimer
     from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
@@ -162,6 +212,12 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     if options.shard is not None:
         tasks = select(tasks, options.shard)
     env = collect_env(plan.device)
+    torch_version = env["torch"]
+    cache = compile_cache.use(options.cache_dir)
+    workers = len(options.devices) if options.devices is not None else 1
+    predicted = forecast.forecast(tasks, settings_of(plan.suite), forecast.cached_calibration(plan.device, cache),
+                                  isolate=isolate, workers=workers,
+                                  compiled=compile_cache.compiled(cache, torch_version))
     if options.resume:
         recorded = read_run_env(directory)
         check_compatible(directory, recorded, env, plan.suite.name,
@@ -172,7 +228,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         tasks = [task for task in tasks if task_key(*task) not in done]
         run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
         recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
-                                                   "already_done": len(done), "env": env})
+                                                   "already_done": len(done), "env": env,
+                                                   "prediction": predicted.to_dict()})
         env = recorded
     else:
         refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
@@ -186,7 +243,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
                    shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
                    devices=list(options.devices) if options.devices is not None else None,
                    peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
-                   timer=options.timer)
+                   timer=options.timer, cache_dir=str(cache), prediction=predicted.to_dict())
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
@@ -200,9 +257,11 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     if options.devices is not None:
         mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
-                 f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}")
+                 f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}; "
+                 f"predicted {forecast.fmt_duration(predicted.total_s)}")
     info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs)
-    with ResultsWriter(results) as writer, _ProgressListener(errors, total) as listener, frozen_heap():
+    eta = Eta(predicted, tasks, workers)
+    with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
         timer = WorkerTimer() if isolate else timer_for(plan.device, options.timer)
         runner = Runner(info, timer, settings, listener, should_stop, oom_pruning=options.oom_pruning)
         measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer), runner,
@@ -222,11 +281,32 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
             measured = run_on_devices(runner, tasks, sink, measurers)
         else:
             measured = runner.run_tasks(tasks, sink, measurer)
+    compile_cache.note_compiled(cache, torch_version, (
+        forecast.compile_key(case_of(r), r.backend) for r in records
+        if r.backend in forecast.COMPILED and "compile_s" in r.extra))
     print_summary(records, console)
     tally = Tally.of(records)
     errors.print(f"results: {results}; {reference_line(tally, time.time() - process_start())}")
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, tally)
+
+
+def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
+    """Add what the run really took to env.json, beside its prediction: wall (report included), timed, reference."""
+    from attnbench.results import ENV_FILE
+
+    path = directory / ENV_FILE
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return
+    actual = {"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),
+              "reference_s": round(outcome.tally.reference_s, 2), "measured": outcome.measured}
+    if env.get("resumed"):
+        env["resumed"][-1]["actual"] = actual
+    else:
+        env["actual"] = actual
+    write_json_atomic(path, env)
 
 
 @contextlib.contextmanager
@@ -243,49 +323,6 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-class _ProgressListener:
-    """A progress bar with the current measurement and an ETA on a terminal; one line each elsewhere."""
-
-    def __init__(self, console: Console, total: int) -> None:
-        self.console = console
-        self.total = total
-        self.live = console.is_terminal
-        self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True,
-        )
-        self.task = self.progress.add_task("starting", total=total)
-
-    def __enter__(self) -> _ProgressListener:
-        if self.live:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live:
-            self.progress.stop()
-
-    def started(self, index: int, total: int, case: Case, backend: Backend) -> None:
-        self.progress.update(self.task, description=f"{backend.name:<15} {case.describe()}")
-
-    def finished(self, record: Record) -> None:
-        self.progress.advance(self.task)
-        done = int(self.progress.tasks[0].completed)
-        line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {_status_text(record)}"
-        if not self.live:
-            self.console.print(line, markup=False, soft_wrap=True)
-        elif record.status != "ok":  # failures stay on screen above the bar
-            self.progress.console.print(line, markup=False, soft_wrap=True)
-
-
-def _status_text(record: Record) -> str:
-    if record.status == "ok":
-        return f"ok {record.time_ms:.3f} ms"
-    if record.status == "mismatch":
-        return f"MISMATCH {record.time_ms:.3f} ms: {record.reason}"
-    return f"{record.status}: {record.reason}"
 
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "magenta", "skipped": "yellow",
