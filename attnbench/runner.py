@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
-from attnbench.check import judge
+from attnbench.check import judge, naive_errors
 from attnbench.interval import Interval, median_interval
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.peaks import peak_for
@@ -92,6 +92,11 @@ class CaseData:
         inputs, rows = self.inputs, self.rows
         with self._timed():
             return inputs_mod.blocked_attention(self.case, inputs, rows, inputs_mod.grad_checkable(self.case))
+
+    @cached_property
+    def naive_errors(self) -> dict[str, float]:
+        """err(naive) per tensor against the reference: every backend's bound, computed once per case."""
+        return naive_errors(self.reference, self.naive)
 
     def _timed(self) -> _Stopwatch:
         return _Stopwatch(self)
@@ -261,7 +266,7 @@ class Runner:
                     caught.extend(seen)
             answer, dout_native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
                                             inputs_mod.grad_checkable(case))
-            verdict = judge(answer, data.reference, data.naive, case.dtype)
+            verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
             first = None if peak_in_check else PeakOnFirstCall(fn, case.device)
             samples = self.timer.measure(first or fn, self.settings)
