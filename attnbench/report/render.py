@@ -16,12 +16,12 @@ from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
 from attnbench.report.roofline import roofline_chart
-from attnbench.report.styles import BackendStyle, backend_styles
+from attnbench.report.styles import backend_styles
 from attnbench.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
-PARALLEL_FROM = 12  # group charts; below this a process pool costs more to start than it saves
+PARALLEL_FROM = 4  # charts; below this a (forked) process pool costs more to start than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
 
 
@@ -30,8 +30,9 @@ def chart_file_names(groups: list[CaseGroup]) -> list[str]:
     return [f"group-{i:02d}-{group.slug()}.png" for i, group in enumerate(groups, start=1)]
 
 
-def _group_png(task: tuple[CaseGroup, dict[str, BackendStyle], str | None, float | None, str | None]) -> bytes:
-    return render_chart(group_chart, *task)
+def _png(task: tuple[Any, tuple]) -> bytes:
+    draw, args = task
+    return render_chart(draw, *args)
 
 
 def _cpu_count() -> int:
@@ -41,16 +42,17 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _group_pngs(tasks: list[tuple]) -> list[bytes]:
-    """Each group's chart as PNG bytes; in worker processes when there are many (each chart is independent)."""
-    workers = min(_cpu_count(), 8, len(tasks) // 6)
+def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
+    """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several (each
+    chart is independent, and matplotlib's drawing is most of a report's time)."""
+    workers = min(_cpu_count(), 8, len(tasks) // 2)
     if len(tasks) >= PARALLEL_FROM and workers > 1:
         try:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                return list(pool.map(_group_png, tasks, chunksize=4))
+                return list(pool.map(_png, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
         except (OSError, BrokenProcessPool):  # no process support here (sandboxes): draw them one by one
             pass
-    return [_group_png(task) for task in tasks]
+    return [_png(task) for task in tasks]
 
 
 def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
@@ -58,19 +60,21 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
                  peak_bandwidth_gbs: float | None = None) -> tuple[list[Chart], list[str]]:
     """Every chart of the report (group charts, MQA/GQA when some group varies kv_heads, roofline, correctness)."""
     styles = backend_styles(str(r["backend"]) for r in records)
-    pngs = _group_pngs([(group, styles, baseline, peak_tflops, device_name) for group in groups])
-    charts = [Chart(name, group.title(), png) for name, group, png in zip(chart_file_names(groups), groups, pngs)]
+    named: list[tuple[str, str]] = [(name, group.title()) for name, group in zip(chart_file_names(groups), groups)]
+    tasks: list[tuple[Any, tuple]] = [(group_chart, (group, styles, baseline, peak_tflops, device_name))
+                                      for group in groups]
     notes = []
     families = kv_heads_families(groups)
     if families:
-        charts.append(Chart("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads",
-                            render_chart(kv_heads_chart, families, styles)))
+        named.append(("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads"))
+        tasks.append((kv_heads_chart, (families, styles)))
     else:
         notes.append(NO_KV_FAMILY_NOTE)
-    charts.append(Chart("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s",
-                        render_chart(roofline_chart, records, styles, device_name, peak_tflops, peak_bandwidth_gbs)))
-    charts.append(Chart("correctness.png", "Correctness: max error against its bound",
-                        render_chart(correctness_chart, records, styles)))
+    named.append(("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s"))
+    tasks.append((roofline_chart, (records, styles, device_name, peak_tflops, peak_bandwidth_gbs)))
+    named.append(("correctness.png", "Correctness: max error against its bound"))
+    tasks.append((correctness_chart, (records, styles)))
+    charts = [Chart(name, title, png) for (name, title), png in zip(named, _pngs(tasks))]
     return charts, notes
 
 
