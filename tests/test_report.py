@@ -199,7 +199,7 @@ def test_a_single_case_run_renders(tmp_path: Path) -> None:
     assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png",
                                              "summary.md"]
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
-    assert "| sdpa | 512 | ok | 1 (0.05) |" in md
+    assert "| sdpa | 512 | ok | 1 (IQR 0.05) |" in md  # a record without an interval shows its IQR
 
 
 @pytest.mark.parametrize("run", ["gpu-like", "cpu-run"])
