@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -250,16 +251,21 @@ class Runner:
         prepared = backend.prepare(case, *canonical)
         fields.update(kernel=prepared.kernel, kv_expanded=prepared.kv_expanded, extra=dict(prepared.extra))
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
-        # Peak memory comes from a call that runs anyway: the checked call when it is the timed call's twin
-        # (a CPU forward: the profiler is the only way to see CPU allocations), else the first warm-up call.
-        peak_in_check = case.device != "cuda" and case.mode == "fwd"
+        # One pass where one suffices. A forward's checked call is the timed call's twin: it is also the call
+        # whose peak memory is read and the first warm-up call (its time counts toward warmup_ms). In backward
+        # modes the checked call differs (it also maps gradients back), so the peak comes from the first
+        # warm-up call instead. No call is made for memory alone.
+        twin = case.mode == "fwd"
+        settings = self.settings
         with prepared.context():
             # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.
             with warnings.catch_warnings(record=True) as seen, torch.set_grad_enabled(case.needs_grad):
                 warnings.simplefilter("always")
                 try:
-                    if peak_in_check:
+                    if twin:
+                        start = time.perf_counter()
                         out_native, peak, method = call_measuring_peak(lambda: prepared.call(*leaves), case.device)
+                        settings = dataclasses.replace(settings, warmed_ms=(time.perf_counter() - start) * 1e3)
                     else:
                         out_native = prepared.call(*leaves)
                 finally:
@@ -268,8 +274,8 @@ class Runner:
                                             inputs_mod.grad_checkable(case))
             verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
-            first = None if peak_in_check else PeakOnFirstCall(fn, case.device)
-            samples = self.timer.measure(first or fn, self.settings)
+            first = None if twin else PeakOnFirstCall(fn, case.device)
+            samples = self.timer.measure(first or fn, settings)
             # (right after timing: a spot for what the device's state was while it timed)
             if first is not None:
                 if first.peak is None:  # a timer that never called fn (a test's scripted timer)
@@ -283,6 +289,8 @@ class Runner:
             grad_checked=data.reference.grads is not None,
         )
         fields["extra"].update(timing_extra(samples, self.timer))
+        if settings.warmed_ms:
+            fields["extra"]["check_ms"] = settings.warmed_ms  # the checked call, which counted toward warmup_ms
         fields["extra"]["errors"] = verdict.errors
         fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                                 self.info, fields["extra"].get("fp32_math"))

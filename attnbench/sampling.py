@@ -8,7 +8,9 @@ times them its own way (a clock around each call, CUDA events, graph replays), a
   `warmup_ms` of calls has been spent (at least one call either way). Calls already steady are not thrown
   away: the batch that agreed with the one before it becomes the first samples, and a last warm-up batch cut
   short by `warmup_ms` (a slow call's single warm-up call) joins them when each of its calls agrees with the
-  median of the first batch of samples. Only calls not shown steady are discarded;
+  median of the first batch of samples. Only calls not shown steady are discarded. Calls of the same
+  function made before timing (`warmed_ms`: the runner's checked call of a forward) count toward
+  `warmup_ms`: when they cover it, warm-up is over before the first timed call;
 - sampling: until the median's distribution-free 95% interval (attnbench.interval) is within
   ±`precision` of it (`stop = "precision"`), or `budget_ms` of samples is spent (`"budget"`), or
   `max_samples` is reached (`"max_samples"`) — never fewer than `min_samples`.
@@ -68,6 +70,11 @@ class Sampler:
     _pending: list[float] = field(default_factory=list)  # the last warm-up batch, steady or not yet known
     _checkpoint: int = 0
 
+    def __post_init__(self) -> None:
+        warmed = self.settings.warmed_ms
+        if warmed > 0 and warmed >= self.settings.warmup_ms:  # the calls before timing were the warm-up
+            self._end_warm_up()
+
     @property
     def warmup_ms(self) -> float:
         return sum(self.discarded)
@@ -77,16 +84,17 @@ class Sampler:
         return sum(self.samples)
 
     def estimate_ms(self) -> float:
-        """The call's time as known so far: the median of the latest samples, else of the last warm-up batch."""
+        """The call's time as known so far: the median of the latest samples, else of the last warm-up batch, else
+        the call made before timing (warmed_ms)."""
         recent = self.samples[-64:] or self._pending or (self._batches[-1] if self._batches else [])
-        return statistics.median(recent) if recent else 0.0
+        return statistics.median(recent) if recent else self.settings.warmed_ms
 
     def next_batch(self) -> int:
         """How many calls to run (and time) next; 0 when the measurement is done."""
         if self.warming:
             if not self._batches:
                 return 1
-            left = self.settings.warmup_ms - sum(sum(b) for b in self._batches)
+            left = self.settings.warmup_ms - self.settings.warmed_ms - sum(sum(b) for b in self._batches)
             return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
         if self.stop is not None:
             return 0
@@ -115,11 +123,10 @@ class Sampler:
         previous = statistics.median(self._batches[-1]) if self._batches else None
         self._batches.append(times)
         agree = previous is not None and _agree(statistics.median(times), previous, self.settings.precision)
-        spent = sum(sum(b) for b in self._batches)
+        spent = self.settings.warmed_ms + sum(sum(b) for b in self._batches)
         if not (agree or spent >= self.settings.warmup_ms):
             return
-        self.warming, self.steady = False, agree
-        self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
+        self._end_warm_up(agree)
         for batch in self._batches[:-1]:
             self.discarded.extend(batch)
         last = self._batches[-1]
@@ -129,6 +136,10 @@ class Sampler:
             self._judge()
         else:  # cut short by warmup_ms: steady or not, the first samples will tell
             self._pending = list(last)
+
+    def _end_warm_up(self, steady: bool = False) -> None:
+        self.warming, self.steady = False, steady
+        self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
 
     def _settle(self, times: list[float]) -> None:
         """The last warm-up batch joins the samples if each of its calls agrees with the median of the first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -130,12 +131,26 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     assert (record.ci_low_ms, record.ci_high_ms, record.ci_level) == (interval.low, interval.high, interval.level)
     assert record.ci_low_ms <= record.time_ms <= record.ci_high_ms
     assert record.noisy  # the interval is wider than the ±1% asked
-    assert record.extra["warmup_calls"] == 1 and record.extra["warmup_ms"] == 1.5
+    # a forward's checked call is its warm-up (warmup_ms 0 is covered by it): no timed call was thrown away
+    assert record.extra["warmup_calls"] == 0 and record.extra["check_ms"] > 0 and clock.calls == record.samples
 
     steady = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 1.0)),
                     TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3))
     calm = steady.measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"))
     assert calm.stop == "precision" and not calm.noisy and calm.ci_low_ms == calm.ci_high_ms == 1.0
+
+
+def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_checked_call() -> None:
+    naive = default_registry().get("naive")
+    settings = TimingSettings(warmup_ms=5, budget_ms=0, min_samples=3, max_samples=3)
+    clock = ScriptClock(lambda i: 10.0 if i == 0 else 2.0)  # the first timed call is cold
+    backward = Runner(RunInfo("r", "t"), ClockTimer(clock), settings).measure(
+        CaseData(make_case(seq_len=32, mode="fwd_bwd")), naive)
+    assert backward.extra["warmup_calls"] >= 1 and backward.times_ms == [2.0, 2.0, 2.0] and "check_ms" not in backward.extra
+    slow = dataclasses.replace(settings, warmup_ms=0.001)  # any checked call takes longer than 1 µs
+    forward = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 2.0)), slow).measure(
+        CaseData(make_case(seq_len=32)), naive)
+    assert forward.extra["warmup_calls"] == 0 and forward.times_ms == [2.0, 2.0, 2.0]
 
 
 def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> None:
