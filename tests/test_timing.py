@@ -120,3 +120,20 @@ def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
     assert runner.measure(CaseData(make_case(seq_len=16)), naive).status == "ok"
     skipped = runner.measure(CaseData(make_case(seq_len=16, mode="fwd_bwd")), naive)
     assert skipped.status == "skipped" and skipped.reason == "the fwd-only timer times fwd only, not fwd_bwd"
+
+
+def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") -> None:
+    """An H200 reports L2_cache_size 62914560 (60 MB): the flush is 120 MiB, not a fixed 256 MiB."""
+    import types
+
+    from attnbench import timing
+
+    props = types.SimpleNamespace(L2_cache_size=62914560)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)  # type: ignore[attr-defined]
+    assert timing.flush_bytes_for("cuda") == 2 * 62914560 == 120 << 20
+    assert timing.flush_bytes_for(torch.device("cuda", 0)) == 120 << 20
+    props.L2_cache_size = 0  # a device that reports none
+    assert timing.flush_bytes_for("cuda") == timing.L2_FLUSH_BYTES
+    assert timing.flush_bytes_for("meta") == timing.L2_FLUSH_BYTES
+    timer = timing.CudaEventTimer(device="meta")  # allocates on the meta device: nothing real
+    assert timer.flush.numel() == timing.L2_FLUSH_BYTES and timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES}

@@ -1,0 +1,113 @@
+"""The wall-time forecast: --dry-run per backend and in total, the GPU estimate, the ETA, and the prediction
+against the real wall time of suites/quick.yaml (and, when asked for, of suites/long.yaml's CPU block)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench import forecast
+from attnbench.cli import app
+from attnbench.progress import Eta
+from attnbench.registry import default_registry
+from attnbench.timing import TimingSettings
+from tests.conftest import make_case
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = forecast.Machine("cpu", "test CPU", {"float32": 0.1, "float64": 0.05, "float16": 0.025, "bfloat16": 0.025},
+                       20.0, 0.003, "given")
+
+
+def test_dry_run_prints_the_prediction_per_backend_and_in_total(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "quick", "--dry-run", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "predicted wall time:" in text and "throughput measured on this CPU" in text
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in line.strip("│ ").split("│")] for line in text.splitlines() if line.startswith("│"))}
+    for backend in ("naive", "sdpa", "sdpa-math", "sdpa-flash"):
+        assert rows[backend][:2] == ["16", "0"] and rows[backend][2].endswith("s")
+    assert rows["sdpa-efficient"][:2] == rows["sdpa-cudnn"][:2] == ["0", "16"]  # CUDA-only: skipped at once
+    assert "startup and report" in rows
+    assert (tmp_path / "cache" / "calibration.json").is_file()
+    assert not (tmp_path / "reports").exists()
+
+
+def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "H100",
+                                      "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "ESTIMATE for a GPU that is not here" in result.output
+    assert "datasheet: H100 SXM (989 TFLOP/s dense fp16/bf16, 3350 GB/s, 80 GB)" in result.output
+    assert "1152 cases × 12 backends on cuda" in result.output
+    unknown = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "Voodoo5"])
+    assert unknown.exit_code == 2 and "--estimate-gpu Voodoo5: not in the datasheet table" in unknown.output
+    alone = CliRunner().invoke(app, ["run", "long", "--estimate-gpu", "H100"])
+    assert alone.exit_code == 2 and "--estimate-gpu only applies with --dry-run" in alone.output
+
+
+def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
+    registry = default_registry()
+    case = make_case(seq_len=4096, heads=8, kv_heads=8, head_dim=64, causal=True)
+    naive, fused = forecast.call_s(case, "naive", CPU), forecast.call_s(case, "sdpa-flash", CPU)
+    assert naive > 2 * fused  # every score computed and moved through memory, against the causal half fused
+    settings = TimingSettings(warmup_ms=100, budget_ms=500, min_samples=3)
+    flex = registry.get("flex")
+    cold = forecast.forecast([(case, flex)], settings, CPU, report=False)
+    warm = forecast.forecast([(case, flex)], settings, CPU, report=False,
+                             compiled={forecast.compile_key(case, "flex")})
+    assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s and warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
+    assert cold.total_s - warm.total_s == pytest.approx(cold.compile_s - warm.compile_s)
+    skipped = forecast.forecast([(case, registry.get("sdpa-cudnn"))], settings, CPU, report=False)
+    assert not skipped.tasks[0].runs and skipped.tasks[0].seconds < 0.01
+    # flex-dynamic's one compile serves every length; flex compiles each
+    lengths = [make_case(seq_len=s, causal=True) for s in (1024, 2048, 4096)]
+    dynamic = forecast.forecast([(c, registry.get("flex-dynamic")) for c in lengths], settings, CPU, report=False)
+    static = forecast.forecast([(c, flex) for c in lengths], settings, CPU, report=False)
+    assert static.compile_s == pytest.approx(3 * forecast.CPU_OVERHEADS.compile_s)
+    assert dynamic.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s + 2 * forecast.CPU_OVERHEADS.compile_cached_s)
+
+
+def test_the_eta_scales_what_is_left_by_how_the_finished_ones_compared() -> None:
+    cases = [make_case(seq_len=s) for s in (16, 32, 64, 128)]
+    naive = default_registry().get("naive")
+    tasks = [(c, naive) for c in cases]
+    predicted = forecast.Forecast(CPU, [forecast.TaskForecast("naive", 10.0, True) for _ in tasks], report_s=2.0)
+    eta = Eta(predicted, tasks)
+    assert eta.seconds() == pytest.approx(40.0 + 2.0)
+    eta.started(*tasks[0])
+    eta.begun[(cases[0], "naive")] -= 25.0  # it took 25 s where 10 were forecast
+    eta.finished(cases[0], "naive")
+    assert eta.correction() == pytest.approx((25 + 5) / (10 + 5), rel=1e-3)
+    assert eta.seconds() == pytest.approx(30 * eta.correction() + 2.0)
+
+
+def run_and_compare(args: list[str], tmp_path: Path, timeout: int) -> tuple[float, float, dict]:
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "attnbench", "run", *args, "--out", str(out),
+                    "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, check=True, timeout=timeout,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    env = json.loads((out / "env.json").read_text())
+    return env["prediction"]["total_s"], env["actual"]["wall_s"], env
+
+
+@pytest.mark.slow
+def test_the_prediction_for_quick_is_within_2x_of_its_wall_time(tmp_path: Path) -> None:
+    predicted, actual, env = run_and_compare(["suites/quick.yaml"], tmp_path, 600)
+    assert 0.5 <= actual / predicted <= 2.0, (predicted, actual, env["prediction"], env["actual"])
+    assert env["actual"]["timed_s"] > 0 and env["prediction"]["machine"]["estimate"] is False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("ATTNBENCH_LONG") != "1",
+                    reason="runs the CPU block of suites/long.yaml (minutes): set ATTNBENCH_LONG=1")
+def test_the_prediction_for_the_long_cpu_block_is_within_2x_of_its_wall_time(tmp_path: Path) -> None:
+    predicted, actual, env = run_and_compare(["suites/long.yaml", "--device", "cpu"], tmp_path, 3600)
+    print(f"long CPU block: predicted {predicted:.0f} s, actual {actual:.0f} s, prediction {env['prediction']}")
+    assert 0.5 <= actual / predicted <= 2.0, (predicted, actual)
