@@ -82,3 +82,49 @@ def test_cuda_graph_timer_agrees_with_cuda_events_on_a_long_call_and_refuses_bac
     backward = make_case(device="cuda", dtype="bfloat16", mode="fwd_bwd")
     refused = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(CaseData(backward), sdpa)
     assert refused.status == "skipped" and "cuda-graph timer times fwd only" in refused.reason
+
+
+def test_the_flush_is_twice_this_gpus_l2_and_the_interval_stops_sampling() -> None:
+    """On an H200 (L2 62914560 bytes) the flush is 120 MiB; a steady 8K-token kernel stops at the precision asked
+    long before its budget, with its interval inside ±1%."""
+    import torch
+
+    from attnbench.runner import RunInfo, Runner
+    from attnbench.timing import CudaEventTimer, TimingSettings
+
+    timer = CudaEventTimer()
+    assert timer.flush_bytes == 2 * torch.cuda.get_device_properties(0).L2_cache_size
+    case = make_case(device="cuda", dtype="bfloat16", seq_len=8192, heads=16, kv_heads=16, head_dim=128, causal=True)
+    settings = TimingSettings(warmup_ms=100, budget_ms=2000, min_samples=5, precision=0.01)
+    record = Runner(RunInfo("g", "t"), timer, settings).measure(CaseData(case), default_registry().get("sdpa"))
+    assert record.status == "ok", record.reason
+    assert record.extra["l2_flush_bytes"] == timer.flush_bytes
+    assert record.stop == "precision" and not record.noisy, (record.stop, record.ci_low_ms, record.ci_high_ms)
+    assert sum(record.times_ms) < 0.5 * settings.budget_ms
+
+
+def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() -> None:
+    """A forward's peak is read around its checked call, a fwd_bwd's around its first warm-up call: the same
+    bytes as a call made only to measure them."""
+    import torch
+
+    from attnbench.backends.naive import naive_attention
+    from attnbench.memory import measure_peak
+
+    for mode in ("fwd", "fwd_bwd"):
+        case = make_case(device="cuda", dtype="bfloat16", seq_len=2048, heads=8, kv_heads=8, head_dim=64, mode=mode)
+        record = measure(case, default_registry().get("naive"))
+        assert record.status == "ok", record.reason
+        q, k, v = (torch.randn(1, 8, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=mode != "fwd")
+                   for _ in range(3))
+        if mode == "fwd":
+            def alone() -> object:
+                with torch.no_grad():
+                    return naive_attention(q, k, v, None)
+        else:
+            def alone() -> object:
+                out = naive_attention(q, k, v, None)
+                return torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        alone()
+        separate, _ = measure_peak(alone, "cuda")
+        assert abs(record.peak_memory_bytes - separate) <= 0.1 * separate, (mode, record.peak_memory_bytes, separate)
