@@ -4,7 +4,7 @@ Each measurement costs the harness's own overhead, the backend's setup (a flex c
 warm-up and samples as the sampler will take them, plus each case's reference. Call times come from the
 case's work (FLOPs, and the score matrix's bytes for kernels that materialise it) over the device's
 throughput: measured on the spot on this machine (a few matmuls and a copy, well under a second, kept in the
-cache directory), or, for a GPU that is not here, the datasheet table (attnbench.peaks) — an estimate, and
+cache directory for an hour), or, for a GPU that is not here, the datasheet table (attnbench.peaks) — an estimate, and
 labelled so. The per-kernel efficiencies below were fitted on the runs named beside them.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,7 @@ def calibrate(device: str) -> Machine:
             fn()
             sync()
             times.append((time.perf_counter() - begin) * 1e3)
-        return min(times)
+        return statistics.median(times)  # not the best: a busy machine is slower for the run too
 
     tflops: dict[str, float] = {}
     dtypes = ("float32", "float64", "float16", "bfloat16") if cuda else ("float32", "float64")
@@ -193,7 +194,7 @@ def datasheet(gpu: str) -> Machine:
 
 
 # A calibration is reused for this long: a machine's speed drifts (other jobs, clocks), the ETA corrects the rest.
-CALIBRATION_TTL_S = 6 * 3600
+CALIBRATION_TTL_S = 3600
 
 
 def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
