@@ -74,26 +74,38 @@ def diagnose(device: str) -> Diagnosis:
 
 
 def sdpa_kernel_usability(device: str) -> dict[str, str]:
-    """Whether SDPA's flash, efficient and cuDNN kernels accept a typical bf16 causal GQA call here, and why not."""
+    """Whether SDPA's flash, efficient and cuDNN kernels accept a typical bf16 causal call here (MHA, and GQA
+    as enable_gqa), and why not. On an H200 the efficient kernel takes MHA and refuses GQA: one GQA probe
+    alone called it unusable."""
     import torch
 
     if device != "cuda":
         return {kernel: "no: CUDA only" for kernel in SDPA_KERNELS}
     q = torch.zeros(1, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
-    kv = torch.zeros(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    kv_gqa = torch.zeros(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
     verdicts = {}
     for kernel, check in SDPA_KERNELS.items():
         probe = getattr(torch.backends.cuda, check, None)
         if probe is None:
             verdicts[kernel] = "unknown: this torch has no torch.backends.cuda." + check
             continue
-        params = torch.backends.cuda.SDPAParams(q, kv, kv, None, 0.0, True, True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            usable = probe(params, True)
-        why = "; ".join(dict.fromkeys(str(w.message).strip() for w in caught))
-        verdicts[kernel] = "yes" if usable else f"no: {why or 'PyTorch gave no reason'}"
+        mha, mha_why = _usable(probe, torch.backends.cuda.SDPAParams(q, q, q, None, 0.0, True, False))
+        gqa, gqa_why = _usable(probe, torch.backends.cuda.SDPAParams(q, kv_gqa, kv_gqa, None, 0.0, True, True))
+        if mha and gqa:
+            verdicts[kernel] = "yes"
+        elif mha:
+            verdicts[kernel] = f"yes (MHA; GQA no: {gqa_why})"
+        else:
+            verdicts[kernel] = f"no: {mha_why}"
     return verdicts
+
+
+def _usable(probe: Any, params: Any) -> tuple[bool, str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        usable = probe(params, True)
+    why = "; ".join(dict.fromkeys(str(w.message).strip() for w in caught))
+    return bool(usable), why or "PyTorch gave no reason here (it may print one on stderr)"
 
 
 def format_text(diagnosis: Diagnosis) -> list[str]:
