@@ -127,3 +127,64 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
     assert "while releasing memory: CUDA error: an illegal memory access" in first.reason
     second = measurer.measure(make_case(seq_len=32), default_registry().get("naive"))
     assert second.status == "skipped" and "broke this process's CUDA context" in second.reason
+
+
+# ---- on a GPU (scripts/gpu-check.sh): what the first H200 run got wrong ---------------------------
+def _cuda_case(**overrides: object):  # type: ignore[no-untyped-def]
+    fields: dict[str, object] = dict(device="cuda", dtype="bfloat16", seq_len=1024, heads=8, kv_heads=8, head_dim=128,
+                                     causal=True, window=None, mode="fwd")
+    fields.update(overrides)
+    return make_case(**fields)
+
+
+@pytest.mark.gpu
+def test_flex_forward_backward_runs_on_cuda_with_a_compiled_mask() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    record = measure(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
+    assert record.status == "ok", record.reason
+    assert record.grad_checked and record.extra["mask_build"] == "compiled"
+
+
+@pytest.mark.gpu
+def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    record = measure(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
+                     default_registry().get("sliding-window"))
+    assert record.status == "ok", record.reason
+
+
+@pytest.mark.gpu
+def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    flash = default_registry().get("sdpa-flash")
+    ok = measure(_cuda_case(), flash)
+    assert ok.status == "ok" and "FLASH_ATTENTION via FA2 (built into PyTorch)" in ok.kernel
+    refused = measure(_cuda_case(window=64), flash)
+    assert refused.status == "skipped"
+    assert refused.reason.startswith("PyTorch refused FLASH_ATTENTION: Flash Attention does not support non-null")
+    assert "Triggered internally" not in refused.reason and "runtime disabled" not in refused.reason
+
+
+@pytest.mark.gpu
+def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
+    from attnbench.registry import default_registry
+    from attnbench.runner import RunInfo, Runner
+    from attnbench.timing import CudaEventTimer
+    from tests.conftest import ONE_SAMPLE
+
+    import torch
+
+    runner = Runner(RunInfo("r", "t", torch.cuda.get_device_name(0)), CudaEventTimer(), ONE_SAMPLE)
+    from attnbench.runner import CaseData
+
+    record = runner.measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"))
+    assert record.status == "ok", record.reason
+    assert record.extra["fp32_math"] == "3xTF32"
+    if record.percent_of_peak is not None:
+        assert record.percent_of_peak <= 100 and "TF32 / 3" in record.extra["peak_source"]
