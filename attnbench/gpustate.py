@@ -48,6 +48,7 @@ SMI_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory"
 # One step of the SM clock table (15 MHz on Hopper): a clock this close to its target counts as at it.
 CLOCK_SLACK_MHZ = 15
 INSTALL_HINT = "pip install 'attnbench[nvml]'"
+LOCK_WORDS = {True: "locked", False: "not locked", None: "perhaps not locked"}
 
 
 class GpuStateError(Exception):
@@ -534,7 +535,7 @@ def describe(state: dict[str, Any]) -> str:
     return (f"GPU {state['index']} state ({state.get('source')}): SM clock {sm} · memory clock {memory} · {power} · "
             f"{temperature} · persistence {flag(state.get('persistence_mode'))} · ECC {flag(state.get('ecc'))} · "
             f"MIG {flag(state.get('mig'))} · compute mode {state.get('compute_mode') or '?'} · "
-            f"clock events: {reasons} · {who}")
+            f"clock events: {reasons} · {who} · clocks {LOCK_WORDS[state.get('clocks_locked')]}")
 
 
 def lock_commands(state: dict[str, Any]) -> list[str]:

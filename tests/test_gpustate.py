@@ -308,3 +308,19 @@ def test_attnbench_doctor_on_cpu_says_nothing_about_gpu_clocks() -> None:
     assert data["gpu_advice"] == [] and "gpu_state" not in data["environment"]
     text = CliRunner().invoke(app, ["doctor", "--device", "cpu"]).output
     assert "state (" not in text and "--lock-gpu-clocks" not in text
+
+
+def test_the_run_summary_marks_a_throttled_median() -> None:
+    from rich.console import Console
+
+    from attnbench.results import Record
+    from attnbench.session import print_summary
+
+    case = make_case(device="cuda").fields()
+    record = Record(run_id="r", suite="s", timestamp="t", backend="sdpa", status="ok", time_ms=1.0, time_ms_iqr=0.01,
+                    throttled=True, case_id="c", **case)
+    console = Console(record=True, width=200)
+    print_summary([record, Record(**{**record.to_dict(), "backend": "naive", "throttled": False})], console)
+    text = console.export_text()
+    assert "!1.000" in text and text.count("!1.000") == 1
+    assert "! before a median: timed on a throttled or shared GPU" in text
