@@ -324,3 +324,13 @@ def test_the_run_summary_marks_a_throttled_median() -> None:
     text = console.export_text()
     assert "!1.000" in text and text.count("!1.000") == 1
     assert "! before a median: timed on a throttled or shared GPU" in text
+
+
+def test_nvml_is_an_optional_extra_and_the_docker_image_pins_it() -> None:
+    import tomllib
+
+    from tests.test_packaging import ROOT, dockerfile_args, extra
+
+    assert extra("nvml")["nvidia-ml-py"].specifier.contains(dockerfile_args()["NVIDIA_ML_PY_VERSION"])
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [r for r in required if r.startswith("nvidia-ml-py")]  # a CPU install never needs it
