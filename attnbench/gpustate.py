@@ -35,7 +35,7 @@ REASONS = {
 # user's own clock settings, sync boost and display clocks are not throttling.
 THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 # NVML's enum values (nvml.h; the same in every pynvml), so that a fake NVML can be used in tests.
-NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 2, 0
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # The fields `nvidia-smi --query-gpu` is asked for; the reasons field was `clocks_throttle_reasons.active`
 # before driver 535, which is asked for when the new name is refused.
@@ -329,7 +329,8 @@ class NvmlReader:
             ask("pci_bus_id", lambda: lib.nvmlDeviceGetPciInfo(whole).busId, _text)
         ask("sm_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(whole, NVML_CLOCK_SM))
         if full:
-            ask("sm_clock_app_mhz", lambda: lib.nvmlDeviceGetApplicationsClock(whole, NVML_CLOCK_SM))
+            # application clocks are set and shown for "graphics" (nvidia-smi -ac, clocks.applications.graphics)
+            ask("sm_clock_app_mhz", lambda: lib.nvmlDeviceGetApplicationsClock(whole, NVML_CLOCK_GRAPHICS))
             ask("sm_clock_max_mhz", lambda: lib.nvmlDeviceGetMaxClockInfo(whole, NVML_CLOCK_SM))
             ask("memory_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(whole, NVML_CLOCK_MEM))
             ask("memory_clock_app_mhz", lambda: lib.nvmlDeviceGetApplicationsClock(whole, NVML_CLOCK_MEM))

@@ -102,7 +102,7 @@ class FakeNvml:
 
     def nvmlDeviceGetApplicationsClock(self, handle: str, clock: int) -> int:
         self._whole(handle, "nvmlDeviceGetApplicationsClock")
-        return self._answer("nvmlDeviceGetApplicationsClock", {1: self.values["app_sm"], 2: self.values["app_mem"]}[clock])
+        return self._answer("nvmlDeviceGetApplicationsClock", {0: self.values["app_sm"], 2: self.values["app_mem"]}[clock])
 
     def nvmlDeviceGetMaxClockInfo(self, handle: str, clock: int) -> int:
         self._whole(handle, "nvmlDeviceGetMaxClockInfo")

@@ -47,6 +47,14 @@ def test_nvidia_smi_csv_of_the_h200_parses_to_its_values() -> None:
     assert state["unavailable"] == {}
 
 
+def test_nvidia_smi_is_asked_for_the_fields_the_h200s_driver_answered() -> None:
+    calls: list[list[str]] = []
+    gpustate.snapshot(H200, SmiReader(smi(calls=calls)))
+    asked = [call[0].split("=", 1)[1].split(",") for call in calls]
+    answered = [[name.split(" [")[0] for name in text.splitlines()[0].split(", ")] for text in (QUERY, APPS)]
+    assert asked == answered and [call[1] for call in calls] == ["--format=csv", "--format=csv"]
+
+
 def test_nvidia_smi_cells_units_and_missing_values() -> None:
     assert gpustate.smi_number("700.00 W") == 700.0 and gpustate.smi_int("345 MHz") == 345
     assert gpustate.smi_value("[N/A]") is None and gpustate.smi_number("[Not Supported]") is None
@@ -201,8 +209,8 @@ def test_reason_bits_are_pynvmls() -> None:
     pynvml = pytest.importorskip("pynvml")
     assert {bit: getattr(pynvml, name) for bit, name in PYNVML_NAMES.items()} == {bit: bit for bit in PYNVML_NAMES}
     assert set(gpustate.REASONS) == set(PYNVML_NAMES)
-    assert (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVML_TEMPERATURE_GPU) == (
-        gpustate.NVML_CLOCK_SM, gpustate.NVML_CLOCK_MEM, gpustate.NVML_TEMPERATURE_GPU)
+    assert (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVML_TEMPERATURE_GPU) == (
+        gpustate.NVML_CLOCK_GRAPHICS, gpustate.NVML_CLOCK_SM, gpustate.NVML_CLOCK_MEM, gpustate.NVML_TEMPERATURE_GPU)
     assert gpustate.reason_names(0x1001) == ["gpu_idle", "unknown_0x1000"]
 
 
