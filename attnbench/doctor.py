@@ -6,6 +6,8 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from attnbench import gpustate
+
 DEFAULT_SUITE = "long"
 SDPA_KERNELS = {"flash": "can_use_flash_attention", "efficient": "can_use_efficient_attention",
                 "cudnn": "can_use_cudnn_attention"}
@@ -34,6 +36,11 @@ class Diagnosis:
     sdpa_kernels: dict[str, str] = field(default_factory=dict)
 
     @property
+    def gpu_state(self) -> list[dict[str, Any]]:
+        """Each GPU's state from env.json's "gpu_state" (CUDA only; empty on CPU)."""
+        return self.environment.get("gpu_state") or []
+
+    @property
     def problems(self) -> list[BackendHealth]:
         """Backends the default suite names that could run on this device but cannot now."""
         return [b for b in self.backends if b.in_default_suite and b.state == "missing"]
@@ -44,7 +51,8 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "healthy": self.healthy, "environment": self.environment,
-                "backends": [asdict(b) for b in self.backends], "sdpa_kernels": self.sdpa_kernels}
+                "backends": [asdict(b) for b in self.backends], "sdpa_kernels": self.sdpa_kernels,
+                "gpu_advice": gpustate.doctor_json(self.gpu_state)}
 
 
 def diagnose(device: str) -> Diagnosis:
@@ -121,6 +129,7 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
     else:
         lines.append("GPU: none visible to torch")
     lines.append(f"device attnbench would use: {diagnosis.device}")
+    lines += gpustate.doctor_lines(diagnosis.gpu_state)  # clocks, throttling, other processes; lock advice
     lines.append("")
     lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}" for k, v in diagnosis.sdpa_kernels.items()))
     lines.append("")

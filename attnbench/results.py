@@ -57,6 +57,9 @@ class Record:
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
     noisy: bool = False  # the samples' IQR exceeds NOISE_THRESHOLD of their median: compare never calls it a regression
+    # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
+    # (attnbench.gpustate); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
+    throttled: bool | None = None
     flops: int | None = None
     tflops: float | None = None
     bytes_moved: int | None = None  # Case.bytes_moved(): the mode's memory-traffic floor
@@ -90,6 +93,11 @@ def is_noisy(record: dict[str, Any]) -> bool:
 
     median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
     return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
+
+
+def is_throttled(record: dict[str, Any]) -> bool:
+    """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
+    return bool(record.get("throttled"))
 
 
 def key_of(record: dict[str, Any]) -> tuple:

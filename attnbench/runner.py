@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from attnbench import gpustate
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
@@ -198,6 +199,7 @@ class Runner:
             verdict = judge(answer, data.reference, data.naive, case.dtype)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
             samples = self.timer.measure(fn, self.settings)
+            gpustate.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
             peak, method = measure_peak(fn, case.device)
         stats = summarize(samples)
         fields.update(

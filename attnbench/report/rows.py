@@ -6,10 +6,12 @@ from typing import Any
 
 from attnbench.report.groups import dtype_word
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
-from attnbench.results import is_noisy
+from attnbench.results import is_noisy, is_throttled
 
 # Marks a noisy median (IQR over 10% of it) in every table.
 NOISY_MARK = "~"
+# Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
+THROTTLED_MARK = "!"
 
 # (key, header, numeric?) for the full records table.
 COLUMNS = (
@@ -62,7 +64,8 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
 
 
 def median_text(record: dict[str, Any]) -> str:
-    """The median time, with NOISY_MARK in front when its IQR is over 10% of it."""
+    """The median time, with NOISY_MARK in front when its IQR is over 10% of it, THROTTLED_MARK when throttled."""
     if record.get("time_ms") is None:
         return ""
-    return (NOISY_MARK if is_noisy(record) else "") + fmt_ms(record["time_ms"])
+    return (NOISY_MARK if is_noisy(record) else "") + (THROTTLED_MARK if is_throttled(record) else "") \
+        + fmt_ms(record["time_ms"])
