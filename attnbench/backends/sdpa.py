@@ -7,6 +7,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -15,6 +16,9 @@ if TYPE_CHECKING:
     from attnbench.case import Case
 
 NO_KERNEL = ("No available kernel", "No viable backend")
+# What `_Sdpa.prepare`'s call passes: q, k, v by position, and every keyword mask_arguments may give.
+SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
+                        positional=("query", "key", "value"), keywords=("enable_gqa", "is_causal", "attn_mask"))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
@@ -44,6 +48,9 @@ class _Sdpa(Backend):
         if device not in self.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
         return None
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (SDPA_CALL,)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch.nn.functional as F
