@@ -23,6 +23,7 @@ from attnbench.backends.flex import CREATE_BLOCK_MASK_CALL, FLEX_ATTENTION_CALL,
 from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
 from attnbench.backends.xformers_ops import BIAS_CALLS, DISPATCH_CALLS, MEA_CALL, XformersBackend
 from attnbench.conformance import LibraryCall, check_backend, check_call, check_signature, installed_signature
+from attnbench.runner import CaseData
 from tests.conftest import make_case, measure
 
 
@@ -212,6 +213,56 @@ class _NoSignature:
 def test_an_unreadable_signature_is_unchecked_not_a_crash() -> None:
     verdict = check_call(LibraryCall("m", "f", positional=("q",)), resolve=lambda call: _NoSignature())
     assert verdict.state == "unchecked" and verdict.detail.startswith("m.f: no signature to read (")
+
+
+# --- a mismatch in a run is a skip, before any tensor exists ----------------------------------------
+
+def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1)):
+        calls.append(1)
+        raise AssertionError("must not be called")
+
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
+    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    data = CaseData(make_case(dtype="bfloat16", causal=True, window=8))
+    record = measure(data.case, FlashAttn2(), data)
+    assert record.status == "skipped"
+    assert record.reason.startswith("adapter does not match the installed flash-attn: keyword 'window_size' is "
+                                    "not a parameter of the installed flash_attn_func(")
+    assert "attnbench calls flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=)" in record.reason
+    assert calls == [] and "inputs" not in vars(data)  # judged before any tensor was made
+
+
+def test_runner_skips_sdpa_when_torch_renames_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.nn.functional as F
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, causal=False, *,
+                                     scale=None, enable_gqa=False):
+        raise AssertionError("must not be called")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    record = measure(make_case(causal=True), SdpaMath())
+    assert record.status == "skipped"
+    assert "keyword 'is_causal' is not a parameter of the installed scaled_dot_product_attention(" in record.reason
+
+
+def test_runner_skips_xformers_when_a_bias_class_moves_the_parameter_we_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_xformers import _standin_module
+
+    class LowerTriangularFromBottomRightLocalAttentionMask:
+        def __init__(self, window_left: int, _window_size: int) -> None:
+            raise AssertionError("must not be called")
+
+    ops = _standin_module()
+    moved = LowerTriangularFromBottomRightLocalAttentionMask
+    ops.fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = moved
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
+    record = measure(make_case(causal=False), XformersBackend())  # even a case that needs no window
+    assert record.status == "skipped"
+    assert "positional argument 1 ('_window_size') moved" in record.reason
 
 
 # --- each declaration equals what its adapter really passes -----------------------------------------
