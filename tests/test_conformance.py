@@ -353,3 +353,35 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
         assert measure(c, XformersBackend()).status == "ok"
     for call in (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS):
         spies[call.name].assert_declared(call)
+
+
+# --- doctor -----------------------------------------------------------------------------------------
+
+def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnbench.doctor as doctor
+    import attnbench.env as env
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
+    diagnosis = doctor.diagnose("cpu")
+    lines = doctor.format_text(diagnosis)
+    conformance = [line.split("conformance", 1)[1].strip() for line in lines if "  conformance  " in line]
+    assert len(conformance) == len(diagnosis.backends)
+    by_name = {b.name: b for b in diagnosis.backends}
+    assert by_name["sdpa"].conformance["state"] == "ok"
+    sdpa_call = by_name["sdpa"].conformance["calls"][0]
+    assert sdpa_call["signature_source"] == "aten schema aten::scaled_dot_product_attention"
+    assert by_name["naive"].conformance["summary"].startswith("n/a:")
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, causal=False, *,
+                                     scale=None, enable_gqa=False):
+        raise AssertionError("must not be called")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    diagnosis = doctor.diagnose("cpu")
+    sdpa = next(b for b in diagnosis.backends if b.name == "sdpa")
+    assert sdpa.state == "mismatch" and sdpa.conformance["calls"][0]["parameter"] == "is_causal"
+    assert not diagnosis.healthy and "sdpa" in {b.name for b in diagnosis.problems}
+    assert any(line.strip().startswith("conformance  MISMATCH: keyword 'is_causal'")
+               for line in doctor.format_text(diagnosis))
+
