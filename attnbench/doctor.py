@@ -15,7 +15,8 @@ SDPA_KERNELS = {"flash": "can_use_flash_attention", "efficient": "can_use_effici
 
 @dataclass(frozen=True)
 class BackendHealth:
-    """One backend on this machine: `ok`, `n/a` (not made for this device) or `missing` (fixable)."""
+    """One backend on this machine: `ok`, `n/a` (not made for this device), `missing` (fixable) or
+    `mismatch` (its library is installed, but not with the signatures the adapter calls)."""
 
     name: str
     state: str
@@ -24,6 +25,8 @@ class BackendHealth:
     reason: str | None
     fix: str | None
     in_default_suite: bool
+    # attnbench.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and each call.
+    conformance: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Diagnosis:
     @property
     def problems(self) -> list[BackendHealth]:
         """Backends the default suite names that could run on this device but cannot now."""
-        return [b for b in self.backends if b.in_default_suite and b.state == "missing"]
+        return [b for b in self.backends if b.in_default_suite and b.state in ("missing", "mismatch")]
 
     @property
     def healthy(self) -> bool:
@@ -57,6 +60,7 @@ class Diagnosis:
 
 def diagnose(device: str) -> Diagnosis:
     """Inspect this machine for `device` ("cpu" or "cuda", already resolved)."""
+    from attnbench.conformance import check_backend
     from attnbench.env import collect_env
     from attnbench.registry import default_registry
     from attnbench.suite import load_suite
@@ -77,7 +81,12 @@ def diagnose(device: str) -> Diagnosis:
         else:
             state = "missing"
         fix = backend.install_hint if state == "missing" and backend.version() is None else None
-        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default))
+        conformance = check_backend(backend)
+        if state == "ok" and conformance.state == "mismatch":  # a run would skip it with this reason
+            state, reason = "mismatch", conformance.summary
+            fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
+        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
+                                      conformance.to_dict()))
     return Diagnosis(device, collect_env(device), backends, sdpa_kernel_usability(device))
 
 
@@ -140,6 +149,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
         lines.append(head + (f" — {b.reason}" if b.reason else ""))
         if b.fix:
             lines.append(f"{'':<{width}}  fix:     {b.fix}")
+        if b.conformance:
+            lines.append(f"{'':<{width}}  conformance  {b.conformance['summary']}")
     lines.append("")
     if diagnosis.healthy:
         lines.append(f"ready: every backend of the default suite ({DEFAULT_SUITE}) that exists for "

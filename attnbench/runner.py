@@ -13,6 +13,7 @@ from attnbench import gpustate
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
+from attnbench.conformance import conformance_problem
 from attnbench.memory import measure_peak
 from attnbench.peaks import peak_for
 from attnbench.results import Record
@@ -93,6 +94,8 @@ class Runner:
 
     oom_pruning: bool = True
     free_memory: Callable[[str], int | None] = field(default=lambda device: free_device_memory(device))
+    # Each backend's conformance verdict, by name: the installed libraries do not change during a run.
+    _conformance: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, cases: Iterable[Case], backends: list[Backend], sink: Callable[[Record], None]) -> int:
         """Measure every (case, backend); returns how many measurements were made before any stop."""
@@ -133,7 +136,10 @@ class Runner:
 
     def skip_reason(self, case: Case, backend: Backend) -> str | None:
         """Why (case, backend) should not be tried here, known before any tensor exists; None to try it."""
-        reason = backend.availability(case.device) or backend.unsupported(case)
+        # Conformance first: availability probes may call the library themselves (xformers asks its dispatcher).
+        if backend.name not in self._conformance:
+            self._conformance[backend.name] = conformance_problem(backend)
+        reason = self._conformance[backend.name] or backend.availability(case.device) or backend.unsupported(case)
         if reason:
             return reason
         modes = getattr(self.timer, "modes", None)

@@ -36,10 +36,10 @@ class LowerTriangularFromBottomRightMask:
 
 
 class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottomRightMask):
-    def __init__(self, window_size: int) -> None:
-        if window_size <= 0:
-            raise ValueError(f"Expected `window_size > 0`, but window_size={window_size}")
-        self._window_size = window_size
+    def __init__(self, _window_size: int) -> None:  # xformers' class is a dataclass: its field is `_window_size`
+        if _window_size <= 0:
+            raise ValueError(f"Expected `window_size > 0`, but window_size={_window_size}")
+        self._window_size = _window_size
 
     def keep(self, sq: int, sk: int) -> torch.Tensor:
         i, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]

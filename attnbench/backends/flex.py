@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -29,6 +30,12 @@ MASK_EAGER_LIMIT = 256 << 20
 RECOMPILE_LIMIT = 1024
 _compiled: Callable[..., Any] | None = None
 _compiled_mask: Callable[..., Any] | None = None
+# What the calls below pass (attnbench.conformance holds these against the installed torch):
+# FlexBackend.prepare's `flex(q, k, v, block_mask=, scale=, enable_gqa=)`, and flex_block_mask's call.
+FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_attention",
+                                  positional=("query", "key", "value"), keywords=("block_mask", "scale", "enable_gqa"))
+CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "create_block_mask",
+                                     positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"), keywords=("device",))
 
 
 def compiled_flex_attention() -> Callable[..., Any]:
@@ -94,6 +101,9 @@ def flex_block_mask(case: Case, device: torch.device | str) -> tuple[Any, dict[s
 class FlexBackend(Backend):
     name = "flex"
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
