@@ -90,7 +90,8 @@ def test_xformers_calls_match_installed_xformers() -> None:
     states = {v.function.rsplit(".", 1)[-1]: v.state for v in conformance.verdicts}
     assert states == {"memory_efficient_attention": "ok", "LowerTriangularFromBottomRightMask": "ok",
                       "LowerTriangularFromBottomRightLocalAttentionMask": "ok",
-                      "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok"}
+                      "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok",
+                      "_dispatch_bw": "ok"}
     assert conformance.state == "ok"
     window = next(v for v in conformance.verdicts if v.function.endswith("LocalAttentionMask"))
     assert window.signature == "LowerTriangularFromBottomRightLocalAttentionMask(_window_size)"
@@ -346,10 +347,17 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
         setattr(ops.fmha.attn_bias, name, spies[name])
     spies["Inputs"], spies["_dispatch_fw"] = Spy(ops.fmha.Inputs), Spy(ops.fmha._dispatch_fw)
     ops.fmha.Inputs, ops.fmha._dispatch_fw = spies["Inputs"], spies["_dispatch_fw"]
+
+    def _dispatch_bw(inp: object, varlen_lse_packed: object) -> object:
+        return type("StandinBwOp", (), {"NAME": "standinB"})
+
+    spies["_dispatch_bw"] = Spy(_dispatch_bw)
+    ops.fmha._dispatch_bw = spies["_dispatch_bw"]
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
     monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
     monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)
-    for c in (make_case(causal=True), make_case(causal=True, window=4), make_case(window=4), make_case()):
+    for c in (make_case(causal=True), make_case(causal=True, window=4), make_case(window=4), make_case(),
+              make_case(causal=True, mode="fwd_bwd")):
         assert measure(c, XformersBackend()).status == "ok"
     for call in (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS):
         spies[call.name].assert_declared(call)
