@@ -62,6 +62,7 @@ nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=c
 status=0
 "$PY" -m attnbench list --device "$device" > "$dir/list.txt" 2>&1 || status=1
 "$PY" -m attnbench doctor --device "$device" > "$dir/doctor.txt" 2>&1  # exit 1 = a backend is missing: recorded, not fatal
+"$PY" -m attnbench doctor --device "$device" --json > "$dir/doctor.json" 2>/dev/null
 timeout "${GPU_TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/ -rs > "$dir/pytest-gpu.log" 2>&1 || status=1
 tail -n 3 "$dir/pytest-gpu.log"
 timeout "${GPU_SUITE_TIMEOUT:-300}" "$PY" -m attnbench run suites/gpu-check.yaml --device "$device" --out "$dir/run" --timeout 120 \
