@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from typing import Callable, Iterator
@@ -14,11 +15,26 @@ CPU_METHOD = "torch.profiler CPU allocator events"
 def measure_peak(fn: Callable[[], object], device: str) -> tuple[int, str]:
     """Run `fn` once and return (peak bytes above the state before the call, method used).
 
-    The call's result is held until the peak is read, so the output counts as memory it needs.
+    The call's result is held until the peak is read, so the output counts as memory it needs. Garbage
+    is collected before and never during the call: on an H200, a collection that freed an earlier
+    measurement's tensors inside the call left naive's peak at 0 bytes above "before".
     """
-    if device == "cuda":
-        return _cuda_peak(fn), CUDA_METHOD
-    return _cpu_peak(fn), CPU_METHOD
+    gc.collect()
+    with _no_collection():
+        if device == "cuda":
+            return _cuda_peak(fn), CUDA_METHOD
+        return _cpu_peak(fn), CPU_METHOD
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _cuda_peak(fn: Callable[[], object]) -> int:
