@@ -234,6 +234,19 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
     import shlex
 
     words = ["attnbench", "run", str(suite), "--resume", str(directory)]
+    words += run_option_words(backends, device, plugins, isolate, timeout, oom_pruning, devices, peak_tflops,
+                              peak_bandwidth, timer)
+    if shard:
+        words += ["--shard", shard]
+    return shlex.join(words)
+
+
+def run_option_words(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
+                     timeout: float | None, oom_pruning: bool, devices: str | None = None,
+                     peak_tflops: float | None = None, peak_bandwidth: float | None = None,
+                     timer: str = "auto") -> list[str]:
+    """The `attnbench run` options that repeat these choices (defaults left out), for a command we print or write."""
+    words: list[str] = []
     for name in backends:
         words += ["--backend", name]
     for spec in plugins:
@@ -246,8 +259,6 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--timeout", f"{timeout:g}"]
     if not oom_pruning:
         words.append("--no-oom-pruning")
-    if shard:
-        words += ["--shard", shard]
     if devices:
         words += ["--devices", devices]
     if peak_tflops is not None:
@@ -256,7 +267,7 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--peak-bandwidth", f"{peak_bandwidth:g}"]
     if timer != "auto":
         words += ["--timer", timer]
-    return shlex.join(words)
+    return words
 
 
 @app.command()
