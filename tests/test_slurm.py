@@ -87,9 +87,12 @@ def test_submit_fans_out_merges_and_finishes_a_cancelled_shard(cluster: slurm_cl
     suite = tmp_path / "fanout.yaml"
     suite.write_text(SUITE)
 
-    # 1. Three shards and the merge, left alone.
+    # 1. Three shards and the merge, left alone; sbatch takes every kind of option submit writes.
     first = tmp_path / "first"
-    array, merge, _ = submitted(attnbench(cluster, "submit", suite, "--shards", 3, "--out", first).stdout)
+    array, merge, _ = submitted(attnbench(cluster, "submit", suite, "--shards", 3, "--out", first,
+                                          "--partition", "debug", "--time", "10:00", "--account", "ci",
+                                          "--sbatch-arg=--comment=attnbench-test").stdout)
+    assert "#SBATCH --comment=attnbench-test" in (first / "slurm" / "shards.sbatch").read_text()
     expected = one_machine_keys(suite, tmp_path / "one-machine")  # measured while the cluster works
     assert len(expected) == 18 and set(expected.values()) == {1}
     cluster.wait_gone(merge, deadline)
