@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -58,8 +59,13 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 
 def measurements_done(directory: Path) -> int:
-    """How many distinct measurements a shard directory holds (0 before its first record)."""
-    return len(done_keys(directory)) if (directory / RESULTS_FILE).is_file() else 0
+    """How many distinct measurements a shard directory holds (0 before its first record).
+
+    A running shard may be halfway through writing a line: that one is not counted yet, silently.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return len(done_keys(directory)) if (directory / RESULTS_FILE).is_file() else 0
 
 
 def expand_indices(text: str) -> list[int]:

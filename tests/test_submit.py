@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -247,9 +248,14 @@ def test_status_counts_each_shard_and_the_merge_check_names_what_is_missing(
     assert prepared.planned == (1, 1, 8), "the two 512-token measurements cost the most: a shard each"
     fill(out / "shard0", 1)
     fill(out / "shard2", 3)
+    with open(out / "shard2" / "results.jsonl", "a") as results:
+        results.write('{"schema_version": 1, "backend": "naive", "seq')  # the line a running shard is writing
     monkeypatch.setenv("PATH", str(tmp_path))  # no squeue, no sacct: the directories alone
-    result = CliRunner().invoke(app, ["status", str(out)])
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(app, ["status", str(out)])
     assert result.exit_code == 0, result.output
+    assert not warned, "a line being written is not counted, and not warned about"
     lines = result.output.splitlines()
     assert lines[0] == f"{out}: suite fan, 3 shards on cpu: 4 of 10 measurements done"
     assert lines[1].split() == ["shard", "0:", "1", "of", "1", "complete", "job", "101_0", str(out / "shard0")]
