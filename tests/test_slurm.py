@@ -50,6 +50,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.
     if os.geteuid() != 0:
         pytest.skip("the one-node SLURM runs slurmd and munged as root; this is not root")
     cluster = slurm_cluster.start(tmp_path_factory.mktemp("slurm"), os.cpu_count() or 1)
+    # Each task is allotted one CPU, but task/none pins no task to it, so torch would start a thread per
+    # core in every task and two tasks would spin on each other's cores (the test then takes ~1.4x as long).
+    cluster.env["OMP_NUM_THREADS"] = "1"
     try:
         yield cluster
     finally:
