@@ -105,6 +105,7 @@ def collect_env(device: str) -> dict[str, Any]:
         "attnbench": attnbench.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "slurm": slurm_job(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -121,3 +122,13 @@ def collect_env(device: str) -> dict[str, Any]:
         "device_name": device_name(device),
         **gpustate.env_fields(device),  # "gpu_state" per visible GPU on CUDA: clocks, power, modes, other processes
     }
+
+
+def slurm_job(environ: dict[str, str] | None = None) -> dict[str, str | None] | None:
+    """The SLURM job, array job, array task and node this process runs in (from SLURM's variables); None outside."""
+    source = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in source:
+        return None
+    variables = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
+                 "array_task_id": "SLURM_ARRAY_TASK_ID", "node": "SLURMD_NODENAME"}
+    return {field: source.get(variable) for field, variable in variables.items()}
