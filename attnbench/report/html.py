@@ -23,8 +23,8 @@ HOW_TO_READ = (
     "it a regression. On CUDA the GPU's SM clock, clock event reasons and other processes are sampled right after "
     "each timing: a median timed while heat or power slowed the GPU, or while another process was on it, has a ! "
     "in front and a hollow marker, and compare never judges it either.",
-    "Correctness: each backend's output is compared with a reference computed in float64 on CPU (float32 on CUDA, "
-    "TF32 off). It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
+    "Correctness: each backend's output is compared with a reference computed in float64 on every device. "
+    "It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
