@@ -150,6 +150,21 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
+    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
+    from attnbench.errors import AttnbenchError
+
+    if not path.is_file():
+        raise AttnbenchError(f"{label}: {missing}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
+    if not isinstance(data, dict):
+        raise AttnbenchError(f"{label}: {wrong}")
+    return data
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")

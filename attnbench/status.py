@@ -3,7 +3,6 @@ scheduler says of each task (sacct where accounting is on, squeue for jobs still
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attnbench.errors import AttnbenchError
-from attnbench.results import RESULTS_FILE, load_records
+from attnbench.results import RESULTS_FILE, load_records, read_json_object
 from attnbench.resume import done_keys
 from attnbench.sbatch import Layout
 
@@ -47,14 +46,11 @@ def run_command(words: list[str]) -> subprocess.CompletedProcess[str]:
 def read_manifest(root: Path) -> dict[str, Any]:
     """The submission.json `attnbench submit` wrote into `root`; a user error when there is none."""
     path = Layout(root).manifest
-    if not path.is_file():
-        raise AttnbenchError(f"{root}: no {path.relative_to(root)} there; not a directory written by attnbench submit")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AttnbenchError(f"{path}: cannot be read ({exc})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("planned"), list):
-        raise AttnbenchError(f"{path}: not an attnbench submission record")
+    name = path.relative_to(root)
+    manifest = read_json_object(path, str(root), f"no {name} there; not a directory written by attnbench submit",
+                                f"{name} is not an attnbench submission record")
+    if not isinstance(manifest.get("planned"), list):
+        raise AttnbenchError(f"{root}: {name} is not an attnbench submission record")
     return manifest
 
 
