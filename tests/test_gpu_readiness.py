@@ -199,3 +199,20 @@ def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
     assert record.extra["fp32_math"] == "3xTF32"
     if record.percent_of_peak is not None:
         assert record.percent_of_peak <= 100 and "TF32 / 3" in record.extra["peak_source"]
+
+
+def test_gpu_check_on_a_bare_machine_names_every_missing_package(tmp_path: Path) -> None:
+    """A GPU box with only Python: the script says which packages to carry (pytest too), and stops."""
+    import os
+    import subprocess
+
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages: nothing installed
+    bare.chmod(0o755)
+    root = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHON": str(bare), "WHEELS": str(tmp_path / "no-wheels"), "PYTHONPATH": ""}
+    result = subprocess.run(["bash", str(root / "scripts" / "gpu-check.sh"), str(tmp_path / "out")], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "missing Python packages: pydantic typer rich yaml pandas torch pytest matplotlib jinja2" in result.stderr
+    assert not (tmp_path / "out").exists()
