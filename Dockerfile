@@ -1,5 +1,5 @@
 # attnbench on a CUDA GPU with every kernel library: PyTorch (SDPA, FlexAttention), FlashAttention 2
-# and xformers. Every version is pinned here, in build arguments; rebuild for another GPU generation
+# and xformers, and NVML (nvidia-ml-py) for the GPU's state. Every version is pinned here, in build arguments; rebuild for another GPU generation
 # with e.g. --build-arg FLASH_ATTN_CUDA_ARCHS="100" (Blackwell).
 #   docker build -t attnbench .
 #   docker run --gpus all -v "$PWD/reports:/work/reports" attnbench run suites/long.yaml
@@ -7,6 +7,7 @@
 ARG TORCH_IMAGE=pytorch/pytorch:2.10.0-cuda12.8-cudnn9-devel
 ARG FLASH_ATTN_VERSION=2.8.3
 ARG XFORMERS_VERSION=0.0.35
+ARG NVIDIA_ML_PY_VERSION=13.615.71
 ARG FLASH_ATTN_CUDA_ARCHS="80;90"
 
 # ---- builder: compile FlashAttention 2 against the image's torch, into a wheel ----------------
@@ -25,6 +26,7 @@ RUN pip install --no-cache-dir ninja==1.11.1.4 packaging==25.0 wheel==0.45.1 \
 FROM ${TORCH_IMAGE}
 ARG FLASH_ATTN_VERSION
 ARG XFORMERS_VERSION
+ARG NVIDIA_ML_PY_VERSION
 COPY --from=flash-builder /wheels /tmp/wheels
 WORKDIR /opt/attnbench
 COPY pyproject.toml README.md ./
@@ -32,7 +34,7 @@ COPY attnbench ./attnbench
 # The constraint keeps pip from replacing the image's torch (and its CUDA build) with another.
 RUN python -c "import torch; print('torch==' + torch.__version__)" > /tmp/keep-torch.txt \
  && pip install --no-cache-dir -c /tmp/keep-torch.txt /tmp/wheels/flash_attn-*.whl \
-      "xformers==${XFORMERS_VERSION}" ".[flash,xformers]" \
+      "xformers==${XFORMERS_VERSION}" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" ".[flash,xformers,nvml]" \
  && rm -rf /tmp/wheels /tmp/keep-torch.txt \
  && useradd --create-home --uid 1000 bench \
  && mkdir -p /work/reports \

@@ -250,6 +250,19 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
     import shlex
 
     words = ["attnbench", "run", str(suite), "--resume", str(directory)]
+    words += run_option_words(backends, device, plugins, isolate, timeout, oom_pruning, devices, peak_tflops,
+                              peak_bandwidth, timer)
+    if shard:
+        words += ["--shard", shard]
+    return shlex.join(words)
+
+
+def run_option_words(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
+                     timeout: float | None, oom_pruning: bool, devices: str | None = None,
+                     peak_tflops: float | None = None, peak_bandwidth: float | None = None,
+                     timer: str = "auto") -> list[str]:
+    """The `attnbench run` options that repeat these choices (defaults left out), for a command we print or write."""
+    words: list[str] = []
     for name in backends:
         words += ["--backend", name]
     for spec in plugins:
@@ -262,8 +275,6 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--timeout", f"{timeout:g}"]
     if not oom_pruning:
         words.append("--no-oom-pruning")
-    if shard:
-        words += ["--shard", shard]
     if devices:
         words += ["--devices", devices]
     if peak_tflops is not None:
@@ -272,7 +283,7 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
         words += ["--peak-bandwidth", f"{peak_bandwidth:g}"]
     if timer != "auto":
         words += ["--timer", timer]
-    return shlex.join(words)
+    return words
 
 
 @app.command()
@@ -289,6 +300,85 @@ def merge(
     err.print(f"merged {merged.records} records from {merged.sources} runs into {out_dir / 'results.jsonl'}")
     written = render_report(out_dir)
     err.print(f"report: {out_dir / 'report.html'} ({len(written)} files)")
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@user_errors
+def submit(
+    ctx: typer.Context,
+    suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
+    shards: int = typer.Option(..., "--shards", metavar="N", help="Number of shards: one SLURM array task each."),
+    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task", metavar="G", help="GPUs for each task."),
+    partition: Optional[str] = typer.Option(None, "--partition", metavar="P", help="SLURM partition."),
+    time: Optional[str] = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
+    account: Optional[str] = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
+    sbatch_arg: List[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
+                                         help="Another sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
+                                                               "merged run (default reports/<suite>-<time>)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the scripts and the sbatch calls; submit nothing."),
+    backend: List[str] = typer.Option([], "--backend", help="Run only these backends (repeatable)."),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
+                                                    "'auto', cuda when the tasks ask for GPUs)."),
+    plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
+    isolate: Optional[bool] = typer.Option(None, "--isolate/--no-isolate", help="As for run."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, metavar="SECONDS", help="As for run."),
+    oom_pruning: bool = typer.Option(True, "--oom-pruning/--no-oom-pruning", help="As for run."),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", min=1e-9, metavar="TFLOPS",
+                                                help="As for run."),
+    peak_bandwidth: Optional[float] = typer.Option(None, "--peak-bandwidth", min=1e-9, metavar="GBS",
+                                                   help="As for run."),
+    timer: str = typer.Option("auto", "--timer", metavar="auto|cuda-graph", help="As for run."),
+) -> None:
+    """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
+    from attnbench import submit as submission
+    from attnbench.sbatch import SlurmOptions
+
+    if ctx.args:  # unknown options are ours to report: one line, exit 2, like every other bad input
+        from attnbench.errors import did_you_mean
+
+        word = ctx.args[0].split("=", 1)[0]
+        kind = "option" if word.startswith("-") else "argument"
+        names = [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)]
+        raise AttnbenchError(f"submit: unknown {kind} {word!r}{did_you_mean(word, names)}; "
+                             f"see attnbench submit --help (nothing was submitted)")
+    request = submission.Request(
+        suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
+        tuple(backend), device, tuple(plugin),
+        tuple(run_option_words([], None, [], isolate, timeout, oom_pruning, None, peak_tflops, peak_bandwidth,
+                               timer)))
+    prepared = submission.prepare(request)
+    if dry_run:
+        out.print(submission.dry_run_text(prepared), markup=False, end="")
+        return
+    submission.require_sbatch()
+    jobs = submission.submit(prepared)
+    for line in submission.submitted_lines(prepared, jobs):
+        out.print(line, markup=False)
+
+
+@app.command()
+@user_errors
+def status(
+    directory: Path = typer.Argument(..., help="The --out directory of attnbench submit."),
+    require_complete: bool = typer.Option(False, "--require-complete",
+                                          help="Exit 1 unless every shard holds all its measurements "
+                                               "(what the merge job checks first)."),
+) -> None:
+    """How far a submitted run is: measurements done of planned, per shard, and what SLURM says of each task."""
+    from attnbench import status as progress
+
+    manifest = progress.read_manifest(directory)
+    states = progress.scheduler_states(progress.job_ids(manifest))
+    shards = progress.shard_progress(directory, manifest, states)
+    for line in progress.report_lines(directory, manifest, shards, states):
+        out.print(line, markup=False)
+    unfinished = [p for p in shards if not p.complete]
+    if require_complete and unfinished:
+        listed = ", ".join(f"{p.index} ({p.done} of {p.planned})" for p in unfinished)
+        err.print(f"not merged: shard(s) {listed} lack measurements. Rerun just those shards with: "
+                  f"{manifest.get('command')}", markup=False)
+        raise typer.Exit(1)
 
 
 @app.command()

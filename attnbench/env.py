@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import attnbench
+from attnbench import gpustate
 
 # Kernel libraries whose versions matter to the numbers, by distribution name.
 LIBRARIES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "numpy")
@@ -104,6 +105,7 @@ def collect_env(device: str) -> dict[str, Any]:
         "attnbench": attnbench.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "slurm": slurm_job(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -118,4 +120,15 @@ def collect_env(device: str) -> dict[str, Any]:
         "git_commit": git_commit(),
         "device": device,
         "device_name": device_name(device),
+        **gpustate.env_fields(device),  # "gpu_state" per visible GPU on CUDA: clocks, power, modes, other processes
     }
+
+
+def slurm_job(environ: dict[str, str] | None = None) -> dict[str, str | None] | None:
+    """The SLURM job, array job, array task and node this process runs in (from SLURM's variables); None outside."""
+    source = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in source:
+        return None
+    variables = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
+                 "array_task_id": "SLURM_ARRAY_TASK_ID", "node": "SLURMD_NODENAME"}
+    return {field: source.get(variable) for field, variable in variables.items()}

@@ -9,6 +9,7 @@ warm-up call. `PeakOnFirstCall` wraps the timed function for that.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from typing import Any, Callable, Iterator
@@ -20,21 +21,42 @@ CPU_METHOD = "torch.profiler CPU allocator events"
 def measure_peak(fn: Callable[[], object], device: str) -> tuple[int, str]:
     """Run `fn` once and return (peak bytes above the state before the call, method used).
 
-    The call's result is held until the peak is read, so the output counts as memory it needs.
+    The call's result is held until the peak is read, so the output counts as memory it needs. Garbage
+    is collected before and never during the call: on an H200, a collection that freed an earlier
+    measurement's tensors inside the call left naive's peak at 0 bytes above "before".
     """
     _, peak, method = call_measuring_peak(fn, device)
     return peak, method
 
 
-def call_measuring_peak(fn: Callable[[], Any], device: str) -> tuple[Any, int, str]:
-    """Run `fn` once and return (its result, peak bytes above the state before the call, method used)."""
-    if device == "cuda":
-        return (*_cuda_peak(fn), CUDA_METHOD)
-    return (*_cpu_peak(fn), CPU_METHOD)
+def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True) -> tuple[Any, int, str]:
+    """Run `fn` once and return (its result, peak bytes above the state before the call, method used).
+
+    Garbage is collected before the call (unless the caller just did: `collect=False`) and never during it.
+    """
+    if collect:
+        gc.collect()
+    with _no_collection():
+        if device == "cuda":
+            return (*_cuda_peak(fn), CUDA_METHOD)
+        return (*_cpu_peak(fn), CPU_METHOD)
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class PeakOnFirstCall:
-    """The timed function, measuring peak memory on its first call (the timer's first warm-up call)."""
+    """The timed function, measuring peak memory on its first call (the timer's first warm-up call).
+
+    The caller collects garbage just before timing starts, so the first call only stops collection."""
 
     def __init__(self, fn: Callable[[], object], device: str) -> None:
         self.fn = fn
@@ -45,7 +67,7 @@ class PeakOnFirstCall:
     def __call__(self) -> object:
         if self.peak is not None:
             return self.fn()
-        result, self.peak, self.method = call_measuring_peak(self.fn, self.device)
+        result, self.peak, self.method = call_measuring_peak(self.fn, self.device, collect=False)
         return result
 
 

@@ -64,6 +64,9 @@ class Record:
     stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
     # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked.
     noisy: bool = False
+    # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
+    # (attnbench.gpustate); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
+    throttled: bool | None = None
     flops: int | None = None
     tflops: float | None = None
     bytes_moved: int | None = None  # Case.bytes_moved(): the mode's memory-traffic floor
@@ -111,6 +114,11 @@ def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
     if low is None or high is None:
         return None
     return float(low), float(high)
+
+
+def is_throttled(record: dict[str, Any]) -> bool:
+    """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
+    return bool(record.get("throttled"))
 
 
 def key_of(record: dict[str, Any]) -> tuple:
@@ -161,6 +169,21 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
         file.flush()
         os.fsync(file.fileno())
     os.replace(tmp, path)
+
+
+def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
+    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
+    from attnbench.errors import AttnbenchError
+
+    if not path.is_file():
+        raise AttnbenchError(f"{label}: {missing}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
+    if not isinstance(data, dict):
+        raise AttnbenchError(f"{label}: {wrong}")
+    return data
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from attnbench.errors import AttnbenchError
-from attnbench.results import ENV_FILE, RESULTS_FILE, key_of, load_records
+from attnbench.results import ENV_FILE, RESULTS_FILE, key_of, load_records, read_json_object
 
 # Libraries whose version changes the numbers: a run is only continued with the same ones.
 PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")
@@ -16,16 +15,9 @@ PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")
 
 def read_run_env(directory: Path) -> dict[str, Any]:
     """The env.json of a run directory to resume; a user error when there is none."""
-    env_file = directory / ENV_FILE
-    if not env_file.is_file():
-        raise AttnbenchError(f"--resume {directory}: no {ENV_FILE} there; not an attnbench run directory")
-    try:
-        env = json.loads(env_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AttnbenchError(f"--resume {directory}: {ENV_FILE} cannot be read ({exc})") from None
-    if not isinstance(env, dict):
-        raise AttnbenchError(f"--resume {directory}: {ENV_FILE} is not an attnbench environment record")
-    return env
+    return read_json_object(directory / ENV_FILE, f"--resume {directory}",
+                            f"no {ENV_FILE} there; not an attnbench run directory",
+                            f"{ENV_FILE} is not an attnbench environment record")
 
 
 def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:

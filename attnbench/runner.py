@@ -13,9 +13,11 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from attnbench import gpustate
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge, naive_errors
+from attnbench.conformance import conformance_problem
 from attnbench.interval import Interval, median_interval
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.peaks import peak_for
@@ -138,6 +140,8 @@ class Runner:
 
     oom_pruning: bool = True
     free_memory: Callable[[str], int | None] = field(default=lambda device: free_device_memory(device))
+    # Each backend's conformance verdict, by name: the installed libraries do not change during a run.
+    _conformance: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, cases: Iterable[Case], backends: list[Backend], sink: Callable[[Record], None]) -> int:
         """Measure every (case, backend); returns how many measurements were made before any stop."""
@@ -195,7 +199,10 @@ class Runner:
 
     def skip_reason(self, case: Case, backend: Backend) -> str | None:
         """Why (case, backend) should not be tried here, known before any tensor exists; None to try it."""
-        reason = backend.availability(case.device) or backend.unsupported(case)
+        # Conformance first: availability probes may call the library themselves (xformers asks its dispatcher).
+        if backend.name not in self._conformance:
+            self._conformance[backend.name] = conformance_problem(backend)
+        reason = self._conformance[backend.name] or backend.availability(case.device) or backend.unsupported(case)
         if reason:
             return reason
         modes = getattr(self.timer, "modes", None)
@@ -275,8 +282,10 @@ class Runner:
             verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
             first = None if twin else PeakOnFirstCall(fn, case.device)
+            if first is not None:
+                gc.collect()  # the peak's "before" must not hold garbage that the first call would free
             samples = self.timer.measure(first or fn, settings)
-            # (right after timing: a spot for what the device's state was while it timed)
+            gpustate.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
             if first is not None:
                 if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                     first()

@@ -61,6 +61,9 @@ class Sampler:
     """The stop rules of one measurement, fed batch by batch."""
 
     settings: TimingSettings
+    # Calls' worth of time per sample: a CUDA graph replay of `calls` calls yields one sample of a call's time
+    # but costs `calls` of them, and the budgets (warmup_ms, budget_ms) are time actually spent.
+    cost: float = 1.0
     samples: list[float] = field(default_factory=list)
     discarded: list[float] = field(default_factory=list)  # warm-up calls that were not steady
     warming: bool = True
@@ -77,24 +80,24 @@ class Sampler:
 
     @property
     def warmup_ms(self) -> float:
-        return sum(self.discarded)
+        return sum(self.discarded) * self.cost
 
     @property
     def spent_ms(self) -> float:
-        return sum(self.samples)
+        return sum(self.samples) * self.cost
 
     def estimate_ms(self) -> float:
-        """The call's time as known so far: the median of the latest samples, else of the last warm-up batch, else
-        the call made before timing (warmed_ms)."""
+        """What a sample costs as known so far (ms): the median of the latest samples, else of the last warm-up
+        batch, else the call made before timing (warmed_ms)."""
         recent = self.samples[-64:] or self._pending or (self._batches[-1] if self._batches else [])
-        return statistics.median(recent) if recent else self.settings.warmed_ms
+        return statistics.median(recent) * self.cost if recent else self.settings.warmed_ms
 
     def next_batch(self) -> int:
         """How many calls to run (and time) next; 0 when the measurement is done."""
         if self.warming:
             if not self._batches:
                 return 1
-            left = self.settings.warmup_ms - self.settings.warmed_ms - sum(sum(b) for b in self._batches)
+            left = self.settings.warmup_ms - self.settings.warmed_ms - sum(sum(b) for b in self._batches) * self.cost
             return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
         if self.stop is not None:
             return 0
@@ -102,7 +105,7 @@ class Sampler:
         n = len(self.samples) + len(self._pending)
         least = max(s.min_samples, 1)
         per_call = max(self.estimate_ms(), 1e-6)
-        spent = self.spent_ms + sum(self._pending)
+        spent = self.spent_ms + sum(self._pending) * self.cost
         affordable = n + max(0, math.ceil((s.budget_ms - spent) / per_call))
         target = max(least, min(max(least, self._checkpoint), affordable), n + 1)
         return max(1, min(target, s.max_samples) - n)
@@ -123,7 +126,7 @@ class Sampler:
         previous = statistics.median(self._batches[-1]) if self._batches else None
         self._batches.append(times)
         agree = previous is not None and _agree(statistics.median(times), previous, self.settings.precision)
-        spent = self.settings.warmed_ms + sum(sum(b) for b in self._batches)
+        spent = self.settings.warmed_ms + sum(sum(b) for b in self._batches) * self.cost
         if not (agree or spent >= self.settings.warmup_ms):
             return
         self._end_warm_up(agree)

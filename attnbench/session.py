@@ -344,7 +344,7 @@ def print_summary(records: list[Record], console: Console) -> None:
             table.add_row(
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                ("~" if r.noisy else "") + f"{r.time_ms:.3f}" if timed else "–",
+                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed else "–",
                 f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
                 f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
                 fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
@@ -355,4 +355,7 @@ def print_summary(records: list[Record], console: Console) -> None:
     if any(r.noisy for r in records):
         console.print("~ before a median: noisy, its interval is wider than the precision asked or its IQR is over "
                       "10% of it", markup=False)
+    if any(r.throttled for r in records):
+        console.print("! before a median: timed on a throttled or shared GPU (extra.clock_event_reasons, "
+                      "extra.other_gpu_processes)", markup=False)
 

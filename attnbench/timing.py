@@ -6,6 +6,7 @@ one set of rules (steady-state warm-up, then samples until the median's interval
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -204,7 +205,8 @@ class CudaGraphTimer:
             torch.cuda.synchronize()
             return [s.elapsed_time(e) / calls for s, e in zip(starts, ends)]
 
-        samples = run(Sampler(settings), batch)
+        # Budgets count replays' time, not a call's; a new graph warms up on its own replays, whatever ran before.
+        samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0), cost=calls), batch)
         del graph
         return samples
 

@@ -7,6 +7,10 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl \
 #     pydantic pydantic-core annotated-types typing-inspection
 # GPU_CHECK_ALLOW_CPU=1 lets the script run on a CPU machine (for testing the script itself).
+# Sizing (the whole script must fit in 8 minutes on one H100-class GPU, flex's compiles counted): on an
+# H200 with torch 2.11 (2026-11-29) the gpu-marked tests took 83 s, and suites/gpu-check.yaml's 16 cases
+# x 14 backends 111 s of measuring (flex compiles 1.2-2.8 s a forward case on 16 CPU cores), plus the
+# report; list and doctor take seconds. The limits below (240 s + 300 s) only stop a hung step.
 # On a lent machine that returns only a few files, pack the result: tar czf "$OUT/gpu-check.tgz" -C OUT .
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +62,7 @@ nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=c
 status=0
 "$PY" -m attnbench list --device "$device" > "$dir/list.txt" 2>&1 || status=1
 "$PY" -m attnbench doctor --device "$device" > "$dir/doctor.txt" 2>&1  # exit 1 = a backend is missing: recorded, not fatal
+"$PY" -m attnbench doctor --device "$device" --json > "$dir/doctor.json" 2>/dev/null
 timeout "${GPU_TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/ -rs > "$dir/pytest-gpu.log" 2>&1 || status=1
 tail -n 3 "$dir/pytest-gpu.log"
 timeout "${GPU_SUITE_TIMEOUT:-300}" "$PY" -m attnbench run suites/gpu-check.yaml --device "$device" --out "$dir/run" --timeout 120 \

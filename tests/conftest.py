@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 
 from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.results import Record
 from attnbench.runner import CaseData, RunInfo, Runner
-from attnbench.timing import TimingSettings, timer_for
+from attnbench.timing import ClockTimer, TimingSettings, timer_for
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 
@@ -38,3 +40,54 @@ def measure(case: Case, backend: Backend, data: CaseData | None = None) -> Recor
     """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
     runner = Runner(RunInfo("test", "test"), timer_for(case.device), ONE_SAMPLE)
     return runner.measure(data or CaseData(case), backend)
+
+
+class ScriptedTimer:
+    """A timer that calls the timed function once per sample and reports the samples it was given (ms)."""
+
+    name = "scripted"
+
+    def __init__(self, samples: list[float]) -> None:
+        self.samples = list(samples)
+        self.calls = 0
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        for _ in self.samples:
+            fn()
+            self.calls += 1
+        return list(self.samples)
+
+
+class Phases:
+    """Which part of a measurement is running: "prepare", "check", "timed" or "after" (memory, cleanup).
+
+    `PhaseTimer` sets "timed" while the timer runs; a test wraps a backend's `prepare` with `during_prepare`.
+    Stand-ins read `phase` to say where each of their calls happened.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "check"
+
+    def during_prepare(self, prepare: Callable[..., object]) -> Callable[..., object]:
+        def wrapped(*args: object, **kwargs: object) -> object:
+            self.phase = "prepare"
+            try:
+                return prepare(*args, **kwargs)
+            finally:
+                self.phase = "check"
+        return wrapped
+
+
+class PhaseTimer(ClockTimer):
+    """The CPU clock timer, telling `phases` while it is timing."""
+
+    def __init__(self, phases: Phases) -> None:
+        super().__init__()
+        self.phases = phases
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        self.phases.phase = "timed"
+        try:
+            return super().measure(fn, settings)
+        finally:
+            self.phases.phase = "after"

@@ -105,5 +105,17 @@ def test_cuda_without_cuda(tmp_path: Path) -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["--debug", "run", str(tmp_path / "nope.yaml")])
-    assert result.exit_code != 0 and "no such suite file" in str(result.exception)
+    """--debug lets the user error escape as Python's traceback on stderr; without it, one line and exit 2."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "attnbench", "--debug", "run", str(tmp_path / "nope.yaml")]
+    debug = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert debug.returncode == 1
+    assert debug.stderr.startswith("Traceback (most recent call last):")
+    assert 'attnbench/suite.py", line' in debug.stderr  # the frame that raised
+    assert debug.stderr.rstrip().splitlines()[-1].startswith("attnbench.errors.SuiteError: ")
+    assert "nope.yaml: no such suite file" in debug.stderr
+    plain = subprocess.run([c for c in command if c != "--debug"], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().splitlines() == [plain.stderr.strip()]

@@ -48,3 +48,39 @@ def test_seed_depends_on_the_case_only() -> None:
     assert make_case().seed == make_case().seed
     assert make_case().seed != make_case(causal=True).seed
     assert torch.equal(*(torch.randn(3, generator=torch.Generator().manual_seed(make_case().seed)) for _ in range(2)))
+
+
+def test_case_id_and_description_name_every_axis() -> None:
+    case = make_case(dtype="bfloat16", batch=2, seq_len=16, kv_seq_len=80, heads=8, kv_heads=2, head_dim=64,
+                     causal=True, window=7, mode="fwd_bwd")
+    assert case.case_id == "cpu-bf16-b2-s16-kv80-h8-kv2-d64-causal-w7-fwd_bwd"
+    assert case.describe() == "bf16 b2 seq 16 kv 80 8/2 heads d64 causal w7 fwd_bwd"
+    plain = make_case(seq_len=64)
+    assert plain.case_id == "cpu-fp32-b1-s64-h4-kv4-d32-full-fwd"
+    assert plain.describe() == "fp32 b1 seq 64 4/4 heads d32 full fwd"
+    assert plain.offset == 0 and case.offset == 64 and case.group_size == 4
+    assert not plain.needs_grad and case.needs_grad
+
+
+def test_tensor_bytes_and_decode_is_memory_bound() -> None:
+    case = make_case(dtype="float16", batch=2, seq_len=3, kv_seq_len=10, heads=4, kv_heads=2, head_dim=8)
+    assert case.tensor_bytes() == {"q": 2 * 4 * 3 * 8 * 2, "k": 2 * 2 * 10 * 8 * 2, "v": 2 * 2 * 10 * 8 * 2,
+                                   "o": 2 * 4 * 3 * 8 * 2}
+    assert case.io_bytes() == 384 + 640 + 640 + 384
+    assert make_case(seq_len=1, kv_seq_len=100).memory_bound and not case.memory_bound
+
+
+def test_memory_estimate_by_hand() -> None:
+    """Output; + Q, K, V grads in backward; + scores and probabilities (and their gradient) when materialised;
+    + K/V repeated per query head when the backend expands them for GQA."""
+    fwd = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8)  # fp32
+    out, q, kv = 4 * 16 * 8 * 4, 4 * 16 * 8 * 4, 2 * 32 * 8 * 4
+    scores = 4 * 16 * 32 * 4
+    expanded = 2 * 4 * 32 * 8 * 4
+    assert fwd.memory_estimate(materialises_scores=False) == out
+    assert fwd.memory_estimate(materialises_scores=True) == out + 2 * scores
+    assert fwd.memory_estimate(materialises_scores=False, expands_kv=True) == out + expanded
+    bwd = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8, mode="bwd")
+    assert bwd.memory_estimate(materialises_scores=True, expands_kv=True) == out + expanded + q + 2 * kv + 3 * scores
+    mha = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=4, head_dim=8)
+    assert mha.memory_estimate(materialises_scores=False, expands_kv=True) == out  # nothing to expand

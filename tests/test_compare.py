@@ -156,3 +156,25 @@ def test_a_noisy_measurement_is_listed_as_noisy_never_as_a_regression(tmp_path: 
     console = Console(record=True, width=200)
     console.print(comparison_table(result))
     assert re.search(r"noisy\W+sdpa-flash", console.export_text())
+
+
+def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) -> None:
+    throttled_new = rewrite(NEW, tmp_path / "throttled-new", throttled=True)
+    result = compare_runs(BASE, throttled_new)
+    assert result.regressions == [] and result.improvements == [] and result.noisy == []
+    assert [(m.backend, m.case, m.throttle_words()) for m in result.throttled] == [("sdpa-flash", REGRESSED, "new")]
+    assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
+    text = result.to_markdown()
+    assert "### Throttled GPU" in text and "1.201× (throttled GPU: new)" in text
+    assert "1 change(s) not judged: throttled GPU" in text and "never judged a regression" in text
+    console = Console(record=True, width=200)
+    console.print(comparison_table(result))
+    shown = console.export_text()
+    assert re.search(r"throttled\W+sdpa-flash", shown) and "never judged a regression" in shown
+    throttled_base = compare_runs(rewrite(BASE, tmp_path / "throttled-base", throttled=True), NEW)
+    assert throttled_base.regressions == [] and [m.throttle_words() for m in throttled_base.throttled] == ["base"]
+    # A GPU sampled and found steady (throttled: false) is judged as before.
+    steady = compare_runs(rewrite(BASE, tmp_path / "steady-base", throttled=False),
+                          rewrite(NEW, tmp_path / "steady-new", throttled=False))
+    assert [(m.backend, m.case) for m in steady.regressions] == [("sdpa-flash", REGRESSED)]
+    assert "never judged" not in steady.to_markdown()

@@ -41,3 +41,4 @@ def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
     assert "dynamic=False" in records[0].kernel
     assert [r.extra["graphs_traced"] for r in records] == [1, 1, 0]
     assert records[1].extra["kernels_compiled"] >= 1 and records[2].extra["kernels_compiled"] == 0
+

@@ -35,6 +35,17 @@ def test_fp32_on_tensor_cores_is_judged_against_the_tf32_roof() -> None:
     assert percent_of_peak(case, 100.0, 1.0, RunInfo("r", "t", "NVIDIA B200"), "3xTF32")[0] is None  # TF32 unknown
 
 
+def test_a_gpu_builds_the_flex_mask_compiled_only_when_the_eager_one_would_crowd_it() -> None:
+    from attnbench.backends.flex import mask_is_compiled
+
+    h200_free = 140 << 30
+    assert not mask_is_compiled(make_case(seq_len=16384), "cuda", h200_free)  # 2.9 GB eagerly
+    assert not mask_is_compiled(make_case(seq_len=32768), "cuda", h200_free)  # 11.8 GB
+    assert mask_is_compiled(make_case(seq_len=65536), "cuda", h200_free)  # 47 GB: a third of the GPU
+    assert mask_is_compiled(make_case(seq_len=32768), "cuda", 24 << 30)  # on a 24 GB card
+    assert mask_is_compiled(make_case(seq_len=8192), "cpu") and not mask_is_compiled(make_case(seq_len=4096), "cpu")
+
+
 def test_sdpa_efficient_says_how_it_computes_fp32_on_cuda_only() -> None:
     from attnbench.backends.sdpa import fp32_math
 
@@ -127,3 +138,81 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
     assert "while releasing memory: CUDA error: an illegal memory access" in first.reason
     second = measurer.measure(make_case(seq_len=32), default_registry().get("naive"))
     assert second.status == "skipped" and "broke this process's CUDA context" in second.reason
+
+
+# ---- on a GPU (scripts/gpu-check.sh): what the first H200 run got wrong ---------------------------
+def _cuda_case(**overrides: object):  # type: ignore[no-untyped-def]
+    fields: dict[str, object] = dict(device="cuda", dtype="bfloat16", seq_len=1024, heads=8, kv_heads=8, head_dim=128,
+                                     causal=True, window=None, mode="fwd")
+    fields.update(overrides)
+    return make_case(**fields)
+
+
+@pytest.mark.gpu
+def test_flex_forward_backward_runs_on_cuda() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    record = measure(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
+    assert record.status == "ok", record.reason
+    assert record.grad_checked and record.extra["mask_build"] == "eager"  # 4 MiB of mask: far below a GPU's share
+
+
+@pytest.mark.gpu
+def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    record = measure(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
+                     default_registry().get("sliding-window"))
+    assert record.status == "ok", record.reason
+
+
+@pytest.mark.gpu
+def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> None:
+    from attnbench.registry import default_registry
+    from tests.conftest import measure
+
+    flash = default_registry().get("sdpa-flash")
+    ok = measure(_cuda_case(), flash)
+    assert ok.status == "ok" and "FLASH_ATTENTION via FA2 (built into PyTorch)" in ok.kernel
+    refused = measure(_cuda_case(window=64), flash)
+    assert refused.status == "skipped"
+    assert refused.reason.startswith("PyTorch refused FLASH_ATTENTION: Flash Attention does not support non-null")
+    assert "Triggered internally" not in refused.reason and "runtime disabled" not in refused.reason
+
+
+@pytest.mark.gpu
+def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
+    from attnbench.registry import default_registry
+    from attnbench.runner import RunInfo, Runner
+    from attnbench.timing import CudaEventTimer
+    from tests.conftest import ONE_SAMPLE
+
+    import torch
+
+    runner = Runner(RunInfo("r", "t", torch.cuda.get_device_name(0)), CudaEventTimer(), ONE_SAMPLE)
+    from attnbench.runner import CaseData
+
+    record = runner.measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"))
+    assert record.status == "ok", record.reason
+    assert record.extra["fp32_math"] == "3xTF32"
+    if record.percent_of_peak is not None:
+        assert record.percent_of_peak <= 100 and "TF32 / 3" in record.extra["peak_source"]
+
+
+def test_gpu_check_on_a_bare_machine_names_every_missing_package(tmp_path: Path) -> None:
+    """A GPU box with only Python: the script says which packages to carry (pytest too), and stops."""
+    import os
+    import subprocess
+
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages: nothing installed
+    bare.chmod(0o755)
+    root = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHON": str(bare), "WHEELS": str(tmp_path / "no-wheels"), "PYTHONPATH": ""}
+    result = subprocess.run(["bash", str(root / "scripts" / "gpu-check.sh"), str(tmp_path / "out")], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "missing Python packages: pydantic typer rich yaml pandas torch pytest matplotlib jinja2" in result.stderr
+    assert not (tmp_path / "out").exists()

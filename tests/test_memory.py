@@ -25,3 +25,38 @@ def test_fused_cpu_kernel_memory_grows_linearly() -> None:
     small, large = peaks("sdpa-flash")
     assert large / small <= 2.5
     assert large < 4 * 2048 * 2048 * 4 / 8, "far below one score matrix"
+
+
+def test_garbage_is_collected_before_the_call_and_never_during_it() -> None:
+    """On an H200, a collection inside the call freed an earlier measurement's tensors first and naive's
+    CUDA peak (max_memory_allocated minus the bytes allocated before) read 0. Garbage goes before."""
+    import gc
+    import weakref
+
+    import torch
+
+    from attnbench.memory import measure_peak
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+            self.tensor = torch.ones(1 << 20)  # held by a reference cycle: only a collection frees it
+
+    seen: list[tuple[bool, bool]] = []
+
+    def call() -> object:
+        seen.append((garbage() is None, gc.isenabled()))
+        return torch.ones(1 << 10)
+
+    gc.disable()  # so that nothing but measure_peak collects the garbage
+    try:
+        cycle = Cycle()
+        garbage = weakref.ref(cycle)
+        del cycle
+        measure_peak(call, "cpu")
+        assert gc.isenabled() is False  # the caller's setting is restored
+    finally:
+        gc.enable()
+    assert seen == [(True, False)]  # freed before the call; no collection can run inside it
+    measure_peak(lambda: torch.ones(1), "cpu")
+    assert gc.isenabled()

@@ -90,6 +90,11 @@ def test_doctor_on_this_cpu_machine_tells_the_truth() -> None:
         assert "CUDA" in states[name]["reason"] or "cuda only" in states[name]["reason"]
     assert report["sdpa_kernels"] == {"flash": "no: CUDA only", "efficient": "no: CUDA only", "cudnn": "no: CUDA only"}
     assert report["environment"]["torch"] and report["healthy"] is True
+    # conformance against the installed torch and xformers; flash-attn is not installed here
+    conformance = {name: b["conformance"]["state"] for name, b in states.items()}
+    assert conformance["sdpa"] == conformance["flex"] == conformance["xformers"] == "ok"
+    assert conformance["naive"] == conformance["flash-attn"] == "n/a"
+    assert states["flash-attn"]["conformance"]["summary"] == "n/a: flash-attn not installed"
 
 
 def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -374,6 +374,29 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert {(1024.0, 1.6), (1024.0, 2.4)} <= corners, "the band is the record's interval, not its quartiles"
 
 
+def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
+    from tests.test_gpustate import H200, SmiReader, gpustate, smi
+
+    throttled = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, device="cuda", throttled=True,
+                         extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"], "other_gpu_processes": 0})
+    records = [a_record(device="cuda", throttled=False), throttled]
+    out = write_run(tmp_path / "run", records, env={"device": "cuda", "gpus": [{"name": "NVIDIA H200"}],
+                                                    "gpu_state": [gpustate.snapshot(H200, SmiReader(smi()))]})
+    render_report(out)
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    assert "| !2 (IQR 0.05) |" in md and "| 1 (IQR 0.05) |" in md  # records without an interval show their IQR
+    assert "1 of 2 timings were taken on a throttled or shared GPU" in md
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert ">!2</td>" in page and "GPU 0 state (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
+    assert "clocks not locked" in page
+    fig = group_chart(group_records(records)[0], backend_styles(["sdpa"]), None, None, None)
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
+    assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "throttled or shared GPU" in labels and "noisy: IQR > 10% of median" not in labels
+    assert fig.axes[0].get_title() == "Latency (median, IQR shaded; hollow = throttled)"
+
+
 def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:
     from attnbench.report.roofline import roofline_chart, roofline_points
 

@@ -12,9 +12,11 @@ definitions with shift = Sk - Sq:
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import types
+import warnings
 
 import pytest
 import torch
@@ -22,7 +24,9 @@ import torch
 import attnbench.backends.xformers_ops as xf
 from attnbench.backends.xformers_ops import XformersBackend
 from attnbench.case import Case
-from tests.conftest import make_case, measure
+from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.timing import TimingSettings
+from tests.conftest import PhaseTimer, Phases, make_case, measure
 
 
 class LowerTriangularMask:
@@ -36,10 +40,10 @@ class LowerTriangularFromBottomRightMask:
 
 
 class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottomRightMask):
-    def __init__(self, window_size: int) -> None:
-        if window_size <= 0:
-            raise ValueError(f"Expected `window_size > 0`, but window_size={window_size}")
-        self._window_size = window_size
+    def __init__(self, _window_size: int) -> None:  # xformers' class is a dataclass: its field is `_window_size`
+        if _window_size <= 0:
+            raise ValueError(f"Expected `window_size > 0`, but window_size={_window_size}")
+        self._window_size = _window_size
 
     def keep(self, sq: int, sk: int) -> torch.Tensor:
         i, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]
@@ -59,6 +63,12 @@ class StandinOp:
     NAME = "standinF"
 
 
+class CallTimeChoice:
+    """What the stand-in's dispatcher runs when a call is not pinned: not what it told the adapter in prepare."""
+
+    NAME = "standinOtherF"
+
+
 class Inputs:
     def __init__(self, query, key, value, attn_bias=None, p=0.0, scale=None) -> None:
         self.query, self.key, self.value, self.attn_bias = query, key, value, attn_bias
@@ -74,8 +84,16 @@ def _dispatch_fw(inp: Inputs, needs_gradient: bool):
 
 
 def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
-                               output_dtype=None):
-    """softmax(Q Kᵀ · scale + bias) V over BMHK or BMGHK inputs, in float32, returned like query."""
+                               output_dtype=None, ran=None, now=lambda: ""):
+    """softmax(Q Kᵀ · scale + bias) V over BMHK or BMGHK inputs, in float32, returned like query.
+
+    `op` is xformers' (forward op, backward op) pair; an unpinned forward is chosen at call time
+    (CallTimeChoice). Each call appends (now(), the forward op's NAME) to `ran`.
+    """
+    if op is not None and not (isinstance(op, tuple) and len(op) == 2):
+        raise TypeError(f"op must be a (fw, bw) tuple, got {op!r}")
+    if ran is not None:
+        ran.append((now(), (op[0] if op is not None and op[0] is not None else CallTimeChoice).NAME))
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
     if query.dim() == 5 and grad:
         raise ValueError("MQA/GQA (BMGHK inputs) is supported only for the forward pass")
@@ -104,7 +122,10 @@ def _standin_module() -> types.ModuleType:
         LocalAttentionFromBottomRightMask=LocalAttentionFromBottomRightMask,
     )
     ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
-    ops.memory_efficient_attention = memory_efficient_attention
+    ops.ran = []  # (phase, forward op NAME) of every call
+    ops.phase = lambda: ""  # a test points this at its Phases
+    ops.memory_efficient_attention = lambda *a, **kw: memory_efficient_attention(
+        *a, **kw, ran=ops.ran, now=lambda: ops.phase())
     return ops
 
 
@@ -139,11 +160,28 @@ CASES = [
 def test_adapter_gives_the_reference_answer_through_the_standin(standin, c: Case) -> None:
     record = measure(c, XformersBackend())
     assert record.status == "ok", record.reason
-    assert record.max_abs_error <= record.error_bound
     assert "fw op standinF" in record.kernel
     gqa = c.kv_heads != c.heads
     assert record.kv_expanded is (gqa and c.needs_grad)  # BMGHK expand forward; real repeat for backward
     assert ("BMGHK, K/V expanded" in record.kernel) is (gqa and not c.needs_grad)
+
+
+@pytest.mark.parametrize("c", [case(), case(heads=8, kv_heads=2), case(causal=False, window=4, mode="fwd_bwd")],
+                         ids=lambda c: c.case_id)
+def test_the_timed_call_runs_the_operator_the_record_names(standin, monkeypatch: pytest.MonkeyPatch, c: Case) -> None:
+    """The stand-in's dispatcher would run another operator at call time: only the pin keeps the record true."""
+    phases = Phases()
+    standin.phase = lambda: phases.phase
+    monkeypatch.setattr(XformersBackend, "prepare", phases.during_prepare(XformersBackend.prepare))
+    settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
+    record = Runner(RunInfo("x", "t"), PhaseTimer(phases), settings).measure(CaseData(c), XformersBackend())
+    assert record.status == "ok", record.reason
+    assert " fw op standinF" in record.kernel
+    timed = [name for phase, name in standin.ran if phase == "timed"]
+    # the three samples and any warm-up calls thrown away (a forward's checked call is its warm-up), every one
+    # on the recorded op
+    assert timed == ["standinF"] * (3 + record.extra["warmup_calls"]) and record.samples == 3
+    assert [name for phase, name in standin.ran if phase == "check"] == ["standinF"]
 
 
 def test_kernel_field_names_the_bias(standin) -> None:
@@ -235,3 +273,53 @@ def test_real_xformers_on_cpu_says_why_in_its_own_words() -> None:
     record = measure(case(dtype="float16", causal=True, window=8), backend)
     assert record.status == "skipped"
     assert record.reason == reason
+
+
+# ---- the stand-in's masks and the adapter's biases against the real xformers ------------------
+def real_attn_bias():  # type: ignore[no-untyped-def]
+    """The real xformers.ops.fmha.attn_bias (its bias classes materialise on CPU without the C++ extension)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module("xformers.ops.fmha.attn_bias")
+
+
+def materialized_keep(bias, sq: int, sk: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    return bias.materialize((sq, sk), dtype=torch.float32, device="cpu") == 0
+
+
+SHAPES = [(1, 1), (1, 9), (5, 5), (6, 13), (12, 30)]
+STANDIN_BIASES = {
+    "LowerTriangularMask": lambda b: (b.LowerTriangularMask(), LowerTriangularMask()),
+    "LowerTriangularFromBottomRightMask": lambda b: (b.LowerTriangularFromBottomRightMask(),
+                                                     LowerTriangularFromBottomRightMask()),
+    **{f"LowerTriangularFromBottomRightLocalAttentionMask({w})": (
+        lambda b, w=w: (b.LowerTriangularFromBottomRightLocalAttentionMask(w),
+                        LowerTriangularFromBottomRightLocalAttentionMask(w))) for w in (1, 2, 5)},
+    **{f"LocalAttentionFromBottomRightMask({left}, {right})": (
+        lambda b, left=left, right=right: (b.LocalAttentionFromBottomRightMask(window_left=left, window_right=right),
+                                           LocalAttentionFromBottomRightMask(left, right)))
+       for left, right in ((0, 0), (3, 3), (2, 0), (0, 4))},
+}
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", list(STANDIN_BIASES))
+def test_standin_biases_are_the_real_ones(name: str, shape: tuple[int, int]) -> None:
+    real, ours = STANDIN_BIASES[name](real_attn_bias())
+    sq, sk = shape
+    assert torch.equal(ours.keep(sq, sk), materialized_keep(real, sq, sk))
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("shape", SHAPES[1:], ids=str)
+@pytest.mark.parametrize("causal, window", [(True, None), (True, 0), (True, 3), (False, 0), (False, 4), (True, 100)])
+def test_adapters_real_bias_is_the_cases_mask(shape: tuple[int, int], causal: bool, window: int | None) -> None:
+    """xformers_bias with the real library's classes, materialised, keeps exactly the pairs GUIDE.md's mask keeps."""
+    sq, sk = shape
+    c = case(sq=sq, sk=sk, causal=causal, window=window)
+    bias = xf.xformers_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())))
+    want = c.mask()
+    if want is None:
+        want = torch.ones(sq, sk, dtype=torch.bool)
+    assert torch.equal(materialized_keep(bias, sq, sk), want)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.case import Case
+    from attnbench.conformance import LibraryCall
 
 
 class Unsupported(Exception):
@@ -68,6 +69,11 @@ class Backend:
     def unsupported(self, case: Case) -> str | None:
         """Why this backend cannot run `case`, known before any tensor exists; None when it may."""
         return None
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        """The library functions `prepare`'s call makes and what it passes them, for attnbench.conformance
+        to hold against the installed library; () for plain PyTorch ops."""
+        return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments."""

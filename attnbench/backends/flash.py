@@ -14,6 +14,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench.backends.base import Backend, Prepared, first_line, module_owner
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ MAX_HEAD_DIM = 256
 # Phrases of the libraries' own input checks (RuntimeError in FA2/FA3's C++, AssertionError in FA4):
 # an exception carrying one is the library refusing the case, not a failure of ours.
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
+# What `_Flash.prepare`'s call passes to every library's flash_attn_func: q, k, v by position, then
+# flash_window_args' keywords and softmax_scale (attnbench.conformance holds these against the installed one).
+FLASH_POSITIONAL = ("q", "k", "v")
+FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
 
 
 def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
@@ -66,6 +71,9 @@ class _Flash(Backend):
 
     def _function(self) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), self.function)
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (LibraryCall(self.module, self.function, FLASH_POSITIONAL, FLASH_KEYWORDS),)
 
     def availability(self, device: str) -> str | None:
         try:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.backends.base import Backend, Prepared, first_line
 from attnbench.case import allowed
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -32,15 +33,25 @@ if TYPE_CHECKING:
     from attnbench.case import Case
 
 # A mask materialised eagerly costs about this many bytes per (query, key) pair (bool mask plus the
-# int64 index arithmetic of the window term): 12 GB at 32K tokens. Above MASK_EAGER_LIMIT bytes, and
-# always on CUDA, the block mask is built by a compiled create_block_mask, which never materialises it.
+# int64 index arithmetic of the window term): 12 GB at 32K tokens, 47 GB at 64K. Where that would take
+# more than MASK_EAGER_LIMIT bytes on a CPU, or more than MASK_FREE_SHARE of a GPU's free memory, the block
+# mask is built by a compiled create_block_mask, which never materialises it. Not always compiled: on an
+# H200 (torch 2.11) the compiled build took 19.5 s at 4K (first compile) and did not finish in 120 s at
+# 16K, where the eager one takes about a second.
 MASK_BYTES_PER_PAIR = 11
 MASK_EAGER_LIMIT = 256 << 20
+MASK_FREE_SHARE = 0.25
 # Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
 # limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them.
 RECOMPILE_LIMIT = 1024
 _compiled: dict[bool, Callable[..., Any]] = {}
 _compiled_mask: dict[bool, Callable[..., Any]] = {}
+# What the calls below pass (attnbench.conformance holds these against the installed torch):
+# FlexBackend.prepare's `flex(q, k, v, block_mask=, scale=, enable_gqa=)`, and flex_block_mask's call.
+FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_attention",
+                                  positional=("query", "key", "value"), keywords=("block_mask", "scale", "enable_gqa"))
+CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "create_block_mask",
+                                     positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"), keywords=("device",))
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
@@ -88,9 +99,13 @@ def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[...,
     return namespace["mask_mod"]
 
 
-def mask_is_compiled(case: Case, device_type: str) -> bool:
-    """Compile the block mask's construction on CUDA, and on CPU once the eager mask would be large."""
-    return device_type == "cuda" or case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR > MASK_EAGER_LIMIT
+def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None) -> bool:
+    """Compile the block mask's construction once the eager mask would be large: above MASK_EAGER_LIMIT on
+    a CPU, above MASK_FREE_SHARE of the free memory on a GPU (`free_bytes`)."""
+    eager = case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR
+    if device_type == "cuda" and free_bytes is not None:
+        return eager > MASK_FREE_SHARE * free_bytes
+    return eager > MASK_EAGER_LIMIT
 
 
 def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
@@ -102,7 +117,9 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
     if not case.has_mask:
         return None, {}
     mask_mod = mask_mod_for(case.offset, case.causal, case.window)
-    compiled = mask_is_compiled(case, torch.device(device).type)
+    kind = torch.device(device).type
+    free = torch.cuda.mem_get_info(torch.device(device))[0] if kind == "cuda" else None
+    compiled = mask_is_compiled(case, kind, free)
     build = compiled_create_block_mask(dynamic) if compiled else create_block_mask
     start = time.perf_counter()
     block_mask = build(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
@@ -127,6 +144,9 @@ class FlexBackend(Backend):
     name = "flex"
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch

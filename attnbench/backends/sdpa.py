@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from attnbench.backends.base import Backend, Prepared, first_line, installed_version, module_owner
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
         groups.setdefault(current, []).append(text)
     own = groups.get(kernel) if kernel in KERNEL_HEADERS else [t for ts in groups.values() for t in ts]
     return list(dict.fromkeys(own or []))
+# What `_Sdpa.prepare`'s call passes: q, k, v by position, and every keyword mask_arguments may give.
+SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
+                        positional=("query", "key", "value"), keywords=("enable_gqa", "is_causal", "attn_mask"))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
@@ -76,6 +80,9 @@ class _Sdpa(Backend):
         if device not in self.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
         return None
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (SDPA_CALL,)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch.nn.functional as F
@@ -214,10 +221,21 @@ class SdpaFlash(_Sdpa):
     kernel_name = "FLASH_ATTENTION"
 
 
+# What flash_pinned and flash_impl_problem call to route SDPA's flash kernel (torch >= 2.11).
+FLASH_IMPL_CALLS = (
+    LibraryCall("torch.nn.attention", "activate_flash_attention_impl", positional=("impl",)),
+    LibraryCall("torch.nn.attention", "restore_flash_attention_impl", keywords=("_raise_warn",)),
+    LibraryCall("torch.nn.attention", "list_flash_attention_impls"),
+)
+
+
 class _SdpaFlashImpl(SdpaFlash):
     """SDPA's flash kernel routed to one of PyTorch's FlashAttention implementations (activate_flash_attention_impl)."""
 
     devices = ("cuda",)
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (SDPA_CALL, *FLASH_IMPL_CALLS)
 
     def availability(self, device: str) -> str | None:
         if device != "cuda":

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Prepared, Unsupported, expand_kv
 from attnbench.backends.sdpa import fp32_math
+from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -28,6 +29,16 @@ NO_OPERATOR = "No operator found"
 def xformers_ops() -> Any:
     """The `xformers.ops` module (looked up in sys.modules first, so a test can stand one in)."""
     return importlib.import_module("xformers.ops")
+
+
+# The bias classes xformers_bias constructs, with what it passes (attnbench.conformance checks them).
+BIAS_CALLS = (
+    LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightMask"),
+    LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask",
+                positional=("_window_size",)),  # a dataclass field: its own name is private, we pass it by position
+    LibraryCall("xformers.ops", "fmha.attn_bias.LocalAttentionFromBottomRightMask",
+                keywords=("window_left", "window_right")),
+)
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
@@ -65,6 +76,11 @@ def condense(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+# prepare's timed call: mea(q, k, v, attn_bias=, scale=, op=).
+MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=("query", "key", "value"),
+                       keywords=("attn_bias", "scale", "op"))
+
+
 @register
 class XformersBackend(Backend):
     name = "xformers"
@@ -75,6 +91,9 @@ class XformersBackend(Backend):
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS)
 
     def availability(self, device: str) -> str | None:
         if device not in self._availability:
@@ -152,6 +171,15 @@ class XformersBackend(Backend):
         ):
             return f"xformers: {condense(str(exc))}"
         return None
+
+
+# dispatch_fw's private calls; optional, since the adapter does without them when they are gone.
+DISPATCH_CALLS = (
+    LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"), optional=True),
+    LibraryCall("xformers.ops", "fmha._dispatch_fw", positional=("inp", "needs_gradient"), optional=True),
+    LibraryCall("xformers.ops", "fmha._dispatch_bw", positional=("inp",), keywords=("varlen_lse_packed",),
+                optional=True),
+)
 
 
 def dispatch_fw(ops: Any, q: Any, k: Any, v: Any, bias: Any, needs_gradient: bool) -> Any:

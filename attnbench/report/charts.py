@@ -25,7 +25,7 @@ from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cac
 from attnbench.report.peaks import peak_tflops_for  # noqa: E402
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle  # noqa: E402
 from attnbench.units import GIB, MIB, fmt_length  # noqa: E402
-from attnbench.results import is_noisy  # noqa: E402
+from attnbench.results import is_noisy, is_throttled  # noqa: E402
 
 DPI = 100
 GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
@@ -190,19 +190,22 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
 
 NOISY_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
                       label="noisy: interval wider than asked, or IQR > 10%")
+THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none",
+                          markersize=7, label="throttled or shared GPU")
 
 
-def _mark_noisy(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle]) -> int:
-    """Redraw each noisy point's marker hollow; returns how many there were."""
-    count = 0
+def _mark_noisy(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle]) -> tuple[int, int]:
+    """Redraw each noisy or throttled point's marker hollow; returns how many were noisy and how many throttled."""
+    noisy = throttled = 0
     for (backend, x), record in sorted(group.by_backend_x().items()):
         if backend in backends and record["status"] in ("ok", "mismatch") and record.get("time_ms") \
-                and is_noisy(record):
+                and (is_noisy(record) or is_throttled(record)):
             style = styles[backend]
             ax.plot([x], [float(record["time_ms"])], marker=style.marker, markersize=7, markerfacecolor="white",
                     markeredgecolor=style.color, markeredgewidth=1.6, linestyle="none", zorder=4)
-            count += 1
-    return count
+            noisy += is_noisy(record)
+            throttled += is_throttled(record)
+    return noisy, throttled
 
 
 def _failures(group: CaseGroup) -> list[tuple[int, str, str]]:
@@ -255,8 +258,9 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
                      for x, y in zip(px, py)]
             ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
                                  alpha=0.18, linewidth=0, zorder=2)
-    noisy_points = _mark_noisy(ax_time, group, backends, styles)
-    ax_time.set_title("Latency (median, its interval shaded; hollow = noisy)" if noisy_points
+    noisy_points, throttled_points = _mark_noisy(ax_time, group, backends, styles)
+    hollow = " or ".join(word for word, n in (("noisy", noisy_points), ("throttled", throttled_points)) if n)
+    ax_time.set_title(f"Latency (median, its interval shaded; hollow = {hollow})" if hollow
                       else "Latency (median, its interval shaded)")
     ax_time.set_ylabel("time per call (ms, log)")
     any_time = _finish_y(ax_time, log=True, levels=levels)
@@ -320,7 +324,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     if never:
         fig.text(0.5, 0.945, f"not drawn, skipped at every length (reasons in the table): {', '.join(never)}",
                  ha="center", va="center", fontsize=9, color="#57606a")
-    extra = [NOISY_HANDLE] if noisy_points else []
+    extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
     rows = _legend(fig, _legend_handles(backends, styles, statuses, extra))
     fig.subplots_adjust(left=0.07, right=0.98, top=0.895 if never else 0.91, bottom=0.065 + 0.03 * rows,
                         hspace=0.32, wspace=0.2)

@@ -18,7 +18,7 @@ from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
 from attnbench.units import fmt_ms
-from attnbench.results import interval_of, is_noisy, is_spread, key_of, load_records, results_path
+from attnbench.results import interval_of, is_noisy, is_spread, is_throttled, key_of, load_records, results_path
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -40,6 +40,8 @@ class Match:
     new_reason: str | None = None
     base_noisy: bool = False
     new_noisy: bool = False
+    base_throttled: bool = False  # timed on a throttled or shared GPU (the record's `throttled`)
+    new_throttled: bool = False
     base_ci: tuple[float, float] | None = None
     new_ci: tuple[float, float] | None = None
 
@@ -50,6 +52,21 @@ class Match:
 
     def noise_words(self) -> str:
         return " and ".join(side for side, flag in (("base", self.base_noisy), ("new", self.new_noisy)) if flag)
+
+    @property
+    def throttled(self) -> bool:
+        """Either side was timed on a throttled or shared GPU: its ratio is shown but never judged."""
+        return self.base_throttled or self.new_throttled
+
+    def throttle_words(self) -> str:
+        return " and ".join(side for side, flag in (("base", self.base_throttled), ("new", self.new_throttled))
+                            if flag)
+
+    def unjudged_note(self) -> str:
+        """' (noisy: new; throttled GPU: base)', or '' for a match that is judged."""
+        parts = ([f"noisy: {self.noise_words()}"] if self.noisy else []) + \
+            ([f"throttled GPU: {self.throttle_words()}"] if self.throttled else [])
+        return f" ({'; '.join(parts)})" if parts else ""
 
     @property
     def ratio(self) -> float | None:
@@ -95,18 +112,33 @@ class Comparison:
 
     @property
     def regressions(self) -> list[Match]:
-        """NEW slower by more than the threshold, the two intervals apart; neither side's samples spread wide."""
-        return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio > 1]  # type: ignore[operator]
+        """NEW slower by more than the threshold, the two intervals apart; neither side's samples spread wide,
+        neither side throttled."""
+        return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
+                and m.ratio > 1]  # type: ignore[operator]
 
     @property
     def improvements(self) -> list[Match]:
-        """NEW faster by more than the threshold, the two intervals apart; neither side's samples spread wide."""
-        return [m for m in self.matches if self._changed(m) and not m.noisy and m.ratio < 1]  # type: ignore[operator]
+        """NEW faster by more than the threshold, the two intervals apart; neither side's samples spread wide,
+        neither side throttled."""
+        return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
+                and m.ratio < 1]  # type: ignore[operator]
 
     @property
     def noisy(self) -> list[Match]:
         """Would be a regression or improvement, but BASE or NEW is noisy: listed, never judged."""
         return [m for m in self.matches if self._changed(m) and m.noisy]
+
+    @property
+    def throttled(self) -> list[Match]:
+        """Would be a regression or improvement, but BASE or NEW was timed on a throttled or shared GPU (and
+        neither is noisy, which lists it there): listed, never judged."""
+        return [m for m in self.matches if self._changed(m) and m.throttled and not m.noisy]
+
+    @property
+    def throttled_anywhere(self) -> int:
+        """How many matched measurements had a throttled or shared GPU on either side, changed or not."""
+        return sum(1 for m in self.matches if m.throttled)
 
     @property
     def new_failures(self) -> list[Match]:
@@ -142,7 +174,13 @@ class Comparison:
         verdict = "**FAIL**" if self.should_fail else "**pass**"
         lines.append(f"{verdict}: {len(self.regressions)} regression(s), {len(self.new_failures)} new failure(s), "
                      f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed"
-                     + (f", {len(self.noisy)} change(s) not judged: noisy." if self.noisy else "."))
+                     + (f", {len(self.noisy)} change(s) not judged: noisy" if self.noisy else "")
+                     + (f", {len(self.throttled)} change(s) not judged: throttled GPU" if self.throttled else "")
+                     + ".")
+        if self.throttled_anywhere:
+            lines += ["", f"{self.throttled_anywhere} matched measurement(s) were timed on a throttled or shared GPU "
+                          "(heat or power slowed it, or another process was on it) in base or new: never judged a "
+                          "regression or an improvement."]
         lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
         counts: dict[str, int] = {}
         for m in self.matches:
@@ -151,13 +189,14 @@ class Comparison:
         for backend, value in self.geomean_by_backend.items():
             lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
         sections = (("Regressions", self.regressions), ("Improvements", self.improvements),
-                    ("Noisy (samples spread over 10% of the median: not judged)", self.noisy))
+                    ("Noisy (samples spread over 10% of the median: not judged)", self.noisy),
+                    ("Throttled GPU (heat, power or another process: not judged)", self.throttled))
         for title, items in sections:
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base ms [interval] | new ms [interval] | new/base |",
                           "|---|---|---|---|---|"]
                 for m in items:
-                    note = f" (noisy: {m.noise_words()})" if m.noisy else ""
+                    note = m.unjudged_note()
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
                                  f"| {md_cell(m.side('new'))} | {m.ratio:.3f}×{note} |")
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
@@ -212,7 +251,8 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
             new_status=str(n["status"]), base_ms=b.get("time_ms"), new_ms=n.get("time_ms"),
             base_iqr=float(b.get("time_ms_iqr") or 0.0), new_iqr=float(n.get("time_ms_iqr") or 0.0),
             new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
-            base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_ci=interval_of(b), new_ci=interval_of(n),
+            base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_throttled=is_throttled(b),
+            new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
         ))
     return Comparison(
         base=str(base), new=str(new), threshold=threshold, matches=matches,
@@ -234,14 +274,18 @@ def comparison_table(comparison: Comparison) -> Table:
             + [("new failure", "bold red", m) for m in comparison.new_failures]
             + [("fixed", "green", m) for m in comparison.fixed]
             + [("faster", "green", m) for m in comparison.improvements]
-            + [("noisy", "yellow", m) for m in comparison.noisy])
+            + [("noisy", "yellow", m) for m in comparison.noisy]
+            + [("throttled", "yellow", m) for m in comparison.throttled])
     for label, style, m in rows:
         # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
                       Text(m.side("base")), Text(m.side("new")),
-                      Text(f"{m.ratio:.3f}× (noisy: {m.noise_words()})" if m.noisy and m.ratio is not None
+                      Text(f"{m.ratio:.3f}×{m.unjudged_note()}" if m.unjudged_note() and m.ratio is not None
                            else f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
                       Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
+    if comparison.throttled_anywhere:
+        table.caption = (f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
+                         "in base or new: never judged a regression or an improvement")
     return table

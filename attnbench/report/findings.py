@@ -8,7 +8,7 @@ from typing import Any
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words
 from attnbench.units import fmt_bytes, fmt_length
-from attnbench.results import is_noisy
+from attnbench.results import is_noisy, is_throttled
 
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
@@ -104,6 +104,12 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     if noisy:
         found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
                            "IQR over 10% of the median): marked ~ in the tables and drawn hollow.")
+    throttled = sum(1 for r in timed if is_throttled(r))
+    if throttled:
+        found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
+                           "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
+                           "extra.other_gpu_processes): marked ! in the tables and drawn hollow; compare does not "
+                           "judge them.")
     lines = [line for line in (fastest_line(g) for g in groups) if line]
     found.fastest = lines[:MAX_GROUP_LINES]
     if len(lines) > MAX_GROUP_LINES:

@@ -7,6 +7,7 @@ from typing import Any
 
 import jinja2
 
+from attnbench.gpustate import describe
 from attnbench.report.charts import Chart
 from attnbench.report.findings import Findings
 from attnbench.report.rows import COLUMNS, display_value, sort_value
@@ -22,9 +23,12 @@ HOW_TO_READ = (
     "interval is the shaded band in the latency chart and the interval column in the table. A noisy measurement "
     "— interval wider than asked, or IQR (75th − 25th percentile) over 10% of its median — is drawn with a "
     "hollow marker and its median has a ~ in front. compare calls a slow-down a regression only when it exceeds "
-    "the threshold and the two intervals do not overlap, and never judges samples that spread over 10%.",
-    "Correctness: each backend's output is compared with a reference computed in float64 on CPU (float32 on CUDA, "
-    "TF32 off). It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
+    "the threshold and the two intervals do not overlap, and never judges samples that spread over 10%. "
+    "On CUDA the GPU's SM clock, clock event reasons and other processes are sampled right after "
+    "each timing: a median timed while heat or power slowed the GPU, or while another process was on it, has a ! "
+    "in front and a hollow marker, and compare never judges it either.",
+    "Correctness: each backend's output is compared with a reference computed in float64 on every device. "
+    "It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
@@ -170,6 +174,10 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
         rows.append(("GPU", f"{names} ×{len(gpus)}" if len(gpus) > 1 else names))
         if env.get("driver"):
             rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
+        for state in env.get("gpu_state") or []:
+            if isinstance(state, dict) and "index" in state:
+                label, _, text = describe(state).partition(": ")
+                rows.append((label, text))
     else:
         rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
     versions = [f"torch {env['torch']}"] if env.get("torch") else []

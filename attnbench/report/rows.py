@@ -6,10 +6,12 @@ from typing import Any
 
 from attnbench.report.groups import dtype_word
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
-from attnbench.results import is_noisy
+from attnbench.results import is_noisy, is_throttled
 
 # Marks a noisy median (its interval wider than the precision asked, or IQR over 10% of it) in every table.
 NOISY_MARK = "~"
+# Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
+THROTTLED_MARK = "!"
 
 # (key, header, numeric?) for the full records table.
 COLUMNS = (
@@ -74,7 +76,8 @@ def interval_text(record: dict[str, Any]) -> str:
 
 
 def median_text(record: dict[str, Any]) -> str:
-    """The median time, with NOISY_MARK in front when the record is noisy."""
+    """The median time, with NOISY_MARK in front when the record is noisy, THROTTLED_MARK when throttled."""
     if record.get("time_ms") is None:
         return ""
-    return (NOISY_MARK if is_noisy(record) else "") + fmt_ms(record["time_ms"])
+    return (NOISY_MARK if is_noisy(record) else "") + (THROTTLED_MARK if is_throttled(record) else "") \
+        + fmt_ms(record["time_ms"])

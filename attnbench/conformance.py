@@ -1,0 +1,336 @@
+"""Each adapter's library calls held against the *installed* library's real signatures.
+
+A backend module declares, next to its call, what the call passes (`LibraryCall`: which parameters by
+position, in order, and which by keyword); tests record each adapter's real calls and hold them equal to
+the declaration. This module reads the installed function's signature and checks the declaration against
+it: every keyword we pass is still a parameter that takes a keyword, every argument we pass by position
+still lands on the parameter of that name, and nothing the function requires is left out. A mismatch
+becomes the backend's `skipped` reason (naming the parameter) before any tensor is made, and a line of
+`attnbench doctor`, instead of a TypeError — or worse, a value bound to the wrong parameter — in the
+timed loop.
+
+Where `inspect.signature` cannot read a function (PyTorch's C++ builtins such as
+`F.scaled_dot_product_attention`), the signature comes from the ATen operator's schema, the text the
+Python binding is generated from (exact about keyword-only parameters), and failing that from the first
+line of the docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.backends.base import first_line
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """One library function (or class) an adapter calls, and what it passes: by position, then by keyword.
+
+    `positional` are the names of the parameters our positional arguments are meant for, in order (the
+    names in the library's signature when the adapter was written); `keywords` are every keyword the
+    adapter may pass, whichever case it runs. `optional`: the adapter copes when the function is absent.
+    """
+
+    module: str
+    qualname: str
+    positional: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    optional: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit(".", 1)[-1]
+
+    def spelled(self) -> str:
+        """How we call it, e.g. `flash_attn_func(q, k, v, causal=, window_size=)`."""
+        return f"{self.name}({', '.join([*self.positional, *(f'{k}=' for k in self.keywords)])})"
+
+    def resolve(self) -> Any:
+        """The installed object: import `module`, then follow `qualname`'s attributes."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One call against the installed library: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
+
+    function: str  # module.qualname
+    call: str  # LibraryCall.spelled()
+    state: str
+    detail: str
+    parameter: str | None = None  # the parameter a mismatch is about
+    signature: str | None = None  # the installed signature, as read
+    signature_source: str | None = None  # "inspect.signature", "aten schema ...", "docstring"
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Conformance:
+    """A backend's calls against the installed libraries, and its one-line summary."""
+
+    state: str  # "ok", "mismatch", "n/a", "unchecked"
+    summary: str
+    verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
+
+    @property
+    def problem(self) -> Verdict | None:
+        return next((v for v in self.verdicts if v.state == "mismatch"), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "summary": self.summary,
+                "calls": [{"function": v.function, "call": v.call, "state": v.state, "detail": v.detail,
+                           "parameter": v.parameter, "signature": v.signature,
+                           "signature_source": v.signature_source, "notes": list(v.notes)}
+                          for v in self.verdicts]}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One way a declared call no longer fits a signature."""
+
+    parameter: str
+    text: str
+
+
+def parameter_list(sig: inspect.Signature) -> str:
+    """The parameter names of `sig` with `/` and `*` markers, without annotations or defaults."""
+    parts: list[str] = []
+    params = list(sig.parameters.values())
+    star_done = False
+    for i, p in enumerate(params):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            parts.append(f"*{p.name}")
+            star_done = True
+        elif p.kind is inspect.Parameter.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        else:
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and not star_done:
+                parts.append("*")
+                star_done = True
+            parts.append(p.name)
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY and (
+            i + 1 == len(params) or params[i + 1].kind is not inspect.Parameter.POSITIONAL_ONLY
+        ):
+            parts.append("/")
+    return ", ".join(parts)
+
+
+def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Problem], list[str]]:
+    """The problems of calling `sig` the way `call` declares (first the parameter, then why), and notes.
+
+    Notes are what the signature cannot confirm: arguments that land in `*args` or `**kwargs`.
+    """
+    shown = f"{call.name}({parameter_list(sig)})"
+    params = sig.parameters
+    slots = [p for p in params.values() if p.kind in _POSITIONAL]
+    var_positional = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    var_keyword = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    problems: list[Problem] = []
+    notes: list[str] = []
+
+    for index, name in enumerate(call.positional):
+        where = f"positional argument {index + 1} ('{name}')"
+        if index < len(slots):
+            if slots[index].name == name:
+                continue
+            there = f"the installed {shown} has '{slots[index].name}' there"
+        elif var_positional is not None:
+            notes.append(f"{where} goes to *{var_positional.name}")
+            continue
+        else:
+            there = f"the installed {shown} takes {len(slots)} positional argument{'s' * (len(slots) != 1)}"
+        moved = params.get(name)
+        if moved is None:
+            now = f"and no parameter '{name}'"
+        elif moved.kind is inspect.Parameter.KEYWORD_ONLY:
+            now = f"and '{name}' is keyword-only"
+        else:
+            now = f"and '{name}' at position {slots.index(moved) + 1}"
+        problems.append(Problem(name, f"{where} moved: {there}, {now}"))
+
+    for name in call.keywords:
+        p = params.get(name)
+        if name in call.positional:
+            problems.append(Problem(name, f"'{name}' is declared both by position and by keyword"))
+        if p is not None and p.kind in _KEYWORD:
+            continue
+        if p is not None and p.kind is inspect.Parameter.POSITIONAL_ONLY:
+            problems.append(Problem(name, f"keyword '{name}' is positional-only in the installed {shown}"))
+        elif var_keyword is not None:
+            notes.append(f"keyword '{name}' goes to **{var_keyword.name}")
+        else:
+            problems.append(Problem(name, f"keyword '{name}' is not a parameter of the installed {shown}"))
+
+    filled = {p.name for p in slots[: len(call.positional)]} | set(call.keywords)  # a moved one is reported above
+    for p in params.values():
+        required = p.default is inspect.Parameter.empty and p.kind not in (
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        if required and p.name not in filled and p.name not in {q.parameter for q in problems}:
+            problems.append(Problem(p.name, f"the installed {shown} requires '{p.name}', "
+                                            "which attnbench does not pass"))
+    return problems, notes
+
+
+def installed_signature(obj: Any) -> tuple[inspect.Signature, str]:
+    """The signature of `obj` and where it was read from; ValueError when there is none to read."""
+    try:
+        return inspect.signature(obj), "inspect.signature"
+    except (ValueError, TypeError) as exc:
+        unreadable = exc
+    schema = _aten_schema_signature(obj)
+    if schema is not None:
+        return schema
+    doc = _docstring_signature(obj)
+    if doc is not None:
+        return doc, "docstring"
+    raise ValueError(f"no signature to read ({unreadable})")
+
+
+def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
+    """A PyTorch builtin's signature from its ATen operator's schema (`torch.ops.aten.NAME.default`)."""
+    if not str(getattr(obj, "__module__", "") or "").startswith("torch"):
+        return None
+    name = getattr(obj, "__name__", None)
+    try:
+        import torch
+
+        schema = getattr(torch.ops.aten, name).default._schema  # type: ignore[arg-type]
+    except Exception:
+        return None
+    params = []
+    for arg in schema.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if arg.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+        params.append(inspect.Parameter(arg.name, kind, default=default))
+    return inspect.Signature(params), f"aten schema {schema.name}"
+
+
+def _docstring_signature(obj: Any) -> inspect.Signature | None:
+    """The signature a builtin's docstring opens with, e.g. `name(query, key, value, attn_mask=None) -> Tensor`."""
+    doc = (getattr(obj, "__doc__", None) or "").lstrip()
+    name = getattr(obj, "__name__", None)
+    if not name or not doc.startswith(f"{name}("):
+        return None
+    depth = 0
+    for end, char in enumerate(doc):
+        depth += (char in "([{") - (char in ")]}")
+        if char == ")" and depth == 0:
+            break
+    else:
+        return None
+    try:
+        fn = ast.parse(f"def {doc[: end + 1]}: pass").body[0]
+    except SyntaxError:
+        return None
+    assert isinstance(fn, ast.FunctionDef)
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = [inspect.Parameter.empty] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
+    params = [inspect.Parameter(p.arg, inspect.Parameter.POSITIONAL_ONLY if p in a.posonlyargs
+                                else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
+              for p, d in zip(positional, defaults)]
+    if a.vararg:
+        params.append(inspect.Parameter(a.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        params.append(inspect.Parameter(p.arg, inspect.Parameter.KEYWORD_ONLY,
+                                        default=inspect.Parameter.empty if d is None else ast.unparse(d)))
+    if a.kwarg:
+        params.append(inspect.Parameter(a.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> Verdict:
+    """`call` against the installed library. Never raises: an import failure is `n/a`, an unreadable
+    signature `unchecked`; `resolve` replaces the import (tests)."""
+    base = dict(function=call.target, call=call.spelled())
+    try:
+        obj = (resolve or LibraryCall.resolve)(call)
+    except ImportError as exc:
+        return Verdict(**base, state="n/a", detail=f"cannot import {call.module}: {first_line(exc)}")
+    except AttributeError:
+        if call.optional:
+            return Verdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
+        return Verdict(**base, state="mismatch", parameter=call.name,
+                       detail=f"the installed {call.module} has no {call.qualname}")
+    except Exception as exc:  # a library that fails to import in another way is not installed usably
+        return Verdict(**base, state="n/a",
+                       detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
+    try:
+        sig, source = installed_signature(obj)
+        problems, notes = check_signature(call, sig)
+    except Exception as exc:  # ValueError: nothing to read; anything else: a signature we cannot judge
+        return Verdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
+    shown = f"{call.name}({parameter_list(sig)})"
+    if problems:
+        first = problems[0]
+        return Verdict(**base, state="mismatch", detail="; ".join(p.text for p in problems), parameter=first.parameter,
+                       signature=shown, signature_source=source, notes=tuple(notes))
+    return Verdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown, signature_source=source,
+                   notes=tuple(notes))
+
+
+def check_backend(backend: Backend) -> Conformance:
+    """Every call `backend` declares, against what is installed here. Never raises."""
+    try:
+        calls = backend.library_calls()
+    except Exception as exc:  # a plugin's declaration that fails is not worth a crashed run
+        return Conformance("unchecked", f"unchecked: {backend.name}.library_calls() raised {first_line(exc)}")
+    if not calls:
+        return Conformance("n/a", "n/a: no library call to check (plain PyTorch ops)")
+    verdicts = tuple(check_call(call) for call in calls)
+    bad = [v for v in verdicts if v.state == "mismatch"]
+    if bad:
+        return Conformance("mismatch", f"MISMATCH: {bad[0].detail}", verdicts)
+    checked = [v for v in verdicts if v.state == "ok"]
+    missing = [v for v in verdicts if v.state == "n/a" and not _optional(calls, v)]
+    unchecked = [v for v in verdicts if v.state == "unchecked"]
+    if missing and not checked:  # the import failure itself is in the verdict (and in availability's reason)
+        imported = not missing[0].detail.startswith("cannot import")
+        return Conformance("n/a", f"n/a: {missing[0].detail}" if imported else f"n/a: {backend.library} not installed",
+                           verdicts)
+    if unchecked and not checked:
+        return Conformance("unchecked", f"unchecked: {unchecked[0].detail}", verdicts)
+    sources = sorted({v.signature_source for v in checked if v.signature_source != "inspect.signature"})
+    text = ", ".join(v.call for v in checked)
+    tail = "".join(f"; {v.state}: {v.detail}" for v in verdicts if v.state in ("unchecked", "n/a")
+                   and not _optional(calls, v))
+    via = f" (signature from the {', '.join(s for s in sources if s)})" if sources else ""
+    state = "ok" if not tail else "unchecked"
+    return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}", verdicts)
+
+
+def _optional(calls: tuple[LibraryCall, ...], verdict: Verdict) -> bool:
+    return any(c.target == verdict.function and c.optional for c in calls)
+
+
+def conformance_problem(backend: Backend) -> str | None:
+    """The skip reason when `backend`'s calls do not fit the installed library (naming the parameter); else None."""
+    conformance = check_backend(backend)
+    problem = conformance.problem
+    if problem is None:
+        return None
+    version = backend.version()
+    installed = f"{backend.library} {version}" if version else backend.library
+    return (f"adapter does not match the installed {installed}: {problem.detail} "
+            f"(attnbench calls {problem.call}); update attnbench's {backend.name} adapter "
+            "or install a version it knows")

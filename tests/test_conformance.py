@@ -1,0 +1,395 @@
+"""Every adapter's calls held against the libraries' real signatures (attnbench.conformance).
+
+Three kinds of test: the declarations against the libraries installed here (torch, xformers); the
+declarations against recorded copies of the signatures of libraries that do not install on a CPU
+(tests/signatures/: flash-attn 2.8.3, FlashAttention 3, flash-attn-4 4.0.0b36, torch 2.11's flex), with
+renamed and moved parameters that must be reported by name; and each adapter's real calls, recorded
+through a spy, equal to its declaration, so that changing a call without its declaration fails here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import types
+
+import pytest
+
+import attnbench.backends.flash as flash
+import attnbench.backends.flex as flex
+from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
+from attnbench.backends.flex import CREATE_BLOCK_MASK_CALL, FLEX_ATTENTION_CALL, FlexBackend
+from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
+from attnbench.backends.xformers_ops import BIAS_CALLS, DISPATCH_CALLS, MEA_CALL, XformersBackend
+from attnbench.conformance import LibraryCall, check_backend, check_call, check_signature, installed_signature
+from attnbench.runner import CaseData
+from tests.conftest import make_case, measure
+
+
+def recorded(name: str) -> types.ModuleType:
+    """A module of tests/signatures/: functions with a library's recorded parameter list."""
+    return importlib.import_module(f"tests.signatures.{name}")
+
+
+def fake_module(name: str, **functions: object) -> types.ModuleType:
+    module = types.ModuleType(name)
+    for attr, fn in functions.items():
+        setattr(module, attr, fn)
+    return module
+
+
+def problems_of(call: LibraryCall, fn: object) -> list[tuple[str, str]]:
+    found, _ = check_signature(call, inspect.signature(fn))  # type: ignore[arg-type]
+    return [(p.parameter, p.text) for p in found]
+
+
+# --- the libraries installed here -------------------------------------------------------------------
+
+def test_sdpa_call_matches_installed_torch_read_from_the_aten_schema() -> None:
+    import torch.nn.functional as F
+
+    with pytest.raises(ValueError):
+        inspect.signature(F.scaled_dot_product_attention)  # a builtin: inspect cannot read it
+    sig, source = installed_signature(F.scaled_dot_product_attention)
+    assert source == "aten schema aten::scaled_dot_product_attention"
+    assert list(sig.parameters)[:6] == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
+    assert sig.parameters["enable_gqa"].kind is inspect.Parameter.KEYWORD_ONLY  # as the Python binding enforces
+    verdict = check_call(SDPA_CALL)
+    assert verdict.state == "ok", verdict.detail
+    for backend in (SdpaAuto(), SdpaMath()):
+        conformance = check_backend(backend)
+        assert conformance.state == "ok"
+        assert conformance.summary.startswith(
+            "ok: scaled_dot_product_attention(query, key, value, enable_gqa=, is_causal=, attn_mask=) matches")
+
+
+def test_sdpa_docstring_is_the_fallback_and_agrees_on_our_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnbench.conformance as conformance
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(conformance, "_aten_schema_signature", lambda obj: None)
+    sig, source = installed_signature(F.scaled_dot_product_attention)
+    assert source == "docstring"
+    assert list(sig.parameters) == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                                    "enable_gqa"]
+    assert check_signature(SDPA_CALL, sig) == ([], [])
+
+
+def test_flex_calls_match_installed_torch() -> None:
+    conformance = check_backend(FlexBackend())
+    assert conformance.state == "ok", conformance.summary
+    assert [v.function for v in conformance.verdicts] == [
+        "torch.nn.attention.flex_attention.flex_attention", "torch.nn.attention.flex_attention.create_block_mask"]
+    assert all(v.signature_source == "inspect.signature" for v in conformance.verdicts)
+
+
+def test_xformers_calls_match_installed_xformers() -> None:
+    pytest.importorskip("xformers.ops")
+    conformance = check_backend(XformersBackend())
+    states = {v.function.rsplit(".", 1)[-1]: v.state for v in conformance.verdicts}
+    assert states == {"memory_efficient_attention": "ok", "LowerTriangularFromBottomRightMask": "ok",
+                      "LowerTriangularFromBottomRightLocalAttentionMask": "ok",
+                      "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok",
+                      "_dispatch_bw": "ok"}
+    assert conformance.state == "ok"
+    window = next(v for v in conformance.verdicts if v.function.endswith("LocalAttentionMask"))
+    assert window.signature == "LowerTriangularFromBottomRightLocalAttentionMask(_window_size)"
+
+
+def test_libraries_that_are_not_installed_are_not_applicable() -> None:
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash_attn is installed here")
+    conformance = check_backend(FlashAttn2())
+    assert conformance.state == "n/a" and conformance.summary == "n/a: flash-attn not installed"
+    assert conformance.problem is None
+
+
+# --- recorded signatures of libraries that do not install on a CPU ----------------------------------
+
+FLASH = {"flash-attn 2.8.3": (FlashAttn2, "flash_attn", "flash_attn_2_8_3"),
+         "FA3 hopper HEAD": (FlashAttn3, "flash_attn_interface", "flash_attn_interface_hopper"),
+         "FA3 at v2.8.3": (FlashAttn3, "flash_attn_interface", "flash_attn_interface_v2_8_3"),
+         "flash-attn-4 4.0.0b36": (FlashAttn4, "flash_attn.cute", "flash_attn_cute_4_0_0b36"),
+         "flash-attn 2.8.3's bundled cute 0.1.0": (FlashAttn4, "flash_attn.cute", "flash_attn_cute_bundled_0_1_0")}
+
+
+@pytest.mark.parametrize("label", FLASH)
+def test_flash_adapters_match_the_recorded_signatures(monkeypatch: pytest.MonkeyPatch, label: str) -> None:
+    backend_class, module, fixture = FLASH[label]
+    monkeypatch.setitem(sys.modules, module, recorded(fixture))
+    conformance = check_backend(backend_class())
+    assert conformance.state == "ok", conformance.summary
+    assert conformance.summary == "ok: flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=) matches"
+
+
+def test_flex_calls_match_torch_2_11_as_recorded_on_the_h200() -> None:
+    fixture = recorded("torch_2_11_flex_attention")
+    for call in (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL):
+        assert problems_of(call, getattr(fixture, call.qualname)) == []
+
+
+def test_a_renamed_keyword_is_reported_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1)):
+        raise NotImplementedError
+
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
+    conformance = check_backend(FlashAttn2())
+    assert conformance.state == "mismatch"
+    assert conformance.problem is not None and conformance.problem.parameter == "window_size"
+    assert conformance.summary == ("MISMATCH: keyword 'window_size' is not a parameter of the installed "
+                                   "flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window)")
+
+
+def test_a_moved_positional_parameter_is_reported_with_its_name() -> None:
+    def create_block_mask(mask_mod, B, H, KV_LEN, Q_LEN, device=None):
+        raise NotImplementedError
+
+    (parameter, text), *rest = problems_of(CREATE_BLOCK_MASK_CALL, create_block_mask)
+    assert parameter == "Q_LEN"
+    assert text == ("positional argument 4 ('Q_LEN') moved: the installed create_block_mask(mask_mod, B, H, KV_LEN, "
+                    "Q_LEN, device) has 'KV_LEN' there, and 'Q_LEN' at position 5")
+    assert [p for p, _ in rest] == ["KV_LEN"]
+
+
+def test_a_parameter_inserted_before_ours_moves_it() -> None:
+    bias = BIAS_CALLS[1]  # LowerTriangularFromBottomRightLocalAttentionMask(W + 1), passed by position
+
+    class LowerTriangularFromBottomRightLocalAttentionMask:
+        def __init__(self, window_left: int, _window_size: int) -> None: ...
+
+    assert problems_of(bias, LowerTriangularFromBottomRightLocalAttentionMask) == [(
+        "_window_size", "positional argument 1 ('_window_size') moved: the installed "
+        "LowerTriangularFromBottomRightLocalAttentionMask(window_left, _window_size) has 'window_left' there, "
+        "and '_window_size' at position 2")]
+
+
+def test_a_positional_parameter_that_became_keyword_only_or_vanished() -> None:
+    call = LibraryCall("m", "f", positional=("q", "k", "v", "scale"))
+
+    def keyword_only(q, k, v, *, scale=None): ...
+
+    def gone(q, k, v): ...
+
+    assert problems_of(call, keyword_only) == [("scale", "positional argument 4 ('scale') moved: the installed "
+                                                "f(q, k, v, *, scale) takes 3 positional arguments, and 'scale' "
+                                                "is keyword-only")]
+    assert problems_of(call, gone)[0][1].endswith("takes 3 positional arguments, and no parameter 'scale'")
+
+
+def test_keywords_against_positional_only_required_and_var_keyword_parameters() -> None:
+    call = LibraryCall("m", "f", positional=("q",), keywords=("scale",))
+
+    def positional_only(q, scale=None, /): ...
+
+    def new_required(q, scale=None, *, layout): ...
+
+    def var_keyword(q, **kwargs): ...
+
+    assert problems_of(call, positional_only) == [("scale", "keyword 'scale' is positional-only in the installed "
+                                                   "f(q, scale, /)")]
+    assert problems_of(call, new_required) == [("layout", "the installed f(q, scale, *, layout) requires 'layout', "
+                                                "which attnbench does not pass")]
+    problems, notes = check_signature(call, inspect.signature(var_keyword))
+    assert problems == [] and notes == ["keyword 'scale' goes to **kwargs"]
+
+
+def test_a_missing_function_is_a_mismatch_unless_the_adapter_does_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fake_library", fake_module("fake_library"))
+    missing = check_call(LibraryCall("fake_library", "flash_attn_func"))
+    assert (missing.state, missing.parameter) == ("mismatch", "flash_attn_func")
+    assert missing.detail == "the installed fake_library has no flash_attn_func"
+    assert check_call(LibraryCall("fake_library", "_dispatch_fw", optional=True)).state == "n/a"
+
+
+class _NoSignature:
+    """A callable inspect.signature cannot read, with no schema and no signature in its docstring."""
+
+    __signature__ = "not a signature"  # inspect.signature raises TypeError on anything but a Signature
+    __doc__ = "no text signature here"
+
+    def __call__(self) -> None: ...
+
+
+def test_an_unreadable_signature_is_unchecked_not_a_crash() -> None:
+    verdict = check_call(LibraryCall("m", "f", positional=("q",)), resolve=lambda call: _NoSignature())
+    assert verdict.state == "unchecked" and verdict.detail.startswith("m.f: no signature to read (")
+
+
+# --- a mismatch in a run is a skip, before any tensor exists ----------------------------------------
+
+def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1)):
+        calls.append(1)
+        raise AssertionError("must not be called")
+
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
+    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    data = CaseData(make_case(dtype="bfloat16", causal=True, window=8))
+    record = measure(data.case, FlashAttn2(), data)
+    assert record.status == "skipped"
+    assert record.reason.startswith("adapter does not match the installed flash-attn: keyword 'window_size' is "
+                                    "not a parameter of the installed flash_attn_func(")
+    assert "attnbench calls flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=)" in record.reason
+    assert calls == [] and "inputs" not in vars(data)  # judged before any tensor was made
+
+
+def test_runner_skips_sdpa_when_torch_renames_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.nn.functional as F
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, causal=False, *,
+                                     scale=None, enable_gqa=False):
+        raise AssertionError("must not be called")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    record = measure(make_case(causal=True), SdpaMath())
+    assert record.status == "skipped"
+    assert "keyword 'is_causal' is not a parameter of the installed scaled_dot_product_attention(" in record.reason
+
+
+def test_runner_skips_xformers_when_a_bias_class_moves_the_parameter_we_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_xformers import _standin_module
+
+    class LowerTriangularFromBottomRightLocalAttentionMask:
+        def __init__(self, window_left: int, _window_size: int) -> None:
+            raise AssertionError("must not be called")
+
+    ops = _standin_module()
+    moved = LowerTriangularFromBottomRightLocalAttentionMask
+    ops.fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = moved
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
+    record = measure(make_case(causal=False), XformersBackend())  # even a case that needs no window
+    assert record.status == "skipped"
+    assert "positional argument 1 ('_window_size') moved" in record.reason
+
+
+# --- each declaration equals what its adapter really passes -----------------------------------------
+
+class Spy:
+    """Wraps a callable; remembers how many positional arguments and which keywords each outermost call
+    passed (a library calling itself through its module, as create_block_mask(_compile=True) does, is not us)."""
+
+    def __init__(self, fn: object) -> None:
+        self.fn, self.positional, self.keywords, self.depth = fn, set(), set(), 0
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        if self.depth == 0:
+            self.positional.add(len(args))
+            self.keywords |= set(kwargs)
+        self.depth += 1
+        try:
+            return self.fn(*args, **kwargs)  # type: ignore[operator]
+        finally:
+            self.depth -= 1
+
+    def assert_declared(self, call: LibraryCall) -> None:
+        assert self.positional == {len(call.positional)}, call.target
+        assert self.keywords == set(call.keywords), call.target
+
+
+SDPA_CASES = [make_case(), make_case(causal=True), make_case(causal=True, seq_len=16, kv_seq_len=40),
+              make_case(heads=4, kv_heads=2, window=4)]
+
+
+def test_sdpa_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.nn.functional as F
+
+    spy = Spy(F.scaled_dot_product_attention)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    for c in SDPA_CASES:
+        assert measure(c, SdpaMath()).status == "ok"
+    spy.assert_declared(SDPA_CALL)
+
+
+def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.nn.attention.flex_attention as fa
+
+    attention, block_mask = Spy(fa.flex_attention), Spy(fa.create_block_mask)
+    monkeypatch.setattr(fa, "create_block_mask", block_mask)
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda dynamic=False: attention)  # eager: tiny cases, no compile
+    for c in (make_case(seq_len=32, heads=2, kv_heads=1, causal=True, window=4),
+              make_case(seq_len=32, heads=2, kv_heads=2)):
+        record = measure(c, FlexBackend())
+        assert record.status == "ok", record.reason
+    attention.assert_declared(FLEX_ATTENTION_CALL)
+    block_mask.assert_declared(CREATE_BLOCK_MASK_CALL)
+
+
+def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_flash_standin import standin_flash_attn_func
+
+    spies = {}
+    for backend, module, none_unbounded in ((FlashAttn2(), "flash_attn", False),
+                                            (FlashAttn3(), "flash_attn_interface", False),
+                                            (FlashAttn4(), "flash_attn.cute", True)):
+        spies[module] = spy = Spy(standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded))
+        monkeypatch.setitem(sys.modules, module, fake_module(module, flash_attn_func=spy))
+    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    for backend in (FlashAttn2(), FlashAttn3(), FlashAttn4()):
+        for c in (make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16")):
+            assert measure(c, backend).status == "ok"
+        (call,) = backend.library_calls()
+        spies[call.module].assert_declared(call)
+
+
+def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_xformers import _standin_module
+
+    ops = _standin_module()
+    spies = {"memory_efficient_attention": Spy(ops.memory_efficient_attention)}
+    ops.memory_efficient_attention = spies["memory_efficient_attention"]
+    for name in ("LowerTriangularFromBottomRightMask", "LowerTriangularFromBottomRightLocalAttentionMask",
+                 "LocalAttentionFromBottomRightMask"):
+        spies[name] = Spy(getattr(ops.fmha.attn_bias, name))
+        setattr(ops.fmha.attn_bias, name, spies[name])
+    spies["Inputs"], spies["_dispatch_fw"] = Spy(ops.fmha.Inputs), Spy(ops.fmha._dispatch_fw)
+    ops.fmha.Inputs, ops.fmha._dispatch_fw = spies["Inputs"], spies["_dispatch_fw"]
+
+    def _dispatch_bw(inp: object, varlen_lse_packed: object) -> object:
+        return type("StandinBwOp", (), {"NAME": "standinB"})
+
+    spies["_dispatch_bw"] = Spy(_dispatch_bw)
+    ops.fmha._dispatch_bw = spies["_dispatch_bw"]
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)
+    for c in (make_case(causal=True), make_case(causal=True, window=4), make_case(window=4), make_case(),
+              make_case(causal=True, mode="fwd_bwd")):
+        assert measure(c, XformersBackend()).status == "ok"
+    for call in (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS):
+        spies[call.name].assert_declared(call)
+
+
+# --- doctor -----------------------------------------------------------------------------------------
+
+def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnbench.doctor as doctor
+    import attnbench.env as env
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
+    diagnosis = doctor.diagnose("cpu")
+    lines = doctor.format_text(diagnosis)
+    conformance = [line.split("conformance", 1)[1].strip() for line in lines if "  conformance  " in line]
+    assert len(conformance) == len(diagnosis.backends)
+    by_name = {b.name: b for b in diagnosis.backends}
+    assert by_name["sdpa"].conformance["state"] == "ok"
+    sdpa_call = by_name["sdpa"].conformance["calls"][0]
+    assert sdpa_call["signature_source"] == "aten schema aten::scaled_dot_product_attention"
+    assert by_name["naive"].conformance["summary"].startswith("n/a:")
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, causal=False, *,
+                                     scale=None, enable_gqa=False):
+        raise AssertionError("must not be called")
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    diagnosis = doctor.diagnose("cpu")
+    sdpa = next(b for b in diagnosis.backends if b.name == "sdpa")
+    assert sdpa.state == "mismatch" and sdpa.conformance["calls"][0]["parameter"] == "is_causal"
+    assert not diagnosis.healthy and "sdpa" in {b.name for b in diagnosis.problems}
+    assert any(line.strip().startswith("conformance  MISMATCH: keyword 'is_causal'")
+               for line in doctor.format_text(diagnosis))
+

@@ -1,0 +1,143 @@
+"""`attnbench submit` on a real one-node SLURM: a 3-shard job array and its merge give exactly the
+measurements of a one-machine run; a task cancelled midway is finished by resubmitting the printed command.
+
+Needs Debian's slurm-wlm and munge and root (.ci/run installs them); skips with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from rich.console import Console
+
+import slurm_cluster
+from attnbench import session
+from attnbench.results import key_of, load_records
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).parent.parent
+TIME_LIMIT_S = 120
+SUITE = """\
+name: fanout
+device: cpu
+backends: [naive, sdpa-math, sdpa]
+timing: {warmup_ms: 0, budget_ms: 150, min_samples: 2}
+sweep:
+  seq_len: [64, 128, 256]
+  heads: [2]
+  kv_heads: [heads, 1]
+  head_dim: [16]
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.Cluster]:
+    missing = slurm_cluster.missing_programs()
+    if missing:
+        pytest.skip(f"no SLURM here: {', '.join(missing)} not found (apt-get install {slurm_cluster.PACKAGES}; "
+                    f".ci/run does when it can)")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node SLURM runs slurmd and munged as root; this is not root")
+    cluster = slurm_cluster.start(tmp_path_factory.mktemp("slurm"), os.cpu_count() or 1)
+    # Each task is allotted one CPU, but task/none pins no task to it, so torch would start a thread per
+    # core in every task and two tasks would spin on each other's cores (the test then takes ~1.4x as long).
+    cluster.env["OMP_NUM_THREADS"] = "1"
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def attnbench(cluster: slurm_cluster.Cluster, *args: object) -> subprocess.CompletedProcess[str]:
+    """The installed attnbench, as a user on the login node would run it (this interpreter)."""
+    return cluster.run(sys.executable, "-m", "attnbench", *map(str, args), timeout=60)
+
+
+def submitted(output: str) -> tuple[str | None, str, str]:
+    """The array job, the merge job and the rerun command that `attnbench submit` printed."""
+    array = re.search(r"^submitted job (\d+): array", output, re.M)
+    merge = re.search(r"^submitted job (\d+): merge", output, re.M)
+    rerun = re.search(r"resubmits just the unfinished ones: (.+)$", output, re.M)
+    assert merge and rerun, output
+    return (array[1] if array else None), merge[1], rerun[1]
+
+
+def one_machine_keys(suite: Path, out: Path) -> Counter:
+    """The measurements a plain `attnbench run` of the suite on this machine records (its report left out)."""
+    quiet = Console(file=io.StringIO())
+    session.execute(session.plan(suite, None, None, []), out, quiet, quiet, lambda: False)
+    return Counter(key_of(r) for r in load_records(out))
+
+
+def merged_keys(out: Path) -> Counter:
+    return Counter(key_of(r) for r in load_records(out))
+
+
+def test_submit_fans_out_merges_and_finishes_a_cancelled_shard(cluster: slurm_cluster.Cluster,
+                                                               tmp_path: Path) -> None:
+    deadline = time.monotonic() + TIME_LIMIT_S
+    suite = tmp_path / "fanout.yaml"
+    suite.write_text(SUITE)
+
+    # 1. Three shards and the merge, left alone; sbatch takes every kind of option submit writes.
+    first = tmp_path / "first"
+    array, merge, _ = submitted(attnbench(cluster, "submit", suite, "--shards", 3, "--out", first,
+                                          "--partition", "debug", "--time", "10:00", "--account", "ci",
+                                          "--sbatch-arg=--comment=attnbench-test").stdout)
+    assert "#SBATCH --comment=attnbench-test" in (first / "slurm" / "shards.sbatch").read_text()
+    expected = one_machine_keys(suite, tmp_path / "one-machine")  # measured while the cluster works
+    assert len(expected) == 18 and set(expected.values()) == {1}
+    cluster.wait_gone(merge, deadline)
+    assert merged_keys(first) == expected, (first / "logs" / "merge.out").read_text()
+    assert (first / "report.html").is_file()
+    for shard in range(3):
+        env = json.loads((first / f"shard{shard}" / "env.json").read_text())
+        assert env["shard"] == f"{shard}/3"
+        assert env["slurm"] == {"job_id": env["slurm"]["job_id"], "array_job_id": array,
+                                "array_task_id": str(shard), "node": cluster.node}
+        assert env["slurm"]["job_id"].isdigit()
+
+    # 2. The same, with the busiest shard cancelled after its first measurement.
+    second = tmp_path / "second"
+    output = attnbench(cluster, "submit", suite, "--shards", 3, "--out", second).stdout
+    array, merge, printed = submitted(output)
+    planned = json.loads((second / "slurm" / "submission.json").read_text())["planned"]
+    busiest = planned.index(max(planned))
+    results = second / f"shard{busiest}" / "results.jsonl"
+    while not (results.is_file() and results.read_text().count("\n") >= 1):
+        assert time.monotonic() < deadline, f"shard {busiest} never recorded a measurement"
+        time.sleep(0.05)
+    cluster.run("scancel", f"{array}_{busiest}")
+    cluster.wait_gone(merge, deadline)
+    done = len(load_records(second / f"shard{busiest}"))
+    assert 1 <= done < planned[busiest], f"the cancel came too late to leave shard {busiest} unfinished"
+    assert not (second / "results.jsonl").exists(), "an incomplete run is not merged"
+    log = (second / "logs" / "merge.out").read_text()
+    assert f"shard(s) {busiest} ({done} of {planned[busiest]}) lack measurements" in log, log
+    assert f"Rerun just those shards with: {printed}" in log, log
+
+    # 3. The printed command resubmits just that shard, which resumes; the merge is exact again.
+    words = shlex.split(printed)
+    assert words[0] == "attnbench"
+    output = attnbench(cluster, *words[1:]).stdout
+    array, merge, _ = submitted(output)
+    assert f"submitted job {array}: array {busiest} of 3 shards" in output, output
+    cluster.wait_gone(merge, deadline)
+    assert merged_keys(second) == expected, (second / "logs" / "merge.out").read_text()
+    assert (second / "report.html").is_file()
+    env = json.loads((second / f"shard{busiest}" / "env.json").read_text())
+    assert env["resumed"][-1]["env"]["slurm"]["array_job_id"] == array
+    assert env["resumed"][-1]["already_done"] == done
+    status = attnbench(cluster, "status", second).stdout
+    assert "18 of 18 measurements done" in status and "merged: 18 records" in status, status
