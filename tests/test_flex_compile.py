@@ -42,3 +42,13 @@ def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
     assert [r.extra["graphs_traced"] for r in records] == [1, 1, 0]
     assert records[1].extra["kernels_compiled"] >= 1 and records[2].extra["kernels_compiled"] == 0
 
+
+def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
+    """FlexAttention refuses backward on a CPU. Refused inside torch.compile, Dynamo would skip flex_attention for
+    the rest of the process, and later cases would run eager under a record saying compiled: the refusal is
+    asked of torch before compiling."""
+    backend = default_registry().get("flex")
+    refused = measure(make_case(seq_len=64, heads=5, kv_heads=5, head_dim=16, causal=True, mode="fwd_bwd"), backend)
+    assert refused.status == "skipped" and "does not support backward on CPU" in refused.reason
+    later = measure(make_case(seq_len=256, heads=5, kv_heads=5, head_dim=16, causal=True), backend)
+    assert later.status == "ok" and later.extra["graphs_traced"] == 1  # traced and compiled, not skipped to eager

@@ -128,6 +128,20 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
     return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
 
 
+def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, needs_grad: bool) -> None:
+    """Raise flex_attention's own refusal of these inputs (backward on a CPU, in torch 2.13) before any compile.
+
+    Inside torch.compile the same refusal is "an error suppressed during compilation": Dynamo then skips
+    flex_attention's frame for the rest of the process, and every later flex case would silently run the eager,
+    score-materialising flex_attention under a record that says compiled.
+    """
+    import torch.nn.attention.flex_attention as flex_module
+
+    validate = getattr(flex_module, "_validate_device", None)
+    if validate is not None:
+        validate(*(t.detach().requires_grad_(needs_grad) for t in (q, k, v)))
+
+
 def compile_counters() -> dict[str, int]:
     """So far in this process: graphs Dynamo traced, kernels Inductor compiled from scratch, and compiled graphs
     loaded from the on-disk caches in --cache-dir (AOTAutograd's, else Inductor's FX graph cache)."""
@@ -151,6 +165,7 @@ class FlexBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
 
+        refuse_before_compiling(q, k, v, case.needs_grad)
         flex = compiled_flex_attention(self.dynamic)
         block_mask, mask_extra = flex_block_mask(case, q.device, self.dynamic)
         gqa = case.kv_heads != case.heads
