@@ -231,7 +231,7 @@ def run(
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
         again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard,
-                               devices, peak_tflops, peak_bandwidth, timer)
+                               devices, peak_tflops, peak_bandwidth, timer, cache_dir)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
         err.print(f"to finish the run: {again}", markup=False)
@@ -245,7 +245,7 @@ def run(
 def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
                    isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None,
                    devices: str | None = None, peak_tflops: float | None = None,
-                   peak_bandwidth: float | None = None, timer: str = "auto") -> str:
+                   peak_bandwidth: float | None = None, timer: str = "auto", cache_dir: Path | None = None) -> str:
     """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
@@ -254,6 +254,8 @@ def resume_command(suite: Path, directory: Path, backends: list[str], device: st
                               peak_bandwidth, timer)
     if shard:
         words += ["--shard", shard]
+    if cache_dir is not None:  # this machine's compile cache: the rest of the run loads what the first part compiled
+        words += ["--cache-dir", str(cache_dir)]
     return shlex.join(words)
 
 
