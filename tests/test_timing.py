@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import types
 from typing import Iterator
 
+import pytest
 import torch
 
+from attnbench import timing
+from attnbench.errors import AttnbenchError
 from attnbench.registry import default_registry
 from attnbench.runner import CaseData, RunInfo, Runner
-from attnbench.timing import L2_FLUSH_BYTES, ClockTimer, CudaEventTimer, CudaGraphTimer, TimingSettings, summarize
+from attnbench.timing import (L2_FLUSH_BYTES, ClockTimer, CudaEventTimer, CudaGraphTimer, TimingSettings, graph_calls,
+                              summarize, timer_for)
 from tests.conftest import make_case
 
 
@@ -24,6 +27,8 @@ def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None
     assert len(calls) == 2 + 5  # two warm-up calls cover 3 ms
     few = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1, min_samples=4))
     assert len(few) == 4  # the minimum count wins over a small budget
+    capped = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=3))
+    assert len(capped) == 3  # the maximum count wins over a large budget
 
 
 def test_summary_statistics() -> None:
@@ -92,15 +97,13 @@ def test_clock_timer_samples_flow_into_the_record_exactly() -> None:
     assert record.noisy is True  # 0.625 > 10% of 1.25
 
 
-def test_cuda_graph_timer_sizing_and_its_refusals_on_a_cpu(tmp_path: "object") -> None:
+def test_cuda_graph_timer_refusals_on_a_cpu(tmp_path: "object") -> None:
     from pathlib import Path
 
     from typer.testing import CliRunner
 
     from attnbench.cli import app
-    from attnbench.timing import graph_calls
 
-    assert graph_calls(0.01, 1.0, 100) == 100 and graph_calls(0.3, 1.0, 100) == 4 and graph_calls(5.0, 1.0, 100) == 1
     out = Path(str(tmp_path)) / "out"
     result = CliRunner().invoke(app, ["run", "quick", "--out", str(out), "--timer", "cuda-graph"])
     assert result.exit_code == 2 and "--timer cuda-graph needs a CUDA device; this run is on cpu" in result.output
@@ -122,14 +125,27 @@ def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
 
 
 # ---- the CUDA timers' logic, on a fake torch.cuda with a virtual clock --------------------------
+class FakeStream:
+    def wait_stream(self, other: "FakeStream") -> None:
+        if not isinstance(other, FakeStream):
+            raise TypeError(f"wait_stream needs a stream, got {other!r}")
+
+
 class FakeEvent:
-    def __init__(self, cuda: "FakeCuda") -> None:
-        self.cuda, self.at = cuda, None
+    """torch.cuda.Event's contract: elapsed_time needs timing enabled on both events and both completed."""
+
+    def __init__(self, cuda: "FakeCuda", enable_timing: bool) -> None:
+        self.cuda, self.timing, self.at, self.done = cuda, enable_timing, None, False
 
     def record(self) -> None:
-        self.at = self.cuda.now
+        self.at, self.done = self.cuda.now, False
+        self.cuda.pending.append(self)
 
     def elapsed_time(self, end: "FakeEvent") -> float:
+        if self.timing is not True or end.timing is not True:
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self.done and end.done):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return end.at - self.at
 
 
@@ -143,16 +159,20 @@ class FakeGraph:
 
 
 class FakeCuda:
-    """Just enough of torch.cuda for CudaEventTimer and CudaGraphTimer: events read a virtual clock (ms); a kernel
-    launched by `launch` advances it by the next of `durations`, or adds to the graph being captured."""
+    """Just enough of torch.cuda for CudaEventTimer and CudaGraphTimer, on a virtual clock in ms that the host's
+    perf_counter follows too: a kernel launched by `launch` advances it by the next of `durations`, or adds to
+    the graph being captured; a replay advances it by what was captured."""
 
-    def __init__(self, durations: list[float]) -> None:
-        self.now = 0.0
-        self.durations = iter(durations)
+    def __init__(self, durations: Iterator[float], start_ms: float = 1000.0) -> None:
+        self.now = start_ms
+        self.durations = durations
         self.log: list[str] = []
+        self.pending: list[FakeEvent] = []
         self.capturing: FakeGraph | None = None
 
     def launch(self) -> None:
+        if len(self.log) > 10_000:
+            raise RuntimeError("runaway loop in the timer")
         duration = next(self.durations)
         self.log.append("call")
         if self.capturing is not None:
@@ -161,22 +181,15 @@ class FakeCuda:
             self.now += duration
 
     def synchronize(self) -> None:
-        pass
+        for event in self.pending:
+            event.done = True
+        self.pending.clear()
 
-    def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 - torch's spelling
-        return FakeEvent(self)
-
-    def Stream(self) -> object:  # noqa: N802
-        return types.SimpleNamespace(wait_stream=lambda other: None)
-
-    def current_stream(self) -> object:
-        return self.Stream()
-
-    def stream(self, stream: object) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def CUDAGraph(self) -> FakeGraph:  # noqa: N802
-        return FakeGraph(self)
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream) -> Iterator[None]:
+        if not isinstance(stream, FakeStream):
+            raise TypeError(f"stream() needs a stream, got {stream!r}")
+        yield
 
     @contextlib.contextmanager
     def graph(self, graph: FakeGraph) -> Iterator[None]:
@@ -185,6 +198,17 @@ class FakeCuda:
             yield
         finally:
             self.capturing = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Put this fake in place of torch.cuda's pieces the timers use, and the host clock on its time."""
+        monkeypatch.setattr(torch.cuda, "synchronize", self.synchronize)
+        monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(self, enable_timing))
+        monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+        monkeypatch.setattr(torch.cuda, "current_stream", FakeStream)
+        monkeypatch.setattr(torch.cuda, "stream", self.stream)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: FakeGraph(self))
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: self.now / 1e3)
 
 
 class FakeFlush:
@@ -195,32 +219,60 @@ class FakeFlush:
         self.log.append("flush")
 
 
-def test_cuda_event_timer_sizes_to_the_budget_and_flushes_l2_before_each_sample() -> None:
-    cuda = FakeCuda([2.0] * 4 + [1.0, 3.0, 2.0, 5.0, 4.0])  # warm-up and 3-call estimate at 2 ms, then the samples
+def test_cuda_event_timer_warms_up_sizes_to_the_budget_and_flushes_l2_before_each_sample(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """5 ms of warm-up at 2 ms a call is 3 calls; a 3-call estimate of 2 ms sizes a 10 ms budget to 5 samples."""
+    cuda = FakeCuda(iter([2.0] * 6 + [1.0, 3.0, 2.0, 5.0, 4.0]))
+    cuda.install(monkeypatch)
     timer = CudaEventTimer(device="meta")  # the flush buffer on the meta device: nothing allocated
-    assert timer.name == "cuda-event" and timer.flush.numel() == L2_FLUSH_BYTES
-    timer.torch, timer.flush = types.SimpleNamespace(cuda=cuda), FakeFlush(cuda.log)
-    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100))
-    assert samples == [1.0, 3.0, 2.0, 5.0, 4.0]  # 10 ms budget / 2 ms estimate: five samples, each its own call
-    assert cuda.log == ["call"] * 4 + ["flush", "call"] * 5
+    assert timer.name == "cuda-event"
+    assert timer.flush.dtype == torch.int8 and timer.flush.numel() == L2_FLUSH_BYTES  # 256 MiB > any L2
+    assert timer.flush.device.type == "meta"
+    timer.flush = FakeFlush(cuda.log)
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=5, budget_ms=10, min_samples=2, max_samples=100))
+    assert samples == [1.0, 3.0, 2.0, 5.0, 4.0]  # each sample its own call, in order
+    assert cuda.log == ["call"] * 3 + ["call"] * 3 + ["flush", "call"] * 5
 
 
-def test_cuda_event_timer_sample_count_is_bounded_both_ways() -> None:
-    for settings, count in ((TimingSettings(warmup_ms=0, budget_ms=1, min_samples=3, max_samples=100), 3),
-                            (TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=6), 6)):
-        cuda = FakeCuda([2.0] * 50)
-        timer = CudaEventTimer(device="meta", flush_l2=False)
-        assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
-        timer.torch = types.SimpleNamespace(cuda=cuda)
-        assert timer.measure(cuda.launch, settings) == [2.0] * count
+@pytest.mark.parametrize("settings, durations, count", [
+    (TimingSettings(warmup_ms=0, budget_ms=1, min_samples=3, max_samples=100), 2.0, 3),  # the minimum wins
+    (TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=6), 2.0, 6),  # the maximum wins
+    (TimingSettings(warmup_ms=0, budget_ms=2.5, min_samples=1, max_samples=100), 0.5, 5),  # short calls
+    (TimingSettings(warmup_ms=0, budget_ms=0.01, min_samples=1, max_samples=100), 0.0, 10),  # 1 µs floor
+])
+def test_cuda_event_timer_sample_count(monkeypatch: pytest.MonkeyPatch, settings: TimingSettings, durations: float,
+                                       count: int) -> None:
+    cuda = FakeCuda(itertools.repeat(durations))
+    cuda.install(monkeypatch)
+    timer = CudaEventTimer(device="meta", flush_l2=False)
+    assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
+    assert timer.measure(cuda.launch, settings) == [durations] * count
 
 
-def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds() -> None:
-    """0.25 ms calls: a graph of ceil(1 ms / 0.25 ms) = 4 calls; a 10 ms budget of 1 ms replays gives 10 samples."""
-    cuda = FakeCuda([0.25] * 8)
+def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.375 ms calls: a graph of ceil(1 / 0.375) = 3 calls, 1.125 ms a replay; a 9 ms budget is 8 samples."""
+    cuda = FakeCuda(itertools.repeat(0.375))
+    cuda.install(monkeypatch)
     timer = CudaGraphTimer()
-    timer.torch = types.SimpleNamespace(cuda=cuda)
-    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100))
-    assert samples == [0.25] * 10
-    # 3 warm-up calls on the side stream, 1 timed to size the graph, 4 captured; then only replays
-    assert cuda.log == ["call"] * 8 + ["replay"] * 12  # 1 warm-up replay, 1 to size the loop, 10 samples
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=3, budget_ms=9, min_samples=2, max_samples=100))
+    assert samples == [0.375] * 8
+    # 3 warm-up calls on a side stream, 1 timed to size the graph, 3 captured; then only replays:
+    # 3 for the 3 ms warm-up (1.125 ms each), 1 to size the loop, 8 samples
+    assert cuda.log == ["call"] * 7 + ["replay"] * 12
+
+
+def test_cuda_graph_sizing() -> None:
+    assert graph_calls(0.01, 1.0, 100) == 100 and graph_calls(0.3, 1.0, 100) == 4 and graph_calls(5.0, 1.0, 100) == 1
+    assert graph_calls(0.0, 1.0, 100) == 100  # an unmeasurably short call: as many as allowed
+
+
+def test_timer_for_each_device_and_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    class EventTimer:  # stands in for CudaEventTimer, which allocates its L2 flush buffer on the GPU
+        name = "cuda-event"
+
+    monkeypatch.setattr(timing, "CudaEventTimer", EventTimer)
+    assert isinstance(timer_for("cpu"), ClockTimer)
+    assert isinstance(timer_for("cuda"), EventTimer)
+    assert isinstance(timer_for("cuda", "cuda-graph"), CudaGraphTimer)
+    with pytest.raises(AttnbenchError, match="--timer cuda-graph needs a CUDA device; this run is on cpu"):
+        timer_for("cpu", "cuda-graph")
