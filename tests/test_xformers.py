@@ -187,8 +187,9 @@ def test_the_timed_call_runs_the_operator_the_record_names(standin, monkeypatch:
                          ids=["mha", "gqa-fwd", "gqa-bwd"])
 def test_kernel_field_names_op_layout_and_bias(standin, c: Case, layout: str) -> None:
     record = measure(c, XformersBackend())
+    ops = "fw op standinF, bw op unknown (xformers dispatcher not reachable)" if c.needs_grad else "fw op standinF"
     assert record.kernel.endswith(
-        f"memory_efficient_attention fw op standinF ({layout}, attn_bias=LowerTriangularFromBottomRightMask)")
+        f"memory_efficient_attention {ops} ({layout}, attn_bias=LowerTriangularFromBottomRightMask)")
 
 
 def test_kernel_field_when_the_dispatcher_cannot_be_asked(standin, monkeypatch: pytest.MonkeyPatch) -> None:
