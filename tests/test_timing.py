@@ -247,18 +247,22 @@ def test_cuda_event_timer_sample_count(monkeypatch: pytest.MonkeyPatch, settings
     timer = CudaEventTimer(device="meta", flush_l2=False)
     assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
     assert timer.measure(cuda.launch, settings) == [durations] * count
+    assert cuda.log.count("call") == 1 + 3 + count  # no warm-up asked: still one call, then the 3-call estimate
 
 
-def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("warmup_ms, warmup_replays", [(3, 3), (0, 1)])
+def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds(monkeypatch: pytest.MonkeyPatch, warmup_ms: float,
+                                                                   warmup_replays: int) -> None:
     """0.375 ms calls: a graph of ceil(1 / 0.375) = 3 calls, 1.125 ms a replay; a 9 ms budget is 8 samples."""
     cuda = FakeCuda(itertools.repeat(0.375))
     cuda.install(monkeypatch)
     timer = CudaGraphTimer()
-    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=3, budget_ms=9, min_samples=2, max_samples=100))
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=warmup_ms, budget_ms=9, min_samples=2,
+                                                        max_samples=100))
     assert samples == [0.375] * 8
     # 3 warm-up calls on a side stream, 1 timed to size the graph, 3 captured; then only replays:
-    # 3 for the 3 ms warm-up (1.125 ms each), 1 to size the loop, 8 samples
-    assert cuda.log == ["call"] * 7 + ["replay"] * 12
+    # the warm-up's (3 ms at 1.125 ms each, or the one replay always made), 1 to size the loop, 8 samples
+    assert cuda.log == ["call"] * 7 + ["replay"] * (warmup_replays + 1 + 8)
 
 
 def test_cuda_graph_sizing() -> None:
