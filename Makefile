@@ -9,7 +9,7 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 SUITE ?= suites/long.yaml
 ARGS ?=
 
-.PHONY: setup bench test quick clean
+.PHONY: setup bench test quick clean mutation
 
 setup: $(VENV)/.installed
 
@@ -34,5 +34,18 @@ test: setup
 	$(BIN)/hadolint Dockerfile
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
 
+# Mutation testing with mutmut (configured in pyproject.toml), not part of `make test` or CI: every mutant
+# of check, timing, case, runner, inputs and the backends, each against the tests that reach its function.
+# One thread per child (two children on two cores; OpenMP threads are not fork-safe) and 4 GB of address
+# space each, so a mutant that loops while appending fails fast instead of filling the machine's memory.
+# MUTANTS narrows the run, e.g. make mutation MUTANTS='attnbench.check.*'
+MUTANTS ?=
+mutation: setup
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install --quiet -e '.[test,dev]'
+	rm -rf mutants
+	ulimit -v 4000000; OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 \
+		|| { tail -n 20 mutants.log; exit 1; }
+	$(BIN)/python scripts/mutation_scores.py
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist *.egg-info mutants mutants.log

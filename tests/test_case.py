@@ -73,14 +73,22 @@ def test_tensor_bytes_and_decode_is_memory_bound() -> None:
 def test_memory_estimate_by_hand() -> None:
     """Output; + Q, K, V grads in backward; + scores and probabilities (and their gradient) when materialised;
     + K/V repeated per query head when the backend expands them for GQA."""
-    fwd = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8)  # fp32
-    out, q, kv = 4 * 16 * 8 * 4, 4 * 16 * 8 * 4, 2 * 32 * 8 * 4
-    scores = 4 * 16 * 32 * 4
-    expanded = 2 * 4 * 32 * 8 * 4
+    fwd = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8)  # fp32
+    out, q, kv = 2 * 4 * 16 * 8 * 4, 2 * 4 * 16 * 8 * 4, 2 * 2 * 32 * 8 * 4
+    scores = 2 * 4 * 16 * 32 * 4
+    expanded = 2 * (2 * 4 * 32 * 8 * 4)  # K and V at every query head
     assert fwd.memory_estimate(materialises_scores=False) == out
     assert fwd.memory_estimate(materialises_scores=True) == out + 2 * scores
     assert fwd.memory_estimate(materialises_scores=False, expands_kv=True) == out + expanded
-    bwd = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8, mode="bwd")
+    bwd = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8, mode="bwd")
     assert bwd.memory_estimate(materialises_scores=True, expands_kv=True) == out + expanded + q + 2 * kv + 3 * scores
-    mha = make_case(batch=1, seq_len=16, kv_seq_len=32, heads=4, kv_heads=4, head_dim=8)
+    mha = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=4, head_dim=8)
     assert mha.memory_estimate(materialises_scores=False, expands_kv=True) == out  # nothing to expand
+
+
+def test_mask_is_built_on_the_device_asked_for() -> None:
+    """A CUDA backend asks for its mask on the GPU; the meta device stands in for it here."""
+    case = make_case(seq_len=8, kv_seq_len=12, causal=True, window=3)
+    assert case.mask(device="meta").device.type == "meta"
+    assert case.mask(rows=torch.tensor([0, 5]), device="meta").device.type == "meta"
+    assert case.mask(rows=torch.tensor([0, 5])).tolist() == case.mask()[[0, 5]].tolist()

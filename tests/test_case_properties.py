@@ -104,3 +104,4 @@ def test_flops_and_bytes_follow_the_counts(case: Case) -> None:
     kv = 2 * case.batch * case.kv_heads * keys * case.head_dim * elem
     passes = {"fwd": 1, "bwd": 2, "fwd_bwd": 3}[case.mode]
     assert case.bytes_moved() == passes * (q + kv) + passes * q
+    assert type(case.bytes_moved()) is int and type(case.flops()) is int  # records hold whole numbers

@@ -153,7 +153,7 @@ def test_fa4_compiles_in_prepare_never_while_timed(standins, monkeypatch: pytest
     assert record.status == "ok", record.reason
     kernels = ["fwd"] if mode == "fwd" else ["fwd", "bwd"]
     assert compiles == [(kernel, "prepare") for kernel in kernels]  # built in prepare, and only there
-    assert record.extra["compile_s"] >= COMPILE_S * len(kernels)  # the compile's time is recorded, not timed
+    assert COMPILE_S * len(kernels) <= record.extra["compile_s"] < 60  # the compile's time is recorded, not timed
     assert calls.count("prepare") == 1  # the one warm call
     if mode != "bwd":  # bwd times the backward alone
         # three samples and the warm-up calls the sampler threw away (a forward's checked call is its warm-up),
@@ -253,3 +253,30 @@ def test_library_refusal_becomes_the_skip_reason(standins, monkeypatch: pytest.M
     record = measure(case(dtype="float32"), FlashAttn2())
     assert record.status == "skipped"
     assert record.reason == "flash-attn refused: FlashAttention only support fp16 and bf16 data type"
+
+
+def test_reason_without_a_usable_gpu_and_the_capability_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("flash_attn")
+    fake.flash_attn_func = standin_flash_attn_func(False, False)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert FlashAttn2().availability("cuda") == "needs CUDA (torch.cuda.is_available() is False)"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert FlashAttn2().availability("cuda") is None  # sm80 itself is supported
+
+
+def test_only_the_librarys_own_refusals_become_skips() -> None:
+    backend = FlashAttn2()
+    assert backend.skip_reason(RuntimeError("FlashAttention only support fp16 and bf16 data type"), []) == (
+        "flash-attn refused: FlashAttention only support fp16 and bf16 data type")
+    assert backend.skip_reason(AssertionError("head_dim should be a multiple of 8"), []) is not None
+    assert backend.skip_reason(RuntimeError("CUDA error: an illegal memory access was encountered"), []) is None
+    assert backend.skip_reason(TypeError("only support keyword arguments"), []) is None  # our bug, not a refusal
+
+
+def test_kernel_field_says_native_gqa(standins) -> None:
+    gqa = measure(case(heads=8, kv_heads=2, causal=True), FlashAttn2())
+    assert gqa.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1), native GQA 8/2)")
+    mha = measure(case(causal=True), FlashAttn2())
+    assert mha.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1))")

@@ -39,6 +39,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert by_name["faulty-raise"].reason == "ValueError: planted failure in the faulty backend"
     assert by_name["faulty-oom"].reason.startswith("out of memory: planted out of memory")
     assert by_name["faulty-wrong"].reason.startswith("out max |error|")
+    assert [r.kernel for r in records[:3]] == ["faulty (raise)", "faulty (oom)", "faulty (wrong)"]  # what was prepared
     assert by_name["faulty-wrong"].max_abs_error == pytest.approx(0.01, rel=0.01)
     # every record is on disk, in order, as JSON
     stored = load_records(tmp_path)
@@ -131,3 +132,54 @@ def test_the_reference_is_float64_on_cuda_too_so_fp32_bounds_do_not_collapse() -
     assert ref.out.dtype == torch.float64
     naive = inputs_mod.blocked_attention(cuda, inputs, None, False)
     assert max_abs_error(naive.out, ref.out) > 0  # an fp32 reference would make this exactly 0
+
+
+class Progress:
+    """A listener that writes down what the CLI would draw."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple] = []
+
+    def started(self, index: int, total: int, case, backend) -> None:  # type: ignore[no-untyped-def]
+        self.lines.append(("started", index, total, case.seq_len, backend.name))
+
+    def finished(self, record: Record) -> None:
+        self.lines.append(("finished", record.seq_len, record.backend, record.status))
+
+
+def test_listener_hears_each_measurement_in_order_and_the_count_is_returned() -> None:
+    naive = default_registry().get("naive")
+    progress = Progress()
+    runner = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, listener=progress)
+    records: list[Record] = []
+    done = runner.run([make_case(seq_len=16), make_case(seq_len=32)], [naive, OutOfMemory()], records.append)
+    assert done == 4
+    assert progress.lines == [
+        ("started", 0, 4, 16, "naive"), ("finished", 16, "naive", "ok"),
+        ("started", 1, 4, 16, "faulty-oom"), ("finished", 16, "faulty-oom", "oom"),
+        ("started", 2, 4, 32, "naive"), ("finished", 32, "naive", "ok"),
+        ("started", 3, 4, 32, "faulty-oom"), ("finished", 32, "faulty-oom", "skipped"),  # pruned after the oom
+    ]
+    stopped = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE, should_stop=lambda: len(records) >= 5)
+    assert stopped.run([make_case(seq_len=16)], [naive, naive], records.append) == 1
+
+
+def test_an_interrupt_aborts_the_measurer_instead_of_waiting_for_it() -> None:
+    class Measurer:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def measure(self, case, backend) -> Record:  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+        def close(self) -> None:
+            self.calls.append("close")
+
+        def abort(self) -> None:
+            self.calls.append("abort")
+
+    measurer = Measurer()
+    runner = Runner(RunInfo("r", "unit"), ClockTimer(), ONE_SAMPLE)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_tasks([(make_case(seq_len=16), default_registry().get("naive"))], lambda r: None, measurer)
+    assert measurer.calls == ["abort"]

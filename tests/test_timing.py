@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import types
 from typing import Iterator
 
+import pytest
 import torch
 
+from attnbench import timing
+from attnbench.errors import AttnbenchError
 from attnbench.registry import default_registry
 from attnbench.runner import CaseData, RunInfo, Runner
-from attnbench.timing import L2_FLUSH_BYTES, ClockTimer, CudaEventTimer, CudaGraphTimer, TimingSettings, summarize
+from attnbench.timing import (L2_FLUSH_BYTES, ClockTimer, CudaEventTimer, CudaGraphTimer, TimingSettings, graph_calls,
+                              summarize, timer_for)
 from tests.conftest import make_case
 
 
@@ -26,6 +29,8 @@ def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None
     assert len(calls) == 1 + 5 and samples.warmup_calls == 1
     few = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1, min_samples=4))
     assert len(few) == 4  # the minimum count wins over a small budget
+    capped = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=3))
+    assert len(capped) == 3  # the maximum count wins over a large budget
 
 
 def test_summary_statistics() -> None:
@@ -111,15 +116,13 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
     assert narrow_iqr.time_ms_iqr < 0.1 * narrow_iqr.time_ms and narrow_iqr.noisy  # its interval is ±2%, not 1%
 
 
-def test_cuda_graph_timer_sizing_and_its_refusals_on_a_cpu(tmp_path: "object") -> None:
+def test_cuda_graph_timer_refusals_on_a_cpu(tmp_path: "object") -> None:
     from pathlib import Path
 
     from typer.testing import CliRunner
 
     from attnbench.cli import app
-    from attnbench.timing import graph_calls
 
-    assert graph_calls(0.01, 1.0, 100) == 100 and graph_calls(0.3, 1.0, 100) == 4 and graph_calls(5.0, 1.0, 100) == 1
     out = Path(str(tmp_path)) / "out"
     result = CliRunner().invoke(app, ["run", "quick", "--out", str(out), "--timer", "cuda-graph"])
     assert result.exit_code == 2 and "--timer cuda-graph needs a CUDA device; this run is on cpu" in result.output
@@ -140,6 +143,185 @@ def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
     assert skipped.status == "skipped" and skipped.reason == "the fwd-only timer times fwd only, not fwd_bwd"
 
 
+# ---- the CUDA timers' logic, on a fake torch.cuda with a virtual clock --------------------------
+class FakeStream:
+    def wait_stream(self, other: "FakeStream") -> None:
+        if not isinstance(other, FakeStream):
+            raise TypeError(f"wait_stream needs a stream, got {other!r}")
+
+
+class FakeEvent:
+    """torch.cuda.Event's contract: elapsed_time needs timing enabled on both events and both completed."""
+
+    def __init__(self, cuda: "FakeCuda", enable_timing: bool) -> None:
+        self.cuda, self.timing, self.at, self.done = cuda, enable_timing, None, False
+
+    def record(self) -> None:
+        self.at, self.done = self.cuda.now, False
+        self.cuda.pending.append(self)
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        if self.timing is not True or end.timing is not True:
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self.done and end.done):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
+        return end.at - self.at
+
+
+class FakeGraph:
+    def __init__(self, cuda: "FakeCuda") -> None:
+        self.cuda, self.captured = cuda, 0.0
+
+    def replay(self) -> None:
+        self.cuda.now += self.captured
+        self.cuda.log.append("replay")
+
+
+class FakeCuda:
+    """Just enough of torch.cuda for CudaEventTimer and CudaGraphTimer, on a virtual clock in ms that the host's
+    perf_counter follows too: a kernel launched by `launch` advances it by the next of `durations`, or adds to
+    the graph being captured; a replay advances it by what was captured."""
+
+    def __init__(self, durations: Iterator[float], start_ms: float = 1000.0) -> None:
+        self.now = start_ms
+        self.durations = durations
+        self.log: list[str] = []
+        self.pending: list[FakeEvent] = []
+        self.capturing: FakeGraph | None = None
+
+    def launch(self) -> None:
+        if len(self.log) > 10_000:
+            raise RuntimeError("runaway loop in the timer")
+        duration = next(self.durations)
+        self.log.append("call")
+        if self.capturing is not None:
+            self.capturing.captured += duration
+        else:
+            self.now += duration
+
+    def synchronize(self) -> None:
+        for event in self.pending:
+            event.done = True
+        self.pending.clear()
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream) -> Iterator[None]:
+        if not isinstance(stream, FakeStream):
+            raise TypeError(f"stream() needs a stream, got {stream!r}")
+        yield
+
+    @contextlib.contextmanager
+    def graph(self, graph: FakeGraph) -> Iterator[None]:
+        self.capturing = graph
+        try:
+            yield
+        finally:
+            self.capturing = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Put this fake in place of torch.cuda's pieces the timers use, and the host clock on its time."""
+        monkeypatch.setattr(torch.cuda, "synchronize", self.synchronize)
+        monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing=False: FakeEvent(self, enable_timing))
+        monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+        monkeypatch.setattr(torch.cuda, "current_stream", FakeStream)
+        monkeypatch.setattr(torch.cuda, "stream", self.stream)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: FakeGraph(self))
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: self.now / 1e3)
+
+
+class FakeFlush:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def zero_(self) -> None:
+        self.log.append("flush")
+
+
+def test_cuda_event_timer_flushes_l2_before_every_call_and_samples_to_the_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up and samples alike: flush, then the call between two events. A cold 9 ms first call is warm-up;
+    the samples fill the 10 ms budget (no interval within ±1% is reached on these): a batch sized from the first
+    sample's 1 ms may pass the budget by the rest of that batch."""
+    cuda = FakeCuda(iter([9.0, 1.0, 3.0, 2.0, 5.0, 4.0, 2.0]))
+    cuda.install(monkeypatch)
+    timer = CudaEventTimer(device="meta")  # the flush buffer on the meta device: nothing allocated
+    assert timer.name == "cuda-event"
+    # no L2 size on a meta device: the fallback, larger than any L2 (a real GPU's is twice its L2)
+    assert timer.flush.dtype == torch.int8 and timer.flush.numel() == L2_FLUSH_BYTES
+    assert timer.flush.device.type == "meta"
+    timer.flush = FakeFlush(cuda.log)
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100))
+    assert samples == [1.0, 3.0, 2.0, 5.0, 4.0, 2.0]  # the 9 ms call did not agree with them: warm-up, thrown away
+    assert samples.stop == "budget" and samples.warmup_calls == 1 and samples.warmup_ms == 9.0
+    assert cuda.log == ["flush", "call"] * 7
+
+
+@pytest.mark.parametrize("settings, durations, count, stop", [
+    (TimingSettings(warmup_ms=0, budget_ms=1, min_samples=3, max_samples=100), 2.0, 3, "budget"),  # the minimum wins
+    (TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=4), 2.0, 4, "max_samples"),  # the maximum
+    (TimingSettings(warmup_ms=0, budget_ms=2.5, min_samples=1, max_samples=100), 0.5, 5, "budget"),  # short calls
+    (TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=100), 2.0, 6, "precision"),  # steady
+    (TimingSettings(warmup_ms=0, budget_ms=0.01, min_samples=1, max_samples=100), 0.0, 6, "precision"),  # no time
+])
+def test_cuda_event_timer_sample_count(monkeypatch: pytest.MonkeyPatch, settings: TimingSettings, durations: float,
+                                       count: int, stop: str) -> None:
+    cuda = FakeCuda(itertools.repeat(durations))
+    cuda.install(monkeypatch)
+    timer = CudaEventTimer(device="meta", flush_l2=False)
+    assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
+    samples = timer.measure(cuda.launch, settings)
+    assert samples == [durations] * count and samples.stop == stop
+    # no warm-up asked: still one warm-up call, which agreed with the samples after it and became one of them
+    assert cuda.log.count("call") == count and samples.warmup_calls == 0
+
+
+@pytest.mark.parametrize("warmup_ms, thrown_away", [(3, 1), (0, 0)])
+def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds(monkeypatch: pytest.MonkeyPatch, warmup_ms: float,
+                                                                   thrown_away: int) -> None:
+    """0.375 ms calls: a graph of ceil(1 / 0.375) = 3 calls, 1.125 ms a replay; each sample is a replay over 3.
+    Steady replays stop at six samples; warm-up (3 ms) ends when a second replay agrees with the first, which is
+    thrown away."""
+    cuda = FakeCuda(itertools.repeat(0.375))
+    cuda.install(monkeypatch)
+    timer = CudaGraphTimer()
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=warmup_ms, budget_ms=9, min_samples=2,
+                                                        max_samples=100))
+    assert samples == [0.375] * 6 and samples.stop == "precision" and samples.warmup_calls == thrown_away
+    # 3 warm-up calls on a side stream, 1 timed to size the graph, 3 captured; then only replays
+    assert cuda.log == ["call"] * 7 + ["replay"] * (thrown_away + 6)
+
+
+def test_cuda_graph_timer_budget_counts_replays_not_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replays alternating 1.0 and 1.2 ms never settle to ±1%: a 10 ms budget is about ten replays (not forty: a
+    sample is a replay over its four calls, but it costs the whole replay)."""
+    cuda = FakeCuda(itertools.repeat(0.25))
+    cuda.install(monkeypatch)
+    replays = itertools.cycle([1.0, 1.2])
+    monkeypatch.setattr(FakeGraph, "replay", lambda self: (setattr(self.cuda, "now", self.cuda.now + next(replays)),
+                                                           self.cuda.log.append("replay")))
+    samples = CudaGraphTimer().measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2,
+                                                                   max_samples=100))
+    assert samples.stop == "budget" and 9 <= cuda.log.count("replay") <= 12
+
+
+def test_cuda_graph_sizing() -> None:
+    assert graph_calls(0.01, 1.0, 100) == 100 and graph_calls(0.3, 1.0, 100) == 4 and graph_calls(5.0, 1.0, 100) == 1
+    assert graph_calls(0.0, 1.0, 100) == 100  # an unmeasurably short call: as many as allowed
+
+
+def test_timer_for_each_device_and_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    class EventTimer:  # stands in for CudaEventTimer, which allocates its L2 flush buffer on the GPU
+        name = "cuda-event"
+
+    monkeypatch.setattr(timing, "CudaEventTimer", EventTimer)
+    assert isinstance(timer_for("cpu"), ClockTimer)
+    assert isinstance(timer_for("cuda"), EventTimer)
+    assert isinstance(timer_for("cuda", "cuda-graph"), CudaGraphTimer)
+    with pytest.raises(AttnbenchError, match="--timer cuda-graph needs a CUDA device; this run is on cpu"):
+        timer_for("cpu", "cuda-graph")
+
+
 def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") -> None:
     """An H200 reports L2_cache_size 62914560 (60 MB): the flush is 120 MiB, not a fixed 256 MiB."""
     import types
@@ -155,127 +337,3 @@ def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") ->
     assert timing.flush_bytes_for("meta") == timing.L2_FLUSH_BYTES
     timer = timing.CudaEventTimer(device="meta")  # allocates on the meta device: nothing real
     assert timer.flush.numel() == timing.L2_FLUSH_BYTES and timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES}
-
-
-# ---- the CUDA timers' logic, on a fake torch.cuda with a virtual clock --------------------------
-class FakeEvent:
-    def __init__(self, cuda: "FakeCuda") -> None:
-        self.cuda, self.at = cuda, None
-
-    def record(self) -> None:
-        self.at = self.cuda.now
-
-    def elapsed_time(self, end: "FakeEvent") -> float:
-        return end.at - self.at
-
-
-class FakeGraph:
-    def __init__(self, cuda: "FakeCuda") -> None:
-        self.cuda, self.captured = cuda, 0.0
-
-    def replay(self) -> None:
-        self.cuda.now += self.captured
-        self.cuda.log.append("replay")
-
-
-class FakeCuda:
-    """Just enough of torch.cuda for CudaEventTimer and CudaGraphTimer: events read a virtual clock (ms); a kernel
-    launched by `launch` advances it by the next of `durations`, or adds to the graph being captured."""
-
-    def __init__(self, durations: list[float]) -> None:
-        self.now = 0.0
-        self.durations = iter(durations)
-        self.log: list[str] = []
-        self.capturing: FakeGraph | None = None
-
-    def launch(self) -> None:
-        duration = next(self.durations)
-        self.log.append("call")
-        if self.capturing is not None:
-            self.capturing.captured += duration
-        else:
-            self.now += duration
-
-    def synchronize(self) -> None:
-        pass
-
-    def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 - torch's spelling
-        return FakeEvent(self)
-
-    def Stream(self) -> object:  # noqa: N802
-        return types.SimpleNamespace(wait_stream=lambda other: None)
-
-    def current_stream(self) -> object:
-        return self.Stream()
-
-    def stream(self, stream: object) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def CUDAGraph(self) -> FakeGraph:  # noqa: N802
-        return FakeGraph(self)
-
-    @contextlib.contextmanager
-    def graph(self, graph: FakeGraph) -> Iterator[None]:
-        self.capturing = graph
-        try:
-            yield
-        finally:
-            self.capturing = None
-
-
-class FakeFlush:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def zero_(self) -> None:
-        self.log.append("flush")
-
-
-def test_cuda_event_timer_flushes_l2_before_every_call_and_samples_to_the_budget() -> None:
-    """Warm-up and samples alike: flush, then the call between two events. A cold 9 ms first call is warm-up;
-    the samples fill the 10 ms budget (no interval within ±1% is reached on these): a batch sized from the first
-    sample's 1 ms may pass the budget by the rest of that batch."""
-    cuda = FakeCuda([9.0, 1.0, 3.0, 2.0, 5.0, 4.0, 2.0, 2.0])
-    timer = CudaEventTimer(device="meta")  # the flush buffer on the meta device: nothing allocated
-    assert timer.name == "cuda-event" and timer.flush.numel() == L2_FLUSH_BYTES
-    timer.torch, timer.flush = types.SimpleNamespace(cuda=cuda), FakeFlush(cuda.log)
-    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100))
-    assert samples == [1.0, 3.0, 2.0, 5.0, 4.0, 2.0]  # the 9 ms call did not agree with them: warm-up, thrown away
-    assert samples.stop == "budget" and samples.warmup_calls == 1 and samples.warmup_ms == 9.0
-    assert cuda.log == ["flush", "call"] * 7
-
-
-def test_cuda_event_timer_sample_count_is_bounded_both_ways() -> None:
-    for settings, count in ((TimingSettings(warmup_ms=0, budget_ms=1, min_samples=3, max_samples=100), 3),
-                            (TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=6), 6)):
-        cuda = FakeCuda([2.0] * 50)
-        timer = CudaEventTimer(device="meta", flush_l2=False)
-        assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
-        timer.torch = types.SimpleNamespace(cuda=cuda)
-        assert timer.measure(cuda.launch, settings) == [2.0] * count
-
-
-def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds() -> None:
-    """0.25 ms calls: a graph of ceil(1 ms / 0.25 ms) = 4 calls; each sample is a replay over 4. Steady replays
-    stop at six samples (the interval is exact); the budget counts replays' time (10 ms: ten replays)."""
-    cuda = FakeCuda([0.25] * 8)
-    timer = CudaGraphTimer()
-    timer.torch = types.SimpleNamespace(cuda=cuda)
-    settings = TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100)
-    samples = timer.measure(cuda.launch, settings)
-    assert samples == [0.25] * 6 and samples.stop == "precision"
-    # 3 warm-up calls on the side stream, 1 timed to size the graph, 4 captured; then only replays: the first
-    # (warm-up) agreed with the samples after it, so it is one of the six
-    assert cuda.log == ["call"] * 8 + ["replay"] * 6
-    noisy = FakeCuda([0.25] * 8)
-    graph = CudaGraphTimer()
-    graph.torch = types.SimpleNamespace(cuda=noisy)
-    replays = iter([1.0, 1.2] * 50)
-    original = FakeGraph.replay
-    FakeGraph.replay = lambda self: (setattr(self.cuda, "now", self.cuda.now + next(replays)),  # type: ignore[method-assign]
-                                     self.cuda.log.append("replay"))
-    try:
-        spread = graph.measure(noisy.launch, settings)
-    finally:
-        FakeGraph.replay = original  # type: ignore[method-assign]
-    assert spread.stop == "budget" and 9 <= noisy.log.count("replay") <= 12  # ~10 ms of replays, not 40 ms

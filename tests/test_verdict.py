@@ -262,3 +262,49 @@ def test_a_wrong_middle_row_is_caught_exactly_when_it_is_sampled(subset_path: in
         assert record.max_abs_error == pytest.approx(0.1, rel=1e-3)
     record = measure(SUBSET_CASE, Planted(Plant("out", 0.1, row=unsampled[0])), data)
     assert record.status == "ok", "a row outside the sample is not checked: rows_checked tells the reader"
+
+
+def test_short_sequences_check_every_row_whatever_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below SUBSET_ROWS + 3 rows a subset would be all of them: every row is checked."""
+    monkeypatch.setitem(inputs_mod.FULL_CHECK_PAIRS, "cpu", 0)
+    monkeypatch.setattr(inputs_mod, "SUBSET_ROWS", 16)
+    assert inputs_mod.checked_rows(make_case(seq_len=18)) is None
+    rows = inputs_mod.checked_rows(make_case(seq_len=19))
+    assert rows is not None and len(rows) == 18
+
+
+def test_sampled_rows_cover_every_middle_row_across_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 of the 17 middle rows of a 19-row case, for several cases: each middle row is drawn by some case, never a
+    first or last row twice."""
+    monkeypatch.setitem(inputs_mod.FULL_CHECK_PAIRS, "cpu", 0)
+    monkeypatch.setattr(inputs_mod, "SUBSET_ROWS", 16)
+    seen: set[int] = set()
+    for heads in (1, 2, 4, 8, 16, 32):
+        rows = inputs_mod.checked_rows(make_case(seq_len=19, heads=heads, kv_heads=1)).tolist()
+        assert len(set(rows)) == 18 and rows[0] == 0 and rows[-1] == 18
+        seen.update(rows[1:-1])
+    assert seen == set(range(1, 18))
+
+
+def test_blocked_reference_equals_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference in query blocks (bounded memory) is the one-block reference: output and summed K/V grads."""
+    case = make_case(batch=2, seq_len=40, kv_seq_len=56, heads=4, kv_heads=2, head_dim=8, causal=True, window=9,
+                     mode="bwd")
+    inp = inputs_mod.make_inputs(case)
+    whole = inputs_mod.reference(case, inp, None)
+    monkeypatch.setattr(inputs_mod, "BLOCK_BYTES", 2 * 4 * 56 * 8 * 7)  # 7 query rows per block: 6 blocks
+    blocked = inputs_mod.reference(case, inp, None)
+    assert torch.allclose(blocked.out, whole.out, rtol=0, atol=1e-12)
+    for got, want in zip(blocked.grads, whole.grads):
+        assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    rows = torch.tensor([0, 3, 17, 39])
+    subset = inputs_mod.reference(make_case(**{**case.fields(), "mode": "fwd"}), inp, rows)
+    assert torch.allclose(subset.out, whole.out[:, :, rows], rtol=0, atol=1e-12)
+
+
+def test_inputs_are_seeded_per_case_and_dout_only_for_backward() -> None:
+    fwd = inputs_mod.make_inputs(make_case(seq_len=8))
+    assert fwd.dout is None and fwd.q.dtype == torch.float32 and fwd.q.shape == (1, 4, 8, 32)
+    bwd = inputs_mod.make_inputs(make_case(seq_len=8, mode="bwd", dtype="bfloat16", kv_heads=2))
+    assert bwd.dout.shape == bwd.q.shape and bwd.k.shape == (1, 2, 8, 32) and bwd.q.dtype == torch.bfloat16
+    assert torch.equal(inputs_mod.make_inputs(make_case(seq_len=8)).q, fwd.q)

@@ -184,6 +184,28 @@ def test_the_timed_call_runs_the_operator_the_record_names(standin, monkeypatch:
     assert [name for phase, name in standin.ran if phase == "check"] == ["standinF"]
 
 
+@pytest.mark.parametrize("c, layout", [(case(), "BMHK"), (case(heads=8, kv_heads=2), "BMGHK, K/V expanded"),
+                                       (case(heads=8, kv_heads=2, mode="fwd_bwd"), "BMHK, K/V repeated")],
+                         ids=["mha", "gqa-fwd", "gqa-bwd"])
+def test_kernel_field_names_op_layout_and_bias(standin, c: Case, layout: str) -> None:
+    record = measure(c, XformersBackend())
+    ops = "fw op standinF, bw op unknown (xformers dispatcher not reachable)" if c.needs_grad else "fw op standinF"
+    assert record.kernel.endswith(
+        f"memory_efficient_attention {ops} ({layout}, attn_bias=LowerTriangularFromBottomRightMask)")
+
+
+def test_kernel_field_when_the_dispatcher_cannot_be_asked(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """xformers' private dispatcher gone: availability judges by device alone, the call is left to xformers
+    (unpinned) and the record says so."""
+    del standin.fmha._dispatch_fw
+    assert XformersBackend().availability("cpu") == "needs CUDA (xformers' attention operators are CUDA-only)"
+    monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)  # let it run on this CPU
+    record = measure(case(causal=False), XformersBackend())
+    assert record.status == "ok"
+    assert "fw op op unknown (xformers dispatcher not reachable) (BMHK, attn_bias=NoneType)" in record.kernel
+    assert {name for _, name in standin.ran} == {"standinOtherF"}
+
+
 def test_kernel_field_names_the_bias(standin) -> None:
     record = measure(case(causal=True, window=5), XformersBackend())
     assert "attn_bias=LowerTriangularFromBottomRightLocalAttentionMask(6)" in record.kernel
