@@ -393,7 +393,7 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "throttled or shared GPU" in labels and "noisy: IQR > 10% of median" not in labels
+    assert "throttled or shared GPU" in labels and "noisy: interval wider than asked, or IQR > 10%" not in labels
     assert fig.axes[0].get_title() == "Latency (median, IQR shaded; hollow = throttled)"
 
 

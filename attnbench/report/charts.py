@@ -260,8 +260,9 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
                                  alpha=0.18, linewidth=0, zorder=2)
     noisy_points, throttled_points = _mark_noisy(ax_time, group, backends, styles)
     hollow = " or ".join(word for word, n in (("noisy", noisy_points), ("throttled", throttled_points)) if n)
-    ax_time.set_title(f"Latency (median, its interval shaded; hollow = {hollow})" if hollow
-                      else "Latency (median, its interval shaded)")
+    shaded = "its interval" if any(r.get("ci_low_ms") is not None for r in group.records) else "IQR"
+    ax_time.set_title(f"Latency (median, {shaded} shaded; hollow = {hollow})" if hollow
+                      else f"Latency (median, {shaded} shaded)")
     ax_time.set_ylabel("time per call (ms, log)")
     any_time = _finish_y(ax_time, log=True, levels=levels)
 
