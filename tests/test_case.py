@@ -92,3 +92,12 @@ def test_mask_is_built_on_the_device_asked_for() -> None:
     assert case.mask(device="meta").device.type == "meta"
     assert case.mask(rows=torch.tensor([0, 5]), device="meta").device.type == "meta"
     assert case.mask(rows=torch.tensor([0, 5])).tolist() == case.mask()[[0, 5]].tolist()
+
+
+def test_a_backend_estimate_counts_its_own_kv_expansion_and_scores() -> None:
+    """naive repeats K/V per query head and holds the scores; sdpa-flash does neither: their estimates differ so."""
+    from attnbench.registry import default_registry
+
+    gqa = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=1, head_dim=8)
+    assert default_registry().get("naive").estimate_memory(gqa) == gqa.memory_estimate(True, expands_kv=True)
+    assert default_registry().get("sdpa-flash").estimate_memory(gqa) == gqa.memory_estimate(False, expands_kv=False)
