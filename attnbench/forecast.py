@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,34 +136,35 @@ def calibrate(device: str) -> Machine:
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    def best_ms(fn: Any, budget_s: float) -> float:
+    def per_call_ms(fn: Any, budget_s: float) -> float:
+        """Wall time per call over a window of back-to-back calls: on a machine shared with other jobs this is
+        the throughput the run will get, where a single call's best time would be the machine's alone."""
         fn()
         sync()
-        times: list[float] = []
-        deadline = time.perf_counter() + budget_s
-        while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
-            begin = time.perf_counter()
+        calls = 0
+        begin = time.perf_counter()
+        while calls < 3 or (time.perf_counter() - begin < budget_s and calls < 200):
             fn()
-            sync()
-            times.append((time.perf_counter() - begin) * 1e3)
-        return statistics.median(times)  # not the best: a busy machine is slower for the run too
+            calls += 1
+        sync()
+        return (time.perf_counter() - begin) * 1e3 / calls
 
     tflops: dict[str, float] = {}
     dtypes = ("float32", "float64", "float16", "bfloat16") if cuda else ("float32", "float64")
     n = 4096 if cuda else 512
     for name in dtypes:
         a = torch.randn(n, n, device=device, dtype=getattr(torch, name))
-        ms = best_ms(lambda: a @ a, 0.03 if cuda else 0.05)
+        ms = per_call_ms(lambda: a @ a, 0.03 if cuda else 0.1)
         tflops[name] = 2 * n ** 3 / (ms * 1e-3) / 1e12
     if not cuda:
         tflops["float16"] = tflops["bfloat16"] = tflops["float32"] / 4  # no half matmul units on most CPUs
     size = (1 << 28) if cuda else (1 << 26)  # beyond any cache
     src = torch.ones(size // 4, device=device)
     dst = torch.empty_like(src)
-    ms = best_ms(lambda: dst.copy_(src), 0.03 if cuda else 0.05)
+    ms = per_call_ms(lambda: dst.copy_(src), 0.03 if cuda else 0.08)
     bandwidth = 2 * size / (ms * 1e-3) / 1e9  # read and write
     tiny = torch.ones(8, device=device)
-    launch = best_ms(lambda: tiny.add_(1), 0.01)
+    launch = per_call_ms(lambda: tiny.add_(1), 0.01)
     del a, src, dst, tiny
     free = int(torch.cuda.mem_get_info()[0]) if cuda else None
     took = time.perf_counter() - start
