@@ -6,9 +6,10 @@ times them its own way (a clock around each call, CUDA events, graph replays), a
 
 - warm-up: batches of calls until two consecutive batch medians agree within the precision asked, or
   `warmup_ms` of calls has been spent (at least one call either way). Calls already steady are not thrown
-  away: the batch that agreed with the one before it becomes the first samples, and a last warm-up batch cut
-  short by `warmup_ms` (a slow call's single warm-up call) joins them when each of its calls agrees with the
-  median of the first batch of samples. Only calls not shown steady are discarded. Calls of the same
+  away: the batch that agreed with the one before it becomes the first samples (with that one too when each of
+  its calls agrees with the later batch's median), and a last warm-up batch cut short by `warmup_ms` (a slow
+  call's single warm-up call) joins them when each of its calls agrees with the median of the first batch of
+  samples. Only calls not shown steady are discarded. Calls of the same
   function made before timing (`warmed_ms`: the runner's checked call of a forward) count toward
   `warmup_ms`: when they cover it, warm-up is over before the first timed call;
 - sampling: until the median's distribution-free 95% interval (attnbench.interval) is within
@@ -130,12 +131,16 @@ class Sampler:
         if not (agree or spent >= self.settings.warmup_ms):
             return
         self._end_warm_up(agree)
-        for batch in self._batches[:-1]:
-            self.discarded.extend(batch)
         last = self._batches[-1]
-        if agree:  # the last batch is steady: the first samples
-            self.samples.extend(last[:self.settings.max_samples])
-            self.discarded.extend(last[self.settings.max_samples:])
+        keep = 1
+        if agree and all(_agree(t, statistics.median(last), self.settings.precision) for t in self._batches[-2]):
+            keep = 2  # every call of the batch before agreed with the last one too: steady already
+        for batch in self._batches[:-keep] if agree else self._batches[:-1]:
+            self.discarded.extend(batch)
+        if agree:  # the last batch (and the one before, when each of its calls agrees) is steady: the first samples
+            steady = [t for batch in self._batches[-keep:] for t in batch]
+            self.samples.extend(steady[:self.settings.max_samples])
+            self.discarded.extend(steady[self.settings.max_samples:])
             self._judge()
         else:  # cut short by warmup_ms: steady or not, the first samples will tell
             self._pending = list(last)

@@ -73,9 +73,9 @@ def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
     samples, clock = measure(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
     assert samples.stop == "precision"
     assert list(samples) == [2.0] * 6  # six samples are the fewest with a 95% interval
-    # the first call is warm-up; the batch of five after it agreed, so those five are already samples
-    assert samples.warmup_calls == 1 and samples.warmup_ms == 2.0 and samples.steady
-    assert clock.calls == 1 + 6
+    # the batch of five after the first call agreed with it, and the first call with them: all six are samples
+    assert samples.warmup_calls == 0 and samples.warmup_ms == 0.0 and samples.steady
+    assert clock.calls == 6
 
 
 def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
