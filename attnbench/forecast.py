@@ -151,7 +151,7 @@ def calibrate(device: str) -> Machine:
 
     tflops: dict[str, float] = {}
     dtypes = ("float32", "float64", "float16", "bfloat16") if cuda else ("float32", "float64")
-    n = 4096 if cuda else 512
+    n = 4096 if cuda else 1024
     for name in dtypes:
         a = torch.randn(n, n, device=device, dtype=getattr(torch, name))
         ms = per_call_ms(lambda: a @ a, 0.03 if cuda else 0.1)
