@@ -12,6 +12,7 @@ import contextlib
 import gc
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
@@ -25,21 +26,43 @@ def measure_peak(fn: Callable[[], object], device: str) -> tuple[int, str]:
     is collected before and never during the call: on an H200, a collection that freed an earlier
     measurement's tensors inside the call left naive's peak at 0 bytes above "before".
     """
-    _, peak, method = call_measuring_peak(fn, device)
-    return peak, method
+    measured = call_measuring_peak(fn, device)
+    return measured.peak, measured.method
 
 
-def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True) -> tuple[Any, int, str]:
-    """Run `fn` once and return (its result, peak bytes above the state before the call, method used).
+@dataclass
+class PeakCall:
+    """What one call measured for memory left: its result, the peak, the method, and its own time (ms) by the
+    clock it was given (None without one)."""
+
+    result: Any
+    peak: int
+    method: str
+    call_ms: float | None = None
+
+
+def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
+                        clock: Callable[[], int] | None = None) -> PeakCall:
+    """Run `fn` once, returning its result and the peak bytes above the state before the call (PeakCall).
 
     Garbage is collected before the call (unless the caller just did: `collect=False`) and never during it.
+    With a `clock` (nanoseconds) the call's own time is read too, the measuring around it left out.
     """
+    call_ms: list[float] = []
+
+    def timed() -> Any:
+        if clock is None:
+            return fn()
+        start = clock()
+        result = fn()
+        call_ms.append((clock() - start) / 1e6)
+        return result
+
     if collect:
         gc.collect()
     with _no_collection():
-        if device == "cuda":
-            return (*_cuda_peak(fn), CUDA_METHOD)
-        return (*_cpu_peak(fn), CPU_METHOD)
+        result, peak = _cuda_peak(timed) if device == "cuda" else _cpu_peak(timed)
+    return PeakCall(result, peak, CUDA_METHOD if device == "cuda" else CPU_METHOD, call_ms[0] if call_ms else None)
 
 
 @contextlib.contextmanager
@@ -67,8 +90,9 @@ class PeakOnFirstCall:
     def __call__(self) -> object:
         if self.peak is not None:
             return self.fn()
-        result, self.peak, self.method = call_measuring_peak(self.fn, self.device, collect=False)
-        return result
+        measured = call_measuring_peak(self.fn, self.device, collect=False)
+        self.peak, self.method = measured.peak, measured.method
+        return measured.result
 
 
 def _cuda_peak(fn: Callable[[], Any]) -> tuple[Any, int]:

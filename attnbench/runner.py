@@ -270,9 +270,14 @@ class Runner:
                 warnings.simplefilter("always")
                 try:
                     if twin:
+                        # Timed by the timer's own clock where it has one (the CPU's): a checked call that agrees
+                        # with the samples after it may join them (attnbench.sampling), like a steady warm-up call.
+                        clock = getattr(self.timer, "clock", None)
                         start = time.perf_counter()
-                        out_native, peak, method = call_measuring_peak(lambda: prepared.call(*leaves), case.device)
-                        settings = dataclasses.replace(settings, warmed_ms=(time.perf_counter() - start) * 1e3)
+                        checked = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock)
+                        out_native, peak, method = checked.result, checked.peak, checked.method
+                        settings = dataclasses.replace(settings, warmed_ms=(time.perf_counter() - start) * 1e3,
+                                                       prior_ms=checked.call_ms)
                     else:
                         out_native = prepared.call(*leaves)
                 finally:
@@ -300,6 +305,7 @@ class Runner:
         fields["extra"].update(timing_extra(samples, self.timer))
         if settings.warmed_ms:
             fields["extra"]["check_ms"] = settings.warmed_ms  # the checked call, which counted toward warmup_ms
+            fields["extra"]["check_sampled"] = bool(getattr(samples, "prior_joined", False))  # and is a sample
         fields["extra"]["errors"] = verdict.errors
         fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                                 self.info, fields["extra"].get("fp32_math"))

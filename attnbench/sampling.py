@@ -11,7 +11,8 @@ times them its own way (a clock around each call, CUDA events, graph replays), a
   call's single warm-up call) joins them when each of its calls agrees with the median of the first batch of
   samples. Only calls not shown steady are discarded. Calls of the same
   function made before timing (`warmed_ms`: the runner's checked call of a forward) count toward
-  `warmup_ms`: when they cover it, warm-up is over before the first timed call;
+  `warmup_ms`: when they cover it, warm-up is over before the first timed call, and that call, timed by the
+  same clock (`prior_ms`), joins the samples when it agrees with the first batch of them;
 - sampling: until the median's distribution-free 95% interval (attnbench.interval) is within
   ±`precision` of it (`stop = "precision"`), or `budget_ms` of samples is spent (`"budget"`), or
   `max_samples` is reached (`"max_samples"`) — never fewer than `min_samples`.
@@ -48,6 +49,7 @@ class Samples(list):  # type: ignore[type-arg]
     warmup_ms: float = 0.0  # time spent in warm-up calls, by the timer's own clock
     warmup_calls: int = 0
     steady: bool = False  # whether warm-up ended because two batches agreed (not because warmup_ms ran out)
+    prior_joined: bool = False  # the call made before timing (the runner's checked call) is the first sample
 
     @classmethod
     def of(cls, samples: list[float], stop: str | None, warmup_ms: float = 0.0, warmup_calls: int = 0,
@@ -72,12 +74,17 @@ class Sampler:
     stop: str | None = None
     _batches: list[list[float]] = field(default_factory=list)  # warm-up batches so far
     _pending: list[float] = field(default_factory=list)  # the last warm-up batch, steady or not yet known
+    _prior_pending: bool = False  # _pending holds the call made before timing, not a timed call
     _checkpoint: int = 0
+
+    prior_joined: bool = False  # the call made before timing (settings.prior_ms) became a sample
 
     def __post_init__(self) -> None:
         warmed = self.settings.warmed_ms
         if warmed > 0 and warmed >= self.settings.warmup_ms:  # the calls before timing were the warm-up
             self._end_warm_up()
+            if self.settings.prior_ms is not None:  # and may be a sample: the first batch will tell
+                self._pending, self._prior_pending = [self.settings.prior_ms], True
 
     @property
     def warmup_ms(self) -> float:
@@ -155,9 +162,11 @@ class Sampler:
         pending, self._pending = self._pending, []
         fits = len(self.samples) + len(pending) + len(times) <= self.settings.max_samples
         median = statistics.median(times)
+        prior, self._prior_pending = self._prior_pending, False
         if fits and all(_agree(t, median, self.settings.precision) for t in pending):
             self.samples.extend(pending)
-        else:
+            self.prior_joined = prior
+        elif not prior:  # a call made before timing was no timed warm-up: nothing to count as discarded
             self.discarded.extend(pending)
 
     def _judge(self) -> None:
@@ -179,7 +188,9 @@ class Sampler:
             self.stop = "budget"
 
     def result(self) -> Samples:
-        return Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.discarded), self.steady)
+        made = Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.discarded), self.steady)
+        made.prior_joined = self.prior_joined
+        return made
 
 
 def _agree(a: float, b: float, precision: float) -> bool:

@@ -43,6 +43,9 @@ class TimingSettings:
     # Time already spent calling the same function just before timing (the runner's checked call of a forward):
     # it counts toward warmup_ms, so a slow call's check is its warm-up.
     warmed_ms: float = 0.0
+    # That call's own time by the timer's clock (None when not comparable: another clock, or CUDA): if the
+    # warm-up is already covered, it joins the samples when it agrees with the first batch of them.
+    prior_ms: float | None = None
 
 
 class Timer(Protocol):
@@ -206,7 +209,7 @@ class CudaGraphTimer:
             return [s.elapsed_time(e) / calls for s, e in zip(starts, ends)]
 
         # Budgets count replays' time, not a call's; a new graph warms up on its own replays, whatever ran before.
-        samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0), cost=calls), batch)
+        samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)
         del graph
         return samples
 

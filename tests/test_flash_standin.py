@@ -156,9 +156,10 @@ def test_fa4_compiles_in_prepare_never_while_timed(standins, monkeypatch: pytest
     assert COMPILE_S * len(kernels) <= record.extra["compile_s"] < 60  # the compile's time is recorded, not timed
     assert calls.count("prepare") == 1  # the one warm call
     if mode != "bwd":  # bwd times the backward alone
-        # three samples and the warm-up calls the sampler threw away (a forward's checked call is its warm-up),
-        # none of them compiling
-        assert calls.count("timed") == 3 + record.extra["warmup_calls"] == record.samples + record.extra["warmup_calls"]
+        # three samples and the warm-up calls the sampler threw away, none of them compiling (a forward's checked
+        # call is its warm-up, and one of the samples when it agreed with them)
+        sampled_check = int(record.extra.get("check_sampled", False))
+        assert record.samples == 3 and calls.count("timed") == 3 - sampled_check + record.extra["warmup_calls"]
 
 
 def _shifted_window(real):

@@ -131,8 +131,10 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     assert (record.ci_low_ms, record.ci_high_ms, record.ci_level) == (interval.low, interval.high, interval.level)
     assert record.ci_low_ms <= record.time_ms <= record.ci_high_ms
     assert record.noisy  # the interval is wider than the ±1% asked
-    # a forward's checked call is its warm-up (warmup_ms 0 is covered by it): no timed call was thrown away
-    assert record.extra["warmup_calls"] == 0 and record.extra["check_ms"] > 0 and clock.calls == record.samples
+    # a forward's checked call is its warm-up (warmup_ms 0 is covered by it): no timed call was thrown away; timed
+    # by the same clock, it is a sample only if it agreed with the samples after it
+    assert record.extra["warmup_calls"] == 0 and record.extra["check_ms"] > 0
+    assert clock.calls == record.samples + (0 if record.extra["check_sampled"] else 1)
 
     steady = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 1.0)),
                     TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3))
@@ -165,3 +167,19 @@ def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> N
         CaseData(make_case(seq_len=32)), default_registry().get("naive"))
     assert record.stop == "precision" and (record.ci_low_ms, record.ci_high_ms) == (1.0, 1.0)
     assert "warmup_calls" not in record.extra
+
+
+def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> None:
+    """Calls of 2 ms by the timer's clock (the checked call included) and warmup_ms 1: the check is the warm-up,
+    agrees with the samples after it, and is one of the three: three calls in all, where there were five (check,
+    warm-up, three samples) plus one for memory."""
+    clock = ScriptClock(lambda i: 2.0)
+    settings = TimingSettings(warmup_ms=1, budget_ms=0, min_samples=3, max_samples=3)
+    record = Runner(RunInfo("r", "t"), ClockTimer(clock), settings).measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    assert record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and clock.calls == 3
+    assert record.memory_method == "torch.profiler CPU allocator events" and record.peak_memory_bytes > 0
+    cold = ScriptClock(lambda i: 9.0 if i == 0 else 2.0)  # the checked call was slower: not a sample
+    record = Runner(RunInfo("r", "t"), ClockTimer(cold), settings).measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    assert not record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and cold.calls == 4

@@ -93,8 +93,9 @@ def test_clock_timer_samples_flow_into_the_record_exactly() -> None:
     record = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), settings).measure(
         CaseData(case), naive)
     assert record.status == "ok"
-    # a forward's checked call is its warm-up (warmup_ms 0): the eight samples are the first eight durations
-    assert record.times_ms == [1.0, 1.0, 1.5, 2.0, 1.0, 1.0, 1.5, 2.0]
+    # a forward's checked call is its warm-up (warmup_ms 0) and took the first 1 ms by the same clock; it did not
+    # agree with the samples after it, so it is no sample: the eight samples are the next eight durations
+    assert record.times_ms == [1.0, 1.5, 2.0, 1.0, 1.0, 1.5, 2.0, 1.0] and not record.extra["check_sampled"]
     assert (record.time_ms, record.time_ms_iqr, record.time_ms_min) == (1.25, 0.625, 1.0)
     assert record.noisy is True  # 0.625 > 10% of 1.25
 
