@@ -74,6 +74,8 @@ GPU_KERNELS = {
 }
 GPU_DEFAULT = Kernel("visible", 0.3, 0.2)
 
+# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted, as above).
+CHECK_JOINS = 0.5
 # Relative spread of a call's samples (their coefficient of variation): how many samples the interval needs.
 NOISE = {"cpu": 0.03, "cuda": 0.01}
 
@@ -326,10 +328,15 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
         per_graph = overheads.compile_cached_s if compiled else overheads.compile_s
         compile_s = per_graph * (overheads.backward_compile if case.needs_grad else 1)
     check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend.name, machine) if case.needs_grad else t
-    warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
+    if case.needs_grad:  # a separate check; warm-up on timed calls
+        warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
+    else:  # the check is the first warm-up call (and, on a CPU, often the first sample)
+        warm_ms = max(0.0, min(settings.warmup_ms - t_ms, 5 * t_ms))
     needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
     count = min(settings.max_samples, max(settings.min_samples, needed))
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
+    if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
+        sample_ms -= CHECK_JOINS * t_ms
     return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms) / 1e3, compile_s
 
 

@@ -287,8 +287,8 @@ class Runner:
             verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
             fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
             first = None if twin else PeakOnFirstCall(fn, case.device)
-            if first is not None:
-                gc.collect()  # the peak's "before" must not hold garbage that the first call would free
+            if first is not None:  # no garbage the first call would free may be counted in its "before"
+                gc.collect(1)
             samples = self.timer.measure(first or fn, settings)
             gpustate.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
             if first is not None:
@@ -306,6 +306,8 @@ class Runner:
         if settings.warmed_ms:
             fields["extra"]["check_ms"] = settings.warmed_ms  # the checked call, which counted toward warmup_ms
             fields["extra"]["check_sampled"] = bool(getattr(samples, "prior_joined", False))  # and is a sample
+            if settings.prior_ms is not None:
+                fields["extra"]["check_call_ms"] = settings.prior_ms  # the call alone, by the timer's clock
         fields["extra"]["errors"] = verdict.errors
         fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                                 self.info, fields["extra"].get("fp32_math"))

@@ -170,11 +170,12 @@ def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> N
 
 
 def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> None:
-    """Calls of 2 ms by the timer's clock (the checked call included) and warmup_ms 1: the check is the warm-up,
+    """Calls of 2 ms by the timer's clock (the checked call included) and a warm-up of 1 µs (any checked call
+    covers it, by the real clock that warm-up counts in): the check is the warm-up,
     agrees with the samples after it, and is one of the three: three calls in all, where there were five (check,
     warm-up, three samples) plus one for memory."""
     clock = ScriptClock(lambda i: 2.0)
-    settings = TimingSettings(warmup_ms=1, budget_ms=0, min_samples=3, max_samples=3)
+    settings = TimingSettings(warmup_ms=0.001, budget_ms=0, min_samples=3, max_samples=3)
     record = Runner(RunInfo("r", "t"), ClockTimer(clock), settings).measure(
         CaseData(make_case(seq_len=32)), default_registry().get("naive"))
     assert record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and clock.calls == 3
