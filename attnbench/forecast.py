@@ -176,6 +176,26 @@ def calibrate(device: str) -> Machine:
                    f"copy", measured_at=time.time(), memory_bytes=free)
 
 
+def calibrate_apart(device: str) -> Machine:
+    """calibrate() in a child process, so the parent holds no CUDA context during the run.
+
+    A context left in the parent holds memory (the context, the caching allocator's blocks) that the measuring
+    workers then lack, and shows on the GPU as another process, which marks every record `throttled`. Where the
+    child cannot run (no interpreter to spawn), the calibration runs here.
+    """
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from attnbench.forecast import calibrate; "
+            f"json.dump(calibrate({device!r}).to_dict(), sys.stdout)")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              check=True)
+        return Machine(**json.loads(done.stdout))
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError, TypeError):
+        return calibrate(device)
+
+
 def datasheet(gpu: str) -> Machine:
     """A GPU that is not here, from attnbench.peaks' datasheet table: an estimate."""
     from attnbench.errors import AttnbenchError
@@ -221,7 +241,7 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
                 return machine
         except TypeError:
             pass
-    machine = calibrate(device)
+    machine = calibrate_apart(device) if device == "cuda" else calibrate(device)
     if path is not None:
         stored[key] = machine.to_dict()
         try:

@@ -111,3 +111,17 @@ def test_the_prediction_for_the_long_cpu_block_is_within_2x_of_its_wall_time(tmp
     predicted, actual, env = run_and_compare(["suites/long.yaml", "--device", "cpu"], tmp_path, 3600)
     print(f"long CPU block: predicted {predicted:.0f} s, actual {actual:.0f} s, prediction {env['prediction']}")
     assert 0.5 <= actual / predicted <= 2.0, (predicted, actual)
+
+
+def test_calibration_apart_runs_in_a_child_process_and_returns_its_measurement() -> None:
+    """On CUDA the calibration runs in a child, so the parent holds no context (nor memory) on the GPU the
+    workers measure on; the child's numbers come back whole."""
+    import os
+
+    from attnbench.forecast import calibrate_apart
+
+    machine = calibrate_apart("cpu")
+    assert machine.device == "cpu" and not machine.estimate
+    assert machine.tflops["float32"] > 0 and machine.bandwidth_gbs > 0
+    assert "measured on this CPU" in machine.source
+    assert os.getpid()  # the parent survives; the child's exit is not ours
