@@ -208,8 +208,40 @@ def other_processes(processes: list[dict[str, Any]], own_pid: int,
     return [p for p in processes if p.get("pid") != own_pid], True
 
 
-def finish(state: dict[str, Any], holds_context: bool) -> dict[str, Any]:
-    """Add what follows from the raw state: throttled, the other processes, whether clocks are locked."""
+# A measuring worker's parent (the harness) names, in this variable, the GPUs (by torch UUID) where it holds a
+# CUDA context itself: on those the worker does not count it as another process.
+HARNESS_GPUS_VAR = "ATTNBENCH_HARNESS_GPUS"
+
+
+def contexts_held_here() -> list[str]:
+    """UUIDs of the GPUs where this process holds a CUDA context (none is created to find out)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return []
+    held = []
+    for index in range(torch.cuda.device_count()):
+        try:
+            if torch._C._cuda_hasPrimaryContext(index):
+                held.append(str(torch.cuda.get_device_properties(index).uuid))
+        except (AttributeError, RuntimeError):  # an older torch: nothing known, nothing discounted
+            continue
+    return held
+
+
+def harness_processes(gpu: GpuId | None) -> int:
+    """How many of the GPU's processes are this run's own harness (the worker's parent): 0 or 1."""
+    named = [u for u in os.environ.get(HARNESS_GPUS_VAR, "").split(",") if u]
+    if gpu is None or not gpu.uuid or not named:
+        return 0
+    return int(any(u in gpu.uuids() or u == gpu.uuid for u in named))
+
+
+def finish(state: dict[str, Any], holds_context: bool, harness: int = 0) -> dict[str, Any]:
+    """Add what follows from the raw state: throttled, the other processes, whether clocks are locked.
+
+    `harness` processes on the GPU are this run's own (a worker's parent) and are not counted as others.
+    """
     names = state.get("clock_event_reasons")
     throttles = throttling_names(names)
     processes = state.pop("processes", None)
@@ -217,8 +249,11 @@ def finish(state: dict[str, Any], holds_context: bool) -> dict[str, Any]:
         state["other_processes"], others = None, None
     else:
         listed, comparable = other_processes(processes, os.getpid(), holds_context)
+        if comparable and harness:  # pids comparable: the parent is known by its pid
+            listed = [p for p in listed if p.get("pid") != os.getppid()]
+            harness = 0
         state["other_processes"] = listed
-        others = len(listed) if comparable else max(0, len(listed) - 1)
+        others = max(0, len(listed) - harness - (0 if comparable else 1))
         if not comparable:
             state["pid_namespace_differs"] = True
     state["other_process_count"] = others
@@ -483,7 +518,8 @@ def env_fields(device: str) -> dict[str, Any]:
 def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> dict[str, Any]:
     """The SM clock, clock event reasons and other processes right after a timing: `extra` fields and `throttled`."""
     try:
-        state = finish((reader or default_reader()).read(gpu, full=False), holds_context=True)
+        state = finish((reader or default_reader()).read(gpu, full=False), holds_context=True,
+                       harness=harness_processes(gpu))
     except GpuStateError as exc:
         return {"extra": {"gpu_state_error": str(exc)}}
     except Exception as exc:  # never costs the measurement: the record says what could not be read

@@ -342,3 +342,23 @@ def test_nvml_is_an_optional_extra_and_the_docker_image_pins_it() -> None:
     assert extra("nvml")["nvidia-ml-py"].specifier.contains(dockerfile_args()["NVIDIA_ML_PY_VERSION"])
     required = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert not [r for r in required if r.startswith("nvidia-ml-py")]  # a CPU install never needs it
+
+
+def test_the_harness_parent_holding_a_context_is_not_another_process(monkeypatch) -> None:
+    """On the first H200 runs every record was flagged `throttled` by one "other" process: the run's own
+    parent, which held a context. Named by the parent, it is discounted, in a container (pids from another
+    namespace) and out of one (the parent's own pid); a third process still flags the record."""
+    from types import SimpleNamespace
+
+    worker, parent, stranger = (SimpleNamespace(pid=p, usedGpuMemory=None) for p in (900001, 900002, 900003))
+    monkeypatch.setenv(gpustate.HARNESS_GPUS_VAR, H200.uuid)
+    two = gpustate.measurement_sample(H200, NvmlReader(FakeNvml(processes=[worker, parent])))
+    assert two["throttled"] is False and two["extra"]["other_gpu_processes"] == 0
+    three = gpustate.measurement_sample(H200, NvmlReader(FakeNvml(processes=[worker, parent, stranger])))
+    assert three["throttled"] is True and three["extra"]["other_gpu_processes"] == 1
+    ours = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=None), SimpleNamespace(pid=os.getppid(), usedGpuMemory=None)]
+    same_namespace = gpustate.measurement_sample(H200, NvmlReader(FakeNvml(processes=ours)))
+    assert same_namespace["extra"]["other_gpu_processes"] == 0
+    monkeypatch.setenv(gpustate.HARNESS_GPUS_VAR, "GPU-some-other-card")  # the parent's context is elsewhere
+    elsewhere = gpustate.measurement_sample(H200, NvmlReader(FakeNvml(processes=[worker, parent])))
+    assert elsewhere["throttled"] is True and elsewhere["extra"]["other_gpu_processes"] == 1
