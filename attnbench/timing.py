@@ -122,9 +122,16 @@ class CudaEventTimer:
 
     The flush buffer is twice the device's L2 (120 MiB on an H100/H200's 60 MB L2), so no byte the previous
     call left in L2 survives; warm-up calls are flushed and timed the same way, so "steady" means steady as timed.
+
+    Events time the GPU, so the GPU must never wait for the CPU between the start event and the call's last
+    kernel: before each call a spin kernel (torch.cuda._sleep) keeps the GPU busy while the CPU enqueues the
+    flush, the events and the call. The spin lasts 1.5x the CPU's enqueue time of one iteration, measured on the
+    batch before. Without it a short call was timed with its launch latency: on the H200, SDPA at 256 tokens read
+    18.3 us where triton's do_bench (whose 256 MiB flush happened to cover the launch) read 12.7 us.
     """
 
     name = "cuda-event"
+    COVER_MAX_MS = 2.0  # a call that synchronises inside needs no cover; the spin is capped for it
 
     def __init__(self, device: torch.device | str = "cuda", flush_l2: bool = True) -> None:
         import torch
@@ -134,29 +141,66 @@ class CudaEventTimer:
         self.flush = torch.empty(self.flush_bytes, dtype=torch.int8, device=device) if flush_l2 else None
         if not flush_l2:
             self.name = "cuda-event (no L2 flush)"
+        self.cycles_per_ms = spin_cycles_per_ms(torch) if torch.device(device).type == "cuda" else 0.0
+        self.cover_ms = 0.0  # the spin before the last batch's calls
 
     @property
     def extra(self) -> dict[str, Any]:
-        """What a record says about this timer: the flush size."""
-        return {"l2_flush_bytes": self.flush_bytes}
+        """What a record says about this timer: the flush size and the launch cover."""
+        return {"l2_flush_bytes": self.flush_bytes, "launch_cover_us": round(self.cover_ms * 1e3, 1)}
 
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
         cuda = self.torch.cuda
+        spin = getattr(cuda, "_sleep", None) if self.cycles_per_ms else None
         cuda.synchronize()
+        self.cover_ms = 0.0
+        if spin is not None:  # one call's enqueue time sizes the first batch's cover (it is not a sample)
+            begin = time.perf_counter()
+            fn()
+            self.cover_ms = cover_ms(time.perf_counter() - begin, 2.0, self.COVER_MAX_MS)
+            cuda.synchronize()
 
         def batch(count: int) -> list[float]:
             starts = [cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [cuda.Event(enable_timing=True) for _ in range(count)]
+            host: list[float] = []
             for i in range(count):
+                began = time.perf_counter()
+                if spin is not None and self.cover_ms > 0:
+                    spin(int(self.cover_ms * self.cycles_per_ms))
                 if self.flush is not None:
                     self.flush.zero_()
                 starts[i].record()
                 fn()
                 ends[i].record()
+                host.append(time.perf_counter() - began)
             cuda.synchronize()
+            if spin is not None:
+                self.cover_ms = cover_ms(statistics.median(host), 1.5, self.COVER_MAX_MS)
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
         return run(Sampler(settings), batch)
+
+
+def cover_ms(host_s: float, factor: float, cap_ms: float) -> float:
+    """The GPU spin that covers `host_s` seconds of CPU enqueue time: `factor` times it plus 10 us, capped."""
+    return min(cap_ms, host_s * 1e3 * factor + 0.01)
+
+
+def spin_cycles_per_ms(torch: Any) -> float:
+    """GPU clock cycles per millisecond of torch.cuda._sleep, measured once; 0 where torch has no _sleep."""
+    spin = getattr(torch.cuda, "_sleep", None)
+    if spin is None:
+        return 0.0
+    cycles = 1_000_000
+    spin(cycles)  # the first launch loads the kernel
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    spin(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    ms = begin.elapsed_time(end)
+    return cycles / ms if ms > 0 else 0.0
 
 
 class CudaGraphTimer:

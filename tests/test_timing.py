@@ -337,4 +337,23 @@ def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") ->
     assert timing.flush_bytes_for("cuda") == timing.L2_FLUSH_BYTES
     assert timing.flush_bytes_for("meta") == timing.L2_FLUSH_BYTES
     timer = timing.CudaEventTimer(device="meta")  # allocates on the meta device: nothing real
-    assert timer.flush.numel() == timing.L2_FLUSH_BYTES and timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES}
+    assert timer.flush.numel() == timing.L2_FLUSH_BYTES and timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES,
+                                                                       "launch_cover_us": 0.0}
+
+
+def test_a_gpu_spin_before_each_call_covers_the_cpus_enqueue_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events time the GPU, so it must not wait for the CPU inside them: each call is preceded by a spin, then the
+    flush, then the start event. The spin lasts 1.5x an iteration's host time (+10 us), here 3 ms of 2 ms calls
+    capped at 2 ms; the samples are the calls' times alone."""
+    cuda = FakeCuda(itertools.repeat(2.0))
+    cuda.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: cuda.log.append(f"spin {cycles}"), raising=False)
+    timer = CudaEventTimer(device="meta")
+    timer.flush = FakeFlush(cuda.log)
+    timer.cycles_per_ms = 1000.0  # as measured once on a GPU
+    samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=3, max_samples=3))
+    assert samples == [2.0, 2.0, 2.0]
+    assert cuda.log[:5] == ["call", "spin 2000", "flush", "call", "spin 2000"]  # the probe call, then the batch
+    assert cuda.log.count("spin 2000") == cuda.log.count("flush") == 3
+    assert timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES, "launch_cover_us": 2000.0}
+    assert timing.cover_ms(20e-6, 1.5, 2.0) == pytest.approx(0.04)  # a 20 us enqueue gets a 40 us spin
