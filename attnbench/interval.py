@@ -97,6 +97,6 @@ def samples_needed(n: int, half_width: float, precision: float) -> int:
     the width of an order-statistic interval shrinks as 1/sqrt(n)."""
     if half_width <= precision or n == 0:
         return n
-    if not math.isfinite(half_width):
+    if not math.isfinite(half_width) or precision <= 0:  # precision 0: sample to the budget, in doubling batches
         return 2 * n
     return math.ceil(n * (half_width / precision) ** 2)

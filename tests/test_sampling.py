@@ -67,6 +67,12 @@ def test_the_interval_covers_the_median_of_a_skewed_distribution_as_often_as_it_
 def test_samples_needed_scales_with_the_square_of_the_width() -> None:
     assert samples_needed(10, 0.04, 0.01) == 160
     assert samples_needed(10, 0.005, 0.01) == 10
+    assert samples_needed(10, 0.04, 0.0) == 20  # precision 0 (the API allows it): sample on to the budget
+
+
+def test_precision_zero_samples_to_the_budget() -> None:
+    samples, clock = measure(lambda i: 2.0 + 0.01 * (i % 3), warmup_ms=0, budget_ms=40, min_samples=3, precision=0.0)
+    assert samples.stop == "budget" and 18 <= len(samples) <= 30
 
 
 def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
