@@ -339,12 +339,13 @@ class Forecast:
 
 
 def measurement_s(case: Case, backend: Backend, machine: Machine, settings: TimingSettings,
-                  overheads: Overheads, compiled: bool) -> tuple[float, float]:
-    """(seconds, of which compile) of one measurement that runs: overhead, setup, the checked call, warm-up, samples."""
+                  overheads: Overheads, compiled: bool, shared: bool = False) -> tuple[float, float]:
+    """(seconds, of which compile) of one measurement that runs: overhead, setup, the checked call, warm-up, samples.
+    `compiled`: its graph is in inductor's cache (a load); `shared`: a kernel already compiled serves it (nothing)."""
     t = call_s(case, backend.name, machine)
     t_ms = t * 1e3
     compile_s = 0.0
-    if backend.name in COMPILED:
+    if backend.name in COMPILED and not shared:
         per_graph = overheads.compile_cached_s if compiled else overheads.compile_s
         compile_s = per_graph * (overheads.backward_compile if case.needs_grad else 1)
     check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend.name, machine) if case.needs_grad else t
@@ -370,16 +371,23 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     """
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())
+    on_disk = set(compiled)
     result = Forecast(machine)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
+    dynamic_lengths: dict[str, set[tuple[int, int]]] = {}
     for case, backend in tasks:
         groups.add(_group_key(case))
         if skipped_at_once(case, backend, machine):
             result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
             continue
         key = compile_key(case, backend.name)
-        seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, key in compiled)
+        shared, cached = False, key in compiled
+        if backend.name == "flex-dynamic":  # its compiles before sharing are real ones unless inductor has them
+            lengths = dynamic_lengths.setdefault(key, set())
+            lengths.add((case.seq_len, case.kv_seq_len))
+            shared, cached = len(lengths) > dynamic_compiles(case), key in on_disk
+        seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared)
         if backend.name in COMPILED:
             compiled.add(key)
         if case not in seen_cases:
@@ -413,9 +421,17 @@ def skipped_at_once(case: Case, backend: Backend, machine: Machine) -> bool:
 COMPILED = ("flex", "flex-dynamic")
 
 
+def dynamic_compiles(case: Case) -> int:
+    """How many sequence lengths flex-dynamic compiles, at most, before one kernel serves every length: with a
+    block mask two (Dynamo first specialises the mask's lengths, Python ints, then recompiles them as dynamic:
+    automatic dynamic shapes; one when the process has already seen other lengths), without one a single
+    compile (tests/test_backends_long.py shows both)."""
+    return 2 if case.has_mask else 1
+
+
 def compile_key(case: Case, backend: str = "flex") -> str:
-    """What a flex compile specialises on: every shape, the mask and the grad mode; flex-dynamic's one compile
-    serves every sequence length of the same mask offset."""
+    """What a flex compile specialises on: every shape, the mask and the grad mode; flex-dynamic's kernel, once
+    compiled for dynamic lengths (dynamic_compiles), serves every sequence length of the same mask offset."""
     lengths = (case.seq_len, case.kv_seq_len) if backend != "flex-dynamic" else (case.offset,)
     return "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                      case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))

@@ -142,6 +142,30 @@ def test_flex_forward_compiles_one_graph_and_records_how_its_mask_was_built() ->
     assert record.extra["mask_build"] == "eager" and record.extra["mask_build_s"] > 0
 
 
+def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flexs(tmp_path, monkeypatch) -> None:
+    """flex-dynamic: one kernel serves every sequence length once Dynamo has made the lengths dynamic. With a block
+    mask that takes two compiles (the mask's lengths are Python ints: Dynamo specialises them at first, and on
+    the second length recompiles them as dynamic; at once where the process has seen other lengths of flex
+    before), from the third length on nothing is traced or compiled; without a mask the first compile (or the
+    first two, where an earlier case left the lengths specialised) serves every length. flex (dynamic=False) specialises on every
+    shape and compiles each length's own, faster, kernel: the trade the pair measures, and why `flex` cannot
+    share. A fresh inductor cache, so that no earlier run's kernel is what is found."""
+    from attnbench.backends.flex import FlexDynamicBackend
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+    def compiled(backend, causal: bool, lengths: tuple[int, ...]) -> list[tuple[int, int]]:
+        records = [measure(case(window=None, sq=sq, heads=3, kv_heads=3, d=24, causal=causal), backend)
+                   for sq in lengths]
+        assert all(r.status == "ok" for r in records), [r.reason for r in records]
+        return [(r.extra["graphs_traced"], r.extra["kernels_compiled"]) for r in records]
+
+    masked = compiled(FlexDynamicBackend(), True, (320, 448, 576, 704))
+    assert masked[0] == (1, 1) and sum(k for _, k in masked) <= 2 and masked[2:] == [(0, 0), (0, 0)], masked
+    assert compiled(FlexDynamicBackend(), False, (336, 464, 592))[1:] == [(0, 0), (0, 0)]
+    assert compiled(FlexBackend(), True, (320, 448, 576)) == [(1, 1)] * 3  # one kernel per shape
+
+
 def test_flex_backward_keeps_its_buffers_for_retained_graphs() -> None:
     """On CUDA, a compiled backward that donates buffers refuses retain_graph=True (every flex fwd_bwd
     record on the first H200 run was that error); the check and `bwd` timing need retain_graph."""

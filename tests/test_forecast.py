@@ -66,12 +66,15 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     assert cold.total_s - warm.total_s == pytest.approx(cold.compile_s - warm.compile_s)
     skipped = forecast.forecast([(case, registry.get("sdpa-cudnn"))], settings, CPU, report=False)
     assert not skipped.tasks[0].runs and skipped.tasks[0].seconds < 0.01
-    # flex-dynamic's one compile serves every length; flex compiles each
-    lengths = [make_case(seq_len=s, causal=True) for s in (1024, 2048, 4096)]
+    # flex compiles each length; flex-dynamic, masked, compiles two lengths (static, then dynamic) and shares after
+    lengths = [make_case(seq_len=s, causal=True) for s in (1024, 2048, 4096, 8192)]
     dynamic = forecast.forecast([(c, registry.get("flex-dynamic")) for c in lengths], settings, CPU, report=False)
     static = forecast.forecast([(c, flex) for c in lengths], settings, CPU, report=False)
-    assert static.compile_s == pytest.approx(3 * forecast.CPU_OVERHEADS.compile_s)
-    assert dynamic.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s + 2 * forecast.CPU_OVERHEADS.compile_cached_s)
+    assert static.compile_s == pytest.approx(4 * forecast.CPU_OVERHEADS.compile_s)
+    assert dynamic.compile_s == pytest.approx(2 * forecast.CPU_OVERHEADS.compile_s)
+    unmasked = [make_case(seq_len=s, causal=False) for s in (1024, 2048, 4096)]
+    once = forecast.forecast([(c, registry.get("flex-dynamic")) for c in unmasked], settings, CPU, report=False)
+    assert once.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s)
 
 
 def test_the_eta_scales_what_is_left_by_how_the_finished_ones_compared() -> None:

@@ -211,6 +211,6 @@ class FlexBackend(Backend):
 @register
 class FlexDynamicBackend(FlexBackend):
     name = "flex-dynamic"
-    summary = ("torch FlexAttention compiled with dynamic=True: one compile for every sequence length "
-               "(a bounds-checked kernel, unlike flex's per-shape one)")
+    summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
+               "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True
