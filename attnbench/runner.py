@@ -255,8 +255,14 @@ class Runner:
         case = data.case
         inp = data.inputs
         canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inp.q, inp.k, inp.v))
+        start = time.perf_counter()
         prepared = backend.prepare(case, *canonical)
-        fields.update(kernel=prepared.kernel, kv_expanded=prepared.kv_expanded, extra=dict(prepared.extra))
+        if case.device == "cuda":
+            torch.cuda.synchronize()
+        setup_s = time.perf_counter() - start
+        extra = dict(prepared.extra)
+        extra.update(setup_fields(setup_s, extra))
+        fields.update(kernel=prepared.kernel, kv_expanded=prepared.kv_expanded, extra=extra)
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
         # One pass where one suffices. A forward's checked call is the timed call's twin: it is also the call
         # whose peak memory is read and the first warm-up call (its time counts toward warmup_ms). In backward
@@ -515,6 +521,18 @@ def longer_than(case: Case, limit: tuple[int, int]) -> bool:
     """Whether `case` is at least as long as the (seq_len, kv_seq_len) that ran out of memory, and longer."""
     seq, kv = limit
     return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
+
+
+# The one-time parts of a backend's setup its `prepare` reports (seconds in `extra`), by the name setup_parts uses.
+SETUP_PARTS = (("mask_build", "mask_build_s"), ("compile", "compile_s"), ("plan", "plan_s"))
+
+
+def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """`setup_ms` (the whole of `prepare`, outside every timed call) and `setup_parts` (ms): the parts the backend
+    reported (block-mask build, compile, plan) and `other`, the rest (layout conversion, packing, page tables)."""
+    parts = {name: float(extra[key]) * 1e3 for name, key in SETUP_PARTS if extra.get(key) is not None}
+    parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
+    return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
 
 
 def pruning_reason(limit: tuple[int, int]) -> str:

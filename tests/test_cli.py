@@ -99,7 +99,8 @@ def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None
     assert result.exit_code == 0, result.output
     assert (out / "report.html").is_file() and (out / "summary.md").is_file()
     charts = sorted((out / "charts").glob("*.png"))
-    assert len(charts) == 2 + 3, "one figure per case group (MHA, MQA) plus MQA/GQA, roofline and correctness"
+    assert len(charts) == 2 + 4, "one figure per case group (MHA, MQA) plus MQA/GQA, roofline, correctness, setup"
+    assert (out / "charts" / "setup.png") in charts
     records = load_records(out)
     assert len(records) == 4 * 3
     assert {r["status"] for r in records if r["backend"] != "sdpa-efficient"} == {"ok"}

@@ -417,3 +417,20 @@ def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_p
     assert len(points) == len(ok) and all(p[1] > 0 for p in points)
     cpu = roofline_chart(load_records(DATA / "cpu-like"), backend_styles(["naive", "sdpa", "sdpa-math"]), "test cpu")
     assert "no known peaks" in cpu.axes[0].get_title() and not cpu.axes[0].texts
+
+
+def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
+    """A flex-like record's setup (mostly compile) and an SDPA one's: the table names the largest part, the chart
+    is drawn at the report's width; a run whose records carry no setup (older runs) gets no such chart."""
+    records = [a_record(backend="flex", time_ms=2.0, extra={"setup_ms": 4120.0, "setup_parts": {
+                   "mask_build": 110.0, "compile": 3980.0, "other": 30.0}}),
+               a_record(backend="sdpa", time_ms=5.0, extra={"setup_ms": 0.4, "setup_parts": {"other": 0.4}})]
+    paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
+    chart = tmp_path / "out" / "charts" / "setup.png"
+    assert chart in paths
+    with Image.open(chart) as image:
+        assert image.size[0] == GROUP_PX[0]
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "setup ms" in page and "4120 (compile 3980)" in page and ">0.4<" in page
+    older = render_report(write_run(tmp_path / "old", [a_record()]), tmp_path / "old-out", formats=("png",))
+    assert not any(p.name == "setup.png" for p in older)

@@ -183,3 +183,29 @@ def test_an_interrupt_aborts_the_measurer_instead_of_waiting_for_it() -> None:
     with pytest.raises(KeyboardInterrupt):
         runner.run_tasks([(make_case(seq_len=16), default_registry().get("naive"))], lambda r: None, measurer)
     assert measurer.calls == ["abort"]
+
+
+def test_setup_is_the_whole_prepare_with_the_parts_the_backend_reports() -> None:
+    """A backend whose prepare takes 30 ms, 10 of them a reported compile: setup_ms covers all of it, outside the
+    samples, and the part not reported is `other`."""
+    import time
+
+    from attnbench.backends.base import Prepared
+    from attnbench.backends.testing import FaultyBackend
+
+    class SlowToPrepare(FaultyBackend):
+        name = "slow-to-prepare"
+
+        def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+            prepared = super().prepare(case, q, k, v)
+            time.sleep(0.03)
+            prepared.extra["compile_s"] = 0.01
+            return prepared
+
+    record = Runner(RunInfo("s", "t"), ScriptedTimer([1.0] * 5), ONE_SAMPLE).measure(
+        CaseData(make_case()), SlowToPrepare())
+    assert record.status == "ok", record.reason
+    setup, parts = record.extra["setup_ms"], record.extra["setup_parts"]
+    assert 30 <= setup < 1000 and parts["compile"] == pytest.approx(10.0)
+    assert parts["other"] == pytest.approx(setup - 10.0) and parts["other"] >= 20
+    assert record.time_ms == 1.0  # the samples are the timer's alone

@@ -449,6 +449,46 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
     return fig
 
 
+def setup_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records whose backend's setup was measured (`extra.setup_ms`), with a median call to weigh it by."""
+    return [r for r in records if (r.get("extra") or {}).get("setup_ms") is not None and r.get("time_ms")]
+
+
+def setup_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle]) -> Figure:
+    """Each backend's one-time setup per case (left: ms; right: in calls of its own median time), a dot per
+    record and a bar at the backend's median: what a block mask, a compile or a plan costs before the first call."""
+    rows = setup_records(records)
+    backends = sorted({str(r["backend"]) for r in rows})
+    fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.6 + 0.42 * max(1, len(backends))), dpi=DPI)
+    ax_ms, ax_calls = fig.subplots(1, 2, sharey=True)
+    for y, backend in enumerate(backends):
+        mine = [r for r in rows if r["backend"] == backend]
+        setup = [max(float(r["extra"]["setup_ms"]), 1e-3) for r in mine]
+        calls = [s / float(r["time_ms"]) for s, r in zip(setup, mine)]
+        style = styles[backend]
+        for ax, values in ((ax_ms, setup), (ax_calls, calls)):
+            ax.plot(values, [y] * len(values), marker=style.marker, color=style.color, linestyle="none", alpha=0.7)
+            middle = float(np.median(values))
+            ax.plot([middle, middle], [y - 0.3, y + 0.3], color=style.color, linewidth=2.5)
+    for ax, label in ((ax_ms, "setup per case (ms, log)"), (ax_calls, "setup ÷ median call time (calls, log)")):
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax_ms.set_yticks(range(len(backends)))
+    ax_ms.set_yticklabels(backends)
+    ax_ms.set_ylim(-0.6, len(backends) - 0.4)
+    ax_ms.set_title("One-time setup: block mask, compile, plan, layout")
+    ax_calls.set_title("How many calls the setup costs")
+    ax_calls.axvline(1.0, color="black", linestyle=":", linewidth=1.0)
+    if not rows:
+        _empty_note(ax_ms, "no record carries a measured setup")
+    fig.suptitle("Setup cost (outside every timed call; bar = median over the run's cases)", fontsize=13,
+                 fontweight="bold")
+    fig.subplots_adjust(left=0.14, right=0.98, top=1 - 0.62 / fig.get_figheight(), bottom=0.7 / fig.get_figheight(),
+                        wspace=0.06)
+    return fig
+
+
 def render_chart(draw: Any, *args: Any) -> bytes:
     """Draw a figure (`draw(*args)`) under the report's style and return it as deterministic PNG bytes."""
     with matplotlib.rc_context(RC):

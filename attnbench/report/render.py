@@ -10,7 +10,8 @@ from typing import Any, Iterable
 
 from attnbench.errors import ResultsError
 from attnbench.report.baseline import choose_baseline, group_speedups
-from attnbench.report.charts import WIDTH_PX, Chart, correctness_chart, group_chart, kv_heads_chart, render_chart
+from attnbench.report.charts import (WIDTH_PX, Chart, correctness_chart, group_chart, kv_heads_chart, render_chart,
+                                     setup_chart, setup_records)
 from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
@@ -74,6 +75,9 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
     tasks.append((roofline_chart, (records, styles, device_name, peak_tflops, peak_bandwidth_gbs)))
     named.append(("correctness.png", "Correctness: max error against its bound"))
     tasks.append((correctness_chart, (records, styles)))
+    if setup_records(records):
+        named.append(("setup.png", "Setup cost: each backend's one-time block mask, compile and plan"))
+        tasks.append((setup_chart, (records, styles)))
     charts = [Chart(name, title, png) for (name, title), png in zip(named, _pngs(tasks))]
     return charts, notes
 

@@ -21,7 +21,7 @@ COLUMNS = (
     ("status", "status", False), ("time_ms", "median ms", True), ("interval", "interval ms", True),
     ("iqr", "IQR ms", True),
     ("tflops", "TFLOP/s", True), ("bandwidth_gbs", "GB/s", True), ("percent_of_peak", "% of peak", True),
-    ("speedup", "speed-up", True), ("memory", "peak mem", True),
+    ("speedup", "speed-up", True), ("memory", "peak mem", True), ("setup", "setup ms", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
     ("kernel", "kernel", False),
 )
@@ -31,6 +31,7 @@ def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
     """The raw value a numeric column sorts by ('' when absent)."""
     raw = {
         "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
+        "setup": (record.get("extra") or {}).get("setup_ms"),
         "interval": record.get("ci_high_ms") - record["ci_low_ms"] if record.get("ci_high_ms") is not None
         and record.get("ci_low_ms") is not None else None,
     }.get(key, record.get(key))
@@ -60,12 +61,27 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     if key == "memory":
         value = record.get("peak_memory_bytes")
         return fmt_bytes(value) if value is not None else ""
+    if key == "setup":
+        return setup_text(record)
     if key in ("max_abs_error", "error_bound"):
         return fmt_float(record.get(key), 2) if record.get(key) is not None else ""
     if key == "causal":
         return "yes" if record.get("causal") else "no"
     value = record.get(key)
     return "" if value is None else str(value)
+
+
+def setup_text(record: dict[str, Any]) -> str:
+    """The one-time setup in ms, with its largest reported part named ("4120 (compile 3980)"); '' when none."""
+    extra = record.get("extra") or {}
+    if extra.get("setup_ms") is None:
+        return ""
+    text = fmt_ms(extra["setup_ms"])
+    named = {k: v for k, v in (extra.get("setup_parts") or {}).items() if k != "other"}
+    if named:
+        part, value = max(named.items(), key=lambda kv: kv[1])
+        text += f" ({part} {fmt_ms(value)})"
+    return text
 
 
 def interval_text(record: dict[str, Any]) -> str:
