@@ -523,14 +523,14 @@ def longer_than(case: Case, limit: tuple[int, int]) -> bool:
     return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
 
 
-# The one-time parts of a backend's setup its `prepare` reports (seconds in `extra`), by the name setup_parts uses.
-SETUP_PARTS = (("mask_build", "mask_build_s"), ("compile", "compile_s"), ("plan", "plan_s"))
+# The one-time parts of a backend's setup its `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).
+SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3), ("plan", "plan_ms", 1.0))
 
 
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
     """`setup_ms` (the whole of `prepare`, outside every timed call) and `setup_parts` (ms): the parts the backend
     reported (block-mask build, compile, plan) and `other`, the rest (layout conversion, packing, page tables)."""
-    parts = {name: float(extra[key]) * 1e3 for name, key in SETUP_PARTS if extra.get(key) is not None}
+    parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
 
