@@ -87,7 +87,7 @@ class Axes(_Strict):
     def _softcap(cls, value: list[float | None]) -> list[float | None]:
         for cap in value:
             if cap is not None and not 0 < cap < float("inf"):
-                raise ValueError(f"{cap} is out of range; allowed: a positive number")
+                raise ValueError(f"{cap:g} is out of range; allowed: a positive number")
         return value
 
     @field_validator("head_dim_v")
