@@ -215,3 +215,16 @@ def test_case_ids_name_the_axes_and_keep_the_old_ones() -> None:
     assert case.case_id == "cpu-fp32-b1-s64-h4-kv4-d32-causal-doc4rand-page16-cap50-alibi-dv16-tp2-fwd"
     explicit = make_case(seq_len=10, documents=2, doc_lengths="explicit", doc_lens=(7, 3))
     assert "-docs7+3-" in explicit.case_id
+
+
+def test_report_groups_keep_workloads_apart_and_name_them() -> None:
+    from attnbench.report.groups import group_records
+
+    cases = [make_case(seq_len=s, causal=True, **extra) for s in (64, 128)
+             for extra in ({}, {"documents": 4}, {"documents": 4, "doc_lengths": "random"}, {"softcap": 50.0})]
+    groups = group_records([record_of(c).to_dict() for c in cases])
+    assert len(groups) == 4 and all(len(g.records) == 2 for g in groups)
+    titles = {g.title() for g in groups}
+    assert any("4 documents (equal)" in t for t in titles) and any("4 documents (random)" in t for t in titles)
+    assert any("softcap 50" in t for t in titles)
+    assert len({g.slug() for g in groups}) == 4
