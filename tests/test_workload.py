@@ -252,3 +252,13 @@ def test_readme_documents_every_workload_field_of_a_record() -> None:
     assert [name for name in WORKLOAD_DEFAULTS if f"`{name}`" not in reading] == []
     workloads = readme.split("## Workloads", 1)[1].split("\n## ", 1)[0]
     assert [axis for axis in workload.AXES + ("doc_lengths", "tp") if f"\n{axis}:" not in workloads] == []
+
+
+def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one() -> None:
+    from attnbench.forecast import compile_key
+
+    dense = make_case(causal=True)
+    assert compile_key(dense) == compile_key(make_case(causal=True, tp=2, heads=4, kv_heads=4))  # tp: same shapes
+    keys = {compile_key(make_case(causal=True, **extra)) for extra in
+            ({}, {"documents": 4}, {"documents": 4, "doc_lengths": "random"}, {"softcap": 5.0}, {"alibi": True})}
+    assert len(keys) == 5
