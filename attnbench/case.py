@@ -160,7 +160,9 @@ class Case:
 
     # ---- the mask -------------------------------------------------------------------------
     def key_range(self, query: int) -> tuple[int, int]:
-        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi)."""
+        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi); one row's, so for
+        the dense mask only (attnbench.workload.key_ranges has every row's)."""
+        assert self.doc_lens is None and self.kv_lens is None, "a per-row mask: use attnbench.workload.key_ranges"
         pos = query + self.offset
         lo, hi = 0, self.kv_seq_len - 1
         if self.causal:
