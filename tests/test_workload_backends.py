@@ -179,3 +179,13 @@ def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # 
     axes = {axis for r in records if r["status"] == "ok" for axis in
             ("doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp") if axis in r}
     assert axes == {"doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp"}
+
+
+def test_a_python_bug_in_flex_is_an_error_not_a_skip() -> None:
+    """Python's own "unsupported format string" once made a flex bug look like torch refusing the case."""
+    from attnbench.backends.flex import FlexBackend
+
+    flex = FlexBackend()
+    assert flex.skip_reason(TypeError("unsupported format string passed to NoneType.__format__"), []) is None
+    refusal = NotImplementedError("FlexAttention does not support backward on CPU")
+    assert flex.skip_reason(refusal, []) == "flex_attention refused: FlexAttention does not support backward on CPU"
