@@ -43,12 +43,13 @@ def make_inputs(case: Case) -> Inputs:
     gen = torch.Generator(device=case.device).manual_seed(case.seed)
     dtype = dtype_of(case.dtype)
 
-    def draw(heads: int, seq: int) -> torch.Tensor:
-        shape = (case.batch, heads, seq, case.head_dim)
+    def draw(heads: int, seq: int, dim: int) -> torch.Tensor:
+        shape = (case.batch, heads, seq, dim)
         return torch.randn(shape, generator=gen, device=case.device, dtype=torch.float32).to(dtype)
 
-    q, k, v = draw(case.heads, case.seq_len), draw(case.kv_heads, case.kv_seq_len), draw(case.kv_heads, case.kv_seq_len)
-    dout = draw(case.heads, case.seq_len) if case.needs_grad else None
+    q, k = draw(case.heads, case.seq_len, case.head_dim), draw(case.kv_heads, case.kv_seq_len, case.head_dim)
+    v = draw(case.kv_heads, case.kv_seq_len, case.v_dim)
+    dout = draw(case.heads, case.seq_len, case.v_dim) if case.needs_grad else None
     return Inputs(q, k, v, dout)
 
 
@@ -83,36 +84,64 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
 
     K/V are broadcast over each KV head's group of query heads, not copied. Memory stays within
     BLOCK_BYTES of scores per block at any sequence length; grads need all rows (`rows` is None).
+    The workload's mask (documents, ragged lengths), soft-capping and ALiBi bias come from
+    attnbench.workload; paged K/V are stored in the page pool and gathered back here, outside any timing.
     """
     import torch
 
     assert not (with_grads and rows is not None), "gradients need every query row"
     q, k, v = inputs.q, inputs.k, inputs.v
-    b, g, kvh = case.batch, case.group_size, case.kv_heads
+    b, g, kvh, dv = case.batch, case.group_size, case.kv_heads, case.v_dim
     elem = q.element_size()
     block = max(1, BLOCK_BYTES // max(1, b * case.heads * case.kv_seq_len * elem))
     row_ids = torch.arange(case.seq_len) if rows is None else rows
-    keys = torch.arange(case.kv_seq_len, device=q.device)
-    k5, v5 = k.unsqueeze(2), v.unsqueeze(2)  # (B, KVH, 1, Sk, D): one KV head per group
     outs = []
     grads = [torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)] if with_grads else None
     for chunk in row_ids.split(block):
         chunk = chunk.to(q.device)
         qb = q[:, :, chunk].reshape(b, kvh, g, len(chunk), case.head_dim)
-        mask = case.allowed(chunk[:, None], keys[None, :]) if case.has_mask else None
+        mask, bias = _mask_and_bias(case, chunk, q.dtype)
         if grads is None:
             with torch.no_grad():
-                outs.append(naive_attention(qb, k5, v5, mask).reshape(b, case.heads, len(chunk), case.head_dim))
+                kp, vp = paged_round_trip(case, k, v)
+                out = naive_attention(qb, kp.unsqueeze(2), vp.unsqueeze(2), mask, case.softcap, bias)
+                outs.append(out.reshape(b, case.heads, len(chunk), dv))
             continue
-        qb, kl, vl = (t.detach().requires_grad_() for t in (qb, k5, v5))
-        ob = naive_attention(qb, kl, vl, mask)
+        qb, kl, vl = (t.detach().requires_grad_() for t in (qb, k, v))
+        kp, vp = paged_round_trip(case, kl, vl)
+        ob = naive_attention(qb, kp.unsqueeze(2), vp.unsqueeze(2), mask, case.softcap, bias)
         dob = inputs.dout[:, :, chunk].reshape(ob.shape)
-        dq, dk, dv = torch.autograd.grad(ob, (qb, kl, vl), dob)
+        dq, dk, dv_ = torch.autograd.grad(ob, (qb, kl, vl), dob)
         grads[0][:, :, chunk] = dq.reshape(b, case.heads, len(chunk), case.head_dim)
-        grads[1] += dk.squeeze(2)
-        grads[2] += dv.squeeze(2)
-        outs.append(ob.detach().reshape(b, case.heads, len(chunk), case.head_dim))
+        grads[1] += dk
+        grads[2] += dv_
+        outs.append(ob.detach().reshape(b, case.heads, len(chunk), dv))
     return Answer(torch.cat(outs, dim=2), tuple(grads) if grads is not None else None)
+
+
+def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
+    """The chunk's (R, 1, 1, rows, Sk) visibility and (R, KVH, G, rows, Sk) ALiBi bias, shaped to broadcast over
+    (B, KVH, G, rows, Sk) scores; None where the case has none."""
+    from attnbench import workload
+
+    mask = workload.visibility(case, chunk, chunk.device)
+    if mask is not None:
+        mask = mask[:, None, None]
+    bias = workload.alibi_bias(case, chunk, chunk.device, dtype)
+    if bias is not None:
+        bias = bias.reshape(bias.shape[0], case.kv_heads, case.group_size, *bias.shape[2:])
+    return mask, bias
+
+
+def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V as a paged case stores them: written into the page pool and gathered back through the table
+    (the identity on every key a query may see); unchanged for an unpaged case."""
+    from attnbench import workload
+
+    if case.page_size is None:
+        return k, v
+    layout = workload.pages(case)
+    return tuple(workload.from_pages(workload.to_pages(t, layout), layout, case.kv_seq_len) for t in (k, v))
 
 
 def upcast(inputs: Inputs) -> Inputs:

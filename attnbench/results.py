@@ -24,6 +24,12 @@ KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
     "head_dim", "causal", "window", "mode",
 )
+# The workload axes (GUIDE.md) and their values in the dense case: a record carries them only when set, and a
+# record without one (written before they existed, or of a dense case) has the default.
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "documents": None, "doc_lengths": None, "doc_lens": None, "kv_lengths": None, "kv_lens": None,
+    "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "tp": None,
+}
 
 
 @dataclass
@@ -46,6 +52,17 @@ class Record:
     window: int | None
     mode: str
     status: str
+    # The workload axes, as Case holds them (attnbench.case); left out of the stored line when at their default.
+    documents: int | None = None
+    doc_lengths: str | None = None
+    doc_lens: list[int] | None = None
+    kv_lengths: str | None = None
+    kv_lens: list[int] | None = None
+    page_size: int | None = None
+    softcap: float | None = None
+    alibi: bool = False
+    head_dim_v: int | None = None
+    tp: int | None = None
     reason: str | None = None
     kernel: str | None = None
     device_name: str | None = None
@@ -88,8 +105,14 @@ class Record:
         assert self.status == "ok" or self.reason, f"status {self.status} needs a reason"
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the JSON object stored on one line of results.jsonl."""
-        return dataclasses.asdict(self)
+        """The record as the JSON object stored on one line of results.jsonl (workload axes only when set)."""
+        data = dataclasses.asdict(self)
+        for name, default in WORKLOAD_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
+            elif isinstance(data[name], tuple):
+                data[name] = list(data[name])
+        return data
 
 
 def is_noisy(record: dict[str, Any]) -> bool:
@@ -122,8 +145,13 @@ def is_throttled(record: dict[str, Any]) -> bool:
 
 
 def key_of(record: dict[str, Any]) -> tuple:
-    """The identity of a measurement (case + backend + device), for matching across runs."""
-    return tuple(record.get(name) for name in KEY_FIELDS)
+    """The identity of a measurement (case + backend + device + workload axes), for matching across runs."""
+    workload = (_hashable(record.get(name, default)) for name, default in WORKLOAD_DEFAULTS.items())
+    return (*(record.get(name) for name in KEY_FIELDS), *workload)
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 class ResultsWriter:

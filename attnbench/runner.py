@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from attnbench import gpustate
 from attnbench import inputs as inputs_mod
-from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, unmapped_axes
 from attnbench.check import judge, naive_errors
 from attnbench.conformance import conformance_problem
 from attnbench.interval import Interval, median_interval
@@ -202,7 +202,8 @@ class Runner:
         # Conformance first: availability probes may call the library themselves (xformers asks its dispatcher).
         if backend.name not in self._conformance:
             self._conformance[backend.name] = conformance_problem(backend)
-        reason = self._conformance[backend.name] or backend.availability(case.device) or backend.unsupported(case)
+        reason = (self._conformance[backend.name] or backend.availability(case.device) or backend.unsupported(case)
+                  or unmapped_axes(backend, case))
         if reason:
             return reason
         modes = getattr(self.timer, "modes", None)
@@ -511,9 +512,10 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
 
 
 def group_of(case: Case) -> tuple:
-    """A case without its sequence lengths: the cases whose memory grows only with the sequence."""
+    """A case without its sequence lengths (nor the document and request lengths drawn from them): the cases
+    whose memory grows only with the sequence."""
     fields = case.fields()
-    del fields["seq_len"], fields["kv_seq_len"]
+    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["kv_lens"]
     return tuple(sorted(fields.items()))
 
 

@@ -21,6 +21,9 @@ MAX_BATCH = 1 << 16
 Dtype = Literal["float32", "float16", "bfloat16"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
 KvHeads = Union[Literal["heads"], int]
+# `documents`: a count, or a list of explicit lengths; null for one dense sequence per row.
+Documents = Union[int, list[int], None]
+Spread = Literal["equal", "random"]
 
 
 def _as_list(value: Any) -> Any:
@@ -45,11 +48,61 @@ class Axes(_Strict):
     causal: list[bool] = Field(default=[False], min_length=1)
     window: list[int | None] = Field(default=[None], min_length=1)
     mode: list[Mode] = Field(default=["fwd"], min_length=1)
+    # Workload axes (GUIDE.md "Workload axes"); the defaults are the dense case.
+    documents: list[Documents] = Field(default=[None], min_length=1)
+    doc_lengths: list[Spread] = Field(default=["equal"], min_length=1)
+    kv_lengths: list[Spread] = Field(default=["equal"], min_length=1)
+    page_size: list[int | None] = Field(default=[None], min_length=1)
+    softcap: list[float | None] = Field(default=[None], min_length=1)
+    alibi: list[bool] = Field(default=[False], min_length=1)
+    head_dim_v: list[int | None] = Field(default=[None], min_length=1)
+    tp: list[int] = Field(default=[1], min_length=1)
 
     _lists = field_validator(
-        "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal",
-        "window", "mode", mode="before",
+        "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
+        "doc_lengths", "kv_lengths", "alibi", "tp", mode="before",
     )(lambda value: value if value is None else _as_list(value))
+    # Axes whose values may be null: a bare `window: null` is the one-value axis [null] (in a cpu: block too,
+    # where it once reached the validators as None and crashed with a traceback).
+    _nullable_lists = field_validator("window", "documents", "page_size", "softcap", "head_dim_v", mode="before")(
+        lambda value: [None] if value is None else _as_list(value))
+
+    @field_validator("documents")
+    @classmethod
+    def _documents(cls, value: list[Documents]) -> list[Documents]:
+        for entry in value:
+            if isinstance(entry, list):
+                if not entry:
+                    raise ValueError("an explicit list of document lengths is empty")
+                _bounded(entry, 1, MAX_SEQ)
+            elif entry is not None:
+                _bounded([entry], 1, MAX_SEQ)
+        return value
+
+    @field_validator("page_size")
+    @classmethod
+    def _page_size(cls, value: list[int | None]) -> list[int | None]:
+        _bounded([v for v in value if v is not None], 1, MAX_SEQ)
+        return value
+
+    @field_validator("softcap")
+    @classmethod
+    def _softcap(cls, value: list[float | None]) -> list[float | None]:
+        for cap in value:
+            if cap is not None and not 0 < cap < float("inf"):
+                raise ValueError(f"{cap:g} is out of range; allowed: a positive number")
+        return value
+
+    @field_validator("head_dim_v")
+    @classmethod
+    def _head_dim_v(cls, value: list[int | None]) -> list[int | None]:
+        _bounded([v for v in value if v is not None], 1, MAX_HEAD_DIM)
+        return value
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, value: list[int] | None) -> list[int] | None:  # None: not set in a cpu: block
+        return None if value is None else _bounded(value, 1, MAX_HEADS)
 
     @field_validator("batch")
     @classmethod
@@ -68,8 +121,8 @@ class Axes(_Strict):
 
     @field_validator("kv_heads")
     @classmethod
-    def _kv_heads(cls, value: list[KvHeads]) -> list[KvHeads]:
-        _bounded([v for v in value if isinstance(v, int)], 1, MAX_HEADS)
+    def _kv_heads(cls, value: list[KvHeads] | None) -> list[KvHeads] | None:
+        _bounded([v for v in value or [] if isinstance(v, int)], 1, MAX_HEADS)
         return value
 
     @field_validator("head_dim")
@@ -96,6 +149,14 @@ class CpuAxes(Axes):
     causal: list[bool] | None = Field(default=None, min_length=1)
     window: list[int | None] | None = Field(default=None, min_length=1)
     mode: list[Mode] | None = Field(default=None, min_length=1)
+    documents: list[Documents] | None = Field(default=None, min_length=1)
+    doc_lengths: list[Spread] | None = Field(default=None, min_length=1)
+    kv_lengths: list[Spread] | None = Field(default=None, min_length=1)
+    page_size: list[int | None] | None = Field(default=None, min_length=1)
+    softcap: list[float | None] | None = Field(default=None, min_length=1)
+    alibi: list[bool] | None = Field(default=None, min_length=1)
+    head_dim_v: list[int | None] | None = Field(default=None, min_length=1)
+    tp: list[int] | None = Field(default=None, min_length=1)
 
     @field_validator("batch", "heads", "head_dim")
     @classmethod
@@ -127,6 +188,9 @@ class SuiteModel(_Strict):
     backends: list[str] | None = Field(default=None, min_length=1)
     timing: Timing = Timing()
     sweep: Axes
+    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
+    # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.
+    also: list[Axes] | None = Field(default=None, min_length=1)
     cpu: CpuAxes | None = None
 
 
@@ -149,40 +213,99 @@ class Suite:
     def name(self) -> str:
         return self.model.name
 
-    def axes(self, device: str) -> Axes:
-        """The sweep axes in force on `device`: the `cpu:` block replaces sweep values on a CPU."""
-        axes = self.model.sweep
+    def axes(self, device: str) -> list[tuple[str, Axes]]:
+        """Each sweep block in force on `device`, with its name for messages: the `cpu:` block replaces sweep values
+        on a CPU, in every block."""
+        blocks = [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
         if device == "cpu" and self.model.cpu is not None:
             overrides = {k: v for k, v in self.model.cpu.model_dump().items() if v is not None}
-            axes = axes.model_copy(update=overrides)
-        return axes
+            blocks = [(name, axes.model_copy(update=overrides)) for name, axes in blocks]
+        return blocks
 
     def cases(self, device: str) -> list[Case]:
-        """Cross every axis into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
-        axes = self.axes(device)
-        key = "cpu" if device == "cpu" and self.model.cpu is not None else "sweep"
+        """Cross every axis of each block into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
         cases: list[Case] = []
+        for name, axes in self.axes(device):
+            key = name
+            if device == "cpu" and self.model.cpu is not None:
+                key = "cpu" if name == "sweep" else f"cpu/{name}"
+            for case in self._cross(device, axes, key):
+                if case not in cases:
+                    cases.append(case)
+        return cases
+
+    def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
         grid = itertools.product(
             axes.dtype, axes.batch, axes.seq_len, axes.kv_seq_len or [None], axes.heads, axes.kv_heads,
-            axes.head_dim, axes.causal, axes.window, axes.mode,
+            axes.head_dim, axes.causal, axes.window, axes.mode, axes.documents, axes.doc_lengths, axes.kv_lengths,
+            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.tp,
         )
-        for dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode in grid:
+        cases = []
+        for (dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode, documents, doc_lengths,
+             kv_lengths, page_size, softcap, alibi, head_dim_v, tp) in grid:
+            where = f"{self.path}: {key}"
             kv = heads if kv_heads == "heads" else kv_heads
             if kv > heads or heads % kv:
                 raise SuiteError(
-                    f"{self.path}: {key}.kv_heads: {kv} does not divide heads {heads} "
+                    f"{where}.kv_heads: {kv} does not divide heads {heads} "
                     f"(combination heads={heads}, kv_heads={kv}); allowed: a divisor of heads, or 'heads'"
                 )
+            heads, kv = tp_share(where, heads, kv, tp)
             kv_seq = seq if kv_seq is None else kv_seq
-            if kv_seq < seq and (causal or window is not None):
+            docs = document_fields(where, documents, doc_lengths, seq, kv_seq)
+            if kv_lengths == "random" and kv_seq <= seq:
                 raise SuiteError(
-                    f"{self.path}: {key}.kv_seq_len: {kv_seq} < seq_len {seq} with a causal or window mask "
-                    f"leaves early queries with no key to attend to; allowed: kv_seq_len >= seq_len"
+                    f"{where}.kv_lengths: random needs kv_seq_len > seq_len (each request's cache holds its own "
+                    f"{seq} queries and up to kv_seq_len keys; got kv_seq_len {kv_seq}); allowed: equal here"
                 )
-            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode)
-            if case not in cases:
-                cases.append(case)
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
+                        kv_lengths="random" if kv_lengths == "random" else None, page_size=page_size,
+                        softcap=None if softcap is None else float(softcap), alibi=alibi,
+                        head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
+                        tp=None if tp == 1 else tp)
+            empty = case.empty_query() if kv_seq < seq else None
+            if empty is not None:
+                mask = "causal" if causal else "no causal mask"
+                mask += f", window {window}" if window is not None else ""
+                raise SuiteError(
+                    f"{where}.kv_seq_len: query {empty[1]} of {seq} sees no key ({kv_seq} keys, {mask}; queries "
+                    f"are the last seq_len positions, so query {empty[1]} sits at key position "
+                    f"{empty[1] + kv_seq - seq}); allowed: a kv_seq_len or window that gives every query a key"
+                )
+            cases.append(case)
         return cases
+
+
+def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
+    """One GPU's (heads, kv_heads) under tensor parallelism over `tp` GPUs: heads/tp query heads and
+    max(1, kv_heads/tp) KV heads (KV heads replicated when tp > kv_heads)."""
+    if tp == 1:
+        return heads, kv_heads
+    if heads % tp:
+        raise SuiteError(f"{where}.tp: {tp} does not divide heads {heads}; allowed: a divisor of heads")
+    if (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the other); "
+                         f"allowed: a tp that divides kv_heads or that kv_heads divides")
+    return heads // tp, max(1, kv_heads // tp)
+
+
+def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
+    """Case's document fields for one combination, refusing what cannot be packed."""
+    if documents is None:
+        return {}
+    if kv_seq != seq:
+        raise SuiteError(f"{where}.documents: packed documents need kv_seq_len == seq_len (a document is its own "
+                         f"sequence); got seq_len {seq}, kv_seq_len {kv_seq}")
+    if isinstance(documents, list):
+        if doc_lengths == "random":
+            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} gives them; "
+                             f"allowed: equal with explicit lengths")
+        if sum(documents) != seq:
+            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(documents)}, not seq_len {seq}")
+        return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(documents)}
+    if documents > seq:
+        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len {seq} (each needs a token)")
+    return {"documents": documents, "doc_lengths": doc_lengths}
 
 
 STARTER = Path(__file__).parent / "templates" / "starter.yaml"
@@ -277,7 +400,19 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] = SuiteModel
     for part in loc:
-        annotation = model.model_fields[str(part)].annotation
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        model = next(c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel))
+        if isinstance(part, int):
+            continue  # an item of a list of blocks (`also`)
+        model = _model_in(model.model_fields[str(part)].annotation)
     return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel]:
+    """The pydantic model an annotation holds (`Axes`, `CpuAxes | None`, `list[Axes] | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        try:
+            return _model_in(arg)
+        except StopIteration:
+            continue
+    raise StopIteration

@@ -116,3 +116,92 @@ def test_shipped_suites_are_valid() -> None:
     for path in root.glob("*.yaml"):
         suite = load_suite(path)
         assert suite.cases("cpu") and suite.cases("cuda"), path
+
+
+# ---- workload axes ----------------------------------------------------------------------------------
+def test_absent_workload_axes_leave_every_case_as_it_was(tmp_path: Path) -> None:
+    cases = load_suite(write(tmp_path, BASE + "  causal: [true, false]\n")).cases("cpu")
+    assert all(not c.workload_axes and c.tp is None for c in cases)
+    assert cases[0].case_id == "cpu-fp32-b1-s128-h8-kv8-d64-causal-fwd"
+
+
+def test_workload_axes_cross_and_also_blocks_add_their_own_cross(tmp_path: Path) -> None:
+    text = BASE + """\
+  causal: true
+  documents: [4, [100, 28]]
+  doc_lengths: [equal, random]
+  seq_len: 128
+also:
+  - seq_len: 4
+    kv_seq_len: 64
+    batch: 3
+    heads: 8
+    head_dim: 64
+    kv_lengths: random
+    page_size: [16]
+    softcap: 50
+    alibi: true
+    head_dim_v: [64, 32]
+"""
+    suite = load_suite(write(tmp_path, text.replace("  documents: [4, [100, 28]]\n  doc_lengths: [equal, random]\n",
+                                                    "  documents: [4, [100, 28]]\n")))
+    cases = suite.cases("cpu")
+    packed = [c for c in cases if c.documents]
+    assert {c.doc_lens for c in packed} == {(32, 32, 32, 32), (100, 28)}
+    ragged = [c for c in cases if c.kv_lens]
+    assert len(ragged) == 2 and {c.head_dim_v for c in ragged} == {None, 32}  # 64 is head_dim: the plain case
+    assert all(c.page_size == 16 and c.softcap == 50.0 and c.alibi and len(c.kv_lens) == 3 for c in ragged)
+    message = refused(tmp_path, text)
+    assert "sweep.doc_lengths: random draws the lengths, but documents [100, 28] gives them" in message
+
+
+def test_tp_makes_the_case_one_gpus_share(tmp_path: Path) -> None:
+    text = "name: t\nsweep: {seq_len: 64, heads: 32, kv_heads: 8, head_dim: 64, tp: [1, 8, 16]}\n"
+    shares = [(c.heads, c.kv_heads, c.tp) for c in load_suite(write(tmp_path, text)).cases("cpu")]
+    assert shares == [(32, 8, None), (4, 1, 8), (2, 1, 16)]
+
+
+@pytest.mark.parametrize("axes, expected", [
+    ("documents: 4\n  kv_seq_len: 256", "sweep.documents: packed documents need kv_seq_len == seq_len"),
+    ("documents: [[100, 20]]", "sweep.documents: lengths [100, 20] sum to 120, not seq_len 128"),
+    ("documents: 200", "sweep.documents: 200 documents cannot fit in seq_len 128"),
+    ("documents: 0", "sweep.documents: 0 is out of range; allowed: 1 to"),
+    ("page_size: 0", "sweep.page_size: 0 is out of range; allowed: 1 to"),
+    ("page_size: -16", "sweep.page_size: -16 is out of range"),
+    ("softcap: 0", "sweep.softcap: 0 is out of range; allowed: a positive number"),
+    ("tp: 3", "sweep.tp: 3 does not divide heads 8"),
+    ("kv_lengths: random", "sweep.kv_lengths: random needs kv_seq_len > seq_len"),
+    ("doc_lengths: uneven", "sweep.doc_lengths[0]: 'uneven' is not allowed; allowed: equal, random"),
+])
+def test_workload_refusals_name_the_axis(tmp_path: Path, axes: str, expected: str) -> None:
+    text = f"name: t\nsweep:\n  seq_len: 128\n  heads: 8\n  head_dim: 64\n  {axes}\n"
+    assert expected in refused(tmp_path, text)
+
+
+def test_tp_replicates_kv_heads_only_when_the_gpus_divide_evenly(tmp_path: Path) -> None:
+    replicated = "name: t\nsweep: {seq_len: 64, heads: 8, kv_heads: 2, head_dim: 64, tp: 4}\n"
+    assert [(c.heads, c.kv_heads) for c in load_suite(write(tmp_path, replicated)).cases("cpu")] == [(2, 1)]
+    uneven = "name: t\nsweep: {seq_len: 64, heads: 6, kv_heads: 3, head_dim: 64, tp: 2}\n"
+    assert "sweep.tp: 2 GPUs cannot share 3 KV heads" in refused(tmp_path, uneven)
+
+
+def test_fewer_keys_than_queries_is_refused_only_where_a_query_sees_none(tmp_path: Path) -> None:
+    two_sided = "name: t\nsweep: {seq_len: 64, kv_seq_len: 7, window: 300, heads: 2, head_dim: 8}\n"
+    (case,) = load_suite(write(tmp_path, two_sided)).cases("cpu")
+    assert case.visible_total() == 64 * 7  # every query sees every key
+    narrow = two_sided.replace("window: 300", "window: 50")
+    message = refused(tmp_path, narrow)
+    assert "sweep.kv_seq_len: query 0 of 64 sees no key (7 keys, no causal mask, window 50" in message
+    (fine,) = load_suite(write(tmp_path, narrow.replace("window: 50", "window: 57"))).cases("cpu")  # query 0 at -57
+    assert fine.empty_query() is None
+    causal = refused(tmp_path, "name: t\nsweep: {seq_len: 64, kv_seq_len: 7, causal: true, heads: 2, head_dim: 8}\n")
+    assert "query 0 of 64 sees no key" in causal
+
+
+@pytest.mark.parametrize("key", ["window", "documents", "page_size", "softcap", "head_dim_v", "tp", "kv_heads"])
+def test_a_bare_null_in_the_cpu_block_never_crashes(tmp_path: Path, key: str) -> None:
+    """`cpu: {window: null}` reached the validators as None and raised a TypeError (a traceback, not one line)."""
+    suite = load_suite(write(tmp_path, f"name: t\nsweep: {{seq_len: 64, heads: 2, head_dim: 8, window: 4}}\n"
+                                       f"cpu:\n  {key}: null\n"))
+    (case,) = suite.cases("cpu")
+    assert case.window == (None if key == "window" else 4)  # a nullable axis: null is the one value [null]

@@ -57,6 +57,9 @@ class Backend:
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     # What a user runs to make the backend available when its library is missing (for `doctor`).
     install_hint: ClassVar[str | None] = None
+    # The workload axes (attnbench.workload.AXES) prepare maps onto the kernel; a case using any other is
+    # skipped with a reason before it runs, never run wrong.
+    workload_axes: ClassVar[frozenset[str]] = frozenset()
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""
@@ -131,6 +134,14 @@ def module_owner(module: str, distribution: str) -> str | None:
             return None
         break
     return f"{module} ({origin}) is not the file {distribution} {dist.version} installed: another package overwrote or shadows it"
+
+
+def unmapped_axes(backend: Backend, case: Case) -> str | None:
+    """The skip reason for a case using workload axes the backend does not map; None when it maps them all."""
+    missing = [axis for axis in case.workload_axes if axis not in backend.workload_axes]
+    if not missing:
+        return None
+    return f"attnbench does not map {', '.join(missing)} onto {backend.name} yet"
 
 
 def first_line(exc: BaseException) -> str:

@@ -49,7 +49,8 @@ _compiled_mask: dict[bool, Callable[..., Any]] = {}
 # What the calls below pass (attnbench.conformance holds these against the installed torch):
 # FlexBackend.prepare's `flex(q, k, v, block_mask=, scale=, enable_gqa=)`, and flex_block_mask's call.
 FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_attention",
-                                  positional=("query", "key", "value"), keywords=("block_mask", "scale", "enable_gqa"))
+                                  positional=("query", "key", "value"),
+                                  keywords=("block_mask", "scale", "enable_gqa", "score_mod"))
 CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "create_block_mask",
                                      positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"), keywords=("device",))
 
@@ -116,16 +117,66 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
 
     if not case.has_mask:
         return None, {}
-    mask_mod = mask_mod_for(case.offset, case.causal, case.window)
+    mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None and case.kv_lens is None
+                else workload_mask_mod(case, device))
+    rows = case.batch if case.kv_lens is not None else None  # ragged lengths: each request its own mask
     kind = torch.device(device).type
     free = torch.cuda.mem_get_info(torch.device(device))[0] if kind == "cuda" else None
     compiled = mask_is_compiled(case, kind, free)
     build = compiled_create_block_mask(dynamic) if compiled else create_block_mask
     start = time.perf_counter()
-    block_mask = build(mask_mod, None, None, case.seq_len, case.kv_seq_len, device=device)
+    block_mask = build(mask_mod, rows, None, case.seq_len, case.kv_seq_len, device=device)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
+
+
+def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
+    """The mask_mod of a case with documents (each query inside its own document, causal and window counted from
+    the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys), from
+    attnbench.workload's structures: the block mask's sparsity then follows the documents."""
+    import torch
+
+    from attnbench import workload
+
+    causal, window = case.causal, case.window
+    if case.doc_lens is not None:
+        doc = torch.as_tensor(workload.doc_ids(case), device=device)
+
+        def documents(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return allowed(q_idx, kv_idx, 0, causal, window) & (doc[q_idx] == doc[kv_idx])
+
+        return documents
+    lens = torch.tensor(workload.request_kv_lens(case), device=device)
+    seq = case.seq_len
+
+    def ragged(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return allowed(q_idx, kv_idx, lens[b] - seq, causal, window) & (kv_idx < lens[b])
+
+    return ragged
+
+
+def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
+    """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off_b - j|),
+    GUIDE.md's order; None when the case has neither."""
+    import torch
+
+    from attnbench import workload
+
+    cap = case.softcap
+    if cap is None and not case.alibi:
+        return None
+    slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device) if case.alibi else None
+    offsets = torch.tensor(workload.request_kv_lens(case), device=device) - case.seq_len
+
+    def score_mod(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            score = score - slopes[h] * (q_idx + offsets[b] - kv_idx).abs()
+        return score
+
+    return score_mod
 
 
 def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, needs_grad: bool) -> None:
@@ -153,11 +204,19 @@ def compile_counters() -> dict[str, int]:
             + int(counters["inductor"]["fxgraph_cache_hit"])}
 
 
+def score_words(case: Case) -> str:
+    """What the score_mod does, for the kernel field."""
+    words = [f"softcap {case.softcap:g}"] if case.softcap is not None else []
+    return "+".join(words + (["ALiBi"] if case.alibi else []))
+
+
 @register
 class FlexBackend(Backend):
     name = "flex"
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
+    # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size.
+    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v"})
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL)
@@ -168,11 +227,13 @@ class FlexBackend(Backend):
         refuse_before_compiling(q, k, v, case.needs_grad)
         flex = compiled_flex_attention(self.dynamic)
         block_mask, mask_extra = flex_block_mask(case, q.device, self.dynamic)
+        score_mod = workload_score_mod(case, q.device)
         gqa = case.kv_heads != case.heads
         scale = case.head_dim ** -0.5
+        mods = {} if score_mod is None else {"score_mod": score_mod}
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+            return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa, **mods)
 
         # Compiled in the grad mode that is timed (the runner checks in that mode too): grad mode is part
         # of Dynamo's guards, so a call in the other mode would compile a second graph.
@@ -195,13 +256,16 @@ class FlexBackend(Backend):
             inputs=(q, k, v),
             call=call,
             kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
-                    f"{', block_mask' if block_mask is not None else ', no mask'}{', enable_gqa' if gqa else ''})"),
+                    f"{', block_mask' if block_mask is not None else ', no mask'}"
+                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}{', enable_gqa' if gqa else ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         """FlexAttention's own refusals (unsupported dtype, shape or device) as the skip reason."""
         first = first_line(exc)
+        if isinstance(exc, (TypeError, AttributeError, NameError, KeyError, IndexError)):
+            return None  # a bug of ours ("unsupported format string ..."), never a refusal to record as a skip
         markers = ("not support", "NYI", "nsupported", "only supports")
         if isinstance(exc, NotImplementedError) or any(m in first for m in markers):
             return f"flex_attention refused: {first}"
@@ -214,3 +278,6 @@ class FlexDynamicBackend(FlexBackend):
     summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
                "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True
+    # Its mask_mod keeps the mask's values as literals (dynamic=True makes captured values symbolic); the
+    # workload's tensors (document ids, cache lengths, slopes) are captured, so they stay unmapped for now.
+    workload_axes = frozenset()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from attnbench import workload
 from attnbench.backends.base import Backend, Prepared, expand_kv
 from attnbench.registry import register
+from attnbench.workload import AXES
 
 if TYPE_CHECKING:
     import torch
@@ -14,9 +16,17 @@ if TYPE_CHECKING:
     from attnbench.case import Case
 
 
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them)."""
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
+
+    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask.
+    """
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        scores = scores.div(softcap).tanh().mul(softcap)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1) @ v
@@ -29,11 +39,42 @@ class NaiveBackend(Backend):
     materialises_scores = True
     expands_kv = True
 
+    workload_axes = frozenset(AXES)
+
+    def estimate_memory(self, case: Case) -> int:
+        """The scores and expanded K/V (Case.memory_estimate), and with pages the K and V gathered in the call."""
+        from attnbench.case import DTYPE_BYTES
+
+        estimate = super().estimate_memory(case)
+        if case.page_size is not None:
+            estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]
+        return estimate
+
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        mask = case.mask(device=q.device)
+        mask = workload.visibility(case, device=q.device)
+        mask = None if mask is None else mask[:, None]  # (R, 1, Sq, Sk) over (B, H, Sq, Sk)
+        bias = workload.alibi_bias(case, device=q.device, dtype=q.dtype)
+        softcap = case.softcap
+        words = ["explicit mask"] if mask is not None else []
+        words += [f"softcap {softcap:g}"] if softcap is not None else []
+        words += ["ALiBi bias"] if bias is not None else []
+        if case.page_size is None:
+            inputs = (q, expand_kv(k, case), expand_kv(v, case))
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return naive_attention(q, k, v, mask, softcap, bias)
+        else:  # K/V live in the page pool: naive paged attention gathers them through the table in the call
+            layout = workload.pages(case)
+            table = workload.table_tensor(layout, q.device)
+            inputs = (q, workload.to_pages(k, layout), workload.to_pages(v, layout))
+            words.append(f"pages of {case.page_size} gathered in the call")
+
+            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+                k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
+                return naive_attention(q, k, v, mask, softcap, bias)
         return Prepared(
-            inputs=(q, expand_kv(k, case), expand_kv(v, case)),
-            call=lambda q, k, v: naive_attention(q, k, v, mask),
-            kernel=f"torch {self.version()} matmul+softmax" + (" (explicit mask)" if mask is not None else ""),
+            inputs=inputs,
+            call=call,
+            kernel=f"torch {self.version()} matmul+softmax" + (f" ({', '.join(words)})" if words else ""),
             kv_expanded=case.kv_heads != case.heads,
         )

@@ -60,13 +60,25 @@ def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
     """
     import torch
 
+    from attnbench import workload
+
     kwargs: dict[str, Any] = {"enable_gqa": case.kv_heads != case.heads}
-    if not case.has_mask:
+    alibi = workload.alibi_bias(case, device=q.device, dtype=q.dtype)  # (R, H, Sq, Sk)
+    if not case.has_mask and alibi is None:
         return kwargs, "no mask"
-    if case.causal and case.window is None and case.seq_len == case.kv_seq_len:
+    dense = case.doc_lens is None and case.kv_lens is None
+    if case.causal and case.window is None and case.seq_len == case.kv_seq_len and dense and alibi is None:
         return {**kwargs, "is_causal": True}, "is_causal"
-    keep = case.mask(device=q.device)
+    keep = workload.visibility(case, device=q.device)  # (R, Sq, Sk): documents and ragged lengths per row
+    if keep is None:
+        return {**kwargs, "attn_mask": alibi}, "explicit ALiBi bias"
     bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
+    if dense:
+        bias = bias[0]  # one (Sq, Sk) mask, as before the workload axes
+    else:
+        bias = bias[:, None]  # (R, 1, Sq, Sk) over (B, H, Sq, Sk)
+    if alibi is not None:
+        return {**kwargs, "attn_mask": bias + alibi}, "explicit mask with ALiBi bias"
     return {**kwargs, "attn_mask": bias}, "explicit mask"
 
 
@@ -76,6 +88,17 @@ class _Sdpa(Backend):
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
     # With FLASH_ATTENTION: PyTorch's FA3/FA4 implementation to route it to (None: its built-in FA2).
     flash_impl: ClassVar[str | None] = None
+    # Documents, ragged lengths and ALiBi become the explicit attn_mask; V may have its own head size.
+    workload_axes = frozenset({"documents", "kv_lengths", "alibi", "head_dim_v"})
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "SDPA has no soft-capping"
+        if case.page_size is not None:
+            return ("SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as SDPA's own "
+                    "work; attnbench does not time one)")
+        return None
+
     def availability(self, device: str) -> str | None:
         if device not in self.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
@@ -233,6 +256,7 @@ class _SdpaFlashImpl(SdpaFlash):
     """SDPA's flash kernel routed to one of PyTorch's FlashAttention implementations (activate_flash_attention_impl)."""
 
     devices = ("cuda",)
+    workload_axes = frozenset()  # FA3/FA4 take no attn_mask: documents and the rest need their own mapping
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL, *FLASH_IMPL_CALLS)

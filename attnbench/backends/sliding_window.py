@@ -165,10 +165,30 @@ class _LazyFunction:
 _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 
+def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents also "the same
+    document" (indices outside the sequence, which plan_for drops anyway, are clamped for the lookup)."""
+    import torch
+
+    from attnbench import workload
+
+    if case.doc_lens is None:
+        return case.allowed
+    doc = torch.as_tensor(workload.doc_ids(case), device=device)
+    last = case.seq_len - 1
+
+    def allowed(q_idx: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
+        return case.allowed(q_idx, k_idx) & (doc[q_idx.clamp(0, last)] == doc[k_idx.clamp(0, last)])
+
+    return allowed
+
+
 @register
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
+    # Packed documents: the window stays inside each document (the plan's in-span mask adds "same document").
+    workload_axes = frozenset({"documents"})
 
     def unsupported(self, case: Case) -> str | None:
         if case.window is None:
@@ -178,7 +198,8 @@ class SlidingWindowBackend(Backend):
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         assert case.window is not None
-        plan = plan_for(case.seq_len, case.kv_seq_len, case.window, case.causal, case.allowed, device=q.device)
+        plan = plan_for(case.seq_len, case.kv_seq_len, case.window, case.causal, allowed_of(case, q.device),
+                        device=q.device)
         return Prepared(
             inputs=(q, k, v),
             call=lambda q, k, v: sliding_window_attention(q, k, v, plan),

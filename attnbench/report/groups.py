@@ -11,6 +11,9 @@ FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
+# The workload axes that stay fixed within a group too (doc_lens and kv_lens follow the lengths, so they do not).
+WORKLOAD_FIELDS = ("documents", "doc_lengths", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "tp")
+GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
 DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "bf16": 2, "fp16": 2, "float32": 4, "fp32": 4, "float64": 8, "fp64": 8}
@@ -54,6 +57,7 @@ class CaseGroup:
             f"w{s['window']}" if s["window"] is not None else "", f"h{s['heads']}", f"kv{s['kv_heads']}",
             f"d{s['head_dim']}", str(s["mode"]), f"b{s['batch']}" if s["batch"] != 1 else "",
             *(f"{'q' if k == 'seq_len' else 'k'}{v}" for k, v in self.fixed.items()),
+            *workload_words(s, short=True),
         ]
         if s["device"] != "cuda":
             parts.insert(0, str(s["device"]))
@@ -80,8 +84,31 @@ def shape_words(shape: dict[str, Any]) -> list[str]:
     words.append(MODE_WORDS.get(str(shape["mode"]), str(shape["mode"])))
     if int(shape.get("batch") or 1) > 1:
         words.append(f"batch {shape['batch']}")
+    words += workload_words(shape)
     if shape.get("device") not in (None, "cuda"):
         words.append(str(shape["device"]))
+    return words
+
+
+def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
+    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
+    words = []
+    if shape.get("documents"):
+        kind = shape.get("doc_lengths") or "equal"
+        words.append(f"doc{shape['documents']}{kind[:4] if kind != 'equal' else ''}" if short
+                     else f"{shape['documents']} documents ({kind})")
+    if shape.get("kv_lengths"):
+        words.append(f"kv{shape['kv_lengths']}" if short else f"{shape['kv_lengths']} KV lengths")
+    if shape.get("page_size"):
+        words.append(f"page{shape['page_size']}" if short else f"pages of {shape['page_size']}")
+    if shape.get("softcap") is not None:
+        words.append(f"cap{shape['softcap']:g}" if short else f"softcap {shape['softcap']:g}")
+    if shape.get("alibi"):
+        words.append("alibi" if short else "ALiBi")
+    if shape.get("head_dim_v"):
+        words.append(f"dv{shape['head_dim_v']}" if short else f"d_v={shape['head_dim_v']}")
+    if shape.get("tp"):
+        words.append(f"tp{shape['tp']}" if short else f"tp {shape['tp']} (one GPU's share)")
     return words
 
 
@@ -97,7 +124,7 @@ def case_words(record: dict[str, Any]) -> str:
 
 def _shape_key(record: dict[str, Any]) -> tuple:
     # str() keeps None and mixed types sortable.
-    return tuple((str(type(record.get(f)).__name__), str(record.get(f))) for f in SHAPE_FIELDS)
+    return tuple((str(type(record.get(f)).__name__), str(record.get(f))) for f in GROUP_FIELDS)
 
 
 def group_records(records: Iterable[dict[str, Any]]) -> list[CaseGroup]:
@@ -108,7 +135,7 @@ def group_records(records: Iterable[dict[str, Any]]) -> list[CaseGroup]:
         buckets.setdefault((_shape_key(record), self_attention), []).append(record)
     groups: list[CaseGroup] = []
     for (_, self_attention), members in buckets.items():
-        shape = {f: members[0].get(f) for f in SHAPE_FIELDS}
+        shape = {f: members[0].get(f) for f in GROUP_FIELDS}
         if self_attention:
             groups.append(CaseGroup(shape, "seq_len", {}, members))
             continue
@@ -130,7 +157,7 @@ def _group_order(group: CaseGroup) -> tuple:
     return (
         str(s["device"]), str(s["mode"]), str(s["dtype"]), bool(s["causal"]), s["window"] is not None,
         s["window"] or 0, int(s["head_dim"]), int(s["heads"]), -int(s["kv_heads"]), int(s["batch"]),
-        group.x_field != "seq_len", tuple(sorted(group.fixed.items())),
+        tuple(str(s.get(f)) for f in WORKLOAD_FIELDS), group.x_field != "seq_len", tuple(sorted(group.fixed.items())),
     )
 
 
@@ -162,7 +189,7 @@ def kv_heads_families(groups: list[CaseGroup]) -> list[KvHeadsFamily]:
     """The sets of groups that vary only kv_heads, each at its longest common length."""
     buckets: dict[tuple, list[CaseGroup]] = {}
     for group in groups:
-        key = tuple(str(group.shape[f]) for f in SHAPE_FIELDS if f != "kv_heads")
+        key = tuple(str(group.shape.get(f)) for f in GROUP_FIELDS if f != "kv_heads")
         buckets.setdefault((key, group.x_field, tuple(sorted(group.fixed.items()))), []).append(group)
     families: list[KvHeadsFamily] = []
     for (_, x_field, _), members in buckets.items():
@@ -171,7 +198,7 @@ def kv_heads_families(groups: list[CaseGroup]) -> list[KvHeadsFamily]:
         common = set.intersection(*(set(g.xs) for g in members))
         length = max(common) if common else max(max(g.xs) for g in members)
         records = [r for g in members for r in g.records if int(r[x_field]) == length]
-        shape = {f: members[0].shape[f] for f in SHAPE_FIELDS if f != "kv_heads"}
+        shape = {f: members[0].shape.get(f) for f in GROUP_FIELDS if f != "kv_heads"}
         families.append(KvHeadsFamily(shape, x_field, length, records))
     families.sort(key=lambda fam: (str(fam.shape["mode"]), str(fam.shape["dtype"]), str(fam.shape)))
     return families

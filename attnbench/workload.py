@@ -1,0 +1,260 @@
+"""The shared structures of a workload beyond the dense case (GUIDE.md "Workload axes"), made once per case.
+
+Documents (`doc_lens`, `cu_seqlens`), ragged cache lengths (`kv_lens`), the page pool and its shuffled page
+table, ALiBi slopes, and the per-row visibility mask and score bias. The reference, naive and every adapter
+take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
+layout seed (its batch and lengths: the same with or without pages or score modifiers), each structure from its
+own stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from attnbench.case import Case
+
+# The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
+AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v")
+# What a page holds where no request's key lives (spare pages, the tail of a request's last page): finite,
+# so a masked-out read stays harmless, and far from the standard-normal data, so a wrong lookup is loud.
+JUNK = 30.0
+# Spare pages in the pool beyond what the batch needs: a quarter more (at least one), as an allocator leaves.
+SPARE_SHARE = 4
+# Seed streams, so that adding one structure never changes another's draw.
+STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
+
+
+def axes_used(case: Case) -> tuple[str, ...]:
+    """The workload axes `case` sets, in AXES order."""
+    used = {"documents": case.documents is not None, "kv_lengths": case.kv_lens is not None,
+            "page_size": case.page_size is not None, "softcap": case.softcap is not None,
+            "alibi": bool(case.alibi), "head_dim_v": case.head_dim_v is not None}
+    return tuple(name for name in AXES if used[name])
+
+
+# ---- documents --------------------------------------------------------------------------------------
+def equal_doc_lens(seq_len: int, documents: int) -> tuple[int, ...]:
+    """`documents` lengths as even as possible: the remainder one token each over the first documents."""
+    base, extra = divmod(seq_len, documents)
+    return tuple(base + (1 if i < extra else 0) for i in range(documents))
+
+
+def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
+    """`documents` lengths, each >= 1, summing to `seq_len`: the cuts between them are distinct positions drawn
+    uniformly from 1..seq_len-1 (a spread like packed real documents: many short, a few long)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, STREAM_DOCS])
+    cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
+    bounds = [0, *(int(c) for c in cuts), seq_len]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def cu_seqlens(case: Case) -> tuple[int, ...]:
+    """Every batch row's documents concatenated, as varlen kernels take them: 0, then each document's end."""
+    assert case.doc_lens is not None
+    ends = [0]
+    for _ in range(case.batch):
+        for length in case.doc_lens:
+            ends.append(ends[-1] + length)
+    return tuple(ends)
+
+
+def doc_ids(case: Case) -> np.ndarray:
+    """The document of each of a row's seq_len positions (every row packs the same doc_lens)."""
+    import numpy as np
+
+    assert case.doc_lens is not None
+    return np.repeat(np.arange(len(case.doc_lens)), case.doc_lens)
+
+
+# ---- ragged cache lengths ---------------------------------------------------------------------------
+def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:
+    """Each request's cache length, uniform in seq_len..kv_seq_len (it must hold its own seq_len queries)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, STREAM_KV])
+    return tuple(int(n) for n in rng.integers(max(1, seq_len), kv_seq_len + 1, size=batch))
+
+
+def row_kv_lens(case: Case) -> tuple[int, ...]:
+    """The cache length of each distinct row: one entry when every request has kv_seq_len keys, else one each."""
+    return case.kv_lens if case.kv_lens is not None else (case.kv_seq_len,)
+
+
+def request_kv_lens(case: Case) -> tuple[int, ...]:
+    """The cache length of every request of the batch."""
+    return case.kv_lens if case.kv_lens is not None else (case.kv_seq_len,) * case.batch
+
+
+# ---- pages ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pages:
+    """A pool of `num_pages` pages of `page_size` tokens; request b's logical page p is `table[b][p]` (-1: none).
+
+    The pool's layout is (num_pages, page_size, kv_heads, head_dim): FlashAttention's paged `k_cache` and
+    FlashInfer's NHD layout.
+    """
+
+    page_size: int
+    num_pages: int
+    table: tuple[tuple[int, ...], ...]
+    kv_lens: tuple[int, ...]
+
+    @property
+    def pages_per_request(self) -> tuple[int, ...]:
+        return tuple(-(-n // self.page_size) for n in self.kv_lens)
+
+
+@functools.lru_cache(maxsize=64)
+def pages(case: Case) -> Pages:
+    """The page pool and a seeded, shuffled page table for `case` (never the identity, with spare pages)."""
+    import numpy as np
+
+    assert case.page_size is not None
+    lens = request_kv_lens(case)
+    need = [-(-n // case.page_size) for n in lens]
+    total = sum(need)
+    num_pages = total + max(1, total // SPARE_SHARE)
+    perm = np.random.default_rng([case.layout_seed, STREAM_PAGES, case.page_size]).permutation(num_pages)
+    if (perm[:total] == np.arange(total)).all():  # a contiguous table measures only the best case
+        perm[[0, total]] = perm[[total, 0]]
+    width = -(-case.kv_seq_len // case.page_size)
+    table, used = [], 0
+    for n in need:
+        table.append(tuple(int(p) for p in perm[used:used + n]) + (-1,) * (width - n))
+        used += n
+    return Pages(case.page_size, num_pages, tuple(table), lens)
+
+
+def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
+    """Canonical K or V (B, KVH, Sk, D) stored in the page pool (num_pages, P, KVH, D), by differentiable ops.
+
+    Spare pages and the slots past each request's length hold JUNK: a kernel that reads them is wrong.
+    """
+    import torch
+
+    b, kvh, sk, d = x.shape
+    p = layout.page_size
+    width = len(layout.table[0])
+    rows = x.transpose(1, 2)  # (B, Sk, KVH, D)
+    rows = torch.nn.functional.pad(rows, (0, 0, 0, 0, 0, width * p - sk))
+    lens = torch.tensor(layout.kv_lens, device=x.device)
+    real = torch.arange(width * p, device=x.device)[None, :] < lens[:, None]  # (B, width·P)
+    rows = torch.where(real[:, :, None, None], rows, torch.full_like(rows, JUNK))
+    logical = rows.reshape(b, width, p, kvh, d)
+    table = torch.tensor(layout.table, device=x.device)
+    used = table >= 0
+    pool = torch.full((layout.num_pages, p, kvh, d), JUNK, dtype=x.dtype, device=x.device)
+    return pool.index_copy(0, table[used], logical[used])
+
+
+def table_tensor(layout: Pages, device: Any = None) -> torch.Tensor:
+    """The (B, pages) page table as a long tensor, unused entries pointing at page 0 (their keys are masked)."""
+    import torch
+
+    return torch.tensor(layout.table, dtype=torch.long, device=device).clamp(min=0)
+
+
+def gather(pool: torch.Tensor, table: torch.Tensor, kv_seq_len: int) -> torch.Tensor:
+    """K or V gathered from the (num_pages, P, KVH, D) pool through a table_tensor back to canonical
+    (B, KVH, Sk, D); positions past a request's length hold whatever the pool has there (the mask hides them)."""
+    b, width = table.shape
+    _, p, kvh, d = pool.shape
+    return pool[table].reshape(b, width * p, kvh, d)[:, :kv_seq_len].transpose(1, 2)
+
+
+def from_pages(pool: torch.Tensor, layout: Pages, kv_seq_len: int) -> torch.Tensor:
+    """gather() with the layout's own table."""
+    return gather(pool, table_tensor(layout, pool.device), kv_seq_len)
+
+
+# ---- ALiBi ------------------------------------------------------------------------------------------
+def alibi_slopes(heads: int) -> tuple[float, ...]:
+    """ALiBi's slopes: 2^(-8(h+1)/H) for H a power of two; otherwise the paper's recipe (the slopes of the
+    power of two below H, then every other slope of the power of two above it)."""
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    if heads & (heads - 1) == 0:
+        return tuple(power_of_two(heads))
+    closest = 2 ** int(math.floor(math.log2(heads)))
+    return tuple(power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest])
+
+
+def case_slopes(case: Case) -> tuple[float, ...]:
+    """The slopes of the case's query heads. Under tensor parallelism the case is rank 0's share: the first
+    heads of the whole model's slopes."""
+    return alibi_slopes(case.heads * (case.tp or 1))[: case.heads]
+
+
+# ---- the mask and the bias --------------------------------------------------------------------------
+def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The inclusive key range [lo, hi] each query may see, as (R, Sq) int64 arrays: R = 1 when every batch row
+    has the same mask, R = batch with ragged cache lengths. Empty where lo > hi."""
+    import numpy as np
+
+    lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
+    pos = np.arange(case.seq_len, dtype=np.int64)[None, :] + (lens - case.seq_len)
+    lo = np.zeros_like(pos)
+    hi = np.broadcast_to(lens - 1, pos.shape).copy()
+    if case.doc_lens is not None:  # Sq == Sk: a query's keys lie in its own document
+        ends = np.cumsum(case.doc_lens)
+        starts = ends - np.array(case.doc_lens)
+        ids = doc_ids(case)
+        lo, hi = np.maximum(lo, starts[ids][None, :]), np.minimum(hi, ends[ids][None, :] - 1)
+    if case.causal:
+        hi = np.minimum(hi, pos)
+        if case.window is not None:
+            lo = np.maximum(lo, pos - case.window)
+    elif case.window is not None:
+        lo, hi = np.maximum(lo, pos - case.window), np.minimum(hi, pos + case.window)
+    return lo, hi
+
+
+def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
+    """The boolean (R, rows, Sk) mask, True where a query may see a key, from GUIDE.md's rules read directly
+    (not from key_ranges, so that each checks the other); R as in key_ranges. None when nothing is masked."""
+    import torch
+
+    from attnbench.case import allowed
+
+    if not case.has_mask:
+        return None
+    q = (torch.arange(case.seq_len, device=device) if rows is None else rows.to(device))[None, :, None]
+    k = torch.arange(case.kv_seq_len, device=device)[None, None, :]
+    if case.doc_lens is not None:
+        doc = torch.as_tensor(doc_ids(case), device=device)
+        return allowed(q, k, 0, case.causal, case.window) & (doc[q] == doc[k])
+    lens = torch.tensor(row_kv_lens(case), device=device)[:, None, None]
+    return allowed(q, k, lens - case.seq_len, case.causal, case.window) & (k < lens)
+
+
+def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
+               dtype: Any = None) -> torch.Tensor | None:
+    """ALiBi's (R, H, rows, Sk) score bias -slope_h·|i + off_b - j| (positions inside a document count from its
+    start, which leaves i - j unchanged); None without alibi."""
+    import torch
+
+    if not case.alibi:
+        return None
+    q = (torch.arange(case.seq_len, device=device) if rows is None else rows.to(device))[None, None, :, None]
+    k = torch.arange(case.kv_seq_len, device=device)[None, None, None, :]
+    off = torch.tensor(row_kv_lens(case), device=device)[:, None, None, None] - case.seq_len
+    slopes = torch.tensor(case_slopes(case), dtype=torch.float64, device=device)[None, :, None, None]
+    return (-slopes * (q + off - k).abs()).to(dtype or torch.float64)
+
+
+def score_transform(case: Case, scores: torch.Tensor) -> torch.Tensor:
+    """Soft-capping, c·tanh(s/c), on scaled scores (before the bias and the mask); the scores unchanged without it."""
+    if case.softcap is None:
+        return scores
+    return scores.div(case.softcap).tanh().mul(case.softcap)

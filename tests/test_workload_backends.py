@@ -1,0 +1,191 @@
+"""Every CPU backend on each workload axis: it matches the float64 reference, or skips with a reason; and the
+check catches the plausible bugs of each axis (a document boundary off by one, a wrong page lookup, soft-capping
+after the softmax)."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench import workload
+from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
+from attnbench.backends.naive import naive_attention
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData
+from tests.conftest import make_case, measure
+
+CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")
+AXES = {
+    "documents": dict(causal=True, documents=3),
+    "documents-random-window": dict(causal=True, window=6, documents=5, doc_lengths="random", heads=4, kv_heads=2),
+    "documents-two-sided": dict(causal=False, window=5, documents=4, doc_lengths="random"),
+    "ragged": dict(causal=True, batch=3, seq_len=8, kv_seq_len=80, kv_lengths="random", heads=4, kv_heads=1),
+    "ragged-decode-window": dict(causal=True, window=9, batch=4, seq_len=1, kv_seq_len=80, kv_lengths="random"),
+    "paged": dict(causal=True, batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16),
+    "softcap": dict(causal=True, softcap=2.0),
+    "alibi": dict(causal=True, alibi=True, heads=6, kv_heads=3),
+    "head_dim_v": dict(causal=True, head_dim_v=16, heads=4, kv_heads=2),
+    "everything": dict(causal=True, documents=3, doc_lengths="random", softcap=3.0, alibi=True, head_dim_v=48),
+    "tp": dict(causal=True, heads=2, kv_heads=1, tp=4),
+}
+# The axes flex is also checked on in bfloat16 (the others in float32 only: every flex case is a compile).
+BF16_FLEX = ("ragged", "everything")
+# What each backend may skip, and the words of its reason (anything else must be ok).
+SKIPS = {
+    "sdpa": {"softcap": "SDPA has no soft-capping", "page_size": "SDPA reads contiguous K/V"},
+    "flex": {"page_size": "attnbench does not map page_size onto flex yet"},
+    "sliding-window": {"window": "needs a window", "kv_lengths": "does not map", "softcap": "does not map",
+                       "alibi": "does not map", "head_dim_v": "does not map", "page_size": "does not map"},
+}
+
+
+def expected_skip(name: str, case) -> str | None:  # type: ignore[no-untyped-def]
+    family = "sdpa" if name.startswith("sdpa") else name
+    rules = SKIPS.get(family, {})
+    if "window" in rules and case.window is None:
+        return rules["window"]
+    for axis in case.workload_axes:
+        if axis in rules:
+            return rules[axis]
+    if name == "sdpa-flash" and case.head_dim_v is not None:
+        return "same last dimension"  # PyTorch's own refusal
+    return None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+@pytest.mark.parametrize("axis", list(AXES))
+def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dtype: str) -> None:
+    case = make_case(mode=mode, dtype=dtype, **AXES[axis])
+    data = CaseData(case)
+    registry = default_registry()
+    for name in CPU:
+        if name == "flex" and (mode == "bwd" or (dtype == "bfloat16" and axis not in BF16_FLEX)):
+            continue  # FlexAttention has no CPU backward (a skip tested elsewhere); each compile costs seconds
+        record = measure(case, registry.get(name), data)
+        skip = expected_skip(name, case)
+        if skip is None:
+            assert record.status == "ok", (name, record.reason)
+            assert record.grad_checked == (mode == "bwd")
+        else:
+            assert record.status == "skipped" and skip in record.reason, (name, record.status, record.reason)
+
+
+def test_flex_block_sparsity_follows_the_documents() -> None:
+    registry = default_registry()
+    one = measure(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1), registry.get("flex"))
+    packed = measure(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1, documents=8), registry.get("flex"))
+    assert one.status == packed.status == "ok"
+    assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"] + 30
+
+
+@pytest.mark.parametrize("name", ["flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "sdpa-flash-fa3",
+                                  "sdpa-flash-fa4", "flex-dynamic"])
+def test_backends_without_a_mapping_skip_each_axis_by_name(name: str) -> None:
+    backend = default_registry().get(name)
+    case = make_case(dtype="float16", causal=True, documents=4, alibi=True)
+    assert unmapped_axes(backend, case) == f"attnbench does not map documents, alibi onto {name} yet"
+    assert unmapped_axes(backend, make_case(dtype="float16", causal=True, tp=2, heads=2, kv_heads=2)) is None
+
+
+# ---- the check catches each axis's plausible bug ---------------------------------------------------------
+class DocumentOffByOne(Backend):
+    """Naive attention whose document boundaries are one token late (the first document takes the next's first)."""
+
+    name = "documents-off-by-one"
+    workload_axes = frozenset(workload.AXES)
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        lens = (case.doc_lens[0] + 1, case.doc_lens[1] - 1, *case.doc_lens[2:])
+        wrong = replace(case, doc_lengths="explicit", doc_lens=lens)
+        mask = workload.visibility(wrong)[:, None]
+        return Prepared((q, k, v), lambda q, k, v: naive_attention(q, expand_kv(k, case), expand_kv(v, case), mask),
+                        kernel="naive, documents one token late")
+
+
+class WrongPageLookup(Backend):
+    """Naive paged attention that reads logical page p from the physical page of p + 1 (wrapping)."""
+
+    name = "wrong-page-lookup"
+    workload_axes = frozenset(workload.AXES)
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        layout = workload.pages(case)
+        table = workload.table_tensor(layout).roll(-1, dims=1)
+        mask = workload.visibility(case)[:, None]
+
+        def call(q, k_pool, v_pool):  # type: ignore[no-untyped-def]
+            k, v = (workload.gather(pool, table, case.kv_seq_len) for pool in (k_pool, v_pool))
+            return naive_attention(q, expand_kv(k, case), expand_kv(v, case), mask)
+
+        return Prepared((q, workload.to_pages(k, layout), workload.to_pages(v, layout)), call, kernel="wrong lookup")
+
+
+class SoftcapAfterSoftmax(Backend):
+    """Soft-capping applied to the probabilities instead of the scores."""
+
+    name = "softcap-after-softmax"
+    workload_axes = frozenset(workload.AXES)
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        import math
+
+        mask = case.mask()
+        cap = case.softcap
+
+        def call(q, k, v):  # type: ignore[no-untyped-def]
+            scores = (q @ expand_kv(k, case).transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = scores.softmax(-1)
+            return (cap * (probs / cap).tanh()) @ expand_kv(v, case)
+
+        return Prepared((q, k, v), call, kernel="softcap after softmax")
+
+
+def test_the_check_catches_a_document_boundary_off_by_one() -> None:
+    record = measure(make_case(causal=True, documents=4), DocumentOffByOne())
+    assert record.status == "mismatch" and record.max_abs_error > record.error_bound
+
+
+def test_the_check_catches_a_wrong_page_table_lookup() -> None:
+    case = make_case(causal=True, batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16)
+    assert measure(case, default_registry().get("naive")).status == "ok"
+    assert measure(case, WrongPageLookup()).status == "mismatch"
+
+
+def test_the_check_catches_softcap_after_the_softmax() -> None:
+    """With a cap of 1, tanh barely bends probabilities below 1, but scores of ±3 are squashed hard."""
+    assert measure(make_case(causal=True, softcap=1.0), SoftcapAfterSoftmax()).status == "mismatch"
+
+
+@pytest.mark.slow
+def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`attnbench run workloads` on this CPU: every record ok or skipped with a reason, each backend ok somewhere."""
+    import subprocess
+    import sys
+
+    from attnbench.results import load_records
+
+    out = tmp_path / "workloads"
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "run", "workloads", "--out", str(out), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = load_records(out)
+    assert {r["status"] for r in records} <= {"ok", "skipped"}
+    assert all(r["reason"] for r in records if r["status"] == "skipped")
+    assert {r["backend"] for r in records if r["status"] == "ok"} == set(CPU)
+    axes = {axis for r in records if r["status"] == "ok" for axis in
+            ("doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp") if axis in r}
+    assert axes == {"doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp"}
+
+
+def test_a_python_bug_in_flex_is_an_error_not_a_skip() -> None:
+    """Python's own "unsupported format string" once made a flex bug look like torch refusing the case."""
+    from attnbench.backends.flex import FlexBackend
+
+    flex = FlexBackend()
+    assert flex.skip_reason(TypeError("unsupported format string passed to NoneType.__format__"), []) is None
+    refusal = NotImplementedError("FlexAttention does not support backward on CPU")
+    assert flex.skip_reason(refusal, []) == "flex_attention refused: FlexAttention does not support backward on CPU"
