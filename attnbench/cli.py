@@ -132,10 +132,12 @@ def list_suites() -> None:
     """The suites shipped with attnbench: `attnbench run NAME` runs one without a checkout."""
     from attnbench.suite import load_suite, packaged_suites
 
-    for name, path in packaged_suites().items():
+    suites = packaged_suites()
+    width = max(map(len, suites), default=10)
+    for name, path in suites.items():
         suite = load_suite(path)
         first = next((line.lstrip("# ").strip() for line in suite.text.splitlines() if line.startswith("#")), "")
-        out.print(f"{name:<10} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
+        out.print(f"{name:<{width}} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
                   f"{first}", markup=False)
 
 

@@ -164,6 +164,13 @@ class CpuAxes(Axes):
         return None if value is None else _bounded(value, 1, MAX_SEQ)
 
 
+class Block(Axes):
+    """A sweep block (`sweep`, or an item of `also`): its axes, and optionally its own `cpu:` overrides, applied on
+    a CPU after the suite's top-level `cpu:` block (a decode block and a prefill block need different CPU sizes)."""
+
+    cpu: CpuAxes | None = None
+
+
 class Timing(_Strict):
     """How long to warm up and to measure each call, in milliseconds of the call's own time, and how precisely.
 
@@ -187,10 +194,10 @@ class SuiteModel(_Strict):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     backends: list[str] | None = Field(default=None, min_length=1)
     timing: Timing = Timing()
-    sweep: Axes
+    sweep: Block
     # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
     # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.
-    also: list[Axes] | None = Field(default=None, min_length=1)
+    also: list[Block] | None = Field(default=None, min_length=1)
     cpu: CpuAxes | None = None
 
 
@@ -214,20 +221,30 @@ class Suite:
         return self.model.name
 
     def axes(self, device: str) -> list[tuple[str, Axes]]:
-        """Each sweep block in force on `device`, with its name for messages: the `cpu:` block replaces sweep values
-        on a CPU, in every block."""
-        blocks = [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
-        if device == "cpu" and self.model.cpu is not None:
-            overrides = {k: v for k, v in self.model.cpu.model_dump().items() if v is not None}
-            blocks = [(name, axes.model_copy(update=overrides)) for name, axes in blocks]
-        return blocks
+        """Each sweep block in force on `device`, with its name for messages: on a CPU the top-level `cpu:` block
+        replaces values in every block, then a block's own `cpu:` replaces values in that block."""
+        blocks: list[tuple[str, Block]] = [("sweep", self.model.sweep),
+                                           *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
+        result: list[tuple[str, Axes]] = []
+        for name, block in blocks:
+            axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
+            if device == "cpu":
+                for overrides in (self.model.cpu, block.cpu):
+                    if overrides is not None:
+                        axes = axes.model_copy(update={k: v for k, v in overrides.model_dump().items() if v is not None})
+            result.append((name, axes))
+        return result
+
+    def _has_cpu_block(self, name: str) -> bool:
+        block = self.model.sweep if name == "sweep" else (self.model.also or [])[int(name[5:-1])]
+        return self.model.cpu is not None or block.cpu is not None
 
     def cases(self, device: str) -> list[Case]:
         """Cross every axis of each block into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
         cases: list[Case] = []
         for name, axes in self.axes(device):
             key = name
-            if device == "cpu" and self.model.cpu is not None:
+            if device == "cpu" and self._has_cpu_block(name):
                 key = "cpu" if name == "sweep" else f"cpu/{name}"
             for case in self._cross(device, axes, key):
                 if case not in cases:
@@ -312,17 +329,18 @@ STARTER = Path(__file__).parent / "templates" / "starter.yaml"
 
 
 def packaged_suites() -> dict[str, Path]:
-    """The suites shipped inside the package, by name (file stem): `attnbench run long` needs no checkout."""
+    """The suites shipped inside the package, by name (the path under suites/ without .yaml: `long`,
+    `models/llama-3.1-8b`): `attnbench run long` needs no checkout."""
     folder = Path(__file__).parent / "suites"
-    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+    return {p.relative_to(folder).with_suffix("").as_posix(): p for p in sorted(folder.rglob("*.yaml"))}
 
 
 def resolve_suite(path: Path | str) -> Path:
     """A suite argument as a file: an existing path, else the name of a packaged suite."""
     path = Path(path)
-    if path.exists() or len(path.parts) != 1:
+    if path.exists():
         return path
-    return packaged_suites().get(path.name.removesuffix(".yaml"), path)
+    return packaged_suites().get(path.as_posix().removesuffix(".yaml"), path)
 
 
 def load_suite(path: Path | str) -> Suite:

@@ -21,7 +21,7 @@ cd "$work"  # away from the checkout: only the installed package can answer
 bin="$work/venv/bin"
 "$bin/attnbench" --version
 "$bin/attnbench" list --device cpu > list.txt && grep -q "sdpa-flash" list.txt
-"$bin/attnbench" suites > suites.txt && grep -q "^long" suites.txt  # (a pipe into grep -q can end in SIGPIPE)
+"$bin/attnbench" suites > suites.txt && grep -q "^long" suites.txt && grep -q "^models/llama-3.1-8b" suites.txt  # (a pipe into grep -q can end in SIGPIPE)
 "$bin/attnbench" run quick --device cpu --backend sdpa --out "$work/run" > run.log 2>&1 || { cat run.log; exit 1; }
 test -s "$work/run/results.jsonl" && test -s "$work/run/report.html"
 echo "wheel OK: installed, listed backends, ran the packaged quick suite ($(wc -l < "$work/run/results.jsonl") records)"

@@ -205,3 +205,17 @@ def test_a_bare_null_in_the_cpu_block_never_crashes(tmp_path: Path, key: str) ->
                                        f"cpu:\n  {key}: null\n"))
     (case,) = suite.cases("cpu")
     assert case.window == (None if key == "window" else 4)  # a nullable axis: null is the one value [null]
+
+
+def test_a_blocks_own_cpu_block_applies_after_the_suites(tmp_path: Path) -> None:
+    """A prefill block and a decode block need different CPU sizes: each block's `cpu:` replaces values in that
+    block only, after the top-level `cpu:` (which replaces values in every block)."""
+    text = ("name: b\nsweep:\n  seq_len: [8192]\n  heads: 8\n  head_dim: 64\n  causal: true\n  cpu:\n    seq_len: [256]\n"
+            "also:\n  - seq_len: 1\n    kv_seq_len: [65536]\n    heads: 8\n    head_dim: 64\n    causal: true\n"
+            "    cpu:\n      kv_seq_len: [512]\ncpu:\n  dtype: [float32]\n")
+    suite = load_suite(write(tmp_path, text))
+    assert {(c.seq_len, c.kv_seq_len, c.dtype) for c in suite.cases("cpu")} == {(256, 256, "float32"),
+                                                                                 (1, 512, "float32")}
+    assert {(c.seq_len, c.kv_seq_len) for c in suite.cases("cuda")} == {(8192, 8192), (1, 65536)}
+    message = refused(tmp_path, text.replace("    cpu:\n      kv_seq_len", "    cpu:\n      kv_seq_lenn"))
+    assert "also[0].cpu.kv_seq_lenn: unknown key (did you mean 'kv_seq_len'?)" in message
