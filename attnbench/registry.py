@@ -19,6 +19,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.flex",
     "attnbench.backends.flash",
     "attnbench.backends.xformers_ops",
+    "attnbench.backends.flashinfer",
 )
 
 Target = Union[type[Backend], Backend, str]
