@@ -20,6 +20,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.flash",
     "attnbench.backends.xformers_ops",
     "attnbench.backends.flashinfer",
+    "attnbench.backends.sdpa_varlen",
 )
 
 Target = Union[type[Backend], Backend, str]
