@@ -71,13 +71,13 @@ class Case:
                 object.__setattr__(self, name, tuple(int(v) for v in value))
         if self.documents is not None and self.doc_lens is None:
             kind = self.doc_lengths or "equal"
-            lens = (workload.random_doc_lens(self.seq_len, self.documents, self.seed) if kind == "random"
-                    else workload.equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lengths", kind)
+            lens = (workload.random_doc_lens(self.seq_len, self.documents, self.layout_seed) if kind == "random"
+                    else workload.equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lens", lens)
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", workload.random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
-                                                                        self.seed))
+                                                                        self.layout_seed))
 
     @property
     def v_dim(self) -> int:
@@ -147,12 +147,22 @@ class Case:
         """The seed inputs are drawn from: derived from the case, so every backend sees the same tensors."""
         return zlib.crc32(self.case_id.encode())
 
+    @property
+    def layout_seed(self) -> int:
+        """The seed of the drawn structures (random doc_lens, kv_lens, the page table): from the batch, the lengths
+        and how they are drawn only, so the same workload with or without pages, a score modifier, another dtype or
+        mode has the same documents and requests (GUIDE.md: pages change only the storage)."""
+        key = f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-{self.documents}-{self.doc_lengths}-{self.kv_lengths}"
+        return zlib.crc32(key.encode())
+
     def fields(self) -> dict[str, Any]:
         return asdict(self)
 
     # ---- the mask -------------------------------------------------------------------------
     def key_range(self, query: int) -> tuple[int, int]:
-        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi)."""
+        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi); one row's, so for
+        the dense mask only (attnbench.workload.key_ranges has every row's)."""
+        assert self.doc_lens is None and self.kv_lens is None, "a per-row mask: use attnbench.workload.key_ranges"
         pos = query + self.offset
         lo, hi = 0, self.kv_seq_len - 1
         if self.causal:

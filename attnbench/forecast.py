@@ -417,8 +417,12 @@ def compile_key(case: Case, backend: str = "flex") -> str:
     """What a flex compile specialises on: every shape, the mask and the grad mode; flex-dynamic's one compile
     serves every sequence length of the same mask offset."""
     lengths = (case.seq_len, case.kv_seq_len) if backend != "flex-dynamic" else (case.offset,)
-    return "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
-                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
+    key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
+                                    case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
+    # A workload's mask_mod and score_mod are their own graph (the dense case's key stays as it was).
+    workload = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "kv_lens", "softcap", "alibi",
+                                                                     "head_dim_v") if getattr(case, axis))
+    return f"{key}|{workload}" if workload else key
 
 
 def _group_key(case: Case) -> tuple:

@@ -3,7 +3,8 @@
 Documents (`doc_lens`, `cu_seqlens`), ragged cache lengths (`kv_lens`), the page pool and its shuffled page
 table, ALiBi slopes, and the per-row visibility mask and score bias. The reference, naive and every adapter
 take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
-seed, each structure from its own stream.
+layout seed (its batch and lengths: the same with or without pages or score modifiers), each structure from its
+own stream.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def pages(case: Case) -> Pages:
     need = [-(-n // case.page_size) for n in lens]
     total = sum(need)
     num_pages = total + max(1, total // SPARE_SHARE)
-    perm = np.random.default_rng([case.seed, STREAM_PAGES]).permutation(num_pages)
+    perm = np.random.default_rng([case.layout_seed, STREAM_PAGES, case.page_size]).permutation(num_pages)
     if (perm[:total] == np.arange(total)).all():  # a contiguous table measures only the best case
         perm[[0, total]] = perm[[total, 0]]
     width = -(-case.kv_seq_len // case.page_size)

@@ -311,7 +311,8 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(fa, "create_block_mask", block_mask)
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda dynamic=False: attention)  # eager: tiny cases, no compile
     for c in (make_case(seq_len=32, heads=2, kv_heads=1, causal=True, window=4),
-              make_case(seq_len=32, heads=2, kv_heads=2)):
+              make_case(seq_len=32, heads=2, kv_heads=2),
+              make_case(seq_len=32, heads=2, kv_heads=2, causal=True, documents=2, softcap=5.0)):  # score_mod
         record = measure(c, FlexBackend())
         assert record.status == "ok", record.reason
     attention.assert_declared(FLEX_ATTENTION_CALL)

@@ -25,7 +25,7 @@ def test_random_documents_are_seeded_at_least_one_token_and_fill_the_row() -> No
     assert len(case.doc_lens) == 7 and sum(case.doc_lens) == 256 and min(case.doc_lens) >= 1
     assert make_case(seq_len=256, documents=7, doc_lengths="random").doc_lens == case.doc_lens  # from the seed
     assert len(set(case.doc_lens)) > 1, "random lengths are not the equal split"
-    assert make_case(seq_len=256, documents=7, doc_lengths="random", causal=True).doc_lens != case.doc_lens
+    assert make_case(seq_len=255, documents=7, doc_lengths="random").doc_lens != case.doc_lens
     assert workload.random_doc_lens(5, 5, seed=1) == (1, 1, 1, 1, 1)
 
 
@@ -228,3 +228,37 @@ def test_report_groups_keep_workloads_apart_and_name_them() -> None:
     assert any("4 documents (equal)" in t for t in titles) and any("4 documents (random)" in t for t in titles)
     assert any("softcap 50" in t for t in titles)
     assert len({g.slug() for g in groups}) == 4
+
+
+def test_pages_and_score_modifiers_keep_the_same_documents_and_requests() -> None:
+    """GUIDE.md: pages change only the storage; so the drawn lengths are those of the same case without them."""
+    ragged = dict(seq_len=1, kv_seq_len=512, batch=4, kv_lengths="random", causal=True)
+    plain = make_case(**ragged)
+    for extra in ({"page_size": 64}, {"softcap": 30.0}, {"alibi": True}, {"mode": "bwd"}, {"dtype": "bfloat16"}):
+        assert make_case(**ragged, **extra).kv_lens == plain.kv_lens, extra
+    packed = dict(seq_len=256, documents=4, doc_lengths="random", causal=True)
+    assert make_case(**packed, window=32).doc_lens == make_case(**packed).doc_lens
+    assert make_case(**ragged, page_size=64).visible_total() == plain.visible_total()
+
+
+def test_readme_documents_every_workload_field_of_a_record() -> None:
+    """README's "Reading a result" is the user's description of the record: each workload field is in it."""
+    from pathlib import Path
+
+    from attnbench.results import WORKLOAD_DEFAULTS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    reading = readme.split("## Reading a result", 1)[1].split("\n## ", 1)[0]
+    assert [name for name in WORKLOAD_DEFAULTS if f"`{name}`" not in reading] == []
+    workloads = readme.split("## Workloads", 1)[1].split("\n## ", 1)[0]
+    assert [axis for axis in workload.AXES + ("doc_lengths", "tp") if f"\n{axis}:" not in workloads] == []
+
+
+def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one() -> None:
+    from attnbench.forecast import compile_key
+
+    dense = make_case(causal=True)
+    assert compile_key(dense) == compile_key(make_case(causal=True, tp=2, heads=4, kv_heads=4))  # tp: same shapes
+    keys = {compile_key(make_case(causal=True, **extra)) for extra in
+            ({}, {"documents": 4}, {"documents": 4, "doc_lengths": "random"}, {"softcap": 5.0}, {"alibi": True})}
+    assert len(keys) == 5

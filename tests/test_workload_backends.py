@@ -155,3 +155,24 @@ def test_the_check_catches_a_wrong_page_table_lookup() -> None:
 def test_the_check_catches_softcap_after_the_softmax() -> None:
     """With a cap of 1, tanh barely bends probabilities below 1, but scores of ±3 are squashed hard."""
     assert measure(make_case(causal=True, softcap=1.0), SoftcapAfterSoftmax()).status == "mismatch"
+
+
+@pytest.mark.slow
+def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`attnbench run workloads` on this CPU: every record ok or skipped with a reason, each backend ok somewhere."""
+    import subprocess
+    import sys
+
+    from attnbench.results import load_records
+
+    out = tmp_path / "workloads"
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "run", "workloads", "--out", str(out), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = load_records(out)
+    assert {r["status"] for r in records} <= {"ok", "skipped"}
+    assert all(r["reason"] for r in records if r["status"] == "skipped")
+    assert {r["backend"] for r in records if r["status"] == "ok"} == set(CPU)
+    axes = {axis for r in records if r["status"] == "ok" for axis in
+            ("doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp") if axis in r}
+    assert axes == {"doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp"}
