@@ -91,7 +91,8 @@ def test_xformers_calls_match_installed_xformers() -> None:
     assert states == {"memory_efficient_attention": "ok", "LowerTriangularFromBottomRightMask": "ok",
                       "LowerTriangularFromBottomRightLocalAttentionMask": "ok",
                       "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok",
-                      "_dispatch_bw": "ok"}
+                      "_dispatch_bw": "ok", "from_seqlens": "ok", "make_causal_from_bottomright": "ok",
+                      "make_local_attention_from_bottomright": "ok"}
     assert conformance.state == "ok"
     window = next(v for v in conformance.verdicts if v.function.endswith("LocalAttentionMask"))
     assert window.signature == "LowerTriangularFromBottomRightLocalAttentionMask(_window_size)"

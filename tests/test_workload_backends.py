@@ -75,9 +75,9 @@ def test_flex_block_sparsity_follows_the_documents() -> None:
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"] + 30
 
 
-# (flash-attn 2/3/4, flashinfer and sdpa-varlen map some axes: tests/test_flash_standin.py and the adapters' own
-# stand-in tests hold what each maps and the reason for each it does not.)
-@pytest.mark.parametrize("name", ["xformers", "sdpa-flash-fa3",
+# (flash-attn 2/3/4, xformers, flashinfer and sdpa-varlen map some axes: their own stand-in tests hold what each
+# maps and the reason for each it does not.)
+@pytest.mark.parametrize("name", ["sdpa-flash-fa3",
                                   "sdpa-flash-fa4", "flex-dynamic"])
 def test_backends_without_a_mapping_skip_each_axis_by_name(name: str) -> None:
     backend = default_registry().get(name)
