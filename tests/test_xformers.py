@@ -108,8 +108,16 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
     q, k, v = to_bghsd(query), to_bghsd(key), to_bghsd(value)
     s = q @ k.transpose(-1, -2) * (d ** -0.5 if scale is None else scale)
     if attn_bias is not None:  # a stand-in class's keep(), or a real xformers bias's own materialize()
-        keep = (attn_bias.keep(sq, sk) if hasattr(attn_bias, "keep")
-                else torch.isfinite(attn_bias.materialize((sq, sk), dtype=torch.float32, device="cpu")))
+        if hasattr(attn_bias, "keep"):
+            keep = attn_bias.keep(sq, sk)
+        elif hasattr(attn_bias, "block_tables"):  # paged: materialised over the pages in use, K/V are the pool
+            tables = attn_bias.block_tables
+            used = attn_bias.materialize((sq, tables.shape[0] * tables.shape[1] * attn_bias.page_size),
+                                         dtype=torch.float32, device="cpu")
+            keep = torch.zeros(sq, sk, dtype=torch.bool)
+            keep[:, : used.shape[-1]] = torch.isfinite(used)
+        else:
+            keep = torch.isfinite(attn_bias.materialize((sq, sk), dtype=torch.float32, device="cpu"))
         s = s.masked_fill(~keep, float("-inf"))
     out = (s.softmax(-1) @ v).permute(0, 3, 1, 2, 4).to(query.dtype)  # (B, Sq, G, H/G, K), like query
     return out.squeeze(2) if bmhk else out
@@ -124,7 +132,10 @@ def _standin_module() -> types.ModuleType:
         LocalAttentionFromBottomRightMask=LocalAttentionFromBottomRightMask,
     )
     if importlib.util.find_spec("xformers") is not None:  # the block-diagonal biases are xformers' own classes
-        attn_bias.BlockDiagonalMask = real_attn_bias().BlockDiagonalMask
+        real = real_attn_bias()
+        attn_bias.BlockDiagonalMask = real.BlockDiagonalMask
+        attn_bias.PagedBlockDiagonalPaddedKeysMask = real.PagedBlockDiagonalPaddedKeysMask
+        attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask = real.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
     ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
     ops.ran = []  # (phase, forward op NAME) of every call
     ops.phase = lambda: ""  # a test points this at its Phases
@@ -479,3 +490,118 @@ def test_block_diagonal_calls_pass_exactly_what_they_declare(standin, monkeypatc
         assert measure(c, XformersBackend()).status == "ok"
     for call in xf.VARLEN_BIAS_CALLS:
         spies[call.name].assert_declared(call)
+
+
+# ---- paged caches: paged block-diagonal biases over the page pool -------------------------------------------------
+PAGED_CASES = {
+    "paged-prefill-causal": varlen_case(batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16),
+    "paged-decode-gqa": varlen_case(batch=4, seq_len=1, kv_seq_len=90, kv_lengths="random", page_size=8, heads=4,
+                                    kv_heads=1),
+    "paged-full-dense-lengths": varlen_case(causal=False, batch=3, seq_len=4, kv_seq_len=40, page_size=16),
+    "paged-page-of-one": varlen_case(batch=2, seq_len=2, kv_seq_len=20, kv_lengths="random", page_size=1),
+}
+
+
+def expected_physical_keep(c: Case) -> torch.Tensor:
+    """GUIDE.md's mask of `c` over the pool's physical token positions: request b's key t lives at
+    table[b][t // P]·P + t % P."""
+    from attnbench import workload
+
+    layout = workload.pages(c)
+    rows = workload.visibility(c)
+    rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
+    p = c.page_size
+    keep = torch.zeros(c.batch * c.seq_len, layout.num_pages * p, dtype=torch.bool)
+    for b, n in enumerate(layout.kv_lens):
+        for t in range(n):
+            keep[b * c.seq_len:(b + 1) * c.seq_len, layout.table[b][t // p] * p + t % p] = (
+                rows[b if len(rows) > 1 else 0][:, t])
+    return keep
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_CASES))
+def test_real_paged_bias_is_the_cases_mask_over_the_pool(name: str) -> None:
+    c = PAGED_CASES[name]
+    bias = xf.xformers_paged_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())),
+                                  torch.device("cpu"))
+    want = expected_physical_keep(c)
+    tables = bias.block_tables
+    used = bias.materialize((want.shape[0], tables.shape[0] * tables.shape[1] * c.page_size))
+    got = torch.zeros_like(want)
+    got[:, : used.shape[-1]] = torch.isfinite(used)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_CASES))
+def test_paged_cache_through_the_standin(standin, name: str) -> None:
+    record = measure(PAGED_CASES[name], XformersBackend())
+    assert record.status == "ok", record.reason
+    assert "requests over a pool of pages of" in record.kernel
+
+
+def test_spare_filled_table_points_unused_entries_at_a_page_nobody_owns() -> None:
+    from attnbench import workload
+
+    layout = workload.Pages(page_size=4, num_pages=6, table=((3, 1, -1), (0, 4, 2)), kv_lens=(6, 10))
+    assert xf.packing.spare_filled_table(layout) == ((3, 1, 5), (0, 4, 2))
+
+
+def _paged_rows_swapped(real):  # type: ignore[no-untyped-def]
+    def wrong(c, ops, device=None):  # type: ignore[no-untyped-def]
+        bias = real(c, ops, device)
+        bias.block_tables = bias.block_tables.flip(0)  # each request reads another's pages
+        return bias
+    return wrong
+
+
+def _paged_not_causal(c, ops, device=None):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return REAL_PAGED_BIAS(replace(c, causal=False), ops, device)
+
+
+REAL_PAGED_BIAS = xf.xformers_paged_bias
+
+
+PAGED_SABOTAGES = {
+    "paged-rows-swapped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_rows_swapped(xf.xformers_paged_bias)),
+                           PAGED_CASES["paged-prefill-causal"]),
+    "paged-causal-dropped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_not_causal),
+                             PAGED_CASES["paged-prefill-causal"]),
+}
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_SABOTAGES))
+def test_standin_catches_a_wrong_paged_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = PAGED_SABOTAGES[name]
+    assert measure(c, XformersBackend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, XformersBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+@pytest.mark.parametrize("c, words", [
+    (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, mode="fwd_bwd"), "paged biases are for inference"),
+    (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, window=8), "no paged local-attention bias"),
+])
+def test_paged_reasons(c: Case, words: str) -> None:
+    reason = XformersBackend().unsupported(c)
+    assert reason is not None and words in reason
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_paged_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_conformance import Spy
+
+    spies = {}
+    for call in xf.PAGED_BIAS_CALLS:
+        cls = getattr(standin.fmha.attn_bias, call.qualname.split(".")[-2])
+        spies[call.target] = Spy(cls.from_seqlens)
+        monkeypatch.setattr(cls, "from_seqlens", spies[call.target])
+    for c in PAGED_CASES.values():
+        assert measure(c, XformersBackend()).status == "ok"
+    for call in xf.PAGED_BIAS_CALLS:
+        spies[call.target].assert_declared(call)

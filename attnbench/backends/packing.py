@@ -88,6 +88,15 @@ def block_table(layout: workload.Pages, device: Any) -> torch.Tensor:
     return workload.table_tensor(layout, device).to(dtype=torch.int32)
 
 
+def spare_filled_table(layout: workload.Pages) -> tuple[tuple[int, ...], ...]:
+    """The page table with each request's unused tail pointing at a page no request owns (the pool always has
+    spare pages) instead of -1: for libraries whose table must hold valid page numbers everywhere, and whose
+    bookkeeping would otherwise let an unused entry alias a real page (xformers' paged biases)."""
+    owned = {page for row in layout.table for page in row if page >= 0}
+    spare = next(page for page in range(layout.num_pages) if page not in owned)
+    return tuple(tuple(page if page >= 0 else spare for page in row) for row in layout.table)
+
+
 def flashinfer_page_indices(layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """FlashInfer's CSR form of the page table: (kv_indptr, kv_indices, kv_last_page_len).
 

@@ -9,9 +9,10 @@ Packed documents and ragged cache lengths run as one batch row of concatenated t
 under a block-diagonal bias built from the shared sequence lengths: `BlockDiagonalMask.from_seqlens(q, kv)`, made
 causal with `make_causal_from_bottomright()` (each block bottom-right: a request's queries are the last of its
 keys; for a document, whose queries are its keys, the same as top-left) or banded with
-`make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window). xformers has no
-block-diagonal two-sided window over contiguous keys, no soft-capping and ALiBi only as a dense tensor: those are
-skipped by name. Paged caches are not mapped yet.
+`make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window). A paged cache is the
+pool as one row `(1, pages·page_size, KVH, K)` under `PagedBlockDiagonal[CausalWithOffset]PaddedKeysMask` with the
+shared page table (forward only; xformers has no paged local window). xformers has no block-diagonal two-sided
+window over contiguous keys, no soft-capping and ALiBi only as a dense tensor: those are skipped by name.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from attnbench import workload
 from attnbench.backends import packing
 from attnbench.backends.base import Backend, Prepared, Unsupported, expand_kv
 from attnbench.backends.sdpa import fp32_math
@@ -59,6 +61,38 @@ VARLEN_BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_local_attention_from_bottomright",
                 positional=("self", "window_size")),
 )
+
+
+PAGED_BIAS_CALLS = tuple(
+    LibraryCall("xformers.ops", f"fmha.attn_bias.{name}.from_seqlens",
+                positional=("q_seqlen", "kv_seqlen", "block_tables", "page_size"), keywords=("device",))
+    for name in ("PagedBlockDiagonalPaddedKeysMask", "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask"))
+
+
+def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
+    """The paged block-diagonal attn_bias: request b's Sq queries against the first kv_lens[b] keys of its pages
+    (the shared table, int32, unused entries on a spare page), causal bottom-right (CausalWithOffset) or not."""
+    import torch
+
+    layout = workload.pages(case)
+    table = torch.tensor(packing.spare_filled_table(layout), dtype=torch.int32, device=device)
+    cls = (ops.fmha.attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if case.causal
+           else ops.fmha.attn_bias.PagedBlockDiagonalPaddedKeysMask)
+    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size, device=device)
+
+
+def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Queries packed into one row (1, B·Sq, H, K) and each of K and V as its page pool in one row
+    (1, pages·page_size, KVH, K); BMGHK with the pool expanded over each group for GQA/MQA (forward only)."""
+    layout = workload.pages(case)
+    qp = packing.pack_q(q)[None]
+    kp, vp = (workload.to_pages(t, layout).flatten(0, 1)[None] for t in (k, v))
+    if case.kv_heads == case.heads:
+        return qp, kp, vp
+    g, kvh = case.group_size, case.kv_heads
+    q5 = qp.view(1, qp.shape[1], kvh, g, qp.shape[-1])
+    k5, v5 = (t.unsqueeze(3).expand(1, t.shape[1], kvh, g, t.shape[-1]) for t in (kp, vp))
+    return q5, k5, v5
 
 
 def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
@@ -146,16 +180,21 @@ class XformersBackend(Backend):
         self._availability: dict[str, str | None] = {}
 
     # Documents and ragged cache lengths through block-diagonal biases (see the module's docstring).
-    workload_axes = frozenset({"documents", "kv_lengths"})
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size"})
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS)
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:
             return "xformers has no soft-capping (its flash operator passes softcap 0)"
         if case.alibi:
             return "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto xformers"
+        if case.page_size is not None:
+            if case.needs_grad:
+                return "xformers' paged biases are for inference: no backward"
+            if case.window is not None:
+                return "xformers has no paged local-attention bias (window with page_size)"
         varlen = case.doc_lens is not None or case.kv_lens is not None
         if varlen and case.window is not None and not case.causal:
             return ("xformers has no two-sided local window over packed sequences with contiguous keys "
@@ -192,8 +231,11 @@ class XformersBackend(Backend):
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         ops = xformers_ops()
-        varlen = case.doc_lens is not None or case.kv_lens is not None
-        if varlen:
+        varlen = case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
+        if case.page_size is not None:
+            bias = xformers_paged_bias(case, ops, q.device)
+            inputs = xformers_paged_layout(case, q, k, v)
+        elif varlen:
             bias = xformers_varlen_bias(case, ops, q.device)
             inputs = xformers_varlen_layout(case, q, k, v)
         else:
@@ -222,7 +264,9 @@ class XformersBackend(Backend):
         b, sq, h = case.batch, case.seq_len, case.heads
         five_d = inputs[0].dim() == 5
         layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
-        if varlen:
+        if case.page_size is not None:
+            layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
+        elif varlen:
             layout += f", {packing.varlen(case).sequences} sequences packed in one row"
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
