@@ -596,11 +596,11 @@ def test_paged_reasons(c: Case, words: str) -> None:
 def test_paged_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.test_conformance import Spy
 
-    spies = {}
-    for call in xf.PAGED_BIAS_CALLS:
-        cls = getattr(standin.fmha.attn_bias, call.qualname.split(".")[-2])
-        spies[call.target] = Spy(cls.from_seqlens)
-        monkeypatch.setattr(cls, "from_seqlens", spies[call.target])
+    classes = {call.target: getattr(standin.fmha.attn_bias, call.qualname.split(".")[-2])
+               for call in xf.PAGED_BIAS_CALLS}
+    spies = {target: Spy(cls.from_seqlens) for target, cls in classes.items()}  # bound before any is patched:
+    for target, cls in classes.items():  # the causal class inherits from_seqlens from the other
+        monkeypatch.setattr(cls, "from_seqlens", spies[target])
     for c in PAGED_CASES.values():
         assert measure(c, XformersBackend()).status == "ok"
     for call in xf.PAGED_BIAS_CALLS:
