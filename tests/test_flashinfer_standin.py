@@ -6,7 +6,9 @@ kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left ke
 kv_len + qo_idx; logits_soft_cap is c·tanh(s·sm_scale/c); request b's keys are its pages
 kv_indices[kv_indptr[b]:kv_indptr[b+1]] read in order, (pages - 1)·page_size + kv_last_page_len[b] tokens; a paged
 cache is a (k, v) tuple in NHD (pages, page_size, H, D) or HND (pages, H, page_size, D); index tensors are int32;
-plan's q_data_type must be run's query dtype. Every page a request does not own, and the tail of its last page,
+plan's q_data_type must be run's query dtype; pos_encoding_mode="ALIBI" adds slope_h·(kv_idx − qo_idx) to the
+scaled logits with FlashInfer's own slopes (utils.get_alibi_slopes) and, with a soft-cap, scales again before the
+tanh (variants.cuh). Every page a request does not own, and the tail of its last page,
 holds attnbench.workload.JUNK, so reading one token too many or a wrong page is loud.
 """
 
@@ -29,7 +31,17 @@ from attnbench.timing import TimingSettings
 from tests.conftest import PhaseTimer, Phases, make_case, measure
 
 
-def attend(q, k, v, causal, window_left, cap, scale):  # type: ignore[no-untyped-def]
+def flashinfer_alibi_slopes(n: int) -> torch.Tensor:
+    """FlashInfer's get_alibi_slopes(n): 2^(-8i/m) for i in 1..m (m the power of two <= n), then 2^(-4i/m) for odd i."""
+    import math
+
+    m = 2 ** math.floor(math.log2(n))
+    slopes = [2.0 ** (-8.0 * i / m) for i in range(1, m + 1)]
+    slopes += [2.0 ** (-4.0 * i / m) for i in range(1, 2 * (n - m), 2)]
+    return torch.tensor(slopes)
+
+
+def attend(q, k, v, causal, window_left, cap, scale, alibi=False):  # type: ignore[no-untyped-def]
     """One request: q (qo_len, Hq, D), k (kv_len, Hkv, D), v (kv_len, Hkv, Dv) → (qo_len, Hq, Dv)."""
     qo_len, hq, _ = q.shape
     kv_len, hkv, _ = k.shape
@@ -44,9 +56,15 @@ def attend(q, k, v, causal, window_left, cap, scale):  # type: ignore[no-untyped
         keep &= kj + qo_len + window_left >= kv_len + qi
     kh = k.float().repeat_interleave(hq // hkv, dim=1)
     vh = v.float().repeat_interleave(hq // hkv, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q.float(), kh) * scale
-    if cap:
-        s = cap * torch.tanh(s / cap)
+    s = torch.einsum("qhd,khd->hqk", q.float(), kh)
+    if alibi:
+        s = s * scale + flashinfer_alibi_slopes(hq)[:, None, None] * (kj - qi).float()
+        if cap:
+            s = cap * torch.tanh(s * scale / cap)
+    else:
+        s = s * scale
+        if cap:
+            s = cap * torch.tanh(s / cap)
     p = torch.nan_to_num(s.masked_fill(~keep, float("-inf")).softmax(-1), nan=0.0)
     return torch.einsum("hqk,khd->qhd", p, vh).to(q.dtype)
 
@@ -68,9 +86,10 @@ class Planned:
         self.log.append((f"{self.kind}.{what}", self.phases.phase if self.phases else "?"))
 
     def mask(self, causal=False, window_left=-1, logits_soft_cap=None, sm_scale=None, q_data_type="float16",
-             kv_data_type=None, head_dim=None, **unused):  # type: ignore[no-untyped-def]
+             kv_data_type=None, head_dim=None, pos_encoding_mode="NONE", **unused):  # type: ignore[no-untyped-def]
         self.args = dict(causal=causal, window_left=window_left, cap=logits_soft_cap,
-                         scale=head_dim ** -0.5 if sm_scale is None else sm_scale, q_dtype=q_data_type)
+                         scale=head_dim ** -0.5 if sm_scale is None else sm_scale, q_dtype=q_data_type,
+                         alibi=pos_encoding_mode == "ALIBI")
 
     def check_run(self, q: torch.Tensor) -> dict:
         self.note("run")
@@ -106,7 +125,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
         if kv_layout == "HND":
             k, v = k.transpose(0, 1), v.transpose(0, 1)
         scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-        return attend(q, k, v, causal, window_left, logits_soft_cap, scale)
+        return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI")
 
     class BatchPrefillWithRaggedKVCacheWrapper:
         def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
@@ -122,7 +141,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
         def run(self, q, k, v, **kw):  # type: ignore[no-untyped-def]
             a = self.planned.check_run(q)
             outs = [attend(q[self.qo[b]:self.qo[b + 1]], k[self.kv[b]:self.kv[b + 1]], v[self.kv[b]:self.kv[b + 1]],
-                           a["causal"], a["window_left"], a["cap"], a["scale"]) for b in range(len(self.qo) - 1)]
+                           a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"]) for b in range(len(self.qo) - 1)]
             return torch.cat(outs)
 
     class _Paged:
@@ -162,7 +181,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
             for b in range(len(self.qo) - 1):
                 k, v = self.request_kv(paged_kv_cache, b)
                 outs.append(attend(q[self.qo[b]:self.qo[b + 1]], k, v, a["causal"], a["window_left"], a["cap"],
-                                   a["scale"]))
+                                   a["scale"], a["alibi"]))
             return torch.cat(outs)
 
     class BatchDecodeWithPagedKVCacheWrapper(_Paged):
@@ -181,7 +200,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
             outs = []
             for b in range(len(self.indptr) - 1):
                 k, v = self.request_kv(paged_kv_cache, b)
-                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"]))
+                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"]))
             return torch.cat(outs)  # (B, H, D)
 
     module.single_prefill_with_kv_cache = single_prefill_with_kv_cache
@@ -231,6 +250,14 @@ CASES = {
                                      causal=False, window=7), "decode"),
     "paged-full-last-page": (case(batch=2, seq_len=4, kv_seq_len=32, page_size=16), "paged-prefill"),
     "decode-single-token-last-page": (case(batch=2, seq_len=1, kv_seq_len=33, page_size=16), "decode"),
+    "alibi-single": (case(alibi=True, heads=6, kv_heads=3), "single"),
+    "alibi-documents": (case(alibi=True, documents=3, doc_lengths="random"), "ragged"),
+    "alibi-ragged-prefill-with-cache": (case(alibi=True, batch=2, seq_len=8, kv_seq_len=60, kv_lengths="random",
+                                             window=20), "ragged"),
+    "alibi-paged-prefill": (case(alibi=True, batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16),
+                            "paged-prefill"),
+    "alibi-decode-full": (case(alibi=True, causal=False, batch=3, seq_len=1, kv_seq_len=64, kv_lengths="random",
+                               page_size=8, heads=8, kv_heads=2), "decode"),
     "decode-page-of-one": (case(batch=2, seq_len=1, kv_seq_len=20, kv_lengths="random", page_size=1), "decode"),
 }
 
@@ -400,7 +427,9 @@ def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
 @pytest.mark.parametrize("c, words", [
     (case(dtype="float32"), "float32 is not supported (FlashInfer's attention takes float16 or bfloat16)"),
     (case(mode="fwd_bwd"), "FlashInfer's attention is forward-only (no backward kernel)"),
-    (case(alibi=True), "attnbench does not map alibi onto flashinfer"),
+    (case(alibi=True, softcap=2.0), "applies sm_scale twice"),
+    (case(alibi=True, heads=2, kv_heads=1, tp=4), "needs the whole model's slopes"),
+    (case(alibi=True, causal=False), "FlashInfer's ALiBi bias is signed"),
     (case(causal=False, window=5), "FlashInfer has no right window bound (window_left only)"),
     (case(causal=False, window=5, documents=3), "FlashInfer has no right window bound (window_left only)"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
@@ -472,3 +501,14 @@ def test_a_moved_plan_parameter_is_named(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "flashinfer", fake)
     conformance = check_backend(FlashInferBackend())
     assert conformance.state == "mismatch" and conformance.problem.parameter == "num_qo_heads"
+
+
+
+@pytest.mark.parametrize("c", [case(alibi=True, causal=False), case(alibi=True, softcap=2.0),
+                               case(alibi=True, heads=2, kv_heads=1, tp=4)], ids=["two-sided", "softcap", "tp"])
+def test_the_alibi_refusals_are_real_differences(standin, monkeypatch: pytest.MonkeyPatch, c) -> None:  # type: ignore[no-untyped-def]
+    """Each ALiBi case the adapter refuses would be answered wrongly by FlashInfer's ALiBi: let one through and the
+    stand-in (FlashInfer's semantics) disagrees with the reference."""
+    monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, case: None)
+    record = measure(c, FlashInferBackend())
+    assert record.status == "mismatch", (record.status, record.reason)

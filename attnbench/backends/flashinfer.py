@@ -11,7 +11,10 @@ One case, one FlashInfer entry point, chosen by what the case's K/V look like:
 FlashInfer aligns causal bottom-right per request (`prefill.cuh`: masked when kv_idx + qo_len > kv_len + q_idx),
 which is GUIDE.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
 a two-sided window is skipped wherever it is not the same mask as a one-sided one. `logits_soft_cap=c` is
-c·tanh(s·sm_scale/c), GUIDE.md's order. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
+c·tanh(s·sm_scale/c), GUIDE.md's order. ALiBi is `pos_encoding_mode="ALIBI"` with FlashInfer's own slopes for the
+local heads (`get_alibi_slopes(H)`, the paper's recipe, GUIDE.md's) and a signed bias slope·(kv_idx − q_idx), which
+differs from GUIDE.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
+or one query per request): only there is it mapped. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
 first call JIT-compiles the kernel there too (extra.compile_s), so the timed call is `run()` alone. Forward only.
 """
 
@@ -40,12 +43,14 @@ WORKSPACE_BYTES = 128 << 20
 # Phrases of FlashInfer's own input checks: an exception carrying one is the library refusing the case.
 REFUSALS = ("not supported", "Unsupported", "unsupported", "does not support", "must be", "only support",
             "NotImplemented", "should be", "Invalid")
-PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "q_data_type", "kv_data_type")
+PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encoding_mode", "q_data_type",
+             "kv_data_type")
 
 # What prepare's calls pass (attnbench.conformance holds them against the installed flashinfer). Methods are
 # declared with `self` first, as their unbound signatures read.
 SINGLE_CALL = LibraryCall(MODULE, "single_prefill_with_kv_cache", positional=("q", "k", "v"),
-                          keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap"))
+                          keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap",
+                                    "pos_encoding_mode"))
 RAGGED_CALLS = (
     LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper", positional=("float_workspace_buffer",),
                 keywords=("kv_layout",)),
@@ -114,7 +119,7 @@ class FlashInferBackend(Backend):
     library = "flashinfer-python"
     devices = ("cuda",)
     install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v"})
     # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.workload stores it, or "HND".
     kv_layout: ClassVar[str] = "NHD"
 
@@ -144,8 +149,15 @@ class FlashInferBackend(Backend):
         if case.needs_grad:
             return "FlashInfer's attention is forward-only (no backward kernel)"
         if case.alibi:
-            return ("FlashInfer's ALiBi uses its own slopes for the local heads and a signed bias without causal, "
-                    "and scales twice with softcap; attnbench does not map alibi onto flashinfer")
+            if case.softcap is not None:
+                return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                        "attnbench does not run alibi with softcap on flashinfer")
+            if (case.tp or 1) > 1:
+                return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
+                        "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
+            if not case.causal and case.seq_len > 1:
+                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals GUIDE.md's "
+                        "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
         if case.head_dim_v is not None and route(case) == "decode":
             return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
         if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
@@ -160,6 +172,8 @@ class FlashInferBackend(Backend):
         how = route(case)
         mask = window_arguments(case)
         common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
+        if case.alibi:
+            common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: GUIDE.md's for these heads (unsupported)
         device = q.device
         plan_s = None
         extra: dict[str, Any] = {}
@@ -263,6 +277,8 @@ def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, cho
     words = [f"causal={mask['causal']}", f"window_left={mask['window_left']}"]
     if case.softcap is not None:
         words.append(f"logits_soft_cap={case.softcap:g}")
+    if case.alibi:
+        words.append("pos_encoding_mode=ALIBI")
     if how in ("paged-prefill", "decode"):
         words.append(f"{kv_layout} pages of {case.page_size}")
     if case.kv_heads != case.heads:
