@@ -357,7 +357,7 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
         scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.workload_axes else {})}
         cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
                  make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
-        if backend.page_table_keyword is not None:
+        if backend.page_table_keyword is not None or backend.varlen_pages:
             cases.append(make_case(**base, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random",
                                    page_size=backend.page_multiple * 16 if backend.page_multiple == 1
                                    else backend.page_multiple, **scores))

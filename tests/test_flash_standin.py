@@ -84,9 +84,21 @@ def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[
     dense = standin_flash_attn_func(none_is_unbounded, False)
 
     def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                               **kw):  # type: ignore[no-untyped-def]
+                               seqused_k=None, page_table=None, **kw):  # type: ignore[no-untyped-def]
         if calls is not None:
             calls.append("varlen")
+        if page_table is not None:  # FA4: dense (B, Sq, H, D) queries over a (pages, page_size, H, D) pool
+            assert cu_seqlens_k is None, "page_table is not supported with cu_seqlens_k"
+            need_int32(page_table, seqused_k)
+            page = v.shape[1]
+            outs = []
+            for b in range(q.shape[0]):
+                n = int(seqused_k[b])
+                pages = page_table[b, : -(-n // page)].tolist()
+                kb, vb = (torch.cat([t[p] for p in pages])[:n] for t in (k, v))
+                outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
+            out = torch.cat(outs)
+            return (out, None) if returns_lse else out
         need_int32(cu_seqlens_q, cu_seqlens_k)
         cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         outs = []
@@ -383,8 +395,7 @@ AXIS_CASES = {
 AXIS_SKIPS = {
     "flash-attn": {"head_dim_v": "needs V's head size equal", "page_size=16": "multiple of 256 tokens (page_size 16)"},
     "flash-attn-3": {"alibi": "FlashAttention 3 has no alibi_slopes"},
-    "flash-attn-4": {"alibi": "FlashAttention 4 has no alibi_slopes", "head_dim_v": "does not map head_dim_v",
-                     "page_size": "does not map page_size"},
+    "flash-attn-4": {"alibi": "FlashAttention 4 has no alibi_slopes", "head_dim_v": "does not map head_dim_v"},
 }
 
 
@@ -498,3 +509,13 @@ def test_standin_catches_a_wrong_axis_mapping(standins, monkeypatch: pytest.Monk
     sabotage(monkeypatch)
     record = measure(c, FlashAttn2())
     assert record.status == "mismatch", (record.status, record.reason)
+
+
+
+def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
+    record = measure(AXIS_CASES["paged-16"], FlashAttn4())
+    assert record.status == "ok", record.reason
+    assert record.kernel.endswith("flash_attn.cute.flash_attn_varlen_func(causal=True, window_size=(None, None), "
+                                  "page_table over pages of 16, native GQA 4/2)")
+    c = axis_case(batch=2, seq_len=4, kv_seq_len=64, page_size=16, mode="fwd_bwd")
+    assert FlashAttn4().unsupported(c).startswith("attnbench runs flash-attn-4's paged KV cache forward only")

@@ -8,7 +8,9 @@ and in when kernels are built (FA4 compiles at its first call, so prepare makes 
 The workload axes choose the entry point: packed documents and ragged cache lengths go to
 `flash_attn_varlen_func` (tokens packed by attnbench.backends.packing, int32 cu_seqlens, bottom-right per
 sequence); a paged cache to `flash_attn_with_kvcache` (FA2 `block_table`, FA3 `page_table`, with `cache_seqlens`;
-inference only; FA2 takes pages of a multiple of 256 tokens); everything else to `flash_attn_func`. `softcap` is
+inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which has no such function, to
+`flash_attn_varlen_func` with `page_table` and `seqused_k` (and no `cu_seqlens_k`, which FA4 refuses with a page
+table); everything else to `flash_attn_func`. `softcap` is
 every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: GUIDE.md's order);
 V with its own head size FA3's (its kernels decide which pairs they take).
 """
@@ -89,15 +91,18 @@ class _Flash(Backend):
     score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
     page_table_keyword: ClassVar[str | None] = None
     page_multiple: ClassVar[int] = 1
+    # FA4: pages through flash_attn_varlen_func(page_table=, seqused_k=) instead of flash_attn_with_kvcache.
+    varlen_pages: ClassVar[bool] = False
     axis_reasons: ClassVar[dict[str, str]] = {}
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name or self.function)
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
+        paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
         calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL, (*FLASH_KEYWORDS, *self.score_keywords)),
-                 LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL, (*VARLEN_KEYWORDS, *self.score_keywords),
-                             optional=True)]
+                 LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
+                             (*VARLEN_KEYWORDS, *paged_varlen, *self.score_keywords), optional=True)]
         if self.page_table_keyword is not None:
             calls.append(LibraryCall(self.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
                                      ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *self.score_keywords),
@@ -136,6 +141,8 @@ class _Flash(Backend):
         for axis in case.workload_axes:
             if axis in self.axis_reasons:
                 return self.axis_reasons[axis]
+        if case.page_size is not None and self.varlen_pages and case.needs_grad:
+            return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
         if case.page_size is not None and self.page_table_keyword is not None:
             if case.needs_grad:
                 return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
@@ -151,7 +158,19 @@ class _Flash(Backend):
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
         words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
-        if case.page_size is not None:
+        if case.page_size is not None and self.varlen_pages:
+            name = VARLEN_FUNCTION
+            fn = self._library_function(name)
+            layout = workload.pages(case)
+            paged = {"seqused_k": packing.int32(workload.request_kv_lens(case), q.device),
+                     "page_table": packing.block_table(layout, q.device)}
+            words.append(f"page_table over pages of {case.page_size}")
+
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
+
+            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout))
+        elif case.page_size is not None:
             name = KVCACHE_FUNCTION
             fn = self._library_function(name)
             layout = workload.pages(case)
@@ -278,9 +297,10 @@ class FlashAttn4(_Flash):
     library = "flash-attn-4"
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
-    # Paging (page_table + seqused_k through flash_attn_varlen_func, fast only at 128-token pages) and head_dim_v
-    # (SM90/SM100 rules differ) are not mapped yet: they are skipped by name.
-    workload_axes = frozenset({"documents", "kv_lengths", "softcap"})
+    # Pages through flash_attn_varlen_func(page_table=, seqused_k=) (its fast path wants 128-token pages; others
+    # take a non-TMA path); head_dim_v (SM90/SM100 rules differ) is not mapped yet: skipped by name.
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap"})
+    varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
     unbounded = None
     warm_call = True
