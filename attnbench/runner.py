@@ -506,9 +506,10 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
 
 
 def group_of(case: Case) -> tuple:
-    """A case without its sequence lengths: the cases whose memory grows only with the sequence."""
+    """A case without its sequence lengths (nor the document and request lengths drawn from them): the cases
+    whose memory grows only with the sequence."""
     fields = case.fields()
-    del fields["seq_len"], fields["kv_seq_len"]
+    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["kv_lens"]
     return tuple(sorted(fields.items()))
 
 

@@ -59,10 +59,13 @@ class Axes(_Strict):
     tp: list[int] = Field(default=[1], min_length=1)
 
     _lists = field_validator(
-        "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal",
-        "window", "mode", "documents", "doc_lengths", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
-        "tp", mode="before",
+        "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
+        "doc_lengths", "kv_lengths", "alibi", "tp", mode="before",
     )(lambda value: value if value is None else _as_list(value))
+    # Axes whose values may be null: a bare `window: null` is the one-value axis [null] (in a cpu: block too,
+    # where it once reached the validators as None and crashed with a traceback).
+    _nullable_lists = field_validator("window", "documents", "page_size", "softcap", "head_dim_v", mode="before")(
+        lambda value: [None] if value is None else _as_list(value))
 
     @field_validator("documents")
     @classmethod
@@ -98,8 +101,8 @@ class Axes(_Strict):
 
     @field_validator("tp")
     @classmethod
-    def _tp(cls, value: list[int]) -> list[int]:
-        return _bounded(value, 1, MAX_HEADS)
+    def _tp(cls, value: list[int] | None) -> list[int] | None:  # None: not set in a cpu: block
+        return None if value is None else _bounded(value, 1, MAX_HEADS)
 
     @field_validator("batch")
     @classmethod
@@ -118,8 +121,8 @@ class Axes(_Strict):
 
     @field_validator("kv_heads")
     @classmethod
-    def _kv_heads(cls, value: list[KvHeads]) -> list[KvHeads]:
-        _bounded([v for v in value if isinstance(v, int)], 1, MAX_HEADS)
+    def _kv_heads(cls, value: list[KvHeads] | None) -> list[KvHeads] | None:
+        _bounded([v for v in value or [] if isinstance(v, int)], 1, MAX_HEADS)
         return value
 
     @field_validator("head_dim")

@@ -196,3 +196,12 @@ def test_fewer_keys_than_queries_is_refused_only_where_a_query_sees_none(tmp_pat
     assert fine.empty_query() is None
     causal = refused(tmp_path, "name: t\nsweep: {seq_len: 64, kv_seq_len: 7, causal: true, heads: 2, head_dim: 8}\n")
     assert "query 0 of 64 sees no key" in causal
+
+
+@pytest.mark.parametrize("key", ["window", "documents", "page_size", "softcap", "head_dim_v", "tp", "kv_heads"])
+def test_a_bare_null_in_the_cpu_block_never_crashes(tmp_path: Path, key: str) -> None:
+    """`cpu: {window: null}` reached the validators as None and raised a TypeError (a traceback, not one line)."""
+    suite = load_suite(write(tmp_path, f"name: t\nsweep: {{seq_len: 64, heads: 2, head_dim: 8, window: 4}}\n"
+                                       f"cpu:\n  {key}: null\n"))
+    (case,) = suite.cases("cpu")
+    assert case.window == (None if key == "window" else 4)  # a nullable axis: null is the one value [null]

@@ -262,3 +262,21 @@ def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one()
     keys = {compile_key(make_case(causal=True, **extra)) for extra in
             ({}, {"documents": 4}, {"documents": 4, "doc_lengths": "random"}, {"softcap": 5.0}, {"alibi": True})}
     assert len(keys) == 5
+
+
+def test_oom_pruning_groups_packed_cases_across_lengths() -> None:
+    """An oom at 8K packed tokens skips 16K of the same packing: their drawn doc_lens differ, their group does not."""
+    from attnbench.runner import group_of
+
+    short, long = (make_case(seq_len=s, causal=True, documents=4, doc_lengths="random") for s in (8192, 16384))
+    assert short.doc_lens != long.doc_lens and group_of(short) == group_of(long)
+    assert group_of(short) != group_of(make_case(seq_len=8192, causal=True, documents=8))
+
+
+def test_naive_paged_estimate_counts_the_gathered_cache() -> None:
+    from attnbench.registry import default_registry
+
+    naive = default_registry().get("naive")
+    plain = make_case(seq_len=1, kv_seq_len=4096, causal=True, heads=4, kv_heads=4)
+    paged = make_case(seq_len=1, kv_seq_len=4096, causal=True, heads=4, kv_heads=4, page_size=64)
+    assert naive.estimate_memory(paged) - naive.estimate_memory(plain) == 2 * 4 * 4096 * 32 * 4  # K and V, fp32

@@ -41,6 +41,15 @@ class NaiveBackend(Backend):
 
     workload_axes = frozenset(AXES)
 
+    def estimate_memory(self, case: Case) -> int:
+        """The scores and expanded K/V (Case.memory_estimate), and with pages the K and V gathered in the call."""
+        from attnbench.case import DTYPE_BYTES
+
+        estimate = super().estimate_memory(case)
+        if case.page_size is not None:
+            estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]
+        return estimate
+
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         mask = workload.visibility(case, device=q.device)
         mask = None if mask is None else mask[:, None]  # (R, 1, Sq, Sk) over (B, H, Sq, Sk)
