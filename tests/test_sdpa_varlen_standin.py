@@ -182,9 +182,8 @@ SABOTAGES = {
                               case(batch=2, seq_len=8, kv_seq_len=40, kv_lengths="random")),
     "seqused-k-one-too-many": (lambda mp: mp.setattr(packing, "varlen", _wrong_varlen("seqused-plus-one")),
                                CASES["paged-256"]),
-    "block-table-not-shuffled": (lambda mp: mp.setattr(
-        packing, "block_table", lambda layout, device: torch.arange(
-            len(layout.table) * len(layout.table[0]), dtype=torch.int32).reshape(len(layout.table), -1)),
+    "block-table-rows-swapped": (lambda mp: mp.setattr(  # each request reads another request's pages
+        packing, "block_table", lambda layout, device, _real=packing.block_table: _real(layout, device).flip(0)),
         CASES["paged-256"]),
     "layout-not-transposed": (lambda mp: mp.setattr(packing, "pack_q", lambda t: t.reshape(-1, t.shape[1], t.shape[3])),
                               case(seq_len=8, heads=8, kv_heads=8, documents=2)),
