@@ -519,3 +519,10 @@ def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
                                   "page_table over pages of 16, native GQA 4/2)")
     c = axis_case(batch=2, seq_len=4, kv_seq_len=64, page_size=16, mode="fwd_bwd")
     assert FlashAttn4().unsupported(c).startswith("attnbench runs flash-attn-4's paged KV cache forward only")
+
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
+def test_documents_in_a_paged_cache_are_skipped_by_name(adapter) -> None:
+    c = axis_case(documents=3, seq_len=512, page_size=256)
+    assert "documents inside a paged cache would need a document mask" in adapter().unsupported(c)

@@ -431,6 +431,7 @@ def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
     (case(alibi=True, heads=2, kv_heads=1, tp=4), "needs the whole model's slopes"),
     (case(alibi=True, causal=False), "FlashInfer's ALiBi bias is signed"),
     (case(causal=False, window=5), "FlashInfer has no right window bound (window_left only)"),
+    (case(documents=3, batch=2, page_size=16), "documents inside a paged cache would need a document mask"),
     (case(causal=False, window=5, documents=3), "FlashInfer has no right window bound (window_left only)"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
 ])
@@ -512,3 +513,11 @@ def test_the_alibi_refusals_are_real_differences(standin, monkeypatch: pytest.Mo
     monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, case: None)
     record = measure(c, FlashInferBackend())
     assert record.status == "mismatch", (record.status, record.reason)
+
+
+
+def test_documents_in_pages_would_be_wrong_if_let_through(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal is needed: FlashInfer's paged prefill would attend across the documents of a request."""
+    monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, c: None)
+    record = measure(case(documents=3, batch=2, seq_len=32, page_size=8), FlashInferBackend())
+    assert record.status in ("mismatch", "error"), (record.status, record.reason)

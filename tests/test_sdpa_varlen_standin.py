@@ -206,6 +206,7 @@ def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatc
     (case(dtype="float32"), "float32 is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"),
     (case(softcap=2.0), "varlen_attn has no soft-capping"),
     (case(alibi=True), "varlen_attn has no ALiBi bias"),
+    (case(documents=3, seq_len=512, page_size=256), "documents inside a paged cache would need a document mask"),
     (case(head_dim_v=8), "no head_dim_v"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16), "multiple of 256 tokens (page_size 16)"),
     (case(batch=2, seq_len=4, kv_seq_len=600, page_size=256, mode="fwd_bwd"), "inference-only: no backward"),

@@ -586,6 +586,7 @@ def test_standin_catches_a_wrong_paged_mapping(standin, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("c, words", [
     (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, mode="fwd_bwd"), "paged biases are for inference"),
     (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, window=8), "no paged local-attention bias"),
+    (varlen_case(documents=3, page_size=16), "documents inside a paged cache would need a document mask"),
 ])
 def test_paged_reasons(c: Case, words: str) -> None:
     reason = XformersBackend().unsupported(c)

@@ -141,6 +141,8 @@ class _Flash(Backend):
         for axis in case.workload_axes:
             if axis in self.axis_reasons:
                 return self.axis_reasons[axis]
+        if case.page_size is not None and "page_size" in self.workload_axes and case.doc_lens is not None:
+            return packing.documents_in_pages(case, self.library)
         if case.page_size is not None and self.varlen_pages and case.needs_grad:
             return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
         if case.page_size is not None and self.page_table_keyword is not None:

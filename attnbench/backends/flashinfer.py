@@ -148,6 +148,8 @@ class FlashInferBackend(Backend):
             return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
         if case.needs_grad:
             return "FlashInfer's attention is forward-only (no backward kernel)"
+        if packing.documents_in_pages(case, "FlashInfer"):
+            return packing.documents_in_pages(case, "FlashInfer")
         if case.alibi:
             if case.softcap is not None:
                 return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "

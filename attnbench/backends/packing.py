@@ -40,6 +40,15 @@ class Varlen:
         return len(self.cu_q) - 1
 
 
+def documents_in_pages(case: Case, library: str) -> str | None:
+    """The skip reason for packed documents in a paged cache: paged kernels read each request's pages as one
+    sequence, so the documents inside it would need a mask none of these entry points takes; None otherwise."""
+    if case.doc_lens is not None and case.page_size is not None:
+        return (f"{library} reads a request's pages as one sequence: documents inside a paged cache would need a "
+                "document mask it does not take (attnbench does not map documents with page_size)")
+    return None
+
+
 def varlen(case: Case) -> Varlen:
     """The varlen sequences of `case`: its documents (Sq == Sk, workload.cu_seqlens) or its requests (the last
     Sq queries of each request's own workload.request_kv_lens keys)."""

@@ -104,6 +104,8 @@ class SdpaVarlen(Backend):
         if case.head_dim_v is not None:
             return "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)"
         if case.page_size is not None:
+            if case.doc_lens is not None:
+                return packing.documents_in_pages(case, "varlen_attn's block_table")
             if case.needs_grad:
                 return "varlen_attn's block_table (paged KV) is inference-only: no backward"
             missing = [name for name in PAGED_KEYWORDS if name not in varlen_parameters()]

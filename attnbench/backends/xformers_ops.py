@@ -191,6 +191,8 @@ class XformersBackend(Backend):
         if case.alibi:
             return "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto xformers"
         if case.page_size is not None:
+            if case.doc_lens is not None:
+                return packing.documents_in_pages(case, "xformers' paged bias")
             if case.needs_grad:
                 return "xformers' paged biases are for inference: no backward"
             if case.window is not None:
