@@ -12,7 +12,7 @@ inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which 
 `flash_attn_varlen_func` with `page_table` and `seqused_k` (and no `cu_seqlens_k`, which FA4 refuses with a page
 table); everything else to `flash_attn_func`. `softcap` is
 every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: GUIDE.md's order);
-V with its own head size FA3's (its kernels decide which pairs they take).
+V with its own head size FA3's and FA4's (their kernels decide which pairs they take).
 """
 
 from __future__ import annotations
@@ -300,8 +300,9 @@ class FlashAttn4(_Flash):
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
     # Pages through flash_attn_varlen_func(page_table=, seqused_k=) (its fast path wants 128-token pages; others
-    # take a non-TMA path); head_dim_v (SM90/SM100 rules differ) is not mapped yet: skipped by name.
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap"})
+    # take a non-TMA path); V with its own head size as FA3 (SM90 takes 8..256 each; SM100 fewer pairs: its
+    # refusal is the skip reason).
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
     varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
     unbounded = None
