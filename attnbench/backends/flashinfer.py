@@ -168,8 +168,6 @@ class FlashInferBackend(Backend):
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        import torch
-
         fi = flashinfer_module()
         how = route(case)
         mask = window_arguments(case)
@@ -209,9 +207,9 @@ class FlashInferBackend(Backend):
             pools = tuple(workload.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
             if self.kv_layout == "HND":
                 pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
-            start = time.perf_counter()
             if how == "decode":
                 wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
+                start = time.perf_counter()  # plan_ms: plan() alone, as for the ragged wrapper
                 decode_args = {key: value for key, value in common.items() if key != "causal"}
                 wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
                              q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
@@ -219,6 +217,7 @@ class FlashInferBackend(Backend):
             else:
                 seqs = packing.varlen(case)
                 wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
+                start = time.perf_counter()
                 wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
                              case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
                              kv_data_type=k.dtype, **common)
