@@ -68,6 +68,10 @@ GPU_KERNELS = {
     "flash-attn-3": Kernel("visible", 0.65, 0.45),
     "flash-attn-4": Kernel("visible", 0.65, 0.45),
     "xformers": Kernel("visible", 0.40, 0.30),
+    # By analogy, not yet fitted: varlen_attn is PyTorch's FlashAttention 2; FlashInfer's prefill kernels are FA2/FA3
+    # class (forward only: its backward share is never used).
+    "sdpa-varlen": Kernel("visible", 0.50, 0.35),
+    "flashinfer": Kernel("visible", 0.55, 0.0),
     "flex": Kernel("visible", 0.40, 0.28),
     "flex-dynamic": Kernel("visible", 0.36, 0.25),  # bounds-checked loads (IS_DIVISIBLE unknown)
     "sliding-window": Kernel("visible", 0.25, 0.15, 0.0, 0.0, 8),

@@ -19,6 +19,8 @@ BUILTIN_MODULES = (
     "attnbench.backends.flex",
     "attnbench.backends.flash",
     "attnbench.backends.xformers_ops",
+    "attnbench.backends.flashinfer",
+    "attnbench.backends.sdpa_varlen",
 )
 
 Target = Union[type[Backend], Backend, str]

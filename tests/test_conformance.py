@@ -91,7 +91,8 @@ def test_xformers_calls_match_installed_xformers() -> None:
     assert states == {"memory_efficient_attention": "ok", "LowerTriangularFromBottomRightMask": "ok",
                       "LowerTriangularFromBottomRightLocalAttentionMask": "ok",
                       "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok",
-                      "_dispatch_bw": "ok"}
+                      "_dispatch_bw": "ok", "from_seqlens": "ok", "make_causal_from_bottomright": "ok",
+                      "make_local_attention_from_bottomright": "ok"}
     assert conformance.state == "ok"
     window = next(v for v in conformance.verdicts if v.function.endswith("LocalAttentionMask"))
     assert window.signature == "LowerTriangularFromBottomRightLocalAttentionMask(_window_size)"
@@ -120,7 +121,18 @@ def test_flash_adapters_match_the_recorded_signatures(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, module, recorded(fixture))
     conformance = check_backend(backend_class())
     assert conformance.state == "ok", conformance.summary
-    assert conformance.summary == "ok: flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=) matches"
+    dense = backend_class().library_calls()[0]
+    assert conformance.summary.startswith(f"ok: {dense.spelled()}")
+    assert dense.keywords[:3] == ("causal", "window_size", "softmax_scale")  # the dense call, as before the axes
+    # The varlen and paged entry points were recorded where the fixture has them; elsewhere they are optional.
+    checked = {v.function.rsplit(".", 1)[1] for v in conformance.verdicts if v.state == "ok"}
+    assert checked == FLASH_ENTRY_POINTS.get(label, {"flash_attn_func"})
+
+
+FLASH_ENTRY_POINTS = {
+    "flash-attn 2.8.3": {"flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"},
+    "FA3 hopper HEAD": {"flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"},
+}
 
 
 def test_flex_calls_match_torch_2_11_as_recorded_on_the_h200() -> None:
@@ -130,7 +142,8 @@ def test_flex_calls_match_torch_2_11_as_recorded_on_the_h200() -> None:
 
 
 def test_a_renamed_keyword_is_reported_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1)):
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
+                        alibi_slopes=None):
         raise NotImplementedError
 
     monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
@@ -138,7 +151,8 @@ def test_a_renamed_keyword_is_reported_with_its_name(monkeypatch: pytest.MonkeyP
     assert conformance.state == "mismatch"
     assert conformance.problem is not None and conformance.problem.parameter == "window_size"
     assert conformance.summary == ("MISMATCH: keyword 'window_size' is not a parameter of the installed "
-                                   "flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window)")
+                                   "flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window, softcap, "
+                                   "alibi_slopes)")
 
 
 def test_a_moved_positional_parameter_is_reported_with_its_name() -> None:
@@ -221,7 +235,8 @@ def test_an_unreadable_signature_is_unchecked_not_a_crash() -> None:
 def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
 
-    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1)):
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
+                        alibi_slopes=None):
         calls.append(1)
         raise AssertionError("must not be called")
 
@@ -232,7 +247,8 @@ def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pyt
     assert record.status == "skipped"
     assert record.reason.startswith("adapter does not match the installed flash-attn: keyword 'window_size' is "
                                     "not a parameter of the installed flash_attn_func(")
-    assert "attnbench calls flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=)" in record.reason
+    assert ("attnbench calls flash_attn_func(q, k, v, causal=, window_size=, softmax_scale=, softcap=, alibi_slopes=)"
+            in record.reason)
     assert calls == [] and "inputs" not in vars(data)  # judged before any tensor was made
 
 
@@ -320,20 +336,36 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_flash_standin import standin_flash_attn_func
+    from tests.test_flash_standin import standin_flash_attn_func, standin_kvcache_func, standin_varlen_func
 
-    spies = {}
+    spies: dict[str, Spy] = {}
     for backend, module, none_unbounded in ((FlashAttn2(), "flash_attn", False),
                                             (FlashAttn3(), "flash_attn_interface", False),
                                             (FlashAttn4(), "flash_attn.cute", True)):
-        spies[module] = spy = Spy(standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded))
-        monkeypatch.setitem(sys.modules, module, fake_module(module, flash_attn_func=spy))
+        functions = {"flash_attn_func": standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded),
+                     "flash_attn_varlen_func": standin_varlen_func(none_unbounded, none_unbounded)}
+        if backend.page_table_keyword is not None:
+            functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.page_table_keyword,
+                                                                        backend.page_multiple)
+        for name, fn in functions.items():
+            spies[f"{module}.{name}"] = Spy(fn)
+        monkeypatch.setitem(sys.modules, module, fake_module(module, **{name: spies[f"{module}.{name}"]
+                                                                        for name in functions}))
     monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    base = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=2, head_dim=16)
     for backend in (FlashAttn2(), FlashAttn3(), FlashAttn4()):
-        for c in (make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16")):
-            assert measure(c, backend).status == "ok"
-        (call,) = backend.library_calls()
-        spies[call.module].assert_declared(call)
+        scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.workload_axes else {})}
+        cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
+                 make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
+        if backend.page_table_keyword is not None or backend.varlen_pages:
+            cases.append(make_case(**base, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random",
+                                   page_size=backend.page_multiple * 16 if backend.page_multiple == 1
+                                   else backend.page_multiple, **scores))
+        for c in cases:
+            record = measure(c, backend)
+            assert record.status == "ok", (backend.name, c.case_id, record.reason)
+        for call in backend.library_calls():
+            spies[call.target].assert_declared(call)
 
 
 def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,12 @@
 The stand-in is written from FlashAttention's docstrings, not from attnbench's Case: layout
 (batch, seqlen, nheads, headdim); K/V with fewer heads, query heads 0..g-1 reading KV head 0 and so on;
 query i keeps keys in [i + Sk - Sq - left, i + Sk - Sq + right]; causal forces right = 0; an unbounded side
-is -1 (FA2/FA3) or None (FA4, where -1 would be a bound); fully masked rows output zero; fp16/bf16 only.
+is -1 (FA2/FA3) or None (FA4, where -1 would be a bound); fully masked rows output zero; fp16/bf16 only;
+softcap > 0 makes the scaled score softcap·tanh(s/softcap); alibi_slopes (fp32, one per query head) then adds
+-slope·|i + Sk - Sq - j|. flash_attn_varlen_func runs each sequence cu_seqlens_q[i]:cu_seqlens_q[i+1] (queries) /
+cu_seqlens_k[i]:cu_seqlens_k[i+1] (keys) of packed (tokens, heads, head_dim) as its own batch of one;
+flash_attn_with_kvcache reads request b's first cache_seqlens[b] keys from the pages block_table[b] (FA2) or
+page_table[b] (FA3) of a (pages, page_size, heads, head_dim) cache, its Sq queries the last of them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pytest
 import torch
 
 import attnbench.backends.flash as flash
+import attnbench.backends.packing as packing
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.case import Case
 from attnbench.runner import CaseData, RunInfo, Runner
@@ -51,7 +57,14 @@ def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: l
         qh = q.float().permute(0, 2, 1, 3)  # (B, H, Sq, D)
         kh = k.float().repeat_interleave(heads // kv_heads, dim=2).permute(0, 2, 1, 3)
         vh = v.float().repeat_interleave(heads // kv_heads, dim=2).permute(0, 2, 1, 3)
-        scores = (qh @ kh.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf"))
+        scores = qh @ kh.transpose(-1, -2) * scale
+        if softcap > 0:
+            scores = softcap * torch.tanh(scores / softcap)
+        if alibi_slopes is not None:
+            if alibi_slopes.dtype != torch.float32 or alibi_slopes.shape != (heads,):
+                raise RuntimeError("ALiBi slopes must have dtype fp32 and shape (nheads,)")
+            scores = scores - alibi_slopes[None, :, None, None] * (i - j).abs().float()
+        scores = scores.masked_fill(~keep, float("-inf"))
         probs = torch.nan_to_num(scores.softmax(-1), nan=0.0)  # a fully masked row outputs zero
         out = (probs @ vh).permute(0, 2, 1, 3).to(q.dtype)
         lse = torch.logsumexp(scores, -1)
@@ -60,16 +73,84 @@ def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: l
     return flash_attn_func
 
 
+def need_int32(*tensors) -> None:  # type: ignore[no-untyped-def]
+    for t in tensors:
+        if t.dtype != torch.int32:
+            raise TypeError(f"cu_seqlens / tables must be int32, got {t.dtype}")  # our bug, not a refusal
+
+
+def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """flash_attn_varlen_func: each packed sequence through the dense stand-in as a batch of one."""
+    dense = standin_flash_attn_func(none_is_unbounded, False)
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                               seqused_k=None, page_table=None, **kw):  # type: ignore[no-untyped-def]
+        if calls is not None:
+            calls.append("varlen")
+        if page_table is not None:  # FA4: dense (B, Sq, H, D) queries over a (pages, page_size, H, D) pool
+            assert cu_seqlens_k is None, "page_table is not supported with cu_seqlens_k"
+            need_int32(page_table, seqused_k)
+            page = v.shape[1]
+            outs = []
+            for b in range(q.shape[0]):
+                n = int(seqused_k[b])
+                pages = page_table[b, : -(-n // page)].tolist()
+                kb, vb = (torch.cat([t[p] for p in pages])[:n] for t in (k, v))
+                outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
+            out = torch.cat(outs)
+            return (out, None) if returns_lse else out
+        need_int32(cu_seqlens_q, cu_seqlens_k)
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        outs = []
+        for i in range(len(cq) - 1):
+            if cq[i + 1] - cq[i] > max_seqlen_q or ck[i + 1] - ck[i] > max_seqlen_k:
+                raise AssertionError("a sequence longer than max_seqlen: the kernel would skip its rows")
+            outs.append(dense(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]], **kw)[0])
+        out = torch.cat(outs)
+        return (out, None) if returns_lse else out
+
+    return flash_attn_varlen_func
+
+
+def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """flash_attn_with_kvcache over a paged cache: request b's keys gathered from its pages, then the dense stand-in."""
+    dense = standin_flash_attn_func(False, False)
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, **kw):  # type: ignore[no-untyped-def]
+        if calls is not None:
+            calls.append("kvcache")
+        table = kw.pop(table_keyword)
+        need_int32(cache_seqlens, table)
+        page = k_cache.shape[1]
+        if page % page_multiple:
+            raise RuntimeError(f"Paged KV cache block size must be divisible by {page_multiple}")
+        outs = []
+        for b in range(q.shape[0]):
+            n = int(cache_seqlens[b])
+            pages = table[b, : -(-n // page)].tolist()
+            kb = torch.cat([k_cache[p] for p in pages])[:n]
+            vb = torch.cat([v_cache[p] for p in pages])[:n]
+            outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
+        return torch.cat(outs)
+
+    return flash_attn_with_kvcache
+
+
 @pytest.fixture
 def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """Install flash_attn, flash_attn_interface and flash_attn.cute stand-ins; let the adapters run on CPU."""
     calls: dict[str, list[int]] = {"fa2": [], "fa3": [], "fa4": []}
     fa2 = types.ModuleType("flash_attn")
     fa2.flash_attn_func = standin_flash_attn_func(False, False, calls["fa2"])
+    fa2.flash_attn_varlen_func = standin_varlen_func(False, False, calls["fa2"])
+    fa2.flash_attn_with_kvcache = standin_kvcache_func("block_table", 256, calls["fa2"])
     fa3 = types.ModuleType("flash_attn_interface")
     fa3.flash_attn_func = standin_flash_attn_func(False, False, calls["fa3"])
+    fa3.flash_attn_varlen_func = standin_varlen_func(False, False, calls["fa3"])
+    fa3.flash_attn_with_kvcache = standin_kvcache_func("page_table", 1, calls["fa3"])
     fa4 = types.ModuleType("flash_attn.cute")
     fa4.flash_attn_func = standin_flash_attn_func(True, True, calls["fa4"])
+    fa4.flash_attn_varlen_func = standin_varlen_func(True, True, calls["fa4"])
     fa2.cute = fa4
     monkeypatch.setitem(sys.modules, "flash_attn", fa2)
     monkeypatch.setitem(sys.modules, "flash_attn_interface", fa3)
@@ -281,3 +362,167 @@ def test_kernel_field_says_native_gqa(standins) -> None:
     assert gqa.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1), native GQA 8/2)")
     mha = measure(case(causal=True), FlashAttn2())
     assert mha.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1))")
+
+
+# ---- workload axes: varlen, paged KV cache, softcap, ALiBi, head_dim_v ------------------------------------------
+def axis_case(**overrides) -> Case:  # type: ignore[no-untyped-def]
+    fields = dict(dtype="bfloat16", seq_len=48, heads=4, kv_heads=4, head_dim=16, causal=True)
+    fields.update(overrides)
+    return make_case(**fields)
+
+
+AXIS_CASES = {
+    "documents": axis_case(documents=3),
+    "documents-random-window-gqa": axis_case(documents=5, doc_lengths="random", window=6, heads=4, kv_heads=2),
+    "documents-two-sided-bwd": axis_case(causal=False, window=5, documents=4, doc_lengths="random", mode="fwd_bwd"),
+    "ragged-kv": axis_case(batch=3, seq_len=8, kv_seq_len=80, kv_lengths="random", heads=4, kv_heads=1),
+    "ragged-decode-window": axis_case(batch=4, seq_len=1, kv_seq_len=80, kv_lengths="random", window=9),
+    "softcap": axis_case(softcap=2.0),
+    "softcap-documents-bwd": axis_case(softcap=3.0, documents=3, mode="fwd_bwd"),
+    "alibi": axis_case(alibi=True, heads=6, kv_heads=3),
+    "alibi-two-sided-ragged": axis_case(causal=False, alibi=True, batch=2, seq_len=8, kv_seq_len=40,
+                                        kv_lengths="random"),
+    "alibi-softcap": axis_case(alibi=True, softcap=2.0),
+    "head-dim-v": axis_case(head_dim_v=8, heads=4, kv_heads=2),
+    "paged-256": axis_case(batch=2, seq_len=4, kv_seq_len=600, kv_lengths="random", page_size=256, heads=2,
+                           kv_heads=1),
+    "paged-256-decode-window-softcap": axis_case(batch=3, seq_len=1, kv_seq_len=700, kv_lengths="random",
+                                                 page_size=256, window=100, softcap=5.0, heads=2, kv_heads=2),
+    "paged-16": axis_case(batch=3, seq_len=4, kv_seq_len=70, kv_lengths="random", page_size=16, heads=4,
+                          kv_heads=2),
+}
+# The axes each library maps, and the words of its reason for each it does not (anything else must be ok).
+AXIS_SKIPS = {
+    "flash-attn": {"head_dim_v": "needs V's head size equal", "page_size=16": "multiple of 256 tokens (page_size 16)"},
+    "flash-attn-3": {"alibi": "FlashAttention 3 has no alibi_slopes"},
+    "flash-attn-4": {"alibi": "FlashAttention 4 has no alibi_slopes"},
+}
+
+
+def expected_axis_skip(name: str, c: Case) -> str | None:
+    rules = AXIS_SKIPS[name]
+    if c.page_size is not None and f"page_size={c.page_size}" in rules:
+        return rules[f"page_size={c.page_size}"]
+    return next((rules[axis] for axis in c.workload_axes if axis in rules), None)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
+@pytest.mark.parametrize("name", list(AXIS_CASES))
+def test_each_workload_axis_matches_the_reference_or_skips_by_name(standins, adapter, name: str) -> None:
+    c = AXIS_CASES[name]
+    record = measure(c, adapter())
+    skip = expected_axis_skip(adapter.name, c)
+    if skip is None:
+        assert record.status == "ok", (record.status, record.reason)
+        assert record.grad_checked == c.needs_grad
+    else:
+        assert record.status == "skipped" and skip in record.reason, (record.status, record.reason)
+
+
+def test_entry_point_follows_the_axes(standins) -> None:
+    calls = standins["fa2"]
+    assert measure(AXIS_CASES["documents"], FlashAttn2()).status == "ok" and "varlen" in calls and 1 not in calls
+    calls.clear()
+    assert measure(AXIS_CASES["paged-256"], FlashAttn2()).status == "ok" and calls == ["kvcache"] * len(calls)
+    calls.clear()
+    assert measure(AXIS_CASES["softcap"], FlashAttn2()).status == "ok" and set(calls) == {1}
+
+
+def test_kernel_field_names_the_entry_point(standins) -> None:
+    record = measure(AXIS_CASES["documents-random-window-gqa"], FlashAttn2())
+    assert record.kernel.endswith("flash_attn.flash_attn_varlen_func(causal=True, window_size=(6, 0), 5 sequences, "
+                                  "native GQA 4/2)")
+    record = measure(AXIS_CASES["paged-16"], FlashAttn3())
+    assert record.kernel.endswith("flash_attn_interface.flash_attn_with_kvcache(causal=True, window_size=(-1, -1), "
+                                  "page_table over pages of 16, native GQA 4/2)")
+    record = measure(AXIS_CASES["alibi-softcap"], FlashAttn2())
+    assert record.kernel.endswith("flash_attn_func(causal=True, window_size=(-1, -1), softcap=2, alibi_slopes)")
+
+
+def test_a_library_without_the_entry_point_skips_the_case(standins, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(sys.modules["flash_attn"], "flash_attn_varlen_func")
+    record = measure(AXIS_CASES["documents"], FlashAttn2())
+    assert record.status == "skipped" and record.reason == "flash-attn: flash_attn has no flash_attn_varlen_func"
+
+
+def test_paged_backward_is_refused_before_running() -> None:
+    c = axis_case(batch=2, seq_len=4, kv_seq_len=600, page_size=256, mode="fwd_bwd")
+    assert FlashAttn2().unsupported(c) == "flash_attn_with_kvcache (the paged KV cache) is inference-only: no backward"
+
+
+def _wrong(target: str, kind: str):  # type: ignore[no-untyped-def]
+    real = getattr(packing if target == "packing" else flash, kind.split(":")[0])
+
+    def wrong(*args):  # type: ignore[no-untyped-def]
+        value = real(*args)
+        what = kind.split(":")[1]
+        if what == "cu-off-by-one":
+            cu = (value.cu_q[0], value.cu_q[1] + 1, *value.cu_q[2:])
+            return packing.Varlen(cu, cu, value.max_q + 1, value.max_k + 1, value.kv_lens)
+        if what == "cu-k-from-q":
+            return packing.Varlen(value.cu_q, value.cu_q, value.max_q, value.max_q, value.kv_lens)
+        if what == "table-rows-swapped":  # each request reads another request's pages
+            return value.flip(0)
+        raise AssertionError(what)
+
+    return wrong
+
+
+def _score_sabotage(kind: str):  # type: ignore[no-untyped-def]
+    real = flash._Flash.score_arguments
+
+    def wrong(self, c, device):  # type: ignore[no-untyped-def]
+        args = real(self, c, device)
+        if kind == "softcap-dropped":
+            args.pop("softcap", None)
+        elif kind == "alibi-reversed":
+            args["alibi_slopes"] = args["alibi_slopes"].flip(0)
+        elif kind == "alibi-tp-whole-model":  # the whole model's first slopes where rank 0 has its share's
+            args["alibi_slopes"] = torch.tensor(flash.workload.alibi_slopes(c.heads), dtype=torch.float32)
+        return args
+
+    return wrong
+
+
+FLASH_AXIS_SABOTAGES = {
+    "document-boundary-off-by-one": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-off-by-one")),
+                                     AXIS_CASES["documents"]),
+    "cu-seqlens-k-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
+                                  AXIS_CASES["ragged-kv"]),
+    "block-table-not-shuffled": (lambda mp: mp.setattr(packing, "block_table",
+                                                       _wrong("packing", "block_table:table-rows-swapped")),
+                                 AXIS_CASES["paged-256"]),
+    "softcap-dropped": (lambda mp: mp.setattr(flash._Flash, "score_arguments", _score_sabotage("softcap-dropped")),
+                        AXIS_CASES["softcap"]),
+    "alibi-slopes-reversed": (lambda mp: mp.setattr(flash._Flash, "score_arguments", _score_sabotage("alibi-reversed")),
+                              AXIS_CASES["alibi"]),
+    "alibi-slopes-of-the-whole-model": (lambda mp: mp.setattr(flash._Flash, "score_arguments",
+                                                              _score_sabotage("alibi-tp-whole-model")),
+                                        axis_case(alibi=True, heads=2, kv_heads=1, tp=4)),
+}
+
+
+@pytest.mark.parametrize("name", list(FLASH_AXIS_SABOTAGES))
+def test_standin_catches_a_wrong_axis_mapping(standins, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = FLASH_AXIS_SABOTAGES[name]
+    assert measure(c, FlashAttn2()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, FlashAttn2())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+
+def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
+    record = measure(AXIS_CASES["paged-16"], FlashAttn4())
+    assert record.status == "ok", record.reason
+    assert record.kernel.endswith("flash_attn.cute.flash_attn_varlen_func(causal=True, window_size=(None, None), "
+                                  "page_table over pages of 16, native GQA 4/2)")
+    c = axis_case(batch=2, seq_len=4, kv_seq_len=64, page_size=16, mode="fwd_bwd")
+    assert FlashAttn4().unsupported(c).startswith("attnbench runs flash-attn-4's paged KV cache forward only")
+
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
+def test_documents_in_a_paged_cache_are_skipped_by_name(adapter) -> None:
+    c = axis_case(documents=3, seq_len=512, page_size=256)
+    assert "documents inside a paged cache would need a document mask" in adapter().unsupported(c)

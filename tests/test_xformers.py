@@ -107,8 +107,18 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
     to_bghsd = lambda t: t.float().permute(0, 2, 3, 1, 4)  # noqa: E731
     q, k, v = to_bghsd(query), to_bghsd(key), to_bghsd(value)
     s = q @ k.transpose(-1, -2) * (d ** -0.5 if scale is None else scale)
-    if attn_bias is not None:
-        s = s.masked_fill(~attn_bias.keep(sq, sk), float("-inf"))
+    if attn_bias is not None:  # a stand-in class's keep(), or a real xformers bias's own materialize()
+        if hasattr(attn_bias, "keep"):
+            keep = attn_bias.keep(sq, sk)
+        elif hasattr(attn_bias, "block_tables"):  # paged: materialised over the pages in use, K/V are the pool
+            tables = attn_bias.block_tables
+            used = attn_bias.materialize((sq, tables.shape[0] * tables.shape[1] * attn_bias.page_size),
+                                         dtype=torch.float32, device="cpu")
+            keep = torch.zeros(sq, sk, dtype=torch.bool)
+            keep[:, : used.shape[-1]] = torch.isfinite(used)
+        else:
+            keep = torch.isfinite(attn_bias.materialize((sq, sk), dtype=torch.float32, device="cpu"))
+        s = s.masked_fill(~keep, float("-inf"))
     out = (s.softmax(-1) @ v).permute(0, 3, 1, 2, 4).to(query.dtype)  # (B, Sq, G, H/G, K), like query
     return out.squeeze(2) if bmhk else out
 
@@ -121,6 +131,11 @@ def _standin_module() -> types.ModuleType:
         LowerTriangularFromBottomRightLocalAttentionMask=LowerTriangularFromBottomRightLocalAttentionMask,
         LocalAttentionFromBottomRightMask=LocalAttentionFromBottomRightMask,
     )
+    if importlib.util.find_spec("xformers") is not None:  # the block-diagonal biases are xformers' own classes
+        real = real_attn_bias()
+        attn_bias.BlockDiagonalMask = real.BlockDiagonalMask
+        attn_bias.PagedBlockDiagonalPaddedKeysMask = real.PagedBlockDiagonalPaddedKeysMask
+        attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask = real.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
     ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
     ops.ran = []  # (phase, forward op NAME) of every call
     ops.phase = lambda: ""  # a test points this at its Phases
@@ -346,3 +361,248 @@ def test_adapters_real_bias_is_the_cases_mask(shape: tuple[int, int], causal: bo
     if want is None:
         want = torch.ones(sq, sk, dtype=torch.bool)
     assert torch.equal(materialized_keep(bias, sq, sk), want)
+
+
+# ---- documents and ragged cache lengths: block-diagonal biases -------------------------------------------------
+def varlen_case(**overrides) -> Case:  # type: ignore[no-untyped-def]
+    fields = dict(dtype="float32", seq_len=48, heads=4, kv_heads=4, head_dim=16, causal=True)
+    fields.update(overrides)
+    return make_case(**fields)
+
+
+VARLEN_CASES = {
+    "documents-causal": varlen_case(documents=3),
+    "documents-random-window-gqa": varlen_case(documents=5, doc_lengths="random", window=6, heads=4, kv_heads=2),
+    "documents-full-batch": varlen_case(causal=False, batch=2, documents=4, doc_lengths="random"),
+    "documents-window-zero": varlen_case(documents=3, window=0),
+    "documents-gqa-bwd": varlen_case(documents=3, heads=4, kv_heads=2, mode="fwd_bwd"),
+    "ragged-causal-gqa": varlen_case(batch=3, seq_len=8, kv_seq_len=80, kv_lengths="random", heads=4, kv_heads=1),
+    "ragged-decode-window": varlen_case(batch=4, seq_len=1, kv_seq_len=80, kv_lengths="random", window=9),
+    "ragged-full-bwd": varlen_case(causal=False, batch=2, seq_len=6, kv_seq_len=50, kv_lengths="random",
+                                   mode="fwd_bwd"),
+}
+
+
+def expected_packed_keep(c: Case) -> torch.Tensor:
+    """GUIDE.md's mask of `c` (attnbench.workload.visibility, one block per batch row) laid out over the packed
+    tokens: row b's queries against row b's own keys, nothing across rows."""
+    from attnbench import workload
+
+    rows = workload.visibility(c)
+    rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
+    lens = workload.request_kv_lens(c)
+    keep = torch.zeros(c.batch * c.seq_len, sum(lens), dtype=torch.bool)
+    start = 0
+    for b, n in enumerate(lens):
+        keep[b * c.seq_len:(b + 1) * c.seq_len, start:start + n] = rows[b if len(rows) > 1 else 0][:, :n]
+        start += n
+    return keep
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(VARLEN_CASES))
+def test_real_block_diagonal_bias_is_the_cases_mask(name: str) -> None:
+    """xformers_varlen_bias with the real library's classes, materialised, keeps exactly GUIDE.md's pairs."""
+    c = VARLEN_CASES[name]
+    bias = xf.xformers_varlen_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())),
+                                   torch.device("cpu"))  # a torch.device: xformers pins memory for any other
+    want = expected_packed_keep(c)
+    assert torch.equal(materialized_keep(bias, *want.shape), want)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(VARLEN_CASES))
+def test_documents_and_ragged_lengths_through_the_standin(standin, name: str) -> None:
+    c = VARLEN_CASES[name]
+    record = measure(c, XformersBackend())
+    assert record.status == "ok", record.reason
+    assert record.grad_checked == c.needs_grad
+    assert record.kv_expanded == (c.kv_heads != c.heads and c.needs_grad)  # BMGHK forward, repeated for backward
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_kernel_field_names_the_block_diagonal_bias(standin) -> None:
+    record = measure(VARLEN_CASES["documents-random-window-gqa"], XformersBackend())
+    assert record.kernel.endswith("(BMGHK, K/V expanded, 5 sequences packed in one row, "
+                                  "attn_bias=BlockDiagonalCausalLocalAttentionFromBottomRightMask(7))")
+    record = measure(VARLEN_CASES["ragged-causal-gqa"], XformersBackend())
+    assert record.kernel.endswith("attn_bias=BlockDiagonalCausalFromBottomRightMask)")
+
+
+def _top_left(real):  # type: ignore[no-untyped-def]
+    def wrong(c, ops, device=None):  # type: ignore[no-untyped-def]
+        bias = real(c, ops, device)
+        return bias.make_causal() if type(bias).__name__ == "BlockDiagonalCausalFromBottomRightMask" else bias
+    return wrong
+
+
+def _window_without_diagonal(c, ops, device=None):  # type: ignore[no-untyped-def]
+    seqs = xf.packing.varlen(c)
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
+    return block.make_local_attention_from_bottomright(c.window)  # W where xformers needs W + 1
+
+
+VARLEN_SABOTAGES = {
+    # each request's causal block aligned top-left: its queries would see only the first keys of its cache
+    "ragged-causal-top-left": (lambda mp: mp.setattr(xf, "xformers_varlen_bias", _top_left(xf.xformers_varlen_bias)),
+                               VARLEN_CASES["ragged-causal-gqa"]),
+    "window-without-the-diagonal": (lambda mp: mp.setattr(xf, "xformers_varlen_bias", _window_without_diagonal),
+                                    VARLEN_CASES["documents-random-window-gqa"]),
+    "packed-without-transpose": (lambda mp: mp.setattr(xf.packing, "pack_q",
+                                                       lambda t: t.reshape(-1, t.shape[1], t.shape[3])),
+                                 varlen_case(seq_len=8, heads=8, kv_heads=8, documents=2)),
+}
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(VARLEN_SABOTAGES))
+def test_standin_catches_a_wrong_block_diagonal_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = VARLEN_SABOTAGES[name]
+    assert measure(c, XformersBackend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, XformersBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+@pytest.mark.parametrize("c, words", [
+    (varlen_case(softcap=2.0), "xformers has no soft-capping"),
+    (varlen_case(alibi=True), "attnbench does not map alibi onto xformers"),
+    (varlen_case(causal=False, window=4, documents=3), "no two-sided local window over packed sequences"),
+])
+def test_varlen_reasons(c: Case, words: str) -> None:
+    reason = XformersBackend().unsupported(c)
+    assert reason is not None and words in reason
+    assert XformersBackend().unsupported(varlen_case(causal=False, window=4)) is None  # dense two-sided: as before
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_block_diagonal_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_conformance import Spy
+
+    cls = standin.fmha.attn_bias.BlockDiagonalMask
+    spies = {"from_seqlens": Spy(cls.from_seqlens)}
+    monkeypatch.setattr(cls, "from_seqlens", spies["from_seqlens"])
+    for name in ("make_causal_from_bottomright", "make_local_attention_from_bottomright"):
+        spies[name] = spy = Spy(getattr(cls, name))
+        monkeypatch.setattr(cls, name, lambda self, *a, _spy=spy, **kw: _spy(self, *a, **kw))
+    for c in VARLEN_CASES.values():
+        assert measure(c, XformersBackend()).status == "ok"
+    for call in xf.VARLEN_BIAS_CALLS:
+        spies[call.name].assert_declared(call)
+
+
+# ---- paged caches: paged block-diagonal biases over the page pool -------------------------------------------------
+PAGED_CASES = {
+    "paged-prefill-causal": varlen_case(batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16),
+    "paged-decode-gqa": varlen_case(batch=4, seq_len=1, kv_seq_len=90, kv_lengths="random", page_size=8, heads=4,
+                                    kv_heads=1),
+    "paged-full-dense-lengths": varlen_case(causal=False, batch=3, seq_len=4, kv_seq_len=40, page_size=16),
+    "paged-page-of-one": varlen_case(batch=2, seq_len=2, kv_seq_len=20, kv_lengths="random", page_size=1),
+}
+
+
+def expected_physical_keep(c: Case) -> torch.Tensor:
+    """GUIDE.md's mask of `c` over the pool's physical token positions: request b's key t lives at
+    table[b][t // P]·P + t % P."""
+    from attnbench import workload
+
+    layout = workload.pages(c)
+    rows = workload.visibility(c)
+    rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
+    p = c.page_size
+    keep = torch.zeros(c.batch * c.seq_len, layout.num_pages * p, dtype=torch.bool)
+    for b, n in enumerate(layout.kv_lens):
+        for t in range(n):
+            keep[b * c.seq_len:(b + 1) * c.seq_len, layout.table[b][t // p] * p + t % p] = (
+                rows[b if len(rows) > 1 else 0][:, t])
+    return keep
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_CASES))
+def test_real_paged_bias_is_the_cases_mask_over_the_pool(name: str) -> None:
+    c = PAGED_CASES[name]
+    bias = xf.xformers_paged_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())),
+                                  torch.device("cpu"))
+    want = expected_physical_keep(c)
+    tables = bias.block_tables
+    used = bias.materialize((want.shape[0], tables.shape[0] * tables.shape[1] * c.page_size))
+    got = torch.zeros_like(want)
+    got[:, : used.shape[-1]] = torch.isfinite(used)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_CASES))
+def test_paged_cache_through_the_standin(standin, name: str) -> None:
+    record = measure(PAGED_CASES[name], XformersBackend())
+    assert record.status == "ok", record.reason
+    assert "requests over a pool of pages of" in record.kernel
+
+
+def test_spare_filled_table_points_unused_entries_at_a_page_nobody_owns() -> None:
+    from attnbench import workload
+
+    layout = workload.Pages(page_size=4, num_pages=6, table=((3, 1, -1), (0, 4, 2)), kv_lens=(6, 10))
+    assert xf.packing.spare_filled_table(layout) == ((3, 1, 5), (0, 4, 2))
+
+
+def _paged_rows_swapped(real):  # type: ignore[no-untyped-def]
+    def wrong(c, ops, device=None):  # type: ignore[no-untyped-def]
+        bias = real(c, ops, device)
+        bias.block_tables = bias.block_tables.flip(0)  # each request reads another's pages
+        return bias
+    return wrong
+
+
+def _paged_not_causal(c, ops, device=None):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return REAL_PAGED_BIAS(replace(c, causal=False), ops, device)
+
+
+REAL_PAGED_BIAS = xf.xformers_paged_bias
+
+
+PAGED_SABOTAGES = {
+    "paged-rows-swapped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_rows_swapped(xf.xformers_paged_bias)),
+                           PAGED_CASES["paged-prefill-causal"]),
+    "paged-causal-dropped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_not_causal),
+                             PAGED_CASES["paged-prefill-causal"]),
+}
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PAGED_SABOTAGES))
+def test_standin_catches_a_wrong_paged_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = PAGED_SABOTAGES[name]
+    assert measure(c, XformersBackend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, XformersBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+@pytest.mark.parametrize("c, words", [
+    (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, mode="fwd_bwd"), "paged biases are for inference"),
+    (varlen_case(batch=2, seq_len=4, kv_seq_len=40, page_size=16, window=8), "no paged local-attention bias"),
+    (varlen_case(documents=3, page_size=16), "documents inside a paged cache would need a document mask"),
+])
+def test_paged_reasons(c: Case, words: str) -> None:
+    reason = XformersBackend().unsupported(c)
+    assert reason is not None and words in reason
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_paged_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_conformance import Spy
+
+    classes = {call.target: getattr(standin.fmha.attn_bias, call.qualname.split(".")[-2])
+               for call in xf.PAGED_BIAS_CALLS}
+    spies = {target: Spy(cls.from_seqlens) for target, cls in classes.items()}  # bound before any is patched:
+    for target, cls in classes.items():  # the causal class inherits from_seqlens from the other
+        monkeypatch.setattr(cls, "from_seqlens", spies[target])
+    for c in PAGED_CASES.values():
+        assert measure(c, XformersBackend()).status == "ok"
+    for call in xf.PAGED_BIAS_CALLS:
+        spies[call.target].assert_declared(call)

@@ -1,9 +1,18 @@
-"""FlashAttention 2, 3 and 4: one mapping of GUIDE.md's conventions onto `flash_attn_func`, three libraries.
+"""FlashAttention 2, 3 and 4: one mapping of GUIDE.md's conventions onto their three entry points, three libraries.
 
 All three take (batch, seq, heads, head_dim) with native MQA/GQA (K/V with fewer heads), align causal
 and windows bottom-right themselves, and accept only fp16/bf16 on CUDA. They differ in module, in how
 an unbounded window side is spelled (-1 for FA2/FA3, None for FA4), in what they return (FA4: (out, lse))
 and in when kernels are built (FA4 compiles at its first call, so prepare makes that call).
+
+The workload axes choose the entry point: packed documents and ragged cache lengths go to
+`flash_attn_varlen_func` (tokens packed by attnbench.backends.packing, int32 cu_seqlens, bottom-right per
+sequence); a paged cache to `flash_attn_with_kvcache` (FA2 `block_table`, FA3 `page_table`, with `cache_seqlens`;
+inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which has no such function, to
+`flash_attn_varlen_func` with `page_table` and `seqused_k` (and no `cu_seqlens_k`, which FA4 refuses with a page
+table); everything else to `flash_attn_func`. `softcap` is
+every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: GUIDE.md's order);
+V with its own head size FA3's and FA4's (their kernels decide which pairs they take).
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench.backends.base import Backend, Prepared, first_line, module_owner
+from attnbench import workload
+from attnbench.backends import packing
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, module_owner
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -30,6 +41,12 @@ REFUSALS = ("only support", "not supported", "does not support", "must be", "Uns
 # flash_window_args' keywords and softmax_scale (attnbench.conformance holds these against the installed one).
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
+# flash_attn_varlen_func(q, k, v, cu_seqlens_q=, ...): the offsets by keyword (FA4 puts `qv` before them).
+VARLEN_FUNCTION = "flash_attn_varlen_func"
+VARLEN_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", *FLASH_KEYWORDS)
+# flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=, <page table>=, ...): no new K/V appended.
+KVCACHE_FUNCTION = "flash_attn_with_kvcache"
+KVCACHE_POSITIONAL = ("q", "k_cache", "v_cache")
 
 
 def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
@@ -68,12 +85,29 @@ class _Flash(Backend):
     min_capability: ClassVar[tuple[int, int]] = (8, 0)
     # The devices the kernels run on; the adapter tests add "cpu" to run it against a stand-in module.
     devices: ClassVar[tuple[str, ...]] = ("cuda",)
+    # The keywords of the score modifiers this library has (softcap; FA2 also alibi_slopes), passed when a case
+    # sets them; the keyword flash_attn_with_kvcache names its page table by (None: paging not mapped); the page
+    # sizes its paged cache takes (a multiple of this); and why it cannot run each axis it does not map.
+    score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
+    page_table_keyword: ClassVar[str | None] = None
+    page_multiple: ClassVar[int] = 1
+    # FA4: pages through flash_attn_varlen_func(page_table=, seqused_k=) instead of flash_attn_with_kvcache.
+    varlen_pages: ClassVar[bool] = False
+    axis_reasons: ClassVar[dict[str, str]] = {}
 
-    def _function(self) -> Callable[..., Any]:
-        return getattr(importlib.import_module(self.module), self.function)
+    def _function(self, name: str | None = None) -> Callable[..., Any]:
+        return getattr(importlib.import_module(self.module), name or self.function)
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (LibraryCall(self.module, self.function, FLASH_POSITIONAL, FLASH_KEYWORDS),)
+        paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
+        calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL, (*FLASH_KEYWORDS, *self.score_keywords)),
+                 LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
+                             (*VARLEN_KEYWORDS, *paged_varlen, *self.score_keywords), optional=True)]
+        if self.page_table_keyword is not None:
+            calls.append(LibraryCall(self.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
+                                     ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *self.score_keywords),
+                                     optional=True))
+        return tuple(calls)
 
     def availability(self, device: str) -> str | None:
         try:
@@ -104,16 +138,74 @@ class _Flash(Backend):
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
         if case.head_dim > MAX_HEAD_DIM:
             return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"
+        for axis in case.workload_axes:
+            if axis in self.axis_reasons:
+                return self.axis_reasons[axis]
+        if case.page_size is not None and "page_size" in self.workload_axes and case.doc_lens is not None:
+            return packing.documents_in_pages(case, self.library)
+        if case.page_size is not None and self.varlen_pages and case.needs_grad:
+            return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
+        if case.page_size is not None and self.page_table_keyword is not None:
+            if case.needs_grad:
+                return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
+            if case.page_size % self.page_multiple:
+                return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
+                        f"(page_size {case.page_size})")
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        fn = self._function()
-        kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5}
+        kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5,
+                  **self.score_arguments(case, q.device)}
+        words = [f"causal={kwargs['causal']}", f"window_size={kwargs['window_size']}"]
+        words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
+        words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
+        to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
+        if case.page_size is not None and self.varlen_pages:
+            name = VARLEN_FUNCTION
+            fn = self._library_function(name)
+            layout = workload.pages(case)
+            paged = {"seqused_k": packing.int32(workload.request_kv_lens(case), q.device),
+                     "page_table": packing.block_table(layout, q.device)}
+            words.append(f"page_table over pages of {case.page_size}")
 
-        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return output_of(fn(q, k, v, **kwargs))
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
 
-        inputs = tuple(to_flash_layout(t) for t in (q, k, v))
+            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout))
+        elif case.page_size is not None:
+            name = KVCACHE_FUNCTION
+            fn = self._library_function(name)
+            layout = workload.pages(case)
+            paged = {"cache_seqlens": packing.int32(workload.request_kv_lens(case), q.device),
+                     self.page_table_keyword: packing.block_table(layout, q.device)}
+            words.append(f"{self.page_table_keyword} over pages of {case.page_size}")
+
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
+
+            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout))
+        elif case.doc_lens is not None or case.kv_lens is not None:
+            name = VARLEN_FUNCTION
+            fn = self._library_function(name)
+            seqs = packing.varlen(case)
+            offsets = {"cu_seqlens_q": packing.int32(seqs.cu_q, q.device),
+                       "cu_seqlens_k": packing.int32(seqs.cu_k, q.device),
+                       "max_seqlen_q": seqs.max_q, "max_seqlen_k": seqs.max_k}
+            words.append(f"{seqs.sequences} sequences")
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k, v, **offsets, **kwargs))
+
+            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
+            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+        else:
+            name = self.function
+            fn = self._function()
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k, v, **kwargs))
+
+            inputs = tuple(to_flash_layout(t) for t in (q, k, v))
         extra: dict[str, Any] = {}
         if self.warm_call:
             extra["compile_s"] = warm_up(call, inputs, case.needs_grad)
@@ -121,11 +213,29 @@ class _Flash(Backend):
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=(f"{self.library} {self.version()} {self.module}.{self.function}"
-                    f"(causal={kwargs['causal']}, window_size={kwargs['window_size']}{gqa})"),
-            to_canonical=from_flash_layout,
+            kernel=f"{self.library} {self.version()} {self.module}.{name}({', '.join(words)}{gqa})",
+            to_canonical=to_canonical,
             extra=extra,
         )
+
+    def _library_function(self, name: str) -> Callable[..., Any]:
+        """The library's `name`, or the case's skip reason when this build of it has none."""
+        try:
+            return self._function(name)
+        except AttributeError:
+            raise Unsupported(f"{self.library}: {self.module} has no {name}") from None
+
+    def score_arguments(self, case: Case, device: Any) -> dict[str, Any]:
+        """`softcap` (c·tanh(s/c) on the scaled score) and `alibi_slopes` (fp32, one per query head: the case's
+        slopes, GUIDE.md's), only when the case sets them, so a dense case's call is unchanged."""
+        import torch
+
+        args: dict[str, Any] = {}
+        if case.softcap is not None:
+            args["softcap"] = float(case.softcap)
+        if case.alibi:
+            args["alibi_slopes"] = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device)
+        return args
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         text = str(exc).strip()
@@ -163,6 +273,11 @@ class FlashAttn2(_Flash):
     library = "flash-attn"
     module = "flash_attn"
     install_hint = "pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)"
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"})
+    score_keywords = ("softcap", "alibi_slopes")
+    page_table_keyword = "block_table"
+    page_multiple = 256  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
+    axis_reasons = {"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}
 
 
 @register
@@ -172,6 +287,9 @@ class FlashAttn3(_Flash):
     library = "flash-attn-3"
     module = "flash_attn_interface"
     install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
+    page_table_keyword = "page_table"
+    axis_reasons = {"alibi": "FlashAttention 3 has no alibi_slopes"}
 
 
 @register
@@ -181,6 +299,12 @@ class FlashAttn4(_Flash):
     library = "flash-attn-4"
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
+    # Pages through flash_attn_varlen_func(page_table=, seqused_k=) (its fast path wants 128-token pages; others
+    # take a non-TMA path); V with its own head size as FA3 (SM90 takes 8..256 each; SM100 fewer pairs: its
+    # refusal is the skip reason).
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
+    varlen_pages = True
+    axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
     unbounded = None
     warm_call = True
     owner_checked = True

@@ -4,6 +4,15 @@ Layout BMHK (batch, seq, heads, head_dim). MQA/GQA goes through xformers' 5-D BM
 (batch, seq, kv_heads, group, head_dim) with K/V `expand`ed, not copied; xformers supports that form
 for the forward pass only, so backward modes repeat K/V per query head (and say so: kv_expanded).
 Masks are xformers' bottom-right bias classes, which state GUIDE.md's alignment themselves.
+
+Packed documents and ragged cache lengths run as one batch row of concatenated tokens (attnbench.backends.packing)
+under a block-diagonal bias built from the shared sequence lengths: `BlockDiagonalMask.from_seqlens(q, kv)`, made
+causal with `make_causal_from_bottomright()` (each block bottom-right: a request's queries are the last of its
+keys; for a document, whose queries are its keys, the same as top-left) or banded with
+`make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window). A paged cache is the
+pool as one row `(1, pages·page_size, KVH, K)` under `PagedBlockDiagonal[CausalWithOffset]PaddedKeysMask` with the
+shared page table (forward only; xformers has no paged local window). xformers has no block-diagonal two-sided
+window over contiguous keys, no soft-capping and ALiBi only as a dense tensor: those are skipped by name.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from attnbench import workload
+from attnbench.backends import packing
 from attnbench.backends.base import Backend, Prepared, Unsupported, expand_kv
 from attnbench.backends.sdpa import fp32_math
 from attnbench.conformance import LibraryCall
@@ -39,6 +50,82 @@ BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.LocalAttentionFromBottomRightMask",
                 keywords=("window_left", "window_right")),
 )
+
+
+# The block-diagonal bias xformers_bias builds for documents and ragged cache lengths (methods are declared with
+# `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound).
+VARLEN_BIAS_CALLS = (
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens", positional=("q_seqlen", "kv_seqlen"),
+                keywords=("device",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright", positional=("self",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_local_attention_from_bottomright",
+                positional=("self", "window_size")),
+)
+
+
+PAGED_BIAS_CALLS = tuple(
+    LibraryCall("xformers.ops", f"fmha.attn_bias.{name}.from_seqlens",
+                positional=("q_seqlen", "kv_seqlen", "block_tables", "page_size"), keywords=("device",))
+    for name in ("PagedBlockDiagonalPaddedKeysMask", "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask"))
+
+
+def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
+    """The paged block-diagonal attn_bias: request b's Sq queries against the first kv_lens[b] keys of its pages
+    (the shared table, int32, unused entries on a spare page), causal bottom-right (CausalWithOffset) or not."""
+    import torch
+
+    layout = workload.pages(case)
+    table = torch.tensor(packing.spare_filled_table(layout), dtype=torch.int32, device=device)
+    cls = (ops.fmha.attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if case.causal
+           else ops.fmha.attn_bias.PagedBlockDiagonalPaddedKeysMask)
+    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size, device=device)
+
+
+def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Queries packed into one row (1, B·Sq, H, K) and each of K and V as its page pool in one row
+    (1, pages·page_size, KVH, K); BMGHK with the pool expanded over each group for GQA/MQA (forward only)."""
+    layout = workload.pages(case)
+    qp = packing.pack_q(q)[None]
+    kp, vp = (workload.to_pages(t, layout).flatten(0, 1)[None] for t in (k, v))
+    if case.kv_heads == case.heads:
+        return qp, kp, vp
+    g, kvh = case.group_size, case.kv_heads
+    q5 = qp.view(1, qp.shape[1], kvh, g, qp.shape[-1])
+    k5, v5 = (t.unsqueeze(3).expand(1, t.shape[1], kvh, g, t.shape[-1]) for t in (kp, vp))
+    return q5, k5, v5
+
+
+def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
+    """The block-diagonal attn_bias of a case with documents or ragged cache lengths: one block per document of
+    every row (or per request: its Sq queries, its own kv_lens[b] keys), from packing.varlen.
+
+    no mask → BlockDiagonalMask; causal → make_causal_from_bottomright(); causal + W →
+    make_local_attention_from_bottomright(W + 1) (keys at distance 0 … W). A two-sided window is refused by
+    XformersBackend.unsupported before this is called.
+    """
+    seqs = packing.varlen(case)
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
+    if not case.causal:
+        assert case.window is None, "a two-sided window has no block-diagonal form over contiguous keys"
+        return block
+    if case.window is None:
+        return block.make_causal_from_bottomright()
+    return block.make_local_attention_from_bottomright(case.window + 1)
+
+
+def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Canonical tensors packed into one BMHK row (1, tokens, heads, K), or BMGHK with K/V expanded over each group
+    for forward-only GQA/MQA; backward modes repeat K/V per query head before packing."""
+    if case.kv_heads != case.heads and case.needs_grad:
+        k, v = expand_kv(k, case), expand_kv(v, case)
+    qp, kp, vp = packing.pack_q(q)[None], packing.pack_kv(k, case)[None], packing.pack_kv(v, case)[None]
+    if kp.shape[2] == case.heads:
+        return qp, kp, vp
+    g, kvh = case.group_size, case.kv_heads
+    q5 = qp.view(1, qp.shape[1], kvh, g, qp.shape[-1])  # query head h = kv_head·g + i reads kv_head
+    k5, v5 = (t.unsqueeze(3).expand(1, t.shape[1], kvh, g, t.shape[-1]) for t in (kp, vp))
+    return q5, k5, v5
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
@@ -92,8 +179,29 @@ class XformersBackend(Backend):
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
+    # Documents and ragged cache lengths through block-diagonal biases (see the module's docstring).
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size"})
+
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS)
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PAGED_BIAS_CALLS)
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "xformers has no soft-capping (its flash operator passes softcap 0)"
+        if case.alibi:
+            return "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto xformers"
+        if case.page_size is not None:
+            if case.doc_lens is not None:
+                return packing.documents_in_pages(case, "xformers' paged bias")
+            if case.needs_grad:
+                return "xformers' paged biases are for inference: no backward"
+            if case.window is not None:
+                return "xformers has no paged local-attention bias (window with page_size)"
+        varlen = case.doc_lens is not None or case.kv_lens is not None
+        if varlen and case.window is not None and not case.causal:
+            return ("xformers has no two-sided local window over packed sequences with contiguous keys "
+                    "(BlockDiagonalLocalAttentionPaddedKeysMask needs padded keys); attnbench does not map it")
+        return None
 
     def availability(self, device: str) -> str | None:
         if device not in self._availability:
@@ -125,8 +233,16 @@ class XformersBackend(Backend):
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         ops = xformers_ops()
-        bias = xformers_bias(case, ops)
-        inputs = xformers_layout(case, q, k, v)
+        varlen = case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
+        if case.page_size is not None:
+            bias = xformers_paged_bias(case, ops, q.device)
+            inputs = xformers_paged_layout(case, q, k, v)
+        elif varlen:
+            bias = xformers_varlen_bias(case, ops, q.device)
+            inputs = xformers_varlen_layout(case, q, k, v)
+        else:
+            bias = xformers_bias(case, ops)
+            inputs = xformers_layout(case, q, k, v)
         try:
             op = dispatch_fw(ops, *inputs, bias, needs_gradient=case.needs_grad)
         except NotImplementedError as exc:
@@ -147,9 +263,13 @@ class XformersBackend(Backend):
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return mea(q, k, v, attn_bias=bias, scale=case.head_dim ** -0.5, op=pinned)
 
-        b, sq, h, d = case.batch, case.seq_len, case.heads, case.head_dim
+        b, sq, h = case.batch, case.seq_len, case.heads
         five_d = inputs[0].dim() == 5
         layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
+        if case.page_size is not None:
+            layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
+        elif varlen:
+            layout += f", {packing.varlen(case).sequences} sequences packed in one row"
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
         if case.needs_grad:
@@ -161,7 +281,7 @@ class XformersBackend(Backend):
             kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
                     f"({layout}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
             extra=fp32_math(case, inputs[0].device.type, cutlass),
-            to_canonical=lambda out: out.reshape(b, sq, h, d).transpose(1, 2),
+            to_canonical=lambda out: out.reshape(b, sq, h, out.shape[-1]).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,
         )
 

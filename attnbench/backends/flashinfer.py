@@ -1,0 +1,289 @@
+"""`flashinfer`: FlashInfer's prefill and decode kernels (package flashinfer-python, CUDA only).
+
+One case, one FlashInfer entry point, chosen by what the case's K/V look like:
+- one dense sequence (batch 1, no documents, no pages): `single_prefill_with_kv_cache`;
+- several sequences in contiguous K/V (batch > 1, documents, ragged cache lengths): `BatchPrefillWithRaggedKVCacheWrapper`
+  over the packed tokens, `qo_indptr` / `kv_indptr` from attnbench.backends.packing.varlen;
+- a paged cache: `BatchDecodeWithPagedKVCacheWrapper` for one query per request, else
+  `BatchPrefillWithPagedKVCacheWrapper`, with `kv_indptr` / `kv_indices` / `kv_last_page_len` from the shared page
+  table (packing.flashinfer_page_indices) and the pool in NHD (or HND) layout.
+
+FlashInfer aligns causal bottom-right per request (`prefill.cuh`: masked when kv_idx + qo_len > kv_len + q_idx),
+which is GUIDE.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
+a two-sided window is skipped wherever it is not the same mask as a one-sided one. `logits_soft_cap=c` is
+c·tanh(s·sm_scale/c), GUIDE.md's order. ALiBi is `pos_encoding_mode="ALIBI"` with FlashInfer's own slopes for the
+local heads (`get_alibi_slopes(H)`, the paper's recipe, GUIDE.md's) and a signed bias slope·(kv_idx − q_idx), which
+differs from GUIDE.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
+or one query per request): only there is it mapped. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
+first call JIT-compiles the kernel there too (extra.compile_s), so the timed call is `run()` alone. Forward only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from attnbench import workload
+from attnbench.backends import packing
+from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.backends.flash import warm_up
+from attnbench.conformance import LibraryCall
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+
+MODULE = "flashinfer"
+# FlashInfer's examples and tests allocate a 128 MB workspace (uint8); decode needs it zeroed.
+WORKSPACE_BYTES = 128 << 20
+# Phrases of FlashInfer's own input checks: an exception carrying one is the library refusing the case.
+REFUSALS = ("not supported", "Unsupported", "unsupported", "does not support", "must be", "only support",
+            "NotImplemented", "should be", "Invalid")
+PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encoding_mode", "q_data_type",
+             "kv_data_type")
+
+# What prepare's calls pass (attnbench.conformance holds them against the installed flashinfer). Methods are
+# declared with `self` first, as their unbound signatures read.
+SINGLE_CALL = LibraryCall(MODULE, "single_prefill_with_kv_cache", positional=("q", "k", "v"),
+                          keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap",
+                                    "pos_encoding_mode"))
+RAGGED_CALLS = (
+    LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper", positional=("float_workspace_buffer",),
+                keywords=("kv_layout",)),
+    LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper.plan",
+                positional=("self", "qo_indptr", "kv_indptr", "num_qo_heads", "num_kv_heads", "head_dim_qk"),
+                keywords=("head_dim_vo", *PLAN_ARGS)),
+    LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper.run", positional=("self", "q", "k", "v")),
+)
+PAGED_PREFILL_CALLS = (
+    LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
+                keywords=("kv_layout",)),
+    LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.plan",
+                positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
+                            "num_qo_heads", "num_kv_heads", "head_dim_qk", "page_size"),
+                keywords=("head_dim_vo", *PLAN_ARGS)),
+    LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache")),
+)
+DECODE_CALLS = (
+    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
+                keywords=("kv_layout",)),
+    # plan() forwards its keywords through **kwargs to _plan_impl (flashinfer 0.7): both are held.
+    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper.plan",
+                positional=("self", "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads",
+                            "head_dim", "page_size"),
+                keywords=tuple(a for a in PLAN_ARGS if a != "causal")),
+    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper._plan_impl",
+                positional=("self", "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads",
+                            "head_dim", "page_size"),
+                keywords=tuple(a for a in PLAN_ARGS if a != "causal"), optional=True),
+    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache")),
+)
+
+
+def flashinfer_module() -> Any:
+    """The `flashinfer` module (looked up in sys.modules first, so a test can stand one in)."""
+    return importlib.import_module(MODULE)
+
+
+def window_arguments(case: Case) -> dict[str, Any]:
+    """`causal` and `window_left` for GUIDE.md's mask, where FlashInfer can express it.
+
+    causal → causal=True, window_left=-1; causal + W → window_left=W (inclusive: the query and the W keys before
+    it); no mask → causal=False. A two-sided window W without causal is the same mask as causal + W only when
+    every query is the last position of its keys (one query per request, no documents); unsupported() refuses
+    the other cases before this is called.
+    """
+    if case.window is None:
+        return {"causal": case.causal, "window_left": -1}
+    return {"causal": True, "window_left": case.window}
+
+
+def route(case: Case) -> str:
+    """Which FlashInfer entry point runs `case`: "single", "ragged", "paged-prefill" or "decode"."""
+    if case.page_size is not None:
+        return "decode" if case.seq_len == 1 else "paged-prefill"
+    if case.batch == 1 and case.doc_lens is None and case.kv_lens is None:
+        return "single"
+    return "ragged"
+
+
+@register
+class FlashInferBackend(Backend):
+    name = "flashinfer"
+    summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
+               "fp16/bf16, native GQA, forward only")
+    library = "flashinfer-python"
+    devices = ("cuda",)
+    install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v"})
+    # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.workload stores it, or "HND".
+    kv_layout: ClassVar[str] = "NHD"
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS)
+
+    def availability(self, device: str) -> str | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                flashinfer_module()
+        except ImportError as exc:
+            return f"flashinfer-python is not installed (cannot import flashinfer: {first_line(exc)})"
+        except Exception as exc:  # noqa: BLE001 - flashinfer has crashed at import on CPU-only torch builds
+            return f"flashinfer does not import here ({type(exc).__name__}: {first_line(exc)})"
+        if device not in self.devices:
+            return "needs CUDA (FlashInfer has no CPU kernels)"
+        import torch
+
+        if device == "cuda" and not torch.cuda.is_available():
+            return "needs CUDA (torch.cuda.is_available() is False)"
+        return None
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
+        if case.needs_grad:
+            return "FlashInfer's attention is forward-only (no backward kernel)"
+        if packing.documents_in_pages(case, "FlashInfer"):
+            return packing.documents_in_pages(case, "FlashInfer")
+        if case.alibi:
+            if case.softcap is not None:
+                return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                        "attnbench does not run alibi with softcap on flashinfer")
+            if (case.tp or 1) > 1:
+                return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
+                        "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
+            if not case.causal and case.seq_len > 1:
+                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals GUIDE.md's "
+                        "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
+        if case.head_dim_v is not None and route(case) == "decode":
+            return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
+        if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
+            return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
+                    "expressible with more than one query per request")
+        return None
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        fi = flashinfer_module()
+        how = route(case)
+        mask = window_arguments(case)
+        common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
+        if case.alibi:
+            common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: GUIDE.md's for these heads (unsupported)
+        device = q.device
+        plan_s = None
+        extra: dict[str, Any] = {}
+        if how == "single":
+            single = fi.single_prefill_with_kv_cache
+            inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return single(q, k, v, kv_layout="NHD", **common)
+
+            to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: out.transpose(0, 1)[None]  # noqa: E731
+            wrapper = None
+        elif how == "ragged":
+            seqs = packing.varlen(case)
+            wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
+            start = time.perf_counter()
+            wrapper.plan(packing.int32(seqs.cu_q, device), packing.int32(seqs.cu_k, device), case.heads,
+                         case.kv_heads, case.head_dim, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                         kv_data_type=k.dtype, **common)
+            plan_s = synced(start, device)
+            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
+            run = wrapper.run
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return run(q, k, v)
+
+            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+        else:
+            layout = workload.pages(case)
+            indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
+            pools = tuple(workload.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
+            if self.kv_layout == "HND":
+                pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
+            if how == "decode":
+                wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
+                start = time.perf_counter()  # plan_ms: plan() alone, as for the ragged wrapper
+                decode_args = {key: value for key, value in common.items() if key != "causal"}
+                wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
+                             q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
+                q_in = q[:, :, 0]  # (B, H, D): one query per request
+            else:
+                seqs = packing.varlen(case)
+                wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
+                start = time.perf_counter()
+                wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
+                             case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                             kv_data_type=k.dtype, **common)
+                q_in = packing.pack_q(q)
+            plan_s = synced(start, device)
+            inputs = (q_in.contiguous(), *pools)
+            run = wrapper.run
+
+            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+                return run(q, (k_pool, v_pool))
+
+            to_canonical = ((lambda out: out[:, :, None]) if how == "decode"  # (B, H, D) → (B, H, 1, D)
+                            else (lambda out: packing.unpack_out(out, case)))
+        extra["compile_s"] = warm_up(call, inputs, False)  # FlashInfer JIT-compiles a kernel at its first run
+        if plan_s is not None:
+            extra["plan_ms"] = plan_s * 1e3
+        extra["setup_ms"] = (plan_s or 0.0) * 1e3 + extra["compile_s"] * 1e3
+        chosen = getattr(wrapper, "_backend", None) if wrapper is not None else None
+        if chosen is not None:
+            extra["flashinfer_backend"] = str(chosen)
+        return Prepared(
+            inputs=inputs,
+            call=call,
+            kernel=f"flashinfer {self.version()} {kernel_words(case, how, mask, self.kv_layout, chosen)}",
+            to_canonical=to_canonical,
+            extra=extra,
+        )
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        if isinstance(exc, (RuntimeError, ValueError, NotImplementedError, AssertionError)) and any(
+            phrase in str(exc) for phrase in REFUSALS
+        ):
+            return f"flashinfer refused: {first_line(exc)}"
+        return None
+
+
+def workspace(device: torch.device) -> torch.Tensor:
+    """FlashInfer's float workspace: 128 MB of uint8, zeroed (decode reads it before writing)."""
+    import torch
+
+    return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+
+
+def synced(start: float, device: torch.device) -> float:
+    """Seconds since `start`, once the device has finished what was queued (plan() may copy to the GPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, chosen: Any) -> str:
+    """The entry point and its mask, soft-cap, layout and GQA, for the record's kernel field."""
+    function = {"single": "single_prefill_with_kv_cache", "ragged": "BatchPrefillWithRaggedKVCacheWrapper",
+                "paged-prefill": "BatchPrefillWithPagedKVCacheWrapper",
+                "decode": "BatchDecodeWithPagedKVCacheWrapper"}[how]
+    words = [f"causal={mask['causal']}", f"window_left={mask['window_left']}"]
+    if case.softcap is not None:
+        words.append(f"logits_soft_cap={case.softcap:g}")
+    if case.alibi:
+        words.append("pos_encoding_mode=ALIBI")
+    if how in ("paged-prefill", "decode"):
+        words.append(f"{kv_layout} pages of {case.page_size}")
+    if case.kv_heads != case.heads:
+        words.append(f"native GQA {case.heads}/{case.kv_heads}")
+    if chosen is not None:
+        words.append(f"backend {chosen}")
+    return f"{function}({', '.join(words)})"

@@ -1,0 +1,523 @@
+"""The FlashInfer adapter against a stand-in `flashinfer` module that implements FlashInfer's documented semantics.
+
+The stand-in is written from FlashInfer's docstrings and kernels (flashinfer-python 0.7.4: prefill.py, decode.py,
+include/flashinfer/attention/variants.cuh), not from attnbench.workload: per request, queries are the last qo_len of
+kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left keeps kv_idx + qo_len + window_left >=
+kv_len + qo_idx; logits_soft_cap is c·tanh(s·sm_scale/c); request b's keys are its pages
+kv_indices[kv_indptr[b]:kv_indptr[b+1]] read in order, (pages - 1)·page_size + kv_last_page_len[b] tokens; a paged
+cache is a (k, v) tuple in NHD (pages, page_size, H, D) or HND (pages, H, page_size, D); index tensors are int32;
+plan's q_data_type must be run's query dtype; pos_encoding_mode="ALIBI" adds slope_h·(kv_idx − qo_idx) to the
+scaled logits with FlashInfer's own slopes (utils.get_alibi_slopes) and, with a soft-cap, scales again before the
+tanh (variants.cuh). Every page a request does not own, and the tail of its last page,
+holds attnbench.workload.JUNK, so reading one token too many or a wrong page is loud.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+
+import attnbench.backends.flashinfer as fi_adapter
+import attnbench.backends.packing as packing
+from attnbench import workload
+from attnbench.backends.flashinfer import FlashInferBackend, route
+from attnbench.conformance import check_backend
+from attnbench.registry import default_registry
+from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.timing import TimingSettings
+from tests.conftest import PhaseTimer, Phases, make_case, measure
+
+
+def flashinfer_alibi_slopes(n: int) -> torch.Tensor:
+    """FlashInfer's get_alibi_slopes(n): 2^(-8i/m) for i in 1..m (m the power of two <= n), then 2^(-4i/m) for odd i."""
+    import math
+
+    m = 2 ** math.floor(math.log2(n))
+    slopes = [2.0 ** (-8.0 * i / m) for i in range(1, m + 1)]
+    slopes += [2.0 ** (-4.0 * i / m) for i in range(1, 2 * (n - m), 2)]
+    return torch.tensor(slopes)
+
+
+def attend(q, k, v, causal, window_left, cap, scale, alibi=False):  # type: ignore[no-untyped-def]
+    """One request: q (qo_len, Hq, D), k (kv_len, Hkv, D), v (kv_len, Hkv, Dv) → (qo_len, Hq, Dv)."""
+    qo_len, hq, _ = q.shape
+    kv_len, hkv, _ = k.shape
+    if hq % hkv:
+        raise ValueError("num_qo_heads must be a multiple of num_kv_heads")
+    qi = torch.arange(qo_len)[:, None]
+    kj = torch.arange(kv_len)[None, :]
+    keep = torch.ones(qo_len, kv_len, dtype=torch.bool)
+    if causal:
+        keep &= kj + qo_len <= kv_len + qi
+    if window_left >= 0:
+        keep &= kj + qo_len + window_left >= kv_len + qi
+    kh = k.float().repeat_interleave(hq // hkv, dim=1)
+    vh = v.float().repeat_interleave(hq // hkv, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q.float(), kh)
+    if alibi:
+        s = s * scale + flashinfer_alibi_slopes(hq)[:, None, None] * (kj - qi).float()
+        if cap:
+            s = cap * torch.tanh(s * scale / cap)
+    else:
+        s = s * scale
+        if cap:
+            s = cap * torch.tanh(s / cap)
+    p = torch.nan_to_num(s.masked_fill(~keep, float("-inf")).softmax(-1), nan=0.0)
+    return torch.einsum("hqk,khd->qhd", p, vh).to(q.dtype)
+
+
+def need_int32(*tensors) -> None:  # type: ignore[no-untyped-def]
+    for t in tensors:
+        if t.dtype != torch.int32:
+            raise TypeError(f"index tensors must be int32, got {t.dtype}")  # not a refusal: our bug
+
+
+class Planned:
+    """What every wrapper's plan() keeps: the mask arguments and the dtypes run() must match."""
+
+    def __init__(self, log: list[tuple[str, str]], phases: Phases | None, kind: str) -> None:
+        self.log, self.phases, self.kind = log, phases, kind
+        self.args: dict | None = None
+
+    def note(self, what: str) -> None:
+        self.log.append((f"{self.kind}.{what}", self.phases.phase if self.phases else "?"))
+
+    def mask(self, causal=False, window_left=-1, logits_soft_cap=None, sm_scale=None, q_data_type="float16",
+             kv_data_type=None, head_dim=None, pos_encoding_mode="NONE", **unused):  # type: ignore[no-untyped-def]
+        self.args = dict(causal=causal, window_left=window_left, cap=logits_soft_cap,
+                         scale=head_dim ** -0.5 if sm_scale is None else sm_scale, q_dtype=q_data_type,
+                         alibi=pos_encoding_mode == "ALIBI")
+
+    def check_run(self, q: torch.Tensor) -> dict:
+        self.note("run")
+        if self.args is None:
+            raise RuntimeError("plan() must be called before run()")
+        if q.dtype != self.args["q_dtype"]:
+            raise ValueError(f"The dtype of q {q.dtype} does not match the q_data_type {self.args['q_dtype']} "
+                             "specified in plan function.")
+        return self.args
+
+
+def paged_rows(pool: torch.Tensor, kv_layout: str, pages: list[int], last: int) -> torch.Tensor:
+    """A request's keys from its pages, in order: (tokens, H, D)."""
+    if kv_layout == "HND":
+        chunks = [pool[p].transpose(0, 1) for p in pages]
+        page_size = pool.shape[2]
+    else:
+        chunks = [pool[p] for p in pages]
+        page_size = pool.shape[1]
+    return torch.cat(chunks)[: (len(pages) - 1) * page_size + last]
+
+
+def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) -> types.ModuleType:
+    module = types.ModuleType("flashinfer")
+
+    def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None, o_dtype=None,
+                                     custom_mask=None, packed_custom_mask=None, causal=False, kv_layout="NHD",
+                                     pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None,
+                                     window_left=-1, logits_soft_cap=None, **kw):  # type: ignore[no-untyped-def]
+        log.append(("single", phases.phase if phases else "?"))
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError("Unsupported dtype")
+        if kv_layout == "HND":
+            k, v = k.transpose(0, 1), v.transpose(0, 1)
+        scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+        return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI")
+
+    class BatchPrefillWithRaggedKVCacheWrapper:
+        def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
+            self.planned, self.kv_layout = Planned(log, phases, "ragged"), kv_layout
+
+        def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
+                 **kw):  # type: ignore[no-untyped-def]
+            self.planned.note("plan")
+            need_int32(qo_indptr, kv_indptr)
+            self.qo, self.kv = qo_indptr.tolist(), kv_indptr.tolist()
+            self.planned.mask(head_dim=head_dim_qk, **kw)
+
+        def run(self, q, k, v, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q)
+            outs = [attend(q[self.qo[b]:self.qo[b + 1]], k[self.kv[b]:self.kv[b + 1]], v[self.kv[b]:self.kv[b + 1]],
+                           a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"]) for b in range(len(self.qo) - 1)]
+            return torch.cat(outs)
+
+    class _Paged:
+        kind = "paged"
+
+        def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
+            self.planned, self.kv_layout = Planned(log, phases, self.kind), kv_layout
+
+        def keep_pages(self, indptr, indices, last_page_len, page_size):  # type: ignore[no-untyped-def]
+            need_int32(indptr, indices, last_page_len)
+            self.indptr, self.indices, self.last = indptr.tolist(), indices.tolist(), last_page_len.tolist()
+            self.page_size = page_size
+
+        def request_kv(self, cache, b):  # type: ignore[no-untyped-def]
+            k_pool, v_pool = cache
+            size = k_pool.shape[2] if self.kv_layout == "HND" else k_pool.shape[1]
+            if size != self.page_size:
+                raise ValueError(f"page_size {self.page_size} does not match the cache's {size}")
+            pages = self.indices[self.indptr[b]:self.indptr[b + 1]]
+            return (paged_rows(k_pool, self.kv_layout, pages, self.last[b]),
+                    paged_rows(v_pool, self.kv_layout, pages, self.last[b]))
+
+    class BatchPrefillWithPagedKVCacheWrapper(_Paged):
+        kind = "paged-prefill"
+
+        def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                 num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, **kw):  # type: ignore[no-untyped-def]
+            self.planned.note("plan")
+            need_int32(qo_indptr)
+            self.qo = qo_indptr.tolist()
+            self.keep_pages(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
+            self.planned.mask(head_dim=head_dim_qk, **kw)
+
+        def run(self, q, paged_kv_cache, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q)
+            outs = []
+            for b in range(len(self.qo) - 1):
+                k, v = self.request_kv(paged_kv_cache, b)
+                outs.append(attend(q[self.qo[b]:self.qo[b + 1]], k, v, a["causal"], a["window_left"], a["cap"],
+                                   a["scale"], a["alibi"]))
+            return torch.cat(outs)
+
+    class BatchDecodeWithPagedKVCacheWrapper(_Paged):
+        kind = "decode"
+
+        def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+                 *deprecated, **kw):  # type: ignore[no-untyped-def]
+            self.planned.note("plan")
+            if deprecated:
+                raise AssertionError("the adapter passed plan's options by position")
+            self.keep_pages(indptr, indices, last_page_len, page_size)
+            self.planned.mask(head_dim=head_dim, **kw)
+
+        def run(self, q, paged_kv_cache, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q)
+            outs = []
+            for b in range(len(self.indptr) - 1):
+                k, v = self.request_kv(paged_kv_cache, b)
+                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"]))
+            return torch.cat(outs)  # (B, H, D)
+
+    module.single_prefill_with_kv_cache = single_prefill_with_kv_cache
+    module.BatchPrefillWithRaggedKVCacheWrapper = BatchPrefillWithRaggedKVCacheWrapper
+    module.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
+    module.BatchDecodeWithPagedKVCacheWrapper = BatchDecodeWithPagedKVCacheWrapper
+    return module
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Install the stand-in `flashinfer` and let the adapter run on CPU; returns the log of its calls."""
+    log: list[tuple[str, str]] = []
+    monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log))
+    monkeypatch.setattr(FlashInferBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
+    return log
+
+
+def case(**overrides):  # type: ignore[no-untyped-def]
+    fields = dict(dtype="bfloat16", seq_len=48, heads=4, kv_heads=4, head_dim=16, causal=True)
+    fields.update(overrides)
+    return make_case(**fields)
+
+
+CASES = {
+    "single-causal": (case(), "single"),
+    "single-full-gqa": (case(causal=False, heads=8, kv_heads=2), "single"),
+    "single-window-prefill-with-cache": (case(window=5, seq_len=20, kv_seq_len=70, dtype="float16"), "single"),
+    "single-softcap": (case(softcap=2.0), "single"),
+    "single-head-dim-v": (case(head_dim_v=8, heads=4, kv_heads=2), "single"),
+    "batch-dense": (case(batch=3, seq_len=12, kv_seq_len=40, heads=4, kv_heads=1), "ragged"),
+    "documents": (case(documents=3), "ragged"),
+    "documents-random-window": (case(documents=5, doc_lengths="random", window=6, heads=4, kv_heads=2), "ragged"),
+    "documents-full": (case(causal=False, documents=4, doc_lengths="random"), "ragged"),
+    "ragged-kv": (case(batch=3, seq_len=8, kv_seq_len=80, kv_lengths="random", heads=4, kv_heads=1), "ragged"),
+    "ragged-kv-softcap-dv": (case(batch=2, seq_len=8, kv_seq_len=60, kv_lengths="random", softcap=3.0,
+                                  head_dim_v=8), "ragged"),
+    "paged-prefill": (case(batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16), "paged-prefill"),
+    "paged-prefill-window-gqa": (case(batch=3, seq_len=6, kv_seq_len=50, kv_lengths="random", page_size=7,
+                                      window=9, heads=6, kv_heads=2), "paged-prefill"),
+    "paged-prefill-dense-lengths": (case(batch=2, seq_len=8, kv_seq_len=48, page_size=16), "paged-prefill"),
+    "decode": (case(batch=4, seq_len=1, kv_seq_len=80, kv_lengths="random", page_size=16), "decode"),
+    "decode-window-softcap-gqa": (case(batch=4, seq_len=1, kv_seq_len=90, kv_lengths="random", page_size=5,
+                                       window=9, softcap=4.0, heads=8, kv_heads=2), "decode"),
+    "decode-two-sided-window": (case(batch=3, seq_len=1, kv_seq_len=64, kv_lengths="random", page_size=8,
+                                     causal=False, window=7), "decode"),
+    "paged-full-last-page": (case(batch=2, seq_len=4, kv_seq_len=32, page_size=16), "paged-prefill"),
+    "decode-single-token-last-page": (case(batch=2, seq_len=1, kv_seq_len=33, page_size=16), "decode"),
+    "alibi-single": (case(alibi=True, heads=6, kv_heads=3), "single"),
+    "alibi-documents": (case(alibi=True, documents=3, doc_lengths="random"), "ragged"),
+    "alibi-ragged-prefill-with-cache": (case(alibi=True, batch=2, seq_len=8, kv_seq_len=60, kv_lengths="random",
+                                             window=20), "ragged"),
+    "alibi-paged-prefill": (case(alibi=True, batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16),
+                            "paged-prefill"),
+    "alibi-decode-full": (case(alibi=True, causal=False, batch=3, seq_len=1, kv_seq_len=64, kv_lengths="random",
+                               page_size=8, heads=8, kv_heads=2), "decode"),
+    "decode-page-of-one": (case(batch=2, seq_len=1, kv_seq_len=20, kv_lengths="random", page_size=1), "decode"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: str) -> None:
+    c, expected_route = CASES[name]
+    assert route(c) == expected_route
+    record = measure(c, FlashInferBackend())
+    assert record.status == "ok", record.reason
+    assert record.kv_expanded is False  # native GQA
+    called = {what.split(".")[0] for what, _ in standin}
+    assert called == {expected_route}  # the entry point the route names is the one that ran
+    if expected_route != "single":
+        assert record.extra["plan_ms"] >= 0
+    assert record.extra["setup_ms"] >= record.extra.get("plan_ms", 0)
+
+
+@pytest.mark.parametrize("name", ["paged-prefill", "paged-prefill-window-gqa", "decode", "decode-window-softcap-gqa"])
+def test_hnd_pages_give_the_same_answer(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(FlashInferBackend, "kv_layout", "HND")
+    record = measure(CASES[name][0], FlashInferBackend())
+    assert record.status == "ok", record.reason
+    assert "HND pages of" in record.kernel
+
+
+def test_kernel_field_names_the_entry_point_and_its_mask(standin) -> None:
+    record = measure(CASES["decode-window-softcap-gqa"][0], FlashInferBackend())
+    assert record.kernel.endswith("BatchDecodeWithPagedKVCacheWrapper(causal=True, window_left=9, "
+                                  "logits_soft_cap=4, NHD pages of 5, native GQA 8/2)")
+    record = measure(CASES["single-causal"][0], FlashInferBackend())
+    assert record.kernel.endswith("single_prefill_with_kv_cache(causal=True, window_left=-1)")
+
+
+@pytest.mark.parametrize("how", ["decode", "paged-prefill", "ragged"])
+def test_plan_runs_in_prepare_and_only_run_is_timed(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    phases, log = Phases(), []
+    monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log, phases))
+    monkeypatch.setattr(FlashInferBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
+    monkeypatch.setattr(FlashInferBackend, "prepare", phases.during_prepare(FlashInferBackend.prepare))
+    c = {"decode": CASES["decode"][0], "paged-prefill": CASES["paged-prefill"][0], "ragged": CASES["documents"][0]}[how]
+    settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
+    record = Runner(RunInfo("f", "t"), PhaseTimer(phases), settings).measure(CaseData(c), FlashInferBackend())
+    assert record.status == "ok", record.reason
+    plans = [phase for what, phase in log if what.endswith(".plan")]
+    assert plans == ["prepare"]  # planned once, before anything is timed
+    runs = [phase for what, phase in log if what.endswith(".run")]
+    assert runs[0] == "prepare"  # the warm (JIT-compiling) call
+    sampled_check = int(record.extra.get("check_sampled", False))  # the checked call may join the samples
+    assert runs.count("timed") == 3 - sampled_check + record.extra["warmup_calls"]
+    assert set(runs) <= {"prepare", "check", "timed"}
+    assert record.extra["plan_ms"] >= 0 and record.extra["compile_s"] >= 0
+
+
+# ---- the stand-in catches a wrong mapping -----------------------------------------------------------------
+def _wrong_indices(kind: str):  # type: ignore[no-untyped-def]
+    real = packing.flashinfer_page_indices
+
+    def wrong(layout):  # type: ignore[no-untyped-def]
+        indptr, indices, last = real(layout)
+        if kind == "indptr":  # one request's pages counted into its neighbour's
+            indptr = (indptr[0], indptr[1] + 1, *indptr[2:])
+        elif kind == "last-modulo":  # kv_len % page_size: 0 where the last page is exactly full
+            last = tuple(n % layout.page_size for n in layout.kv_lens)
+        elif kind == "last-plus-one":
+            last = tuple(n + 1 for n in last)
+        elif kind == "table-not-shuffled":  # logical page p read from physical page p
+            indices = tuple(range(len(indices)))
+        return indptr, indices, last
+
+    return wrong
+
+
+def _wrong_window(real):  # type: ignore[no-untyped-def]
+    def wrong(c):  # type: ignore[no-untyped-def]
+        args = real(c)
+        return {**args, "window_left": args["window_left"] - 1} if args["window_left"] > 0 else args
+    return wrong
+
+
+def _wrong_varlen(real):  # type: ignore[no-untyped-def]
+    def wrong(c):  # type: ignore[no-untyped-def]
+        seqs = real(c)
+        cu = (seqs.cu_q[0], seqs.cu_q[1] + 1, *seqs.cu_q[2:])  # the first document one token too long
+        return packing.Varlen(cu, cu, seqs.max_q + 1, seqs.max_k + 1, seqs.kv_lens)
+    return wrong
+
+
+# A full last page (kv_len a multiple of page_size) for the modulo bug: two requests of 32 keys at page 16.
+FULL_LAST_PAGE = case(batch=2, seq_len=4, kv_seq_len=32, page_size=16)
+SABOTAGES = {
+    "indptr-shifted": (lambda mp: mp.setattr(packing, "flashinfer_page_indices", _wrong_indices("indptr")),
+                       CASES["decode"][0]),
+    "last-page-len-modulo": (lambda mp: mp.setattr(packing, "flashinfer_page_indices", _wrong_indices("last-modulo")),
+                             FULL_LAST_PAGE),
+    "last-page-len-plus-one": (lambda mp: mp.setattr(packing, "flashinfer_page_indices",
+                                                     _wrong_indices("last-plus-one")), CASES["paged-prefill"][0]),
+    "page-table-ignored": (lambda mp: mp.setattr(packing, "flashinfer_page_indices",
+                                                 _wrong_indices("table-not-shuffled")), CASES["decode"][0]),
+    "hnd-not-transposed": (lambda mp: (mp.setattr(FlashInferBackend, "kv_layout", "HND"),
+                                       mp.setattr(packing, "nhd_to_hnd", lambda pool: pool)),
+                           case(batch=2, seq_len=1, kv_seq_len=40, kv_lengths="random", page_size=4, heads=4,
+                                kv_heads=4)),
+    "window-off-by-one": (lambda mp: mp.setattr(fi_adapter, "window_arguments",
+                                                _wrong_window(fi_adapter.window_arguments)),
+                          CASES["documents-random-window"][0]),
+    "document-boundary-off-by-one": (lambda mp: mp.setattr(packing, "varlen", _wrong_varlen(packing.varlen)),
+                                     CASES["documents"][0]),
+    "softcap-dropped": (lambda mp: mp.setattr(FlashInferBackend, "prepare", _without_softcap(FlashInferBackend.prepare)),
+                        case(softcap=0.5)),
+}
+
+
+def _without_softcap(prepare):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    def wrong(self, c, q, k, v):  # type: ignore[no-untyped-def]
+        return prepare(self, replace(c, softcap=None), q, k, v)
+    return wrong
+
+
+@pytest.mark.parametrize("name", list(SABOTAGES))
+def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = SABOTAGES[name]
+    assert measure(c, FlashInferBackend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, FlashInferBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+def test_the_full_last_page_case_has_one() -> None:
+    """FULL_LAST_PAGE really has a request whose cache fills its last page (else the modulo sabotage proves nothing)."""
+    _, _, last = packing.flashinfer_page_indices(workload.pages(FULL_LAST_PAGE))
+    assert last == (16, 16)
+    _, _, last = packing.flashinfer_page_indices(workload.pages(CASES["decode-single-token-last-page"][0]))
+    assert last == (1, 1)
+
+
+# ---- the page-table mapping, by hand ----------------------------------------------------------------------
+def test_page_indices_by_hand_with_a_full_last_page_and_a_single_token_one() -> None:
+    layout = workload.Pages(page_size=4, num_pages=8, table=((5, 2, -1), (0, 7, 3), (6, -1, -1)), kv_lens=(8, 9, 1))
+    indptr, indices, last = packing.flashinfer_page_indices(layout)
+    assert indptr == (0, 2, 5, 6)
+    assert indices == (5, 2, 0, 7, 3, 6)
+    assert last == (4, 1, 1)  # 8 tokens fill two pages exactly; 9 leave one token on the third; 1 is one token
+
+
+def test_page_indices_agree_with_the_shared_table_for_every_request() -> None:
+    c = case(batch=5, seq_len=2, kv_seq_len=70, kv_lengths="random", page_size=8)
+    layout = workload.pages(c)
+    indptr, indices, last = packing.flashinfer_page_indices(layout)
+    for b, n in enumerate(c.kv_lens):
+        pages = indices[indptr[b]:indptr[b + 1]]
+        assert pages == layout.table[b][: len(pages)]
+        assert (len(pages) - 1) * 8 + last[b] == n and 1 <= last[b] <= 8
+
+
+def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
+    pool = torch.arange(3 * 4 * 2 * 5).reshape(3, 4, 2, 5)  # (pages, page_size, KVH, D)
+    hnd = packing.nhd_to_hnd(pool)
+    assert hnd.shape == (3, 2, 4, 5) and hnd.is_contiguous()
+    assert torch.equal(hnd[1, 1, 3], pool[1, 3, 1])
+
+
+# ---- reasons ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("c, words", [
+    (case(dtype="float32"), "float32 is not supported (FlashInfer's attention takes float16 or bfloat16)"),
+    (case(mode="fwd_bwd"), "FlashInfer's attention is forward-only (no backward kernel)"),
+    (case(alibi=True, softcap=2.0), "applies sm_scale twice"),
+    (case(alibi=True, heads=2, kv_heads=1, tp=4), "needs the whole model's slopes"),
+    (case(alibi=True, causal=False), "FlashInfer's ALiBi bias is signed"),
+    (case(causal=False, window=5), "FlashInfer has no right window bound (window_left only)"),
+    (case(documents=3, batch=2, page_size=16), "documents inside a paged cache would need a document mask"),
+    (case(causal=False, window=5, documents=3), "FlashInfer has no right window bound (window_left only)"),
+    (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
+])
+def test_reasons(c, words: str) -> None:
+    reason = FlashInferBackend().unsupported(c)
+    assert reason is not None and words in reason
+
+
+def test_availability_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # import raises ImportError
+    assert FlashInferBackend().availability("cuda").startswith("flashinfer-python is not installed")
+    monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer([]))
+    assert FlashInferBackend().availability("cpu") == "needs CUDA (FlashInfer has no CPU kernels)"
+
+
+def test_a_crashing_import_is_a_reason_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(name: str):  # type: ignore[no-untyped-def]
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(fi_adapter, "flashinfer_module", lambda: boom("flashinfer"))
+    assert FlashInferBackend().availability("cuda") == (
+        "flashinfer does not import here (RuntimeError: Found no NVIDIA driver on your system)")
+
+
+def test_library_refusal_becomes_the_skip_reason() -> None:
+    backend = FlashInferBackend()
+    assert backend.skip_reason(ValueError("The dtype of q torch.float32 is not supported"), []) == (
+        "flashinfer refused: The dtype of q torch.float32 is not supported")
+    assert backend.skip_reason(RuntimeError("CUDA error: an illegal memory access was encountered"), []) is None
+    assert backend.skip_reason(TypeError("index tensors must be int32"), []) is None
+
+
+def test_registered_and_listed() -> None:
+    assert "flashinfer" in default_registry().names()
+
+
+# ---- conformance against flashinfer-python 0.7.4's real signatures ------------------------------------------
+def test_calls_match_flashinfer_0_7_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "flashinfer", importlib.import_module("tests.signatures.flashinfer_0_7_4"))
+    conformance = check_backend(FlashInferBackend())
+    assert conformance.state == "ok", conformance.summary
+    assert {v.function.split(".", 1)[1] for v in conformance.verdicts} == {
+        "single_prefill_with_kv_cache", "BatchPrefillWithRaggedKVCacheWrapper",
+        "BatchPrefillWithRaggedKVCacheWrapper.plan", "BatchPrefillWithRaggedKVCacheWrapper.run",
+        "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper.plan",
+        "BatchPrefillWithPagedKVCacheWrapper.run", "BatchDecodeWithPagedKVCacheWrapper",
+        "BatchDecodeWithPagedKVCacheWrapper.plan", "BatchDecodeWithPagedKVCacheWrapper._plan_impl",
+        "BatchDecodeWithPagedKVCacheWrapper.run"}
+    decode_plan = next(v for v in conformance.verdicts if v.function.endswith("Decode" "WithPagedKVCacheWrapper.plan"))
+    assert any("goes to **kwargs" in note for note in decode_plan.notes)  # held against _plan_impl instead
+
+
+def test_a_moved_plan_parameter_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real = importlib.import_module("tests.signatures.flashinfer_0_7_4")
+    fake = types.ModuleType("flashinfer")
+    fake.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+
+    class BatchPrefillWithRaggedKVCacheWrapper(real.BatchPrefillWithRaggedKVCacheWrapper):
+        def plan(self, qo_indptr, kv_indptr, num_kv_heads, num_qo_heads, head_dim_qk, head_dim_vo=None, causal=False,
+                 window_left=-1, logits_soft_cap=None, sm_scale=None, q_data_type="float16", kv_data_type=None):
+            raise NotImplementedError
+
+    fake.BatchPrefillWithRaggedKVCacheWrapper = BatchPrefillWithRaggedKVCacheWrapper
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    conformance = check_backend(FlashInferBackend())
+    assert conformance.state == "mismatch" and conformance.problem.parameter == "num_qo_heads"
+
+
+
+@pytest.mark.parametrize("c", [case(alibi=True, causal=False), case(alibi=True, softcap=2.0),
+                               case(alibi=True, heads=2, kv_heads=1, tp=4)], ids=["two-sided", "softcap", "tp"])
+def test_the_alibi_refusals_are_real_differences(standin, monkeypatch: pytest.MonkeyPatch, c) -> None:  # type: ignore[no-untyped-def]
+    """Each ALiBi case the adapter refuses would be answered wrongly by FlashInfer's ALiBi: let one through and the
+    stand-in (FlashInfer's semantics) disagrees with the reference."""
+    monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, case: None)
+    record = measure(c, FlashInferBackend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+
+def test_documents_in_pages_would_be_wrong_if_let_through(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal is needed: FlashInfer's paged prefill would attend across the documents of a request."""
+    monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, c: None)
+    record = measure(case(documents=3, batch=2, seq_len=32, page_size=8), FlashInferBackend())
+    assert record.status in ("mismatch", "error"), (record.status, record.reason)
