@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
-from attnbench.report.groups import CaseGroup, case_words
-from attnbench.units import fmt_bytes, fmt_length
+from attnbench.report.groups import CaseGroup, case_words, shape_words
+from attnbench.units import fmt_bytes, fmt_length, fmt_ms
 from attnbench.results import is_noisy, is_throttled
 
+# The fields that make two records the same case apart from its documents.
+CASE_KEYS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal", "window",
+             "mode", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "tp")
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
 
@@ -39,6 +42,7 @@ class Findings:
     fastest: list[str] = field(default_factory=list)
     speedup: list[str] = field(default_factory=list)
     memory: list[str] = field(default_factory=list)
+    packing: list[str] = field(default_factory=list)  # packed documents against one sequence, same backend
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
@@ -46,7 +50,7 @@ class Findings:
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return self.fastest + self.speedup + self.memory + self.noise
+        return self.fastest + self.speedup + self.memory + self.packing + self.noise
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -92,6 +96,33 @@ def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) ->
             key = (str(r["backend"]), str(r["status"]), str(r.get("reason") or "no reason recorded"))
             grouped.setdefault(key, []).append(case_words(r))
     return [Failure(b, s, reason, cases) for (b, s, reason), cases in sorted(grouped.items())]
+
+
+DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
+MAX_PACKING_LINES = 8
+
+
+def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
+    """For each backend timed on packed documents and on the same case as one sequence: how their times compare
+    (block-sparse kernels skip what crosses a boundary; a dense kernel given the mask does all the work)."""
+    def key(r: dict[str, Any]) -> tuple:
+        return tuple((k, str(v)) for k, v in sorted(r.items()) if k in CASE_KEYS)
+
+    single = {(r["backend"], key(r)): r for r in timed if r.get("status") == "ok" and not r.get("documents")}
+    lines = []
+    for r in timed:
+        if r.get("status") != "ok" or not r.get("documents"):
+            continue
+        one = single.get((r["backend"], key(r)))
+        if one is None:
+            continue
+        ratio = float(one["time_ms"]) / float(r["time_ms"])
+        how = f"{ratio:.1f}× faster" if ratio >= 1 else f"{1 / ratio:.1f}× slower"
+        lines.append(f"Packed documents: {r['backend']} on {r['documents']} documents ({r.get('doc_lengths')}) at "
+                     f"{fmt_length(r['seq_len'])} tokens takes {fmt_ms(usable_time(r))} ms, {how} than on one "
+                     f"{fmt_length(r['seq_len'])}-token sequence ({fmt_ms(usable_time(one))} ms); "
+                     f"{' · '.join(shape_words(one))}.")
+    return lines[:MAX_PACKING_LINES]
 
 
 def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None) -> Findings:
@@ -148,6 +179,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
             f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
             + "; ".join(parts) + "."
         )
+    found.packing = packing_lines(timed)
     found.failures = _group_failures(records, ("mismatch", "error"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
