@@ -80,7 +80,8 @@ def test_flex_calls_match_installed_torch() -> None:
     conformance = check_backend(FlexBackend())
     assert conformance.state == "ok", conformance.summary
     assert [v.function for v in conformance.verdicts] == [
-        "torch.nn.attention.flex_attention.flex_attention", "torch.nn.attention.flex_attention.create_block_mask"]
+        "torch.nn.attention.flex_attention.flex_attention", "torch.nn.attention.flex_attention.create_block_mask",
+        "torch.nn.attention.experimental._paged_attention.PagedAttention"]
     assert all(v.signature_source == "inspect.signature" for v in conformance.verdicts)
 
 
@@ -156,13 +157,13 @@ def test_a_renamed_keyword_is_reported_with_its_name(monkeypatch: pytest.MonkeyP
 
 
 def test_a_moved_positional_parameter_is_reported_with_its_name() -> None:
-    def create_block_mask(mask_mod, B, H, KV_LEN, Q_LEN, device=None):
+    def create_block_mask(mask_mod, B, H, KV_LEN, Q_LEN, device=None, BLOCK_SIZE=128):
         raise NotImplementedError
 
     (parameter, text), *rest = problems_of(CREATE_BLOCK_MASK_CALL, create_block_mask)
     assert parameter == "Q_LEN"
     assert text == ("positional argument 4 ('Q_LEN') moved: the installed create_block_mask(mask_mod, B, H, KV_LEN, "
-                    "Q_LEN, device) has 'KV_LEN' there, and 'Q_LEN' at position 5")
+                    "Q_LEN, device, BLOCK_SIZE) has 'KV_LEN' there, and 'Q_LEN' at position 5")
     assert [p for p, _ in rest] == ["KV_LEN"]
 
 
@@ -328,7 +329,8 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda dynamic=False: attention)  # eager: tiny cases, no compile
     for c in (make_case(seq_len=32, heads=2, kv_heads=1, causal=True, window=4),
               make_case(seq_len=32, heads=2, kv_heads=2),
-              make_case(seq_len=32, heads=2, kv_heads=2, causal=True, documents=2, softcap=5.0)):  # score_mod
+              make_case(seq_len=32, heads=2, kv_heads=2, causal=True, documents=2, softcap=5.0),  # score_mod
+              make_case(batch=2, seq_len=1, kv_seq_len=64, heads=2, kv_heads=1, causal=True, page_size=16)):  # paged
         record = measure(c, FlexBackend())
         assert record.status == "ok", record.reason
     attention.assert_declared(FLEX_ATTENTION_CALL)

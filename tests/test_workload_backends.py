@@ -33,7 +33,7 @@ BF16_FLEX = ("ragged", "everything")
 # What each backend may skip, and the words of its reason (anything else must be ok).
 SKIPS = {
     "sdpa": {"softcap": "SDPA has no soft-capping", "page_size": "SDPA reads contiguous K/V"},
-    "flex": {"page_size": "attnbench does not map page_size onto flex yet"},
+    "flex": {},  # paged caches through PagedAttention, forward only (below)
     "sliding-window": {"window": "needs a window", "kv_lengths": "does not map", "softcap": "does not map",
                        "alibi": "does not map", "head_dim_v": "does not map", "page_size": "does not map"},
 }
@@ -47,6 +47,8 @@ def expected_skip(name: str, case) -> str | None:  # type: ignore[no-untyped-def
     for axis in case.workload_axes:
         if axis in rules:
             return rules[axis]
+    if name == "flex" and case.page_size is not None and case.needs_grad:
+        return "forward only"
     if name == "sdpa-flash" and case.head_dim_v is not None:
         return "same last dimension"  # PyTorch's own refusal
     return None
@@ -208,3 +210,30 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
     assert one.status == packed.status == "ok", (one.reason, packed.reason)
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"]
     assert packed.time_ms < 0.5 * one.time_ms, (packed.time_ms, one.time_ms)
+
+
+def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caught(monkeypatch) -> None:
+    """flex reads K/V from the shared page pool through PyTorch's PagedAttention, with the workload's shuffled
+    table: a ragged decode batch with soft-capping matches the reference; K/V stored under a table whose first
+    two requests are swapped (what a wrong page lookup reads) is a mismatch."""
+    from attnbench.backends.flex import FlexBackend
+
+    ragged = make_case(batch=4, seq_len=1, kv_seq_len=300, heads=4, kv_heads=2, head_dim=32, causal=True,
+                       page_size=16, kv_lengths="random", softcap=30.0)
+    record = measure(ragged, FlexBackend())
+    assert record.status == "ok", record.reason
+    assert "PagedAttention (pages of 16)" in record.kernel and "paged" in record.extra["mask_build"]
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+
+    original = PagedAttention.convert_logical_block_mask
+
+    def swapped(self, block_mask, batch_idx=None, kv_len=None):  # type: ignore[no-untyped-def]
+        self.page_table[[0, 1]] = self.page_table[[1, 0]].clone()  # request 0 reads request 1's pages
+        return original(self, block_mask, batch_idx, kv_len)
+
+    monkeypatch.setattr(PagedAttention, "convert_logical_block_mask", swapped)
+    equal = make_case(batch=2, seq_len=1, kv_seq_len=256, heads=4, kv_heads=2, head_dim=32, causal=True, page_size=16)
+    assert measure(equal, FlexBackend()).status == "mismatch"
+    backward = make_case(batch=2, seq_len=8, kv_seq_len=64, heads=2, kv_heads=2, head_dim=16, causal=True,
+                         page_size=16, mode="fwd_bwd")
+    assert "forward only" in measure(backward, FlexBackend()).reason

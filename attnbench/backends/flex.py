@@ -44,6 +44,7 @@ MASK_FREE_SHARE = 0.25
 # Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
 # limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them.
 RECOMPILE_LIMIT = 1024
+FLEX_Q_BLOCK = 128  # flex's default query block; a paged mask's KV block is one page
 _compiled: dict[bool, Callable[..., Any]] = {}
 _compiled_mask: dict[bool, Callable[..., Any]] = {}
 # What the calls below pass (attnbench.conformance holds these against the installed torch):
@@ -52,7 +53,11 @@ FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_att
                                   positional=("query", "key", "value"),
                                   keywords=("block_mask", "scale", "enable_gqa", "score_mod"))
 CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "create_block_mask",
-                                     positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"), keywords=("device",))
+                                     positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"),
+                                     keywords=("device", "BLOCK_SIZE"))
+# paged_inputs: PagedAttention(n_pages, page_size, max_batch_size, device=), then its mask conversion.
+PAGED_ATTENTION_CALL = LibraryCall("torch.nn.attention.experimental._paged_attention", "PagedAttention",
+                                   positional=("n_pages", "page_size", "max_batch_size"), keywords=("device",))
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
@@ -179,6 +184,46 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
     return score_mod
 
 
+def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
+                 score_mod: Callable[..., Any] | None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """K and V stored in attnbench.workload's page pool, as PyTorch's PagedAttention keeps a cache
+    ((1, kv_heads, num_pages·page_size, d)), its page table set to the workload's (not its own allocator's),
+    and the logical block mask (KV blocks of one page) converted to physical pages; score_mod likewise.
+    All of it outside the timed call, as a server holds its cache and plans its mask before a decode step."""
+    import torch
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from attnbench import workload
+
+    layout = workload.pages(case)
+    size, device = case.page_size, k.device
+    assert size is not None
+
+    def cache(x: torch.Tensor) -> torch.Tensor:
+        pool = workload.to_pages(x.detach(), layout)  # (num_pages, P, KVH, D)
+        return pool.permute(2, 0, 1, 3).reshape(1, pool.shape[2], layout.num_pages * size, pool.shape[3]).contiguous()
+
+    start = time.perf_counter()
+    paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))
+    for b, row in enumerate(layout.table):
+        for logical, physical in enumerate(row):
+            if physical >= 0:
+                paged.page_table[b, logical] = physical
+                paged.physical_to_logical[b, physical] = logical
+    width = len(layout.table[0])
+    logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
+                                     device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
+    kv_len = torch.tensor(layout.kv_lens, device=device)
+    block_mask = paged.convert_logical_block_mask(logical_mask, kv_len=kv_len)
+    if score_mod is not None:
+        score_mod = paged.get_score_mod(score_mod, kv_len)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    extra = {"mask_build": "eager, paged", "mask_build_s": time.perf_counter() - start}
+    return cache(k), cache(v), block_mask, score_mod, extra
+
+
 def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, needs_grad: bool) -> None:
     """Raise flex_attention's own refusal of these inputs (backward on a CPU, in torch 2.13) before any compile.
 
@@ -215,19 +260,32 @@ class FlexBackend(Backend):
     name = "flex"
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
-    # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size.
-    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v"})
+    # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
+    # paged K/V through PyTorch's PagedAttention (forward, without documents).
+    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size"})
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.page_size is not None and case.needs_grad:
+            return "flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)"
+        if case.page_size is not None and case.doc_lens is not None:
+            return "flex does not run packed documents inside a paged cache"
+        return None
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL)
+        return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
 
         refuse_before_compiling(q, k, v, case.needs_grad)
         flex = compiled_flex_attention(self.dynamic)
-        block_mask, mask_extra = flex_block_mask(case, q.device, self.dynamic)
         score_mod = workload_score_mod(case, q.device)
+        paged = None
+        if case.page_size is not None:
+            k, v, block_mask, score_mod, mask_extra = paged_inputs(case, k, v, score_mod)
+            paged = f", PagedAttention (pages of {case.page_size})"
+        else:
+            block_mask, mask_extra = flex_block_mask(case, q.device, self.dynamic)
         gqa = case.kv_heads != case.heads
         scale = case.head_dim ** -0.5
         mods = {} if score_mod is None else {"score_mod": score_mod}
@@ -257,7 +315,8 @@ class FlexBackend(Backend):
             call=call,
             kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
                     f"{', block_mask' if block_mask is not None else ', no mask'}"
-                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}{', enable_gqa' if gqa else ''})"),
+                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}{', enable_gqa' if gqa else ''}"
+                    f"{paged or ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 
