@@ -59,6 +59,7 @@ class Case:
     softcap: float | None = None
     alibi: bool = False
     head_dim_v: int | None = None  # None: head_dim
+    kv_shared: bool = False  # absorbed MLA: V is the first head_dim_v channels of K (GUIDE.md)
     tp: int | None = None  # the case is one GPU's share of a model split over tp GPUs by heads
 
     def __post_init__(self) -> None:
@@ -138,6 +139,8 @@ class Case:
             parts.append("alibi")
         if self.head_dim_v is not None:
             parts.append(f"dv{self.head_dim_v}")
+        if self.kv_shared:
+            parts.append("kvshared")
         if self.tp is not None:
             parts.append(f"tp{self.tp}")
         return "".join("-" + p for p in parts)

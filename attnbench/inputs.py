@@ -48,7 +48,8 @@ def make_inputs(case: Case) -> Inputs:
         return torch.randn(shape, generator=gen, device=case.device, dtype=torch.float32).to(dtype)
 
     q, k = draw(case.heads, case.seq_len, case.head_dim), draw(case.kv_heads, case.kv_seq_len, case.head_dim)
-    v = draw(case.kv_heads, case.kv_seq_len, case.v_dim)
+    # Absorbed MLA (kv_shared): V is K's first head_dim_v channels, as the kernels that run it take it.
+    v = k[..., :case.v_dim].clone() if case.kv_shared else draw(case.kv_heads, case.kv_seq_len, case.v_dim)
     dout = draw(case.heads, case.seq_len, case.v_dim) if case.needs_grad else None
     return Inputs(q, k, v, dout)
 

@@ -28,7 +28,7 @@ KEY_FIELDS = (
 # record without one (written before they existed, or of a dense case) has the default.
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "documents": None, "doc_lengths": None, "doc_lens": None, "kv_lengths": None, "kv_lens": None,
-    "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "tp": None,
+    "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
 }
 
 
@@ -62,6 +62,7 @@ class Record:
     softcap: float | None = None
     alibi: bool = False
     head_dim_v: int | None = None
+    kv_shared: bool = False
     tp: int | None = None
     reason: str | None = None
     kernel: str | None = None

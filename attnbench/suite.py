@@ -56,11 +56,12 @@ class Axes(_Strict):
     softcap: list[float | None] = Field(default=[None], min_length=1)
     alibi: list[bool] = Field(default=[False], min_length=1)
     head_dim_v: list[int | None] = Field(default=[None], min_length=1)
+    kv_shared: list[bool] = Field(default=[False], min_length=1)
     tp: list[int] = Field(default=[1], min_length=1)
 
     _lists = field_validator(
         "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
-        "doc_lengths", "kv_lengths", "alibi", "tp", mode="before",
+        "doc_lengths", "kv_lengths", "alibi", "kv_shared", "tp", mode="before",
     )(lambda value: value if value is None else _as_list(value))
     # Axes whose values may be null: a bare `window: null` is the one-value axis [null] (in a cpu: block too,
     # where it once reached the validators as None and crashed with a traceback).
@@ -156,6 +157,7 @@ class CpuAxes(Axes):
     softcap: list[float | None] | None = Field(default=None, min_length=1)
     alibi: list[bool] | None = Field(default=None, min_length=1)
     head_dim_v: list[int | None] | None = Field(default=None, min_length=1)
+    kv_shared: list[bool] | None = Field(default=None, min_length=1)
     tp: list[int] | None = Field(default=None, min_length=1)
 
     @field_validator("batch", "heads", "head_dim")
@@ -255,11 +257,11 @@ class Suite:
         grid = itertools.product(
             axes.dtype, axes.batch, axes.seq_len, axes.kv_seq_len or [None], axes.heads, axes.kv_heads,
             axes.head_dim, axes.causal, axes.window, axes.mode, axes.documents, axes.doc_lengths, axes.kv_lengths,
-            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.tp,
+            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.kv_shared, axes.tp,
         )
         cases = []
         for (dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode, documents, doc_lengths,
-             kv_lengths, page_size, softcap, alibi, head_dim_v, tp) in grid:
+             kv_lengths, page_size, softcap, alibi, head_dim_v, kv_shared, tp) in grid:
             where = f"{self.path}: {key}"
             kv = heads if kv_heads == "heads" else kv_heads
             if kv > heads or heads % kv:
@@ -275,10 +277,15 @@ class Suite:
                     f"{where}.kv_lengths: random needs kv_seq_len > seq_len (each request's cache holds its own "
                     f"{seq} queries and up to kv_seq_len keys; got kv_seq_len {kv_seq}); allowed: equal here"
                 )
+            if kv_shared and not (head_dim_v is not None and head_dim_v < head_dim):
+                raise SuiteError(
+                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
+                    f"(got head_dim {head_dim}, head_dim_v {head_dim_v}); allowed: e.g. head_dim 576, head_dim_v 512"
+                )
             case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
                         kv_lengths="random" if kv_lengths == "random" else None, page_size=page_size,
                         softcap=None if softcap is None else float(softcap), alibi=alibi,
-                        head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
+                        head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v, kv_shared=kv_shared,
                         tp=None if tp == 1 else tp)
             empty = case.empty_query() if kv_seq < seq else None
             if empty is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from attnbench.case import Case
 
 # The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
-AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v")
+AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
 # What a page holds where no request's key lives (spare pages, the tail of a request's last page): finite,
 # so a masked-out read stays harmless, and far from the standard-normal data, so a wrong lookup is loud.
 JUNK = 30.0
@@ -35,7 +35,7 @@ def axes_used(case: Case) -> tuple[str, ...]:
     """The workload axes `case` sets, in AXES order."""
     used = {"documents": case.documents is not None, "kv_lengths": case.kv_lens is not None,
             "page_size": case.page_size is not None, "softcap": case.softcap is not None,
-            "alibi": bool(case.alibi), "head_dim_v": case.head_dim_v is not None}
+            "alibi": bool(case.alibi), "head_dim_v": case.head_dim_v is not None, "kv_shared": bool(case.kv_shared)}
     return tuple(name for name in AXES if used[name])
 
 

@@ -49,6 +49,7 @@ def test_a_preset_holds_its_models_shapes(model: str) -> None:
     assert {(c.heads, c.kv_heads) for c in share} == {(heads // tp, max(1, kv // tp))}
     dh, dkv, dd, ddv = DECODE.get(model, (heads, kv, d, dv or d))
     assert {(c.heads, c.kv_heads, c.head_dim, c.v_dim) for c in decode if not c.tp} == {(dh, dkv, dd, ddv)}
+    assert all(c.kv_shared == (model in DECODE) for c in decode) and not any(c.kv_shared for c in prefill)
     assert {c.window for c in gpu} == ({None, window} if window else {None})
     assert {c.softcap for c in gpu} == {softcap}
     cpu = suite.cases("cpu")

@@ -219,3 +219,11 @@ def test_a_blocks_own_cpu_block_applies_after_the_suites(tmp_path: Path) -> None
     assert {(c.seq_len, c.kv_seq_len) for c in suite.cases("cuda")} == {(8192, 8192), (1, 65536)}
     message = refused(tmp_path, text.replace("    cpu:\n      kv_seq_len", "    cpu:\n      kv_seq_lenn"))
     assert "also[0].cpu.kv_seq_lenn: unknown key (did you mean 'kv_seq_len'?)" in message
+
+
+def test_kv_shared_needs_a_smaller_v_head(tmp_path: Path) -> None:
+    text = "name: k\nsweep:\n  seq_len: 1\n  kv_seq_len: 64\n  heads: 4\n  kv_heads: 1\n  head_dim: 64\n  kv_shared: true\n"
+    message = refused(tmp_path, text)
+    assert "kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim" in message
+    cases = load_suite(write(tmp_path, text + "  head_dim_v: 48\n")).cases("cpu")
+    assert [(c.head_dim, c.v_dim, c.kv_shared) for c in cases] == [(64, 48, True)]

@@ -237,3 +237,21 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
     backward = make_case(batch=2, seq_len=8, kv_seq_len=64, heads=2, kv_heads=2, head_dim=16, causal=True,
                          page_size=16, mode="fwd_bwd")
     assert "forward only" in measure(backward, FlexBackend()).reason
+
+
+def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
+    """Absorbed MLA decode (GUIDE.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
+    passed as its own tensor), a backend that does not map the axis skips it by name."""
+    from attnbench.inputs import make_inputs
+
+    case = make_case(batch=2, seq_len=1, kv_seq_len=96, heads=4, kv_heads=1, head_dim=48, head_dim_v=32,
+                     kv_shared=True, causal=True)
+    inputs = make_inputs(case)
+    assert inputs.v.shape[-1] == 32 and bool((inputs.v == inputs.k[..., :32]).all())
+    assert case.case_id.endswith("-dv32-kvshared-fwd")
+    registry = default_registry()
+    for name in ("naive", "sdpa", "sdpa-math", "flex"):
+        record = measure(case, registry.get(name))
+        assert record.status == "ok", (name, record.reason)
+        assert record.kv_shared is True
+    assert unmapped_axes(registry.get("flash-attn-3"), case) == "attnbench does not map kv_shared onto flash-attn-3 yet"

@@ -262,7 +262,7 @@ class FlexBackend(Backend):
     dynamic: bool = False
     # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
     # paged K/V through PyTorch's PagedAttention (forward, without documents).
-    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size"})
+    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size", "kv_shared"})
 
     def unsupported(self, case: Case) -> str | None:
         if case.page_size is not None and case.needs_grad:

@@ -89,7 +89,7 @@ class _Sdpa(Backend):
     # With FLASH_ATTENTION: PyTorch's FA3/FA4 implementation to route it to (None: its built-in FA2).
     flash_impl: ClassVar[str | None] = None
     # Documents, ragged lengths and ALiBi become the explicit attn_mask; V may have its own head size.
-    workload_axes = frozenset({"documents", "kv_lengths", "alibi", "head_dim_v"})
+    workload_axes = frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})
 
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:

@@ -12,7 +12,7 @@ from attnbench.results import is_noisy, is_throttled
 
 # The fields that make two records the same case apart from its documents.
 CASE_KEYS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal", "window",
-             "mode", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "tp")
+             "mode", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared", "tp")
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
 

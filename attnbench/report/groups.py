@@ -12,7 +12,8 @@ BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
 # The workload axes that stay fixed within a group too (doc_lens and kv_lens follow the lengths, so they do not).
-WORKLOAD_FIELDS = ("documents", "doc_lengths", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "tp")
+WORKLOAD_FIELDS = ("documents", "doc_lengths", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared",
+                   "tp")
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
 DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
@@ -107,6 +108,8 @@ def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
         words.append("alibi" if short else "ALiBi")
     if shape.get("head_dim_v"):
         words.append(f"dv{shape['head_dim_v']}" if short else f"d_v={shape['head_dim_v']}")
+    if shape.get("kv_shared"):
+        words.append("kvshared" if short else "V shared with K (absorbed MLA)")
     if shape.get("tp"):
         words.append(f"tp{shape['tp']}" if short else f"tp {shape['tp']} (one GPU's share)")
     return words
