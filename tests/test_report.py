@@ -438,15 +438,22 @@ def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
 
 def test_packed_documents_are_compared_with_one_sequence_in_the_findings(tmp_path: Path) -> None:
     """The same backend and case with 16 packed documents and as one sequence: the findings say how much packing
-    saves (flex skips the blocks across boundaries), in both the HTML and summary.md."""
+    saves (flex skips the blocks across boundaries), in both the HTML and summary.md; a backend whose two
+    intervals overlap (naive, here) is no finding."""
     one = a_record(backend="flex", seq_len=16384, kv_seq_len=16384, causal=True, time_ms=1662.0)
     packed = a_record(backend="flex", seq_len=16384, kv_seq_len=16384, causal=True, time_ms=178.7, documents=16,
                       doc_lengths="equal", doc_lens=[1024] * 16)
     slower = a_record(backend="sdpa", seq_len=16384, kv_seq_len=16384, causal=True, time_ms=949.0)
     slower_packed = dict(slower, time_ms=2183.0, documents=16, doc_lengths="equal", doc_lens=[1024] * 16)
-    render_report(write_run(tmp_path / "run", [one, packed, slower, slower_packed]), tmp_path / "out")
+    same = a_record(backend="naive", seq_len=16384, kv_seq_len=16384, causal=True, time_ms=11083.0,
+                    ci_low_ms=10607.0, ci_high_ms=11968.0)
+    same_packed = dict(same, time_ms=11821.0, ci_low_ms=11645.0, ci_high_ms=15163.0, documents=16,
+                       doc_lengths="equal", doc_lens=[1024] * 16)
+    render_report(write_run(tmp_path / "run", [one, packed, slower, slower_packed, same, same_packed]),
+                  tmp_path / "out")
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert ("Packed documents: flex on 16 documents (equal) at 16K tokens takes 179 ms, 9.3× faster than on one "
             "16K-token sequence (1662 ms)") in md
     assert "sdpa on 16 documents (equal) at 16K tokens takes 2183 ms, 2.3× slower" in md
     assert "9.3× faster" in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "naive on 16 documents" not in md  # overlapping intervals: no measurable difference
