@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,10 @@ from attnbench.units import GIB, MIB, fmt_length  # noqa: E402
 from attnbench.results import is_noisy, is_throttled  # noqa: E402
 
 DPI = 100
+# A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
+# line taking this share of the figure's height.
+TITLE_CHARS, TITLE_LINE = 120, 0.03
+NOTE_CHARS, NOTE_LINE = 200, 0.018
 GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
 WIDTH_PX = int(GROUP_FIGSIZE[0] * DPI)
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
@@ -321,13 +326,18 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
         for ax in (ax_time, ax_mem, ax_tflops):
             _empty_note(ax, "no successful measurement in this group")
 
-    fig.suptitle(group.title(), fontsize=14, fontweight="bold")
+    # Long titles (a workload names its axes) and long skip lists wrap rather than run off the image's edges.
+    title = textwrap.wrap(group.title(), TITLE_CHARS) or [""]
+    fig.suptitle("\n".join(title), fontsize=14, fontweight="bold", y=0.99, va="top")
+    top = 0.99 - TITLE_LINE * len(title)
     if never:
-        fig.text(0.5, 0.945, f"not drawn, skipped at every length (reasons in the table): {', '.join(never)}",
-                 ha="center", va="center", fontsize=9, color="#57606a")
+        note = textwrap.wrap(f"not drawn, skipped at every length (reasons in the table): {', '.join(never)}",
+                             NOTE_CHARS)
+        fig.text(0.5, top - 0.004, "\n".join(note), ha="center", va="top", fontsize=9, color="#57606a")
+        top -= NOTE_LINE * len(note) + 0.004
     extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
     rows = _legend(fig, _legend_handles(backends, styles, statuses, extra))
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.895 if never else 0.91, bottom=0.065 + 0.03 * rows,
+    fig.subplots_adjust(left=0.07, right=0.98, top=top - 0.04, bottom=0.065 + 0.03 * rows,
                         hspace=0.32, wspace=0.2)
     return fig
 
