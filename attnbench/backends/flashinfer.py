@@ -234,7 +234,6 @@ class FlashInferBackend(Backend):
         extra["compile_s"] = warm_up(call, inputs, False)  # FlashInfer JIT-compiles a kernel at its first run
         if plan_s is not None:
             extra["plan_ms"] = plan_s * 1e3
-        extra["setup_ms"] = (plan_s or 0.0) * 1e3 + extra["compile_s"] * 1e3
         chosen = getattr(wrapper, "_backend", None) if wrapper is not None else None
         if chosen is not None:
             extra["flashinfer_backend"] = str(chosen)
