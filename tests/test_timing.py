@@ -46,6 +46,7 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
 
     The two timers take turns in short rounds, so a change of the machine's speed (another process,
     frequency scaling) reaches both halves of a round alike; the median of the per-round ratios is compared.
+    The claim is the timer's: the same call, under the same conditions, gets the same median.
     """
     import statistics
 
@@ -58,13 +59,25 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
     q, k, v = data.inputs.q, data.inputs.k, data.inputs.v
     timer = Timer("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                   globals={"F": torch.nn.functional, "q": q, "k": k, "v": v}, num_threads=torch.get_num_threads())
-    ours, theirs = [], []
-    for _ in range(7):
+    def attnbench_ms() -> float:
         record = runner.measure(data, default_registry().get("sdpa-math"))
         assert record.status == "ok"
-        ours.append(record.time_ms)
+        return record.time_ms
+
+    def autorange_ms() -> float:
         with sdpa_kernel([SDPBackend.MATH]):
-            theirs.append(timer.blocked_autorange(min_run_time=0.3).median * 1e3)
+            return timer.blocked_autorange(min_run_time=0.3).median * 1e3
+
+    # A first round of each, thrown away: in one CI run the first rounds of whichever timer went first were
+    # 6-25% slower while the process's allocator settled (32 MiB of scores a call). Then the two alternate
+    # which goes first, so neither always meets the machine as the other left it.
+    attnbench_ms(), autorange_ms()
+    ours, theirs = [], []
+    for i in range(8):
+        first, second = (attnbench_ms, autorange_ms) if i % 2 == 0 else (autorange_ms, attnbench_ms)
+        a, b = first(), second()
+        ours.append(a if i % 2 == 0 else b)
+        theirs.append(b if i % 2 == 0 else a)
     ratio = statistics.median(a / b for a, b in zip(ours, theirs))
     assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
 
