@@ -41,15 +41,8 @@ def test_summary_statistics() -> None:
     assert summarize([5.0]).iqr == 0.0
 
 
-def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
-    """attnbench's median for sdpa-math equals blocked_autorange's on the same call (CPU).
-
-    The two timers take turns in short rounds, so a change of the machine's speed (another process,
-    frequency scaling) reaches both halves of a round alike; the median of the per-round ratios is compared.
-    The claim is the timer's: the same call, under the same conditions, gets the same median.
-    """
-    import statistics
-
+def fidelity_rounds(rounds: int = 8) -> tuple[list[float], list[float]]:
+    """attnbench's and blocked_autorange's medians (ms) for sdpa-math on one call, `rounds` alternating rounds."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.benchmark import Timer
 
@@ -59,6 +52,7 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
     q, k, v = data.inputs.q, data.inputs.k, data.inputs.v
     timer = Timer("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                   globals={"F": torch.nn.functional, "q": q, "k": k, "v": v}, num_threads=torch.get_num_threads())
+
     def attnbench_ms() -> float:
         record = runner.measure(data, default_registry().get("sdpa-math"))
         assert record.status == "ok"
@@ -68,34 +62,40 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
         with sdpa_kernel([SDPBackend.MATH]):
             return timer.blocked_autorange(min_run_time=0.3).median * 1e3
 
-    # A first round of each, thrown away: in one CI run attnbench, always first then, read 6-25% above
-    # blocked_autorange in the first four of seven rounds and within 1% after (cause not pinned down; the
-    # allocator settling on 32 MiB of scores a call is one candidate). Then the two alternate which goes first,
-    # so neither always meets the machine as the other left it.
-    attnbench_ms(), autorange_ms()
+    attnbench_ms(), autorange_ms()  # a first round of each, thrown away
     ours, theirs = [], []
-    for i in range(8):
+    for i in range(rounds):  # the two alternate which goes first
         first, second = (attnbench_ms, autorange_ms) if i % 2 == 0 else (autorange_ms, attnbench_ms)
         a, b = first(), second()
         ours.append(a if i % 2 == 0 else b)
         theirs.append(b if i % 2 == 0 else a)
+    return ours, theirs
+
+
+@pytest.mark.slow
+def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
+    """attnbench's median for sdpa-math equals blocked_autorange's on the same call (CPU).
+
+    The two timers take turns in short rounds, so a change of the machine's speed (another process,
+    frequency scaling) reaches both halves of a round alike; the median of the per-round ratios is compared.
+    The claim is the timer's: the same call, under the same conditions, gets the same median. So the rounds
+    run in a fresh process: inside the full test run, twice in three CI runs, whichever timer followed the other
+    read 6-30% high for rounds at a time (the state earlier tests leave; standalone both agree within 1%).
+    """
+    import json
+    import os
+    import statistics
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    code = "import json; from tests.test_timing import fidelity_rounds; print(json.dumps(fidelity_rounds()))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+    ours, theirs = json.loads(done.stdout.strip().splitlines()[-1])
     ratio = statistics.median(a / b for a, b in zip(ours, theirs))
     assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
-
-
-class SpreadClock:
-    """A clock whose calls take the given durations in turn (ms), to plant a wide or a tight spread."""
-
-    def __init__(self, durations_ms: list[float]) -> None:
-        self.durations = itertools.cycle(durations_ms)
-        self.now = 0
-        self.reads = 0
-
-    def __call__(self) -> int:
-        self.reads += 1
-        if self.reads % 2 == 0:  # the read after a call: the call took the next duration
-            self.now += int(next(self.durations) * 1e6)
-        return self.now
 
 
 def test_clock_timer_samples_flow_into_the_record_exactly() -> None:
