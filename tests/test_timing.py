@@ -98,6 +98,21 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
     assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
 
 
+class SpreadClock:
+    """A clock whose calls take the given durations in turn (ms), to plant a wide or a tight spread."""
+
+    def __init__(self, durations_ms: list[float]) -> None:
+        self.durations = itertools.cycle(durations_ms)
+        self.now = 0
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        if self.reads % 2 == 0:  # the read after a call: the call took the next duration
+            self.now += int(next(self.durations) * 1e6)
+        return self.now
+
+
 def test_clock_timer_samples_flow_into_the_record_exactly() -> None:
     """ClockTimer on a clock whose calls take 1, 1, 1.5 and 2 ms in turn: the record holds exactly those samples'
     statistics. (The noise threshold itself, at and just above 10%, is pinned in test_wiring.py.)"""
