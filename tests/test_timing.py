@@ -79,8 +79,8 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
     The two timers take turns in short rounds, so a change of the machine's speed (another process,
     frequency scaling) reaches both halves of a round alike; the median of the per-round ratios is compared.
     The claim is the timer's: the same call, under the same conditions, gets the same median. So the rounds
-    run in a fresh process: inside the full test run, twice in three CI runs, whichever timer followed the other
-    read 6-30% high for rounds at a time (the state earlier tests leave; standalone both agree within 1%).
+    run in a fresh process: inside the full test run, twice in three CI runs, attnbench read 6-30% high in the
+    rounds where it followed blocked_autorange (the state earlier tests leave; standalone both agree within 1%).
     """
     import json
     import os
