@@ -410,6 +410,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 def skipped_at_once(case: Case, backend: Backend, machine: Machine) -> bool:
     """Whether the measurement is recorded `skipped` before any tensor exists (as Runner.skip_reason decides).
     For a GPU that is not here (a datasheet estimate) every backend made for CUDA is taken to be installed."""
+    from attnbench.backends.base import refusal
     from attnbench.runner import MEMORY_SKIP_FACTOR
 
     if case.device not in backend.devices:
@@ -418,7 +419,7 @@ def skipped_at_once(case: Case, backend: Backend, machine: Machine) -> bool:
         return True
     if machine.memory_bytes is not None and backend.estimate_memory(case) > MEMORY_SKIP_FACTOR * machine.memory_bytes:
         return True
-    return backend.unsupported(case) is not None
+    return refusal(backend, case) is not None
 
 
 # Backends whose prepare compiles, and what their compile specialises on (compile_key).

@@ -230,11 +230,10 @@ def contexts_held_here() -> list[str]:
 
 
 def harness_processes(gpu: GpuId | None) -> int:
-    """How many of the GPU's processes are this run's own harness (the worker's parent): 0 or 1."""
-    named = [u for u in os.environ.get(HARNESS_GPUS_VAR, "").split(",") if u]
-    if gpu is None or not gpu.uuid or not named:
-        return 0
-    return int(any(u in gpu.uuids() or u == gpu.uuid for u in named))
+    """How many of the GPU's processes are this run's own harness (the worker's parent): 0 or 1. Parent and worker
+    both spell the UUID as torch gives it (contexts_held_here, torch_gpu)."""
+    named = os.environ.get(HARNESS_GPUS_VAR, "").split(",")
+    return int(gpu is not None and bool(gpu.uuid) and gpu.uuid in named)
 
 
 def finish(state: dict[str, Any], holds_context: bool, harness: int = 0) -> dict[str, Any]:

@@ -30,6 +30,8 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "documents": None, "doc_lengths": None, "doc_lens": None, "kv_lengths": None, "kv_lens": None,
     "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
 }
+# The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
+DRAWN_FIELDS = ("doc_lens", "kv_lens")
 
 
 @dataclass

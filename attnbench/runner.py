@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from attnbench import gpustate
 from attnbench import inputs as inputs_mod
-from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, unmapped_axes
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, refusal
 from attnbench.check import judge, naive_errors
 from attnbench.conformance import conformance_problem
 from attnbench.interval import Interval, median_interval
@@ -202,8 +202,7 @@ class Runner:
         # Conformance first: availability probes may call the library themselves (xformers asks its dispatcher).
         if backend.name not in self._conformance:
             self._conformance[backend.name] = conformance_problem(backend)
-        reason = (self._conformance[backend.name] or backend.availability(case.device) or backend.unsupported(case)
-                  or unmapped_axes(backend, case))
+        reason = self._conformance[backend.name] or backend.availability(case.device) or refusal(backend, case)
         if reason:
             return reason
         modes = getattr(self.timer, "modes", None)

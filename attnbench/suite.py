@@ -222,33 +222,32 @@ class Suite:
     def name(self) -> str:
         return self.model.name
 
+    def _blocks(self) -> list[tuple[str, Block]]:
+        """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
+        return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
+
+    def _in_force(self, block: Block, device: str) -> Axes:
+        """A block's axes on `device`: on a CPU the top-level `cpu:` block replaces values, then the block's own."""
+        axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
+        if device == "cpu":
+            for overrides in (self.model.cpu, block.cpu):
+                if overrides is not None:
+                    axes = axes.model_copy(update={k: v for k, v in overrides.model_dump().items() if v is not None})
+        return axes
+
     def axes(self, device: str) -> list[tuple[str, Axes]]:
         """Each sweep block in force on `device`, with its name for messages: on a CPU the top-level `cpu:` block
         replaces values in every block, then a block's own `cpu:` replaces values in that block."""
-        blocks: list[tuple[str, Block]] = [("sweep", self.model.sweep),
-                                           *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
-        result: list[tuple[str, Axes]] = []
-        for name, block in blocks:
-            axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
-            if device == "cpu":
-                for overrides in (self.model.cpu, block.cpu):
-                    if overrides is not None:
-                        axes = axes.model_copy(update={k: v for k, v in overrides.model_dump().items() if v is not None})
-            result.append((name, axes))
-        return result
-
-    def _has_cpu_block(self, name: str) -> bool:
-        block = self.model.sweep if name == "sweep" else (self.model.also or [])[int(name[5:-1])]
-        return self.model.cpu is not None or block.cpu is not None
+        return [(name, self._in_force(block, device)) for name, block in self._blocks()]
 
     def cases(self, device: str) -> list[Case]:
         """Cross every axis of each block into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
         cases: list[Case] = []
-        for name, axes in self.axes(device):
+        for name, block in self._blocks():
             key = name
-            if device == "cpu" and self._has_cpu_block(name):
+            if device == "cpu" and (self.model.cpu is not None or block.cpu is not None):
                 key = "cpu" if name == "sweep" else f"cpu/{name}"
-            for case in self._cross(device, axes, key):
+            for case in self._cross(device, self._in_force(block, device), key):
                 if case not in cases:
                     cases.append(case)
         return cases

@@ -136,6 +136,12 @@ def module_owner(module: str, distribution: str) -> str | None:
     return f"{module} ({origin}) is not the file {distribution} {dist.version} installed: another package overwrote or shadows it"
 
 
+def refusal(backend: Backend, case: Case) -> str | None:
+    """Why `backend` cannot run `case`, known from the case alone: its own `unsupported`, or a workload axis it does
+    not map. The runner's skip and the forecast's both ask this."""
+    return backend.unsupported(case) or unmapped_axes(backend, case)
+
+
 def unmapped_axes(backend: Backend, case: Case) -> str | None:
     """The skip reason for a case using workload axes the backend does not map; None when it maps them all."""
     missing = [axis for axis in case.workload_axes if axis not in backend.workload_axes]

@@ -206,12 +206,13 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
     start = time.perf_counter()
     paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))
-    for b, row in enumerate(layout.table):
-        for logical, physical in enumerate(row):
-            if physical >= 0:
-                paged.page_table[b, logical] = physical
-                paged.physical_to_logical[b, physical] = logical
-    width = len(layout.table[0])
+    table = torch.tensor(layout.table, dtype=torch.int64, device=device)  # (B, pages); -1: no page, as PagedAttention
+    width = table.shape[1]
+    paged.page_table[:, :width] = table
+    used = table >= 0
+    rows = torch.arange(case.batch, device=device)[:, None].expand_as(table)
+    logical = torch.arange(width, device=device)[None, :].expand_as(table)
+    paged.physical_to_logical[rows[used], table[used]] = logical[used]
     logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
                                      device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
     kv_len = torch.tensor(layout.kv_lens, device=device)

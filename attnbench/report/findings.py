@@ -8,11 +8,12 @@ from typing import Any
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words, shape_words
 from attnbench.units import fmt_bytes, fmt_length, fmt_ms
-from attnbench.results import is_noisy, is_throttled
+from attnbench.results import KEY_FIELDS, WORKLOAD_DEFAULTS, is_noisy, is_throttled
 
+# Packed documents, and their drawn lengths.
+DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
 # The fields that make two records the same case apart from its documents.
-CASE_KEYS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal", "window",
-             "mode", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared", "tp")
+CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend" and k not in DOCUMENT_FIELDS)
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
 
@@ -98,7 +99,6 @@ def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) ->
     return [Failure(b, s, reason, cases) for (b, s, reason), cases in sorted(grouped.items())]
 
 
-DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
 MAX_PACKING_LINES = 8
 
 
@@ -114,7 +114,7 @@ def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
     not overlap: how their times compare (block-sparse kernels skip what crosses a boundary; a dense kernel given
     the mask does all the work)."""
     def key(r: dict[str, Any]) -> tuple:
-        return tuple((k, str(v)) for k, v in sorted(r.items()) if k in CASE_KEYS)
+        return tuple(str(r.get(k, WORKLOAD_DEFAULTS.get(k))) for k in CASE_KEYS)
 
     single = {(r["backend"], key(r)): r for r in timed if r.get("status") == "ok" and not r.get("documents")}
     lines = []

@@ -6,14 +6,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from attnbench.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
+
 # A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
 # The workload axes that stay fixed within a group too (doc_lens and kv_lens follow the lengths, so they do not).
-WORKLOAD_FIELDS = ("documents", "doc_lengths", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared",
-                   "tp")
+WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
 DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
