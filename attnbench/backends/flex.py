@@ -215,10 +215,10 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
     paged.physical_to_logical[rows[used], table[used]] = logical[used]
     logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
                                      device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
-    kv_len = torch.tensor(layout.kv_lens, device=device)
-    block_mask = paged.convert_logical_block_mask(logical_mask, kv_len=kv_len)
+    # No kv_len bound for PagedAttention to add: the mask_mod already stops each request at its own length.
+    block_mask = paged.convert_logical_block_mask(logical_mask)
     if score_mod is not None:
-        score_mod = paged.get_score_mod(score_mod, kv_len)
+        score_mod = paged.get_score_mod(score_mod)
     if device.type == "cuda":
         torch.cuda.synchronize()
     extra = {"mask_build": "eager, paged", "mask_build_s": time.perf_counter() - start}
