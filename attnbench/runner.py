@@ -458,7 +458,8 @@ def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, A
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
     `noisy` when the spread is wide (IQR over NOISE_THRESHOLD of the median) or the interval is wider than the
-    precision asked (±precision of the median): the number is not known as well as the suite wanted.
+    precision asked (±precision of the median), or too few samples were taken for an interval at the confidence
+    asked (under 6 at 95%: one 4 s call has no interval at all): the number is not known as well as the suite wanted.
     """
     stats = summarize(samples)
     interval = median_interval(samples, settings.confidence)
@@ -466,7 +467,7 @@ def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, A
         "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
         "times_ms": list(samples), "ci_low_ms": interval.low, "ci_high_ms": interval.high,
         "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
-        "noisy": stats.noisy or interval.half_width() > settings.precision,
+        "noisy": stats.noisy or interval.level < settings.confidence or interval.half_width() > settings.precision,
     }
 
 

@@ -73,11 +73,11 @@ class Outcome:
     tally: Tally = field(default_factory=Tally)
 
 
-def settings_of(suite: Suite) -> TimingSettings:
-    """The suite's `timing:` block as the timers' settings."""
+def settings_of(suite: Suite, device: str) -> TimingSettings:
+    """The suite's `timing:` in force on `device` as the timers' settings."""
     from attnbench.timing import TimingSettings
 
-    t = suite.model.timing
+    t = suite.timing(device)
     return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision)
 
 
@@ -156,8 +156,8 @@ def print_dry_run(plan: Plan, console: Console, cache_dir: Path | None = None, g
     machine = forecast.datasheet(gpu) if gpu else forecast.cached_calibration(plan.device, cache)
     import torch
 
-    predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite), machine,
-                                  isolate=resolve_isolation(plan.device, isolate, plan.suite.model.timing.timeout_s),
+    predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
+                                  isolate=resolve_isolation(plan.device, isolate, plan.suite.timing(plan.device).timeout_s),
                                   compiled=compile_cache.compiled(cache, torch.__version__))
     print_forecast(predicted, console)
     return predicted
@@ -197,7 +197,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     from attnbench.timing import check_timer, timer_for
 
     check_timer(plan.device, options.timer)  # before anything is written
-    timing = plan.suite.model.timing
+    timing = plan.suite.timing(plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
     if options.devices is not None:
@@ -215,7 +215,8 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     torch_version = env["torch"]
     cache = compile_cache.use(options.cache_dir)
     workers = len(options.devices) if options.devices is not None else 1
-    predicted = forecast.forecast(tasks, settings_of(plan.suite), forecast.cached_calibration(plan.device, cache),
+    predicted = forecast.forecast(tasks, settings_of(plan.suite, plan.device),
+                                  forecast.cached_calibration(plan.device, cache),
                                   isolate=isolate, workers=workers,
                                   compiled=compile_cache.compiled(cache, torch_version))
     if options.resume:
@@ -248,7 +249,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    settings = settings_of(plan.suite)
+    settings = settings_of(plan.suite, plan.device)
     records: list[Record] = []
     total = len(tasks)
     scope = f" (shard {options.shard})" if options.shard else ""

@@ -189,6 +189,14 @@ class Timing(_Strict):
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)
 
 
+class CpuBlock(CpuAxes):
+    """The top-level `cpu:` block: axes replacing the sweep's, and `timing:` fields replacing the suite's, when the
+    run is on a CPU (where a call takes seconds that takes milliseconds on a GPU: `min_samples: 1` there keeps a
+    4 s call from being made four times)."""
+
+    timing: Timing | None = None
+
+
 class SuiteModel(_Strict):
     """A suite file as written."""
 
@@ -200,7 +208,7 @@ class SuiteModel(_Strict):
     # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
     # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.
     also: list[Block] | None = Field(default=None, min_length=1)
-    cpu: CpuAxes | None = None
+    cpu: CpuBlock | None = None
 
 
 def _bounded(values: list[int], low: int, high: int) -> list[int]:
@@ -226,13 +234,23 @@ class Suite:
         """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
         return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
 
+    def timing(self, device: str) -> Timing:
+        """The `timing:` in force on `device` (a resolved device): on a CPU, the fields the top-level `cpu:` block's
+        `timing:` sets replace the suite's."""
+        timing = self.model.timing
+        cpu = self.model.cpu
+        if device == "cpu" and cpu is not None and cpu.timing is not None:
+            timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
+        return timing
+
     def _in_force(self, block: Block, device: str) -> Axes:
         """A block's axes on `device`: on a CPU the top-level `cpu:` block replaces values, then the block's own."""
         axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
         if device == "cpu":
             for overrides in (self.model.cpu, block.cpu):
                 if overrides is not None:
-                    axes = axes.model_copy(update={k: v for k, v in overrides.model_dump().items() if v is not None})
+                    replaced = overrides.model_dump(exclude={"timing"})
+                    axes = axes.model_copy(update={k: v for k, v in replaced.items() if v is not None})
         return axes
 
     def axes(self, device: str) -> list[tuple[str, Axes]]:

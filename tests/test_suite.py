@@ -227,3 +227,27 @@ def test_kv_shared_needs_a_smaller_v_head(tmp_path: Path) -> None:
     assert "kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim" in message
     cases = load_suite(write(tmp_path, text + "  head_dim_v: 48\n")).cases("cpu")
     assert [(c.head_dim, c.v_dim, c.kv_shared) for c in cases] == [(64, 48, True)]
+
+
+def test_the_cpu_block_timing_replaces_only_the_fields_it_sets_and_only_on_a_cpu(tmp_path: Path) -> None:
+    """A 4 s CPU call and a 1 ms GPU call need different `min_samples`: `cpu: {timing: ...}` replaces the fields it
+    names on a CPU, keeps the rest of the suite's timing, and changes nothing on CUDA."""
+    text = BASE + "timing: {warmup_ms: 100, budget_ms: 500, min_samples: 3}\ncpu:\n  timing: {min_samples: 1}\n"
+    suite = load_suite(write(tmp_path, text))
+    on_cpu, on_cuda = suite.timing("cpu"), suite.timing("cuda")
+    assert (on_cpu.min_samples, on_cpu.warmup_ms, on_cpu.budget_ms) == (1, 100, 500)
+    assert (on_cuda.min_samples, on_cuda.warmup_ms, on_cuda.budget_ms) == (3, 100, 500)
+    assert len(suite.cases("cpu")) == len(suite.cases("cuda"))  # timing is no axis: it crosses into nothing
+    message = refused(tmp_path, text.replace("{min_samples: 1}", "{min_sample: 1}"))
+    assert "cpu.timing.min_sample: unknown key (did you mean 'min_samples'?)" in message
+    assert "cpu.timing.min_samples" in refused(tmp_path, text.replace("{min_samples: 1}", "{min_samples: 0}"))
+    # a block's own cpu: is axes only: one timing per device and run
+    assert "sweep.cpu.timing: unknown key" in refused(tmp_path, BASE + "  cpu:\n    timing: {min_samples: 1}\n")
+
+
+def test_the_run_takes_the_cpu_timing(tmp_path: Path) -> None:
+    from attnbench.session import settings_of
+
+    suite = load_suite(write(tmp_path, BASE + "timing: {min_samples: 4, precision: 0.02}\ncpu:\n  timing: {min_samples: 1}\n"))
+    assert (settings_of(suite, "cpu").min_samples, settings_of(suite, "cpu").precision) == (1, 0.02)
+    assert settings_of(suite, "cuda").min_samples == 4

@@ -57,8 +57,9 @@ def test_decode_percent_of_peak_is_against_bandwidth() -> None:
 
 
 # ---- the noise flag: IQR > 10% of the median --------------------------------------------------
-AT_THRESHOLD = [9.5, 9.5, 10.0, 10.5, 10.5]  # median 10, IQR exactly 1.0 = 10% of it
-JUST_ABOVE = [9.5, 9.5, 10.0, 10.5078125, 10.5078125]  # IQR 1.0078125: 10.08%
+# Seven samples: the fewest past six, so the median has a 95% interval (the extremes, at 98.4%), ±5% here.
+AT_THRESHOLD = [9.5, 9.5, 9.5, 10.0, 10.5, 10.5, 10.5]  # median 10, IQR exactly 1.0 = 10% of it
+JUST_ABOVE = [9.5, 9.5, 9.5, 10.0, 10.5078125, 10.5078125, 10.5078125]  # IQR 1.0078125: 10.08%
 
 
 def test_noise_threshold_is_ten_percent() -> None:
@@ -70,11 +71,14 @@ def test_noise_flag_at_exactly_the_threshold_and_just_above() -> None:
     assert (at.median, at.iqr) == (10.0, 1.0) and at.noisy is False
     assert above.median == 10.0 and above.iqr == 1.0078125 and above.noisy is True
     case = make_case(seq_len=32)
-    # `noisy` is also "the interval is wider than the precision asked" (±5% here, from five samples): a loose
-    # precision leaves the IQR rule to decide
+    # `noisy` is also "the interval is wider than the precision asked" (±5% here): a loose precision leaves the
+    # IQR rule to decide
     assert run_with(ScriptedTimer(AT_THRESHOLD), case).noisy is True
     assert run_with(ScriptedTimer(AT_THRESHOLD), case, precision=0.2).noisy is False
     assert run_with(ScriptedTimer(JUST_ABOVE), case, precision=0.2).noisy is True
+    # and "too few samples for a 95% interval at all": five samples, however close, are not known to ±20%
+    assert run_with(ScriptedTimer([10.0, 10.0, 10.0, 10.0, 10.1]), case, precision=0.2).noisy is True
+    assert run_with(ScriptedTimer([10.0] * 6), case, precision=0.2).noisy is False
 
 
 def test_summary_of_one_and_of_two_samples() -> None:
