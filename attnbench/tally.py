@@ -33,13 +33,20 @@ _IMPORTED = time.time()
 
 @dataclass
 class Tally:
-    """Seconds of timed calls (samples and warm-up, by the timers' own clocks) and of reference computation."""
+    """Seconds of timed calls (samples and warm-up, by the timers' own clocks) and of reference computation.
+
+    A forward's checked call is its first warm-up call (it counts toward `warmup_ms`, attnbench.sampling): its own
+    time (`extra.check_call_ms`, by the timer's clock) is warm-up spent, unless it joined the samples (then it is
+    one of `times_ms` already).
+    """
 
     timed_s: float = 0.0
     reference_s: float = 0.0
 
     def add(self, record: Record) -> None:
-        self.timed_s += (sum(record.times_ms) + float(record.extra.get("warmup_ms") or 0.0)) / 1e3
+        extra = record.extra
+        check = 0.0 if extra.get("check_sampled") else float(extra.get("check_call_ms") or 0.0)
+        self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check) / 1e3
         self.reference_s += float(record.extra.get("reference_s") or 0.0)
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,21 @@ def test_quick_suite_as_a_real_subprocess(tmp_path: Path) -> None:
     assert all(r["reason"] for r in records if r["status"] == "skipped")
     assert {r["backend"] for r in records if r["status"] == "ok"} >= {"naive", "sdpa", "sdpa-math", "sdpa-flash"}
     assert "Traceback" not in proc.stderr
+    # The last line is the harness's overhead, from the records: samples, warm-up and the forwards' checked calls
+    # (their first warm-up call) against the wall time from the process's start, which env.json keeps too.
+    actual = json.loads((out / "env.json").read_text())["actual"]
+    timed = sum(sum(r["times_ms"]) + r["extra"]["warmup_ms"]
+                + (0.0 if r["extra"].get("check_sampled") else r["extra"].get("check_call_ms", 0.0))
+                for r in records if r["status"] == "ok") / 1e3
+    assert actual["timed_s"] == pytest.approx(timed, abs=0.006)
+    assert any(r["extra"].get("check_call_ms") and not r["extra"]["check_sampled"] for r in records)
+    last = proc.stderr.strip().splitlines()[-1]
+    printed = re.fullmatch(r"timed ([\d.]+) s of ([\d.]+) s wall \(([\d.]+)x\)", last)
+    assert printed, last
+    assert float(printed[1]) == pytest.approx(timed, abs=0.051)
+    assert float(printed[2]) == pytest.approx(actual["wall_s"], abs=0.051)
+    assert float(printed[3]) == pytest.approx(actual["wall_s"] / actual["timed_s"], rel=0.01)
+    assert 1.0 < actual["wall_s"] / actual["timed_s"] < 10, "the wall includes the timing, the imports and the report"
 
 
 @pytest.mark.slow
