@@ -82,7 +82,8 @@ class Record:
     ci_high_ms: float | None = None
     ci_level: float | None = None
     stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
-    # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked.
+    # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked (or there
+    # are too few samples for one at the confidence asked).
     noisy: bool = False
     # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
     # (attnbench.gpustate); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).

@@ -363,7 +363,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert "| ~2 [1.6–2.4] |" in md and "| 1 (IQR 0.05) |" in md  # the interval where the record has one
     page = (out / "report.html").read_text(encoding="utf-8")
     assert ">~2</td>" in page and "hollow marker" in page and ">1.6–2.4</td>" in page
-    assert "1 of 2 timings are noisy (interval wider than the precision asked, or IQR over 10% of the median)" in md
+    assert "1 of 2 timings are noisy (interval wider than the precision asked or too few samples for one, or IQR over 10% of the median)" in md
     group = group_records(records)[0]
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]

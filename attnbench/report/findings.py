@@ -141,8 +141,8 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     timed = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("time_ms") is not None]
     noisy = sum(1 for r in timed if is_noisy(r))
     if noisy:
-        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
-                           "IQR over 10% of the median): marked ~ in the tables and drawn hollow.")
+        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked or "
+                           "too few samples for one, or IQR over 10% of the median): marked ~ in the tables and drawn hollow.")
     throttled = sum(1 for r in timed if is_throttled(r))
     if throttled:
         found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "

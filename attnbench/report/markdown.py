@@ -62,7 +62,7 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their 95% interval in brackets (~ marks a noisy one: its interval wider than the precision asked, or its IQR over 10% of the median; ! one timed on a throttled or shared GPU).", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their interval in brackets (95% from 6 samples on) (~ marks a noisy one: its interval wider than the precision asked or too few samples for one, or its IQR over 10% of the median; ! one timed on a throttled or shared GPU).", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

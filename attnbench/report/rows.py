@@ -8,7 +8,7 @@ from attnbench.report.groups import dtype_word
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.results import is_noisy, is_throttled
 
-# Marks a noisy median (its interval wider than the precision asked, or IQR over 10% of it) in every table.
+# Marks a noisy median (its interval wider than the precision asked or too few samples for one, or IQR over 10% of it) in every table.
 NOISY_MARK = "~"
 # Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
 THROTTLED_MARK = "!"
