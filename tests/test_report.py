@@ -100,6 +100,8 @@ def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
     env = json.loads((DATA / rendered["name"] / "env.json").read_text())
     page = rendered["html"]
     assert env["suite_name"] in page and env["git_commit"] in page and env["torch"] in page
+    libraries = page.split("<dt>libraries</dt>", 1)[1].split("</dd>", 1)[0]
+    assert libraries.count("torch ") == 1, "env.json lists torch among the libraries too: named once"
     if env["device"] == "cuda":
         assert env["gpus"][0]["name"] in page and env["driver"] in page
     else:
@@ -368,7 +370,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
-    assert "noisy: interval wider than asked, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "noisy: interval wider than asked or under 6 samples, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
     corners = {(float(x), round(float(y), 6)) for c in fig.axes[0].collections for path in c.get_paths()
                for x, y in path.vertices}
     assert {(1024.0, 1.6), (1024.0, 2.4)} <= corners, "the band is the record's interval, not its quartiles"
@@ -393,7 +395,7 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "throttled or shared GPU" in labels and "noisy: interval wider than asked, or IQR > 10%" not in labels
+    assert "throttled or shared GPU" in labels and "noisy: interval wider than asked or under 6 samples, or IQR > 10%" not in labels
     assert fig.axes[0].get_title() == "Latency (median, IQR shaded; hollow = throttled)"
 
 

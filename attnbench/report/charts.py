@@ -194,7 +194,7 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
 
 
 NOISY_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
-                      label="noisy: interval wider than asked, or IQR > 10%")
+                      label="noisy: interval wider than asked or under 6 samples, or IQR > 10%")
 THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none",
                           markersize=7, label="throttled or shared GPU")
 

@@ -183,6 +183,8 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
         rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
     versions = [f"torch {env['torch']}"] if env.get("torch") else []
     for name, version in sorted((env.get("libraries") or {}).items()):
+        if name == "torch" and versions:  # env.json lists torch among the libraries too: name it once
+            continue
         versions.append(f"{name} {version}" if version else f"{name} not installed")
     if versions:
         rows.append(("libraries", ", ".join(versions)))
