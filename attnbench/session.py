@@ -156,10 +156,16 @@ def print_dry_run(plan: Plan, console: Console, cache_dir: Path | None = None, g
     machine = forecast.datasheet(gpu) if gpu else forecast.cached_calibration(plan.device, cache)
     import torch
 
+    timing = plan.suite.timing(plan.device)
     predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
-                                  isolate=resolve_isolation(plan.device, isolate, plan.suite.timing(plan.device).timeout_s),
+                                  isolate=resolve_isolation(plan.device, isolate, timing.timeout_s),
                                   compiled=compile_cache.compiled(cache, torch.__version__))
     print_forecast(predicted, console)
+    cpu = plan.suite.model.cpu
+    source = " (with the cpu: block's timing)" if plan.device == "cpu" and cpu is not None and cpu.timing else ""
+    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
+                  f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
+                  f"{timing.min_samples} to {timing.max_samples} samples", markup=False)
     return predicted
 
 
