@@ -459,3 +459,22 @@ def test_packed_documents_are_compared_with_one_sequence_in_the_findings(tmp_pat
     assert "sdpa on 16 documents (equal) at 16K tokens takes 2183 ms, 2.3× slower" in md
     assert "9.3× faster" in (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "naive on 16 documents" not in md  # overlapping intervals: no measurable difference
+
+
+@pytest.mark.parametrize("low, high", [(0.84, 1.25), (0.97, 1.03), (1.0, 9.0), (0.01, 500.0)])
+def test_a_log_axis_always_has_labelled_ticks_to_read_values_by(low: float, high: float) -> None:
+    """A speed-up panel spanning 0.84-1.25x had one labelled tick (1): nothing to read a 1.2x against."""
+    import matplotlib.pyplot as plt
+
+    from attnbench.report.charts import FigureCanvasAgg, _finish_y
+
+    fig, ax = plt.subplots()
+    try:
+        ax.plot([1, 2], [low, high])
+        assert _finish_y(ax, log=True, levels=0)
+        FigureCanvasAgg(fig).draw()
+        bottom, top = ax.get_ylim()
+        shown = [t.get_text() for t in ax.get_yticklabels() if bottom <= t.get_position()[1] <= top and t.get_text()]
+        assert 3 <= len(shown) <= 12, shown
+    finally:
+        plt.close(fig)

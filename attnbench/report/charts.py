@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from attnbench.report.baseline import group_speedups  # noqa: E402
@@ -72,6 +72,9 @@ def _log2_x(ax: Any, xs: list[int], label: str) -> None:
     ax.set_xlabel(label)
 
 
+FINE_SUBS = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
+
+
 def _plain(value: float, _: Any = None) -> str:
     return "" if value < 0 else f"{value:g}"
 
@@ -115,8 +118,12 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
         ax.set_ylim(10**low, 10**high)
         # Ticks at 1-2-5 steps read better than powers of ten with unlabeled minor ticks, and are cheaper to draw.
         decades = high - low
-        subs = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if decades <= 1 else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,)
-        ax.yaxis.set_major_locator(LogLocator(subs=subs))
+        # Under half a decade (speed-ups of 0.85-1.25x) the 1-1.5-2 steps would leave one labelled tick: finer ones.
+        subs = FINE_SUBS if decades <= 0.5 else (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if decades <= 1 \
+            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,)
+        # Within a fifth of a decade even those are too sparse: evenly spaced ticks (0.95, 1, 1.05) read best.
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]) if decades <= 0.2
+                                   else LogLocator(subs=subs))
         ax.yaxis.set_major_formatter(FuncFormatter(_plain))
         ax.yaxis.set_minor_locator(NullLocator())
     else:
