@@ -374,6 +374,16 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     corners = {(float(x), round(float(y), 6)) for c in fig.axes[0].collections for path in c.get_paths()
                for x, y in path.vertices}
     assert {(1024.0, 1.6), (1024.0, 2.4)} <= corners, "the band is the record's interval, not its quartiles"
+    # the MQA/GQA chart marks it the same way (it drew every noisy point filled)
+    from attnbench.report.charts import kv_heads_chart
+
+    mqa = a_record(seq_len=1024, kv_seq_len=1024, kv_heads=1, time_ms=1.5, noisy=False)
+    families = kv_heads_families(group_records([noisy, mqa]))
+    assert len(families) == 1
+    fig = kv_heads_chart(families, backend_styles(["sdpa"]))
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
+    assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([noisy["kv_heads"]], [2.0])]
+    assert "noisy: interval wider than asked or under 6 samples, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import math
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import matplotlib
 
@@ -206,11 +206,13 @@ THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="
                           markersize=7, label="throttled or shared GPU")
 
 
-def _mark_noisy(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle]) -> tuple[int, int]:
-    """Redraw each noisy or throttled point's marker hollow; returns how many were noisy and how many throttled."""
+def _mark_noisy(ax: Any, points: Iterable[tuple[str, int, dict[str, Any]]],
+                styles: dict[str, BackendStyle]) -> tuple[int, int]:
+    """Redraw each noisy or throttled point's marker hollow (points: backend, x, record); returns how many were
+    noisy and how many throttled."""
     noisy = throttled = 0
-    for (backend, x), record in sorted(group.by_backend_x().items()):
-        if backend in backends and record["status"] in ("ok", "mismatch") and record.get("time_ms") \
+    for backend, x, record in points:
+        if record["status"] in ("ok", "mismatch") and record.get("time_ms") \
                 and (is_noisy(record) or is_throttled(record)):
             style = styles[backend]
             ax.plot([x], [float(record["time_ms"])], marker=style.marker, markersize=7, markerfacecolor="white",
@@ -270,7 +272,8 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
                      for x, y in zip(px, py)]
             ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
                                  alpha=0.18, linewidth=0, zorder=2)
-    noisy_points, throttled_points = _mark_noisy(ax_time, group, backends, styles)
+    noisy_points, throttled_points = _mark_noisy(
+        ax_time, ((b, x, r) for (b, x), r in sorted(group.by_backend_x().items()) if b in backends), styles)
     hollow = " or ".join(word for word, n in (("noisy", noisy_points), ("throttled", throttled_points)) if n)
     shaded = "its interval" if any(r.get("ci_low_ms") is not None for r in group.records) else "IQR"
     ax_time.set_title(f"Latency (median, {shaded} shaded; hollow = {hollow})" if hollow
@@ -358,6 +361,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     axes = np.atleast_2d(fig.subplots(rows, 2, squeeze=False))
     all_backends: set[str] = set()
     statuses: set[str] = set()
+    noisy_points = throttled_points = 0
     for family, (ax_time, ax_bytes) in zip(families, axes):
         kv_values = sorted({int(r["kv_heads"]) for r in family.records})
         ran = {str(r["backend"]) for r in family.records if r["status"] != "skipped"}
@@ -372,6 +376,8 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
             if pts:
                 _plot_series(ax_time, [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], styles[backend])
             failures += [(k, backend, str(r["status"])) for k, r in mine if r["status"] in FAILED]
+            noisy, throttled = _mark_noisy(ax_time, ((backend, k, r) for k, r in mine), styles)
+            noisy_points, throttled_points = noisy_points + noisy, throttled_points + throttled
         levels = max([sum(1 for f in failures if f[0] == k) for k in kv_values] + [0])
         if not _finish_y(ax_time, log=True, levels=levels):
             _empty_note(ax_time, "no successful measurement")
@@ -392,7 +398,8 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
         ax_bytes.set_ylabel("KV-cache size (MiB, log)")
     more = f" (first {rows} of {total} shapes; the table has all)" if total > rows else ""
     fig.suptitle("MQA / GQA: fewer KV heads, smaller KV cache" + more, fontsize=14, fontweight="bold")
-    legend_rows = _legend(fig, _legend_handles(sorted(all_backends), styles, statuses))
+    extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
+    legend_rows = _legend(fig, _legend_handles(sorted(all_backends), styles, statuses, extra))
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=(0.75 + 0.3 * legend_rows) / height,
                         hspace=0.45, wspace=0.2)
