@@ -181,15 +181,13 @@ class Case:
         return allowed(q_idx, k_idx, self.offset, self.causal, self.window)
 
     def mask(self, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
-        """The (rows, Sk) boolean mask for the given query rows (all rows by default); None when unmasked."""
-        import torch
+        """The (rows, Sk) boolean mask for the given query rows (all rows by default); None when unmasked. The dense
+        case's one row of attnbench.workload.visibility."""
+        from attnbench.workload import visibility
 
         assert self.doc_lens is None and self.kv_lens is None, "a per-row mask: use attnbench.workload.visibility"
-        if not self.has_mask:
-            return None
-        q = torch.arange(self.seq_len, device=device) if rows is None else rows.to(device)
-        k = torch.arange(self.kv_seq_len, device=device)
-        return self.allowed(q[:, None], k[None, :])
+        mask = visibility(self, rows, device)
+        return None if mask is None else mask[0]
 
     def visible_pairs(self) -> int:
         """The exact number of (query, key) pairs the mask lets through in one batch row, counted row by row.

@@ -268,7 +268,8 @@ def kernel_for(backend: str, device: str) -> Kernel:
 
 def pairs(case: Case, kind: str) -> int:
     """(query, key) pairs a kernel of this kind computes, over the batch and heads."""
-    if kind == "dense" or not (case.causal or case.window is not None) or (kind == "causal-flag" and case.window is not None):
+    explicit = kind == "causal-flag" and case.window is not None  # a window given as an explicit mask
+    if kind == "dense" or explicit or not (case.causal or case.window is not None):
         count = case.seq_len * case.kv_seq_len
     elif kind == "causal" and case.window is not None:
         count = dataclasses.replace(case, window=None).visible_pairs() if case.causal else case.seq_len * case.kv_seq_len

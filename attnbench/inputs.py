@@ -98,14 +98,16 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
     row_ids = torch.arange(case.seq_len) if rows is None else rows
     outs = []
     grads = [torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)] if with_grads else None
+    if grads is None:  # the pages' round trip once for every chunk (with gradients, each chunk's leaves make their own)
+        with torch.no_grad():
+            k_seen, v_seen = paged_round_trip(case, k, v)
     for chunk in row_ids.split(block):
         chunk = chunk.to(q.device)
         qb = q[:, :, chunk].reshape(b, kvh, g, len(chunk), case.head_dim)
         mask, bias = _mask_and_bias(case, chunk, q.dtype)
         if grads is None:
             with torch.no_grad():
-                kp, vp = paged_round_trip(case, k, v)
-                out = naive_attention(qb, kp.unsqueeze(2), vp.unsqueeze(2), mask, case.softcap, bias)
+                out = naive_attention(qb, k_seen.unsqueeze(2), v_seen.unsqueeze(2), mask, case.softcap, bias)
                 outs.append(out.reshape(b, case.heads, len(chunk), dv))
             continue
         qb, kl, vl = (t.detach().requires_grad_() for t in (qb, k, v))

@@ -143,6 +143,11 @@ def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
     return float(low), float(high)
 
 
+def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals (interval_of) do not overlap: the two medians are told apart."""
+    return a[0] > b[1] or b[0] > a[1]
+
+
 def is_throttled(record: dict[str, Any]) -> bool:
     """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
     return bool(record.get("throttled"))

@@ -161,8 +161,7 @@ def print_dry_run(plan: Plan, console: Console, cache_dir: Path | None = None, g
                                   isolate=resolve_isolation(plan.device, isolate, timing.timeout_s),
                                   compiled=compile_cache.compiled(cache, torch.__version__))
     print_forecast(predicted, console)
-    cpu = plan.suite.model.cpu
-    source = " (with the cpu: block's timing)" if plan.device == "cpu" and cpu is not None and cpu.timing else ""
+    source = "" if timing == plan.suite.model.timing else " (with the cpu: block's timing)"
     console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
                   f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
                   f"{timing.min_samples} to {timing.max_samples} samples", markup=False)
@@ -204,6 +203,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
 
     check_timer(plan.device, options.timer)  # before anything is written
     timing = plan.suite.timing(plan.device)
+    settings = settings_of(plan.suite, plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
     if options.devices is not None:
@@ -221,8 +221,7 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     torch_version = env["torch"]
     cache = compile_cache.use(options.cache_dir)
     workers = len(options.devices) if options.devices is not None else 1
-    predicted = forecast.forecast(tasks, settings_of(plan.suite, plan.device),
-                                  forecast.cached_calibration(plan.device, cache),
+    predicted = forecast.forecast(tasks, settings, forecast.cached_calibration(plan.device, cache),
                                   isolate=isolate, workers=workers,
                                   compiled=compile_cache.compiled(cache, torch_version))
     if options.resume:
@@ -255,7 +254,6 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    settings = settings_of(plan.suite, plan.device)
     records: list[Record] = []
     total = len(tasks)
     scope = f" (shard {options.shard})" if options.shard else ""

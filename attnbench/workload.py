@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -107,10 +107,6 @@ class Pages:
     num_pages: int
     table: tuple[tuple[int, ...], ...]
     kv_lens: tuple[int, ...]
-
-    @property
-    def pages_per_request(self) -> tuple[int, ...]:
-        return tuple(-(-n // self.page_size) for n in self.kv_lens)
 
 
 @functools.lru_cache(maxsize=64)
@@ -220,22 +216,35 @@ def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
-    """The boolean (R, rows, Sk) mask, True where a query may see a key, from GUIDE.md's rules read directly
-    (not from key_ranges, so that each checks the other); R as in key_ranges. None when nothing is masked."""
+def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]:
+    """GUIDE.md's mask as a predicate on index tensors, `fn(row, q_idx, k_idx)`: True where query q_idx of batch
+    row `row` may see key k_idx. The case's causal and window mask; with documents, within the query's own
+    document (counted from its start); with ragged cache lengths, request `row`'s own keys, its queries the last
+    of them. The one definition the reference's mask (visibility), flex's mask_mod and sliding-window's plan
+    take, read from GUIDE.md directly (not from key_ranges, so that each checks the other)."""
     import torch
 
     from attnbench.case import allowed
+
+    causal, window = case.causal, case.window
+    if case.doc_lens is not None:
+        doc = torch.as_tensor(doc_ids(case), device=device)
+        return lambda row, q, k: allowed(q, k, 0, causal, window) & (doc[q] == doc[k])
+    lens, seq = torch.tensor(request_kv_lens(case), device=device), case.seq_len
+    return lambda row, q, k: allowed(q, k, lens[row] - seq, causal, window) & (k < lens[row])
+
+
+def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
+    """The boolean (R, rows, Sk) mask, True where a query may see a key (allowed_fn); R as in key_ranges. None
+    when nothing is masked."""
+    import torch
 
     if not case.has_mask:
         return None
     q = (torch.arange(case.seq_len, device=device) if rows is None else rows.to(device))[None, :, None]
     k = torch.arange(case.kv_seq_len, device=device)[None, None, :]
-    if case.doc_lens is not None:
-        doc = torch.as_tensor(doc_ids(case), device=device)
-        return allowed(q, k, 0, case.causal, case.window) & (doc[q] == doc[k])
-    lens = torch.tensor(row_kv_lens(case), device=device)[:, None, None]
-    return allowed(q, k, lens - case.seq_len, case.causal, case.window) & (k < lens)
+    row = torch.arange(len(row_kv_lens(case)), device=device)[:, None, None]
+    return allowed_fn(case, device)(row, q, k)
 
 
 def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
@@ -252,9 +261,3 @@ def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
     slopes = torch.tensor(case_slopes(case), dtype=torch.float64, device=device)[None, :, None, None]
     return (-slopes * (q + off - k).abs()).to(dtype or torch.float64)
 
-
-def score_transform(case: Case, scores: torch.Tensor) -> torch.Tensor:
-    """Soft-capping, c·tanh(s/c), on scaled scores (before the bias and the mask); the scores unchanged without it."""
-    if case.softcap is None:
-        return scores
-    return scores.div(case.softcap).tanh().mul(case.softcap)

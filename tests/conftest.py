@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -40,6 +40,16 @@ def measure(case: Case, backend: Backend, data: CaseData | None = None) -> Recor
     """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
     runner = Runner(RunInfo("test", "test"), timer_for(case.device), ONE_SAMPLE)
     return runner.measure(data or CaseData(case), backend)
+
+
+def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotage: Callable[[Any], None],
+                           monkeypatch: Any) -> None:
+    """A backend's mapping runs `ok` on `c` until `sabotage(monkeypatch)` breaks it; then the check calls it a
+    `mismatch` (a stand-in's adapter tests: each wrong mapping is caught)."""
+    assert measure(c, make_backend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure(c, make_backend())
+    assert record.status == "mismatch", (record.status, record.reason)
 
 
 class ScriptedTimer:

@@ -150,6 +150,15 @@ def unmapped_axes(backend: Backend, case: Case) -> str | None:
     return f"attnbench does not map {', '.join(missing)} onto {backend.name} yet"
 
 
+def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],
+                    kinds: tuple[type[BaseException], ...]) -> str | None:
+    """"`library` refused: <first line>" when `exc` is one of the `kinds` a library raises for inputs it does not
+    take and says so in one of its `phrases`; None for anything else (a real error)."""
+    if isinstance(exc, kinds) and any(phrase in str(exc) for phrase in phrases):
+        return f"{library} refused: {first_line(exc)}"
+    return None
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty)."""
     text = str(exc).strip()

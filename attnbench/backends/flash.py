@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, module_owner
+from attnbench.backends.base import (Backend, Prepared, Unsupported, first_line, library_refusal,
+                                     module_owner)
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -160,25 +161,17 @@ class _Flash(Backend):
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
         words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
-        if case.page_size is not None and self.varlen_pages:
-            name = VARLEN_FUNCTION
+        if case.page_size is not None:
+            # FA4: flash_attn_varlen_func(seqused_k=, page_table=); FA2/FA3: flash_attn_with_kvcache(cache_seqlens=,
+            # block_table= / page_table=).
+            name = VARLEN_FUNCTION if self.varlen_pages else KVCACHE_FUNCTION
+            lengths, table = ("seqused_k", "page_table") if self.varlen_pages else \
+                ("cache_seqlens", str(self.page_table_keyword))
             fn = self._library_function(name)
             layout = workload.pages(case)
-            paged = {"seqused_k": packing.int32(workload.request_kv_lens(case), q.device),
-                     "page_table": packing.block_table(layout, q.device)}
-            words.append(f"page_table over pages of {case.page_size}")
-
-            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
-
-            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout))
-        elif case.page_size is not None:
-            name = KVCACHE_FUNCTION
-            fn = self._library_function(name)
-            layout = workload.pages(case)
-            paged = {"cache_seqlens": packing.int32(workload.request_kv_lens(case), q.device),
-                     self.page_table_keyword: packing.block_table(layout, q.device)}
-            words.append(f"{self.page_table_keyword} over pages of {case.page_size}")
+            paged = {lengths: packing.int32(workload.request_kv_lens(case), q.device),
+                     table: packing.block_table(layout, q.device)}
+            words.append(f"{table} over pages of {case.page_size}")
 
             def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
                 return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
@@ -238,12 +231,8 @@ class _Flash(Backend):
         return args
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        text = str(exc).strip()
-        if isinstance(exc, (RuntimeError, AssertionError, NotImplementedError, ValueError)) and any(
-            phrase in text for phrase in REFUSALS
-        ):
-            return f"{self.library} refused: {first_line(exc)}"
-        return None
+        return library_refusal(exc, self.library, REFUSALS,
+                               (RuntimeError, AssertionError, NotImplementedError, ValueError))
 
 
 def output_of(result: Any) -> torch.Tensor:

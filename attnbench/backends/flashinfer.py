@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.backends.base import Backend, Prepared, first_line, library_refusal
 from attnbench.backends.flash import warm_up
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
@@ -148,8 +148,8 @@ class FlashInferBackend(Backend):
             return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
         if case.needs_grad:
             return "FlashInfer's attention is forward-only (no backward kernel)"
-        if packing.documents_in_pages(case, "FlashInfer"):
-            return packing.documents_in_pages(case, "FlashInfer")
+        if reason := packing.documents_in_pages(case, "FlashInfer"):
+            return reason
         if case.alibi:
             if case.softcap is not None:
                 return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
@@ -246,11 +246,8 @@ class FlashInferBackend(Backend):
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        if isinstance(exc, (RuntimeError, ValueError, NotImplementedError, AssertionError)) and any(
-            phrase in str(exc) for phrase in REFUSALS
-        ):
-            return f"flashinfer refused: {first_line(exc)}"
-        return None
+        return library_refusal(exc, "flashinfer", REFUSALS, (RuntimeError, ValueError, NotImplementedError,
+                                                             AssertionError))
 
 
 def workspace(device: torch.device) -> torch.Tensor:

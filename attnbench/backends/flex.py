@@ -138,27 +138,16 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
 
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
     """The mask_mod of a case with documents (each query inside its own document, causal and window counted from
-    the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys), from
-    attnbench.workload's structures: the block mask's sparsity then follows the documents."""
-    import torch
-
+    the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys):
+    attnbench.workload's allowed_fn, so the block mask's sparsity follows the documents."""
     from attnbench import workload
 
-    causal, window = case.causal, case.window
-    if case.doc_lens is not None:
-        doc = torch.as_tensor(workload.doc_ids(case), device=device)
+    predicate = workload.allowed_fn(case, device)
 
-        def documents(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-            return allowed(q_idx, kv_idx, 0, causal, window) & (doc[q_idx] == doc[kv_idx])
+    def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return predicate(b, q_idx, kv_idx)
 
-        return documents
-    lens = torch.tensor(workload.request_kv_lens(case), device=device)
-    seq = case.seq_len
-
-    def ragged(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        return allowed(q_idx, kv_idx, lens[b] - seq, causal, window) & (kv_idx < lens[b])
-
-    return ragged
+    return mask_mod
 
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:

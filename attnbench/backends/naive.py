@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared, expand_kv
 from attnbench.registry import register
-from attnbench.workload import AXES
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +38,7 @@ class NaiveBackend(Backend):
     materialises_scores = True
     expands_kv = True
 
-    workload_axes = frozenset(AXES)
+    workload_axes = frozenset(workload.AXES)
 
     def estimate_memory(self, case: Case) -> int:
         """The scores and expanded K/V (Case.memory_estimate), and with pages the K and V gathered in the call."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, first_line
+from attnbench.backends.base import Backend, Prepared, library_refusal
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -149,8 +149,4 @@ class SdpaVarlen(Backend):
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        if isinstance(exc, (RuntimeError, ValueError, NotImplementedError)) and any(
-            phrase in str(exc) for phrase in REFUSALS
-        ):
-            return f"varlen_attn refused: {first_line(exc)}"
-        return None
+        return library_refusal(exc, "varlen_attn", REFUSALS, (RuntimeError, ValueError, NotImplementedError))

@@ -166,21 +166,16 @@ _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 
 def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents also "the same
-    document" (indices outside the sequence, which plan_for drops anyway, are clamped for the lookup)."""
-    import torch
-
+    """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
+    attnbench.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
+    drops the ones outside it anyway)."""
     from attnbench import workload
 
     if case.doc_lens is None:
         return case.allowed
-    doc = torch.as_tensor(workload.doc_ids(case), device=device)
+    predicate = workload.allowed_fn(case, device)
     last = case.seq_len - 1
-
-    def allowed(q_idx: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
-        return case.allowed(q_idx, k_idx) & (doc[q_idx.clamp(0, last)] == doc[k_idx.clamp(0, last)])
-
-    return allowed
+    return lambda q_idx, k_idx: predicate(0, q_idx.clamp(0, last), k_idx.clamp(0, last))
 
 
 @register

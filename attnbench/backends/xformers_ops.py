@@ -87,12 +87,7 @@ def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch
     layout = workload.pages(case)
     qp = packing.pack_q(q)[None]
     kp, vp = (workload.to_pages(t, layout).flatten(0, 1)[None] for t in (k, v))
-    if case.kv_heads == case.heads:
-        return qp, kp, vp
-    g, kvh = case.group_size, case.kv_heads
-    q5 = qp.view(1, qp.shape[1], kvh, g, qp.shape[-1])
-    k5, v5 = (t.unsqueeze(3).expand(1, t.shape[1], kvh, g, t.shape[-1]) for t in (kp, vp))
-    return q5, k5, v5
+    return (qp, kp, vp) if case.kv_heads == case.heads else grouped(case, qp, kp, vp)
 
 
 def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
@@ -120,11 +115,15 @@ def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torc
     if case.kv_heads != case.heads and case.needs_grad:
         k, v = expand_kv(k, case), expand_kv(v, case)
     qp, kp, vp = packing.pack_q(q)[None], packing.pack_kv(k, case)[None], packing.pack_kv(v, case)[None]
-    if kp.shape[2] == case.heads:
-        return qp, kp, vp
+    return (qp, kp, vp) if kp.shape[2] == case.heads else grouped(case, qp, kp, vp)
+
+
+def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """BMHK queries and KV-head K/V as BMGHK: (B, M, KVH, G, K), K/V `expand`ed over each group, not copied
+    (query head h = kv_head·G + i reads kv_head). xformers takes this form for the forward pass only."""
     g, kvh = case.group_size, case.kv_heads
-    q5 = qp.view(1, qp.shape[1], kvh, g, qp.shape[-1])  # query head h = kv_head·g + i reads kv_head
-    k5, v5 = (t.unsqueeze(3).expand(1, t.shape[1], kvh, g, t.shape[-1]) for t in (kp, vp))
+    q5 = q.view(*q.shape[:2], kvh, g, q.shape[-1])
+    k5, v5 = (t.unsqueeze(3).expand(*t.shape[:2], kvh, g, t.shape[-1]) for t in (k, v))
     return q5, k5, v5
 
 
@@ -151,10 +150,7 @@ def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         return bmhk(q), bmhk(k), bmhk(v)
     if case.needs_grad:  # BMGHK is forward-only in xformers: repeat K/V per query head for real
         return bmhk(q), bmhk(expand_kv(k, case)), bmhk(expand_kv(v, case))
-    b, g, kvh, d = case.batch, case.group_size, case.kv_heads, case.head_dim
-    q5 = bmhk(q).view(b, case.seq_len, kvh, g, d)  # query head h = kv_head·g + i reads kv_head
-    k5, v5 = (bmhk(t).unsqueeze(3).expand(b, case.kv_seq_len, kvh, g, d) for t in (k, v))
-    return q5, k5, v5
+    return grouped(case, bmhk(q), bmhk(k), bmhk(v))
 
 
 def condense(text: str) -> str:

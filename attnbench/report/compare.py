@@ -18,7 +18,7 @@ from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
 from attnbench.units import fmt_ms
-from attnbench.results import interval_of, is_noisy, is_spread, is_throttled, key_of, load_records, results_path
+from attnbench.results import apart, interval_of, is_noisy, is_spread, is_throttled, key_of, load_records, results_path
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -80,7 +80,7 @@ class Match:
         intervals, the medians differ by more than the two IQRs together)."""
         assert self.base_ms is not None and self.new_ms is not None
         if self.base_ci is not None and self.new_ci is not None:
-            return self.new_ci[0] > self.base_ci[1] or self.base_ci[0] > self.new_ci[1]
+            return apart(self.new_ci, self.base_ci)
         return abs(self.new_ms - self.base_ms) > self.base_iqr + self.new_iqr
 
     def side(self, which: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words, shape_words
 from attnbench.units import fmt_bytes, fmt_length, fmt_ms
-from attnbench.results import KEY_FIELDS, WORKLOAD_DEFAULTS, is_noisy, is_throttled
+from attnbench.results import KEY_FIELDS, WORKLOAD_DEFAULTS, apart, interval_of, is_noisy, is_throttled
 
 # Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
@@ -102,13 +102,6 @@ def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) ->
 MAX_PACKING_LINES = 8
 
 
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two records' median intervals overlap (False when either has none)."""
-    if any(r.get(k) is None for r in (a, b) for k in ("ci_low_ms", "ci_high_ms")):
-        return False
-    return a["ci_low_ms"] <= b["ci_high_ms"] and b["ci_low_ms"] <= a["ci_high_ms"]
-
-
 def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
     """For each backend timed on packed documents and on the same case as one sequence, where their intervals do
     not overlap: how their times compare (block-sparse kernels skip what crosses a boundary; a dense kernel given
@@ -122,8 +115,11 @@ def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
         if r.get("status") != "ok" or not r.get("documents"):
             continue
         one = single.get((r["backend"], key(r)))
-        if one is None or _overlap(r, one):  # no measurable difference: not a finding
+        if one is None:
             continue
+        packed, single_ci = interval_of(r), interval_of(one)
+        if packed is not None and single_ci is not None and not apart(packed, single_ci):
+            continue  # no measurable difference: not a finding
         ratio = float(one["time_ms"]) / float(r["time_ms"])
         how = f"{ratio:.1f}× faster" if ratio >= 1 else f"{1 / ratio:.1f}× slower"
         lines.append(f"Packed documents: {r['backend']} on {r['documents']} documents ({r.get('doc_lengths')}) at "
