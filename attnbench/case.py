@@ -1,36 +1,48 @@
-"""Case: one attention workload — its shapes, mask (GUIDE.md's conventions), FLOPs and memory estimate."""
+"""Case: one attention workload — its shapes and workload axes, its id and its seed. A small value.
+
+How its mask, visible pairs, FLOPs and bytes follow from it is attnbench.workload's and attnbench.counting's.
+"""
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import torch
+from typing import Any
 
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 MODES = ("fwd", "bwd", "fwd_bwd")
-# Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (GUIDE.md).
-MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-# How many times each of (Q + K + V) and O's size is moved per mode (the traffic floor, GUIDE.md "Counting work"):
-# fwd reads Q, K, V and writes O; bwd reads Q, K, V, O and dO and writes dQ, dK, dV; fwd_bwd does both.
-MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}
+# The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
+AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
+# Seed streams of the drawn lengths, so that adding one structure never changes another's draw (attnbench.workload
+# draws the page table from STREAM_PAGES).
+STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
 
 
-def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | None) -> Any:
-    """GUIDE.md's mask on index tensors: True where query q_idx may see key k_idx, for queries that are the last
-    positions (offset = Sk - Sq). The one definition every backend's mask and the reference come from."""
-    pos = q_idx + offset
-    keep = k_idx <= pos if causal else k_idx >= 0
-    if window is not None:
-        keep = keep & (pos - k_idx <= window)
-        if not causal:
-            keep = keep & (k_idx - pos <= window)
-    return keep
+def equal_doc_lens(seq_len: int, documents: int) -> tuple[int, ...]:
+    """`documents` lengths as even as possible: the remainder one token each over the first documents."""
+    base, extra = divmod(seq_len, documents)
+    return tuple(base + (1 if i < extra else 0) for i in range(documents))
+
+
+def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
+    """`documents` lengths, each >= 1, summing to `seq_len`: the cuts between them are distinct positions drawn
+    uniformly from 1..seq_len-1 (a spread like packed real documents: many short, a few long)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, STREAM_DOCS])
+    cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
+    bounds = [0, *(int(c) for c in cuts), seq_len]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:
+    """Each request's cache length, uniform in seq_len..kv_seq_len (it must hold its own seq_len queries)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, STREAM_KV])
+    return tuple(int(n) for n in rng.integers(max(1, seq_len), kv_seq_len + 1, size=batch))
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ class Case:
     window: int | None
     mode: str
     # Workload axes (GUIDE.md); each None/False means the dense case. doc_lens and kv_lens are filled from the
-    # case's seed by attnbench.workload when `documents` / `kv_lengths: random` ask for them.
+    # case's seed (below) when `documents` / `kv_lengths: random` ask for them.
     documents: int | None = None
     doc_lengths: str | None = None  # "equal", "random" or "explicit" (doc_lens given)
     doc_lens: tuple[int, ...] | None = None
@@ -64,8 +76,6 @@ class Case:
 
     def __post_init__(self) -> None:
         """Lists (a record read back from JSON) become tuples; drawn structures are drawn from the seed."""
-        from attnbench import workload
-
         for name in ("doc_lens", "kv_lens"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
@@ -73,11 +83,11 @@ class Case:
         if self.documents is not None and self.doc_lens is None:
             kind = self.doc_lengths or "equal"
             object.__setattr__(self, "doc_lengths", kind)
-            lens = (workload.random_doc_lens(self.seq_len, self.documents, self.layout_seed) if kind == "random"
-                    else workload.equal_doc_lens(self.seq_len, self.documents))
+            lens = (random_doc_lens(self.seq_len, self.documents, self.layout_seed) if kind == "random"
+                    else equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lens", lens)
         if self.kv_lengths == "random" and self.kv_lens is None:
-            object.__setattr__(self, "kv_lens", workload.random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
+            object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))
 
     @property
@@ -87,10 +97,12 @@ class Case:
 
     @property
     def workload_axes(self) -> tuple[str, ...]:
-        """The workload axes this case sets (attnbench.workload.AXES), which a backend must map to run it."""
-        from attnbench.workload import axes_used
-
-        return axes_used(self)
+        """The workload axes this case sets, in AXES order: what a backend must map to run it."""
+        used = {"documents": self.documents is not None, "kv_lengths": self.kv_lens is not None,
+                "page_size": self.page_size is not None, "softcap": self.softcap is not None,
+                "alibi": bool(self.alibi), "head_dim_v": self.head_dim_v is not None,
+                "kv_shared": bool(self.kv_shared)}
+        return tuple(name for name in AXES if used[name])
 
     @property
     def offset(self) -> int:
@@ -105,11 +117,6 @@ class Case:
     def group_size(self) -> int:
         """Query heads per KV head: query head h reads KV head h // group_size."""
         return self.heads // self.kv_heads
-
-    @property
-    def has_mask(self) -> bool:
-        """Whether any (query, key) pair is masked out."""
-        return self.visible_total() < self.batch * self.seq_len * self.kv_seq_len
 
     @property
     def case_id(self) -> str:
@@ -161,164 +168,10 @@ class Case:
     def fields(self) -> dict[str, Any]:
         return asdict(self)
 
-    # ---- the mask -------------------------------------------------------------------------
-    def key_range(self, query: int) -> tuple[int, int]:
-        """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi); one row's, so for
-        the dense mask only (attnbench.workload.key_ranges has every row's)."""
-        assert self.doc_lens is None and self.kv_lens is None, "a per-row mask: use attnbench.workload.key_ranges"
-        pos = query + self.offset
-        lo, hi = 0, self.kv_seq_len - 1
-        if self.causal:
-            hi = min(hi, pos)
-            if self.window is not None:
-                lo = max(lo, pos - self.window)
-        elif self.window is not None:
-            lo, hi = max(lo, pos - self.window), min(hi, pos + self.window)
-        return lo, hi
-
-    def allowed(self, q_idx: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
-        """Boolean mask, True where query q_idx may attend to key k_idx (broadcasting tensors)."""
-        return allowed(q_idx, k_idx, self.offset, self.causal, self.window)
-
-    def mask(self, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
-        """The (rows, Sk) boolean mask for the given query rows (all rows by default); None when unmasked. The dense
-        case's one row of attnbench.workload.visibility."""
-        from attnbench.workload import visibility
-
-        assert self.doc_lens is None and self.kv_lens is None, "a per-row mask: use attnbench.workload.visibility"
-        mask = visibility(self, rows, device)
-        return None if mask is None else mask[0]
-
-    def visible_pairs(self) -> int:
-        """The exact number of (query, key) pairs the mask lets through in one batch row, counted row by row.
-        With ragged cache lengths the rows differ: this is then the batch's total over `batch`, rounded down
-        (visible_total is exact)."""
-        return self.visible_total() // self.batch
-
-    def visible_total(self) -> int:
-        """The exact number of (query, key) pairs the mask lets through over the whole batch (GUIDE.md's
-        `visible`, summed per document and per request)."""
-        return self._visible
-
-    @cached_property
-    def _visible(self) -> int:
-        import numpy as np
-
-        lo, hi = self._key_ranges()
-        per_rows = int(np.maximum(hi - lo + 1, 0).sum())
-        return per_rows * (self.batch if len(lo) == 1 else 1)
-
-    def _key_ranges(self) -> tuple[Any, Any]:
-        """key_range of every query at once, as two (R, Sq) int64 arrays (attnbench.workload.key_ranges; a
-        32K-token case in microseconds, not 0.1 s). R is 1 when every batch row has the same mask."""
-        return self._ranges
-
-    @cached_property
-    def _ranges(self) -> tuple[Any, Any]:
-        from attnbench.workload import key_ranges
-
-        return key_ranges(self)
-
-    def empty_query(self) -> tuple[int, int] | None:
-        """(batch row, query) of the first query that would see no key; None when every query sees one."""
-        import numpy as np
-
-        lo, hi = self._key_ranges()
-        empty = np.argwhere(hi < lo)
-        if not len(empty):
-            return None
-        row, query = (int(v) for v in empty[0])
-        return row, query
-
-    # ---- work and memory ------------------------------------------------------------------
-    def flops(self) -> int:
-        """FLOPs of the measured mode: 2·H·(D + Dv)·visible over the batch for forward (4·B·H·D·visible per row
-        when the head sizes agree), ×2.5 backward, ×3.5 fwd+bwd."""
-        forward = 2 * self.heads * (self.head_dim + self.v_dim) * self.visible_total()
-        return int(forward * MODE_FLOP_FACTOR[self.mode])
-
-    def tensor_bytes(self) -> dict[str, int]:
-        """Bytes of Q, K, V and O in the case's dtype (V and O with head_dim_v)."""
-        elem = DTYPE_BYTES[self.dtype]
-        rows = self.batch * self.seq_len * self.heads * elem
-        keys = self.batch * self.kv_heads * self.kv_seq_len * elem
-        return {"q": rows * self.head_dim, "k": keys * self.head_dim, "v": keys * self.v_dim, "o": rows * self.v_dim}
-
-    def io_bytes(self) -> int:
-        """Bytes of Q, K, V read and O written once: the memory traffic floor of one forward call."""
-        return sum(self.tensor_bytes().values())
-
-    def bytes_moved(self) -> int:
-        """The memory traffic floor of the measured mode: every tensor read or written exactly once.
-
-        fwd: Q, K, V read, O written (io_bytes). bwd: Q, K, V, O and dO read, dQ, dK, dV written
-        (softmax statistics are a row each, left out). fwd_bwd: the two together. Only the K/V rows some
-        query may see count: a decode step with a window reads W + 1 keys of its cache, not all of it.
-        """
-        sizes = self.tensor_bytes()
-        kv = (sizes["k"] + sizes["v"]) * self.key_rows_read() // (self.batch * self.kv_seq_len)
-        qkv, out = MODE_BYTE_FACTOR[self.mode]
-        return qkv * (sizes["q"] + kv) + out * sizes["o"]
-
-    def keys_seen(self) -> int:
-        """How many keys at least one query of a batch row may see: the rows of K and V a kernel must read (a
-        window skips the rest). With ragged cache lengths, the batch's total over `batch`, rounded down."""
-        return self._seen_total // self.batch
-
-    def key_rows_read(self) -> int:
-        """K/V rows (per KV head) read over the whole batch: the keys some query sees, or with pages, every row
-        of each page holding such a key (a kernel reads whole pages)."""
-        if self.page_size is None:
-            return self._seen_total
-        return sum(len(pages) for pages in self._seen_pages) * self.page_size * (
-            self.batch if len(self._seen_pages) == 1 else 1)
-
-    @cached_property
-    def _seen_total(self) -> int:
-        per_rows = sum(int(keys.sum()) for keys in self._seen_keys)
-        return per_rows * (self.batch if len(self._seen_keys) == 1 else 1)
-
-    @cached_property
-    def _seen_keys(self) -> list[Any]:
-        """Per distinct row, a boolean over the keys: seen by some query (ranges marked with a difference array)."""
-        import numpy as np
-
-        lo, hi = self._key_ranges()
-        rows = []
-        for row_lo, row_hi in zip(lo, hi):
-            keep = row_hi >= row_lo
-            marks = np.zeros(self.kv_seq_len + 1, dtype=np.int64)
-            np.add.at(marks, row_lo[keep], 1)
-            np.add.at(marks, row_hi[keep] + 1, -1)
-            rows.append(np.cumsum(marks[:-1]) > 0)
-        return rows
-
-    @cached_property
-    def _seen_pages(self) -> list[set[int]]:
-        import numpy as np
-
-        assert self.page_size is not None
-        return [set((np.flatnonzero(keys) // self.page_size).tolist()) for keys in self._seen_keys]
-
     @property
     def memory_bound(self) -> bool:
         """Decode-like: one query row per head over a KV cache, so reading K and V is the work's floor."""
         return self.seq_len == 1
-
-    def memory_estimate(self, materialises_scores: bool, expands_kv: bool = False) -> int:
-        """Analytic peak bytes above the inputs: the output (and grads), plus scores when materialised."""
-        sizes = self.tensor_bytes()
-        elem = DTYPE_BYTES[self.dtype]
-        estimate = sizes["o"]
-        if expands_kv and self.kv_heads != self.heads:
-            estimate += self.batch * self.heads * self.kv_seq_len * (self.head_dim + self.v_dim) * elem
-        if self.needs_grad:
-            estimate += sizes["q"] + sizes["k"] + sizes["v"]
-        if materialises_scores:
-            scores = self.batch * self.heads * self.seq_len * self.kv_seq_len * elem
-            # scores and probabilities live together; backward keeps both and their gradient
-            estimate += scores * (3 if self.needs_grad else 2)
-        return estimate
 
     def describe(self) -> str:
         """The case in words, for progress lines and tables."""

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from attnbench import __version__
+from attnbench import cli_options as opts
 from attnbench.errors import AttnbenchError
 
 app = typer.Typer(
@@ -64,7 +65,7 @@ def _main(
 def validate(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
     device: Optional[str] = typer.Option(None, help="Count cases for this device: cpu or cuda (default: both)."),
-    plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
+    plugin: opts.Plugins = [],
 ) -> None:
     """Check a suite file against the schema and print how many cases it expands to."""
     from attnbench.registry import default_registry
@@ -82,7 +83,7 @@ def validate(
 @user_errors
 def list_backends(
     device: str = typer.Option("auto", help="Device to judge availability on: auto, cpu or cuda."),
-    plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
+    plugin: opts.Plugins = [],
 ) -> None:
     """Every registered backend, whether it can run here (and why not), and its library's version."""
     from rich.table import Table
@@ -161,16 +162,13 @@ def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),
-    backend: List[str] = typer.Option([], "--backend", help="Run only these backends (repeatable)."),
+    backend: opts.Backends = [],
     device: Optional[str] = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cases and their memory estimates; run nothing."),
-    plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
-    isolate: Optional[bool] = typer.Option(None, "--isolate/--no-isolate",
-                                           help="Measure in a worker process that may crash (default: on for CUDA)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, metavar="SECONDS",
-                                            help="Kill a measurement after this long: `timeout` (turns --isolate on)."),
-    oom_pruning: bool = typer.Option(True, "--oom-pruning/--no-oom-pruning",
-                                     help="After an oom, skip longer sequences of that backend and case group."),
+    plugin: opts.Plugins = [],
+    isolate: opts.Isolate = None,
+    timeout: opts.Timeout = None,
+    oom_pruning: opts.OomPruning = True,
     resume: Optional[Path] = typer.Option(None, "--resume", metavar="DIR",
                                           help="Finish the run in DIR: only measurements it lacks, appended."),
     force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
@@ -178,12 +176,9 @@ def run(
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
     devices: Optional[str] = typer.Option(None, "--devices", metavar="0,1,...",
                                           help="One worker per GPU index, sharing one queue of cases."),
-    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", min=1e-9, metavar="TFLOPS",
-                                                help="Compute roof for percent_of_peak (default: datasheet table)."),
-    peak_bandwidth: Optional[float] = typer.Option(None, "--peak-bandwidth", min=1e-9, metavar="GBS",
-                                                   help="Memory roof in GB/s for decode-like cases' percent_of_peak."),
-    timer: str = typer.Option("auto", "--timer", metavar="auto|cuda-graph",
-                              help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead)."),
+    peak_tflops: opts.PeakTflops = None,
+    peak_bandwidth: opts.PeakBandwidth = None,
+    timer: opts.Timer = "auto",
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
                                              help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
     estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
@@ -191,103 +186,57 @@ def run(
                                                     "the datasheet table."),
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
-    from attnbench import session
+    from attnbench import session, tables
     from attnbench.devices import parse_devices
+    from attnbench.options import resume_command
     from attnbench.shard import parse_shard
+    from attnbench.tally import process_start, reference_line, timed_line
 
     if force and resume is None:
         raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
                              "attnbench never overwrites results: choose a new --out")
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
-    chosen_shard = parse_shard(shard) if shard is not None else None
-    chosen_devices = tuple(parse_devices(devices)) if devices is not None else None
+    options = opts.run_options(
+        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
+        devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
+        shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force)
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     if estimate_gpu is not None and not dry_run:
         raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
-    plan = session.plan(suite, backend or None, "cuda" if estimate_gpu else device, plugin,
-                        resolve=estimate_gpu is None)
+    plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
-        session.print_dry_run(plan, out, cache_dir, estimate_gpu, isolate)
+        tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
         return
-    shard_tag = f"-shard{chosen_shard.index}of{chosen_shard.count}" if chosen_shard else ""
+    chosen = options.shard
+    shard_tag = f"-shard{chosen.index}of{chosen.count}" if chosen else ""
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
-    options = session.RunOptions(isolate, timeout, oom_pruning, chosen_shard, resume is not None, force,
-                                 chosen_devices, peak_tflops, peak_bandwidth, timer, cache_dir)
     stop = StopFlag()
     with stop.installed():
-        outcome = session.execute(plan, directory, out, err, stop.is_set, options)
+        outcome = session.execute(plan, directory, err, stop.is_set, options)
+    tables.print_summary(outcome.records, out)
+    err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
     if outcome.measured:
         from attnbench.report import render_report
 
         written = render_report(directory)
         err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
-    from attnbench.tally import process_start, timed_line
-
     wall_s = time.time() - process_start()
     session.record_actual(directory, outcome, wall_s)
     last = timed_line(outcome.tally, wall_s)
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.stopped:
-        again = resume_command(suite, directory, backend, device, plugin, isolate, timeout, oom_pruning, shard,
-                               devices, peak_tflops, peak_bandwidth, timer, cache_dir)
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
-        err.print(f"to finish the run: {again}", markup=False)
+        err.print(f"to finish the run: {resume_command(suite, directory, options)}", markup=False)
         err.print(last, markup=False)
         raise typer.Exit(130)
     err.print(last, markup=False)
     if outcome.mismatches:
         raise typer.Exit(1)
-
-
-def resume_command(suite: Path, directory: Path, backends: list[str], device: str | None, plugins: list[str],
-                   isolate: bool | None, timeout: float | None, oom_pruning: bool, shard: str | None,
-                   devices: str | None = None, peak_tflops: float | None = None,
-                   peak_bandwidth: float | None = None, timer: str = "auto", cache_dir: Path | None = None) -> str:
-    """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
-    import shlex
-
-    words = ["attnbench", "run", str(suite), "--resume", str(directory)]
-    words += run_option_words(backends, device, plugins, isolate, timeout, oom_pruning, devices, peak_tflops,
-                              peak_bandwidth, timer)
-    if shard:
-        words += ["--shard", shard]
-    if cache_dir is not None:  # this machine's compile cache: the rest of the run loads what the first part compiled
-        words += ["--cache-dir", str(cache_dir)]
-    return shlex.join(words)
-
-
-def run_option_words(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
-                     timeout: float | None, oom_pruning: bool, devices: str | None = None,
-                     peak_tflops: float | None = None, peak_bandwidth: float | None = None,
-                     timer: str = "auto") -> list[str]:
-    """The `attnbench run` options that repeat these choices (defaults left out), for a command we print or write."""
-    words: list[str] = []
-    for name in backends:
-        words += ["--backend", name]
-    for spec in plugins:
-        words += ["--plugin", spec]
-    if device:
-        words += ["--device", device]
-    if isolate is not None:
-        words.append("--isolate" if isolate else "--no-isolate")
-    if timeout is not None:
-        words += ["--timeout", f"{timeout:g}"]
-    if not oom_pruning:
-        words.append("--no-oom-pruning")
-    if devices:
-        words += ["--devices", devices]
-    if peak_tflops is not None:
-        words += ["--peak-tflops", f"{peak_tflops:g}"]
-    if peak_bandwidth is not None:
-        words += ["--peak-bandwidth", f"{peak_bandwidth:g}"]
-    if timer != "auto":
-        words += ["--timer", timer]
-    return words
 
 
 @app.command()
@@ -321,18 +270,16 @@ def submit(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
                                                                "merged run (default reports/<suite>-<time>)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the scripts and the sbatch calls; submit nothing."),
-    backend: List[str] = typer.Option([], "--backend", help="Run only these backends (repeatable)."),
+    backend: opts.Backends = [],
     device: Optional[str] = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
                                                     "'auto', cuda when the tasks ask for GPUs)."),
-    plugin: List[str] = typer.Option([], "--plugin", help="Extra backend, as module:attr."),
-    isolate: Optional[bool] = typer.Option(None, "--isolate/--no-isolate", help="As for run."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, metavar="SECONDS", help="As for run."),
-    oom_pruning: bool = typer.Option(True, "--oom-pruning/--no-oom-pruning", help="As for run."),
-    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", min=1e-9, metavar="TFLOPS",
-                                                help="As for run."),
-    peak_bandwidth: Optional[float] = typer.Option(None, "--peak-bandwidth", min=1e-9, metavar="GBS",
-                                                   help="As for run."),
-    timer: str = typer.Option("auto", "--timer", metavar="auto|cuda-graph", help="As for run."),
+    plugin: opts.Plugins = [],
+    isolate: opts.Isolate = None,
+    timeout: opts.Timeout = None,
+    oom_pruning: opts.OomPruning = True,
+    peak_tflops: opts.PeakTflops = None,
+    peak_bandwidth: opts.PeakBandwidth = None,
+    timer: opts.Timer = "auto",
 ) -> None:
     """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
     from attnbench import submit as submission
@@ -348,9 +295,7 @@ def submit(
                              f"see attnbench submit --help (nothing was submitted)")
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
-        tuple(backend), device, tuple(plugin),
-        tuple(run_option_words([], None, [], isolate, timeout, oom_pruning, None, peak_tflops, peak_bandwidth,
-                               timer)))
+        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")

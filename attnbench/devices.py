@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
-
 from attnbench.errors import AttnbenchError
-
-if TYPE_CHECKING:
-    from attnbench.backends.base import Backend
-    from attnbench.case import Case
-    from attnbench.results import Record
-    from attnbench.runner import Measurer, Runner
 
 
 def parse_devices(text: str) -> list[int]:
@@ -59,10 +51,3 @@ def check_devices(device: str, indices: list[int]) -> list[str]:
         raise AttnbenchError(f"--devices: mixed GPU models ({', '.join(sorted(set(names)))}); their numbers do not "
                              f"belong in one run: run one shard per model instead")
     return names
-
-
-def run_on_devices(runner: Runner, tasks: list[tuple[Case, Backend]], sink: Callable[[Record], None],
-                   measurers: list[Measurer]) -> int:
-    """Measure `tasks` with one measurer per GPU, through the runner's one loop (Runner.run_tasks): a queue of
-    whole cases that every measurer feeds from. Returns how many records were made."""
-    return runner.run_tasks(tasks, sink, list(measurers))

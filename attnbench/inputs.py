@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
+from attnbench import workload
 from attnbench.backends.naive import naive_attention
+from attnbench.check import naive_errors
 
 if TYPE_CHECKING:
     import torch
@@ -125,8 +129,6 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
 def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
     """The chunk's (R, 1, 1, rows, Sk) visibility and (R, KVH, G, rows, Sk) ALiBi bias, shaped to broadcast over
     (B, KVH, G, rows, Sk) scores; None where the case has none."""
-    from attnbench import workload
-
     mask = workload.visibility(case, chunk, chunk.device)
     if mask is not None:
         mask = mask[:, None, None]
@@ -139,8 +141,6 @@ def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple
 def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """K and V as a paged case stores them: written into the page pool and gathered back through the table
     (the identity on every key a query may see); unchanged for an unpaged case."""
-    from attnbench import workload
-
     if case.page_size is None:
         return k, v
     layout = workload.pages(case)
@@ -162,3 +162,68 @@ def upcast(inputs: Inputs) -> Inputs:
 def reference(case: Case, inputs: Inputs, rows: torch.Tensor | None) -> Answer:
     """GUIDE.md's reference: naive attention on the inputs upcast to float64, computed in query blocks."""
     return blocked_attention(case, upcast(inputs), rows, with_grads=grad_checkable(case))
+
+
+class CaseData:
+    """Everything shared by the backends of one case, made once and only when first needed.
+
+    `reference_s` adds up the seconds spent on the reference and the naive run in the case's dtype (the
+    correctness rule's two yardsticks): what checking costs, shown in the run's summary line.
+    """
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self.reference_s = 0.0
+
+    @cached_property
+    def inputs(self) -> Inputs:
+        return make_inputs(self.case)
+
+    @cached_property
+    def rows(self) -> torch.Tensor | None:
+        return checked_rows(self.case)
+
+    @cached_property
+    def reference(self) -> Answer:
+        inputs, rows = self.inputs, self.rows
+        with self._timed():
+            return reference(self.case, inputs, rows)
+
+    @cached_property
+    def naive(self) -> Answer:
+        """Naive attention in the case's own dtype: how much rounding that dtype must be allowed."""
+        inputs, rows = self.inputs, self.rows
+        with self._timed():
+            return blocked_attention(self.case, inputs, rows, grad_checkable(self.case))
+
+    @cached_property
+    def naive_errors(self) -> dict[str, float]:
+        """err(naive) per tensor against the reference: every backend's bound, computed once per case."""
+        return naive_errors(self.reference, self.naive)
+
+    def _timed(self) -> _Stopwatch:
+        return _Stopwatch(self)
+
+
+class _Stopwatch:
+    """Adds the seconds of a `with` block to a CaseData's reference_s (synchronising CUDA at both ends)."""
+
+    def __init__(self, data: CaseData) -> None:
+        self.data = data
+
+    def __enter__(self) -> None:
+        synchronize(self.data.case.device)
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        if kind is None:  # after a failure (a sticky CUDA error) a synchronize would only raise again
+            synchronize(self.data.case.device)
+        self.data.reference_s += time.perf_counter() - self.start
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (CUDA); nothing on a CPU."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import attnbench
 from attnbench import gpustate
+from attnbench.recording import unmeasured
 from attnbench.results import Record
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.case import Case
-    from attnbench.runner import Runner, RunInfo
+    from attnbench.inputs import CaseData
+    from attnbench.recording import RunInfo
     from attnbench.timing import TimingSettings
 
 STDERR_TAIL_LINES = 5
@@ -53,16 +55,6 @@ class WorkerConfig:
     timer: str = "auto"  # run --timer: the worker builds the same timer
 
 
-class WorkerTimer:
-    """The parent's timer when a worker measures: only named, so the parent never touches the GPU
-    (a CUDA timer would allocate its L2-flush buffer and a context beside the worker's)."""
-
-    name = "in worker"
-
-    def measure(self, fn: object, settings: TimingSettings) -> list[float]:
-        raise RuntimeError("measurements of an isolated run are timed in the worker")
-
-
 class WorkerDied(Exception):
     """The worker process ended without answering; the message says how."""
 
@@ -70,9 +62,8 @@ class WorkerDied(Exception):
 class Isolated:
     """A Measurer that runs each measurement in a long-lived worker, replaced after a crash or timeout."""
 
-    def __init__(self, config: WorkerConfig, runner: Runner, timeout_s: float | None = None) -> None:
+    def __init__(self, config: WorkerConfig, timeout_s: float | None = None) -> None:
         self.config = config
-        self.runner = runner  # makes the records of measurements the worker could not finish
         self.timeout_s = timeout_s
         self.worker: _Worker | None = None
         self.started = 0  # workers started, for tests and the curious
@@ -88,11 +79,11 @@ class Isolated:
                 message = self.worker.receive(self.timeout_s)
         except WorkerDied as died:
             self._retire()
-            return self.runner.unmeasured(case, backend, "error", f"worker process {died}")
+            return unmeasured(self.config.info, case, backend, "error", f"worker process {died}")
         if message is None:
             self._retire()
-            return self.runner.unmeasured(case, backend, "timeout",
-                                      f"no result within --timeout {self.timeout_s:g} s; the worker was killed")
+            return unmeasured(self.config.info, case, backend, "timeout",
+                              f"no result within --timeout {self.timeout_s:g} s; the worker was killed")
         _, fields, retire = message
         if retire:
             self._retire()
@@ -235,15 +226,16 @@ def worker_entry(fd: int) -> None:
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
-    """The worker's loop: measure what the parent sends until it says stop or goes away."""
+    """The worker's loop: measure what the parent sends, with the same measurer an in-process run uses, until
+    the parent says stop or goes away."""
+    import gc
+
     from attnbench.case import Case
+    from attnbench.measure import InProcess, Settings, cuda_is_broken
     from attnbench.registry import default_registry
-    from attnbench.runner import CaseData, Runner, cuda_is_broken, release_memory
     from attnbench.timing import timer_for
 
     registry = default_registry(list(config.plugins))
-    import gc
-
     gc.collect()
     gc.freeze()  # this process lives for measuring: collections between cases skip torch's own objects
     info = config.info
@@ -254,9 +246,8 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
         # The GPU this worker was given, not the parent's first: its name picks the peak for percent_of_peak.
         info = dataclasses.replace(info, device_name=torch.cuda.get_device_name(0))
-    runner = Runner(info, timer_for(config.device, config.timer), config.settings)
+    measurer = InProcess(timer_for(config.device, config.timer), Settings(info, config.settings))
     conn.send(("ready",))
-    data: CaseData | None = None
 
     def started(current: CaseData) -> None:
         try:  # the reference is ours, not the backend's: make it before the time limit starts
@@ -275,12 +266,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             return
         _, fields, name = message
         case = Case(**fields)
-        if data is None or data.case != case:
-            if data is not None:
-                previous, data = data.case.device, None
-                release_memory(previous, collect=True)
-            data = CaseData(case)
-        record = runner.measure(data, registry.get(name), on_start=started)
+        record = measurer.measure(case, registry.get(name), on_start=started)
         if "CUDA_VISIBLE_DEVICES" in config.env:  # one worker per GPU: say which GPU measured this
             record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]  # its physical id (or UUID)
             record.extra["gpu_name"] = info.device_name

@@ -144,7 +144,11 @@ def _legacy_profiler() -> tuple[Callable, Callable, Any] | None:
     """The autograd profiler's CPU mode with memory events, where this torch still has it."""
     try:
         import torch.autograd as autograd
-        from torch._C._profiler import ProfilerConfig, ProfilerState, _ExperimentalConfig
+        from torch._C._profiler import (
+            ProfilerConfig,
+            ProfilerState,
+            _ExperimentalConfig,
+        )
 
         config = ProfilerConfig(ProfilerState.CPU, False, True, False, False, False, _ExperimentalConfig())
         return autograd._enable_profiler_legacy, autograd._disable_profiler_legacy, config

@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.errors import ResultsError
-from attnbench.results import (ENV_FILE, RESULTS_FILE, key_of, load_records, read_env, refuse_existing,
-                               write_json_atomic, write_records_atomic)
+from attnbench.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    key_of,
+    load_records,
+    read_env,
+    refuse_existing,
+    write_json_atomic,
+    write_records_atomic,
+)
 
 
 @dataclass(frozen=True)

@@ -126,3 +126,11 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
         "--peak-tflops" if tflops is not None else (tflops_label if table_tflops else None),
         "--peak-bandwidth" if bandwidth_gbs is not None else (label if table_bw else None),
     )
+
+
+# Memory of the GPUs in the datasheet table (GB), for the run's own rule: a case estimated above twice the
+# free memory is skipped without trying it.
+GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144, "GH200 96GB HBM3": 96,
+                 "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80, "A100 80GB SXM": 80,
+                 "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24, "V100 PCIe": 16, "V100 SXM2": 16,
+                 "T4": 16, "RTX 4090": 24, "RTX 3090": 24, "MI300X": 192}

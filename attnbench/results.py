@@ -90,7 +90,7 @@ class Record:
     throttled: bool | None = None
     flops: int | None = None
     tflops: float | None = None
-    bytes_moved: int | None = None  # Case.bytes_moved(): the mode's memory-traffic floor
+    bytes_moved: int | None = None  # counting.bytes_moved(Case): the mode's memory-traffic floor
     bandwidth_gbs: float | None = None  # bytes_moved / median time, in GB/s (1e9 bytes/s)
     percent_of_peak: float | None = None  # of the compute roof, or of the bandwidth roof for decode-like cases
     peak_memory_bytes: int | None = None

@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.errors import AttnbenchError
-from attnbench.results import ENV_FILE, RESULTS_FILE, key_of, load_records, read_json_object
+from attnbench.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    key_of,
+    load_records,
+    read_json_object,
+)
 
 # Libraries whose version changes the numbers: a run is only continued with the same ones.
 PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")

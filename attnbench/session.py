@@ -6,29 +6,34 @@ import contextlib
 import gc
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from rich.console import Console
-from rich.table import Table
-
 from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.errors import AttnbenchError, SuiteError
+from attnbench.options import RunOptions
+from attnbench.progress import Eta, ProgressListener
 from attnbench.registry import Registry, default_registry
-from attnbench.results import (ENV_FILE, RESULTS_FILE, Record, ResultsWriter, key_of, refuse_existing,
-                               write_json_atomic)
-from attnbench.shard import Shard
+from attnbench.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    Record,
+    ResultsWriter,
+    key_of,
+    refuse_existing,
+    write_json_atomic,
+)
 from attnbench.suite import Suite, load_suite
-from attnbench.progress import ProgressListener, Eta
-from attnbench.tally import Tally, process_start, reference_line
-from attnbench.units import fmt_bytes
+from attnbench.tally import Tally
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from attnbench.forecast import Forecast
+    from attnbench.suite import Timing
     from attnbench.timing import TimingSettings
 
 
@@ -48,29 +53,14 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """How a plan is run: isolation and time limit, OOM pruning, one shard of it, or the rest of an earlier run."""
-
-    isolate: bool | None = None  # None: on for CUDA runs and whenever there is a time limit
-    timeout_s: float | None = None  # None: the suite's timing.timeout_s
-    oom_pruning: bool = True
-    shard: Shard | None = None
-    resume: bool = False
-    force: bool = False  # with resume: continue even where env.json differs from this machine
-    devices: tuple[int, ...] | None = None  # one worker per GPU index, sharing one queue of cases
-    peak_tflops: float | None = None  # roofs for percent_of_peak, in place of the datasheet table
-    peak_bandwidth_gbs: float | None = None
-    timer: str = "auto"  # "cuda-graph": CudaGraphTimer in place of CUDA events
-    cache_dir: Path | None = None  # torch.compile's caches and attnbench's calibration; None: the default
-
-
-@dataclass(frozen=True)
 class Outcome:
     planned: int
     measured: int
     mismatches: int
     stopped: bool
     tally: Tally = field(default_factory=Tally)
+    records: list[Record] = field(default_factory=list)
+    results: Path | None = None  # the results file written
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -99,17 +89,16 @@ def check_backends(suite: Suite, registry: Registry, requested: list[str] | None
     return list(dict.fromkeys(names))
 
 
-def plan(suite_path: Path, backends: list[str] | None, device: str | None, plugins: list[str],
-         resolve: bool = True) -> Plan:
-    """Validate everything the run depends on; nothing is written or run yet. `resolve=False` takes `device`
-    as given (a dry run's estimate for a GPU that is not here)."""
+def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
+    """Validate everything the run depends on; nothing is written or run yet. With `estimate_gpu` (a dry run's
+    estimate for a GPU that is not here) the device is cuda, whatever this machine has."""
     from attnbench.env import resolve_device
 
-    registry = default_registry(plugins)
+    registry = default_registry(list(options.plugins))
     suite = load_suite(suite_path)
-    names = check_backends(suite, registry, backends)
-    resolved = resolve_device(device or suite.model.device) if resolve or device is None else device
-    return Plan(suite, resolved, suite.cases(resolved), registry.resolve(names), tuple(plugins))
+    names = check_backends(suite, registry, list(options.backends) or None)
+    device = "cuda" if estimate_gpu else resolve_device(options.device or suite.model.device)
+    return Plan(suite, device, suite.cases(device), registry.resolve(names), options.plugins)
 
 
 def case_of(record: Record) -> Case:
@@ -132,74 +121,55 @@ def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None
     return device == "cuda" or timeout_s is not None
 
 
-def print_dry_run(plan: Plan, console: Console, cache_dir: Path | None = None, gpu: str | None = None,
-                  isolate: bool | None = None) -> Forecast:
-    """The cases a run would measure, with their work and memory, and the run's predicted wall time per backend.
+@dataclass(frozen=True)
+class DryRun:
+    """What a run would do: its plan, its forecast, and the timing in force on its device."""
+
+    plan: Plan
+    forecast: Forecast
+    timing: Timing
+    cpu_timing: bool  # the timing is the suite's cpu: block's
+
+
+def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
+    """The run's predicted wall time per backend, running nothing.
 
     The prediction calibrates this device (under a second, once per device and torch version), or, with `gpu`,
     takes that GPU's datasheet row: then it is an estimate for a machine that is not here, and says so.
     """
-    from attnbench import compile_cache, forecast
-    from attnbench.timing import TimingSettings  # noqa: F401 - settings_of's return type
-
-    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends on {plan.device}",
-                  title_justify="left")
-    table.add_column("case")
-    table.add_column("GFLOP", justify="right")
-    table.add_column("est. memory, fused", justify="right")
-    table.add_column("est. memory, materialised scores", justify="right")
-    for case in plan.cases:
-        table.add_row(case.describe(), f"{case.flops() / 1e9:,.2f}", fmt_bytes(case.memory_estimate(False)),
-                      fmt_bytes(case.memory_estimate(True, True)))
-    console.print(table)
-    cache = compile_cache.use(cache_dir)
-    machine = forecast.datasheet(gpu) if gpu else forecast.cached_calibration(plan.device, cache)
     import torch
 
+    from attnbench import calibration, compile_cache, forecast
+    from attnbench.timing import timer_modes
+
+    cache = compile_cache.use(options.cache_dir)
+    machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
     timing = plan.suite.timing(plan.device)
     predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
-                                  isolate=resolve_isolation(plan.device, isolate, timing.timeout_s),
-                                  compiled=compile_cache.compiled(cache, torch.__version__))
-    print_forecast(predicted, console)
-    source = "" if timing == plan.suite.model.timing else " (with the cpu: block's timing)"
-    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
-                  f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
-                  f"{timing.min_samples} to {timing.max_samples} samples", markup=False)
-    return predicted
+                                  isolate=resolve_isolation(plan.device, options.isolate, timing.timeout_s),
+                                  compiled=compile_cache.compiled(cache, torch.__version__),
+                                  timer_modes=timer_modes(options.timer))
+    return DryRun(plan, predicted, timing, timing != plan.suite.model.timing)
 
 
-def print_forecast(predicted: Forecast, console: Console) -> None:
-    """Per backend: measurements and predicted time; then the total, and what the prediction rests on."""
-    from attnbench.forecast import fmt_duration
-
-    label = "ESTIMATE for a GPU that is not here" if predicted.machine.estimate else "predicted wall time"
-    table = Table(title=f"{label}: {fmt_duration(predicted.total_s)} in total", title_justify="left")
-    for column in ("backend", "measured", "skipped", "predicted"):
-        table.add_column(column, justify="left" if column == "backend" else "right")
-    counts: dict[str, list[int]] = {}
-    for task in predicted.tasks:
-        counts.setdefault(task.backend, [0, 0])[0 if task.runs else 1] += 1
-    for backend, seconds in predicted.by_backend().items():
-        ran, skipped = counts[backend]
-        table.add_row(backend, str(ran), str(skipped), fmt_duration(seconds))
-    table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s))
-    console.print(table)
-    console.print(f"of which references {fmt_duration(predicted.reference_s)}, flex compiles "
-                  f"{fmt_duration(predicted.compile_s)}; throughput {predicted.machine.source}"
-                  + ("; every backend made for CUDA taken as installed" if predicted.machine.estimate else ""),
-                  markup=False)
-
-
-def execute(plan: Plan, directory: Path, console: Console, errors: Console, should_stop: Callable[[], bool],
+def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
             options: RunOptions = RunOptions()) -> Outcome:
-    """Run the plan into `directory`: env.json first, then one results line per measurement."""
-    from attnbench import compile_cache, forecast
+    """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
+    `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.tables)."""
+    from attnbench import calibration, compile_cache, forecast
     from attnbench.env import collect_env
-    from attnbench.isolation import Isolated, WorkerConfig, WorkerTimer
-    from attnbench.resume import check_compatible, done_keys, drop_cut_line, read_run_env
-    from attnbench.runner import RunInfo, Runner, now
+    from attnbench.isolation import Isolated, WorkerConfig
+    from attnbench.measure import InProcess, Settings
+    from attnbench.recording import RunInfo, now
+    from attnbench.resume import (
+        check_compatible,
+        done_keys,
+        drop_cut_line,
+        read_run_env,
+    )
+    from attnbench.schedule import Schedule
     from attnbench.shard import select
-    from attnbench.timing import check_timer, timer_for
+    from attnbench.timing import check_timer, timer_for, timer_modes
 
     check_timer(plan.device, options.timer)  # before anything is written
     timing = plan.suite.timing(plan.device)
@@ -221,9 +191,10 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     torch_version = env["torch"]
     cache = compile_cache.use(options.cache_dir)
     workers = len(options.devices) if options.devices is not None else 1
-    predicted = forecast.forecast(tasks, settings, forecast.cached_calibration(plan.device, cache),
+    predicted = forecast.forecast(tasks, settings, calibration.cached_calibration(plan.device, cache),
                                   isolate=isolate, workers=workers,
-                                  compiled=compile_cache.compiled(cache, torch_version))
+                                  compiled=compile_cache.compiled(cache, torch_version),
+                                  timer_modes=timer_modes(options.timer))
     if options.resume:
         recorded = read_run_env(directory)
         check_compatible(directory, recorded, env, plan.suite.name,
@@ -267,33 +238,31 @@ def execute(plan: Plan, directory: Path, console: Console, errors: Console, shou
     info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs)
     eta = Eta(predicted, tasks, workers)
     with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
-        timer = WorkerTimer() if isolate else timer_for(plan.device, options.timer)
-        runner = Runner(info, timer, settings, listener, should_stop, oom_pruning=options.oom_pruning)
-        measurer = Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer), runner,
-                            timeout_s) if isolate else None
+        schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
         def sink(record: Record) -> None:
             writer.append(record)
             records.append(record)
 
         if options.devices is not None:
-            from attnbench.devices import run_on_devices, worker_env
+            from attnbench.devices import worker_env
 
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                               worker_env(index, visible), options.timer), runner, timeout_s)
-                         for index in options.devices]
-            measured = run_on_devices(runner, tasks, sink, measurers)
+            measurers: list = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
+                                                     worker_env(index, visible), options.timer), timeout_s)
+                               for index in options.devices]
+        elif isolate:
+            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer),
+                                  timeout_s)]
         else:
-            measured = runner.run_tasks(tasks, sink, measurer)
+            measurers = [InProcess(timer_for(plan.device, options.timer), Settings(info, settings))]
+        measured = schedule.run(tasks, sink, measurers)
+    backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(cache, torch_version, (
-        forecast.compile_key(case_of(r), r.backend) for r in records
-        if r.backend in forecast.COMPILED and "compile_s" in r.extra))
-    print_summary(records, console)
-    tally = Tally.of(records)
-    errors.print(f"results: {results}; {reference_line(tally, time.time() - process_start())}")
+        key for r in records if "compile_s" in r.extra and r.backend in backends
+        and (key := backends[r.backend].compile_key(case_of(r))) is not None))
     mismatches = sum(r.status == "mismatch" for r in records)
-    return Outcome(total, measured, mismatches, measured < total, tally)
+    return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records, results)
 
 
 def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
@@ -328,39 +297,3 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "magenta", "skipped": "yellow",
-                "timeout": "red"}
-
-
-def print_summary(records: list[Record], console: Console) -> None:
-    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error."""
-    by_case: dict[str, list[Record]] = {}
-    for record in records:
-        by_case.setdefault(record.case_id or "", []).append(record)
-    for case_id, rows in by_case.items():
-        table = Table(title=case_id, title_justify="left", title_style="bold")
-        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound", "note"):
-            table.add_column(column, justify="right" if column not in ("backend", "status", "note") else "left",
-                             overflow="fold")
-        for r in rows:
-            timed = r.time_ms is not None
-            table.add_row(
-                r.backend,
-                f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed else "–",
-                f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
-                f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
-                fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
-                f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
-                (r.reason or r.kernel or "")[:160],
-            )
-        console.print(table)
-    if any(r.noisy for r in records):
-        console.print("~ before a median: noisy, its interval is wider than the precision asked (or it has too few "
-                      "samples for one) or its IQR is over 10% of it", markup=False)
-    if any(r.throttled for r in records):
-        console.print("! before a median: timed on a throttled or shared GPU (extra.clock_event_reasons, "
-                      "extra.other_gpu_processes)", markup=False)
-

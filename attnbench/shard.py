@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnbench import counting
 from attnbench.errors import AttnbenchError
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def cost(case: Case, backend: Backend) -> int:
     """
     if case.device not in backend.devices:
         return 1
-    return max(1, case.flops()) * (MATERIALISING_FACTOR if backend.materialises_scores else 1)
+    return max(1, counting.flops(case)) * (MATERIALISING_FACTOR if backend.materialises_scores else 1)
 
 
 def assign(tasks: list[Task], count: int) -> list[int]:

@@ -10,16 +10,32 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.errors import AttnbenchError
+from attnbench.options import RunOptions
 from attnbench.results import RESULTS_FILE, write_json_atomic
-from attnbench.sbatch import Batch, Layout, SlurmOptions, array_script, check_options, check_root, merge_script
-from attnbench.status import (Runner, job_ids, live_jobs, read_manifest, run_command, scheduler_states,
-                              shard_progress)
+from attnbench.sbatch import (
+    Batch,
+    Layout,
+    SlurmOptions,
+    array_script,
+    check_options,
+    check_root,
+    merge_script,
+)
+from attnbench.status import (
+    Runner,
+    job_ids,
+    live_jobs,
+    read_manifest,
+    run_command,
+    scheduler_states,
+    shard_progress,
+)
 
 if TYPE_CHECKING:
     from attnbench.suite import Suite
@@ -33,10 +49,7 @@ class Request:
     shards: int
     out: Path | None
     slurm: SlurmOptions
-    backends: tuple[str, ...] = ()
-    device: str | None = None
-    plugins: tuple[str, ...] = ()
-    run_options: tuple[str, ...] = ()  # the other `attnbench run` options: isolation, timeout, roofs, timer
+    run: RunOptions = field(default_factory=RunOptions)  # each shard's `attnbench run` choices
 
 
 @dataclass(frozen=True)
@@ -75,8 +88,8 @@ def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int,
     from attnbench.session import check_backends
     from attnbench.shard import assign
 
-    registry = default_registry(list(request.plugins))
-    backends = registry.resolve(check_backends(suite, registry, list(request.backends) or None))
+    registry = default_registry(list(request.run.plugins))
+    backends = registry.resolve(check_backends(suite, registry, list(request.run.backends) or None))
     tasks = [(case, backend) for case in suite.cases(device) for backend in backends]
     if len(tasks) < request.shards:
         raise AttnbenchError(f"--shards {request.shards}: {suite.path} has only {len(tasks)} measurements on "
@@ -95,13 +108,7 @@ def submit_command(request: Request, root: Path) -> str:
         if value is not None:
             words += [flag, str(value)]
     words += [f"--sbatch-arg={arg}" for arg in slurm.extra]
-    for name in request.backends:
-        words += ["--backend", name]
-    for spec in request.plugins:
-        words += ["--plugin", spec]
-    if request.device:
-        words += ["--device", request.device]
-    return shlex.join(words + list(request.run_options))
+    return shlex.join(words + request.run.to_argv())
 
 
 def default_root(suite_name: str) -> Path:
@@ -116,13 +123,12 @@ def prepare(request: Request, run: Runner = run_command) -> Submission:
         raise AttnbenchError(f"--shards {request.shards}: must be at least 1")
     check_options(request.slurm)
     suite = load_suite(request.suite)
-    device, reason = shard_device(suite.model.device, request.device, request.slurm)
+    device, reason = shard_device(suite.model.device, request.run.device, request.slurm)
     planned = planned_per_shard(suite, request, device)
     root = (request.out or default_root(suite.name)).absolute()
     check_root(root)
     layout = Layout(root)
-    run_options = ("--device", device, *[word for name in request.backends for word in ("--backend", name)],
-                   *[word for spec in request.plugins for word in ("--plugin", spec)], *request.run_options)
+    run_options = tuple(replace(request.run, device=device).for_shards().to_argv())
     batch = Batch(layout, sys.executable, request.shards, run_options, suite.name, request.slurm,
                   submit_command(request, root))
     earlier = earlier_submission(layout, suite.text, batch, planned)

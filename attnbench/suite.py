@@ -10,6 +10,7 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from attnbench import workload
 from attnbench.case import Case
 from attnbench.errors import SuiteError, did_you_mean
 
@@ -304,7 +305,7 @@ class Suite:
                         softcap=None if softcap is None else float(softcap), alibi=alibi,
                         head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v, kv_shared=kv_shared,
                         tp=None if tp == 1 else tp)
-            empty = case.empty_query() if kv_seq < seq else None
+            empty = workload.empty_query(case) if kv_seq < seq else None
             if empty is not None:
                 mask = "causal" if causal else "no causal mask"
                 mask += f", window {window}" if window is not None else ""

@@ -276,6 +276,11 @@ def check_timer(device: str, kind: str) -> None:
         raise AttnbenchError(f"--timer cuda-graph needs a CUDA device; this run is on {device}")
 
 
+def timer_modes(kind: str) -> tuple[str, ...] | None:
+    """The modes a timer of this kind can time; None for every mode."""
+    return CudaGraphTimer.modes if kind == "cuda-graph" else None
+
+
 def timer_for(device: str, kind: str = "auto") -> Timer:
     """The timer for a device: CUDA events (or a CUDA graph, when asked) on CUDA, the monotonic clock on CPU."""
     check_timer(device, kind)

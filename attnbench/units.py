@@ -47,3 +47,8 @@ def fmt_float(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "—"
     return f"{value:.{digits}g}"
+
+
+def fmt_size(n: int) -> str:
+    """Bytes as GiB, or MiB below one GiB, in one decimal (skip reasons)."""
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"

@@ -14,49 +14,20 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from attnbench.case import STREAM_PAGES
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
     from attnbench.case import Case
 
-# The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
-AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
 # What a page holds where no request's key lives (spare pages, the tail of a request's last page): finite,
 # so a masked-out read stays harmless, and far from the standard-normal data, so a wrong lookup is loud.
 JUNK = 30.0
 # Spare pages in the pool beyond what the batch needs: a quarter more (at least one), as an allocator leaves.
 SPARE_SHARE = 4
-# Seed streams, so that adding one structure never changes another's draw.
-STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
-
-
-def axes_used(case: Case) -> tuple[str, ...]:
-    """The workload axes `case` sets, in AXES order."""
-    used = {"documents": case.documents is not None, "kv_lengths": case.kv_lens is not None,
-            "page_size": case.page_size is not None, "softcap": case.softcap is not None,
-            "alibi": bool(case.alibi), "head_dim_v": case.head_dim_v is not None, "kv_shared": bool(case.kv_shared)}
-    return tuple(name for name in AXES if used[name])
-
-
 # ---- documents --------------------------------------------------------------------------------------
-def equal_doc_lens(seq_len: int, documents: int) -> tuple[int, ...]:
-    """`documents` lengths as even as possible: the remainder one token each over the first documents."""
-    base, extra = divmod(seq_len, documents)
-    return tuple(base + (1 if i < extra else 0) for i in range(documents))
-
-
-def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
-    """`documents` lengths, each >= 1, summing to `seq_len`: the cuts between them are distinct positions drawn
-    uniformly from 1..seq_len-1 (a spread like packed real documents: many short, a few long)."""
-    import numpy as np
-
-    rng = np.random.default_rng([seed, STREAM_DOCS])
-    cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
-    bounds = [0, *(int(c) for c in cuts), seq_len]
-    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
-
-
 def cu_seqlens(case: Case) -> tuple[int, ...]:
     """Every batch row's documents concatenated, as varlen kernels take them: 0, then each document's end."""
     assert case.doc_lens is not None
@@ -76,14 +47,6 @@ def doc_ids(case: Case) -> np.ndarray:
 
 
 # ---- ragged cache lengths ---------------------------------------------------------------------------
-def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:
-    """Each request's cache length, uniform in seq_len..kv_seq_len (it must hold its own seq_len queries)."""
-    import numpy as np
-
-    rng = np.random.default_rng([seed, STREAM_KV])
-    return tuple(int(n) for n in rng.integers(max(1, seq_len), kv_seq_len + 1, size=batch))
-
-
 def row_kv_lens(case: Case) -> tuple[int, ...]:
     """The cache length of each distinct row: one entry when every request has kv_seq_len keys, else one each."""
     return case.kv_lens if case.kv_lens is not None else (case.kv_seq_len,)
@@ -193,6 +156,34 @@ def case_slopes(case: Case) -> tuple[float, ...]:
 
 
 # ---- the mask and the bias --------------------------------------------------------------------------
+def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | None) -> Any:
+    """GUIDE.md's mask on index tensors: True where query q_idx may see key k_idx, for queries that are the last
+    positions (offset = Sk - Sq). The one definition every backend's mask and the reference come from."""
+    pos = q_idx + offset
+    keep = k_idx <= pos if causal else k_idx >= 0
+    if window is not None:
+        keep = keep & (pos - k_idx <= window)
+        if not causal:
+            keep = keep & (k_idx - pos <= window)
+    return keep
+
+
+def key_range(case: Case, query: int) -> tuple[int, int]:
+    """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi); one row's, so for the
+    dense mask only (key_ranges has every row's)."""
+    assert case.doc_lens is None and case.kv_lens is None, "a per-row mask: use key_ranges"
+    pos = query + case.offset
+    lo, hi = 0, case.kv_seq_len - 1
+    if case.causal:
+        hi = min(hi, pos)
+        if case.window is not None:
+            lo = max(lo, pos - case.window)
+    elif case.window is not None:
+        lo, hi = max(lo, pos - case.window), min(hi, pos + case.window)
+    return lo, hi
+
+
+@functools.lru_cache(maxsize=64)
 def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """The inclusive key range [lo, hi] each query may see, as (R, Sq) int64 arrays: R = 1 when every batch row
     has the same mask, R = batch with ragged cache lengths. Empty where lo > hi."""
@@ -213,6 +204,7 @@ def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
             lo = np.maximum(lo, pos - case.window)
     elif case.window is not None:
         lo, hi = np.maximum(lo, pos - case.window), np.minimum(hi, pos + case.window)
+    lo.flags.writeable = hi.flags.writeable = False  # cached: shared by every caller
     return lo, hi
 
 
@@ -223,8 +215,6 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
     of them. The one definition the reference's mask (visibility), flex's mask_mod and sliding-window's plan
     take, read from GUIDE.md directly (not from key_ranges, so that each checks the other)."""
     import torch
-
-    from attnbench.case import allowed
 
     causal, window = case.causal, case.window
     if case.doc_lens is not None:
@@ -239,7 +229,7 @@ def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None)
     when nothing is masked."""
     import torch
 
-    if not case.has_mask:
+    if not has_mask(case):
         return None
     q = (torch.arange(case.seq_len, device=device) if rows is None else rows.to(device))[None, :, None]
     k = torch.arange(case.kv_seq_len, device=device)[None, None, :]
@@ -261,3 +251,45 @@ def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
     slopes = torch.tensor(case_slopes(case), dtype=torch.float64, device=device)[None, :, None, None]
     return (-slopes * (q + off - k).abs()).to(dtype or torch.float64)
 
+
+def mask(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
+    """The dense case's (rows, Sk) boolean mask for the given query rows (all by default): visibility's one row;
+    None when unmasked."""
+    assert case.doc_lens is None and case.kv_lens is None, "a per-row mask: use visibility"
+    full = visibility(case, rows, device)
+    return None if full is None else full[0]
+
+
+# ---- counts -----------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def visible_total(case: Case) -> int:
+    """The exact number of (query, key) pairs the mask lets through over the whole batch (GUIDE.md's `visible`,
+    summed per document and per request), counted row by row from key_ranges."""
+    import numpy as np
+
+    lo, hi = key_ranges(case)
+    per_rows = int(np.maximum(hi - lo + 1, 0).sum())
+    return per_rows * (case.batch if len(lo) == 1 else 1)
+
+
+def visible_pairs(case: Case) -> int:
+    """The visible pairs of one batch row; with ragged cache lengths the rows differ, and this is the batch's total
+    over `batch`, rounded down (visible_total is exact)."""
+    return visible_total(case) // case.batch
+
+
+def has_mask(case: Case) -> bool:
+    """Whether any (query, key) pair is masked out."""
+    return visible_total(case) < case.batch * case.seq_len * case.kv_seq_len
+
+
+def empty_query(case: Case) -> tuple[int, int] | None:
+    """(batch row, query) of the first query that would see no key; None when every query sees one."""
+    import numpy as np
+
+    lo, hi = key_ranges(case)
+    empty = np.argwhere(hi < lo)
+    if not len(empty):
+        return None
+    row, query = (int(v) for v in empty[0])
+    return row, query

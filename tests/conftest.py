@@ -8,8 +8,11 @@ import pytest
 
 from attnbench.backends.base import Backend
 from attnbench.case import Case
+from attnbench.inputs import CaseData
+from attnbench.measure import InProcess, Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.results import Record
-from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.schedule import Schedule, tasks_of
 from attnbench.timing import ClockTimer, TimingSettings, timer_for
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
@@ -36,19 +39,26 @@ def make_case(**overrides: object) -> Case:
     return Case(**fields)  # type: ignore[arg-type]
 
 
-def measure(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
+def measure_one(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
     """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
-    runner = Runner(RunInfo("test", "test"), timer_for(case.device), ONE_SAMPLE)
-    return runner.measure(data or CaseData(case), backend)
+    return measure(data or CaseData(case), backend, timer_for(case.device), Settings(RunInfo("test", "test"), ONE_SAMPLE))
+
+
+def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record], None], timer: Any = None,
+              timing: TimingSettings = ONE_SAMPLE, **schedule: Any) -> int:
+    """Every backend on every case, in this process, through the run's one loop (attnbench.schedule)."""
+    info = RunInfo("r1", "unit")
+    return Schedule(info, **schedule).run(tasks_of(cases, backends), sink,
+                                          InProcess(timer or ClockTimer(), Settings(info, timing)))
 
 
 def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotage: Callable[[Any], None],
                            monkeypatch: Any) -> None:
     """A backend's mapping runs `ok` on `c` until `sabotage(monkeypatch)` breaks it; then the check calls it a
     `mismatch` (a stand-in's adapter tests: each wrong mapping is caught)."""
-    assert measure(c, make_backend()).status == "ok"
+    assert measure_one(c, make_backend()).status == "ok"
     sabotage(monkeypatch)
-    record = measure(c, make_backend())
+    record = measure_one(c, make_backend())
     assert record.status == "mismatch", (record.status, record.reason)
 
 

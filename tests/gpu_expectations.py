@@ -17,6 +17,7 @@ generations not named here (Volta/Turing, Blackwell) until a run there shows wha
 
 from __future__ import annotations
 
+from attnbench import workload
 from attnbench.case import Case
 
 EVERYWHERE = ("naive", "sdpa", "sdpa-math")
@@ -25,7 +26,7 @@ HALF = ("float16", "bfloat16")
 
 def sdpa_explicit_mask(case: Case) -> bool:
     """Whether attnbench hands SDPA an explicit mask for this case (backends/sdpa.py: mask_arguments)."""
-    return case.has_mask and not (case.causal and case.window is None and case.seq_len == case.kv_seq_len)
+    return workload.has_mask(case) and not (case.causal and case.window is None and case.seq_len == case.kv_seq_len)
 
 
 def must_be_ok(name: str, case: Case, capability: tuple[int, int]) -> bool:

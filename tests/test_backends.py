@@ -6,10 +6,11 @@ import itertools
 
 import pytest
 
+from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.inputs import CaseData
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
 MASKS = [(False, None), (True, None), (True, 16), (False, 16), (True, 0)]
@@ -27,25 +28,25 @@ def test_cpu_backends_match_reference(dtype: str, mask: tuple, heads: tuple, sha
     data = CaseData(case)
     registry = default_registry()
     for name in CPU_BACKENDS:
-        record = measure(case, registry.get(name), data)
+        record = measure_one(case, registry.get(name), data)
         assert record.status == "ok", (name, record.reason)
         assert record.grad_checked == (mode == "bwd")
         assert record.rows_checked == case.seq_len
     # naive has no native GQA: it must say it expanded K/V
-    assert measure(case, registry.get("naive"), data).kv_expanded == (heads[0] != heads[1])
+    assert measure_one(case, registry.get("naive"), data).kv_expanded == (heads[0] != heads[1])
 
 
 @pytest.mark.parametrize("name, kernel", [("sdpa-efficient", "EFFICIENT_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION")])
 def test_cuda_only_sdpa_kernels_skip_on_cpu_with_reason(name: str, kernel: str) -> None:
-    record = measure(make_case(), default_registry().get(name))
+    record = measure_one(make_case(), default_registry().get(name))
     assert record.status == "skipped"
     assert record.reason == f"needs CUDA (PyTorch has no CPU implementation of {kernel})"
 
 
 def test_sdpa_records_the_kernel_pytorch_picked() -> None:
-    record = measure(make_case(causal=True), default_registry().get("sdpa"))
+    record = measure_one(make_case(causal=True), default_registry().get("sdpa"))
     assert "auto→FLASH_ATTENTION" in record.kernel and "is_causal" in record.kernel
-    lower_right = measure(make_case(causal=True, seq_len=16, kv_seq_len=80), default_registry().get("sdpa"))
+    lower_right = measure_one(make_case(causal=True, seq_len=16, kv_seq_len=80), default_registry().get("sdpa"))
     assert "explicit mask" in lower_right.kernel
 
 
@@ -72,31 +73,31 @@ class WindowOffByOne(Backend):
         from attnbench.backends.naive import naive_attention
 
         wider = replace(case, window=case.window + 1)
-        return Prepared((q, k, v), lambda q, k, v: naive_attention(q, k, v, wider.mask()), kernel="naive w+1")
+        return Prepared((q, k, v), lambda q, k, v: naive_attention(q, k, v, workload.mask(wider)), kernel="naive w+1")
 
 
 def test_the_check_catches_a_top_left_causal_mask() -> None:
-    record = measure(make_case(causal=True, seq_len=16, kv_seq_len=80), TopLeftCausal())
+    record = measure_one(make_case(causal=True, seq_len=16, kv_seq_len=80), TopLeftCausal())
     assert record.status == "mismatch"
     assert record.max_abs_error > record.error_bound
     assert record.time_ms is not None, "a mismatch still reports its time, flagged"
 
 
 def test_the_check_catches_a_window_off_by_one() -> None:
-    assert measure(make_case(causal=True, window=8), WindowOffByOne()).status == "mismatch"
+    assert measure_one(make_case(causal=True, window=8), WindowOffByOne()).status == "mismatch"
 
 
 def test_decode_over_a_long_cache_with_a_causal_window() -> None:
     """One query over an 8K-token cache, causal with a 256-token window, GQA: only the last 257 keys count."""
     case = make_case(seq_len=1, kv_seq_len=8192, heads=8, kv_heads=2, head_dim=64, causal=True, window=256)
-    assert case.visible_pairs() == 257 and case.memory_bound
+    assert workload.visible_pairs(case) == 257 and case.memory_bound
     data = CaseData(case)
     registry = default_registry()
     for name in (*CPU_BACKENDS, "sliding-window"):
-        record = measure(case, registry.get(name), data)
+        record = measure_one(case, registry.get(name), data)
         assert record.status == "ok", (name, record.reason)
     mha = make_case(seq_len=1, kv_seq_len=8192, heads=2, kv_heads=2, head_dim=64, causal=True, window=256)
-    assert measure(mha, WindowOffByOne()).status == "mismatch"  # one key too many is caught at this length
+    assert measure_one(mha, WindowOffByOne()).status == "mismatch"  # one key too many is caught at this length
 
 
 # ---- what the record says ran, and that the pin holds ----------------------------------------------
@@ -136,12 +137,12 @@ def installed(dist: str) -> str:
     (dict(causal=True, seq_len=16, kv_seq_len=80), "explicit mask"), (dict(heads=4, kv_heads=1), "no mask, enable_gqa"),
 ])
 def test_sdpa_kernel_field_says_how_the_mask_was_given(case_kwargs: dict, how: str) -> None:
-    record = measure(make_case(**case_kwargs), default_registry().get("sdpa"))
+    record = measure_one(make_case(**case_kwargs), default_registry().get("sdpa"))
     assert record.status == "ok"
     assert record.kernel == f"torch {installed('torch')} sdpa auto→FLASH_ATTENTION ({how})"
-    with_mask = measure(make_case(**case_kwargs), default_registry().get("naive"))
+    with_mask = measure_one(make_case(**case_kwargs), default_registry().get("naive"))
     assert with_mask.kernel == f"torch {installed('torch')} matmul+softmax" + (
-        " (explicit mask)" if make_case(**case_kwargs).has_mask else "")
+        " (explicit mask)" if workload.has_mask(make_case(**case_kwargs)) else "")
 
 
 def test_sdpa_auto_asks_pytorch_about_the_call_as_made_and_pins_its_answer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,7 +180,7 @@ def test_sdpa_explicit_mask_is_additive_in_the_inputs_dtype_and_device() -> None
     kwargs, how = mask_arguments(case, torch.zeros(1, 4, 4, 8, dtype=torch.bfloat16))
     bias = kwargs["attn_mask"]
     assert how == "explicit mask" and bias.dtype == torch.bfloat16
-    assert torch.equal(bias == 0, case.mask()) and bool((bias[~case.mask()] == float("-inf")).all())
+    assert torch.equal(bias == 0, workload.mask(case)) and bool((bias[~workload.mask(case)] == float("-inf")).all())
     on_meta, _ = mask_arguments(case, torch.zeros(1, 4, 4, 8, device="meta"))
     assert on_meta["attn_mask"].device.type == "meta"  # built where the inputs live (the GPU), outside the timing
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbench import workload
 from attnbench.backends.flex import FlexBackend
 from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
 from attnbench.case import Case
 from attnbench.registry import default_registry
 from attnbench.results import Record
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
-
-
 
 
 def case(dtype="float32", sq=64, sk=None, heads=4, kv_heads=4, causal=True, window=8, mode="fwd", batch=1, d=16,
@@ -50,7 +49,7 @@ SLIDING_CASES = [
 
 @pytest.mark.parametrize("c", SLIDING_CASES, ids=lambda c: c.case_id)
 def test_sliding_window_matches_reference(c: Case) -> None:
-    record = measure(c, SlidingWindowBackend())
+    record = measure_one(c, SlidingWindowBackend())
     assert_matches(record)
     assert record.kv_expanded is False  # GQA/MQA broadcast over the group, K/V never repeated
     if c.needs_grad:
@@ -59,7 +58,7 @@ def test_sliding_window_matches_reference(c: Case) -> None:
 
 def test_sliding_window_bf16_gradients_sum_overlapping_windows_in_float32() -> None:
     """A key lies in ~9 windows here: summed in bf16, dV erred 1.3x the bound (as on an H200); in fp32 it passes."""
-    record = measure(case(dtype="bfloat16", sq=1024, heads=8, kv_heads=8, d=128, window=1024, mode="fwd_bwd"),
+    record = measure_one(case(dtype="bfloat16", sq=1024, heads=8, kv_heads=8, d=128, window=1024, mode="fwd_bwd"),
                      SlidingWindowBackend())
     assert record.status == "ok", record.reason
     assert record.extra["errors"]["dv"] < 0.8 * record.error_bound
@@ -72,24 +71,29 @@ def test_sliding_window_too_narrow_span_is_caught(monkeypatch: pytest.MonkeyPatc
     real = sw.plan_for
     monkeypatch.setattr(sw, "plan_for", lambda sq, sk, w, causal, allowed, **kw: real(
         sq, sk, w - 1, causal, allowed, **kw))
-    record = measure(case(window=8, sq=200), SlidingWindowBackend())  # several blocks: their first rows lose a key
+    record = measure_one(case(window=8, sq=200), SlidingWindowBackend())  # several blocks: their first rows lose a key
     assert record.status == "mismatch"
 
 
 def test_sliding_window_needs_a_window() -> None:
-    record = measure(case(window=None), SlidingWindowBackend())
+    record = measure_one(case(window=None), SlidingWindowBackend())
     assert record.status == "skipped"
     assert record.reason.startswith("needs a window")
+
+
+def allowed_of(c: Case):  # type: ignore[no-untyped-def]
+    """GUIDE.md's mask of a dense case as plan_for takes it."""
+    return lambda q, k: workload.allowed(q, k, c.offset, c.causal, c.window)
 
 
 def test_sliding_window_work_is_linear_in_seq_len() -> None:
     """Each query sees a span that depends on the window, not on seq_len: work O(seq_len × window)."""
     c = case()
-    short = plan_for(4096, 4096, 512, True, c.allowed)
-    long = plan_for(65536, 65536, 512, True, c.allowed)
+    short = plan_for(4096, 4096, 512, True, allowed_of(c))
+    long = plan_for(65536, 65536, 512, True, allowed_of(c))
     assert short.span == long.span == short.block + 512
     assert long.blocks * long.block == 65536
-    two_sided = plan_for(4096, 4096, 512, False, c.allowed)
+    two_sided = plan_for(4096, 4096, 512, False, allowed_of(c))
     assert two_sided.span == two_sided.block + 2 * 512
 
 
@@ -98,7 +102,7 @@ def test_sliding_window_backward_memory_stays_linear() -> None:
     seq, window = 8192, 64
     q, k, v = (torch.randn(1, 1, seq, 16, requires_grad=True) for _ in range(3))
     c = case(sq=seq, window=window, heads=1, kv_heads=1)
-    plan = plan_for(seq, seq, window, True, c.allowed)
+    plan = plan_for(seq, seq, window, True, allowed_of(c))
     saved: list[int] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -123,7 +127,7 @@ FLEX_CASES = [
 
 @pytest.mark.parametrize("c", FLEX_CASES, ids=lambda c: c.case_id)
 def test_flex_matches_reference(c: Case) -> None:
-    record = measure(c, FlexBackend())
+    record = measure_one(c, FlexBackend())
     assert_matches(record)
     assert record.extra["compile_s"] > 0
     assert "flex_attention compiled (Inductor C++" in record.kernel
@@ -136,7 +140,7 @@ def test_flex_forward_compiles_one_graph_and_records_how_its_mask_was_built() ->
     from torch._dynamo.utils import counters
 
     before = counters["stats"]["unique_graphs"]
-    record = measure(case(window=24, sq=200, heads=2, kv_heads=2, d=16), FlexBackend())
+    record = measure_one(case(window=24, sq=200, heads=2, kv_heads=2, d=16), FlexBackend())
     assert record.status == "ok", record.reason
     assert counters["stats"]["unique_graphs"] - before == 1
     assert record.extra["mask_build"] == "eager" and record.extra["mask_build_s"] > 0
@@ -155,7 +159,7 @@ def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flex
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
 
     def compiled(backend, causal: bool, lengths: tuple[int, ...]) -> list[tuple[int, int]]:
-        records = [measure(case(window=None, sq=sq, heads=3, kv_heads=3, d=24, causal=causal), backend)
+        records = [measure_one(case(window=None, sq=sq, heads=3, kv_heads=3, d=24, causal=causal), backend)
                    for sq in lengths]
         assert all(r.status == "ok" for r in records), [r.reason for r in records]
         return [(r.extra["graphs_traced"], r.extra["kernels_compiled"]) for r in records]
@@ -187,7 +191,7 @@ def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch)
     assert how["mask_build"] == "compiled"
     from torch.nn.attention.flex_attention import create_block_mask
 
-    eager = create_block_mask(lambda b, h, q, k: c.allowed(q, k), None, None, 256, 256, device="cpu")
+    eager = create_block_mask(lambda b, h, q, k: workload.allowed(q, k, c.offset, c.causal, c.window), None, None, 256, 256, device="cpu")
     assert torch.equal(block_mask.kv_num_blocks, eager.kv_num_blocks)
     assert torch.equal(block_mask.kv_indices, eager.kv_indices)
     assert block_mask.sparsity() == eager.sparsity()
@@ -195,7 +199,7 @@ def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch)
 
 def test_flex_backward_on_cpu_is_refused_with_flex_reason() -> None:
     """FlexAttention has no CPU backward: the record is `skipped` with FlexAttention's own words."""
-    record = measure(case(window=8, sq=64, mode="fwd_bwd"), FlexBackend())
+    record = measure_one(case(window=8, sq=64, mode="fwd_bwd"), FlexBackend())
     assert record.status == "skipped"
     assert "FlexAttention does not support backward on CPU" in record.reason
 
@@ -231,7 +235,7 @@ def test_real_library_on_gpu(name: str, c: Case) -> None:
     if reason:
         assert not must, f"{name} must run {c.case_id} on sm{cap[0]}{cap[1]}, but: {reason}"
         pytest.skip(f"{name}: {reason}")
-    record = measure(c, backend)
+    record = measure_one(c, backend)
     if record.status == "skipped" and not must:
         pytest.skip(f"{name} refused: {record.reason}")
     assert_matches(record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbench import counting, workload
 from tests.conftest import make_case
 
 
@@ -14,34 +15,34 @@ from tests.conftest import make_case
 ])
 def test_visible_pairs_is_the_mask_count(seq: int, kv: int, causal: bool, window: int | None) -> None:
     case = make_case(seq_len=seq, kv_seq_len=kv, causal=causal, window=window)
-    mask = case.mask()
+    mask = workload.mask(case)
     count = seq * kv if mask is None else int(mask.sum())
-    assert case.visible_pairs() == count
+    assert workload.visible_pairs(case) == count
 
 
 def test_bottom_right_causal_and_window_by_hand() -> None:
     # 2 queries over 4 keys: the queries are positions 2 and 3 (off = 2).
     case = make_case(seq_len=2, kv_seq_len=4, causal=True, window=1)
-    assert case.mask().tolist() == [[False, True, True, False], [False, False, True, True]]
+    assert workload.mask(case).tolist() == [[False, True, True, False], [False, False, True, True]]
     two_sided = make_case(seq_len=2, kv_seq_len=4, causal=False, window=1)
-    assert two_sided.mask().tolist() == [[False, True, True, True], [False, False, True, True]]
+    assert workload.mask(two_sided).tolist() == [[False, True, True, True], [False, False, True, True]]
 
 
 def test_flops_hand_computed() -> None:
     full = make_case(batch=2, heads=4, head_dim=32, seq_len=64)
-    assert full.flops() == 4 * 2 * 4 * 32 * 64 * 64
+    assert counting.flops(full) == 4 * 2 * 4 * 32 * 64 * 64
     causal = make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True)
-    assert causal.visible_pairs() == 1 + 2 + 3 + 4
-    assert causal.flops() == 4 * 8 * 10
-    assert make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="bwd").flops() == 4 * 8 * 10 * 2.5
-    assert make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="fwd_bwd").flops() == 4 * 8 * 10 * 3.5
+    assert workload.visible_pairs(causal) == 1 + 2 + 3 + 4
+    assert counting.flops(causal) == 4 * 8 * 10
+    assert counting.flops(make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="bwd")) == 4 * 8 * 10 * 2.5
+    assert counting.flops(make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="fwd_bwd")) == 4 * 8 * 10 * 3.5
 
 
 def test_decode_causal_sees_the_whole_cache() -> None:
     case = make_case(seq_len=1, kv_seq_len=4096, causal=True)
-    assert not case.has_mask and case.mask() is None
+    assert not workload.has_mask(case) and workload.mask(case) is None
     windowed = make_case(seq_len=1, kv_seq_len=4096, causal=True, window=255)
-    assert windowed.visible_pairs() == 256
+    assert workload.visible_pairs(windowed) == 256
 
 
 def test_seed_depends_on_the_case_only() -> None:
@@ -64,9 +65,9 @@ def test_case_id_and_description_name_every_axis() -> None:
 
 def test_tensor_bytes_and_decode_is_memory_bound() -> None:
     case = make_case(dtype="float16", batch=2, seq_len=3, kv_seq_len=10, heads=4, kv_heads=2, head_dim=8)
-    assert case.tensor_bytes() == {"q": 2 * 4 * 3 * 8 * 2, "k": 2 * 2 * 10 * 8 * 2, "v": 2 * 2 * 10 * 8 * 2,
+    assert counting.tensor_bytes(case) == {"q": 2 * 4 * 3 * 8 * 2, "k": 2 * 2 * 10 * 8 * 2, "v": 2 * 2 * 10 * 8 * 2,
                                    "o": 2 * 4 * 3 * 8 * 2}
-    assert case.io_bytes() == 384 + 640 + 640 + 384
+    assert counting.io_bytes(case) == 384 + 640 + 640 + 384
     assert make_case(seq_len=1, kv_seq_len=100).memory_bound and not case.memory_bound
 
 
@@ -77,21 +78,21 @@ def test_memory_estimate_by_hand() -> None:
     out, q, kv = 2 * 4 * 16 * 8 * 4, 2 * 4 * 16 * 8 * 4, 2 * 2 * 32 * 8 * 4
     scores = 2 * 4 * 16 * 32 * 4
     expanded = 2 * (2 * 4 * 32 * 8 * 4)  # K and V at every query head
-    assert fwd.memory_estimate(materialises_scores=False) == out
-    assert fwd.memory_estimate(materialises_scores=True) == out + 2 * scores
-    assert fwd.memory_estimate(materialises_scores=False, expands_kv=True) == out + expanded
+    assert counting.memory_estimate(fwd, materialises_scores=False) == out
+    assert counting.memory_estimate(fwd, materialises_scores=True) == out + 2 * scores
+    assert counting.memory_estimate(fwd, materialises_scores=False, expands_kv=True) == out + expanded
     bwd = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8, mode="bwd")
-    assert bwd.memory_estimate(materialises_scores=True, expands_kv=True) == out + expanded + q + 2 * kv + 3 * scores
+    assert counting.memory_estimate(bwd, materialises_scores=True, expands_kv=True) == out + expanded + q + 2 * kv + 3 * scores
     mha = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=4, head_dim=8)
-    assert mha.memory_estimate(materialises_scores=False, expands_kv=True) == out  # nothing to expand
+    assert counting.memory_estimate(mha, materialises_scores=False, expands_kv=True) == out  # nothing to expand
 
 
 def test_mask_is_built_on_the_device_asked_for() -> None:
     """A CUDA backend asks for its mask on the GPU; the meta device stands in for it here."""
     case = make_case(seq_len=8, kv_seq_len=12, causal=True, window=3)
-    assert case.mask(device="meta").device.type == "meta"
-    assert case.mask(rows=torch.tensor([0, 5]), device="meta").device.type == "meta"
-    assert case.mask(rows=torch.tensor([0, 5])).tolist() == case.mask()[[0, 5]].tolist()
+    assert workload.mask(case, device="meta").device.type == "meta"
+    assert workload.mask(case, rows=torch.tensor([0, 5]), device="meta").device.type == "meta"
+    assert workload.mask(case, rows=torch.tensor([0, 5])).tolist() == workload.mask(case)[[0, 5]].tolist()
 
 
 def test_a_backend_estimate_counts_its_own_kv_expansion_and_scores() -> None:
@@ -99,5 +100,5 @@ def test_a_backend_estimate_counts_its_own_kv_expansion_and_scores() -> None:
     from attnbench.registry import default_registry
 
     gqa = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=1, head_dim=8)
-    assert default_registry().get("naive").estimate_memory(gqa) == gqa.memory_estimate(True, expands_kv=True)
-    assert default_registry().get("sdpa-flash").estimate_memory(gqa) == gqa.memory_estimate(False, expands_kv=False)
+    assert default_registry().get("naive").estimate_memory(gqa) == counting.memory_estimate(gqa, True, expands_kv=True)
+    assert default_registry().get("sdpa-flash").estimate_memory(gqa) == counting.memory_estimate(gqa, False, expands_kv=False)

@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from attnbench import counting, workload
 from attnbench.case import Case  # noqa: E402
 from tests.conftest import make_case  # noqa: E402
 
@@ -53,8 +54,8 @@ def cases(draw: st.DrawFn, max_seq: int = 40) -> Case:
 def test_visible_pairs_and_has_mask_are_the_brute_force_count(case: Case) -> None:
     grid = brute(case)
     visible = sum(map(sum, grid))
-    assert case.visible_pairs() == visible
-    assert case.has_mask == (visible < case.seq_len * case.kv_seq_len)
+    assert workload.visible_pairs(case) == visible
+    assert workload.has_mask(case) == (visible < case.seq_len * case.kv_seq_len)
 
 
 @given(cases())
@@ -62,20 +63,20 @@ def test_key_range_is_each_rows_first_and_last_visible_key(case: Case) -> None:
     for i, row in enumerate(brute(case)):
         seen = [j for j, ok in enumerate(row) if ok]
         assert seen, "with Sq <= Sk every query sees at least itself"
-        assert case.key_range(i) == (seen[0], seen[-1])
+        assert workload.key_range(case, i) == (seen[0], seen[-1])
         assert len(seen) == seen[-1] - seen[0] + 1  # contiguous: the range says it all
 
 
 @given(cases())
 def test_keys_seen_counts_the_keys_some_query_sees(case: Case) -> None:
     grid = brute(case)
-    assert case.keys_seen() == sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len))
+    assert counting.keys_seen(case) == sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len))
 
 
 @given(cases())
 def test_mask_is_the_brute_force_grid(case: Case) -> None:
     grid = brute(case)
-    mask = case.mask()
+    mask = workload.mask(case)
     if all(map(all, grid)):
         assert mask is None
     else:
@@ -86,7 +87,7 @@ def test_mask_is_the_brute_force_grid(case: Case) -> None:
 def test_mask_of_chosen_rows(case: Case, data: st.DataObject) -> None:
     rows = data.draw(st.lists(st.integers(0, case.seq_len - 1), min_size=1, max_size=8, unique=True))
     grid = brute(case)
-    mask = case.mask(rows=torch.tensor(rows))
+    mask = workload.mask(case, rows=torch.tensor(rows))
     if mask is not None:
         assert mask.tolist() == [grid[r] for r in rows]
 
@@ -98,10 +99,10 @@ def test_flops_and_bytes_follow_the_counts(case: Case) -> None:
     grid = brute(case)
     keys = sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len))
     factor = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}[case.mode]
-    assert case.flops() == int(4 * case.batch * case.heads * case.head_dim * visible * factor)
+    assert counting.flops(case) == int(4 * case.batch * case.heads * case.head_dim * visible * factor)
     elem = {"float32": 4, "bfloat16": 2}[case.dtype]
     q = case.batch * case.heads * case.seq_len * case.head_dim * elem
     kv = 2 * case.batch * case.kv_heads * keys * case.head_dim * elem
     passes = {"fwd": 1, "bwd": 2, "fwd_bwd": 3}[case.mode]
-    assert case.bytes_moved() == passes * (q + kv) + passes * q
-    assert type(case.bytes_moved()) is int and type(case.flops()) is int  # records hold whole numbers
+    assert counting.bytes_moved(case) == passes * (q + kv) + passes * q
+    assert type(counting.bytes_moved(case)) is int and type(counting.flops(case)) is int  # records hold whole numbers

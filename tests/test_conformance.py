@@ -19,12 +19,27 @@ import pytest
 import attnbench.backends.flash as flash
 import attnbench.backends.flex as flex
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
-from attnbench.backends.flex import CREATE_BLOCK_MASK_CALL, FLEX_ATTENTION_CALL, FlexBackend
+from attnbench.backends.flex import (
+    CREATE_BLOCK_MASK_CALL,
+    FLEX_ATTENTION_CALL,
+    FlexBackend,
+)
 from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
-from attnbench.backends.xformers_ops import BIAS_CALLS, DISPATCH_CALLS, MEA_CALL, XformersBackend
-from attnbench.conformance import LibraryCall, check_backend, check_call, check_signature, installed_signature
-from attnbench.runner import CaseData
-from tests.conftest import make_case, measure
+from attnbench.backends.xformers_ops import (
+    BIAS_CALLS,
+    DISPATCH_CALLS,
+    MEA_CALL,
+    XformersBackend,
+)
+from attnbench.conformance import (
+    LibraryCall,
+    check_backend,
+    check_call,
+    check_signature,
+    installed_signature,
+)
+from attnbench.inputs import CaseData
+from tests.conftest import make_case, measure_one
 
 
 def recorded(name: str) -> types.ModuleType:
@@ -65,8 +80,9 @@ def test_sdpa_call_matches_installed_torch_read_from_the_aten_schema() -> None:
 
 
 def test_sdpa_docstring_is_the_fallback_and_agrees_on_our_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnbench.conformance as conformance
     import torch.nn.functional as F
+
+    import attnbench.conformance as conformance
 
     monkeypatch.setattr(conformance, "_aten_schema_signature", lambda obj: None)
     sig, source = installed_signature(F.scaled_dot_product_attention)
@@ -244,7 +260,7 @@ def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
     monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
     data = CaseData(make_case(dtype="bfloat16", causal=True, window=8))
-    record = measure(data.case, FlashAttn2(), data)
+    record = measure_one(data.case, FlashAttn2(), data)
     assert record.status == "skipped"
     assert record.reason.startswith("adapter does not match the installed flash-attn: keyword 'window_size' is "
                                     "not a parameter of the installed flash_attn_func(")
@@ -261,7 +277,7 @@ def test_runner_skips_sdpa_when_torch_renames_a_keyword(monkeypatch: pytest.Monk
         raise AssertionError("must not be called")
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
-    record = measure(make_case(causal=True), SdpaMath())
+    record = measure_one(make_case(causal=True), SdpaMath())
     assert record.status == "skipped"
     assert "keyword 'is_causal' is not a parameter of the installed scaled_dot_product_attention(" in record.reason
 
@@ -278,7 +294,7 @@ def test_runner_skips_xformers_when_a_bias_class_moves_the_parameter_we_pass(mon
     ops.fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = moved
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
     monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
-    record = measure(make_case(causal=False), XformersBackend())  # even a case that needs no window
+    record = measure_one(make_case(causal=False), XformersBackend())  # even a case that needs no window
     assert record.status == "skipped"
     assert "positional argument 1 ('_window_size') moved" in record.reason
 
@@ -317,7 +333,7 @@ def test_sdpa_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     spy = Spy(F.scaled_dot_product_attention)
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     for c in SDPA_CASES:
-        assert measure(c, SdpaMath()).status == "ok"
+        assert measure_one(c, SdpaMath()).status == "ok"
     spy.assert_declared(SDPA_CALL)
 
 
@@ -331,14 +347,18 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
               make_case(seq_len=32, heads=2, kv_heads=2),
               make_case(seq_len=32, heads=2, kv_heads=2, causal=True, documents=2, softcap=5.0),  # score_mod
               make_case(batch=2, seq_len=1, kv_seq_len=64, heads=2, kv_heads=1, causal=True, page_size=16)):  # paged
-        record = measure(c, FlexBackend())
+        record = measure_one(c, FlexBackend())
         assert record.status == "ok", record.reason
     attention.assert_declared(FLEX_ATTENTION_CALL)
     block_mask.assert_declared(CREATE_BLOCK_MASK_CALL)
 
 
 def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_flash_standin import standin_flash_attn_func, standin_kvcache_func, standin_varlen_func
+    from tests.test_flash_standin import (
+        standin_flash_attn_func,
+        standin_kvcache_func,
+        standin_varlen_func,
+    )
 
     spies: dict[str, Spy] = {}
     for backend, module, none_unbounded in ((FlashAttn2(), "flash_attn", False),
@@ -364,7 +384,7 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
                                    page_size=backend.page_multiple * 16 if backend.page_multiple == 1
                                    else backend.page_multiple, **scores))
         for c in cases:
-            record = measure(c, backend)
+            record = measure_one(c, backend)
             assert record.status == "ok", (backend.name, c.case_id, record.reason)
         for call in backend.library_calls():
             spies[call.target].assert_declared(call)
@@ -393,7 +413,7 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)
     for c in (make_case(causal=True), make_case(causal=True, window=4), make_case(window=4), make_case(),
               make_case(causal=True, mode="fwd_bwd")):
-        assert measure(c, XformersBackend()).status == "ok"
+        assert measure_one(c, XformersBackend()).status == "ok"
     for call in (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS):
         spies[call.name].assert_declared(call)
 
@@ -401,9 +421,10 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
 # --- doctor -----------------------------------------------------------------------------------------
 
 def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.nn.functional as F
+
     import attnbench.doctor as doctor
     import attnbench.env as env
-    import torch.nn.functional as F
 
     monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
     diagnosis = doctor.diagnose("cpu")

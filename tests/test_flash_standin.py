@@ -24,9 +24,17 @@ import attnbench.backends.flash as flash
 import attnbench.backends.packing as packing
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.case import Case
-from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.timing import TimingSettings
-from tests.conftest import PhaseTimer, Phases, assert_sabotage_caught, make_case, measure
+from tests.conftest import (
+    Phases,
+    PhaseTimer,
+    assert_sabotage_caught,
+    make_case,
+    measure_one,
+)
 
 
 def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: list[int] | None = None):
@@ -182,15 +190,15 @@ ADAPTERS = [FlashAttn2, FlashAttn3, FlashAttn4]
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
 @pytest.mark.parametrize("c", CASES, ids=lambda c: c.case_id)
 def test_adapter_gives_the_reference_answer_through_the_standin(standins, adapter, c: Case) -> None:
-    record = measure(c, adapter())
+    record = measure_one(c, adapter())
     assert record.status == "ok", record.reason
     assert record.kv_expanded is False  # native GQA: K/V go in with their own heads
 
 
 def test_kernel_field_names_the_call_and_its_window(standins) -> None:
-    record = measure(case(causal=True, window=5), FlashAttn2())
+    record = measure_one(case(causal=True, window=5), FlashAttn2())
     assert "flash_attn.flash_attn_func(causal=True, window_size=(5, 0)" in record.kernel
-    record = measure(case(causal=False, window=5), FlashAttn4())
+    record = measure_one(case(causal=False, window=5), FlashAttn4())
     assert "flash_attn.cute.flash_attn_func(causal=False, window_size=(5, 5)" in record.kernel
 
 
@@ -230,7 +238,7 @@ def test_fa4_compiles_in_prepare_never_while_timed(standins, monkeypatch: pytest
     monkeypatch.setattr(FlashAttn4, "prepare", phases.during_prepare(FlashAttn4.prepare))
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
     c = case(causal=True, window=4, mode=mode)
-    record = Runner(RunInfo("f", "t"), PhaseTimer(phases), settings).measure(CaseData(c), FlashAttn4())
+    record = measure(CaseData(c), FlashAttn4(), PhaseTimer(phases), Settings(RunInfo("f", "t"), settings))
     assert record.status == "ok", record.reason
     kernels = ["fwd"] if mode == "fwd" else ["fwd", "bwd"]
     assert compiles == [(kernel, "prepare") for kernel in kernels]  # built in prepare, and only there
@@ -282,7 +290,7 @@ def test_standin_catches_a_wrong_mapping(standins, monkeypatch: pytest.MonkeyPat
 def test_fa4_spelling_of_unbounded_matters(standins, monkeypatch: pytest.MonkeyPatch) -> None:
     """FA4 reads -1 as a bound: passing FA2's spelling of "no limit" would be caught."""
     monkeypatch.setattr(FlashAttn4, "unbounded", -1)
-    record = measure(case(causal=True), FlashAttn4())
+    record = measure_one(case(causal=True), FlashAttn4())
     assert record.status == "mismatch"
 
 
@@ -329,7 +337,7 @@ def test_reason_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_library_refusal_becomes_the_skip_reason(standins, monkeypatch: pytest.MonkeyPatch) -> None:
     """If our own checks let a case through, the library's input check is recorded as `skipped`."""
     monkeypatch.setattr(FlashAttn2, "unsupported", lambda self, c: None)
-    record = measure(case(dtype="float32"), FlashAttn2())
+    record = measure_one(case(dtype="float32"), FlashAttn2())
     assert record.status == "skipped"
     assert record.reason == "flash-attn refused: FlashAttention only support fp16 and bf16 data type"
 
@@ -355,9 +363,9 @@ def test_only_the_librarys_own_refusals_become_skips() -> None:
 
 
 def test_kernel_field_says_native_gqa(standins) -> None:
-    gqa = measure(case(heads=8, kv_heads=2, causal=True), FlashAttn2())
+    gqa = measure_one(case(heads=8, kv_heads=2, causal=True), FlashAttn2())
     assert gqa.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1), native GQA 8/2)")
-    mha = measure(case(causal=True), FlashAttn2())
+    mha = measure_one(case(causal=True), FlashAttn2())
     assert mha.kernel.endswith("flash_attn.flash_attn_func(causal=True, window_size=(-1, -1))")
 
 
@@ -407,7 +415,7 @@ def expected_axis_skip(name: str, c: Case) -> str | None:
 @pytest.mark.parametrize("name", list(AXIS_CASES))
 def test_each_workload_axis_matches_the_reference_or_skips_by_name(standins, adapter, name: str) -> None:
     c = AXIS_CASES[name]
-    record = measure(c, adapter())
+    record = measure_one(c, adapter())
     skip = expected_axis_skip(adapter.name, c)
     if skip is None:
         assert record.status == "ok", (record.status, record.reason)
@@ -418,27 +426,27 @@ def test_each_workload_axis_matches_the_reference_or_skips_by_name(standins, ada
 
 def test_entry_point_follows_the_axes(standins) -> None:
     calls = standins["fa2"]
-    assert measure(AXIS_CASES["documents"], FlashAttn2()).status == "ok" and "varlen" in calls and 1 not in calls
+    assert measure_one(AXIS_CASES["documents"], FlashAttn2()).status == "ok" and "varlen" in calls and 1 not in calls
     calls.clear()
-    assert measure(AXIS_CASES["paged-256"], FlashAttn2()).status == "ok" and calls == ["kvcache"] * len(calls)
+    assert measure_one(AXIS_CASES["paged-256"], FlashAttn2()).status == "ok" and calls == ["kvcache"] * len(calls)
     calls.clear()
-    assert measure(AXIS_CASES["softcap"], FlashAttn2()).status == "ok" and set(calls) == {1}
+    assert measure_one(AXIS_CASES["softcap"], FlashAttn2()).status == "ok" and set(calls) == {1}
 
 
 def test_kernel_field_names_the_entry_point(standins) -> None:
-    record = measure(AXIS_CASES["documents-random-window-gqa"], FlashAttn2())
+    record = measure_one(AXIS_CASES["documents-random-window-gqa"], FlashAttn2())
     assert record.kernel.endswith("flash_attn.flash_attn_varlen_func(causal=True, window_size=(6, 0), 5 sequences, "
                                   "native GQA 4/2)")
-    record = measure(AXIS_CASES["paged-16"], FlashAttn3())
+    record = measure_one(AXIS_CASES["paged-16"], FlashAttn3())
     assert record.kernel.endswith("flash_attn_interface.flash_attn_with_kvcache(causal=True, window_size=(-1, -1), "
                                   "page_table over pages of 16, native GQA 4/2)")
-    record = measure(AXIS_CASES["alibi-softcap"], FlashAttn2())
+    record = measure_one(AXIS_CASES["alibi-softcap"], FlashAttn2())
     assert record.kernel.endswith("flash_attn_func(causal=True, window_size=(-1, -1), softcap=2, alibi_slopes)")
 
 
 def test_a_library_without_the_entry_point_skips_the_case(standins, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(sys.modules["flash_attn"], "flash_attn_varlen_func")
-    record = measure(AXIS_CASES["documents"], FlashAttn2())
+    record = measure_one(AXIS_CASES["documents"], FlashAttn2())
     assert record.status == "skipped" and record.reason == "flash-attn: flash_attn has no flash_attn_varlen_func"
 
 
@@ -507,7 +515,7 @@ def test_standin_catches_a_wrong_axis_mapping(standins, monkeypatch: pytest.Monk
 
 
 def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
-    record = measure(AXIS_CASES["paged-16"], FlashAttn4())
+    record = measure_one(AXIS_CASES["paged-16"], FlashAttn4())
     assert record.status == "ok", record.reason
     assert record.kernel.endswith("flash_attn.cute.flash_attn_varlen_func(causal=True, window_size=(None, None), "
                                   "page_table over pages of 16, native GQA 4/2)")

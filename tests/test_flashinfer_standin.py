@@ -25,10 +25,18 @@ import attnbench.backends.packing as packing
 from attnbench import workload
 from attnbench.backends.flashinfer import FlashInferBackend, route
 from attnbench.conformance import check_backend
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import TimingSettings
-from tests.conftest import PhaseTimer, Phases, assert_sabotage_caught, make_case, measure
+from tests.conftest import (
+    Phases,
+    PhaseTimer,
+    assert_sabotage_caught,
+    make_case,
+    measure_one,
+)
 
 
 def flashinfer_alibi_slopes(n: int) -> torch.Tensor:
@@ -266,7 +274,7 @@ CASES = {
 def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: str) -> None:
     c, expected_route = CASES[name]
     assert route(c) == expected_route
-    record = measure(c, FlashInferBackend())
+    record = measure_one(c, FlashInferBackend())
     assert record.status == "ok", record.reason
     assert record.kv_expanded is False  # native GQA
     called = {what.split(".")[0] for what, _ in standin}
@@ -279,16 +287,16 @@ def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: s
 @pytest.mark.parametrize("name", ["paged-prefill", "paged-prefill-window-gqa", "decode", "decode-window-softcap-gqa"])
 def test_hnd_pages_give_the_same_answer(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setattr(FlashInferBackend, "kv_layout", "HND")
-    record = measure(CASES[name][0], FlashInferBackend())
+    record = measure_one(CASES[name][0], FlashInferBackend())
     assert record.status == "ok", record.reason
     assert "HND pages of" in record.kernel
 
 
 def test_kernel_field_names_the_entry_point_and_its_mask(standin) -> None:
-    record = measure(CASES["decode-window-softcap-gqa"][0], FlashInferBackend())
+    record = measure_one(CASES["decode-window-softcap-gqa"][0], FlashInferBackend())
     assert record.kernel.endswith("BatchDecodeWithPagedKVCacheWrapper(causal=True, window_left=9, "
                                   "logits_soft_cap=4, NHD pages of 5, native GQA 8/2)")
-    record = measure(CASES["single-causal"][0], FlashInferBackend())
+    record = measure_one(CASES["single-causal"][0], FlashInferBackend())
     assert record.kernel.endswith("single_prefill_with_kv_cache(causal=True, window_left=-1)")
 
 
@@ -301,7 +309,7 @@ def test_plan_runs_in_prepare_and_only_run_is_timed(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(FlashInferBackend, "prepare", phases.during_prepare(FlashInferBackend.prepare))
     c = {"decode": CASES["decode"][0], "paged-prefill": CASES["paged-prefill"][0], "ragged": CASES["documents"][0]}[how]
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
-    record = Runner(RunInfo("f", "t"), PhaseTimer(phases), settings).measure(CaseData(c), FlashInferBackend())
+    record = measure(CaseData(c), FlashInferBackend(), PhaseTimer(phases), Settings(RunInfo("f", "t"), settings))
     assert record.status == "ok", record.reason
     plans = [phase for what, phase in log if what.endswith(".plan")]
     assert plans == ["prepare"]  # planned once, before anything is timed
@@ -508,7 +516,7 @@ def test_the_alibi_refusals_are_real_differences(standin, monkeypatch: pytest.Mo
     """Each ALiBi case the adapter refuses would be answered wrongly by FlashInfer's ALiBi: let one through and the
     stand-in (FlashInfer's semantics) disagrees with the reference."""
     monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, case: None)
-    record = measure(c, FlashInferBackend())
+    record = measure_one(c, FlashInferBackend())
     assert record.status == "mismatch", (record.status, record.reason)
 
 
@@ -516,5 +524,5 @@ def test_the_alibi_refusals_are_real_differences(standin, monkeypatch: pytest.Mo
 def test_documents_in_pages_would_be_wrong_if_let_through(standin, monkeypatch: pytest.MonkeyPatch) -> None:
     """The refusal is needed: FlashInfer's paged prefill would attend across the documents of a request."""
     monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, c: None)
-    record = measure(case(documents=3, batch=2, seq_len=32, page_size=8), FlashInferBackend())
+    record = measure_one(case(documents=3, batch=2, seq_len=32, page_size=8), FlashInferBackend())
     assert record.status in ("mismatch", "error"), (record.status, record.reason)

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench import forecast
+from attnbench.calibration import Machine
 from attnbench.cli import app
 from attnbench.progress import Eta
 from attnbench.registry import default_registry
@@ -20,8 +21,8 @@ from attnbench.timing import TimingSettings
 from tests.conftest import make_case
 
 ROOT = Path(__file__).resolve().parents[1]
-CPU = forecast.Machine("cpu", "test CPU", {"float32": 0.1, "float64": 0.05, "float16": 0.025, "bfloat16": 0.025},
-                       20.0, 0.003, "given")
+CPU = Machine("cpu", "test CPU", {"float32": 0.1, "float64": 0.05, "float16": 0.025, "bfloat16": 0.025},
+              20.0, 0.003, "given")
 
 
 def test_dry_run_prints_the_prediction_per_backend_and_in_total(tmp_path: Path) -> None:
@@ -59,13 +60,13 @@ def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so
 def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     registry = default_registry()
     case = make_case(seq_len=4096, heads=8, kv_heads=8, head_dim=64, causal=True)
-    naive, fused = forecast.call_s(case, "naive", CPU), forecast.call_s(case, "sdpa-flash", CPU)
+    naive, fused = (forecast.call_s(case, registry.get(name), CPU) for name in ("naive", "sdpa-flash"))
     assert naive > 2 * fused  # every score computed and moved through memory, against the causal half fused
     settings = TimingSettings(warmup_ms=100, budget_ms=500, min_samples=3)
     flex = registry.get("flex")
     cold = forecast.forecast([(case, flex)], settings, CPU, report=False)
     warm = forecast.forecast([(case, flex)], settings, CPU, report=False,
-                             compiled={forecast.compile_key(case, "flex")})
+                             compiled={flex.compile_key(case)})
     assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s and warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
     assert cold.total_s - warm.total_s == pytest.approx(cold.compile_s - warm.compile_s)
     skipped = forecast.forecast([(case, registry.get("sdpa-cudnn"))], settings, CPU, report=False)
@@ -123,9 +124,8 @@ def test_the_prediction_for_the_long_cpu_block_is_within_2x_of_its_wall_time(tmp
 def test_calibration_apart_runs_in_a_child_process_and_returns_its_measurement() -> None:
     """On CUDA the calibration runs in a child, so the parent holds no context (nor memory) on the GPU the
     workers measure on; the child's numbers come back whole."""
-    import os
 
-    from attnbench.forecast import calibrate_apart
+    from attnbench.calibration import calibrate_apart
 
     machine = calibrate_apart("cpu")
     assert machine.device == "cpu" and not machine.estimate

@@ -10,9 +10,10 @@ import itertools
 
 import pytest
 
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
 
 SDPA = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
@@ -34,7 +35,7 @@ def test_sdpa_kernels_on_cuda_match_or_skip_with_pytorchs_reason(dtype, mask, he
     data = CaseData(case)
     cap = capability()
     for name in SDPA:
-        record = measure(case, default_registry().get(name), data)
+        record = measure_one(case, default_registry().get(name), data)
         if must_be_ok(name, case, cap):
             assert record.status == "ok", (name, f"sm{cap[0]}{cap[1]}", record.status, record.reason)
         else:
@@ -49,14 +50,14 @@ def test_sdpa_kernels_on_cuda_match_or_skip_with_pytorchs_reason(dtype, mask, he
 
 @pytest.mark.gpu
 def test_flash_refuses_float32_instead_of_falling_back() -> None:
-    record = measure(make_case(device="cuda", dtype="float32"), default_registry().get("sdpa-flash"))
+    record = measure_one(make_case(device="cuda", dtype="float32"), default_registry().get("sdpa-flash"))
     assert record.status == "skipped" and "PyTorch refused FLASH_ATTENTION" in record.reason
 
 
 @pytest.mark.gpu
 def test_naive_cuda_memory_is_quadratic_and_flash_linear() -> None:
     def peak(name: str, seq: int) -> int:
-        record = measure(make_case(device="cuda", dtype="bfloat16", seq_len=seq, heads=8, kv_heads=8, head_dim=64),
+        record = measure_one(make_case(device="cuda", dtype="bfloat16", seq_len=seq, heads=8, kv_heads=8, head_dim=64),
                          default_registry().get(name))
         assert record.status == "ok", record.reason
         return record.peak_memory_bytes
@@ -113,22 +114,22 @@ def test_a_call_slow_to_enqueue_is_timed_without_its_launch_latency() -> None:
 @pytest.mark.gpu
 def test_cuda_graph_timer_agrees_with_cuda_events_on_a_long_call_and_refuses_backward() -> None:
     """A call long enough that launch overhead is noise: the graph's per-call time is the event time within 10%."""
-    from attnbench.runner import RunInfo, Runner
+    from attnbench.recording import RunInfo
     from attnbench.timing import CudaEventTimer, CudaGraphTimer, TimingSettings
 
     settings = TimingSettings(warmup_ms=20, budget_ms=100, min_samples=5)
     case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True)
     data = CaseData(case)
     sdpa = default_registry().get("sdpa")
-    graph = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(data, sdpa)
-    events = Runner(RunInfo("e", "t"), CudaEventTimer(flush_l2=False), settings).measure(data, sdpa)
+    graph = measure(data, sdpa, CudaGraphTimer(), Settings(RunInfo("g", "t"), settings))
+    events = measure(data, sdpa, CudaEventTimer(flush_l2=False), Settings(RunInfo("e", "t"), settings))
     assert graph.status == "ok" and graph.timer == "cuda-graph", graph.reason
     assert abs(graph.time_ms / events.time_ms - 1) < 0.10, (graph.time_ms, events.time_ms)
     short = make_case(device="cuda", dtype="bfloat16", seq_len=128, heads=8, kv_heads=8, head_dim=64)
-    quick = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(CaseData(short), sdpa)
+    quick = measure(CaseData(short), sdpa, CudaGraphTimer(), Settings(RunInfo("g", "t"), settings))
     assert quick.status == "ok" and quick.time_ms > 0
     backward = make_case(device="cuda", dtype="bfloat16", mode="fwd_bwd")
-    refused = Runner(RunInfo("g", "t"), CudaGraphTimer(), settings).measure(CaseData(backward), sdpa)
+    refused = measure(CaseData(backward), sdpa, CudaGraphTimer(), Settings(RunInfo("g", "t"), settings))
     assert refused.status == "skipped" and "cuda-graph timer times fwd only" in refused.reason
 
 
@@ -138,14 +139,14 @@ def test_the_flush_is_twice_this_gpus_l2_and_the_interval_stops_sampling() -> No
     long before its budget, with its interval inside ±1%."""
     import torch
 
-    from attnbench.runner import RunInfo, Runner
+    from attnbench.recording import RunInfo
     from attnbench.timing import CudaEventTimer, TimingSettings
 
     timer = CudaEventTimer()
     assert timer.flush_bytes == 2 * torch.cuda.get_device_properties(0).L2_cache_size
     case = make_case(device="cuda", dtype="bfloat16", seq_len=8192, heads=16, kv_heads=16, head_dim=128, causal=True)
     settings = TimingSettings(warmup_ms=100, budget_ms=2000, min_samples=5, precision=0.01)
-    record = Runner(RunInfo("g", "t"), timer, settings).measure(CaseData(case), default_registry().get("sdpa"))
+    record = measure(CaseData(case), default_registry().get("sdpa"), timer, Settings(RunInfo("g", "t"), settings))
     assert record.status == "ok", record.reason
     assert record.extra["l2_flush_bytes"] == timer.flush_bytes
     assert record.stop == "precision" and not record.noisy, (record.stop, record.ci_low_ms, record.ci_high_ms)
@@ -163,7 +164,7 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
 
     for mode in ("fwd", "fwd_bwd"):
         case = make_case(device="cuda", dtype="bfloat16", seq_len=2048, heads=8, kv_heads=8, head_dim=64, mode=mode)
-        record = measure(case, default_registry().get("naive"))
+        record = measure_one(case, default_registry().get("naive"))
         assert record.status == "ok", record.reason
         q, k, v = (torch.randn(1, 8, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=mode != "fwd")
                    for _ in range(3))

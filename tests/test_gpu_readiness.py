@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.measure import Settings, measure
 from attnbench.peaks import peak_for
-from attnbench.runner import RunInfo, percent_of_peak
+from attnbench.recording import RunInfo, percent_of_peak
 from tests.conftest import make_case
 
 
@@ -56,7 +57,7 @@ def test_sdpa_efficient_says_how_it_computes_fp32_on_cuda_only() -> None:
 
 def test_xformers_records_and_pins_its_backward_operator_too(monkeypatch: pytest.MonkeyPatch) -> None:
     from attnbench.backends.xformers_ops import XformersBackend
-    from tests.conftest import measure
+    from tests.conftest import measure_one
     from tests.test_xformers import _standin_module
 
     class StandinBwOp:
@@ -73,7 +74,7 @@ def test_xformers_records_and_pins_its_backward_operator_too(monkeypatch: pytest
     ops.memory_efficient_attention = recording
     ops.fmha._dispatch_bw = lambda inp, varlen_lse_packed: StandinBwOp
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
-    record = measure(make_case(dtype="float32", seq_len=40, heads=2, kv_heads=2, head_dim=16, causal=True,
+    record = measure_one(make_case(dtype="float32", seq_len=40, heads=2, kv_heads=2, head_dim=16, causal=True,
                                mode="fwd_bwd"), XformersBackend())
     assert record.status == "ok", record.reason
     assert "fw op standinF, bw op standinB" in record.kernel
@@ -83,7 +84,6 @@ def test_xformers_records_and_pins_its_backward_operator_too(monkeypatch: pytest
 def test_the_flash_extra_installs_with_xformers() -> None:
     """xformers 0.0.35 takes flash-attn only in [2.7.1, 2.8.4] (ops/fmha/flash.py), else calls itself not installed."""
     import tomllib
-
     from packaging.requirements import Requirement
     from packaging.version import Version
 
@@ -118,10 +118,11 @@ def test_a_device_index_beyond_the_visible_list_is_one_clear_error() -> None:
 def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """After an illegal memory access, releasing memory raises again: it must not escape, and with
     --no-isolate the later measurements are `skipped` naming the broken context instead of erroring."""
-    import attnbench.runner as runner_mod
+    import attnbench.measure as runner_mod
     from attnbench.backends.testing import Raising
+    from attnbench.measure import InProcess
+    from attnbench.recording import RunInfo
     from attnbench.registry import default_registry
-    from attnbench.runner import InProcess, Runner
     from tests.conftest import ONE_SAMPLE
 
     def sticky(device: str, collect: bool = False) -> None:
@@ -131,7 +132,7 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
     monkeypatch.setattr(runner_mod, "cuda_is_broken", lambda device: True)
     from attnbench.timing import ClockTimer
 
-    measurer = InProcess(Runner(RunInfo("r", "t"), ClockTimer(), ONE_SAMPLE))
+    measurer = InProcess(ClockTimer(), Settings(RunInfo("r", "t"), ONE_SAMPLE))
     case = make_case()
     first = measurer.measure(case, Raising())
     assert first.status == "error"
@@ -151,9 +152,9 @@ def _cuda_case(**overrides: object):  # type: ignore[no-untyped-def]
 @pytest.mark.gpu
 def test_flex_forward_backward_runs_on_cuda() -> None:
     from attnbench.registry import default_registry
-    from tests.conftest import measure
+    from tests.conftest import measure_one
 
-    record = measure(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
+    record = measure_one(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
     assert record.status == "ok", record.reason
     assert record.grad_checked and record.extra["mask_build"] == "eager"  # 4 MiB of mask: far below a GPU's share
 
@@ -161,9 +162,9 @@ def test_flex_forward_backward_runs_on_cuda() -> None:
 @pytest.mark.gpu
 def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
     from attnbench.registry import default_registry
-    from tests.conftest import measure
+    from tests.conftest import measure_one
 
-    record = measure(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
+    record = measure_one(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
                      default_registry().get("sliding-window"))
     assert record.status == "ok", record.reason
 
@@ -171,12 +172,12 @@ def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
 @pytest.mark.gpu
 def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> None:
     from attnbench.registry import default_registry
-    from tests.conftest import measure
+    from tests.conftest import measure_one
 
     flash = default_registry().get("sdpa-flash")
-    ok = measure(_cuda_case(), flash)
+    ok = measure_one(_cuda_case(), flash)
     assert ok.status == "ok" and "FLASH_ATTENTION via FA2 (built into PyTorch)" in ok.kernel
-    refused = measure(_cuda_case(window=64), flash)
+    refused = measure_one(_cuda_case(window=64), flash)
     assert refused.status == "skipped"
     assert refused.reason.startswith("PyTorch refused FLASH_ATTENTION: Flash Attention does not support non-null")
     assert "Triggered internally" not in refused.reason and "runtime disabled" not in refused.reason
@@ -184,17 +185,16 @@ def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> No
 
 @pytest.mark.gpu
 def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
+    import torch
+
+    from attnbench.inputs import CaseData
+    from attnbench.recording import RunInfo
     from attnbench.registry import default_registry
-    from attnbench.runner import RunInfo, Runner
     from attnbench.timing import CudaEventTimer
     from tests.conftest import ONE_SAMPLE
 
-    import torch
-
-    runner = Runner(RunInfo("r", "t", torch.cuda.get_device_name(0)), CudaEventTimer(), ONE_SAMPLE)
-    from attnbench.runner import CaseData
-
-    record = runner.measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"))
+    record = measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"),
+                     CudaEventTimer(), Settings(RunInfo("r", "t", torch.cuda.get_device_name(0)), ONE_SAMPLE))
     assert record.status == "ok", record.reason
     assert record.extra["fp32_math"] == "3xTF32"
     if record.percent_of_peak is not None:

@@ -15,7 +15,7 @@ import torch
 
 from attnbench.case import Case
 from attnbench.registry import default_registry
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 
 def gpu_case(**overrides) -> Case:  # type: ignore[no-untyped-def]
@@ -51,7 +51,7 @@ def test_workload_axes_on_the_real_library(name: str, workload: str) -> None:
     reason = backend.availability("cuda") or backend.unsupported(c) or unmapped_axes(backend, c)
     if reason:
         pytest.skip(f"{name}: {reason}")
-    record = measure(c, backend)
+    record = measure_one(c, backend)
     cap = torch.cuda.get_device_capability()
     must = name == "sdpa-varlen" and (8, 0) <= cap < (10, 0)
     if record.status == "skipped" and not must:

@@ -10,7 +10,7 @@ import pytest
 
 from attnbench import gpustate
 from attnbench.gpustate import GpuId, GpuStateError, NvmlReader, SmiReader
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 from tests.fake_nvml import H200_BUS, H200_UUID, FakeNvml
 
 DATA = Path(__file__).parent / "data" / "gpustate"
@@ -253,7 +253,7 @@ def test_a_cpu_measurement_and_env_have_no_gpu_state_at_all(tmp_path: Path) -> N
     from attnbench.env import collect_env
     from attnbench.registry import default_registry
 
-    record = measure(make_case(), default_registry().get("naive"))
+    record = measure_one(make_case(), default_registry().get("naive"))
     assert record.status == "ok" and record.throttled is None
     assert not {"sm_clock_mhz", "clock_event_reasons", "other_gpu_processes", "gpu_state_error"} & set(record.extra)
     assert "gpu_state" not in collect_env("cpu")
@@ -322,7 +322,7 @@ def test_the_run_summary_marks_a_throttled_median() -> None:
     from rich.console import Console
 
     from attnbench.results import Record
-    from attnbench.session import print_summary
+    from attnbench.tables import print_summary
 
     case = make_case(device="cuda").fields()
     record = Record(run_id="r", suite="s", timestamp="t", backend="sdpa", status="ok", time_ms=1.0, time_ms_iqr=0.01,

@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.isolation import Isolated, WorkerConfig
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.results import Record, load_records
-from attnbench.runner import RunInfo, Runner
-from attnbench.timing import ClockTimer
+from attnbench.schedule import Schedule
 from tests.conftest import ONE_SAMPLE, make_case
 
 PLUGINS = ("attnbench.backends.testing:FAULTY", "attnbench.backends.testing:CRASHING")
@@ -58,13 +58,12 @@ def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) ->
 def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() -> None:
     registry = default_registry(list(PLUGINS))
     info = RunInfo("r", "unit", "cpu")
-    runner = Runner(info, ClockTimer(), ONE_SAMPLE)
-    isolated = Isolated(WorkerConfig(info, "cpu", ONE_SAMPLE, PLUGINS), runner, timeout_s=60)
+    isolated = Isolated(WorkerConfig(info, "cpu", ONE_SAMPLE, PLUGINS), timeout_s=60)
     case, other = make_case(seq_len=32), make_case(seq_len=48)
     tasks = [(case, registry.get(name)) for name in ("faulty-raise", "naive", "faulty-exit", "naive")]
     tasks.append((other, registry.get("sdpa")))
     records: list[Record] = []
-    runner.run_tasks(tasks, records.append, isolated)
+    Schedule(info).run(tasks, records.append, isolated)
     assert [r.status for r in records] == ["error", "ok", "error", "ok", "ok"]
     assert isolated.started == 2, "one worker until the exit, a fresh one after it"
     assert records[4].seq_len == 48 and records[4].backend == "sdpa"

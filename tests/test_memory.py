@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from attnbench.registry import default_registry
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 
 def peaks(name: str) -> tuple[int, int]:
     backend = default_registry().get(name)
-    small, large = (measure(make_case(seq_len=s, heads=4, head_dim=64), backend) for s in (1024, 2048))
+    small, large = (measure_one(make_case(seq_len=s, heads=4, head_dim=64), backend) for s in (1024, 2048))
     assert small.status == large.status == "ok"
     assert small.memory_method == "torch.profiler CPU allocator events"
     return small.peak_memory_bytes, large.peak_memory_bytes

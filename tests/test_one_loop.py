@@ -1,42 +1,49 @@
-"""One measurement loop: a queue of whole cases feeding any number of measurers; devices.py goes through it.
-And one pass: no call of the timed function is made only to read memory."""
+"""One measurement loop (attnbench.schedule): a queue of whole cases feeding any number of measurers; a run on
+several GPUs goes through it. And one pass: no call of the timed function is made only to read memory."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from attnbench import devices
+from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.naive import naive_attention
 from attnbench.backends.testing import OutOfMemory
 from attnbench.case import Case
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo, unmeasured
 from attnbench.registry import default_registry
 from attnbench.results import Record
-from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.schedule import Schedule
 from attnbench.timing import ClockTimer, TimingSettings
-from tests.conftest import ONE_SAMPLE, make_case
+from tests.conftest import make_case
 
 
 class FakeMeasurer:
     """Answers every task `ok` after a short sleep, noting which thread measured what."""
 
-    def __init__(self, runner: Runner, log: list[tuple[str, str, str]]) -> None:
-        self.runner, self.log, self.closed = runner, log, False
+    def __init__(self, log: list[tuple[str, str, str]]) -> None:
+        self.log, self.closed = log, False
 
     def measure(self, case: Case, backend: Backend) -> Record:
         self.log.append((threading.current_thread().name, case.case_id, backend.name))
         if backend.name == "faulty-oom":  # at once: every other measurer is still busy with its case's naive
-            return self.runner.unmeasured(case, backend, "oom", "planted")
+            return unmeasured(INFO, case, backend, "oom", "planted")
         time.sleep(0.05)
-        record = self.runner.unmeasured(case, backend, "skipped", "fake")
+        record = unmeasured(INFO, case, backend, "skipped", "fake")
         record.status, record.reason = "ok", None
         return record
 
     def close(self) -> None:
         self.closed = True
+
+
+INFO = RunInfo("r", "t")
 
 
 def tasks() -> list[tuple[Case, Backend]]:
@@ -46,11 +53,10 @@ def tasks() -> list[tuple[Case, Backend]]:
 
 
 def test_several_measurers_share_one_queue_of_whole_cases_and_one_oom_pruner() -> None:
-    runner = Runner(RunInfo("r", "t"), ClockTimer(), ONE_SAMPLE)
     log: list[tuple[str, str, str]] = []
-    measurers = [FakeMeasurer(runner, log) for _ in range(2)]
+    measurers = [FakeMeasurer(log) for _ in range(2)]
     records: list[Record] = []
-    made = runner.run_tasks(tasks(), records.append, measurers)
+    made = Schedule(INFO).run(tasks(), records.append, measurers)
     assert made == len(records) == 12
     assert all(m.closed for m in measurers)
     by_case: dict[str, set[str]] = {}
@@ -64,18 +70,24 @@ def test_several_measurers_share_one_queue_of_whole_cases_and_one_oom_pruner() -
     assert pruned[(2, 64)] == pruned[(4, 64)] == "oom at seq_len 16; longer sequences not tried"
 
 
-def test_the_multi_gpu_path_calls_the_runners_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[object] = []
-    monkeypatch.setattr(Runner, "run_tasks", lambda self, t, sink, measurer=None: seen.append(measurer) or 7)
-    runner = Runner(RunInfo("r", "t"), ClockTimer(), ONE_SAMPLE)
-    measurers = [FakeMeasurer(runner, []), FakeMeasurer(runner, [])]
-    assert devices.run_on_devices(runner, tasks(), lambda r: None, measurers) == 7
-    assert seen == [measurers]
+def test_a_run_on_several_gpus_goes_through_the_one_loop_with_a_worker_per_gpu(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from attnbench.cli import app
+    from attnbench.isolation import Isolated
+
+    seen: list[list[object]] = []
+    monkeypatch.setattr(Schedule, "run", lambda self, tasks, sink, measurers: seen.append(measurers) or 0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    CliRunner().invoke(app, ["run", "quick", "--devices", "0,1", "--backend", "naive", "--out", str(tmp_path / "o")])
+    (measurers,) = seen
+    assert all(isinstance(m, Isolated) for m in measurers)
+    assert [m.config.env["CUDA_VISIBLE_DEVICES"] for m in measurers] == ["0", "1"]
 
 
 def test_a_stop_request_lets_every_measurer_finish_its_current_measurement_only() -> None:
     stop = threading.Event()
-    runner = Runner(RunInfo("r", "t"), ClockTimer(), ONE_SAMPLE, should_stop=stop.is_set)
     records: list[Record] = []
 
     def sink(record: Record) -> None:
@@ -83,7 +95,7 @@ def test_a_stop_request_lets_every_measurer_finish_its_current_measurement_only(
         if len(records) == 3:
             stop.set()
 
-    runner.run_tasks(tasks(), sink, [FakeMeasurer(runner, []) for _ in range(2)])
+    Schedule(INFO, should_stop=stop.is_set).run(tasks(), sink, [FakeMeasurer([]) for _ in range(2)])
     assert 3 <= len(records) <= 4  # the other measurer may be finishing the one it had started
 
 
@@ -98,7 +110,7 @@ class Counting(Backend):
     def prepare(self, case: Case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         def call(q, k, v):  # type: ignore[no-untyped-def]
             self.calls += 1
-            return naive_attention(q, k, v, case.mask())
+            return naive_attention(q, k, v, workload.mask(case))
 
         return Prepared((q, k, v), call, kernel="counting")
 
@@ -110,8 +122,8 @@ def test_peak_memory_costs_no_call_of_its_own(mode: str) -> None:
     and the peak is measured."""
     backend = Counting()
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=4, max_samples=4)
-    record = Runner(RunInfo("r", "t"), ClockTimer(), settings).measure(
-        CaseData(make_case(seq_len=256, causal=True, mode=mode)), backend)
+    record = measure(CaseData(make_case(seq_len=256, causal=True, mode=mode)), backend, ClockTimer(),
+                     Settings(INFO, settings))
     assert record.status == "ok"
     timed_calls = record.samples + record.extra["warmup_calls"]
     check_is_a_sample = record.extra.get("check_sampled", False)  # a forward's check may also be a sample

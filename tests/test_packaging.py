@@ -7,9 +7,9 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 from typer.testing import CliRunner

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench import counting
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
 from attnbench.peaks import peak_bandwidth_for, peak_for
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import TimingSettings
 from tests.conftest import make_case
 
@@ -28,23 +31,23 @@ class FixedTimer:
 def test_flops_and_bytes_by_hand() -> None:
     # b1 h2 (kv 1) d4, Sq = Sk = 3, causal: visible pairs 1 + 2 + 3 = 6.
     case = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True)
-    assert case.flops() == 4 * 1 * 2 * 4 * 6
+    assert counting.flops(case) == 4 * 1 * 2 * 4 * 6
     q = o = 1 * 2 * 3 * 4 * 4  # fp32
     k = v = 1 * 1 * 3 * 4 * 4
-    assert case.bytes_moved() == q + k + v + o == case.io_bytes() == 288
+    assert counting.bytes_moved(case) == q + k + v + o == counting.io_bytes(case) == 288
     bwd = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True, mode="bwd")
-    assert bwd.flops() == int(2.5 * 4 * 2 * 4 * 6)
-    assert bwd.bytes_moved() == 2 * (q + k + v) + 2 * o  # reads Q K V O dO, writes dQ dK dV
+    assert counting.flops(bwd) == int(2.5 * 4 * 2 * 4 * 6)
+    assert counting.bytes_moved(bwd) == 2 * (q + k + v) + 2 * o  # reads Q K V O dO, writes dQ dK dV
     both = make_case(batch=1, heads=2, kv_heads=1, head_dim=4, seq_len=3, causal=True, mode="fwd_bwd")
-    assert both.bytes_moved() == 3 * (q + k + v) + 3 * o
+    assert counting.bytes_moved(both) == 3 * (q + k + v) + 3 * o
 
 
 def test_decode_bytes_are_dominated_by_the_kv_cache() -> None:
     # One query over 1000 keys, 8 query heads on 2 KV heads, d64, bf16: K and V are 2*2*1000*64*2 bytes.
     case = make_case(dtype="bfloat16", heads=8, kv_heads=2, head_dim=64, seq_len=1, kv_seq_len=1000)
     assert case.memory_bound
-    assert case.bytes_moved() == 2 * (8 * 64 * 2) + 2 * (2 * 1000 * 64 * 2)
-    assert case.flops() == 4 * 8 * 64 * 1000
+    assert counting.bytes_moved(case) == 2 * (8 * 64 * 2) + 2 * (2 * 1000 * 64 * 2)
+    assert counting.flops(case) == 4 * 8 * 64 * 1000
 
 
 @pytest.mark.parametrize(("name", "bandwidth"), [
@@ -65,16 +68,15 @@ def test_an_override_wins_and_says_so() -> None:
 
 
 def measure_with(case: object, info: RunInfo, ms: float = 1.0) -> object:
-    runner = Runner(info, FixedTimer(ms), ONE_MS)
-    return runner.measure(CaseData(case), default_registry().get("naive"))  # type: ignore[arg-type]
+    return measure(CaseData(case), default_registry().get("naive"), FixedTimer(ms), Settings(info, ONE_MS))  # type: ignore[arg-type]
 
 
 def test_percent_of_peak_against_an_overridden_compute_roof() -> None:
     case = make_case(seq_len=64, heads=4, head_dim=32)
     record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01))
-    tflops = case.flops() / 1e-3 / 1e12
+    tflops = counting.flops(case) / 1e-3 / 1e12
     assert record.tflops == pytest.approx(tflops)
-    assert record.bandwidth_gbs == pytest.approx(case.bytes_moved() / 1e-3 / 1e9)
+    assert record.bandwidth_gbs == pytest.approx(counting.bytes_moved(case) / 1e-3 / 1e9)
     assert record.percent_of_peak == pytest.approx(100 * tflops / 0.01)
     assert record.extra["peak_source"] == "--peak-tflops" and record.extra["peak_bound"] == "compute"
 
@@ -82,14 +84,14 @@ def test_percent_of_peak_against_an_overridden_compute_roof() -> None:
 def test_decode_percent_of_peak_is_of_memory_bandwidth() -> None:
     case = make_case(seq_len=1, kv_seq_len=512, heads=4, kv_heads=1, head_dim=32)
     record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01, peak_bandwidth_gbs=1.0), ms=0.5)
-    assert record.percent_of_peak == pytest.approx(100 * (case.bytes_moved() / 0.5e-3 / 1e9) / 1.0)
+    assert record.percent_of_peak == pytest.approx(100 * (counting.bytes_moved(case) / 0.5e-3 / 1e9) / 1.0)
     assert record.extra["peak_bound"] == "memory" and record.extra["peak_source"] == "--peak-bandwidth"
 
 
 def test_a_cpu_has_no_peak() -> None:
     record = measure_with(make_case(), RunInfo("r", "t", "Intel(R) Xeon(R) CPU"))
     assert record.status == "ok" and record.percent_of_peak is None and record.extra["peak_source"] is None
-    assert record.bytes_moved == make_case().bytes_moved()
+    assert record.bytes_moved == counting.bytes_moved(make_case())
 
 
 def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
@@ -120,9 +122,9 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
 def test_a_window_reads_only_the_keys_it_can_see() -> None:
     # One query, window 256 over an 8192-key cache: 257 K and V rows are read, not 8192.
     case = make_case(seq_len=1, kv_seq_len=8192, heads=8, kv_heads=2, head_dim=64, causal=True, window=256)
-    assert case.keys_seen() == 257
-    assert case.bytes_moved() == 2 * (8 * 64 * 4) + 2 * (2 * 257 * 64 * 4)
+    assert counting.keys_seen(case) == 257
+    assert counting.bytes_moved(case) == 2 * (8 * 64 * 4) + 2 * (2 * 257 * 64 * 4)
     # Prefill with a window: every key is seen by some query.
-    assert make_case(seq_len=512, causal=True, window=64).keys_seen() == 512
+    assert counting.keys_seen(make_case(seq_len=512, causal=True, window=64)) == 512
     # 16 queries at the end of an 80-key cache, window 16: keys 48 to 79.
-    assert make_case(seq_len=16, kv_seq_len=80, causal=True, window=16).keys_seen() == 32
+    assert counting.keys_seen(make_case(seq_len=16, kv_seq_len=80, causal=True, window=16)) == 32

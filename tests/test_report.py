@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image  # matplotlib depends on Pillow, so it is there wherever reports can be drawn
+from PIL import (
+    Image,  # matplotlib depends on Pillow, so it is there wherever reports can be drawn
+)
 
 from attnbench.errors import ResultsError
 from attnbench.report import render_report

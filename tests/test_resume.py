@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from attnbench import session
 from attnbench.cli import app
+from attnbench.options import RunOptions
 from attnbench.results import key_of, load_records
 
 ROOT = Path(__file__).parent.parent
@@ -54,7 +55,7 @@ def wait_for_records(out: Path, n: int, proc: subprocess.Popen) -> None:
 
 
 def planned_keys(suite: Path) -> list[tuple]:
-    return sorted(session.task_key(*t) for t in session.plan(suite, None, "cpu", []).tasks())
+    return sorted(session.task_key(*t) for t in session.plan(suite, RunOptions(device="cpu")).tasks())
 
 
 @pytest.mark.slow

@@ -7,9 +7,11 @@ import random
 
 import pytest
 
+from attnbench.inputs import CaseData
 from attnbench.interval import median_interval, rank, samples_needed
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import ClockTimer, TimingSettings
 from tests.conftest import make_case
 
@@ -31,7 +33,7 @@ class ScriptClock:
         return self.now
 
 
-def measure(durations_ms, **settings: float):  # type: ignore[no-untyped-def]
+def time_calls(durations_ms, **settings: float):  # type: ignore[no-untyped-def]
     clock = ScriptClock(durations_ms)
     samples = ClockTimer(clock).measure(lambda: None, TimingSettings(**settings))  # type: ignore[arg-type]
     return samples, clock
@@ -71,12 +73,12 @@ def test_samples_needed_scales_with_the_square_of_the_width() -> None:
 
 
 def test_precision_zero_samples_to_the_budget() -> None:
-    samples, clock = measure(lambda i: 2.0 + 0.01 * (i % 3), warmup_ms=0, budget_ms=40, min_samples=3, precision=0.0)
+    samples, clock = time_calls(lambda i: 2.0 + 0.01 * (i % 3), warmup_ms=0, budget_ms=40, min_samples=3, precision=0.0)
     assert samples.stop == "budget" and 18 <= len(samples) <= 30
 
 
 def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
-    samples, clock = measure(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
+    samples, clock = time_calls(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
     assert samples.stop == "precision"
     assert list(samples) == [2.0] * 6  # six samples are the fewest with a 95% interval
     # the batch of five after the first call agreed with it, and the first call with them: all six are samples
@@ -87,7 +89,7 @@ def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
 def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
     """Calls take 9, 5, 3, then 1 ms: warm-up runs batches until consecutive medians agree, far inside 100 ms."""
     slow = [9.0, 5.0, 3.0]
-    samples, _ = measure(lambda i: slow[i] if i < len(slow) else 1.0, warmup_ms=100, budget_ms=50, min_samples=3)
+    samples, _ = time_calls(lambda i: slow[i] if i < len(slow) else 1.0, warmup_ms=100, budget_ms=50, min_samples=3)
     assert samples.steady and samples.warmup_ms < 30
     assert 9.0 not in samples and 5.0 not in samples and 3.0 not in samples
     assert samples.stop == "precision"
@@ -95,14 +97,14 @@ def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
 
 def test_a_slow_call_warm_from_the_start_costs_no_warm_up_and_a_cold_one_costs_one_call() -> None:
     """10 ms calls with warmup_ms 1: the one warm-up call is kept when it agrees with the samples after it."""
-    warm, clock = measure(lambda i: 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
+    warm, clock = time_calls(lambda i: 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
     assert list(warm) == [10.0] * 6 and warm.warmup_calls == 0 and clock.calls == 6
-    cold, clock = measure(lambda i: 20.0 if i == 0 else 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
+    cold, clock = time_calls(lambda i: 20.0 if i == 0 else 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
     assert list(cold) == [10.0] * 6 and cold.warmup_calls == 1 and cold.warmup_ms == 20.0 and clock.calls == 7
 
 
 def test_warm_up_is_bounded_by_warmup_ms_when_calls_never_settle() -> None:
-    samples, _ = measure(lambda i: 1.0 + 0.1 * i, warmup_ms=5, budget_ms=3, min_samples=2)
+    samples, _ = time_calls(lambda i: 1.0 + 0.1 * i, warmup_ms=5, budget_ms=3, min_samples=2)
     assert not samples.steady
     assert 5 <= samples.warmup_ms < 5 + 2.0  # stops with the batch that passes warmup_ms
     assert samples.stop == "budget" and len(samples) in (2, 3)  # a batch sized from the estimate may pass it by one
@@ -110,17 +112,17 @@ def test_warm_up_is_bounded_by_warmup_ms_when_calls_never_settle() -> None:
 
 def test_a_spread_that_never_narrows_stops_at_the_budget_or_at_max_samples() -> None:
     alternating = lambda i: 1.0 if i % 2 else 1.2  # noqa: E731 - the median's interval stays ±10% wide
-    samples, _ = measure(alternating, warmup_ms=0, budget_ms=40, min_samples=3)
+    samples, _ = time_calls(alternating, warmup_ms=0, budget_ms=40, min_samples=3)
     assert samples.stop == "budget" and 40 <= sum(samples) < 40 + 1.2 * 10
-    capped, _ = measure(alternating, warmup_ms=0, budget_ms=10_000, min_samples=3, max_samples=50)
+    capped, _ = time_calls(alternating, warmup_ms=0, budget_ms=10_000, min_samples=3, max_samples=50)
     assert capped.stop == "max_samples" and len(capped) == 50
 
 
 def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
     rng = random.Random(3)
     noise = [1.0 + rng.gauss(0, 0.03) for _ in range(100_000)]
-    loose, _ = measure(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.02)
-    tight, _ = measure(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.004,
+    loose, _ = time_calls(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.02)
+    tight, _ = time_calls(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.004,
                        max_samples=100_000)
     assert loose.stop == tight.stop == "precision"
     assert len(loose) < 60 < 200 < len(tight)
@@ -129,9 +131,8 @@ def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
 
 def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     clock = ScriptClock(lambda i: 1.0 if i % 2 else 1.5)
-    runner = Runner(RunInfo("r", "t"), ClockTimer(clock),
-                    TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01))
-    record = runner.measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    record = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(clock),
+                     Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01)))
     assert record.status == "ok" and record.stop == "budget"
     interval = median_interval(record.times_ms)
     assert (record.ci_low_ms, record.ci_high_ms, record.ci_level) == (interval.low, interval.high, interval.level)
@@ -142,9 +143,8 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     assert record.extra["warmup_calls"] == 0 and record.extra["check_ms"] > 0
     assert clock.calls == record.samples + (0 if record.extra["check_sampled"] else 1)
 
-    steady = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 1.0)),
-                    TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3))
-    calm = steady.measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    calm = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(ScriptClock(lambda i: 1.0)),
+                   Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3)))
     assert calm.stop == "precision" and not calm.noisy and calm.ci_low_ms == calm.ci_high_ms == 1.0
 
 
@@ -152,12 +152,12 @@ def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_c
     naive = default_registry().get("naive")
     settings = TimingSettings(warmup_ms=5, budget_ms=0, min_samples=3, max_samples=3)
     clock = ScriptClock(lambda i: 10.0 if i == 0 else 2.0)  # the first timed call is cold
-    backward = Runner(RunInfo("r", "t"), ClockTimer(clock), settings).measure(
-        CaseData(make_case(seq_len=32, mode="fwd_bwd")), naive)
+    backward = measure(
+        CaseData(make_case(seq_len=32, mode="fwd_bwd")), naive, ClockTimer(clock), Settings(RunInfo("r", "t"), settings))
     assert backward.extra["warmup_calls"] >= 1 and backward.times_ms == [2.0, 2.0, 2.0] and "check_ms" not in backward.extra
     slow = dataclasses.replace(settings, warmup_ms=0.001)  # any checked call takes longer than 1 µs
-    forward = Runner(RunInfo("r", "t"), ClockTimer(ScriptClock(lambda i: 2.0)), slow).measure(
-        CaseData(make_case(seq_len=32)), naive)
+    forward = measure(
+        CaseData(make_case(seq_len=32)), naive, ClockTimer(ScriptClock(lambda i: 2.0)), Settings(RunInfo("r", "t"), slow))
     assert forward.extra["warmup_calls"] == 0 and forward.times_ms == [2.0, 2.0, 2.0]
 
 
@@ -169,8 +169,8 @@ def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> N
             fn()
             return [1.0] * 8
 
-    record = Runner(RunInfo("r", "t"), Plain(), TimingSettings()).measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    record = measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), Plain(), Settings(RunInfo("r", "t"), TimingSettings()))
     assert record.stop == "precision" and (record.ci_low_ms, record.ci_high_ms) == (1.0, 1.0)
     assert "warmup_calls" not in record.extra
 
@@ -182,11 +182,11 @@ def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> No
     warm-up, three samples) plus one for memory."""
     clock = ScriptClock(lambda i: 2.0)
     settings = TimingSettings(warmup_ms=0.001, budget_ms=0, min_samples=3, max_samples=3)
-    record = Runner(RunInfo("r", "t"), ClockTimer(clock), settings).measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    record = measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(clock), Settings(RunInfo("r", "t"), settings))
     assert record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and clock.calls == 3
     assert record.memory_method == "torch.profiler CPU allocator events" and record.peak_memory_bytes > 0
     cold = ScriptClock(lambda i: 9.0 if i == 0 else 2.0)  # the checked call was slower: not a sample
-    record = Runner(RunInfo("r", "t"), ClockTimer(cold), settings).measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"))
+    record = measure(
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(cold), Settings(RunInfo("r", "t"), settings))
     assert not record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and cold.calls == 4

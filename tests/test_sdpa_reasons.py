@@ -13,7 +13,7 @@ from attnbench.backends.base import module_owner
 from attnbench.backends.flash import output_of
 from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
 from attnbench.registry import default_registry
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 # The warnings PyTorch 2.11 gave on an H200 for one call pinned to one kernel, in order (windowed MHA
 # pinned to FLASH; GQA pinned to EFFICIENT). The cuDNN block is as sdp_utils.cpp words it.
@@ -98,7 +98,7 @@ def test_an_fa3_that_is_not_installed_is_pytorchs_own_refusal() -> None:
 
 
 def test_sdpa_flash_says_which_flash_implementation_ran() -> None:
-    record = measure(make_case(causal=True), default_registry().get("sdpa-flash"))
+    record = measure_one(make_case(causal=True), default_registry().get("sdpa-flash"))
     assert record.status == "ok", record.reason
     assert "FLASH_ATTENTION (PyTorch's CPU flash kernel)" in record.kernel
 

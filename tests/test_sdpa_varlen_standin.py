@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 
 import pytest
 import torch
@@ -22,7 +21,7 @@ import attnbench.backends.sdpa_varlen as adapter
 from attnbench import workload
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
 from attnbench.conformance import check_backend
-from tests.conftest import assert_sabotage_caught, make_case, measure
+from tests.conftest import assert_sabotage_caught, make_case, measure_one
 
 
 def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-untyped-def]
@@ -115,7 +114,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: str) -> None:
     c = CASES[name]
-    record = measure(c, SdpaVarlen())
+    record = measure_one(c, SdpaVarlen())
     assert record.status == "ok", record.reason
     assert record.grad_checked == c.needs_grad
     assert standin[-1]["paged"] == (c.page_size is not None)
@@ -151,9 +150,9 @@ def test_packed_keys_hold_only_each_requests_own() -> None:
 
 
 def test_kernel_field(standin) -> None:
-    record = measure(CASES["documents-random-window-gqa"], SdpaVarlen())
+    record = measure_one(CASES["documents-random-window-gqa"], SdpaVarlen())
     assert record.kernel.endswith("varlen_attn(window_size=(6, 0), 5 sequences, native GQA 4/2)")
-    record = measure(CASES["paged-256"], SdpaVarlen())
+    record = measure_one(CASES["paged-256"], SdpaVarlen())
     assert "block_table over pages of 256" in record.kernel
 
 
@@ -235,7 +234,7 @@ def test_gqa_without_enable_gqa_in_the_signature_passes_fewer_heads_natively(mon
 
     monkeypatch.setattr(importlib.import_module("torch.nn.attention.varlen"), "varlen_attn", varlen_attn)
     monkeypatch.setattr(SdpaVarlen, "devices", ("cpu", "cuda"))
-    record = measure(CASES["documents-random-window-gqa"], SdpaVarlen())
+    record = measure_one(CASES["documents-random-window-gqa"], SdpaVarlen())
     assert record.status == "ok", record.reason
 
 

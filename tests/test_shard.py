@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from attnbench import session
 from attnbench.cli import app
+from attnbench.options import RunOptions
 from attnbench.results import key_of, load_records
 from attnbench.shard import cost, parse_shard, select
 
@@ -38,7 +39,7 @@ def invoke(*args: object) -> object:
 
 
 def test_shards_cover_every_measurement_once_with_balanced_cost(suite: Path) -> None:
-    plan = session.plan(suite, None, "cpu", [])
+    plan = session.plan(suite, RunOptions(device="cpu"))
     tasks = plan.tasks()
     assert len(tasks) == 6 * 3
     for count in (1, 2, 3, 5):
@@ -69,7 +70,7 @@ def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite:
     assert sum(sizes) == 18 and min(sizes) > 0
     merged = invoke("merge", tmp_path / "s0", tmp_path / "s1", "--out", tmp_path / "all")
     assert merged.exit_code == 0, merged.output
-    plan = session.plan(suite, None, "cpu", [])
+    plan = session.plan(suite, RunOptions(device="cpu"))
     records = load_records(tmp_path / "all")
     assert sorted(key_of(r) for r in records) == sorted(session.task_key(*t) for t in plan.tasks())
     assert (tmp_path / "all" / "report.html").is_file()

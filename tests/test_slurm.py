@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import slurm_cluster
 from rich.console import Console
 
-import slurm_cluster
 from attnbench import session
+from attnbench.options import RunOptions
 from attnbench.results import key_of, load_records
 
 pytestmark = pytest.mark.slurm
@@ -77,7 +78,7 @@ def submitted(output: str) -> tuple[str | None, str, str]:
 def one_machine_keys(suite: Path, out: Path) -> Counter:
     """The measurements a plain `attnbench run` of the suite on this machine records (its report left out)."""
     quiet = Console(file=io.StringIO())
-    session.execute(session.plan(suite, None, None, []), out, quiet, quiet, lambda: False)
+    session.execute(session.plan(suite, RunOptions()), out, quiet, lambda: False)
     return Counter(key_of(r) for r in load_records(out))
 
 

@@ -17,7 +17,15 @@ from attnbench import submit
 from attnbench.cli import app
 from attnbench.env import slurm_job
 from attnbench.errors import AttnbenchError
-from attnbench.sbatch import Batch, Layout, SlurmOptions, array_script, merge_script, parse_time
+from attnbench.options import RunOptions
+from attnbench.sbatch import (
+    Batch,
+    Layout,
+    SlurmOptions,
+    array_script,
+    merge_script,
+    parse_time,
+)
 from attnbench.status import parse_states, scheduler_states
 
 SUITE = """\
@@ -131,7 +139,7 @@ def fill(shard: Path, measurements: int) -> None:
 
 
 def request(suite: Path, out: Path, shards: int = 3, **slurm: object) -> submit.Request:
-    return submit.Request(suite, shards, out, SlurmOptions(**slurm), run_options=("--timeout", "30"))  # type: ignore
+    return submit.Request(suite, shards, out, SlurmOptions(**slurm), RunOptions(timeout_s=30))  # type: ignore
 
 
 def test_a_resubmission_sends_only_the_unfinished_shards_and_the_merge_after_them(suite: Path,

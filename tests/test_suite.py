@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from attnbench import workload
 from attnbench.errors import SuiteError
 from attnbench.suite import load_suite
 
@@ -188,12 +189,12 @@ def test_tp_replicates_kv_heads_only_when_the_gpus_divide_evenly(tmp_path: Path)
 def test_fewer_keys_than_queries_is_refused_only_where_a_query_sees_none(tmp_path: Path) -> None:
     two_sided = "name: t\nsweep: {seq_len: 64, kv_seq_len: 7, window: 300, heads: 2, head_dim: 8}\n"
     (case,) = load_suite(write(tmp_path, two_sided)).cases("cpu")
-    assert case.visible_total() == 64 * 7  # every query sees every key
+    assert workload.visible_total(case) == 64 * 7  # every query sees every key
     narrow = two_sided.replace("window: 300", "window: 50")
     message = refused(tmp_path, narrow)
     assert "sweep.kv_seq_len: query 0 of 64 sees no key (7 keys, no causal mask, window 50" in message
     (fine,) = load_suite(write(tmp_path, narrow.replace("window: 50", "window: 57"))).cases("cpu")  # query 0 at -57
-    assert fine.empty_query() is None
+    assert workload.empty_query(fine) is None
     causal = refused(tmp_path, "name: t\nsweep: {seq_len: 64, kv_seq_len: 7, causal: true, heads: 2, head_dim: 8}\n")
     assert "query 0 of 64 sees no key" in causal
 

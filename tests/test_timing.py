@@ -11,10 +11,20 @@ import torch
 
 from attnbench import timing
 from attnbench.errors import AttnbenchError
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
-from attnbench.timing import (L2_FLUSH_BYTES, ClockTimer, CudaEventTimer, CudaGraphTimer, TimingSettings, graph_calls,
-                              summarize, timer_for)
+from attnbench.timing import (
+    L2_FLUSH_BYTES,
+    ClockTimer,
+    CudaEventTimer,
+    CudaGraphTimer,
+    TimingSettings,
+    graph_calls,
+    summarize,
+    timer_for,
+)
 from tests.conftest import make_case
 
 
@@ -48,13 +58,13 @@ def fidelity_rounds(rounds: int = 8) -> tuple[list[float], list[float]]:
 
     case = make_case(seq_len=1024, heads=8, kv_heads=8, head_dim=64, causal=True)
     data = CaseData(case)
-    runner = Runner(RunInfo("fidelity", "t"), ClockTimer(), TimingSettings(warmup_ms=50, budget_ms=300))
+    settings = Settings(RunInfo("fidelity", "t"), TimingSettings(warmup_ms=50, budget_ms=300))
     q, k, v = data.inputs.q, data.inputs.k, data.inputs.v
     timer = Timer("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                   globals={"F": torch.nn.functional, "q": q, "k": k, "v": v}, num_threads=torch.get_num_threads())
 
     def attnbench_ms() -> float:
-        record = runner.measure(data, default_registry().get("sdpa-math"))
+        record = measure(data, default_registry().get("sdpa-math"), ClockTimer(), settings)
         assert record.status == "ok"
         return record.time_ms
 
@@ -119,8 +129,8 @@ def test_clock_timer_samples_flow_into_the_record_exactly() -> None:
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8)
     case = make_case(seq_len=32)
     naive = default_registry().get("naive")
-    record = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), settings).measure(
-        CaseData(case), naive)
+    record = measure(
+        CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), Settings(RunInfo("r", "t"), settings))
     assert record.status == "ok"
     # a forward's checked call is its warm-up (warmup_ms 0) and took the first 1 ms by the same clock; it did not
     # agree with the samples after it, so it is no sample: the eight samples are the next eight durations
@@ -134,15 +144,14 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not() -> None:
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.05)
     case = make_case(seq_len=32)
     naive = default_registry().get("naive")
-    noisy = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), settings).measure(CaseData(case), naive)
+    noisy = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), Settings(RunInfo("r", "t"), settings))
     assert noisy.status == "ok" and noisy.noisy
     assert noisy.time_ms_iqr > 0.1 * noisy.time_ms
-    steady = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])), settings).measure(CaseData(case), naive)
+    steady = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.02, 1.04])), Settings(RunInfo("r", "t"), settings))
     assert steady.status == "ok" and not steady.noisy
     assert not summarize([1.0, 1.0, 1.1, 1.1]).noisy and summarize([1.0, 1.0, 1.3, 1.3]).noisy
-    strict = Runner(RunInfo("r", "t"), ClockTimer(SpreadClock([1.0, 1.02, 1.04])),
-                    TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.01))
-    narrow_iqr = strict.measure(CaseData(case), naive)
+    narrow_iqr = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.02, 1.04])), Settings(
+        RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.01)))
     assert narrow_iqr.time_ms_iqr < 0.1 * narrow_iqr.time_ms and narrow_iqr.noisy  # its interval is ±2%, not 1%
 
 
@@ -166,10 +175,10 @@ def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
         name = "fwd-only"
         modes = ("fwd",)
 
-    runner = Runner(RunInfo("r", "t"), ForwardOnly(), TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1))
+    settings = Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1))
     naive = default_registry().get("naive")
-    assert runner.measure(CaseData(make_case(seq_len=16)), naive).status == "ok"
-    skipped = runner.measure(CaseData(make_case(seq_len=16, mode="fwd_bwd")), naive)
+    assert measure(CaseData(make_case(seq_len=16)), naive, ForwardOnly(), settings).status == "ok"
+    skipped = measure(CaseData(make_case(seq_len=16, mode="fwd_bwd")), naive, ForwardOnly(), settings)
     assert skipped.status == "skipped" and skipped.reason == "the fwd-only timer times fwd only, not fwd_bwd"
 
 

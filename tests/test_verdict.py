@@ -14,14 +14,14 @@ import pytest
 import torch
 
 import attnbench.inputs as inputs_mod
+from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.naive import naive_attention
 from attnbench.case import Case
 from attnbench.check import FLOOR, judge, max_abs_error
-from attnbench.inputs import Answer
+from attnbench.inputs import Answer, CaseData
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 # GUIDE.md's floors, written out: changing the package's values must fail these tests.
 FLOORS = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
@@ -33,7 +33,7 @@ def exact_attention(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     """Attention in float64 on the given tensors (K/V repeated per query head)."""
     g = case.group_size
     k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    return naive_attention(q.double(), k.double(), v.double(), case.mask(device=q.device))
+    return naive_attention(q.double(), k.double(), v.double(), workload.mask(case, device=q.device))
 
 
 class Plant:
@@ -172,7 +172,7 @@ def test_a_planted_error_flips_the_status_at_the_bound(dtype: str, target: str, 
     data = CaseData(case)
     bounds = expected_bounds(data)
     size = SIDES[side] * bounds[target]
-    record = measure(case, Planted(Plant(target, size)), data)
+    record = measure_one(case, Planted(Plant(target, size)), data)
     assert record.grad_checked is True
     assert record.extra["errors"][target] == pytest.approx(size, rel=0.02)
     assert record.error_bound == pytest.approx(bounds[target], rel=1e-9)  # the worst tensor is the planted one
@@ -187,7 +187,7 @@ def test_a_planted_error_flips_the_status_at_the_bound(dtype: str, target: str, 
 def test_exact_backend_is_ok_and_far_inside_every_bound() -> None:
     case = make_case(dtype="bfloat16", seq_len=48, heads=4, kv_heads=2, head_dim=16, causal=True, window=6, mode="bwd")
     data = CaseData(case)
-    record = measure(case, Planted(Plant(None, 0.0)), data)
+    record = measure_one(case, Planted(Plant(None, 0.0)), data)
     assert record.status == "ok"
     bounds = expected_bounds(data)
     assert set(record.extra["errors"]) == set(TENSORS)
@@ -239,14 +239,14 @@ def test_threshold_is_pairs_over_the_whole_batch(monkeypatch: pytest.MonkeyPatch
 def test_correct_backends_on_the_subset_path_are_ok(subset_path: int) -> None:
     data = CaseData(SUBSET_CASE)
     for backend in (Planted(Plant(None, 0.0)), default_registry().get("naive"), default_registry().get("sdpa")):
-        record = measure(SUBSET_CASE, backend, data)
+        record = measure_one(SUBSET_CASE, backend, data)
         assert record.status == "ok", (backend.name, record.reason)
         assert record.rows_checked == subset_path + 2
 
 
 def test_backward_check_is_skipped_on_the_subset_path(subset_path: int) -> None:
     case = make_case(seq_len=96, heads=2, kv_heads=2, head_dim=16, causal=True, mode="bwd")
-    record = measure(case, Planted(Plant("dk", 1.0)))
+    record = measure_one(case, Planted(Plant("dk", 1.0)))
     assert record.status == "ok" and record.grad_checked is False and record.rows_checked == subset_path + 2
 
 
@@ -257,10 +257,10 @@ def test_a_wrong_middle_row_is_caught_exactly_when_it_is_sampled(subset_path: in
     unsampled = [r for r in range(1, SUBSET_CASE.seq_len - 1) if r not in sampled]
     assert len(middle) == subset_path and unsampled
     for row in (middle[len(middle) // 2], middle[-1]):
-        record = measure(SUBSET_CASE, Planted(Plant("out", 0.1, row=row)), data)
+        record = measure_one(SUBSET_CASE, Planted(Plant("out", 0.1, row=row)), data)
         assert record.status == "mismatch", row
         assert record.max_abs_error == pytest.approx(0.1, rel=1e-3)
-    record = measure(SUBSET_CASE, Planted(Plant("out", 0.1, row=unsampled[0])), data)
+    record = measure_one(SUBSET_CASE, Planted(Plant("out", 0.1, row=unsampled[0])), data)
     assert record.status == "ok", "a row outside the sample is not checked: rows_checked tells the reader"
 
 

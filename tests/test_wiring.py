@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from attnbench import timing
+from attnbench import counting, timing, workload
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.naive import naive_attention
 from attnbench.case import Case
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.results import Record
-from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import ClockTimer, TimingSettings, summarize
 from tests.conftest import ScriptedTimer, make_case
 
@@ -26,9 +28,9 @@ SPREAD = [4.0, 1.0, 3.0, 10.0, 2.0]  # sorted 1 2 3 4 10: median 3, inclusive qu
 
 def run_with(timer: Any, case: Case, backend: Backend | None = None, info: RunInfo | None = None,
              precision: float = 0.01) -> Record:
-    runner = Runner(info or RunInfo("w", "t"), timer, TimingSettings(warmup_ms=0, budget_ms=0, min_samples=4,
-                                                                     max_samples=4, precision=precision))
-    return runner.measure(CaseData(case), backend or default_registry().get("naive"))
+    timing = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=4, max_samples=4, precision=precision)
+    return measure(CaseData(case), backend or default_registry().get("naive"), timer,
+                   Settings(info or RunInfo("w", "t"), timing))
 
 
 def test_time_is_the_median_of_the_samples_and_throughput_follows_it() -> None:
@@ -43,8 +45,8 @@ def test_time_is_the_median_of_the_samples_and_throughput_follows_it() -> None:
     assert record.time_ms_iqr == 2.0
     assert record.time_ms_min == 1.0
     assert record.timer == "scripted"
-    assert record.tflops == pytest.approx(case.flops() / 3e-3 / 1e12, rel=1e-12)
-    assert record.bandwidth_gbs == pytest.approx(case.bytes_moved() / 3e-3 / 1e9, rel=1e-12)
+    assert record.tflops == pytest.approx(counting.flops(case) / 3e-3 / 1e12, rel=1e-12)
+    assert record.bandwidth_gbs == pytest.approx(counting.bytes_moved(case) / 3e-3 / 1e9, rel=1e-12)
     assert record.percent_of_peak == pytest.approx(100 * record.tflops / 2.0, rel=1e-12)  # a compute-bound case
     assert record.noisy is True  # IQR 2 ms on a 3 ms median
 
@@ -52,7 +54,7 @@ def test_time_is_the_median_of_the_samples_and_throughput_follows_it() -> None:
 def test_decode_percent_of_peak_is_against_bandwidth() -> None:
     case = make_case(seq_len=1, kv_seq_len=512, heads=4, kv_heads=1)
     record = run_with(ScriptedTimer(SPREAD), case, info=RunInfo("w", "t", peak_tflops=2.0, peak_bandwidth_gbs=50.0))
-    assert record.percent_of_peak == pytest.approx(100 * case.bytes_moved() / 3e-3 / 1e9 / 50.0, rel=1e-12)
+    assert record.percent_of_peak == pytest.approx(100 * counting.bytes_moved(case) / 3e-3 / 1e9 / 50.0, rel=1e-12)
     assert record.extra["peak_bound"] == "memory"
 
 
@@ -114,7 +116,7 @@ class _Clocked(torch.autograd.Function):
         clock.advance(FWD_MS)
         ctx.save_for_backward(q, k, v)
         ctx.case, ctx.clock = case, clock
-        return naive_attention(q, k, v, case.mask())
+        return naive_attention(q, k, v, workload.mask(case))
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -122,7 +124,7 @@ class _Clocked(torch.autograd.Function):
         q, k, v = ctx.saved_tensors
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            grads = torch.autograd.grad(naive_attention(*leaves, ctx.case.mask()), leaves, dout)
+            grads = torch.autograd.grad(naive_attention(*leaves, workload.mask(ctx.case)), leaves, dout)
         return (*grads, None, None)
 
 

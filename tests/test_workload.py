@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from attnbench import workload
+from attnbench import case as case_mod
+from attnbench import counting, workload
 from attnbench.case import Case
 from attnbench.results import Record, key_of
 from tests.conftest import make_case
@@ -15,8 +16,8 @@ from tests.conftest import make_case
 
 # ---- documents ----------------------------------------------------------------------------------------
 def test_equal_documents_spread_the_remainder_over_the_first() -> None:
-    assert workload.equal_doc_lens(10, 3) == (4, 3, 3)
-    assert workload.equal_doc_lens(11, 4) == (3, 3, 3, 2)
+    assert case_mod.equal_doc_lens(10, 3) == (4, 3, 3)
+    assert case_mod.equal_doc_lens(11, 4) == (3, 3, 3, 2)
     assert make_case(seq_len=64, documents=4).doc_lens == (16, 16, 16, 16)
 
 
@@ -26,7 +27,7 @@ def test_random_documents_are_seeded_at_least_one_token_and_fill_the_row() -> No
     assert make_case(seq_len=256, documents=7, doc_lengths="random").doc_lens == case.doc_lens  # from the seed
     assert len(set(case.doc_lens)) > 1, "random lengths are not the equal split"
     assert make_case(seq_len=255, documents=7, doc_lengths="random").doc_lens != case.doc_lens
-    assert workload.random_doc_lens(5, 5, seed=1) == (1, 1, 1, 1, 1)
+    assert case_mod.random_doc_lens(5, 5, seed=1) == (1, 1, 1, 1, 1)
 
 
 def test_cu_seqlens_concatenate_every_rows_documents() -> None:
@@ -83,25 +84,25 @@ def test_mask_and_visible_count_are_guides_rules(kwargs: dict) -> None:
     per_row = mask.expand(case.batch, -1, -1) if mask.shape[0] == 1 else mask
     assert per_row.tolist() == want
     visible = sum(sum(map(sum, grid)) for grid in want)
-    assert case.visible_total() == visible
+    assert workload.visible_total(case) == visible
     seen = sum(sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len)) for grid in want)
-    assert case.key_rows_read() == seen
+    assert counting.key_rows_read(case) == seen
 
 
 def test_flops_count_both_head_sizes_and_every_request() -> None:
     case = make_case(seq_len=6, kv_seq_len=40, batch=3, kv_lengths="random", causal=True, heads=4, head_dim=32,
                      head_dim_v=16)
     visible = sum(n * 6 - 15 for n in case.kv_lens)  # causal, last 6 of n keys: n + (n-1) + ... + (n-5)
-    assert case.visible_total() == visible
-    assert case.flops() == 2 * 4 * (32 + 16) * visible
+    assert workload.visible_total(case) == visible
+    assert counting.flops(case) == 2 * 4 * (32 + 16) * visible
     dense = make_case(causal=True)
-    assert dense.flops() == 4 * dense.batch * dense.heads * dense.head_dim * dense.visible_pairs()  # unchanged
+    assert counting.flops(dense) == 4 * dense.batch * dense.heads * dense.head_dim * workload.visible_pairs(dense)  # unchanged
 
 
 def test_documents_cut_the_work_of_a_causal_row() -> None:
     one, sixteen = make_case(seq_len=1024, causal=True), make_case(seq_len=1024, causal=True, documents=16)
-    assert one.visible_total() == 1024 * 1025 // 2
-    assert sixteen.visible_total() == 16 * (64 * 65 // 2)
+    assert workload.visible_total(one) == 1024 * 1025 // 2
+    assert workload.visible_total(sixteen) == 16 * (64 * 65 // 2)
 
 
 # ---- ragged lengths ------------------------------------------------------------------------------------
@@ -149,10 +150,10 @@ def test_bytes_count_whole_pages_actually_read() -> None:
     """Decode with a 4-key window over a 100-key cache: the keys sit in at most two pages of 16, not seven."""
     plain = make_case(seq_len=1, kv_seq_len=100, causal=True, window=3)
     paged = make_case(seq_len=1, kv_seq_len=100, causal=True, window=3, page_size=16)
-    assert plain.key_rows_read() == 4  # keys 96..99
-    assert paged.key_rows_read() == 16  # all in page 6 (keys 96..111)
+    assert counting.key_rows_read(plain) == 4  # keys 96..99
+    assert counting.key_rows_read(paged) == 16  # all in page 6 (keys 96..111)
     kv_row = 2 * plain.kv_heads * plain.head_dim * 4  # K and V, fp32
-    assert paged.bytes_moved() - plain.bytes_moved() == (16 - 4) * kv_row
+    assert counting.bytes_moved(paged) - counting.bytes_moved(plain) == (16 - 4) * kv_row
 
 
 # ---- ALiBi ---------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def test_pages_and_score_modifiers_keep_the_same_documents_and_requests() -> Non
         assert make_case(**ragged, **extra).kv_lens == plain.kv_lens, extra
     packed = dict(seq_len=256, documents=4, doc_lengths="random", causal=True)
     assert make_case(**packed, window=32).doc_lens == make_case(**packed).doc_lens
-    assert make_case(**ragged, page_size=64).visible_total() == plain.visible_total()
+    assert workload.visible_total(make_case(**ragged, page_size=64)) == workload.visible_total(plain)
 
 
 def test_readme_documents_every_workload_field_of_a_record() -> None:
@@ -251,12 +252,13 @@ def test_readme_documents_every_workload_field_of_a_record() -> None:
     reading = readme.split("## Reading a result", 1)[1].split("\n## ", 1)[0]
     assert [name for name in WORKLOAD_DEFAULTS if f"`{name}`" not in reading] == []
     workloads = readme.split("## Workloads", 1)[1].split("\n## ", 1)[0]
-    assert [axis for axis in workload.AXES + ("doc_lengths", "tp") if f"\n{axis}:" not in workloads] == []
+    assert [axis for axis in case_mod.AXES + ("doc_lengths", "tp") if f"\n{axis}:" not in workloads] == []
 
 
 def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one() -> None:
-    from attnbench.forecast import compile_key
+    from attnbench.backends.flex import FlexBackend
 
+    compile_key = FlexBackend().compile_key
     dense = make_case(causal=True)
     assert compile_key(dense) == compile_key(make_case(causal=True, tp=2, heads=4, kv_heads=4))  # tp: same shapes
     keys = {compile_key(make_case(causal=True, **extra)) for extra in
@@ -266,7 +268,7 @@ def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one()
 
 def test_oom_pruning_groups_packed_cases_across_lengths() -> None:
     """An oom at 8K packed tokens skips 16K of the same packing: their drawn doc_lens differ, their group does not."""
-    from attnbench.runner import group_of
+    from attnbench.schedule import group_of
 
     short, long = (make_case(seq_len=s, causal=True, documents=4, doc_lengths="random") for s in (8192, 16384))
     assert short.doc_lens != long.doc_lens and group_of(short) == group_of(long)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench import case as case_mod
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
 from attnbench.backends.naive import naive_attention
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
 from attnbench.timing import ClockTimer
-from tests.conftest import make_case, measure
+from tests.conftest import make_case, measure_one
 
 CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")
 AXES = {
@@ -64,7 +67,7 @@ def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dty
     for name in CPU:
         if name == "flex" and (mode == "bwd" or (dtype == "bfloat16" and axis not in BF16_FLEX)):
             continue  # FlexAttention has no CPU backward (a skip tested elsewhere); each compile costs seconds
-        record = measure(case, registry.get(name), data)
+        record = measure_one(case, registry.get(name), data)
         skip = expected_skip(name, case)
         if skip is None:
             assert record.status == "ok", (name, record.reason)
@@ -75,8 +78,8 @@ def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dty
 
 def test_flex_block_sparsity_follows_the_documents() -> None:
     registry = default_registry()
-    one = measure(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1), registry.get("flex"))
-    packed = measure(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1, documents=8), registry.get("flex"))
+    one = measure_one(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1), registry.get("flex"))
+    packed = measure_one(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1, documents=8), registry.get("flex"))
     assert one.status == packed.status == "ok"
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"] + 30
 
@@ -97,7 +100,7 @@ class DocumentOffByOne(Backend):
     """Naive attention whose document boundaries are one token late (the first document takes the next's first)."""
 
     name = "documents-off-by-one"
-    workload_axes = frozenset(workload.AXES)
+    workload_axes = frozenset(case_mod.AXES)
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         from dataclasses import replace
@@ -113,7 +116,7 @@ class WrongPageLookup(Backend):
     """Naive paged attention that reads logical page p from the physical page of p + 1 (wrapping)."""
 
     name = "wrong-page-lookup"
-    workload_axes = frozenset(workload.AXES)
+    workload_axes = frozenset(case_mod.AXES)
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         layout = workload.pages(case)
@@ -131,12 +134,12 @@ class SoftcapAfterSoftmax(Backend):
     """Soft-capping applied to the probabilities instead of the scores."""
 
     name = "softcap-after-softmax"
-    workload_axes = frozenset(workload.AXES)
+    workload_axes = frozenset(case_mod.AXES)
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         import math
 
-        mask = case.mask()
+        mask = workload.mask(case)
         cap = case.softcap
 
         def call(q, k, v):  # type: ignore[no-untyped-def]
@@ -150,19 +153,19 @@ class SoftcapAfterSoftmax(Backend):
 
 
 def test_the_check_catches_a_document_boundary_off_by_one() -> None:
-    record = measure(make_case(causal=True, documents=4), DocumentOffByOne())
+    record = measure_one(make_case(causal=True, documents=4), DocumentOffByOne())
     assert record.status == "mismatch" and record.max_abs_error > record.error_bound
 
 
 def test_the_check_catches_a_wrong_page_table_lookup() -> None:
     case = make_case(causal=True, batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16)
-    assert measure(case, default_registry().get("naive")).status == "ok"
-    assert measure(case, WrongPageLookup()).status == "mismatch"
+    assert measure_one(case, default_registry().get("naive")).status == "ok"
+    assert measure_one(case, WrongPageLookup()).status == "mismatch"
 
 
 def test_the_check_catches_softcap_after_the_softmax() -> None:
     """With a cap of 1, tanh barely bends probabilities below 1, but scores of ±3 are squashed hard."""
-    assert measure(make_case(causal=True, softcap=1.0), SoftcapAfterSoftmax()).status == "mismatch"
+    assert measure_one(make_case(causal=True, softcap=1.0), SoftcapAfterSoftmax()).status == "mismatch"
 
 
 @pytest.mark.slow
@@ -204,8 +207,8 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
 
     settings = TimingSettings(warmup_ms=20, budget_ms=200, min_samples=5)
     shape = dict(device="cpu", dtype="float32", seq_len=4096, heads=2, kv_heads=2, head_dim=64, causal=True)
-    one, packed = (Runner(RunInfo("p", "t"), ClockTimer(), settings).measure(CaseData(make_case(**shape, **docs)),
-                                                                              FlexBackend())
+    one, packed = (measure(CaseData(make_case(**shape, **docs)),
+                                                                              FlexBackend(), ClockTimer(), Settings(RunInfo("p", "t"), settings))
                    for docs in ({}, {"documents": 16}))
     assert one.status == packed.status == "ok", (one.reason, packed.reason)
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"]
@@ -220,7 +223,7 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
 
     ragged = make_case(batch=4, seq_len=1, kv_seq_len=300, heads=4, kv_heads=2, head_dim=32, causal=True,
                        page_size=16, kv_lengths="random", softcap=30.0)
-    record = measure(ragged, FlexBackend())
+    record = measure_one(ragged, FlexBackend())
     assert record.status == "ok", record.reason
     assert "PagedAttention (pages of 16)" in record.kernel and "paged" in record.extra["mask_build"]
     from torch.nn.attention.experimental._paged_attention import PagedAttention
@@ -233,10 +236,10 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
 
     monkeypatch.setattr(PagedAttention, "convert_logical_block_mask", swapped)
     equal = make_case(batch=2, seq_len=1, kv_seq_len=256, heads=4, kv_heads=2, head_dim=32, causal=True, page_size=16)
-    assert measure(equal, FlexBackend()).status == "mismatch"
+    assert measure_one(equal, FlexBackend()).status == "mismatch"
     backward = make_case(batch=2, seq_len=8, kv_seq_len=64, heads=2, kv_heads=2, head_dim=16, causal=True,
                          page_size=16, mode="fwd_bwd")
-    assert "forward only" in measure(backward, FlexBackend()).reason
+    assert "forward only" in measure_one(backward, FlexBackend()).reason
 
 
 def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
@@ -251,7 +254,7 @@ def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
     assert case.case_id.endswith("-dv32-kvshared-fwd")
     registry = default_registry()
     for name in ("naive", "sdpa", "sdpa-math", "flex"):
-        record = measure(case, registry.get(name))
+        record = measure_one(case, registry.get(name))
         assert record.status == "ok", (name, record.reason)
         assert record.kv_shared is True
     assert unmapped_axes(registry.get("flash-attn-3"), case) == "attnbench does not map kv_shared onto flash-attn-3 yet"

@@ -22,11 +22,20 @@ import pytest
 import torch
 
 import attnbench.backends.xformers_ops as xf
+from attnbench import workload
 from attnbench.backends.xformers_ops import XformersBackend
 from attnbench.case import Case
-from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.timing import TimingSettings
-from tests.conftest import PhaseTimer, Phases, assert_sabotage_caught, make_case, measure
+from tests.conftest import (
+    Phases,
+    PhaseTimer,
+    assert_sabotage_caught,
+    make_case,
+    measure_one,
+)
 
 
 class LowerTriangularMask:
@@ -173,7 +182,7 @@ CASES = [
 
 @pytest.mark.parametrize("c", CASES, ids=lambda c: c.case_id)
 def test_adapter_gives_the_reference_answer_through_the_standin(standin, c: Case) -> None:
-    record = measure(c, XformersBackend())
+    record = measure_one(c, XformersBackend())
     assert record.status == "ok", record.reason
     assert "fw op standinF" in record.kernel
     gqa = c.kv_heads != c.heads
@@ -189,7 +198,7 @@ def test_the_timed_call_runs_the_operator_the_record_names(standin, monkeypatch:
     standin.phase = lambda: phases.phase
     monkeypatch.setattr(XformersBackend, "prepare", phases.during_prepare(XformersBackend.prepare))
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
-    record = Runner(RunInfo("x", "t"), PhaseTimer(phases), settings).measure(CaseData(c), XformersBackend())
+    record = measure(CaseData(c), XformersBackend(), PhaseTimer(phases), Settings(RunInfo("x", "t"), settings))
     assert record.status == "ok", record.reason
     assert " fw op standinF" in record.kernel
     timed = [name for phase, name in standin.ran if phase == "timed"]
@@ -204,7 +213,7 @@ def test_the_timed_call_runs_the_operator_the_record_names(standin, monkeypatch:
                                        (case(heads=8, kv_heads=2, mode="fwd_bwd"), "BMHK, K/V repeated")],
                          ids=["mha", "gqa-fwd", "gqa-bwd"])
 def test_kernel_field_names_op_layout_and_bias(standin, c: Case, layout: str) -> None:
-    record = measure(c, XformersBackend())
+    record = measure_one(c, XformersBackend())
     ops = "fw op standinF, bw op unknown (xformers dispatcher not reachable)" if c.needs_grad else "fw op standinF"
     assert record.kernel.endswith(
         f"memory_efficient_attention {ops} ({layout}, attn_bias=LowerTriangularFromBottomRightMask)")
@@ -216,16 +225,16 @@ def test_kernel_field_when_the_dispatcher_cannot_be_asked(standin, monkeypatch: 
     del standin.fmha._dispatch_fw
     assert XformersBackend().availability("cpu") == "needs CUDA (xformers' attention operators are CUDA-only)"
     monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)  # let it run on this CPU
-    record = measure(case(causal=False), XformersBackend())
+    record = measure_one(case(causal=False), XformersBackend())
     assert record.status == "ok"
     assert "fw op op unknown (xformers dispatcher not reachable) (BMHK, attn_bias=NoneType)" in record.kernel
     assert {name for _, name in standin.ran} == {"standinOtherF"}
 
 
 def test_kernel_field_names_the_bias(standin) -> None:
-    record = measure(case(causal=True, window=5), XformersBackend())
+    record = measure_one(case(causal=True, window=5), XformersBackend())
     assert "attn_bias=LowerTriangularFromBottomRightLocalAttentionMask(6)" in record.kernel
-    record = measure(case(causal=False, window=5), XformersBackend())
+    record = measure_one(case(causal=False, window=5), XformersBackend())
     assert "attn_bias=LocalAttentionFromBottomRightMask(5, 5)" in record.kernel
 
 
@@ -238,7 +247,7 @@ def test_gqa_forward_does_not_copy_kv(standin) -> None:
 
 
 def test_dispatcher_refusal_is_the_skip_reason(standin) -> None:
-    record = measure(case(d=160), XformersBackend())
+    record = measure_one(case(d=160), XformersBackend())
     assert record.status == "skipped"
     assert record.reason.startswith("xformers: No operator found for `memory_efficient_attention_forward`")
     assert "max(query.shape[-1], value.shape[-1]) > 128" in record.reason
@@ -305,7 +314,7 @@ def test_real_xformers_on_cpu_says_why_in_its_own_words() -> None:
     assert reason.startswith("CUDA-only: xformers has no operator for cpu inputs here: No operator found for "
                              "`memory_efficient_attention_forward`")
     assert "device=cpu (supported: {'cuda'})" in reason
-    record = measure(case(dtype="float16", causal=True, window=8), backend)
+    record = measure_one(case(dtype="float16", causal=True, window=8), backend)
     assert record.status == "skipped"
     assert record.reason == reason
 
@@ -354,7 +363,7 @@ def test_adapters_real_bias_is_the_cases_mask(shape: tuple[int, int], causal: bo
     sq, sk = shape
     c = case(sq=sq, sk=sk, causal=causal, window=window)
     bias = xf.xformers_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())))
-    want = c.mask()
+    want = workload.mask(c)
     if want is None:
         want = torch.ones(sq, sk, dtype=torch.bool)
     assert torch.equal(materialized_keep(bias, sq, sk), want)
@@ -411,7 +420,7 @@ def test_real_block_diagonal_bias_is_the_cases_mask(name: str) -> None:
 @pytest.mark.parametrize("name", list(VARLEN_CASES))
 def test_documents_and_ragged_lengths_through_the_standin(standin, name: str) -> None:
     c = VARLEN_CASES[name]
-    record = measure(c, XformersBackend())
+    record = measure_one(c, XformersBackend())
     assert record.status == "ok", record.reason
     assert record.grad_checked == c.needs_grad
     assert record.kv_expanded == (c.kv_heads != c.heads and c.needs_grad)  # BMGHK forward, repeated for backward
@@ -419,10 +428,10 @@ def test_documents_and_ragged_lengths_through_the_standin(standin, name: str) ->
 
 @pytest.mark.skipif(not REAL, reason="xformers is not installed")
 def test_kernel_field_names_the_block_diagonal_bias(standin) -> None:
-    record = measure(VARLEN_CASES["documents-random-window-gqa"], XformersBackend())
+    record = measure_one(VARLEN_CASES["documents-random-window-gqa"], XformersBackend())
     assert record.kernel.endswith("(BMGHK, K/V expanded, 5 sequences packed in one row, "
                                   "attn_bias=BlockDiagonalCausalLocalAttentionFromBottomRightMask(7))")
-    record = measure(VARLEN_CASES["ragged-causal-gqa"], XformersBackend())
+    record = measure_one(VARLEN_CASES["ragged-causal-gqa"], XformersBackend())
     assert record.kernel.endswith("attn_bias=BlockDiagonalCausalFromBottomRightMask)")
 
 
@@ -481,7 +490,7 @@ def test_block_diagonal_calls_pass_exactly_what_they_declare(standin, monkeypatc
         spies[name] = spy = Spy(getattr(cls, name))
         monkeypatch.setattr(cls, name, lambda self, *a, _spy=spy, **kw: _spy(self, *a, **kw))
     for c in VARLEN_CASES.values():
-        assert measure(c, XformersBackend()).status == "ok"
+        assert measure_one(c, XformersBackend()).status == "ok"
     for call in xf.VARLEN_BIAS_CALLS:
         spies[call.name].assert_declared(call)
 
@@ -530,7 +539,7 @@ def test_real_paged_bias_is_the_cases_mask_over_the_pool(name: str) -> None:
 @pytest.mark.skipif(not REAL, reason="xformers is not installed")
 @pytest.mark.parametrize("name", list(PAGED_CASES))
 def test_paged_cache_through_the_standin(standin, name: str) -> None:
-    record = measure(PAGED_CASES[name], XformersBackend())
+    record = measure_one(PAGED_CASES[name], XformersBackend())
     assert record.status == "ok", record.reason
     assert "requests over a pool of pages of" in record.kernel
 
@@ -594,6 +603,6 @@ def test_paged_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: p
     for target, cls in classes.items():  # the causal class inherits from_seqlens from the other
         monkeypatch.setattr(cls, "from_seqlens", spies[target])
     for c in PAGED_CASES.values():
-        assert measure(c, XformersBackend()).status == "ok"
+        assert measure_one(c, XformersBackend()).status == "ok"
     for call in xf.PAGED_BIAS_CALLS:
         spies[call.target].assert_declared(call)

@@ -9,6 +9,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from attnbench import counting
+
 if TYPE_CHECKING:
     import torch
 
@@ -42,6 +44,37 @@ class Prepared:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class KernelCost:
+    """How a kernel's call time follows its work on one kind of device: which pairs it computes, at what share of the
+    device's matmul rate, and how many times it moves the (Sq, Sk) score matrix through memory (0 for fused kernels).
+
+    `pairs`: "visible" skips masked blocks; "causal" skips the causal triangle only; "dense" computes every pair;
+    "causal-flag" skips the causal triangle when that is the whole mask, else (a window, passed as an explicit mask)
+    computes every pair.
+    """
+
+    pairs: str
+    efficiency_fwd: float
+    efficiency_bwd: float
+    score_passes_fwd: float = 0.0
+    score_passes_bwd: float = 0.0
+    calls: int = 1  # kernel launches per forward (launch overhead on a GPU)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What the forecast needs to know about a backend, declared beside its adapter (attnbench.forecast reads it):
+    its kernel's cost per device kind, and whether `prepare` compiles (a compile per `Backend.compile_key`)."""
+
+    cpu: KernelCost = KernelCost("dense", 0.3, 0.2)
+    cuda: KernelCost = KernelCost("visible", 0.3, 0.2)
+    compiles: bool = False
+
+    def kernel(self, device: str) -> KernelCost:
+        return self.cuda if device == "cuda" else self.cpu
+
+
 class Backend:
     """An attention implementation. Subclasses set `name` and implement `prepare`."""
 
@@ -57,9 +90,11 @@ class Backend:
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     # What a user runs to make the backend available when its library is missing (for `doctor`).
     install_hint: ClassVar[str | None] = None
-    # The workload axes (attnbench.workload.AXES) prepare maps onto the kernel; a case using any other is
+    # The workload axes (attnbench.case.AXES) prepare maps onto the kernel; a case using any other is
     # skipped with a reason before it runs, never run wrong.
     workload_axes: ClassVar[frozenset[str]] = frozenset()
+    # The cost model the forecast prices this backend's measurements with.
+    cost: ClassVar[Cost] = Cost()
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""
@@ -86,9 +121,19 @@ class Backend:
         """The library's own refusal as a skip reason, when `exc` is one; None for a real error."""
         return None
 
+    def compile_key(self, case: Case) -> str | None:
+        """What a compile in `prepare` specialises on (two cases with one key share a compiled kernel); None when
+        `prepare` compiles nothing."""
+        return None
+
+    def compiles_before_sharing(self, case: Case) -> int | None:
+        """For a kernel compiled for dynamic lengths: how many sequence lengths of one compile_key are compiled
+        before one kernel serves them all; None when every compile_key is compiled once."""
+        return None
+
     def estimate_memory(self, case: Case) -> int:
         """Analytic bytes above the inputs this backend should need for `case`."""
-        return case.memory_estimate(self.materialises_scores, self.expands_kv)
+        return counting.memory_estimate(case, self.materialises_scores, self.expands_kv)
 
 
 @functools.cache

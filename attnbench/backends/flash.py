@@ -24,8 +24,15 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import (Backend, Prepared, Unsupported, first_line, library_refusal,
-                                     module_owner)
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    Unsupported,
+    library_refusal,
+    module_owner,
+)
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -258,6 +265,7 @@ def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
+    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
     module = "flash_attn"
@@ -272,6 +280,7 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
+    cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
     module = "flash_attn_interface"
@@ -284,6 +293,7 @@ class FlashAttn3(_Flash):
 @register
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
+    cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"
     module = "flash_attn.cute"

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, first_line, library_refusal
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    first_line,
+    library_refusal,
+)
 from attnbench.backends.flash import warm_up
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
@@ -114,6 +121,8 @@ def route(case: Case) -> str:
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
+    # FA2/FA3-class prefill kernels, by analogy, not yet fitted (forward only: no backward share).
+    cost = Cost(cuda=KernelCost("visible", 0.55, 0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
                "fp16/bf16, native GQA, forward only")
     library = "flashinfer-python"

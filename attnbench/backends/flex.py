@@ -22,10 +22,11 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.backends.base import Backend, Prepared, first_line
-from attnbench.case import allowed
+from attnbench import workload
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
+from attnbench.workload import allowed
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +94,7 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 
 @functools.lru_cache(maxsize=None)
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
-    """The mask_mod of GUIDE.md's mask (attnbench.case.allowed) for these three values, one function per distinct
+    """The mask_mod of GUIDE.md's mask (attnbench.workload.allowed) for these three values, one function per distinct
     mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
     literals in its code, not closure cells: under dynamic=True Dynamo makes captured ints symbolic, which
     Inductor's CPU flex template then fails to compile (torch 2.13), while literals stay constants."""
@@ -120,7 +121,7 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if not case.has_mask:
+    if not workload.has_mask(case):
         return None, {}
     mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None and case.kv_lens is None
                 else workload_mask_mod(case, device))
@@ -140,8 +141,6 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
     """The mask_mod of a case with documents (each query inside its own document, causal and window counted from
     the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys):
     attnbench.workload's allowed_fn, so the block mask's sparsity follows the documents."""
-    from attnbench import workload
-
     predicate = workload.allowed_fn(case, device)
 
     def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -154,8 +153,6 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
     """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off_b - j|),
     GUIDE.md's order; None when the case has neither."""
     import torch
-
-    from attnbench import workload
 
     cap = case.softcap
     if cap is None and not case.alibi:
@@ -182,8 +179,6 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask
-
-    from attnbench import workload
 
     layout = workload.pages(case)
     size, device = case.page_size, k.device
@@ -248,6 +243,7 @@ def score_words(case: Case) -> str:
 @register
 class FlexBackend(Backend):
     name = "flex"
+    cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.40, 0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
     # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
@@ -263,6 +259,10 @@ class FlexBackend(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
+
+    def compile_key(self, case: Case) -> str:
+        """Every shape, the mask and the grad mode: a kernel per shape (dynamic=False)."""
+        return compile_key(self.name, case, (case.seq_len, case.kv_seq_len))
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
@@ -324,9 +324,32 @@ class FlexBackend(Backend):
 @register
 class FlexDynamicBackend(FlexBackend):
     name = "flex-dynamic"
+    # Bounds-checked loads (IS_DIVISIBLE unknown) cost it a tenth on a GPU.
+    cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.36, 0.25), compiles=True)
     summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
                "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True
     # Its mask_mod keeps the mask's values as literals (dynamic=True makes captured values symbolic); the
     # workload's tensors (document ids, cache lengths, slopes) are captured, so they stay unmapped for now.
     workload_axes = frozenset()
+
+    def compile_key(self, case: Case) -> str:
+        """Once compiled for dynamic lengths, one kernel serves every sequence length of the same mask offset."""
+        return compile_key(self.name, case, (case.offset,))
+
+    def compiles_before_sharing(self, case: Case) -> int:
+        """How many sequence lengths are compiled before one kernel serves them all: with a block mask two (Dynamo
+        first specialises the mask's lengths, Python ints, then recompiles them as dynamic: automatic dynamic
+        shapes; one when the process has already seen other lengths), without one a single compile
+        (tests/test_backends_long.py shows both)."""
+        return 2 if workload.has_mask(case) else 1
+
+
+def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
+    """What a flex compile specialises on: the lengths given, every other shape, the mask and the grad mode; a
+    workload's mask_mod and score_mod are their own graph (the dense case's key stays as it was)."""
+    key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
+                                    case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
+    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "kv_lens", "softcap", "alibi",
+                                                                          "head_dim_v") if getattr(case, axis))
+    return f"{key}|{workload_part}" if workload_part else key

@@ -6,7 +6,8 @@ import math
 from typing import TYPE_CHECKING
 
 from attnbench import workload
-from attnbench.backends.base import Backend, Prepared, expand_kv
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.case import AXES, DTYPE_BYTES
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -34,16 +35,15 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 @register
 class NaiveBackend(Backend):
     name = "naive"
+    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 40.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 6.0, 14.0, 6))
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
     materialises_scores = True
     expands_kv = True
 
-    workload_axes = frozenset(workload.AXES)
+    workload_axes = frozenset(AXES)
 
     def estimate_memory(self, case: Case) -> int:
         """The scores and expanded K/V (Case.memory_estimate), and with pages the K and V gathered in the call."""
-        from attnbench.case import DTYPE_BYTES
-
         estimate = super().estimate_memory(case)
         if case.page_size is not None:
             estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]

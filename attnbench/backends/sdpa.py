@@ -8,7 +8,16 @@ import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from attnbench.backends.base import Backend, Prepared, first_line, installed_version, module_owner
+from attnbench import workload
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    first_line,
+    installed_version,
+    module_owner,
+)
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -60,11 +69,9 @@ def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
     """
     import torch
 
-    from attnbench import workload
-
     kwargs: dict[str, Any] = {"enable_gqa": case.kv_heads != case.heads}
     alibi = workload.alibi_bias(case, device=q.device, dtype=q.dtype)  # (R, H, Sq, Sk)
-    if not case.has_mask and alibi is None:
+    if not workload.has_mask(case) and alibi is None:
         return kwargs, "no mask"
     dense = case.doc_lens is None and case.kv_lens is None
     if case.causal and case.window is None and case.seq_len == case.kv_seq_len and dense and alibi is None:
@@ -226,12 +233,14 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
 @register
 class SdpaAuto(_Sdpa):
     name = "sdpa"
+    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
 
 
 @register
 class SdpaMath(_Sdpa):
     name = "sdpa-math"
+    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 35.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 8.0, 16.0, 8))
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
     materialises_scores = True
@@ -240,6 +249,7 @@ class SdpaMath(_Sdpa):
 @register
 class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
+    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("causal", 0.45, 0.32))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
 
@@ -271,6 +281,7 @@ class _SdpaFlashImpl(SdpaFlash):
 @register
 class SdpaFlashFa3(_SdpaFlashImpl):
     name = "sdpa-flash-fa3"
+    cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
     flash_impl = "FA3"
     install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
@@ -279,6 +290,7 @@ class SdpaFlashFa3(_SdpaFlashImpl):
 @register
 class SdpaFlashFa4(_SdpaFlashImpl):
     name = "sdpa-flash-fa4"
+    cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
     install_hint = "pip install flash-attn-4"
@@ -287,6 +299,7 @@ class SdpaFlashFa4(_SdpaFlashImpl):
 @register
 class SdpaEfficient(_Sdpa):
     name = "sdpa-efficient"
+    cost = Cost(cuda=KernelCost("causal", 0.30, 0.20))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
     devices = ("cuda",)
@@ -295,6 +308,7 @@ class SdpaEfficient(_Sdpa):
 @register
 class SdpaCudnn(_Sdpa):
     name = "sdpa-cudnn"
+    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
     devices = ("cuda",)

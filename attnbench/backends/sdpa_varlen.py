@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, library_refusal
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -71,6 +71,8 @@ def varlen_parameters() -> frozenset[str]:
 @register
 class SdpaVarlen(Backend):
     name = "sdpa-varlen"
+    # By analogy with sdpa-flash (varlen_attn is PyTorch's FlashAttention 2), not yet fitted.
+    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
                "paged KV through block_table; fp16/bf16, CUDA")
     devices = ("cuda",)

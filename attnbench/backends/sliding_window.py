@@ -4,7 +4,7 @@ Queries are cut into blocks of `block` rows. With `off = Sk - Sq`, every query o
 keys in one contiguous span of `block + W + W_right` keys (W_right = 0 causal, W two-sided), and
 consecutive blocks' spans are `block` keys apart: so K and V, padded at both ends, are viewed as
 overlapping windows (`unfold`, no copy) and each block is one small dense attention over its span,
-with the exact mask (`Case.allowed`, and "is a real key/query") applied inside it. MQA/GQA folds a
+with the exact mask (`workload.allowed`, and "is a real key/query") applied inside it. MQA/GQA folds a
 KV head's group of query heads into the block's rows, so K/V are never copied per query head.
 """
 
@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench import workload
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -169,10 +170,8 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
     """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
     attnbench.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
     drops the ones outside it anyway)."""
-    from attnbench import workload
-
     if case.doc_lens is None:
-        return case.allowed
+        return lambda q_idx, k_idx: workload.allowed(q_idx, k_idx, case.offset, case.causal, case.window)
     predicate = workload.allowed_fn(case, device)
     last = case.seq_len - 1
     return lambda q_idx, k_idx: predicate(0, q_idx.clamp(0, last), k_idx.clamp(0, last))
@@ -181,6 +180,7 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 @register
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
+    cost = Cost(cpu=KernelCost("visible", 0.2, 0.2, 0.0, 0.0, 8), cuda=KernelCost("visible", 0.25, 0.15, 0.0, 0.0, 8))
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
     # Packed documents: the window stays inside each document (the plan's in-span mask adds "same document").
     workload_axes = frozenset({"documents"})

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, ClassVar
 
+from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.naive import naive_attention
 
@@ -33,7 +34,7 @@ class FaultyBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch
 
-        mask = case.mask(device=q.device)
+        mask = workload.mask(case, device=q.device)
         group = case.group_size
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

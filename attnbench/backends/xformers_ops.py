@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Prepared, Unsupported, expand_kv
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    Unsupported,
+    expand_kv,
+)
 from attnbench.backends.sdpa import fp32_math
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
@@ -167,6 +174,7 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 @register
 class XformersBackend(Backend):
     name = "xformers"
+    cost = Cost(cuda=KernelCost("visible", 0.40, 0.30))
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
     library = "xformers"
     devices = ("cuda",)

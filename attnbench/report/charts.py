@@ -18,15 +18,22 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from attnbench.report.baseline import group_speedups  # noqa: E402
 from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes  # noqa: E402
 from attnbench.report.peaks import peak_tflops_for  # noqa: E402
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle  # noqa: E402
-from attnbench.units import GIB, MIB, fmt_length  # noqa: E402
 from attnbench.results import is_noisy, is_throttled  # noqa: E402
+from attnbench.units import GIB, MIB, fmt_length  # noqa: E402
 
 DPI = 100
 # A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each

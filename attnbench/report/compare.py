@@ -17,8 +17,17 @@ from typing import TYPE_CHECKING, Any
 from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.markdown import md_cell
+from attnbench.results import (
+    apart,
+    interval_of,
+    is_noisy,
+    is_spread,
+    is_throttled,
+    key_of,
+    load_records,
+    results_path,
+)
 from attnbench.units import fmt_ms
-from attnbench.results import apart, interval_of, is_noisy, is_spread, is_throttled, key_of, load_records, results_path
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -7,8 +7,15 @@ from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.groups import CaseGroup, case_words, shape_words
+from attnbench.results import (
+    KEY_FIELDS,
+    WORKLOAD_DEFAULTS,
+    apart,
+    interval_of,
+    is_noisy,
+    is_throttled,
+)
 from attnbench.units import fmt_bytes, fmt_length, fmt_ms
-from attnbench.results import KEY_FIELDS, WORKLOAD_DEFAULTS, apart, interval_of, is_noisy, is_throttled
 
 # Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")

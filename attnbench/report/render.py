@@ -10,8 +10,16 @@ from typing import Any, Iterable
 
 from attnbench.errors import ResultsError
 from attnbench.report.baseline import choose_baseline, group_speedups
-from attnbench.report.charts import (WIDTH_PX, Chart, correctness_chart, group_chart, kv_heads_chart, render_chart,
-                                     setup_chart, setup_records)
+from attnbench.report.charts import (
+    WIDTH_PX,
+    Chart,
+    correctness_chart,
+    group_chart,
+    kv_heads_chart,
+    render_chart,
+    setup_chart,
+    setup_records,
+)
 from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html

@@ -7,9 +7,10 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from attnbench import counting
 from attnbench.case import Case
 from attnbench.peaks import Peak, peak_for
-from attnbench.report.charts import GROUP_FIGSIZE, DPI, _legend
+from attnbench.report.charts import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.groups import dtype_word
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 
@@ -22,7 +23,7 @@ def bytes_of(record: dict[str, Any]) -> int | None:
     if record.get("bytes_moved"):
         return int(record["bytes_moved"])
     try:
-        return Case(**{name: record[name] for name in CASE_FIELDS}).bytes_moved()
+        return counting.bytes_moved(Case(**{name: record[name] for name in CASE_FIELDS}))
     except (KeyError, TypeError):
         return None
 
