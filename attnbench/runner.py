@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from attnbench import gpustate
+from attnbench.gpu import sample as gpu_sample
 from attnbench import inputs as inputs_mod
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line, refusal
 from attnbench.check import judge, naive_errors
@@ -296,7 +296,7 @@ class Runner:
             if first is not None:  # no garbage the first call would free may be counted in its "before"
                 gc.collect(1)
             samples = self.timer.measure(first or fn, settings)
-            gpustate.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
+            gpu_sample.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
             if first is not None:
                 if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                     first()

@@ -1,6 +1,6 @@
-"""A stand-in for pynvml that answers with what the real one returned on an NVIDIA H200 (tests/data/gpustate).
+"""A stand-in for pynvml that answers with what the real one returned on an NVIDIA H200 (tests/data/gpu).
 
-Only the functions attnbench.gpustate calls exist, with pynvml's names and argument order; errors are
+Only the functions attnbench.gpu calls exist, with pynvml's names and argument order; errors are
 raised as pynvml raises them (NVMLError subclasses whose str() is NVML's message).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "gpustate" / "nvml-h200.json").read_text())
+RECORDED = json.loads((Path(__file__).parent / "data" / "gpu" / "nvml-h200.json").read_text())
 H200_UUID = RECORDED["uuid"]  # "GPU-a9a60faf-…", as NVML spells it
 H200_BUS = "00000000:00:06.0"
 
@@ -57,9 +57,9 @@ class FakeNvml:
 
     # handles: "whole" is the H200, "slice" a MIG device on it
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
-        if uuid == H200_UUID and not self.mig:
+        if uuid == self.values["uuid"] and not self.mig:
             return "whole"
-        if self.mig and uuid == "MIG-" + H200_UUID[len("GPU-"):]:
+        if self.mig and uuid == "MIG-" + self.values["uuid"][len("GPU-"):]:
             return "slice"
         raise NVMLError_NotFound()
 

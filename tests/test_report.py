@@ -387,13 +387,15 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
 
 
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
-    from tests.test_gpustate import H200, SmiReader, gpustate, smi
+    from attnbench.gpu.read import snapshot
+    from attnbench.gpu.smi import SmiReader
+    from tests.fake_smi import H200, smi
 
     throttled = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, device="cuda", throttled=True,
                          extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"], "other_gpu_processes": 0})
     records = [a_record(device="cuda", throttled=False), throttled]
     out = write_run(tmp_path / "run", records, env={"device": "cuda", "gpus": [{"name": "NVIDIA H200"}],
-                                                    "gpu_state": [gpustate.snapshot(H200, SmiReader(smi()))]})
+                                                    "gpu_state": [snapshot(H200, SmiReader(smi())).to_dict()]})
     render_report(out)
     md = (out / "summary.md").read_text(encoding="utf-8")
     assert "| !2 (IQR 0.05) |" in md and "| 1 (IQR 0.05) |" in md  # records without an interval show their IQR

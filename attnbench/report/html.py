@@ -7,7 +7,8 @@ from typing import Any
 
 import jinja2
 
-from attnbench.gpustate import describe
+from attnbench.gpu.describe import describe
+from attnbench.gpu.state import GpuState
 from attnbench.report.charts import Chart
 from attnbench.report.findings import Findings
 from attnbench.report.rows import COLUMNS, display_value, sort_value
@@ -177,7 +178,7 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
             rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
         for state in env.get("gpu_state") or []:
             if isinstance(state, dict) and "index" in state:
-                label, _, text = describe(state).partition(": ")
+                label, _, text = describe(GpuState.from_dict(state)).partition(": ")
                 rows.append((label, text))
     else:
         rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
