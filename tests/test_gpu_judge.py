@@ -1,8 +1,15 @@
-"""attnbench.gpu.judge: `throttled` means a throttling clock event reason or a process that is not this run's."""
+"""attnbench.gpu.judge: `throttled` means a throttling clock event reason or a process that is not this run's.
+
+The H200 runs of 2026-11-30 (tests/data/gpu/h200-runs.json, from reports/NVIDIA-H200-20261130-*) flagged all
+240 timed records `throttled` at 1695-1980 MHz, most with no clock event reason: the one "other process" was
+the run's own parent. Their recorded samples are replayed here through the judgement the worker makes now.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,10 +18,12 @@ from attnbench.gpu import judge
 from attnbench.gpu.harness import HARNESS_GPUS_VAR
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.sample import measurement_sample
-from attnbench.gpu.state import GpuProcess, GpuState
+from attnbench.gpu.state import REASONS, GpuId, GpuProcess, GpuState
 from tests.fake_nvml import FakeNvml
 from tests.fake_smi import H200
 
+H200_RUNS = json.loads((Path(__file__).parent / "data" / "gpu" / "h200-runs.json").read_text())["runs"]
+BITS = {name: bit for bit, name in REASONS.items()}
 
 
 @pytest.mark.parametrize("reasons, names, throttled", [
@@ -88,6 +97,54 @@ def test_the_harness_discount_is_a_pure_function_of_the_listed_pids() -> None:
     assert judge.others([me, parent, stranger], 10, True, True, 9).listed == (stranger,)
     container = judge.others([GpuProcess(500), GpuProcess(501)], own_pid=10, holds_context=True, harness=True)
     assert container.count == 0 and container.pid_namespace_differs and len(container.listed) == 2
+
+
+def h200_worker_saw(recorded: dict, uuid: str, namespace: str) -> NvmlReader:
+    """NVML as one H200 worker saw it right after a timing: the recorded clock and clock event reasons, and the two
+    processes that made `other_gpu_processes` 1, worker and parent (their pids were not recorded: both shapes that
+    give 1 are tried, the worker's own pids and a container's host pids)."""
+    extra = recorded["extra"]
+    pids = [os.getpid(), os.getppid()] if namespace == "host" else [2_000_001, 2_000_002]
+    return NvmlReader(FakeNvml(values={**FakeNvml().values, "sm_clock": extra["sm_clock_mhz"], "uuid": uuid},
+                               reasons=sum(BITS[name] for name in extra["clock_event_reasons"]),
+                               processes=[SimpleNamespace(pid=pid, usedGpuMemory=None) for pid in pids]))
+
+
+@pytest.mark.parametrize("namespace", ["host", "container"])
+@pytest.mark.parametrize("run", sorted(H200_RUNS))
+def test_the_h200_runs_recorded_state_is_not_throttled_once_the_harness_is_discounted(
+        run: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = H200_RUNS[run]["records"]
+    uuid = H200_RUNS[run]["gpu_state"][0]["uuid"]
+    gpu = GpuId(0, uuid[len("GPU-"):], "00000000:00:06.0")  # torch's name for that H200
+    capped = [r for r in records if r["extra"]["clock_event_reasons"]]
+    calm = [r for r in records if not r["extra"]["clock_event_reasons"]]
+    assert {r["throttled"] for r in records} == {True} and {r["extra"]["other_gpu_processes"] for r in records} == {1}
+    assert {tuple(r["extra"]["clock_event_reasons"]) for r in capped} == {("sw_power_cap",)}
+    assert len(capped) == {"NVIDIA-H200-20261130-012030": 10, "NVIDIA-H200-20261130-012712": 15}[run]
+    assert {r["extra"]["sm_clock_mhz"] for r in calm} <= set(range(1695, 1981))
+
+    # Without the harness named (the code those runs had), the replay gives what the H200 recorded.
+    monkeypatch.delenv(HARNESS_GPUS_VAR, raising=False)
+    for recorded in records:
+        got = measurement_sample(gpu, h200_worker_saw(recorded, uuid, namespace))
+        assert (got.throttled, got.other_processes, got.sm_clock_mhz, list(got.clock_event_reasons)) == (
+            True, 1, recorded["extra"]["sm_clock_mhz"], recorded["extra"]["clock_event_reasons"])
+    # Named by the parent, as isolation does now: only the power-capped timings are throttled.
+    monkeypatch.setenv(HARNESS_GPUS_VAR, gpu.uuid)
+    for recorded in records:
+        got = measurement_sample(gpu, h200_worker_saw(recorded, uuid, namespace))
+        assert got.other_processes == 0 and got.throttled is bool(recorded["extra"]["clock_event_reasons"])
+    # A real stranger on the GPU, or a throttling reason, still flags a calm timing.
+    stranger = h200_worker_saw(calm[0], uuid, namespace)
+    stranger.lib.processes.append(SimpleNamespace(pid=2_000_003, usedGpuMemory=None))
+    got = measurement_sample(gpu, stranger)
+    assert got.throttled is True and got.other_processes == 1
+    for reason in ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+                   "hw_power_brake_slowdown"):
+        hot = h200_worker_saw(calm[0], uuid, namespace)
+        hot.lib.reasons = BITS[reason]
+        assert measurement_sample(gpu, hot).throttled is True, reason
 
 
 @pytest.mark.parametrize("clock, reasons, locked, words", [
