@@ -1,4 +1,4 @@
-"""A GPU's state in words: for doctor's lines and the report's header.
+"""A GPU's state, and its span over a run's timings, in words: for doctor's lines and the report's header.
 
 Words only: what to do about a state (warnings, lock commands) is doctor's.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnbench.gpu.sample import RunSpan
 from attnbench.gpu.state import GpuState
 
 LOCK_WORDS = {True: "locked", False: "not locked", None: "perhaps not locked"}
@@ -37,3 +38,23 @@ def describe(state: GpuState) -> str:
             f"{temperature} · persistence {flag(state.persistence_mode)} · ECC {flag(state.ecc)} · "
             f"MIG {flag(state.mig)} · compute mode {state.compute_mode or '?'} · "
             f"clock events: {reasons} · {who} · clocks {LOCK_WORDS[state.clocks_locked]}")
+
+
+def describe_span(span: RunSpan) -> str:
+    """The GPU over a run's timings in one line: 'SM clock 1695–1980 MHz · power … · clock events: …'."""
+    n = span.timings
+    clock = (f"SM clock {_range(span.sm_clock_mhz, '{:.0f}')} MHz" if span.sm_clock_mhz else "SM clock not read")
+    power = (f"power {_range(span.power_w, '{:.0f}')} W" if span.power_w else "power not recorded")
+    events = ", ".join(f"{name} ({count} of {n})" for name, count in span.reasons.items()) or "none"
+    parts = [f"{n} timing{'s' if n != 1 else ''}", clock, power, f"clock events: {events}"]
+    parts.append(f"other processes in {span.shared} of {n}" if span.shared else "no other processes")
+    parts.append(f"{span.throttled} of {n} flagged throttled (!)" if span.throttled else "none flagged throttled")
+    if span.unread:
+        parts.append(f"state not read for {span.unread} of {n}")
+    return " · ".join(parts)
+
+
+def _range(bounds: tuple[Any, Any] | None, form: str) -> str:
+    assert bounds is not None
+    low, high = (form.format(value) for value in bounds)
+    return low if low == high else f"{low}–{high}"
