@@ -33,7 +33,11 @@ class NVMLError_NotFound(NVMLError):  # noqa: N801
 
 
 class FakeNvml:
-    """pynvml on one H200; change `reasons`, `processes`, `unsupported` or `mig` to make other GPUs."""
+    """pynvml on one H200; change `reasons`, `processes`, `unsupported` or `mig` to make other GPUs.
+
+    `energy_mj` is what successive calls of nvmlDeviceGetTotalEnergyConsumption answer (millijoules since the
+    driver loaded), one value per call, the last repeated: the H200's probe did not read the counter.
+    """
 
     NVMLError = NVMLError
 
@@ -45,6 +49,7 @@ class FakeNvml:
         self.process_names = {os.getpid(): "python"}
         self.unsupported: set[str] = set()  # function names that raise NotSupported
         self.mig = False  # torch's device is a MIG slice of the H200
+        self.energy_mj: list[int] = [1_000_000]
         for name, value in changes.items():
             setattr(self, name, value)
         self.calls: list[str] = []
@@ -136,6 +141,11 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
         return self._answer("nvmlDeviceGetComputeRunningProcesses", list(self.processes))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+        self._whole(handle, "nvmlDeviceGetTotalEnergyConsumption")  # the counter is the whole GPU's
+        value = self.energy_mj[0] if len(self.energy_mj) == 1 else self.energy_mj.pop(0)
+        return self._answer("nvmlDeviceGetTotalEnergyConsumption", value)
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         if pid not in self.process_names:

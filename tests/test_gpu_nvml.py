@@ -54,6 +54,22 @@ def test_a_measurements_light_read_asks_nvml_only_what_it_records() -> None:
     assert (state.sm_clock_mhz, state.power_draw_w, state.clock_event_reasons) == (1980, 123.502, ())
 
 
+def test_nvmls_energy_counter_is_read_from_the_whole_gpu_and_its_absence_says_why() -> None:
+    fake = FakeNvml(energy_mj=[5_000_000, 5_250_000])
+    reader = NvmlReader(fake)
+    assert [reader.energy_mj(H200), reader.energy_mj(H200)] == [5_000_000, 5_250_000]
+    assert NvmlReader(FakeNvml(mig=True, energy_mj=[7])).energy_mj(H200) == 7  # a MIG slice: its GPU's counter
+    old = NvmlReader(FakeNvml(unsupported={"nvmlDeviceGetTotalEnergyConsumption"}))  # before Volta
+    with pytest.raises(GpuStateError, match=r"no energy counter .*Not Supported"):
+        old.energy_mj(H200)
+
+
+def test_nvmls_real_binding_has_the_energy_counter_under_the_name_the_reader_calls() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    assert callable(pynvml.nvmlDeviceGetTotalEnergyConsumption)
+    assert callable(FakeNvml().nvmlDeviceGetTotalEnergyConsumption)
+
+
 def test_nvml_is_an_optional_extra_and_the_docker_image_pins_it() -> None:
     import tomllib
 

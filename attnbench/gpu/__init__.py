@@ -8,7 +8,8 @@ GPUs. The modules, from the bottom up:
 - `nvml`, `smi`: the readers, through NVML (`pip install 'attnbench[nvml]'`) or by parsing `nvidia-smi`;
 - `read`: which reader, a judged snapshot of each GPU for env.json;
 - `sample`: what a measurement records right after its timing, and the span of those samples over a run;
-- `describe`: a state and a run's span in words, for doctor and the report.
+- `describe`: a state and a run's span in words, for doctor and the report;
+- `energy`: NVML's energy counter, for energy per call.
 
 Nothing here prints or gives advice (doctor does), and nothing imports a module above the package.
 """

@@ -115,6 +115,15 @@ class NvmlReader:
         except self.error:
             return None
 
+    def energy_mj(self, gpu: GpuId) -> int:
+        """NVML's total energy counter: millijoules the whole GPU used since the driver loaded (Volta and later)."""
+        _, whole, _ = self._handle(gpu)
+        try:
+            return int(self.lib.nvmlDeviceGetTotalEnergyConsumption(whole))
+        except self.error as exc:
+            raise GpuStateError(f"NVML has no energy counter for this GPU "
+                                f"(nvmlDeviceGetTotalEnergyConsumption: {exc or type(exc).__name__})") from None
+
 
 def _text(value: Any) -> str:
     """NVML strings: str in recent pynvml, bytes in old ones."""
