@@ -6,7 +6,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attnbench import gpustate
+from attnbench.gpu.describe import describe
+from attnbench.gpu.read import INSTALL_HINT
+from attnbench.gpu.state import GpuState
 
 DEFAULT_SUITE = "long"
 SDPA_KERNELS = {"flash": "can_use_flash_attention", "efficient": "can_use_efficient_attention",
@@ -55,7 +57,7 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "healthy": self.healthy, "environment": self.environment,
                 "backends": [asdict(b) for b in self.backends], "sdpa_kernels": self.sdpa_kernels,
-                "gpu_advice": gpustate.doctor_json(self.gpu_state)}
+                "gpu_advice": gpu_advice(self.gpu_state)}
 
 
 def diagnose(device: str) -> Diagnosis:
@@ -138,7 +140,7 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
     else:
         lines.append("GPU: none visible to torch")
     lines.append(f"device attnbench would use: {diagnosis.device}")
-    lines += gpustate.doctor_lines(diagnosis.gpu_state)  # clocks, throttling, other processes; lock advice
+    lines += gpu_lines(diagnosis.gpu_state)  # clocks, throttling, other processes; lock advice
     lines.append("")
     lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}" for k, v in diagnosis.sdpa_kernels.items()))
     lines.append("")
@@ -159,3 +161,70 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
         names = ", ".join(b.name for b in diagnosis.problems)
         lines.append(f"not ready: the default suite ({DEFAULT_SUITE}) names {names}, which cannot run here (see fix)")
     return lines
+
+
+# ---- the GPU's state: what it means for the timings, and how to lock the clocks ------------------------------
+
+def lock_commands(state: GpuState) -> list[str]:
+    """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum, and the ones that undo it."""
+    gpu = state.nvml_index if state.nvml_index is not None else state.uuid or state.index
+    sm = state.sm_clock_max_mhz or "<max SM MHz>"
+    mem = state.memory_clock_max_mhz or "<max memory MHz>"
+    return [f"sudo nvidia-smi -i {gpu} -pm 1    # persistence mode: settings stay between processes",
+            f"sudo nvidia-smi -i {gpu} --lock-gpu-clocks={sm},{sm}    # -lgc; a lower clock the GPU can hold "
+            f"under load also avoids power capping",
+            f"sudo nvidia-smi -i {gpu} --lock-memory-clocks={mem},{mem}    # -lmc, where the GPU supports it",
+            f"sudo nvidia-smi -i {gpu} --reset-gpu-clocks; sudo nvidia-smi -i {gpu} --reset-memory-clocks"
+            f"    # -rgc, -rmc: undo"]
+
+
+def gpu_warnings(state: GpuState) -> list[str]:
+    """Warnings about a GPU whose numbers would not be the GPU's own, each a sentence."""
+    index = state.index
+    if state.error:
+        hint = f" ({INSTALL_HINT}, or put nvidia-smi on PATH)" if "no NVML" in state.error else ""
+        return [f"GPU {index}: its state (clocks, throttling, other processes) is not recorded: {state.error}{hint}"]
+    warnings = []
+    if state.clocks_locked is not True:
+        verdict = "are not locked" if state.clocks_locked is False else "may not be locked"
+        warnings.append(f"GPU {index}: its SM clocks {verdict} ({state.clocks_lock_evidence}); boost and "
+                        f"power management move them between runs, and the timings with them")
+    if state.throttle_reasons:
+        warnings.append(f"GPU {index}: throttled now ({', '.join(state.throttle_reasons)})")
+    if state.other_process_count:
+        listed = ", ".join(f"{p.pid} {p.name or '?'}" for p in state.other_processes or ())
+        warnings.append(f"GPU {index}: {state.other_process_count} other process(es) on it ({listed}): "
+                        f"their work shares the GPU with the measurements")
+    if state.pid_namespace_differs:
+        warnings.append(f"GPU {index}: NVML's process ids are not this process's (a container?): other "
+                        f"processes are counted, not named")
+    if state.persistence_mode is False:
+        warnings.append(f"GPU {index}: persistence mode is off: the driver unloads between processes and "
+                        f"clock settings do not stay")
+    if state.mig:
+        warnings.append(f"GPU {index}: MIG is on: the numbers are one slice's, not the whole GPU's")
+    return warnings
+
+
+def needs_lock(state: GpuState) -> bool:
+    """Whether doctor should print the lock commands: the state was read and the clocks are not known locked."""
+    return not state.error and state.clocks_locked is not True
+
+
+def gpu_lines(stored: list[dict[str, Any]]) -> list[str]:
+    """Each GPU's state (env.json's "gpu_state" entries), its warnings and, where clocks float, the lock commands."""
+    lines = []
+    for state in map(GpuState.from_dict, stored):
+        lines.append(describe(state))
+        lines += [f"warning: {warning}" for warning in gpu_warnings(state)]
+        if needs_lock(state):
+            lines.append("  to lock the clocks (as root; the last line undoes it):")
+            lines += [f"    {command}" for command in lock_commands(state)]
+    return lines
+
+
+def gpu_advice(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same for `doctor --json`: per GPU, its warnings and the lock commands when they apply."""
+    states = list(map(GpuState.from_dict, stored))
+    return [{"index": s.index, "clocks_locked": s.clocks_locked, "warnings": gpu_warnings(s),
+             "lock_commands": lock_commands(s) if needs_lock(s) else []} for s in states]

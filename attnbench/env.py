@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import attnbench
-from attnbench import gpustate
+from attnbench.gpu import read as gpu_read
 
 # Kernel libraries whose versions matter to the numbers, by distribution name.
 LIBRARIES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "numpy")
@@ -120,7 +120,7 @@ def collect_env(device: str) -> dict[str, Any]:
         "git_commit": git_commit(),
         "device": device,
         "device_name": device_name(device),
-        **gpustate.env_fields(device),  # "gpu_state" per visible GPU on CUDA: clocks, power, modes, other processes
+        **gpu_read.env_fields(device),  # "gpu_state" per visible GPU on CUDA: clocks, power, modes, other processes
     }
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attnbench
-from attnbench import gpustate
+from attnbench.gpu import harness
 from attnbench.recording import unmeasured
 from attnbench.results import Record
 
@@ -121,7 +121,7 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env.update(config.env)
         if config.device == "cuda":  # the worker does not count this process as another user of its GPU
-            env[gpustate.HARNESS_GPUS_VAR] = ",".join(gpustate.contexts_held_here())
+            env[harness.HARNESS_GPUS_VAR] = ",".join(harness.contexts_held_here())
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c", WORKER_COMMAND, str(theirs.fileno())], pass_fds=(theirs.fileno(),),

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench import gpustate
+from attnbench.gpu import sample as gpu_sample
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
 from attnbench.conformance import conformance_problem
@@ -155,7 +155,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         if first is not None:  # no garbage the first call would free may be counted in its "before"
             gc.collect(1)
         samples = timer.measure(first or fn, timing)
-        gpustate.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
+        gpu_sample.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
         if first is not None:
             if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                 first()

@@ -86,7 +86,7 @@ class Record:
     # are too few samples for one at the confidence asked).
     noisy: bool = False
     # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
-    # (attnbench.gpustate); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
+    # (attnbench.gpu.judge); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
     throttled: bool | None = None
     flops: int | None = None
     tflops: float | None = None

@@ -1,6 +1,6 @@
-"""A stand-in for pynvml that answers with what the real one returned on an NVIDIA H200 (tests/data/gpustate).
+"""A stand-in for pynvml that answers with what the real one returned on an NVIDIA H200 (tests/data/gpu).
 
-Only the functions attnbench.gpustate calls exist, with pynvml's names and argument order; errors are
+Only the functions attnbench.gpu calls exist, with pynvml's names and argument order; errors are
 raised as pynvml raises them (NVMLError subclasses whose str() is NVML's message).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "gpustate" / "nvml-h200.json").read_text())
+RECORDED = json.loads((Path(__file__).parent / "data" / "gpu" / "nvml-h200.json").read_text())
 H200_UUID = RECORDED["uuid"]  # "GPU-a9a60faf-…", as NVML spells it
 H200_BUS = "00000000:00:06.0"
 
@@ -33,7 +33,11 @@ class NVMLError_NotFound(NVMLError):  # noqa: N801
 
 
 class FakeNvml:
-    """pynvml on one H200; change `reasons`, `processes`, `unsupported` or `mig` to make other GPUs."""
+    """pynvml on one H200; change `reasons`, `processes`, `unsupported` or `mig` to make other GPUs.
+
+    `energy_mj` is what successive calls of nvmlDeviceGetTotalEnergyConsumption answer (millijoules since the
+    driver loaded), one value per call, the last repeated: the H200's probe did not read the counter.
+    """
 
     NVMLError = NVMLError
 
@@ -45,6 +49,7 @@ class FakeNvml:
         self.process_names = {os.getpid(): "python"}
         self.unsupported: set[str] = set()  # function names that raise NotSupported
         self.mig = False  # torch's device is a MIG slice of the H200
+        self.energy_mj: list[int] = [1_000_000]
         for name, value in changes.items():
             setattr(self, name, value)
         self.calls: list[str] = []
@@ -57,9 +62,9 @@ class FakeNvml:
 
     # handles: "whole" is the H200, "slice" a MIG device on it
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
-        if uuid == H200_UUID and not self.mig:
+        if uuid == self.values["uuid"] and not self.mig:
             return "whole"
-        if self.mig and uuid == "MIG-" + H200_UUID[len("GPU-"):]:
+        if self.mig and uuid == "MIG-" + self.values["uuid"][len("GPU-"):]:
             return "slice"
         raise NVMLError_NotFound()
 
@@ -136,6 +141,11 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
         return self._answer("nvmlDeviceGetComputeRunningProcesses", list(self.processes))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+        self._whole(handle, "nvmlDeviceGetTotalEnergyConsumption")  # the counter is the whole GPU's
+        value = self.energy_mj[0] if len(self.energy_mj) == 1 else self.energy_mj.pop(0)
+        return self._answer("nvmlDeviceGetTotalEnergyConsumption", value)
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         if pid not in self.process_names:

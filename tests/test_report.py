@@ -389,19 +389,22 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
 
 
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
-    from tests.test_gpustate import H200, SmiReader, gpustate, smi
+    from attnbench.gpu.read import snapshot
+    from attnbench.gpu.smi import SmiReader
+    from tests.fake_smi import H200, smi
 
     throttled = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, device="cuda", throttled=True,
                          extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"], "other_gpu_processes": 0})
     records = [a_record(device="cuda", throttled=False), throttled]
     out = write_run(tmp_path / "run", records, env={"device": "cuda", "gpus": [{"name": "NVIDIA H200"}],
-                                                    "gpu_state": [gpustate.snapshot(H200, SmiReader(smi()))]})
+                                                    "gpu_state": [snapshot(H200, SmiReader(smi())).to_dict()]})
     render_report(out)
     md = (out / "summary.md").read_text(encoding="utf-8")
     assert "| !2 (IQR 0.05) |" in md and "| 1 (IQR 0.05) |" in md  # records without an interval show their IQR
     assert "1 of 2 timings were taken on a throttled or shared GPU" in md
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert ">!2</td>" in page and "GPU 0 state (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
+    assert ">!2</td>" in page and "GPU 0 before the run (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
+    assert "GPU 0 while timing" in page and "SM clock 1500 MHz" in page  # the one record that has a sample
     assert "clocks not locked" in page
     fig = group_chart(group_records(records)[0], backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
@@ -409,6 +412,23 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "throttled or shared GPU" in labels and "noisy: interval wider than asked or under 6 samples, or IQR > 10%" not in labels
     assert fig.axes[0].get_title() == "Latency (median, IQR shaded; hollow = throttled)"
+
+
+def test_the_header_shows_the_gpu_before_the_run_and_while_timing_as_the_h200_recorded_them() -> None:
+    """The H200 run of 2026-11-30 01:27 read its GPU idle at 345 MHz before the run, and timed at 1695-1980 MHz:
+    the header shows both, each labelled (tests/data/gpu/h200-runs.json holds that run's env and samples)."""
+    from attnbench.report.html import env_rows
+
+    run = json.loads((DATA / "gpu" / "h200-runs.json").read_text())["runs"]["NVIDIA-H200-20261130-012712"]
+    env = {"device": "cuda", "gpus": [{"name": "NVIDIA H200"}], "gpu_state": run["gpu_state"]}
+    rows = dict(env_rows(env, run["records"]))
+    assert rows["GPU 0 before the run (nvml)"].startswith("SM clock 345 MHz (application 1980, max 1980)")
+    assert "clock events: gpu_idle · no other processes" in rows["GPU 0 before the run (nvml)"]
+    assert rows["GPU 0 while timing"] == ("120 timings · SM clock 1695–1980 MHz · power not recorded · clock events: "
+                                          "sw_power_cap (15 of 120) · other processes in 120 of 120 · "
+                                          "120 of 120 flagged throttled (!)")
+    cpu = dict(env_rows({"device": "cpu", "cpu": "AMD EPYC"}, [a_record()]))
+    assert not [label for label in cpu if label.startswith("GPU")]
 
 
 def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:

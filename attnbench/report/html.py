@@ -7,7 +7,9 @@ from typing import Any
 
 import jinja2
 
-from attnbench.gpustate import describe
+from attnbench.gpu.describe import describe, describe_span
+from attnbench.gpu.sample import run_span
+from attnbench.gpu.state import GpuState
 from attnbench.report.charts import Chart
 from attnbench.report.findings import Findings
 from attnbench.report.rows import COLUMNS, display_value, sort_value
@@ -27,7 +29,9 @@ HOW_TO_READ = (
     "the threshold and the two intervals do not overlap, and never judges samples that spread over 10%. "
     "On CUDA the GPU's SM clock, clock event reasons and other processes are sampled right after "
     "each timing: a median timed while heat or power slowed the GPU, or while another process was on it, has a ! "
-    "in front and a hollow marker, and compare never judges it either.",
+    "in front and a hollow marker, and compare never judges it either. The header shows each GPU twice: as read "
+    "when the run started (before the run, usually idle and at a low clock) and as the records' samples saw it "
+    "while timing (the range of SM clocks and power, and the clock event reasons, over the timed records).",
     "Correctness: each backend's output is compared with a reference computed in float64 on every device. "
     "It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
     "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
@@ -175,10 +179,7 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
         rows.append(("GPU", f"{names} ×{len(gpus)}" if len(gpus) > 1 else names))
         if env.get("driver"):
             rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
-        for state in env.get("gpu_state") or []:
-            if isinstance(state, dict) and "index" in state:
-                label, _, text = describe(state).partition(": ")
-                rows.append((label, text))
+        rows += gpu_rows(env, records)
     else:
         rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
     versions = [f"torch {env['torch']}"] if env.get("torch") else []
@@ -194,6 +195,20 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
             rows.append((label, str(env[key])))
     if not env:
         rows.append(("environment", "no env.json beside these results"))
+    return rows
+
+
+def gpu_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Each GPU as read when the run started (env.json, usually idle) and as its records saw it while timing."""
+    rows = []
+    states = [GpuState.from_dict(s) for s in env.get("gpu_state") or [] if isinstance(s, dict) and "index" in s]
+    for state in states:
+        _, _, text = describe(state).partition(": ")
+        rows.append((f"GPU {state.index} before the run" + (f" ({state.source})" if state.source else ""), text))
+    spans = run_span(records)
+    for span in spans:
+        who = span.gpu if span.gpu is not None else states[0].index if len(states) == 1 else ""
+        rows.append((f"GPU {who} while timing".replace("  ", " "), describe_span(span)))
     return rows
 
 

@@ -1,0 +1,83 @@
+"""Which reader (NVML, else nvidia-smi), and a judged snapshot of each GPU a run may use, for env.json.
+
+Nothing here runs on CPU: callers ask only for CUDA devices. A failure to read is never raised to the run:
+the snapshot says why under `error`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from typing import Any, Protocol
+
+from attnbench.gpu.judge import judged
+from attnbench.gpu.nvml import NvmlReader
+from attnbench.gpu.smi import SmiReader
+from attnbench.gpu.state import GpuId, GpuState, GpuStateError, torch_gpu
+
+INSTALL_HINT = "pip install 'attnbench[nvml]'"
+
+
+class Reader(Protocol):
+    source: str
+
+    def read(self, gpu: GpuId, full: bool) -> GpuState: ...
+
+    def driver(self) -> str | None: ...
+
+
+_READER: Reader | None = None
+_READER_PROBLEM: str | None = None
+
+
+def default_reader() -> Reader:
+    """NVML when nvidia-ml-py and the driver's library load, else nvidia-smi; made once per process."""
+    global _READER, _READER_PROBLEM
+    if _READER is not None:
+        return _READER
+    if _READER_PROBLEM is not None:
+        raise GpuStateError(_READER_PROBLEM)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        _READER = NvmlReader(pynvml)
+        return _READER
+    except ImportError:
+        why = f"nvidia-ml-py is not installed ({INSTALL_HINT})"
+    except Exception as exc:  # pynvml.NVMLError: no libnvidia-ml, a driver/library mismatch
+        why = f"NVML did not start ({type(exc).__name__}: {exc})"
+    if shutil.which("nvidia-smi"):
+        _READER = SmiReader()
+        return _READER
+    _READER_PROBLEM = f"no NVML: {why}; and no nvidia-smi on PATH"
+    raise GpuStateError(_READER_PROBLEM)
+
+
+def snapshot(gpu: GpuId, reader: Reader | None = None, holds_context: bool = False) -> GpuState:
+    """Everything env.json records about one GPU, judged; on failure, the reason under `error`."""
+    source = driver = None
+    try:
+        reader = reader or default_reader()
+        source, driver = reader.source, reader.driver()
+        state = reader.read(gpu, full=True)
+        return judged(replace(state, driver=driver), os.getpid(), holds_context)
+    except GpuStateError as exc:
+        return GpuState(gpu.index, source=source, driver=driver, error=str(exc))
+    except Exception as exc:  # an NVML or driver surprise must not stop a run: it is recorded instead
+        return GpuState(gpu.index, source=source, driver=driver, error=f"{type(exc).__name__}: {exc}")
+
+
+def gpu_states(reader: Reader | None = None, gpus: list[GpuId] | None = None) -> list[GpuState]:
+    """The state of every GPU torch can see (the GPUs a run may use)."""
+    if gpus is None:
+        import torch
+
+        gpus = [torch_gpu(index) for index in range(torch.cuda.device_count())]
+    return [snapshot(gpu, reader) for gpu in gpus]
+
+
+def env_fields(device: str) -> dict[str, Any]:
+    """env.json's "gpu_state" on CUDA (each GpuState.to_dict()); nothing at all on CPU."""
+    return {"gpu_state": [state.to_dict() for state in gpu_states()]} if device == "cuda" else {}

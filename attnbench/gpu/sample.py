@@ -1,0 +1,123 @@
+"""What a measurement records about its GPU right after the timing, and what a run's records say together.
+
+Each CUDA record carries `throttled` and, in `extra`, `sm_clock_mhz`, `power_w`, `clock_event_reasons` and
+`other_gpu_processes` (or `gpu_state_error`). `run_span` reads them back from stored records: the clocks, power
+and clock events the GPU showed while the run was timing, which the idle snapshot in env.json cannot show.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from attnbench.gpu.harness import harness_holds
+from attnbench.gpu.judge import judged
+from attnbench.gpu.read import Reader, default_reader
+from attnbench.gpu.state import REASONS, GpuId, GpuState, GpuStateError, torch_gpu
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """The GPU right after one timing: its SM clock, power draw, clock event reasons, other processes, and
+    whether any of it made the timing not the GPU's own (`throttled`, attnbench.gpu.judge)."""
+
+    sm_clock_mhz: int | None = None
+    power_w: float | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
+    other_processes: int | None = None  # how many processes not this run's were on the GPU
+    throttled: bool | None = None
+    error: str | None = None  # nothing could be read, and why
+
+    @classmethod
+    def of(cls, state: GpuState) -> GpuSample:
+        """The sample a judged (light) read gives."""
+        return cls(state.sm_clock_mhz, state.power_draw_w, state.clock_event_reasons, state.other_process_count,
+                   state.throttled)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The record's `throttled` and its `extra` entries (only `extra.gpu_state_error` when nothing was read)."""
+        if self.error is not None:
+            return {"extra": {"gpu_state_error": self.error}}
+        reasons = None if self.clock_event_reasons is None else list(self.clock_event_reasons)
+        return {"throttled": self.throttled,
+                "extra": {"sm_clock_mhz": self.sm_clock_mhz, "clock_event_reasons": reasons,
+                          "other_gpu_processes": self.other_processes, "power_w": self.power_w}}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> GpuSample | None:
+        """A stored record's sample; None for a record that has none (CPU, or not timed)."""
+        extra = record.get("extra") or {}
+        if "gpu_state_error" in extra:
+            return cls(error=str(extra["gpu_state_error"]))
+        if not {"sm_clock_mhz", "clock_event_reasons", "other_gpu_processes"} & set(extra):
+            return None
+        reasons = extra.get("clock_event_reasons")
+        return cls(extra.get("sm_clock_mhz"), extra.get("power_w"), None if reasons is None else tuple(reasons),
+                   extra.get("other_gpu_processes"), record.get("throttled"))
+
+
+def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> GpuSample:
+    """Read and judge the GPU right after a timing, from the measuring process (which holds a context on it);
+    the harness that started it, where it said it holds one there too, is not another process."""
+    try:
+        state = (reader or default_reader()).read(gpu, full=False)
+        state = judged(state, os.getpid(), holds_context=True, harness=harness_holds(gpu), parent_pid=os.getppid())
+    except GpuStateError as exc:
+        return GpuSample(error=str(exc))
+    except Exception as exc:  # never costs the measurement: the record says what could not be read
+        return GpuSample(error=f"{type(exc).__name__}: {exc}")
+    return GpuSample.of(state)
+
+
+def record_sample(fields: dict[str, Any], device: str, reader: Reader | None = None,
+                  gpu: GpuId | None = None) -> None:
+    """Put a measurement's GPU sample into its record fields (`throttled`, and `extra`); nothing on CPU."""
+    if device != "cuda":
+        return
+    if gpu is None:
+        import torch
+
+        gpu = torch_gpu(torch.cuda.current_device())
+    sample = measurement_sample(gpu, reader).record_fields()
+    fields.setdefault("extra", {}).update(sample["extra"])
+    if "throttled" in sample:
+        fields["throttled"] = sample["throttled"]
+
+
+@dataclass(frozen=True)
+class RunSpan:
+    """The GPU over a run's timings, from the samples their records carry."""
+
+    gpu: str | None  # the record's extra.gpu (physical id or UUID) when the run used several GPUs
+    timings: int  # records with a sample (read or not)
+    sm_clock_mhz: tuple[int, int] | None  # lowest and highest
+    power_w: tuple[float, float] | None  # lowest and highest; runs before attnbench recorded power have none
+    reasons: dict[str, int] = field(default_factory=dict)  # clock event reason -> timings that showed it
+    shared: int = 0  # timings with another process on the GPU
+    throttled: int = 0  # timings flagged throttled
+    unread: int = 0  # timings whose GPU state could not be read
+
+
+def run_span(records: Iterable[dict[str, Any]]) -> list[RunSpan]:
+    """One RunSpan per GPU the records were timed on (one for a run on one GPU); empty when none has a sample."""
+    by_gpu: dict[str | None, list[GpuSample]] = {}
+    for record in records:
+        sample = GpuSample.from_record(record)
+        if sample is not None:
+            gpu = (record.get("extra") or {}).get("gpu")
+            by_gpu.setdefault(None if gpu is None else str(gpu), []).append(sample)
+    return [_span(gpu, samples) for gpu, samples in by_gpu.items()]
+
+
+def _span(gpu: str | None, samples: list[GpuSample]) -> RunSpan:
+    clocks = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None]
+    power = [s.power_w for s in samples if s.power_w is not None]
+    seen = Counter(name for s in samples for name in s.clock_event_reasons or ())
+    order = {name: n for n, name in enumerate(REASONS.values())}
+    reasons = dict(sorted(seen.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
+    return RunSpan(gpu, len(samples), (min(clocks), max(clocks)) if clocks else None,
+                   (min(power), max(power)) if power else None, reasons,
+                   sum(1 for s in samples if s.other_processes), sum(1 for s in samples if s.throttled),
+                   sum(1 for s in samples if s.error is not None))
