@@ -1,0 +1,45 @@
+"""The manual under docs/: the generated CLI page matches the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_cli_reference():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_what_the_cli_prints_now() -> None:
+    reference = load_cli_reference()
+    assert reference.PAGE.read_text(encoding="utf-8") == reference.render(), (
+        f"docs/cli.md is stale: a command's options or help changed. Regenerate it with "
+        f"`{reference.REGENERATE}` (from the repository root, in the project's environment) and commit it.")
+
+
+def test_cli_reference_has_every_command_and_no_terminal_escapes() -> None:
+    reference = load_cli_reference()
+    text = reference.render()
+    assert "\x1b" not in text and "╭" not in text  # plain text: no colours, no Rich panels
+    names = reference.command_names()
+    assert {"run", "report", "compare", "submit", "status", "merge", "doctor"} <= set(names)
+    for name in names:
+        assert f"$ attnbench {name} --help\nUsage: attnbench {name} " in text
+    assert reference.render() == text  # deterministic: the same twice, whatever the terminal
+
+
+def test_check_mode_fails_on_a_stale_page_and_names_the_command(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    reference = load_cli_reference()
+    stale = tmp_path / "cli.md"
+    stale.write_text(reference.render().replace("--dry-run", "--dryrun"), encoding="utf-8")
+    monkeypatch.setattr(reference, "PAGE", stale)
+    monkeypatch.setattr(reference, "ROOT", tmp_path)
+    assert reference.main(["--check"]) == 1
+    assert "python scripts/cli_reference.py" in capsys.readouterr().err
+    assert reference.main([]) == 0 and reference.main(["--check"]) == 0
