@@ -1,8 +1,10 @@
-"""The manual under docs/: the generated CLI page matches the CLI."""
+"""The manual under docs/: the generated CLI page matches the CLI, and every page is in the site's navigation.
+(`mkdocs build --strict`, in `make test`, checks the links between the pages.)"""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,3 +45,10 @@ def test_check_mode_fails_on_a_stale_page_and_names_the_command(tmp_path: Path, 
     assert reference.main(["--check"]) == 1
     assert "python scripts/cli_reference.py" in capsys.readouterr().err
     assert reference.main([]) == 0 and reference.main(["--check"]) == 0
+
+def test_every_page_is_in_the_manuals_navigation() -> None:
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    listed = set(re.findall(r":\s*([\w./-]+\.md)\s*$", config, flags=re.MULTILINE))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages - listed == set(), "pages missing from mkdocs.yml's nav"
+    assert listed - pages == set(), "mkdocs.yml's nav lists pages that do not exist"
