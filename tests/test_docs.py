@@ -1,5 +1,6 @@
-"""The manual under docs/: the generated CLI page matches the CLI, and every page is in the site's navigation.
-(`mkdocs build --strict`, in `make test`, checks the links between the pages.)"""
+"""The manual under docs/ and the README that points to it: the generated CLI page matches the CLI, the README
+stays one screen, and its links land on files that exist. (`mkdocs build --strict`, in `make test`, checks the
+links between the pages.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+README_LIMIT_BYTES = 15_000
+LONGEST_LINE = 400
 
 
 def load_cli_reference():  # type: ignore[no-untyped-def]
@@ -45,6 +49,23 @@ def test_check_mode_fails_on_a_stale_page_and_names_the_command(tmp_path: Path, 
     assert reference.main(["--check"]) == 1
     assert "python scripts/cli_reference.py" in capsys.readouterr().err
     assert reference.main([]) == 0 and reference.main(["--check"]) == 0
+
+
+def test_readme_is_one_screen_of_short_lines() -> None:
+    data = README.read_bytes()
+    assert len(data) <= README_LIMIT_BYTES, (
+        f"README.md is {len(data)} bytes, over {README_LIMIT_BYTES}: move the detail into a page under docs/")
+    long_lines = [n for n, line in enumerate(data.decode("utf-8").splitlines(), 1) if len(line) > LONGEST_LINE]
+    assert long_lines == [], f"README.md lines over {LONGEST_LINE} characters: {long_lines}"
+
+
+def test_readme_links_land_on_files_that_exist() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)]
+    local = [t for t in targets if t and not re.match(r"[a-z]+:", t)]
+    assert any(t.startswith("docs/") for t in local), "the README should point to the manual"
+    assert [t for t in local if not (ROOT / t).exists()] == []
+
 
 def test_every_page_is_in_the_manuals_navigation() -> None:
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
