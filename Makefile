@@ -28,10 +28,12 @@ bench: setup
 quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
-# The tests, the Dockerfile lint, and the built wheel installed and run in a fresh environment.
+# The tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and the
+# built wheel installed and run in a fresh environment.
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 	$(BIN)/hadolint Dockerfile
+	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
 
 # Mutation testing with mutmut (configured in pyproject.toml), not part of `make test` or CI: every mutant

@@ -242,16 +242,18 @@ def test_pages_and_score_modifiers_keep_the_same_documents_and_requests() -> Non
     assert workload.visible_total(make_case(**ragged, page_size=64)) == workload.visible_total(plain)
 
 
-def test_readme_documents_every_workload_field_of_a_record() -> None:
-    """README's "Reading a result" is the user's description of the record: each workload field is in it."""
+def test_the_manual_documents_every_workload_field_of_a_record() -> None:
+    """The manual's "Reading a result" page is the user's description of the record: each workload field is in
+    it; and its "Workloads" section of the suites page gives an example line for each axis."""
     from pathlib import Path
 
     from attnbench.results import WORKLOAD_DEFAULTS
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    reading = readme.split("## Reading a result", 1)[1].split("\n## ", 1)[0]
+    docs = Path(__file__).parent.parent / "docs"
+    reading = (docs / "results.md").read_text(encoding="utf-8").split("\n## Workload fields", 1)[1]
     assert [name for name in WORKLOAD_DEFAULTS if f"`{name}`" not in reading] == []
-    workloads = readme.split("## Workloads", 1)[1].split("\n## ", 1)[0]
+    suites = (docs / "suites.md").read_text(encoding="utf-8")
+    workloads = suites.split("\n## Workloads", 1)[1].split("\n## ", 1)[0]
     assert [axis for axis in case_mod.AXES + ("doc_lengths", "tp") if f"\n{axis}:" not in workloads] == []
 
 
