@@ -184,3 +184,11 @@ class Case:
             f"{DTYPE_SHORT[self.dtype]} b{self.batch} seq {self.seq_len}{kv} {heads} "
             f"d{self.head_dim} {mask}{self._workload_id().replace('-', ' ')} {self.mode}"
         )
+
+
+def group_of(case: Case) -> tuple:
+    """A case without its sequence lengths (nor the document and request lengths drawn from them): the cases
+    whose memory grows only with the sequence."""
+    fields = case.fields()
+    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["kv_lens"]
+    return tuple(sorted(fields.items()))

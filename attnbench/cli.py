@@ -69,11 +69,10 @@ def validate(
 ) -> None:
     """Check a suite file against the schema and print how many cases it expands to."""
     from attnbench.registry import default_registry
-    from attnbench.session import check_backends
     from attnbench.suite import load_suite
 
     loaded = load_suite(suite)
-    check_backends(loaded, default_registry(plugin), None)
+    default_registry(plugin).chosen(None, loaded)
     for dev in [device] if device else ["cuda", "cpu"]:
         cases = loaded.cases(dev)
         out.print(f"{suite}: valid; {len(cases)} cases on {dev}")
@@ -372,7 +371,7 @@ def parse_fraction(text: str) -> float:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise AttnbenchError(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
-    if not 0 <= value < 10:
+    if not 0 <= value <= 10:
         raise AttnbenchError(f"--threshold {text!r}: out of range; allowed: 0% to 1000%")
     return value
 

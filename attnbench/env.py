@@ -13,7 +13,8 @@ import attnbench
 from attnbench.gpu import read as gpu_read
 
 # Kernel libraries whose versions matter to the numbers, by distribution name.
-LIBRARIES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "numpy")
+LIBRARIES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flashinfer-python",
+             "nvidia-cudnn-frontend", "sageattention", "numpy")
 
 
 def resolve_device(requested: str) -> str:

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench import counting, workload
 from attnbench.backends.naive import NaiveBackend
 from attnbench.calibration import Machine
-from attnbench.case import DTYPE_BYTES
-from attnbench.schedule import group_of
+from attnbench.case import DTYPE_BYTES, group_of
 from attnbench.skip import Facts, skip_reason
 
 if TYPE_CHECKING:

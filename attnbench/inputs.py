@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from attnbench import workload
-from attnbench.backends.naive import naive_attention
 from attnbench.check import naive_errors
 
 if TYPE_CHECKING:
@@ -32,6 +32,22 @@ class Inputs:
     k: torch.Tensor
     v: torch.Tensor
     dout: torch.Tensor | None
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
+
+    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask.
+    """
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if softcap is not None:
+        scores = scores.div(softcap).tanh().mul(softcap)
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v
 
 
 def dtype_of(name: str) -> torch.dtype:

@@ -1,4 +1,5 @@
-"""A distribution-free confidence interval for the median: order statistics of the raw samples.
+"""Statistics of raw samples: median, IQR and minimum, and a distribution-free confidence interval for the median
+from order statistics.
 
 For n independent samples of any continuous distribution, the count of samples below the true median is
 Binomial(n, 1/2). The interval [x_(k), x_(n-k+1)] (1-based order statistics) covers the median with
@@ -9,10 +10,13 @@ No shape is assumed, so heavy tails and outliers (a preempted call) cost width, 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 
 CONFIDENCE = 0.95
+# A measurement whose samples' IQR exceeds this fraction of their median is flagged `noisy`.
+NOISE_THRESHOLD = 0.10
 EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
 
 
@@ -100,3 +104,26 @@ def samples_needed(n: int, half_width: float, precision: float) -> int:
     if not math.isfinite(half_width) or precision <= 0:  # precision 0: sample to the budget, in doubling batches
         return 2 * n
     return math.ceil(n * (half_width / precision) ** 2)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics computed from raw samples."""
+
+    median: float
+    iqr: float
+    minimum: float
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the spread is too wide for the median to be trusted to NOISE_THRESHOLD."""
+        return self.iqr > NOISE_THRESHOLD * self.median
+
+
+def summarize(samples: list[float]) -> Summary:
+    """Median, interquartile range and minimum of the samples (ms)."""
+    if len(samples) >= 2:
+        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    else:
+        q1 = q3 = samples[0]
+    return Summary(statistics.median(samples), q3 - q1, min(samples))

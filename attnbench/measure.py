@@ -14,10 +14,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.gpu import sample as gpu_sample
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
 from attnbench.conformance import conformance_problem
+from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.recording import (

@@ -8,11 +8,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from attnbench import counting
-from attnbench.interval import Interval, median_interval
+from attnbench.interval import Interval, median_interval, summarize
 from attnbench.peaks import peak_for
 from attnbench.results import Record
 from attnbench.sampling import STOPS
-from attnbench.timing import TimingSettings, summarize
+from attnbench.timing import TimingSettings
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend

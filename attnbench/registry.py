@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, TypeVar, Union
 
 from attnbench.backends.base import Backend
-from attnbench.errors import RegistryError, did_you_mean
+from attnbench.errors import RegistryError, SuiteError, did_you_mean
+
+if TYPE_CHECKING:
+    from attnbench.suite import Suite
 
 ENTRY_POINT_GROUP = "attnbench.backends"
 # Modules whose @register decorators fill the default registry. Importing them is cheap:
@@ -60,6 +63,22 @@ class Registry:
         if name not in self._loaded:
             self._loaded[name] = _instantiate(self._targets[name], name)
         return self._loaded[name]
+
+    def chosen(self, requested: list[str] | None, suite: Suite | None = None) -> list[str]:
+        """The backend names a run measures: `requested` (--backend), else the suite's `backends:`, else every
+        registered one; each must be known here (a suite's typo names its line)."""
+        if requested is not None:
+            names, where = requested, "--backend"
+        elif suite is not None and suite.model.backends is not None:
+            names, where = suite.model.backends, f"{suite.path}: backends"
+        else:
+            return self.names()
+        for index, name in enumerate(names):
+            if name not in self:
+                position = f"[{index}]" if where != "--backend" else ""
+                raise SuiteError(f"{where}{position}: unknown backend {name!r}{did_you_mean(name, self.names())}; "
+                                 f"allowed: {', '.join(self.names())}")
+        return list(dict.fromkeys(names))
 
     def resolve(self, names: list[str] | None) -> list[Backend]:
         """Backends for `names` (all registered when None), in the order given."""

@@ -129,7 +129,7 @@ def is_noisy(record: dict[str, Any]) -> bool:
 def is_spread(record: dict[str, Any]) -> bool:
     """Whether a record's samples spread wide: IQR over NOISE_THRESHOLD of the median (the samples themselves
     are unsteady, so no interval computed from them can be trusted)."""
-    from attnbench.timing import NOISE_THRESHOLD
+    from attnbench.interval import NOISE_THRESHOLD
 
     median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
     return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median

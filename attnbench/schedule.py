@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from attnbench.case import group_of
 from attnbench.recording import RunInfo, unmeasured
 
 if TYPE_CHECKING:
@@ -171,14 +172,6 @@ class OomPruner:
         if record.status == "oom":
             key, length = (backend.name, group_of(case)), (case.seq_len, case.kv_seq_len)
             self.limits[key] = min(self.limits.get(key, length), length)
-
-
-def group_of(case: Case) -> tuple:
-    """A case without its sequence lengths (nor the document and request lengths drawn from them): the cases
-    whose memory grows only with the sequence."""
-    fields = case.fields()
-    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["kv_lens"]
-    return tuple(sorted(fields.items()))
 
 
 def longer_than(case: Case, limit: tuple[int, int]) -> bool:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from attnbench.backends.base import Backend
 from attnbench.case import Case
-from attnbench.errors import AttnbenchError, SuiteError
+from attnbench.errors import AttnbenchError
 from attnbench.options import RunOptions
 from attnbench.progress import Eta, ProgressListener
-from attnbench.registry import Registry, default_registry
+from attnbench.registry import default_registry
 from attnbench.results import (
     ENV_FILE,
     RESULTS_FILE,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from attnbench.forecast import Forecast
-    from attnbench.suite import Timing
+    from attnbench.suite_schema import Timing
     from attnbench.timing import TimingSettings
 
 
@@ -71,24 +71,6 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
     return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision)
 
 
-def check_backends(suite: Suite, registry: Registry, requested: list[str] | None) -> list[str]:
-    """The backend names to run, every one known to the registry (a suite's typo names its line)."""
-    from attnbench.errors import did_you_mean
-
-    if requested is not None:
-        names, where = requested, "--backend"
-    elif suite.model.backends is not None:
-        names, where = suite.model.backends, f"{suite.path}: backends"
-    else:
-        return registry.names()
-    for index, name in enumerate(names):
-        if name not in registry:
-            position = f"[{index}]" if where != "--backend" else ""
-            raise SuiteError(f"{where}{position}: unknown backend {name!r}{did_you_mean(name, registry.names())}; "
-                             f"allowed: {', '.join(registry.names())}")
-    return list(dict.fromkeys(names))
-
-
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
     """Validate everything the run depends on; nothing is written or run yet. With `estimate_gpu` (a dry run's
     estimate for a GPU that is not here) the device is cuda, whatever this machine has."""
@@ -96,7 +78,7 @@ def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None)
 
     registry = default_registry(list(options.plugins))
     suite = load_suite(suite_path)
-    names = check_backends(suite, registry, list(options.backends) or None)
+    names = registry.chosen(list(options.backends) or None, suite)
     device = "cuda" if estimate_gpu else resolve_device(options.device or suite.model.device)
     return Plan(suite, device, suite.cases(device), registry.resolve(names), options.plugins)
 

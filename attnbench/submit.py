@@ -85,11 +85,10 @@ def shard_device(suite_device: str, requested: str | None, slurm: SlurmOptions) 
 def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int, ...]:
     """How many measurements each shard holds, split as `run --shard I/N` splits them on the nodes."""
     from attnbench.registry import default_registry
-    from attnbench.session import check_backends
     from attnbench.shard import assign
 
     registry = default_registry(list(request.run.plugins))
-    backends = registry.resolve(check_backends(suite, registry, list(request.run.backends) or None))
+    backends = registry.resolve(registry.chosen(list(request.run.backends) or None, suite))
     tasks = [(case, backend) for case in suite.cases(device) for backend in backends]
     if len(tasks) < request.shards:
         raise AttnbenchError(f"--shards {request.shards}: {suite.path} has only {len(tasks)} measurements on "

@@ -19,8 +19,6 @@ from attnbench.sampling import Sampler, run
 if TYPE_CHECKING:
     import torch
 
-# A measurement whose samples' IQR exceeds this fraction of their median is flagged `noisy`.
-NOISE_THRESHOLD = 0.10
 # The flush buffer when the device's L2 size is unknown (a fake or meta device): larger than any current L2.
 L2_FLUSH_BYTES = 256 << 20
 L2_FLUSH_FACTOR = 2  # the flush overwrites twice the device's L2, so nothing of the previous call survives
@@ -58,29 +56,6 @@ class Timer(Protocol):
     name: str
 
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Statistics computed from raw samples."""
-
-    median: float
-    iqr: float
-    minimum: float
-
-    @property
-    def noisy(self) -> bool:
-        """Whether the spread is too wide for the median to be trusted to NOISE_THRESHOLD."""
-        return self.iqr > NOISE_THRESHOLD * self.median
-
-
-def summarize(samples: list[float]) -> Summary:
-    """Median, interquartile range and minimum of the samples (ms)."""
-    if len(samples) >= 2:
-        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    else:
-        q1 = q3 = samples[0]
-    return Summary(statistics.median(samples), q3 - q1, min(samples))
 
 
 class ClockTimer:

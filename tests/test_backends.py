@@ -70,7 +70,7 @@ class WindowOffByOne(Backend):
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         from dataclasses import replace
 
-        from attnbench.backends.naive import naive_attention
+        from attnbench.inputs import naive_attention
 
         wider = replace(case, window=case.window + 1)
         return Prepared((q, k, v), lambda q, k, v: naive_attention(q, k, v, workload.mask(wider)), kernel="naive w+1")

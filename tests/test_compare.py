@@ -178,3 +178,13 @@ def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) 
                           rewrite(NEW, tmp_path / "steady-new", throttled=False))
     assert [(m.backend, m.case) for m in steady.regressions] == [("sdpa-flash", REGRESSED)]
     assert "never judged" not in steady.to_markdown()
+
+
+def test_the_threshold_takes_what_its_message_allows() -> None:
+    """--threshold's range is 0% to 1000%, both ends included, as the refusal says."""
+    from attnbench.cli import parse_fraction
+    from attnbench.errors import AttnbenchError
+
+    assert parse_fraction("1000%") == 10.0 and parse_fraction("0") == 0.0 and parse_fraction("5%") == 0.05
+    with pytest.raises(AttnbenchError, match=r"--threshold '1001%': out of range; allowed: 0% to 1000%"):
+        parse_fraction("1001%")

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from attnbench.energy import (
-    MIN_LOOP_S, POWERCAP, EnergyReading, EnergyUnavailable, LoopEnergy, Zone, joules_between, loop_energy, read_rapl,
+    MIN_LOOP_S,
+    POWERCAP,
+    EnergyReading,
+    EnergyUnavailable,
+    LoopEnergy,
+    Zone,
+    joules_between,
+    loop_energy,
+    read_rapl,
 )
 
 RAPL_RANGE_UJ = 262143328850  # max_energy_range_uj of an Intel package zone (2^32 counts of 61.04 µJ)

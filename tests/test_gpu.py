@@ -72,7 +72,8 @@ def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
     import torch
     import torch.nn.functional as F
 
-    from attnbench.timing import CudaEventTimer, TimingSettings, summarize
+    from attnbench.interval import summarize
+    from attnbench.timing import CudaEventTimer, TimingSettings
 
     for seq in (256, 8192):  # a short (< 50 µs) and a long (> 0.5 ms at 32 heads) kernel
         q = torch.randn(1, 32, seq, 128, device="cuda", dtype=torch.bfloat16)
@@ -95,7 +96,8 @@ def test_a_call_slow_to_enqueue_is_timed_without_its_launch_latency() -> None:
 
     import torch
 
-    from attnbench.timing import CudaEventTimer, TimingSettings, summarize
+    from attnbench.interval import summarize
+    from attnbench.timing import CudaEventTimer, TimingSettings
 
     x = torch.zeros(1024, device="cuda")
 
@@ -159,7 +161,7 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
     bytes as a call made only to measure them."""
     import torch
 
-    from attnbench.backends.naive import naive_attention
+    from attnbench.inputs import naive_attention
     from attnbench.memory import measure_peak
 
     for mode in ("fwd", "fwd_bwd"):

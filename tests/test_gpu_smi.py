@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from attnbench.gpu.read import snapshot
-from attnbench.gpu.smi import SmiReader, parse_smi_csv, smi_flag, smi_int, smi_number, smi_value
+from attnbench.gpu.smi import (
+    SmiReader,
+    parse_smi_csv,
+    smi_flag,
+    smi_int,
+    smi_number,
+    smi_value,
+)
 from attnbench.gpu.state import GpuId, GpuProcess, GpuStateError
 from tests.fake_nvml import H200_BUS, H200_UUID
 from tests.fake_smi import APPS, H200, QUERY, smi

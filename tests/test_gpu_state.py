@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from attnbench.gpu import state as gpu_state
-from attnbench.gpu.nvml import NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM, NVML_CLOCK_SM, NVML_TEMPERATURE_GPU
+from attnbench.gpu.nvml import (
+    NVML_CLOCK_GRAPHICS,
+    NVML_CLOCK_MEM,
+    NVML_CLOCK_SM,
+    NVML_TEMPERATURE_GPU,
+)
 from attnbench.gpu.state import GpuId, GpuProcess, GpuState
 
 H200_RUNS = json.loads((Path(__file__).parent / "data" / "gpu" / "h200-runs.json").read_text())["runs"]

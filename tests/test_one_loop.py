@@ -11,10 +11,9 @@ import pytest
 
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.backends.naive import naive_attention
 from attnbench.backends.testing import OutOfMemory
 from attnbench.case import Case
-from attnbench.inputs import CaseData
+from attnbench.inputs import CaseData, naive_attention
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo, unmeasured
 from attnbench.registry import default_registry

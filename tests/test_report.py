@@ -19,9 +19,10 @@ from PIL import (
 
 from attnbench.errors import ResultsError
 from attnbench.report import render_report
-from attnbench.report.charts import DPI, GROUP_FIGSIZE, group_chart
+from attnbench.report.charts import group_chart
 from attnbench.report.groups import group_records, kv_heads_families
 from attnbench.report.peaks import peak_tflops_for
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.styles import backend_styles
 from attnbench.results import load_records
 
@@ -498,7 +499,7 @@ def test_a_log_axis_always_has_labelled_ticks_to_read_values_by(low: float, high
     """A speed-up panel spanning 0.84-1.25x had one labelled tick (1): nothing to read a 1.2x against."""
     import matplotlib.pyplot as plt
 
-    from attnbench.report.charts import FigureCanvasAgg, _finish_y
+    from attnbench.report.plotting import FigureCanvasAgg, _finish_y
 
     fig, ax = plt.subplots()
     try:

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from attnbench import submit
 from attnbench.cli import app
-from attnbench.env import slurm_job
 from attnbench.errors import AttnbenchError
 from attnbench.options import RunOptions
 from attnbench.sbatch import (
@@ -291,14 +290,6 @@ def test_scheduler_states_come_from_sacct_and_squeue_for_the_jobs_of_the_run() -
 
     assert scheduler_states(["12", "13"], scheduler) == {"12_0": "COMPLETED", "12_1": "COMPLETING",
                                                           "13": "PENDING"}
-
-
-def test_env_json_names_the_slurm_job_array_task_and_node() -> None:
-    assert slurm_job({"SLURM_JOB_ID": "57", "SLURM_ARRAY_JOB_ID": "55", "SLURM_ARRAY_TASK_ID": "2",
-                      "SLURMD_NODENAME": "gpu-a17"}) == {"job_id": "57", "array_job_id": "55",
-                                                         "array_task_id": "2", "node": "gpu-a17"}
-    assert slurm_job({"SLURM_JOB_ID": "9", "SLURMD_NODENAME": "n1"})["array_task_id"] is None
-    assert slurm_job({"HOME": "/root"}) is None
 
 
 def no_sbatch(tmp: Path, suite: Path) -> list[str]:

@@ -12,6 +12,7 @@ import torch
 from attnbench import timing
 from attnbench.errors import AttnbenchError
 from attnbench.inputs import CaseData
+from attnbench.interval import summarize
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
@@ -22,7 +23,6 @@ from attnbench.timing import (
     CudaGraphTimer,
     TimingSettings,
     graph_calls,
-    summarize,
     timer_for,
 )
 from tests.conftest import make_case

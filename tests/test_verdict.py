@@ -16,10 +16,9 @@ import torch
 import attnbench.inputs as inputs_mod
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.backends.naive import naive_attention
 from attnbench.case import Case
 from attnbench.check import FLOOR, judge, max_abs_error
-from attnbench.inputs import Answer, CaseData
+from attnbench.inputs import Answer, CaseData, naive_attention
 from attnbench.registry import default_registry
 from tests.conftest import make_case, measure_one
 

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 import torch
 
-from attnbench import counting, timing, workload
+from attnbench import counting, workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.backends.naive import naive_attention
 from attnbench.case import Case
-from attnbench.inputs import CaseData
+from attnbench.inputs import CaseData, naive_attention
+from attnbench.interval import NOISE_THRESHOLD, summarize
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.results import Record
-from attnbench.timing import ClockTimer, TimingSettings, summarize
+from attnbench.timing import ClockTimer, TimingSettings
 from tests.conftest import ScriptedTimer, make_case
 
 SPREAD = [4.0, 1.0, 3.0, 10.0, 2.0]  # sorted 1 2 3 4 10: median 3, inclusive quartiles 2 and 4, minimum 1
@@ -65,7 +65,7 @@ JUST_ABOVE = [9.5, 9.5, 9.5, 10.0, 10.5078125, 10.5078125, 10.5078125]  # IQR 1.
 
 
 def test_noise_threshold_is_ten_percent() -> None:
-    assert timing.NOISE_THRESHOLD == 0.10
+    assert NOISE_THRESHOLD == 0.10
 
 
 def test_noise_flag_at_exactly_the_threshold_and_just_above() -> None:

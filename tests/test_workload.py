@@ -270,7 +270,7 @@ def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one()
 
 def test_oom_pruning_groups_packed_cases_across_lengths() -> None:
     """An oom at 8K packed tokens skips 16K of the same packing: their drawn doc_lens differ, their group does not."""
-    from attnbench.schedule import group_of
+    from attnbench.case import group_of
 
     short, long = (make_case(seq_len=s, causal=True, documents=4, doc_lengths="random") for s in (8192, 16384))
     assert short.doc_lens != long.doc_lens and group_of(short) == group_of(long)

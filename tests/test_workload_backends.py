@@ -9,8 +9,7 @@ import pytest
 from attnbench import case as case_mod
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
-from attnbench.backends.naive import naive_attention
-from attnbench.inputs import CaseData
+from attnbench.inputs import CaseData, naive_attention
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from attnbench import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.case import AXES, DTYPE_BYTES
+from attnbench.inputs import naive_attention
 from attnbench.registry import register
 
 if TYPE_CHECKING:
     import torch
 
     from attnbench.case import Case
-
-
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                    softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
-
-    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask.
-    """
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if softcap is not None:
-        scores = scores.div(softcap).tanh().mul(softcap)
-    if bias is not None:
-        scores = scores + bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v
 
 
 @register

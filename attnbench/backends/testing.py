@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 
 from attnbench import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.backends.naive import naive_attention
+from attnbench.inputs import naive_attention
 
 if TYPE_CHECKING:
     import torch

@@ -10,8 +10,8 @@ import jinja2
 from attnbench.gpu.describe import describe, describe_span
 from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
-from attnbench.report.charts import Chart
 from attnbench.report.findings import Findings
+from attnbench.report.plotting import Chart
 from attnbench.report.rows import COLUMNS, display_value, sort_value
 
 HOW_TO_READ = (

@@ -11,12 +11,9 @@ from typing import Any, Iterable
 from attnbench.errors import ResultsError
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
-    WIDTH_PX,
-    Chart,
     correctness_chart,
     group_chart,
     kv_heads_chart,
-    render_chart,
     setup_chart,
     setup_records,
 )
@@ -24,6 +21,7 @@ from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
+from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
 from attnbench.results import load_records, read_env, results_path

@@ -10,8 +10,8 @@ from matplotlib.lines import Line2D
 from attnbench import counting
 from attnbench.case import Case
 from attnbench.peaks import Peak, peak_for
-from attnbench.report.charts import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.groups import dtype_word
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 
 CASE_FIELDS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal",

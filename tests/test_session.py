@@ -1,0 +1,70 @@
+"""A run from the user's side (attnbench.session): the plan decided before anything runs, the dry run's forecast,
+isolation chosen per device, and what execute writes and returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from attnbench import session
+from attnbench.errors import AttnbenchError
+from attnbench.options import RunOptions
+
+SUITE = """name: planned
+device: cpu
+backends: [naive, sdpa]
+timing: {warmup_ms: 0, budget_ms: 1, min_samples: 1, max_samples: 1}
+sweep: {seq_len: [32, 64], heads: [2], kv_heads: [heads], head_dim: [16], causal: [true]}
+"""
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "planned.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def test_the_plan_is_the_suites_cases_times_its_backends(suite: Path) -> None:
+    plan = session.plan(suite, RunOptions())
+    assert plan.device == "cpu" and [b.name for b in plan.backends] == ["naive", "sdpa"]
+    assert [(c.seq_len, b.name) for c, b in plan.tasks()] == [(32, "naive"), (32, "sdpa"), (64, "naive"),
+                                                               (64, "sdpa")]
+    only = session.plan(suite, RunOptions(backends=("sdpa",)))
+    assert [b.name for b in only.backends] == ["sdpa"]
+    with pytest.raises(AttnbenchError, match="--backend: unknown backend 'sdpaa' \\(did you mean 'sdpa'"):
+        session.plan(suite, RunOptions(backends=("sdpaa",)))
+    assert session.plan(suite, RunOptions(), estimate_gpu="H100").device == "cuda"  # a GPU that is not here
+
+
+def test_isolation_is_on_for_cuda_and_for_a_time_limit_and_a_limit_needs_it() -> None:
+    assert session.resolve_isolation("cuda", None, None) and not session.resolve_isolation("cpu", None, None)
+    assert session.resolve_isolation("cpu", None, 30.0) and not session.resolve_isolation("cuda", False, None)
+    with pytest.raises(AttnbenchError, match="a time limit needs a worker process"):
+        session.resolve_isolation("cpu", False, 30.0)
+
+
+def test_the_dry_run_forecasts_every_task_and_the_cpu_timing(suite: Path, tmp_path: Path) -> None:
+    plan = session.plan(suite, RunOptions())
+    dry = session.dry_run(plan, RunOptions(cache_dir=tmp_path / "cache"))
+    assert len(dry.forecast.tasks) == 4 and all(t.runs for t in dry.forecast.tasks)
+    assert dry.forecast.total_s > 0 and not dry.cpu_timing and dry.timing.min_samples == 1
+
+
+def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(suite: Path, tmp_path: Path) -> None:
+    plan = session.plan(suite, RunOptions())
+    quiet = Console(file=open("/dev/null", "w"))
+    out = tmp_path / "run"
+    outcome = session.execute(plan, out, quiet, lambda: False, RunOptions(cache_dir=tmp_path / "cache"))
+    assert (outcome.planned, outcome.measured, outcome.mismatches, outcome.stopped) == (4, 4, 0, False)
+    assert [r.status for r in outcome.records] == ["ok"] * 4 and outcome.results == out / "results.jsonl"
+    env = json.loads((out / "env.json").read_text())
+    assert env["suite_name"] == "planned" and env["prediction"]["measurements"] == 4 and not env["isolated"]
+    session.record_actual(out, outcome, 12.5)
+    assert json.loads((out / "env.json").read_text())["actual"]["measured"] == 4
+    with pytest.raises(AttnbenchError, match="--resume"):
+        session.execute(plan, out, quiet, lambda: False, RunOptions(cache_dir=tmp_path / "cache"))
+    assert len((out / "results.jsonl").read_text().splitlines()) == 4  # the earlier results are untouched
