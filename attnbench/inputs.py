@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from attnbench import workload
+from attnbench import vml, workload
 from attnbench.check import naive_errors
 
 if TYPE_CHECKING:
@@ -57,9 +57,14 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def make_inputs(case: Case) -> Inputs:
-    """Standard-normal Q, K, V (and dO for backward modes) in the case's dtype, from the case's seed."""
+    """Standard-normal Q, K, V (and dO for backward modes) in the case's dtype, from the case's seed.
+
+    Every measurement starts here, so MKL VML's dispatch is settled here first (attnbench.vml): otherwise the first
+    call of a VML function in the process, made on two threads at once, may run one thread's share at low accuracy.
+    """
     import torch
 
+    vml.warm()
     gen = torch.Generator(device=case.device).manual_seed(case.seed)
     dtype = dtype_of(case.dtype)
 

@@ -218,6 +218,25 @@ def test_checked_rows_are_first_last_and_a_seeded_sample(subset_path: int) -> No
     assert inputs_mod.grad_checkable(make_case(seq_len=96, mode="bwd")) is False
 
 
+# README's "Conventions", written out: above 2²⁴ (batch·heads·Sq·Sk) pairs on a CPU (2³² on CUDA) the forward
+# check compares 258 seeded query rows, the first and the last among them. Changing the package's values must
+# fail a test; the tests above inject their own, so only this one reads the package's.
+DOCUMENTED_PAIRS = {"cpu": 1 << 24, "cuda": 1 << 32}
+DOCUMENTED_ROWS = 258
+
+
+def test_a_long_case_is_checked_on_the_documented_rows() -> None:
+    """No injection: a CPU case just over 2²⁴ pairs is checked on 258 distinct rows, first and last included (a
+    subset of 0 would check only those two); at exactly 2²⁴ pairs, on every row."""
+    assert inputs_mod.FULL_CHECK_PAIRS == DOCUMENTED_PAIRS
+    long = make_case(seq_len=4097, heads=1, kv_heads=1)  # 4097² pairs: one row past the threshold
+    rows = inputs_mod.checked_rows(long)
+    assert rows is not None and len(rows) == DOCUMENTED_ROWS
+    assert rows[0] == 0 and rows[-1] == long.seq_len - 1
+    assert len(set(rows.tolist())) == DOCUMENTED_ROWS
+    assert inputs_mod.checked_rows(make_case(seq_len=4096, heads=1, kv_heads=1)) is None
+
+
 def test_small_cases_check_every_row() -> None:
     assert inputs_mod.checked_rows(SUBSET_CASE) is None
     assert inputs_mod.grad_checkable(make_case(seq_len=96, mode="bwd")) is True
