@@ -4,6 +4,7 @@ the analytic memory a kernel needs above its inputs. Every record, the forecast 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnbench.case import DTYPE_BYTES
@@ -57,6 +58,24 @@ def bytes_moved(case: Case) -> int:
     return qkv * (sizes["q"] + kv) + out * sizes["o"]
 
 
+# A materialising kernel's backward reads P, writes and reads dP, writes dS and reads it twice (for dQ and dK).
+SCORE_PASSES_BWD = 7
+
+
+def score_traffic(case: Case, memory: MemoryCost) -> int:
+    """Bytes a kernel that materialises the (Sq, Sk) scores moves through them, beyond the inputs' floor: each
+    score-sized buffer of its forward written once and read once, and SCORE_PASSES_BWD passes backward (0 for a
+    fused kernel). These, not Q, K and V, bound such a kernel: without them the roofline draws naive attention on
+    the compute-bound side."""
+    if not memory.score_copies_fwd:
+        return 0
+    halves = memory.upcast_halves and case.dtype in ("float16", "bfloat16")
+    matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves else DTYPE_BYTES[case.dtype])
+    passes = {"fwd": 2 * memory.score_copies_fwd, "bwd": SCORE_PASSES_BWD,
+              "fwd_bwd": 2 * memory.score_copies_fwd + SCORE_PASSES_BWD}[case.mode]
+    return int(passes * matrix)
+
+
 def keys_seen(case: Case) -> int:
     """How many keys at least one query of a batch row may see: the rows of K and V a kernel must read (a
     window skips the rest). With ragged cache lengths, the batch's total over `batch`, rounded down."""
@@ -102,17 +121,44 @@ def _seen_pages(case: Case) -> list[set[int]]:
     return [set((np.flatnonzero(keys) // case.page_size).tolist()) for keys in _seen_keys(case)]
 
 
-def memory_estimate(case: Case, materialises_scores: bool, expands_kv: bool = False) -> int:
-    """Analytic peak bytes above the inputs: the output (and grads), plus scores when materialised."""
+@dataclass(frozen=True)
+class MemoryCost:
+    """What a kernel holds above its inputs, beside its output and gradients: a backend declares it (Backend.cost).
+
+    The defaults are a fused kernel's: nothing score-sized. Fitted on the H200 runs (torch 2.11, bf16) where each
+    backend's peak was measured; tests/test_counting.py holds every `ok` record there within 1.5x of its estimate.
+    """
+
+    score_copies_fwd: float = 0.0  # (Sq, Sk) buffers alive at the forward's peak (scores and probabilities: 2)
+    score_copies_bwd: float = 0.0  # the same through forward and backward (P kept, dP and dS made: 4)
+    upcast_halves: bool = False  # fp16/bf16 inputs computed in float32: scores and a float32 copy of Q, K, V
+    expands_kv: bool = False  # K/V repeated per query head before the call (GQA/MQA)
+    bwd_workspace: float = 0.0  # Q-sized buffers the backward adds (an fp32 dQ accumulator is 2)
+    bwd_expands_kv: bool = False  # dK/dV computed per query head for GQA/MQA, then summed
+
+
+FUSED = MemoryCost()
+
+
+def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
+    """Analytic peak bytes above the inputs: the output (and gradients), plus what the kernel declares it holds."""
     sizes = tensor_bytes(case)
     elem = DTYPE_BYTES[case.dtype]
+    expanded_kv = case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * elem
+    grouped = case.kv_heads != case.heads
     estimate = sizes["o"]
-    if expands_kv and case.kv_heads != case.heads:
-        estimate += case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * elem
+    if memory.expands_kv and grouped:
+        estimate += expanded_kv
     if case.needs_grad:
-        estimate += sizes["q"] + sizes["k"] + sizes["v"]
-    if materialises_scores:
-        scores = case.batch * case.heads * case.seq_len * case.kv_seq_len * elem
-        # scores and probabilities live together; backward keeps both and their gradient
-        estimate += scores * (3 if case.needs_grad else 2)
+        estimate += sizes["q"] + sizes["k"] + sizes["v"] + memory.bwd_workspace * sizes["q"]
+        if memory.bwd_expands_kv and grouped:
+            estimate += expanded_kv
+    halves = memory.upcast_halves and case.dtype in ("float16", "bfloat16")
+    copies = memory.score_copies_bwd if case.needs_grad else memory.score_copies_fwd
+    if copies:
+        score_elem = 4 if halves else elem
+        estimate += int(copies * case.batch * case.heads * case.seq_len * case.kv_seq_len * score_elem)
+    if halves:  # float32 copies of Q and of the (expanded) K and V the math runs on
+        kv = expanded_kv if memory.expands_kv and grouped else sizes["k"] + sizes["v"]
+        estimate += 2 * (sizes["q"] + kv)
     return estimate

@@ -162,7 +162,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             peak, method = first.peak, first.method
     fields.update(timing_fields(samples, settings.timing))
     fields.update(
-        **throughput(case, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
+        **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
         max_abs_error=verdict.max_abs_error, error_bound=verdict.error_bound,
         rows_checked=case.seq_len if data.rows is None else len(data.rows),
         grad_checked=data.reference.grads is not None,

@@ -31,6 +31,10 @@ class RunInfo:
     # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
     peak_tflops: float | None = None
     peak_bandwidth_gbs: float | None = None
+    # This device's own roofs, measured by the run's calibration (attnbench.calibration): a matmul per dtype (TFLOP/s)
+    # and a copy (GB/s). A record's extra.percent_of_measured_peak is against them, beside the datasheet's.
+    measured_tflops: tuple[tuple[str, float], ...] = ()
+    measured_bandwidth_gbs: float | None = None
 
 
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
@@ -53,14 +57,14 @@ def unmeasured(info: RunInfo, case: Case, backend: Backend, status: str, reason:
 def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
     """What every record carries whether or not it was measured: FLOPs, bytes and the memory estimate."""
     return {"memory_estimate_bytes": backend.estimate_memory(case), "flops": counting.flops(case),
-            "bytes_moved": counting.bytes_moved(case)}
+            "bytes_moved": backend.bytes_moved(case)}
 
 
-def throughput(case: Case, median_ms: float) -> dict[str, Any]:
+def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
     """Achieved TFLOP/s and GB/s at the median time (GUIDE.md "Counting work")."""
     seconds = median_ms * 1e-3
     return {"tflops": counting.flops(case) / seconds / 1e12,
-            "bandwidth_gbs": counting.bytes_moved(case) / seconds / 1e9}
+            "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
 
 
 def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, Any]:
@@ -115,9 +119,14 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
         roof, achieved, source, bound = peak.bandwidth_gbs, bandwidth_gbs, peak.bandwidth_source, "memory"
     else:
         roof, achieved, source, bound = peak.tflops, tflops, peak.tflops_source, "compute"
-    if not roof:
-        return None, {"peak_bound": bound, "peak_source": None}
-    return 100.0 * achieved / roof, {"peak_bound": bound, "peak_source": source, "peak": roof}
+    extra: dict[str, Any] = {"peak_bound": bound, "peak_source": source if roof else None}
+    if roof:
+        extra["peak"] = roof
+    measured = (info.measured_bandwidth_gbs if bound == "memory"
+                else dict(info.measured_tflops).get(case.dtype))
+    if measured:
+        extra.update(measured_peak=measured, percent_of_measured_peak=100.0 * achieved / measured)
+    return (100.0 * achieved / roof if roof else None), extra
 
 
 # The one-time parts of a backend's setup its `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).

@@ -173,7 +173,8 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     torch_version = env["torch"]
     cache = compile_cache.use(options.cache_dir)
     workers = len(options.devices) if options.devices is not None else 1
-    predicted = forecast.forecast(tasks, settings, calibration.cached_calibration(plan.device, cache),
+    machine = calibration.cached_calibration(plan.device, cache)
+    predicted = forecast.forecast(tasks, settings, machine,
                                   isolate=isolate, workers=workers,
                                   compiled=compile_cache.compiled(cache, torch_version),
                                   timer_modes=timer_modes(options.timer))
@@ -217,7 +218,8 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}; "
                  f"predicted {forecast.fmt_duration(predicted.total_s)}")
-    info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs)
+    info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs,
+                   tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
     eta = Eta(predicted, tasks, workers)
     with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)

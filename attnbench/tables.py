@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from attnbench import counting
+from attnbench.backends.naive import NaiveBackend
 from attnbench.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -31,8 +32,8 @@ def print_dry_run(dry: DryRun, console: Console) -> None:
     table.add_column("est. memory, materialised scores", justify="right")
     for case in plan.cases:
         table.add_row(case.describe(), f"{counting.flops(case) / 1e9:,.2f}",
-                      fmt_bytes(counting.memory_estimate(case, False)),
-                      fmt_bytes(counting.memory_estimate(case, True, True)))
+                      fmt_bytes(counting.memory_estimate(case)),
+                      fmt_bytes(counting.memory_estimate(case, NaiveBackend.cost.memory)))
     console.print(table)
     print_forecast(dry.forecast, console)
     timing = dry.timing

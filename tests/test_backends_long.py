@@ -62,6 +62,7 @@ def test_sliding_window_bf16_gradients_sum_overlapping_windows_in_float32() -> N
                      SlidingWindowBackend())
     assert record.status == "ok", record.reason
     assert record.extra["errors"]["dv"] < 0.8 * record.error_bound
+    assert record.kernel.startswith("attnbench sliding-window r2 ")  # the revision that sums in float32
 
 
 def test_sliding_window_too_narrow_span_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

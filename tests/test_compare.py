@@ -122,13 +122,15 @@ def test_terminal_table_shows_the_changes() -> None:
     assert text.count("geomean") == 3
 
 
-def test_mixed_schema_versions_are_refused(tmp_path: Path) -> None:
+def test_a_run_mixing_schema_versions_is_refused_and_two_versions_compare_with_a_note(tmp_path: Path) -> None:
     mixed = rewrite(NEW, tmp_path / "mixed", first_schema_version=0)
     with pytest.raises(ResultsError, match=r"mix schema versions \[0, 1\]"):
         compare_runs(BASE, mixed)
     older = rewrite(NEW, tmp_path / "older", schema_version=0)
-    with pytest.raises(ResultsError, match="schema_version differs: base .* has 1, new .* has 0"):
-        compare_runs(BASE, older)
+    compared = compare_runs(BASE, older)
+    assert compared.versions == (1, 0) and compared.regressions  # times compare across versions
+    assert "BASE's records are schema 1, NEW's 0" in compared.version_note
+    assert compare_runs(BASE, NEW).version_note is None
 
 
 def test_runs_with_nothing_in_common_are_refused(tmp_path: Path) -> None:

@@ -76,7 +76,9 @@ def test_percent_of_peak_against_an_overridden_compute_roof() -> None:
     record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01))
     tflops = counting.flops(case) / 1e-3 / 1e12
     assert record.tflops == pytest.approx(tflops)
-    assert record.bandwidth_gbs == pytest.approx(counting.bytes_moved(case) / 1e-3 / 1e9)
+    naive_bytes = counting.bytes_moved(case) + 4 * 4 * 64 * 64 * 4  # and its scores: written and read, twice
+    assert record.bytes_moved == naive_bytes
+    assert record.bandwidth_gbs == pytest.approx(naive_bytes / 1e-3 / 1e9)
     assert record.percent_of_peak == pytest.approx(100 * tflops / 0.01)
     assert record.extra["peak_source"] == "--peak-tflops" and record.extra["peak_bound"] == "compute"
 
@@ -84,14 +86,19 @@ def test_percent_of_peak_against_an_overridden_compute_roof() -> None:
 def test_decode_percent_of_peak_is_of_memory_bandwidth() -> None:
     case = make_case(seq_len=1, kv_seq_len=512, heads=4, kv_heads=1, head_dim=32)
     record = measure_with(case, RunInfo("r", "t", "cpu", peak_tflops=0.01, peak_bandwidth_gbs=1.0), ms=0.5)
-    assert record.percent_of_peak == pytest.approx(100 * (counting.bytes_moved(case) / 0.5e-3 / 1e9) / 1.0)
+    moved = default_registry().get("naive").bytes_moved(case)
+    assert record.percent_of_peak == pytest.approx(100 * (moved / 0.5e-3 / 1e9) / 1.0)
     assert record.extra["peak_bound"] == "memory" and record.extra["peak_source"] == "--peak-bandwidth"
 
 
-def test_a_cpu_has_no_peak() -> None:
+def test_a_cpu_has_no_datasheet_peak_but_its_measured_one() -> None:
     record = measure_with(make_case(), RunInfo("r", "t", "Intel(R) Xeon(R) CPU"))
     assert record.status == "ok" and record.percent_of_peak is None and record.extra["peak_source"] is None
-    assert record.bytes_moved == counting.bytes_moved(make_case())
+    assert "percent_of_measured_peak" not in record.extra  # no calibration given
+    calibrated = RunInfo("r", "t", "Intel(R) Xeon(R) CPU", measured_tflops=(("float32", 0.05),), measured_bandwidth_gbs=9.0)
+    record = measure_with(make_case(), calibrated)
+    assert record.extra["measured_peak"] == 0.05
+    assert record.extra["percent_of_measured_peak"] == pytest.approx(100 * record.tflops / 0.05)
 
 
 def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:

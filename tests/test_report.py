@@ -511,3 +511,23 @@ def test_a_log_axis_always_has_labelled_ticks_to_read_values_by(low: float, high
         assert 3 <= len(shown) <= 12, shown
     finally:
         plt.close(fig)
+
+
+def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound_side() -> None:
+    """The H200 runs' naive and sdpa-math records (schema 1: bytes_moved was the inputs' floor) stand at 2-41 FLOP/B
+    once their score traffic is counted, under the H200's ridge (989 TFLOP/s over 4.8 TB/s: 206 FLOP/B); the fused
+    kernels keep their stored bytes. And no point claims more than the HBM can move."""
+    from attnbench.report.roofline import bytes_of, roofline_points
+    from attnbench.results import load_records
+
+    records = load_records(DATA.parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
+    points = roofline_points(records)
+    ridge = 989.0 / 4.8
+    materialising = [intensity for backend, intensity, _, _ in points if backend in ("naive", "sdpa-math")]
+    fused = [(r["flops"] / r["bytes_moved"], r) for r in records
+             if r["status"] == "ok" and r["backend"] == "sdpa" and r["seq_len"] >= 4096]
+    assert len(materialising) >= 20 and max(materialising) < ridge / 4
+    assert fused and all(bytes_of(r) == r["bytes_moved"] for _, r in fused)
+    for r in records:
+        if r["status"] == "ok" and r["backend"] in ("naive", "sdpa-math"):
+            assert bytes_of(r) / (r["time_ms"] * 1e-3) < 4.8e12

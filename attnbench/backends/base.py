@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import counting
+from attnbench.counting import FUSED, MemoryCost
 
 if TYPE_CHECKING:
     import torch
@@ -64,12 +65,13 @@ class KernelCost:
 
 @dataclass(frozen=True)
 class Cost:
-    """What the forecast needs to know about a backend, declared beside its adapter (attnbench.forecast reads it):
-    its kernel's cost per device kind, and whether `prepare` compiles (a compile per `Backend.compile_key`)."""
+    """What the forecast and the skip rule need to know about a backend, declared beside its adapter: its kernel's
+    cost per device kind, whether `prepare` compiles (a compile per `Backend.compile_key`), what it holds in memory."""
 
     cpu: KernelCost = KernelCost("dense", 0.3, 0.2)
     cuda: KernelCost = KernelCost("visible", 0.3, 0.2)
     compiles: bool = False
+    memory: MemoryCost = FUSED  # what it holds above its inputs (attnbench.counting.memory_estimate)
 
     def kernel(self, device: str) -> KernelCost:
         return self.cuda if device == "cuda" else self.cpu
@@ -82,10 +84,6 @@ class Backend:
     summary: ClassVar[str] = ""
     # The distribution whose version is recorded with the kernel (importlib.metadata name).
     library: ClassVar[str] = "torch"
-    # Whether the kernel holds the full (Sq, Sk) score matrix: memory grows with seq_len².
-    materialises_scores: ClassVar[bool] = False
-    # Whether the kernel has no native MQA/GQA, so K/V are repeated per query head before the call.
-    expands_kv: ClassVar[bool] = False
     # The devices the kernel exists for at all: elsewhere it is "not applicable", not "missing".
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     # What a user runs to make the backend available when its library is missing (for `doctor`).
@@ -131,9 +129,19 @@ class Backend:
         before one kernel serves them all; None when every compile_key is compiled once."""
         return None
 
+    @property
+    def materialises_scores(self) -> bool:
+        """Whether the kernel holds the full (Sq, Sk) score matrix: memory grows with seq_len²."""
+        return self.cost.memory.score_copies_fwd > 0
+
+    def bytes_moved(self, case: Case) -> int:
+        """The memory traffic this backend cannot avoid on `case`: the inputs' and outputs' floor, and the score
+        matrix's reads and writes when it materialises them (attnbench.counting)."""
+        return counting.bytes_moved(case) + counting.score_traffic(case, self.cost.memory)
+
     def estimate_memory(self, case: Case) -> int:
-        """Analytic bytes above the inputs this backend should need for `case`."""
-        return counting.memory_estimate(case, self.materialises_scores, self.expands_kv)
+        """Analytic bytes above the inputs this backend should need for `case` (its declared MemoryCost)."""
+        return counting.memory_estimate(case, self.cost.memory)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from attnbench import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.case import AXES, DTYPE_BYTES
+from attnbench.counting import MemoryCost
 from attnbench.inputs import naive_attention
 from attnbench.registry import register
 
@@ -19,15 +20,15 @@ if TYPE_CHECKING:
 @register
 class NaiveBackend(Backend):
     name = "naive"
-    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 40.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 6.0, 14.0, 6))
+    # Scores and probabilities (forward); with backward P is kept and dP, dS made (H200: 4 score-sized buffers).
+    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 40.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 6.0, 14.0, 6),
+                memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True))
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
-    materialises_scores = True
-    expands_kv = True
 
     workload_axes = frozenset(AXES)
 
     def estimate_memory(self, case: Case) -> int:
-        """The scores and expanded K/V (Case.memory_estimate), and with pages the K and V gathered in the call."""
+        """The scores and expanded K/V (its MemoryCost), and with pages the K and V gathered in the call."""
         estimate = super().estimate_memory(case)
         if case.page_size is not None:
             estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]

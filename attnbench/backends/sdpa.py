@@ -19,6 +19,7 @@ from attnbench.backends.base import (
     module_owner,
 )
 from attnbench.conformance import LibraryCall
+from attnbench.counting import MemoryCost
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -233,23 +234,30 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
 @register
 class SdpaAuto(_Sdpa):
     name = "sdpa"
-    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35))
+    # Its backward's workspace is the costlier of the kernels it may choose (FlashAttention's; cuDNN's on the H200).
+    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35),
+                memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
 
 
 @register
 class SdpaMath(_Sdpa):
     name = "sdpa-math"
-    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 35.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 8.0, 16.0, 8))
+    # PyTorch's math kernel computes fp16/bf16 in float32 (copies of Q, K, V; scores and softmax in float32) and
+    # expands K/V for GQA; on the H200 bf16 forward's peak was 4.5 half-precision score matrices, fwd_bwd's 8.
+    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 35.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 8.0, 16.0, 8),
+                memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
-    materialises_scores = True
 
 
 @register
 class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
-    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("causal", 0.45, 0.32))
+    # Backward, on the H200: four Q-sized buffers beyond the gradients (an fp32 dQ accumulator among them), and dK/dV
+    # per query head under GQA.
+    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("causal", 0.45, 0.32),
+                memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
 
@@ -299,7 +307,7 @@ class SdpaFlashFa4(_SdpaFlashImpl):
 @register
 class SdpaEfficient(_Sdpa):
     name = "sdpa-efficient"
-    cost = Cost(cuda=KernelCost("causal", 0.30, 0.20))
+    cost = Cost(cuda=KernelCost("causal", 0.30, 0.20), memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
     devices = ("cuda",)
@@ -308,7 +316,7 @@ class SdpaEfficient(_Sdpa):
 @register
 class SdpaCudnn(_Sdpa):
     name = "sdpa-cudnn"
-    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
+    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35), memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
     devices = ("cuda",)

@@ -113,6 +113,17 @@ class Comparison:
     matches: list[Match] = field(default_factory=list)
     only_in_base: int = 0
     only_in_new: int = 0
+    versions: tuple[int, int] = (0, 0)  # the record schema of BASE and of NEW
+
+    @property
+    def version_note(self) -> str | None:
+        """What a reader must know when the two runs were written by different record schemas (times compare; bytes
+        and GB/s of materialising backends were counted differently before version 2)."""
+        base, new = self.versions
+        if base == new:
+            return None
+        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.results): times and statuses compare; "
+                "before version 2, bytes_moved left out the score matrix's traffic")
 
     def _changed(self, m: Match) -> bool:
         """Beyond the threshold (either way), with intervals that do not overlap."""
@@ -243,10 +254,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
     for path, records in ((base, base_records), (new, new_records)):
         if not records:
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
-    base_version, new_version = _schema(base_records, Path(base)), _schema(new_records, Path(new))
-    if base_version != new_version:
-        raise ResultsError(f"schema_version differs: base {base} has {base_version}, new {new} has {new_version}; "
-                           "compare runs written by the same record schema")
+    versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
     base_index, new_index = _index(base_records), _index(new_records)
     shared = [k for k in base_index if k in new_index]
     if not shared:
@@ -265,7 +273,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
         ))
     return Comparison(
         base=str(base), new=str(new), threshold=threshold, matches=matches,
-        only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared),
+        only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
     )
 
 
@@ -294,7 +302,10 @@ def comparison_table(comparison: Comparison) -> Table:
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
                       Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
+    notes = [comparison.version_note] if comparison.version_note else []
     if comparison.throttled_anywhere:
-        table.caption = (f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
-                         "in base or new: never judged a regression or an improvement")
+        notes.append(f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
+                     "in base or new: never judged a regression or an improvement")
+    if notes:
+        table.caption = "; ".join(notes)
     return table

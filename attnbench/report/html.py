@@ -38,9 +38,10 @@ HOW_TO_READ = (
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
     "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written; "
-    "only the K/V rows some query can see) "
-    "over the median time. % of peak is TFLOP/s over the dense peak, or, for decode (one query row), GB/s over "
-    "the memory bandwidth; the roofline chart puts both roofs together.",
+    "only the K/V rows some query can see; for a kernel that materialises the scores, their reads and writes too) "
+    "over the median time. % of peak is TFLOP/s over the datasheet's dense peak, or, for decode (one query row), "
+    "GB/s over its memory bandwidth; % of measured is the same against this device's own matmul and copy, measured "
+    "by the run's calibration; the roofline chart puts both datasheet roofs together.",
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
     "divided by the backend's, on the same case.",
 )

@@ -13,19 +13,29 @@ from attnbench.peaks import Peak, peak_for
 from attnbench.report.groups import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
+from attnbench.results import SCHEMA_VERSION
 
 CASE_FIELDS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal",
                "window", "mode")
 
 
 def bytes_of(record: dict[str, Any]) -> int | None:
-    """The record's bytes_moved, recomputed from its case for records written before the field existed."""
-    if record.get("bytes_moved"):
-        return int(record["bytes_moved"])
+    """The record's bytes_moved. Recomputed from its case for records written before the field existed, and, for
+    records written before schema 2, with the score matrix's traffic of a backend that materialises it (the
+    registry's cost model): an old naive record would otherwise stand on the compute-bound side."""
+    stored = int(record["bytes_moved"]) if record.get("bytes_moved") else None
+    if stored is not None and record.get("schema_version", SCHEMA_VERSION) >= 2:
+        return stored
     try:
-        return counting.bytes_moved(Case(**{name: record[name] for name in CASE_FIELDS}))
+        case = Case(**{name: record[name] for name in CASE_FIELDS})
     except (KeyError, TypeError):
-        return None
+        return stored
+    from attnbench.registry import default_registry
+
+    registry = default_registry()
+    memory = registry.get(record["backend"]).cost.memory if record.get("backend") in registry else None
+    floor = stored if stored is not None else counting.bytes_moved(case)
+    return floor + (counting.score_traffic(case, memory) if memory is not None else 0)
 
 
 def roofline_points(records: list[dict[str, Any]]) -> list[tuple[str, float, float, bool]]:

@@ -21,6 +21,7 @@ COLUMNS = (
     ("status", "status", False), ("time_ms", "median ms", True), ("interval", "interval ms", True),
     ("iqr", "IQR ms", True),
     ("tflops", "TFLOP/s", True), ("bandwidth_gbs", "GB/s", True), ("percent_of_peak", "% of peak", True),
+    ("measured_percent", "% of measured", True),
     ("speedup", "speed-up", True), ("memory", "peak mem", True), ("setup", "setup ms", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
     ("kernel", "kernel", False),
@@ -32,6 +33,7 @@ def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
     raw = {
         "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
         "setup": (record.get("extra") or {}).get("setup_ms"),
+        "measured_percent": (record.get("extra") or {}).get("percent_of_measured_peak"),
         "interval": record.get("ci_high_ms") - record["ci_low_ms"] if record.get("ci_high_ms") is not None
         and record.get("ci_low_ms") is not None else None,
     }.get(key, record.get(key))
@@ -56,6 +58,9 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return fmt_float(record.get(key)) if record.get(key) is not None else ""
     if key == "percent_of_peak":
         return f"{record[key]:.1f}%" if record.get(key) is not None else ""
+    if key == "measured_percent":
+        value = (record.get("extra") or {}).get("percent_of_measured_peak")
+        return f"{value:.1f}%" if value is not None else ""
     if key == "speedup":
         return fmt_ratio(speedup) if speedup is not None else ""
     if key == "memory":
