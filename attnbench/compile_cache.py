@@ -5,6 +5,10 @@ points it at `<cache dir>/inductor` (default `$XDG_CACHE_HOME/attnbench`, else `
 second run of a suite loads flex's kernels instead of compiling them. Beside it, `compiled.json` lists the
 flex graphs attnbench has compiled there (per torch version), so a forecast knows which compiles are cached,
 and `calibration.json` keeps each device's throughput measurement.
+
+FlashInfer JIT-compiles its kernels with nvcc at first use and keeps them under $FLASHINFER_WORKSPACE_BASE/.cache/
+flashinfer (flashinfer/jit/env.py, read when flashinfer is imported; default the home directory): attnbench points
+it at `<cache dir>/flashinfer`, so the run's --cache-dir holds every compiled kernel and a second run loads them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Iterable
 from attnbench.errors import AttnbenchError
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+FLASHINFER_ENV = "FLASHINFER_WORKSPACE_BASE"
 LEDGER = "compiled.json"
 
 
@@ -27,14 +32,18 @@ def default_dir() -> Path:
 
 
 def use(directory: Path | None) -> Path:
-    """Make `directory` (default: default_dir()) the run's compile cache: inductor's caches go under it, in this
-    process and in every worker it starts. A directory that cannot be created is a user error."""
+    """Make `directory` (default: default_dir()) the run's compile cache: inductor's caches and FlashInfer's JIT
+    workspace go under it, in this process and in every worker it starts (a FLASHINFER_WORKSPACE_BASE the user set
+    is kept unless --cache-dir names a directory). A directory that cannot be created is a user error."""
     chosen = Path(directory) if directory is not None else default_dir()
     try:
         (chosen / "inductor").mkdir(parents=True, exist_ok=True)
+        (chosen / "flashinfer").mkdir(exist_ok=True)
     except OSError as exc:
         raise AttnbenchError(f"--cache-dir {chosen}: cannot be created ({exc.strerror})") from None
     os.environ[INDUCTOR_ENV] = str((chosen / "inductor").resolve())
+    if directory is not None or FLASHINFER_ENV not in os.environ:
+        os.environ[FLASHINFER_ENV] = str((chosen / "flashinfer").resolve())
     return chosen
 
 

@@ -11,13 +11,13 @@ timed loop.
 
 Where `inspect.signature` cannot read a function (PyTorch's C++ builtins such as
 `F.scaled_dot_product_attention`), the signature comes from the ATen operator's schema, the text the
-Python binding is generated from (exact about keyword-only parameters), and failing that from the first
-line of the docstring.
+Python binding is generated from (exact about keyword-only parameters), and failing that from the
+signature lines a binding generator writes into the docstring (PyTorch's, nanobind's and pybind11's, each
+overload).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 import warnings
@@ -192,17 +192,25 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
 
 
 def installed_signature(obj: Any) -> tuple[inspect.Signature, str]:
-    """The signature of `obj` and where it was read from; ValueError when there is none to read."""
+    """The signature of `obj` and where it was read from; ValueError when there is none to read. For a builtin
+    with overloads, the first one (installed_signatures has them all)."""
+    signatures, source = installed_signatures(obj)
+    return signatures[0], source
+
+
+def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
+    """Every signature `obj` can be called with (a C++ binding may have several overloads) and where they were
+    read from; ValueError when there is none to read."""
     try:
-        return inspect.signature(obj), "inspect.signature"
+        return [inspect.signature(obj)], "inspect.signature"
     except (ValueError, TypeError) as exc:
         unreadable = exc
     schema = _aten_schema_signature(obj)
     if schema is not None:
-        return schema
-    doc = _docstring_signature(obj)
-    if doc is not None:
-        return doc, "docstring"
+        return [schema[0]], schema[1]
+    docs = docstring_signatures(getattr(obj, "__doc__", None) or "", getattr(obj, "__name__", None) or "")
+    if docs:
+        return docs, "docstring"
     raise ValueError(f"no signature to read ({unreadable})")
 
 
@@ -225,38 +233,120 @@ def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
     return inspect.Signature(params), f"aten schema {schema.name}"
 
 
-def _docstring_signature(obj: Any) -> inspect.Signature | None:
-    """The signature a builtin's docstring opens with, e.g. `name(query, key, value, attn_mask=None) -> Tensor`."""
-    doc = (getattr(obj, "__doc__", None) or "").lstrip()
-    name = getattr(obj, "__name__", None)
-    if not name or not doc.startswith(f"{name}("):
-        return None
-    depth = 0
-    for end, char in enumerate(doc):
-        depth += (char in "([{") - (char in ")]}")
-        if char == ")" and depth == 0:
-            break
-    else:
-        return None
+def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
+    """The signatures a builtin's docstring states, one per overload, read by their parameter names only.
+
+    The text a binding generator writes: PyTorch's `name(query, key, value, attn_mask=None) -> Tensor`;
+    nanobind's `name(self, q: mod.tensor, x: int = 0, /) -> list[...]`, one line per overload; pybind11's
+    `name(self: mod.cls, a: mod.enum = <enum.X: 0>) -> None`, whose overloads follow an `Overloaded function.`
+    line as `1. name(...)`. Types and defaults are not evaluated (pybind11 prints defaults as reprs that are
+    not Python), only whether a parameter has a default, and its kind.
+    """
+    if not name:
+        return []
+    found = []
+    lines = doc.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        text = line.strip()
+        numbered = text.split(". ", 1)
+        if len(numbered) == 2 and numbered[0].isdigit():  # pybind11's "1. name(...)"
+            text = numbered[1]
+        if not text.startswith(f"{name}("):
+            continue
+        # A signature may wrap onto the next lines (PyTorch's does): read on until its parenthesis closes.
+        params = _parameter_texts(text[len(name):] + "".join(lines[index + 1:]))
+        if params is None:
+            continue
+        signature = _signature_of(params)
+        if signature is not None:
+            found.append(signature)
+    # pybind11 opens an overloaded function's docstring with a catch-all `name(*args, **kwargs)`: the numbered
+    # overloads after it are the real signatures.
+    real = [s for s in found if not _catch_all(s)]
+    return real or found
+
+
+def _catch_all(signature: inspect.Signature) -> bool:
+    kinds = [p.kind for p in signature.parameters.values()]
+    return kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
+
+
+def _parameter_texts(text: str) -> list[str] | None:
+    """The top-level comma-separated parameter texts of `(...)` at the start of `text`; None when it does not
+    close. Brackets, quotes and pybind11's `<repr>` defaults are skipped over as one unit each."""
+    assert text.startswith("(")
+    depth, quote, angle, current, parts = 0, "", 0, [], []
+    for index, char in enumerate(text):
+        if quote:
+            current.append(char)
+            if char == quote:
+                quote = ""
+            continue
+        if angle:
+            current.append(char)
+            angle += (char == "<") - (char == ">")
+            continue
+        if char in "\'\"":
+            quote = char
+        elif char == "<" and "".join(current).rstrip().endswith("="):
+            angle = 1
+        elif char in "([{":
+            depth += 1
+            if depth == 1 and char == "(":
+                continue
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                tail = "".join(current).strip()
+                if tail:
+                    parts.append(tail)
+                return parts
+        elif char == "," and depth == 1:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(char)
+    return None
+
+
+def _signature_of(params: list[str]) -> inspect.Signature | None:
+    """An inspect.Signature from parameter texts such as `q: mod.tensor`, `x: int = 0`, `*`, `/`, `**kw`."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    built: list[inspect.Parameter] = []
+    for text in params:
+        if text == "/":
+            built = [p.replace(kind=inspect.Parameter.POSITIONAL_ONLY) for p in built]
+            continue
+        if text == "*":
+            kind = inspect.Parameter.KEYWORD_ONLY
+            continue
+        head, has_default = _split_default(text)
+        name = head.split(":", 1)[0].strip()
+        if name.startswith("**"):
+            built.append(inspect.Parameter(name[2:], inspect.Parameter.VAR_KEYWORD))
+            continue
+        if name.startswith("*"):
+            built.append(inspect.Parameter(name[1:], inspect.Parameter.VAR_POSITIONAL))
+            kind = inspect.Parameter.KEYWORD_ONLY
+            continue
+        if not name.isidentifier():
+            return None
+        default = "..." if has_default else inspect.Parameter.empty
+        built.append(inspect.Parameter(name, kind, default=default))
     try:
-        fn = ast.parse(f"def {doc[: end + 1]}: pass").body[0]
-    except SyntaxError:
+        return inspect.Signature(built)
+    except ValueError:  # e.g. a parameter without a default after one with: not a signature we can trust
         return None
-    assert isinstance(fn, ast.FunctionDef)
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    defaults = [inspect.Parameter.empty] * (len(positional) - len(a.defaults)) + [ast.unparse(d) for d in a.defaults]
-    params = [inspect.Parameter(p.arg, inspect.Parameter.POSITIONAL_ONLY if p in a.posonlyargs
-                                else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
-              for p, d in zip(positional, defaults)]
-    if a.vararg:
-        params.append(inspect.Parameter(a.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        params.append(inspect.Parameter(p.arg, inspect.Parameter.KEYWORD_ONLY,
-                                        default=inspect.Parameter.empty if d is None else ast.unparse(d)))
-    if a.kwarg:
-        params.append(inspect.Parameter(a.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
-    return inspect.Signature(params)
+
+
+def _split_default(text: str) -> tuple[str, bool]:
+    """`name: type` and whether a top-level `=` gives the parameter a default."""
+    depth = 0
+    for index, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "=" and depth == 0:
+            return text[:index], True
+    return text, False
 
 
 def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> Verdict:
@@ -276,8 +366,10 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         return Verdict(**base, state="n/a",
                        detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
     try:
-        sig, source = installed_signature(obj)
-        problems, notes = check_signature(call, sig)
+        signatures, source = installed_signatures(obj)
+        # An overloaded binding fits when one of its overloads does; else the first one's problems are reported.
+        judged = [(sig, *check_signature(call, sig)) for sig in signatures]
+        sig, problems, notes = next((j for j in judged if not j[1]), judged[0])
     except Exception as exc:  # ValueError: nothing to read; anything else: a signature we cannot judge
         return Verdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
     shown = f"{call.name}({parameter_list(sig)})"

@@ -24,6 +24,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.xformers_ops",
     "attnbench.backends.flashinfer",
     "attnbench.backends.sdpa_varlen",
+    "attnbench.backends.cudnn",
 )
 
 Target = Union[type[Backend], Backend, str]

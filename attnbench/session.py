@@ -154,6 +154,8 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     from attnbench.timing import check_timer, timer_for, timer_modes
 
     check_timer(plan.device, options.timer)  # before anything is written
+    # Before any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import.
+    cache = compile_cache.use(options.cache_dir)
     timing = plan.suite.timing(plan.device)
     settings = settings_of(plan.suite, plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
@@ -171,7 +173,6 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
         tasks = select(tasks, options.shard)
     env = collect_env(plan.device)
     torch_version = env["torch"]
-    cache = compile_cache.use(options.cache_dir)
     workers = len(options.devices) if options.devices is not None else 1
     machine = calibration.cached_calibration(plan.device, cache)
     predicted = forecast.forecast(tasks, settings, machine,

@@ -2,8 +2,11 @@
 # Run attnbench's CUDA checks on a GPU machine, from the checkout, with nothing installed:
 # the gpu-marked tests, then suites/gpu-check.yaml. Writes everything to OUT/<gpu>-<date>/.
 #   scripts/gpu-check.sh [OUT]            (OUT defaults to reports/)
-# Missing dependencies (pydantic and friends, xformers) are installed, without network, from the
-# wheels in $WHEELS (default: .whl/) into a private folder put on PYTHONPATH. Fetch them elsewhere with
+# Missing dependencies are installed, without network, into a private folder put on PYTHONPATH
+# ($GPU_CHECK_SITE, default /tmp/attnbench-site): by scripts/gpu-carry.sh, batch by batch, from the wheels
+# scripts/gpu-wheels.sh fetched and cut (pydantic and friends, FlashAttention 4 with its CuTe DSL, FlashInfer,
+# cuDNN's frontend, SageAttention: docs/development.md says how), or here from wheels lying in $WHEELS/*.whl
+# (default .whl/), fetched elsewhere with e.g.
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl \
 #     pydantic pydantic-core annotated-types typing-inspection
 # GPU_CHECK_ALLOW_CPU=1 lets the script run on a CPU machine (for testing the script itself).
@@ -22,10 +25,12 @@ WHEELS=${WHEELS:-.whl}
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
+site=${GPU_CHECK_SITE:-/tmp/attnbench-site}
 if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-  site=${GPU_CHECK_SITE:-/tmp/attnbench-site}
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$WHEELS"/*.whl \
     || exit 1
+fi
+if [ -d "$site" ]; then
   export PYTHONPATH="$PYTHONPATH:$site"
 fi
 missing=$("$PY" - <<'PY'

@@ -221,7 +221,8 @@ GPU_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flex", "sliding-window"])
+@pytest.mark.parametrize("name", ["flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flex", "sliding-window",
+                                  "cudnn"])
 @pytest.mark.parametrize("c", GPU_CASES, ids=lambda c: c.case_id)
 def test_real_library_on_gpu(name: str, c: Case) -> None:
     """A library that is not installed skips; one that tests/gpu_expectations.py lists for this GPU must be `ok`."""

@@ -449,3 +449,81 @@ def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch
     assert any(line.strip().startswith("conformance  MISMATCH: keyword 'is_causal'")
                for line in doctor.format_text(diagnosis))
 
+
+
+# --- signatures read from a binding's docstring (nanobind and pybind11 write them differently) ------------------
+
+PYBIND11_OVERLOADED = """sdpa(*args, **kwargs)
+Overloaded function.
+
+1. sdpa(self: cudnn._compiled_module.pygraph, q: cudnn._compiled_module.tensor, k: cudnn._compiled_module.tensor, \
+v: cudnn._compiled_module.tensor, is_inference: Optional[bool] = None, attn_scale: Optional[Union[float, \
+cudnn._compiled_module.tensor]] = None, diagonal_alignment: cudnn._compiled_module.diagonal_alignment = \
+<diagonal_alignment.TOP_LEFT: 0>, diagonal_band_left_bound: Optional[int] = None, name: str = '') -> \
+list[cudnn._compiled_module.tensor]
+
+2. sdpa(self: cudnn._compiled_module.pygraph, q: cudnn._compiled_module.tensor, k: cudnn._compiled_module.tensor, \
+v: cudnn._compiled_module.tensor, window: tuple[int, int] = (-1, -1), name: str = '') -> \
+list[cudnn._compiled_module.tensor]
+
+        Perform scaled dot product attention.
+"""
+
+
+class _Builtin:
+    """A C++ method as bindings expose it: no signature inspect can read, a docstring that states it."""
+
+    __signature__ = "not a signature"
+
+    def __init__(self, name: str, doc: str) -> None:
+        self.__name__, self.__doc__ = name, doc
+
+    def __call__(self, *args: object, **kwargs: object) -> None: ...
+
+
+def test_pybind11_docstrings_with_repr_defaults_and_overloads_are_read() -> None:
+    from attnbench.conformance import installed_signatures
+
+    signatures, source = installed_signatures(_Builtin("sdpa", PYBIND11_OVERLOADED))
+    assert source == "docstring" and len(signatures) == 2  # the catch-all (*args, **kwargs) line is not one
+    first, second = signatures
+    assert list(first.parameters) == ["self", "q", "k", "v", "is_inference", "attn_scale", "diagonal_alignment",
+                                      "diagonal_band_left_bound", "name"]
+    assert first.parameters["diagonal_alignment"].default is not inspect.Parameter.empty  # <enum: 0> is a default
+    assert first.parameters["q"].default is inspect.Parameter.empty
+    assert list(second.parameters) == ["self", "q", "k", "v", "window", "name"]
+
+
+def test_an_overloaded_binding_fits_when_one_overload_does() -> None:
+    binding = _Builtin("sdpa", PYBIND11_OVERLOADED)
+    fits_second = LibraryCall("m", "sdpa", positional=("self", "q", "k", "v"), keywords=("window",))
+    verdict = check_call(fits_second, resolve=lambda call: binding)
+    assert verdict.state == "ok", verdict.detail
+    fits_none = LibraryCall("m", "sdpa", positional=("self", "q", "k", "v"), keywords=("sliding_window_length",))
+    verdict = check_call(fits_none, resolve=lambda call: binding)
+    assert (verdict.state, verdict.parameter) == ("mismatch", "sliding_window_length")
+
+
+def test_nanobind_overloads_one_per_line_and_positional_only_markers() -> None:
+    from attnbench.conformance import docstring_signatures
+
+    doc = ("build(self, arg: collections.abc.Sequence[cudnn._compiled_module.heur_mode], /) -> None\n"
+           "build(self) -> None")
+    first, second = docstring_signatures(doc, "build")
+    assert [p.kind for p in first.parameters.values()] == [inspect.Parameter.POSITIONAL_ONLY] * 2
+    assert list(second.parameters) == ["self"]
+    assert problems_of_signature(LibraryCall("m", "build", positional=("self",), keywords=("arg",)), first) == [
+        ("arg", "keyword 'arg' is positional-only in the installed build(self, arg, /)")]
+
+
+def problems_of_signature(call: LibraryCall, sig: inspect.Signature) -> list[tuple[str, str]]:
+    found, _ = check_signature(call, sig)
+    return [(p.parameter, p.text) for p in found]
+
+
+def test_a_docstring_that_states_no_signature_is_none() -> None:
+    from attnbench.conformance import docstring_signatures
+
+    assert docstring_signatures("Perform scaled dot product attention.", "sdpa") == []
+    assert docstring_signatures("sdpa(self, q, k, v", "sdpa") == []  # never closes
+    assert docstring_signatures("sdpa(self, 1q)", "sdpa") == []  # not a parameter name

@@ -526,3 +526,25 @@ def test_documents_in_pages_would_be_wrong_if_let_through(standin, monkeypatch: 
     monkeypatch.setattr(FlashInferBackend, "unsupported", lambda self, c: None)
     record = measure_one(case(documents=3, batch=2, seq_len=32, page_size=8), FlashInferBackend())
     assert record.status in ("mismatch", "error"), (record.status, record.reason)
+
+
+def test_flashinfers_jit_cache_goes_under_the_runs_cache_dir(  # type: ignore[no-untyped-def]
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashInfer keeps its nvcc-compiled kernels under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (its jit/env.py,
+    read at import): --cache-dir points it there; without one, a user's own setting stands."""
+    from attnbench import compile_cache
+
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", "/somewhere/the/user/chose")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "unused"))
+    compile_cache.use(tmp_path / "run-cache")
+    chosen = tmp_path / "run-cache" / "flashinfer"
+    assert compile_cache.os.environ["FLASHINFER_WORKSPACE_BASE"] == str(chosen.resolve())
+    assert (tmp_path / "run-cache" / "flashinfer").is_dir()
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", "/somewhere/the/user/chose")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    compile_cache.use(None)
+    assert compile_cache.os.environ["FLASHINFER_WORKSPACE_BASE"] == "/somewhere/the/user/chose"
+    monkeypatch.delenv("FLASHINFER_WORKSPACE_BASE")
+    compile_cache.use(None)
+    default = tmp_path / "xdg" / "attnbench" / "flashinfer"
+    assert compile_cache.os.environ["FLASHINFER_WORKSPACE_BASE"] == str(default.resolve())

@@ -1,11 +1,12 @@
 """The workload-axis adapters against the real libraries on a GPU (scripts/gpu-check.sh runs the `gpu` tests).
 
 On CPU these adapters are held to stand-ins (tests/test_flashinfer_standin.py, tests/test_sdpa_varlen_standin.py,
-tests/test_flash_standin.py, tests/test_xformers.py); here the libraries themselves answer. A backend whose library
-is missing, or that says why it cannot run a case before it runs, skips; a case it runs must match the float64
-reference (`mismatch` or `error` fails), and where its library refuses at call time that refusal is a skip — except
-for `sdpa-varlen`, PyTorch's own varlen FlashAttention, which must be `ok` on sm80–sm90 wherever the adapter maps the
-case. Small shapes: the whole file is meant to take seconds (FlashInfer's first calls JIT-compile, which costs more).
+tests/test_flash_standin.py, tests/test_xformers.py, tests/test_cudnn_standin.py); here the libraries themselves
+answer. A backend whose library is missing, or that says why it cannot run a case before it runs, skips; a case it
+runs must match the float64 reference (`mismatch` or `error` fails), and where its library refuses at call time that
+refusal is a skip — except for `sdpa-varlen`, PyTorch's own varlen FlashAttention, which must be `ok` on sm80–sm90
+wherever the adapter maps the case. Small shapes: the whole file is meant to take seconds (FlashInfer's first calls
+JIT-compile, which costs more).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ WORKLOADS = {
     "softcap": gpu_case(softcap=30.0),
     "alibi": gpu_case(alibi=True, heads=8, kv_heads=8),
 }
-BACKENDS = ("sdpa-varlen", "flashinfer", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers")
+BACKENDS = ("sdpa-varlen", "flashinfer", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "cudnn")
 
 
 @pytest.mark.gpu
