@@ -9,7 +9,9 @@ The lists hold only what the libraries document and a real run has shown:
   refuses, "both fused kernels require query, key and value to have the same num_heads" (H200, torch 2.11);
   `flash-attn` (FlashAttention 2) when installed;
 - sm90 (Hopper) only: `sdpa-cudnn` on bf16 MHA self-attention (Sq == Sk) cases, with or without a mask, as the
-  H200 run showed; `flash-attn-3` when installed (built for Hopper).
+  H200 run showed; `flash-attn-3` when installed (built for Hopper); `cudnn` (cuDNN's own frontend) when installed,
+  on fp16/bf16 cases without workload axes: cuDNN 9.19's support surface documents them on sm90, and SDPA's cuDNN
+  path ran them there (not yet this adapter: a skip here is what the next H200 run must show or refute).
 Not listed (may skip with their library's reason): `flash-attn-4` and `xformers` (their support differs by
 release and build: the H200 run's xformers wheel had no CUDA operator for torch 2.11), and anything on
 generations not named here (Volta/Turing, Blackwell) until a run there shows what holds.
@@ -51,4 +53,6 @@ def must_be_ok(name: str, case: Case, capability: tuple[int, int]) -> bool:
         return ampere_to_hopper and half
     if name == "flash-attn-3":
         return hopper and half
+    if name == "cudnn":
+        return hopper and half and not case.workload_axes
     return False

@@ -35,16 +35,25 @@ import pytest
 import torch
 
 import attnbench.backends.cudnn as cudnn_adapter
+import attnbench.backends.cudnn_graph as cudnn_graph
+import attnbench.backends.cudnn_layout as cudnn_layout
 import attnbench.backends.packing as packing
 from attnbench import workload
-from attnbench.backends.cudnn import SDPA_BACKWARD_KEYWORDS, SDPA_KEYWORDS, CudnnBackend, route
+from attnbench.backends.cudnn import SDPA_BACKWARD_KEYWORDS, SDPA_KEYWORDS, CudnnBackend
+from attnbench.backends.cudnn_layout import route
 from attnbench.conformance import check_backend, docstring_signatures
 from attnbench.inputs import CaseData
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.timing import TimingSettings
-from tests.conftest import Phases, PhaseTimer, assert_sabotage_caught, make_case, measure_one
+from tests.conftest import (
+    Phases,
+    PhaseTimer,
+    assert_sabotage_caught,
+    make_case,
+    measure_one,
+)
 
 FIXTURE = "tests.signatures.cudnn_frontend_1_32_0"
 
@@ -346,9 +355,9 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
     monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
     yield state
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
 
 
 def case(**overrides: Any):  # type: ignore[no-untyped-def]
@@ -437,7 +446,7 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
     monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
     monkeypatch.setattr(CudnnBackend, "prepare", phases.during_prepare(CudnnBackend.prepare))
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
     c = case(window=4, documents=2, mode=mode)
     record = measure(CaseData(c), CudnnBackend(), PhaseTimer(phases), Settings(RunInfo("c", "t"), settings))
@@ -452,20 +461,20 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
     again = measure(CaseData(c), CudnnBackend(), PhaseTimer(phases), Settings(RunInfo("c", "t"), settings))
     assert again.status == "ok" and again.extra["graph_cache"] == "hit" and again.extra["plan_ms"] == 0
     assert len([w for w, _ in state.log if w.startswith("build:")]) == (1 if mode == "fwd" else 2)  # none again
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
 
 
 def test_a_graph_only_the_frontends_engines_take_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     state = StandinState(backend_declines=True)
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
     monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
     record = measure_one(case(), CudnnBackend())
     assert record.status == "skipped"
     assert record.reason.startswith("cuDNN's backend has no plan for this graph; only the frontend's own engines "
                                     "offered one (sdpa_fwd_prefill_sm90)")
     assert not [w for w, _ in state.log if w.startswith(("execute:", "build:"))]  # it never ran
-    cudnn_adapter.clear_cache()
+    cudnn_graph.clear_cache()
 
 
 def test_cudnns_refusal_at_validate_is_the_skip_reason(standin: StandinState) -> None:
@@ -477,7 +486,7 @@ def test_cudnns_refusal_at_validate_is_the_skip_reason(standin: StandinState) ->
 
 # ---- the stand-in catches a wrong mapping -------------------------------------------------------------------------
 def _patch_keywords(**changes: Any):  # type: ignore[no-untyped-def]
-    real = cudnn_adapter.mask_arguments
+    real = cudnn_layout.mask_arguments
 
     def wrong(c):  # type: ignore[no-untyped-def]
         args = real(c)
@@ -489,7 +498,7 @@ def _patch_keywords(**changes: Any):  # type: ignore[no-untyped-def]
 
 
 def _patch_layout(edit):  # type: ignore[no-untyped-def]
-    real = cudnn_adapter.layout
+    real = cudnn_layout.layout
 
     def wrong(c, q, k, v):  # type: ignore[no-untyped-def]
         lay = real(c, q, k, v)
@@ -559,17 +568,17 @@ def _backward_without_window(real):  # type: ignore[no-untyped-def]
 
 SABOTAGES = {
     # the token-major buffers declared with head-major strides: S == H so only the values tell
-    "layout-strides": (lambda mp: mp.setattr(cudnn_adapter, "token_major_strides", _head_major_strides),
+    "layout-strides": (lambda mp: mp.setattr(cudnn_layout, "token_major_strides", _head_major_strides),
                        case(seq_len=8, heads=8, kv_heads=8)),
     "top-left-instead-of-bottom-right": (
-        lambda mp: mp.setattr(cudnn_adapter, "mask_arguments", _patch_keywords(diagonal_alignment="TOP_LEFT")),
+        lambda mp: mp.setattr(cudnn_layout, "mask_arguments", _patch_keywords(diagonal_alignment="TOP_LEFT")),
         case(seq_len=20, kv_seq_len=50)),
     "left-bound-is-the-window": (
-        lambda mp: mp.setattr(cudnn_adapter, "mask_arguments",
+        lambda mp: mp.setattr(cudnn_layout, "mask_arguments",
                               _patch_keywords(diagonal_band_left_bound=lambda left: left - 1)),
         case(window=5, seq_len=40)),
     "right-bound-off-by-one": (
-        lambda mp: mp.setattr(cudnn_adapter, "mask_arguments",
+        lambda mp: mp.setattr(cudnn_layout, "mask_arguments",
                               _patch_keywords(diagonal_band_right_bound=lambda right: right + 1)),
         case(causal=False, window=5, seq_len=40)),
     "ragged-offsets-in-tokens": (lambda mp: mp.setattr(cudnn_adapter, "layout", _patch_layout(_offsets_in_tokens)),
@@ -584,11 +593,11 @@ SABOTAGES = {
         lambda lay, c: _replace_keywords(lay, attn_scale=None))), case()),
     "scale-1-over-d": (lambda mp: mp.setattr(cudnn_adapter, "layout", _patch_layout(
         lambda lay, c: _replace_keywords(lay, attn_scale=1 / c.head_dim))), case()),
-    "gqa-head-order": (lambda mp: mp.setattr(cudnn_adapter, "to_token_major",
-                                             _kv_heads_reversed(cudnn_adapter.to_token_major)),
+    "gqa-head-order": (lambda mp: mp.setattr(cudnn_layout, "to_token_major",
+                                             _kv_heads_reversed(cudnn_layout.to_token_major)),
                        case(heads=8, kv_heads=2)),
-    "backward-without-the-window": (lambda mp: mp.setattr(cudnn_adapter, "build_graph",
-                                                          _backward_without_window(cudnn_adapter.build_graph)),
+    "backward-without-the-window": (lambda mp: mp.setattr(cudnn_graph, "build_graph",
+                                                          _backward_without_window(cudnn_graph.build_graph)),
                                     case(window=4, seq_len=40, mode="bwd")),
 }
 
@@ -599,7 +608,7 @@ def test_standin_catches_a_wrong_mapping(standin: StandinState, monkeypatch: pyt
 
     def sabotage_and_forget(mp):  # type: ignore[no-untyped-def]
         sabotage(mp)
-        cudnn_adapter.clear_cache()  # the sabotaged mapping builds its own graph
+        cudnn_graph.clear_cache()  # the sabotaged mapping builds its own graph
 
     assert_sabotage_caught(c, CudnnBackend, sabotage_and_forget, monkeypatch)
 
@@ -743,13 +752,13 @@ def test_the_installed_frontend_validates_the_graphs_attnbench_declares(  # type
     from attnbench.inputs import make_inputs
 
     validated = []
-    monkeypatch.setattr(cudnn_adapter, "pin_backend", lambda cudnn, graph: (graph.validate(), validated.append(1),
+    monkeypatch.setattr(cudnn_graph, "pin_backend", lambda cudnn, graph: (graph.validate(), validated.append(1),
                                                                              ("-", 0.0, 0.0))[2])
     c = CASES[name][0]
     inputs = make_inputs(c)
-    lay = cudnn_adapter.layout(c, inputs.q, inputs.k, inputs.v)
+    lay = cudnn_layout.layout(c, inputs.q, inputs.k, inputs.v)
     for backward in ([False, True] if c.needs_grad else [False]):
-        cudnn_adapter.build_graph(real_cudnn, lay.spec, backward, None)
+        cudnn_graph.build_graph(real_cudnn, lay.spec, backward, None)
     assert len(validated) == (2 if c.needs_grad else 1)
 
 
@@ -758,16 +767,16 @@ def test_the_installed_frontend_refuses_what_the_adapter_refuses(  # type: ignor
     """ALiBi with bottom-right alignment and a two-sided ALiBi window are cuDNN's own refusals, not attnbench's."""
     from attnbench.inputs import make_inputs
 
-    monkeypatch.setattr(cudnn_adapter, "pin_backend", lambda cudnn, graph: (graph.validate(), ("-", 0.0, 0.0))[1])
+    monkeypatch.setattr(cudnn_graph, "pin_backend", lambda cudnn, graph: (graph.validate(), ("-", 0.0, 0.0))[1])
     c = case(alibi=True, head_dim=64)
     inputs = make_inputs(c)
-    lay = cudnn_adapter.layout(c, inputs.q, inputs.k, inputs.v)
+    lay = cudnn_layout.layout(c, inputs.q, inputs.k, inputs.v)
     for change, words in (({"diagonal_alignment": "BOTTOM_RIGHT"}, "Bottom right causal mask is only supported"),
                           ({"diagonal_band_right_bound": 3}, "diagonal_band_right_bound needs to be set to 0")):
         keywords = dict(lay.spec.keywords) | change
         spec = dataclasses.replace(lay.spec, keywords=tuple(keywords.items()))
         with pytest.raises(real_cudnn.cudnnGraphNotSupportedError, match=words) as refused:
-            cudnn_adapter.build_graph(real_cudnn, spec, False, None)
+            cudnn_graph.build_graph(real_cudnn, spec, False, None)
         assert CudnnBackend().skip_reason(refused.value, []).startswith("cuDNN refused: ")
 
 

@@ -35,22 +35,25 @@ graphs are cached per shape within the process.
 from __future__ import annotations
 
 import importlib
-import time
 import warnings
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from attnbench import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
     Cost,
     KernelCost,
     Prepared,
-    Unsupported,
     first_line,
 )
+from attnbench.backends.cudnn_graph import (
+    Built,
+    Runner,
+    attention_function,
+    built,
+    handle_for,
+)
+from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
 from attnbench.backends.flash import warm_up
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
@@ -68,10 +71,6 @@ MIN_FRONTEND = (1, 32)
 # Bottom-right causal masks at any length need cuDNN 9.6 (sdpa_support_surface.h: below it, lengths must be
 # multiples of 64 and a window needs Sq == Sk).
 MIN_BACKEND = 90600
-# The heuristic modes cuDNN's own SDPA samples and tests plan with.
-HEURISTICS = ("A", "FALLBACK")
-# Built graphs kept per process (each holds its cuDNN plans, not its workspace).
-CACHE_SIZE = 32
 
 # What prepare's calls pass (attnbench.conformance holds them against the installed frontend). The 1.32 pygraph's
 # sdpa / sdpa_backward capture every keyword and forward it, at lowering, to the C++ binding's methods of the same
@@ -108,8 +107,6 @@ GRAPH_CALLS = (
     LibraryCall(MODULE, "Tensor.set_ragged_offset", positional=("self", "ragged_offset")),
 )
 
-DTYPES = {"float16": "HALF", "bfloat16": "BFLOAT16"}
-
 
 def cudnn_module() -> Any:
     """The `cudnn` module (looked up in sys.modules first, so a test can stand one in). torch is imported first: the
@@ -117,369 +114,6 @@ def cudnn_module() -> Any:
     import torch  # noqa: F401
 
     return importlib.import_module(MODULE)
-
-
-# ---- the mapping --------------------------------------------------------------------------------------------------
-def mask_arguments(case: Case) -> dict[str, Any]:
-    """cuDNN's masking keywords for GUIDE.md's mask (the alignment by its enum member's name).
-
-    causal → right_bound 0; a window W → left_bound W + 1 (cuDNN's left bound is exclusive); without causal the
-    window is two-sided, right_bound W. Bottom-right alignment, except with ALiBi, which cuDNN takes top-left only
-    (unsupported() admits it only where top-left is the same mask).
-    """
-    args: dict[str, Any] = {"diagonal_alignment": "TOP_LEFT" if case.alibi else "BOTTOM_RIGHT"}
-    if case.causal:
-        args["diagonal_band_right_bound"] = 0
-    elif case.window is not None:
-        args["diagonal_band_right_bound"] = case.window
-    if case.window is not None:
-        args["diagonal_band_left_bound"] = case.window + 1
-    if case.alibi:
-        args["use_alibi_mask"] = True
-    return args
-
-
-def token_major_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides of (B, H, S, D) dims held token-major, as (B, S, H, D) in memory."""
-    b, h, s, d = dims
-    return (s * h * d, d, h * d, 1)
-
-
-def to_token_major(t: torch.Tensor) -> torch.Tensor:
-    """Canonical (B, H, S, D) to (B, S, H, D) memory, contiguous (a differentiable copy)."""
-    return t.transpose(1, 2).contiguous()
-
-
-def route(case: Case) -> str:
-    """How the case's sequences reach cuDNN: "paged", "ragged" (packed documents), "padded" (ragged cache lengths
-    in the contiguous cache) or "dense"."""
-    if case.page_size is not None:
-        return "paged"
-    if case.doc_lens is not None:
-        return "ragged"
-    if case.kv_lens is not None:
-        return "padded"
-    return "dense"
-
-
-@dataclass(frozen=True)
-class Operand:
-    """One tensor of the graph: its dims and strides as cuDNN reads them, its data type's name, and the name of
-    the operand holding its ragged offsets (None: not ragged)."""
-
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: str
-    ragged: str | None = None
-
-
-@dataclass(frozen=True)
-class Spec:
-    """Everything a built graph depends on (the cache key): operands by role, the keywords of the sdpa node.
-    Runtime values (lengths, offsets, page tables) are not in it: they travel in the variant pack."""
-
-    io: str
-    operands: tuple[tuple[str, Operand], ...]
-    keywords: tuple[tuple[str, Any], ...]
-    training: bool
-
-    def operand(self, role: str) -> Operand:
-        return dict(self.operands)[role]
-
-    def has(self, role: str) -> bool:
-        return role in dict(self.operands)
-
-
-@dataclass
-class Layout:
-    """A case laid out for cuDNN: the spec, the native inputs, the runtime tensors of the variant pack, and how
-    outputs are allocated and turned back into canonical (B, H, Sq, Dv)."""
-
-    spec: Spec
-    inputs: tuple[torch.Tensor, ...]
-    runtime: dict[str, torch.Tensor]
-    out_shape: tuple[int, ...]
-    stats_shape: tuple[int, ...]
-    to_canonical: Callable[[torch.Tensor], torch.Tensor]
-    words: list[str] = field(default_factory=list)
-
-
-def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Layout:
-    """The graph's operands for `case` and its inputs in cuDNN's layout (made by differentiable ops)."""
-    import torch
-
-    io = DTYPES[case.dtype]
-    h, kvh, d, dv = case.heads, case.kv_heads, case.head_dim, case.v_dim
-    device = q.device
-    keywords: dict[str, Any] = {"attn_scale": case.head_dim ** -0.5, **mask_arguments(case)}
-    operands: dict[str, Operand] = {}
-    runtime: dict[str, torch.Tensor] = {}
-    how = route(case)
-    words: list[str] = []
-
-    def lengths(q_lens: tuple[int, ...], kv_lens: tuple[int, ...]) -> None:
-        keywords["use_padding_mask"] = True
-        for role, values in (("seq_len_q", q_lens), ("seq_len_kv", kv_lens)):
-            operands[role] = Operand((len(values), 1, 1, 1), (1, 1, 1, 1), "INT32")
-            runtime[role] = packing.int32(values, device).view(-1, 1, 1, 1)
-
-    if how == "ragged":
-        seqs = packing.varlen(case)
-        n, sq, sk = seqs.sequences, seqs.max_q, seqs.max_k
-        # contiguous: packing's reshape is a view of the canonical memory where it can be (one batch row), and
-        # cuDNN reads memory at the declared strides, not the tensor's
-        inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
-        lens = tuple(b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:]))
-        lengths(lens, seqs.kv_lens)
-        keywords["max_total_seq_len_q"], keywords["max_total_seq_len_kv"] = seqs.cu_q[-1], seqs.cu_k[-1]
-        for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d), ("v", seqs.cu_k, kvh * dv),
-                                ("o", seqs.cu_q, h * dv), ("stats", seqs.cu_q, h)):
-            operands[f"{role}_offset"] = Operand((n + 1, 1, 1, 1), (1, 1, 1, 1), "INT64")
-            runtime[f"{role}_offset"] = ragged_offsets(cu, width, device)
-        dims = {"q": (n, h, sq, d), "k": (n, kvh, sk, d), "v": (n, kvh, sk, dv), "o": (n, h, sq, dv),
-                "stats": (n, h, sq, 1)}
-        for role, dim in dims.items():
-            operands[role] = Operand(dim, token_major_strides(dim), "FLOAT" if role == "stats" else io,
-                                     ragged=f"{role}_offset")
-        total_q = seqs.cu_q[-1]
-        out_shape, stats_shape = (total_q, h, dv), (total_q, h, 1)
-        to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: packing.unpack_out(out, case)  # noqa: E731
-        words.append(f"ragged, {n} sequences")
-    else:
-        b, sq, sk = case.batch, case.seq_len, case.kv_seq_len
-        native_q = to_token_major(q)
-        if how == "paged":
-            pages = workload.pages(case)
-            pools = tuple(workload.to_pages(t, pages) for t in (k, v))  # (pages, P, KVH, D)
-            inputs = (native_q, *pools)
-            num, p = pages.num_pages, pages.page_size
-            kv_dims = {"k": (num, kvh, p, d), "v": (num, kvh, p, dv)}  # each page read as (KVH, P, D)
-            table = packing.block_table(pages, device)  # (B, pages) int32, unused entries → page 0 (never read)
-            width = table.shape[1]
-            for role in ("k_table", "v_table"):
-                operands[role] = Operand((b, 1, width, 1), (width, width, 1, 1), "INT32")
-                runtime[role] = table.view(b, 1, width, 1)
-            keywords["paged_attention_max_seq_len_kv"] = sk
-            lengths((sq,) * b, workload.request_kv_lens(case))
-            words.append(f"paged K/V, pages of {p}")
-        else:
-            inputs = (native_q, to_token_major(k), to_token_major(v))
-            kv_dims = {"k": (b, kvh, sk, d), "v": (b, kvh, sk, dv)}
-            if how == "padded":
-                lengths((sq,) * b, workload.request_kv_lens(case))
-                words.append("padding mask (each request's kv length)")
-        dims = {"q": (b, h, sq, d), **kv_dims, "o": (b, h, sq, dv)}
-        for role, dim in dims.items():
-            operands[role] = Operand(dim, token_major_strides(dim), io)
-        operands["stats"] = Operand((b, h, sq, 1), (h * sq, sq, 1, 1), "FLOAT")
-        out_shape, stats_shape = (b, sq, h, dv), (b, h, sq, 1)
-        to_canonical = lambda out: out.transpose(1, 2)  # noqa: E731
-    spec = Spec(io, tuple(operands.items()), tuple(keywords.items()), case.needs_grad)
-    return Layout(spec, inputs, runtime, out_shape, stats_shape, to_canonical, words)
-
-
-def ragged_offsets(cu: tuple[int, ...], width: int, device: Any) -> torch.Tensor:
-    """cuDNN's ragged offsets: the element offset of each sequence's first token (cu_seqlens · elements per token),
-    (N + 1, 1, 1, 1) int64."""
-    import torch
-
-    return torch.tensor([c * width for c in cu], dtype=torch.int64, device=device).view(-1, 1, 1, 1)
-
-
-# ---- building and pinning the graphs ------------------------------------------------------------------------------
-@dataclass
-class Built:
-    """A built, pinned graph and its tensors by role."""
-
-    graph: Any
-    tensors: dict[str, Any]
-    plan: str
-    plan_s: float
-    compile_s: float
-
-
-_CACHE: OrderedDict[tuple[Any, ...], Built] = OrderedDict()
-
-
-def clear_cache() -> None:
-    """Forget every built graph (tests swap the `cudnn` module)."""
-    _CACHE.clear()
-
-
-def built(cudnn: Any, spec: Spec, backward: bool, handle: Any, device: Any) -> tuple[Built, bool]:
-    """The forward (or backward) graph for `spec`, from this process's cache or built now; and whether it was
-    cached."""
-    key = (id(cudnn), str(device), id(handle), spec, backward)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key], True
-    result = build_graph(cudnn, spec, backward, handle)
-    _CACHE[key] = result
-    while len(_CACHE) > CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return result, False
-
-
-def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
-    """Declare the sdpa (or sdpa_backward) graph of `spec`, plan it and pin cuDNN's backend."""
-    dtype = cudnn.data_type
-    graph = cudnn.pygraph(io_data_type=getattr(dtype, spec.io), intermediate_data_type=dtype.FLOAT,
-                          compute_data_type=dtype.FLOAT, handle=handle)
-    operands = dict(spec.operands)
-    tensors: dict[str, Any] = {}
-
-    def declare(role: str, operand: Operand) -> Any:
-        t = graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
-                         data_type=getattr(dtype, operand.dtype), name=role)
-        tensors[role] = t
-        return t
-
-    def shape_output(role: str, t: Any, operand: Operand) -> None:
-        t.set_output(True).set_dim(list(operand.dims)).set_stride(list(operand.strides))
-        t.set_data_type(getattr(dtype, operand.dtype))
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
-        tensors[role] = t
-
-    inputs = ("q", "k", "v", "o", "dO", "stats") if backward else ("q", "k", "v")
-    outputs = ("q", "k", "v") if backward else ("o", "stats") if spec.training else ("o",)
-    used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
-    used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
-    for role, operand in operands.items():  # the runtime tensors first: the ragged ones point at them
-        if role in used:
-            declare(role, operand)
-    for role in inputs:
-        operand = operands["o" if role == "dO" else role]
-        t = declare(role, operand)
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
-    keywords = dict(spec.keywords)
-    keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])
-    if "use_padding_mask" in keywords:
-        keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
-    if backward:
-        keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
-        dq, dk, dv = graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
-        for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
-            shape_output(role, t, operands[role[1].lower()])
-    else:
-        if "k_table" in tensors:
-            keywords["paged_attention_k_table"] = tensors["k_table"]
-            keywords["paged_attention_v_table"] = tensors["v_table"]
-        o, stats = graph.sdpa(tensors["q"], tensors["k"], tensors["v"], name="sdpa",
-                              generate_stats=spec.training, **keywords)
-        shape_output("o", o, operands["o"])
-        if spec.training:
-            shape_output("stats", stats, operands["stats"])
-    plan, plan_s, compile_s = pin_backend(cudnn, graph)
-    return Built(graph, tensors, plan, plan_s, compile_s)
-
-
-def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
-    """Plan `graph` and pin the first of cuDNN's backend plans; build it. Returns its name, the seconds spent
-    planning and building.
-
-    The 1.32 frontend ranks its own Python engines in the same list (`selected_engine` is None for a backend
-    entry); a graph only they serve is not cuDNN's SDPA and is skipped with the backend's reason.
-    """
-    start = time.perf_counter()
-    graph.validate()
-    graph.build_operation_graph()
-    graph.create_execution_plans([getattr(cudnn.heur_mode, mode) for mode in HEURISTICS])
-    count = graph.get_execution_plan_count()
-    for index in range(count):
-        graph.select_plan(index)  # strict: build_plans raises instead of moving on to another plan
-        if graph.selected_engine is None:
-            break
-    else:
-        declined = getattr(graph, "_backend_declined", None)  # the frontend's record of the backend's refusal
-        others = ", ".join(graph.get_plan_name_at_index(i) for i in range(count))
-        raise Unsupported("cuDNN's backend has no plan for this graph"
-                          + (f" ({first_line(declined)})" if declined is not None else "")
-                          + f"; only the frontend's own engines offered one ({others}), which is not cuDNN's SDPA")
-    graph.check_support()
-    planned = time.perf_counter()
-    graph.build_plans()
-    return graph.get_plan_name_at_index(index), planned - start, time.perf_counter() - planned
-
-
-# ---- running them -------------------------------------------------------------------------------------------------
-class Runner:
-    """Executes the built graphs: the forward into a fresh output (and softmax stats when training), the backward
-    into fresh gradients. Nothing but `graph.execute` and the outputs' allocation happens per call."""
-
-    def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None, workspace: torch.Tensor,
-                 handle: Any, padded: bool) -> None:
-        self.lay, self.fwd, self.bwd = lay, forward, backward
-        self.workspace, self.handle, self.padded = workspace, handle, padded
-        self.fixed_fwd = {forward.tensors[role]: t for role, t in lay.runtime.items() if role in forward.tensors}
-        self.fixed_bwd = ({backward.tensors[role]: t for role, t in lay.runtime.items() if role in backward.tensors}
-                          if backward is not None else {})
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        import torch
-
-        t = self.fwd.tensors
-        out = torch.empty(self.lay.out_shape, dtype=q.dtype, device=q.device)
-        pack = {**self.fixed_fwd, t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: out}
-        stats = None
-        if "stats" in t:
-            stats = torch.empty(self.lay.stats_shape, dtype=torch.float32, device=q.device)
-            pack[t["stats"]] = stats
-        self.fwd.graph.execute(pack, self.workspace, handle=self.handle)
-        return out, stats
-
-    def backward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dout: torch.Tensor,
-                 stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        import torch
-
-        assert self.bwd is not None
-        t = self.bwd.tensors
-        # With a padding mask the keys past a request's length are not cuDNN's to write: their gradient is zero.
-        alloc = torch.zeros_like if self.padded else torch.empty_like
-        dq, dk, dv = torch.empty_like(q), alloc(k), alloc(v)
-        pack = {**self.fixed_bwd, t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: out, t["dO"]: dout.contiguous(),
-                t["stats"]: stats, t["dQ"]: dq, t["dK"]: dk, t["dV"]: dv}
-        self.bwd.graph.execute(pack, self.workspace, handle=self.handle)
-        return dq, dk, dv
-
-
-def attention_function() -> Any:
-    """The autograd Function over a Runner: forward saves O and the softmax stats, backward runs sdpa_backward."""
-    import torch
-
-    class CudnnSdpa(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, runner: Runner, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            out, stats = runner.forward(q, k, v)
-            ctx.runner = runner
-            ctx.save_for_backward(q, k, v, out, stats)
-            return out
-
-        @staticmethod
-        def backward(ctx: Any, dout: torch.Tensor) -> tuple[None, torch.Tensor, torch.Tensor, torch.Tensor]:
-            q, k, v, out, stats = ctx.saved_tensors
-            return (None, *ctx.runner.backward(q, k, v, out, dout, stats))
-
-    return CudnnSdpa
-
-
-_HANDLES: dict[tuple[int, str, int], Any] = {}
-
-
-def handle_for(cudnn: Any, device: Any) -> Any:
-    """A cuDNN handle on torch's current stream of `device` (CUDA events time that stream); None off CUDA."""
-    if getattr(device, "type", str(device)) != "cuda":
-        return None
-    import torch
-
-    stream = torch.cuda.current_stream(device).cuda_stream
-    key = (id(cudnn), str(device), stream)
-    if key not in _HANDLES:
-        handle = cudnn.create_handle()
-        cudnn.set_stream(handle, stream)
-        _HANDLES[key] = handle
-    return _HANDLES[key]
 
 
 @register
