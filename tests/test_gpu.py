@@ -186,14 +186,14 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
 # ---- the table itself (runs on CPU: it decides what the GPU tests above may not skip) ----------------
 def musts(case_kwargs: dict, cap: tuple[int, int]) -> set[str]:
     case = make_case(device="cuda", head_dim=64, **case_kwargs)
-    return {n for n in (*SDPA, "flex", "sliding-window", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers")
-            if must_be_ok(n, case, cap)}
+    return {n for n in (*SDPA, "flex", "sliding-window", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers",
+                        "cudnn") if must_be_ok(n, case, cap)}
 
 
 def test_what_must_run_on_hopper() -> None:
     """sm90, bf16 MHA: all six SDPA entries; GQA drops efficient; an explicit (windowed) mask drops flash."""
     hopper = (9, 0)
-    base = {"naive", "sdpa", "sdpa-math", "flex", "flash-attn", "flash-attn-3"}
+    base = {"naive", "sdpa", "sdpa-math", "flex", "flash-attn", "flash-attn-3", "cudnn"}
     mha = dict(dtype="bfloat16", heads=8, kv_heads=8, seq_len=256, causal=True)
     assert musts(mha, hopper) == base | {"sdpa-flash", "sdpa-efficient", "sdpa-cudnn"}
     assert musts({**mha, "kv_heads": 2}, hopper) == base | {"sdpa-flash"}
