@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 import time
@@ -364,6 +365,38 @@ def compare(
         md.write_text(result.to_markdown(), encoding="utf-8")
     if result.should_fail:
         raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def recommend(
+    runs: List[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are pooled."),
+    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
+                                            help="Write the dispatch table as JSON (an existing file is refused)."),
+    md: Optional[Path] = typer.Option(None, "--md", metavar="FILE",
+                                      help="Also write the table as Markdown (an existing file is refused)."),
+    by: str = typer.Option("time", "--by", metavar="time|energy",
+                           help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
+) -> None:
+    """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
+    from attnbench.report import dispatch_table as table
+    from attnbench.report.recommend import recommend_runs
+
+    targets = [path for path in (out_file, md) if path is not None]
+    if len(targets) == 2 and out_file.resolve() == md.resolve():  # type: ignore[union-attr]
+        raise AttnbenchError(f"--out and --md both name {out_file}; give each its own file")
+    for path in targets:
+        if path.exists():
+            raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)")
+    result = recommend_runs(runs, by)
+    out.print(table.terminal_table(result.decisions, result.runs, result.metric))
+    if out_file is not None:
+        data = table.to_json(result.decisions, result.runs, result.metric)
+        table.write_new(out_file, json.dumps(data, indent=2) + "\n")
+        err.print(f"dispatch table: {out_file} ({len(data['rows'])} buckets)", markup=False)
+    if md is not None:
+        table.write_new(md, table.to_markdown(result.decisions, result.runs, result.metric))
+        err.print(f"markdown: {md}", markup=False)
 
 
 def parse_fraction(text: str) -> float:
