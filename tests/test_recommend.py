@@ -148,6 +148,14 @@ def test_a_faster_throttled_timing_unsettles_a_slower_one_does_not(tmp_path: Pat
     assert ("flex", "noisy") in slow.excluded
 
 
+def test_a_lone_clean_backend_decides_nothing(tmp_path: Path) -> None:
+    # The H200 run of 2026-11-29 22:55 timed only naive cleanly at 16K fwd+bwd (sdpa-cudnn's timing there was
+    # throttled, the others were never reached): naive "winning" would be a wrong answer, so nothing is called.
+    d = only(tmp_path, record("naive", 75.0), record("sdpa-math", 200.0, status="oom", reason="out of memory"))
+    assert (d.decision, d.backend, d.leader) == ("none", None, "naive")
+    assert d.why == "only naive has a clean number: nothing to tell it apart from"
+
+
 def test_a_bucket_of_several_cases_needs_its_winner_ahead_on_every_one(tmp_path: Path) -> None:
     # 4096 and 6144 tokens share the 4K-8K band: flex ahead on both is the winner, by the geometric mean;
     # flex ahead on one and sdpa on the other is a tie (each told faster somewhere), the default kept.
@@ -159,8 +167,9 @@ def test_a_bucket_of_several_cases_needs_its_winner_ahead_on_every_one(tmp_path:
                  record("flex", 4.0, seq_len=6144, kv_seq_len=6144), record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144))
     assert (split.decision, split.backend, sorted(split.tie)) == ("tie", "sdpa", ["flex", "sdpa"])
     # A backend that ran only one of the bucket's cases cannot be dispatched for the bucket.
-    partial = only(tmp_path / "c", record("flex", 0.5), record("sdpa", 2.0),
-                   record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144))
+    partial = only(tmp_path / "c", record("flex", 0.5), record("sdpa", 2.0), record("sdpa-flash", 4.0),
+                   record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144),
+                   record("sdpa-flash", 5.0, seq_len=6144, kv_seq_len=6144))
     assert partial.backend == "sdpa" and ("flex", "not measured on every case of the bucket") in partial.excluded
 
 
@@ -227,3 +236,17 @@ def test_the_dispatch_helper_imports_without_torch() -> None:
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; print(d.SCHEMA_VERSION)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+
+
+def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_path: Path) -> None:
+    from attnbench.report import render_report
+
+    render_report(ROOT / "reports" / "NVIDIA-H200-20261129-225523" / "run", tmp_path / "h200", formats=("html",))
+    page = (tmp_path / "h200" / "report.html").read_text(encoding="utf-8")
+    section = page[page.index('<h2 id="recommendation">'):page.index("<h2>How to read this</h2>")]
+    assert section.count('<tr class="dec-') == 10  # the ten buckets that run measured
+    assert '<tr class="dec-winner"><td>bf16 · causal · window 1024 · 16 heads · d=128 · fwd · 4K–8K</td>' \
+           '<td>winner</td><td>flex</td>' in section
+    lone = write_run(tmp_path / "lone", [record("sdpa", 1.0), record("flex", 2.0, status="error", reason="boom")])
+    render_report(lone, tmp_path / "lone-out", formats=("html",))
+    assert 'id="recommendation"' not in (tmp_path / "lone-out" / "report.html").read_text(encoding="utf-8")

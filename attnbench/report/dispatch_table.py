@@ -76,6 +76,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "bucket": decision.bucket,
         "cases": decision.cases,
         "decision": decision.decision,
+        "why": decision.why,
         "backend": decision.backend,
         "kernel": chosen[0].kernel if chosen and decision.backend else None,
         "leader": decision.leader,
@@ -178,7 +179,7 @@ def default_text(decision: Decision) -> str:
 
 def note_text(decision: Decision, metric: Metric) -> str:
     """The tie set, what contested the bucket, and the notable exclusions (not plain skips)."""
-    notes = []
+    notes = [decision.why] if decision.decision == "none" and decision.why else []
     if decision.decision == "tie":
         notes.append("tie: " + ", ".join(decision.tie))
     for backend, why, value in decision.contested:
@@ -236,3 +237,9 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
         table.add_row(Text(row[0]), Text(row[1], style=styles[decision.decision]), Text(row[2], style="bold"),
                       *(Text(c) for c in row[3:]))
     return table
+
+
+def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
+    """What report.html's Recommendation section shows (escaped by the template)."""
+    return {"title": title(runs, metric), "header": header(metric),
+            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric))]}

@@ -85,7 +85,11 @@ def load_run(path: Path) -> Run:
     records = load_records(Path(path))
     if not records:
         raise ResultsError(f"{path}: holds no records")
-    env = read_env(Path(path))
+    return run_of(Path(path), records, read_env(Path(path)))
+
+
+def run_of(path: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> Run:
+    """A Run from records already read (and their env.json, or {})."""
     stamps = sorted(str(r.get("timestamp") or "") for r in records)
     return Run(Path(path), str(env.get("run_id") or records[0].get("run_id") or Path(path).name),
                str(env.get("timestamp") or stamps[0]), str(env.get("device") or records[0].get("device")),

@@ -13,8 +13,10 @@ The rules (docs/recommend.md says them for users):
   alone when the tie set is the leader alone;
 - a backend whose only number is troubled (throttled or noisy) contests the bucket when, on some case, its median
   is at or below the top of the leader's interval: it may be the faster one, so the bucket is `unsettled`;
+- a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
+  from anything, and the backends that would have been its rivals were not measured cleanly;
 - the backend to call: the winner; in a tie, `sdpa` when it is in the tie set (nothing measured says to leave
-  the framework's default), else the leader; nothing when unsettled or when no backend has a clean number;
+  the framework's default), else the leader; nothing when unsettled or none;
 - the default's cost: sdpa's score over the chosen backend's (geometric mean of the per-case ratios), when sdpa
   has a clean number on every case.
 """
@@ -53,6 +55,7 @@ class Decision:
     bucket: dict[str, Any]
     cases: list[str]
     decision: str  # winner, tie, unsettled or none
+    why: str | None = None  # for unsettled and none: why nothing is called
     backend: str | None = None  # what to call
     leader: str | None = None
     numbers: dict[str, list[Number]] = field(default_factory=dict)  # each candidate's, case by case
@@ -120,8 +123,14 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
             decision.excluded.append((backend, _why(entries)))
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     decision.default_kernel = next((e.latest.get("kernel") for e in default if e is not None), None)
-    if not decision.numbers:
+    if len(decision.numbers) < 2:
+        alone = next(iter(decision.numbers), None)
+        decision.leader = alone
+        decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
+                        else "no backend has a clean number")
         decision.default_why = _default_why(decision)
+        if alone is not None:
+            decision.scores = {alone: 1.0}
         return decision
     best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(len(cases))]
     decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best)])
@@ -142,6 +151,9 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
     if decision.contested:
         decision.decision = "unsettled"
+        names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
+        decision.why = f"{names} may be faster than {leader}, but {'was' if ',' not in names else 'were'} " \
+                       "timed throttled or noisy"
     elif len(decision.tie) == 1:
         decision.decision, decision.backend = "winner", leader
     else:
@@ -156,7 +168,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
 
 def _default_why(decision: Decision) -> str:
     if decision.backend is None:
-        return "no backend to compare with"
+        return f"{decision.decision}: nothing to compare with"
     return next((why for b, why in decision.excluded if b == DEFAULT_BACKEND), "not measured")
 
 
