@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
 import time
@@ -351,52 +350,38 @@ def report(
 @app.command()
 @user_errors
 def compare(
-    base: Path = typer.Argument(..., help="Baseline run directory or results.jsonl."),
-    new: Path = typer.Argument(..., help="New run directory or results.jsonl."),
+    runs: List[Path] = typer.Argument(..., metavar="[BASE] NEW",
+                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with --against."),
+    against: Optional[str] = typer.Option(None, "--against", metavar="history",
+                                          help="Compare NEW with the latest earlier run of its GPU in the history "
+                                               "store (attnbench history add)."),
+    db: opts.HistoryDb = None,
     threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure."""
     from attnbench.report import compare_runs, comparison_table
 
-    result = compare_runs(base, new, parse_fraction(threshold))
+    if against is not None and against != "history":
+        raise AttnbenchError(f"--against {against!r}: allowed: history")
+    if against is None and len(runs) != 2:
+        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW alone with --against history")
+    if against is not None and len(runs) != 1:
+        raise AttnbenchError(f"compare --against history takes NEW alone ({len(runs)} given)")
+    if db is not None and against is None:
+        raise AttnbenchError("--db only applies with --against history")
+    if against is None:
+        result = compare_runs(runs[0], runs[1], parse_fraction(threshold))
+    else:
+        from attnbench.history.compare import compare_with_history
+
+        result = compare_with_history(runs[0], db, parse_fraction(threshold))
+        err.print(f"base: {result.base}", markup=False)
     out.print(comparison_table(result))
     if md is not None:
         md.write_text(result.to_markdown(), encoding="utf-8")
     if result.should_fail:
         raise typer.Exit(1)
-
-
-@app.command()
-@user_errors
-def recommend(
-    runs: List[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are pooled."),
-    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
-                                            help="Write the dispatch table as JSON (an existing file is refused)."),
-    md: Optional[Path] = typer.Option(None, "--md", metavar="FILE",
-                                      help="Also write the table as Markdown (an existing file is refused)."),
-    by: str = typer.Option("time", "--by", metavar="time|energy",
-                           help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
-) -> None:
-    """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
-    from attnbench.report import dispatch_table as table
-    from attnbench.report.recommend import recommend_runs
-
-    targets = [path for path in (out_file, md) if path is not None]
-    if len(targets) == 2 and out_file.resolve() == md.resolve():  # type: ignore[union-attr]
-        raise AttnbenchError(f"--out and --md both name {out_file}; give each its own file")
-    for path in targets:
-        if path.exists():
-            raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)")
-    result = recommend_runs(runs, by)
-    out.print(table.terminal_table(result.decisions, result.runs, result.metric))
-    if out_file is not None:
-        data = table.to_json(result.decisions, result.runs, result.metric)
-        table.write_new(out_file, json.dumps(data, indent=2) + "\n")
-        err.print(f"dispatch table: {out_file} ({len(data['rows'])} buckets)", markup=False)
-    if md is not None:
-        table.write_new(md, table.to_markdown(result.decisions, result.runs, result.metric))
-        err.print(f"markdown: {md}", markup=False)
 
 
 def parse_fraction(text: str) -> float:
@@ -438,6 +423,10 @@ class StopFlag:
                     signal.signal(sig, handler)
 
         return scope()
+
+
+# recommend and history live in their own module, which adds them to `app` (after compare in --help).
+import attnbench.cli_decide  # noqa: E402,F401
 
 
 def main() -> None:

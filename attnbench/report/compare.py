@@ -243,6 +243,12 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
     for path, records in ((base, base_records), (new, new_records)):
         if not records:
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
+    return compare_records(base_records, new_records, str(base), str(new), threshold)
+
+
+def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[str, Any]], base: str, new: str,
+                    threshold: float = 0.05) -> Comparison:
+    """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
     base_version, new_version = _schema(base_records, Path(base)), _schema(new_records, Path(new))
     if base_version != new_version:
         raise ResultsError(f"schema_version differs: base {base} has {base_version}, new {new} has {new_version}; "
@@ -264,7 +270,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
             new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
         ))
     return Comparison(
-        base=str(base), new=str(new), threshold=threshold, matches=matches,
+        base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared),
     )
 

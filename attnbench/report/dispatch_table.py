@@ -13,7 +13,7 @@ from attnbench.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.errors import AttnbenchError
 from attnbench.report.groups import MODE_WORDS, dtype_word
 from attnbench.report.markdown import md_cell
-from attnbench.report.pooling import Metric, Run
+from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
 from attnbench.units import fmt_length, fmt_ratio
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 SCHEMA_FILE = "dispatch.schema.json"
 FEATURE_WORDS = {"documents": "packed documents", "paged": "paged KV", "ragged": "ragged KV lengths",
                  "softcap": "softcap", "alibi": "ALiBi", "kv_shared": "V shared with K"}
-VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
 SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
 
 
@@ -53,20 +52,10 @@ def bucket_words(bucket: dict[str, Any]) -> str:
     return " · ".join(words)
 
 
-def _versions(run: Run) -> dict[str, Any]:
-    """torch (its full build name), CUDA, cuDNN, the driver, then every library installed, from env.json."""
-    env = run.env
-    versions = {key: env.get(key) for key in VERSION_KEYS if env.get(key) is not None}
-    for name, version in sorted((env.get("libraries") or {}).items()):
-        if version is not None and name not in versions:
-            versions[name] = version
-    return versions
-
-
 def _run_entry(run: Run) -> dict[str, Any]:
     env = run.env
     return {"run_id": run.run_id, "path": str(run.path), "timestamp": run.timestamp, "suite": env.get("suite_name"),
-            "git_commit": env.get("git_commit"), "versions": _versions(run)}
+            "git_commit": env.get("git_commit"), "versions": versions_of(run.env)}
 
 
 def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, Any]:
@@ -91,7 +80,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
         "contested_by": [{"backend": b, "why": why, "value": value} for b, why, value in decision.contested],
         "run_ids": decision.run_ids,
-        "versions": _versions(source) if source is not None else {},
+        "versions": versions_of(source.env) if source is not None else {},
     }
 
 

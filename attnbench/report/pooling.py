@@ -25,6 +25,9 @@ from attnbench.results import interval_of, is_noisy, is_throttled, key_of, load_
 # Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
 # counter's resolution, which attnbench.energy's one-second loop keeps under a tenth of what is measured.
 ENERGY_RESOLUTION = 0.10
+# The versions env.json records at its top level (torch's full build name, CUDA, cuDNN, the driver); the other
+# libraries come from its `libraries`.
+VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,15 @@ class Metric:
 TIME = Metric("time", "ms")
 ENERGY = Metric("energy", "mJ")
 METRICS = {"time": TIME, "energy": ENERGY}
+
+
+def versions_of(env: dict[str, Any]) -> dict[str, Any]:
+    """torch (its full build name), CUDA, cuDNN, the driver, then every library installed, from env.json."""
+    versions = {key: env.get(key) for key in VERSION_KEYS if env.get(key) is not None}
+    for name, version in sorted((env.get("libraries") or {}).items()):
+        if version is not None and name not in versions:
+            versions[name] = version
+    return versions
 
 
 @dataclass(frozen=True)
