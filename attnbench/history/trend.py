@@ -123,10 +123,10 @@ def trend_table(found: list[Trend], title: str) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title), title_justify="left")
     for column in ("GPU · case · backend", "run started", "run", "median ms [interval]", "vs previous",
                    "versions changed"):
-        table.add_column(column, overflow="fold", no_wrap=column == "median ms [interval]")
+        table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup
     for trend in found:
         previous: Point | None = None
         for i, point in enumerate(trend.points):

@@ -123,9 +123,12 @@ def write_new(path: Path, text: str) -> None:
 
 
 def ratio_text(value: float | None) -> str:
-    """A ratio, with three decimals near 1 where two would read as 1.00x: '1.003×', '3.50×'."""
+    """A ratio, with more decimals the nearer it is to 1, where two would read as 1.00x: '1.0003×', '1.004×',
+    '3.50×'."""
     if value is None:
         return "—"
+    if 0.99 < value < 1.01:
+        return f"{value:.4f}×"
     return f"{value:.3f}×" if 0.9 < value < 1.1 else fmt_ratio(value)
 
 
@@ -219,9 +222,9 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
     from rich.text import Text
 
     styles = {"winner": "green", "tie": "cyan", "unsettled": "yellow", "none": "red"}
-    table = Table(title=title(runs, metric), title_justify="left")
+    table = Table(title=Text(title(runs, metric)), title_justify="left")
     for column in header(metric):
-        table.add_column(column, overflow="fold")
+        table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup
     for decision, row in zip(decisions, table_rows(decisions, metric)):
         table.add_row(Text(row[0]), Text(row[1], style=styles[decision.decision]), Text(row[2], style="bold"),
                       *(Text(c) for c in row[3:]))
