@@ -147,15 +147,16 @@ class DispatchTable:
         """The device the table was measured on (a GPU's name, or the CPU's)."""
         return self.data.get("gpu")
 
-    def lookup(self, shape: Shape | None = None, **fields: Any) -> dict[str, Any] | None:
-        """The row whose bucket holds the shape (given as a Shape or as Shape's fields), whatever its decision."""
-        shape = shape if shape is not None else Shape(**fields)
-        return self._by_key.get(bucket_key(shape.bucket()))
+    def lookup(self, *shape: Any, **fields: Any) -> dict[str, Any] | None:
+        """The row whose bucket holds the shape, whatever its decision. The shape is a Shape, or Shape's fields
+        in its order or by name: lookup(4096, 16, 4, 128, "bf16", causal=True, window=None, mode="fwd")."""
+        one = shape[0] if len(shape) == 1 and isinstance(shape[0], Shape) and not fields else Shape(*shape, **fields)
+        return self._by_key.get(bucket_key(one.bucket()))
 
-    def choose(self, shape: Shape | None = None, **fields: Any) -> Choice | None:
-        """The backend to call for the shape, or None when the table has no decided row for it (unmeasured shape,
-        no correct untroubled timing, or an undecided one): then keep the framework's default."""
-        row = self.lookup(shape, **fields)
+    def choose(self, *shape: Any, **fields: Any) -> Choice | None:
+        """The backend to call for the shape (as `lookup` takes it), or None when the table has no decided row
+        for it (an unmeasured shape, no two clean timings, or an unsettled one): then keep the default."""
+        row = self.lookup(*shape, **fields)
         if row is None or row.get("decision") not in ANSWERING or not row.get("backend"):
             return None
         return Choice(str(row["backend"]), row)

@@ -118,6 +118,7 @@ def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h2
         assert (choice.backend if choice else None) == d.backend
     # 6000 tokens fall in the 4K-8K band; a head size never measured gets no answer, not the nearest bucket's.
     assert table.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=128, dtype="bf16", window=1024).backend == "flex"
+    assert table.choose(6000, 16, 16, 128, "torch.bfloat16", True, 1024, "fwd").backend == "flex"  # positional
     assert table.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=64, dtype="bf16", window=1024) is None
     assert table.lookup(seq_len=16384, heads=16, kv_heads=16, head_dim=128, dtype="bf16")["decision"] == "unsettled"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from attnbench.errors import AttnbenchError
-from attnbench.report.pooling import Run, case_key, load_run, versions_of
+from attnbench.report.pooling import Run, case_name, load_run, versions_of
 
 STORE_VERSION = 1
 # What each GPU's clock state was when the run started (env.json's gpu_state), kept beside the versions.
@@ -56,11 +56,6 @@ def default_path() -> Path:
     """$XDG_DATA_HOME/attnbench/history.sqlite, else ~/.local/share/attnbench/history.sqlite."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "attnbench" / "history.sqlite"
-
-
-def case_name(record: dict[str, Any]) -> str:
-    """A record's case as the store keys it: its case_id (older records without one: their key's fields)."""
-    return str(record.get("case_id") or "-".join(str(v) for v in case_key(record)))
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ class Entry:
 
     @property
     def case_id(self) -> str:
-        return str(self.latest.get("case_id") or "")
+        return case_name(self.latest)
 
 
 def trouble(record: dict[str, Any], metric: Metric) -> str | None:
@@ -164,6 +164,11 @@ def status_words(record: dict[str, Any]) -> str:
 def case_key(record: dict[str, Any]) -> tuple:
     """A measurement's identity without its backend: the records of one case across backends and runs."""
     return key_of(record)[1:]
+
+
+def case_name(record: dict[str, Any]) -> str:
+    """A record's case as a name: its case_id (older records without one: their key's fields, joined)."""
+    return str(record.get("case_id") or "-".join(str(v) for v in case_key(record)))
 
 
 def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]]:
