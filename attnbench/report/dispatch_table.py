@@ -100,17 +100,6 @@ def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[
     }
 
 
-def validate(table: dict[str, Any]) -> None:
-    """Check a table against the shipped schema (jsonschema, from the test extra); AttnbenchError when it fails."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(table, schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
-        raise AttnbenchError(f"dispatch table does not follow its schema at {where}: {exc.message}") from None
-
-
 def write_new(path: Path, text: str) -> None:
     """Write a file that must not exist yet: an earlier table or summary is never overwritten."""
     try:
