@@ -2,62 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
 
-from attnbench import __version__
 from attnbench import cli_options as opts
+from attnbench.cli_app import app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
 from attnbench.errors import AttnbenchError
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Benchmark attention implementations on long sequences: correctness, latency, memory.",
-)
-# Plain lines never wrap; tables get a wide page when the output is a log file rather than a terminal.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
-F = TypeVar("F", bound=Callable[..., Any])
-state = {"debug": False}
-
-
-def user_errors(fn: F) -> F:
-    """Turn an AttnbenchError into one line on stderr and exit code 2 (a traceback only with --debug)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AttnbenchError as exc:
-            if state["debug"]:
-                raise
-            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _version(value: bool) -> None:
-    if value:
-        out.print(f"attnbench {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors."),
-) -> None:
-    state["debug"] = debug
 
 
 @app.command()
@@ -218,7 +174,7 @@ def run(
     tables.print_summary(outcome.records, out)
     err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
     if outcome.measured:
-        from attnbench.report import render_report
+        from attnbench.report.render import render_report
 
         written = render_report(directory)
         err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
@@ -246,7 +202,7 @@ def merge(
 ) -> None:
     """Combine shard runs into one: refuses overlapping measurements, mixed schema versions or devices."""
     from attnbench.merge import merge_runs
-    from attnbench.report import render_report
+    from attnbench.report.render import render_report
 
     merged = merge_runs(sources, out_dir)
     err.print(f"merged {merged.records} records from {merged.sources} runs into {out_dir / 'results.jsonl'}")
@@ -339,7 +295,7 @@ def report(
     peak_tflops: Optional[float] = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
-    from attnbench.report import render_report
+    from attnbench.report.render import render_report
 
     chosen = [f.strip() for f in formats.split(",") if f.strip()]
     for path in render_report(source, out_dir, chosen, baseline, peak_tflops):
@@ -349,15 +305,33 @@ def report(
 @app.command()
 @user_errors
 def compare(
-    base: Path = typer.Argument(..., help="Baseline run directory or results.jsonl."),
-    new: Path = typer.Argument(..., help="New run directory or results.jsonl."),
+    runs: List[Path] = typer.Argument(..., metavar="[BASE] NEW",
+                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with --against."),
+    against: Optional[str] = typer.Option(None, "--against", metavar="history",
+                                          help="Compare NEW with the latest earlier run of its GPU in the history "
+                                               "store (attnbench history add)."),
+    db: opts.HistoryDb = None,
     threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure."""
-    from attnbench.report import compare_runs, comparison_table
+    from attnbench.report.compare import compare_runs, comparison_table
 
-    result = compare_runs(base, new, parse_fraction(threshold))
+    if against is not None and against != "history":
+        raise AttnbenchError(f"--against {against!r}: allowed: history")
+    if against is None and len(runs) != 2:
+        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW alone with --against history")
+    if against is not None and len(runs) != 1:
+        raise AttnbenchError(f"compare --against history takes NEW alone ({len(runs)} given)")
+    if db is not None and against is None:
+        raise AttnbenchError("--db only applies with --against history")
+    if against is None:
+        result = compare_runs(runs[0], runs[1], parse_fraction(threshold))
+    else:
+        from attnbench.history.compare import compare_with_history
+
+        result = compare_with_history(runs[0], db, parse_fraction(threshold))
+        err.print(f"base: {result.base}", markup=False)
     out.print(comparison_table(result))
     if md is not None:
         md.write_text(result.to_markdown(), encoding="utf-8")
@@ -404,6 +378,11 @@ class StopFlag:
                     signal.signal(sig, handler)
 
         return scope()
+
+
+# recommend and history live in their own module, which adds them to the app: imported last, they come after compare
+# in --help.
+from attnbench import cli_decide  # noqa: E402,F401
 
 
 def main() -> None:

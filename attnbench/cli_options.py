@@ -24,6 +24,9 @@ PeakTflops = Annotated[Optional[float], typer.Option(
     "--peak-tflops", min=1e-9, metavar="TFLOPS", help="Compute roof for percent_of_peak (default: datasheet table).")]
 PeakBandwidth = Annotated[Optional[float], typer.Option(
     "--peak-bandwidth", min=1e-9, metavar="GBS", help="Memory roof in GB/s for decode-like cases' percent_of_peak.")]
+HistoryDb = Annotated[Optional[Path], typer.Option(
+    "--db", metavar="FILE", help="The history store (default $XDG_DATA_HOME/attnbench/history.sqlite, else "
+                                 "~/.local/share/attnbench/history.sqlite).")]
 Timer = Annotated[str, typer.Option(
     "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
 

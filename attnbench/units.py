@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import math
+from typing import Any
 
 MIB = 1024**2
 GIB = 1024**3
@@ -52,3 +54,9 @@ def fmt_float(value: float | None, digits: int = 3) -> str:
 def fmt_size(n: int) -> str:
     """Bytes as GiB, or MiB below one GiB, in one decimal (skip reasons)."""
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
+
+
+def md_cell(text: Any) -> str:
+    """A table cell: HTML-escaped (GitHub renders inline HTML), pipes escaped, on one line."""
+    value = html.escape(str(text), quote=False).replace("|", "\\|")
+    return " ".join(value.split())

@@ -24,4 +24,6 @@ bin="$work/venv/bin"
 "$bin/attnbench" suites > suites.txt && grep -q "^long" suites.txt && grep -q "^models/llama-3.1-8b" suites.txt  # (a pipe into grep -q can end in SIGPIPE)
 "$bin/attnbench" run quick --device cpu --backend sdpa --out "$work/run" > run.log 2>&1 || { cat run.log; exit 1; }
 test -s "$work/run/results.jsonl" && test -s "$work/run/report.html"
+"$bin/attnbench" recommend "$work/run" --out "$work/dispatch.json" > recommend.log 2>&1 || { cat recommend.log; exit 1; }
+"$bin/python" -c "from attnbench.report.dispatch_table import schema; assert schema()['title']"  # the schema ships
 echo "wheel OK: installed, listed backends, ran the packaged quick suite ($(wc -l < "$work/run/results.jsonl") records)"

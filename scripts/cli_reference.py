@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cli.md"
@@ -47,19 +48,28 @@ def help_text(args: list[str]) -> str:
 
 
 def command_names() -> list[str]:
-    """The commands in the order `attnbench --help` lists them."""
+    """The commands in the order `attnbench --help` lists them, each group's subcommands after it
+    ("history", "history add", ...)."""
     import typer
 
     from attnbench.cli import app
 
-    group = typer.main.get_command(app)
-    ctx = group.make_context("attnbench", ["--help"], resilient_parsing=True)
-    return list(group.list_commands(ctx))  # type: ignore[attr-defined]
+    def walk(group: Any, path: list[str]) -> list[str]:
+        ctx = group.make_context(" ".join(["attnbench", *path]), ["--help"], resilient_parsing=True)
+        found = []
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            found.append(" ".join([*path, name]))
+            if hasattr(command, "list_commands"):  # a group (typer's own click, so no isinstance)
+                found += walk(command, [*path, name])
+        return found
+
+    return walk(typer.main.get_command(app), [])
 
 
 def render() -> str:
     parts = [HEADER]
-    for args in [[]] + [[name] for name in command_names()]:
+    for args in [[]] + [name.split() for name in command_names()]:
         title = " ".join(["attnbench", *args])
         parts.append(f"## `{title}`\n\n```text\n$ {title} --help\n{help_text(args)}\n```\n")
     return "\n".join(parts)

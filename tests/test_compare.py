@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from attnbench.errors import ResultsError
-from attnbench.report import compare_runs, comparison_table
+from attnbench.report.compare import compare_runs, comparison_table
 
 DATA = Path(__file__).parent / "data"
 BASE, NEW = DATA / "compare-base", DATA / "compare-new"

@@ -18,11 +18,11 @@ from PIL import (
 )
 
 from attnbench.errors import ResultsError
-from attnbench.report import render_report
 from attnbench.report.charts import group_chart
 from attnbench.report.groups import group_records, kv_heads_families
 from attnbench.report.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
+from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
 from attnbench.results import load_records
 

@@ -240,7 +240,7 @@ def test_submit_prints_the_jobs_how_to_watch_them_and_the_command_that_reruns_th
     lines = result.output.splitlines()
     assert lines[0].startswith("submitted job 101: array 0,1,2 of 3 shards (5 of 5 measurements on cpu")
     assert lines[1] == f"submitted job 102: merge after they end -> {out}/results.jsonl and {out}/report.html"
-    assert f"watch: squeue -j 101,102" in result.output and f"progress: attnbench status {out}" in result.output
+    assert "watch: squeue -j 101,102" in result.output and f"progress: attnbench status {out}" in result.output
     assert lines[-1].endswith(f"attnbench submit {suite} --shards 3 --out {out} --time 10:00 "
                               f"--sbatch-arg=--qos=low --backend naive")
     assert log.read_text().splitlines() == [f"--parsable {out}/slurm/shards.sbatch",

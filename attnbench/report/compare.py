@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
-from attnbench.report.markdown import md_cell
 from attnbench.results import (
     apart,
     interval_of,
@@ -27,7 +26,7 @@ from attnbench.results import (
     load_records,
     results_path,
 )
-from attnbench.units import fmt_ms
+from attnbench.units import fmt_ms, md_cell
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -254,6 +253,12 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
     for path, records in ((base, base_records), (new, new_records)):
         if not records:
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
+    return compare_records(base_records, new_records, str(base), str(new), threshold)
+
+
+def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[str, Any]], base: str, new: str,
+                    threshold: float = 0.05) -> Comparison:
+    """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
     versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
     base_index, new_index = _index(base_records), _index(new_records)
     shared = [k for k in base_index if k in new_index]
@@ -272,7 +277,7 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
             new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
         ))
     return Comparison(
-        base=str(base), new=str(new), threshold=threshold, matches=matches,
+        base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
     )
 

@@ -76,6 +76,8 @@ TEMPLATE = r"""<!DOCTYPE html>
   .scroll { overflow-x: auto; max-width: 100%; }
   tr.bad td { background: #fff8f6; }
   .note { color: #57606a; font-size: 13px; }
+  table.recommend th { cursor: default; } tr.dec-winner td:nth-child(3) { color: #1a7f37; font-weight: 600; }
+  tr.dec-unsettled td:nth-child(2), tr.dec-none td:nth-child(2) { color: #953800; }
 </style>
 </head>
 <body>
@@ -97,6 +99,20 @@ TEMPLATE = r"""<!DOCTYPE html>
 {% endfor %}
 {% if not findings.failures %}<li>No mismatches and no errors.</li>{% endif %}
 </ul>
+{% if recommendation %}
+<h2 id="recommendation">Recommendation</h2>
+<p class="note">{{ recommendation.title }}. Per bucket of shapes (sequence lengths in power-of-two bands), the backend
+to call: the fastest whose record is ok, timed neither throttled nor noisy, with its interval apart from every other
+candidate's (else a named tie, keeping sdpa when it is in it); <i>unsettled</i> when a throttled or noisy timing may be
+faster. The last columns give PyTorch's own choice (sdpa) against the backend to call, and what could not be judged.
+<code>attnbench recommend DIR --out dispatch.json</code> writes it as a dispatch table.</p>
+<div class="scroll"><table class="recommend">
+<thead><tr>{% for column in recommendation.header %}<th>{{ column }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in recommendation.rows %}<tr class="dec-{{ row.decision }}">{% for cell in row.cells %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}</tbody>
+</table></div>
+{% endif %}
 
 <h2>How to read this</h2>
 <ul class="note">
@@ -214,8 +230,10 @@ def gpu_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
 
 
 def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Findings, charts: list[Chart],
-                chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int) -> str:
-    """The page as a string. `speedups` maps id(record) to its speed-up over the baseline."""
+                chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int,
+                recommendation: dict[str, Any] | None = None) -> str:
+    """The page as a string. `speedups` maps id(record) to its speed-up over the baseline; `recommendation` is
+    the Recommendation section (dispatch_table.html_section), left out when None."""
     rows = []
     for r in records:
         s = speedups.get(id(r))
@@ -237,5 +255,5 @@ def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Fi
         env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=HOW_TO_READ, baseline=baseline,
         charts=[dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts],
         chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
-        chart_width=chart_width,
+        chart_width=chart_width, recommendation=recommendation,
     )

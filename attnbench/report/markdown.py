@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
 from attnbench.report.rows import interval_text, median_text
-from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
-
-
-def md_cell(text: Any) -> str:
-    """A table cell: HTML-escaped (GitHub renders inline HTML), pipes escaped, on one line."""
-    value = html.escape(str(text), quote=False).replace("|", "\\|")
-    return " ".join(value.split())
 
 
 def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:

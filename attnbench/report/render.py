@@ -22,6 +22,8 @@ from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
 from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
+from attnbench.report.pooling import TIME, pool, run_of
+from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
 from attnbench.results import load_records, read_env, results_path
@@ -88,6 +90,16 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
     return charts, notes
 
 
+def recommendation_section(source: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any] | None:
+    """The report's Recommendation section (what `attnbench recommend` says of this run alone), or None when no
+    bucket had two backends with an ok timing to choose between."""
+    from attnbench.report.dispatch_table import html_section
+
+    run = run_of(source, records, env)
+    decisions = decide(pool([run], TIME), TIME)
+    return html_section(decisions, [run], TIME) if enough_to_recommend(decisions) else None
+
+
 def _write(path: Path, data: bytes) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
@@ -139,7 +151,8 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
             cells = group.by_backend_x()
             for key, value in group_speedups(group, baseline).items():
                 speedups[id(cells[key])] = value
-        page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX)
+        page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
+                           recommendation_section(source, records, env))
         written.append(_write(out / "report.html", page.encode("utf-8")))
     if "md" in wanted:
         text = render_markdown(env, groups, findings, baseline, notes)

@@ -1,0 +1,20 @@
+"""`compare --against history NEW`: NEW against the latest earlier run of its GPU that the history store holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnbench.history.store import Store
+from attnbench.report.compare import Comparison, compare_records
+from attnbench.report.pooling import load_run
+
+
+def compare_with_history(new: Path, db: Path | None, threshold: float) -> Comparison:
+    """Compare the run at `new` with the latest run of the same device and GPU started before it that shares a
+    measurement with it (never `new` itself, whether or not the store holds it)."""
+    run = load_run(Path(new))
+    with Store(db, create=False) as store:
+        base = store.latest_comparable(run)
+        records = store.records(base.run_id)
+    label = f"history {base.run_id} ({base.timestamp}, from {base.source})"
+    return compare_records(records, run.records, label, str(new), threshold)

@@ -1,0 +1,225 @@
+"""Decisions as a user reads them: the dispatch table's JSON (its schema beside this file), Markdown, a terminal
+table, and the bucket in words."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnbench import __version__
+from attnbench.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
+from attnbench.errors import AttnbenchError
+from attnbench.report.groups import MODE_WORDS, dtype_word
+from attnbench.report.pooling import Metric, Run, versions_of
+from attnbench.report.recommend import DEFAULT_BACKEND, Decision
+from attnbench.units import fmt_length, fmt_ratio, md_cell
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+SCHEMA_FILE = "dispatch.schema.json"
+FEATURE_WORDS = {"documents": "packed documents", "paged": "paged KV", "ragged": "ragged KV lengths",
+                 "softcap": "softcap", "alibi": "ALiBi", "kv_shared": "V shared with K"}
+SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a dispatch table, shipped in the package."""
+    return json.loads(resources.files("attnbench.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+def band_words(band: list[int]) -> str:
+    """[4096, 8192] -> '4K–8K' (the upper end excluded)."""
+    return f"{fmt_length(band[0])}–{fmt_length(band[1])}"
+
+
+def bucket_words(bucket: dict[str, Any]) -> str:
+    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'."""
+    words = [dtype_word(bucket["dtype"]), "causal" if bucket["causal"] else "no mask"]
+    if bucket["window"] is not None:
+        words.append(f"window {bucket['window']}")
+    heads, kv = bucket["heads"], bucket["kv_heads"]
+    words.append(f"{heads} heads" if heads == kv else f"{heads} heads / {kv} KV heads")
+    words.append(f"d={bucket['head_dim']}" + (f", d_v={bucket['head_dim_v']}"
+                                               if bucket["head_dim_v"] != bucket["head_dim"] else ""))
+    words += [FEATURE_WORDS[f] for f in FEATURES if bucket[f]]
+    words.append(MODE_WORDS.get(bucket["mode"], bucket["mode"]))
+    q, kv_band = bucket["seq_len"], bucket["kv_seq_len"]
+    words.append(band_words(q) if q == kv_band else f"q {band_words(q)} / KV {band_words(kv_band)}")
+    return " · ".join(words)
+
+
+def _run_entry(run: Run) -> dict[str, Any]:
+    env = run.env
+    return {"run_id": run.run_id, "path": str(run.path), "timestamp": run.timestamp, "suite": env.get("suite_name"),
+            "git_commit": env.get("git_commit"), "versions": versions_of(run.env)}
+
+
+def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, Any]:
+    chosen = decision.chosen
+    source = runs.get(chosen[0].run_id) if chosen else None
+    return {
+        "bucket": decision.bucket,
+        "cases": decision.cases,
+        "decision": decision.decision,
+        "why": decision.why,
+        "backend": decision.backend,
+        "kernel": chosen[0].kernel if chosen and decision.backend else None,
+        "leader": decision.leader,
+        "values": [{"case_id": n.case_id, "value": n.value, "interval": [n.low, n.high], "run_id": n.run_id}
+                   for n in chosen],
+        "tie": decision.tie,
+        "runner_up": ({"backend": decision.runner_up, "ratio": decision.runner_up_ratio}
+                      if decision.runner_up else None),
+        "margin": decision.margin,
+        "default": {"backend": DEFAULT_BACKEND, "kernel": decision.default_kernel, "ratio": decision.default_ratio,
+                    "why": decision.default_why},
+        "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
+        "contested_by": [{"backend": b, "why": why, "value": value} for b, why, value in decision.contested],
+        "run_ids": decision.run_ids,
+        "versions": versions_of(source.env) if source is not None else {},
+    }
+
+
+def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
+    """The dispatch table (docs/recommend.md, attnbench/report/dispatch.schema.json)."""
+    by_id = {run.run_id: run for run in runs}
+    return {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "generated_by": f"attnbench {__version__}",
+        "by": metric.name,
+        "unit": metric.unit,
+        "device": runs[0].device,
+        "gpu": runs[0].device_name,
+        "runs": [_run_entry(run) for run in runs],
+        "rows": [_row(d, by_id, metric) for d in decisions],
+    }
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write a file that must not exist yet: an earlier table or summary is never overwritten."""
+    try:
+        with open(path, "x", encoding="utf-8") as file:
+            file.write(text)
+    except FileExistsError:
+        raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)") from None
+    except OSError as exc:
+        raise AttnbenchError(f"{path}: cannot be written ({exc.strerror})") from None
+
+
+def ratio_text(value: float | None) -> str:
+    """A ratio, with more decimals the nearer it is to 1, where two would read as 1.00x: '1.0003×', '1.004×',
+    '3.50×'."""
+    if value is None:
+        return "—"
+    if 0.99 < value < 1.01:
+        return f"{value:.4f}×"
+    return f"{value:.3f}×" if 0.9 < value < 1.1 else fmt_ratio(value)
+
+
+def value_text(decision: Decision, metric: Metric) -> str:
+    """The leader's figure: 'flex 0.436 ms [0.436, 0.436]', or its range over several cases."""
+    numbers = decision.numbers.get(decision.leader or "", [])
+    if not numbers:
+        return "—"
+    if len(numbers) == 1:
+        n = numbers[0]
+        return f"{decision.leader} {n.value:.3g} {metric.unit} [{n.low:.3g}, {n.high:.3g}]"
+    low, high = min(n.value for n in numbers), max(n.value for n in numbers)
+    return f"{decision.leader} {low:.3g}–{high:.3g} {metric.unit} ({len(numbers)} cases)"
+
+
+def runner_text(decision: Decision) -> str:
+    """'sdpa-flash 1.27× (apart by 1.22×)', or the runner-up inside the tie."""
+    if decision.runner_up is None:
+        return "—"
+    text = f"{decision.runner_up} {ratio_text(decision.runner_up_ratio)}"
+    if decision.margin is not None and decision.runner_up not in decision.tie:
+        text += f" (apart by {ratio_text(decision.margin)})"
+    return text
+
+
+def sdpa_choice(kernel: str | None) -> str:
+    """The kernel sdpa dispatched to, from its record's kernel string ('... sdpa auto→CUDNN_ATTENTION ...')."""
+    if not kernel or "auto→" not in kernel:
+        return ""
+    return kernel.split("auto→", 1)[1].split()[0]
+
+
+def default_text(decision: Decision) -> str:
+    """'1.00× (CUDNN_ATTENTION)', or why sdpa cannot be compared."""
+    chose = sdpa_choice(decision.default_kernel)
+    if decision.default_ratio is not None:
+        return ratio_text(decision.default_ratio) + (f" ({chose})" if chose else "")
+    return f"— ({decision.default_why or 'not measured'})"
+
+
+def note_text(decision: Decision, metric: Metric) -> str:
+    """The tie set, what contested the bucket, and the notable exclusions (not plain skips)."""
+    notes = [decision.why] if decision.decision == "none" and decision.why else []
+    if decision.decision == "tie":
+        notes.append("tie: " + ", ".join(decision.tie))
+    for backend, why, value in decision.contested:
+        notes.append(f"{backend} {value:.3g} {metric.unit} is {why.split(' on ')[0]}: not judged")
+    notable = [(b, why) for b, why in decision.excluded
+               if not why.startswith("skipped") and b not in {c for c, _, _ in decision.contested}]
+    for backend, why in notable[:SHOWN_EXCLUSIONS]:
+        notes.append(f"{backend}: {why[:80]}")
+    if len(notable) > SHOWN_EXCLUSIONS:
+        notes.append(f"{len(notable) - SHOWN_EXCLUSIONS} more excluded (see the JSON)")
+    return "; ".join(notes)
+
+
+HEADER = ("bucket", "decision", "call", "fastest clean", "runner-up", f"{DEFAULT_BACKEND} (default) cost", "notes")
+
+
+def table_rows(decisions: list[Decision], metric: Metric) -> list[tuple[str, ...]]:
+    """The rows the terminal, Markdown and HTML tables share."""
+    return [(bucket_words(d.bucket), d.decision, d.backend or "—", value_text(d, metric), runner_text(d),
+             default_text(d), note_text(d, metric)) for d in decisions]
+
+
+def header(metric: Metric) -> tuple[str, ...]:
+    what = "median ms [interval]" if metric.name == "time" else "mJ per call [resolution]"
+    return tuple(h if h != "fastest clean" else f"fastest clean: {what}" for h in HEADER)
+
+
+def title(runs: list[Run], metric: Metric) -> str:
+    """'NVIDIA H200 · 4 runs · ranked by time'."""
+    return f"{runs[0].device_name or runs[0].device} · {len(runs)} run{'s' if len(runs) != 1 else ''} · ranked by {metric.name}"
+
+
+def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> str:
+    """The Markdown section (`recommend --md`)."""
+    lines = [f"## Recommendation: {md_cell(title(runs, metric))}", "",
+             "Per bucket of shapes: the fastest backend whose latest record is `ok`, measured untroubled, with its "
+             "interval apart from every other candidate's (else a tie); `unsettled` when a throttled or noisy timing "
+             f"may be faster; the cost of `{DEFAULT_BACKEND}` (PyTorch's own choice) against the backend to call. "
+             "Runs: " + ", ".join(f"`{run.run_id}` ({md_cell(run.timestamp)})" for run in runs) + ".", "",
+             "| " + " | ".join(header(metric)) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(md_cell(cell) for cell in row) + " |" for row in table_rows(decisions, metric)]
+    return "\n".join(lines) + "\n"
+
+
+def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -> Table:
+    """A rich Table for the terminal (strings from the runs kept literal)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    styles = {"winner": "green", "tie": "cyan", "unsettled": "yellow", "none": "red"}
+    table = Table(title=Text(title(runs, metric)), title_justify="left")
+    for column in header(metric):
+        table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup
+    for decision, row in zip(decisions, table_rows(decisions, metric)):
+        table.add_row(Text(row[0]), Text(row[1], style=styles[decision.decision]), Text(row[2], style="bold"),
+                      *(Text(c) for c in row[3:]))
+    return table
+
+
+def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
+    """What report.html's Recommendation section shows (escaped by the template)."""
+    return {"title": title(runs, metric), "header": header(metric),
+            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric))]}

@@ -1,0 +1,202 @@
+"""Runs of one device pooled into one entry per (case, backend): what `recommend` decides from.
+
+How several runs are pooled (docs/recommend.md, "Several runs"):
+
+- runs are ordered by when they started (env.json's `timestamp`, else their first record's);
+- a pair's latest record decides whether the backend is in: a backend whose latest record is not `ok` is out,
+  whatever it did before (a mismatch fixed in a later run is in; an `ok` broken by a later run is out);
+- its number is that of its latest `ok` record measured untroubled: not throttled, not noisy, with an interval
+  and a value of the metric ranked by. An older clean record stands in for newer troubled ones; a pair with none
+  keeps its latest `ok` record as `troubled`, which can never win and is named in the output;
+- samples are never pooled across runs: two runs' samples differ by more than sampling noise (clock state, L2
+  policy, the harness's version), and one interval over both would claim a precision neither run had.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.errors import ResultsError
+from attnbench.interval import median_interval
+from attnbench.results import (
+    interval_of,
+    is_noisy,
+    is_throttled,
+    key_of,
+    load_records,
+    read_env,
+)
+
+# Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
+# counter's resolution, which attnbench.energy's one-second loop keeps under a tenth of what is measured.
+ENERGY_RESOLUTION = 0.10
+# The versions env.json records at its top level (torch's full build name, CUDA, cuDNN, the driver); the other
+# libraries come from its `libraries`.
+VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What backends are ranked by: the median time per call (ms), or the energy per call (mJ)."""
+
+    name: str
+    unit: str
+
+    def value(self, record: dict[str, Any]) -> float | None:
+        """The record's figure, or None when it has none."""
+        if self.name == "time":
+            value = record.get("time_ms")
+            return float(value) if value is not None and value > 0 else None
+        extra = record.get("extra") or {}
+        if extra.get("energy_mj") is not None:
+            return float(extra["energy_mj"])
+        if extra.get("joules_per_token") is not None:  # tokens per call: batch x query length (attnbench.energy)
+            return float(extra["joules_per_token"]) * 1e3 * int(record["batch"]) * int(record["seq_len"])
+        return None
+
+    def interval(self, record: dict[str, Any]) -> tuple[float, float] | None:
+        """The figure's interval: the record's median interval (computed from its samples for records written
+        before intervals were stored), or the energy counter's resolution around the energy figure."""
+        if self.name == "energy":
+            value = self.value(record)
+            return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
+        stored = interval_of(record)
+        if stored is not None:
+            return stored
+        samples = [float(s) for s in record.get("times_ms") or []]
+        if not samples:
+            return None
+        interval = median_interval(samples)
+        return interval.low, interval.high
+
+
+TIME = Metric("time", "ms")
+ENERGY = Metric("energy", "mJ")
+METRICS = {"time": TIME, "energy": ENERGY}
+
+
+def versions_of(env: dict[str, Any]) -> dict[str, Any]:
+    """torch (its full build name), CUDA, cuDNN, the driver, then every library installed, from env.json."""
+    versions = {key: env.get(key) for key in VERSION_KEYS if env.get(key) is not None}
+    for name, version in sorted((env.get("libraries") or {}).items()):
+        if version is not None and name not in versions:
+            versions[name] = version
+    return versions
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory's records and environment."""
+
+    path: Path
+    run_id: str
+    timestamp: str
+    device: str
+    device_name: str | None
+    env: dict[str, Any]
+    records: list[dict[str, Any]]
+
+
+def load_run(path: Path) -> Run:
+    """A run directory (or results file) with its env.json; refused when it holds no records."""
+    records = load_records(Path(path))
+    if not records:
+        raise ResultsError(f"{path}: holds no records")
+    return run_of(Path(path), records, read_env(Path(path)))
+
+
+def run_of(path: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> Run:
+    """A Run from records already read (and their env.json, or {})."""
+    stamps = sorted(str(r.get("timestamp") or "") for r in records)
+    return Run(Path(path), str(env.get("run_id") or records[0].get("run_id") or Path(path).name),
+               str(env.get("timestamp") or stamps[0]), str(env.get("device") or records[0].get("device")),
+               env.get("device_name") or records[0].get("device_name"), env, records)
+
+
+def load_runs(paths: list[Path], what: str = "recommend") -> list[Run]:
+    """The runs at `paths`, oldest first; refused (one line) when they mix devices or GPUs, or repeat a run."""
+    if not paths:
+        raise ResultsError(f"{what}: name at least one run directory")
+    runs = [load_run(Path(p)) for p in paths]
+    seen: dict[str, Run] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise ResultsError(f"{what}: {seen[run.run_id].path} and {run.path} are the same run ({run.run_id}); "
+                               "name each run once")
+        seen[run.run_id] = run
+    devices = {(run.device, run.device_name) for run in runs}
+    if len(devices) > 1:
+        listed = ", ".join(f"{run.device} {run.device_name!r} ({run.path})" for run in runs)
+        raise ResultsError(f"{what}: runs on different devices: {listed}; one table holds one device's "
+                           "measurements (run it once per GPU)")
+    return sorted(runs, key=lambda run: (run.timestamp, str(run.path)))
+
+
+@dataclass
+class Entry:
+    """One backend on one case, over the pooled runs."""
+
+    backend: str
+    latest: dict[str, Any]  # its latest record: decides whether the backend is in
+    clean: dict[str, Any] | None = None  # the latest ok record measured untroubled: its number counts
+    troubled: dict[str, Any] | None = None  # with no clean one: the latest ok record, which cannot win
+    why: str | None = None  # why no number of this pair counts (None when `clean` is set)
+
+    @property
+    def case_id(self) -> str:
+        return case_name(self.latest)
+
+
+def trouble(record: dict[str, Any], metric: Metric) -> str | None:
+    """Why an ok record's figure cannot decide anything (throttled, noisy, no figure, no interval), or None."""
+    if is_throttled(record):
+        return "throttled"
+    if is_noisy(record):
+        return "noisy"
+    if metric.value(record) is None:
+        return "no energy figure" if metric.name == "energy" else "no time"
+    if metric.interval(record) is None:
+        return "no interval"
+    return None
+
+
+def status_words(record: dict[str, Any]) -> str:
+    """'mismatch: <reason>' for a record that did not run ok."""
+    reason = " ".join(str(record.get("reason") or "").split())
+    return f"{record['status']}: {reason}" if reason else str(record["status"])
+
+
+def case_key(record: dict[str, Any]) -> tuple:
+    """A measurement's identity without its backend: the records of one case across backends and runs."""
+    return key_of(record)[1:]
+
+
+def case_name(record: dict[str, Any]) -> str:
+    """A record's case as a name: its case_id (older records without one: their key's fields, joined)."""
+    return str(record.get("case_id") or "-".join(str(v) for v in case_key(record)))
+
+
+def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]]:
+    """Each case's entries by backend, following the pooling rule above (`runs` oldest first)."""
+    history: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    for run in runs:
+        for record in run.records:
+            history.setdefault(case_key(record), {}).setdefault(str(record["backend"]), []).append(record)
+    pooled: dict[tuple, dict[str, Entry]] = {}
+    for case, backends in history.items():
+        for backend, records in backends.items():
+            entry = Entry(backend, records[-1])
+            if entry.latest["status"] != "ok":
+                entry.why = status_words(entry.latest)
+            else:
+                oks = [r for r in records if r["status"] == "ok"]
+                clean = [r for r in oks if trouble(r, metric) is None]
+                if clean:
+                    entry.clean = clean[-1]
+                else:
+                    entry.troubled = oks[-1]
+                    entry.why = trouble(oks[-1], metric)
+            pooled.setdefault(case, {})[backend] = entry
+    return pooled

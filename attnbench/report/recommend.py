@@ -1,0 +1,232 @@
+"""Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied.
+
+The rules (docs/recommend.md says them for users):
+
+- a bucket is every case with one `attnbench.dispatch.Shape.bucket` (length bands of powers of two, and equal
+  heads, head sizes, dtype, mask, window, workload kinds and mode);
+- candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
+  is `ok`; trouble gate: not throttled, not noisy: attnbench.report.pooling);
+- each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
+  candidate's figure on that case; the leader has the lowest score;
+- statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
+  leader's and apart from it. The tie set is the leader and every candidate not told slower; the leader wins
+  alone when the tie set is the leader alone;
+- a backend whose only number is troubled (throttled or noisy) contests the bucket when, on some case, its median
+  is at or below the top of the leader's interval: it may be the faster one, so the bucket is `unsettled`;
+- a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
+  from anything, and the backends that would have been its rivals were not measured cleanly;
+- the backend to call: the winner; in a tie, `sdpa` when it is in the tie set (nothing measured says to leave
+  the framework's default), else the leader; nothing when unsettled or none;
+- the default's cost: sdpa's score over the chosen backend's (geometric mean of the per-case ratios), when sdpa
+  has a clean number on every case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnbench.dispatch import FEATURES, Shape, bucket_key
+from attnbench.errors import AttnbenchError
+from attnbench.report.pooling import (
+    ENERGY,
+    METRICS,
+    TIME,
+    Entry,
+    Metric,
+    Run,
+    load_runs,
+    pool,
+)
+from attnbench.results import apart
+
+DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
+
+
+@dataclass(frozen=True)
+class Number:
+    """One backend's figure on one case, with its interval and where it was measured."""
+
+    case_id: str
+    value: float
+    low: float
+    high: float
+    run_id: str
+    kernel: str | None
+
+
+@dataclass
+class Decision:
+    """What the data say for one bucket."""
+
+    bucket: dict[str, Any]
+    cases: list[str]
+    decision: str  # winner, tie, unsettled or none
+    why: str | None = None  # for unsettled and none: why nothing is called
+    backend: str | None = None  # what to call
+    leader: str | None = None
+    numbers: dict[str, list[Number]] = field(default_factory=dict)  # each candidate's, case by case
+    scores: dict[str, float] = field(default_factory=dict)  # geometric mean over the best per case (1.0: best)
+    tie: list[str] = field(default_factory=list)
+    runner_up: str | None = None
+    runner_up_ratio: float | None = None  # runner-up over the leader (geometric mean)
+    margin: float | None = None  # min over cases of runner-up's interval low / leader's interval high
+    default_ratio: float | None = None  # sdpa over the backend to call
+    default_why: str | None = None  # why there is no ratio
+    default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
+    contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs whose records the candidates' numbers come from."""
+        return sorted({n.run_id for numbers in self.numbers.values() for n in numbers})
+
+    @property
+    def chosen(self) -> list[Number]:
+        """The numbers of the backend to call (or the leader's when there is none)."""
+        return self.numbers.get(self.backend or self.leader or "", [])
+
+
+def _number(entry: Entry, metric: Metric) -> Number:
+    record = entry.clean
+    assert record is not None
+    value, interval = metric.value(record), metric.interval(record)
+    assert value is not None and interval is not None
+    return Number(entry.case_id, value, interval[0], interval[1], str(record.get("run_id")), record.get("kernel"))
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _ratio(mine: list[Number], theirs: list[Number]) -> float:
+    return _geomean([a.value / b.value for a, b in zip(mine, theirs)])
+
+
+def _told_slower(mine: list[Number], leader: list[Number]) -> bool:
+    """On every case, this interval lies above the leader's and apart from it."""
+    return all(apart((a.low, a.high), (b.low, b.high)) and a.value > b.value for a, b in zip(mine, leader))
+
+
+def _why(entries: list[Entry | None]) -> str:
+    if any(e is None for e in entries):
+        return "not measured on every case of the bucket"
+    whys = list(dict.fromkeys(str(e.why) for e in entries if e is not None and e.why))
+    return "; ".join(whys) if whys else "no clean number"
+
+
+def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
+    """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
+    first = next(iter(cases[0].values())).latest
+    case_ids = [next(iter(c.values())).case_id for c in cases]
+    decision = Decision(Shape.of_record(first).bucket(), case_ids, "none")
+    backends = sorted({b for c in cases for b in c})
+    for backend in backends:
+        entries = [c.get(backend) for c in cases]
+        if all(e is not None and e.clean is not None for e in entries):
+            decision.numbers[backend] = [_number(e, metric) for e in entries if e is not None]
+        else:
+            decision.excluded.append((backend, _why(entries)))
+    default = [c.get(DEFAULT_BACKEND) for c in cases]
+    decision.default_kernel = next((e.latest.get("kernel") for e in default if e is not None), None)
+    if len(decision.numbers) < 2:
+        alone = next(iter(decision.numbers), None)
+        decision.leader = alone
+        decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
+                        else "no backend has a clean number")
+        decision.default_why = _default_why(decision)
+        if alone is not None:
+            decision.scores = {alone: 1.0}
+        return decision
+    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(len(cases))]
+    decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best)])
+                       for b, numbers in decision.numbers.items()}
+    ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
+    leader = decision.leader = ranked[0]
+    lead = decision.numbers[leader]
+    decision.tie = [b for b in ranked if b == leader or not _told_slower(decision.numbers[b], lead)]
+    if len(ranked) > 1:
+        runner = decision.runner_up = ranked[1]
+        decision.runner_up_ratio = _ratio(decision.numbers[runner], lead)
+        decision.margin = min(a.low / b.high for a, b in zip(decision.numbers[runner], lead))
+    for i, case in enumerate(cases):
+        for backend, entry in sorted(case.items()):
+            troubled = entry.troubled
+            value = metric.value(troubled) if troubled is not None else None
+            if value is not None and backend not in decision.numbers and value <= lead[i].high:
+                decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
+    if decision.contested:
+        decision.decision = "unsettled"
+        names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
+        decision.why = f"{names} may be faster than {leader}, but {'was' if ',' not in names else 'were'} " \
+                       "timed throttled or noisy"
+    elif len(decision.tie) == 1:
+        decision.decision, decision.backend = "winner", leader
+    else:
+        decision.decision = "tie"
+        decision.backend = DEFAULT_BACKEND if DEFAULT_BACKEND in decision.tie else leader
+    if decision.backend is not None and DEFAULT_BACKEND in decision.numbers:
+        decision.default_ratio = _ratio(decision.numbers[DEFAULT_BACKEND], decision.numbers[decision.backend])
+    else:
+        decision.default_why = _default_why(decision)
+    return decision
+
+
+def _default_why(decision: Decision) -> str:
+    if decision.backend is None:
+        return f"{decision.decision}: nothing to compare with"
+    return next((why for b, why in decision.excluded if b == DEFAULT_BACKEND), "not measured")
+
+
+def bucket_order(bucket: dict[str, Any]) -> tuple:
+    """Buckets in reading order: mode, dtype, mask, heads, head sizes, workload kinds, then length."""
+    return (bucket["mode"], bucket["dtype"], not bucket["causal"], bucket["window"] is not None, bucket["window"] or 0,
+            bucket["head_dim"], bucket["head_dim_v"], bucket["heads"], -bucket["kv_heads"],
+            tuple(bucket[f] for f in FEATURES), bucket["kv_seq_len"], bucket["seq_len"])
+
+
+def decide(pooled: dict[tuple, dict[str, Entry]], metric: Metric = TIME) -> list[Decision]:
+    """One decision per bucket of the pooled cases, in reading order."""
+    buckets: dict[str, list[dict[str, Entry]]] = {}
+    for _, entries in sorted(pooled.items(), key=lambda item: str(item[0])):
+        record = next(iter(entries.values())).latest
+        buckets.setdefault(bucket_key(Shape.of_record(record).bucket()), []).append(entries)
+    decisions = [decide_bucket(cases, metric) for cases in buckets.values()]
+    return sorted(decisions, key=lambda d: bucket_order(d.bucket))
+
+
+def has_metric(pooled: dict[tuple, dict[str, Entry]], metric: Metric) -> bool:
+    """Whether any ok record carries the figure ranked by."""
+    return any(metric.value(r) is not None for entries in pooled.values() for e in entries.values()
+               for r in (e.clean, e.troubled, e.latest) if r is not None and r.get("status") == "ok")
+
+
+def enough_to_recommend(decisions: list[Decision]) -> bool:
+    """Whether some bucket had two backends with an ok number to choose between (the report's section)."""
+    return any(len(d.numbers) + len({b for b, _, _ in d.contested}) >= 2 for d in decisions)
+
+
+@dataclass
+class Recommendation:
+    """The runs pooled, what they were ranked by, and one decision per bucket."""
+
+    runs: list[Run]
+    metric: Metric
+    decisions: list[Decision]
+
+
+def recommend_runs(paths: list[Path], by: str = "time") -> Recommendation:
+    """Load, pool and decide: what `attnbench recommend RUN_DIR... --by time|energy` prints and writes."""
+    if by not in METRICS:
+        raise AttnbenchError(f"--by {by!r}: allowed: {', '.join(METRICS)}")
+    metric = METRICS[by]
+    runs = load_runs(paths)
+    pooled = pool(runs, metric)
+    if metric is ENERGY and not has_metric(pooled, metric):
+        raise AttnbenchError(f"--by energy: no ok record in {', '.join(str(r.path) for r in runs)} carries "
+                             "extra.energy_mj or extra.joules_per_token; rank --by time, or run a suite that "
+                             "measures energy")
+    return Recommendation(runs, metric, decide(pooled, metric))

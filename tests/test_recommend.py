@@ -1,0 +1,253 @@
+"""recommend: per bucket of shapes, the backend to call, from the committed H200 runs and from planted runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+import attnbench.report.dispatch_table as dispatch_table
+from attnbench.cli import app
+from attnbench.dispatch import DispatchTable, Shape, length_band
+from attnbench.errors import AttnbenchError
+from attnbench.report.recommend import Decision, recommend_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = sorted(p.parent for p in (ROOT / "reports").glob("NVIDIA-H200-*/run/results.jsonl"))
+CPU = ROOT / "reports" / "cpu-AMD-EPYC-2core-long"
+
+
+def record(backend: str, ms: float, low: float | None = None, high: float | None = None, **overrides: Any) -> dict:
+    """An ok CUDA record of a 4K causal bf16 forward; its interval is [low, high] (default ±0.5%)."""
+    base: dict[str, Any] = dict(
+        schema_version=1, run_id="r1", suite="t", timestamp="2026-01-01T00:00:00+00:00", backend=backend,
+        kernel=f"{backend} kernel", device="cuda", device_name="NVIDIA H200", dtype="bfloat16", batch=1,
+        seq_len=4096, kv_seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True, window=None, mode="fwd",
+        status="ok", reason=None, time_ms=ms, time_ms_iqr=ms * 0.002, samples=20, times_ms=[ms] * 20,
+        ci_low_ms=ms * 0.995 if low is None else low, ci_high_ms=ms * 1.005 if high is None else high,
+        ci_level=0.95, noisy=False, throttled=False,
+    )
+    base.update(overrides)
+    base["case_id"] = f"cuda-bf16-b1-s{base['seq_len']}-h{base['heads']}-kv{base['kv_heads']}-d128-causal-fwd"
+    return base
+
+
+def write_run(directory: Path, records: list[dict], run_id: str = "r1", timestamp: str = "2026-01-01T00:00:00",
+              device: str = "cuda", name: str = "NVIDIA H200") -> Path:
+    directory.mkdir(parents=True)
+    for r in records:
+        r["run_id"] = run_id
+    (directory / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    env = {"run_id": run_id, "timestamp": timestamp, "device": device, "device_name": name, "torch": "2.11.0",
+           "libraries": {"torch": "2.11.0", "xformers": None}, "git_commit": "abc"}
+    (directory / "env.json").write_text(json.dumps(env))
+    return directory
+
+
+def only(tmp_path: Path, *records: dict) -> Decision:
+    """The one decision of a run holding these records (one case)."""
+    decisions = recommend_runs([write_run(tmp_path / "run", list(records))]).decisions
+    assert len(decisions) == 1
+    return decisions[0]
+
+
+@pytest.fixture(scope="module")
+def h200() -> Any:
+    return recommend_runs(H200)
+
+
+def row_for(result: Any, **shape: Any) -> Decision:
+    bucket = Shape(**{"heads": 16, "head_dim": 128, "dtype": "bfloat16", **shape}).bucket()
+    return next(d for d in result.decisions if d.bucket == bucket)
+
+
+def test_the_committed_h200_runs_name_a_winner_or_a_tie_with_the_gates_applied(h200: Any) -> None:
+    assert len(H200) == 4 and len(h200.decisions) == 16
+    assert {d.decision for d in h200.decisions} <= {"winner", "tie", "unsettled"}
+    # With a 1024-token window at 16K, flex skips the masked blocks: it wins alone, far ahead of sdpa (cuDNN).
+    window = row_for(h200, seq_len=16384, kv_heads=16, window=1024)
+    assert (window.decision, window.backend, window.runner_up) == ("winner", "flex", "sliding-window")
+    assert window.default_ratio == pytest.approx(6.867 / 0.436, rel=0.01)
+    assert window.margin is not None and window.margin > 1  # the runner-up's interval is apart, above
+    # At 16K without a window, sdpa and sdpa-cudnn are faster than flex, but every one of their timings was
+    # throttled or noisy: the bucket is unsettled, nothing is dispatched, and the output says who and why.
+    dense = row_for(h200, seq_len=16384, kv_heads=16)
+    assert (dense.decision, dense.backend, dense.leader) == ("unsettled", None, "flex")
+    assert {b for b, _, _ in dense.contested} == {"sdpa", "sdpa-cudnn"}
+    assert all(why.startswith(("throttled", "noisy")) for _, why, _ in dense.contested)
+    # sdpa (auto -> cuDNN) and sdpa-cudnn cannot be told apart at 16K fwd+bwd: a named tie, the default kept.
+    tie = row_for(h200, seq_len=16384, kv_heads=16, mode="fwd_bwd")
+    assert (tie.decision, tie.backend, sorted(tie.tie)) == ("tie", "sdpa", ["sdpa", "sdpa-cudnn"])
+    assert tie.default_ratio == 1.0
+
+
+def test_no_troubled_or_failed_record_ever_decides(h200: Any) -> None:
+    runs = {run.run_id: run for run in h200.runs}
+    for d in h200.decisions:
+        for backend, numbers in d.numbers.items():
+            for n in numbers:
+                rec = next(r for r in reversed(runs[n.run_id].records)
+                           if r["backend"] == backend and r.get("case_id") == n.case_id)
+                assert rec["status"] == "ok" and not rec.get("throttled") and not rec.get("noisy"), (backend, n)
+        if d.decision == "winner":
+            assert d.tie == [d.backend] and d.margin is not None and d.margin > 1
+
+
+def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h200: Any, tmp_path: Path) -> None:
+    data = dispatch_table.to_json(h200.decisions, h200.runs, h200.metric)
+    jsonschema.validate(data, dispatch_table.schema())
+    assert data["gpu"] == "NVIDIA H200" and [r["run_id"] for r in data["runs"]] == [
+        "a9d1b0bac54f", "093d64bb0106", "6275c2881691", "72df0c1bdf00"]  # oldest first
+    assert data["rows"][0]["versions"]["torch"] == "2.11.0+cu130" and data["rows"][0]["versions"]["cudnn"] == 91900
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(data))
+    table = DispatchTable.load(path)
+    for d in h200.decisions:
+        first = d.numbers[d.leader][0] if d.leader else None
+        assert first is not None
+        b = d.bucket
+        shape = Shape(seq_len=b["seq_len"][0], heads=b["heads"], kv_heads=b["kv_heads"], head_dim=b["head_dim"],
+                      dtype="bf16", causal=b["causal"], window=b["window"], mode=b["mode"])
+        choice = table.choose(shape)
+        assert (choice.backend if choice else None) == d.backend
+    # 6000 tokens fall in the 4K-8K band; a head size never measured gets no answer, not the nearest bucket's.
+    assert table.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=128, dtype="bf16", window=1024).backend == "flex"
+    assert table.choose(6000, 16, 16, 128, "torch.bfloat16", True, 1024, "fwd").backend == "flex"  # positional
+    assert table.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=64, dtype="bf16", window=1024) is None
+    assert table.lookup(seq_len=16384, heads=16, kv_heads=16, head_dim=128, dtype="bf16")["decision"] == "unsettled"
+
+
+def test_a_planted_tie_is_named_and_sdpa_is_kept_when_it_is_in_it(tmp_path: Path) -> None:
+    tie = only(tmp_path / "a", record("flex", 1.00, 0.98, 1.03), record("sdpa", 1.02, 1.01, 1.05),
+               record("naive", 3.0))
+    assert (tie.decision, tie.leader, tie.backend, tie.tie) == ("tie", "flex", "sdpa", ["flex", "sdpa"])
+    assert tie.runner_up == "sdpa" and tie.runner_up_ratio == pytest.approx(1.02)
+    no_sdpa = only(tmp_path / "b", record("flex", 1.00, 0.98, 1.03), record("sdpa-cudnn", 1.02, 1.01, 1.05))
+    assert (no_sdpa.decision, no_sdpa.backend, no_sdpa.default_why) == ("tie", "flex", "not measured")
+
+
+def test_a_mismatch_never_wins(tmp_path: Path) -> None:
+    d = only(tmp_path, record("flex", 0.5, status="mismatch", reason="max error 0.3 > bound 0.05"),
+             record("sdpa", 1.0), record("sdpa-flash", 2.0))
+    assert (d.decision, d.backend, d.runner_up) == ("winner", "sdpa", "sdpa-flash")
+    assert ("flex", "mismatch: max error 0.3 > bound 0.05") in d.excluded
+    assert d.default_ratio == 1.0
+
+
+def test_a_faster_throttled_timing_unsettles_a_slower_one_does_not(tmp_path: Path) -> None:
+    d = only(tmp_path / "a", record("flex", 0.5, throttled=True), record("sdpa", 1.0), record("sdpa-flash", 2.0))
+    assert (d.decision, d.backend, d.leader) == ("unsettled", None, "sdpa")
+    assert d.contested == [("flex", "throttled on cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd", 0.5)]
+    slow = only(tmp_path / "b", record("flex", 3.0, noisy=True), record("sdpa", 1.0), record("sdpa-flash", 2.0))
+    assert (slow.decision, slow.backend, slow.contested) == ("winner", "sdpa", [])
+    assert ("flex", "noisy") in slow.excluded
+
+
+def test_a_lone_clean_backend_decides_nothing(tmp_path: Path) -> None:
+    # The H200 run of 2026-11-29 22:55 timed only naive cleanly at 16K fwd+bwd (sdpa-cudnn's timing there was
+    # throttled, the others were never reached): naive "winning" would be a wrong answer, so nothing is called.
+    d = only(tmp_path, record("naive", 75.0), record("sdpa-math", 200.0, status="oom", reason="out of memory"))
+    assert (d.decision, d.backend, d.leader) == ("none", None, "naive")
+    assert d.why == "only naive has a clean number: nothing to tell it apart from"
+
+
+def test_a_bucket_of_several_cases_needs_its_winner_ahead_on_every_one(tmp_path: Path) -> None:
+    # 4096 and 6144 tokens share the 4K-8K band: flex ahead on both is the winner, by the geometric mean;
+    # flex ahead on one and sdpa on the other is a tie (each told faster somewhere), the default kept.
+    both = only(tmp_path / "a", record("flex", 1.0), record("sdpa", 2.0),
+                record("flex", 2.0, seq_len=6144, kv_seq_len=6144), record("sdpa", 8.0, seq_len=6144, kv_seq_len=6144))
+    assert (both.decision, both.backend, len(both.cases)) == ("winner", "flex", 2)
+    assert both.runner_up_ratio == pytest.approx((2.0 * 4.0) ** 0.5)
+    split = only(tmp_path / "b", record("flex", 1.0), record("sdpa", 2.0),
+                 record("flex", 4.0, seq_len=6144, kv_seq_len=6144), record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144))
+    assert (split.decision, split.backend, sorted(split.tie)) == ("tie", "sdpa", ["flex", "sdpa"])
+    # A backend that ran only one of the bucket's cases cannot be dispatched for the bucket.
+    partial = only(tmp_path / "c", record("flex", 0.5), record("sdpa", 2.0), record("sdpa-flash", 4.0),
+                   record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144),
+                   record("sdpa-flash", 5.0, seq_len=6144, kv_seq_len=6144))
+    assert partial.backend == "sdpa" and ("flex", "not measured on every case of the bucket") in partial.excluded
+
+
+def test_pooling_the_latest_status_decides_and_an_older_clean_timing_stands_in(tmp_path: Path) -> None:
+    old = write_run(tmp_path / "old", [record("flex", 0.5), record("sdpa", 1.0), record("xformers", 0.8)],
+                    run_id="old", timestamp="2026-01-01T00:00:00")
+    new = write_run(tmp_path / "new", [record("flex", 0.6, throttled=True), record("sdpa", 1.0),
+                                       record("xformers", 0.7, status="mismatch", reason="wrong")],
+                    run_id="new", timestamp="2026-02-01T00:00:00")
+    d = recommend_runs([new, old]).decisions[0]  # order on the command line does not matter
+    assert (d.decision, d.backend) == ("winner", "flex")
+    assert d.numbers["flex"][0].run_id == "old" and d.numbers["sdpa"][0].run_id == "new"
+    assert ("xformers", "mismatch: wrong") in d.excluded
+
+
+def test_by_energy_ranks_energy_per_call(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "e", [record("flex", 0.5, extra={"energy_mj": 90.0}),
+                                     record("sdpa", 1.0, extra={"energy_mj": 40.0}),
+                                     record("sdpa-flash", 2.0, extra={"joules_per_token": 0.06 / 4096})])
+    d = recommend_runs([run], "energy").decisions[0]
+    assert (d.decision, d.backend, d.runner_up) == ("winner", "sdpa", "sdpa-flash")
+    assert d.numbers["sdpa-flash"][0].value == pytest.approx(60.0)  # J/token x tokens per call, in mJ
+    with pytest.raises(AttnbenchError, match="--by energy: no ok record"):
+        recommend_runs(H200[:1], "energy")
+
+
+def invoke(*args: Any) -> Any:
+    return CliRunner().invoke(app, ["recommend", *map(str, args)], terminal_width=220)
+
+
+def test_cli_prints_the_table_writes_the_files_and_never_overwrites(tmp_path: Path) -> None:
+    out, md = tmp_path / "d.json", tmp_path / "d.md"
+    result = invoke(*H200, "--out", out, "--md", md)
+    assert result.exit_code == 0, result.output
+    assert "NVIDIA H200 · 4 runs · ranked by time" in result.output and "unsettled" in result.output
+    jsonschema.validate(json.loads(out.read_text()), dispatch_table.schema())
+    assert md.read_text().count("\n| bf16") == 16
+    again = invoke(H200[0], "--out", out)
+    assert again.exit_code == 2 and "already exists" in again.output
+    assert json.loads(out.read_text())["runs"][0]["run_id"] == "a9d1b0bac54f"  # untouched
+
+
+def test_mixing_an_h200_run_with_a_cpu_run_is_refused(tmp_path: Path) -> None:
+    result = invoke(H200[0], CPU, "--out", tmp_path / "d.json")
+    assert result.exit_code == 2 and "runs on different devices" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "d.json").exists()
+    assert invoke(H200[0], "--by", "energy").exit_code == 2
+    assert invoke(H200[0], "--by", "watts").exit_code == 2
+
+
+def test_the_same_run_twice_is_refused() -> None:
+    result = invoke(H200[0], H200[0] / "results.jsonl")
+    assert result.exit_code == 2 and "are the same run" in result.output
+
+
+def test_length_bands_are_powers_of_two() -> None:
+    assert [length_band(n) for n in (1, 4095, 4096, 6000, 8191, 8192)] == [
+        (1, 2), (2048, 4096), (4096, 8192), (4096, 8192), (4096, 8192), (8192, 16384)]
+
+
+def test_the_dispatch_helper_imports_without_torch() -> None:
+    code = ("import sys; sys.modules['torch'] = None; import attnbench.dispatch as d; "
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; print(d.SCHEMA_VERSION)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+
+
+def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_path: Path) -> None:
+    from attnbench.report.render import render_report
+
+    render_report(ROOT / "reports" / "NVIDIA-H200-20261129-225523" / "run", tmp_path / "h200", formats=("html",))
+    page = (tmp_path / "h200" / "report.html").read_text(encoding="utf-8")
+    section = page[page.index('<h2 id="recommendation">'):page.index("<h2>How to read this</h2>")]
+    assert section.count('<tr class="dec-') == 10  # the ten buckets that run measured
+    assert '<tr class="dec-winner"><td>bf16 · causal · window 1024 · 16 heads · d=128 · fwd · 4K–8K</td>' \
+           '<td>winner</td><td>flex</td>' in section
+    lone = write_run(tmp_path / "lone", [record("sdpa", 1.0), record("flex", 2.0, status="error", reason="boom")])
+    render_report(lone, tmp_path / "lone-out", formats=("html",))
+    assert 'id="recommendation"' not in (tmp_path / "lone-out" / "report.html").read_text(encoding="utf-8")
