@@ -121,3 +121,38 @@ def test_decode_suite_is_packaged_one_query_over_a_kv_cache() -> None:
     assert {c.kv_heads for c in gpu} == {1, 4, 8, 32} and {c.heads for c in gpu} == {32}
     assert min(c.kv_seq_len for c in gpu) == 1024 and max(c.kv_seq_len for c in gpu) == 131072
     assert len(cpu) == 18 and max(c.kv_seq_len for c in cpu) == 16384
+
+
+def test_doctor_says_flex_cannot_build_cpu_kernels_without_a_compiler_or_python_h(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A container without g++ (or without Python.h) fails every flex case at compile time: doctor and the run's
+    skip reason say so first, and doctor's exit code counts it (flex is in the default suite)."""
+    import sysconfig
+
+    from torch._inductor import config
+
+    import attnbench.backends.flex as flex
+    import attnbench.doctor as doctor
+
+    def flex_health() -> tuple[str, str | None, bool]:
+        flex.cpu_build_tools_missing.cache_clear()
+        diagnosis = doctor.diagnose("cpu")
+        state = next(b for b in diagnosis.backends if b.name == "flex")
+        return state.state, state.reason, diagnosis.healthy
+
+    monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
+    try:
+        assert flex_health() == ("ok", None, True)  # this machine has both
+        with config.patch({"cpp.cxx": (None, "no-such-g++")}):
+            state, reason, healthy = flex_health()
+        assert state == "missing" and not healthy
+        assert reason == ("needs a C++ compiler for torch.compile's CPU kernels (no-such-g++ not found; "
+                          "install g++ or set CXX)")
+        real_get_path = sysconfig.get_path
+        monkeypatch.setattr(sysconfig, "get_path", lambda name, *a, **k: str(tmp_path) if name == "include"
+                            else real_get_path(name, *a, **k))
+        state, reason, healthy = flex_health()
+        assert state == "missing" and not healthy and reason is not None
+        assert f"no Python.h in {tmp_path}" in reason and "python3-dev" in reason
+    finally:
+        monkeypatch.undo()
+        flex.cpu_build_tools_missing.cache_clear()
