@@ -43,8 +43,12 @@ command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 || skip "${missing[*]} missing, and no apt-get to install them"
     step "installing ${missing[*]}"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } \
-        || skip "apt-get could not install ${missing[*]}"
+    apt_log=$(mktemp)
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } > "$apt_log" 2>&1; then
+        tail -n 5 "$apt_log" >&2
+        skip "apt-get could not install ${missing[*]} (its last lines are above)"
+    fi
+    rm -f "$apt_log"
 fi
 
 work=$(mktemp -d /tmp/attnbench-docker.XXXXXX)
