@@ -29,18 +29,61 @@ def extra(name: str) -> dict[str, Requirement]:
     return {Requirement(r).name: Requirement(r) for r in project["optional-dependencies"][name]}
 
 
+# Each pinned build argument of the Dockerfile, and the extra (and distribution) it must satisfy.
+PINNED_EXTRAS = {
+    "FLASH_ATTN_VERSION": ("flash", "flash-attn"),
+    "XFORMERS_VERSION": ("xformers", "xformers"),
+    "FLASH_ATTN_4_VERSION": ("flash4", "flash-attn-4"),
+    "CUTLASS_DSL_VERSION": ("flash4", "nvidia-cutlass-dsl"),
+    "CUDNN_FRONTEND_VERSION": ("cudnn", "nvidia-cudnn-frontend"),
+    "FLASHINFER_VERSION": ("flashinfer", "flashinfer-python"),
+    "SAGEATTENTION_VERSION": ("sage", "sageattention"),
+    "NVIDIA_ML_PY_VERSION": ("nvml", "nvidia-ml-py"),
+}
+
+
 def test_dockerfile_pins_satisfy_the_extras() -> None:
     args = dockerfile_args()
-    assert extra("flash")["flash-attn"].specifier.contains(args["FLASH_ATTN_VERSION"])
-    assert extra("xformers")["xformers"].specifier.contains(args["XFORMERS_VERSION"])
+    for arg, (name, distribution) in PINNED_EXTRAS.items():
+        assert extra(name)[distribution].specifier.contains(args[arg]), f"{arg}={args[arg]} against [{name}]"
+    # the umbrella extra names every extra the image installs from wheels (flash-attn 2 compiles apart)
+    umbrella = extra("gpu")["attnbench"].extras
+    assert umbrella == {name for name, _ in PINNED_EXTRAS.values()} - {"flash"}, umbrella
     # xformers' PyPI wheel is built for torch 2.10: the base image must carry exactly that torch
     torch_version = re.match(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda([\d.]+)-cudnn\d+-devel$", args["TORCH_IMAGE"])
-    assert torch_version, "TORCH_IMAGE must be an official PyTorch *devel* image (nvcc for flash-attn)"
+    assert torch_version, "TORCH_IMAGE must be an official PyTorch *devel* image (nvcc for flash-attn, FlashInfer's JIT)"
     assert Version(torch_version[1]).release[:2] == (2, 10) and torch_version[2] == "12.8"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     torch_req = next(Requirement(r) for r in project["dependencies"] if r.startswith("torch"))
     assert torch_req.specifier.contains(torch_version[1])
+    # the CPU image's torch (a +cpu local version) satisfies attnbench too
+    assert torch_req.specifier.contains(args["TORCH_CPU_VERSION"]) and args["TORCH_CPU_VERSION"].endswith("+cpu")
+    # cuda-python's major is the CUDA major it binds: 13.x needs a CUDA 13 driver, which a CUDA 12.8 image does not
+    assert Version(args["CUDA_PYTHON_VERSION"]).major == Version(torch_version[2]).major
     assert set(args["FLASH_ATTN_CUDA_ARCHS"].split(";")) >= {"80", "90"}, "Ampere and Hopper by default"
+    # a new pin cannot slip in unchecked
+    unchecked = {name for name in args if name.endswith("_VERSION")} - set(PINNED_EXTRAS) - {"TORCH_CPU_VERSION",
+                                                                                           "CUDA_PYTHON_VERSION"}
+    assert not unchecked, f"pinned in the Dockerfile without a check here: {sorted(unchecked)}"
+
+
+def test_dockerfile_pins_have_recorded_signatures_and_flashinfers_conform(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The pinned kernel libraries are the versions whose signatures tests/signatures/ recorded, so the calls
+    attnbench makes were held against exactly what the GPU image installs."""
+    import importlib
+
+    from attnbench.backends.flashinfer import FlashInferBackend
+    from attnbench.conformance import check_backend
+
+    args = dockerfile_args()
+    recorded = {path.stem for path in (ROOT / "tests" / "signatures").glob("*.py")}
+    for prefix, arg in (("flash_attn_", "FLASH_ATTN_VERSION"), ("flash_attn_cute_", "FLASH_ATTN_4_VERSION"),
+                        ("flashinfer_", "FLASHINFER_VERSION")):
+        assert prefix + re.sub(r"\W", "_", args[arg]) in recorded, f"no recorded signatures for {arg}={args[arg]}"
+    pinned = importlib.import_module("tests.signatures.flashinfer_" + re.sub(r"\W", "_", args["FLASHINFER_VERSION"]))
+    monkeypatch.setitem(sys.modules, "flashinfer", pinned)
+    conformance = check_backend(FlashInferBackend())
+    assert conformance.state == "ok" and len(conformance.verdicts) == 11, conformance.summary
 
 
 def test_dockerfile_runs_as_non_root_with_the_reports_volume() -> None:
@@ -121,3 +164,38 @@ def test_decode_suite_is_packaged_one_query_over_a_kv_cache() -> None:
     assert {c.kv_heads for c in gpu} == {1, 4, 8, 32} and {c.heads for c in gpu} == {32}
     assert min(c.kv_seq_len for c in gpu) == 1024 and max(c.kv_seq_len for c in gpu) == 131072
     assert len(cpu) == 18 and max(c.kv_seq_len for c in cpu) == 16384
+
+
+def test_doctor_says_flex_cannot_build_cpu_kernels_without_a_compiler_or_python_h(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A container without g++ (or without Python.h) fails every flex case at compile time: doctor and the run's
+    skip reason say so first, and doctor's exit code counts it (flex is in the default suite)."""
+    import sysconfig
+
+    from torch._inductor import config
+
+    import attnbench.backends.flex as flex
+    import attnbench.doctor as doctor
+
+    def flex_health() -> tuple[str, str | None, bool]:
+        flex.cpu_build_tools_missing.cache_clear()
+        diagnosis = doctor.diagnose("cpu")
+        state = next(b for b in diagnosis.backends if b.name == "flex")
+        return state.state, state.reason, diagnosis.healthy
+
+    monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
+    try:
+        assert flex_health() == ("ok", None, True)  # this machine has both
+        with config.patch({"cpp.cxx": (None, "no-such-g++")}):
+            state, reason, healthy = flex_health()
+        assert state == "missing" and not healthy
+        assert reason == ("needs a C++ compiler for torch.compile's CPU kernels (no-such-g++ not found; "
+                          "install g++ or set CXX)")
+        real_get_path = sysconfig.get_path
+        monkeypatch.setattr(sysconfig, "get_path", lambda name, *a, **k: str(tmp_path) if name == "include"
+                            else real_get_path(name, *a, **k))
+        state, reason, healthy = flex_health()
+        assert state == "missing" and not healthy and reason is not None
+        assert f"no Python.h in {tmp_path}" in reason and "python3-dev" in reason
+    finally:
+        monkeypatch.undo()
+        flex.cpu_build_tools_missing.cache_clear()

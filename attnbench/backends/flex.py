@@ -240,6 +240,29 @@ def score_words(case: Case) -> str:
     return "+".join(words + (["ALiBi"] if case.alibi else []))
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_build_tools_missing() -> str | None:
+    """Why torch.compile cannot build FlexAttention's CPU kernels here, or None. Inductor compiles them as C++
+    that includes Python.h, with the compiler its config names (g++, or $CXX): a machine or image without either
+    fails every flex case with InvalidCxxCompiler or CppCompileError. Checked once per process."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    from torch._inductor import config
+
+    named = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    compilers = [c for c in named if c]
+    if not any(shutil.which(c) for c in compilers):
+        return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} not found; "
+                "install g++ or set CXX)")
+    include = Path(sysconfig.get_path("include"))
+    if not (include / "Python.h").is_file():
+        return (f"needs Python's C headers for torch.compile's CPU kernels (no Python.h in {include}; "
+                "e.g. apt-get install python3-dev)")
+    return None
+
+
 @register
 class FlexBackend(Backend):
     name = "flex"
@@ -249,6 +272,9 @@ class FlexBackend(Backend):
     # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
     # paged K/V through PyTorch's PagedAttention (forward, without documents).
     workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size", "kv_shared"})
+
+    def availability(self, device: str) -> str | None:
+        return cpu_build_tools_missing() if device == "cpu" else None
 
     def unsupported(self, case: Case) -> str | None:
         if case.page_size is not None and case.needs_grad:
