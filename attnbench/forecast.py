@@ -163,7 +163,10 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
     if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
         sample_ms -= CHECK_JOINS * t_ms
-    return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms) / 1e3, compile_s
+    # The sustained-state loop before the samples (attnbench.sustain), priced at its minimum: on CUDA always, on a CPU
+    # only where RAPL can be read, which the forecast does not assume.
+    loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
+    return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms) / 1e3, compile_s
 
 
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,

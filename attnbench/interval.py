@@ -127,3 +127,35 @@ def summarize(samples: list[float]) -> Summary:
     else:
         q1 = q3 = samples[0]
     return Summary(statistics.median(samples), q3 - q1, min(samples))
+
+
+# Two modes: the sorted samples split by a gap wider than this share of the median ...
+MODE_GAP = 0.15
+# ... into two groups, each holding at least this share of the samples (and at least two of them).
+MODE_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Modes:
+    """Samples that fall into two groups apart: the lower group's median, the upper's, and the upper's share."""
+
+    low: float
+    high: float
+    high_share: float
+
+
+def two_modes(samples: list[float]) -> Modes | None:
+    """The two groups of `samples` when the widest gap between neighbours in sorted order exceeds MODE_GAP of the
+    median and leaves at least MODE_SHARE of the samples (and two) on each side; None for one group. A GPU call
+    that sometimes waits for its launch (flex at 4K on an H200: 1.0 ms and 1.45 ms) shows this way while its IQR,
+    the upper group under a quarter of the samples, stays narrow."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    least = max(2, math.ceil(MODE_SHARE * n))
+    if n < 2 * least:
+        return None
+    median = statistics.median(ordered)
+    gap, cut = max((ordered[i] - ordered[i - 1], i) for i in range(least, n - least + 1))
+    if median <= 0 or gap <= MODE_GAP * median:
+        return None
+    return Modes(statistics.median(ordered[:cut]), statistics.median(ordered[cut:]), (n - cut) / n)

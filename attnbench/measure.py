@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import judge
 from attnbench.conformance import conformance_problem
+from attnbench import sustain
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
@@ -154,6 +155,10 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         first = None if twin else PeakOnFirstCall(fn, case.device)
         if first is not None:  # no garbage the first call would free may be counted in its "before"
             gc.collect(1)
+        if timing.energy_ms > 0:  # the sustained state, and the call's energy, before the samples
+            read_energy, probe, sync = sustain.for_device(case.device)
+            extra.update(sustain.sustained_loop(fn, min_s=timing.energy_ms / 1e3, read_energy=read_energy,
+                                                probe=probe, sync=sync, tokens_per_call=case.batch * case.seq_len))
         samples = timer.measure(first or fn, timing)
         gpu_sample.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
         if first is not None:

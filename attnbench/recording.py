@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from attnbench import counting
-from attnbench.interval import Interval, median_interval, summarize
+from attnbench.interval import Interval, median_interval, summarize, two_modes
 from attnbench.peaks import peak_for
 from attnbench.results import Record
 from attnbench.sampling import STOPS
@@ -97,8 +97,12 @@ def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) 
 
 
 def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
-    """What the timer spent warming up (ms, calls, whether the call time settled) and its own details."""
+    """What the timer spent warming up (ms, calls, whether the call time settled) and its own details; and, where
+    the samples fall into two groups apart, `bimodal` (each group's median, the slower group's share)."""
     extra: dict[str, Any] = {}
+    modes = two_modes(list(samples))
+    if modes is not None:
+        extra["bimodal"] = {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}
     if hasattr(samples, "warmup_calls"):
         extra.update(warmup_ms=getattr(samples, "warmup_ms"), warmup_calls=getattr(samples, "warmup_calls"),
                      warmup_steady=getattr(samples, "steady"))

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from attnbench.timing import TimingSettings
 
 
+# The sustained-state loop's length when a suite does not set timing.energy_ms: a GPU's burst state is waited out and
+# its energy read; a CPU has no burst state, and a loop of a seconds-long call would cost a run more than it tells.
+DEFAULT_ENERGY_MS = {"cuda": 1000.0, "cpu": 0.0}
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a run will do, decided before anything runs."""
@@ -68,7 +73,8 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
     from attnbench.timing import TimingSettings
 
     t = suite.timing(device)
-    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision)
+    energy_ms = t.energy_ms if t.energy_ms is not None else DEFAULT_ENERGY_MS.get(device, 0.0)
+    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms)
 
 
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:

@@ -181,6 +181,10 @@ class Timing(_Strict):
     precision: float = Field(default=0.01, gt=0, le=1)
     # Wall-clock limit per measurement (the run's --timeout overrides it); needs a worker process.
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)
+    # The loop before the samples: at least this long, back to back, for the call's energy and, on CUDA, until the
+    # GPU's clock has settled at its sustained state (attnbench.sustain); 0 turns it off. Unset: 1000 on CUDA, off on a
+    # CPU (where it runs, if asked, only when RAPL's energy counter can be read: it needs at least 1000 ms).
+    energy_ms: float | None = Field(default=None, ge=0, le=60_000)
 
 
 class CpuBlock(CpuAxes):

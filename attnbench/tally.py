@@ -33,7 +33,8 @@ _IMPORTED = time.time()
 
 @dataclass
 class Tally:
-    """Seconds of timed calls (samples and warm-up, by the timers' own clocks) and of reference computation.
+    """Seconds of timed calls (samples, warm-up and the sustained-state loop, by the timers' own clocks) and of
+    reference computation.
 
     A forward's checked call is its first warm-up call (it counts toward `warmup_ms`, attnbench.sampling): its own
     time (`extra.check_call_ms`, by the timer's clock) is warm-up spent, unless it joined the samples (then it is
@@ -46,7 +47,8 @@ class Tally:
     def add(self, record: Record) -> None:
         extra = record.extra
         check = 0.0 if extra.get("check_sampled") else float(extra.get("check_call_ms") or 0.0)
-        self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check) / 1e3
+        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)  # the loop before the samples (attnbench.sustain)
+        self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check + loop) / 1e3
         self.reference_s += float(record.extra.get("reference_s") or 0.0)
 
     @classmethod

@@ -44,6 +44,9 @@ class TimingSettings:
     # That call's own time by the timer's clock (None when not comparable: another clock, or CUDA): if the
     # warm-up is already covered, it joins the samples when it agrees with the first batch of them.
     prior_ms: float | None = None
+    # The loop before the samples (attnbench.sustain): at least this long, back to back, read around by the energy
+    # counter; on CUDA until the GPU's clock settles. 0: no loop (a suite's timing says 1000 unless it sets it).
+    energy_ms: float = 0.0
 
 
 class Timer(Protocol):

@@ -190,3 +190,22 @@ def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> No
     record = measure(
         CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(cold), Settings(RunInfo("r", "t"), settings))
     assert not record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and cold.calls == 4
+
+
+def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> None:
+    """flex fwd_bwd at 4K (16 heads, 4 KV heads) on the H200: 19 samples near 1.0 ms and 5 at 1.45-1.6 ms. The IQR
+    stays under 10% (not noisy), but the record now says the samples fall into two groups."""
+    import json
+    from pathlib import Path
+
+    from attnbench.interval import two_modes
+    from attnbench.recording import timing_extra
+
+    path = Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run" / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    (flex,) = [r for r in records if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
+    assert not flex["noisy"]
+    modes = timing_extra(flex["times_ms"], object())["bimodal"]
+    assert 0.99 < modes["low_ms"] < 1.02 and 1.4 < modes["high_ms"] < 1.6 and modes["high_share"] == round(5 / 24, 3)
+    assert two_modes([1.0, 1.01, 0.99, 1.02, 1.0, 1.03, 0.98, 1.01, 1.0, 1.02]) is None  # one group
+    assert two_modes([1.0] * 20 + [1.5]) is None  # one outlier is not a group

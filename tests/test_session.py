@@ -68,3 +68,17 @@ def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(
     with pytest.raises(AttnbenchError, match="--resume"):
         session.execute(plan, out, quiet, lambda: False, RunOptions(cache_dir=tmp_path / "cache"))
     assert len((out / "results.jsonl").read_text().splitlines()) == 4  # the earlier results are untouched
+
+
+def test_the_sustained_state_loop_is_on_for_a_gpu_and_off_for_a_cpu_unless_the_suite_says(tmp_path: Path) -> None:
+    from attnbench.suite import load_suite
+
+    default = load_suite(write(tmp_path / "a.yaml", SUITE))
+    assert session.settings_of(default, "cuda").energy_ms == 1000 and session.settings_of(default, "cpu").energy_ms == 0
+    asked = load_suite(write(tmp_path / "b.yaml", SUITE.replace("max_samples: 1}", "max_samples: 1, energy_ms: 1500}")))
+    assert session.settings_of(asked, "cpu").energy_ms == session.settings_of(asked, "cuda").energy_ms == 1500
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
