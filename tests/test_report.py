@@ -531,3 +531,27 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
     for r in records:
         if r["status"] == "ok" and r["backend"] in ("naive", "sdpa-math"):
             assert bytes_of(r) / (r["time_ms"] * 1e-3) < 4.8e12
+
+
+def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> None:
+    """A run whose records carry joules per token gets charts/energy.png (its values planted here: 50 W over each
+    call, as a loop's counter would give); one without gets none."""
+    import json
+
+    source = DATA.parents[1] / "reports" / "cpu-AMD-EPYC-2core-long" / "results.jsonl"
+    records = [json.loads(line) for line in source.read_text().splitlines()]
+    for r in records:
+        if r["status"] == "ok":
+            joules = 50.0 * r["time_ms"] / 1e3
+            r["extra"].update(energy_mj=joules * 1e3, joules_per_token=joules / (r["batch"] * r["seq_len"]))
+    run = tmp_path / "with-energy"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    written = render_report(run)
+    assert (run / "charts" / "energy.png").is_file() and run / "charts" / "energy.png" in written
+    assert "Energy per token" in (run / "report.html").read_text()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "results.jsonl").write_text(source.read_text())
+    render_report(plain)
+    assert not (plain / "charts" / "energy.png").exists()

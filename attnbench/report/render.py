@@ -17,6 +17,7 @@ from attnbench.report.charts import (
     setup_chart,
     setup_records,
 )
+from attnbench.report.energy import energy_chart, energy_records
 from attnbench.report.findings import build_findings
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
@@ -86,6 +87,9 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
     if setup_records(records):
         named.append(("setup.png", "Setup cost: each backend's one-time block mask, compile and plan"))
         tasks.append((setup_chart, (records, styles)))
+    if energy_records(records):
+        named.append(("energy.png", "Energy per token against sequence length"))
+        tasks.append((energy_chart, (groups, styles)))
     charts = [Chart(name, title, png) for (name, title), png in zip(named, _pngs(tasks))]
     return charts, notes
 

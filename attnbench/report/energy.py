@@ -1,0 +1,67 @@
+"""The energy chart: joules per token against sequence length, one line per backend and panel per case group, from
+the records' `extra.joules_per_token` (attnbench.sustain's loop); drawn only when some record carries it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from attnbench.report.groups import CaseGroup
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _empty_note, _legend, _log2_x
+from attnbench.report.styles import BackendStyle
+from attnbench.results import is_throttled
+
+MAX_PANELS = 6  # the case groups drawn (the ones with the most measured points first)
+
+
+def energy_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `ok` records whose loop gave an energy per token."""
+    return [r for r in records if r["status"] == "ok" and (r.get("extra") or {}).get("joules_per_token")]
+
+
+def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Figure:
+    """Per case group, mJ per token (log) against sequence length (log2), one line per backend; a hollow point where
+    the loop ran throttled. Energy per token falls with length where the call amortises fixed costs, and a kernel that
+    does less work per token (a window, a sparse mask) draws lower."""
+    measured = [(g, energy_records(g.records)) for g in groups]
+    measured = sorted([(g, rs) for g, rs in measured if rs], key=lambda item: -len(item[1]))[:MAX_PANELS]
+    columns = 2 if len(measured) > 1 else 1
+    rows = max(1, math.ceil(len(measured) / columns))
+    fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.4 + 3.6 * rows), dpi=DPI)
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    seen: dict[str, BackendStyle] = {}
+    for ax, (group, rs) in zip(axes, measured):
+        field = group.x_field  # the query length, or the KV length of a decode group
+        lengths = sorted({int(r[field]) for r in rs})
+        for backend in sorted({str(r["backend"]) for r in rs}):
+            mine = sorted((r for r in rs if r["backend"] == backend), key=lambda r: r[field])
+            style = styles[backend]
+            seen[backend] = style
+            xs = [int(r[field]) for r in mine]
+            ys = [float(r["extra"]["joules_per_token"]) * 1e3 for r in mine]
+            ax.plot(xs, ys, color=style.color, linewidth=1.6)
+            for x, y, r in zip(xs, ys, mine):
+                hollow = bool(r["extra"].get("energy_throttled")) or is_throttled(r)
+                ax.plot([x], [y], marker=style.marker, color=style.color, linestyle="none", markersize=7,
+                        markerfacecolor="white" if hollow else style.color)
+        _log2_x(ax, lengths, "KV length" if field == "kv_seq_len" else "sequence length")
+        ax.set_yscale("log")
+        ax.set_ylabel("mJ per token (log)")
+        ax.set_title(group.title(), fontsize=10)
+    for ax in axes[len(measured):]:
+        ax.set_axis_off()
+    if not measured:
+        axes[0].set_axis_on()
+        _empty_note(axes[0], "no record carries an energy per token")
+    handles = [Line2D([], [], color=s.color, marker=s.marker, label=name)
+               for name, s in seen.items()]
+    legend_rows = _legend(fig, handles) if handles else 0
+    fig.suptitle("Energy per token (read around the loop before the samples; hollow: throttled during it)",
+                 fontsize=13, fontweight="bold")
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.7 / height, bottom=(0.75 + 0.3 * legend_rows) / height,
+                        hspace=0.55, wspace=0.2)
+    return fig
