@@ -311,12 +311,26 @@ def test_real_xformers_on_cpu_says_why_in_its_own_words() -> None:
         pytest.skip("a CUDA machine: the CPU refusal is checked where there is no GPU")
     backend = XformersBackend()
     reason = backend.availability("cpu")
-    assert reason.startswith("CUDA-only: xformers has no operator for cpu inputs here: No operator found for "
-                             "`memory_efficient_attention_forward`")
+    from attnbench.backends.xformers_ops import built_for
+
+    assert reason.startswith(f"CUDA-only: xformers has no operator for cpu inputs here{built_for()}: No operator "
+                             "found for `memory_efficient_attention_forward`")
     assert "device=cpu (supported: {'cuda'})" in reason
     record = measure_one(case(dtype="float16", causal=True, window=8), backend)
     assert record.status == "skipped"
     assert record.reason == reason
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_the_reason_names_the_torch_the_installed_xformers_was_built_for() -> None:
+    """xformers 0.0.35's wheel is built for torch 2.10; under another torch (2.11 on the H200, 2.13 here) its C++
+    operators do not load and its dispatcher refuses every CUDA operator: the reason says which torch it wanted."""
+    from attnbench.backends.xformers_ops import built_for
+
+    if torch.__version__.startswith("2.10."):
+        assert built_for() == ""
+    else:
+        assert built_for() == f" (its C++ extension was built for torch 2.10.0+cu128; this is torch {torch.__version__})"
 
 
 # ---- the stand-in's masks and the adapter's biases against the real xformers ------------------

@@ -76,6 +76,27 @@ PAGED_BIAS_CALLS = tuple(
     for name in ("PagedBlockDiagonalPaddedKeysMask", "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask"))
 
 
+def built_for() -> str:
+    """" (its C++ extension was built for torch X; this is torch Y)" when the installed xformers was built for another
+    torch release than the one here (its cpp_lib.json, what xformers.info reports as build.torch_version); "" else.
+    xformers then loads no C++ operator, and its dispatcher refuses even the operators that call PyTorch's kernels."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import torch
+
+    try:
+        spec = importlib.util.find_spec("xformers")
+        path = Path(spec.origin).parent / "cpp_lib.json" if spec and spec.origin else None
+        built = json.loads(path.read_text())["version"]["torch"] if path and path.is_file() else None
+    except (ImportError, ValueError, OSError, KeyError, TypeError, json.JSONDecodeError):
+        return ""
+    if not built or built.split("+")[0].split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2]:
+        return ""
+    return f" (its C++ extension was built for torch {built}; this is torch {torch.__version__})"
+
+
 def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
     """The paged block-diagonal attn_bias: request b's Sq queries against the first kv_lens[b] keys of its pages
     (the shared table, int32, unused entries on a spare page), causal bottom-right (CausalWithOffset) or not."""
@@ -230,7 +251,7 @@ class XformersBackend(Backend):
             dispatch_fw(ops, t, t, t, None, needs_gradient=False)
         except NotImplementedError as exc:
             where = "CUDA-only: " if device != "cuda" else ""
-            return f"{where}xformers has no operator for {device} inputs here: {condense(str(exc))}"
+            return f"{where}xformers has no operator for {device} inputs here{built_for()}: {condense(str(exc))}"
         except AttributeError:  # the private dispatcher moved: judge by device alone
             return None if device == "cuda" else "needs CUDA (xformers' attention operators are CUDA-only)"
         return None
