@@ -52,6 +52,21 @@ def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record
                                           InProcess(timer or ClockTimer(), Settings(info, timing)))
 
 
+def run_into(path: Any, cases: list[Case], backends: list[Backend], should_stop: Callable[[], bool] = lambda: False,
+             timer: Any = None) -> list[Record]:
+    """run_cases with every record appended to the results file at `path` as it comes, as a run writes them."""
+    from attnbench.results import ResultsWriter
+
+    records: list[Record] = []
+    with ResultsWriter(path) as writer:
+        def sink(record: Record) -> None:
+            writer.append(record)
+            records.append(record)
+
+        run_cases(cases, backends, sink, timer, should_stop=should_stop)
+    return records
+
+
 def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotage: Callable[[Any], None],
                            monkeypatch: Any) -> None:
     """A backend's mapping runs `ok` on `c` until `sabotage(monkeypatch)` breaks it; then the check calls it a

@@ -13,25 +13,13 @@ from attnbench.inputs import CaseData
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.results import Record, ResultsWriter
 from attnbench.timing import ClockTimer
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
-
-
-def run(cases, backends, path: Path, should_stop=lambda: False, timer=None) -> list[Record]:  # type: ignore[no-untyped-def]
-    records: list[Record] = []
-    with ResultsWriter(path) as writer:
-        def sink(record: Record) -> None:
-            writer.append(record)
-            records.append(record)
-
-        run_cases(cases, backends, sink, timer, should_stop=should_stop)
-    return records
+from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
 
 def test_record_fields_follow_the_guide(tmp_path: Path) -> None:
-    (record,) = run([make_case(causal=True, window=8, mode="fwd_bwd")], [default_registry().get("sdpa-math")],
-                    tmp_path / "results.jsonl", timer=ScriptedTimer([2.5, 0.5, 1.5]))
+    (record,) = run_into(tmp_path / "results.jsonl", [make_case(causal=True, window=8, mode="fwd_bwd")],
+                         [default_registry().get("sdpa-math")], timer=ScriptedTimer([2.5, 0.5, 1.5]))
     stored = json.loads((tmp_path / "results.jsonl").read_text())
     for field in ("schema_version", "run_id", "suite", "timestamp", "backend", "kernel", "device", "dtype", "batch",
                   "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal", "window", "mode", "status",

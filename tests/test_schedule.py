@@ -11,26 +11,15 @@ import pytest
 from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.results import Record, ResultsWriter, load_records
+from attnbench.results import Record, load_records
 from attnbench.schedule import Schedule
-from tests.conftest import make_case, run_cases
-
-
-def run(cases, backends, path: Path, should_stop=lambda: False, timer=None) -> list[Record]:  # type: ignore[no-untyped-def]
-    records: list[Record] = []
-    with ResultsWriter(path) as writer:
-        def sink(record: Record) -> None:
-            writer.append(record)
-            records.append(record)
-
-        run_cases(cases, backends, sink, timer, should_stop=should_stop)
-    return records
+from tests.conftest import make_case, run_cases, run_into
 
 
 def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     naive = default_registry().get("naive")
     cases = [make_case(causal=True), make_case(causal=True, kv_heads=1, mode="fwd_bwd")]
-    records = run(cases, [Raising(), OutOfMemory(), Wrong(), naive], tmp_path / "results.jsonl")
+    records = run_into(tmp_path / "results.jsonl", cases, [Raising(), OutOfMemory(), Wrong(), naive])
     statuses = [(r.backend, r.status) for r in records]
     assert statuses == [("faulty-raise", "error"), ("faulty-oom", "oom"), ("faulty-wrong", "mismatch"),
                         ("naive", "ok")] * 2
@@ -49,14 +38,14 @@ def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
 def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> None:
     naive, sdpa = default_registry().get("naive"), default_registry().get("sdpa")
     made: list[int] = []
-    records = run([make_case(), make_case(causal=True)], [naive, sdpa], tmp_path / "results.jsonl",
+    records = run_into(tmp_path / "results.jsonl", [make_case(), make_case(causal=True)], [naive, sdpa],
                   should_stop=lambda: len(made.append(1) or made) > 3)
     assert len(records) == 3
     assert len(load_records(tmp_path)) == 3
 
 
 def test_a_cut_last_line_loads_with_a_warning(tmp_path: Path) -> None:
-    run([make_case()], [default_registry().get("naive"), default_registry().get("sdpa")], tmp_path / "results.jsonl")
+    run_into(tmp_path / "results.jsonl", [make_case()], [default_registry().get("naive"), default_registry().get("sdpa")])
     path = tmp_path / "results.jsonl"
     text = path.read_text()
     path.write_text(text + text.splitlines()[0][:40])
