@@ -11,7 +11,7 @@ import pytest
 from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
-from attnbench.results import Record, load_records
+from attnbench.results import SCHEMA_VERSION, Record, load_records
 from attnbench.schedule import Schedule
 from tests.conftest import make_case, run_cases, run_into
 
@@ -32,7 +32,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     # every record is on disk, in order, as JSON
     stored = load_records(tmp_path)
     assert [(r["backend"], r["status"]) for r in stored] == statuses
-    assert all(r["schema_version"] == 1 and r["run_id"] == "r1" for r in stored)
+    assert all(r["schema_version"] == SCHEMA_VERSION and r["run_id"] == "r1" for r in stored)
 
 
 def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> None:
