@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
-from attnbench.check import judge
+from attnbench.check import NAMES, Verdict, judge
 from attnbench.conformance import conformance_problem
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
@@ -31,6 +31,7 @@ from attnbench.recording import (
     unmeasured,
     work_fields,
 )
+from attnbench.repeat import GRADS_UNCHECKED, KeepFirst, as_tensors, compare, judged_extra, outcome, repeat_extra, worse
 from attnbench.skip import Facts, skip_reason
 from attnbench.timing import Timer, TimingSettings
 
@@ -147,19 +148,21 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                     out_native = prepared.call(*leaves)
             finally:
                 caught.extend(seen)
-        answer, dout_native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
-                                        grad_checkable(case))
+        answer, dout_native, native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
+                                                grad_checkable(case))
         verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
         fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
         first = None if twin else PeakOnFirstCall(fn, case.device)
         if first is not None:  # no garbage the first call would free may be counted in its "before"
             gc.collect(1)
-        samples = timer.measure(first or fn, timing)
+        kept = KeepFirst(first or fn)  # the second call the repeatability check compares (attnbench.repeat)
+        samples = timer.measure(kept if native is not None else first or fn, timing)
         gpu_sample.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
         if first is not None:
             if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                 first()
             peak, method = first.peak, first.method
+        verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields)
     fields.update(timing_fields(samples, settings.timing))
     fields.update(
         **throughput(case, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
@@ -180,9 +183,48 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     if verdict.passed:
         return "ok"
     fields["mismatch_reason"] = (
-        f"{verdict.worst} max |error| {verdict.max_abs_error:.3g} exceeds bound {verdict.error_bound:.3g}"
+        f"{verdict.worst} max |error| {verdict.max_abs_error:.3g} exceeds bound {verdict.error_bound:.3g}{note}"
     )
     return "mismatch"
+
+
+def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Tensor, ...],
+                  leaves: tuple[torch.Tensor, ...], checked: Answer, native: tuple[torch.Tensor, ...] | None,
+                  kept: KeepFirst, verdict: Verdict, fields: dict[str, Any]) -> tuple[Verdict, str]:
+    """`repeatable`: the checked call against a second call on the same inputs, bit for bit — a forward's output, a
+    backward's gradients where they are checked. The second call is the timer's first (kept), else one untimed call
+    now. Where the two differ the second is judged too; a mismatch of either is judged once more on a fresh untimed
+    call (the checked call again). The record takes the worst verdict, so it does not hang on which call was checked;
+    returned with the words the mismatch reason adds (attnbench.repeat.outcome)."""
+    import torch
+
+    case = data.case
+    names = NAMES[:1] if case.mode == "fwd" else NAMES[1:]
+    judged, calls, result = [("checked", verdict)], ["checked call"], None
+
+    def judge_answer(answer: Answer) -> Verdict:
+        return judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
+
+    if native is not None:
+        calls.append("first timed call" if kept.called else "untimed call after timing")
+        second = as_tensors(kept.result if kept.called else kept())
+        result = compare(native, second, names)
+        if not result.equal:
+            answer = (answer_of(prepared, canonical, leaves, second[0], None, data.rows, False)[0]
+                      if checked.grads is None else Answer(checked.out, canonical_grads(prepared, canonical, second)))
+            judged.append(("second", judge_answer(answer)))
+    if not all(v.passed for _, v in judged):
+        with torch.set_grad_enabled(case.needs_grad):
+            out = prepared.call(*leaves)
+        again, _, native_again = answer_of(prepared, canonical, leaves, out, data.inputs.dout, data.rows,
+                                           grad_checkable(case))
+        judged.append(("re-check", judge_answer(again)))
+        if native is not None and native_again is not None:
+            result = worse(result, compare(native, native_again, names))
+            calls.append("re-check call")
+    fields["repeatable"] = None if result is None else result.equal
+    fields["extra"].update(repeat_extra(result, calls, names, GRADS_UNCHECKED), **judged_extra(judged))
+    return outcome(judged)
 
 
 def answer_of(
@@ -193,8 +235,9 @@ def answer_of(
     dout: torch.Tensor | None,
     rows: torch.Tensor | None,
     with_grads: bool,
-) -> tuple[Answer, torch.Tensor | None]:
-    """The backend's output (and gradients) in canonical layout, and dO in the backend's layout.
+) -> tuple[Answer, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+    """The backend's output (and gradients) in canonical layout, dO in the backend's layout, and what the
+    repeatability check compares: the native output of a forward, the native gradients where they are checked.
 
     Layout changes made in `prepare` were differentiable, so the chain rule maps the backend's
     gradients back onto the canonical q, k, v (summing over expanded K/V heads, undoing transposes).
@@ -204,17 +247,26 @@ def answer_of(
     if dout is None:
         with torch.no_grad():
             out = prepared.to_canonical(out_native.detach())
-        return Answer(out if rows is None else out[:, :, rows.to(out.device)], None), None
+        return Answer(out if rows is None else out[:, :, rows.to(out.device)], None), None, (out_native.detach(),)
     native = out_native.detach().requires_grad_()
     out = prepared.to_canonical(native)
     (dout_native,) = torch.autograd.grad(out, native, dout)
     dout_native = dout_native.contiguous()
-    grads = None
+    grads = native_grads = None
     if with_grads:
         native_grads = torch.autograd.grad(out_native, leaves, dout_native, retain_graph=True)
-        grads = torch.autograd.grad(prepared.inputs, canonical, native_grads)
+        grads = canonical_grads(prepared, canonical, native_grads)
     out = out.detach()
-    return Answer(out if rows is None else out[:, :, rows.to(out.device)], grads), dout_native
+    return Answer(out if rows is None else out[:, :, rows.to(out.device)], grads), dout_native, native_grads
+
+
+def canonical_grads(prepared: Prepared, canonical: tuple[torch.Tensor, ...],
+                    native_grads: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Gradients of the backend's inputs mapped onto the canonical q, k, v (the layout graph is kept: a second
+    call's gradients are mapped the same way)."""
+    import torch
+
+    return torch.autograd.grad(prepared.inputs, canonical, native_grads, retain_graph=True)
 
 
 def timed_call(
