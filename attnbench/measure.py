@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.check import NAMES, Verdict, judge
 from attnbench.conformance import conformance_problem
+from attnbench.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
@@ -60,6 +61,7 @@ class Settings:
     free_memory: Callable[[str], int | None] = free_device_memory
     # Each backend's conformance verdict, by name, checked once per run: the installed libraries do not change.
     conformance: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    deterministic: bool = False  # the run asks for deterministic kernels (attnbench.determinism)
 
 
 def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -> Facts:
@@ -69,7 +71,7 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
     return Facts(conformance, None if conformance else backend.availability(case.device),
-                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name)
+                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic)
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
@@ -90,14 +92,17 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     caught: list[warnings.WarningMessage] = []
     collect = False
     try:
-        status = _measure(data, backend, timer, settings, fields, caught)
+        with deterministic_mode(settings.deterministic):
+            status = _measure(data, backend, timer, settings, fields, caught)
         reason = None if status == "ok" else fields.pop("mismatch_reason")
     except Unsupported as exc:
         status, reason = "skipped", str(exc)
     except Exception as exc:  # a backend may fail in any way; the sweep goes on
-        status, reason = classify(exc, backend, caught)
+        status, reason = classify(exc, backend, caught, settings.deterministic)
         del exc
         collect = True  # a traceback holds the failed call's tensors in cycles
+    if settings.deterministic:  # what the backend says the mode did to it
+        fields.setdefault("extra", {})["deterministic"] = backend.deterministic(case)
     if data.reference_s > reference_before:  # this measurement made the case's reference: say what it cost
         fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
     try:
@@ -289,10 +294,13 @@ def timed_call(
     return lambda: torch.autograd.grad(prepared.call(*leaves), leaves, dout_native)
 
 
-def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage]) -> tuple[str, str]:
+def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage],
+             deterministic: bool = False) -> tuple[str, str]:
     """Status and reason for an exception raised while measuring."""
     if is_oom(exc):
         return "oom", f"out of memory: {first_line(exc)}"
+    if deterministic and TORCH_REFUSAL in str(exc):  # an operation with no deterministic implementation
+        return "skipped", f"deterministic asked, refused by PyTorch: {first_line(exc)}"
     reason = backend.skip_reason(exc, caught)
     if reason:
         return "skipped", reason
