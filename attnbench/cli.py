@@ -178,6 +178,7 @@ def run(
     peak_tflops: opts.PeakTflops = None,
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
+    deterministic: opts.Deterministic = False,
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
                                              help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
     estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
@@ -197,7 +198,7 @@ def run(
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
     options = opts.run_options(
-        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
+        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force)
     if resume is not None and not resume.is_dir():
@@ -279,6 +280,7 @@ def submit(
     peak_tflops: opts.PeakTflops = None,
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
+    deterministic: opts.Deterministic = False,
 ) -> None:
     """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
     from attnbench import submit as submission
@@ -294,7 +296,8 @@ def submit(
                              f"see attnbench submit --help (nothing was submitted)")
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
-        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer))
+        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
+                         deterministic))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")

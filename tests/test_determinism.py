@@ -3,19 +3,26 @@ not applicable, refused), a refusal skipped before anything runs, and the option
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 
+from attnbench import session
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.testing import FaultyBackend
 from attnbench.determinism import HONOURED, NOT_APPLICABLE, REFUSED
+from attnbench.errors import SuiteError
 from attnbench.inputs import CaseData
 from attnbench.measure import Settings, measure
+from attnbench.options import RunOptions, resume_command
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.skip import Facts, skip_reason
+from attnbench.suite import load_suite
 from attnbench.timing import ClockTimer
 from tests.conftest import ONE_SAMPLE, make_case
 
@@ -187,3 +194,33 @@ def test_flash_attention_gets_deterministic_true_in_the_mode(monkeypatch: pytest
     seen.clear()
     record = measured(case, flash.FlashAttn2(), Settings(RunInfo("r", "t"), ONE_SAMPLE))
     assert set(seen) == {False} and "deterministic" not in record.kernel
+
+
+SUITE = """name: det
+device: cpu
+backends: [naive, sdpa-math]
+timing: {warmup_ms: 0, budget_ms: 1, min_samples: 1, max_samples: 1}
+sweep: {seq_len: [32], heads: [2], head_dim: [16], causal: [true]}
+"""
+
+
+def test_the_suite_option_and_the_run_flag_ask_for_it(tmp_path: Path) -> None:
+    plain = tmp_path / "det.yaml"
+    plain.write_text(SUITE)
+    asking = tmp_path / "asking.yaml"
+    asking.write_text(SUITE.replace("device: cpu", "device: cpu\ndeterministic: true"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SUITE.replace("device: cpu", "device: cpu\ndeterministic: sometimes"))
+    assert load_suite(plain).model.deterministic is False and load_suite(asking).model.deterministic is True
+    with pytest.raises(SuiteError, match="deterministic"):
+        load_suite(bad)
+    assert "--deterministic" in RunOptions(deterministic=True).to_argv()
+    assert "--deterministic" in resume_command(plain, tmp_path / "run", RunOptions(deterministic=True))
+    assert "--deterministic" not in RunOptions().to_argv()
+    quiet = Console(file=open("/dev/null", "w"))
+    for suite, options, asked in ((plain, RunOptions(), False), (plain, RunOptions(deterministic=True), True),
+                                  (asking, RunOptions(), True)):
+        out = tmp_path / f"run-{suite.stem}-{options.deterministic}"
+        outcome = session.execute(session.plan(suite, options), out, quiet, lambda: False, options)
+        assert json.loads((out / "env.json").read_text())["deterministic"] is asked
+        assert all(("deterministic" in r.extra) is asked and r.repeatable for r in outcome.records)
