@@ -357,7 +357,8 @@ def compare(
     threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
 ) -> None:
-    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure."""
+    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
+    deterministic run, a measurement turned non-repeatable)."""
     from attnbench.report import compare_runs, comparison_table
 
     result = compare_runs(base, new, parse_fraction(threshold))
