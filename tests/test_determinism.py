@@ -87,6 +87,15 @@ def test_cpu_backends_need_nothing_and_run_repeatably(name: str) -> None:
     assert record.repeatable is True
 
 
+def test_every_backend_that_runs_on_a_cpu_needs_nothing_there() -> None:
+    registry = default_registry()
+    for name in registry.names():
+        backend = registry.get(name)
+        if "cpu" in backend.devices:
+            for mode in ("fwd", "fwd_bwd"):
+                assert backend.deterministic(make_case(mode=mode)).startswith(f"{NOT_APPLICABLE} ("), name
+
+
 CUDA_FWD, CUDA_BWD = (make_case(device="cuda", dtype="bfloat16", head_dim=64, mode=m) for m in ("fwd", "bwd"))
 # What each backend answers on CUDA (forward, backward): the first word of docs/suites.md's table.
 CUDA_ANSWERS = {
