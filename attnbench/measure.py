@@ -211,7 +211,7 @@ def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Ten
         return judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
 
     if native is not None:
-        calls.append("first timed call" if kept.called else "untimed call after timing")
+        calls.append("timer's first call" if kept.called else "untimed call after timing")
         second = as_tensors(kept.result if kept.called else kept())
         result = compare(native, second, names)
         if not result.equal:

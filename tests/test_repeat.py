@@ -121,7 +121,7 @@ def test_noise_on_every_other_call_is_not_repeatable(mode: str, tensor: str) -> 
     assert record.repeatable is False
     assert record.extra["repeat_tensor"] == tensor
     assert record.extra["repeat_max_diff"] == pytest.approx(1e-6, rel=0.05)
-    assert record.extra["repeat_calls"] == ["checked call", "first timed call"]
+    assert record.extra["repeat_calls"] == ["checked call", "timer's first call"]
     assert record.extra["second_check"]["passed"] is True and "recheck" not in record.extra
 
 
@@ -151,7 +151,7 @@ def test_a_checked_call_out_of_bound_is_rechecked_on_a_fresh_call() -> None:
     assert record.reason.endswith("; second call passed, re-check call failed")
     assert record.extra["recheck"]["agreed"] is True and record.extra["recheck"]["max_abs_error"] == pytest.approx(0.5, rel=0.01)
     assert record.extra["second_check"]["passed"] is True
-    assert record.extra["repeat_calls"] == ["checked call", "first timed call", "re-check call"]
+    assert record.extra["repeat_calls"] == ["checked call", "timer's first call", "re-check call"]
 
 
 def test_a_steady_mismatch_is_rechecked_and_reproduces() -> None:
@@ -201,7 +201,7 @@ class NoCalls:
 def test_the_second_call_is_the_timers_own_and_an_untimed_one_only_without_it() -> None:
     backend = Counting()
     record = measured(backend, timer=ScriptedTimer([1.0, 1.0, 1.0]))
-    assert backend.calls == 1 + 3 and record.extra["repeat_calls"][1] == "first timed call"
+    assert backend.calls == 1 + 3 and record.extra["repeat_calls"][1] == "timer's first call"
     backend = Counting()
     record = measured(backend, timer=NoCalls())
     assert backend.calls == 2 and record.extra["repeat_calls"][1] == "untimed call after timing"
