@@ -71,7 +71,8 @@ def flaky(noise: float, noisy: int = 0, grad: bool = False) -> Flaky:
 
 def measured(backend: Backend, mode: str = "fwd", timer: object = None) -> Record:
     case = make_case(mode=mode, seq_len=48, heads=2, kv_heads=2, head_dim=16, causal=True)
-    return measure(CaseData(case), backend, timer or ScriptedTimer([1.0, 1.0, 1.0]), Settings(RunInfo("r", "t"), ONE_SAMPLE))
+    settings = Settings(RunInfo("r", "t"), ONE_SAMPLE)
+    return measure(CaseData(case), backend, timer or ScriptedTimer([1.0, 1.0, 1.0]), settings)
 
 
 # ---- bit for bit ---------------------------------------------------------------------------------
@@ -149,7 +150,8 @@ def test_a_checked_call_out_of_bound_is_rechecked_on_a_fresh_call() -> None:
     record = measured(flaky(0.5, noisy=1), timer=ScriptedTimer([1.0]))
     assert record.status == "mismatch" and record.repeatable is False
     assert record.reason.endswith("; second call passed, re-check call failed")
-    assert record.extra["recheck"]["agreed"] is True and record.extra["recheck"]["max_abs_error"] == pytest.approx(0.5, rel=0.01)
+    recheck = record.extra["recheck"]
+    assert recheck["agreed"] is True and recheck["max_abs_error"] == pytest.approx(0.5, rel=0.01)
     assert record.extra["second_check"]["passed"] is True
     assert record.extra["repeat_calls"] == ["checked call", "timer's first call", "re-check call"]
 

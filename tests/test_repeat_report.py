@@ -35,7 +35,8 @@ def test_the_report_names_each_non_repeatable_record_and_marks_it(tmp_path: Path
     run = small_run(tmp_path / "run")
     render_report(run, formats=("html", "md"))
     summary = (run / "summary.md").read_text()
-    assert "- 2 of 4 compared measurements were not repeatable: two calls on the same inputs gave different bits" in summary
+    assert ("- 2 of 4 compared measurements were not repeatable: two calls on the same inputs gave different "
+            "bits") in summary
     assert re.search(r"- Not repeatable: flaky on .*seq 32.*: out differs by up to 1(\.0+)?e-06 between two calls\.",
                      summary), summary
     rows = [line for line in summary.splitlines() if line.startswith("| flaky |")]
