@@ -134,6 +134,7 @@ def run(
     peak_tflops: opts.PeakTflops = None,
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
+    deterministic: opts.Deterministic = False,
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
                                              help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
     estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
@@ -153,7 +154,7 @@ def run(
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
     options = opts.run_options(
-        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
+        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force)
     if resume is not None and not resume.is_dir():
@@ -235,6 +236,7 @@ def submit(
     peak_tflops: opts.PeakTflops = None,
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
+    deterministic: opts.Deterministic = False,
 ) -> None:
     """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
     from attnbench import submit as submission
@@ -250,7 +252,8 @@ def submit(
                              f"see attnbench submit --help (nothing was submitted)")
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
-        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer))
+        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
+                         deterministic))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")
@@ -314,7 +317,8 @@ def compare(
     threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
 ) -> None:
-    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure."""
+    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
+    deterministic run, a measurement turned non-repeatable)."""
     from attnbench.report.compare import compare_runs, comparison_table
 
     if against is not None and against != "history":

@@ -171,12 +171,12 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
-             report: bool = True, timer_modes: tuple[str, ...] | None = None) -> Forecast:
+             report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False) -> Forecast:
     """The forecast of measuring `tasks` (in order) on `machine`, report included.
 
     `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
     a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
-    the run's timer can time, as attnbench.skip takes them).
+    the run's timer can time, as attnbench.skip takes them; `deterministic`: the run asks for deterministic kernels).
     """
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())
@@ -188,7 +188,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     conformance: dict[str, str | None] = {}
     for case, backend in tasks:
         groups.add(group_of(case))
-        if skip_reason(case, backend, facts(case, backend, machine, timer_modes, conformance)):
+        if skip_reason(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic)):
             result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
             continue
         key = backend.compile_key(case)
@@ -215,7 +215,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 
 
 def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str, ...] | None,
-          conformance: dict[str, str | None]) -> Facts:
+          conformance: dict[str, str | None], deterministic: bool = False) -> Facts:
     """The skip rule's facts as the run will find them on `machine`. For a GPU that is not here (a datasheet
     estimate) every backend made for CUDA is taken to be installed and conforming."""
     from attnbench.conformance import conformance_problem
@@ -223,11 +223,12 @@ def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str
     if case.device not in backend.devices:
         return Facts(availability=f"{backend.name} is not made for {case.device}")
     if machine.estimate:
-        return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes)
+        return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic)
     if backend.name not in conformance:
         conformance[backend.name] = conformance_problem(backend)
     problem = conformance[backend.name]
-    return Facts(problem, None if problem else backend.availability(case.device), machine.memory_bytes, timer_modes)
+    return Facts(problem, None if problem else backend.availability(case.device), machine.memory_bytes, timer_modes,
+                 deterministic=deterministic)
 
 
 def fmt_duration(seconds: float) -> str:

@@ -53,6 +53,7 @@ class WorkerConfig:
     plugins: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     timer: str = "auto"  # run --timer: the worker builds the same timer
+    deterministic: bool = False  # deterministic kernels only (attnbench.determinism)
 
 
 class WorkerDied(Exception):
@@ -246,7 +247,8 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
         # The GPU this worker was given, not the parent's first: its name picks the peak for percent_of_peak.
         info = dataclasses.replace(info, device_name=torch.cuda.get_device_name(0))
-    measurer = InProcess(timer_for(config.device, config.timer), Settings(info, config.settings))
+    measurer = InProcess(timer_for(config.device, config.timer),
+                         Settings(info, config.settings, deterministic=config.deterministic))
     conn.send(("ready",))
 
     def started(current: CaseData) -> None:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
-from attnbench.check import judge
-from attnbench.conformance import conformance_problem
 from attnbench import sustain
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
+from attnbench.check import NAMES, Verdict, judge
+from attnbench.conformance import conformance_problem
+from attnbench.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
@@ -31,6 +33,16 @@ from attnbench.recording import (
     timing_fields,
     unmeasured,
     work_fields,
+)
+from attnbench.repeat import (
+    GRADS_UNCHECKED,
+    KeepFirst,
+    as_tensors,
+    compare,
+    judged_extra,
+    outcome,
+    repeat_extra,
+    worse,
 )
 from attnbench.skip import Facts, skip_reason
 from attnbench.timing import Timer, TimingSettings
@@ -60,6 +72,7 @@ class Settings:
     free_memory: Callable[[str], int | None] = free_device_memory
     # Each backend's conformance verdict, by name, checked once per run: the installed libraries do not change.
     conformance: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    deterministic: bool = False  # the run asks for deterministic kernels (attnbench.determinism)
 
 
 def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -> Facts:
@@ -69,7 +82,7 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
     return Facts(conformance, None if conformance else backend.availability(case.device),
-                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name)
+                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic)
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
@@ -90,14 +103,17 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     caught: list[warnings.WarningMessage] = []
     collect = False
     try:
-        status = _measure(data, backend, timer, settings, fields, caught)
+        with deterministic_mode(settings.deterministic):
+            status = _measure(data, backend, timer, settings, fields, caught)
         reason = None if status == "ok" else fields.pop("mismatch_reason")
     except Unsupported as exc:
         status, reason = "skipped", str(exc)
     except Exception as exc:  # a backend may fail in any way; the sweep goes on
-        status, reason = classify(exc, backend, caught)
+        status, reason = classify(exc, backend, caught, settings.deterministic)
         del exc
         collect = True  # a traceback holds the failed call's tensors in cycles
+    if settings.deterministic:  # what the backend says the mode did to it
+        fields.setdefault("extra", {})["deterministic"] = backend.deterministic(case)
     if data.reference_s > reference_before:  # this measurement made the case's reference: say what it cost
         fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
     try:
@@ -148,8 +164,8 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                     out_native = prepared.call(*leaves)
             finally:
                 caught.extend(seen)
-        answer, dout_native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
-                                        grad_checkable(case))
+        answer, dout_native, native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
+                                                grad_checkable(case))
         verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
         fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
         first = None if twin else PeakOnFirstCall(fn, case.device)
@@ -159,16 +175,18 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             read_energy, probe, sync = sustain.for_device(case.device)
             extra.update(sustain.sustained_loop(fn, min_s=timing.energy_ms / 1e3, read_energy=read_energy,
                                                 probe=probe, sync=sync, tokens_per_call=case.batch * case.seq_len))
-        samples = timer.measure(first or fn, timing)
+        kept = KeepFirst(first or fn)  # the second call the repeatability check compares (attnbench.repeat)
+        samples = timer.measure(kept if native is not None else first or fn, timing)
         gpu_sample.record_sample(fields, case.device)  # clocks, throttling, other processes: right after timing
         if first is not None:
             if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                 first()
             peak, method = first.peak, first.method
+        verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields)
     fields.update(timing_fields(samples, settings.timing))
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
-        max_abs_error=verdict.max_abs_error, error_bound=verdict.error_bound,
+        max_abs_error=finite(verdict.max_abs_error), error_bound=verdict.error_bound,
         rows_checked=case.seq_len if data.rows is None else len(data.rows),
         grad_checked=data.reference.grads is not None,
     )
@@ -178,16 +196,63 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         extra["check_sampled"] = bool(getattr(samples, "prior_joined", False))  # and is a sample
         if timing.prior_ms is not None:
             extra["check_call_ms"] = timing.prior_ms  # the call alone, by the timer's clock
-    extra["errors"] = verdict.errors
+    extra["errors"] = {name: finite(value) for name, value in verdict.errors.items()}
+    if any(finite(value) is None for value in verdict.errors.values()):
+        extra["nonfinite"] = True  # NaN or Inf in the output (or a gradient): the error has no number
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                             settings.info, extra.get("fp32_math"))
     extra.update(peak_extra)
     if verdict.passed:
         return "ok"
-    fields["mismatch_reason"] = (
-        f"{verdict.worst} max |error| {verdict.max_abs_error:.3g} exceeds bound {verdict.error_bound:.3g}"
-    )
+    error = (f"holds NaN or Inf (bound {verdict.error_bound:.3g})" if finite(verdict.max_abs_error) is None
+             else f"max |error| {verdict.max_abs_error:.3g} exceeds bound {verdict.error_bound:.3g}")
+    fields["mismatch_reason"] = f"{verdict.worst} {error}{note}"
     return "mismatch"
+
+
+def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Tensor, ...],
+                  leaves: tuple[torch.Tensor, ...], checked: Answer, native: tuple[torch.Tensor, ...] | None,
+                  kept: KeepFirst, verdict: Verdict, fields: dict[str, Any]) -> tuple[Verdict, str]:
+    """`repeatable`: the checked call against a second call on the same inputs, bit for bit — a forward's output, a
+    backward's gradients where they are checked. The second call is the timer's first (kept), else one untimed call
+    now. Where the two differ the second is judged too; a mismatch of either is judged once more on a fresh untimed
+    call (the checked call again). The record takes the worst verdict, so it does not hang on which call was checked;
+    returned with the words the mismatch reason adds (attnbench.repeat.outcome)."""
+    import torch
+
+    case = data.case
+    names = NAMES[:1] if case.mode == "fwd" else NAMES[1:]
+    judged, calls, result = [("checked", verdict)], ["checked call"], None
+
+    def judge_answer(answer: Answer) -> Verdict:
+        return judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
+
+    if native is not None:
+        calls.append("timer's first call" if kept.called else "untimed call after timing")
+        second = as_tensors(kept.result if kept.called else kept())
+        result = compare(native, second, names)
+        if not result.equal:
+            answer = (answer_of(prepared, canonical, leaves, second[0], None, data.rows, False)[0]
+                      if checked.grads is None else Answer(checked.out, canonical_grads(prepared, canonical, second)))
+            judged.append(("second", judge_answer(answer)))
+    if not all(v.passed for _, v in judged):
+        with torch.set_grad_enabled(case.needs_grad):
+            out = prepared.call(*leaves)
+        again, _, native_again = answer_of(prepared, canonical, leaves, out, data.inputs.dout, data.rows,
+                                           grad_checkable(case))
+        judged.append(("re-check", judge_answer(again)))
+        if native is not None and native_again is not None:
+            result = worse(result, compare(native, native_again, names))
+            calls.append("re-check call")
+    fields["repeatable"] = None if result is None else result.equal
+    fields["extra"].update(repeat_extra(result, calls, names, GRADS_UNCHECKED), **judged_extra(judged))
+    return outcome(judged)
+
+
+def finite(value: float) -> float | None:
+    """`value`, or None for an infinite error (a NaN or an Inf in the answer): JSON has no infinity, and a record
+    must still be written."""
+    return value if math.isfinite(value) else None
 
 
 def answer_of(
@@ -198,8 +263,9 @@ def answer_of(
     dout: torch.Tensor | None,
     rows: torch.Tensor | None,
     with_grads: bool,
-) -> tuple[Answer, torch.Tensor | None]:
-    """The backend's output (and gradients) in canonical layout, and dO in the backend's layout.
+) -> tuple[Answer, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+    """The backend's output (and gradients) in canonical layout, dO in the backend's layout, and what the
+    repeatability check compares: the native output of a forward, the native gradients where they are checked.
 
     Layout changes made in `prepare` were differentiable, so the chain rule maps the backend's
     gradients back onto the canonical q, k, v (summing over expanded K/V heads, undoing transposes).
@@ -209,17 +275,26 @@ def answer_of(
     if dout is None:
         with torch.no_grad():
             out = prepared.to_canonical(out_native.detach())
-        return Answer(out if rows is None else out[:, :, rows.to(out.device)], None), None
+        return Answer(out if rows is None else out[:, :, rows.to(out.device)], None), None, (out_native.detach(),)
     native = out_native.detach().requires_grad_()
     out = prepared.to_canonical(native)
     (dout_native,) = torch.autograd.grad(out, native, dout)
     dout_native = dout_native.contiguous()
-    grads = None
+    grads = native_grads = None
     if with_grads:
         native_grads = torch.autograd.grad(out_native, leaves, dout_native, retain_graph=True)
-        grads = torch.autograd.grad(prepared.inputs, canonical, native_grads)
+        grads = canonical_grads(prepared, canonical, native_grads)
     out = out.detach()
-    return Answer(out if rows is None else out[:, :, rows.to(out.device)], grads), dout_native
+    return Answer(out if rows is None else out[:, :, rows.to(out.device)], grads), dout_native, native_grads
+
+
+def canonical_grads(prepared: Prepared, canonical: tuple[torch.Tensor, ...],
+                    native_grads: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Gradients of the backend's inputs mapped onto the canonical q, k, v (the layout graph is kept: a second
+    call's gradients are mapped the same way)."""
+    import torch
+
+    return torch.autograd.grad(prepared.inputs, canonical, native_grads, retain_graph=True)
 
 
 def timed_call(
@@ -242,10 +317,13 @@ def timed_call(
     return lambda: torch.autograd.grad(prepared.call(*leaves), leaves, dout_native)
 
 
-def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage]) -> tuple[str, str]:
+def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage],
+             deterministic: bool = False) -> tuple[str, str]:
     """Status and reason for an exception raised while measuring."""
     if is_oom(exc):
         return "oom", f"out of memory: {first_line(exc)}"
+    if deterministic and TORCH_REFUSAL in str(exc):  # an operation with no deterministic implementation
+        return "skipped", f"deterministic asked, refused by PyTorch: {first_line(exc)}"
     reason = backend.skip_reason(exc, caught)
     if reason:
         return "skipped", reason

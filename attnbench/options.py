@@ -32,6 +32,7 @@ class RunOptions:
     shard: Shard | None = None
     resume: bool = False  # finish the run already in the output directory
     force: bool = False  # with resume: continue even where env.json differs from this machine
+    deterministic: bool = False  # deterministic kernels only, whatever the suite says (attnbench.determinism)
 
     def to_argv(self) -> list[str]:
         """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
@@ -56,6 +57,8 @@ class RunOptions:
             words += ["--peak-bandwidth", f"{self.peak_bandwidth_gbs:g}"]
         if self.timer != "auto":
             words += ["--timer", self.timer]
+        if self.deterministic:
+            words.append("--deterministic")
         if self.shard is not None:
             words += ["--shard", str(self.shard)]
         if self.force:

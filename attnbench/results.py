@@ -105,6 +105,9 @@ class Record:
     error_bound: float | None = None
     rows_checked: int | None = None
     grad_checked: bool = False
+    # Two calls on the same inputs gave the same bits (attnbench.repeat): a forward's output, a backward's gradients
+    # where they are checked; None where not compared (not measured, or the gradients were not checked).
+    repeatable: bool | None = None
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -151,6 +154,11 @@ def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
 def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
     """Whether two intervals (interval_of) do not overlap: the two medians are told apart."""
     return a[0] > b[1] or b[0] > a[1]
+
+
+def is_unrepeatable(record: dict[str, Any]) -> bool:
+    """Whether two calls of a stored record's measurement gave different bits (absent or None: not known to)."""
+    return record.get("repeatable") is False
 
 
 def is_throttled(record: dict[str, Any]) -> bool:

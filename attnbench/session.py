@@ -99,6 +99,11 @@ def task_key(case: Case, backend: Backend) -> tuple:
     return key_of({**case.fields(), "backend": backend.name})
 
 
+def wants_deterministic(plan: Plan, options: RunOptions) -> bool:
+    """Whether the run asks for deterministic kernels: `run --deterministic`, or the suite's `deterministic: true`."""
+    return options.deterministic or plan.suite.model.deterministic
+
+
 def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None) -> bool:
     """Whether measurements run in a worker process: asked for, or on CUDA, or needed for a time limit."""
     if timeout_s is not None and isolate is False:
@@ -136,7 +141,8 @@ def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
     predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
                                   isolate=resolve_isolation(plan.device, options.isolate, timing.timeout_s),
                                   compiled=compile_cache.compiled(cache, torch.__version__),
-                                  timer_modes=timer_modes(options.timer))
+                                  timer_modes=timer_modes(options.timer),
+                                  deterministic=wants_deterministic(plan, options))
     return DryRun(plan, predicted, timing, timing != plan.suite.model.timing)
 
 
@@ -162,6 +168,11 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     check_timer(plan.device, options.timer)  # before anything is written
     # Before any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import.
     cache = compile_cache.use(options.cache_dir)
+    deterministic = wants_deterministic(plan, options)
+    if deterministic and plan.device == "cuda":
+        from attnbench.determinism import use_cublas_workspace
+
+        use_cublas_workspace()  # before any cuBLAS call, the calibration's included; the workers inherit it
     timing = plan.suite.timing(plan.device)
     settings = settings_of(plan.suite, plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
@@ -184,7 +195,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     predicted = forecast.forecast(tasks, settings, machine,
                                   isolate=isolate, workers=workers,
                                   compiled=compile_cache.compiled(cache, torch_version),
-                                  timer_modes=timer_modes(options.timer))
+                                  timer_modes=timer_modes(options.timer), deterministic=deterministic)
     if options.resume:
         recorded = read_run_env(directory)
         check_compatible(directory, recorded, env, plan.suite.name,
@@ -196,7 +207,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
         run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
         recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
                                                    "already_done": len(done), "env": env,
-                                                   "prediction": predicted.to_dict()})
+                                                   "deterministic": deterministic, "prediction": predicted.to_dict()})
         env = recorded
     else:
         refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
@@ -210,7 +221,8 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
                    shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
                    devices=list(options.devices) if options.devices is not None else None,
                    peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
-                   timer=options.timer, cache_dir=str(cache), prediction=predicted.to_dict())
+                   timer=options.timer, cache_dir=str(cache), deterministic=deterministic,
+                   prediction=predicted.to_dict())
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
@@ -222,6 +234,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     mode = f"isolated, timeout {timeout_s:g} s" if isolate and timeout_s else "isolated" if isolate else "in-process"
     if options.devices is not None:
         mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
+    mode += ", deterministic kernels only" if deterministic else ""
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
                  f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}; "
                  f"predicted {forecast.fmt_duration(predicted.total_s)}")
@@ -240,13 +253,14 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
 
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             measurers: list = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                                     worker_env(index, visible), options.timer), timeout_s)
-                               for index in options.devices]
+                                                     worker_env(index, visible), options.timer, deterministic),
+                                        timeout_s) for index in options.devices]
         elif isolate:
-            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer),
-                                  timeout_s)]
+            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer,
+                                               deterministic=deterministic), timeout_s)]
         else:
-            measurers = [InProcess(timer_for(plan.device, options.timer), Settings(info, settings))]
+            measurers = [InProcess(timer_for(plan.device, options.timer),
+                                   Settings(info, settings, deterministic=deterministic))]
         measured = schedule.run(tasks, sink, measurers)
     backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(cache, torch_version, (

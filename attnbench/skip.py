@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench.backends.base import refusal
+from attnbench.determinism import is_refusal
 from attnbench.units import fmt_size
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class Facts:
     free_memory: int | None = None  # free bytes on the device; None where no limit is checked (a CPU)
     timer_modes: tuple[str, ...] | None = None  # the modes the timer can time; None for every mode
     timer_name: str = ""
+    deterministic: bool = False  # the run asked for deterministic kernels (attnbench.determinism)
 
 
 def skip_reason(case: Case, backend: Backend, facts: Facts) -> str | None:
@@ -37,6 +39,8 @@ def skip_reason(case: Case, backend: Backend, facts: Facts) -> str | None:
     reason = facts.conformance or facts.availability or refusal(backend, case)
     if reason:
         return reason
+    if facts.deterministic and is_refusal(how := backend.deterministic(case)):
+        return f"deterministic asked, {how}"
     if facts.timer_modes is not None and case.mode not in facts.timer_modes:
         return f"the {facts.timer_name} timer times {'/'.join(facts.timer_modes)} only, not {case.mode}"
     estimate = backend.estimate_memory(case)

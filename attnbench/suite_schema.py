@@ -202,6 +202,9 @@ class SuiteModel(_Strict):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     backends: list[str] | None = Field(default=None, min_length=1)
     timing: Timing = Timing()
+    # Ask every backend for its deterministic kernels (attnbench.determinism): PyTorch's deterministic mode, the
+    # libraries' own switches; a backend that cannot honour it is skipped by name. `run --deterministic` sets it too.
+    deterministic: bool = False
     sweep: Block
     # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
     # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.

@@ -439,6 +439,19 @@ def test_the_keywords_passed_are_the_declared_ones(standin: StandinState) -> Non
     assert "max_total_seq_len_q" in standin.keywords["sdpa_backward"]
 
 
+def test_a_deterministic_run_asks_cudnn_for_its_deterministic_backward(standin: StandinState) -> None:
+    """Under `deterministic: true` (PyTorch's mode around the measurement) the backward graph is built with
+    use_deterministic_algorithm=True, a graph of its own; without it the option is not passed."""
+    from attnbench.determinism import deterministic_mode
+
+    case = CASES["documents-two-sided-bwd"][0]
+    assert measure_one(case, CudnnBackend()).status == "ok"
+    assert "use_deterministic_algorithm" not in standin.keywords["sdpa_backward"]
+    with deterministic_mode(True):
+        assert measure_one(case, CudnnBackend()).status == "ok"
+    assert "use_deterministic_algorithm" in standin.keywords["sdpa_backward"]
+
+
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
 def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     phases = Phases()

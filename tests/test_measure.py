@@ -13,6 +13,7 @@ from attnbench.inputs import CaseData
 from attnbench.measure import Settings, measure
 from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
+from attnbench.results import load_records
 from attnbench.timing import ClockTimer
 from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
@@ -87,3 +88,25 @@ def test_setup_is_the_whole_prepare_with_the_parts_the_backend_reports() -> None
     assert parts["other"] == pytest.approx(setup - 10.0) and parts["other"] >= 20
     assert record.time_ms == 1.0  # the samples are the timer's alone
 
+
+
+def test_a_backend_that_answers_nan_is_a_mismatch_written_like_any_record(tmp_path: Path) -> None:
+    """NaN in the output makes the error infinite; JSON has no infinity: the record says so in words and still lands
+    on disk, and the sweep goes on."""
+    import torch
+
+    from attnbench.backends.base import Prepared
+    from attnbench.backends.testing import FaultyBackend
+
+    class NanOut(FaultyBackend):
+        name = "nan-out"
+
+        def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+            return Prepared((q, k, v), lambda q, k, v: torch.full_like(q, float("nan")), kernel="nan")
+
+    naive = default_registry().get("naive")
+    records = run_into(tmp_path / "results.jsonl", [make_case()], [NanOut(), naive])
+    assert [r.status for r in records] == ["mismatch", "ok"]
+    assert records[0].reason.startswith("out holds NaN or Inf") and records[0].max_abs_error is None
+    assert records[0].extra["nonfinite"] is True and records[0].extra["errors"]["out"] is None
+    assert [r["status"] for r in load_records(tmp_path)] == ["mismatch", "ok"]

@@ -119,6 +119,13 @@ class Backend:
         """The library's own refusal as a skip reason, when `exc` is one; None for a real error."""
         return None
 
+    def deterministic(self, case: Case) -> str:
+        """What a run that asks for `deterministic: true` gets from this backend on `case` (attnbench.determinism):
+        "honoured (how)", "not applicable (why)" or "refused: why" — the measurement is then skipped with that reason.
+        The default refuses: a backend that does not say how its two calls stay alike is not timed as deterministic.
+        (A cuDNN-frontend backend would answer from sdpa_backward's deterministic option and the cuDNN version.)"""
+        return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
+
     def compile_key(self, case: Case) -> str | None:
         """What a compile in `prepare` specialises on (two cases with one key share a compiled kernel); None when
         `prepare` compiles nothing."""

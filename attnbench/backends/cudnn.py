@@ -79,7 +79,7 @@ MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_ban
 LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv")
 PAGED_KEYWORDS = ("paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")
 SDPA_KEYWORDS = ("name", "attn_scale", "generate_stats", *MASK_KEYWORDS, *LENGTH_KEYWORDS, *PAGED_KEYWORDS)
-SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS)
+SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS, "use_deterministic_algorithm")
 GRAPH_CALLS = (
     LibraryCall(MODULE, "pygraph", keywords=("io_data_type", "intermediate_data_type", "compute_data_type", "handle")),
     LibraryCall(MODULE, "pygraph.tensor", positional=("self",), keywords=("dim", "stride", "data_type", "name")),
@@ -129,6 +129,13 @@ class CudnnBackend(Backend):
     install_hint = ("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
                     "a CUDA build of torch)")
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})
+
+    def deterministic(self, case: Case) -> str:
+        """cuDNN's sdpa_backward takes use_deterministic_algorithm (passed when the run asks); the frontend has no such
+        option for the forward."""
+        if not case.needs_grad:
+            return "not applicable (cuDNN's frontend offers a deterministic option for sdpa_backward only)"
+        return "honoured (sdpa_backward(use_deterministic_algorithm=True))"
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return GRAPH_CALLS

@@ -41,10 +41,17 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def deterministic_asked() -> bool:
+    """Whether this measurement runs under PyTorch's deterministic mode, set by attnbench.determinism."""
+    import torch
+
+    return torch.are_deterministic_algorithms_enabled()
+
+
 def built(cudnn: Any, spec: Spec, backward: bool, handle: Any, device: Any) -> tuple[Built, bool]:
     """The forward (or backward) graph for `spec`, from this process's cache or built now; and whether it was
     cached."""
-    key = (id(cudnn), str(device), id(handle), spec, backward)
+    key = (id(cudnn), str(device), id(handle), spec, backward, deterministic_asked() if backward else False)
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key], True
@@ -94,6 +101,8 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
         keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
     if backward:
         keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
+        if deterministic_asked():  # the run asked for determinism (attnbench.determinism): the backward's own option
+            keywords["use_deterministic_algorithm"] = True
         dq, dk, dv = graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
         for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
             shape_output(role, t, operands[role[1].lower()])

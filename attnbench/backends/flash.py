@@ -49,6 +49,10 @@ REFUSALS = ("only support", "not supported", "does not support", "must be", "Uns
 # flash_window_args' keywords and softmax_scale (attnbench.conformance holds these against the installed one).
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
+# flash_attn_func and flash_attn_varlen_func (not flash_attn_with_kvcache, inference only) also take `deterministic`:
+# their backward's deterministic path ("The forward pass is always deterministic", their docstrings). The adapter
+# passes it on every call, True when the run asked for determinism (attnbench.determinism).
+DETERMINISTIC_KEYWORD = "deterministic"
 # flash_attn_varlen_func(q, k, v, cu_seqlens_q=, ...): the offsets by keyword (FA4 puts `qv` before them).
 VARLEN_FUNCTION = "flash_attn_varlen_func"
 VARLEN_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", *FLASH_KEYWORDS)
@@ -108,9 +112,11 @@ class _Flash(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
-        calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL, (*FLASH_KEYWORDS, *self.score_keywords)),
+        calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL,
+                             (*FLASH_KEYWORDS, *self.score_keywords, DETERMINISTIC_KEYWORD)),
                  LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
-                             (*VARLEN_KEYWORDS, *paged_varlen, *self.score_keywords), optional=True)]
+                             (*VARLEN_KEYWORDS, *paged_varlen, *self.score_keywords, DETERMINISTIC_KEYWORD),
+                             optional=True)]
         if self.page_table_keyword is not None:
             calls.append(LibraryCall(self.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
                                      ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *self.score_keywords),
@@ -161,12 +167,22 @@ class _Flash(Backend):
                         f"(page_size {case.page_size})")
         return None
 
+    def deterministic(self, case: Case) -> str:
+        if not case.needs_grad:
+            return "not applicable (FlashAttention's forward is deterministic)"
+        return f"honoured ({DETERMINISTIC_KEYWORD}=True to {self.library}'s backward)"
+
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        import torch
+
         kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5,
                   **self.score_arguments(case, q.device)}
         words = [f"causal={kwargs['causal']}", f"window_size={kwargs['window_size']}"]
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
         words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
+        # Set by attnbench.determinism for the whole measurement when the run asks for it.
+        deterministic = {DETERMINISTIC_KEYWORD: torch.are_deterministic_algorithms_enabled()}
+        words += [f"{DETERMINISTIC_KEYWORD}=True"] if deterministic[DETERMINISTIC_KEYWORD] else []
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
             # FA4: flash_attn_varlen_func(seqused_k=, page_table=); FA2/FA3: flash_attn_with_kvcache(cache_seqlens=,
@@ -194,7 +210,7 @@ class _Flash(Backend):
             words.append(f"{seqs.sequences} sequences")
 
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k, v, **offsets, **kwargs))
+                return output_of(fn(q, k, v, **offsets, **kwargs, **deterministic))
 
             inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
             to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
@@ -203,7 +219,7 @@ class _Flash(Backend):
             fn = self._function()
 
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k, v, **kwargs))
+                return output_of(fn(q, k, v, **kwargs, **deterministic))
 
             inputs = tuple(to_flash_layout(t) for t in (q, k, v))
         extra: dict[str, Any] = {}
@@ -288,6 +304,11 @@ class FlashAttn3(_Flash):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
     page_table_keyword = "page_table"
     axis_reasons = {"alibi": "FlashAttention 3 has no alibi_slopes"}
+
+    def deterministic(self, case: Case) -> str:
+        if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
+            return "refused: FlashAttention 3's deterministic backward does not support head_dim 256"
+        return super().deterministic(case)
 
 
 @register

@@ -135,6 +135,11 @@ class FlashInferBackend(Backend):
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS)
 
+    def deterministic(self, case: Case) -> str:
+        # No backward, no switch to set: plan() fixes how the keys are split for the planned shapes, so two calls
+        # run the same schedule; `repeatable` says whether they agreed.
+        return "not applicable (forward only; FlashInfer's attention has no deterministic switch)"
+
     def availability(self, device: str) -> str | None:
         try:
             with warnings.catch_warnings():

@@ -286,6 +286,15 @@ class FlexBackend(Backend):
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
 
+    def deterministic(self, case: Case) -> str:
+        """Inductor's flex kernels have no atomics on the gradients attnbench asks for: the Triton backward computes
+        each dQ block and each dK/dV block (a KV head's whole group) in one program (flex_attention_backward_grid);
+        only gradients of tensors a score_mod captures are scattered with atomics, and none of ours need one."""
+        where = "Inductor's C++ kernel on a CPU" if case.device != "cuda" else (
+            "its Triton backward computes each dQ and each dK/dV block in one program" if case.needs_grad
+            else "its Triton forward computes each query block in one program")
+        return f"not applicable (no atomics: {where})"
+
     def compile_key(self, case: Case) -> str:
         """Every shape, the mask and the grad mode: a kernel per shape (dynamic=False)."""
         return compile_key(self.name, case, (case.seq_len, case.kv_seq_len))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench import workload
+from attnbench import determinism, workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.case import AXES, DTYPE_BYTES
 from attnbench.counting import MemoryCost
@@ -33,6 +33,9 @@ class NaiveBackend(Backend):
         if case.page_size is not None:
             estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]
         return estimate
+
+    def deterministic(self, case: Case) -> str:
+        return determinism.torch_ops(case, "matmul, softmax and masking")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         mask = workload.visibility(case, device=q.device)

@@ -8,7 +8,7 @@ import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from attnbench import workload
+from attnbench import determinism, workload
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -94,6 +94,12 @@ class _Sdpa(Backend):
     """`F.scaled_dot_product_attention`, optionally pinned to one kernel with `sdpa_kernel`."""
 
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
+    # What torch.use_deterministic_algorithms(True) does to the kernel on CUDA, (forward, backward); docs/suites.md
+    # names the PyTorch sources each answer was read in.
+    cuda_determinism: ClassVar[tuple[str, str]] = (
+        "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode)",
+        "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs FA2's "
+        "deterministic path, efficient's runs with num_splits_key=1)")
     # With FLASH_ATTENTION: PyTorch's FA3/FA4 implementation to route it to (None: its built-in FA2).
     flash_impl: ClassVar[str | None] = None
     # Documents, ragged lengths and ALiBi become the explicit attn_mask; V may have its own head size.
@@ -114,6 +120,11 @@ class _Sdpa(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL,)
+
+    def deterministic(self, case: Case) -> str:
+        if case.device != "cuda":
+            return determinism.torch_ops(case, f"PyTorch's {self.kernel_name or 'SDPA'} kernel")
+        return self.cuda_determinism[case.needs_grad]
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch.nn.functional as F
@@ -250,6 +261,9 @@ class SdpaMath(_Sdpa):
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
 
+    def deterministic(self, case: Case) -> str:
+        return determinism.torch_ops(case, "SDPA's MATH composite of PyTorch operations")
+
 
 @register
 class SdpaFlash(_Sdpa):
@@ -260,6 +274,8 @@ class SdpaFlash(_Sdpa):
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
+    cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
+                        "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
 
 # What flash_pinned and flash_impl_problem call to route SDPA's flash kernel (torch >= 2.11).
@@ -292,6 +308,8 @@ class SdpaFlashFa3(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
     flash_impl = "FA3"
+    cuda_determinism = ("honoured (PyTorch's FA3 route runs num_splits=1 under the mode)",
+                        "honoured (PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode)")
     install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
 
 
@@ -301,6 +319,8 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
+    cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
+                        "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
     install_hint = "pip install flash-attn-4"
 
 
@@ -310,7 +330,15 @@ class SdpaEfficient(_Sdpa):
     cost = Cost(cuda=KernelCost("causal", 0.30, 0.20), memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
+    cuda_determinism = ("not applicable (the memory-efficient forward is deterministic)",
+                        "honoured (PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: "
+                        "no split keys, no atomics)")
     devices = ("cuda",)
+
+
+# sdp_utils.cpp's check_cudnn_deterministic: PyTorch's dispatcher drops cuDNN whenever the mode is on (not warn-only).
+CUDNN_REFUSAL = ("refused: PyTorch does not run cuDNN SDPA under torch.use_deterministic_algorithms(True), forward "
+                 "included (\"cuDNN SDPA is not deterministic\")")
 
 
 @register
@@ -319,4 +347,5 @@ class SdpaCudnn(_Sdpa):
     cost = Cost(cuda=KernelCost("visible", 0.50, 0.35), memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
+    cuda_determinism = (CUDNN_REFUSAL, CUDNN_REFUSAL)
     devices = ("cuda",)

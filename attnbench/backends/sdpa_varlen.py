@@ -119,6 +119,12 @@ class SdpaVarlen(Backend):
                         f"{FA2_PAGE_MULTIPLE} tokens (page_size {case.page_size})")
         return None
 
+    def deterministic(self, case: Case) -> str:
+        if not case.needs_grad:
+            return "not applicable (FlashAttention's forward is deterministic)"
+        return ("honoured (varlen_attn's backward is aten._flash_attention_backward, which takes FA2's deterministic "
+                "path under the mode)")
+
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         fn = varlen_function()
         device = q.device

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from attnbench import counting, workload
+from attnbench import counting, determinism, workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
 from attnbench.case import DTYPE_BYTES
 from attnbench.registry import register
@@ -212,6 +212,11 @@ class SlidingWindowBackend(Backend):
             return ("needs a window (sliding-window attention is local by design; a full or plain causal "
                     "mask is O(seq²) work, measured by naive, sdpa and flex)")
         return None
+
+    def deterministic(self, case: Case) -> str:
+        # unfold's backward (the overlapping windows' gradients) is one of the operations PyTorch checks: where it has
+        # no deterministic CUDA implementation it raises, and the measurement is skipped naming it.
+        return determinism.torch_ops(case, "matmul, softmax and unfold")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         assert case.window is not None

@@ -210,6 +210,15 @@ class XformersBackend(Backend):
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
+    def deterministic(self, case: Case) -> str:
+        """xformers' dispatcher, asked in `prepare` under the mode, refuses every operator marked non-deterministic
+        (IS_DETERMINISTIC = False: its flash backward, fa2B); its cutlass backward is PyTorch's
+        _efficient_attention_backward, which the mode runs with num_splits_key=1. No operator left: xformers' own
+        refusal, recorded as the skip."""
+        if not case.needs_grad:
+            return "not applicable (xformers' forward operators are deterministic)"
+        return "honoured (xformers' dispatcher picks only operators marked deterministic under the mode)"
+
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:
             return "xformers has no soft-capping (its flash operator passes softcap 0)"

@@ -1,7 +1,9 @@
 """compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures.
 
 A regression is a slow-down beyond the threshold whose two intervals for the median (ci_low_ms..ci_high_ms)
-do not overlap: the two medians are known well enough to be told apart. Records written before intervals
+do not overlap: the two medians are known well enough to be told apart. A measurement whose two calls agreed bit for
+bit in BASE and not in NEW turned non-repeatable: always named and counted, and a failure when NEW asked for
+deterministic kernels (a kernel that promises nothing may agree by luck on one run and not the next). Records written before intervals
 existed fall back to the older rule (the medians differ by more than the two IQRs together). A side whose
 samples spread wide (IQR over 10% of the median) is listed as noisy and never judged: its samples were not
 steady, so no interval computed from them can be trusted.
@@ -52,6 +54,10 @@ class Match:
     new_throttled: bool = False
     base_ci: tuple[float, float] | None = None
     new_ci: tuple[float, float] | None = None
+    base_repeatable: bool | None = None  # the record's `repeatable`: None where not compared
+    new_repeatable: bool | None = None
+    new_deterministic: bool = False  # NEW was measured with deterministic kernels asked for (extra.deterministic)
+    new_repeat: str = ""  # NEW's difference between its two calls, in words
 
     @property
     def noisy(self) -> bool:
@@ -165,6 +171,16 @@ class Comparison:
         return [m for m in self.matches if m.base_status == "ok" and m.new_status in BAD_STATUSES]
 
     @property
+    def turned_unrepeatable(self) -> list[Match]:
+        """Two calls agreed bit for bit in BASE and not in NEW."""
+        return [m for m in self.matches if m.base_repeatable is True and m.new_repeatable is False]
+
+    @property
+    def determinism_broken(self) -> list[Match]:
+        """Turned non-repeatable in a NEW run that asked for deterministic kernels: what the run was promised broke."""
+        return [m for m in self.turned_unrepeatable if m.new_deterministic]
+
+    @property
     def fixed(self) -> list[Match]:
         """Failed in BASE (oom, error, mismatch or timeout); ok in NEW."""
         return [m for m in self.matches if m.base_status in BAD_STATUSES and m.new_status == "ok"]
@@ -180,8 +196,9 @@ class Comparison:
 
     @property
     def should_fail(self) -> bool:
-        """True when the CLI should exit 1: any regression or any new failure."""
-        return bool(self.regressions or self.new_failures)
+        """True when the CLI should exit 1: any regression, any new failure, or a measurement that turned non-repeatable
+        in a run that asked for deterministic kernels."""
+        return bool(self.regressions or self.new_failures or self.determinism_broken)
 
     def to_markdown(self) -> str:
         """The comparison as Markdown, for a pull request."""
@@ -195,6 +212,9 @@ class Comparison:
                      f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed"
                      + (f", {len(self.noisy)} change(s) not judged: noisy" if self.noisy else "")
                      + (f", {len(self.throttled)} change(s) not judged: throttled GPU" if self.throttled else "")
+                     + (f", {len(self.turned_unrepeatable)} turned non-repeatable"
+                        + (f" ({len(self.determinism_broken)} asked for deterministic kernels)"
+                           if self.determinism_broken else "") if self.turned_unrepeatable else "")
                      + ".")
         if self.throttled_anywhere:
             lines += ["", f"{self.throttled_anywhere} matched measurement(s) were timed on a throttled or shared GPU "
@@ -218,6 +238,12 @@ class Comparison:
                     note = m.unjudged_note()
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
                                  f"| {md_cell(m.side('new'))} | {m.ratio:.3f}×{note} |")
+        if self.turned_unrepeatable:
+            lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
+                      "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
+            for m in self.turned_unrepeatable:
+                lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
+                             f"| {'yes: fails' if m.new_deterministic else 'no'} |")
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
@@ -275,11 +301,22 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
             new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
             base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_throttled=is_throttled(b),
             new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
+            base_repeatable=b.get("repeatable"), new_repeatable=n.get("repeatable"),
+            new_deterministic="deterministic" in (n.get("extra") or {}), new_repeat=repeat_words(n),
         ))
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
     )
+
+
+def repeat_words(record: dict[str, Any]) -> str:
+    """A record's difference between its two calls: '<tensor> by up to <diff>', '' when they agreed."""
+    if record.get("repeatable") is not False:
+        return ""
+    extra = record.get("extra") or {}
+    diff = extra.get("repeat_max_diff")
+    return f"{extra.get('repeat_tensor')} " + (f"by up to {diff:.3g}" if diff is not None else "by a NaN or Inf")
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -294,6 +331,8 @@ def comparison_table(comparison: Comparison) -> Table:
 
     rows = ([("regression", "bold red", m) for m in comparison.regressions]
             + [("new failure", "bold red", m) for m in comparison.new_failures]
+            + [("not repeatable", "bold red" if m.new_deterministic else "yellow", m)
+               for m in comparison.turned_unrepeatable]
             + [("fixed", "green", m) for m in comparison.fixed]
             + [("faster", "green", m) for m in comparison.improvements]
             + [("noisy", "yellow", m) for m in comparison.noisy]
@@ -302,7 +341,8 @@ def comparison_table(comparison: Comparison) -> Table:
         # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
                       Text(m.side("base")), Text(m.side("new")),
-                      Text(f"{m.ratio:.3f}×{m.unjudged_note()}" if m.unjudged_note() and m.ratio is not None
+                      Text(m.new_repeat if label == "not repeatable"
+                           else f"{m.ratio:.3f}×{m.unjudged_note()}" if m.unjudged_note() and m.ratio is not None
                            else f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),

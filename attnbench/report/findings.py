@@ -14,8 +14,9 @@ from attnbench.results import (
     interval_of,
     is_noisy,
     is_throttled,
+    is_unrepeatable,
 )
-from attnbench.units import fmt_bytes, fmt_length, fmt_ms
+from attnbench.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 
 # Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
@@ -23,6 +24,8 @@ DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
 CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend" and k not in DOCUMENT_FIELDS)
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 SHOWN_CASES = 3  # cases named per failure line
+MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
+DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.skip, attnbench.measure)
 
 
 @dataclass
@@ -52,13 +55,14 @@ class Findings:
     memory: list[str] = field(default_factory=list)
     packing: list[str] = field(default_factory=list)  # packed documents against one sequence, same backend
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
+    repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return self.fastest + self.speedup + self.memory + self.packing + self.noise
+        return self.fastest + self.speedup + self.memory + self.packing + self.noise + self.repeat
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -104,6 +108,33 @@ def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) ->
             key = (str(r["backend"]), str(r["status"]), str(r.get("reason") or "no reason recorded"))
             grouped.setdefault(key, []).append(case_words(r))
     return [Failure(b, s, reason, cases) for (b, s, reason), cases in sorted(grouped.items())]
+
+
+def repeat_lines(records: list[dict[str, Any]]) -> list[str]:
+    """How many compared records were not repeatable, each of them (up to MAX_REPEAT_LINES) with its tensor and
+    largest difference, and, when the run asked for deterministic kernels, what the backends made of it."""
+    compared = [r for r in records if r.get("repeatable") is not None]
+    differed = [r for r in compared if is_unrepeatable(r)]
+    lines = []
+    if differed:
+        lines.append(f"{len(differed)} of {len(compared)} compared measurements were not repeatable: two calls on the "
+                     "same inputs gave different bits (≠ after the status in the tables).")
+    for r in differed[:MAX_REPEAT_LINES]:
+        extra = r.get("extra") or {}
+        diff = extra.get("repeat_max_diff")
+        size = f"by up to {fmt_float(diff, 2)}" if diff is not None else "by a NaN or Inf in one call only"
+        lines.append(f"Not repeatable: {r['backend']} on {case_words(r)}: {extra.get('repeat_tensor')} differs "
+                     f"{size} between two calls.")
+    if len(differed) > MAX_REPEAT_LINES:
+        lines.append(f"… and {len(differed) - MAX_REPEAT_LINES} more not repeatable (≠ in the tables).")
+    answers = [str((r.get("extra") or {}).get("deterministic", "")) for r in records]
+    refused = sum(1 for r in records if str(r.get("reason") or "").startswith(DETERMINISTIC_SKIP))
+    if refused or any(answers):
+        honoured = sum(a.startswith("honoured") for a in answers)
+        lacking = sum(a.startswith("not applicable") for a in answers)
+        lines.append(f"Deterministic kernels were asked for: {honoured} measurements honoured it, {lacking} needed "
+                     f"nothing (no atomics, or forward only), {refused} were skipped: the backend or PyTorch refused.")
+    return lines
 
 
 MAX_PACKING_LINES = 8
@@ -191,6 +222,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
             + "; ".join(parts) + "."
         )
     found.packing = packing_lines(timed)
+    found.repeat = repeat_lines(records)
     found.failures = _group_failures(records, ("mismatch", "error"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found

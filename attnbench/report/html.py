@@ -34,7 +34,11 @@ HOW_TO_READ = (
     "while timing (the range of SM clocks and power, and the clock event reasons, over the timed records).",
     "Correctness: each backend's output is compared with a reference computed in float64 on every device. "
     "It passes when max|error| ≤ 2 × the error of naive attention in the same dtype + a small per-dtype "
-    "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked).",
+    "floor — FlashAttention's own test rule. Large cases may check a seeded subset of query rows (rows_checked). "
+    "Two calls on the same inputs are compared bit for bit (a forward's output, a backward's gradients where they "
+    "are checked): a status with ≠ after it marks a record whose calls differed (repeatable: false), and the "
+    "findings name each with its largest difference. Where the two differ both are judged, and a mismatch is "
+    "judged once more on a fresh call: the record takes the worst verdict.",
     "TFLOP/s counts only the (query, key) pairs the mask lets through; backward = 2.5 × forward, fwd+bwd = 3.5 ×. "
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
     "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written; "

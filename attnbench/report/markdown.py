@@ -7,7 +7,7 @@ from typing import Any
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
-from attnbench.report.rows import interval_text, median_text
+from attnbench.report.rows import interval_text, median_text, status_text
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
@@ -25,7 +25,8 @@ def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:
     memory = fmt_bytes(record["peak_memory_bytes"]) if record.get("peak_memory_bytes") is not None else ""
     tflops = fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
     return [
-        str(record["backend"]), str(x), f"**{status}**" if status != "ok" else status, time, tflops, memory,
+        str(record["backend"]), str(x), f"**{status_text(record)}**" if status != "ok" else status_text(record), time,
+        tflops, memory,
         fmt_ratio(speedup) if speedup is not None else "", str(record.get("reason") or ""),
     ]
 
@@ -55,7 +56,7 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their interval in brackets (95% from 6 samples on) (~ marks a noisy one: its interval wider than the precision asked or too few samples for one, or its IQR over 10% of the median; ! one timed on a throttled or shared GPU).", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their interval in brackets (95% from 6 samples on) (~ marks a noisy one: its interval wider than the precision asked or too few samples for one, or its IQR over 10% of the median; ! one timed on a throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.report.groups import dtype_word
-from attnbench.results import is_noisy, is_throttled
+from attnbench.results import is_noisy, is_throttled, is_unrepeatable
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
 # Marks a noisy median (its interval wider than the precision asked or too few samples for one, or IQR over 10% of it) in every table.
 NOISY_MARK = "~"
 # Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
 THROTTLED_MARK = "!"
+# Marks the status of a record whose two calls on the same inputs gave different bits (repeatable: false).
+UNREPEATABLE_MARK = "≠"
 
 # (key, header, numeric?) for the full records table.
 COLUMNS = (
@@ -46,6 +48,8 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
     if key == "dtype":
         return dtype_word(record.get("dtype"))
+    if key == "status":
+        return status_text(record)
     if key == "time_ms":
         return median_text(record)
     if key == "iqr":
@@ -87,6 +91,11 @@ def setup_text(record: dict[str, Any]) -> str:
         part, value = max(named.items(), key=lambda kv: kv[1])
         text += f" ({part} {fmt_ms(value)})"
     return text
+
+
+def status_text(record: dict[str, Any]) -> str:
+    """The status, with UNREPEATABLE_MARK after it when two calls gave different bits ("ok ≠")."""
+    return str(record["status"]) + (f" {UNREPEATABLE_MARK}" if is_unrepeatable(record) else "")
 
 
 def interval_text(record: dict[str, Any]) -> str:
