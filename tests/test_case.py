@@ -72,19 +72,24 @@ def test_tensor_bytes_and_decode_is_memory_bound() -> None:
 
 
 def test_memory_estimate_by_hand() -> None:
-    """Output; + Q, K, V grads in backward; + scores and probabilities (and their gradient) when materialised;
-    + K/V repeated per query head when the backend expands them for GQA."""
+    """Output; + Q, K, V grads in backward; + the score-sized buffers a backend declares it holds (naive: scores and
+    probabilities forward, four with backward); + K/V repeated per query head when the backend expands them for GQA."""
+    from attnbench.counting import MemoryCost
+
+    scored = MemoryCost(score_copies_fwd=2, score_copies_bwd=4)
+    expanding = MemoryCost(expands_kv=True)
+    both = MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)
     fwd = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8)  # fp32
     out, q, kv = 2 * 4 * 16 * 8 * 4, 2 * 4 * 16 * 8 * 4, 2 * 2 * 32 * 8 * 4
     scores = 2 * 4 * 16 * 32 * 4
     expanded = 2 * (2 * 4 * 32 * 8 * 4)  # K and V at every query head
-    assert counting.memory_estimate(fwd, materialises_scores=False) == out
-    assert counting.memory_estimate(fwd, materialises_scores=True) == out + 2 * scores
-    assert counting.memory_estimate(fwd, materialises_scores=False, expands_kv=True) == out + expanded
+    assert counting.memory_estimate(fwd) == out
+    assert counting.memory_estimate(fwd, scored) == out + 2 * scores
+    assert counting.memory_estimate(fwd, expanding) == out + expanded
     bwd = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=2, head_dim=8, mode="bwd")
-    assert counting.memory_estimate(bwd, materialises_scores=True, expands_kv=True) == out + expanded + q + 2 * kv + 3 * scores
+    assert counting.memory_estimate(bwd, both) == out + expanded + q + 2 * kv + 4 * scores
     mha = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=4, head_dim=8)
-    assert counting.memory_estimate(mha, materialises_scores=False, expands_kv=True) == out  # nothing to expand
+    assert counting.memory_estimate(mha, expanding) == out  # nothing to expand
 
 
 def test_mask_is_built_on_the_device_asked_for() -> None:
@@ -100,5 +105,8 @@ def test_a_backend_estimate_counts_its_own_kv_expansion_and_scores() -> None:
     from attnbench.registry import default_registry
 
     gqa = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=1, head_dim=8)
-    assert default_registry().get("naive").estimate_memory(gqa) == counting.memory_estimate(gqa, True, expands_kv=True)
-    assert default_registry().get("sdpa-flash").estimate_memory(gqa) == counting.memory_estimate(gqa, False, expands_kv=False)
+    from attnbench.counting import MemoryCost
+
+    naive = MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)
+    assert default_registry().get("naive").estimate_memory(gqa) == counting.memory_estimate(gqa, naive)
+    assert default_registry().get("sdpa-flash").estimate_memory(gqa) == counting.memory_estimate(gqa)

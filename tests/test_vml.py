@@ -57,7 +57,9 @@ CHILD = r"""
 import ctypes, json, sys
 from attnbench.case import Case
 from attnbench.registry import default_registry
-from attnbench.runner import CaseData, RunInfo, Runner
+from attnbench.inputs import CaseData
+from attnbench.measure import Settings, measure
+from attnbench.recording import RunInfo
 from attnbench.timing import ClockTimer, TimingSettings
 
 shim = ctypes.CDLL(sys.argv[1])
@@ -66,7 +68,7 @@ for name in ("shim_calls", "shim_spoiled_calls", "shim_spoiled_elements"):
 case = Case(device="cpu", dtype="float32", batch=1, seq_len=64, kv_seq_len=64, heads=2, kv_heads=2, head_dim=16,
             causal=True, window=None, mode="fwd", softcap=20.0)
 settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
-record = Runner(RunInfo("t", "t"), ClockTimer(), settings).measure(CaseData(case), default_registry().get("naive"))
+record = measure(CaseData(case), default_registry().get("naive"), ClockTimer(), Settings(RunInfo("t", "t"), settings))
 print(json.dumps({"status": record.status, "reason": record.reason, "calls": shim.shim_calls(),
                   "spoiled_calls": shim.shim_spoiled_calls(), "spoiled_elements": shim.shim_spoiled_elements()}))
 """
