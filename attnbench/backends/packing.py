@@ -50,12 +50,13 @@ def documents_in_pages(case: Case, library: str) -> str | None:
 
 
 def varlen(case: Case) -> Varlen:
-    """The varlen sequences of `case`: its documents (Sq == Sk, workload.cu_seqlens) or its requests (the last
-    Sq queries of each request's own workload.request_kv_lens keys)."""
+    """The varlen sequences of `case`: its documents (workload.cu_seqlens for their queries, cu_seqlens_k for their
+    keys: the same offsets unless the documents carry a cached prefix; a document may be empty) or its requests (the
+    last Sq queries of each request's own workload.request_kv_lens keys, which may be fewer than Sq or none)."""
     if case.doc_lens is not None:
-        cu = workload.cu_seqlens(case)
-        longest = max(case.doc_lens)
-        return Varlen(cu, cu, longest, longest, tuple(case.doc_lens) * case.batch)
+        keys = workload.doc_key_lens(case)
+        cu_q, cu_k = workload.cu_seqlens(case), workload.cu_seqlens_k(case)
+        return Varlen(cu_q, cu_k, max(case.doc_lens), max(keys), tuple(keys) * case.batch)
     lens = workload.request_kv_lens(case)
     cu_q = tuple(range(0, (case.batch + 1) * case.seq_len, case.seq_len))
     return Varlen(cu_q, (0, *accumulate(lens)), case.seq_len, max(lens), tuple(lens))
@@ -69,7 +70,8 @@ def pack_q(t: torch.Tensor) -> torch.Tensor:
 
 def pack_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
     """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D): with ragged cache lengths only each
-    request's own first kv_lens[b] keys, concatenated (keys past a request's length do not exist for it)."""
+    request's own first kv_lens[b] keys, concatenated (keys past a request's length do not exist for it); a row of
+    documents is its documents' keys in order already."""
     import torch
 
     if case.kv_lens is None:
