@@ -109,7 +109,8 @@ def test_xformers_calls_match_installed_xformers() -> None:
                       "LowerTriangularFromBottomRightLocalAttentionMask": "ok",
                       "LocalAttentionFromBottomRightMask": "ok", "Inputs": "ok", "_dispatch_fw": "ok",
                       "_dispatch_bw": "ok", "from_seqlens": "ok", "make_causal_from_bottomright": "ok",
-                      "make_local_attention_from_bottomright": "ok"}
+                      "make_local_attention_from_bottomright": "ok", "make_local_attention": "ok",
+                      "from_seqlens_local": "ok"}
     assert conformance.state == "ok"
     window = next(v for v in conformance.verdicts if v.function.endswith("LocalAttentionMask"))
     assert window.signature == "LowerTriangularFromBottomRightLocalAttentionMask(_window_size)"

@@ -103,7 +103,7 @@ def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[
             for b in range(q.shape[0]):
                 n = int(seqused_k[b])
                 pages = page_table[b, : -(-n // page)].tolist()
-                kb, vb = (torch.cat([t[p] for p in pages])[:n] for t in (k, v))
+                kb, vb = (torch.cat([t[p] for p in pages] or [t[0, :0]])[:n] for t in (k, v))  # n = 0: no key
                 outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
             out = torch.cat(outs)
             return (out, None) if returns_lse else out
@@ -136,8 +136,8 @@ def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str
         for b in range(q.shape[0]):
             n = int(cache_seqlens[b])
             pages = table[b, : -(-n // page)].tolist()
-            kb = torch.cat([k_cache[p] for p in pages])[:n]
-            vb = torch.cat([v_cache[p] for p in pages])[:n]
+            kb = torch.cat([k_cache[p] for p in pages] or [k_cache[0, :0]])[:n]  # a cache of 0 keys: none
+            vb = torch.cat([v_cache[p] for p in pages] or [v_cache[0, :0]])[:n]
             outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
         return torch.cat(outs)
 
@@ -395,6 +395,17 @@ AXIS_CASES = {
                                                  page_size=256, window=100, softcap=5.0, heads=2, kv_heads=2),
     "paged-16": axis_case(batch=3, seq_len=4, kv_seq_len=70, kv_lengths="random", page_size=16, heads=4,
                           kv_heads=2),
+    # what FlashAttention's varlen and KV-cache tests run: zero-length sequences, cu_seqlens_k != cu_seqlens_q
+    # (documents over a cached prefix, some with fewer keys than queries), caches shorter than the queries
+    "zero-length-documents": axis_case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18), mode="fwd_bwd"),
+    "documents-prefix": axis_case(kv_seq_len=80, documents=3, heads=4, kv_heads=2, mode="fwd_bwd"),
+    "documents-prefix-pairs": axis_case(kv_seq_len=50, documents=4, doc_lengths="explicit", doc_lens=(20, 0, 16, 12),
+                                        doc_kv_lens=(24, 6, 8, 12), window=5),
+    "short-caches": axis_case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24),
+                              mode="fwd_bwd"),
+    "short-caches-paged": axis_case(batch=3, seq_len=8, kv_seq_len=600, kv_lengths="explicit", kv_lens=(5, 0, 513),
+                                    page_size=256),
+    "fewer-keys-than-queries": axis_case(kv_seq_len=20, causal=True, heads=4, kv_heads=1),
 }
 # The axes each library maps, and the words of its reason for each it does not (anything else must be ok).
 AXIS_SKIPS = {
@@ -494,6 +505,8 @@ FLASH_AXIS_SABOTAGES = {
                                      AXIS_CASES["documents"]),
     "cu-seqlens-k-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
                                   AXIS_CASES["ragged-kv"]),
+    "document-keys-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
+                                   AXIS_CASES["documents-prefix-pairs"]),
     "block-table-not-shuffled": (lambda mp: mp.setattr(packing, "block_table",
                                                        _wrong("packing", "block_table:table-rows-swapped")),
                                  AXIS_CASES["paged-256"]),

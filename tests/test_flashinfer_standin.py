@@ -267,6 +267,12 @@ CASES = {
     "alibi-decode-full": (case(alibi=True, causal=False, batch=3, seq_len=1, kv_seq_len=64, kv_lengths="random",
                                page_size=8, heads=8, kv_heads=2), "decode"),
     "decode-page-of-one": (case(batch=2, seq_len=1, kv_seq_len=20, kv_lengths="random", page_size=1), "decode"),
+    # zero-length documents, documents over a cached prefix (qo_indptr != kv_indptr), caches shorter than the queries
+    "zero-length-documents": (case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18)), "ragged"),
+    "documents-prefix": (case(kv_seq_len=80, documents=3, heads=4, kv_heads=2), "ragged"),
+    "documents-prefix-pairs-window": (case(kv_seq_len=50, documents=4, doc_lengths="explicit",
+                                           doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 8, 12), window=5), "ragged"),
+    "short-caches": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)), "ragged"),
 }
 
 
@@ -439,6 +445,8 @@ def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
     (case(documents=3, batch=2, page_size=16), "documents inside a paged cache would need a document mask"),
     (case(causal=False, window=5, documents=3), "FlashInfer has no right window bound (window_left only)"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
+    (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, kv_lengths="explicit", kv_lens=(0, 9)),
+     "a request with an empty cache is not mapped"),
 ])
 def test_reasons(c, words: str) -> None:
     reason = FlashInferBackend().unsupported(c)

@@ -159,6 +159,9 @@ class FlashInferBackend(Backend):
             return "FlashInfer's attention is forward-only (no backward kernel)"
         if reason := packing.documents_in_pages(case, "FlashInfer"):
             return reason
+        if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
+            return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
+                    "[1, page_size]): a request with an empty cache is not mapped")
         if case.alibi:
             if case.softcap is not None:
                 return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "

@@ -79,6 +79,27 @@ def pack_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
     return torch.cat([t[b, :, :n].transpose(0, 1) for b, n in enumerate(case.kv_lens)])
 
 
+def padded_kv(t: torch.Tensor, case: Case) -> tuple[torch.Tensor, int]:
+    """Canonical K or V (B, KVH, Sk, D) as padded keys, (sequences·pad, KVH, D): sequence i's keys at the start of
+    its own slot [i·pad, (i+1)·pad), the rest of the slot junk (workload.JUNK, never read: a bias with padded keys
+    stops each sequence at its own length), and `pad`. A row of ragged requests is a padded cache already
+    (pad = kv_seq_len); documents are copied into slots of their longest key count."""
+    import torch
+
+    if case.doc_lens is None:
+        return pack_q(t), case.kv_seq_len
+    keys = workload.doc_key_lens(case)
+    pad = max(keys)
+    slots = []
+    for row in t:
+        start = 0
+        for n in keys:
+            chunk = row[:, start:start + n].transpose(0, 1)  # (n, KVH, D)
+            slots.append(torch.nn.functional.pad(chunk, (0, 0, 0, 0, 0, pad - n), value=workload.JUNK))
+            start += n
+    return torch.cat(slots), pad
+
+
 def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:
     """Token-major output (B·Sq, H, Dv) back to canonical (B, H, Sq, Dv)."""
     return out.reshape(case.batch, case.seq_len, case.heads, out.shape[-1]).transpose(1, 2)
