@@ -216,8 +216,9 @@ class SuiteModel(_Strict):
     backends: list[str] | None = Field(default=None, min_length=1)
     timing: Timing = Timing()
     sweep: Block
-    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
-    # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.
+    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (documents and
+    # ragged cache lengths exclude each other, random cache lengths need more keys than queries, explicit lengths
+    # add up to their own block's lengths) go in separate blocks.
     also: list[Block] | None = Field(default=None, min_length=1)
     cpu: CpuBlock | None = None
 

@@ -1,8 +1,10 @@
 """The shared structures of a workload beyond the dense case (GUIDE.md "Workload axes"), made once per case.
 
-Documents (`doc_lens`, `cu_seqlens`), ragged cache lengths (`kv_lens`), the page pool and its shuffled page
-table, ALiBi slopes, and the per-row visibility mask and score bias. The reference, naive and every adapter
-take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
+Documents (`doc_lens` and their keys `doc_key_lens`, `cu_seqlens` / `cu_seqlens_k`), ragged cache lengths
+(`kv_lens`), each query's position among its keys, the page pool and its shuffled page table, ALiBi slopes, and the
+per-row visibility mask and score bias. A query that sees no key (a document without keys, a cache shorter than its
+queries) is a row of the mask with nothing in it; the reference outputs zeros there (attnbench.inputs). The
+reference, naive and every adapter take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
 layout seed (its batch and lengths: the same with or without pages or score modifiers), each structure from its
 own stream.
 """
@@ -262,6 +264,9 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
     import torch
 
     causal, window = case.causal, case.window
+    if case.doc_lens is not None and case.doc_kv_lens is None:  # a document's keys are its queries: q - k in place
+        doc = torch.as_tensor(doc_ids(case), device=device)
+        return lambda row, q, k: allowed(q, k, 0, causal, window) & (doc[q] == doc[k])
     if case.doc_lens is not None:
         q_lens, k_lens = np.array(case.doc_lens), np.array(doc_key_lens(case))
         as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
