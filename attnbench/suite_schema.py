@@ -81,6 +81,15 @@ class Axes(_Strict):
                 _bounded([entry], 1, MAX_SEQ)
         return value
 
+    @field_validator("kv_lengths", mode="before")
+    @classmethod
+    def _explicit_inside(cls, value: Any) -> Any:
+        """`kv_lengths: [4, 16, 24]` is three values of the axis, none of them allowed: say where the list goes."""
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
+                             f"random, or [[one length per request]]")
+        return value
+
     @field_validator("kv_lengths")
     @classmethod
     def _kv_lengths(cls, value: list[KvLengths] | None) -> list[KvLengths] | None:

@@ -73,6 +73,12 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "page size zero": (suite_with(GOOD + "  page_size: [0]\n"), "sweep.page_size: 0 is out of range"),
     "tp not dividing heads": (suite_with(GOOD + "  tp: [3]\n"), "sweep.tp: 3 does not divide heads 4"),
     "no query sees a key": (suite_with(GOOD + "  kv_lengths: [[0]]\n"), "sweep.kv_lengths: no query sees any key"),
+    "cache lengths outside the axis list": (suite_with(GOOD + "  batch: [3]\n  kv_lengths: [4, 16, 24]\n"),
+                                            "sweep.kv_lengths: explicit cache lengths go in a list inside the axis "
+                                            "list: [[4, 16, 24]]"),
+    "document keys that do not add up (brackets print as written)": (
+        suite_with(GOOD + "  kv_seq_len: [40]\n  documents: [[[16, 30], 16]]\n"),
+        "sweep.documents: the documents' keys [30, 16] sum to 46, not kv_seq_len 40; allowed: [queries, keys] pairs"),
     "cache lengths not one per request": (suite_with(GOOD + "  batch: [2]\n  kv_lengths: [[4, 8, 16]]\n"),
                                           "sweep.kv_lengths: 3 cache lengths [4, 8, 16] for batch 2"),
     "misspelt workload axis in also": (suite_with(GOOD + "also:\n  - {seq_len: 8, heads: 4, head_dim: 16, softcaps: 5}\n"),
