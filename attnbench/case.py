@@ -64,8 +64,11 @@ class Case:
     # case's seed (below) when `documents` / `kv_lengths: random` ask for them.
     documents: int | None = None
     doc_lengths: str | None = None  # "equal", "random" or "explicit" (doc_lens given)
-    doc_lens: tuple[int, ...] | None = None
-    kv_lengths: str | None = None  # "random"; None: every request has kv_seq_len keys
+    doc_lens: tuple[int, ...] | None = None  # each document's queries (explicit lengths may be 0)
+    # Each document's keys when documents carry a cached prefix (kv_seq_len != seq_len): its queries are the last
+    # doc_lens[d] of its doc_kv_lens[d] keys. None: every document's keys are its queries.
+    doc_kv_lens: tuple[int, ...] | None = None
+    kv_lengths: str | None = None  # "random" or "explicit" (kv_lens given); None: every request has kv_seq_len keys
     kv_lens: tuple[int, ...] | None = None
     page_size: int | None = None
     softcap: float | None = None
@@ -76,7 +79,7 @@ class Case:
 
     def __post_init__(self) -> None:
         """Lists (a record read back from JSON) become tuples; drawn structures are drawn from the seed."""
-        for name in ("doc_lens", "kv_lens"):
+        for name in ("doc_lens", "doc_kv_lens", "kv_lens"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(int(v) for v in value))
@@ -86,6 +89,11 @@ class Case:
             lens = (random_doc_lens(self.seq_len, self.documents, self.layout_seed) if kind == "random"
                     else equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lens", lens)
+        if self.documents is not None and self.doc_kv_lens is None and self.kv_seq_len != self.seq_len:
+            # a cached prefix over packed documents: each document's keys are its queries and an equal share of it
+            assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, "explicit [q, k] pairs otherwise"
+            shares = equal_doc_lens(self.kv_seq_len - self.seq_len, len(self.doc_lens))
+            object.__setattr__(self, "doc_kv_lens", tuple(q + s for q, s in zip(self.doc_lens, shares)))
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))
@@ -133,10 +141,13 @@ class Case:
         parts = []
         if self.documents is not None:
             if self.doc_lengths == "explicit":
-                parts.append("docs" + "+".join(str(n) for n in self.doc_lens or ()))
+                pairs = zip(self.doc_lens or (), self.doc_kv_lens or self.doc_lens or ())
+                parts.append("docs" + "+".join(str(q) if q == k else f"{q}of{k}" for q, k in pairs))
             else:
                 parts.append(f"doc{self.documents}" + ("rand" if self.doc_lengths == "random" else ""))
-        if self.kv_lengths is not None:
+        if self.kv_lengths == "explicit":
+            parts.append("kvlens" + "+".join(str(n) for n in self.kv_lens or ()))
+        elif self.kv_lengths is not None:
             parts.append(f"kv{self.kv_lengths}")
         if self.page_size is not None:
             parts.append(f"page{self.page_size}")
@@ -190,5 +201,5 @@ def group_of(case: Case) -> tuple:
     """A case without its sequence lengths (nor the document and request lengths drawn from them): the cases
     whose memory grows only with the sequence."""
     fields = case.fields()
-    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["kv_lens"]
+    del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["doc_kv_lens"], fields["kv_lens"]
     return tuple(sorted(fields.items()))

@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from attnbench import __version__
 from attnbench.errors import AttnbenchError
@@ -36,7 +37,8 @@ def user_errors(fn: F) -> F:
         except AttnbenchError as exc:
             if state["debug"]:
                 raise
-            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            # the message is text, not markup: "[queries, keys]" in it must print as written
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

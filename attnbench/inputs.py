@@ -38,16 +38,21 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
                     softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
 
-    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask.
+    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask. A query row
+    that sees no key outputs zeros (FlashAttention's convention, GUIDE.md), never the NaN of a softmax over
+    nothing: such a row keeps its finite scores (no -inf fill), and its output, hence its gradients, are
+    multiplied by zero. Rows that see a key are untouched (a product with 1.0 is exact).
     """
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if softcap is not None:
         scores = scores.div(softcap).tanh().mul(softcap)
     if bias is not None:
         scores = scores + bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v
+    if mask is None:
+        return scores.softmax(dim=-1) @ v
+    seen = mask.any(dim=-1, keepdim=True)  # per query row: does it see any key?
+    scores = scores.masked_fill(~mask & seen, float("-inf"))
+    return (scores.softmax(dim=-1) @ v) * seen
 
 
 def dtype_of(name: str) -> torch.dtype:

@@ -32,11 +32,11 @@ KEY_FIELDS = (
 # The workload axes (GUIDE.md) and their values in the dense case: a record carries them only when set, and a
 # record without one (written before they existed, or of a dense case) has the default.
 WORKLOAD_DEFAULTS: dict[str, Any] = {
-    "documents": None, "doc_lengths": None, "doc_lens": None, "kv_lengths": None, "kv_lens": None,
+    "documents": None, "doc_lengths": None, "doc_lens": None, "doc_kv_lens": None, "kv_lengths": None, "kv_lens": None,
     "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
 }
 # The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
-DRAWN_FIELDS = ("doc_lens", "kv_lens")
+DRAWN_FIELDS = ("doc_lens", "doc_kv_lens", "kv_lens")
 
 
 @dataclass
@@ -63,6 +63,7 @@ class Record:
     documents: int | None = None
     doc_lengths: str | None = None
     doc_lens: list[int] | None = None
+    doc_kv_lens: list[int] | None = None
     kv_lengths: str | None = None
     kv_lens: list[int] | None = None
     page_size: int | None = None

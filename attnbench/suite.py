@@ -87,30 +87,17 @@ class Suite:
             heads, kv = tp_share(where, heads, kv, tp)
             kv_seq = seq if kv_seq is None else kv_seq
             docs = document_fields(where, documents, doc_lengths, seq, kv_seq)
-            if kv_lengths == "random" and kv_seq <= seq:
-                raise SuiteError(
-                    f"{where}.kv_lengths: random needs kv_seq_len > seq_len (each request's cache holds its own "
-                    f"{seq} queries and up to kv_seq_len keys; got kv_seq_len {kv_seq}); allowed: equal here"
-                )
+            lengths = kv_length_fields(where, kv_lengths, batch, seq, kv_seq, documents)
             if kv_shared and not (head_dim_v is not None and head_dim_v < head_dim):
                 raise SuiteError(
                     f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
                     f"(got head_dim {head_dim}, head_dim_v {head_dim_v}); allowed: e.g. head_dim 576, head_dim_v 512"
                 )
             case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
-                        kv_lengths="random" if kv_lengths == "random" else None, page_size=page_size,
-                        softcap=None if softcap is None else float(softcap), alibi=alibi,
-                        head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v, kv_shared=kv_shared,
-                        tp=None if tp == 1 else tp)
-            empty = workload.empty_query(case) if kv_seq < seq else None
-            if empty is not None:
-                mask = "causal" if causal else "no causal mask"
-                mask += f", window {window}" if window is not None else ""
-                raise SuiteError(
-                    f"{where}.kv_seq_len: query {empty[1]} of {seq} sees no key ({kv_seq} keys, {mask}; queries "
-                    f"are the last seq_len positions, so query {empty[1]} sits at key position "
-                    f"{empty[1] + kv_seq - seq}); allowed: a kv_seq_len or window that gives every query a key"
-                )
+                        **lengths, page_size=page_size, softcap=None if softcap is None else float(softcap),
+                        alibi=alibi, head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
+                        kv_shared=kv_shared, tp=None if tp == 1 else tp)
+            refuse_nothing_visible(where, case)
             cases.append(case)
         return cases
 
@@ -128,23 +115,75 @@ def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
     return heads // tp, max(1, kv_heads // tp)
 
 
+def refuse_nothing_visible(where: str, case: Case) -> None:
+    """A query that sees no key outputs zeros (GUIDE.md), as the libraries run it; a case where no query sees any key
+    has nothing to measure and is refused. Only explicit lengths or fewer keys than queries can leave one empty."""
+    explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
+    if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:
+        return
+    axis = "kv_lengths" if case.kv_lengths == "explicit" else "documents" if case.documents is not None else "kv_seq_len"
+    lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
+    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
+                     f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
+                     f"query a key")
+
+
 def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
-    """Case's document fields for one combination, refusing what cannot be packed."""
+    """Case's document fields for one combination, refusing what cannot be packed.
+
+    A count splits seq_len into documents (equal or random) and any cached prefix (kv_seq_len - seq_len) into equal
+    shares, one per document, added to its keys. An explicit list gives each document's length, or its
+    [queries, keys] pair; the queries must sum to seq_len and the keys to kv_seq_len.
+    """
     if documents is None:
         return {}
-    if kv_seq != seq:
-        raise SuiteError(f"{where}.documents: packed documents need kv_seq_len == seq_len (a document is its own "
-                         f"sequence); got seq_len {seq}, kv_seq_len {kv_seq}")
     if isinstance(documents, list):
         if doc_lengths == "random":
             raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} gives them; "
                              f"allowed: equal with explicit lengths")
-        if sum(documents) != seq:
-            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(documents)}, not seq_len {seq}")
-        return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(documents)}
+        queries = [d[0] if isinstance(d, list) else d for d in documents]
+        keys = [d[1] if isinstance(d, list) else d for d in documents]
+        if sum(queries) != seq:
+            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} queries, not seq_len {seq}")
+        if sum(keys) != kv_seq:
+            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not kv_seq_len "
+                             f"{kv_seq}; allowed: [queries, keys] pairs whose keys sum to kv_seq_len")
+        return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(queries),
+                "doc_kv_lens": None if keys == queries else tuple(keys)}
+    if kv_seq < seq:
+        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: a count "
+                         f"shares out a cached prefix (kv_seq_len - seq_len keys); allowed: kv_seq_len >= seq_len, or "
+                         f"explicit [queries, keys] pairs")
     if documents > seq:
         raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len {seq} (each needs a token)")
     return {"documents": documents, "doc_lengths": doc_lengths}
+
+
+def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: int,
+                     documents: Documents) -> dict[str, Any]:
+    """Case's cache-length fields: none for equal, seeded for random (in seq_len..kv_seq_len), or one explicit
+    length per request (0..kv_seq_len: a request's queries are the last of its keys, so those before its first
+    key see none)."""
+    if kv_lengths == "equal":
+        return {}
+    if documents is not None:
+        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are given in "
+                         f"documents ([queries, keys] pairs); allowed: equal with documents")
+    if kv_lengths == "random":
+        if kv_seq <= seq:
+            raise SuiteError(
+                f"{where}.kv_lengths: random needs kv_seq_len > seq_len (each request's cache holds its own "
+                f"{seq} queries and up to kv_seq_len keys; got kv_seq_len {kv_seq}); allowed: equal here, or "
+                f"explicit lengths such as [[4, 16, 24]]"
+            )
+        return {"kv_lengths": "random"}
+    if len(kv_lengths) != batch:
+        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch {batch}; "
+                         f"allowed: one length per request")
+    if max(kv_lengths) > kv_seq:
+        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len {kv_seq}; allowed: 0 to "
+                         f"kv_seq_len")
+    return {"kv_lengths": "explicit", "kv_lens": tuple(kv_lengths)}
 
 
 STARTER = Path(__file__).parent / "templates" / "starter.yaml"

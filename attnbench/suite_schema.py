@@ -15,9 +15,13 @@ MAX_BATCH = 1 << 16
 Dtype = Literal["float32", "float16", "bfloat16"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
 KvHeads = Union[Literal["heads"], int]
-# `documents`: a count, or a list of explicit lengths; null for one dense sequence per row.
-Documents = Union[int, list[int], None]
+# `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
+# a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
+# one dense sequence per row.
+Documents = Union[int, list[Union[int, list[int]]], None]
 Spread = Literal["equal", "random"]
+# `kv_lengths`: equal (every request has kv_seq_len keys), random (seeded), or an explicit list, one per request.
+KvLengths = Union[Spread, list[int]]
 
 
 def _as_list(value: Any) -> Any:
@@ -45,7 +49,7 @@ class Axes(_Strict):
     # Workload axes (GUIDE.md "Workload axes"); the defaults are the dense case.
     documents: list[Documents] = Field(default=[None], min_length=1)
     doc_lengths: list[Spread] = Field(default=["equal"], min_length=1)
-    kv_lengths: list[Spread] = Field(default=["equal"], min_length=1)
+    kv_lengths: list[KvLengths] = Field(default=["equal"], min_length=1)
     page_size: list[int | None] = Field(default=[None], min_length=1)
     softcap: list[float | None] = Field(default=[None], min_length=1)
     alibi: list[bool] = Field(default=[False], min_length=1)
@@ -69,9 +73,31 @@ class Axes(_Strict):
             if isinstance(entry, list):
                 if not entry:
                     raise ValueError("an explicit list of document lengths is empty")
-                _bounded(entry, 1, MAX_SEQ)
+                for item in entry:
+                    if isinstance(item, list) and len(item) != 2:
+                        raise ValueError(f"{item} is not a document; allowed: a length, or a [queries, keys] pair")
+                    _bounded(item if isinstance(item, list) else [item], 0, MAX_SEQ)
             elif entry is not None:
                 _bounded([entry], 1, MAX_SEQ)
+        return value
+
+    @field_validator("kv_lengths", mode="before")
+    @classmethod
+    def _explicit_inside(cls, value: Any) -> Any:
+        """`kv_lengths: [4, 16, 24]` is three values of the axis, none of them allowed: say where the list goes."""
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
+                             f"random, or [[one length per request]]")
+        return value
+
+    @field_validator("kv_lengths")
+    @classmethod
+    def _kv_lengths(cls, value: list[KvLengths] | None) -> list[KvLengths] | None:
+        for entry in value or []:
+            if isinstance(entry, list):
+                if not entry:
+                    raise ValueError("an explicit list of cache lengths is empty; allowed: one length per request")
+                _bounded(entry, 0, MAX_SEQ)
         return value
 
     @field_validator("page_size")
@@ -146,7 +172,7 @@ class CpuAxes(Axes):
     mode: list[Mode] | None = Field(default=None, min_length=1)
     documents: list[Documents] | None = Field(default=None, min_length=1)
     doc_lengths: list[Spread] | None = Field(default=None, min_length=1)
-    kv_lengths: list[Spread] | None = Field(default=None, min_length=1)
+    kv_lengths: list[KvLengths] | None = Field(default=None, min_length=1)
     page_size: list[int | None] | None = Field(default=None, min_length=1)
     softcap: list[float | None] | None = Field(default=None, min_length=1)
     alibi: list[bool] | None = Field(default=None, min_length=1)
@@ -206,8 +232,9 @@ class SuiteModel(_Strict):
     # libraries' own switches; a backend that cannot honour it is skipped by name. `run --deterministic` sets it too.
     deterministic: bool = False
     sweep: Block
-    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (packed
-    # documents need kv_seq_len == seq_len, ragged cache lengths need more keys than queries) go in separate blocks.
+    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (documents and
+    # ragged cache lengths exclude each other, random cache lengths need more keys than queries, explicit lengths
+    # add up to their own block's lengths) go in separate blocks.
     also: list[Block] | None = Field(default=None, min_length=1)
     cpu: CpuBlock | None = None
 

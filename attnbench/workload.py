@@ -1,8 +1,10 @@
 """The shared structures of a workload beyond the dense case (GUIDE.md "Workload axes"), made once per case.
 
-Documents (`doc_lens`, `cu_seqlens`), ragged cache lengths (`kv_lens`), the page pool and its shuffled page
-table, ALiBi slopes, and the per-row visibility mask and score bias. The reference, naive and every adapter
-take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
+Documents (`doc_lens` and their keys `doc_key_lens`, `cu_seqlens` / `cu_seqlens_k`), ragged cache lengths
+(`kv_lens`), each query's position among its keys, the page pool and its shuffled page table, ALiBi slopes, and the
+per-row visibility mask and score bias. A query that sees no key (a document without keys, a cache shorter than its
+queries) is a row of the mask with nothing in it; the reference outputs zeros there (attnbench.inputs). The
+reference, naive and every adapter take them from here, so no backend rebuilds them its own way. Everything random is drawn from the case's
 layout seed (its batch and lengths: the same with or without pages or score modifiers), each structure from its
 own stream.
 """
@@ -28,22 +30,49 @@ JUNK = 30.0
 # Spare pages in the pool beyond what the batch needs: a quarter more (at least one), as an allocator leaves.
 SPARE_SHARE = 4
 # ---- documents --------------------------------------------------------------------------------------
-def cu_seqlens(case: Case) -> tuple[int, ...]:
-    """Every batch row's documents concatenated, as varlen kernels take them: 0, then each document's end."""
+# Document d of a row has doc_lens[d] queries and doc_key_lens(case)[d] keys (its queries, or with a cached prefix
+# more): a row's queries are its documents' queries in order, its keys their keys in order, and a document's
+# queries are the last of its keys (bottom-right per document, as FlashAttention's varlen aligns each sequence).
+# A document may be empty (0 queries and 0 keys) or have queries and no keys (its queries see nothing).
+def doc_key_lens(case: Case) -> tuple[int, ...]:
+    """Each document's key count: its query count, or with a cached prefix (kv_seq_len != seq_len) doc_kv_lens."""
     assert case.doc_lens is not None
+    return case.doc_kv_lens if case.doc_kv_lens is not None else case.doc_lens
+
+
+def _concatenated(lens: tuple[int, ...], rows: int) -> tuple[int, ...]:
     ends = [0]
-    for _ in range(case.batch):
-        for length in case.doc_lens:
+    for _ in range(rows):
+        for length in lens:
             ends.append(ends[-1] + length)
     return tuple(ends)
 
 
+def cu_seqlens(case: Case) -> tuple[int, ...]:
+    """Every batch row's documents' queries concatenated, as varlen kernels take them: 0, then each one's end."""
+    assert case.doc_lens is not None
+    return _concatenated(case.doc_lens, case.batch)
+
+
+def cu_seqlens_k(case: Case) -> tuple[int, ...]:
+    """The same for the documents' keys (cu_seqlens itself when the documents carry no cached prefix)."""
+    return _concatenated(doc_key_lens(case), case.batch)
+
+
 def doc_ids(case: Case) -> np.ndarray:
-    """The document of each of a row's seq_len positions (every row packs the same doc_lens)."""
+    """The document of each of a row's seq_len queries (every row packs the same doc_lens)."""
     import numpy as np
 
     assert case.doc_lens is not None
     return np.repeat(np.arange(len(case.doc_lens)), case.doc_lens)
+
+
+def key_doc_ids(case: Case) -> np.ndarray:
+    """The document of each of a row's kv_seq_len keys."""
+    import numpy as np
+
+    lens = doc_key_lens(case)
+    return np.repeat(np.arange(len(lens)), lens)
 
 
 # ---- ragged cache lengths ---------------------------------------------------------------------------
@@ -184,20 +213,36 @@ def key_range(case: Case, query: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=64)
-def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """The inclusive key range [lo, hi] each query may see, as (R, Sq) int64 arrays: R = 1 when every batch row
-    has the same mask, R = batch with ragged cache lengths. Empty where lo > hi."""
+def query_positions(case: Case) -> np.ndarray:
+    """Each query's position among the keys it may see, as an (R, Sq) int64 array (R as in key_ranges): i + off_b
+    for request b's queries (the last of its keys), i + (end of its document's keys - end of its queries) for a
+    document's. The mask's causal and window bounds and ALiBi's distance are measured from it."""
     import numpy as np
 
-    lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
-    pos = np.arange(case.seq_len, dtype=np.int64)[None, :] + (lens - case.seq_len)
-    lo = np.zeros_like(pos)
-    hi = np.broadcast_to(lens - 1, pos.shape).copy()
-    if case.doc_lens is not None:  # Sq == Sk: a query's keys lie in its own document
-        ends = np.cumsum(case.doc_lens)
-        starts = ends - np.array(case.doc_lens)
+    if case.doc_lens is not None:
+        shift = np.cumsum(doc_key_lens(case)) - np.cumsum(case.doc_lens)
+        pos = (np.arange(case.seq_len, dtype=np.int64) + shift[doc_ids(case)])[None, :]
+    else:
+        lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
+        pos = np.arange(case.seq_len, dtype=np.int64)[None, :] + (lens - case.seq_len)
+    pos.flags.writeable = False  # cached: shared by every caller
+    return pos
+
+
+@functools.lru_cache(maxsize=64)
+def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The inclusive key range [lo, hi] each query may see, as (R, Sq) int64 arrays: R = 1 when every batch row
+    has the same mask, R = batch with ragged cache lengths. Empty where lo > hi (a query that sees no key)."""
+    import numpy as np
+
+    pos = query_positions(case)
+    if case.doc_lens is not None:  # a query's keys are its own document's
+        ends = np.cumsum(doc_key_lens(case))
         ids = doc_ids(case)
-        lo, hi = np.maximum(lo, starts[ids][None, :]), np.minimum(hi, ends[ids][None, :] - 1)
+        lo, hi = (ends - np.array(doc_key_lens(case)))[ids][None, :], (ends - 1)[ids][None, :]
+    else:
+        lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
+        lo, hi = np.zeros_like(pos), np.broadcast_to(lens - 1, pos.shape).copy()
     if case.causal:
         hi = np.minimum(hi, pos)
         if case.window is not None:
@@ -213,13 +258,27 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
     row `row` may see key k_idx. The case's causal and window mask; with documents, within the query's own
     document (counted from its start); with ragged cache lengths, request `row`'s own keys, its queries the last
     of them. The one definition the reference's mask (visibility), flex's mask_mod and sliding-window's plan
-    take, read from GUIDE.md directly (not from key_ranges, so that each checks the other)."""
+    take, read from GUIDE.md directly (not from key_ranges, so that each checks the other). A document is its own
+    sequence: positions count from its first query and its first key, its queries the last of its keys."""
+    import numpy as np
     import torch
 
     causal, window = case.causal, case.window
-    if case.doc_lens is not None:
+    if case.doc_lens is not None and case.doc_kv_lens is None:  # a document's keys are its queries: q - k in place
         doc = torch.as_tensor(doc_ids(case), device=device)
         return lambda row, q, k: allowed(q, k, 0, causal, window) & (doc[q] == doc[k])
+    if case.doc_lens is not None:
+        q_lens, k_lens = np.array(case.doc_lens), np.array(doc_key_lens(case))
+        as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+        q_doc, k_doc = as_tensor(doc_ids(case)), as_tensor(key_doc_ids(case))
+        q_first, k_first = as_tensor(np.cumsum(q_lens) - q_lens), as_tensor(np.cumsum(k_lens) - k_lens)
+        off = as_tensor(k_lens - q_lens)
+
+        def in_document(row: Any, q: Any, k: Any) -> Any:
+            d = q_doc[q]
+            return allowed(q - q_first[d], k - k_first[k_doc[k]], off[d], causal, window) & (d == k_doc[k])
+
+        return in_document
     lens, seq = torch.tensor(request_kv_lens(case), device=device), case.seq_len
     return lambda row, q, k: allowed(q, k, lens[row] - seq, causal, window) & (k < lens[row])
 
@@ -239,17 +298,17 @@ def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None)
 
 def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
                dtype: Any = None) -> torch.Tensor | None:
-    """ALiBi's (R, H, rows, Sk) score bias -slope_h·|i + off_b - j| (positions inside a document count from its
-    start, which leaves i - j unchanged); None without alibi."""
+    """ALiBi's (R, H, rows, Sk) score bias -slope_h·|i + off - j|, the query's position (query_positions: off is
+    its request's, or inside a document counted from the document's start) less the key's; None without alibi."""
     import torch
 
     if not case.alibi:
         return None
-    q = (torch.arange(case.seq_len, device=device) if rows is None else rows.to(device))[None, None, :, None]
+    pos = torch.tensor(query_positions(case), device=device)
+    pos = (pos if rows is None else pos[:, rows.to(device)])[:, None, :, None]
     k = torch.arange(case.kv_seq_len, device=device)[None, None, None, :]
-    off = torch.tensor(row_kv_lens(case), device=device)[:, None, None, None] - case.seq_len
     slopes = torch.tensor(case_slopes(case), dtype=torch.float64, device=device)[None, :, None, None]
-    return (-slopes * (q + off - k).abs()).to(dtype or torch.float64)
+    return (-slopes * (pos - k).abs()).to(dtype or torch.float64)
 
 
 def mask(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
@@ -281,15 +340,3 @@ def visible_pairs(case: Case) -> int:
 def has_mask(case: Case) -> bool:
     """Whether any (query, key) pair is masked out."""
     return visible_total(case) < case.batch * case.seq_len * case.kv_seq_len
-
-
-def empty_query(case: Case) -> tuple[int, int] | None:
-    """(batch row, query) of the first query that would see no key; None when every query sees one."""
-    import numpy as np
-
-    lo, hi = key_ranges(case)
-    empty = np.argwhere(hi < lo)
-    if not len(empty):
-        return None
-    row, query = (int(v) for v in empty[0])
-    return row, query

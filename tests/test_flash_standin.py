@@ -9,6 +9,10 @@ softcap > 0 makes the scaled score softcap·tanh(s/softcap); alibi_slopes (fp32,
 cu_seqlens_k[i]:cu_seqlens_k[i+1] (keys) of packed (tokens, heads, head_dim) as its own batch of one;
 flash_attn_with_kvcache reads request b's first cache_seqlens[b] keys from the pages block_table[b] (FA2) or
 page_table[b] (FA3) of a (pages, page_size, heads, head_dim) cache, its Sq queries the last of them.
+FA3's and FA4's `qv` (absorbed MLA): the scores become (q·k + qv·v)·softmax_scale, its default
+(headdim + headdim_v)^-1/2 (hopper/test_util.py attention_ref); FA3 refuses it unless headdim <= 64 and
+headdim_v >= 256 (flash_api.cpp: RuntimeError "q_v is only supported for ..."), FA4 asserts headdim 64, headdim_v 512
+and no local window (interface.py, the head sizes without a message); FA2 has no qv.
 """
 
 from __future__ import annotations
@@ -37,11 +41,25 @@ from tests.conftest import (
 )
 
 
-def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: list[int] | None = None):
+def check_qv(rule: str | None, d: int, dv: int, window_size: tuple) -> None:  # type: ignore[type-arg]
+    """The library's own refusals of a qv call: FA3's RuntimeErrors, FA4's asserts; FA2 has no such parameter."""
+    if rule is None:
+        raise TypeError("flash_attn_func() got an unexpected keyword argument 'qv'")  # our bug, never a refusal
+    if rule == "fa3" and d > 64:
+        raise RuntimeError("q_v is only supported for head_size <= 64")
+    if rule == "fa3" and dv < 256:
+        raise RuntimeError("q_v is only supported for hdim_v >= 256.")
+    if rule == "fa4":
+        assert dv == 512 and d == 64  # interface.py asserts these without a message
+        assert window_size == (None, None), "local not yet supported with qv"
+
+
+def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: list[int] | None = None,
+                            qv_rule: str | None = None):
     """A flash_attn_func with the library's documented semantics, computed with explicit masks on CPU."""
 
     def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, **kw):
+                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, qv=None, **kw):
         if calls is not None:
             calls.append(1)
         if q.dtype not in (torch.float16, torch.bfloat16):
@@ -50,6 +68,10 @@ def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: l
         sk, kv_heads = k.shape[1], k.shape[2]
         if heads % kv_heads:
             raise RuntimeError("Number of heads in key/value must divide number of heads in query")
+        if qv is not None:
+            check_qv(qv_rule, d, v.shape[-1], tuple(window_size))
+            if qv.shape != (*q.shape[:-1], v.shape[-1]):
+                raise RuntimeError("qv must have shape (batch_size, seqlen, nheads, headdim_v)")
         left, right = window_size
         if causal:
             right = 0
@@ -61,11 +83,13 @@ def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: l
             keep &= j >= i - left
         if not unbounded(right):
             keep &= j <= i + right
-        scale = d ** -0.5 if softmax_scale is None else softmax_scale
+        scale = (d + (0 if qv is None else qv.shape[-1])) ** -0.5 if softmax_scale is None else softmax_scale
         qh = q.float().permute(0, 2, 1, 3)  # (B, H, Sq, D)
         kh = k.float().repeat_interleave(heads // kv_heads, dim=2).permute(0, 2, 1, 3)
         vh = v.float().repeat_interleave(heads // kv_heads, dim=2).permute(0, 2, 1, 3)
         scores = qh @ kh.transpose(-1, -2) * scale
+        if qv is not None:  # absorbed MLA: the latent query against V, which is K's latent part
+            scores = scores + qv.float().permute(0, 2, 1, 3) @ vh.transpose(-1, -2) * scale
         if softcap > 0:
             scores = softcap * torch.tanh(scores / softcap)
         if alibi_slopes is not None:
@@ -87,12 +111,13 @@ def need_int32(*tensors) -> None:  # type: ignore[no-untyped-def]
             raise TypeError(f"cu_seqlens / tables must be int32, got {t.dtype}")  # our bug, not a refusal
 
 
-def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[str] | None = None):  # type: ignore[no-untyped-def]
+def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[str] | None = None,  # type: ignore[no-untyped-def]
+                        qv_rule: str | None = None):
     """flash_attn_varlen_func: each packed sequence through the dense stand-in as a batch of one."""
-    dense = standin_flash_attn_func(none_is_unbounded, False)
+    dense = standin_flash_attn_func(none_is_unbounded, False, qv_rule=qv_rule)
 
     def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                               seqused_k=None, page_table=None, **kw):  # type: ignore[no-untyped-def]
+                               seqused_k=None, page_table=None, qv=None, **kw):  # type: ignore[no-untyped-def]
         if calls is not None:
             calls.append("varlen")
         if page_table is not None:  # FA4: dense (B, Sq, H, D) queries over a (pages, page_size, H, D) pool
@@ -103,8 +128,9 @@ def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[
             for b in range(q.shape[0]):
                 n = int(seqused_k[b])
                 pages = page_table[b, : -(-n // page)].tolist()
-                kb, vb = (torch.cat([t[p] for p in pages])[:n] for t in (k, v))
-                outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
+                kb, vb = (torch.cat([t[p] for p in pages] or [t[0, :0]])[:n] for t in (k, v))  # n = 0: no key
+                latent = {} if qv is None else {"qv": qv[b:b + 1]}
+                outs.append(dense(q[b:b + 1], kb[None], vb[None], **latent, **kw))
             out = torch.cat(outs)
             return (out, None) if returns_lse else out
         need_int32(cu_seqlens_q, cu_seqlens_k)
@@ -113,18 +139,21 @@ def standin_varlen_func(none_is_unbounded: bool, returns_lse: bool, calls: list[
         for i in range(len(cq) - 1):
             if cq[i + 1] - cq[i] > max_seqlen_q or ck[i + 1] - ck[i] > max_seqlen_k:
                 raise AssertionError("a sequence longer than max_seqlen: the kernel would skip its rows")
-            outs.append(dense(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]], **kw)[0])
+            latent = {} if qv is None else {"qv": qv[None, cq[i]:cq[i + 1]]}
+            outs.append(dense(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]], **latent,
+                              **kw)[0])
         out = torch.cat(outs)
         return (out, None) if returns_lse else out
 
     return flash_attn_varlen_func
 
 
-def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str] | None = None):  # type: ignore[no-untyped-def]
+def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str] | None = None,  # type: ignore[no-untyped-def]
+                         qv_rule: str | None = None):
     """flash_attn_with_kvcache over a paged cache: request b's keys gathered from its pages, then the dense stand-in."""
-    dense = standin_flash_attn_func(False, False)
+    dense = standin_flash_attn_func(False, False, qv_rule=qv_rule)
 
-    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, **kw):  # type: ignore[no-untyped-def]
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, qv=None, **kw):  # type: ignore[no-untyped-def]
         if calls is not None:
             calls.append("kvcache")
         table = kw.pop(table_keyword)
@@ -136,9 +165,10 @@ def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str
         for b in range(q.shape[0]):
             n = int(cache_seqlens[b])
             pages = table[b, : -(-n // page)].tolist()
-            kb = torch.cat([k_cache[p] for p in pages])[:n]
-            vb = torch.cat([v_cache[p] for p in pages])[:n]
-            outs.append(dense(q[b:b + 1], kb[None], vb[None], **kw))
+            kb = torch.cat([k_cache[p] for p in pages] or [k_cache[0, :0]])[:n]  # a cache of 0 keys: none
+            vb = torch.cat([v_cache[p] for p in pages] or [v_cache[0, :0]])[:n]
+            latent = {} if qv is None else {"qv": qv[b:b + 1]}
+            outs.append(dense(q[b:b + 1], kb[None], vb[None], **latent, **kw))
         return torch.cat(outs)
 
     return flash_attn_with_kvcache
@@ -153,12 +183,12 @@ def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     fa2.flash_attn_varlen_func = standin_varlen_func(False, False, calls["fa2"])
     fa2.flash_attn_with_kvcache = standin_kvcache_func("block_table", 256, calls["fa2"])
     fa3 = types.ModuleType("flash_attn_interface")
-    fa3.flash_attn_func = standin_flash_attn_func(False, False, calls["fa3"])
-    fa3.flash_attn_varlen_func = standin_varlen_func(False, False, calls["fa3"])
-    fa3.flash_attn_with_kvcache = standin_kvcache_func("page_table", 1, calls["fa3"])
+    fa3.flash_attn_func = standin_flash_attn_func(False, False, calls["fa3"], qv_rule="fa3")
+    fa3.flash_attn_varlen_func = standin_varlen_func(False, False, calls["fa3"], qv_rule="fa3")
+    fa3.flash_attn_with_kvcache = standin_kvcache_func("page_table", 1, calls["fa3"], qv_rule="fa3")
     fa4 = types.ModuleType("flash_attn.cute")
-    fa4.flash_attn_func = standin_flash_attn_func(True, True, calls["fa4"])
-    fa4.flash_attn_varlen_func = standin_varlen_func(True, True, calls["fa4"])
+    fa4.flash_attn_func = standin_flash_attn_func(True, True, calls["fa4"], qv_rule="fa4")
+    fa4.flash_attn_varlen_func = standin_varlen_func(True, True, calls["fa4"], qv_rule="fa4")
     fa2.cute = fa4
     monkeypatch.setitem(sys.modules, "flash_attn", fa2)
     monkeypatch.setitem(sys.modules, "flash_attn_interface", fa3)
@@ -395,6 +425,17 @@ AXIS_CASES = {
                                                  page_size=256, window=100, softcap=5.0, heads=2, kv_heads=2),
     "paged-16": axis_case(batch=3, seq_len=4, kv_seq_len=70, kv_lengths="random", page_size=16, heads=4,
                           kv_heads=2),
+    # what FlashAttention's varlen and KV-cache tests run: zero-length sequences, cu_seqlens_k != cu_seqlens_q
+    # (documents over a cached prefix, some with fewer keys than queries), caches shorter than the queries
+    "zero-length-documents": axis_case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18), mode="fwd_bwd"),
+    "documents-prefix": axis_case(kv_seq_len=80, documents=3, heads=4, kv_heads=2, mode="fwd_bwd"),
+    "documents-prefix-pairs": axis_case(kv_seq_len=50, documents=4, doc_lengths="explicit", doc_lens=(20, 0, 16, 12),
+                                        doc_kv_lens=(24, 6, 8, 12), window=5),
+    "short-caches": axis_case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24),
+                              mode="fwd_bwd"),
+    "short-caches-paged": axis_case(batch=3, seq_len=8, kv_seq_len=600, kv_lengths="explicit", kv_lens=(5, 0, 513),
+                                    page_size=256),
+    "fewer-keys-than-queries": axis_case(kv_seq_len=20, causal=True, heads=4, kv_heads=1),
 }
 # The axes each library maps, and the words of its reason for each it does not (anything else must be ok).
 AXIS_SKIPS = {
@@ -494,6 +535,8 @@ FLASH_AXIS_SABOTAGES = {
                                      AXIS_CASES["documents"]),
     "cu-seqlens-k-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
                                   AXIS_CASES["ragged-kv"]),
+    "document-keys-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
+                                   AXIS_CASES["documents-prefix-pairs"]),
     "block-table-not-shuffled": (lambda mp: mp.setattr(packing, "block_table",
                                                        _wrong("packing", "block_table:table-rows-swapped")),
                                  AXIS_CASES["paged-256"]),
@@ -528,3 +571,99 @@ def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
 def test_documents_in_a_paged_cache_are_skipped_by_name(adapter) -> None:
     c = axis_case(documents=3, seq_len=512, page_size=256)
     assert "documents inside a paged cache would need a document mask" in adapter().unsupported(c)
+
+
+# ---- absorbed MLA (kv_shared) through FA3's and FA4's qv form --------------------------------------------------
+def mla_case(latent: int, **overrides) -> Case:  # type: ignore[no-untyped-def]
+    """V is K's first `latent` channels, the last 64 its rope part (DeepSeek's 576/512 with latent 512)."""
+    fields = dict(dtype="bfloat16", heads=4, kv_heads=1, head_dim=latent + 64, head_dim_v=latent, kv_shared=True,
+                  causal=True)
+    fields.update(overrides)
+    return axis_case(**fields)
+
+
+QV_CASES = {
+    "prefill": dict(seq_len=16),
+    "decode-ragged-paged": dict(batch=3, seq_len=1, kv_seq_len=60, kv_lengths="random", page_size=16),
+    "decode-short-caches-paged": dict(batch=3, seq_len=2, kv_seq_len=40, kv_lengths="explicit", kv_lens=(1, 0, 33),
+                                      page_size=16),
+    "documents": dict(seq_len=24, documents=3, causal=False),
+    "ragged-prefill-with-cache": dict(batch=2, seq_len=4, kv_seq_len=30, kv_lengths="random"),
+}
+QV_LATENT = {FlashAttn3: 256, FlashAttn4: 512}  # FA3: head_dim_v >= 256; FA4: exactly 512
+
+
+@pytest.mark.parametrize("adapter", [FlashAttn3, FlashAttn4], ids=lambda a: a.name)
+@pytest.mark.parametrize("name", list(QV_CASES))
+def test_kv_shared_runs_through_the_qv_form(standins, adapter, name: str) -> None:
+    c = mla_case(QV_LATENT[adapter], **QV_CASES[name])
+    record = measure_one(c, adapter())
+    assert record.status == "ok", record.reason
+    assert f"qv: rope 64, latent {QV_LATENT[adapter]}" in record.kernel
+
+
+def test_kv_shared_reasons() -> None:
+    fa3, fa4 = FlashAttn3(), FlashAttn4()
+    assert "forward only" in fa3.unsupported(mla_case(256, seq_len=8, mode="fwd_bwd"))
+    assert fa4.unsupported(mla_case(256, seq_len=8)) == (
+        "FlashAttention 4's qv form takes a 64-channel rope part and head_dim_v 512 (got 64/256)")
+    assert "no local window" in fa4.unsupported(mla_case(512, seq_len=8, window=4))
+    assert "no soft-capping" in fa4.unsupported(mla_case(512, seq_len=8, softcap=5.0))
+    assert fa3.unsupported(mla_case(512, seq_len=8)) is None  # 576/512: FA3 decides on its GPU
+    assert FlashAttn2().unsupported(mla_case(512, seq_len=8)) == (
+        "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)")
+
+
+def test_fa3_refuses_a_rope_part_over_64_in_its_own_words(standins) -> None:
+    record = measure_one(mla_case(256, seq_len=8, head_dim=256 + 96), FlashAttn3())
+    assert record.status == "skipped"
+    assert record.reason == "flash-attn-3 refused: q_v is only supported for head_size <= 64"
+
+
+def _qv_sabotage(kind: str):  # type: ignore[no-untyped-def]
+    real = flash.qv_split
+
+    def wrong(c, q, k):  # type: ignore[no-untyped-def]
+        q_rope, k_rope, latent = real(c, q, k)
+        rope = c.head_dim - c.v_dim
+        if kind == "rope-first":  # the rope part read from the first channels instead of the last
+            return q[..., :rope], k[..., :rope], q[..., rope:]
+        if kind == "latent-of-the-keys":  # the query's latent channels against K's own, V not the latent cache
+            return q_rope, k_rope, latent.flip(-1)
+        raise AssertionError(kind)
+
+    return wrong
+
+
+QV_SABOTAGES = {
+    "rope-channels-first": (lambda mp: mp.setattr(flash, "qv_split", _qv_sabotage("rope-first")),
+                            mla_case(256, seq_len=16)),
+    "latent-channels-reversed": (lambda mp: mp.setattr(flash, "qv_split", _qv_sabotage("latent-of-the-keys")),
+                                 mla_case(256, batch=3, seq_len=1, kv_seq_len=60, kv_lengths="random", page_size=16)),
+    "qv-dropped": (lambda mp: mp.setattr(flash, "qv_argument", lambda latent: {}),
+                   mla_case(256, seq_len=24, documents=3)),
+    "scale-of-the-rope-part-only": (lambda mp: mp.setattr(FlashAttn3, "prepare", _scaled_by_rope(FlashAttn3.prepare)),
+                                    mla_case(256, seq_len=16)),
+}
+
+
+def _scaled_by_rope(prepare):  # type: ignore[no-untyped-def]
+    """softmax_scale = rope^-1/2 (the scale of q alone) instead of head_dim^-1/2."""
+    def wrong(self, c, q, k, v):  # type: ignore[no-untyped-def]
+        prepared = prepare(self, c, q, k, v)
+        call = prepared.call
+        rope = c.head_dim - c.v_dim
+
+        def rescaled(q, k, v, *qv):  # type: ignore[no-untyped-def]
+            factor = (c.head_dim / rope) ** 0.5  # scores scale with q: scale q and qv by the ratio of the scales
+            return call(q * factor, k, v, *(t * factor for t in qv))
+
+        prepared.call = rescaled
+        return prepared
+    return wrong
+
+
+@pytest.mark.parametrize("name", list(QV_SABOTAGES))
+def test_standin_catches_a_wrong_qv_mapping(standins, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = QV_SABOTAGES[name]
+    assert_sabotage_caught(c, FlashAttn3, sabotage, monkeypatch)

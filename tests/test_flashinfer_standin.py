@@ -10,6 +10,12 @@ plan's q_data_type must be run's query dtype; pos_encoding_mode="ALIBI" adds slo
 scaled logits with FlashInfer's own slopes (utils.get_alibi_slopes) and, with a soft-cap, scales again before the
 tanh (variants.cuh). Every page a request does not own, and the tail of its last page,
 holds attnbench.workload.JUNK, so reading one token too many or a wrong page is loud.
+mla.BatchMLAPagedAttentionWrapper (absorbed MLA; mla/_batch_mla/_wrapper.py, include/flashinfer/attention/mla.cuh):
+plan takes qo_indptr, the CSR page table kv_indptr/kv_indices, kv_len_arr (each request's length), num_heads,
+head_dim_ckv, head_dim_kpe, page_size, causal, sm_scale and the dtypes; run(q_nope (tokens, H, ckv), q_pe (tokens,
+H, kpe), ckv_cache (pages, page_size, ckv), kpe_cache (pages, page_size, kpe)) scores (q_nope·ckv + q_pe·kpe)·sm_scale
+over request b's first kv_len_arr[b] tokens of its pages, causal masks kv_idx + qo_len > kv_len + q_idx, a row with
+nothing left outputs zeros, and the output is P·ckv (tokens, H, ckv).
 """
 
 from __future__ import annotations
@@ -211,6 +217,47 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
                 outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"]))
             return torch.cat(outs)  # (B, H, D)
 
+    class BatchMLAPagedAttentionWrapper:
+        def __init__(self, float_workspace_buffer, use_cuda_graph=False, **kw):  # type: ignore[no-untyped-def]
+            self.args: dict | None = None
+
+        def plan(self, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, num_heads=None,
+                 head_dim_ckv=None, head_dim_kpe=None, page_size=None, causal=None, sm_scale=None, q_data_type=None,
+                 kv_data_type=None, use_profiler=False, **kw):  # type: ignore[no-untyped-def]
+            log.append(("mla.plan", phases.phase if phases else "?"))
+            need_int32(qo_indptr, kv_indptr, kv_indices, kv_len_arr)
+            self.args = dict(qo=qo_indptr.tolist(), indptr=kv_indptr.tolist(), indices=kv_indices.tolist(),
+                             lens=kv_len_arr.tolist(), heads=num_heads, widths=(head_dim_ckv, head_dim_kpe),
+                             page=page_size, causal=causal, scale=sm_scale, q_dtype=q_data_type)
+
+        def run(self, q_nope=None, q_pe=None, ckv_cache=None, kpe_cache=None, out=None, lse=None,
+                return_lse=False, **kw):  # type: ignore[no-untyped-def]
+            log.append(("mla.run", phases.phase if phases else "?"))
+            a = self.args
+            if a is None:
+                raise RuntimeError("plan() must be called before run()")
+            if q_nope.dtype != a["q_dtype"]:
+                raise ValueError(f"q_nope.dtype={q_nope.dtype} does not match the planned q_data_type")
+            if (q_nope.shape[-1], q_pe.shape[-1]) != a["widths"] or (ckv_cache.shape[-1], kpe_cache.shape[-1]) != a[
+                    "widths"]:
+                raise ValueError("split query last dimensions do not match planned widths.")
+            if ckv_cache.dim() != 3 or ckv_cache.shape[1] != a["page"] or q_nope.shape[1] != a["heads"]:
+                raise ValueError("ckv_cache must be (pages, page_size, head_dim_ckv) and q (tokens, num_heads, ...)")
+            outs = []
+            for b in range(len(a["qo"]) - 1):
+                qn, qp = (t[a["qo"][b]:a["qo"][b + 1]].float() for t in (q_nope, q_pe))
+                pages, n = a["indices"][a["indptr"][b]:a["indptr"][b + 1]], a["lens"][b]
+                ckv, kpe = (torch.cat([t[p] for p in pages])[:n].float() for t in (ckv_cache, kpe_cache))
+                s = (torch.einsum("qhd,kd->hqk", qn, ckv) + torch.einsum("qhd,kd->hqk", qp, kpe)) * a["scale"]
+                qo_len = qn.shape[0]
+                if a["causal"]:
+                    q_idx, kv_idx = torch.arange(qo_len)[:, None], torch.arange(n)[None, :]
+                    s = s.masked_fill(kv_idx + qo_len > n + q_idx, float("-inf"))
+                p_ = torch.nan_to_num(s.softmax(-1), nan=0.0)
+                outs.append(torch.einsum("hqk,kd->qhd", p_, ckv).to(q_nope.dtype))
+            return torch.cat(outs)
+
+    module.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=BatchMLAPagedAttentionWrapper)
     module.single_prefill_with_kv_cache = single_prefill_with_kv_cache
     module.BatchPrefillWithRaggedKVCacheWrapper = BatchPrefillWithRaggedKVCacheWrapper
     module.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
@@ -267,6 +314,12 @@ CASES = {
     "alibi-decode-full": (case(alibi=True, causal=False, batch=3, seq_len=1, kv_seq_len=64, kv_lengths="random",
                                page_size=8, heads=8, kv_heads=2), "decode"),
     "decode-page-of-one": (case(batch=2, seq_len=1, kv_seq_len=20, kv_lengths="random", page_size=1), "decode"),
+    # zero-length documents, documents over a cached prefix (qo_indptr != kv_indptr), caches shorter than the queries
+    "zero-length-documents": (case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18)), "ragged"),
+    "documents-prefix": (case(kv_seq_len=80, documents=3, heads=4, kv_heads=2), "ragged"),
+    "documents-prefix-pairs-window": (case(kv_seq_len=50, documents=4, doc_lengths="explicit",
+                                           doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 8, 12), window=5), "ragged"),
+    "short-caches": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)), "ragged"),
 }
 
 
@@ -439,6 +492,8 @@ def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
     (case(documents=3, batch=2, page_size=16), "documents inside a paged cache would need a document mask"),
     (case(causal=False, window=5, documents=3), "FlashInfer has no right window bound (window_left only)"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
+    (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, kv_lengths="explicit", kv_lens=(0, 9)),
+     "a request with an empty cache is not mapped"),
 ])
 def test_reasons(c, words: str) -> None:
     reason = FlashInferBackend().unsupported(c)
@@ -486,7 +541,8 @@ def test_calls_match_flashinfer_0_7_4(monkeypatch: pytest.MonkeyPatch) -> None:
         "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper.plan",
         "BatchPrefillWithPagedKVCacheWrapper.run", "BatchDecodeWithPagedKVCacheWrapper",
         "BatchDecodeWithPagedKVCacheWrapper.plan", "BatchDecodeWithPagedKVCacheWrapper._plan_impl",
-        "BatchDecodeWithPagedKVCacheWrapper.run"}
+        "BatchDecodeWithPagedKVCacheWrapper.run", "mla.BatchMLAPagedAttentionWrapper",
+        "mla.BatchMLAPagedAttentionWrapper.plan", "mla.BatchMLAPagedAttentionWrapper.run"}
     decode_plan = next(v for v in conformance.verdicts if v.function.endswith("Decode" "WithPagedKVCacheWrapper.plan"))
     assert any("goes to **kwargs" in note for note in decode_plan.notes)  # held against _plan_impl instead
 
@@ -548,3 +604,102 @@ def test_flashinfers_jit_cache_goes_under_the_runs_cache_dir(  # type: ignore[no
     compile_cache.use(None)
     default = tmp_path / "xdg" / "attnbench" / "flashinfer"
     assert compile_cache.os.environ["FLASHINFER_WORKSPACE_BASE"] == str(default.resolve())
+
+
+# ---- absorbed MLA (kv_shared) through mla.BatchMLAPagedAttentionWrapper ---------------------------------------------
+def mla(**overrides):  # type: ignore[no-untyped-def]
+    """DeepSeek's absorbed decode, CPU-sized: one latent KV head of 512 + 64 channels, V its first 512."""
+    fields = dict(heads=4, kv_heads=1, head_dim=576, head_dim_v=512, kv_shared=True, page_size=16)
+    fields.update(overrides)
+    return case(**fields)
+
+
+MLA_CASES = {
+    "decode-ragged": mla(batch=3, seq_len=1, kv_seq_len=60, kv_lengths="random"),
+    "decode-full-last-page": mla(batch=2, seq_len=1, kv_seq_len=32),
+    "prefill-with-cache-causal": mla(batch=2, seq_len=6, kv_seq_len=40, kv_lengths="random"),
+    "short-caches-causal": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(2, 17, 40)),
+    "prefill-full": mla(batch=2, seq_len=5, kv_seq_len=30, kv_lengths="random", causal=False, page_size=7),
+}
+
+
+@pytest.mark.parametrize("name", list(MLA_CASES))
+def test_kv_shared_runs_through_the_mla_wrapper(standin, name: str) -> None:
+    c = MLA_CASES[name]
+    assert route(c) == "mla"
+    record = measure_one(c, FlashInferBackend())
+    assert record.status == "ok", record.reason
+    assert {what for what, _ in standin} == {"mla.plan", "mla.run"}
+    assert "mla.BatchMLAPagedAttentionWrapper(causal=" in record.kernel and "ckv 512 + kpe 64" in record.kernel
+    assert record.extra["plan_ms"] >= 0
+
+
+@pytest.mark.parametrize("c, words", [
+    (mla(seq_len=1, batch=2, kv_seq_len=32, page_size=None), "reads a paged ckv/kpe cache"),
+    (mla(seq_len=1, batch=2, kv_seq_len=32, heads=4, kv_heads=2), "one latent KV head (kv_heads 2)"),
+    (mla(seq_len=4, batch=2, kv_seq_len=32, window=8), "no window, soft-cap or ALiBi"),
+    (mla(seq_len=1, batch=2, kv_seq_len=32, softcap=5.0), "no window, soft-cap or ALiBi"),
+    (mla(seq_len=1, batch=2, kv_seq_len=32, mode="fwd_bwd"), "forward-only"),
+])
+def test_mla_reasons(c, words: str) -> None:  # type: ignore[no-untyped-def]
+    reason = FlashInferBackend().unsupported(c)
+    assert reason is not None and words in reason
+
+
+def _mla_plan(kind: str):  # type: ignore[no-untyped-def]
+    real = fi_adapter.mla_plan_arguments
+
+    def wrong(c, device, q_dtype, kv_dtype):  # type: ignore[no-untyped-def]
+        args = real(c, device, q_dtype, kv_dtype)
+        if kind == "scale-of-the-latent":  # 1/sqrt(head_dim_ckv): the scale of q_nope alone
+            args["sm_scale"] = c.v_dim ** -0.5
+        elif kind == "lengths-one-short":
+            args["kv_len_arr"] = args["kv_len_arr"] - 1
+        elif kind == "causal-dropped":
+            args["causal"] = False
+        return args
+    return wrong
+
+
+def _mla_split(c, q, k):  # type: ignore[no-untyped-def]
+    """q_pe taken from the first channels and q_nope from the rest: the latent/rope order reversed (same widths)."""
+    rope = c.head_dim - c.v_dim
+    return q[..., :rope], k[..., c.v_dim:], q[..., rope:]
+
+
+MLA_SABOTAGES = {
+    "scale-of-the-latent": (lambda mp: mp.setattr(fi_adapter, "mla_plan_arguments", _mla_plan("scale-of-the-latent")),
+                            MLA_CASES["decode-ragged"]),
+    "lengths-one-short": (lambda mp: mp.setattr(fi_adapter, "mla_plan_arguments", _mla_plan("lengths-one-short")),
+                          MLA_CASES["decode-ragged"]),
+    "causal-dropped": (lambda mp: mp.setattr(fi_adapter, "mla_plan_arguments", _mla_plan("causal-dropped")),
+                       MLA_CASES["prefill-with-cache-causal"]),
+    "latent-and-rope-swapped": (lambda mp: mp.setattr(fi_adapter, "qv_split", _mla_split),
+                                MLA_CASES["decode-ragged"]),
+    "page-table-ignored": (lambda mp: mp.setattr(packing, "flashinfer_page_indices",
+                                                 _wrong_indices("table-not-shuffled")), MLA_CASES["decode-ragged"]),
+}
+
+
+@pytest.mark.parametrize("name", list(MLA_SABOTAGES))
+def test_standin_catches_a_wrong_mla_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = MLA_SABOTAGES[name]
+    assert_sabotage_caught(c, FlashInferBackend, sabotage, monkeypatch)
+
+
+def test_mla_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_conformance import Spy
+
+    cls = sys.modules["flashinfer"].mla.BatchMLAPagedAttentionWrapper
+    spies = {"BatchMLAPagedAttentionWrapper": Spy(cls.__init__)}
+    for name in ("__init__", "plan", "run"):
+        spy = Spy(getattr(cls, name))
+        spies["BatchMLAPagedAttentionWrapper" if name == "__init__" else name] = spy
+        monkeypatch.setattr(cls, name, lambda self, *a, _spy=spy, **kw: _spy(self, *a, **kw))
+    for c in MLA_CASES.values():
+        assert measure_one(c, FlashInferBackend()).status == "ok"
+    for call in fi_adapter.MLA_CALLS:  # the constructor's spy sees `self` too
+        spy = spies[call.name]
+        if call.name == "BatchMLAPagedAttentionWrapper":
+            spy.positional = {n - 1 for n in spy.positional}
+        spy.assert_declared(call)

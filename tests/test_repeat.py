@@ -19,7 +19,7 @@ from attnbench.recording import RunInfo
 from attnbench.registry import default_registry
 from attnbench.repeat import bitwise_equal, compare, max_difference
 from attnbench.results import Record, ResultsWriter
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, measure_one, run_cases
+from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
 
 
 class Flaky(Backend):

@@ -53,8 +53,8 @@ def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-unt
             if block_table is not None:
                 n, size = int(seqused_k[i]), key.shape[1]
                 pages = block_table[i, : -(-n // size)].tolist()
-                k = torch.cat([key[p] for p in pages])[:n]
-                v = torch.cat([value[p] for p in pages])[:n]
+                k = torch.cat([key[p] for p in pages] or [key[0, :0]])[:n]  # seqused_k 0: no key
+                v = torch.cat([value[p] for p in pages] or [value[0, :0]])[:n]
             else:
                 k, v = key[ck[i]:ck[i + 1]], value[ck[i]:ck[i + 1]]
                 if seqused_k is not None:
@@ -108,6 +108,14 @@ CASES = {
     "paged-256": case(batch=2, seq_len=4, kv_seq_len=600, kv_lengths="random", page_size=256, heads=2, kv_heads=1),
     "paged-256-window-decode": case(batch=3, seq_len=1, kv_seq_len=700, kv_lengths="random", page_size=256,
                                     window=100, heads=2, kv_heads=2),
+    # zero-length sequences, cu_seq_k != cu_seq_q, caches shorter than the queries (their first rows output zeros)
+    "zero-length-documents": case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18)),
+    "documents-prefix-bwd": case(kv_seq_len=80, documents=3, mode="fwd_bwd"),
+    "documents-prefix-pairs": case(kv_seq_len=50, documents=4, doc_lengths="explicit", doc_lens=(20, 0, 16, 12),
+                                   doc_kv_lens=(24, 6, 8, 12), window=5),
+    "short-caches": case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)),
+    "short-caches-paged": case(batch=3, seq_len=8, kv_seq_len=600, kv_lengths="explicit", kv_lens=(5, 0, 513),
+                               page_size=256),
 }
 
 

@@ -36,23 +36,32 @@ def test_cu_seqlens_concatenate_every_rows_documents() -> None:
 
 
 def brute_force(case: Case) -> list[list[list[bool]]]:
-    """GUIDE.md's visibility, word for word, per batch row: documents, ragged lengths, causal and window."""
+    """GUIDE.md's visibility, word for word, per batch row: documents (each its q_len_d queries, the last of its
+    k_len_d keys, positions counted from its start), ragged lengths, causal and window."""
+    def spans(lens: tuple[int, ...]) -> list[tuple[int, int]]:
+        starts = [sum(lens[:n]) for n in range(len(lens))]
+        return [(start, start + length) for start, length in zip(starts, lens)]
+
+    def owner(index: int, lens: tuple[int, ...]) -> int:
+        return next(n for n, (start, end) in enumerate(spans(lens)) if start <= index < end)
+
     rows = []
     for b in range(case.batch):
         kv_len = case.kv_lens[b] if case.kv_lens is not None else case.kv_seq_len
         off = kv_len - case.seq_len
-        starts = [sum(case.doc_lens[:n]) for n in range(len(case.doc_lens))] if case.doc_lens else [0]
         grid = []
         for i in range(case.seq_len):
             row = []
             for j in range(case.kv_seq_len):
                 if case.doc_lens is not None:
-                    doc_i = max(n for n, s in enumerate(starts) if s <= i)
-                    doc_j = max(n for n, s in enumerate(starts) if s <= j)
+                    q_lens, k_lens = case.doc_lens, case.doc_kv_lens or case.doc_lens
+                    doc_i, doc_j = owner(i, q_lens), owner(j, k_lens)
                     if doc_i != doc_j:
                         row.append(False)
                         continue
-                    pi, pj = i - starts[doc_i], j - starts[doc_j]  # positions from the document's start
+                    # positions from the document's start; its queries are the last of its keys
+                    pi = i - spans(q_lens)[doc_i][0] + k_lens[doc_i] - q_lens[doc_i]
+                    pj = j - spans(k_lens)[doc_j][0]
                 else:
                     pi, pj = i + off, j
                 ok = j < kv_len and (pj <= pi if case.causal else True)
@@ -64,6 +73,7 @@ def brute_force(case: Case) -> list[list[list[bool]]]:
     return rows
 
 
+EXPLICIT = dict(doc_lengths="explicit")
 WORKLOADS = [
     dict(seq_len=24, documents=3, causal=True),
     dict(seq_len=24, documents=4, doc_lengths="random", causal=False),
@@ -73,6 +83,23 @@ WORKLOADS = [
     dict(seq_len=6, kv_seq_len=40, batch=3, kv_lengths="random", causal=True, window=2),
     dict(seq_len=6, kv_seq_len=40, batch=3, kv_lengths="random", causal=False, window=5),
     dict(seq_len=1, kv_seq_len=40, batch=4, kv_lengths="random", causal=False),
+    # zero-length documents, a cached prefix per document (shared out equally, or explicit [q, k] pairs, some
+    # documents with fewer keys than queries), caches shorter than the queries, a dense Sk < Sq
+    dict(seq_len=20, documents=3, **EXPLICIT, doc_lens=(12, 0, 8), causal=True),
+    dict(seq_len=20, documents=4, **EXPLICIT, doc_lens=(0, 12, 0, 8), causal=False, window=3),
+    dict(seq_len=20, kv_seq_len=31, documents=3, causal=True),
+    dict(seq_len=20, kv_seq_len=31, documents=3, doc_lengths="random", causal=True, window=4),
+    dict(seq_len=20, kv_seq_len=27, documents=4, **EXPLICIT, doc_lens=(6, 0, 9, 5), doc_kv_lens=(10, 3, 9, 5),
+         causal=True),
+    dict(seq_len=20, kv_seq_len=14, documents=3, **EXPLICIT, doc_lens=(6, 9, 5), doc_kv_lens=(2, 12, 0),
+         causal=True, window=2),
+    dict(seq_len=20, kv_seq_len=14, documents=3, **EXPLICIT, doc_lens=(6, 9, 5), doc_kv_lens=(2, 12, 0),
+         causal=False, window=3),
+    dict(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24), causal=True),
+    dict(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 16, 24), causal=True, window=3),
+    dict(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(5, 0, 9), causal=False, window=2),
+    dict(seq_len=16, kv_seq_len=5, causal=True),
+    dict(seq_len=16, kv_seq_len=5, causal=False, window=4),
 ]
 
 
@@ -284,3 +311,68 @@ def test_naive_paged_estimate_counts_the_gathered_cache() -> None:
     plain = make_case(seq_len=1, kv_seq_len=4096, causal=True, heads=4, kv_heads=4)
     paged = make_case(seq_len=1, kv_seq_len=4096, causal=True, heads=4, kv_heads=4, page_size=64)
     assert naive.estimate_memory(paged) - naive.estimate_memory(plain) == 2 * 4 * 4096 * 32 * 4  # K and V, fp32
+
+
+# ---- zero-length documents, cached prefixes, short caches: the zero convention ------------------------------------
+def test_a_cached_prefix_is_shared_out_equally_and_explicit_pairs_are_kept() -> None:
+    shared = make_case(seq_len=20, kv_seq_len=31, documents=3, causal=True)
+    assert shared.doc_lens == (7, 7, 6) and shared.doc_kv_lens == (11, 11, 9)  # 11 prefix keys: 4, 4, 3
+    assert workload.cu_seqlens(shared) == (0, 7, 14, 20) and workload.cu_seqlens_k(shared) == (0, 11, 22, 31)
+    # each document's queries are the last of its keys: query 0 of document 0 sits at key 4
+    assert workload.query_positions(shared)[0].tolist()[:8] == [4, 5, 6, 7, 8, 9, 10, 15]
+    assert workload.visible_total(shared) == sum(q * (k - q) + q * (q + 1) // 2 for q, k in ((7, 11), (7, 11), (6, 9)))
+
+
+def test_zero_length_documents_and_empty_caches_count_nothing() -> None:
+    with_empty = make_case(seq_len=20, documents=3, doc_lengths="explicit", doc_lens=(12, 0, 8), causal=True)
+    without = make_case(seq_len=20, documents=2, doc_lengths="explicit", doc_lens=(12, 8), causal=True)
+    assert workload.visible_total(with_empty) == workload.visible_total(without) == 78 + 36
+    assert counting.bytes_moved(with_empty) == counting.bytes_moved(without)
+    short = make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24), causal=True)
+    # request 0: queries 4..7 see 1..4 keys; request 1 nothing; request 2 the last 8 of 24 (17..24 keys each)
+    assert workload.visible_total(short) == (1 + 2 + 3 + 4) + 0 + sum(range(17, 25))
+    assert counting.key_rows_read(short) == 4 + 0 + 24  # only K/V rows some query sees
+
+
+def test_a_query_with_no_key_outputs_zeros_and_passes_no_gradient() -> None:
+    """GUIDE.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference and in
+    naive attention on any dtype, never NaN; its gradients are zero, the other rows' untouched."""
+    from attnbench.inputs import blocked_attention, make_inputs, naive_attention, upcast
+
+    case = make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24), causal=True,
+                     mode="fwd_bwd")
+    inputs = upcast(make_inputs(case))
+    answer = blocked_attention(case, inputs, None, with_grads=True)
+    assert bool(torch.isfinite(answer.out).all()) and all(bool(torch.isfinite(g).all()) for g in answer.grads)
+    assert bool((answer.out[0, :, :4] == 0).all()) and bool((answer.out[1] == 0).all())
+    assert bool((answer.out[0, :, 4:] != 0).all()) and bool((answer.grads[0][1] == 0).all())
+    # the rows that see keys are what softmax over their own keys gives
+    q, k, v = (t[2:3] for t in (inputs.q, inputs.k, inputs.v))
+    dense = naive_attention(q, k, v, workload.visibility(make_case(seq_len=8, kv_seq_len=24, causal=True))[0])
+    assert torch.allclose(answer.out[2:3], dense, rtol=0, atol=1e-12)
+
+
+def test_case_ids_name_explicit_lengths_and_prefixes() -> None:
+    zero = make_case(seq_len=20, documents=3, doc_lengths="explicit", doc_lens=(12, 0, 8))
+    assert "-docs12+0+8-" in zero.case_id
+    pairs = make_case(seq_len=20, kv_seq_len=27, documents=4, doc_lengths="explicit", doc_lens=(6, 0, 9, 5),
+                      doc_kv_lens=(10, 3, 9, 5))
+    assert pairs.case_id == "cpu-fp32-b1-s20-kv27-h4-kv4-d32-full-docs6of10+0of3+9+5-fwd"
+    shared = make_case(seq_len=20, kv_seq_len=31, documents=3, causal=True)
+    assert shared.case_id == "cpu-fp32-b1-s20-kv31-h4-kv4-d32-causal-doc3-fwd"
+    short = make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24))
+    assert "-kvlens4+0+24-" in short.case_id
+    assert short.seed != make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 1, 24)).seed
+
+
+def test_records_carry_the_prefix_and_read_back_as_the_same_case() -> None:
+    import json
+
+    from attnbench.session import case_of
+
+    case = make_case(seq_len=20, kv_seq_len=27, documents=4, doc_lengths="explicit", doc_lens=(6, 0, 9, 5),
+                     doc_kv_lens=(10, 3, 9, 5), causal=True)
+    stored = json.loads(json.dumps(record_of(case).to_dict()))
+    assert stored["doc_kv_lens"] == [10, 3, 9, 5] and stored["doc_lens"] == [6, 0, 9, 5]
+    assert case_of(Record(**stored)) == case
+    assert "doc_kv_lens" not in record_of(make_case(seq_len=20, documents=3)).to_dict()

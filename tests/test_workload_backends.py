@@ -29,6 +29,16 @@ AXES = {
     "head_dim_v": dict(causal=True, head_dim_v=16, heads=4, kv_heads=2),
     "everything": dict(causal=True, documents=3, doc_lengths="random", softcap=3.0, alibi=True, head_dim_v=48),
     "tp": dict(causal=True, heads=2, kv_heads=1, tp=4),
+    # the combinations other libraries run (issue 22): a zero-length document; packed documents over a cached prefix
+    # (shared out, or explicit [queries, keys] pairs with a document of fewer keys than queries); caches shorter than
+    # the queries, one empty; fewer keys than queries in one sequence. Queries that see no key output zeros.
+    "zero-length-document": dict(causal=True, documents=3, doc_lengths="explicit", doc_lens=(40, 0, 24)),
+    "documents-prefix": dict(causal=True, kv_seq_len=90, documents=3, heads=4, kv_heads=2),
+    "documents-prefix-pairs-window": dict(causal=False, window=5, kv_seq_len=70, documents=3, doc_lengths="explicit",
+                                          doc_lens=(30, 0, 34), doc_kv_lens=(20, 6, 44)),
+    "short-caches": dict(causal=True, batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24),
+                         alibi=True),
+    "fewer-keys-than-queries": dict(causal=True, window=9, kv_seq_len=20),
 }
 # The axes flex is also checked on in bfloat16 (the others in float32 only: every flex case is a compile).
 BF16_FLEX = ("ragged", "everything")
@@ -46,6 +56,8 @@ def expected_skip(name: str, case) -> str | None:  # type: ignore[no-untyped-def
     rules = SKIPS.get(family, {})
     if "window" in rules and case.window is None:
         return rules["window"]
+    if name == "sliding-window" and case.doc_kv_lens is not None:
+        return "documents with a cached prefix"
     for axis in case.workload_axes:
         if axis in rules:
             return rules[axis]
@@ -149,6 +161,58 @@ class SoftcapAfterSoftmax(Backend):
             return (cap * (probs / cap).tanh()) @ expand_kv(v, case)
 
         return Prepared((q, k, v), call, kernel="softcap after softmax")
+
+
+class EmptyRows(Backend):
+    """Naive attention that gets the rows with no visible key wrong: a plain softmax over nothing (NaN), or a mask
+    filled with the dtype's lowest finite value (a uniform average over the masked keys), as kernels have done."""
+
+    name = "empty-rows"
+    workload_axes = frozenset(case_mod.AXES)
+    fill = "nan"
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        import math
+
+        import torch
+
+        mask = workload.visibility(case)[:, None]
+
+        def call(q, k, v):  # type: ignore[no-untyped-def]
+            scores = (q @ expand_kv(k, case).transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            low = float("-inf") if self.fill == "nan" else torch.finfo(scores.dtype).min
+            return scores.masked_fill(~mask, low).softmax(-1) @ expand_kv(v, case)
+
+        return Prepared((q, k, v), call, kernel=f"empty rows: {self.fill}")
+
+
+class EmptyRowsAveraged(EmptyRows):
+    name = "empty-rows-averaged"
+    fill = "lowest"
+
+
+EMPTY_ROWS = {
+    "queries-of-a-document-without-keys": make_case(causal=True, seq_len=64, kv_seq_len=54, documents=3,
+                                                    doc_lengths="explicit", doc_lens=(30, 10, 24),
+                                                    doc_kv_lens=(30, 0, 24)),
+    "caches-shorter-than-the-queries": make_case(**AXES["short-caches"]),
+    "fewer-keys-than-queries": make_case(causal=True, kv_seq_len=20),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_ROWS))
+def test_a_row_with_no_key_is_checked_against_zeros(name: str) -> None:
+    """The reference's rows that see no key are zeros; a backend answering NaN there, or an average over the masked
+    keys, is a mismatch, and naive (the reference's math in the case's dtype) is ok."""
+    case = EMPTY_ROWS[name]
+    lo, hi = workload.key_ranges(case)
+    assert bool((hi < lo).any()), "the case has a query that sees no key"
+    data = CaseData(case)
+    assert measure_one(case, default_registry().get("naive"), data).status == "ok"
+    nan = measure_one(case, EmptyRows(), data)
+    assert nan.status == "mismatch" and nan.max_abs_error is None and nan.extra["nonfinite"]  # JSON has no infinity
+    averaged = measure_one(case, EmptyRowsAveraged(), data)
+    assert averaged.status == "mismatch" and averaged.max_abs_error > 10 * averaged.error_bound
 
 
 def test_the_check_catches_a_document_boundary_off_by_one() -> None:
@@ -256,4 +320,6 @@ def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
         record = measure_one(case, registry.get(name))
         assert record.status == "ok", (name, record.reason)
         assert record.kv_shared is True
-    assert unmapped_axes(registry.get("flash-attn-3"), case) == "attnbench does not map kv_shared onto flash-attn-3 yet"
+    assert unmapped_axes(registry.get("flex-dynamic"), case) == (
+        "attnbench does not map head_dim_v, kv_shared onto flex-dynamic yet")
+    assert unmapped_axes(registry.get("flash-attn-3"), case) is None  # the qv form (tests/test_flash_standin.py)

@@ -8,6 +8,9 @@ definitions with shift = Sk - Sq:
   LowerTriangularFromBottomRightLocalAttentionMask(window_size): j <= i + shift and
       i + shift - j < window_size (window_size > 0);
   LocalAttentionFromBottomRightMask(window_left, window_right): i + shift - window_left <= j <= i + shift + window_right.
+A query row whose bias lets no key through outputs zeros: what xformers' flash operators return (FlashAttention's
+convention) and PyTorch's cutlass kernel since it stopped answering NaN there (pytorch/pytorch#133882).
+The block-diagonal, padded-keys and paged biases are xformers' own classes, materialised.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
         else:
             keep = torch.isfinite(attn_bias.materialize((sq, sk), dtype=torch.float32, device="cpu"))
         s = s.masked_fill(~keep, float("-inf"))
-    out = (s.softmax(-1) @ v).permute(0, 3, 1, 2, 4).to(query.dtype)  # (B, Sq, G, H/G, K), like query
+    probs = torch.nan_to_num(s.softmax(-1), nan=0.0)  # a row that sees no key outputs zeros
+    out = (probs @ v).permute(0, 3, 1, 2, 4).to(query.dtype)  # (B, Sq, G, H/G, K), like query
     return out.squeeze(2) if bmhk else out
 
 
@@ -143,6 +147,9 @@ def _standin_module() -> types.ModuleType:
     if importlib.util.find_spec("xformers") is not None:  # the block-diagonal biases are xformers' own classes
         real = real_attn_bias()
         attn_bias.BlockDiagonalMask = real.BlockDiagonalMask
+        for name in ("BlockDiagonalPaddedKeysMask", "BlockDiagonalCausalWithOffsetPaddedKeysMask",
+                     "BlockDiagonalCausalLocalAttentionPaddedKeysMask"):
+            setattr(attn_bias, name, getattr(real, name))
         attn_bias.PagedBlockDiagonalPaddedKeysMask = real.PagedBlockDiagonalPaddedKeysMask
         attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask = real.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
     ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
@@ -485,12 +492,142 @@ def test_standin_catches_a_wrong_block_diagonal_mapping(standin, monkeypatch: py
 @pytest.mark.parametrize("c, words", [
     (varlen_case(softcap=2.0), "xformers has no soft-capping"),
     (varlen_case(alibi=True), "attnbench does not map alibi onto xformers"),
-    (varlen_case(causal=False, window=4, documents=3), "no two-sided local window over packed sequences"),
 ])
 def test_varlen_reasons(c: Case, words: str) -> None:
     reason = XformersBackend().unsupported(c)
     assert reason is not None and words in reason
     assert XformersBackend().unsupported(varlen_case(causal=False, window=4)) is None  # dense two-sided: as before
+
+
+# ---- padded keys: a two-sided window over packed sequences; causal blocks with fewer keys than queries -------------
+PADDED_CASES = {
+    "documents-two-sided-window": varlen_case(causal=False, window=4, documents=3),
+    "documents-two-sided-window-gqa-random": varlen_case(causal=False, window=6, documents=5, doc_lengths="random",
+                                                         heads=4, kv_heads=2),
+    "ragged-two-sided-window": varlen_case(causal=False, window=5, batch=3, seq_len=6, kv_seq_len=40,
+                                           kv_lengths="random"),
+    "documents-prefix-two-sided-window": varlen_case(causal=False, window=3, kv_seq_len=50, documents=4,
+                                                     doc_lengths="explicit", doc_lens=(20, 0, 16, 12),
+                                                     doc_kv_lens=(24, 6, 8, 12)),
+    "documents-fewer-keys-causal": varlen_case(kv_seq_len=40, documents=3, doc_lengths="explicit",
+                                               doc_lens=(20, 16, 12), doc_kv_lens=(10, 18, 12)),
+    "documents-fewer-keys-causal-window": varlen_case(window=3, kv_seq_len=40, documents=3, doc_lengths="explicit",
+                                                      doc_lens=(20, 16, 12), doc_kv_lens=(10, 18, 12)),
+    "short-caches-causal": varlen_case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)),
+    "short-caches-two-sided-bwd": varlen_case(causal=False, window=2, batch=2, seq_len=8, kv_seq_len=24,
+                                              kv_lengths="explicit", kv_lens=(5, 24), mode="fwd_bwd"),
+}
+# Contiguous keys still serve everything else, zero-length documents and prefixes included.
+CONTIGUOUS_CASES = {
+    "zero-length-documents": varlen_case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18)),
+    "documents-prefix": varlen_case(kv_seq_len=80, documents=3, window=5),
+    "short-caches-full": varlen_case(causal=False, batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit",
+                                     kv_lens=(4, 0, 24)),
+}
+
+
+def expected_padded_keep(c: Case) -> torch.Tensor:
+    """GUIDE.md's mask (attnbench.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
+    request) owns key slots [i·pad, i·pad + k_i), its key t at i·pad + t; nothing else is visible."""
+    rows = workload.visibility(c)
+    rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
+    if c.doc_lens is None:
+        pad, q_lens, k_lens = c.kv_seq_len, [c.seq_len] * c.batch, list(workload.request_kv_lens(c))
+    else:
+        k_doc = list(workload.doc_key_lens(c))
+        pad, q_lens, k_lens = max(k_doc), list(c.doc_lens) * c.batch, k_doc * c.batch
+    keep = torch.zeros(sum(q_lens), len(q_lens) * pad, dtype=torch.bool)
+    q0 = 0
+    per_row = len(q_lens) // c.batch
+    for i, (nq, nk) in enumerate(zip(q_lens, k_lens)):
+        b = i // per_row
+        row = rows[b if len(rows) > 1 else 0]
+        q_row = q0 - b * c.seq_len  # the sequence's first query within its batch row
+        k_row = sum(k_lens[b * per_row:i])  # its first key within its batch row
+        keep[q0:q0 + nq, i * pad:i * pad + nk] = row[q_row:q_row + nq, k_row:k_row + nk]
+        q0 += nq
+    return keep
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PADDED_CASES))
+def test_real_padded_keys_bias_is_the_cases_mask(name: str) -> None:
+    """xformers_padded_bias with the real library's classes, materialised over the padded keys, keeps exactly
+    GUIDE.md's pairs: BlockDiagonalLocalAttentionPaddedKeysMask(W, W) is inclusive on both sides."""
+    c = PADDED_CASES[name]
+    assert xf.needs_padded_keys(c)
+    ops = types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias()))
+    _, pad = xf.packing.padded_kv(torch.zeros(c.batch, 1, c.kv_seq_len, 1), c)
+    bias = xf.xformers_padded_bias(c, ops, pad, torch.device("cpu"))
+    want = expected_padded_keep(c)
+    assert torch.equal(torch.isfinite(bias.materialize(tuple(want.shape))), want)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PADDED_CASES) + list(CONTIGUOUS_CASES))
+def test_padded_keys_and_empty_rows_through_the_standin(standin, name: str) -> None:
+    c = {**PADDED_CASES, **CONTIGUOUS_CASES}[name]
+    record = measure_one(c, XformersBackend())
+    assert record.status == "ok", record.reason
+    assert ("keys padded to" in record.kernel) is (name in PADDED_CASES)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_kernel_field_names_the_padded_two_sided_window(standin) -> None:
+    record = measure_one(PADDED_CASES["documents-two-sided-window"], XformersBackend())
+    assert record.kernel.endswith("(BMHK, 3 sequences in one row, keys padded to 16, "
+                                  "attn_bias=BlockDiagonalLocalAttentionPaddedKeysMask(4, 4))")
+
+
+def _padded_window(shrink: int):  # type: ignore[no-untyped-def]
+    real = xf.xformers_padded_bias
+
+    def wrong(c, ops, pad, device=None):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        return real(replace(c, window=c.window - shrink), ops, pad, device)  # W - 1: xformers' docstring count
+    return wrong
+
+
+def _slots_off_by_one(real):  # type: ignore[no-untyped-def]
+    def wrong(t, c):  # type: ignore[no-untyped-def]
+        keys, pad = real(t, c)
+        return keys.roll(1, dims=0), pad  # every sequence's keys one slot position late
+    return wrong
+
+
+PADDED_SABOTAGES = {
+    "two-sided-window-one-short": (lambda mp: mp.setattr(xf, "xformers_padded_bias", _padded_window(1)),
+                                   PADDED_CASES["documents-two-sided-window"]),
+    "padded-slots-misaligned": (lambda mp: mp.setattr(xf.packing, "padded_kv", _slots_off_by_one(xf.packing.padded_kv)),
+                                PADDED_CASES["documents-prefix-two-sided-window"]),
+    "fewer-keys-causal-as-contiguous-top-left": (lambda mp: (mp.setattr(xf, "needs_padded_keys", lambda c: False),
+                                                             mp.setattr(xf, "xformers_varlen_bias", _top_left_any)),
+                                                 PADDED_CASES["short-caches-causal"]),
+}
+
+
+def _top_left_any(c, ops, device=None):  # type: ignore[no-untyped-def]
+    """The contiguous-key block mask made causal top-left: it takes fewer keys than queries, but wrongly aligned."""
+    seqs = xf.packing.varlen(c)
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    return ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device).make_causal()
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+@pytest.mark.parametrize("name", list(PADDED_SABOTAGES))
+def test_standin_catches_a_wrong_padded_keys_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, c = PADDED_SABOTAGES[name]
+    assert_sabotage_caught(c, XformersBackend, sabotage, monkeypatch)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_contiguous_causal_blocks_refuse_fewer_keys_than_queries_which_is_why_keys_are_padded() -> None:
+    """xformers' own check: BlockDiagonalCausalFromBottomRightMask raises for a block with fewer keys than queries."""
+    c = PADDED_CASES["short-caches-causal"]
+    ops = types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias()))
+    with pytest.raises(ValueError, match="num_keys >= num_queries"):
+        xf.xformers_varlen_bias(c, ops, torch.device("cpu"))
 
 
 @pytest.mark.skipif(not REAL, reason="xformers is not installed")
@@ -619,4 +756,23 @@ def test_paged_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: p
     for c in PAGED_CASES.values():
         assert measure_one(c, XformersBackend()).status == "ok"
     for call in xf.PAGED_BIAS_CALLS:
+        spies[call.target].assert_declared(call)
+
+
+@pytest.mark.skipif(not REAL, reason="xformers is not installed")
+def test_padded_bias_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_conformance import Spy
+
+    bias = standin.fmha.attn_bias
+    spies = {call.target: Spy(getattr(getattr(bias, call.qualname.split(".")[-2]), call.name))
+             for call in xf.PADDED_BIAS_CALLS}  # bound before any is patched
+    for call in xf.PADDED_BIAS_CALLS:
+        cls, spy = getattr(bias, call.qualname.split(".")[-2]), spies[call.target]
+        if call.positional[:1] == ("self",):
+            monkeypatch.setattr(cls, call.name, lambda self, *a, _spy=spy, **kw: _spy(self, *a, **kw))
+        else:
+            monkeypatch.setattr(cls, call.name, spy)
+    for c in PADDED_CASES.values():
+        assert measure_one(c, XformersBackend()).status == "ok"
+    for call in xf.PADDED_BIAS_CALLS:
         spies[call.target].assert_declared(call)

@@ -13,6 +13,15 @@ inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which 
 table); everything else to `flash_attn_func`. `softcap` is
 every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: GUIDE.md's order);
 V with its own head size FA3's and FA4's (their kernels decide which pairs they take).
+
+Absorbed MLA (`kv_shared`: V is K's first head_dim_v channels) is FA3's and FA4's `qv` form, forward only: score =
+(q·k + qv·v)·softmax_scale over the same keys (hopper/flash_attn_interface.py; hopper/test_util.py's attention_ref
+adds einsum(qv, v) to the scores), so q and k are the rope channels (the last head_dim - head_dim_v), qv the
+query's latent channels (the first head_dim_v) and v the latent cache: q_nope·ckv + q_pe·kpe with V = ckv, as
+DeepSeek's absorbed decode computes it. The scale stays 1/sqrt(head_dim), which is the libraries' own default
+(head_dim_rope + head_dim_v)^-1/2 there. FA3 takes it on Hopper for a rope part <= 64 and head_dim_v >= 256
+(flash_api.cpp's q_v checks, its refusal is the skip reason); FA4 on Blackwell only, for 64/512, without a window
+or soft-cap (interface.py's asserts, some without a message, so checked before the call).
 """
 
 from __future__ import annotations
@@ -75,6 +84,13 @@ def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
     return {"causal": False, "window_size": (case.window, case.window)}
 
 
+def qv_split(case: Case, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Absorbed MLA in the `qv` form: (q, k, qv) = the query's and the keys' rope channels (after the first
+    head_dim_v) and the query's latent channels (the first head_dim_v); V is passed as the latent cache itself."""
+    dv = case.v_dim
+    return q[..., dv:], k[..., dv:], q[..., :dv]
+
+
 def to_flash_layout(t: torch.Tensor) -> torch.Tensor:
     """Canonical (B, H, S, D) to FlashAttention's (B, S, H, D), contiguous as a model would hold it."""
     return t.transpose(1, 2).contiguous()
@@ -106,20 +122,26 @@ class _Flash(Backend):
     # FA4: pages through flash_attn_varlen_func(page_table=, seqused_k=) instead of flash_attn_with_kvcache.
     varlen_pages: ClassVar[bool] = False
     axis_reasons: ClassVar[dict[str, str]] = {}
+    # Whether the library's entry points take `qv` (absorbed MLA, kv_shared: FA3's and FA4's).
+    takes_qv: ClassVar[bool] = False
+
+    def qv_reason(self, case: Case) -> str | None:
+        """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
+        return None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name or self.function)
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
+        scores = (*self.score_keywords, *(("qv",) if self.takes_qv else ()))
         calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL,
-                             (*FLASH_KEYWORDS, *self.score_keywords, DETERMINISTIC_KEYWORD)),
+                             (*FLASH_KEYWORDS, *scores, DETERMINISTIC_KEYWORD)),
                  LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
-                             (*VARLEN_KEYWORDS, *paged_varlen, *self.score_keywords, DETERMINISTIC_KEYWORD),
-                             optional=True)]
+                             (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD), optional=True)]
         if self.page_table_keyword is not None:
             calls.append(LibraryCall(self.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
-                                     ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *self.score_keywords),
+                                     ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *scores),
                                      optional=True))
         return tuple(calls)
 
@@ -150,11 +172,18 @@ class _Flash(Backend):
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in ("float16", "bfloat16"):
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
-        if case.head_dim > MAX_HEAD_DIM:
+        qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
+        if qk_dim > MAX_HEAD_DIM:
             return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"
         for axis in case.workload_axes:
             if axis in self.axis_reasons:
                 return self.axis_reasons[axis]
+        if case.kv_shared and "kv_shared" in self.workload_axes:
+            if case.needs_grad:
+                return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
+                        "share into dV (K_nope is V there), which the reference keeps apart")
+            if reason := self.qv_reason(case):
+                return reason
         if case.page_size is not None and "page_size" in self.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
         if case.page_size is not None and self.varlen_pages and case.needs_grad:
@@ -183,6 +212,11 @@ class _Flash(Backend):
         # Set by attnbench.determinism for the whole measurement when the run asks for it.
         deterministic = {DETERMINISTIC_KEYWORD: torch.are_deterministic_algorithms_enabled()}
         words += [f"{DETERMINISTIC_KEYWORD}=True"] if deterministic[DETERMINISTIC_KEYWORD] else []
+        latent: tuple[torch.Tensor, ...] = ()  # qv, the query's latent channels, as the call's fourth input
+        if case.kv_shared:
+            q, k, qv = qv_split(case, q, k)
+            latent = (qv,)
+            words.append(f"qv: rope {case.head_dim - case.v_dim}, latent {case.v_dim}")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
             # FA4: flash_attn_varlen_func(seqused_k=, page_table=); FA2/FA3: flash_attn_with_kvcache(cache_seqlens=,
@@ -196,10 +230,11 @@ class _Flash(Backend):
                      table: packing.block_table(layout, q.device)}
             words.append(f"{table} over pages of {case.page_size}")
 
-            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs))
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k_cache, v_cache, **paged, **kwargs, **qv_argument(qv)))
 
-            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout))
+            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout),
+                      *(to_flash_layout(t) for t in latent))
         elif case.doc_lens is not None or case.kv_lens is not None:
             name = VARLEN_FUNCTION
             fn = self._library_function(name)
@@ -209,19 +244,20 @@ class _Flash(Backend):
                        "max_seqlen_q": seqs.max_q, "max_seqlen_k": seqs.max_k}
             words.append(f"{seqs.sequences} sequences")
 
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k, v, **offsets, **kwargs, **deterministic))
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k, v, **offsets, **kwargs, **qv_argument(qv), **deterministic))
 
-            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
+            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case),
+                      *(packing.pack_q(t) for t in latent))
             to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
         else:
             name = self.function
             fn = self._function()
 
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return output_of(fn(q, k, v, **kwargs, **deterministic))
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
+                return output_of(fn(q, k, v, **kwargs, **qv_argument(qv), **deterministic))
 
-            inputs = tuple(to_flash_layout(t) for t in (q, k, v))
+            inputs = tuple(to_flash_layout(t) for t in (q, k, v, *latent))
         extra: dict[str, Any] = {}
         if self.warm_call:
             extra["compile_s"] = warm_up(call, inputs, case.needs_grad)
@@ -256,6 +292,11 @@ class _Flash(Backend):
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, self.library, REFUSALS,
                                (RuntimeError, AssertionError, NotImplementedError, ValueError))
+
+
+def qv_argument(latent: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """`qv=` when the call was given the query's latent channels (absorbed MLA), else nothing."""
+    return {"qv": latent[0]} if latent else {}
 
 
 def output_of(result: Any) -> torch.Tensor:
@@ -301,9 +342,10 @@ class FlashAttn3(_Flash):
     library = "flash-attn-3"
     module = "flash_attn_interface"
     install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     page_table_keyword = "page_table"
     axis_reasons = {"alibi": "FlashAttention 3 has no alibi_slopes"}
+    takes_qv = True  # rope <= 64 and head_dim_v >= 256 on Hopper: flash_api.cpp's own checks refuse the rest
 
     def deterministic(self, case: Case) -> str:
         if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
@@ -322,9 +364,22 @@ class FlashAttn4(_Flash):
     # Pages through flash_attn_varlen_func(page_table=, seqused_k=) (its fast path wants 128-token pages; others
     # take a non-TMA path); V with its own head size as FA3 (SM90 takes 8..256 each; SM100 fewer pairs: its
     # refusal is the skip reason).
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v"})
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
     unbounded = None
     warm_call = True
     owner_checked = True
+    takes_qv = True
+
+    def qv_reason(self, case: Case) -> str | None:
+        """interface.py's qv asserts (Blackwell only, checked by the library with a message): head_dim_v == 512 and
+        a 64-channel rope part, no local window, no soft-cap."""
+        if (case.head_dim - case.v_dim, case.v_dim) != (64, 512):
+            return (f"FlashAttention 4's qv form takes a 64-channel rope part and head_dim_v 512 (got "
+                    f"{case.head_dim - case.v_dim}/{case.v_dim})")
+        if case.window is not None:
+            return "FlashAttention 4's qv form has no local window ('local not yet supported with qv')"
+        if case.softcap is not None:
+            return "FlashAttention 4's qv form has no soft-capping"
+        return None

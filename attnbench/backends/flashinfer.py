@@ -6,7 +6,15 @@ One case, one FlashInfer entry point, chosen by what the case's K/V look like:
   over the packed tokens, `qo_indptr` / `kv_indptr` from attnbench.backends.packing.varlen;
 - a paged cache: `BatchDecodeWithPagedKVCacheWrapper` for one query per request, else
   `BatchPrefillWithPagedKVCacheWrapper`, with `kv_indptr` / `kv_indices` / `kv_last_page_len` from the shared page
-  table (packing.flashinfer_page_indices) and the pool in NHD (or HND) layout.
+  table (packing.flashinfer_page_indices) and the pool in NHD (or HND) layout;
+- absorbed MLA (`kv_shared`, V is K's first head_dim_v channels) in a paged cache: `mla.BatchMLAPagedAttentionWrapper`,
+  whose scores are (q_nope·ckv + q_pe·kpe)·sm_scale and output P·ckv (include/flashinfer/attention/mla.cuh), causal
+  bottom-right per request (masked when kv_idx + qo_len > kv_len + q_idx): q_nope is the query's first head_dim_v
+  channels, q_pe the rest (flash.qv_split, as FA3's qv form), ckv the latent cache (V, one KV head) and kpe the keys'
+  rope channels, each its own (pages, page_size, dim) pool under the shared table, kv_len_arr each request's length.
+  plan() and run() are called with the flat keywords every FlashInfer since 0.2 takes (0.7.4 deprecates them in
+  favour of metadata=MLAPlanMetadata.csr(...) and query=/kv_cache= pairs, and still accepts them). It has no window,
+  soft-cap or ALiBi.
 
 FlashInfer aligns causal bottom-right per request (`prefill.cuh`: masked when kv_idx + qo_len > kv_len + q_idx),
 which is GUIDE.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
@@ -35,7 +43,7 @@ from attnbench.backends.base import (
     first_line,
     library_refusal,
 )
-from attnbench.backends.flash import warm_up
+from attnbench.backends.flash import qv_split, warm_up
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -91,6 +99,16 @@ DECODE_CALLS = (
 )
 
 
+MLA_PLAN_KEYWORDS = ("qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_heads", "head_dim_ckv",
+                     "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type")
+MLA_CALLS = (
+    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper", positional=("float_workspace_buffer",)),
+    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.plan", positional=("self",), keywords=MLA_PLAN_KEYWORDS),
+    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.run", positional=("self",),
+                keywords=("q_nope", "q_pe", "ckv_cache", "kpe_cache")),
+)
+
+
 def flashinfer_module() -> Any:
     """The `flashinfer` module (looked up in sys.modules first, so a test can stand one in)."""
     return importlib.import_module(MODULE)
@@ -110,7 +128,9 @@ def window_arguments(case: Case) -> dict[str, Any]:
 
 
 def route(case: Case) -> str:
-    """Which FlashInfer entry point runs `case`: "single", "ragged", "paged-prefill" or "decode"."""
+    """Which FlashInfer entry point runs `case`: "single", "ragged", "paged-prefill", "decode" or "mla"."""
+    if case.kv_shared:
+        return "mla"
     if case.page_size is not None:
         return "decode" if case.seq_len == 1 else "paged-prefill"
     if case.batch == 1 and case.doc_lens is None and case.kv_lens is None:
@@ -128,12 +148,12 @@ class FlashInferBackend(Backend):
     library = "flashinfer-python"
     devices = ("cuda",)
     install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v"})
+    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared"})
     # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.workload stores it, or "HND".
     kv_layout: ClassVar[str] = "NHD"
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS)
+        return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
 
     def deterministic(self, case: Case) -> str:
         # No backward, no switch to set: plan() fixes how the keys are split for the planned shapes, so two calls
@@ -164,6 +184,11 @@ class FlashInferBackend(Backend):
             return "FlashInfer's attention is forward-only (no backward kernel)"
         if reason := packing.documents_in_pages(case, "FlashInfer"):
             return reason
+        if case.kv_shared and (reason := mla_reason(case)):
+            return reason
+        if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
+            return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
+                    "[1, page_size]): a request with an empty cache is not mapped")
         if case.alibi:
             if case.softcap is not None:
                 return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
@@ -215,6 +240,9 @@ class FlashInferBackend(Backend):
                 return run(q, k, v)
 
             to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+        elif how == "mla":
+            wrapper, inputs, call, plan_s = mla_prepared(fi, case, q, k, v)
+            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
         else:
             layout = workload.pages(case)
             indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
@@ -264,6 +292,50 @@ class FlashInferBackend(Backend):
                                                              AssertionError))
 
 
+def mla_reason(case: Case) -> str | None:
+    """Why FlashInfer's MLA wrapper cannot run a kv_shared case; None when it may."""
+    if case.page_size is None:
+        return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads a paged "
+                "ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
+    if case.kv_heads != 1:
+        return f"FlashInfer's MLA cache is one latent KV head (kv_heads {case.kv_heads})"
+    if case.window is not None or case.softcap is not None or case.alibi:
+        return "FlashInfer's MLA wrapper has no window, soft-cap or ALiBi (plan takes causal and sm_scale only)"
+    return None
+
+
+def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> dict[str, Any]:
+    """BatchMLAPagedAttentionWrapper.plan's keywords: the requests' query offsets, the shared page table in CSR form,
+    each request's length, the latent (ckv = head_dim_v) and rope (kpe) widths, causal, the case's scale."""
+    seqs = packing.varlen(case)
+    indptr, indices, _ = packing.flashinfer_page_indices(workload.pages(case))
+    return {"qo_indptr": packing.int32(seqs.cu_q, device), "kv_indptr": packing.int32(indptr, device),
+            "kv_indices": packing.int32(indices, device),
+            "kv_len_arr": packing.int32(workload.request_kv_lens(case), device), "num_heads": case.heads,
+            "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim, "page_size": case.page_size,
+            "causal": case.causal, "sm_scale": case.head_dim ** -0.5, "q_data_type": q_dtype, "kv_data_type": kv_dtype}
+
+
+def mla_prepared(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...], Callable[..., torch.Tensor], float]:
+    """The planned MLA wrapper, the run's inputs (q_nope, q_pe, ckv pool, kpe pool), the timed call and plan's time."""
+    layout = workload.pages(case)
+    q_pe, k_pe, q_nope = qv_split(case, q, k)
+    wrapper = fi.mla.BatchMLAPagedAttentionWrapper(workspace(q.device))
+    start = time.perf_counter()
+    wrapper.plan(**mla_plan_arguments(case, q.device, q.dtype, k.dtype))
+    plan_s = synced(start, q.device)
+    # (pages, page_size, 1, dim) pools of the one latent KV head, as FlashInfer's (pages, page_size, dim) caches
+    ckv, kpe = (workload.to_pages(t, layout)[:, :, 0].contiguous() for t in (v, k_pe))
+    inputs = (packing.pack_q(q_nope).contiguous(), packing.pack_q(q_pe).contiguous(), ckv, kpe)
+    run = wrapper.run
+
+    def call(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv: torch.Tensor, kpe: torch.Tensor) -> torch.Tensor:
+        return run(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv, kpe_cache=kpe)
+
+    return wrapper, inputs, call, plan_s
+
+
 def workspace(device: torch.device) -> torch.Tensor:
     """FlashInfer's float workspace: 128 MB of uint8, zeroed (decode reads it before writing)."""
     import torch
@@ -284,7 +356,11 @@ def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, cho
     """The entry point and its mask, soft-cap, layout and GQA, for the record's kernel field."""
     function = {"single": "single_prefill_with_kv_cache", "ragged": "BatchPrefillWithRaggedKVCacheWrapper",
                 "paged-prefill": "BatchPrefillWithPagedKVCacheWrapper",
-                "decode": "BatchDecodeWithPagedKVCacheWrapper"}[how]
+                "decode": "BatchDecodeWithPagedKVCacheWrapper", "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]
+    if how == "mla":
+        words = [f"causal={case.causal}", f"ckv {case.v_dim} + kpe {case.head_dim - case.v_dim}",
+                 f"pages of {case.page_size}"]
+        return f"{function}({', '.join(words + ([f'backend {chosen}'] if chosen is not None else []))})"
     words = [f"causal={mask['causal']}", f"window_left={mask['window_left']}"]
     if case.softcap is not None:
         words.append(f"logits_soft_cap={case.softcap:g}")

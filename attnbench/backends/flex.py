@@ -150,21 +150,23 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
 
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
-    """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off_b - j|),
-    GUIDE.md's order; None when the case has neither."""
+    """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off - j|, the
+    query's position from workload.query_positions: its request's offset, or inside its document), GUIDE.md's
+    order; None when the case has neither."""
     import torch
 
     cap = case.softcap
     if cap is None and not case.alibi:
         return None
     slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device) if case.alibi else None
-    offsets = torch.tensor(workload.request_kv_lens(case), device=device) - case.seq_len
+    positions = torch.tensor(workload.query_positions(case), device=device)
+    positions = positions.expand(case.batch, -1) if len(positions) == 1 else positions  # (B, Sq)
 
     def score_mod(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         if cap is not None:
             score = cap * torch.tanh(score / cap)
         if slopes is not None:
-            score = score - slopes[h] * (q_idx + offsets[b] - kv_idx).abs()
+            score = score - slopes[h] * (positions[b, q_idx] - kv_idx).abs()
         return score
 
     return score_mod
@@ -385,6 +387,7 @@ def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
     workload's mask_mod and score_mod are their own graph (the dense case's key stays as it was)."""
     key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
-    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "kv_lens", "softcap", "alibi",
-                                                                          "head_dim_v") if getattr(case, axis))
+    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens", "kv_lens",
+                                                                          "softcap", "alibi", "head_dim_v")
+                             if getattr(case, axis))
     return f"{key}|{workload_part}" if workload_part else key

@@ -50,12 +50,13 @@ def documents_in_pages(case: Case, library: str) -> str | None:
 
 
 def varlen(case: Case) -> Varlen:
-    """The varlen sequences of `case`: its documents (Sq == Sk, workload.cu_seqlens) or its requests (the last
-    Sq queries of each request's own workload.request_kv_lens keys)."""
+    """The varlen sequences of `case`: its documents (workload.cu_seqlens for their queries, cu_seqlens_k for their
+    keys: the same offsets unless the documents carry a cached prefix; a document may be empty) or its requests (the
+    last Sq queries of each request's own workload.request_kv_lens keys, which may be fewer than Sq or none)."""
     if case.doc_lens is not None:
-        cu = workload.cu_seqlens(case)
-        longest = max(case.doc_lens)
-        return Varlen(cu, cu, longest, longest, tuple(case.doc_lens) * case.batch)
+        keys = workload.doc_key_lens(case)
+        cu_q, cu_k = workload.cu_seqlens(case), workload.cu_seqlens_k(case)
+        return Varlen(cu_q, cu_k, max(case.doc_lens), max(keys), tuple(keys) * case.batch)
     lens = workload.request_kv_lens(case)
     cu_q = tuple(range(0, (case.batch + 1) * case.seq_len, case.seq_len))
     return Varlen(cu_q, (0, *accumulate(lens)), case.seq_len, max(lens), tuple(lens))
@@ -69,12 +70,34 @@ def pack_q(t: torch.Tensor) -> torch.Tensor:
 
 def pack_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
     """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D): with ragged cache lengths only each
-    request's own first kv_lens[b] keys, concatenated (keys past a request's length do not exist for it)."""
+    request's own first kv_lens[b] keys, concatenated (keys past a request's length do not exist for it); a row of
+    documents is its documents' keys in order already."""
     import torch
 
     if case.kv_lens is None:
         return pack_q(t)
     return torch.cat([t[b, :, :n].transpose(0, 1) for b, n in enumerate(case.kv_lens)])
+
+
+def padded_kv(t: torch.Tensor, case: Case) -> tuple[torch.Tensor, int]:
+    """Canonical K or V (B, KVH, Sk, D) as padded keys, (sequences·pad, KVH, D): sequence i's keys at the start of
+    its own slot [i·pad, (i+1)·pad), the rest of the slot junk (workload.JUNK, never read: a bias with padded keys
+    stops each sequence at its own length), and `pad`. A row of ragged requests is a padded cache already
+    (pad = kv_seq_len); documents are copied into slots of their longest key count."""
+    import torch
+
+    if case.doc_lens is None:
+        return pack_q(t), case.kv_seq_len
+    keys = workload.doc_key_lens(case)
+    pad = max(keys)
+    slots = []
+    for row in t:
+        start = 0
+        for n in keys:
+            chunk = row[:, start:start + n].transpose(0, 1)  # (n, KVH, D)
+            slots.append(torch.nn.functional.pad(chunk, (0, 0, 0, 0, 0, pad - n), value=workload.JUNK))
+            start += n
+    return torch.cat(slots), pad
 
 
 def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:

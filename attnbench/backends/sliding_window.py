@@ -46,6 +46,9 @@ class Plan:
     left: int  # the effective window to the left (clipped so it never exceeds what exists)
     blocks: int
     drop: torch.Tensor  # bool (blocks, block, span): True where a row must NOT see a span position
+    # bool (blocks, block): the rows that see some key; None when every query does (a row that sees none
+    # outputs zeros, GUIDE.md's convention, not an average over its span)
+    seen: torch.Tensor | None = None
 
     @property
     def pad_front(self) -> int:
@@ -92,7 +95,9 @@ def plan_for(
     q_idx = n * block + torch.arange(block, device=device)[None, :, None]
     k_idx = n * block + torch.arange(span, device=device)[None, None, :] + (off - left)
     keep = allowed(q_idx, k_idx) & (q_idx < seq_len) & (k_idx >= 0) & (k_idx < kv_seq_len)
-    return Plan(seq_len, kv_seq_len, block, span, left, blocks, ~keep)
+    seen = keep.any(dim=-1)
+    real = q_idx[..., 0] < seq_len
+    return Plan(seq_len, kv_seq_len, block, span, left, blocks, ~keep, None if bool(seen[real].all()) else seen)
 
 
 def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan) -> torch.Tensor:
@@ -128,6 +133,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     scores.view(b, kvh, nb, g, t, span).masked_fill_(plan.drop[:, None], torch.finfo(q.dtype).min)
     probs = scores.softmax(dim=-1)
     out = probs @ vw.transpose(-1, -2)  # (B, KVH, nb, g·t, D)
+    if plan.seen is not None:  # queries that see no key output zeros
+        out = (out.view(b, kvh, nb, g, t, d) * plan.seen[:, None, :, None]).view(b, kvh, nb, g * t, d)
     out = out.view(b, kvh, nb, g, t, d).transpose(2, 3).reshape(b, h, nb * t, d)
     return out[:, :, :sq] if nb * t != sq else out
 
@@ -211,6 +218,9 @@ class SlidingWindowBackend(Backend):
         if case.window is None:
             return ("needs a window (sliding-window attention is local by design; a full or plain causal "
                     "mask is O(seq²) work, measured by naive, sdpa and flex)")
+        if case.doc_kv_lens is not None:
+            return ("sliding-window blocks documents whose keys are their queries; attnbench does not map documents "
+                    "with a cached prefix onto it")
         return None
 
     def deterministic(self, case: Case) -> str:

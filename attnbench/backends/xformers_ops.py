@@ -7,12 +7,18 @@ Masks are xformers' bottom-right bias classes, which state GUIDE.md's alignment 
 
 Packed documents and ragged cache lengths run as one batch row of concatenated tokens (attnbench.backends.packing)
 under a block-diagonal bias built from the shared sequence lengths: `BlockDiagonalMask.from_seqlens(q, kv)`, made
-causal with `make_causal_from_bottomright()` (each block bottom-right: a request's queries are the last of its
-keys; for a document, whose queries are its keys, the same as top-left) or banded with
-`make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window). A paged cache is the
-pool as one row `(1, pages·page_size, KVH, K)` under `PagedBlockDiagonal[CausalWithOffset]PaddedKeysMask` with the
-shared page table (forward only; xformers has no paged local window). xformers has no block-diagonal two-sided
-window over contiguous keys, no soft-capping and ALiBi only as a dense tensor: those are skipped by name.
+causal with `make_causal_from_bottomright()` (each block bottom-right: a sequence's queries are the last of its
+keys) or banded with `make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window).
+Two shapes those contiguous-key biases cannot take go to xformers' padded-keys biases, each sequence's keys at the
+start of its own slot of `kv_padding` keys (packing.padded_kv): a two-sided window,
+`BlockDiagonalPaddedKeysMask.from_seqlens(q, pad, kv).make_local_attention(W, W)` (a
+BlockDiagonalLocalAttentionPaddedKeysMask: keys in [i + off - W, i + off + W] per block, inclusive, as its
+materialize() and flash.py's window_left/window_right read it, not its docstring's "at most wl + wr - 1 keys"); and,
+causal, a sequence with fewer keys than queries (BlockDiagonalCausalFromBottomRightMask raises ValueError for it,
+the padded BlockDiagonalCausal[LocalAttention|WithOffset]PaddedKeysMask takes it; its first queries see nothing and
+output zeros). A paged cache is the pool as one row `(1, pages·page_size, KVH, K)` under
+`PagedBlockDiagonal[CausalWithOffset]PaddedKeysMask` with the shared page table (forward only; xformers has no
+paged local window). xformers has no soft-capping and ALiBi only as a dense tensor: those are skipped by name.
 """
 
 from __future__ import annotations
@@ -67,6 +73,18 @@ VARLEN_BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright", positional=("self",)),
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_local_attention_from_bottomright",
                 positional=("self", "window_size")),
+)
+
+
+# The padded-keys biases xformers_padded_bias builds (a two-sided window, or causal with fewer keys than queries).
+PADDED_BIAS_CALLS = (
+    *(LibraryCall("xformers.ops", f"fmha.attn_bias.{name}.from_seqlens",
+                  positional=("q_seqlen", "kv_padding", "kv_seqlen"), keywords=("device",))
+      for name in ("BlockDiagonalPaddedKeysMask", "BlockDiagonalCausalWithOffsetPaddedKeysMask")),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalPaddedKeysMask.make_local_attention",
+                positional=("self", "window_left", "window_right")),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local",
+                positional=("q_seqlen", "kv_padding", "kv_seqlen", "window_size")),
 )
 
 
@@ -135,6 +153,46 @@ def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
     if case.window is None:
         return block.make_causal_from_bottomright()
     return block.make_local_attention_from_bottomright(case.window + 1)
+
+
+def needs_padded_keys(case: Case) -> bool:
+    """Whether a case's packed sequences need xformers' padded-keys biases: a two-sided window (no contiguous-key
+    block-diagonal bias has one), or a causal mask over a sequence with fewer keys than queries."""
+    if case.window is not None and not case.causal:
+        return True
+    seqs = packing.varlen(case)
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    return case.causal and any(k < q for q, k in zip(q_lens, seqs.kv_lens))
+
+
+def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
+    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`.
+
+    two-sided W → BlockDiagonalPaddedKeysMask(...).make_local_attention(W, W); causal →
+    BlockDiagonalCausalWithOffsetPaddedKeysMask (bottom-right per block); causal + W →
+    BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(..., W + 1) (the diagonal counts).
+    """
+    seqs = packing.varlen(case)
+    q_lens, kv_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])], list(seqs.kv_lens)
+    bias = ops.fmha.attn_bias
+    if case.causal and case.window is not None:  # no device parameter: xformers' default device, the query's
+        return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,
+                                                                                        case.window + 1)
+    if case.causal:
+        return bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
+    block = bias.BlockDiagonalPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
+    return block if case.window is None else block.make_local_attention(case.window, case.window)
+
+
+def xformers_padded_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                           v: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int]:
+    """Queries packed in one BMHK row, K and V as padded keys in one row (packing.padded_kv), BMGHK for
+    forward-only GQA/MQA (K/V repeated per query head for backward); and the slot size."""
+    if case.kv_heads != case.heads and case.needs_grad:
+        k, v = expand_kv(k, case), expand_kv(v, case)
+    (kp, pad), (vp, _) = packing.padded_kv(k, case), packing.padded_kv(v, case)
+    qp, kp, vp = packing.pack_q(q)[None], kp[None], vp[None]
+    return ((qp, kp, vp) if kp.shape[2] == case.heads else grouped(case, qp, kp, vp)), pad
 
 
 def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -208,7 +266,7 @@ class XformersBackend(Backend):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size"})
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PAGED_BIAS_CALLS)
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
     def deterministic(self, case: Case) -> str:
         """xformers' dispatcher, asked in `prepare` under the mode, refuses every operator marked non-deterministic
@@ -231,10 +289,6 @@ class XformersBackend(Backend):
                 return "xformers' paged biases are for inference: no backward"
             if case.window is not None:
                 return "xformers has no paged local-attention bias (window with page_size)"
-        varlen = case.doc_lens is not None or case.kv_lens is not None
-        if varlen and case.window is not None and not case.causal:
-            return ("xformers has no two-sided local window over packed sequences with contiguous keys "
-                    "(BlockDiagonalLocalAttentionPaddedKeysMask needs padded keys); attnbench does not map it")
         return None
 
     def availability(self, device: str) -> str | None:
@@ -268,9 +322,13 @@ class XformersBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         ops = xformers_ops()
         varlen = case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
+        padded = None
         if case.page_size is not None:
             bias = xformers_paged_bias(case, ops, q.device)
             inputs = xformers_paged_layout(case, q, k, v)
+        elif varlen and needs_padded_keys(case):
+            inputs, padded = xformers_padded_layout(case, q, k, v)
+            bias = xformers_padded_bias(case, ops, padded, q.device)
         elif varlen:
             bias = xformers_varlen_bias(case, ops, q.device)
             inputs = xformers_varlen_layout(case, q, k, v)
@@ -302,6 +360,8 @@ class XformersBackend(Backend):
         layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
         if case.page_size is not None:
             layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
+        elif padded is not None:
+            layout += f", {packing.varlen(case).sequences} sequences in one row, keys padded to {padded}"
         elif varlen:
             layout += f", {packing.varlen(case).sequences} sequences packed in one row"
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"

@@ -19,7 +19,7 @@ from attnbench.results import (
 from attnbench.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 
 # Packed documents, and their drawn lengths.
-DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens")
+DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
 # The fields that make two records the same case apart from its documents.
 CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend" and k not in DOCUMENT_FIELDS)
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
