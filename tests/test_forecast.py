@@ -82,6 +82,33 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     assert once.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s)
 
 
+def test_the_compile_phase_costs_the_compiles_over_the_workers_and_each_measurement_a_load() -> None:
+    registry = default_registry()
+    flex = registry.get("flex")
+    settings = TimingSettings(warmup_ms=100, budget_ms=500, min_samples=3)
+    overheads = forecast.CPU_OVERHEADS
+    lengths = [make_case(seq_len=s, causal=True) for s in (1024, 2048, 4096, 8192)]
+    tasks = [(c, flex) for c in lengths]
+    cold = forecast.forecast(tasks, settings, CPU, report=False)
+    ahead = forecast.forecast(tasks, settings, CPU, report=False, compile_workers=2)
+    assert (ahead.precompiled, ahead.compile_workers) == (4, 2)
+    assert ahead.precompile_s == pytest.approx(overheads.worker_start_s + 4 * overheads.compile_s / 2)
+    assert ahead.compile_s == pytest.approx(4 * overheads.compile_cached_s)
+    assert ahead.total_s == pytest.approx(cold.total_s - cold.compile_s + ahead.compile_s + ahead.precompile_s)
+    assert ahead.to_dict()["precompile_s"] == round(ahead.precompile_s, 2)
+    # a graph the cache holds is loaded, not compiled ahead; more workers than graphs wait for the longest compile
+    cached = forecast.forecast(tasks, settings, CPU, report=False, compile_workers=8,
+                               compiled={flex.compile_key(lengths[0])})
+    assert cached.precompiled == 3 and cached.precompile_s == pytest.approx(overheads.worker_start_s
+                                                                            + overheads.compile_s)
+    # flex-dynamic, masked: its two compiles before sharing go ahead, the rest share the dynamic kernel
+    dynamic = forecast.forecast([(c, registry.get("flex-dynamic")) for c in lengths], settings, CPU, report=False,
+                                compile_workers=2)
+    assert dynamic.precompiled == 2 and dynamic.compile_s == pytest.approx(2 * overheads.compile_cached_s)
+    nothing = forecast.forecast([(lengths[0], registry.get("sdpa"))], settings, CPU, report=False, compile_workers=8)
+    assert nothing.precompile_s == 0 and nothing.compile_workers == 0
+
+
 def test_the_eta_scales_what_is_left_by_how_the_finished_ones_compared() -> None:
     cases = [make_case(seq_len=s) for s in (16, 32, 64, 128)]
     naive = default_registry().get("naive")
