@@ -51,6 +51,9 @@ def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so
     assert "ESTIMATE for a GPU that is not here" in result.output
     assert "datasheet: H100 SXM (989 TFLOP/s dense fp16/bf16, 3350 GB/s, 80 GB)" in result.output
     assert "1152 cases × 12 backends on cuda" in result.output
+    # a GPU server's default pool compiles flex's 1,152 static graphs ahead; each measurement loads its own
+    assert "compiles ahead 4.6 min (1152 graphs in 16 processes, --compile-workers), loading them 14.4 min" in (
+        " ".join(result.output.split()))
     unknown = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "Voodoo5"])
     assert unknown.exit_code == 2 and "--estimate-gpu Voodoo5: not in the datasheet table" in unknown.output
     alone = CliRunner().invoke(app, ["run", "long", "--estimate-gpu", "H100"])

@@ -3,9 +3,14 @@ start, and that after it a flex measurement loads its graph instead of compiling
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 
+import pytest
+from rich.console import Console
 
-from attnbench import precompile
+from attnbench import precompile, session
+from attnbench.options import RunOptions, resume_command
 from attnbench.registry import default_registry
 from tests.conftest import make_case
 
@@ -14,6 +19,13 @@ PLUGIN = "tests.compile_faults:PLANTED"
 
 def test_the_default_pool_is_a_process_per_core_but_one_at_most_16_and_none_on_two_cores() -> None:
     assert [precompile.default_workers(cores) for cores in (1, 2, 3, 8, 64)] == [0, 0, 2, 7, 16]
+
+
+def test_the_option_travels_with_the_run_options_to_a_resumed_run_and_a_shard() -> None:
+    options = RunOptions(compile_workers=4)
+    assert options.to_argv() == ["--compile-workers", "4"] and RunOptions().to_argv() == []
+    assert resume_command("long", Path("out"), options).endswith("--compile-workers 4")
+    assert options.for_shards().compile_workers == 4
 
 
 def test_the_jobs_are_the_distinct_compile_keys_not_yet_cached_backward_first() -> None:
@@ -60,3 +72,43 @@ def test_a_stop_before_the_phase_starts_no_process() -> None:
     jobs = precompile.jobs_of([(make_case(seq_len=64), planted)], set())
     result = precompile.precompile(jobs, 2, "cpu", (PLUGIN,), should_stop=lambda: True)
     assert result.stopped and result.results == [] and result.to_dict()["not_done"] == 1
+
+
+FLEX_SUITE = """name: ahead
+device: cpu
+backends: [flex]
+timing: {warmup_ms: 0, budget_ms: 1, min_samples: 1, max_samples: 1}
+sweep: {seq_len: [136], heads: [3], kv_heads: [heads], head_dim: [8], causal: [true], window: [24]}
+"""
+SAME_FIELDS = ("status", "kernel", "case_id", "max_abs_error", "error_bound", "rows_checked", "flops", "bytes_moved",
+               "memory_estimate_bytes", "kv_expanded")
+
+
+@pytest.mark.slow
+def test_after_the_pool_the_measurement_loads_its_graph_and_the_record_is_otherwise_the_same(tmp_path: Path) -> None:
+    """Two runs of one flex case, each with an empty --cache-dir and measuring in a fresh worker process (so no
+    graph is in memory): without the pool the measurement compiles; with it, the pool compiles and the measurement
+    loads (kernels_compiled 0, cache hits), and says what the pool spent on its graph."""
+    suite = tmp_path / "ahead.yaml"
+    suite.write_text(FLEX_SUITE)
+    quiet = Console(file=open("/dev/null", "w"))
+    records = {}
+    for workers in (0, 1):
+        options = RunOptions(cache_dir=tmp_path / f"cache{workers}", compile_workers=workers, isolate=True)
+        outcome = session.execute(session.plan(suite, options), tmp_path / f"run{workers}", quiet, lambda: False,
+                                  options)
+        (records[workers],) = outcome.records
+        env = json.loads((tmp_path / f"run{workers}" / "env.json").read_text())
+        assert env["prediction"]["compile_workers"] == workers
+    cold, loaded = records[0], records[1]
+    assert cold.status == "ok", cold.reason
+    assert cold.extra["kernels_compiled"] >= 1 and "precompile_s" not in cold.extra
+    assert "precompile" not in json.loads((tmp_path / "run0" / "env.json").read_text())
+    ahead = json.loads((tmp_path / "run1" / "env.json").read_text())["precompile"]
+    assert (ahead["workers"], ahead["jobs"], ahead["compiled"], ahead["failed"]) == (1, 1, 1, 0)
+    assert ahead["kernels_compiled"] >= 1 and ahead["wall_s"] > 0
+    assert loaded.extra["kernels_compiled"] == 0 and loaded.extra["cache_hits"] >= 1
+    assert loaded.extra["precompile_s"] > 0 and loaded.extra["setup_parts"]["compile"] > 0  # the load is setup
+    for name in SAME_FIELDS:
+        assert getattr(loaded, name) == getattr(cold, name), name
+    assert set(loaded.extra) - set(cold.extra) == {"precompile_s"}
