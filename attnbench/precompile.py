@@ -80,8 +80,8 @@ class Job:
 
 def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
     """The distinct compile keys of `tasks` whose backend compiles and would run the case (attnbench.backends.base's
-    `refusal`), less those already in the cache (`cached`: the ledger of attnbench.compile_cache). Backward graphs
-    first (they take the longest), otherwise in the run's order."""
+    `refusal`), less those already in the cache (`cached`: the ledger of attnbench.compile_cache), in the order the
+    pool takes them (`interleaved`)."""
     from attnbench.backends.base import refusal
 
     cases: dict[str, list[Case]] = {}
@@ -100,7 +100,24 @@ def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
         if len(group) < limits[key] and (case.seq_len, case.kv_seq_len) not in lengths:
             group.append(case)
     jobs = [Job(key, backends[key], tuple(group)) for key, group in cases.items()]
-    return sorted(jobs, key=lambda job: not job.cases[0].needs_grad)  # stable: the run's order within each
+    return (interleaved([job for job in jobs if job.cases[0].needs_grad])
+            + interleaved([job for job in jobs if not job.cases[0].needs_grad]))
+
+
+def interleaved(jobs: list[Job]) -> list[Job]:
+    """Backward graphs go first (they take the longest to compile); within each kind, one job of each length in turn,
+    the longest first, otherwise in the run's order. A suite lists its lengths outermost, so in the run's order the
+    pool's processes would all hold the longest cases' tensors (and their eager block masks: 12 GB each at 32K) at
+    once; taken in turn, any few consecutive jobs hold as few of them as the mix allows."""
+    buckets: dict[tuple[int, int], deque[Job]] = {}
+    for job in jobs:
+        buckets.setdefault((job.cases[0].seq_len, job.cases[0].kv_seq_len), deque()).append(job)
+    queues = [buckets[length] for length in sorted(buckets, reverse=True)]
+    order: list[Job] = []
+    while queues:
+        order += [queue.popleft() for queue in queues]
+        queues = [queue for queue in queues if queue]
+    return order
 
 
 @dataclass

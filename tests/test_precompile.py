@@ -47,9 +47,21 @@ def test_the_jobs_are_the_distinct_compile_keys_not_yet_cached_backward_first() 
         flex.compile_key(backward), flex.compile_key(short), dynamic.compile_key(lengths[0])]
 
 
+def test_the_pool_takes_one_length_after_another_the_longest_first_so_few_long_cases_run_at_once() -> None:
+    flex = default_registry().get("flex")
+    cases = [make_case(seq_len=s, heads=h, mode=mode) for mode in ("fwd", "fwd_bwd") for s in (64, 128, 256)
+             for h in (2, 4)]  # lengths outermost, as a suite lists them
+    jobs = precompile.jobs_of([(c, flex) for c in cases], set())
+    assert [(j.cases[0].mode, j.cases[0].seq_len, j.cases[0].heads) for j in jobs] == [
+        ("fwd_bwd", 256, 2), ("fwd_bwd", 128, 2), ("fwd_bwd", 64, 2), ("fwd_bwd", 256, 4), ("fwd_bwd", 128, 4),
+        ("fwd_bwd", 64, 4), ("fwd", 256, 2), ("fwd", 128, 2), ("fwd", 64, 2), ("fwd", 256, 4), ("fwd", 128, 4),
+        ("fwd", 64, 4)]
+
+
 def test_a_failed_compile_costs_its_job_only_and_the_next_runs_in_a_fresh_process() -> None:
     planted = default_registry([PLUGIN]).get("planted-compile")
     cases = [make_case(seq_len=s) for s in (32, 40, 48, 64)]  # raises, refused, its process exits, compiles
+    # one process: 64 compiles; 48 ends it; a fresh one finds 40 refused; 32 raises in it
     jobs = precompile.jobs_of([(c, planted) for c in cases], set())
     seen: list[str] = []
     result = precompile.precompile(jobs, 1, "cpu", (PLUGIN,), on_done=lambda r: seen.append(r.status))
@@ -59,11 +71,11 @@ def test_a_failed_compile_costs_its_job_only_and_the_next_runs_in_a_fresh_proces
     assert by_length[48].status == "failed" and "exited with code 3" in (by_length[48].reason or "")
     assert "planted exit while compiling" in (by_length[48].reason or "")
     assert by_length[64].status == "compiled" and by_length[64].kernels_compiled == 1
-    assert seen == ["failed", "skipped", "failed", "compiled"]
+    assert seen == ["compiled", "failed", "skipped", "failed"]  # the longest first
     summary = result.to_dict()
     assert (summary["workers"], summary["jobs"], summary["compiled"], summary["failed"], summary["skipped"]) == (
         1, 4, 1, 2, 1)
-    assert [f["case_id"] for f in summary["failures"]] == [cases[0].case_id, cases[2].case_id]
+    assert [f["case_id"] for f in summary["failures"]] == [cases[2].case_id, cases[0].case_id]
     assert list(result.compiled_keys()) == ["planted|64"]
 
 
