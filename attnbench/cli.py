@@ -139,7 +139,9 @@ def run(
                                              help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
     estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
                                                help="With --dry-run: estimate the run on this GPU (e.g. H100) from "
-                                                    "the datasheet table."),
+                                                    "the datasheet table (with 16 compile workers unless "
+                                                    "--compile-workers says)."),
+    compile_workers: opts.CompileWorkers = None,
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench import session, tables
@@ -156,7 +158,8 @@ def run(
     options = opts.run_options(
         backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
-        shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force)
+        shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
+        compile_workers=compile_workers)
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     if estimate_gpu is not None and not dry_run:
@@ -237,6 +240,7 @@ def submit(
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
     deterministic: opts.Deterministic = False,
+    compile_workers: opts.CompileWorkers = None,
 ) -> None:
     """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
     from attnbench import submit as submission
@@ -253,7 +257,7 @@ def submit(
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
         opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
-                         deterministic))
+                         deterministic, compile_workers=compile_workers))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")

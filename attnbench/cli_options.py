@@ -27,6 +27,10 @@ PeakBandwidth = Annotated[Optional[float], typer.Option(
 HistoryDb = Annotated[Optional[Path], typer.Option(
     "--db", metavar="FILE", help="The history store (default $XDG_DATA_HOME/attnbench/history.sqlite, else "
                                  "~/.local/share/attnbench/history.sqlite).")]
+CompileWorkers = Annotated[Optional[int], typer.Option(
+    "--compile-workers", min=0, metavar="N",
+    help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
+         "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]
 Timer = Annotated[str, typer.Option(
     "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
 Deterministic = Annotated[bool, typer.Option(
@@ -37,9 +41,9 @@ def run_options(backends: list[str], device: str | None, plugins: list[str], iso
                 timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
                 timer: str, deterministic: bool = False, *, devices: tuple[int, ...] | None = None,
                 cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
-                force: bool = False) -> RunOptions:
+                force: bool = False, compile_workers: int | None = None) -> RunOptions:
     """The shared options' values as the RunOptions a run (or each shard of a submission) is made with."""
     from attnbench.options import RunOptions
 
     return RunOptions(tuple(backends), device, tuple(plugins), isolate, timeout, oom_pruning, devices, peak_tflops,
-                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic)
+                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers)

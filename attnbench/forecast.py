@@ -118,11 +118,14 @@ class Forecast:
     startup_s: float = 0.0  # imports, env.json, an isolated run's worker
     report_s: float = 0.0
     reference_s: float = 0.0  # included in the tasks' seconds (each case's first measurement)
-    compile_s: float = 0.0  # likewise
+    compile_s: float = 0.0  # likewise: compiles, or cache loads, in the measurements' own setup
+    precompile_s: float = 0.0  # the compile phase before the first measurement (attnbench.precompile)
+    compile_workers: int = 0  # its processes; 0: no phase
+    precompiled: int = 0  # graphs it compiles
 
     @property
     def fixed_s(self) -> float:
-        return self.startup_s + self.report_s
+        return self.startup_s + self.precompile_s + self.report_s
 
     @property
     def total_s(self) -> float:
@@ -138,6 +141,8 @@ class Forecast:
         return {"total_s": round(self.total_s, 2), "startup_s": round(self.startup_s, 2),
                 "report_s": round(self.report_s, 2),
                 "reference_s": round(self.reference_s, 2), "compile_s": round(self.compile_s, 2),
+                "precompile_s": round(self.precompile_s, 2), "compile_workers": self.compile_workers,
+                "precompiled": self.precompiled,
                 "by_backend_s": {k: round(v, 2) for k, v in self.by_backend().items()},
                 "measurements": len(self.tasks), "measured": sum(t.runs for t in self.tasks),
                 "machine": self.machine.to_dict(), "estimate": self.machine.estimate}
@@ -149,10 +154,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     `compiled`: its graph is in inductor's cache (a load); `shared`: a kernel already compiled serves it (nothing)."""
     t = call_s(case, backend, machine)
     t_ms = t * 1e3
-    compile_s = 0.0
-    if backend.cost.compiles and not shared:
-        per_graph = overheads.compile_cached_s if compiled else overheads.compile_s
-        compile_s = per_graph * (overheads.backward_compile if case.needs_grad else 1)
+    compile_s = compile_price(case, backend, overheads, compiled) if not shared else 0.0
     check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend, machine) if case.needs_grad else t
     if case.needs_grad:  # a separate check; warm-up on timed calls
         warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
@@ -169,18 +171,32 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms) / 1e3, compile_s
 
 
+def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
+    """Seconds of one compile of `backend`'s graph for `case` (0 when its prepare compiles nothing): a cold compile, or
+    with `cached` a load from inductor's on-disk cache (the graph is still traced)."""
+    if not backend.cost.compiles:
+        return 0.0
+    per_graph = overheads.compile_cached_s if cached else overheads.compile_s
+    return per_graph * (overheads.backward_compile if case.needs_grad else 1)
+
+
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
-             report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False) -> Forecast:
+             report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
+             compile_workers: int = 0) -> Forecast:
     """The forecast of measuring `tasks` (in order) on `machine`, report included.
 
     `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
     a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
     the run's timer can time, as attnbench.skip takes them; `deterministic`: the run asks for deterministic kernels).
+    With `compile_workers` (attnbench.precompile's pool) every other graph is compiled before the first measurement,
+    `compile_workers` at a time: the phase costs a process start and the compiles' sum over the workers (at least the
+    longest one), and each measurement a load.
     """
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())
     on_disk = set(compiled)
+    ahead: list[float] = []  # the pool's compiles
     result = Forecast(machine)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
@@ -198,6 +214,9 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
             lengths = dynamic_lengths.setdefault(key, set())
             lengths.add((case.seq_len, case.kv_seq_len))
             shared, cached = len(lengths) > before_sharing, key in on_disk
+        if compile_workers and key is not None and not shared and not cached:  # the pool compiles it first
+            ahead.append(compile_price(case, backend, overheads, False))
+            cached = True
         seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared)
         if key is not None:
             compiled.add(key)
@@ -209,6 +228,9 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
         result.compile_s += compile_s
         result.tasks.append(TaskForecast(backend.name, seconds / max(1, workers), True))
     result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0)
+    if ahead:
+        result.compile_workers, result.precompiled = compile_workers, len(ahead)
+        result.precompile_s = overheads.worker_start_s + max(sum(ahead) / min(compile_workers, len(ahead)), max(ahead))
     if report and tasks:
         result.report_s = overheads.report_s + overheads.per_chart_s * len(groups)
     return result

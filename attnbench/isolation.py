@@ -11,19 +11,12 @@ Either way the next measurement starts a fresh worker.
 from __future__ import annotations
 
 import faulthandler
-import os
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import attnbench
-from attnbench.gpu import harness
+from attnbench.child import ChildDied, ChildProcess
 from attnbench.recording import unmeasured
 from attnbench.results import Record
 
@@ -34,13 +27,8 @@ if TYPE_CHECKING:
     from attnbench.recording import RunInfo
     from attnbench.timing import TimingSettings
 
-STDERR_TAIL_LINES = 5
-STDERR_TAIL_CHARS = 400
-# A subprocess rather than multiprocessing's spawn: spawn re-imports the parent's __main__, which
-# breaks under any unguarded script that calls attnbench.
+# The worker's start (attnbench.child: a subprocess with one end of a socket pair).
 WORKER_COMMAND = "import sys; from attnbench.isolation import worker_entry; worker_entry(int(sys.argv[1]))"
-# How long a worker may take to import torch and the backends before it counts as failed to start.
-START_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -56,29 +44,25 @@ class WorkerConfig:
     deterministic: bool = False  # deterministic kernels only (attnbench.determinism)
 
 
-class WorkerDied(Exception):
-    """The worker process ended without answering; the message says how."""
-
-
 class Isolated:
     """A Measurer that runs each measurement in a long-lived worker, replaced after a crash or timeout."""
 
     def __init__(self, config: WorkerConfig, timeout_s: float | None = None) -> None:
         self.config = config
         self.timeout_s = timeout_s
-        self.worker: _Worker | None = None
+        self.worker: ChildProcess | None = None
         self.started = 0  # workers started, for tests and the curious
 
     def measure(self, case: Case, backend: Backend) -> Record:
         try:
             if self.worker is None:
-                self.worker = _Worker.start(self.config)
+                self.worker = ChildProcess.start(WORKER_COMMAND, self.config)
                 self.started += 1
             self.worker.send(("measure", case.fields(), backend.name))
             message = self.worker.receive(None)
             if message[0] == "started":
                 message = self.worker.receive(self.timeout_s)
-        except WorkerDied as died:
+        except ChildDied as died:
             self._retire()
             return unmeasured(self.config.info, case, backend, "error", f"worker process {died}")
         if message is None:
@@ -103,115 +87,6 @@ class Isolated:
         if self.worker is not None:
             self.worker.stop()
             self.worker = None
-
-
-class _Worker:
-    """One worker process: its pipe, and the file its stderr goes to."""
-
-    def __init__(self, process: subprocess.Popen, conn: Connection, stderr_path: Path) -> None:
-        self.process = process
-        self.conn = conn
-        self.stderr_path = stderr_path
-
-    @classmethod
-    def start(cls, config: WorkerConfig) -> _Worker:
-        fd, name = tempfile.mkstemp(prefix="attnbench-worker-", suffix=".log")
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        package_root = str(Path(attnbench.__file__).resolve().parent.parent)  # a checkout not installed
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env.update(config.env)
-        if config.device == "cuda":  # the worker does not count this process as another user of its GPU
-            env[harness.HARNESS_GPUS_VAR] = ",".join(harness.contexts_held_here())
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-c", WORKER_COMMAND, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
-                start_new_session=True,  # Ctrl-C reaches the parent only; it stops after this measurement
-            )
-        finally:
-            os.close(fd)
-            theirs.close()
-        worker = cls(process, Connection(ours.detach()), Path(name))
-        worker.send(("config", config))
-        message = worker.receive(START_TIMEOUT_S)
-        if message is None:
-            worker.kill()
-            raise WorkerDied(f"did not start within {START_TIMEOUT_S:g} s")
-        return worker
-
-    def send(self, message: tuple) -> None:
-        try:
-            self.conn.send(message)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            raise WorkerDied(self.death()) from None
-
-    def receive(self, timeout_s: float | None) -> Any:
-        """The worker's next message; None when `timeout_s` passes first; WorkerDied when it ended."""
-        try:
-            if not self.conn.poll(timeout_s):
-                return None
-            return self.conn.recv()
-        except (EOFError, ConnectionResetError, OSError):
-            raise WorkerDied(self.death()) from None
-
-    def death(self) -> str:
-        """How the process ended, with the last lines of its stderr."""
-        try:
-            code = self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            code = None
-        if code is None:
-            how = "stopped answering"
-        elif code < 0:
-            how = f"was killed by signal {signal_name(-code)}"
-        else:
-            how = f"exited with code {code}"
-        tail = self.stderr_tail()
-        self._remove_log()
-        return how + (f"; last stderr: {tail}" if tail else "; it wrote nothing to stderr")
-
-    def stderr_tail(self) -> str:
-        try:
-            text = self.stderr_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        fatal = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
-        if fatal:  # faulthandler's report: the error, then the stack innermost first
-            tail = " | ".join(lines[fatal[-1]:fatal[-1] + STDERR_TAIL_LINES])
-            return tail[:STDERR_TAIL_CHARS]
-        tail = " | ".join(lines[-STDERR_TAIL_LINES:])
-        return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.conn.close()
-        self._remove_log()
-
-    def stop(self) -> None:
-        """Ask the worker to finish; kill it if it does not."""
-        try:
-            self.conn.send(("stop",))
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            pass
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
-
-    def _remove_log(self) -> None:
-        self.stderr_path.unlink(missing_ok=True)
-
-
-def signal_name(number: int) -> str:
-    try:
-        return f"{signal.Signals(number).name} ({number})"
-    except ValueError:
-        return str(number)
 
 
 def worker_entry(fd: int) -> None:

@@ -33,6 +33,7 @@ class RunOptions:
     resume: bool = False  # finish the run already in the output directory
     force: bool = False  # with resume: continue even where env.json differs from this machine
     deterministic: bool = False  # deterministic kernels only, whatever the suite says (attnbench.determinism)
+    compile_workers: int | None = None  # processes compiling ahead (attnbench.precompile); None: its default
 
     def to_argv(self) -> list[str]:
         """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
@@ -63,6 +64,8 @@ class RunOptions:
             words += ["--shard", str(self.shard)]
         if self.force:
             words.append("--force")
+        if self.compile_workers is not None:
+            words += ["--compile-workers", str(self.compile_workers)]
         if self.cache_dir is not None:  # this machine's compile cache: a resumed run loads what was compiled
             words += ["--cache-dir", str(self.cache_dir)]
         return words

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from attnbench.forecast import Forecast
+    from attnbench.precompile import PoolResult
     from attnbench.suite_schema import Timing
     from attnbench.timing import TimingSettings
 
@@ -132,17 +133,20 @@ def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
     """
     import torch
 
-    from attnbench import calibration, compile_cache, forecast
+    from attnbench import calibration, compile_cache, forecast, precompile
     from attnbench.timing import timer_modes
 
     cache = compile_cache.use(options.cache_dir)
     machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
     timing = plan.suite.timing(plan.device)
+    workers = options.compile_workers
+    if workers is None:  # a GPU that is not here: a GPU server's default pool, not this machine's
+        workers = precompile.ESTIMATE_GPU_WORKERS if gpu else precompile.default_workers()
     predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
                                   isolate=resolve_isolation(plan.device, options.isolate, timing.timeout_s),
                                   compiled=compile_cache.compiled(cache, torch.__version__),
                                   timer_modes=timer_modes(options.timer),
-                                  deterministic=wants_deterministic(plan, options))
+                                  deterministic=wants_deterministic(plan, options), compile_workers=workers)
     return DryRun(plan, predicted, timing, timing != plan.suite.model.timing)
 
 
@@ -150,7 +154,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
             options: RunOptions = RunOptions()) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
     `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.tables)."""
-    from attnbench import calibration, compile_cache, forecast
+    from attnbench import calibration, compile_cache, forecast, precompile
     from attnbench.env import collect_env
     from attnbench.isolation import Isolated, WorkerConfig
     from attnbench.measure import InProcess, Settings
@@ -191,11 +195,14 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     env = collect_env(plan.device)
     torch_version = env["torch"]
     workers = len(options.devices) if options.devices is not None else 1
+    compile_workers = (options.compile_workers if options.compile_workers is not None
+                       else precompile.default_workers())
     machine = calibration.cached_calibration(plan.device, cache)
     predicted = forecast.forecast(tasks, settings, machine,
                                   isolate=isolate, workers=workers,
                                   compiled=compile_cache.compiled(cache, torch_version),
-                                  timer_modes=timer_modes(options.timer), deterministic=deterministic)
+                                  timer_modes=timer_modes(options.timer), deterministic=deterministic,
+                                  compile_workers=compile_workers)
     if options.resume:
         recorded = read_run_env(directory)
         check_compatible(directory, recorded, env, plan.suite.name,
@@ -240,11 +247,21 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
                  f"predicted {forecast.fmt_duration(predicted.total_s)}")
     info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs,
                    tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
+    backends = {backend.name: backend for backend in plan.backends}
+    ahead = compile_phase(tasks, compile_workers, plan, options, cache, torch_version, errors, should_stop, timeout_s)
+    if ahead is not None:
+        (env["resumed"][-1] if options.resume else env)["precompile"] = ahead.to_dict()
+        write_json_atomic(directory / ENV_FILE, env)
+    precompiled = ahead.compiled_keys() if ahead is not None else {}
     eta = Eta(predicted, tasks, workers)
     with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
         def sink(record: Record) -> None:
+            if precompiled and record.backend in backends:  # the pool's seconds on this graph, on its first record
+                seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
+                if seconds is not None:
+                    record.extra["precompile_s"] = round(seconds, 3)
             writer.append(record)
             records.append(record)
 
@@ -262,12 +279,44 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
             measurers = [InProcess(timer_for(plan.device, options.timer),
                                    Settings(info, settings, deterministic=deterministic))]
         measured = schedule.run(tasks, sink, measurers)
-    backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(cache, torch_version, (
         key for r in records if "compile_s" in r.extra and r.backend in backends
         and (key := backends[r.backend].compile_key(case_of(r))) is not None))
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records, results)
+
+
+def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
+                  torch_version: str, errors: Console, should_stop: Callable[[], bool],
+                  timeout_s: float | None) -> PoolResult | None:
+    """Compile every graph the tasks will compile and the cache lacks, in `workers` processes, before the first
+    measurement (attnbench.precompile); None when there is no pool (0 workers) or nothing to compile."""
+    from attnbench import compile_cache, precompile
+
+    jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
+    if not workers or not jobs:
+        return None
+    envs = None
+    if options.devices is not None:  # spread over the run's GPUs, each process seeing one, as the measurers do
+        from attnbench.devices import worker_env
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        envs = [worker_env(index, visible) for index in options.devices]
+    errors.print(f"compiling {len(jobs)} graph(s) ahead in {min(workers, len(jobs))} process(es) "
+                 f"(--compile-workers {workers}) before the first measurement", markup=False)
+
+    def done(result: precompile.JobResult) -> None:
+        if result.status == "failed":
+            errors.print(f"  compile ahead failed ({result.job.backend} {result.job.cases[0].case_id}; its "
+                         f"measurement compiles it): {result.reason}", markup=False, soft_wrap=True)
+
+    ahead = precompile.precompile(jobs, workers, plan.device, plan.plugins, envs, timeout_s, should_stop, done)
+    compile_cache.note_compiled(cache, torch_version, ahead.compiled_keys())
+    summary = ahead.to_dict()
+    errors.print(f"compiled ahead: {summary['compiled']} of {len(jobs)} graph(s) in {summary['wall_s']:.1f} s "
+                 f"({summary['compile_s_sum']:.1f} s of compiling in {ahead.workers} process(es)); "
+                 f"{summary['failed']} failed, {summary['skipped']} refused", markup=False)
+    return ahead
 
 
 def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:

@@ -59,8 +59,14 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
         table.add_row(backend, str(ran), str(skipped), fmt_duration(seconds))
     table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s))
     console.print(table)
-    console.print(f"of which references {fmt_duration(predicted.reference_s)}, flex compiles "
-                  f"{fmt_duration(predicted.compile_s)}; throughput {predicted.machine.source}"
+    if predicted.compile_workers:
+        compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs in "
+                    f"{predicted.compile_workers} processes, --compile-workers), loading them "
+                    f"{fmt_duration(predicted.compile_s)}")
+    else:
+        compiles = f"flex compiles {fmt_duration(predicted.compile_s)}"
+    console.print(f"of which references {fmt_duration(predicted.reference_s)}, {compiles}; "
+                  f"throughput {predicted.machine.source}"
                   + ("; every backend made for CUDA taken as installed" if predicted.machine.estimate else ""),
                   markup=False)
 

@@ -95,9 +95,17 @@ def test_no_module_is_over_450_lines() -> None:
     assert long == {}
 
 
+# Callers of a backend's `prepare` that are not measurements, each with why. precompile.compile_job calls it in a
+# compile process before the run's first measurement, only to leave the compiled graph in the on-disk cache: its
+# tensors are thrown away, nothing there is checked, timed or recorded, and the measurement still makes its own
+# `prepare` in measure._measure (which then loads the graph, and counts that load as its setup).
+NOT_MEASUREMENTS = {"attnbench.precompile.compile_job": "compiles ahead; its result is only the on-disk cache"}
+
+
 def test_one_function_makes_a_measurement() -> None:
     """`prepare` (a backend's case made ready for its kernel) is called in one place only: measure._measure, which
-    the in-process run and the isolated worker both reach through measure.InProcess."""
+    the in-process run and the isolated worker both reach through measure.InProcess; and, by name, by the callers in
+    NOT_MEASUREMENTS, which make no record."""
     callers = []
     for name, path in modules().items():
         if name.startswith("attnbench.backends."):
@@ -107,6 +115,8 @@ def test_one_function_makes_a_measurement() -> None:
             if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "prepare"
                    and "backend" in ast.unparse(c.func.value) for c in ast.walk(function)):
                 callers.append(f"{name}.{function.name}")
-    assert callers == ["attnbench.measure._measure"]
+    assert sorted(callers) == sorted(["attnbench.measure._measure", *NOT_MEASUREMENTS])
     worker = (PACKAGE / "isolation.py").read_text(encoding="utf-8")
     assert "InProcess(" in worker and "_measure(" not in worker
+    ahead = (PACKAGE / "precompile.py").read_text(encoding="utf-8")  # it makes no record and times nothing
+    assert not any(word in ahead for word in ("make_record", "Record(", "timer", "measure("))

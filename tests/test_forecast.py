@@ -51,6 +51,9 @@ def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so
     assert "ESTIMATE for a GPU that is not here" in result.output
     assert "datasheet: H100 SXM (989 TFLOP/s dense fp16/bf16, 3350 GB/s, 80 GB)" in result.output
     assert "1152 cases × 12 backends on cuda" in result.output
+    # a GPU server's default pool compiles flex's 1,152 static graphs ahead; each measurement loads its own
+    assert "compiles ahead 4.6 min (1152 graphs in 16 processes, --compile-workers), loading them 14.4 min" in (
+        " ".join(result.output.split()))
     unknown = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "Voodoo5"])
     assert unknown.exit_code == 2 and "--estimate-gpu Voodoo5: not in the datasheet table" in unknown.output
     alone = CliRunner().invoke(app, ["run", "long", "--estimate-gpu", "H100"])
@@ -80,6 +83,33 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     unmasked = [make_case(seq_len=s, causal=False) for s in (1024, 2048, 4096)]
     once = forecast.forecast([(c, registry.get("flex-dynamic")) for c in unmasked], settings, CPU, report=False)
     assert once.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s)
+
+
+def test_the_compile_phase_costs_the_compiles_over_the_workers_and_each_measurement_a_load() -> None:
+    registry = default_registry()
+    flex = registry.get("flex")
+    settings = TimingSettings(warmup_ms=100, budget_ms=500, min_samples=3)
+    overheads = forecast.CPU_OVERHEADS
+    lengths = [make_case(seq_len=s, causal=True) for s in (1024, 2048, 4096, 8192)]
+    tasks = [(c, flex) for c in lengths]
+    cold = forecast.forecast(tasks, settings, CPU, report=False)
+    ahead = forecast.forecast(tasks, settings, CPU, report=False, compile_workers=2)
+    assert (ahead.precompiled, ahead.compile_workers) == (4, 2)
+    assert ahead.precompile_s == pytest.approx(overheads.worker_start_s + 4 * overheads.compile_s / 2)
+    assert ahead.compile_s == pytest.approx(4 * overheads.compile_cached_s)
+    assert ahead.total_s == pytest.approx(cold.total_s - cold.compile_s + ahead.compile_s + ahead.precompile_s)
+    assert ahead.to_dict()["precompile_s"] == round(ahead.precompile_s, 2)
+    # a graph the cache holds is loaded, not compiled ahead; more workers than graphs wait for the longest compile
+    cached = forecast.forecast(tasks, settings, CPU, report=False, compile_workers=8,
+                               compiled={flex.compile_key(lengths[0])})
+    assert cached.precompiled == 3 and cached.precompile_s == pytest.approx(overheads.worker_start_s
+                                                                            + overheads.compile_s)
+    # flex-dynamic, masked: its two compiles before sharing go ahead, the rest share the dynamic kernel
+    dynamic = forecast.forecast([(c, registry.get("flex-dynamic")) for c in lengths], settings, CPU, report=False,
+                                compile_workers=2)
+    assert dynamic.precompiled == 2 and dynamic.compile_s == pytest.approx(2 * overheads.compile_cached_s)
+    nothing = forecast.forecast([(lengths[0], registry.get("sdpa"))], settings, CPU, report=False, compile_workers=8)
+    assert nothing.precompile_s == 0 and nothing.compile_workers == 0
 
 
 def test_the_eta_scales_what_is_left_by_how_the_finished_ones_compared() -> None:
