@@ -19,6 +19,7 @@ from attnbench.check import judge
 from attnbench.conformance import conformance_problem
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
+from attnbench.quant_data import accuracy_extra, case_data, prepare_kwargs, yardstick
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.recording import (
     RunInfo,
@@ -115,7 +116,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     inp = data.inputs
     canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inp.q, inp.k, inp.v))
     start = time.perf_counter()
-    prepared = backend.prepare(case, *canonical)
+    prepared = backend.prepare(case, *canonical, **prepare_kwargs(data))
     if case.device == "cuda":
         torch.cuda.synchronize()
     setup_s = time.perf_counter() - start
@@ -149,7 +150,8 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 caught.extend(seen)
         answer, dout_native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
                                         grad_checkable(case))
-        verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
+        stick = yardstick(data, backend)  # naive in the case's dtype, or an emulation of the kernel's numerics
+        verdict = judge(answer, data.reference, stick.answer, stick.floor_dtype, stick.errors)
         fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
         first = None if twin else PeakOnFirstCall(fn, case.device)
         if first is not None:  # no garbage the first call would free may be counted in its "before"
@@ -174,6 +176,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         if timing.prior_ms is not None:
             extra["check_call_ms"] = timing.prior_ms  # the call alone, by the timer's clock
     extra["errors"] = verdict.errors
+    extra.update(accuracy_extra(data, stick, answer, out_native))
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                             settings.info, extra.get("fp32_math"))
     extra.update(peak_extra)
@@ -300,7 +303,7 @@ class InProcess:
             return unmeasured(self.settings.info, case, backend, "skipped", self.broken)
         if self.data is None or self.data.case != case:
             self._drop()
-            self.data = CaseData(case)
+            self.data = case_data(case)
         record = measure(self.data, backend, self.timer, self.settings, on_start)
         if record.status == "error" and cuda_is_broken(case.device):
             self.data = None
