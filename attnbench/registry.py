@@ -26,6 +26,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.sdpa_varlen",
     "attnbench.backends.cudnn",
     "attnbench.backends.naive_fp8",
+    "attnbench.backends.cudnn_fp8",
 )
 
 Target = Union[type[Backend], Backend, str]
