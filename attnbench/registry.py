@@ -27,6 +27,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.cudnn",
     "attnbench.backends.naive_fp8",
     "attnbench.backends.cudnn_fp8",
+    "attnbench.backends.sage",
 )
 
 Target = Union[type[Backend], Backend, str]
