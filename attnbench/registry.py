@@ -28,6 +28,7 @@ BUILTIN_MODULES = (
     "attnbench.backends.naive_fp8",
     "attnbench.backends.cudnn_fp8",
     "attnbench.backends.sage",
+    "attnbench.backends.sdpa_fp8",
 )
 
 Target = Union[type[Backend], Backend, str]
