@@ -204,3 +204,36 @@ def test_quant_crossed_with_bf16_is_the_plain_case_once(tmp_path: Path) -> None:
     ids = [c.case_id for c in load_suite(tmp_path / "s.yaml").cases("cpu")]
     assert ids == ["cpu-bf16-b1-s64-h4-kv4-d16-full-fwd", "cpu-fp8e4m3-b1-s64-h4-kv4-d16-full-qtensor-fwd",
                    "cpu-fp8e4m3-b1-s64-h4-kv4-d16-full-qhead-fwd"]
+
+
+# ---- naive-fp8's own mapping of the factors, caught when wrong -------------------------------------------------
+def _sabotage(kind: str):  # type: ignore[no-untyped-def]
+    from attnbench.backends import naive_fp8
+
+    real = naive_fp8.row_factors
+
+    def wrong(scales, name, c):  # type: ignore[no-untyped-def]
+        if kind == "wrong-block-size":  # the block factors expanded over twice the block's tokens
+            rows = c.seq_len if name == "q" else c.kv_seq_len
+            factor = getattr(scales, name).repeat_interleave(2 * scales.block, dim=2)[:, :, :rows]
+            return factor if name == "q" else factor.repeat_interleave(c.group_size, dim=1)
+        if kind == "k-and-v-swapped":
+            return real(scales, {"k": "v", "v": "k"}.get(name, name), c)
+        if kind == "q-factor-applied-twice":
+            return real(scales, name, c) ** (2 if name == "q" else 1)
+        return real(scales, name, c).flip(1) if kind == "heads-reversed" else real(scales, name, c)
+    return lambda mp: mp.setattr(naive_fp8, "row_factors", wrong)
+
+
+@pytest.mark.parametrize("kind,c", [
+    ("wrong-block-size", fp8_case(quant="block", quant_block=16)),
+    ("k-and-v-swapped", fp8_case()),
+    ("q-factor-applied-twice", fp8_case(quant="head")),
+    ("heads-reversed", fp8_case(quant="head")),
+])
+def test_naive_fp8_catches_its_own_wrong_factor_mapping(monkeypatch: pytest.MonkeyPatch, kind: str, c) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import assert_sabotage_caught
+    from tests.fp8_inputs import distinct_scales
+
+    distinct_scales(monkeypatch, block=c.quant_block)
+    assert_sabotage_caught(c, lambda: default_registry().get("naive-fp8"), _sabotage(kind), monkeypatch)

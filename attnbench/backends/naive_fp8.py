@@ -30,9 +30,11 @@ EVERY_FORMAT = frozenset({f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in F
 FLOAT32_BYTES = 4
 
 
-def per_query_head(factor: torch.Tensor, case: Case) -> torch.Tensor:
-    """K's or V's factors for K/V expanded per query head: repeated where they are per KV head."""
-    return expand_kv(factor, case) if factor.shape[1] == case.kv_heads else factor
+def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
+    """`name`'s ("q", "k", "v") descale factor for each row it multiplies: (B, H, S or 1, 1), K's and V's repeated
+    per query head where they are per KV head (K and V are expanded so)."""
+    factor = scales.per_row(name)
+    return expand_kv(factor, case) if name != "q" and factor.shape[1] == case.kv_heads else factor
 
 
 @register
@@ -77,8 +79,8 @@ class NaiveFp8Backend(Backend):
         mask = None if mask is None else mask[:, None]
         bias = workload.alibi_bias(case, device=q.device, dtype=dtype_of("float32"))
         softcap, out = case.softcap, dtype_of(quant.original_dtype(case))
-        q_factor = None if scales.q is None else scales.per_row("q")
-        k_factor, v_factor = (per_query_head(scales.per_row(n), case) for n in ("k", "v"))
+        q_factor = None if scales.q is None else row_factors(scales, "q", case)
+        k_factor, v_factor = (row_factors(scales, n, case) for n in ("k", "v"))
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             qf = q.float() if q_factor is None else q.float() * q_factor
