@@ -23,7 +23,6 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from attnbench.report.baseline import usable_time
 from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
-from attnbench.report.charts import TITLE_CHARS
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _plain
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 from attnbench.results import apart, interval_of, is_noisy, is_throttled
@@ -33,6 +32,7 @@ FP8 = ("float8_e4m3fn", "float8_e5m2")
 FORMAT_FIELDS = ("dtype", "kv_dtype", "quant", "quant_block", "quant_scale")
 SHAPE = tuple(f for f in GROUP_FIELDS if f not in FORMAT_FIELDS)
 MAX_PANELS = 3  # the longest lengths of a group, side by side
+TITLE_CHARS = 120  # a title wraps here, as the group charts' do
 FORMAT_MARKERS = {"original": "o", "qkv": "s", "kv": "^", "internal": "D"}
 
 
