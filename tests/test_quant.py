@@ -237,3 +237,17 @@ def test_naive_fp8_catches_its_own_wrong_factor_mapping(monkeypatch: pytest.Monk
 
     distinct_scales(monkeypatch, block=c.quant_block)
     assert_sabotage_caught(c, lambda: default_registry().get("naive-fp8"), _sabotage(kind), monkeypatch)
+
+
+def test_fp8_cases_are_judged_against_the_fp8_roof() -> None:
+    from attnbench.peaks import peak_for
+
+    assert peak_for("NVIDIA H200", "float8_e4m3fn").tflops == 1979.0  # H200 SXM: 3,958 sparse, halved
+    assert peak_for("NVIDIA H200", "bfloat16").tflops == 989.0  # an FP8 K/V cache under bf16 queries computes in bf16
+    assert peak_for("NVIDIA A100-SXM4-80GB", "float8_e5m2").tflops is None  # no FP8 tensor cores
+
+
+def test_flex_says_why_it_takes_no_fp8() -> None:
+    from attnbench.backends.base import refusal
+
+    assert refusal(default_registry().get("flex"), fp8_case()).startswith("attnbench maps no FP8 inputs onto flex")
