@@ -7,8 +7,9 @@ registers (torch/nn/attention/_fa3.py), so it needs `activate_flash_attention_im
 a compute capability 9.x GPU, and float8_e4m3fn Q, K and V in (batch, heads, seq, head_dim) with float32 descales of
 shape (batch, kv_heads) (DescaleType.PER_HEAD, its only granularity). The output is bf16; its numerics are FA3's.
 
-torch 2.13's CPU build has the op's schema but no CPU kernel; whether torch 2.11 (the H200's) has the entry point is
-what availability() finds out by looking for it.
+torch 2.13's CPU build has the op's schema but no CPU kernel. torch 2.11 (the H200's) likely has the entry point:
+torchao's prototype FP8 attention imports it behind a "PyTorch 2.11+" gate and calls it as this adapter does (FA3
+activated, per-head descales); availability() finds out by looking for it, not by the version.
 """
 
 from __future__ import annotations
