@@ -6,18 +6,23 @@ How its mask, visible pairs, FLOPs and bytes follow from it is attnbench.workloa
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# The FP8 formats a case's Q/K/V (dtype) or its K/V cache alone (kv_dtype) may be quantized to (attnbench.quant).
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+DTYPE_BYTES.update({name: 1 for name in FP8_DTYPES})
+DTYPE_SHORT.update({"float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"})
 MODES = ("fwd", "bwd", "fwd_bwd")
 # The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
 AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
 # Seed streams of the drawn lengths, so that adding one structure never changes another's draw (attnbench.workload
 # draws the page table from STREAM_PAGES).
 STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
+DEFAULT_QUANT_BLOCK = 128  # tokens per scale with `quant: {granularity: block}`
 
 
 def equal_doc_lens(seq_len: int, documents: int) -> tuple[int, ...]:
@@ -76,6 +81,14 @@ class Case:
     head_dim_v: int | None = None  # None: head_dim
     kv_shared: bool = False  # absorbed MLA: V is the first head_dim_v channels of K (GUIDE.md)
     tp: int | None = None  # the case is one GPU's share of a model split over tp GPUs by heads
+    # Quantized inputs (GUIDE.md "quantized inputs", attnbench.quant): an FP8 `dtype` quantizes Q, K and V; `kv_dtype`
+    # the K/V cache alone (queries stay in `dtype`). `quant` is the scales' granularity ("tensor", "head", "block":
+    # filled with "tensor" when the case is quantized), `quant_block` the tokens per block, `quant_scale` a fixed
+    # descale factor (None: each scale from its granule's amax).
+    kv_dtype: str | None = None
+    quant: str | None = None
+    quant_block: int | None = None
+    quant_scale: float | None = None
 
     def __post_init__(self) -> None:
         """Lists (a record read back from JSON) become tuples; drawn structures are drawn from the seed."""
@@ -97,6 +110,22 @@ class Case:
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))
+        if self.quantized and self.quant is None:
+            object.__setattr__(self, "quant", "tensor")
+        if self.quant == "block" and self.quant_block is None:
+            object.__setattr__(self, "quant_block", DEFAULT_QUANT_BLOCK)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether attnbench quantizes this case's inputs (an FP8 dtype, or an FP8 K/V cache)."""
+        return self.dtype in FP8_DTYPES or self.kv_dtype is not None
+
+    @property
+    def unquantized(self) -> Case:
+        """The same case before quantization: its original inputs (bf16 for an FP8 dtype, the queries' dtype for an
+        FP8 K/V cache) are that case's, drawn from its seed, so an FP8 case and its bf16 twin share their originals."""
+        dtype = "bfloat16" if self.dtype in FP8_DTYPES else self.dtype
+        return replace(self, dtype=dtype, kv_dtype=None, quant=None, quant_block=None, quant_scale=None)
 
     @property
     def v_dim(self) -> int:
@@ -161,12 +190,18 @@ class Case:
             parts.append("kvshared")
         if self.tp is not None:
             parts.append(f"tp{self.tp}")
+        if self.kv_dtype is not None:
+            parts.append(f"kv{DTYPE_SHORT[self.kv_dtype]}")
+        if self.quant is not None:
+            block = self.quant_block if self.quant == "block" else ""
+            parts.append(f"q{self.quant}{block}" + ("" if self.quant_scale is None else f"-scale{self.quant_scale:g}"))
         return "".join("-" + p for p in parts)
 
     @property
     def seed(self) -> int:
-        """The seed inputs are drawn from: derived from the case, so every backend sees the same tensors."""
-        return zlib.crc32(self.case_id.encode())
+        """The seed inputs are drawn from: derived from the case, so every backend sees the same tensors. A quantized
+        case draws its original inputs with its unquantized twin's seed (the same tensors, then quantized)."""
+        return zlib.crc32((self.unquantized if self.quantized else self).case_id.encode())
 
     @property
     def layout_seed(self) -> int:

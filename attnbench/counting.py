@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnbench import quant
 from attnbench.case import DTYPE_BYTES
 from attnbench.workload import key_ranges, visible_total
 
@@ -33,11 +34,13 @@ def flops(case: Case) -> int:
 
 
 def tensor_bytes(case: Case) -> dict[str, int]:
-    """Bytes of Q, K, V and O in the case's dtype (V and O with head_dim_v)."""
-    elem = DTYPE_BYTES[case.dtype]
-    rows = case.batch * case.seq_len * case.heads * elem
-    keys = case.batch * case.kv_heads * case.kv_seq_len * elem
-    return {"q": rows * case.head_dim, "k": keys * case.head_dim, "v": keys * case.v_dim, "o": rows * case.v_dim}
+    """Bytes of Q, K, V and O in the case's dtype (V and O with head_dim_v); a quantized case's FP8 tensors take one
+    byte an element, its output its original dtype's (attnbench.quant.element_bytes)."""
+    elem_q, elem_kv, elem_o = quant.element_bytes(case) if case.quantized else (DTYPE_BYTES[case.dtype],) * 3
+    rows = case.batch * case.seq_len * case.heads
+    keys = case.batch * case.kv_heads * case.kv_seq_len * elem_kv
+    return {"q": rows * case.head_dim * elem_q, "k": keys * case.head_dim, "v": keys * case.v_dim,
+            "o": rows * case.v_dim * elem_o}
 
 
 def io_bytes(case: Case) -> int:

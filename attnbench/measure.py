@@ -23,6 +23,13 @@ from attnbench.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.gpu import sample as gpu_sample
 from attnbench.inputs import Answer, CaseData, grad_checkable
 from attnbench.memory import PeakOnFirstCall, call_measuring_peak
+from attnbench.quant_data import (
+    Yardstick,
+    accuracy_extra,
+    case_data,
+    prepare_kwargs,
+    yardstick,
+)
 from attnbench.recording import (
     RunInfo,
     make_record,
@@ -132,7 +139,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     inp = data.inputs
     canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inp.q, inp.k, inp.v))
     start = time.perf_counter()
-    prepared = backend.prepare(case, *canonical)
+    prepared = backend.prepare(case, *canonical, **prepare_kwargs(data))
     if case.device == "cuda":
         torch.cuda.synchronize()
     setup_s = time.perf_counter() - start
@@ -166,7 +173,8 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 caught.extend(seen)
         answer, dout_native, native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
                                                 grad_checkable(case))
-        verdict = judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
+        stick = yardstick(data, backend)  # naive in the case's dtype, or an emulation of the kernel's numerics
+        verdict = judge(answer, data.reference, stick.answer, stick.floor_dtype, stick.errors)
         fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
         first = None if twin else PeakOnFirstCall(fn, case.device)
         if first is not None:  # no garbage the first call would free may be counted in its "before"
@@ -182,7 +190,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             if first.peak is None:  # a timer that never called fn (a test's scripted timer)
                 first()
             peak, method = first.peak, first.method
-        verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields)
+        verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
     fields.update(timing_fields(samples, settings.timing))
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
@@ -199,6 +207,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     extra["errors"] = {name: finite(value) for name, value in verdict.errors.items()}
     if any(finite(value) is None for value in verdict.errors.values()):
         extra["nonfinite"] = True  # NaN or Inf in the output (or a gradient): the error has no number
+    extra.update(accuracy_extra(data, stick, answer, out_native))
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                             settings.info, extra.get("fp32_math"))
     extra.update(peak_extra)
@@ -212,7 +221,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Tensor, ...],
                   leaves: tuple[torch.Tensor, ...], checked: Answer, native: tuple[torch.Tensor, ...] | None,
-                  kept: KeepFirst, verdict: Verdict, fields: dict[str, Any]) -> tuple[Verdict, str]:
+                  kept: KeepFirst, verdict: Verdict, fields: dict[str, Any], stick: Yardstick) -> tuple[Verdict, str]:
     """`repeatable`: the checked call against a second call on the same inputs, bit for bit — a forward's output, a
     backward's gradients where they are checked. The second call is the timer's first (kept), else one untimed call
     now. Where the two differ the second is judged too; a mismatch of either is judged once more on a fresh untimed
@@ -224,8 +233,8 @@ def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Ten
     names = NAMES[:1] if case.mode == "fwd" else NAMES[1:]
     judged, calls, result = [("checked", verdict)], ["checked call"], None
 
-    def judge_answer(answer: Answer) -> Verdict:
-        return judge(answer, data.reference, data.naive, case.dtype, data.naive_errors)
+    def judge_answer(answer: Answer) -> Verdict:  # by the checked call's yardstick (attnbench.quant_data)
+        return judge(answer, data.reference, stick.answer, stick.floor_dtype, stick.errors)
 
     if native is not None:
         calls.append("timer's first call" if kept.called else "untimed call after timing")
@@ -383,7 +392,7 @@ class InProcess:
             return unmeasured(self.settings.info, case, backend, "skipped", self.broken)
         if self.data is None or self.data.case != case:
             self._drop()
-            self.data = CaseData(case)
+            self.data = case_data(case)
         record = measure(self.data, backend, self.timer, self.settings, on_start)
         if record.status == "error" and cuda_is_broken(case.device):
             self.data = None

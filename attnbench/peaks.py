@@ -50,6 +50,13 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
     ("RTX 3090", r"RTX 3090", 71.0, 35.6, 936.0, 35.6),
     ("MI300X", r"MI300X", 1307.4, 163.4, 5300.0, 653.7),
 )
+# Dense FP8 tensor TFLOP/s (e4m3 and e5m2 alike) by row label, from the same datasheets (their sparse headline
+# halved); rows without FP8 tensor cores (A100, V100, T4, A10, the RTX 3090) have none. An FP8 case (Q, K and V in
+# FP8) is judged against it; an FP8 K/V cache under bf16 queries computes in bf16 and keeps the bf16 roof.
+FP8_TFLOPS = {"H100 PCIe": 1513.0, "H100 NVL": 1670.5, "H100 SXM": 1979.0, "GH200 144GB HBM3e": 1979.0,
+              "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0, "L40S": 733.0,
+              "L4": 242.5, "MI300X": 2614.9}
+FP8 = ("float8_e4m3fn", "float8_e5m2")
 # How a kernel computes float32 (Prepared.extra["fp32_math"]), and the share of the TF32 roof it can reach.
 FP32_MATH = {"3xTF32": 3.0}
 NO_BF16 = (r"V100", r"\bT4\b")
@@ -90,6 +97,8 @@ def peak_tflops_for(device_name: str | None, dtype: str) -> float | None:
         return None
     if dtype in ("bfloat16", "bf16") and any(re.search(p, device_name) for p in NO_BF16):
         return None
+    if dtype in FP8:
+        return FP8_TFLOPS.get(row[0])
     if dtype in HALF:
         return row[2]
     if dtype in FULL:

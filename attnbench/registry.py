@@ -25,6 +25,10 @@ BUILTIN_MODULES = (
     "attnbench.backends.flashinfer",
     "attnbench.backends.sdpa_varlen",
     "attnbench.backends.cudnn",
+    "attnbench.backends.naive_fp8",
+    "attnbench.backends.cudnn_fp8",
+    "attnbench.backends.sage",
+    "attnbench.backends.sdpa_fp8",
 )
 
 Target = Union[type[Backend], Backend, str]

@@ -35,6 +35,8 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "documents": None, "doc_lengths": None, "doc_lens": None, "doc_kv_lens": None, "kv_lengths": None, "kv_lens": None,
     "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
 }
+# The quantized inputs' fields (attnbench.quant), kept like the workload axes: only when set.
+WORKLOAD_DEFAULTS.update({"kv_dtype": None, "quant": None, "quant_block": None, "quant_scale": None})
 # The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
 DRAWN_FIELDS = ("doc_lens", "doc_kv_lens", "kv_lens")
 
@@ -72,6 +74,10 @@ class Record:
     head_dim_v: int | None = None
     kv_shared: bool = False
     tp: int | None = None
+    kv_dtype: str | None = None
+    quant: str | None = None
+    quant_block: int | None = None
+    quant_scale: float | None = None
     reason: str | None = None
     kernel: str | None = None
     device_name: str | None = None

@@ -11,9 +11,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from attnbench import workload
-from attnbench.case import Case
+from attnbench.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.errors import SuiteError, did_you_mean
-from attnbench.suite_schema import Axes, Block, Documents, SuiteModel, Timing
+from attnbench.suite_schema import Axes, Block, Documents, Quant, SuiteModel, Timing
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,13 @@ class Suite:
         grid = itertools.product(
             axes.dtype, axes.batch, axes.seq_len, axes.kv_seq_len or [None], axes.heads, axes.kv_heads,
             axes.head_dim, axes.causal, axes.window, axes.mode, axes.documents, axes.doc_lengths, axes.kv_lengths,
-            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.kv_shared, axes.tp,
+            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.kv_shared, axes.tp, axes.kv_dtype,
+            axes.quant,
         )
+        check_quant_axes(f"{self.path}: {key}", axes)
         cases = []
         for (dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode, documents, doc_lengths,
-             kv_lengths, page_size, softcap, alibi, head_dim_v, kv_shared, tp) in grid:
+             kv_lengths, page_size, softcap, alibi, head_dim_v, kv_shared, tp, kv_dtype, quant) in grid:
             where = f"{self.path}: {key}"
             kv = heads if kv_heads == "heads" else kv_heads
             if kv > heads or heads % kv:
@@ -96,7 +98,8 @@ class Suite:
             case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
                         **lengths, page_size=page_size, softcap=None if softcap is None else float(softcap),
                         alibi=alibi, head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
-                        kv_shared=kv_shared, tp=None if tp == 1 else tp)
+                        kv_shared=kv_shared, tp=None if tp == 1 else tp,
+                        **quant_fields(where, dtype, kv_dtype, quant, mode, seq, kv_seq))
             refuse_nothing_visible(where, case)
             cases.append(case)
         return cases
@@ -126,6 +129,44 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
     raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
                      f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
                      f"query a key")
+
+
+def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
+                 kv_seq: int) -> dict[str, Any]:
+    """Case's quantization fields for one combination, refusing what cannot be quantized (attnbench.quant).
+
+    Crossed with an unquantized dtype, `quant` has nothing to quantize and is left out (that combination is the
+    plain case, once); with an FP8 dtype, a `kv_dtype` of the same format adds nothing (K/V are FP8 already)."""
+    if kv_dtype is not None and dtype in FP8_DTYPES:
+        if kv_dtype != dtype:
+            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to {dtype} "
+                             "already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
+        kv_dtype = None
+    if dtype not in FP8_DTYPES and kv_dtype is None:
+        return {}
+    if mode != "fwd":
+        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only (got {mode} with "
+                         f"{'kv_dtype ' + kv_dtype if kv_dtype else 'dtype ' + dtype}); allowed: fwd")
+    quant = quant or Quant()
+    block = None
+    if quant.granularity == "block":
+        block = quant.block or DEFAULT_QUANT_BLOCK
+        lengths = [("kv_seq_len", kv_seq)] + ([("seq_len", seq)] if dtype in FP8_DTYPES else [])
+        for name, length in lengths:
+            if length % block:
+                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale per "
+                                 f"block of {block} tokens); allowed: a block size that divides every length it "
+                                 "blocks")
+    return {"kv_dtype": kv_dtype, "quant": quant.granularity, "quant_block": block,
+            "quant_scale": None if quant.scale == "amax" else float(quant.scale)}
+
+
+def check_quant_axes(where: str, axes: Axes) -> None:
+    """`quant` in a block with nothing to quantize (no FP8 dtype, no kv_dtype) is a mistake, said in one line."""
+    if any(q is not None for q in axes.quant) and not any(d in FP8_DTYPES for d in axes.dtype) \
+            and not any(axes.kv_dtype):
+        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} with no "
+                         "kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, float8_e5m2) or a kv_dtype")
 
 
 def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
 MAX_HEADS = 1024
 MAX_HEAD_DIM = 1024
 MAX_BATCH = 1 << 16
 
-Dtype = Literal["float32", "float16", "bfloat16"]
+Dtype = Literal["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+# An FP8 K/V cache under queries of the case's dtype (attnbench.quant).
+KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
 KvHeads = Union[Literal["heads"], int]
 # `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
@@ -31,6 +33,39 @@ def _as_list(value: Any) -> Any:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Quant(_Strict):
+    """How attnbench quantizes a quantized case's inputs (attnbench.quant): one descale factor per tensor, per (batch
+    row, KV head), or per block of `block` tokens of each (batch row, head); each from its granule's amax (the amax
+    maps to the format's largest value), or one fixed descale factor `scale` for every tensor."""
+
+    granularity: Literal["tensor", "head", "block"] = "tensor"
+    block: int | None = None
+    scale: Union[Literal["amax"], float] = "amax"
+
+    @field_validator("block")
+    @classmethod
+    def _block(cls, value: int | None) -> int | None:
+        return None if value is None else _bounded([value], 1, MAX_SEQ)[0]
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _scale(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value == "amax":
+            return value
+        if isinstance(value, (int, float)):
+            if not 0 < value < float("inf"):  # NaN fails both comparisons
+                raise ValueError(f"{value!r} is out of range; allowed: a positive finite descale factor, or amax")
+            return float(value)
+        return value
+
+    @model_validator(mode="after")
+    def _block_needs_blocks(self) -> Quant:
+        if self.block is not None and self.granularity != "block":
+            raise ValueError(f"block {self.block} is given with granularity {self.granularity}; allowed: block only "
+                             "with granularity block")
+        return self
 
 
 class Axes(_Strict):
@@ -56,6 +91,8 @@ class Axes(_Strict):
     head_dim_v: list[int | None] = Field(default=[None], min_length=1)
     kv_shared: list[bool] = Field(default=[False], min_length=1)
     tp: list[int] = Field(default=[1], min_length=1)
+    kv_dtype: list[KvDtype | None] = Field(default=[None], min_length=1)
+    quant: list[Quant | None] = Field(default=[None], min_length=1)
 
     _lists = field_validator(
         "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
@@ -63,7 +100,8 @@ class Axes(_Strict):
     )(lambda value: value if value is None else _as_list(value))
     # Axes whose values may be null: a bare `window: null` is the one-value axis [null] (in a cpu: block too,
     # where it once reached the validators as None and crashed with a traceback).
-    _nullable_lists = field_validator("window", "documents", "page_size", "softcap", "head_dim_v", mode="before")(
+    _nullable_lists = field_validator("window", "documents", "page_size", "softcap", "head_dim_v", "kv_dtype", "quant",
+                                      mode="before")(
         lambda value: [None] if value is None else _as_list(value))
 
     @field_validator("documents")
@@ -179,6 +217,8 @@ class CpuAxes(Axes):
     head_dim_v: list[int | None] | None = Field(default=None, min_length=1)
     kv_shared: list[bool] | None = Field(default=None, min_length=1)
     tp: list[int] | None = Field(default=None, min_length=1)
+    kv_dtype: list[KvDtype | None] | None = Field(default=None, min_length=1)
+    quant: list[Quant | None] | None = Field(default=None, min_length=1)
 
     @field_validator("batch", "heads", "head_dim")
     @classmethod

@@ -10,6 +10,7 @@ from attnbench.backends.base import Backend
 from attnbench.case import Case
 from attnbench.inputs import CaseData
 from attnbench.measure import InProcess, Settings, measure
+from attnbench.quant_data import case_data
 from attnbench.recording import RunInfo
 from attnbench.results import Record
 from attnbench.schedule import Schedule, tasks_of
@@ -41,7 +42,7 @@ def make_case(**overrides: object) -> Case:
 
 def measure_one(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
     """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
-    return measure(data or CaseData(case), backend, timer_for(case.device), Settings(RunInfo("test", "test"), ONE_SAMPLE))
+    return measure(data or case_data(case), backend, timer_for(case.device), Settings(RunInfo("test", "test"), ONE_SAMPLE))
 
 
 def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record], None], timer: Any = None,

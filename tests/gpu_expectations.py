@@ -12,6 +12,8 @@ The lists hold only what the libraries document and a real run has shown:
   H200 run showed; `flash-attn-3` when installed (built for Hopper); `cudnn` (cuDNN's own frontend) when installed,
   on fp16/bf16 cases without workload axes: cuDNN 9.19's support surface documents them on sm90, and SDPA's cuDNN
   path ran them there (not yet this adapter: a skip here is what the next H200 run must show or refute).
+Quantized cases (an FP8 dtype or K/V cache): `naive-fp8` everywhere (PyTorch's FP8 casts and float32 math), nothing
+else yet: cudnn-fp8, flash-attn-3's FP8, sdpa-fp8 and FlashInfer's FP8 K/V cache have run only against stand-ins.
 Not listed (may skip with their library's reason): `flash-attn-4` and `xformers` (their support differs by
 release and build: the H200 run's xformers wheel had no CUDA operator for torch 2.11), and anything on
 generations not named here (Volta/Turing, Blackwell) until a run there shows what holds.
@@ -33,6 +35,8 @@ def sdpa_explicit_mask(case: Case) -> bool:
 
 def must_be_ok(name: str, case: Case, capability: tuple[int, int]) -> bool:
     """Whether backend `name` must measure `case` (status `ok`) on a GPU of compute capability `capability`."""
+    if case.quantized:
+        return name == "naive-fp8"
     if name in EVERYWHERE:
         return True
     if name == "sliding-window":

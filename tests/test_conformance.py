@@ -365,6 +365,7 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_flash_fp8_standin import make_fa3
     from tests.test_flash_standin import (
         standin_flash_attn_func,
         standin_kvcache_func,
@@ -381,6 +382,9 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
         if backend.page_table_keyword is not None:
             functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.page_table_keyword,
                                                                         backend.page_multiple, qv_rule=qv)
+        if backend.fp8_numerics is not None:  # FP8 inputs go to the FP8 stand-in (tests/test_flash_fp8_standin.py)
+            fp8_module = make_fa3()
+            functions = {name: either(fn, getattr(fp8_module, name)) for name, fn in functions.items()}
         for name, fn in functions.items():
             spies[f"{module}.{name}"] = Spy(fn)
         monkeypatch.setitem(sys.modules, module, fake_module(module, **{name: spies[f"{module}.{name}"]
@@ -401,11 +405,22 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
                        kv_shared=True)
             cases += [make_case(**mla, seq_len=8), make_case(**mla, seq_len=12, documents=2),
                       make_case(**mla, batch=2, seq_len=1, kv_seq_len=40, kv_lengths="random", page_size=16)]
+        if backend.fp8_numerics is not None:
+            fp8 = {**base, "dtype": "float8_e4m3fn", "quant": "head"}
+            cases += [make_case(**fp8, seq_len=32), make_case(**fp8, seq_len=32, documents=3),
+                      make_case(**fp8, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random", page_size=16)]
         for c in cases:
             record = measure_one(c, backend)
             assert record.status == "ok", (backend.name, c.case_id, record.reason)
         for call in backend.library_calls():
             spies[call.target].assert_declared(call)
+
+
+def either(plain, quantized):  # type: ignore[no-untyped-def]
+    """A library function that hands FP8 inputs to `quantized` and the rest to `plain`."""
+    def call(q, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return (quantized if str(q.dtype) == "torch.float8_e4m3fn" else plain)(q, *args, **kwargs)
+    return call
 
 
 def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:

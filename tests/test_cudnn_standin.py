@@ -19,6 +19,10 @@ The stand-in is written from nvidia-cudnn-frontend 1.32.0's sources, not from at
   padding mask, head dims multiples of 8, fp16/bf16 only) raises cudnnGraphNotSupportedError at validate();
 - create_execution_plans ranks one of the frontend's own Python engines before the backend's plan, as 1.32 may
   (engines/manifest.py's sdpa_fwd_prefill_sm90): an adapter that does not pin the backend runs the wrong kernel.
+- `sdpa_fp8` (test/python/sdpa/fp8.py, fp8_ref.py and the 1.32 binding): Q, K, V FP8_E4M3 or FP8_E5M2, the factors
+  descale_q/k/v/s, scale_s, scale_o read from (1, 1, 1, 1) FLOAT tensors; scores (Q·Kᵀ)·descale_q·descale_k·attn_scale,
+  P = exp(s − max)·scale_s rounded to the input's FP8 type, O = (P·V)·descale_v·descale_s over the row sum of P,
+  times scale_o in O's type; its bounds are `left_bound` / `right_bound`; Amax_S and Amax_O are written.
 Computation is float64; nothing outside a sequence's lengths is written.
 """
 
@@ -82,7 +86,9 @@ class NotSupported(Exception):
 
 NotSupported.__name__ = "cudnnGraphNotSupportedError"
 TORCH = {"HALF": torch.float16, "BFLOAT16": torch.bfloat16, "FLOAT": torch.float32, "INT32": torch.int32,
-         "INT64": torch.int64}
+         "INT64": torch.int64, "FP8_E4M3": torch.float8_e4m3fn, "FP8_E5M2": torch.float8_e5m2}
+FP8_IO = ("FP8_E4M3", "FP8_E5M2")
+FP8_BOUNDS = {"left_bound": "diagonal_band_left_bound", "right_bound": "diagonal_band_right_bound"}
 
 
 class IR:
@@ -127,7 +133,7 @@ class StandinState:
         self.phases = phases
         self.backend_declines = backend_declines
         self.log: list[tuple[str, str]] = []
-        self.keywords: dict[str, set[str]] = {"sdpa": set(), "sdpa_backward": set()}
+        self.keywords: dict[str, set[str]] = {"sdpa": set(), "sdpa_backward": set(), "sdpa_fp8": set()}
 
     def note(self, what: str) -> None:
         self.log.append((what, self.phases.phase if self.phases else "?"))
@@ -135,10 +141,11 @@ class StandinState:
 
 def make_cudnn(state: StandinState) -> types.ModuleType:
     fixture = importlib.import_module(FIXTURE)
-    allowed = {"sdpa": binding_keywords(fixture.SDPA_DOC), "sdpa_backward": binding_keywords(fixture.SDPA_BACKWARD_DOC)}
+    allowed = {"sdpa": binding_keywords(fixture.SDPA_DOC), "sdpa_backward": binding_keywords(fixture.SDPA_BACKWARD_DOC),
+               "sdpa_fp8": binding_keywords(fixture.SDPA_FP8_DOC)}
     module = types.ModuleType("cudnn")
     module.__version__ = "1.32.0"
-    module.data_type = enum("HALF", "BFLOAT16", "FLOAT", "INT32", "INT64", "NOT_SET")
+    module.data_type = enum("HALF", "BFLOAT16", "FLOAT", "INT32", "INT64", "NOT_SET", *FP8_IO)
     module.diagonal_alignment = enum("TOP_LEFT", "BOTTOM_RIGHT")
     module.heur_mode = enum("A", "B", "FALLBACK")
     module.cudnnGraphNotSupportedError = NotSupported
@@ -179,11 +186,25 @@ def make_cudnn(state: StandinState) -> types.ModuleType:
             return self._node("sdpa_backward", (q, k, v, o, dO, stats), kw,
                               [IR(None, None, self.io, n) for n in ("dQ", "dK", "dV")])
 
+        def sdpa_fp8(self, q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, name="",
+                     **kw):  # type: ignore[no-untyped-def]
+            o = IR(None, None, self.io, "O")
+            stats = IR(None, None, None, "Stats") if kw.get("generate_stats") else None
+            amax = [IR(None, None, module.data_type.FLOAT, n) for n in ("Amax_S", "Amax_O")]
+            return self._node("sdpa_fp8", (q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o), kw,
+                              [o, stats, *amax])
+
         def validate(self) -> None:
             state.note("validate")
             op, inputs, kw, _ = self.node
             q, k, v = inputs[:3]
-            if self.io.name not in ("HALF", "BFLOAT16"):
+            if op == "sdpa_fp8":
+                kw = {FP8_BOUNDS.get(key, key): value for key, value in kw.items()}
+                if self.io.name not in FP8_IO or any(t.data_type.name not in FP8_IO for t in (q, k, v)):
+                    raise NotSupported("sdpa_fp8 needs FP8 Q, K and V")
+                if any(t.dims != [1, 1, 1, 1] or t.data_type.name != "FLOAT" for t in inputs[3:]):
+                    raise NotSupported("sdpa_fp8's descale and scale tensors are (1, 1, 1, 1) FLOAT")
+            elif self.io.name not in ("HALF", "BFLOAT16"):
                 raise NotSupported("Unsupported mma core mode")
             if q.dims[1] % k.dims[1] or q.dims[1] % v.dims[1]:
                 raise NotSupported("For group-query attention, number of heads for key and query must be a factor")
@@ -251,7 +272,7 @@ def make_cudnn(state: StandinState) -> types.ModuleType:
                 buf = tensor_dict[t]
                 if buf.dtype != TORCH[t.data_type.name]:
                     raise TypeError(f"{t.name}: declared {t.data_type.name}, bound {buf.dtype}")
-            run = forward if op == "sdpa" else backward
+            run = {"sdpa": forward, "sdpa_backward": backward, "sdpa_fp8": forward_fp8}[op]
             run(tensor_dict, inputs, params, outputs)
 
     def lengths(pack, params, b, sq, skv):  # type: ignore[no-untyped-def]
@@ -322,6 +343,29 @@ def make_cudnn(state: StandinState) -> types.ModuleType:
             read(pack, o_t, b, sq).copy_(out)
             if stats_t is not None:
                 read(pack, stats_t, b, sq).copy_(torch.logsumexp(s, -1, keepdim=True))
+
+    def forward_fp8(pack, inputs, params, outputs):  # type: ignore[no-untyped-def]
+        q_t, k_t, v_t = inputs[:3]
+        dq, dk, dv, ds, ss, so = (float(pack[t].flatten()[0]) for t in inputs[3:])
+        o_t, stats_t, amax_s_t, amax_o_t = outputs
+        params = {FP8_BOUNDS.get(key, key): value for key, value in params.items()}
+        itype = TORCH[q_t.data_type.name]
+        batches, hq, sq_max, _ = q_t.dims
+        skv_max = params.get("paged_attention_max_seq_len_kv") or k_t.dims[2]
+        amax_o = 0.0
+        for b in range(batches):
+            sq, skv = lengths(pack, params, b, sq_max, skv_max)
+            q = read(pack, q_t, b, sq).double() * (dq * dk)
+            k, v = (keys(pack, t, params, b, skv).double() for t in (k_t, v_t))
+            s, keep = scores(q, k, params, hq)
+            p = torch.nan_to_num(torch.exp(s - s.amax(-1, keepdim=True)), nan=0.0)
+            p8 = (p * ss).float().to(itype).double()
+            out = (p8 @ v.repeat_interleave(hq // v.shape[0], dim=0)) * (dv * ds) / p.sum(-1, keepdim=True)
+            out = torch.nan_to_num(out, nan=0.0) * so
+            read(pack, o_t, b, sq).copy_(out)
+            amax_o = max(amax_o, float(out.abs().max()) if out.numel() else 0.0)
+        pack[amax_s_t].fill_(1.0)
+        pack[amax_o_t].fill_(amax_o)
 
     def backward(pack, inputs, params, outputs):  # type: ignore[no-untyped-def]
         q_t, k_t, v_t, o_t, do_t, stats_t = inputs

@@ -6,7 +6,9 @@ kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left ke
 kv_len + qo_idx; logits_soft_cap is c·tanh(s·sm_scale/c); request b's keys are its pages
 kv_indices[kv_indptr[b]:kv_indptr[b+1]] read in order, (pages - 1)·page_size + kv_last_page_len[b] tokens; a paged
 cache is a (k, v) tuple in NHD (pages, page_size, H, D) or HND (pages, H, page_size, D); index tensors are int32;
-plan's q_data_type must be run's query dtype; pos_encoding_mode="ALIBI" adds slope_h·(kv_idx − qo_idx) to the
+plan's q_data_type must be run's query dtype, and its kv_data_type (when given) the cache's; an FP8 cache's k_scale
+multiplies sm_scale and v_scale the output, after the kernel, in the output dtype (decode.py / prefill.py run());
+pos_encoding_mode="ALIBI" adds slope_h·(kv_idx − qo_idx) to the
 scaled logits with FlashInfer's own slopes (utils.get_alibi_slopes) and, with a soft-cap, scales again before the
 tanh (variants.cuh). Every page a request does not own, and the tail of its last page,
 holds attnbench.workload.JUNK, so reading one token too many or a wrong page is loud.
@@ -55,8 +57,15 @@ def flashinfer_alibi_slopes(n: int) -> torch.Tensor:
     return torch.tensor(slopes)
 
 
-def attend(q, k, v, causal, window_left, cap, scale, alibi=False):  # type: ignore[no-untyped-def]
+def attend(q, k, v, causal, window_left, cap, scale, alibi=False, k_scale=None, v_scale=None):  # type: ignore[no-untyped-def]
     """One request: q (qo_len, Hq, D), k (kv_len, Hkv, D), v (kv_len, Hkv, Dv) → (qo_len, Hq, Dv)."""
+    if k_scale is not None:
+        scale = scale * k_scale  # run(): sm_scale *= k_scale
+    out = _attend(q, k, v, causal, window_left, cap, scale, alibi)
+    return out if v_scale is None else out * v_scale  # out *= v_scale, in the output dtype
+
+
+def _attend(q, k, v, causal, window_left, cap, scale, alibi):  # type: ignore[no-untyped-def]
     qo_len, hq, _ = q.shape
     kv_len, hkv, _ = k.shape
     if hq % hkv:
@@ -104,15 +113,21 @@ class Planned:
         self.args = dict(causal=causal, window_left=window_left, cap=logits_soft_cap,
                          scale=head_dim ** -0.5 if sm_scale is None else sm_scale, q_dtype=q_data_type,
                          alibi=pos_encoding_mode == "ALIBI")
+        self.kv_dtype = kv_data_type
 
-    def check_run(self, q: torch.Tensor) -> dict:
+    def check_run(self, q: torch.Tensor, k: torch.Tensor | None = None, k_scale=None, v_scale=None) -> dict:  # type: ignore[no-untyped-def]
         self.note("run")
         if self.args is None:
             raise RuntimeError("plan() must be called before run()")
         if q.dtype != self.args["q_dtype"]:
             raise ValueError(f"The dtype of q {q.dtype} does not match the q_data_type {self.args['q_dtype']} "
                              "specified in plan function.")
-        return self.args
+        if k is not None and self.kv_dtype is not None and k.dtype != self.kv_dtype:
+            raise TypeError(f"planned kv_data_type {self.kv_dtype}, ran {k.dtype}")  # our bug: the kernel would misread
+        for scale in (k_scale, v_scale):
+            if scale is not None and not isinstance(scale, float):
+                raise TypeError(f"k_scale / v_scale are floats, got {type(scale).__name__}")
+        return {**self.args, "k_scale": k_scale, "v_scale": v_scale}
 
 
 def paged_rows(pool: torch.Tensor, kv_layout: str, pages: list[int], last: int) -> torch.Tensor:
@@ -132,14 +147,16 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
     def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None, o_dtype=None,
                                      custom_mask=None, packed_custom_mask=None, causal=False, kv_layout="NHD",
                                      pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None,
-                                     window_left=-1, logits_soft_cap=None, **kw):  # type: ignore[no-untyped-def]
+                                     window_left=-1, logits_soft_cap=None, k_scale=None, v_scale=None,
+                                     **kw):  # type: ignore[no-untyped-def]
         log.append(("single", phases.phase if phases else "?"))
         if q.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError("Unsupported dtype")
         if kv_layout == "HND":
             k, v = k.transpose(0, 1), v.transpose(0, 1)
         scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-        return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI")
+        return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI", k_scale,
+                      v_scale)
 
     class BatchPrefillWithRaggedKVCacheWrapper:
         def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
@@ -152,10 +169,11 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
             self.qo, self.kv = qo_indptr.tolist(), kv_indptr.tolist()
             self.planned.mask(head_dim=head_dim_qk, **kw)
 
-        def run(self, q, k, v, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q)
+        def run(self, q, k, v, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q, k, k_scale, v_scale)
             outs = [attend(q[self.qo[b]:self.qo[b + 1]], k[self.kv[b]:self.kv[b + 1]], v[self.kv[b]:self.kv[b + 1]],
-                           a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"]) for b in range(len(self.qo) - 1)]
+                           a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"], k_scale, v_scale)
+                    for b in range(len(self.qo) - 1)]
             return torch.cat(outs)
 
     class _Paged:
@@ -189,13 +207,13 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
             self.keep_pages(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
             self.planned.mask(head_dim=head_dim_qk, **kw)
 
-        def run(self, q, paged_kv_cache, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q)
+        def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
             outs = []
             for b in range(len(self.qo) - 1):
                 k, v = self.request_kv(paged_kv_cache, b)
                 outs.append(attend(q[self.qo[b]:self.qo[b + 1]], k, v, a["causal"], a["window_left"], a["cap"],
-                                   a["scale"], a["alibi"]))
+                                   a["scale"], a["alibi"], k_scale, v_scale))
             return torch.cat(outs)
 
     class BatchDecodeWithPagedKVCacheWrapper(_Paged):
@@ -209,12 +227,13 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
             self.keep_pages(indptr, indices, last_page_len, page_size)
             self.planned.mask(head_dim=head_dim, **kw)
 
-        def run(self, q, paged_kv_cache, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q)
+        def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+            a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
             outs = []
             for b in range(len(self.indptr) - 1):
                 k, v = self.request_kv(paged_kv_cache, b)
-                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"]))
+                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"],
+                                   k_scale, v_scale))
             return torch.cat(outs)  # (B, H, D)
 
     class BatchMLAPagedAttentionWrapper:
@@ -703,3 +722,82 @@ def test_mla_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.M
         if call.name == "BatchMLAPagedAttentionWrapper":
             spy.positional = {n - 1 for n in spy.positional}
         spy.assert_declared(call)
+
+
+# ---- an FP8 K/V cache under bf16 queries (k_scale, v_scale) -------------------------------------------------------
+def fp8_kv(**overrides):  # type: ignore[no-untyped-def]
+    return case(**{"kv_dtype": "float8_e4m3fn", **overrides})
+
+
+FP8_CASES = {
+    "single": (fp8_kv(seq_len=20, kv_seq_len=64), "single"),
+    "ragged-e5m2-gqa": (fp8_kv(kv_dtype="float8_e5m2", batch=3, seq_len=8, kv_seq_len=80, kv_lengths="random",
+                               heads=4, kv_heads=1), "ragged"),
+    "paged-prefill": (fp8_kv(batch=2, seq_len=8, kv_seq_len=80, kv_lengths="random", page_size=16), "paged-prefill"),
+    "decode": (fp8_kv(batch=4, seq_len=1, kv_seq_len=80, kv_lengths="random", page_size=16, heads=8, kv_heads=2),
+               "decode"),
+    "decode-window-fp16": (fp8_kv(dtype="float16", batch=3, seq_len=1, kv_seq_len=90, kv_lengths="random",
+                                  page_size=5, window=9), "decode"),
+}
+
+
+@pytest.fixture
+def fp8_standin(standin, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    from tests.fp8_inputs import distinct_scales
+
+    distinct_scales(monkeypatch)
+    return standin
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
+def test_an_fp8_kv_cache_gives_the_reference_answer_through_the_standin(fp8_standin, name: str) -> None:
+    c, expected_route = FP8_CASES[name]
+    assert route(c) == expected_route
+    record = measure_one(c, FlashInferBackend())
+    assert record.status == "ok", record.reason
+    assert {what.split(".")[0] for what, _ in fp8_standin} == {expected_route}
+    assert f"with {c.kv_dtype} K/V, k_scale" in record.kernel
+    source = record.extra["bound_source"]
+    assert source.startswith("emulation of FlashInfer's FP8 K/V cache") and "times V's descale" in source
+    assert ("P rounded to" in source) == (expected_route != "decode")  # tensor-core prefill rounds P, decode does not
+    assert record.extra["out_dtype"] == c.dtype
+
+
+@pytest.mark.parametrize("name", ["decode", "paged-prefill"])
+def test_an_fp8_kv_cache_in_hnd_pages(fp8_standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(FlashInferBackend, "kv_layout", "HND")
+    assert measure_one(FP8_CASES[name][0], FlashInferBackend()).status == "ok"
+
+
+@pytest.mark.parametrize("c,words", [
+    (fp8_kv(seq_len=1, kv_seq_len=64, quant="head"), "one float each"),
+    (case(dtype="float8_e4m3fn"), "FP8-query prefill"),
+])
+def test_what_flashinfer_does_not_take_is_skipped_by_name(c, words: str) -> None:  # type: ignore[no-untyped-def]
+    from attnbench.backends.base import refusal
+
+    assert words in refusal(FlashInferBackend(), c)
+
+
+def _scales(change):  # type: ignore[no-untyped-def]
+    import attnbench.backends.fp8 as fp8
+
+    real = fp8.per_tensor
+
+    def wrong(scales, name):  # type: ignore[no-untyped-def]
+        return change(real, scales, name)
+    return lambda mp: mp.setattr(fp8, "per_tensor", wrong)
+
+
+FP8_SABOTAGES = {
+    "k-and-v-scales-swapped": (_scales(lambda real, s, n: real(s, {"k": "v", "v": "k"}[n])), "decode"),
+    "v-scale-dropped": (_scales(lambda real, s, n: 1.0 if n == "v" else real(s, n)), "paged-prefill"),
+    "k-scale-applied-twice": (_scales(lambda real, s, n: real(s, n) ** 2 if n == "k" else real(s, n)), "single"),
+    "scale-not-descale": (_scales(lambda real, s, n: 1.0 / real(s, n)), "ragged-e5m2-gqa"),
+}
+
+
+@pytest.mark.parametrize("name", list(FP8_SABOTAGES))
+def test_standin_catches_a_wrong_fp8_scale_mapping(fp8_standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    sabotage, which = FP8_SABOTAGES[name]
+    assert_sabotage_caught(FP8_CASES[which][0], FlashInferBackend, sabotage, monkeypatch)

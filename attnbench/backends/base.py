@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench import counting
+from attnbench import counting, quant
 from attnbench.counting import FUSED, MemoryCost
 
 if TYPE_CHECKING:
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from attnbench.case import Case
     from attnbench.conformance import LibraryCall
+    from attnbench.quant import Numerics
 
 
 class Unsupported(Exception):
@@ -93,6 +94,12 @@ class Backend:
     workload_axes: ClassVar[frozenset[str]] = frozenset()
     # The cost model the forecast prices this backend's measurements with.
     cost: ClassVar[Cost] = Cost()
+    # The quantized inputs `prepare` takes (attnbench.quant.requirement): "qkv:<FP8 format>" (Q, K and V), "kv:<FP8
+    # format>" (an FP8 K/V cache under the case's queries) and "scale:<granularity>"; `prepare` then gets the case's
+    # descale factors as `scales=`. A quantized case asking for anything else is skipped, by name (`quant_reasons`
+    # says why for an item, in the library's terms): an FP8 case is never run in bf16 instead.
+    quantized: ClassVar[frozenset[str]] = frozenset()
+    quant_reasons: ClassVar[dict[str, str]] = {}
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""
@@ -106,13 +113,22 @@ class Backend:
         """Why this backend cannot run `case`, known before any tensor exists; None when it may."""
         return None
 
+    def numerics(self, case: Case) -> Numerics | None:
+        """How the kernel computes `case` where that is not the naive run in the case's dtype GUIDE.md's bound doubles:
+        its P format and accumulation (FP8 kernels), its own quantization (SageAttention). The verdict then doubles
+        the error of an emulation of these (attnbench.emulate). None: the naive run (for a quantized case, the plain
+        emulation: dequantized inputs in float32)."""
+        return None
+
     def library_calls(self) -> tuple[LibraryCall, ...]:
         """The library functions `prepare`'s call makes and what it passes them, for attnbench.conformance
         to hold against the installed library; () for plain PyTorch ops."""
         return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments."""
+        """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments. For a quantized case
+        (only a backend whose `quantized` takes it) q, k, v are the stored FP8 tensors (q the original queries under
+        an FP8 K/V cache) and `scales=` (attnbench.quant.Scales) holds their descale factors."""
         raise NotImplementedError
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -197,9 +213,10 @@ def module_owner(module: str, distribution: str) -> str | None:
 
 
 def refusal(backend: Backend, case: Case) -> str | None:
-    """Why `backend` cannot run `case`, known from the case alone: its own `unsupported`, or a workload axis it does
-    not map. The runner's skip and the forecast's both ask this."""
-    return backend.unsupported(case) or unmapped_axes(backend, case)
+    """Why `backend` cannot run `case`, known from the case alone: quantized inputs it does not take, its own
+    `unsupported`, or a workload axis it does not map. The runner's skip and the forecast's both ask this."""
+    return (quant.refusal(backend.name, backend.quantized, case, backend.quant_reasons) or backend.unsupported(case)
+            or unmapped_axes(backend, case))
 
 
 def unmapped_axes(backend: Backend, case: Case) -> str | None:

@@ -22,6 +22,13 @@ DeepSeek's absorbed decode computes it. The scale stays 1/sqrt(head_dim), which 
 (head_dim_rope + head_dim_v)^-1/2 there. FA3 takes it on Hopper for a rope part <= 64 and head_dim_v >= 256
 (flash_api.cpp's q_v checks, its refusal is the skip reason); FA4 on Blackwell only, for 64/512, without a window
 or soft-cap (interface.py's asserts, some without a message, so checked before the call).
+
+FP8 (attnbench's quantized inputs): FA3 takes float8_e4m3fn Q, K and V with `q_descale`, `k_descale`, `v_descale`
+float32 of shape (batch, kv_heads) — per sequence for varlen (hopper/flash_api.cpp: "q_descale_,  // (b, h_k), not
+(b, h)", CHECK_SHAPE(q_descale, batch_size, num_heads_k)) — and returns bf16 ("FP8 inputs produce BF16 outputs",
+flash_attn_interface.py); its softmax rounds P·2^8 to e4m3 (hopper/softmax.h, Max_offset 8), its declared numerics.
+FA4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py asserts arch 10.x), and flash-attn-4 4.0.0b36's
+flash_attn_func takes no descale: attnbench maps no FP8 onto it.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
-from attnbench.backends import packing
+from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -43,12 +50,14 @@ from attnbench.backends.base import (
     module_owner,
 )
 from attnbench.conformance import LibraryCall
+from attnbench.quant import Numerics
 from attnbench.registry import register
 
 if TYPE_CHECKING:
     import torch
 
     from attnbench.case import Case
+    from attnbench.quant import Scales
 
 MAX_HEAD_DIM = 256
 # Phrases of the libraries' own input checks (RuntimeError in FA2/FA3's C++, AssertionError in FA4):
@@ -68,6 +77,7 @@ VARLEN_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k
 # flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=, <page table>=, ...): no new K/V appended.
 KVCACHE_FUNCTION = "flash_attn_with_kvcache"
 KVCACHE_POSITIONAL = ("q", "k_cache", "v_cache")
+DESCALE_KEYWORDS = ("q_descale", "k_descale", "v_descale")
 
 
 def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
@@ -128,13 +138,16 @@ class _Flash(Backend):
     def qv_reason(self, case: Case) -> str | None:
         """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
         return None
+    # With quantized inputs: the numerics the library's FP8 forward declares (None: it takes none).
+    fp8_numerics: ClassVar[Numerics | None] = None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name or self.function)
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
-        scores = (*self.score_keywords, *(("qv",) if self.takes_qv else ()))
+        scores = (*self.score_keywords, *(("qv",) if self.takes_qv else ()),
+                  *(DESCALE_KEYWORDS if self.fp8_numerics else ()))
         calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL,
                              (*FLASH_KEYWORDS, *scores, DETERMINISTIC_KEYWORD)),
                  LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
@@ -169,8 +182,11 @@ class _Flash(Backend):
                 return f"needs compute capability ≥ {need} (this GPU: {cap[0]}.{cap[1]})"
         return None
 
+    def numerics(self, case: Case) -> Numerics | None:
+        return self.fp8_numerics if case.quantized else None
+
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in ("float16", "bfloat16") and not case.quantized:  # `quantized` admitted the FP8 ones
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
         qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
         if qk_dim > MAX_HEAD_DIM:
@@ -201,7 +217,8 @@ class _Flash(Backend):
             return "not applicable (FlashAttention's forward is deterministic)"
         return f"honoured ({DETERMINISTIC_KEYWORD}=True to {self.library}'s backward)"
 
-    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scales: Scales | None = None) -> Prepared:
         import torch
 
         kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5,
@@ -217,6 +234,10 @@ class _Flash(Backend):
             q, k, qv = qv_split(case, q, k)
             latent = (qv,)
             words.append(f"qv: rope {case.head_dim - case.v_dim}, latent {case.v_dim}")
+        if scales is not None:
+            kwargs.update(descale_arguments(case, scales))
+            words.append(f"{case.dtype}, q/k/v_descale ({case.quant}) as ({'sequences' if case.doc_lens else 'batch'}"
+                         ", kv_heads)")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
             # FA4: flash_attn_varlen_func(seqused_k=, page_table=); FA2/FA3: flash_attn_with_kvcache(cache_seqlens=,
@@ -233,7 +254,7 @@ class _Flash(Backend):
             def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
                 return output_of(fn(q, k_cache, v_cache, **paged, **kwargs, **qv_argument(qv)))
 
-            inputs = (to_flash_layout(q), workload.to_pages(k, layout), workload.to_pages(v, layout),
+            inputs = (to_flash_layout(q), fp8.to_pages(k, layout), fp8.to_pages(v, layout),
                       *(to_flash_layout(t) for t in latent))
         elif case.doc_lens is not None or case.kv_lens is not None:
             name = VARLEN_FUNCTION
@@ -299,6 +320,16 @@ def qv_argument(latent: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
     return {"qv": latent[0]} if latent else {}
 
 
+def descale_arguments(case: Case, scales: Scales) -> dict[str, Any]:
+    """FA3's q_descale, k_descale, v_descale: float32 (batch, kv_heads), one row per sequence of a varlen call (its
+    batch is the packed sequences: a document's factors are its batch row's)."""
+    factors = {f"{n}_descale": fp8.per_batch_kv_head(scales, n, case) for n in ("q", "k", "v")}
+    if case.doc_lens is not None and case.page_size is None:
+        rows = [row for row in range(case.batch) for _ in case.doc_lens]
+        factors = {name: f[rows].contiguous() for name, f in factors.items()}
+    return factors
+
+
 def output_of(result: Any) -> torch.Tensor:
     """The attention output: FA4 and FA3 builds from before January 2025 return (out, lse), the rest out."""
     return result[0] if isinstance(result, (tuple, list)) else result
@@ -345,6 +376,17 @@ class FlashAttn3(_Flash):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     page_table_keyword = "page_table"
     axis_reasons = {"alibi": "FlashAttention 3 has no alibi_slopes"}
+    quantized = frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"})
+    quant_reasons = {
+        "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
+        "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+        "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+        "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp CHECK_SHAPE("
+                        "q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
+    }
+    fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
+                            p_format="float8_e4m3fn", p_scale=256.0, out_dtype="bfloat16")
+
     takes_qv = True  # rope <= 64 and head_dim_v >= 256 on Hopper: flash_api.cpp's own checks refuse the rest
 
     def deterministic(self, case: Case) -> str:
@@ -367,6 +409,10 @@ class FlashAttn4(_Flash):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
+    quant_reasons = {f"{kind}:{fmt}": ("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
+                                       "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
+                                       "descale: attnbench maps no FP8 onto it")
+                     for kind in ("qkv", "kv") for fmt in ("float8_e4m3fn", "float8_e5m2")}
     unbounded = None
     warm_call = True
     owner_checked = True

@@ -24,6 +24,12 @@ local heads (`get_alibi_slopes(H)`, the paper's recipe, GUIDE.md's) and a signed
 differs from GUIDE.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
 or one query per request): only there is it mapped. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
 first call JIT-compiles the kernel there too (extra.compile_s), so the timed call is `run()` alone. Forward only.
+
+An FP8 K/V cache under bf16/fp16 queries (attnbench's `kv_dtype`): every entry point takes `k_scale` and `v_scale`,
+one float each, the factors that turn stored values back into K and V (decode.py / prefill.py: "The calibration
+scale of key for fp8 input"; applied as `sm_scale *= k_scale` and, after the kernel, `out *= v_scale` in the output
+dtype), with plan's `kv_data_type` the FP8 dtype. Per-tensor factors only. Its declared numerics: P in the queries'
+dtype for the tensor-core prefill kernels, float32 for the CUDA-core decode, and V's factor on the rounded output.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from attnbench import workload
-from attnbench.backends import packing
+from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -45,12 +51,14 @@ from attnbench.backends.base import (
 )
 from attnbench.backends.flash import qv_split, warm_up
 from attnbench.conformance import LibraryCall
+from attnbench.quant import Numerics
 from attnbench.registry import register
 
 if TYPE_CHECKING:
     import torch
 
     from attnbench.case import Case
+    from attnbench.quant import Scales
 
 MODULE = "flashinfer"
 # FlashInfer's examples and tests allocate a 128 MB workspace (uint8); decode needs it zeroed.
@@ -58,6 +66,7 @@ WORKSPACE_BYTES = 128 << 20
 # Phrases of FlashInfer's own input checks: an exception carrying one is the library refusing the case.
 REFUSALS = ("not supported", "Unsupported", "unsupported", "does not support", "must be", "only support",
             "NotImplemented", "should be", "Invalid")
+SCALE_ARGS = ("k_scale", "v_scale")  # run()'s (and single prefill's) FP8 K/V descale factors, floats
 PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encoding_mode", "q_data_type",
              "kv_data_type")
 
@@ -65,14 +74,15 @@ PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encodi
 # declared with `self` first, as their unbound signatures read.
 SINGLE_CALL = LibraryCall(MODULE, "single_prefill_with_kv_cache", positional=("q", "k", "v"),
                           keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap",
-                                    "pos_encoding_mode"))
+                                    "pos_encoding_mode", *SCALE_ARGS))
 RAGGED_CALLS = (
     LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper", positional=("float_workspace_buffer",),
                 keywords=("kv_layout",)),
     LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper.plan",
                 positional=("self", "qo_indptr", "kv_indptr", "num_qo_heads", "num_kv_heads", "head_dim_qk"),
                 keywords=("head_dim_vo", *PLAN_ARGS)),
-    LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper.run", positional=("self", "q", "k", "v")),
+    LibraryCall(MODULE, "BatchPrefillWithRaggedKVCacheWrapper.run", positional=("self", "q", "k", "v"),
+                keywords=SCALE_ARGS),
 )
 PAGED_PREFILL_CALLS = (
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
@@ -81,7 +91,8 @@ PAGED_PREFILL_CALLS = (
                 positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
                             "num_qo_heads", "num_kv_heads", "head_dim_qk", "page_size"),
                 keywords=("head_dim_vo", *PLAN_ARGS)),
-    LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache")),
+    LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache"),
+                keywords=SCALE_ARGS),
 )
 DECODE_CALLS = (
     LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
@@ -95,7 +106,8 @@ DECODE_CALLS = (
                 positional=("self", "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads",
                             "head_dim", "page_size"),
                 keywords=tuple(a for a in PLAN_ARGS if a != "causal"), optional=True),
-    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache")),
+    LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache"),
+                keywords=SCALE_ARGS),
 )
 
 
@@ -151,6 +163,14 @@ class FlashInferBackend(Backend):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared"})
     # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.workload stores it, or "HND".
     kv_layout: ClassVar[str] = "NHD"
+    quantized = frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"})
+    quant_reasons = {
+        **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); its "
+                          "FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped yet")
+           for fmt in ("float8_e4m3fn", "float8_e5m2")},
+        **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out *= "
+                          "v_scale): per-tensor factors only") for g in ("head", "block")},
+    }
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
@@ -206,9 +226,19 @@ class FlashInferBackend(Backend):
                     "expressible with more than one query per request")
         return None
 
-    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+    def numerics(self, case: Case) -> Numerics | None:
+        if not case.quantized:
+            return None
+        decode = route(case) == "decode"
+        return Numerics(source="FlashInfer's FP8 K/V cache " + ("decode (CUDA cores)" if decode else "prefill"),
+                        p_format=None if decode else case.dtype, v_scale_after=True, out_dtype=case.dtype)
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scales: Scales | None = None) -> Prepared:
         fi = flashinfer_module()
         how = route(case)
+        # An FP8 K/V cache's factors, at every run() (k_scale folds into sm_scale, v_scale multiplies the output)
+        scaled = {} if scales is None else {name: fp8.per_tensor(scales, name[0]) for name in SCALE_ARGS}
         mask = window_arguments(case)
         common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
         if case.alibi:
@@ -221,7 +251,7 @@ class FlashInferBackend(Backend):
             inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
 
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return single(q, k, v, kv_layout="NHD", **common)
+                return single(q, k, v, kv_layout="NHD", **common, **scaled)
 
             to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: out.transpose(0, 1)[None]  # noqa: E731
             wrapper = None
@@ -237,7 +267,7 @@ class FlashInferBackend(Backend):
             run = wrapper.run
 
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return run(q, k, v)
+                return run(q, k, v, **scaled)
 
             to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
         elif how == "mla":
@@ -246,7 +276,7 @@ class FlashInferBackend(Backend):
         else:
             layout = workload.pages(case)
             indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
-            pools = tuple(workload.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
+            pools = tuple(fp8.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
             if self.kv_layout == "HND":
                 pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
             if how == "decode":
@@ -269,7 +299,7 @@ class FlashInferBackend(Backend):
             run = wrapper.run
 
             def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-                return run(q, (k_pool, v_pool))
+                return run(q, (k_pool, v_pool), **scaled)
 
             to_canonical = ((lambda out: out[:, :, None]) if how == "decode"  # (B, H, D) → (B, H, 1, D)
                             else (lambda out: packing.unpack_out(out, case)))
@@ -282,7 +312,9 @@ class FlashInferBackend(Backend):
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"flashinfer {self.version()} {kernel_words(case, how, mask, self.kv_layout, chosen)}",
+            kernel=f"flashinfer {self.version()} {kernel_words(case, how, mask, self.kv_layout, chosen)}"
+                   + (f" with {case.kv_dtype} K/V, k_scale {scaled['k_scale']:.4g}, v_scale {scaled['v_scale']:.4g}"
+                      if scaled else ""),
             to_canonical=to_canonical,
             extra=extra,
         )

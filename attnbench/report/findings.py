@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
+from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_words
 from attnbench.results import (
     KEY_FIELDS,
@@ -23,6 +24,7 @@ DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
 # The fields that make two records the same case apart from its documents.
 CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend" and k not in DOCUMENT_FIELDS)
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
+MAX_QUANTIZED_LINES = 16  # FP8 speed-up and "not faster" lines
 SHOWN_CASES = 3  # cases named per failure line
 MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
 DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.skip, attnbench.measure)
@@ -54,6 +56,7 @@ class Findings:
     speedup: list[str] = field(default_factory=list)
     memory: list[str] = field(default_factory=list)
     packing: list[str] = field(default_factory=list)  # packed documents against one sequence, same backend
+    quantized: list[str] = field(default_factory=list)  # FP8 speed-ups, and FP8 kernels not faster (report.frontier)
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
@@ -62,7 +65,7 @@ class Findings:
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return self.fastest + self.speedup + self.memory + self.packing + self.noise + self.repeat
+        return self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise + self.repeat
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -223,6 +226,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
         )
     found.packing = packing_lines(timed)
     found.repeat = repeat_lines(records)
+    found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
     found.failures = _group_failures(records, ("mismatch", "error"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found

@@ -17,8 +17,11 @@ SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "hea
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
-DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "bf16": 2, "fp16": 2, "float32": 4, "fp32": 4, "float64": 8, "fp64": 8}
+DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+               "float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "bf16": 2, "fp16": 2, "float32": 4, "fp32": 4, "float64": 8, "fp64": 8,
+               "float8_e4m3fn": 1, "float8_e5m2": 1}
+SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
 
 
 @dataclass
@@ -113,6 +116,21 @@ def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
         words.append("kvshared" if short else "V shared with K (absorbed MLA)")
     if shape.get("tp"):
         words.append(f"tp{shape['tp']}" if short else f"tp {shape['tp']} (one GPU's share)")
+    words += quant_words(shape, short)
+    return words
+
+
+def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
+    """A quantized case's FP8 K/V cache and scales, in words ("K/V fp8e4m3", "per-block 128 scales") or short."""
+    words = []
+    if shape.get("kv_dtype"):
+        words.append(f"kv{dtype_word(shape['kv_dtype'])}" if short else f"K/V {dtype_word(shape['kv_dtype'])}")
+    if shape.get("quant"):
+        block = shape.get("quant_block") if shape["quant"] == "block" else None
+        scale = shape.get("quant_scale")
+        words.append(f"q{shape['quant']}{block or ''}" + (f"s{scale:g}" if scale else "") if short else
+                     f"{SCALE_WORDS[shape['quant']]}{f' {block}' if block else ''} scales"
+                     + (f" fixed at {scale:g}" if scale else ""))
     return words
 
 
@@ -167,7 +185,7 @@ def _group_order(group: CaseGroup) -> tuple:
 
 def kv_cache_bytes(record: dict[str, Any]) -> int:
     """Bytes of K and V for one record's case: 2 * batch * kv_heads * kv_seq_len * head_dim * bytes/elem."""
-    size = DTYPE_BYTES.get(str(record["dtype"]), 2)
+    size = DTYPE_BYTES.get(str(record.get("kv_dtype") or record["dtype"]), 2)
     return 2 * int(record["batch"]) * int(record["kv_heads"]) * int(record["kv_seq_len"]) * int(record["head_dim"]) * size
 
 

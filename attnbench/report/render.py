@@ -19,6 +19,7 @@ from attnbench.report.charts import (
 )
 from attnbench.report.energy import energy_chart, energy_records
 from attnbench.report.findings import build_findings
+from attnbench.report.frontier import frontier_chart, frontier_groups
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
@@ -70,9 +71,13 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
                  peak_bandwidth_gbs: float | None = None) -> tuple[list[Chart], list[str]]:
     """Every chart of the report (group charts, MQA/GQA when some group varies kv_heads, roofline, correctness)."""
     styles = backend_styles(str(r["backend"]) for r in records)
-    named: list[tuple[str, str]] = [(name, group.title()) for name, group in zip(chart_file_names(groups), groups)]
-    tasks: list[tuple[Any, tuple]] = [(group_chart, (group, styles, baseline, peak_tflops, device_name))
-                                      for group in groups]
+    # The accuracy–speed frontiers first, where quantized formats were measured: they compare the formats.
+    fronts = frontier_groups(records)
+    named: list[tuple[str, str]] = [(f"frontier-{i:02d}-{group.slug()}.png", group.title())
+                                    for i, group in enumerate(fronts, start=1)]
+    tasks: list[tuple[Any, tuple]] = [(frontier_chart, (group, styles)) for group in fronts]
+    named += [(name, group.title()) for name, group in zip(chart_file_names(groups), groups)]
+    tasks += [(group_chart, (group, styles, baseline, peak_tflops, device_name)) for group in groups]
     notes = []
     families = kv_heads_families(groups)
     if families:
@@ -145,8 +150,8 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     if "png" in wanted:
         chart_dir = out / CHARTS_DIR
         chart_dir.mkdir(exist_ok=True)
-        for stale in [*chart_dir.glob("group-*.png"), chart_dir / "mqa-gqa.png", chart_dir / "correctness.png",
-                      chart_dir / "roofline.png"]:
+        for stale in [*chart_dir.glob("group-*.png"), *chart_dir.glob("frontier-*.png"), chart_dir / "mqa-gqa.png",
+                      chart_dir / "correctness.png", chart_dir / "roofline.png"]:
             stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
         written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
     if "html" in wanted:

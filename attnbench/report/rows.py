@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnbench.report.groups import dtype_word
+from attnbench.report.groups import dtype_word, quant_words
 from attnbench.results import is_noisy, is_throttled, is_unrepeatable
 from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
@@ -25,7 +25,8 @@ COLUMNS = (
     ("tflops", "TFLOP/s", True), ("bandwidth_gbs", "GB/s", True), ("percent_of_peak", "% of peak", True),
     ("measured_percent", "% of measured", True),
     ("speedup", "speed-up", True), ("memory", "peak mem", True), ("setup", "setup ms", True),
-    ("max_abs_error", "max err", True), ("error_bound", "bound", True), ("reason", "reason", False),
+    ("max_abs_error", "max err", True), ("error_bound", "bound", True),
+    ("rel_l2_original", "rel L2 vs originals", True), ("reason", "reason", False),
     ("kernel", "kernel", False),
 )
 
@@ -36,6 +37,7 @@ def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
         "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
         "setup": (record.get("extra") or {}).get("setup_ms"),
         "measured_percent": (record.get("extra") or {}).get("percent_of_measured_peak"),
+        "rel_l2_original": rel_l2_original(record),
         "interval": record.get("ci_high_ms") - record["ci_low_ms"] if record.get("ci_high_ms") is not None
         and record.get("ci_low_ms") is not None else None,
     }.get(key, record.get(key))
@@ -46,10 +48,13 @@ def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
 
 def display_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
     """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
-    if key == "dtype":
-        return dtype_word(record.get("dtype"))
+    if key == "dtype":  # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
+        return "\u00a0".join([dtype_word(record.get("dtype")), *quant_words(record, short=True)])
     if key == "status":
         return status_text(record)
+    if key == "rel_l2_original":
+        value = rel_l2_original(record)
+        return fmt_float(value, 2) if value is not None else ""
     if key == "time_ms":
         return median_text(record)
     if key == "iqr":
@@ -78,6 +83,16 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return "yes" if record.get("causal") else "no"
     value = record.get(key)
     return "" if value is None else str(value)
+
+
+def rel_l2_original(record: dict[str, Any]) -> float | None:
+    """The output's relative L2 error against the float64 reference on the original inputs (docs/results.md
+    "Accuracy of quantized kernels"): `extra.error_vs_original`, or where attnbench quantized nothing the kernel
+    error, which is measured against the originals there."""
+    extra = record.get("extra") or {}
+    metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
+                                                 else extra.get("kernel_error"))
+    return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
 
 
 def setup_text(record: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ From the PyPI wheel nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_
 cudnn/__init__.py __version__ "1.32.0"), imported on a CPU machine (the frontend imports without libcudnn):
 
 - `cudnn.pygraph` is a Python class (cudnn/_pygraph.py); its methods' parameter lists are copied from
-  inspect.signature with annotations dropped. Its `sdpa` and `sdpa_backward` are "generic kwarg capture" builders
+  inspect.signature with annotations dropped. Its `sdpa`, `sdpa_backward` and `sdpa_fp8` are "generic kwarg capture" builders
   (`(self, *args, name="", compute_data_type=None, out_dims=None, **kwargs)`, _pygraph.py _install_captured_builders)
   that forward every keyword, at lowering, to the C++ binding below.
 - `cudnn._compiled_module.backend_graph.sdpa` / `.sdpa_backward` are nanobind methods that inspect.signature cannot
@@ -44,6 +44,9 @@ class pygraph:  # noqa: N801 - the library's name
         raise NotImplementedError("recorded signature only")
 
     def sdpa_backward(self, *args, name='', compute_data_type=None, out_dims=None, **kwargs):
+        raise NotImplementedError("recorded signature only")
+
+    def sdpa_fp8(self, *args, name='', compute_data_type=None, out_dims=None, **kwargs):
         raise NotImplementedError("recorded signature only")
 
     def validate(self):
@@ -95,8 +98,12 @@ SDPA_DOC = "sdpa(self, q: cudnn._compiled_module.tensor, k: cudnn._compiled_modu
 SDPA_BACKWARD_DOC = "sdpa_backward(self, q: cudnn._compiled_module.tensor, k: cudnn._compiled_module.tensor, v: cudnn._compiled_module.tensor, o: cudnn._compiled_module.tensor, dO: cudnn._compiled_module.tensor, stats: cudnn._compiled_module.tensor, attn_scale: object | None = None, bias: cudnn._compiled_module.tensor | None = None, dBias: cudnn._compiled_module.tensor | None = None, use_alibi_mask: bool = False, use_padding_mask: bool = False, seq_len_q: cudnn._compiled_module.tensor | None = None, seq_len_kv: cudnn._compiled_module.tensor | None = None, max_total_seq_len_q: object | None = None, max_total_seq_len_kv: object | None = None, use_causal_mask: bool = False, use_causal_mask_bottom_right: bool = False, sliding_window_length: object | None = None, diagonal_alignment: cudnn._compiled_module.diagonal_alignment = diagonal_alignment.TOP_LEFT, diagonal_band_left_bound: object | None = None, diagonal_band_right_bound: object | None = None, dropout: object | None = None, rng_dump: cudnn._compiled_module.tensor | None = None, use_deterministic_algorithm: bool = False, compute_data_type: cudnn._compiled_module.data_type = data_type.NOT_SET, name: str = '', score_mod: collections.abc.Callable[[cudnn._compiled_module.backend_graph, cudnn._compiled_module.tensor], cudnn._compiled_module.tensor] | None = None, score_mod_bprop: collections.abc.Callable[[cudnn._compiled_module.backend_graph, cudnn._compiled_module.tensor], cudnn._compiled_module.tensor] | None = None, sink_token: cudnn._compiled_module.tensor | None = None, dSink_token: cudnn._compiled_module.tensor | None = None) -> list[cudnn._compiled_module.tensor]"
 
 
+SDPA_FP8_DOC = "sdpa_fp8(self, q: cudnn._compiled_module.tensor, k: cudnn._compiled_module.tensor, v: cudnn._compiled_module.tensor, descale_q: cudnn._compiled_module.tensor, descale_k: cudnn._compiled_module.tensor, descale_v: cudnn._compiled_module.tensor, descale_s: cudnn._compiled_module.tensor, scale_s: cudnn._compiled_module.tensor, scale_o: cudnn._compiled_module.tensor, is_inference: object | None = None, attn_scale: object | None = None, bias: cudnn._compiled_module.tensor | None = None, use_alibi_mask: bool = False, use_padding_mask: bool = False, seq_len_q: cudnn._compiled_module.tensor | None = None, seq_len_kv: cudnn._compiled_module.tensor | None = None, use_causal_mask: bool = False, use_causal_mask_bottom_right: bool = False, sliding_window: object | None = None, diagonal_alignment: cudnn._compiled_module.diagonal_alignment = diagonal_alignment.TOP_LEFT, left_bound: object | None = None, right_bound: object | None = None, dropout: object | None = None, rng_dump: cudnn._compiled_module.tensor | None = None, paged_attention_k_table: cudnn._compiled_module.tensor | None = None, paged_attention_v_table: cudnn._compiled_module.tensor | None = None, paged_attention_max_seq_len_kv: object | None = None, max_total_seq_len_q: object | None = None, max_total_seq_len_kv: object | None = None, compute_data_type: cudnn._compiled_module.data_type = data_type.NOT_SET, name: str = '', fn: collections.abc.Callable[[cudnn._compiled_module.backend_graph, cudnn._compiled_module.tensor], cudnn._compiled_module.tensor] | None = None, generate_stats: object | None = None, score_max: cudnn._compiled_module.tensor | None = None, score_sum_exp: cudnn._compiled_module.tensor | None = None, sink_token: cudnn._compiled_module.tensor | None = None, unfuse_fma: bool = False, implementation: cudnn._compiled_module.attention_implementation = attention_implementation.AUTO, cu_seq_len_q: cudnn._compiled_module.tensor | None = None, cu_seq_len_kv: cudnn._compiled_module.tensor | None = None, stats_use_log2: bool = False) -> list[cudnn._compiled_module.tensor]"
+
+
 class backend_graph:  # noqa: N801 - the library's name
     sdpa = _Binding("sdpa", SDPA_DOC)
+    sdpa_fp8 = _Binding("sdpa_fp8", SDPA_FP8_DOC)
     sdpa_backward = _Binding("sdpa_backward", SDPA_BACKWARD_DOC)
 
 

@@ -1,0 +1,111 @@
+"""`naive-fp8`: the FP8 yardstick. attnbench's quantized inputs dequantized with their descale factors, then textbook
+attention in float32, the output in the original dtype — every format and scale granularity, every workload axis, on
+every device (a CPU included: it needs no FP8 arithmetic, only PyTorch's FP8 casts).
+
+It is what the quantized formats cost when nothing else is lost, and its numerics are the plain emulation a quantized
+case's backend is judged by when it declares none (attnbench.quant.plain_numerics). The timed call includes the
+dequantization: it is this kernel's work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnbench import determinism, quant, workload
+from attnbench.backends import fp8
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.case import AXES, FP8_DTYPES
+from attnbench.counting import MemoryCost, bytes_moved, tensor_bytes
+from attnbench.inputs import dtype_of, naive_attention
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+    from attnbench.quant import Numerics, Scales
+
+EVERY_FORMAT = frozenset({f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in FP8_DTYPES}
+                         | {f"scale:{g}" for g in quant.GRANULARITIES})
+FLOAT32_BYTES = 4
+
+
+def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
+    """`name`'s ("q", "k", "v") descale factor for each row it multiplies: (B, H, S or 1, 1), K's and V's repeated
+    per query head where they are per KV head (K and V are expanded so)."""
+    factor = scales.per_row(name)
+    return expand_kv(factor, case) if name != "q" and factor.shape[1] == case.kv_heads else factor
+
+
+@register
+class NaiveFp8Backend(Backend):
+    name = "naive-fp8"
+    # naive's, on float32 scores and dequantized float32 copies of Q, K and V (not yet fitted on a run).
+    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 40.0, 0.0, 8), cuda=KernelCost("dense", 0.4, 0.0, 6.0, 0.0, 8),
+                memory=MemoryCost(score_copies_fwd=2, expands_kv=True))
+    summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
+               "attention in float32; every format and axis, on every device")
+    quantized = EVERY_FORMAT
+    workload_axes = frozenset(AXES)
+
+    def unsupported(self, case: Case) -> str | None:
+        if not case.quantized:
+            return ("naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook attention in "
+                    "the case's own dtype")
+        return None
+
+    def numerics(self, case: Case) -> Numerics:
+        return quant.plain_numerics(case)
+
+    def deterministic(self, case: Case) -> str:
+        return determinism.torch_ops(case, "dequantization, matmul, softmax and masking")
+
+    def bytes_moved(self, case: Case) -> int:
+        """The inputs' floor, and the float32 scores and probabilities written and read once (two passes each)."""
+        scores = case.batch * case.heads * case.seq_len * case.kv_seq_len * FLOAT32_BYTES
+        return bytes_moved(case) + 4 * scores
+
+    def estimate_memory(self, case: Case) -> int:
+        """The output, two float32 score-sized buffers, and float32 copies of Q and of K and V expanded per query head
+        (with pages, the gathered FP8 K and V too)."""
+        sizes = tensor_bytes(case)
+        rows = case.batch * case.heads
+        scores = 2 * rows * case.seq_len * case.kv_seq_len * FLOAT32_BYTES
+        copies = rows * (case.seq_len * case.head_dim + case.kv_seq_len * (case.head_dim + case.v_dim)) * FLOAT32_BYTES
+        gathered = case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
+        return sizes["o"] + scores + copies + (gathered if case.page_size is not None else 0)
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scales: Scales | None = None) -> Prepared:
+        assert scales is not None, "naive-fp8 runs quantized cases only"
+        mask = workload.visibility(case, device=q.device)
+        mask = None if mask is None else mask[:, None]
+        bias = workload.alibi_bias(case, device=q.device, dtype=dtype_of("float32"))
+        softcap, out = case.softcap, dtype_of(quant.original_dtype(case))
+        q_factor = None if scales.q is None else row_factors(scales, "q", case)
+        k_factor, v_factor = (row_factors(scales, n, case) for n in ("k", "v"))
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            qf = q.float() if q_factor is None else q.float() * q_factor
+            return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap, bias).to(out)
+
+        words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}", f"{case.quant} descales"]
+        if case.page_size is None:
+            inputs = (q, expand_kv(k, case), expand_kv(v, case))
+            call = attend
+        else:  # the FP8 pool gathered through the table inside the call, as naive does
+            layout = workload.pages(case)
+            table = workload.table_tensor(layout, q.device)
+            inputs = (q, fp8.to_pages(k, layout), fp8.to_pages(v, layout))
+            words.append(f"pages of {case.page_size} gathered in the call")
+
+            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+                k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
+                return attend(q, k, v)
+        return Prepared(
+            inputs=inputs,
+            call=call,
+            kernel=f"torch {self.version()} dequantize ({', '.join(words)}) + float32 matmul+softmax, "
+                   f"{quant.original_dtype(case)} out",
+            kv_expanded=case.kv_heads != case.heads,
+        )

@@ -1,0 +1,136 @@
+"""`sage`: SageAttention 1.0.6 (`sageattention.sageattn`, Triton only), which quantizes bf16/fp16 inputs itself.
+
+Read from the 1.0.6 wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_causal].py):
+- `sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, smooth_k=True)`: HND is (batch, heads, seq,
+  head_dim), attnbench's canonical layout; K/V with fewer heads (query head h reads KV head h // (H / H_kv));
+  head_dim 64, 96 or 128; fp16, bf16 or fp32 in, the same dtype out.
+- its scheme: with smooth_k, K less its mean over the sequence (`k -= km`: in place, on the caller's tensor, so the
+  adapter hands it a copy of its own, made outside the timed call; subtracting one vector from every key leaves each
+  query's softmax unchanged, so repeated calls give the same answer); Q·sm_scale·log2(e) and K quantized to INT8 per
+  block of 128 / 64 tokens of each (batch, head), factor amax/127; Q·Kᵀ in INT8, exp2 softmax; P and V in float16,
+  P·V accumulated in float16 per block of 64 keys (tl.dot out_dtype float16) into a float32 sum.
+- `is_causal` is top-left and asserts qo_len == kv_len (GUIDE.md's bottom-right mask is the same there); one query
+  over a cache sees every key, so it runs without the mask. No window, no varlen mapped here. Forward only.
+- The non-causal kernel loads keys past kv_len as zeros without masking their scores: with kv_len not a multiple of
+  64 those phantom keys take a share of every softmax. attnbench runs it as it is; the verdict says what it gives.
+
+It is judged against an emulation of that scheme (attnbench.emulate.sage_inputs), not against naive bf16, and its
+record says `extra.quantized: internal` with the scheme.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    first_line,
+    library_refusal,
+)
+from attnbench.backends.flash import warm_up
+from attnbench.case import FP8_DTYPES
+from attnbench.conformance import LibraryCall
+from attnbench.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
+from attnbench.quant import Numerics
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+
+MODULE = "sageattention"
+HEAD_DIMS = (64, 96, 128)
+SAGE_CALL = LibraryCall(MODULE, "sageattn", positional=("q", "k", "v"),
+                        keywords=("tensor_layout", "is_causal", "sm_scale", "smooth_k"))
+SCHEME = {"by": "kernel", "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
+          "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
+          "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
+REFUSALS = ("should be", "must be", "only", "Only")
+
+
+@register
+class SageBackend(Backend):
+    name = "sage"
+    # A Triton INT8 flash kernel, by analogy, not yet fitted (forward only).
+    cost = Cost(cuda=KernelCost("visible", 0.5, 0.0))
+    summary = ("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
+               "from bf16/fp16; judged against its own scheme")
+    library = "sageattention"
+    devices = ("cuda",)
+    install_hint = "pip install sageattention==1.0.6  (Triton only)"
+    quant_reasons = {f"{kind}:{fmt}": ("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
+                                       "inputs attnbench quantized") for kind in ("qkv", "kv") for fmt in FP8_DTYPES}
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (SAGE_CALL,)
+
+    def availability(self, device: str) -> str | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(MODULE)
+        except ImportError as exc:
+            return f"sageattention is not installed (cannot import sageattention: {first_line(exc)})"
+        except Exception as exc:  # noqa: BLE001 - Triton's import may fail in any way where it has no backend
+            return f"sageattention does not import here ({type(exc).__name__}: {first_line(exc)})"
+        if device not in self.devices:
+            return "needs CUDA (SageAttention's kernels are Triton's, for a GPU)"
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "needs CUDA (torch.cuda.is_available() is False)"
+        return None
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"{case.dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"
+        if case.needs_grad:
+            return "SageAttention 1.0.6 is forward-only"
+        if case.head_dim not in HEAD_DIMS:
+            return f"sageattn takes head_dim 64, 96 or 128 (core.py asserts it), not {case.head_dim}"
+        if case.window is not None:
+            return "SageAttention has no sliding window"
+        if case.causal and case.seq_len not in (1, case.kv_seq_len):
+            return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel asserts it): "
+                    "a prefill with a cache is not expressible")
+        return None
+
+    def numerics(self, case: Case) -> Numerics:
+        return Numerics(source="SageAttention 1.0.6 (INT8 Q·Kᵀ per block, smoothed K; float16 P·V)",
+                        p_format="float16", accumulate="float16", pv_block=SAGE_BLOCK_K, inputs="sage-int8",
+                        out_dtype=case.dtype)
+
+    def deterministic(self, case: Case) -> str:
+        return ("not applicable (forward only: sageattn's Triton forward reduces each query block in one program, "
+                "and SageAttention has no deterministic switch)")
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        sageattn = importlib.import_module(MODULE).sageattn
+        causal = case.causal and case.seq_len > 1  # one query over a cache sees every key
+        kwargs: dict[str, Any] = {"tensor_layout": "HND", "is_causal": causal, "sm_scale": case.head_dim ** -0.5,
+                                  "smooth_k": True}
+        inputs = (q.contiguous(), k.detach().clone(), v.contiguous())  # sageattn subtracts K's mean in place
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return sageattn(q, k, v, **kwargs)
+
+        extra: dict[str, Any] = {"compile_s": warm_up(call, inputs, False), "quantized": "internal",
+                                 "quant_scheme": SCHEME}
+        gqa = "" if case.kv_heads == case.heads else f", native GQA {case.heads}/{case.kv_heads}"
+        return Prepared(
+            inputs=inputs,
+            call=call,
+            kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, smooth_k=True; "
+                   f"INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} tokens, float16 P·V{gqa})",
+            extra=extra,
+        )
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        return library_refusal(exc, "sageattention", REFUSALS, (AssertionError, ValueError))

@@ -1,0 +1,135 @@
+"""`sdpa-fp8`: PyTorch's quantized SDPA entry point, where the installed torch has one (checked by signature, not by
+version): `torch.nn.attention.experimental._scaled_dot_product_attention_quantized(query, key, value, is_causal,
+scale, q_descale, k_descale, v_descale, ...)`, in torch 2.13 (read from its source here: "FP8 scaled dot product
+attention using Flash Attention 3 ... only supports forward pass"). It calls
+`aten::_scaled_dot_product_flash_attention.quantized`, whose only kernel is the CUDA one PyTorch's FA3 implementation
+registers (torch/nn/attention/_fa3.py), so it needs `activate_flash_attention_impl("FA3")` and flash-attn-3 installed,
+a compute capability 9.x GPU, and float8_e4m3fn Q, K and V in (batch, heads, seq, head_dim) with float32 descales of
+shape (batch, kv_heads) (DescaleType.PER_HEAD, its only granularity). The output is bf16; its numerics are FA3's.
+
+torch 2.13's CPU build has the op's schema but no CPU kernel. torch 2.11 (the H200's) likely has the entry point:
+torchao's prototype FP8 attention imports it behind a "PyTorch 2.11+" gate and calls it as this adapter does (FA3
+activated, per-head descales); availability() finds out by looking for it, not by the version.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from attnbench.backends import fp8
+from attnbench.backends.base import Backend, Cost, Prepared, first_line
+from attnbench.backends.flash import FlashAttn3
+from attnbench.backends.sdpa import (
+    IMPL_REFUSAL,
+    flash_impl_label,
+    flash_impl_problem,
+    flash_pinned,
+)
+from attnbench.conformance import LibraryCall
+from attnbench.quant import Numerics
+from attnbench.registry import register
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.case import Case
+    from attnbench.quant import Scales
+
+MODULE = "torch.nn.attention.experimental._scaled_dot_product_attention_quantized"
+FUNCTION = "_scaled_dot_product_attention_quantized"
+KEYWORDS = ("is_causal", "scale", "q_descale", "k_descale", "v_descale")
+NUMERICS = Numerics(source="PyTorch's quantized SDPA on FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to "
+                           "e4m3)", p_format="float8_e4m3fn", p_scale=256.0, out_dtype="bfloat16")
+assert FlashAttn3.fp8_numerics is not None and NUMERICS.p_scale == FlashAttn3.fp8_numerics.p_scale
+
+
+def entry_point() -> Any:
+    """The installed torch's quantized SDPA function (ImportError / AttributeError where it has none)."""
+    return getattr(importlib.import_module(MODULE), FUNCTION)
+
+
+@register
+class SdpaFp8Backend(Backend):
+    name = "sdpa-fp8"
+    cost = Cost(cuda=FlashAttn3.cost.cuda)
+    summary = ("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
+               "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it")
+    devices = ("cuda",)
+    quantized = frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"})
+    quant_reasons = {
+        "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",
+        "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only (DescaleType.PER_HEAD)",
+        **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under bf16 "
+                        "queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
+    }
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (LibraryCall(MODULE, FUNCTION, positional=("query", "key", "value"), keywords=KEYWORDS),)
+
+    def availability(self, device: str) -> str | None:
+        import torch
+
+        try:
+            parameters = inspect.signature(entry_point()).parameters
+        except (ImportError, AttributeError):
+            return f"torch {torch.__version__} has no quantized SDPA entry point ({MODULE}.{FUNCTION})"
+        if "q_descale" not in parameters:
+            return f"torch {torch.__version__}'s {FUNCTION} takes no q_descale"
+        if device not in self.devices:
+            return ("needs CUDA (aten::_scaled_dot_product_flash_attention.quantized has no CPU kernel: its one "
+                    "kernel is PyTorch's FA3 implementation, on CUDA)")
+        if not torch.cuda.is_available():
+            return "needs CUDA (torch.cuda.is_available() is False)"
+        cap = torch.cuda.get_device_capability()
+        if cap[0] != 9:
+            return f"PyTorch's FA3 implementation requires compute capability 9.0 (this GPU: {cap[0]}.{cap[1]})"
+        return flash_impl_problem("FA3")
+
+    def unsupported(self, case: Case) -> str | None:
+        if not case.quantized:
+            return "sdpa-fp8 runs FP8 cases only (sdpa and its kernels run float16, bfloat16 and float32)"
+        if case.window is not None:
+            return "PyTorch's quantized SDPA has no window (is_causal only)"
+        if case.causal and case.seq_len != case.kv_seq_len:
+            return ("SDPA's is_causal is top-left, GUIDE.md's causal mask only where seq_len == kv_seq_len, and this "
+                    "entry point takes no explicit mask")
+        return None
+
+    def numerics(self, case: Case) -> Numerics:
+        return NUMERICS
+
+    def deterministic(self, case: Case) -> str:
+        """Forward only, through PyTorch's FA3 route (torch/nn/attention/_fa3.py's _fa3_run_forward), which passes
+        num_splits=1 under torch.use_deterministic_algorithms(True)."""
+        if case.needs_grad:
+            return "not applicable (attnbench runs PyTorch's quantized SDPA forward only)"
+        return "honoured (PyTorch's FA3 route runs num_splits=1 under the mode)"
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scales: Scales | None = None) -> Prepared:
+        from torch.nn.attention import SDPBackend
+
+        assert scales is not None, "sdpa-fp8 runs quantized cases only"
+        fn = entry_point()
+        descales = {f"{n}_descale": fp8.per_batch_kv_head(scales, n, case) for n in ("q", "k", "v")}
+        kwargs = {"is_causal": case.causal, "scale": case.head_dim ** -0.5, **descales}
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return fn(q, k, v, **kwargs)
+
+        return Prepared(
+            inputs=tuple(t.contiguous() for t in (q, k, v)),
+            call=call,
+            kernel=f"torch {self.version()} {FUNCTION} (aten::_scaled_dot_product_flash_attention.quantized "
+                   f"{flash_impl_label('FA3', q.device.type)}; is_causal={case.causal}, float8_e4m3fn, "
+                   f"q/k/v_descale ({case.quant}) as (batch, kv_heads))",
+            context=lambda: flash_pinned("FA3", [SDPBackend.FLASH_ATTENTION]),
+        )
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        if IMPL_REFUSAL.search(str(exc)) or isinstance(exc, ValueError) and "descale" in str(exc):
+            return f"PyTorch refused: {first_line(exc)}"
+        return None
