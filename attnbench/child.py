@@ -9,6 +9,7 @@ or exit code and the last lines it wrote there.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import attnbench
 from attnbench.gpu import harness
@@ -134,6 +135,31 @@ class ChildProcess:
 
     def _remove_log(self) -> None:
         self.stderr_path.unlink(missing_ok=True)
+
+
+def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:
+    """A child's start (the COMMAND's body): its socket is `fd` and its first message the config `main` runs with.
+    Ctrl-C is the parent's (it stops the child between tasks); a segfault leaves its Python stack in the stderr tail."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()
+    conn = Connection(fd)
+    try:
+        _, config = conn.recv()
+    except (EOFError, OSError):
+        return
+    main(conn, config)
+
+
+def requests(conn: Connection) -> Iterator[tuple]:
+    """The parent's messages to a child, until it says stop or goes away."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        yield message
 
 
 def signal_name(number: int) -> str:

@@ -10,13 +10,11 @@ Either way the next measurement starts a fresh worker.
 
 from __future__ import annotations
 
-import faulthandler
-import signal
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from attnbench.child import ChildDied, ChildProcess
+from attnbench.child import ChildDied, ChildProcess, child_main, requests
 from attnbench.recording import unmeasured
 from attnbench.results import Record
 
@@ -91,14 +89,7 @@ class Isolated:
 
 def worker_entry(fd: int) -> None:
     """The worker process's start: its socket is `fd`; its first message is the WorkerConfig."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops after this measurement
-    faulthandler.enable()  # a segfault leaves its Python stack in the stderr tail
-    conn = Connection(fd)
-    try:
-        _, config = conn.recv()
-    except (EOFError, OSError):
-        return
-    worker_main(conn, config)
+    child_main(fd, worker_main)
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
@@ -134,13 +125,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             pass
         conn.send(("started",))
 
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
+    for message in requests(conn):
         _, fields, name = message
         case = Case(**fields)
         record = measurer.measure(case, registry.get(name), on_start=started)

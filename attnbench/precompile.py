@@ -22,17 +22,15 @@ itself, as without the pool, and records its own failure if it fails again.
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import os
-import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.child import ChildDied, ChildProcess
+from attnbench.child import ChildDied, ChildProcess, child_main, requests
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -244,16 +242,7 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
 
 def worker_entry(fd: int) -> None:
     """A compile process's start: its socket is `fd`; its first message is the PoolConfig."""
-    from multiprocessing.connection import Connection
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
-    faulthandler.enable()
-    conn = Connection(fd)
-    try:
-        _, config = conn.recv()
-    except (EOFError, OSError):
-        return
-    worker_main(conn, config)
+    child_main(fd, worker_main)
 
 
 def worker_main(conn: Connection, config: PoolConfig) -> None:
@@ -263,13 +252,7 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
 
     registry = default_registry(list(config.plugins))
     conn.send(("ready",))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
+    for message in requests(conn):
         _, name, cases = message
         status, kernels, hits, reason = compile_job(registry.get(name), [Case(**fields) for fields in cases])
         conn.send(("done", status, kernels, hits, reason))

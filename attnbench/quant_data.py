@@ -13,7 +13,6 @@ given; a quantized case's backend that declares none, against the plain emulatio
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any

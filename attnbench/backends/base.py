@@ -236,6 +236,21 @@ def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],
     return None
 
 
+def import_problem(load: Callable[[], Any], distribution: str, module: str) -> str | None:
+    """Why `load()` (a library's import) fails here: the distribution is not installed, or the module fails at import
+    in any other way (a CUDA-less torch, a Triton without a backend); None when it imports. Import warnings are the
+    library's, not the run's."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load()
+    except ImportError as exc:
+        return f"{distribution} is not installed (cannot import {module}: {first_line(exc)})"
+    except Exception as exc:  # noqa: BLE001 - a library that fails to import any other way is not usable here
+        return f"{module} does not import here ({type(exc).__name__}: {first_line(exc)})"
+    return None
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty)."""
     text = str(exc).strip()

@@ -45,6 +45,7 @@ from attnbench.backends.base import (
     KernelCost,
     Prepared,
     first_line,
+    import_problem,
 )
 from attnbench.backends.cudnn_graph import (
     Built,
@@ -141,14 +142,10 @@ class CudnnBackend(Backend):
         return GRAPH_CALLS
 
     def availability(self, device: str) -> str | None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cudnn = cudnn_module()
-        except ImportError as exc:
-            return f"nvidia-cudnn-frontend is not installed (cannot import cudnn: {first_line(exc)})"
-        except Exception as exc:  # noqa: BLE001 - a frontend that fails to import any other way is not usable
-            return f"cudnn does not import here ({type(exc).__name__}: {first_line(exc)})"
+        problem = import_problem(cudnn_module, "nvidia-cudnn-frontend", "cudnn")
+        if problem:
+            return problem
+        cudnn = cudnn_module()
         version = str(getattr(cudnn, "__version__", "0"))
         if version_tuple(version) < MIN_FRONTEND:
             need = ".".join(map(str, MIN_FRONTEND))

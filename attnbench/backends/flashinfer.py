@@ -46,7 +46,7 @@ from attnbench.backends.base import (
     Cost,
     KernelCost,
     Prepared,
-    first_line,
+    import_problem,
     library_refusal,
 )
 from attnbench.backends.flash import qv_split, warm_up
@@ -181,14 +181,10 @@ class FlashInferBackend(Backend):
         return "not applicable (forward only; FlashInfer's attention has no deterministic switch)"
 
     def availability(self, device: str) -> str | None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                flashinfer_module()
-        except ImportError as exc:
-            return f"flashinfer-python is not installed (cannot import flashinfer: {first_line(exc)})"
-        except Exception as exc:  # noqa: BLE001 - flashinfer has crashed at import on CPU-only torch builds
-            return f"flashinfer does not import here ({type(exc).__name__}: {first_line(exc)})"
+        # flashinfer has crashed at import on CPU-only torch builds: that is a reason too
+        problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
+        if problem:
+            return problem
         if device not in self.devices:
             return "needs CUDA (FlashInfer has no CPU kernels)"
         import torch

@@ -12,6 +12,8 @@ from attnbench.inputs import naive_attention
 from attnbench.registry import register
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from attnbench.case import Case
@@ -45,23 +47,32 @@ class NaiveBackend(Backend):
         words = ["explicit mask"] if mask is not None else []
         words += [f"softcap {softcap:g}"] if softcap is not None else []
         words += ["ALiBi bias"] if bias is not None else []
-        if case.page_size is None:
-            inputs = (q, expand_kv(k, case), expand_kv(v, case))
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return naive_attention(q, k, v, mask, softcap, bias)
 
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return naive_attention(q, k, v, mask, softcap, bias)
-        else:  # K/V live in the page pool: naive paged attention gathers them through the table in the call
-            layout = workload.pages(case)
-            table = workload.table_tensor(layout, q.device)
-            inputs = (q, workload.to_pages(k, layout), workload.to_pages(v, layout))
-            words.append(f"pages of {case.page_size} gathered in the call")
-
-            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-                k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
-                return naive_attention(q, k, v, mask, softcap, bias)
+        inputs, call, paged = laid_out(case, q, k, v, attend)
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"torch {self.version()} matmul+softmax" + (f" ({', '.join(words)})" if words else ""),
+            kernel=f"torch {self.version()} matmul+softmax" + (f" ({', '.join(words + paged)})" if words + paged else ""),
             kv_expanded=case.kv_heads != case.heads,
         )
+
+
+def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+             to_pages: Callable[[torch.Tensor, workload.Pages], torch.Tensor] = workload.to_pages,
+             ) -> tuple[tuple[torch.Tensor, ...], Callable[..., torch.Tensor], list[str]]:
+    """The inputs and call of a textbook `attend(q, k, v)` over K/V expanded per query head, and the words the kernel
+    label adds. With pages, K/V live in the page pool (`to_pages`) and the call gathers them through the table, as a
+    naive paged attention does: the gather is the user's work, timed with the kernel."""
+    if case.page_size is None:
+        return (q, expand_kv(k, case), expand_kv(v, case)), attend, []
+    layout = workload.pages(case)
+    table = workload.table_tensor(layout, q.device)
+
+    def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
+        return attend(q, k, v)
+
+    return (q, to_pages(k, layout), to_pages(v, layout)), call, [f"pages of {case.page_size} gathered in the call"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from attnbench import determinism, quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.naive import laid_out
 from attnbench.case import AXES, FP8_DTYPES
 from attnbench.counting import MemoryCost, bytes_moved, tensor_bytes
 from attnbench.inputs import dtype_of, naive_attention
@@ -90,18 +91,8 @@ class NaiveFp8Backend(Backend):
             return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap, bias).to(out)
 
         words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}", f"{case.quant} descales"]
-        if case.page_size is None:
-            inputs = (q, expand_kv(k, case), expand_kv(v, case))
-            call = attend
-        else:  # the FP8 pool gathered through the table inside the call, as naive does
-            layout = workload.pages(case)
-            table = workload.table_tensor(layout, q.device)
-            inputs = (q, fp8.to_pages(k, layout), fp8.to_pages(v, layout))
-            words.append(f"pages of {case.page_size} gathered in the call")
-
-            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-                k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
-                return attend(q, k, v)
+        inputs, call, paged = laid_out(case, q, k, v, attend, fp8.to_pages)  # the FP8 pool, as naive gathers it
+        words += paged
         return Prepared(
             inputs=inputs,
             call=call,

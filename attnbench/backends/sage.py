@@ -29,7 +29,7 @@ from attnbench.backends.base import (
     Cost,
     KernelCost,
     Prepared,
-    first_line,
+    import_problem,
     library_refusal,
 )
 from attnbench.backends.flash import warm_up
@@ -71,14 +71,9 @@ class SageBackend(Backend):
         return (SAGE_CALL,)
 
     def availability(self, device: str) -> str | None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                importlib.import_module(MODULE)
-        except ImportError as exc:
-            return f"sageattention is not installed (cannot import sageattention: {first_line(exc)})"
-        except Exception as exc:  # noqa: BLE001 - Triton's import may fail in any way where it has no backend
-            return f"sageattention does not import here ({type(exc).__name__}: {first_line(exc)})"
+        problem = import_problem(lambda: importlib.import_module(MODULE), "sageattention", MODULE)
+        if problem:
+            return problem
         if device not in self.devices:
             return "needs CUDA (SageAttention's kernels are Triton's, for a GPU)"
         if device == "cuda":

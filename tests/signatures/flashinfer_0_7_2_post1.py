@@ -3,8 +3,9 @@ flashinfer adapter calls.
 
 From the PyPI wheel flashinfer_python-0.7.2.post1-py3-none-any.whl (sha256 bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49;
 flashinfer/_build_meta.py __version__ "0.7.2.post1"): flashinfer/prefill.py (single_prefill_with_kv_cache's
-implementation, BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper) and flashinfer/decode.py
-(BatchDecodeWithPagedKVCacheWrapper), parameter lists read with `ast` (the last definition of each name, so each
+implementation, BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper), flashinfer/decode.py
+(BatchDecodeWithPagedKVCacheWrapper) and flashinfer/mla/_batch_mla/_wrapper.py (BatchMLAPagedAttentionWrapper: the
+same parameters as 0.7.4's), parameter lists read with `ast` (the last definition of each name, so each
 `run` is the implementation after its typing overloads), annotations and decorators dropped. Against 0.7.4
 (flashinfer_0_7_4.py) it lacks a few trailing keyword parameters attnbench does not pass.
 """
@@ -48,3 +49,21 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None, return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None, skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
         raise NotImplementedError('recorded signature only')
+
+
+# flashinfer/mla/_batch_mla/_wrapper.py (re-exported by flashinfer/mla/__init__.py and flashinfer/__init__.py): the
+# implementations under plan's and run's typing overloads, decorators (_warn_on_positional_mla_arguments,
+# flashinfer_api) left out.
+class BatchMLAPagedAttentionWrapper:
+    def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, backend='auto'):
+        raise NotImplementedError('recorded signature only')
+
+    def plan(self, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, num_heads=None, head_dim_ckv=None, head_dim_kpe=None, page_size=None, causal=None, sm_scale=None, q_data_type=None, kv_data_type=None, use_profiler=False, *, metadata=None, cum_seq_lens_q=None, block_tables=None, seq_lens=None, max_q_len=None, query_layout=None, kv_cache_layout=None, lse_mode='none', output_dtype=None, output_scale='none', scale_mode='default', skip_softmax=False, enable_pdl=None, use_sinks=False):
+        raise NotImplementedError('recorded signature only')
+
+    def run(self, q_nope=None, q_pe=None, ckv_cache=None, kpe_cache=None, out=None, lse=None, return_lse=False, profiler_buffer=None, kv_len=None, page_table=None, return_lse_base_on_e=False, o_scale=None, *, query=None, kv_cache=None, ckv_scale=None, ckv_scale_arr=None, kpe_scale=None, sinks=None, skip_softmax_threshold_scale_factor=None, bmm1_scale=None, bmm2_scale=None):
+        raise NotImplementedError('recorded signature only')
+
+
+class mla:  # noqa: N801 - the submodule flashinfer.mla, holding the wrapper
+    BatchMLAPagedAttentionWrapper = BatchMLAPagedAttentionWrapper
