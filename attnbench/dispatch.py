@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_NAME = "attnbench-dispatch"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
 # The workload kinds a bucket tells apart (each a yes/no: the documents' count, page size or softcap value are not
 # part of the bucket), and the decisions a row can hold; choose() answers from the first two only.
 FEATURES = ("documents", "paged", "ragged", "softcap", "alibi", "kv_shared")
@@ -32,7 +32,9 @@ DECISIONS = ("winner", "tie", "unsettled", "none")
 ANSWERING = ("winner", "tie")
 MODES = ("fwd", "bwd", "fwd_bwd")
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
-           "fp64": "float64", "double": "float64"}
+           "fp64": "float64", "double": "float64", "fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
+GRANULARITIES = ("tensor", "head", "block")  # the FP8 scales' granularity (attnbench.quant)
+DEFAULT_QUANT_BLOCK = 128  # tokens per scale with per-block scales, as attnbench.case has it
 
 
 class DispatchError(ValueError):
@@ -74,11 +76,23 @@ class Shape:
     softcap: bool = False
     alibi: bool = False
     kv_shared: bool = False
+    kv_dtype: str | None = None  # an FP8 K/V cache under `dtype` queries
+    quant: str | None = None  # the FP8 scales' granularity: tensor (the default when quantized), head or block
+    quant_block: int | None = None  # tokens per scale with block scales (default 128)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether Q/K/V or the K/V cache is in an FP8 format."""
+        return dtype_name(self.dtype).startswith("float8") or self.kv_dtype is not None
 
     def bucket(self) -> dict[str, Any]:
         """The bucket predicate this shape falls in, as a dispatch table row stores it."""
         if self.mode not in MODES:
             raise DispatchError(f"mode {self.mode!r}: allowed: {', '.join(MODES)}")
+        quant = (self.quant or "tensor") if self.quantized else None
+        if quant is not None and quant not in GRANULARITIES:
+            raise DispatchError(f"quant {quant!r}: allowed: {', '.join(GRANULARITIES)}")
+        block = int(self.quant_block or DEFAULT_QUANT_BLOCK) if quant == "block" else None
         kv = self.kv_seq_len if self.kv_seq_len is not None else self.seq_len
         return {
             "seq_len": list(length_band(int(self.seq_len))), "kv_seq_len": list(length_band(int(kv))),
@@ -87,6 +101,8 @@ class Shape:
             "dtype": dtype_name(self.dtype), "causal": bool(self.causal),
             "window": int(self.window) if self.window is not None else None,
             **{name: bool(getattr(self, name)) for name in FEATURES}, "mode": self.mode,
+            "kv_dtype": dtype_name(self.kv_dtype) if self.kv_dtype is not None else None, "quant": quant,
+            "quant_block": block,
         }
 
     @classmethod
@@ -99,7 +115,8 @@ class Shape:
             head_dim_v=record.get("head_dim_v"), documents=bool(record.get("documents")),
             paged=record.get("page_size") is not None, ragged=record.get("kv_lengths") is not None,
             softcap=record.get("softcap") is not None, alibi=bool(record.get("alibi")),
-            kv_shared=bool(record.get("kv_shared")),
+            kv_shared=bool(record.get("kv_shared")), kv_dtype=record.get("kv_dtype"), quant=record.get("quant"),
+            quant_block=record.get("quant_block"),
         )
 
 

@@ -174,6 +174,32 @@ def test_a_bucket_of_several_cases_needs_its_winner_ahead_on_every_one(tmp_path:
     assert partial.backend == "sdpa" and ("flex", "not measured on every case of the bucket") in partial.excluded
 
 
+def test_a_quantized_format_is_a_bucket_of_its_own(tmp_path: Path) -> None:
+    # A suite that runs a decode step over a bf16 cache and over an FP8 cache, with per-tensor and per-head scales
+    # (suites/fp8.yaml): pooled in one bucket, no backend had a number on every case and nothing was decided; and a
+    # bf16 user must never be sent to a kernel measured on an FP8 cache, nor a per-head user to a per-tensor one.
+    def fp8(backend: str, ms: float, quant: str) -> dict:
+        r = record(backend, ms, kv_dtype="float8_e4m3fn", quant=quant)
+        r["case_id"] += f"-kvfp8e4m3-q{quant}"
+        return r
+
+    run = write_run(tmp_path / "run", [record("sdpa", 2.0), record("flex", 1.0), fp8("flashinfer", 0.5, "tensor"),
+                                       fp8("cudnn-fp8", 0.8, "tensor"), fp8("flashinfer", 0.6, "head")])
+    result = recommend_runs([run])
+    assert [(d.bucket["kv_dtype"], d.bucket["quant"], d.decision, d.backend) for d in result.decisions] == [
+        (None, None, "winner", "flex"), ("float8_e4m3fn", "head", "none", None),
+        ("float8_e4m3fn", "tensor", "winner", "flashinfer")]
+    out = tmp_path / "dispatch.json"
+    assert CliRunner().invoke(app, ["recommend", str(run), "--out", str(out)]).exit_code == 0
+    jsonschema.validate(json.loads(out.read_text()), dispatch_table.schema())
+    table = DispatchTable.load(out)
+    shape = dict(seq_len=4096, heads=16, kv_heads=16, head_dim=128, dtype="bf16")
+    assert table.choose(**shape).backend == "flex"
+    assert table.choose(**shape, kv_dtype="float8_e4m3fn").backend == "flashinfer"  # per-tensor: the default
+    assert table.choose(**shape, kv_dtype="float8_e4m3fn", quant="head") is None  # a lone candidate decides nothing
+    assert table.choose(**shape, kv_dtype="float8_e4m3fn", quant="block") is None  # never measured
+
+
 def test_pooling_the_latest_status_decides_and_an_older_clean_timing_stands_in(tmp_path: Path) -> None:
     old = write_run(tmp_path / "old", [record("flex", 0.5), record("sdpa", 1.0), record("xformers", 0.8)],
                     run_id="old", timestamp="2026-01-01T00:00:00")
@@ -236,7 +262,7 @@ def test_the_dispatch_helper_imports_without_torch() -> None:
     code = ("import sys; sys.modules['torch'] = None; import attnbench.dispatch as d; "
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; print(d.SCHEMA_VERSION)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
 
 
 def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_path: Path) -> None:

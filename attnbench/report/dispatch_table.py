@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench import __version__
 from attnbench.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.errors import AttnbenchError
-from attnbench.report.groups import MODE_WORDS, dtype_word
+from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
 from attnbench.units import fmt_length, fmt_ratio, md_cell
@@ -36,7 +36,8 @@ def band_words(band: list[int]) -> str:
 
 
 def bucket_words(bucket: dict[str, Any]) -> str:
-    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'."""
+    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'
+    (a quantized one adds its K/V format and scales: 'K/V fp8e4m3 · per-head scales')."""
     words = [dtype_word(bucket["dtype"]), "causal" if bucket["causal"] else "no mask"]
     if bucket["window"] is not None:
         words.append(f"window {bucket['window']}")
@@ -45,6 +46,7 @@ def bucket_words(bucket: dict[str, Any]) -> str:
     words.append(f"d={bucket['head_dim']}" + (f", d_v={bucket['head_dim_v']}"
                                                if bucket["head_dim_v"] != bucket["head_dim"] else ""))
     words += [FEATURE_WORDS[f] for f in FEATURES if bucket[f]]
+    words += quant_words(bucket)
     words.append(MODE_WORDS.get(bucket["mode"], bucket["mode"]))
     q, kv_band = bucket["seq_len"], bucket["kv_seq_len"]
     words.append(band_words(q) if q == kv_band else f"q {band_words(q)} / KV {band_words(kv_band)}")

@@ -3,7 +3,8 @@
 The rules (docs/recommend.md says them for users):
 
 - a bucket is every case with one `attnbench.dispatch.Shape.bucket` (length bands of powers of two, and equal
-  heads, head sizes, dtype, mask, window, workload kinds and mode);
+  heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
+  scale granularity is a bucket of its own, never pooled with the unquantized case);
 - candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
   is `ok`; trouble gate: not throttled, not noisy: attnbench.report.pooling);
 - each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
@@ -185,7 +186,8 @@ def bucket_order(bucket: dict[str, Any]) -> tuple:
     """Buckets in reading order: mode, dtype, mask, heads, head sizes, workload kinds, then length."""
     return (bucket["mode"], bucket["dtype"], not bucket["causal"], bucket["window"] is not None, bucket["window"] or 0,
             bucket["head_dim"], bucket["head_dim_v"], bucket["heads"], -bucket["kv_heads"],
-            tuple(bucket[f] for f in FEATURES), bucket["kv_seq_len"], bucket["seq_len"])
+            tuple(bucket[f] for f in FEATURES), bucket["kv_dtype"] or "", bucket["quant"] or "",
+            bucket["quant_block"] or 0, bucket["kv_seq_len"], bucket["seq_len"])
 
 
 def decide(pooled: dict[tuple, dict[str, Entry]], metric: Metric = TIME) -> list[Decision]:
