@@ -19,6 +19,7 @@ from PIL import (
 
 from attnbench.errors import ResultsError
 from attnbench.report.charts import group_chart
+from attnbench.report.findings import fastest_line
 from attnbench.report.groups import group_records, kv_heads_families
 from attnbench.report.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
@@ -160,6 +161,17 @@ def test_gpu_like_findings_are_the_planted_ones(tmp_path: Path) -> None:
     assert "bf16 · causal · 32 heads · d=128 · fwd: sdpa-flash is fastest at every length (1K–8K)." in md
     assert "naive oom" in md  # memory at the longest length says naive ran out
     assert "**timeout** sdpa-math" in md and "**skipped** xformers" in md and "**oom** naive" in md
+
+
+def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
+    # An FP8 group on a CPU: only naive-fp8 runs there, so "fastest" would claim a comparison that was not made.
+    lone = [a_record(backend="naive-fp8", seq_len=s, kv_seq_len=s) for s in (256, 512, 1024)]
+    lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", time_ms=None) for s in (256, 512, 1024)]
+    assert fastest_line(group_records(lone)[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
+    gap = [r for r in lone if r["seq_len"] != 512 or r["backend"] != "naive-fp8"]
+    assert fastest_line(group_records(gap)[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
+    both = lone + [a_record(backend="naive", seq_len=512, kv_seq_len=512, time_ms=2.0)]
+    assert fastest_line(group_records(both)[0]).endswith(": naive-fp8 is fastest at every length (256–1K).")
 
 
 def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:

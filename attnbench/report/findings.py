@@ -76,11 +76,19 @@ def _ranges(winners: list[tuple[int, str]]) -> str:
             runs[-1] = (name, runs[-1][1], x)
         else:
             runs.append((name, x, x))
-    parts = []
-    for name, first, last in runs:
-        span = fmt_length(first) if first == last else f"{fmt_length(first)}–{fmt_length(last)}"
-        parts.append(f"{name} at {span}")
-    return ", ".join(parts)
+    return ", ".join(f"{name} at {_span(first, last)}" for name, first, last in runs)
+
+
+def _span(first: int, last: int) -> str:
+    return fmt_length(first) if first == last else f"{fmt_length(first)}–{fmt_length(last)}"
+
+
+def _spans(xs: list[int], every: list[int]) -> str:
+    """The lengths timed, as one span when they are consecutive lengths of the group: "256–512", else "1K, 4K"."""
+    start = every.index(xs[0])
+    if every[start:start + len(xs)] == xs:
+        return _span(xs[0], xs[-1])
+    return ", ".join(fmt_length(x) for x in xs)
 
 
 def _length_words(group: CaseGroup, x: int) -> str:
@@ -98,6 +106,9 @@ def fastest_line(group: CaseGroup) -> str | None:
             winners.append((x, best[1]))
     if not winners:
         return f"{group.title()}: no backend produced a correct timing."
+    timed_backends = {b for (b, _), r in cells.items() if usable_time(r) is not None}
+    if len(timed_backends) == 1:  # "fastest" of one says nothing was compared
+        return f"{group.title()}: only {next(iter(timed_backends))} has a correct timing ({_spans([x for x, _ in winners], list(group.xs))})."
     only = {name for _, name in winners}
     if len(only) == 1 and len(winners) == len(group.xs) and len(winners) > 1:
         return f"{group.title()}: {next(iter(only))} is fastest at every length ({fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])})."
