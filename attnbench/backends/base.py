@@ -251,6 +251,19 @@ def import_problem(load: Callable[[], Any], distribution: str, module: str) -> s
     return None
 
 
+def device_problem(device: str, devices: tuple[str, ...], elsewhere: str) -> str | None:
+    """Why a backend made for `devices` cannot run on `device`: `elsewhere` (its own words) on a device it has no
+    kernel for, or a CUDA device that torch does not see; None when it can."""
+    if device not in devices:
+        return elsewhere
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "needs CUDA (torch.cuda.is_available() is False)"
+    return None
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type's name when the message is empty)."""
     text = str(exc).strip()

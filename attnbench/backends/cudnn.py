@@ -44,6 +44,7 @@ from attnbench.backends.base import (
     Cost,
     KernelCost,
     Prepared,
+    device_problem,
     first_line,
     import_problem,
 )
@@ -150,13 +151,12 @@ class CudnnBackend(Backend):
         if version_tuple(version) < MIN_FRONTEND:
             need = ".".join(map(str, MIN_FRONTEND))
             return f"nvidia-cudnn-frontend {version} is older than {need}, whose graph API attnbench maps"
-        if device not in self.devices:
-            return "needs CUDA (cuDNN's SDPA has no CPU engine)"
+        problem = device_problem(device, self.devices, "needs CUDA (cuDNN's SDPA has no CPU engine)")
+        if problem:
+            return problem
         import torch
 
         if device == "cuda":
-            if not torch.cuda.is_available():
-                return "needs CUDA (torch.cuda.is_available() is False)"
             cap = torch.cuda.get_device_capability()
             if cap < (8, 0):
                 return f"cuDNN's SDPA needs compute capability ≥ 8.0 (this GPU: {cap[0]}.{cap[1]})"

@@ -46,6 +46,7 @@ from attnbench.backends.base import (
     KernelCost,
     Prepared,
     Unsupported,
+    device_problem,
     library_refusal,
     module_owner,
 )
@@ -169,13 +170,12 @@ class _Flash(Backend):
             problem = module_owner(self.module, self.library)
             if problem:
                 return problem
-        if device not in self.devices:
-            return "needs CUDA (FlashAttention has no CPU kernel)"
+        problem = device_problem(device, self.devices, "needs CUDA (FlashAttention has no CPU kernel)")
+        if problem:
+            return problem
         if device == "cuda":
             import torch
 
-            if not torch.cuda.is_available():
-                return "needs CUDA (torch.cuda.is_available() is False)"
             cap = torch.cuda.get_device_capability()
             if cap < self.min_capability:
                 need = ".".join(map(str, self.min_capability))

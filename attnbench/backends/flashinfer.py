@@ -46,6 +46,7 @@ from attnbench.backends.base import (
     Cost,
     KernelCost,
     Prepared,
+    device_problem,
     import_problem,
     library_refusal,
 )
@@ -185,13 +186,7 @@ class FlashInferBackend(Backend):
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
-        if device not in self.devices:
-            return "needs CUDA (FlashInfer has no CPU kernels)"
-        import torch
-
-        if device == "cuda" and not torch.cuda.is_available():
-            return "needs CUDA (torch.cuda.is_available() is False)"
-        return None
+        return device_problem(device, self.devices, "needs CUDA (FlashInfer has no CPU kernels)")
 
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in ("float16", "bfloat16"):

@@ -29,6 +29,7 @@ from attnbench.backends.base import (
     Cost,
     KernelCost,
     Prepared,
+    device_problem,
     import_problem,
     library_refusal,
 )
@@ -74,14 +75,7 @@ class SageBackend(Backend):
         problem = import_problem(lambda: importlib.import_module(MODULE), "sageattention", MODULE)
         if problem:
             return problem
-        if device not in self.devices:
-            return "needs CUDA (SageAttention's kernels are Triton's, for a GPU)"
-        if device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                return "needs CUDA (torch.cuda.is_available() is False)"
-        return None
+        return device_problem(device, self.devices, "needs CUDA (SageAttention's kernels are Triton's, for a GPU)")
 
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in ("float16", "bfloat16"):

@@ -20,7 +20,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import fp8
-from attnbench.backends.base import Backend, Cost, Prepared, first_line
+from attnbench.backends.base import Backend, Cost, Prepared, device_problem, first_line
 from attnbench.backends.flash import FlashAttn3
 from attnbench.backends.sdpa import (
     IMPL_REFUSAL,
@@ -78,11 +78,10 @@ class SdpaFp8Backend(Backend):
             return f"torch {torch.__version__} has no quantized SDPA entry point ({MODULE}.{FUNCTION})"
         if "q_descale" not in parameters:
             return f"torch {torch.__version__}'s {FUNCTION} takes no q_descale"
-        if device not in self.devices:
-            return ("needs CUDA (aten::_scaled_dot_product_flash_attention.quantized has no CPU kernel: its one "
-                    "kernel is PyTorch's FA3 implementation, on CUDA)")
-        if not torch.cuda.is_available():
-            return "needs CUDA (torch.cuda.is_available() is False)"
+        problem = device_problem(device, self.devices, "needs CUDA (aten::_scaled_dot_product_flash_attention."
+                                 "quantized has no CPU kernel: its one kernel is PyTorch's FA3 implementation, on CUDA)")
+        if problem:
+            return problem
         cap = torch.cuda.get_device_capability()
         if cap[0] != 9:
             return f"PyTorch's FA3 implementation requires compute capability 9.0 (this GPU: {cap[0]}.{cap[1]})"

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench import workload
 from attnbench.backends import packing
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.base import (
+    Backend,
+    Cost,
+    KernelCost,
+    Prepared,
+    device_problem,
+    library_refusal,
+)
 from attnbench.conformance import LibraryCall
 from attnbench.registry import register
 
@@ -88,11 +95,8 @@ class SdpaVarlen(Backend):
             varlen_function()
         except (ImportError, AttributeError):
             return f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (added in torch 2.10)"
-        if device not in self.devices:
-            return "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)"
-        if device == "cuda" and not torch.cuda.is_available():
-            return "needs CUDA (torch.cuda.is_available() is False)"
-        return None
+        return device_problem(device, self.devices,
+                              "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in ("float16", "bfloat16"):
