@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from attnbench.case import FP8_DTYPES
+
 # (label, pattern matched against the device name, dense fp16/bf16 tensor TFLOP/s, fp32 TFLOP/s,
 #  memory bandwidth GB/s, dense TF32 tensor TFLOP/s). First match wins, so specific names come before
 #  their family.
@@ -56,7 +58,6 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
 FP8_TFLOPS = {"H100 PCIe": 1513.0, "H100 NVL": 1670.5, "H100 SXM": 1979.0, "GH200 144GB HBM3e": 1979.0,
               "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0, "L40S": 733.0,
               "L4": 242.5, "MI300X": 2614.9}
-FP8 = ("float8_e4m3fn", "float8_e5m2")
 # How a kernel computes float32 (Prepared.extra["fp32_math"]), and the share of the TF32 roof it can reach.
 FP32_MATH = {"3xTF32": 3.0}
 NO_BF16 = (r"V100", r"\bT4\b")
@@ -97,7 +98,7 @@ def peak_tflops_for(device_name: str | None, dtype: str) -> float | None:
         return None
     if dtype in ("bfloat16", "bf16") and any(re.search(p, device_name) for p in NO_BF16):
         return None
-    if dtype in FP8:
+    if dtype in FP8_DTYPES:
         return FP8_TFLOPS.get(row[0])
     if dtype in HALF:
         return row[2]

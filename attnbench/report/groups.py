@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from attnbench.case import DTYPE_BYTES as CASE_DTYPE_BYTES
+from attnbench.case import DTYPE_SHORT
 from attnbench.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
 
 # A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
@@ -17,10 +19,9 @@ SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "hea
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
-DTYPE_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
-               "float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"}
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "bf16": 2, "fp16": 2, "float32": 4, "fp32": 4, "float64": 8, "fp64": 8,
-               "float8_e4m3fn": 1, "float8_e5m2": 1}
+DTYPE_WORDS = {**DTYPE_SHORT, "float64": "fp64"}
+DTYPE_BYTES = {**CASE_DTYPE_BYTES, "float64": 8}
+DTYPE_BYTES.update({DTYPE_WORDS[name]: size for name, size in list(DTYPE_BYTES.items())})  # by short name too
 SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
 
 
