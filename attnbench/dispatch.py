@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.case import DEFAULT_QUANT_BLOCK
+from attnbench.quant import GRANULARITIES
+
 SCHEMA_NAME = "attnbench-dispatch"
 SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
 # The workload kinds a bucket tells apart (each a yes/no: the documents' count, page size or softcap value are not
@@ -33,8 +36,6 @@ ANSWERING = ("winner", "tie")
 MODES = ("fwd", "bwd", "fwd_bwd")
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
            "fp64": "float64", "double": "float64", "fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
-GRANULARITIES = ("tensor", "head", "block")  # the FP8 scales' granularity (attnbench.quant)
-DEFAULT_QUANT_BLOCK = 128  # tokens per scale with per-block scales, as attnbench.case has it
 
 
 class DispatchError(ValueError):

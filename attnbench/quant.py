@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnbench.case import FP8_DTYPES
+from attnbench.case import DTYPE_BYTES, FP8_DTYPES
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +33,14 @@ if TYPE_CHECKING:
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 assert set(FP8_MAX) == set(FP8_DTYPES)
 GRANULARITIES = ("tensor", "head", "block")
+# Every quantized input a backend may take (Backend.quantized's items beside "scale:<granularity>"): FP8 Q, K and V,
+# or an FP8 K/V cache, in each format.
+EVERY_INPUT = frozenset(f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in FP8_DTYPES)
+
+
+def for_every_input(reason: str) -> dict[str, str]:
+    """`reason` for every quantized input (Backend.quant_reasons of a backend that takes none, in its own words)."""
+    return dict.fromkeys(sorted(EVERY_INPUT), reason)
 
 
 def q_format(case: Case) -> str | None:
@@ -90,8 +98,6 @@ def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str
 
 def element_bytes(case: Case) -> tuple[int, int, int]:
     """Bytes per element of Q, of K and V, and of O: one for FP8, the output in the original dtype."""
-    from attnbench.case import DTYPE_BYTES
-
     original = DTYPE_BYTES[original_dtype(case)]
     return (1 if q_format(case) else original, 1 if kv_format(case) else original, original)
 

@@ -51,7 +51,7 @@ from attnbench.backends.base import (
     module_owner,
 )
 from attnbench.conformance import LibraryCall
-from attnbench.quant import Numerics
+from attnbench.quant import Numerics, for_every_input
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -409,10 +409,9 @@ class FlashAttn4(_Flash):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
-    quant_reasons = {f"{kind}:{fmt}": ("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
-                                       "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
-                                       "descale: attnbench maps no FP8 onto it")
-                     for kind in ("qkv", "kv") for fmt in ("float8_e4m3fn", "float8_e5m2")}
+    quant_reasons = for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
+                                    "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
+                                    "descale: attnbench maps no FP8 onto it")
     unbounded = None
     warm_call = True
     owner_checked = True

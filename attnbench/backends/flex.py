@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnbench import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
 from attnbench.conformance import LibraryCall
+from attnbench.quant import for_every_input
 from attnbench.registry import register
 from attnbench.workload import allowed
 
@@ -277,9 +278,8 @@ class FlexBackend(Backend):
     # paged K/V through PyTorch's PagedAttention (forward, without documents).
     workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size", "kv_shared"})
     # FP8 through flex would be Triton's FP8 tl.dot on a GPU (descales in a score_mod); not mapped or tried yet.
-    quant_reasons = {f"{kind}:{fmt}": ("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an FP8 "
-                                       "flex kernel; untried), and PyTorch's CPU flex has no FP8 path")
-                     for kind in ("qkv", "kv") for fmt in ("float8_e4m3fn", "float8_e5m2")}
+    quant_reasons = for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an FP8 "
+                                    "flex kernel; untried), and PyTorch's CPU flex has no FP8 path")
 
     def availability(self, device: str) -> str | None:
         return cpu_build_tools_missing() if device == "cpu" else None

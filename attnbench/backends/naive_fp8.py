@@ -15,7 +15,7 @@ from attnbench import determinism, quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.naive import laid_out
-from attnbench.case import AXES, FP8_DTYPES
+from attnbench.case import AXES
 from attnbench.counting import MemoryCost, bytes_moved, tensor_bytes
 from attnbench.inputs import dtype_of, naive_attention
 from attnbench.registry import register
@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from attnbench.case import Case
     from attnbench.quant import Numerics, Scales
 
-EVERY_FORMAT = frozenset({f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in FP8_DTYPES}
-                         | {f"scale:{g}" for g in quant.GRANULARITIES})
+EVERY_FORMAT = quant.EVERY_INPUT | {f"scale:{g}" for g in quant.GRANULARITIES}
 FLOAT32_BYTES = 4
 
 

@@ -34,10 +34,9 @@ from attnbench.backends.base import (
     library_refusal,
 )
 from attnbench.backends.flash import warm_up
-from attnbench.case import FP8_DTYPES
 from attnbench.conformance import LibraryCall
 from attnbench.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
-from attnbench.quant import Numerics
+from attnbench.quant import Numerics, for_every_input
 from attnbench.registry import register
 
 if TYPE_CHECKING:
@@ -65,8 +64,8 @@ class SageBackend(Backend):
     library = "sageattention"
     devices = ("cuda",)
     install_hint = "pip install sageattention==1.0.6  (Triton only)"
-    quant_reasons = {f"{kind}:{fmt}": ("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                       "inputs attnbench quantized") for kind in ("qkv", "kv") for fmt in FP8_DTYPES}
+    quant_reasons = for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
+                                    "inputs attnbench quantized")
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SAGE_CALL,)
