@@ -198,6 +198,11 @@ def test_a_quantized_format_is_a_bucket_of_its_own(tmp_path: Path) -> None:
     assert table.choose(**shape, kv_dtype="float8_e4m3fn").backend == "flashinfer"  # per-tensor: the default
     assert table.choose(**shape, kv_dtype="float8_e4m3fn", quant="head") is None  # a lone candidate decides nothing
     assert table.choose(**shape, kv_dtype="float8_e4m3fn", quant="block") is None  # never measured
+    # Block scales: the block size is part of the bucket, 128 tokens unless said (as a suite's `quant: {granularity:
+    # block}` has it), so a table timed with 128-token blocks never answers for 64-token ones.
+    fp8_shape = dict(seq_len=4096, heads=16, kv_heads=4, head_dim=128, dtype="fp8e4m3")
+    assert Shape(**fp8_shape, quant="block").bucket() == Shape(**fp8_shape, quant="block", quant_block=128).bucket()
+    assert Shape(**fp8_shape, quant="block").bucket() != Shape(**fp8_shape, quant="block", quant_block=64).bucket()
 
 
 def test_pooling_the_latest_status_decides_and_an_older_clean_timing_stands_in(tmp_path: Path) -> None:
