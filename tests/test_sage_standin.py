@@ -166,6 +166,13 @@ def test_what_sage_does_not_take_is_skipped_by_name(c: Case, words: str) -> None
     assert words in refusal(SageBackend(), c)
 
 
+def test_sage_is_said_to_need_a_gpu_where_it_is_installed(standin: types.ModuleType,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Installed (the stand-in, here without the CPU it is given to run on), on a CPU: the reason names the device.
+    monkeypatch.setattr(SageBackend, "devices", ("cuda",))
+    assert SageBackend().availability("cpu") == "needs CUDA (SageAttention's kernels are Triton's, for a GPU)"
+
+
 def _kwargs(change):  # type: ignore[no-untyped-def]
     def sabotage(mp: pytest.MonkeyPatch) -> None:
         module = sys.modules["sageattention"]
