@@ -40,7 +40,7 @@ test: setup
 # of check, timing, case, runner, inputs and the backends, each against the tests that reach its function.
 # One thread per child (two children on two cores; OpenMP threads are not fork-safe) and 4 GB of address
 # space each, so a mutant that loops while appending fails fast instead of filling the machine's memory.
-# MUTANTS narrows the run, e.g. make mutation MUTANTS='attnbench.check.*'
+# MUTANTS narrows the run, e.g. make mutation MUTANTS='attnbench.verify.check.*'
 MUTANTS ?=
 mutation: setup
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install --quiet -e '.[test,dev]'

@@ -20,8 +20,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnbench.interval import median_interval  # noqa: E402
-from attnbench.timing import ClockTimer, TimingSettings  # noqa: E402
+from attnbench.core.interval import median_interval  # noqa: E402
+from attnbench.timing.timers import ClockTimer, TimingSettings  # noqa: E402
 
 # Precision as adaptive_autorange's threshold; a budget and sample cap high enough that precision decides.
 SETTINGS = TimingSettings(warmup_ms=50, budget_ms=10_000, min_samples=5, max_samples=100_000, precision=0.02)

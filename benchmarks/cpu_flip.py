@@ -13,7 +13,7 @@ the two calls bit for bit; runs go `--parallel` at a time, since the race needs 
 prints each flipped run (which quarter of the tensor, by how much against float64), the rate, the load, torch's and
 MKL's versions and the CPU, and whether VML's low-accuracy kernel differs from the high-accuracy one on this CPU at
 all (where it does not, as on an AMD EPYC, nothing can flip). `--warm` first calls `op` on one element (what
-attnbench.vml does): the rate should drop to 0. Needs only torch.
+attnbench.verify.vml does): the rate should drop to 0. Needs only torch.
 
     python benchmarks/cpu_flip.py [--runs 200] [--parallel 4] [--threads 2] [--op tanh] [--warm]
 """
@@ -104,7 +104,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=4, help="fresh processes at a time")
     parser.add_argument("--threads", type=int, default=2, help="torch's intra-op threads in each")
     parser.add_argument("--op", default="tanh", choices=sorted(VML_NAMES))
-    parser.add_argument("--warm", action="store_true", help="call op on one element first (attnbench.vml's fix)")
+    parser.add_argument("--warm", action="store_true", help="call op on one element first (attnbench.verify.vml's fix)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -18,10 +18,10 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnbench.case import Case  # noqa: E402
-from attnbench.registry import default_registry  # noqa: E402
+from attnbench.core.case import Case  # noqa: E402
+from attnbench.backends.registry import default_registry  # noqa: E402
 from attnbench.runner import CaseData, Runner, RunInfo  # noqa: E402
-from attnbench.timing import ClockTimer, TimingSettings, timer_for  # noqa: E402
+from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for  # noqa: E402
 
 SETTINGS = TimingSettings(warmup_ms=50, budget_ms=300)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnbench.case import Case  # noqa: E402
-from attnbench.registry import default_registry  # noqa: E402
+from attnbench.core.case import Case  # noqa: E402
+from attnbench.backends.registry import default_registry  # noqa: E402
 from attnbench.runner import CaseData, Runner, RunInfo  # noqa: E402
-from attnbench.timing import ClockTimer, TimingSettings  # noqa: E402
+from attnbench.timing.timers import ClockTimer, TimingSettings  # noqa: E402
 
 MIB = 1 << 20
 

@@ -28,7 +28,7 @@ def results(mutmut: str) -> dict[str, str]:
 
 
 def module_of(mutant: str) -> str:
-    """attnbench.case.xǁCaseǁkey_range__mutmut_3 -> attnbench/case.py"""
+    """attnbench.core.case.xǁCaseǁkey_range__mutmut_3 -> attnbench/core/case.py"""
     return mutant.rsplit(".", 1)[0].replace(".", "/") + ".py"
 
 

@@ -13,7 +13,7 @@ from attnbench.backends.base import Backend, Cost, Prepared, Unsupported
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 
 class PlantedCompile(Backend):

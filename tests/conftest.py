@@ -7,14 +7,14 @@ from typing import Any, Callable
 import pytest
 
 from attnbench.backends.base import Backend
-from attnbench.case import Case
-from attnbench.inputs import CaseData
-from attnbench.measure import InProcess, Settings, measure
-from attnbench.quant_data import case_data
-from attnbench.recording import RunInfo
-from attnbench.results import Record
-from attnbench.schedule import Schedule, tasks_of
-from attnbench.timing import ClockTimer, TimingSettings, timer_for
+from attnbench.core.case import Case
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import InProcess, Settings, measure
+from attnbench.verify.quant_data import case_data
+from attnbench.run.recording import RunInfo
+from attnbench.records.results import Record
+from attnbench.run.schedule import Schedule, tasks_of
+from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 
@@ -47,7 +47,7 @@ def measure_one(case: Case, backend: Backend, data: CaseData | None = None) -> R
 
 def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record], None], timer: Any = None,
               timing: TimingSettings = ONE_SAMPLE, **schedule: Any) -> int:
-    """Every backend on every case, in this process, through the run's one loop (attnbench.schedule)."""
+    """Every backend on every case, in this process, through the run's one loop (attnbench.run.schedule)."""
     info = RunInfo("r1", "unit")
     return Schedule(info, **schedule).run(tasks_of(cases, backends), sink,
                                           InProcess(timer or ClockTimer(), Settings(info, timing)))
@@ -56,7 +56,7 @@ def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record
 def run_into(path: Any, cases: list[Case], backends: list[Backend], should_stop: Callable[[], bool] = lambda: False,
              timer: Any = None) -> list[Record]:
     """run_cases with every record appended to the results file at `path` as it comes, as a run writes them."""
-    from attnbench.results import ResultsWriter
+    from attnbench.records.results import ResultsWriter
 
     records: list[Record] = []
     with ResultsWriter(path) as writer:

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-import attnbench.quant_data as quant_data
-from attnbench.inputs import Inputs
+import attnbench.verify.quant_data as quant_data
+from attnbench.verify.inputs import Inputs
 
 
 def head_factors(batch: int, heads: int, base: float, device: Any) -> torch.Tensor:

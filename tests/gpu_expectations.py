@@ -21,8 +21,8 @@ generations not named here (Volta/Turing, Blackwell) until a run there shows wha
 
 from __future__ import annotations
 
-from attnbench import workload
-from attnbench.case import Case
+from attnbench.core import workload
+from attnbench.core.case import Case
 
 EVERYWHERE = ("naive", "sdpa", "sdpa-math")
 HALF = ("float16", "bfloat16")

@@ -29,7 +29,7 @@ def modules() -> dict[str, Path]:
 def is_upward_allowed(importer: str, imported: str) -> bool:
     """The one import allowed to point up: a backend's `@register` from the registry, which imports the built-in
     backends by name at run time (importlib), not by an import statement."""
-    return importer.startswith("attnbench.backends.") and imported == "attnbench.registry"
+    return importer.startswith("attnbench.backends.") and imported == "attnbench.backends.registry"
 
 
 @lru_cache(maxsize=None)
@@ -99,7 +99,7 @@ def test_no_module_is_over_450_lines() -> None:
 # compile process before the run's first measurement, only to leave the compiled graph in the on-disk cache: its
 # tensors are thrown away, nothing there is checked, timed or recorded, and the measurement still makes its own
 # `prepare` in measure._measure (which then loads the graph, and counts that load as its setup).
-NOT_MEASUREMENTS = {"attnbench.precompile.compile_job": "compiles ahead; its result is only the on-disk cache"}
+NOT_MEASUREMENTS = {"attnbench.run.precompile.compile_job": "compiles ahead; its result is only the on-disk cache"}
 
 
 def test_one_function_makes_a_measurement() -> None:
@@ -115,8 +115,8 @@ def test_one_function_makes_a_measurement() -> None:
             if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "prepare"
                    and "backend" in ast.unparse(c.func.value) for c in ast.walk(function)):
                 callers.append(f"{name}.{function.name}")
-    assert sorted(callers) == sorted(["attnbench.measure._measure", *NOT_MEASUREMENTS])
-    worker = (PACKAGE / "isolation.py").read_text(encoding="utf-8")
+    assert sorted(callers) == sorted(["attnbench.run.measure._measure", *NOT_MEASUREMENTS])
+    worker = (PACKAGE / "run" / "isolation.py").read_text(encoding="utf-8")
     assert "InProcess(" in worker and "_measure(" not in worker
-    ahead = (PACKAGE / "precompile.py").read_text(encoding="utf-8")  # it makes no record and times nothing
+    ahead = (PACKAGE / "run" / "precompile.py").read_text(encoding="utf-8")  # it makes no record and times nothing
     assert not any(word in ahead for word in ("make_record", "Record(", "timer", "measure("))

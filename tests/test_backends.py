@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.inputs import CaseData
-from attnbench.registry import default_registry
+from attnbench.verify.inputs import CaseData
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
@@ -70,7 +70,7 @@ class WindowOffByOne(Backend):
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         from dataclasses import replace
 
-        from attnbench.inputs import naive_attention
+        from attnbench.verify.inputs import naive_attention
 
         wider = replace(case, window=case.window + 1)
         return Prepared((q, k, v), lambda q, k, v: naive_attention(q, k, v, workload.mask(wider)), kernel="naive w+1")

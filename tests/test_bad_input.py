@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.main import app
 
 GOOD = """\
 name: b
@@ -128,8 +128,8 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     debug = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert debug.returncode == 1
     assert debug.stderr.startswith("Traceback (most recent call last):")
-    assert 'attnbench/suite.py", line' in debug.stderr  # the frame that raised
-    assert debug.stderr.rstrip().splitlines()[-1].startswith("attnbench.errors.SuiteError: ")
+    assert 'attnbench/sweep/suite.py", line' in debug.stderr  # the frame that raised
+    assert debug.stderr.rstrip().splitlines()[-1].startswith("attnbench.core.errors.SuiteError: ")
     assert "nope.yaml: no such suite file" in debug.stderr
     plain = subprocess.run([c for c in command if c != "--debug"], capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench import counting, workload
+from attnbench.core import counting, workload
 from tests.conftest import make_case
 
 
@@ -74,7 +74,7 @@ def test_tensor_bytes_and_decode_is_memory_bound() -> None:
 def test_memory_estimate_by_hand() -> None:
     """Output; + Q, K, V grads in backward; + the score-sized buffers a backend declares it holds (naive: scores and
     probabilities forward, four with backward); + K/V repeated per query head when the backend expands them for GQA."""
-    from attnbench.counting import MemoryCost
+    from attnbench.core.counting import MemoryCost
 
     scored = MemoryCost(score_copies_fwd=2, score_copies_bwd=4)
     expanding = MemoryCost(expands_kv=True)
@@ -102,10 +102,10 @@ def test_mask_is_built_on_the_device_asked_for() -> None:
 
 def test_a_backend_estimate_counts_its_own_kv_expansion_and_scores() -> None:
     """naive repeats K/V per query head and holds the scores; sdpa-flash does neither: their estimates differ so."""
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
 
     gqa = make_case(batch=2, seq_len=16, kv_seq_len=32, heads=4, kv_heads=1, head_dim=8)
-    from attnbench.counting import MemoryCost
+    from attnbench.core.counting import MemoryCost
 
     naive = MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)
     assert default_registry().get("naive").estimate_memory(gqa) == counting.memory_estimate(gqa, naive)

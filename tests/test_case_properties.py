@@ -15,8 +15,8 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from attnbench import counting, workload
-from attnbench.case import Case  # noqa: E402
+from attnbench.core import counting, workload
+from attnbench.core.case import Case  # noqa: E402
 from tests.conftest import make_case  # noqa: E402
 
 settings.register_profile("attnbench", max_examples=150, deadline=None, database=None)

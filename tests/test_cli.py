@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
-from attnbench.results import load_records
+from attnbench.cli.main import app
+from attnbench.records.results import load_records
 
 ROOT = Path(__file__).parent.parent
 TINY = """\

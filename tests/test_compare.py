@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from attnbench.errors import ResultsError
+from attnbench.core.errors import ResultsError
 from attnbench.report.compare import compare_runs, comparison_table
 
 DATA = Path(__file__).parent / "data"
@@ -184,8 +184,8 @@ def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) 
 
 def test_the_threshold_takes_what_its_message_allows() -> None:
     """--threshold's range is 0% to 1000%, both ends included, as the refusal says."""
-    from attnbench.cli import parse_fraction
-    from attnbench.errors import AttnbenchError
+    from attnbench.cli.main import parse_fraction
+    from attnbench.core.errors import AttnbenchError
 
     assert parse_fraction("1000%") == 10.0 and parse_fraction("0") == 0.0 and parse_fraction("5%") == 0.05
     with pytest.raises(AttnbenchError, match=r"--threshold '1001%': out of range; allowed: 0% to 1000%"):

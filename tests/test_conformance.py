@@ -1,4 +1,4 @@
-"""Every adapter's calls held against the libraries' real signatures (attnbench.conformance).
+"""Every adapter's calls held against the libraries' real signatures (attnbench.backends.conformance).
 
 Three kinds of test: the declarations against the libraries installed here (torch, xformers); the
 declarations against recorded copies of the signatures of libraries that do not install on a CPU
@@ -31,14 +31,14 @@ from attnbench.backends.xformers_ops import (
     MEA_CALL,
     XformersBackend,
 )
-from attnbench.conformance import (
+from attnbench.backends.conformance import (
     LibraryCall,
     check_backend,
     check_call,
     check_signature,
     installed_signature,
 )
-from attnbench.inputs import CaseData
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case, measure_one
 
 
@@ -82,7 +82,7 @@ def test_sdpa_call_matches_installed_torch_read_from_the_aten_schema() -> None:
 def test_sdpa_docstring_is_the_fallback_and_agrees_on_our_call(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.functional as F
 
-    import attnbench.conformance as conformance
+    import attnbench.backends.conformance as conformance
 
     monkeypatch.setattr(conformance, "_aten_schema_signature", lambda obj: None)
     sig, source = installed_signature(F.scaled_dot_product_attention)
@@ -456,8 +456,8 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
 def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.functional as F
 
-    import attnbench.doctor as doctor
-    import attnbench.env as env
+    import attnbench.cli.doctor as doctor
+    import attnbench.run.env as env
 
     monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
     diagnosis = doctor.diagnose("cpu")
@@ -515,7 +515,7 @@ class _Builtin:
 
 
 def test_pybind11_docstrings_with_repr_defaults_and_overloads_are_read() -> None:
-    from attnbench.conformance import installed_signatures
+    from attnbench.backends.conformance import installed_signatures
 
     signatures, source = installed_signatures(_Builtin("sdpa", PYBIND11_OVERLOADED))
     assert source == "docstring" and len(signatures) == 2  # the catch-all (*args, **kwargs) line is not one
@@ -538,7 +538,7 @@ def test_an_overloaded_binding_fits_when_one_overload_does() -> None:
 
 
 def test_nanobind_overloads_one_per_line_and_positional_only_markers() -> None:
-    from attnbench.conformance import docstring_signatures
+    from attnbench.backends.conformance import docstring_signatures
 
     doc = ("build(self, arg: collections.abc.Sequence[cudnn._compiled_module.heur_mode], /) -> None\n"
            "build(self) -> None")
@@ -555,7 +555,7 @@ def problems_of_signature(call: LibraryCall, sig: inspect.Signature) -> list[tup
 
 
 def test_a_docstring_that_states_no_signature_is_none() -> None:
-    from attnbench.conformance import docstring_signatures
+    from attnbench.backends.conformance import docstring_signatures
 
     assert docstring_signatures("Perform scaled dot product attention.", "sdpa") == []
     assert docstring_signatures("sdpa(self, q, k, v", "sdpa") == []  # never closes

@@ -1,4 +1,4 @@
-"""How work and memory are counted (attnbench.counting), held against what the H200 measured: every `ok` record of
+"""How work and memory are counted (attnbench.core.counting), held against what the H200 measured: every `ok` record of
 the committed H200 runs has a memory estimate within 1.5x of its measured peak."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import counting
-from attnbench.case import Case
-from attnbench.registry import default_registry
+from attnbench.core import counting
+from attnbench.core.case import Case
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"

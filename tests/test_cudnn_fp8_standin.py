@@ -15,7 +15,7 @@ import attnbench.backends.cudnn_layout as cudnn_layout
 from attnbench.backends.base import refusal
 from attnbench.backends.cudnn_fp8 import FP8_KEYWORDS, CudnnFp8Backend
 from attnbench.backends.cudnn_layout import route
-from attnbench.case import Case
+from attnbench.core.case import Case
 from tests.conftest import assert_sabotage_caught, make_case, measure_one
 from tests.fp8_inputs import distinct_scales
 from tests.test_cudnn_standin import StandinState, make_cudnn
@@ -134,7 +134,7 @@ def test_standin_catches_a_wrong_fp8_mapping(standin: StandinState, monkeypatch:
 def test_calls_match_cudnn_frontend_1_32_0s_sdpa_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     """The FP8 graph's calls against the real 1.32.0 wheel's recorded signatures (tests/signatures): sdpa_fp8's
     binding takes the six factors by position and left_bound / right_bound, and a binding that renamed one is named."""
-    from attnbench.conformance import check_backend
+    from attnbench.backends.conformance import check_backend
     from tests.test_cudnn_standin import install_fixture
 
     fixture = install_fixture(monkeypatch)

@@ -1,6 +1,6 @@
 """The cudnn adapter against a stand-in `cudnn` module that implements cuDNN's SDPA graph semantics on CPU.
 
-The stand-in is written from nvidia-cudnn-frontend 1.32.0's sources, not from attnbench.workload:
+The stand-in is written from nvidia-cudnn-frontend 1.32.0's sources, not from attnbench.core.workload:
 - tensors are declared with dims (B, H, S, D) and explicit strides, and read from the bound buffer's memory at those
   strides (the buffer's own shape is ignored, as cuDNN reads a pointer); a ragged tensor's batch entry b starts at
   element ragged_offset[b] instead of b·stride[0];
@@ -42,15 +42,15 @@ import attnbench.backends.cudnn as cudnn_adapter
 import attnbench.backends.cudnn_graph as cudnn_graph
 import attnbench.backends.cudnn_layout as cudnn_layout
 import attnbench.backends.packing as packing
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.cudnn import SDPA_BACKWARD_KEYWORDS, SDPA_KEYWORDS, CudnnBackend
 from attnbench.backends.cudnn_layout import route
-from attnbench.conformance import check_backend, docstring_signatures
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import TimingSettings
+from attnbench.backends.conformance import check_backend, docstring_signatures
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import (
     Phases,
     PhaseTimer,
@@ -486,7 +486,7 @@ def test_the_keywords_passed_are_the_declared_ones(standin: StandinState) -> Non
 def test_a_deterministic_run_asks_cudnn_for_its_deterministic_backward(standin: StandinState) -> None:
     """Under `deterministic: true` (PyTorch's mode around the measurement) the backward graph is built with
     use_deterministic_algorithm=True, a graph of its own; without it the option is not passed."""
-    from attnbench.determinism import deterministic_mode
+    from attnbench.verify.determinism import deterministic_mode
 
     case = CASES["documents-two-sided-bwd"][0]
     assert measure_one(case, CudnnBackend()).status == "ok"
@@ -806,7 +806,7 @@ def test_the_installed_frontend_validates_the_graphs_attnbench_declares(  # type
         real_cudnn, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """The real frontend's own validator (cudnn._sdpa_validate, Python: it runs without a GPU) accepts each graph the
     adapter builds, forward and backward; planning needs the GPU and is not reached here."""
-    from attnbench.inputs import make_inputs
+    from attnbench.verify.inputs import make_inputs
 
     validated = []
     monkeypatch.setattr(cudnn_graph, "pin_backend", lambda cudnn, graph: (graph.validate(), validated.append(1),
@@ -822,7 +822,7 @@ def test_the_installed_frontend_validates_the_graphs_attnbench_declares(  # type
 def test_the_installed_frontend_refuses_what_the_adapter_refuses(  # type: ignore[no-untyped-def]
         real_cudnn, monkeypatch: pytest.MonkeyPatch) -> None:
     """ALiBi with bottom-right alignment and a two-sided ALiBi window are cuDNN's own refusals, not attnbench's."""
-    from attnbench.inputs import make_inputs
+    from attnbench.verify.inputs import make_inputs
 
     monkeypatch.setattr(cudnn_graph, "pin_backend", lambda cudnn, graph: (graph.validate(), ("-", 0.0, 0.0))[1])
     c = case(alibi=True, head_dim=64)

@@ -11,19 +11,19 @@ import pytest
 import torch
 from rich.console import Console
 
-from attnbench import session
+from attnbench.run import session
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.testing import FaultyBackend
-from attnbench.determinism import HONOURED, NOT_APPLICABLE, REFUSED
-from attnbench.errors import SuiteError
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.options import RunOptions, resume_command
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.skip import Facts, skip_reason
-from attnbench.suite import load_suite
-from attnbench.timing import ClockTimer
+from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
+from attnbench.core.errors import SuiteError
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.options import RunOptions, resume_command
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.run.skip import Facts, skip_reason
+from attnbench.sweep.suite import load_suite
+from attnbench.timing.timers import ClockTimer
 from tests.conftest import ONE_SAMPLE, make_case
 
 ASKED = Settings(RunInfo("r", "t"), ONE_SAMPLE, deterministic=True)
@@ -145,7 +145,7 @@ def test_a_refusal_is_a_skip_named_before_any_tensor_and_the_forecast_prices_it(
     assert cudnn is not None and cudnn.startswith("deterministic asked, refused: PyTorch does not run cuDNN SDPA")
     assert skip_reason(CUDA_BWD, default_registry().get("sdpa-cudnn"), Facts()) is None  # not asked: runs
 
-    from attnbench import calibration, forecast
+    from attnbench.run import calibration, forecast
 
     tasks = [(CUDA_BWD, default_registry().get("sdpa-cudnn"))]
     machine = calibration.datasheet("H100")
@@ -239,6 +239,6 @@ def test_the_suite_option_and_the_run_flag_ask_for_it(tmp_path: Path) -> None:
 
 def built_in(registry) -> list[str]:  # type: ignore[no-untyped-def]
     """The registry's built-in backends (other tests register plugins into the same process's registry)."""
-    from attnbench.registry import BUILTIN_MODULES
+    from attnbench.backends.registry import BUILTIN_MODULES
 
     return [name for name in registry.names() if type(registry.get(name)).__module__ in BUILTIN_MODULES]

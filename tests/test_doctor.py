@@ -1,4 +1,4 @@
-"""attnbench.doctor's GPU lines: the state in words, the warnings, and the commands that lock floating clocks."""
+"""attnbench.cli.doctor's GPU lines: the state in words, the warnings, and the commands that lock floating clocks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from attnbench import doctor
+from attnbench.cli import doctor
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.read import snapshot
 from attnbench.gpu.smi import SmiReader
@@ -60,7 +60,7 @@ def test_doctor_names_other_processes_mig_and_an_unread_state() -> None:
 
 
 def test_attnbench_doctor_shows_the_state_and_the_lock_commands_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnbench.env as env
+    import attnbench.run.env as env
 
     state = stored(snapshot(H200, SmiReader(smi())))
     monkeypatch.setattr(env, "collect_env", lambda device: {"device": device, "gpu_state": [state]})
@@ -77,7 +77,7 @@ def test_attnbench_doctor_shows_the_state_and_the_lock_commands_on_cuda(monkeypa
 def test_attnbench_doctor_on_cpu_says_nothing_about_gpu_clocks() -> None:
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     report = CliRunner().invoke(app, ["doctor", "--device", "cpu", "--json"])
     data = json.loads(report.output[report.output.index("{"):])

@@ -1,4 +1,4 @@
-"""attnbench.energy: energy per call from two counter readings (wrap, reset, a loop too short), and RAPL's counters
+"""attnbench.timing.energy: energy per call from two counter readings (wrap, reset, a loop too short), and RAPL's counters
 read from a sysfs tree laid out as the kernel lays out /sys/class/powercap."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.energy import (
+from attnbench.timing.energy import (
     MIN_LOOP_S,
     POWERCAP,
     EnergyReading,

@@ -1,4 +1,4 @@
-"""What env.json says about the machine (attnbench.env): enough for a reader to reproduce or compare a run."""
+"""What env.json says about the machine (attnbench.run.env): enough for a reader to reproduce or compare a run."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import platform
 import pytest
 import torch
 
-from attnbench import env
-from attnbench.env import collect_env, resolve_device, slurm_job
-from attnbench.errors import AttnbenchError
+from attnbench.run import env
+from attnbench.run.env import collect_env, resolve_device, slurm_job
+from attnbench.core.errors import AttnbenchError
 
 
 def test_a_cpu_env_names_the_software_and_the_machine() -> None:

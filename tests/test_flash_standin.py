@@ -27,11 +27,11 @@ import torch
 import attnbench.backends.flash as flash
 import attnbench.backends.packing as packing
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
-from attnbench.case import Case
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.timing import TimingSettings
+from attnbench.core.case import Case
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import (
     Phases,
     PhaseTimer,

@@ -1,7 +1,7 @@
 """The FlashInfer adapter against a stand-in `flashinfer` module that implements FlashInfer's documented semantics.
 
 The stand-in is written from FlashInfer's docstrings and kernels (flashinfer-python 0.7.4: prefill.py, decode.py,
-include/flashinfer/attention/variants.cuh), not from attnbench.workload: per request, queries are the last qo_len of
+include/flashinfer/attention/variants.cuh), not from attnbench.core.workload: per request, queries are the last qo_len of
 kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left keeps kv_idx + qo_len + window_left >=
 kv_len + qo_idx; logits_soft_cap is c·tanh(s·sm_scale/c); request b's keys are its pages
 kv_indices[kv_indptr[b]:kv_indptr[b+1]] read in order, (pages - 1)·page_size + kv_last_page_len[b] tokens; a paged
@@ -11,7 +11,7 @@ multiplies sm_scale and v_scale the output, after the kernel, in the output dtyp
 pos_encoding_mode="ALIBI" adds slope_h·(kv_idx − qo_idx) to the
 scaled logits with FlashInfer's own slopes (utils.get_alibi_slopes) and, with a soft-cap, scales again before the
 tanh (variants.cuh). Every page a request does not own, and the tail of its last page,
-holds attnbench.workload.JUNK, so reading one token too many or a wrong page is loud.
+holds attnbench.core.workload.JUNK, so reading one token too many or a wrong page is loud.
 mla.BatchMLAPagedAttentionWrapper (absorbed MLA; mla/_batch_mla/_wrapper.py, include/flashinfer/attention/mla.cuh):
 plan takes qo_indptr, the CSR page table kv_indptr/kv_indices, kv_len_arr (each request's length), num_heads,
 head_dim_ckv, head_dim_kpe, page_size, causal, sm_scale and the dtypes; run(q_nope (tokens, H, ckv), q_pe (tokens,
@@ -30,14 +30,14 @@ import torch
 
 import attnbench.backends.flashinfer as fi_adapter
 import attnbench.backends.packing as packing
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.flashinfer import FlashInferBackend, route
-from attnbench.conformance import check_backend
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import TimingSettings
+from attnbench.backends.conformance import check_backend
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import (
     Phases,
     PhaseTimer,
@@ -607,7 +607,7 @@ def test_flashinfers_jit_cache_goes_under_the_runs_cache_dir(  # type: ignore[no
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FlashInfer keeps its nvcc-compiled kernels under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (its jit/env.py,
     read at import): --cache-dir points it there; without one, a user's own setting stands."""
-    from attnbench import compile_cache
+    from attnbench.run import compile_cache
 
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", "/somewhere/the/user/chose")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "unused"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.registry import default_registry
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import forecast
-from attnbench.calibration import Machine
-from attnbench.cli import app
-from attnbench.progress import Eta
-from attnbench.registry import default_registry
-from attnbench.timing import TimingSettings
+from attnbench.run import forecast
+from attnbench.run.calibration import Machine
+from attnbench.cli.main import app
+from attnbench.run.progress import Eta
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import make_case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def test_calibration_apart_runs_in_a_child_process_and_returns_its_measurement()
     """On CUDA the calibration runs in a child, so the parent holds no context (nor memory) on the GPU the
     workers measure on; the child's numbers come back whole."""
 
-    from attnbench.calibration import calibrate_apart
+    from attnbench.run.calibration import calibrate_apart
 
     machine = calibrate_apart("cpu")
     assert machine.device == "cpu" and not machine.estimate

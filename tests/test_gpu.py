@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.registry import default_registry
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
 
@@ -72,8 +72,8 @@ def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
     import torch
     import torch.nn.functional as F
 
-    from attnbench.interval import summarize
-    from attnbench.timing import CudaEventTimer, TimingSettings
+    from attnbench.core.interval import summarize
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
 
     for seq in (256, 8192):  # a short (< 50 µs) and a long (> 0.5 ms at 32 heads) kernel
         q = torch.randn(1, 32, seq, 128, device="cuda", dtype=torch.bfloat16)
@@ -96,8 +96,8 @@ def test_a_call_slow_to_enqueue_is_timed_without_its_launch_latency() -> None:
 
     import torch
 
-    from attnbench.interval import summarize
-    from attnbench.timing import CudaEventTimer, TimingSettings
+    from attnbench.core.interval import summarize
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
 
     x = torch.zeros(1024, device="cuda")
 
@@ -116,8 +116,8 @@ def test_a_call_slow_to_enqueue_is_timed_without_its_launch_latency() -> None:
 @pytest.mark.gpu
 def test_cuda_graph_timer_agrees_with_cuda_events_on_a_long_call_and_refuses_backward() -> None:
     """A call long enough that launch overhead is noise: the graph's per-call time is the event time within 10%."""
-    from attnbench.recording import RunInfo
-    from attnbench.timing import CudaEventTimer, CudaGraphTimer, TimingSettings
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.timers import CudaEventTimer, CudaGraphTimer, TimingSettings
 
     settings = TimingSettings(warmup_ms=20, budget_ms=100, min_samples=5)
     case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True)
@@ -141,8 +141,8 @@ def test_the_flush_is_twice_this_gpus_l2_and_the_interval_stops_sampling() -> No
     long before its budget, with its interval inside ±1%."""
     import torch
 
-    from attnbench.recording import RunInfo
-    from attnbench.timing import CudaEventTimer, TimingSettings
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
 
     timer = CudaEventTimer()
     assert timer.flush_bytes == 2 * torch.cuda.get_device_properties(0).L2_cache_size
@@ -161,8 +161,8 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
     bytes as a call made only to measure them."""
     import torch
 
-    from attnbench.inputs import naive_attention
-    from attnbench.memory import measure_peak
+    from attnbench.verify.inputs import naive_attention
+    from attnbench.timing.memory import measure_peak
 
     for mode in ("fwd", "fwd_bwd"):
         case = make_case(device="cuda", dtype="bfloat16", seq_len=2048, heads=8, kv_heads=8, head_dim=64, mode=mode)
@@ -216,9 +216,9 @@ def test_a_record_is_the_sustained_state_and_two_measurements_of_it_agree_within
     """Issue 19's power state: SDPA at 8K read 0.90 ms while the GPU boosted and 1.01-1.03 ms once sw_power_cap took
     its SM clock down; an adaptive sampler could stop in either. With the sustained-state loop first (the suites'
     default energy_ms), the same case measured twice in one process agrees within 2%, and the loop's energy is read."""
-    from attnbench.measure import Settings, measure
-    from attnbench.recording import RunInfo
-    from attnbench.timing import CudaEventTimer, TimingSettings
+    from attnbench.run.measure import Settings, measure
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
 
     case = make_case(device="cuda", dtype="bfloat16", seq_len=8192, heads=32, kv_heads=32, head_dim=128, causal=True)
     settings = Settings(RunInfo("s", "t"), TimingSettings(warmup_ms=100, budget_ms=500, energy_ms=1000))
@@ -235,9 +235,9 @@ def test_a_record_is_the_sustained_state_and_two_measurements_of_it_agree_within
 def test_flex_at_4k_is_one_group_of_samples_now_that_the_launch_is_covered() -> None:
     """flex fwd_bwd at 4K (16 heads, 4 KV heads) read 1.0 ms in 19 samples and 1.45-1.6 ms in 5 on the H200, before
     the launch-cover spin: its samples must now fall into one group."""
-    from attnbench.measure import Settings, measure
-    from attnbench.recording import RunInfo
-    from attnbench.timing import CudaEventTimer, TimingSettings
+    from attnbench.run.measure import Settings, measure
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
 
     case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=4, head_dim=128, causal=True,
                      mode="fwd_bwd")

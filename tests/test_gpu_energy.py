@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.energy import EnergyUnavailable, loop_energy
+from attnbench.timing.energy import EnergyUnavailable, loop_energy
 from attnbench.gpu.energy import read_gpu_energy
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.smi import SmiReader

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.measure import Settings, measure
-from attnbench.peaks import peak_for
-from attnbench.recording import RunInfo, percent_of_peak
+from attnbench.run.measure import Settings, measure
+from attnbench.core.peaks import peak_for
+from attnbench.run.recording import RunInfo, percent_of_peak
 from tests.conftest import make_case
 
 
@@ -102,14 +102,14 @@ def test_the_flash_extra_installs_with_xformers() -> None:
 ])
 def test_devices_map_through_the_visible_gpus(visible: str | None, index: int, physical: str) -> None:
     """--devices 0 under CUDA_VISIBLE_DEVICES=4,5,6,7 is physical GPU 4, never someone else's GPU 0."""
-    from attnbench.devices import worker_env
+    from attnbench.run.devices import worker_env
 
     assert worker_env(index, visible) == {"CUDA_VISIBLE_DEVICES": physical}
 
 
 def test_a_device_index_beyond_the_visible_list_is_one_clear_error() -> None:
-    from attnbench.devices import physical_gpu
-    from attnbench.errors import AttnbenchError
+    from attnbench.run.devices import physical_gpu
+    from attnbench.core.errors import AttnbenchError
 
     with pytest.raises(AttnbenchError, match=r"CUDA_VISIBLE_DEVICES=4,5 makes 2 visible \(0..1\)"):
         physical_gpu(2, "4,5")
@@ -118,11 +118,11 @@ def test_a_device_index_beyond_the_visible_list_is_one_clear_error() -> None:
 def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """After an illegal memory access, releasing memory raises again: it must not escape, and with
     --no-isolate the later measurements are `skipped` naming the broken context instead of erroring."""
-    import attnbench.measure as runner_mod
+    import attnbench.run.measure as runner_mod
     from attnbench.backends.testing import Raising
-    from attnbench.measure import InProcess
-    from attnbench.recording import RunInfo
-    from attnbench.registry import default_registry
+    from attnbench.run.measure import InProcess
+    from attnbench.run.recording import RunInfo
+    from attnbench.backends.registry import default_registry
     from tests.conftest import ONE_SAMPLE
 
     def sticky(device: str, collect: bool = False) -> None:
@@ -130,7 +130,7 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
 
     monkeypatch.setattr(runner_mod, "release_memory", sticky)
     monkeypatch.setattr(runner_mod, "cuda_is_broken", lambda device: True)
-    from attnbench.timing import ClockTimer
+    from attnbench.timing.timers import ClockTimer
 
     measurer = InProcess(ClockTimer(), Settings(RunInfo("r", "t"), ONE_SAMPLE))
     case = make_case()
@@ -151,7 +151,7 @@ def _cuda_case(**overrides: object):  # type: ignore[no-untyped-def]
 
 @pytest.mark.gpu
 def test_flex_forward_backward_runs_on_cuda() -> None:
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
     from tests.conftest import measure_one
 
     record = measure_one(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
@@ -161,7 +161,7 @@ def test_flex_forward_backward_runs_on_cuda() -> None:
 
 @pytest.mark.gpu
 def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
     from tests.conftest import measure_one
 
     record = measure_one(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
@@ -171,7 +171,7 @@ def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
 
 @pytest.mark.gpu
 def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> None:
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
     from tests.conftest import measure_one
 
     flash = default_registry().get("sdpa-flash")
@@ -187,10 +187,10 @@ def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> No
 def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
     import torch
 
-    from attnbench.inputs import CaseData
-    from attnbench.recording import RunInfo
-    from attnbench.registry import default_registry
-    from attnbench.timing import CudaEventTimer
+    from attnbench.verify.inputs import CaseData
+    from attnbench.run.recording import RunInfo
+    from attnbench.backends.registry import default_registry
+    from attnbench.timing.timers import CudaEventTimer
     from tests.conftest import ONE_SAMPLE
 
     record = measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"),

@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.main import app
 from attnbench.history.plot import change_positions, file_name
 from attnbench.history.store import Store, add_runs, default_path
 from attnbench.history.trend import trends, version_changes
-from attnbench.results import load_records
+from attnbench.records.results import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every committed run, wherever its results.jsonl lies: reports/*/ (CPU) and reports/*/run/ (H200).

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
-from attnbench.isolation import Isolated, WorkerConfig
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.results import Record, load_records
-from attnbench.schedule import Schedule
+from attnbench.cli.main import app
+from attnbench.run.isolation import Isolated, WorkerConfig
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import Record, load_records
+from attnbench.run.schedule import Schedule
 from tests.conftest import ONE_SAMPLE, make_case
 
 PLUGINS = ("attnbench.backends.testing:FAULTY", "attnbench.backends.testing:CRASHING")

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import counting
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.results import load_records
-from attnbench.timing import ClockTimer
+from attnbench.core import counting
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import load_records
+from attnbench.timing.timers import ClockTimer
 from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
 
@@ -52,8 +52,8 @@ def test_the_reference_is_float64_on_cuda_too_so_fp32_bounds_do_not_collapse() -
 
     import torch
 
-    from attnbench import inputs as inputs_mod
-    from attnbench.check import max_abs_error
+    from attnbench.verify import inputs as inputs_mod
+    from attnbench.verify.check import max_abs_error
 
     cpu = make_case(dtype="float32", seq_len=512, heads=2, kv_heads=2, head_dim=64, causal=True)
     cuda = dataclasses.replace(cpu, device="cuda")  # the reference's precision must not depend on the device

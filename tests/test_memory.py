@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnbench.registry import default_registry
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 
@@ -35,7 +35,7 @@ def test_garbage_is_collected_before_the_call_and_never_during_it() -> None:
 
     import torch
 
-    from attnbench.memory import measure_peak
+    from attnbench.timing.memory import measure_peak
 
     class Cycle:
         def __init__(self) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
-from attnbench.calibration import Machine
-from attnbench.case import Case
-from attnbench.forecast import forecast
-from attnbench.inputs import naive_attention
-from attnbench.timing import TimingSettings
+from attnbench.run.calibration import Machine
+from attnbench.core.case import Case
+from attnbench.run.forecast import forecast
+from attnbench.verify.inputs import naive_attention
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import make_case
 
 PLUGIN = "tests.test_new_backend:QueryBlocks"
@@ -66,7 +66,7 @@ def test_the_forecast_prices_a_new_backend_by_the_cost_model_it_declares() -> No
 
 @pytest.mark.slow
 def test_a_new_backend_is_run_reported_and_compared_with_no_edit_elsewhere(tmp_path: Path) -> None:
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     suite = tmp_path / "plugged.yaml"
     suite.write_text(SUITE)

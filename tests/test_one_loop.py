@@ -1,4 +1,4 @@
-"""One measurement loop (attnbench.schedule): a queue of whole cases feeding any number of measurers; a run on
+"""One measurement loop (attnbench.run.schedule): a queue of whole cases feeding any number of measurers; a run on
 several GPUs goes through it. And one pass: no call of the timed function is made only to read memory."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.testing import OutOfMemory
-from attnbench.case import Case
-from attnbench.inputs import CaseData, naive_attention
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo, unmeasured
-from attnbench.registry import default_registry
-from attnbench.results import Record
-from attnbench.schedule import Schedule
-from attnbench.timing import ClockTimer, TimingSettings
+from attnbench.core.case import Case
+from attnbench.verify.inputs import CaseData, naive_attention
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo, unmeasured
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import Record
+from attnbench.run.schedule import Schedule
+from attnbench.timing.timers import ClockTimer, TimingSettings
 from tests.conftest import make_case
 
 
@@ -73,8 +73,8 @@ def test_a_run_on_several_gpus_goes_through_the_one_loop_with_a_worker_per_gpu(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
-    from attnbench.isolation import Isolated
+    from attnbench.cli.main import app
+    from attnbench.run.isolation import Isolated
 
     seen: list[list[object]] = []
     monkeypatch.setattr(Schedule, "run", lambda self, tasks, sink, measurers: seen.append(measurers) or 0)

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli.main import app
 
 ROOT = Path(__file__).parent.parent
 
@@ -73,7 +73,7 @@ def test_dockerfile_pins_have_recorded_signatures_and_flashinfers_conform(monkey
     import importlib
 
     from attnbench.backends.flashinfer import FlashInferBackend
-    from attnbench.conformance import check_backend
+    from attnbench.backends.conformance import check_backend
 
     args = dockerfile_args()
     recorded = {path.stem for path in (ROOT / "tests" / "signatures").glob("*.py")}
@@ -142,8 +142,8 @@ def test_doctor_on_this_cpu_machine_tells_the_truth() -> None:
 
 
 def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import attnbench.doctor as doctor
-    import attnbench.env as env
+    import attnbench.cli.doctor as doctor
+    import attnbench.run.env as env
 
     monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
     monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
@@ -155,7 +155,7 @@ def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> N
 
 
 def test_decode_suite_is_packaged_one_query_over_a_kv_cache() -> None:
-    from attnbench.suite import load_suite
+    from attnbench.sweep.suite import load_suite
 
     listed = CliRunner().invoke(app, ["suites"])
     assert "decode" in {line.split()[0] for line in listed.output.splitlines() if line.strip()}
@@ -175,7 +175,7 @@ def test_doctor_says_flex_cannot_build_cpu_kernels_without_a_compiler_or_python_
     from torch._inductor import config
 
     import attnbench.backends.flex as flex
-    import attnbench.doctor as doctor
+    import attnbench.cli.doctor as doctor
 
     def flex_health() -> tuple[str, str | None, bool]:
         flex.cpu_build_tools_missing.cache_clear()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench import counting
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.peaks import peak_bandwidth_for, peak_for
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import TimingSettings
+from attnbench.core import counting
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.core.peaks import peak_bandwidth_for, peak_for
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import make_case
 
 ONE_MS = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
@@ -108,8 +108,8 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
 
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
-    from attnbench.results import load_records
+    from attnbench.cli.main import app
+    from attnbench.records.results import load_records
 
     suite = Path(str(tmp_path)) / "peaks.yaml"
     suite.write_text("name: peaks\ndevice: cpu\nbackends: [naive]\ntiming: {warmup_ms: 0, budget_ms: 1, min_samples: 2}\n"

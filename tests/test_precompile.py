@@ -1,4 +1,4 @@
-"""The compile phase (attnbench.precompile): which graphs it compiles, that a failure there costs nothing but the head
+"""The compile phase (attnbench.run.precompile): which graphs it compiles, that a failure there costs nothing but the head
 start, and that after it a flex measurement loads its graph instead of compiling it, its record otherwise the same."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from attnbench import precompile, session
-from attnbench.options import RunOptions, resume_command
-from attnbench.registry import default_registry
+from attnbench.run import precompile, session
+from attnbench.run.options import RunOptions, resume_command
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case
 
 PLUGIN = "tests.compile_faults:PLANTED"

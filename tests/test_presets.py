@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
-from attnbench.suite import load_suite, packaged_suites
+from attnbench.cli.main import app
+from attnbench.sweep.suite import load_suite, packaged_suites
 
 # name: (heads, kv_heads, head_dim, head_dim_v, window, softcap, largest tp); decode shapes where they differ
 MODELS = {

@@ -1,4 +1,4 @@
-"""attnbench.quant: the suite's quantized axis, how attnbench quantizes a case's inputs, and what a backend that
+"""attnbench.core.quant: the suite's quantized axis, how attnbench quantizes a case's inputs, and what a backend that
 does not take them is told; naive-fp8 on every format (docs/results.md "Accuracy of quantized kernels")."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import quant
-from attnbench.cli import app
-from attnbench.inputs import make_inputs
-from attnbench.quant_data import QuantCaseData, case_data
-from attnbench.registry import default_registry
-from attnbench.suite import load_suite
+from attnbench.core import quant
+from attnbench.cli.main import app
+from attnbench.verify.inputs import make_inputs
+from attnbench.verify.quant_data import QuantCaseData, case_data
+from attnbench.backends.registry import default_registry
+from attnbench.sweep.suite import load_suite
 from tests.conftest import make_case, measure_one
 
 
@@ -147,7 +147,7 @@ def test_naive_fp8_runs_every_format_on_a_cpu(name: str) -> None:
 
 
 def test_bytes_count_fp8_tensors_at_one_byte() -> None:
-    from attnbench.counting import tensor_bytes
+    from attnbench.core.counting import tensor_bytes
 
     fp8, bf16 = tensor_bytes(fp8_case()), tensor_bytes(fp8_case().unquantized)
     assert fp8 == {"q": bf16["q"] // 2, "k": bf16["k"] // 2, "v": bf16["v"] // 2, "o": bf16["o"]}
@@ -240,7 +240,7 @@ def test_naive_fp8_catches_its_own_wrong_factor_mapping(monkeypatch: pytest.Monk
 
 
 def test_fp8_cases_are_judged_against_the_fp8_roof() -> None:
-    from attnbench.peaks import peak_for
+    from attnbench.core.peaks import peak_for
 
     assert peak_for("NVIDIA H200", "float8_e4m3fn").tflops == 1979.0  # H200 SXM: 3,958 sparse, halved
     assert peak_for("NVIDIA H200", "bfloat16").tflops == 989.0  # an FP8 K/V cache under bf16 queries computes in bf16

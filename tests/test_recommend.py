@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.report.dispatch_table as dispatch_table
-from attnbench.cli import app
-from attnbench.dispatch import DispatchTable, Shape, length_band
-from attnbench.errors import AttnbenchError
+from attnbench.cli.main import app
+from attnbench.report.dispatch import DispatchTable, Shape, length_band
+from attnbench.core.errors import AttnbenchError
 from attnbench.report.recommend import Decision, recommend_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,7 +264,7 @@ def test_length_bands_are_powers_of_two() -> None:
 
 
 def test_the_dispatch_helper_imports_without_torch() -> None:
-    code = ("import sys; sys.modules['torch'] = None; import attnbench.dispatch as d; "
+    code = ("import sys; sys.modules['torch'] = None; import attnbench.report.dispatch as d; "
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; print(d.SCHEMA_VERSION)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr

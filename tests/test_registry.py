@@ -7,8 +7,8 @@ import importlib.metadata
 import pytest
 
 from attnbench.backends.testing import Raising, Wrong
-from attnbench.errors import RegistryError
-from attnbench.registry import Registry, default_registry
+from attnbench.core.errors import RegistryError
+from attnbench.backends.registry import Registry, default_registry
 
 
 def test_builtins_are_registered() -> None:

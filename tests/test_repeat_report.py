@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from attnbench.registry import default_registry
+from attnbench.backends.registry import default_registry
 from attnbench.report.compare import compare_runs, comparison_table
 from attnbench.report.render import render_report
-from attnbench.results import ResultsWriter
+from attnbench.records.results import ResultsWriter
 from tests.conftest import make_case, run_cases
 from tests.test_repeat import flaky
 

@@ -17,7 +17,7 @@ from PIL import (
     Image,  # matplotlib depends on Pillow, so it is there wherever reports can be drawn
 )
 
-from attnbench.errors import ResultsError
+from attnbench.core.errors import ResultsError
 from attnbench.report.charts import group_chart
 from attnbench.report.findings import fastest_line
 from attnbench.report.groups import group_records, kv_heads_families
@@ -25,7 +25,7 @@ from attnbench.report.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
-from attnbench.results import load_records
+from attnbench.records.results import load_records
 
 DATA = Path(__file__).parent / "data"
 GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))
@@ -530,7 +530,7 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
     once their score traffic is counted, under the H200's ridge (989 TFLOP/s over 4.8 TB/s: 206 FLOP/B); the fused
     kernels keep their stored bytes. And no point claims more than the HBM can move."""
     from attnbench.report.roofline import bytes_of, roofline_points
-    from attnbench.results import load_records
+    from attnbench.records.results import load_records
 
     records = load_records(DATA.parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
     points = roofline_points(records)

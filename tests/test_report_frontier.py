@@ -24,7 +24,7 @@ from attnbench.report.frontier import (
 from attnbench.report.plotting import render_chart
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
-from attnbench.results import load_records
+from attnbench.records.results import load_records
 from tests.test_report import a_record, write_run
 
 RUN = Path(__file__).parent / "data" / "fp8-cpu"

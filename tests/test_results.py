@@ -1,10 +1,10 @@
-"""The record store (attnbench.results): the loader reads every schema version, relabelled by its real shape."""
+"""The record store (attnbench.records.results): the loader reads every schema version, relabelled by its real shape."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from attnbench.results import SCHEMA_VERSION, load_records
+from attnbench.records.results import SCHEMA_VERSION, load_records
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

@@ -1,5 +1,5 @@
 """The sage adapter against a stand-in `sageattention` written from SageAttention 1.0.6's kernels, not from
-attnbench.emulate: sageattn asserts what core.py asserts (CUDA aside), subtracts K's mean in place, quantizes
+attnbench.verify.emulate: sageattn asserts what core.py asserts (CUDA aside), subtracts K's mean in place, quantizes
 Q·sm_scale·1.44269504 and K to INT8 per block of 128 / 64 tokens (quant_per_block.py: amax/127, x/s + 0.5·sign,
 truncated), and runs the kernels' online softmax block by block of 64 keys: exp2 against the running max, P and V in
 float16, each block's P·V rounded to float16 (tl.dot out_dtype), rescaled and summed in float32; the causal mask is
@@ -18,10 +18,10 @@ import torch
 
 from attnbench.backends.base import refusal
 from attnbench.backends.sage import SageBackend
-from attnbench.case import Case
-from attnbench.conformance import check_backend
-from attnbench.inputs import make_inputs
-from attnbench.quant_data import case_data
+from attnbench.core.case import Case
+from attnbench.backends.conformance import check_backend
+from attnbench.verify.inputs import make_inputs
+from attnbench.verify.quant_data import case_data
 from tests.conftest import assert_sabotage_caught, make_case, measure_one
 
 BLKQ, BLKK = 128, 64

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from attnbench.inputs import CaseData
-from attnbench.interval import median_interval, rank, samples_needed
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import ClockTimer, TimingSettings
+from attnbench.verify.inputs import CaseData
+from attnbench.core.interval import median_interval, rank, samples_needed
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import ClockTimer, TimingSettings
 from tests.conftest import make_case
 
 
@@ -198,8 +198,8 @@ def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> 
     import json
     from pathlib import Path
 
-    from attnbench.interval import two_modes
-    from attnbench.recording import timing_extra
+    from attnbench.core.interval import two_modes
+    from attnbench.run.recording import timing_extra
 
     path = Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run" / "results.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from attnbench.backends.testing import OutOfMemory, Raising, Wrong
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.results import SCHEMA_VERSION, Record, load_records
-from attnbench.schedule import Schedule
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import SCHEMA_VERSION, Record, load_records
+from attnbench.run.schedule import Schedule
 from tests.conftest import make_case, run_cases, run_into
 
 

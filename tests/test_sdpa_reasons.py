@@ -12,7 +12,7 @@ import pytest
 from attnbench.backends.base import module_owner
 from attnbench.backends.flash import output_of
 from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
-from attnbench.registry import default_registry
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 # The warnings PyTorch 2.11 gave on an H200 for one call pinned to one kernel, in order (windowed MHA

@@ -1,7 +1,7 @@
 """The `sdpa-varlen` adapter against a stand-in varlen_attn with torch 2.13's documented semantics.
 
 Written from varlen_attn's docstring and code (torch/nn/attention/varlen.py, torch 2.13) and FlashAttention 2's
-varlen rules, not from attnbench.workload: packed (T, H, D) tokens; sequence i's queries are
+varlen rules, not from attnbench.core.workload: packed (T, H, D) tokens; sequence i's queries are
 query[cu_seq_q[i]:cu_seq_q[i+1]] and its keys key[cu_seq_k[i]:cu_seq_k[i+1]], or with block_table the first
 seqused_k[i] tokens of its pages (pages, page_size, H, D) read in table order; causal is window_size == (-1, 0);
 query r of a sequence with sq queries and sk keys keeps keys in [r + sk - sq - left, r + sk - sq + right]
@@ -18,9 +18,9 @@ import torch
 
 import attnbench.backends.packing as packing
 import attnbench.backends.sdpa_varlen as adapter
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
-from attnbench.conformance import check_backend
+from attnbench.backends.conformance import check_backend
 from tests.conftest import assert_sabotage_caught, make_case, measure_one
 
 

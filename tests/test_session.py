@@ -1,4 +1,4 @@
-"""A run from the user's side (attnbench.session): the plan decided before anything runs, the dry run's forecast,
+"""A run from the user's side (attnbench.run.session): the plan decided before anything runs, the dry run's forecast,
 isolation chosen per device, and what execute writes and returns."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from attnbench import session
-from attnbench.errors import AttnbenchError
-from attnbench.options import RunOptions
+from attnbench.run import session
+from attnbench.core.errors import AttnbenchError
+from attnbench.run.options import RunOptions
 
 SUITE = """name: planned
 device: cpu
@@ -71,7 +71,7 @@ def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(
 
 
 def test_the_sustained_state_loop_is_on_for_a_gpu_and_off_for_a_cpu_unless_the_suite_says(tmp_path: Path) -> None:
-    from attnbench.suite import load_suite
+    from attnbench.sweep.suite import load_suite
 
     default = load_suite(write(tmp_path / "a.yaml", SUITE))
     assert session.settings_of(default, "cuda").energy_ms == 1000 and session.settings_of(default, "cpu").energy_ms == 0

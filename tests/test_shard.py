@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import session
-from attnbench.cli import app
-from attnbench.options import RunOptions
-from attnbench.shard import cost, parse_shard, select
+from attnbench.run import session
+from attnbench.cli.main import app
+from attnbench.run.options import RunOptions
+from attnbench.run.shard import cost, parse_shard, select
 
 SUITE = """\
 name: shards

@@ -22,9 +22,9 @@ import pytest
 import slurm_cluster
 from rich.console import Console
 
-from attnbench import session
-from attnbench.options import RunOptions
-from attnbench.results import key_of, load_records
+from attnbench.run import session
+from attnbench.run.options import RunOptions
+from attnbench.records.results import key_of, load_records
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parent.parent

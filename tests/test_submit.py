@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench import submit
-from attnbench.cli import app
-from attnbench.errors import AttnbenchError
-from attnbench.options import RunOptions
-from attnbench.sbatch import (
+from attnbench.cluster import submit
+from attnbench.cli.main import app
+from attnbench.core.errors import AttnbenchError
+from attnbench.run.options import RunOptions
+from attnbench.cluster.sbatch import (
     Batch,
     Layout,
     SlurmOptions,
@@ -25,7 +25,7 @@ from attnbench.sbatch import (
     merge_script,
     parse_time,
 )
-from attnbench.status import parse_states, scheduler_states
+from attnbench.cluster.status import parse_states, scheduler_states
 
 SUITE = """\
 name: fan

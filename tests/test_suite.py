@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbench import workload
-from attnbench.errors import SuiteError
-from attnbench.suite import load_suite
+from attnbench.core import workload
+from attnbench.core.errors import SuiteError
+from attnbench.sweep.suite import load_suite
 
 BASE = """\
 name: t
@@ -268,7 +268,7 @@ def test_the_cpu_block_timing_replaces_only_the_fields_it_sets_and_only_on_a_cpu
 
 
 def test_the_run_takes_the_cpu_timing(tmp_path: Path) -> None:
-    from attnbench.session import settings_of
+    from attnbench.run.session import settings_of
 
     suite = load_suite(write(tmp_path, BASE + "timing: {min_samples: 4, precision: 0.02}\ncpu:\n  timing: {min_samples: 1}\n"))
     assert (settings_of(suite, "cpu").min_samples, settings_of(suite, "cpu").precision) == (1, 0.02)

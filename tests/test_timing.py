@@ -9,14 +9,14 @@ from typing import Iterator
 import pytest
 import torch
 
-from attnbench import timing
-from attnbench.errors import AttnbenchError
-from attnbench.inputs import CaseData
-from attnbench.interval import summarize
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import (
+from attnbench.timing import timers as timing
+from attnbench.core.errors import AttnbenchError
+from attnbench.verify.inputs import CaseData
+from attnbench.core.interval import summarize
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import (
     L2_FLUSH_BYTES,
     ClockTimer,
     CudaEventTimer,
@@ -160,7 +160,7 @@ def test_cuda_graph_timer_refusals_on_a_cpu(tmp_path: "object") -> None:
 
     from typer.testing import CliRunner
 
-    from attnbench.cli import app
+    from attnbench.cli.main import app
 
     out = Path(str(tmp_path)) / "out"
     result = CliRunner().invoke(app, ["run", "quick", "--out", str(out), "--timer", "cuda-graph"])
@@ -365,7 +365,7 @@ def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") ->
     """An H200 reports L2_cache_size 62914560 (60 MB): the flush is 120 MiB, not a fixed 256 MiB."""
     import types
 
-    from attnbench import timing
+    from attnbench.timing import timers as timing
 
     props = types.SimpleNamespace(L2_cache_size=62914560)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)  # type: ignore[attr-defined]

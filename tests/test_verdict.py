@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-import attnbench.inputs as inputs_mod
-from attnbench import workload
+import attnbench.verify.inputs as inputs_mod
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.case import Case
-from attnbench.check import FLOOR, judge, max_abs_error
-from attnbench.inputs import Answer, CaseData, naive_attention
-from attnbench.registry import default_registry
+from attnbench.core.case import Case
+from attnbench.verify.check import FLOOR, judge, max_abs_error
+from attnbench.verify.inputs import Answer, CaseData, naive_attention
+from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 # GUIDE.md's floors, written out: changing the package's values must fail these tests.

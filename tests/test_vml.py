@@ -1,4 +1,4 @@
-"""No measured computation may be a VML function's first call in its process (attnbench.vml).
+"""No measured computation may be a VML function's first call in its process (attnbench.verify.vml).
 
 oneMKL 2024.2 picks a VML function's kernel on its first call, and two threads making that first call together can
 get the low-accuracy kernel on one thread's share (pytorch/pytorch#188792): on a 2-core Xeon naive's first
@@ -55,12 +55,12 @@ void {name}(int n, const {t} *a, {t} *y, long long mode) {{
 
 CHILD = r"""
 import ctypes, json, sys
-from attnbench.case import Case
-from attnbench.registry import default_registry
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.timing import ClockTimer, TimingSettings
+from attnbench.core.case import Case
+from attnbench.backends.registry import default_registry
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import ClockTimer, TimingSettings
 
 shim = ctypes.CDLL(sys.argv[1])
 for name in ("shim_calls", "shim_spoiled_calls", "shim_spoiled_elements"):
@@ -94,7 +94,7 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_a_soft_capped_case_makes_no_first_vml_call(shim: Path) -> None:
     """naive on a soft-capped float32 case, alone in a fresh process: its checked call, the reference and naive's own
-    yardstick all call tanh; each must come after the function's first call, which only attnbench.vml's one-element
+    yardstick all call tanh; each must come after the function's first call, which only attnbench.verify.vml's one-element
     warm-up may make. Before the warm-up, the checked call was the first float32 tanh: `mismatch`."""
     env = dict(os.environ, LD_PRELOAD=str(shim), PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(shim)], capture_output=True, text=True, timeout=300,

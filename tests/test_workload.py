@@ -1,4 +1,4 @@
-"""The workload axes' shared structures (attnbench.workload) and their counting, read from GUIDE.md's words."""
+"""The workload axes' shared structures (attnbench.core.workload) and their counting, read from GUIDE.md's words."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from attnbench import case as case_mod
-from attnbench import counting, workload
-from attnbench.case import Case
-from attnbench.results import Record, key_of
+from attnbench.core import case as case_mod
+from attnbench.core import counting, workload
+from attnbench.core.case import Case
+from attnbench.records.results import Record, key_of
 from tests.conftest import make_case
 
 
@@ -227,7 +227,7 @@ def test_records_carry_the_axes_when_set_and_nothing_new_otherwise() -> None:
 def test_a_record_read_back_is_the_same_case_and_key() -> None:
     import json
 
-    from attnbench.session import case_of
+    from attnbench.run.session import case_of
 
     case = make_case(seq_len=10, documents=3, doc_lengths="random", alibi=True)
     stored = json.loads(json.dumps(record_of(case).to_dict()))
@@ -274,7 +274,7 @@ def test_the_manual_documents_every_workload_field_of_a_record() -> None:
     it; and its "Workloads" section of the suites page gives an example line for each axis."""
     from pathlib import Path
 
-    from attnbench.results import WORKLOAD_DEFAULTS
+    from attnbench.records.results import WORKLOAD_DEFAULTS
 
     docs = Path(__file__).parent.parent / "docs"
     reading = (docs / "results.md").read_text(encoding="utf-8").split("\n## Workload fields", 1)[1]
@@ -297,7 +297,7 @@ def test_the_forecast_counts_a_workloads_flex_compile_apart_from_the_dense_one()
 
 def test_oom_pruning_groups_packed_cases_across_lengths() -> None:
     """An oom at 8K packed tokens skips 16K of the same packing: their drawn doc_lens differ, their group does not."""
-    from attnbench.case import group_of
+    from attnbench.core.case import group_of
 
     short, long = (make_case(seq_len=s, causal=True, documents=4, doc_lengths="random") for s in (8192, 16384))
     assert short.doc_lens != long.doc_lens and group_of(short) == group_of(long)
@@ -305,7 +305,7 @@ def test_oom_pruning_groups_packed_cases_across_lengths() -> None:
 
 
 def test_naive_paged_estimate_counts_the_gathered_cache() -> None:
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
 
     naive = default_registry().get("naive")
     plain = make_case(seq_len=1, kv_seq_len=4096, causal=True, heads=4, kv_heads=4)
@@ -337,7 +337,7 @@ def test_zero_length_documents_and_empty_caches_count_nothing() -> None:
 def test_a_query_with_no_key_outputs_zeros_and_passes_no_gradient() -> None:
     """GUIDE.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference and in
     naive attention on any dtype, never NaN; its gradients are zero, the other rows' untouched."""
-    from attnbench.inputs import blocked_attention, make_inputs, naive_attention, upcast
+    from attnbench.verify.inputs import blocked_attention, make_inputs, naive_attention, upcast
 
     case = make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24), causal=True,
                      mode="fwd_bwd")
@@ -368,7 +368,7 @@ def test_case_ids_name_explicit_lengths_and_prefixes() -> None:
 def test_records_carry_the_prefix_and_read_back_as_the_same_case() -> None:
     import json
 
-    from attnbench.session import case_of
+    from attnbench.run.session import case_of
 
     case = make_case(seq_len=20, kv_seq_len=27, documents=4, doc_lengths="explicit", doc_lens=(6, 0, 9, 5),
                      doc_kv_lens=(10, 3, 9, 5), causal=True)

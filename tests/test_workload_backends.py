@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench import case as case_mod
-from attnbench import workload
+from attnbench.core import case as case_mod
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
-from attnbench.inputs import CaseData, naive_attention
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.registry import default_registry
-from attnbench.timing import ClockTimer
+from attnbench.verify.inputs import CaseData, naive_attention
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.backends.registry import default_registry
+from attnbench.timing.timers import ClockTimer
 from tests.conftest import make_case, measure_one
 
 CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")
@@ -237,7 +237,7 @@ def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # 
     import subprocess
     import sys
 
-    from attnbench.results import load_records
+    from attnbench.records.results import load_records
 
     out = tmp_path / "workloads"
     proc = subprocess.run([sys.executable, "-m", "attnbench", "run", "workloads", "--out", str(out), "--device", "cpu"],
@@ -266,7 +266,7 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
     """Block sparsity pays: 16 equal documents in a 4K-token row leave flex 1/16 of the causal blocks, so the
     packed case must be measured faster than the one-sequence case (README: 9.3x at 16K on this CPU)."""
     from attnbench.backends.flex import FlexBackend
-    from attnbench.timing import TimingSettings
+    from attnbench.timing.timers import TimingSettings
 
     settings = TimingSettings(warmup_ms=20, budget_ms=200, min_samples=5)
     shape = dict(device="cpu", dtype="float32", seq_len=4096, heads=2, kv_heads=2, head_dim=64, causal=True)
@@ -308,7 +308,7 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
 def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
     """Absorbed MLA decode (GUIDE.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
     passed as its own tensor), a backend that does not map the axis skips it by name."""
-    from attnbench.inputs import make_inputs
+    from attnbench.verify.inputs import make_inputs
 
     case = make_case(batch=2, seq_len=1, kv_seq_len=96, heads=4, kv_heads=1, head_dim=48, head_dim_v=32,
                      kv_shared=True, causal=True)

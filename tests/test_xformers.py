@@ -25,13 +25,13 @@ import pytest
 import torch
 
 import attnbench.backends.xformers_ops as xf
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.xformers_ops import XformersBackend
-from attnbench.case import Case
-from attnbench.inputs import CaseData
-from attnbench.measure import Settings, measure
-from attnbench.recording import RunInfo
-from attnbench.timing import TimingSettings
+from attnbench.core.case import Case
+from attnbench.verify.inputs import CaseData
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import TimingSettings
 from tests.conftest import (
     Phases,
     PhaseTimer,
@@ -411,9 +411,9 @@ VARLEN_CASES = {
 
 
 def expected_packed_keep(c: Case) -> torch.Tensor:
-    """GUIDE.md's mask of `c` (attnbench.workload.visibility, one block per batch row) laid out over the packed
+    """GUIDE.md's mask of `c` (attnbench.core.workload.visibility, one block per batch row) laid out over the packed
     tokens: row b's queries against row b's own keys, nothing across rows."""
-    from attnbench import workload
+    from attnbench.core import workload
 
     rows = workload.visibility(c)
     rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
@@ -527,7 +527,7 @@ CONTIGUOUS_CASES = {
 
 
 def expected_padded_keep(c: Case) -> torch.Tensor:
-    """GUIDE.md's mask (attnbench.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
+    """GUIDE.md's mask (attnbench.core.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
     request) owns key slots [i·pad, i·pad + k_i), its key t at i·pad + t; nothing else is visible."""
     rows = workload.visibility(c)
     rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
@@ -659,7 +659,7 @@ PAGED_CASES = {
 def expected_physical_keep(c: Case) -> torch.Tensor:
     """GUIDE.md's mask of `c` over the pool's physical token positions: request b's key t lives at
     table[b][t // P]·P + t % P."""
-    from attnbench import workload
+    from attnbench.core import workload
 
     layout = workload.pages(c)
     rows = workload.visibility(c)
@@ -696,7 +696,7 @@ def test_paged_cache_through_the_standin(standin, name: str) -> None:
 
 
 def test_spare_filled_table_points_unused_entries_at_a_page_nobody_owns() -> None:
-    from attnbench import workload
+    from attnbench.core import workload
 
     layout = workload.Pages(page_size=4, num_pages=6, table=((3, 1, -1), (0, 4, 2)), kv_lens=(6, 10))
     assert xf.packing.spare_filled_table(layout) == ((3, 1, 5), (0, 4, 2))

@@ -9,15 +9,15 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench import counting, quant
-from attnbench.counting import FUSED, MemoryCost
+from attnbench.core import counting, quant
+from attnbench.core.counting import FUSED, MemoryCost
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.conformance import LibraryCall
-    from attnbench.quant import Numerics
+    from attnbench.core.case import Case
+    from attnbench.backends.conformance import LibraryCall
+    from attnbench.core.quant import Numerics
 
 
 class Unsupported(Exception):
@@ -72,7 +72,7 @@ class Cost:
     cpu: KernelCost = KernelCost("dense", 0.3, 0.2)
     cuda: KernelCost = KernelCost("visible", 0.3, 0.2)
     compiles: bool = False
-    memory: MemoryCost = FUSED  # what it holds above its inputs (attnbench.counting.memory_estimate)
+    memory: MemoryCost = FUSED  # what it holds above its inputs (attnbench.core.counting.memory_estimate)
 
     def kernel(self, device: str) -> KernelCost:
         return self.cuda if device == "cuda" else self.cpu
@@ -89,12 +89,12 @@ class Backend:
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     # What a user runs to make the backend available when its library is missing (for `doctor`).
     install_hint: ClassVar[str | None] = None
-    # The workload axes (attnbench.case.AXES) prepare maps onto the kernel; a case using any other is
+    # The workload axes (attnbench.core.case.AXES) prepare maps onto the kernel; a case using any other is
     # skipped with a reason before it runs, never run wrong.
     workload_axes: ClassVar[frozenset[str]] = frozenset()
     # The cost model the forecast prices this backend's measurements with.
     cost: ClassVar[Cost] = Cost()
-    # The quantized inputs `prepare` takes (attnbench.quant.requirement): "qkv:<FP8 format>" (Q, K and V), "kv:<FP8
+    # The quantized inputs `prepare` takes (attnbench.core.quant.requirement): "qkv:<FP8 format>" (Q, K and V), "kv:<FP8
     # format>" (an FP8 K/V cache under the case's queries) and "scale:<granularity>"; `prepare` then gets the case's
     # descale factors as `scales=`. A quantized case asking for anything else is skipped, by name (`quant_reasons`
     # says why for an item, in the library's terms): an FP8 case is never run in bf16 instead.
@@ -116,19 +116,19 @@ class Backend:
     def numerics(self, case: Case) -> Numerics | None:
         """How the kernel computes `case` where that is not the naive run in the case's dtype GUIDE.md's bound doubles:
         its P format and accumulation (FP8 kernels), its own quantization (SageAttention). The verdict then doubles
-        the error of an emulation of these (attnbench.emulate). None: the naive run (for a quantized case, the plain
+        the error of an emulation of these (attnbench.verify.emulate). None: the naive run (for a quantized case, the plain
         emulation: dequantized inputs in float32)."""
         return None
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        """The library functions `prepare`'s call makes and what it passes them, for attnbench.conformance
+        """The library functions `prepare`'s call makes and what it passes them, for attnbench.backends.conformance
         to hold against the installed library; () for plain PyTorch ops."""
         return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments. For a quantized case
         (only a backend whose `quantized` takes it) q, k, v are the stored FP8 tensors (q the original queries under
-        an FP8 K/V cache) and `scales=` (attnbench.quant.Scales) holds their descale factors."""
+        an FP8 K/V cache) and `scales=` (attnbench.core.quant.Scales) holds their descale factors."""
         raise NotImplementedError
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -136,7 +136,7 @@ class Backend:
         return None
 
     def deterministic(self, case: Case) -> str:
-        """What a run that asks for `deterministic: true` gets from this backend on `case` (attnbench.determinism):
+        """What a run that asks for `deterministic: true` gets from this backend on `case` (attnbench.verify.determinism):
         "honoured (how)", "not applicable (why)" or "refused: why" — the measurement is then skipped with that reason.
         The default refuses: a backend that does not say how its two calls stay alike is not timed as deterministic.
         (A cuDNN-frontend backend would answer from sdpa_backward's deterministic option and the cuDNN version.)"""
@@ -159,7 +159,7 @@ class Backend:
 
     def bytes_moved(self, case: Case) -> int:
         """The memory traffic this backend cannot avoid on `case`: the inputs' and outputs' floor, and the score
-        matrix's reads and writes when it materialises them (attnbench.counting)."""
+        matrix's reads and writes when it materialises them (attnbench.core.counting)."""
         return counting.bytes_moved(case) + counting.score_traffic(case, self.cost.memory)
 
     def estimate_memory(self, case: Case) -> int:

@@ -57,13 +57,13 @@ from attnbench.backends.cudnn_graph import (
 )
 from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
 from attnbench.backends.flash import warm_up
-from attnbench.conformance import LibraryCall
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 MODULE = "cudnn"
 BINDING = "cudnn._compiled_module"
@@ -74,7 +74,7 @@ MIN_FRONTEND = (1, 32)
 # multiples of 64 and a window needs Sq == Sk).
 MIN_BACKEND = 90600
 
-# What prepare's calls pass (attnbench.conformance holds them against the installed frontend). The 1.32 pygraph's
+# What prepare's calls pass (attnbench.backends.conformance holds them against the installed frontend). The 1.32 pygraph's
 # sdpa / sdpa_backward capture every keyword and forward it, at lowering, to the C++ binding's methods of the same
 # name: the keywords are held against those (optional: absent where pygraph is itself the binding).
 MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound", "use_alibi_mask")

@@ -32,15 +32,15 @@ from attnbench.backends.cudnn import (
 from attnbench.backends.cudnn_graph import Built, handle_for, pin_backend
 from attnbench.backends.cudnn_layout import Operand, Spec, layout
 from attnbench.backends.flash import warm_up
-from attnbench.conformance import LibraryCall
-from attnbench.quant import Numerics
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.quant import Numerics
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Scales
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Scales
 
 BINDING = "cudnn._compiled_module"
 IO = {"float8_e4m3fn": "FP8_E4M3", "float8_e5m2": "FP8_E5M2"}

@@ -42,7 +42,7 @@ def clear_cache() -> None:
 
 
 def deterministic_asked() -> bool:
-    """Whether this measurement runs under PyTorch's deterministic mode, set by attnbench.determinism."""
+    """Whether this measurement runs under PyTorch's deterministic mode, set by attnbench.verify.determinism."""
     import torch
 
     return torch.are_deterministic_algorithms_enabled()
@@ -101,7 +101,7 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
         keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
     if backward:
         keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
-        if deterministic_asked():  # the run asked for determinism (attnbench.determinism): the backward's own option
+        if deterministic_asked():  # the run asked for determinism (attnbench.verify.determinism): the backward's own option
             keywords["use_deterministic_algorithm"] = True
         dq, dk, dv = graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
         for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends import packing
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 DTYPES = {"float16": "HALF", "bfloat16": "BFLOAT16"}
 

@@ -38,7 +38,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
@@ -50,27 +50,27 @@ from attnbench.backends.base import (
     library_refusal,
     module_owner,
 )
-from attnbench.conformance import LibraryCall
-from attnbench.quant import Numerics, for_every_input
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.quant import Numerics, for_every_input
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Scales
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Scales
 
 MAX_HEAD_DIM = 256
 # Phrases of the libraries' own input checks (RuntimeError in FA2/FA3's C++, AssertionError in FA4):
 # an exception carrying one is the library refusing the case, not a failure of ours.
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
 # What `_Flash.prepare`'s call passes to every library's flash_attn_func: q, k, v by position, then
-# flash_window_args' keywords and softmax_scale (attnbench.conformance holds these against the installed one).
+# flash_window_args' keywords and softmax_scale (attnbench.backends.conformance holds these against the installed one).
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
 # flash_attn_func and flash_attn_varlen_func (not flash_attn_with_kvcache, inference only) also take `deterministic`:
 # their backward's deterministic path ("The forward pass is always deterministic", their docstrings). The adapter
-# passes it on every call, True when the run asked for determinism (attnbench.determinism).
+# passes it on every call, True when the run asked for determinism (attnbench.verify.determinism).
 DETERMINISTIC_KEYWORD = "deterministic"
 # flash_attn_varlen_func(q, k, v, cu_seqlens_q=, ...): the offsets by keyword (FA4 puts `qv` before them).
 VARLEN_FUNCTION = "flash_attn_varlen_func"
@@ -226,7 +226,7 @@ class _Flash(Backend):
         words = [f"causal={kwargs['causal']}", f"window_size={kwargs['window_size']}"]
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
         words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
-        # Set by attnbench.determinism for the whole measurement when the run asks for it.
+        # Set by attnbench.verify.determinism for the whole measurement when the run asks for it.
         deterministic = {DETERMINISTIC_KEYWORD: torch.are_deterministic_algorithms_enabled()}
         words += [f"{DETERMINISTIC_KEYWORD}=True"] if deterministic[DETERMINISTIC_KEYWORD] else []
         latent: tuple[torch.Tensor, ...] = ()  # qv, the query's latent channels, as the call's fourth input

@@ -39,7 +39,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
@@ -51,15 +51,15 @@ from attnbench.backends.base import (
     library_refusal,
 )
 from attnbench.backends.flash import qv_split, warm_up
-from attnbench.conformance import LibraryCall
-from attnbench.quant import Numerics
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.quant import Numerics
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Scales
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Scales
 
 MODULE = "flashinfer"
 # FlashInfer's examples and tests allocate a 128 MB workspace (uint8); decode needs it zeroed.
@@ -71,7 +71,7 @@ SCALE_ARGS = ("k_scale", "v_scale")  # run()'s (and single prefill's) FP8 K/V de
 PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encoding_mode", "q_data_type",
              "kv_data_type")
 
-# What prepare's calls pass (attnbench.conformance holds them against the installed flashinfer). Methods are
+# What prepare's calls pass (attnbench.backends.conformance holds them against the installed flashinfer). Methods are
 # declared with `self` first, as their unbound signatures read.
 SINGLE_CALL = LibraryCall(MODULE, "single_prefill_with_kv_cache", positional=("q", "k", "v"),
                           keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap",
@@ -162,7 +162,7 @@ class FlashInferBackend(Backend):
     devices = ("cuda",)
     install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared"})
-    # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.workload stores it, or "HND".
+    # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.core.workload stores it, or "HND".
     kv_layout: ClassVar[str] = "NHD"
     quantized = frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"})
     quant_reasons = {

@@ -22,17 +22,17 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
-from attnbench.conformance import LibraryCall
-from attnbench.quant import for_every_input
-from attnbench.registry import register
-from attnbench.workload import allowed
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.quant import for_every_input
+from attnbench.backends.registry import register
+from attnbench.core.workload import allowed
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 # A mask materialised eagerly costs about this many bytes per (query, key) pair (bool mask plus the
 # int64 index arithmetic of the window term): 12 GB at 32K tokens, 47 GB at 64K. Where that would take
@@ -51,7 +51,7 @@ RECOMPILE_LIMIT = 1 << 16
 FLEX_Q_BLOCK = 128  # flex's default query block; a paged mask's KV block is one page
 _compiled: dict[bool, Callable[..., Any]] = {}
 _compiled_mask: dict[bool, Callable[..., Any]] = {}
-# What the calls below pass (attnbench.conformance holds these against the installed torch):
+# What the calls below pass (attnbench.backends.conformance holds these against the installed torch):
 # FlexBackend.prepare's `flex(q, k, v, block_mask=, scale=, enable_gqa=)`, and flex_block_mask's call.
 FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_attention",
                                   positional=("query", "key", "value"),
@@ -97,7 +97,7 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 
 @functools.lru_cache(maxsize=None)
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
-    """The mask_mod of GUIDE.md's mask (attnbench.workload.allowed) for these three values, one function per distinct
+    """The mask_mod of GUIDE.md's mask (attnbench.core.workload.allowed) for these three values, one function per distinct
     mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
     literals in its code, not closure cells: under dynamic=True Dynamo makes captured ints symbolic, which
     Inductor's CPU flex template then fails to compile (torch 2.13), while literals stay constants."""
@@ -143,7 +143,7 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
     """The mask_mod of a case with documents (each query inside its own document, causal and window counted from
     the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys):
-    attnbench.workload's allowed_fn, so the block mask's sparsity follows the documents."""
+    attnbench.core.workload's allowed_fn, so the block mask's sparsity follows the documents."""
     predicate = workload.allowed_fn(case, device)
 
     def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -177,7 +177,7 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
 
 def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
                  score_mod: Callable[..., Any] | None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-    """K and V stored in attnbench.workload's page pool, as PyTorch's PagedAttention keeps a cache
+    """K and V stored in attnbench.core.workload's page pool, as PyTorch's PagedAttention keeps a cache
     ((1, kv_heads, num_pages·page_size, d)), its page table set to the workload's (not its own allocator's),
     and the logical block mask (KV blocks of one page) converted to physical pages; score_mod likewise.
     All of it outside the timed call, as a server holds its cache and plans its mask before a decode step."""

@@ -1,23 +1,23 @@
 """What FP8 adapters share: a quantized case's tensors in a page pool, and its descale factors in the shapes the
-libraries take (attnbench.quant's canonical shapes in, each library's spelling out; all in `prepare`)."""
+libraries take (attnbench.core.quant's canonical shapes in, each library's spelling out; all in `prepare`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench import workload
-from attnbench.case import FP8_DTYPES
+from attnbench.core import workload
+from attnbench.core.case import FP8_DTYPES
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Scales
-    from attnbench.workload import Pages
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Scales
+    from attnbench.core.workload import Pages
 
 
 def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
-    """attnbench.workload.to_pages for any dtype: FP8 through float32 (exact both ways; PyTorch has no FP8
+    """attnbench.core.workload.to_pages for any dtype: FP8 through float32 (exact both ways; PyTorch has no FP8
     index_copy on a CPU), so a paged FP8 cache holds the same stored values and the same junk."""
     if str(x.dtype).removeprefix("torch.") in FP8_DTYPES:
         return workload.to_pages(x.float(), layout).to(x.dtype)

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench import determinism, workload
+from attnbench.verify import determinism
+
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
-from attnbench.case import AXES, DTYPE_BYTES
-from attnbench.counting import MemoryCost
-from attnbench.inputs import naive_attention
-from attnbench.registry import register
+from attnbench.core.case import AXES, DTYPE_BYTES
+from attnbench.core.counting import MemoryCost
+from attnbench.verify.inputs import naive_attention
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 
 @register

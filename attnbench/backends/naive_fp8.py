@@ -3,7 +3,7 @@ attention in float32, the output in the original dtype — every format and scal
 every device (a CPU included: it needs no FP8 arithmetic, only PyTorch's FP8 casts).
 
 It is what the quantized formats cost when nothing else is lost, and its numerics are the plain emulation a quantized
-case's backend is judged by when it declares none (attnbench.quant.plain_numerics). The timed call includes the
+case's backend is judged by when it declares none (attnbench.core.quant.plain_numerics). The timed call includes the
 dequantization: it is this kernel's work.
 """
 
@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench import determinism, quant, workload
+from attnbench.verify import determinism
+
+from attnbench.core import quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.naive import laid_out
-from attnbench.case import AXES
-from attnbench.counting import MemoryCost, bytes_moved, tensor_bytes
-from attnbench.inputs import dtype_of, naive_attention
-from attnbench.registry import register
+from attnbench.core.case import AXES
+from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
+from attnbench.verify.inputs import dtype_of, naive_attention
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Numerics, Scales
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Numerics, Scales
 
 EVERY_FORMAT = quant.EVERY_INPUT | {f"scale:{g}" for g in quant.GRANULARITIES}
 FLOAT32_BYTES = 4

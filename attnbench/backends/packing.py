@@ -1,7 +1,7 @@
-"""Translating attnbench.workload's structures into the spellings varlen and paged kernels take.
+"""Translating attnbench.core.workload's structures into the spellings varlen and paged kernels take.
 
 Nothing here draws or rebuilds a structure: document lengths, cache lengths and the page table come from
-attnbench.workload; this module only packs canonical tensors into the token-major layout of varlen kernels
+attnbench.core.workload; this module only packs canonical tensors into the token-major layout of varlen kernels
 (`(total_tokens, heads, head_dim)` with cumulative offsets), turns the page table into the index tensors
 each library reads, and unpacks the output. All packing is by differentiable ops (transpose, reshape, cat),
 so gradients map back to the canonical tensors, and it happens in `prepare`, outside the timed call.
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from attnbench import workload
+from attnbench.core import workload
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 
 @dataclass(frozen=True)

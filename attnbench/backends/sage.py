@@ -14,7 +14,7 @@ Read from the 1.0.6 wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_
 - The non-causal kernel loads keys past kv_len as zeros without masking their scores: with kv_len not a multiple of
   64 those phantom keys take a share of every softmax. attnbench runs it as it is; the verdict says what it gives.
 
-It is judged against an emulation of that scheme (attnbench.emulate.sage_inputs), not against naive bf16, and its
+It is judged against an emulation of that scheme (attnbench.verify.emulate.sage_inputs), not against naive bf16, and its
 record says `extra.quantized: internal` with the scheme.
 """
 
@@ -34,15 +34,15 @@ from attnbench.backends.base import (
     library_refusal,
 )
 from attnbench.backends.flash import warm_up
-from attnbench.conformance import LibraryCall
-from attnbench.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
-from attnbench.quant import Numerics, for_every_input
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
+from attnbench.core.quant import Numerics, for_every_input
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 MODULE = "sageattention"
 HEAD_DIMS = (64, 96, 128)

@@ -8,7 +8,9 @@ import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from attnbench import determinism, workload
+from attnbench.verify import determinism
+
+from attnbench.core import workload
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -18,14 +20,14 @@ from attnbench.backends.base import (
     installed_version,
     module_owner,
 )
-from attnbench.conformance import LibraryCall
-from attnbench.counting import MemoryCost
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.counting import MemoryCost
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 NO_KERNEL = ("No available kernel", "No viable backend")
 # PyTorch warns, for each kernel in turn, "<kernel> kernel not used because:" and then that kernel's

@@ -28,15 +28,15 @@ from attnbench.backends.sdpa import (
     flash_impl_problem,
     flash_pinned,
 )
-from attnbench.conformance import LibraryCall
-from attnbench.quant import Numerics
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.core.quant import Numerics
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
-    from attnbench.quant import Scales
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Scales
 
 MODULE = "torch.nn.attention.experimental._scaled_dot_product_attention_quantized"
 FUNCTION = "_scaled_dot_product_attention_quantized"

@@ -16,7 +16,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
@@ -26,19 +26,19 @@ from attnbench.backends.base import (
     device_problem,
     library_refusal,
 )
-from attnbench.conformance import LibraryCall
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 MODULE = "torch.nn.attention.varlen"
 MAX_HEAD_DIM = 256
 # FlashAttention 2's paged KV cache (aten flash_api.cpp) takes only pages of a multiple of this many tokens.
 FA2_PAGE_MULTIPLE = 256
-# What prepare's call always passes (attnbench.conformance holds it against the installed torch). varlen_attn's
+# What prepare's call always passes (attnbench.backends.conformance holds it against the installed torch). varlen_attn's
 # keyword-only tail differs between torch builds (torch 2.13: enable_gqa, seqused_k, block_table; another pytorch
 # main snapshot: k_cache, v_cache, cache_seqlens, page_table for FA3's KV-cache path, no enable_gqa), so the
 # keywords only some cases need are looked up in the installed signature per case (varlen_parameters), and a case

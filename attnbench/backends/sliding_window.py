@@ -14,15 +14,17 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from attnbench import counting, determinism, workload
+from attnbench.core import counting, workload
+
+from attnbench.verify import determinism
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
-from attnbench.case import DTYPE_BYTES
-from attnbench.registry import register
+from attnbench.core.case import DTYPE_BYTES
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 # Query rows per block, between these. Each query pays for block + window keys, so small blocks waste
 # less work; below 64 rows the per-block overhead of many tiny matmuls dominates. Measured on 2 CPU
@@ -185,7 +187,7 @@ _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
-    attnbench.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
+    attnbench.core.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
     drops the ones outside it anyway)."""
     if case.doc_lens is None:
         return lambda q_idx, k_idx: workload.allowed(q_idx, k_idx, case.offset, case.causal, case.window)

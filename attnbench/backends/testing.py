@@ -13,14 +13,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, ClassVar
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.inputs import naive_attention
+from attnbench.verify.inputs import naive_attention
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 
 class FaultyBackend(Backend):

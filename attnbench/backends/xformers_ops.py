@@ -28,7 +28,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from attnbench import workload
+from attnbench.core import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
@@ -39,13 +39,13 @@ from attnbench.backends.base import (
     expand_kv,
 )
 from attnbench.backends.sdpa import fp32_math
-from attnbench.conformance import LibraryCall
-from attnbench.registry import register
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.case import Case
+    from attnbench.core.case import Case
 
 NO_OPERATOR = "No operator found"
 
@@ -55,7 +55,7 @@ def xformers_ops() -> Any:
     return importlib.import_module("xformers.ops")
 
 
-# The bias classes xformers_bias constructs, with what it passes (attnbench.conformance checks them).
+# The bias classes xformers_bias constructs, with what it passes (attnbench.backends.conformance checks them).
 BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightMask"),
     LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask",

@@ -2,12 +2,12 @@
 
 The counter (nvmlDeviceGetTotalEnergyConsumption, Volta and later) counts the whole GPU's millijoules since the
 driver loaded, an unsigned 64-bit number that does not wrap in practice; a MIG slice reads its whole GPU's.
-attnbench.energy.loop_energy turns two readings into energy per call.
+attnbench.timing.energy.loop_energy turns two readings into energy per call.
 """
 
 from __future__ import annotations
 
-from attnbench.energy import EnergyReading, EnergyUnavailable, Zone
+from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.read import INSTALL_HINT, Reader, default_reader
 from attnbench.gpu.state import GpuId, GpuStateError

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from attnbench.errors import AttnbenchError
+from attnbench.core.errors import AttnbenchError
 from attnbench.report.pooling import Run, case_name, load_run, versions_of
 
 STORE_VERSION = 1

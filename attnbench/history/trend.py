@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.history.store import Store, StoredRun
 from attnbench.report.pooling import TIME
-from attnbench.results import is_noisy, is_throttled
-from attnbench.units import fmt_ms
+from attnbench.records.results import is_noisy, is_throttled
+from attnbench.core.units import fmt_ms
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from attnbench.errors import ResultsError
+from attnbench.core.errors import ResultsError
 from attnbench.report.groups import CaseGroup
 
 DEFAULT_BASELINES = ("sdpa-math", "naive")

@@ -24,8 +24,8 @@ from attnbench.report.plotting import (
     _log2_x,
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
-from attnbench.results import is_noisy, is_throttled
-from attnbench.units import GIB, MIB
+from attnbench.records.results import is_noisy, is_throttled
+from attnbench.core.units import GIB, MIB
 
 # A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
 # line taking this share of the figure's height.

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnbench.errors import ResultsError
+from attnbench.core.errors import ResultsError
 from attnbench.report.groups import BAD_STATUSES, case_words
-from attnbench.results import (
+from attnbench.records.results import (
     apart,
     interval_of,
     is_noisy,
@@ -28,7 +28,7 @@ from attnbench.results import (
     load_records,
     results_path,
 )
-from attnbench.units import fmt_ms, md_cell
+from attnbench.core.units import fmt_ms, md_cell
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -127,7 +127,7 @@ class Comparison:
         base, new = self.versions
         if base == new:
             return None
-        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.results): times and statuses compare; "
+        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses compare; "
                 "before version 2, bytes_moved left out the score matrix's traffic")
 
     def _changed(self, m: Match) -> bool:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench import __version__
-from attnbench.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
-from attnbench.errors import AttnbenchError
+from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
+from attnbench.core.errors import AttnbenchError
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
-from attnbench.units import fmt_length, fmt_ratio, md_cell
+from attnbench.core.units import fmt_length, fmt_ratio, md_cell
 
 if TYPE_CHECKING:
     from rich.table import Table

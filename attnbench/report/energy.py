@@ -1,5 +1,5 @@
 """The energy chart: joules per token against sequence length, one line per backend and panel per case group, from
-the records' `extra.joules_per_token` (attnbench.sustain's loop); drawn only when some record carries it."""
+the records' `extra.joules_per_token` (attnbench.run.sustain's loop); drawn only when some record carries it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 from attnbench.report.groups import CaseGroup
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _empty_note, _legend, _log2_x
 from attnbench.report.styles import BackendStyle
-from attnbench.results import is_throttled
+from attnbench.records.results import is_throttled
 
 MAX_PANELS = 6  # the case groups drawn (the ones with the most measured points first)
 

@@ -8,7 +8,7 @@ from typing import Any
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_words
-from attnbench.results import (
+from attnbench.records.results import (
     KEY_FIELDS,
     WORKLOAD_DEFAULTS,
     apart,
@@ -17,7 +17,7 @@ from attnbench.results import (
     is_throttled,
     is_unrepeatable,
 )
-from attnbench.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
+from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 
 # Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
@@ -27,7 +27,7 @@ MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 MAX_QUANTIZED_LINES = 16  # FP8 speed-up and "not faster" lines
 SHOWN_CASES = 3  # cases named per failure line
 MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
-DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.skip, attnbench.measure)
+DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.run.skip, attnbench.run.measure)
 
 
 @dataclass

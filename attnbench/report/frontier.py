@@ -3,7 +3,7 @@ the same kernel family in its original dtype, and the findings when an FP8 kerne
 
 A frontier group is one case measured in every format at one length: the records that share every case field but
 the dtype and the quantization fields, and whose original inputs are the same tensors (an FP8 case's originals are
-its bf16 twin's: attnbench.case.Case.unquantized). Each record is a point: its median time, and its output's relative
+its bf16 twin's: attnbench.core.case.Case.unquantized). Each record is a point: its median time, and its output's relative
 L2 error against the float64 reference on the ORIGINAL inputs (`extra.error_vs_original`, or for an unquantized case
 `extra.kernel_error`, the same thing there) — what a user of that format gets, the format's cost and the kernel's
 together.
@@ -24,8 +24,8 @@ from attnbench.report.baseline import usable_time
 from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _plain
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.results import apart, interval_of, is_noisy, is_throttled
-from attnbench.units import fmt_length, fmt_ms
+from attnbench.records.results import apart, interval_of, is_noisy, is_throttled
+from attnbench.core.units import fmt_length, fmt_ms
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 FORMAT_FIELDS = ("dtype", "kv_dtype", "quant", "quant_block", "quant_scale")

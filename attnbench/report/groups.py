@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from attnbench.case import DTYPE_BYTES as CASE_DTYPE_BYTES
-from attnbench.case import DTYPE_SHORT
-from attnbench.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
+from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
+from attnbench.core.case import DTYPE_SHORT
+from attnbench.records.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
 
 # A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")

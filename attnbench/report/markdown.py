@@ -8,7 +8,7 @@ from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
 from attnbench.report.rows import interval_text, median_text, status_text
-from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
+from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
 

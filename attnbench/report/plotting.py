@@ -26,7 +26,7 @@ from matplotlib.ticker import (  # noqa: E402
     NullLocator,
 )
 
-from attnbench.units import fmt_length  # noqa: E402
+from attnbench.core.units import fmt_length  # noqa: E402
 
 DPI = 100
 GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom

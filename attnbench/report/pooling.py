@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbench.errors import ResultsError
-from attnbench.interval import median_interval
-from attnbench.results import (
+from attnbench.core.errors import ResultsError
+from attnbench.core.interval import median_interval
+from attnbench.records.results import (
     interval_of,
     is_noisy,
     is_throttled,
@@ -30,7 +30,7 @@ from attnbench.results import (
 )
 
 # Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
-# counter's resolution, which attnbench.energy's one-second loop keeps under a tenth of what is measured.
+# counter's resolution, which attnbench.timing.energy's one-second loop keeps under a tenth of what is measured.
 ENERGY_RESOLUTION = 0.10
 # The versions env.json records at its top level (torch's full build name, CUDA, cuDNN, the driver); the other
 # libraries come from its `libraries`.
@@ -52,7 +52,7 @@ class Metric:
         extra = record.get("extra") or {}
         if extra.get("energy_mj") is not None:
             return float(extra["energy_mj"])
-        if extra.get("joules_per_token") is not None:  # tokens per call: batch x query length (attnbench.energy)
+        if extra.get("joules_per_token") is not None:  # tokens per call: batch x query length (attnbench.timing.energy)
             return float(extra["joules_per_token"]) * 1e3 * int(record["batch"]) * int(record["seq_len"])
         return None
 

@@ -2,7 +2,7 @@
 
 The rules (docs/recommend.md says them for users):
 
-- a bucket is every case with one `attnbench.dispatch.Shape.bucket` (length bands of powers of two, and equal
+- a bucket is every case with one `attnbench.report.dispatch.Shape.bucket` (length bands of powers of two, and equal
   heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
   scale granularity is a bucket of its own, never pooled with the unquantized case);
 - candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.dispatch import FEATURES, Shape, bucket_key
-from attnbench.errors import AttnbenchError
+from attnbench.report.dispatch import FEATURES, Shape, bucket_key
+from attnbench.core.errors import AttnbenchError
 from attnbench.report.pooling import (
     ENERGY,
     METRICS,
@@ -41,7 +41,7 @@ from attnbench.report.pooling import (
     load_runs,
     pool,
 )
-from attnbench.results import apart
+from attnbench.records.results import apart
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 

@@ -8,7 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Iterable
 
-from attnbench.errors import ResultsError
+from attnbench.core.errors import ResultsError
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
     correctness_chart,
@@ -28,7 +28,7 @@ from attnbench.report.pooling import TIME, pool, run_of
 from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
-from attnbench.results import load_records, read_env, results_path
+from attnbench.records.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"

@@ -7,13 +7,13 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from attnbench import counting
-from attnbench.case import Case
-from attnbench.peaks import Peak, peak_for
+from attnbench.core import counting
+from attnbench.core.case import Case
+from attnbench.core.peaks import Peak, peak_for
 from attnbench.report.groups import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.results import SCHEMA_VERSION
+from attnbench.records.results import SCHEMA_VERSION
 
 CASE_FIELDS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal",
                "window", "mode")
@@ -30,7 +30,7 @@ def bytes_of(record: dict[str, Any]) -> int | None:
         case = Case(**{name: record[name] for name in CASE_FIELDS})
     except (KeyError, TypeError):
         return stored
-    from attnbench.registry import default_registry
+    from attnbench.backends.registry import default_registry
 
     registry = default_registry()
     memory = registry.get(record["backend"]).cost.memory if record.get("backend") in registry else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.report.groups import dtype_word, quant_words
-from attnbench.results import is_noisy, is_throttled, is_unrepeatable
-from attnbench.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.records.results import is_noisy, is_throttled, is_unrepeatable
+from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
 # Marks a noisy median (its interval wider than the precision asked or too few samples for one, or IQR over 10% of it) in every table.
 NOISY_MARK = "~"

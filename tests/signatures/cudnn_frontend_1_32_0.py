@@ -9,7 +9,7 @@ cudnn/__init__.py __version__ "1.32.0"), imported on a CPU machine (the frontend
   that forward every keyword, at lowering, to the C++ binding below.
 - `cudnn._compiled_module.backend_graph.sdpa` / `.sdpa_backward` are nanobind methods that inspect.signature cannot
   read: their docstrings' signature lines are copied verbatim (`__doc__.splitlines()[0]`), so the test reads them
-  exactly as attnbench.conformance reads the installed ones.
+  exactly as attnbench.backends.conformance reads the installed ones.
 - `cudnn.Tensor` (cudnn/graph_types.py): the setters the adapter calls on the graph's tensors.
 """
 

@@ -1,0 +1,58 @@
+"""The command line's one Typer app and what every command module shares: the consoles, the user-error wrapper
+(one line, exit 2), --version and --debug. attnbench.cli.main and attnbench.cli.decide add their commands to it."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from attnbench import __version__
+from attnbench.core.errors import AttnbenchError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Benchmark attention implementations on long sequences: correctness, latency, memory.",
+)
+# Plain lines never wrap; tables get a wide page when the output is a log file rather than a terminal.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+F = TypeVar("F", bound=Callable[..., Any])
+state = {"debug": False}
+
+
+def user_errors(fn: F) -> F:
+    """Turn an AttnbenchError into one line on stderr and exit code 2 (a traceback only with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AttnbenchError as exc:
+            if state["debug"]:
+                raise
+            # the message is text, not markup: "[queries, keys]" in it must print as written
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"attnbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors."),
+) -> None:
+    state["debug"] = debug

@@ -1,0 +1,49 @@
+"""The options `run` and `submit` share, declared once (asv's common_args): each is a type a command annotates a
+parameter with, and `run_options` turns their values into the one RunOptions both commands hand on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, List, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from attnbench.run.options import RunOptions
+    from attnbench.run.shard import Shard
+
+Backends = Annotated[List[str], typer.Option("--backend", help="Run only these backends (repeatable).")]
+Plugins = Annotated[List[str], typer.Option("--plugin", help="Extra backend, as module:attr.")]
+Isolate = Annotated[Optional[bool], typer.Option(
+    "--isolate/--no-isolate", help="Measure in a worker process that may crash (default: on for CUDA).")]
+Timeout = Annotated[Optional[float], typer.Option(
+    "--timeout", min=0.001, metavar="SECONDS", help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
+OomPruning = Annotated[bool, typer.Option(
+    "--oom-pruning/--no-oom-pruning", help="After an oom, skip longer sequences of that backend and case group.")]
+PeakTflops = Annotated[Optional[float], typer.Option(
+    "--peak-tflops", min=1e-9, metavar="TFLOPS", help="Compute roof for percent_of_peak (default: datasheet table).")]
+PeakBandwidth = Annotated[Optional[float], typer.Option(
+    "--peak-bandwidth", min=1e-9, metavar="GBS", help="Memory roof in GB/s for decode-like cases' percent_of_peak.")]
+HistoryDb = Annotated[Optional[Path], typer.Option(
+    "--db", metavar="FILE", help="The history store (default $XDG_DATA_HOME/attnbench/history.sqlite, else "
+                                 "~/.local/share/attnbench/history.sqlite).")]
+CompileWorkers = Annotated[Optional[int], typer.Option(
+    "--compile-workers", min=0, metavar="N",
+    help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
+         "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]
+Timer = Annotated[str, typer.Option(
+    "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
+Deterministic = Annotated[bool, typer.Option(
+    "--deterministic", help="Deterministic kernels only, as the suite's `deterministic: true` (others are skipped).")]
+
+
+def run_options(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
+                timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
+                timer: str, deterministic: bool = False, *, devices: tuple[int, ...] | None = None,
+                cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
+                force: bool = False, compile_workers: int | None = None) -> RunOptions:
+    """The shared options' values as the RunOptions a run (or each shard of a submission) is made with."""
+    from attnbench.run.options import RunOptions
+
+    return RunOptions(tuple(backends), device, tuple(plugins), isolate, timeout, oom_pruning, devices, peak_tflops,
+                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers)

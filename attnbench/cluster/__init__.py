@@ -1,0 +1,1 @@
+"""SLURM: submit, the batch script, and the status of a submitted sweep."""

@@ -1,0 +1,1 @@
+"""The record, results.jsonl and its loaders, resume and merge."""

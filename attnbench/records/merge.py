@@ -1,0 +1,76 @@
+"""Merging shard directories into one run: one results.jsonl, one env.json, refusing anything ambiguous."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.core.errors import ResultsError
+from attnbench.records.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    key_of,
+    load_records,
+    read_env,
+    refuse_existing,
+    write_json_atomic,
+    write_records_atomic,
+)
+
+
+@dataclass(frozen=True)
+class Merged:
+    directory: Path
+    records: int
+    sources: int
+
+
+def merge_runs(sources: list[Path], out: Path) -> Merged:
+    """Combine the records of `sources` into `out`; nothing is written unless every check passes.
+
+    Refused: a measurement key held by two sources (a shard run twice, or overlapping shards),
+    records of different schema versions, and runs on differently named devices.
+    """
+    if not sources:
+        raise ResultsError("merge: name at least one run directory")
+    refuse_existing(out)
+    owners: dict[tuple, Path] = {}
+    versions: dict[int, Path] = {}
+    devices: dict[Any, Path] = {}
+    merged: list[dict[str, Any]] = []
+    envs: list[tuple[Path, dict[str, Any]]] = []
+    for source in sources:
+        records = load_records(source)
+        env = read_env(source)
+        envs.append((source, env))
+        names = {env.get("device_name")} if env else {r.get("device_name") for r in records}
+        for name in names:
+            devices.setdefault(name, source)
+        for record in records:
+            versions.setdefault(record["schema_version"], source)
+            key = key_of(record)
+            if key in owners:
+                raise ResultsError(f"merge: {owners[key]} and {source} both hold {record['backend']} on "
+                                   f"{record.get('case_id') or key}; the shards overlap")
+            owners[key] = source
+        merged.extend(records)
+    if not merged:
+        raise ResultsError(f"merge: {', '.join(map(str, sources))} hold no records; nothing to merge")
+    if len(versions) > 1:
+        listed = ", ".join(f"{v} ({p})" for v, p in sorted(versions.items()))
+        raise ResultsError(f"merge: mixed schema versions {listed}; merge runs of one attnbench version")
+    if len(devices) > 1:
+        listed = ", ".join(f"{name!r} ({p})" for name, p in devices.items())
+        raise ResultsError(f"merge: runs on different devices: {listed}; their numbers do not belong in one report")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_records_atomic(out / RESULTS_FILE, merged)
+        env = dict(envs[0][1])
+        env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard")}
+                              for p, e in envs]
+        write_json_atomic(out / ENV_FILE, env)
+    except OSError as exc:
+        raise ResultsError(f"{out}: cannot write the merged run ({exc.strerror})") from None
+    return Merged(out, len(merged), len(sources))
+

@@ -1,0 +1,325 @@
+"""The measurement record, the JSONL store it is appended to, and the loaders that read it back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from attnbench.core.errors import ResultsError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# What each version changed; the loader reads every one (docs/results.md, "Schema versions"):
+# 0: written before the median's interval existed (no ci_low_ms on a timed record); attnbench of that time labelled
+#    them 1, and the loader relabels them 0.
+# 1: the interval, `stop`, `noisy`; bytes_moved is the inputs' traffic floor for every backend.
+# 2: bytes_moved (and bandwidth_gbs) add the score matrix's reads and writes for backends that materialise it.
+SCHEMA_VERSION = 2
+RESULTS_FILE = "results.jsonl"
+ENV_FILE = "env.json"
+STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
+# The fields that identify a measurement: two records with the same key measured the same thing.
+KEY_FIELDS = (
+    "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
+    "head_dim", "causal", "window", "mode",
+)
+# The workload axes (GUIDE.md) and their values in the dense case: a record carries them only when set, and a
+# record without one (written before they existed, or of a dense case) has the default.
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "documents": None, "doc_lengths": None, "doc_lens": None, "doc_kv_lens": None, "kv_lengths": None, "kv_lens": None,
+    "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
+}
+# The quantized inputs' fields (attnbench.core.quant), kept like the workload axes: only when set.
+WORKLOAD_DEFAULTS.update({"kv_dtype": None, "quant": None, "quant_block": None, "quant_scale": None})
+# The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
+DRAWN_FIELDS = ("doc_lens", "doc_kv_lens", "kv_lens")
+
+
+@dataclass
+class Record:
+    """One measurement: a backend on a case. Fields follow GUIDE.md's "A measurement record"."""
+
+    run_id: str
+    suite: str
+    timestamp: str
+    backend: str
+    device: str
+    dtype: str
+    batch: int
+    seq_len: int
+    kv_seq_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    window: int | None
+    mode: str
+    status: str
+    # The workload axes, as Case holds them (attnbench.core.case); left out of the stored line when at their default.
+    documents: int | None = None
+    doc_lengths: str | None = None
+    doc_lens: list[int] | None = None
+    doc_kv_lens: list[int] | None = None
+    kv_lengths: str | None = None
+    kv_lens: list[int] | None = None
+    page_size: int | None = None
+    softcap: float | None = None
+    alibi: bool = False
+    head_dim_v: int | None = None
+    kv_shared: bool = False
+    tp: int | None = None
+    kv_dtype: str | None = None
+    quant: str | None = None
+    quant_block: int | None = None
+    quant_scale: float | None = None
+    reason: str | None = None
+    kernel: str | None = None
+    device_name: str | None = None
+    case_id: str | None = None
+    time_ms: float | None = None
+    time_ms_iqr: float | None = None
+    time_ms_min: float | None = None
+    samples: int = 0
+    times_ms: list[float] = field(default_factory=list)
+    timer: str | None = None
+    # The median's distribution-free interval (attnbench.core.interval) at ci_level confidence (0.95 once there are
+    # at least 6 samples; with fewer it is [min, max] and ci_level says what that covers).
+    ci_low_ms: float | None = None
+    ci_high_ms: float | None = None
+    ci_level: float | None = None
+    stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
+    # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked (or there
+    # are too few samples for one at the confidence asked).
+    noisy: bool = False
+    # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
+    # (attnbench.gpu.judge); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
+    throttled: bool | None = None
+    flops: int | None = None
+    tflops: float | None = None
+    bytes_moved: int | None = None  # counting.bytes_moved(Case): the mode's memory-traffic floor
+    bandwidth_gbs: float | None = None  # bytes_moved / median time, in GB/s (1e9 bytes/s)
+    percent_of_peak: float | None = None  # of the compute roof, or of the bandwidth roof for decode-like cases
+    peak_memory_bytes: int | None = None
+    memory_method: str | None = None
+    memory_estimate_bytes: int | None = None
+    max_abs_error: float | None = None
+    error_bound: float | None = None
+    rows_checked: int | None = None
+    grad_checked: bool = False
+    # Two calls on the same inputs gave the same bits (attnbench.verify.repeat): a forward's output, a backward's gradients
+    # where they are checked; None where not compared (not measured, or the gradients were not checked).
+    repeatable: bool | None = None
+    kv_expanded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        assert self.status in STATUSES, self.status
+        assert self.status == "ok" or self.reason, f"status {self.status} needs a reason"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object stored on one line of results.jsonl (workload axes only when set)."""
+        data = dataclasses.asdict(self)
+        for name, default in WORKLOAD_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
+            elif isinstance(data[name], tuple):
+                data[name] = list(data[name])
+        return data
+
+
+def is_noisy(record: dict[str, Any]) -> bool:
+    """A stored record's noise flag; for records written before the flag existed, computed from its IQR."""
+    if "noisy" in record:
+        return bool(record["noisy"])
+    return is_spread(record)
+
+
+def is_spread(record: dict[str, Any]) -> bool:
+    """Whether a record's samples spread wide: IQR over NOISE_THRESHOLD of the median (the samples themselves
+    are unsteady, so no interval computed from them can be trusted)."""
+    from attnbench.core.interval import NOISE_THRESHOLD
+
+    median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
+    return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
+
+
+def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
+    """A record's (ci_low_ms, ci_high_ms); None for a record without one (not timed, or written before intervals)."""
+    low, high = record.get("ci_low_ms"), record.get("ci_high_ms")
+    if low is None or high is None:
+        return None
+    return float(low), float(high)
+
+
+def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals (interval_of) do not overlap: the two medians are told apart."""
+    return a[0] > b[1] or b[0] > a[1]
+
+
+def is_unrepeatable(record: dict[str, Any]) -> bool:
+    """Whether two calls of a stored record's measurement gave different bits (absent or None: not known to)."""
+    return record.get("repeatable") is False
+
+
+def is_throttled(record: dict[str, Any]) -> bool:
+    """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
+    return bool(record.get("throttled"))
+
+
+def key_of(record: dict[str, Any]) -> tuple:
+    """The identity of a measurement (case + backend + device + workload axes), for matching across runs."""
+    workload = (_hashable(record.get(name, default)) for name, default in WORKLOAD_DEFAULTS.items())
+    return (*(record.get(name) for name in KEY_FIELDS), *workload)
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class ResultsWriter:
+    """Appends records to results.jsonl, flushed and fsynced one by one so a crash loses nothing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")
+
+    def append(self, record: Record) -> None:
+        self._file.write(record_line(record.to_dict()))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """One record as its line of results.jsonl."""
+    return json.dumps(record, allow_nan=False) + "\n"
+
+
+def refuse_existing(directory: Path, hint: str = "") -> None:
+    """A run never writes over earlier results: a directory holding a results file is refused."""
+    if (directory / RESULTS_FILE).exists():
+        raise ResultsError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
+                           f"results are kept{hint}")
+
+
+def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
+    """Write a whole results file under a temporary name, fsync it and rename it into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.writelines(record_line(record) for record in records)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
+    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
+    from attnbench.core.errors import AttnbenchError
+
+    if not path.is_file():
+        raise AttnbenchError(f"{label}: {missing}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
+    if not isinstance(data, dict):
+        raise AttnbenchError(f"{label}: {wrong}")
+    return data
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def results_path(path: Path) -> Path:
+    """The results.jsonl for a path that names either the file or its run directory."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE}, or the file)")
+    return path
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """Read every record of a results file or directory. A cut last line is dropped with a warning."""
+    file = results_path(path)
+    lines = file.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and line.lstrip().startswith("{"):  # a record cut off mid-write
+                warnings.warn(f"{file}:{number}: last line is incomplete and was ignored ({exc.msg})", stacklevel=2)
+                continue
+            raise ResultsError(f"{file}:{number}: not a JSON record ({exc.msg})") from None
+        if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
+            raise ResultsError(f"{file}:{number}: not an attnbench record (no schema_version/backend)")
+        if record["schema_version"] > SCHEMA_VERSION:
+            raise ResultsError(
+                f"{file}:{number}: schema_version {record['schema_version']} is newer than this attnbench "
+                f"understands ({SCHEMA_VERSION}); upgrade attnbench"
+            )
+        records.append(record)
+    return with_true_version(records)
+
+
+def with_true_version(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of one file with the schema version of their shape: a file whose timed records are labelled 1 but
+    carry no interval was written before intervals existed, and all its version-1 records are version 0."""
+    old = any(r["schema_version"] == 1 and r.get("status") in ("ok", "mismatch") and r.get("time_ms") is not None
+              and "ci_low_ms" not in r for r in records)
+    if old:
+        for record in records:
+            if record["schema_version"] == 1:
+                record["schema_version"] = 0
+    return records
+
+
+def load_results(path: Path) -> pd.DataFrame:
+    """Results as a pandas DataFrame, one row per record (the raw samples stay a list column)."""
+    import pandas as pd
+
+    return pd.DataFrame.from_records(load_records(path))
+
+
+def read_env(path: Path) -> dict[str, Any]:
+    """The env.json beside a results file; empty when there is none."""
+    directory = results_path(path).parent
+    env_file = directory / ENV_FILE
+    if not env_file.is_file():
+        return {}
+    try:
+        return json.loads(env_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{env_file}: not valid JSON ({exc.msg})") from None
+
+
+def iter_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many records have each status."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record["status"]] = counts.get(record["status"], 0) + 1
+    return counts

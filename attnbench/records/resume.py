@@ -1,0 +1,81 @@
+"""Resuming a run: which measurements a results directory already holds, and whether it may be continued here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from attnbench.core.errors import AttnbenchError
+from attnbench.records.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    key_of,
+    load_records,
+    read_json_object,
+)
+
+# Libraries whose version changes the numbers: a run is only continued with the same ones.
+PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")
+
+
+def read_run_env(directory: Path) -> dict[str, Any]:
+    """The env.json of a run directory to resume; a user error when there is none."""
+    return read_json_object(directory / ENV_FILE, f"--resume {directory}",
+                            f"no {ENV_FILE} there; not an attnbench run directory",
+                            f"{ENV_FILE} is not an attnbench environment record")
+
+
+def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """What differs between the machine a run started on and this one, among what changes the numbers."""
+    diffs = []
+    for name in ("device", "device_name"):
+        if recorded.get(name) != here.get(name):
+            diffs.append(f"{name} {recorded.get(name)!r} there, {here.get(name)!r} here")
+    old, new = recorded.get("libraries") or {}, here.get("libraries") or {}
+    for library in PINNED_LIBRARIES:
+        if old.get(library) != new.get(library):
+            diffs.append(f"{library} {old.get(library) or 'absent'} there, {new.get(library) or 'absent'} here")
+    return diffs
+
+
+def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, Any], suite_name: str,
+                     shard: str | None, force: bool) -> None:
+    """Refuse to mix measurements from another machine, library set, suite or shard into one run (unless forced)."""
+    if recorded.get("shard") != shard:
+        was = f"shard {recorded.get('shard')}" if recorded.get("shard") else "not sharded"
+        asked = f"--shard {shard}" if shard else "no --shard"
+        raise AttnbenchError(f"--resume {directory}: that run was {was}, this one has {asked}; "
+                             f"resume with the run's own --shard")
+    if force:
+        return
+    diffs = env_differences(recorded, here)
+    if recorded.get("suite_name") not in (None, suite_name):
+        diffs.insert(0, f"suite {recorded.get('suite_name')!r} there, {suite_name!r} here")
+    if diffs:
+        raise AttnbenchError(f"--resume {directory}: the run was recorded elsewhere ({'; '.join(diffs)}); "
+                             f"its numbers would not be comparable. Add --force to resume anyway")
+
+
+def done_keys(directory: Path) -> set[tuple]:
+    """Keys of the measurements already recorded in `directory` (none when it has no results yet)."""
+    if not (directory / RESULTS_FILE).is_file():
+        return set()
+    return {key_of(record) for record in load_records(directory)}
+
+
+def drop_cut_line(path: Path) -> bool:
+    """Remove a last line cut off by a crash, so appended records start on a line of their own."""
+    if not path.is_file():
+        return False
+    with open(path, "rb+") as file:
+        file.seek(0, os.SEEK_END)
+        size = file.tell()
+        if size == 0:
+            return False
+        file.seek(-1, os.SEEK_END)
+        if file.read(1) == b"\n":
+            return False
+        data = path.read_bytes()
+        file.truncate(data.rfind(b"\n") + 1)
+        return True

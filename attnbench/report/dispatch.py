@@ -1,0 +1,185 @@
+"""Which attention backend to call for a shape, from a dispatch table written by `attnbench recommend --out`.
+
+Pure Python and json (no torch), so a model's attention layer or a serving config can import it:
+
+    from attnbench.report.dispatch import DispatchTable
+
+    table = DispatchTable.load("h200-dispatch.json")
+    choice = table.choose(seq_len=6000, heads=16, kv_heads=4, head_dim=128, dtype="bf16", causal=True)
+    backend = choice.backend if choice else "sdpa"  # None: nothing measured says to leave the default
+
+A shape falls in a row's bucket when its query and KV lengths lie in the row's length bands (powers of two:
+a length n is in [2^k, 2^(k+1)) for the k with 2^k <= n) and every other field is equal. `choose` answers only
+from that row, and only when its decision is `winner` or `tie`; any other shape gets None, never the nearest
+bucket's backend, which was not timed on the shape asked. `lookup` returns the matching row whatever its
+decision, to see why there is no choice. The table's format is docs/recommend.md's; `Shape.bucket` is the one
+definition of a bucket, used by `recommend` to write the table and here to read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.core.case import DEFAULT_QUANT_BLOCK
+from attnbench.core.quant import GRANULARITIES
+
+SCHEMA_NAME = "attnbench-dispatch"
+SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
+# The workload kinds a bucket tells apart (each a yes/no: the documents' count, page size or softcap value are not
+# part of the bucket), and the decisions a row can hold; choose() answers from the first two only.
+FEATURES = ("documents", "paged", "ragged", "softcap", "alibi", "kv_shared")
+DECISIONS = ("winner", "tie", "unsettled", "none")
+ANSWERING = ("winner", "tie")
+MODES = ("fwd", "bwd", "fwd_bwd")
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+           "fp64": "float64", "double": "float64", "fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
+
+
+class DispatchError(ValueError):
+    """A dispatch table that cannot be read, or a shape that is not a shape."""
+
+
+def length_band(n: int) -> tuple[int, int]:
+    """The power-of-two band [2^k, 2^(k+1)) holding a length n >= 1: 4096 and 6000 -> (4096, 8192)."""
+    if n < 1:
+        raise DispatchError(f"a sequence length must be 1 or more, got {n}")
+    low = 1 << (int(n).bit_length() - 1)
+    return low, 2 * low
+
+
+def dtype_name(dtype: Any) -> str:
+    """'bfloat16' for 'bf16', 'bfloat16' or torch.bfloat16 (by its name: torch is never imported here)."""
+    name = str(dtype).removeprefix("torch.")
+    return _DTYPES.get(name, name)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention call as a model's layer knows it; `kv_seq_len` defaults to `seq_len`, `head_dim_v` to
+    `head_dim`. `heads` and `kv_heads` are what this GPU computes (after any tensor parallelism)."""
+
+    seq_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    causal: bool = True
+    window: int | None = None
+    mode: str = "fwd"
+    kv_seq_len: int | None = None
+    head_dim_v: int | None = None
+    documents: bool = False
+    paged: bool = False
+    ragged: bool = False
+    softcap: bool = False
+    alibi: bool = False
+    kv_shared: bool = False
+    kv_dtype: str | None = None  # an FP8 K/V cache under `dtype` queries
+    quant: str | None = None  # the FP8 scales' granularity: tensor (the default when quantized), head or block
+    quant_block: int | None = None  # tokens per scale with block scales (default 128)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether Q/K/V or the K/V cache is in an FP8 format."""
+        return dtype_name(self.dtype).startswith("float8") or self.kv_dtype is not None
+
+    def bucket(self) -> dict[str, Any]:
+        """The bucket predicate this shape falls in, as a dispatch table row stores it."""
+        if self.mode not in MODES:
+            raise DispatchError(f"mode {self.mode!r}: allowed: {', '.join(MODES)}")
+        quant = (self.quant or "tensor") if self.quantized else None
+        if quant is not None and quant not in GRANULARITIES:
+            raise DispatchError(f"quant {quant!r}: allowed: {', '.join(GRANULARITIES)}")
+        block = int(self.quant_block or DEFAULT_QUANT_BLOCK) if quant == "block" else None
+        kv = self.kv_seq_len if self.kv_seq_len is not None else self.seq_len
+        return {
+            "seq_len": list(length_band(int(self.seq_len))), "kv_seq_len": list(length_band(int(kv))),
+            "heads": int(self.heads), "kv_heads": int(self.kv_heads), "head_dim": int(self.head_dim),
+            "head_dim_v": int(self.head_dim_v if self.head_dim_v is not None else self.head_dim),
+            "dtype": dtype_name(self.dtype), "causal": bool(self.causal),
+            "window": int(self.window) if self.window is not None else None,
+            **{name: bool(getattr(self, name)) for name in FEATURES}, "mode": self.mode,
+            "kv_dtype": dtype_name(self.kv_dtype) if self.kv_dtype is not None else None, "quant": quant,
+            "quant_block": block,
+        }
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> Shape:
+        """The shape of a measurement record (results.jsonl's fields)."""
+        return cls(
+            seq_len=int(record["seq_len"]), heads=int(record["heads"]), kv_heads=int(record["kv_heads"]),
+            head_dim=int(record["head_dim"]), dtype=str(record["dtype"]), causal=bool(record["causal"]),
+            window=record.get("window"), mode=str(record["mode"]), kv_seq_len=int(record["kv_seq_len"]),
+            head_dim_v=record.get("head_dim_v"), documents=bool(record.get("documents")),
+            paged=record.get("page_size") is not None, ragged=record.get("kv_lengths") is not None,
+            softcap=record.get("softcap") is not None, alibi=bool(record.get("alibi")),
+            kv_shared=bool(record.get("kv_shared")), kv_dtype=record.get("kv_dtype"), quant=record.get("quant"),
+            quant_block=record.get("quant_block"),
+        )
+
+
+def bucket_key(bucket: dict[str, Any]) -> str:
+    """A bucket predicate as one comparable string (rows are unique by it)."""
+    return json.dumps(bucket, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The backend to call, and the table row that says so (its decision, margin, tie set, default's cost)."""
+
+    backend: str
+    row: dict[str, Any]
+
+    @property
+    def decision(self) -> str:
+        return str(self.row["decision"])
+
+
+class DispatchTable:
+    """A loaded dispatch table: its header (GPU, runs, schema) and its rows, one per bucket."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
+            raise DispatchError(f"not an attnbench dispatch table (no \"schema\": \"{SCHEMA_NAME}\")")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise DispatchError(f"dispatch table schema_version {data.get('schema_version')!r}: this attnbench reads "
+                                f"{SCHEMA_VERSION}; write the table again with `attnbench recommend`")
+        self.data = data
+        self.rows: list[dict[str, Any]] = list(data.get("rows") or [])
+        self._by_key = {bucket_key(row["bucket"]): row for row in self.rows}
+
+    @classmethod
+    def load(cls, path: str | Path) -> DispatchTable:
+        """Read a table written by `attnbench recommend --out FILE`."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DispatchError(f"{path}: cannot be read as a dispatch table ({exc})") from None
+        return cls(data)
+
+    @property
+    def gpu(self) -> str | None:
+        """The device the table was measured on (a GPU's name, or the CPU's)."""
+        return self.data.get("gpu")
+
+    def lookup(self, *shape: Any, **fields: Any) -> dict[str, Any] | None:
+        """The row whose bucket holds the shape, whatever its decision. The shape is a Shape, or Shape's fields
+        in its order or by name: lookup(4096, 16, 4, 128, "bf16", causal=True, window=None, mode="fwd")."""
+        one = shape[0] if len(shape) == 1 and isinstance(shape[0], Shape) and not fields else Shape(*shape, **fields)
+        return self._by_key.get(bucket_key(one.bucket()))
+
+    def choose(self, *shape: Any, **fields: Any) -> Choice | None:
+        """The backend to call for the shape (as `lookup` takes it), or None when the table has no decided row
+        for it (an unmeasured shape, no two clean timings, or an unsettled one): then keep the default."""
+        row = self.lookup(*shape, **fields)
+        if row is None or row.get("decision") not in ANSWERING or not row.get("backend"):
+            return None
+        return Choice(str(row["backend"]), row)
+
+    def shapes(self) -> list[dict[str, Any]]:
+        """Every row's bucket predicate (for a caller that lists what the table covers)."""
+        return [dict(row["bucket"]) for row in self.rows]
+

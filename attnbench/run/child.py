@@ -1,0 +1,169 @@
+"""A child process that runs attnbench code and talks to its parent over a socket pair: the isolated measuring worker
+(attnbench.run.isolation) and the compile processes (attnbench.run.precompile).
+
+The parent starts `python -c COMMAND FD` (a subprocess rather than multiprocessing's spawn: spawn re-imports the
+parent's __main__, which breaks under any unguarded script that calls attnbench), and exchanges pickled messages with
+it (multiprocessing's Connection). Its stdout and stderr go to a file; a child that dies is described by its signal
+or exit code and the last lines it wrote there.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import attnbench
+from attnbench.gpu import harness
+
+STDERR_TAIL_LINES = 5
+STDERR_TAIL_CHARS = 400
+# How long a child may take to import torch and the backends before it counts as failed to start.
+START_TIMEOUT_S = 300.0
+
+
+class ChildDied(Exception):
+    """The child process ended without answering; the message says how."""
+
+
+class ChildProcess:
+    """One child process: its pipe, and the file its stderr goes to."""
+
+    def __init__(self, process: subprocess.Popen, conn: Connection, stderr_path: Path) -> None:
+        self.process = process
+        self.conn = conn
+        self.stderr_path = stderr_path
+
+    @classmethod
+    def start(cls, command: str, config: Any) -> ChildProcess:
+        """Start `python -c command FD`, send it ("config", config) and wait for it to say it is ready. `config`
+        names the `device` and the child's extra `env`."""
+        fd, name = tempfile.mkstemp(prefix="attnbench-worker-", suffix=".log")
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        package_root = str(Path(attnbench.__file__).resolve().parent.parent)  # a checkout not installed
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env.update(config.env)
+        if config.device == "cuda":  # the worker does not count this process as another user of its GPU
+            env[harness.HARNESS_GPUS_VAR] = ",".join(harness.contexts_held_here())
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", command, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
+                start_new_session=True,  # Ctrl-C reaches the parent only; it stops after this measurement
+            )
+        finally:
+            os.close(fd)
+            theirs.close()
+        worker = cls(process, Connection(ours.detach()), Path(name))
+        worker.send(("config", config))
+        message = worker.receive(START_TIMEOUT_S)
+        if message is None:
+            worker.kill()
+            raise ChildDied(f"did not start within {START_TIMEOUT_S:g} s")
+        return worker
+
+    def send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            raise ChildDied(self.death()) from None
+
+    def receive(self, timeout_s: float | None) -> Any:
+        """The worker's next message; None when `timeout_s` passes first; ChildDied when it ended."""
+        try:
+            if not self.conn.poll(timeout_s):
+                return None
+            return self.conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            raise ChildDied(self.death()) from None
+
+    def death(self) -> str:
+        """How the process ended, with the last lines of its stderr."""
+        try:
+            code = self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            how = f"was killed by signal {signal_name(-code)}"
+        else:
+            how = f"exited with code {code}"
+        tail = self.stderr_tail()
+        self._remove_log()
+        return how + (f"; last stderr: {tail}" if tail else "; it wrote nothing to stderr")
+
+    def stderr_tail(self) -> str:
+        try:
+            text = self.stderr_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        fatal = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+        if fatal:  # faulthandler's report: the error, then the stack innermost first
+            tail = " | ".join(lines[fatal[-1]:fatal[-1] + STDERR_TAIL_LINES])
+            return tail[:STDERR_TAIL_CHARS]
+        tail = " | ".join(lines[-STDERR_TAIL_LINES:])
+        return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.conn.close()
+        self._remove_log()
+
+    def stop(self) -> None:
+        """Ask the worker to finish; kill it if it does not."""
+        try:
+            self.conn.send(("stop",))
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            pass
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def _remove_log(self) -> None:
+        self.stderr_path.unlink(missing_ok=True)
+
+
+def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:
+    """A child's start (the COMMAND's body): its socket is `fd` and its first message the config `main` runs with.
+    Ctrl-C is the parent's (it stops the child between tasks); a segfault leaves its Python stack in the stderr tail."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()
+    conn = Connection(fd)
+    try:
+        _, config = conn.recv()
+    except (EOFError, OSError):
+        return
+    main(conn, config)
+
+
+def requests(conn: Connection) -> Iterator[tuple]:
+    """The parent's messages to a child, until it says stop or goes away."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        yield message
+
+
+def signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)

@@ -1,0 +1,81 @@
+"""Where torch.compile keeps what it compiled between runs: a directory the user can see and clear.
+
+Inductor's FX graph cache, autotune results and Triton kernels live under TORCHINDUCTOR_CACHE_DIR; attnbench
+points it at `<cache dir>/inductor` (default `$XDG_CACHE_HOME/attnbench`, else `~/.cache/attnbench`), so the
+second run of a suite loads flex's kernels instead of compiling them. Beside it, `compiled.json` lists the
+flex graphs attnbench has compiled there (per torch version), so a forecast knows which compiles are cached,
+and `calibration.json` keeps each device's throughput measurement.
+
+FlashInfer JIT-compiles its kernels with nvcc at first use and keeps them under $FLASHINFER_WORKSPACE_BASE/.cache/
+flashinfer (flashinfer/jit/env.py, read when flashinfer is imported; default the home directory): attnbench points
+it at `<cache dir>/flashinfer`, so the run's --cache-dir holds every compiled kernel and a second run loads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+from attnbench.core.errors import AttnbenchError
+
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+FLASHINFER_ENV = "FLASHINFER_WORKSPACE_BASE"
+LEDGER = "compiled.json"
+
+
+def default_dir() -> Path:
+    """$XDG_CACHE_HOME/attnbench, else ~/.cache/attnbench."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnbench"
+
+
+def use(directory: Path | None) -> Path:
+    """Make `directory` (default: default_dir()) the run's compile cache: inductor's caches and FlashInfer's JIT
+    workspace go under it, in this process and in every worker it starts (a FLASHINFER_WORKSPACE_BASE the user set
+    is kept unless --cache-dir names a directory). A directory that cannot be created is a user error."""
+    chosen = Path(directory) if directory is not None else default_dir()
+    try:
+        (chosen / "inductor").mkdir(parents=True, exist_ok=True)
+        (chosen / "flashinfer").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise AttnbenchError(f"--cache-dir {chosen}: cannot be created ({exc.strerror})") from None
+    os.environ[INDUCTOR_ENV] = str((chosen / "inductor").resolve())
+    if directory is not None or FLASHINFER_ENV not in os.environ:
+        os.environ[FLASHINFER_ENV] = str((chosen / "flashinfer").resolve())
+    return chosen
+
+
+def compiled(directory: Path | None, torch_version: str) -> set[str]:
+    """The flex compile keys (attnbench.run.forecast.compile_key) already compiled into `directory` by this torch."""
+    if directory is None:
+        return set()
+    try:
+        data = json.loads((directory / LEDGER).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return set()
+    return set(data.get(torch_version, [])) if isinstance(data, dict) else set()
+
+
+def note_compiled(directory: Path | None, torch_version: str, keys: Iterable[str]) -> None:
+    """Add `keys` to the ledger (best effort: a read-only cache only costs a less accurate forecast)."""
+    if directory is None:
+        return
+    new = set(keys)
+    if not new:
+        return
+    path = directory / LEDGER
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    data[torch_version] = sorted(set(data.get(torch_version, [])) | new)
+    try:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass

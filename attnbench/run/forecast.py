@@ -1,0 +1,262 @@
+"""A run's wall time before it starts (`run --dry-run`), and its ETA while it runs: one model for both.
+
+Each measurement costs the harness's own overhead, the backend's setup (a compile), the checked call, warm-up and
+samples as the sampler will take them, plus each case's reference. Call times come from the case's work (FLOPs,
+and the score matrix's bytes for kernels that materialise it) over the device's throughput (attnbench.run.calibration),
+at the efficiency each backend declares in its cost model (`Backend.cost`). What is skipped is decided by the run's
+own skip rule (attnbench.run.skip), so the forecast prices exactly what the run will do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from attnbench.core import counting, workload
+from attnbench.backends.naive import NaiveBackend
+from attnbench.run.calibration import Machine
+from attnbench.core.case import DTYPE_BYTES, group_of
+from attnbench.run.skip import Facts, skip_reason
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
+    from attnbench.timing.timers import TimingSettings
+
+MODE_PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd_bwd": ("fwd", "bwd")}
+
+# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted, as above).
+CHECK_JOINS = 0.5
+# Relative spread of a call's samples (their coefficient of variation): how many samples the interval needs.
+NOISE = {"cpu": 0.03, "cuda": 0.01}
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Fixed costs of the harness, in seconds (fitted on the same runs as the kernels)."""
+
+    startup_s: float  # interpreter, imports, env.json: before the first measurement
+    per_measurement_s: float  # prepare, check, record, progress: around every measurement that runs
+    per_skip_s: float  # a measurement recorded `skipped` before any tensor exists
+    per_case_s: float  # inputs, and freeing them
+    worker_start_s: float  # an isolated run's worker process (imports torch again)
+    report_s: float  # the report: HTML, Markdown and the fixed charts
+    per_chart_s: float  # each case group's chart
+    compile_s: float  # one flex compile of a forward with a cold cache
+    compile_cached_s: float  # the same graph from inductor's on-disk cache
+    backward_compile: float  # a forward-and-backward compile costs this many forward ones
+
+
+CPU_OVERHEADS = Overheads(2.0, 0.012, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.6, 2.0)
+# compile: the H200 run of suites/gpu-check.yaml (torch 2.11): compile_s 2.8 s forward, 4.2 s fwd_bwd.
+GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5)
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of a case's dtype, or of the reference's float64."""
+    return 8 if dtype == "float64" else DTYPE_BYTES[dtype]
+
+
+def pairs(case: Case, kind: str) -> int:
+    """(query, key) pairs a kernel of this kind computes, over the batch and heads."""
+    explicit = kind == "causal-flag" and case.window is not None  # a window given as an explicit mask
+    if kind == "dense" or explicit or not (case.causal or case.window is not None):
+        count = case.seq_len * case.kv_seq_len
+    elif kind == "causal" and case.window is not None:
+        count = (workload.visible_pairs(dataclasses.replace(case, window=None)) if case.causal
+                 else case.seq_len * case.kv_seq_len)
+    else:
+        count = workload.visible_pairs(case)
+    return case.batch * case.heads * count
+
+
+def call_s(case: Case, backend: Backend, machine: Machine, dtype: str | None = None) -> float:
+    """Predicted seconds of one timed call of `backend` on `case` (computed in `dtype`, default the case's), from the
+    backend's declared cost on this kind of device."""
+    kernel = backend.cost.kernel(machine.device)
+    dtype = dtype or case.dtype
+    work = counting.forward_flops_per_pair(case) * pairs(case, kernel.pairs)
+    scores = case.batch * case.heads * case.seq_len * case.kv_seq_len * element_bytes(dtype)
+    rate = machine.rate(dtype) * 1e12
+    total = 0.0
+    for part in MODE_PARTS[case.mode]:
+        backward = part == "bwd"
+        efficiency = kernel.efficiency_bwd if backward else kernel.efficiency_fwd
+        passes = kernel.score_passes_bwd if backward else kernel.score_passes_fwd
+        flops = work * (counting.MODE_FLOP_FACTOR["bwd"] if backward else 1.0)
+        total += flops / (rate * efficiency) + passes * scores / (machine.bandwidth_gbs * 1e9)
+        total += kernel.calls * (2 if backward else 1) * machine.launch_ms * 1e-3
+    return total
+
+
+def reference_s(case: Case, machine: Machine) -> float:
+    """The case's reference (float64 naive on the checked rows, with gradients when they are checked) and the
+    naive run in the case's own dtype (attnbench.verify.inputs)."""
+    from attnbench.verify.inputs import FULL_CHECK_PAIRS, SUBSET_ROWS, grad_checkable
+
+    full = case.batch * case.heads * case.seq_len * case.kv_seq_len <= FULL_CHECK_PAIRS[case.device]
+    share = 1.0 if full or case.seq_len <= SUBSET_ROWS + 2 else (SUBSET_ROWS + 2) / case.seq_len
+    checked = dataclasses.replace(case, mode="fwd_bwd" if grad_checkable(case) else "fwd")
+    return share * (call_s(checked, NaiveBackend, machine, "float64") + call_s(checked, NaiveBackend, machine))
+
+
+@dataclass(frozen=True)
+class TaskForecast:
+    backend: str
+    seconds: float
+    runs: bool  # False when the measurement is skipped before any tensor exists
+
+
+@dataclass
+class Forecast:
+    """Predicted seconds per measurement, per backend and in total."""
+
+    machine: Machine
+    tasks: list[TaskForecast] = field(default_factory=list)
+    startup_s: float = 0.0  # imports, env.json, an isolated run's worker
+    report_s: float = 0.0
+    reference_s: float = 0.0  # included in the tasks' seconds (each case's first measurement)
+    compile_s: float = 0.0  # likewise: compiles, or cache loads, in the measurements' own setup
+    precompile_s: float = 0.0  # the compile phase before the first measurement (attnbench.run.precompile)
+    compile_workers: int = 0  # its processes; 0: no phase
+    precompiled: int = 0  # graphs it compiles
+
+    @property
+    def fixed_s(self) -> float:
+        return self.startup_s + self.precompile_s + self.report_s
+
+    @property
+    def total_s(self) -> float:
+        return self.fixed_s + sum(t.seconds for t in self.tasks)
+
+    def by_backend(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for task in self.tasks:
+            out[task.backend] = out.get(task.backend, 0.0) + task.seconds
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total_s": round(self.total_s, 2), "startup_s": round(self.startup_s, 2),
+                "report_s": round(self.report_s, 2),
+                "reference_s": round(self.reference_s, 2), "compile_s": round(self.compile_s, 2),
+                "precompile_s": round(self.precompile_s, 2), "compile_workers": self.compile_workers,
+                "precompiled": self.precompiled,
+                "by_backend_s": {k: round(v, 2) for k, v in self.by_backend().items()},
+                "measurements": len(self.tasks), "measured": sum(t.runs for t in self.tasks),
+                "machine": self.machine.to_dict(), "estimate": self.machine.estimate}
+
+
+def measurement_s(case: Case, backend: Backend, machine: Machine, settings: TimingSettings,
+                  overheads: Overheads, compiled: bool, shared: bool = False) -> tuple[float, float]:
+    """(seconds, of which compile) of one measurement that runs: overhead, setup, the checked call, warm-up, samples.
+    `compiled`: its graph is in inductor's cache (a load); `shared`: a kernel already compiled serves it (nothing)."""
+    t = call_s(case, backend, machine)
+    t_ms = t * 1e3
+    compile_s = compile_price(case, backend, overheads, compiled) if not shared else 0.0
+    check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend, machine) if case.needs_grad else t
+    if case.needs_grad:  # a separate check; warm-up on timed calls
+        warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
+    else:  # the check is the first warm-up call (and, on a CPU, often the first sample)
+        warm_ms = max(0.0, min(settings.warmup_ms - t_ms, 5 * t_ms))
+    needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
+    count = min(settings.max_samples, max(settings.min_samples, needed))
+    sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
+    if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
+        sample_ms -= CHECK_JOINS * t_ms
+    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on a CPU
+    # only where RAPL can be read, which the forecast does not assume.
+    loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
+    return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms) / 1e3, compile_s
+
+
+def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
+    """Seconds of one compile of `backend`'s graph for `case` (0 when its prepare compiles nothing): a cold compile, or
+    with `cached` a load from inductor's on-disk cache (the graph is still traced)."""
+    if not backend.cost.compiles:
+        return 0.0
+    per_graph = overheads.compile_cached_s if cached else overheads.compile_s
+    return per_graph * (overheads.backward_compile if case.needs_grad else 1)
+
+
+def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
+             isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
+             report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
+             compile_workers: int = 0) -> Forecast:
+    """The forecast of measuring `tasks` (in order) on `machine`, report included.
+
+    `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
+    a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
+    the run's timer can time, as attnbench.run.skip takes them; `deterministic`: the run asks for deterministic kernels).
+    With `compile_workers` (attnbench.run.precompile's pool) every other graph is compiled before the first measurement,
+    `compile_workers` at a time: the phase costs a process start and the compiles' sum over the workers (at least the
+    longest one), and each measurement a load.
+    """
+    overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
+    compiled = set(compiled or ())
+    on_disk = set(compiled)
+    ahead: list[float] = []  # the pool's compiles
+    result = Forecast(machine)
+    seen_cases: set[Case] = set()
+    groups: set[tuple] = set()
+    dynamic_lengths: dict[str, set[tuple[int, int]]] = {}
+    conformance: dict[str, str | None] = {}
+    for case, backend in tasks:
+        groups.add(group_of(case))
+        if skip_reason(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic)):
+            result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
+            continue
+        key = backend.compile_key(case)
+        shared, cached = False, key in compiled
+        before_sharing = backend.compiles_before_sharing(case)
+        if key is not None and before_sharing is not None:  # its compiles before sharing are real unless cached
+            lengths = dynamic_lengths.setdefault(key, set())
+            lengths.add((case.seq_len, case.kv_seq_len))
+            shared, cached = len(lengths) > before_sharing, key in on_disk
+        if compile_workers and key is not None and not shared and not cached:  # the pool compiles it first
+            ahead.append(compile_price(case, backend, overheads, False))
+            cached = True
+        seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared)
+        if key is not None:
+            compiled.add(key)
+        if case not in seen_cases:
+            seen_cases.add(case)
+            ref = reference_s(case, machine)
+            result.reference_s += ref
+            seconds += ref + overheads.per_case_s
+        result.compile_s += compile_s
+        result.tasks.append(TaskForecast(backend.name, seconds / max(1, workers), True))
+    result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0)
+    if ahead:
+        result.compile_workers, result.precompiled = compile_workers, len(ahead)
+        result.precompile_s = overheads.worker_start_s + max(sum(ahead) / min(compile_workers, len(ahead)), max(ahead))
+    if report and tasks:
+        result.report_s = overheads.report_s + overheads.per_chart_s * len(groups)
+    return result
+
+
+def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str, ...] | None,
+          conformance: dict[str, str | None], deterministic: bool = False) -> Facts:
+    """The skip rule's facts as the run will find them on `machine`. For a GPU that is not here (a datasheet
+    estimate) every backend made for CUDA is taken to be installed and conforming."""
+    from attnbench.backends.conformance import conformance_problem
+
+    if case.device not in backend.devices:
+        return Facts(availability=f"{backend.name} is not made for {case.device}")
+    if machine.estimate:
+        return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic)
+    if backend.name not in conformance:
+        conformance[backend.name] = conformance_problem(backend)
+    problem = conformance[backend.name]
+    return Facts(problem, None if problem else backend.availability(case.device), machine.memory_bytes, timer_modes,
+                 deterministic=deterministic)
+
+
+def fmt_duration(seconds: float) -> str:
+    """Seconds as '42 s', '3.5 min' or '2.1 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

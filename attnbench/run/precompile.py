@@ -1,0 +1,294 @@
+"""The compile phase: every graph a run's measurements will compile, compiled first, in parallel, in worker processes.
+
+A backend whose `prepare` compiles (`Backend.cost.compiles`: flex, flex-dynamic) compiles one graph per
+`Backend.compile_key`. Without this phase the measuring process compiles them one after the other while the device
+waits (72 of the 108 minutes `--estimate-gpu H100` gave suites/long.yaml). With it, before the first measurement a
+pool of `--compile-workers` processes takes each distinct key not yet in the run's `--cache-dir`, builds the case's
+inputs and calls the backend's own `prepare` (which compiles and makes one warm call) in a fresh process that shares
+the run's TORCHINDUCTOR_CACHE_DIR. When the measurement's `prepare` runs, Inductor's FX graph cache and AOTAutograd's
+cache (and Triton's, under the same directory) hold the graph: it traces and loads instead of compiling
+(`extra.kernels_compiled` 0, `cache_hits` > 0); the load is its setup, `extra.compile_s`, as any compile was.
+
+Why a phase before the measurements, never beside them: on a CPU the compile processes would compete for the cores
+the timed calls run on; on a GPU each compile process's warm call runs a kernel on the GPU being timed, and a second
+process holding a context there flags every record as timed on a shared GPU. So the pool is done, and every process
+of it gone, before the first measurement starts. Nothing made in the pool is timed, checked or recorded: its tensors
+are thrown away; only the on-disk caches remain.
+
+What the phase did goes into env.json (`precompile`), and the seconds the pool spent on a record's graph into that
+record's `extra.precompile_s`. A compile that fails in the pool is not an error of the run: the measurement compiles
+itself, as without the pool, and records its own failure if it fails again.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.run.child import ChildDied, ChildProcess, child_main, requests
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
+
+# The default pool: a process per core this process may run on but one (left to the parent and the system), at most
+# this many (on a GPU server each holds a CUDA context and a case's tensors on the one GPU), and none where that
+# leaves fewer than two: one process compiling the graphs one after the other gains nothing over the measurement
+# compiling them itself. On the 2-core VM two processes gained nothing either (docs/run-time.md): each compile is
+# a C++ compiler's run, and two at once took twice as long each.
+MAX_DEFAULT_WORKERS = 16
+# The pool size a GPU estimate (`--dry-run --estimate-gpu`) assumes when --compile-workers is not given.
+ESTIMATE_GPU_WORKERS = 16
+# A compile that takes longer than this (or the run's --timeout, if longer) is abandoned: its process is killed.
+JOB_TIMEOUT_S = 900.0
+WORKER_COMMAND = "import sys; from attnbench.run.precompile import worker_entry; worker_entry(int(sys.argv[1]))"
+MAX_LISTED_FAILURES = 20  # env.json lists this many failed compiles, and counts them all
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_workers(cores: int | None = None) -> int:
+    """--compile-workers when not given: min(cores - 1, 16), or 0 (no pool) where that is under 2."""
+    count = min((usable_cores() if cores is None else cores) - 1, MAX_DEFAULT_WORKERS)
+    return count if count >= 2 else 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One graph to compile ahead: a compile key, its backend and the cases whose `prepare` compiles it (one; for a
+    kernel compiled for dynamic lengths, the first `compiles_before_sharing` lengths, in the run's order)."""
+
+    key: str
+    backend: str
+    cases: tuple[Case, ...]
+
+
+def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
+    """The distinct compile keys of `tasks` whose backend compiles and would run the case (attnbench.backends.base's
+    `refusal`), less those already in the cache (`cached`: the ledger of attnbench.run.compile_cache), in the order the
+    pool takes them (`interleaved`)."""
+    from attnbench.backends.base import refusal
+
+    cases: dict[str, list[Case]] = {}
+    backends: dict[str, str] = {}
+    limits: dict[str, int] = {}
+    for case, backend in tasks:
+        if not backend.cost.compiles:
+            continue
+        key = backend.compile_key(case)
+        if key is None or key in cached or refusal(backend, case):
+            continue
+        group = cases.setdefault(key, [])
+        backends[key] = backend.name
+        limits[key] = backend.compiles_before_sharing(case) or 1
+        lengths = {(c.seq_len, c.kv_seq_len) for c in group}
+        if len(group) < limits[key] and (case.seq_len, case.kv_seq_len) not in lengths:
+            group.append(case)
+    jobs = [Job(key, backends[key], tuple(group)) for key, group in cases.items()]
+    return (interleaved([job for job in jobs if job.cases[0].needs_grad])
+            + interleaved([job for job in jobs if not job.cases[0].needs_grad]))
+
+
+def interleaved(jobs: list[Job]) -> list[Job]:
+    """Backward graphs go first (they take the longest to compile); within each kind, one job of each length in turn,
+    the longest first, otherwise in the run's order. A suite lists its lengths outermost, so in the run's order the
+    pool's processes would all hold the longest cases' tensors (and their eager block masks: 12 GB each at 32K) at
+    once; taken in turn, any few consecutive jobs hold as few of them as the mix allows."""
+    buckets: dict[tuple[int, int], deque[Job]] = {}
+    for job in jobs:
+        buckets.setdefault((job.cases[0].seq_len, job.cases[0].kv_seq_len), deque()).append(job)
+    queues = [buckets[length] for length in sorted(buckets, reverse=True)]
+    order: list[Job] = []
+    while queues:
+        order += [queue.popleft() for queue in queues]
+        queues = [queue for queue in queues if queue]
+    return order
+
+
+@dataclass
+class JobResult:
+    """What one job came to: `compiled` (kernels compiled or loaded), `skipped` (the backend refused the case:
+    the measurement will skip it too), `failed` (the measurement compiles it itself)."""
+
+    job: Job
+    status: str
+    seconds: float
+    kernels_compiled: int = 0
+    cache_hits: int = 0
+    reason: str | None = None
+
+
+@dataclass
+class PoolResult:
+    """The compile phase of a run, as env.json's `precompile` records it."""
+
+    workers: int
+    jobs: int
+    results: list[JobResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    stopped: bool = False
+
+    def compiled_keys(self) -> dict[str, float]:
+        """The keys now in the cache, with the seconds the pool spent on each."""
+        return {r.job.key: r.seconds for r in self.results if r.status == "compiled"}
+
+    def to_dict(self) -> dict[str, Any]:
+        failed = [r for r in self.results if r.status == "failed"]
+        return {
+            "workers": self.workers, "jobs": self.jobs, "wall_s": round(self.wall_s, 2),
+            "compiled": sum(r.status == "compiled" for r in self.results),
+            "skipped": sum(r.status == "skipped" for r in self.results),
+            "failed": len(failed), "not_done": self.jobs - len(self.results), "stopped": self.stopped,
+            "kernels_compiled": sum(r.kernels_compiled for r in self.results),
+            "cache_hits": sum(r.cache_hits for r in self.results),
+            "compile_s_sum": round(sum(r.seconds for r in self.results), 2),
+            "failures": [{"backend": r.job.backend, "case_id": r.job.cases[0].case_id, "reason": r.reason}
+                         for r in failed[:MAX_LISTED_FAILURES]],
+        }
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What a compile process needs (attnbench.run.child reads `device` and `env`); plain data, so it pickles."""
+
+    device: str
+    plugins: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, ...] = (),
+               envs: list[dict[str, str]] | None = None, timeout_s: float | None = None,
+               should_stop: Callable[[], bool] = lambda: False,
+               on_done: Callable[[JobResult], None] | None = None) -> PoolResult:
+    """Compile `jobs` in `workers` processes, each taking the next job when free; returns when every process has
+    ended. `envs`: each process's extra environment, in turn (one GPU each with --devices). A process that dies or
+    passes the time limit costs its job (`failed`) and is replaced; so is one after any failure, since a compile
+    error can leave Dynamo skipping the backend's frame for the rest of that process."""
+    result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
+    start = time.perf_counter()
+    queue = deque(jobs)
+    lock = threading.Lock()
+    limit = max(JOB_TIMEOUT_S, timeout_s or 0.0)
+    live: list[ChildProcess] = []
+
+    def note(done: JobResult) -> None:
+        with lock:
+            result.results.append(done)
+        if on_done is not None:
+            on_done(done)
+
+    def work(slot: int) -> None:
+        config = PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {}))
+        worker: ChildProcess | None = None
+        while True:
+            with lock:
+                if should_stop():
+                    result.stopped = True
+                    queue.clear()
+                if not queue:
+                    break
+                job = queue.popleft()
+            began = time.perf_counter()
+            try:
+                if worker is None:
+                    worker = ChildProcess.start(WORKER_COMMAND, config)
+                    with lock:
+                        live.append(worker)
+                worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
+                message = worker.receive(limit)
+            except (ChildDied, OSError) as died:  # it ended, or could not be started
+                message = ("done", "failed", 0, 0, f"compile process {died}")
+                if worker is not None:
+                    worker.kill()
+                worker = None
+            if message is None:
+                message = ("done", "failed", 0, 0, f"no result within {limit:g} s; the compile process was killed")
+            _, status, kernels, hits, reason = message
+            note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
+            if status == "failed" and worker is not None:  # a fresh process for the next job
+                worker.kill()
+                worker = None
+        if worker is not None:
+            worker.stop()
+
+    threads = [threading.Thread(target=work, args=(slot,), name=f"attnbench-compile-{slot}", daemon=True)
+               for slot in range(result.workers)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # a second Ctrl-C: no compile process outlives the run
+        queue.clear()
+        for worker in list(live):
+            worker.kill()
+        raise
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def worker_entry(fd: int) -> None:
+    """A compile process's start: its socket is `fd`; its first message is the PoolConfig."""
+    child_main(fd, worker_main)
+
+
+def worker_main(conn: Connection, config: PoolConfig) -> None:
+    """Compile what the parent sends until it says stop or goes away."""
+    from attnbench.core.case import Case
+    from attnbench.backends.registry import default_registry
+
+    registry = default_registry(list(config.plugins))
+    conn.send(("ready",))
+    for message in requests(conn):
+        _, name, cases = message
+        status, kernels, hits, reason = compile_job(registry.get(name), [Case(**fields) for fields in cases])
+        conn.send(("done", status, kernels, hits, reason))
+
+
+def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None]:
+    """Call `backend.prepare` on each case's inputs as the measurement will (the same seeded tensors, the grad mode
+    the case times), so that the graph it compiles, and the key it is cached under, are the measurement's; keep
+    nothing but what the compile left on disk. (status, kernels compiled, cache hits, reason)."""
+    from attnbench.backends.base import Unsupported, first_line, refusal
+    from attnbench.backends.conformance import conformance_problem
+    from attnbench.verify.inputs import make_inputs
+
+    kernels = hits = 0
+    for case in cases:
+        why = conformance_problem(backend) or backend.availability(case.device) or refusal(backend, case)
+        if why:
+            return "skipped", kernels, hits, why
+        try:
+            inputs = make_inputs(case)
+            canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inputs.q, inputs.k, inputs.v))
+            prepared = backend.prepare(case, *canonical)
+            kernels += int(prepared.extra.get("kernels_compiled", 0))
+            hits += int(prepared.extra.get("cache_hits", 0))
+        except Unsupported as exc:
+            return "skipped", kernels, hits, str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure here is the measurement's to meet and record
+            reason = backend.skip_reason(exc, [])
+            return ("skipped", kernels, hits, reason) if reason else (
+                "failed", kernels, hits, f"{type(exc).__name__}: {first_line(exc)}")
+        finally:
+            inputs = canonical = prepared = None  # noqa: F841 - drop the case's tensors before the next
+            gc.collect()
+            if case.device == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
+    return "compiled", kernels, hits, None
+

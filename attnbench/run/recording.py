@@ -1,0 +1,149 @@
+"""From a measurement's raw outcome to its record: what a run's records share, the numbers derived from the raw
+samples and the case (GUIDE.md "A measurement record", "Counting work"), and the Record itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from attnbench.core import counting
+from attnbench.core.interval import Interval, median_interval, summarize, two_modes
+from attnbench.core.peaks import peak_for
+from attnbench.records.results import Record
+from attnbench.timing.sampling import STOPS
+from attnbench.timing.timers import TimingSettings
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
+
+MAX_REASON = 600
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every record of one run shares."""
+
+    run_id: str
+    suite: str
+    device_name: str | None = None
+    # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
+    peak_tflops: float | None = None
+    peak_bandwidth_gbs: float | None = None
+    # This device's own roofs, measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
+    # and a copy (GB/s). A record's extra.percent_of_measured_peak is against them, beside the datasheet's.
+    measured_tflops: tuple[tuple[str, float], ...] = ()
+    measured_bandwidth_gbs: float | None = None
+
+
+def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
+                timer: str | None = None) -> Record:
+    """The record of one measurement; `timer` is named only where samples were taken (ok, mismatch)."""
+    if reason is not None and len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 1] + "…"
+    return Record(
+        run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
+        case_id=case.case_id, status=status, reason=reason, timer=timer if status in ("ok", "mismatch") else None,
+        **case.fields(), **fields,
+    )
+
+
+def unmeasured(info: RunInfo, case: Case, backend: Backend, status: str, reason: str) -> Record:
+    """A record for a measurement that gave no numbers: skipped before it ran, or lost with a worker."""
+    return make_record(info, case, backend.name, status, reason, work_fields(case, backend))
+
+
+def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
+    """What every record carries whether or not it was measured: FLOPs, bytes and the memory estimate."""
+    return {"memory_estimate_bytes": backend.estimate_memory(case), "flops": counting.flops(case),
+            "bytes_moved": backend.bytes_moved(case)}
+
+
+def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
+    """Achieved TFLOP/s and GB/s at the median time (GUIDE.md "Counting work")."""
+    seconds = median_ms * 1e-3
+    return {"tflops": counting.flops(case) / seconds / 1e12,
+            "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
+
+
+def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, Any]:
+    """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
+
+    `noisy` when the spread is wide (IQR over NOISE_THRESHOLD of the median) or the interval is wider than the
+    precision asked (±precision of the median), or too few samples were taken for an interval at the confidence
+    asked (under 6 at 95%: one 4 s call has no interval at all): the number is not known as well as the suite wanted.
+    """
+    stats = summarize(samples)
+    interval = median_interval(samples, settings.confidence)
+    return {
+        "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
+        "times_ms": list(samples), "ci_low_ms": interval.low, "ci_high_ms": interval.high,
+        "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
+        "noisy": stats.noisy or interval.level < settings.confidence or interval.half_width() > settings.precision,
+    }
+
+
+def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) -> str:
+    """Why sampling stopped: as the timer says, else as the samples show (a timer that returns a plain list)."""
+    stop = getattr(samples, "stop", None)
+    if stop in STOPS:
+        return stop
+    if len(samples) >= settings.max_samples:
+        return "max_samples"
+    if interval.level >= settings.confidence and interval.half_width() <= settings.precision:
+        return "precision"
+    return "budget"
+
+
+def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
+    """What the timer spent warming up (ms, calls, whether the call time settled) and its own details; and, where
+    the samples fall into two groups apart, `bimodal` (each group's median, the slower group's share)."""
+    extra: dict[str, Any] = {}
+    modes = two_modes(list(samples))
+    if modes is not None:
+        extra["bimodal"] = {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}
+    if hasattr(samples, "warmup_calls"):
+        extra.update(warmup_ms=getattr(samples, "warmup_ms"), warmup_calls=getattr(samples, "warmup_calls"),
+                     warmup_steady=getattr(samples, "steady"))
+    extra.update(getattr(timer, "extra", None) or {})
+    return extra
+
+
+def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
+                    fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
+    """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence (peak_source).
+
+    Decode-like cases (one query row) are judged against memory bandwidth, the rest against the dense
+    compute rate for the dtype. The datasheet table is consulted only on CUDA; an override applies anywhere.
+    """
+    name = info.device_name if case.device == "cuda" else None
+    peak = peak_for(name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs, fp32_math)
+    if case.memory_bound:
+        roof, achieved, source, bound = peak.bandwidth_gbs, bandwidth_gbs, peak.bandwidth_source, "memory"
+    else:
+        roof, achieved, source, bound = peak.tflops, tflops, peak.tflops_source, "compute"
+    extra: dict[str, Any] = {"peak_bound": bound, "peak_source": source if roof else None}
+    if roof:
+        extra["peak"] = roof
+    measured = (info.measured_bandwidth_gbs if bound == "memory"
+                else dict(info.measured_tflops).get(case.dtype))
+    if measured:
+        extra.update(measured_peak=measured, percent_of_measured_peak=100.0 * achieved / measured)
+    return (100.0 * achieved / roof if roof else None), extra
+
+
+# The one-time parts of a backend's setup its `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).
+SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3), ("plan", "plan_ms", 1.0))
+
+
+def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """`setup_ms` (the whole of `prepare`, outside every timed call) and `setup_parts` (ms): the parts the backend
+    reported (block-mask build, compile, plan) and `other`, the rest (layout conversion, packing, page tables)."""
+    parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
+    parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
+    return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,185 @@
+"""The order measurements are made in: a queue of whole cases, one thread per measurer, OOM pruning. Holds no timer.
+
+A measurer (attnbench.run.measure.InProcess, or attnbench.run.isolation.Isolated around a worker process) makes each
+measurement; the schedule only decides which comes next, records what is pruned, and hands every record to the
+sink as soon as it exists.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from attnbench.core.case import group_of
+from attnbench.run.recording import RunInfo, unmeasured
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
+    from attnbench.records.results import Record
+
+Task = tuple["Case", "Backend"]
+
+
+class Listener(Protocol):
+    """Told about progress, so the CLI can draw it; the schedule itself prints nothing."""
+
+    def started(self, index: int, total: int, case: Case, backend: Backend) -> None: ...
+
+    def finished(self, record: Record) -> None: ...
+
+
+class Measurer(Protocol):
+    """Makes one measurement: in this process, or in a worker process that may die or hang."""
+
+    def measure(self, case: Case, backend: Backend) -> Record: ...
+
+    def close(self) -> None: ...
+
+
+def tasks_of(cases: list[Case], backends: list[Backend]) -> list[Task]:
+    """Every (case, backend) measurement, case by case."""
+    return [(case, backend) for case in cases for backend in backends]
+
+
+@dataclass
+class Schedule:
+    """Runs (case, backend) tasks through measurers and hands each record to `sink` as soon as it exists."""
+
+    info: RunInfo  # for the records of measurements pruned without being tried
+    listener: Listener | None = None
+    should_stop: Callable[[], bool] = lambda: False
+    oom_pruning: bool = True
+
+    def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
+        """Measure each (case, backend) by one measurer, or by several at once; every measurer is closed.
+
+        The one loop every run goes through. Tasks wait in a queue of whole cases (a case's backends stay
+        together, so its inputs and reference are made once); each measurer takes the next case when it is
+        free: one measurer (the usual run) takes them in order, several (one worker per GPU) share them.
+        After an `oom`, longer sequences of the same backend and case group are recorded `skipped` without
+        being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
+        """
+        measurers = measurers if isinstance(measurers, list) else [measurers]
+        queue = TaskQueue(tasks)
+        pruner = OomPruner(self.oom_pruning)
+        lock = threading.Lock()
+        done = 0
+
+        def work(one: Measurer) -> None:
+            nonlocal done
+            while (group := queue.next_case()) is not None:
+                for case, backend in group:
+                    with lock:
+                        if self.should_stop():
+                            queue.clear()
+                            return
+                        if self.listener:
+                            self.listener.started(done, len(tasks), case, backend)
+                        reason = pruner.reason(case, backend)
+                    record = (unmeasured(self.info, case, backend, "skipped", reason) if reason
+                              else one.measure(case, backend))
+                    with lock:
+                        pruner.note(case, backend, record)
+                        sink(record)
+                        done += 1
+                        if self.listener:
+                            self.listener.finished(record)
+
+        if len(measurers) == 1:
+            try:
+                work(measurers[0])
+            except BaseException:  # a second Ctrl-C aborts: a worker is killed, not waited for
+                getattr(measurers[0], "abort", measurers[0].close)()
+                raise
+            measurers[0].close()
+            return done
+        run_threads(work, measurers, queue)
+        return done
+
+
+class TaskQueue:
+    """The measurements still to make, as whole cases (consecutive tasks of one case), taken one case at a time."""
+
+    def __init__(self, tasks: list[Task]) -> None:
+        self.groups: deque[list[Task]] = deque()
+        for case, backend in tasks:
+            if self.groups and self.groups[-1][0][0] == case:
+                self.groups[-1].append((case, backend))
+            else:
+                self.groups.append([(case, backend)])
+        self.lock = threading.Lock()
+
+    def next_case(self) -> list[Task] | None:
+        with self.lock:
+            return self.groups.popleft() if self.groups else None
+
+    def clear(self) -> None:
+        with self.lock:
+            self.groups.clear()
+
+
+def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], queue: TaskQueue) -> None:
+    """`work` once per measurer, each in its own thread, all feeding from `queue`; every measurer is closed.
+
+    A failure in one thread (an exception out of a measurer) empties the queue and is raised here once
+    the others finish; a Ctrl-C while waiting kills every worker before leaving.
+    """
+    failures: list[BaseException] = []
+
+    def guarded(one: Measurer) -> None:
+        try:
+            work(one)
+        except BaseException as exc:  # noqa: BLE001 - surfaced in the calling thread below
+            queue.clear()
+            failures.append(exc)
+        finally:
+            one.close()
+
+    threads = [threading.Thread(target=guarded, args=(m,), name=f"attnbench-measurer-{i}", daemon=True)
+               for i, m in enumerate(measurers)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # a second Ctrl-C: stop every worker before leaving
+        queue.clear()
+        for one in measurers:
+            getattr(one, "abort", one.close)()
+        raise
+    if failures:
+        raise failures[0]
+
+
+class OomPruner:
+    """Remembers the shortest sequence each (backend, case group) ran out of memory at."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.limits: dict[tuple, tuple[int, int]] = {}
+
+    def reason(self, case: Case, backend: Backend) -> str | None:
+        """Why (case, backend) is not worth trying after an earlier oom; None to try it."""
+        limit = self.limits.get((backend.name, group_of(case)))
+        if self.enabled and limit is not None and longer_than(case, limit):
+            return pruning_reason(limit)
+        return None
+
+    def note(self, case: Case, backend: Backend, record: Record) -> None:
+        if record.status == "oom":
+            key, length = (backend.name, group_of(case)), (case.seq_len, case.kv_seq_len)
+            self.limits[key] = min(self.limits.get(key, length), length)
+
+
+def longer_than(case: Case, limit: tuple[int, int]) -> bool:
+    """Whether `case` is at least as long as the (seq_len, kv_seq_len) that ran out of memory, and longer."""
+    seq, kv = limit
+    return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
+
+
+def pruning_reason(limit: tuple[int, int]) -> str:
+    seq, kv = limit
+    return f"oom at seq_len {seq}" + (f" (kv_seq_len {kv})" if kv != seq else "") + "; longer sequences not tried"

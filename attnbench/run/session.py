@@ -1,0 +1,353 @@
+"""A run from the user's side: resolve suite, device and backends; write results and env; show progress."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from attnbench.backends.base import Backend
+from attnbench.core.case import Case
+from attnbench.core.errors import AttnbenchError
+from attnbench.run.options import RunOptions
+from attnbench.run.progress import Eta, ProgressListener
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    Record,
+    ResultsWriter,
+    key_of,
+    refuse_existing,
+    write_json_atomic,
+)
+from attnbench.sweep.suite import Suite, load_suite
+from attnbench.run.tally import Tally
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from attnbench.run.forecast import Forecast
+    from attnbench.run.precompile import PoolResult
+    from attnbench.sweep.schema import Timing
+    from attnbench.timing.timers import TimingSettings
+
+
+# The sustained-state loop's length when a suite does not set timing.energy_ms: a GPU's burst state is waited out and
+# its energy read; a CPU has no burst state, and a loop of a seconds-long call would cost a run more than it tells.
+DEFAULT_ENERGY_MS = {"cuda": 1000.0, "cpu": 0.0}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run will do, decided before anything runs."""
+
+    suite: Suite
+    device: str
+    cases: list[Case]
+    backends: list[Backend]
+    plugins: tuple[str, ...] = ()
+
+    def tasks(self) -> list[tuple[Case, Backend]]:
+        """Every (case, backend) measurement, case by case in suite order."""
+        return [(case, backend) for case in self.cases for backend in self.backends]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    planned: int
+    measured: int
+    mismatches: int
+    stopped: bool
+    tally: Tally = field(default_factory=Tally)
+    records: list[Record] = field(default_factory=list)
+    results: Path | None = None  # the results file written
+
+
+def settings_of(suite: Suite, device: str) -> TimingSettings:
+    """The suite's `timing:` in force on `device` as the timers' settings."""
+    from attnbench.timing.timers import TimingSettings
+
+    t = suite.timing(device)
+    energy_ms = t.energy_ms if t.energy_ms is not None else DEFAULT_ENERGY_MS.get(device, 0.0)
+    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms)
+
+
+def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
+    """Validate everything the run depends on; nothing is written or run yet. With `estimate_gpu` (a dry run's
+    estimate for a GPU that is not here) the device is cuda, whatever this machine has."""
+    from attnbench.run.env import resolve_device
+
+    registry = default_registry(list(options.plugins))
+    suite = load_suite(suite_path)
+    names = registry.chosen(list(options.backends) or None, suite)
+    device = "cuda" if estimate_gpu else resolve_device(options.device or suite.model.device)
+    return Plan(suite, device, suite.cases(device), registry.resolve(names), options.plugins)
+
+
+def case_of(record: Record) -> Case:
+    """The case a record measured."""
+    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
+
+
+def task_key(case: Case, backend: Backend) -> tuple:
+    """The key a measurement's record will have (results.key_of): case, backend and device."""
+    return key_of({**case.fields(), "backend": backend.name})
+
+
+def wants_deterministic(plan: Plan, options: RunOptions) -> bool:
+    """Whether the run asks for deterministic kernels: `run --deterministic`, or the suite's `deterministic: true`."""
+    return options.deterministic or plan.suite.model.deterministic
+
+
+def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None) -> bool:
+    """Whether measurements run in a worker process: asked for, or on CUDA, or needed for a time limit."""
+    if timeout_s is not None and isolate is False:
+        raise AttnbenchError(f"--timeout {timeout_s:g}: a time limit needs a worker process to kill; "
+                             f"drop --no-isolate")
+    if isolate is not None:
+        return isolate
+    return device == "cuda" or timeout_s is not None
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a run would do: its plan, its forecast, and the timing in force on its device."""
+
+    plan: Plan
+    forecast: Forecast
+    timing: Timing
+    cpu_timing: bool  # the timing is the suite's cpu: block's
+
+
+def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
+    """The run's predicted wall time per backend, running nothing.
+
+    The prediction calibrates this device (under a second, once per device and torch version), or, with `gpu`,
+    takes that GPU's datasheet row: then it is an estimate for a machine that is not here, and says so.
+    """
+    import torch
+
+    from attnbench.run import calibration, compile_cache, forecast, precompile
+    from attnbench.timing.timers import timer_modes
+
+    cache = compile_cache.use(options.cache_dir)
+    machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
+    timing = plan.suite.timing(plan.device)
+    workers = options.compile_workers
+    if workers is None:  # a GPU that is not here: a GPU server's default pool, not this machine's
+        workers = precompile.ESTIMATE_GPU_WORKERS if gpu else precompile.default_workers()
+    predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
+                                  isolate=resolve_isolation(plan.device, options.isolate, timing.timeout_s),
+                                  compiled=compile_cache.compiled(cache, torch.__version__),
+                                  timer_modes=timer_modes(options.timer),
+                                  deterministic=wants_deterministic(plan, options), compile_workers=workers)
+    return DryRun(plan, predicted, timing, timing != plan.suite.model.timing)
+
+
+def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
+            options: RunOptions = RunOptions()) -> Outcome:
+    """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
+    `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
+    from attnbench.run import calibration, compile_cache, forecast, precompile
+    from attnbench.run.env import collect_env
+    from attnbench.run.isolation import Isolated, WorkerConfig
+    from attnbench.run.measure import InProcess, Settings
+    from attnbench.run.recording import RunInfo, now
+    from attnbench.records.resume import (
+        check_compatible,
+        done_keys,
+        drop_cut_line,
+        read_run_env,
+    )
+    from attnbench.run.schedule import Schedule
+    from attnbench.run.shard import select
+    from attnbench.timing.timers import check_timer, timer_for, timer_modes
+
+    check_timer(plan.device, options.timer)  # before anything is written
+    # Before any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import.
+    cache = compile_cache.use(options.cache_dir)
+    deterministic = wants_deterministic(plan, options)
+    if deterministic and plan.device == "cuda":
+        from attnbench.verify.determinism import use_cublas_workspace
+
+        use_cublas_workspace()  # before any cuBLAS call, the calibration's included; the workers inherit it
+    timing = plan.suite.timing(plan.device)
+    settings = settings_of(plan.suite, plan.device)
+    timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
+    isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
+    if options.devices is not None:
+        from attnbench.run.devices import check_devices
+
+        if options.isolate is False:
+            raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
+        isolate = True
+        check_devices(plan.device, list(options.devices))
+    results = directory / RESULTS_FILE
+    tasks = plan.tasks()
+    if options.shard is not None:
+        tasks = select(tasks, options.shard)
+    env = collect_env(plan.device)
+    torch_version = env["torch"]
+    workers = len(options.devices) if options.devices is not None else 1
+    compile_workers = (options.compile_workers if options.compile_workers is not None
+                       else precompile.default_workers())
+    machine = calibration.cached_calibration(plan.device, cache)
+    predicted = forecast.forecast(tasks, settings, machine,
+                                  isolate=isolate, workers=workers,
+                                  compiled=compile_cache.compiled(cache, torch_version),
+                                  timer_modes=timer_modes(options.timer), deterministic=deterministic,
+                                  compile_workers=compile_workers)
+    if options.resume:
+        recorded = read_run_env(directory)
+        check_compatible(directory, recorded, env, plan.suite.name,
+                         str(options.shard) if options.shard else None, options.force)
+        if drop_cut_line(results):
+            errors.print(f"{results}: dropped a last line cut off when the run was killed")
+        done = done_keys(directory)
+        tasks = [task for task in tasks if task_key(*task) not in done]
+        run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
+        recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
+                                                   "already_done": len(done), "env": env,
+                                                   "deterministic": deterministic, "prediction": predicted.to_dict()})
+        env = recorded
+    else:
+        refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
+        run_id = uuid.uuid4().hex[:12]
+        env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
+                   suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
+                   shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
+                   devices=list(options.devices) if options.devices is not None else None,
+                   peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
+                   timer=options.timer, cache_dir=str(cache), deterministic=deterministic,
+                   prediction=predicted.to_dict())
+    try:
+        write_json_atomic(directory / ENV_FILE, env)
+    except OSError as exc:
+        raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
+    records: list[Record] = []
+    total = len(tasks)
+    scope = f" (shard {options.shard})" if options.shard else ""
+    scope += " (resuming: the rest of the run)" if options.resume else ""
+    mode = f"isolated, timeout {timeout_s:g} s" if isolate and timeout_s else "isolated" if isolate else "in-process"
+    if options.devices is not None:
+        mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
+    mode += ", deterministic kernels only" if deterministic else ""
+    errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
+                 f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}; "
+                 f"predicted {forecast.fmt_duration(predicted.total_s)}")
+    info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs,
+                   tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
+    backends = {backend.name: backend for backend in plan.backends}
+    ahead = compile_phase(tasks, compile_workers, plan, options, cache, torch_version, errors, should_stop, timeout_s)
+    if ahead is not None:
+        (env["resumed"][-1] if options.resume else env)["precompile"] = ahead.to_dict()
+        write_json_atomic(directory / ENV_FILE, env)
+    precompiled = ahead.compiled_keys() if ahead is not None else {}
+    eta = Eta(predicted, tasks, workers)
+    with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
+        schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
+
+        def sink(record: Record) -> None:
+            if precompiled and record.backend in backends:  # the pool's seconds on this graph, on its first record
+                seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
+                if seconds is not None:
+                    record.extra["precompile_s"] = round(seconds, 3)
+            writer.append(record)
+            records.append(record)
+
+        if options.devices is not None:
+            from attnbench.run.devices import worker_env
+
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            measurers: list = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
+                                                     worker_env(index, visible), options.timer, deterministic),
+                                        timeout_s) for index in options.devices]
+        elif isolate:
+            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer,
+                                               deterministic=deterministic), timeout_s)]
+        else:
+            measurers = [InProcess(timer_for(plan.device, options.timer),
+                                   Settings(info, settings, deterministic=deterministic))]
+        measured = schedule.run(tasks, sink, measurers)
+    compile_cache.note_compiled(cache, torch_version, (
+        key for r in records if "compile_s" in r.extra and r.backend in backends
+        and (key := backends[r.backend].compile_key(case_of(r))) is not None))
+    mismatches = sum(r.status == "mismatch" for r in records)
+    return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records, results)
+
+
+def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
+                  torch_version: str, errors: Console, should_stop: Callable[[], bool],
+                  timeout_s: float | None) -> PoolResult | None:
+    """Compile every graph the tasks will compile and the cache lacks, in `workers` processes, before the first
+    measurement (attnbench.run.precompile); None when there is no pool (0 workers) or nothing to compile."""
+    from attnbench.run import compile_cache, precompile
+
+    jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
+    if not workers or not jobs:
+        return None
+    envs = None
+    if options.devices is not None:  # spread over the run's GPUs, each process seeing one, as the measurers do
+        from attnbench.run.devices import worker_env
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        envs = [worker_env(index, visible) for index in options.devices]
+    errors.print(f"compiling {len(jobs)} graph(s) ahead in {min(workers, len(jobs))} process(es) "
+                 f"(--compile-workers {workers}) before the first measurement", markup=False)
+
+    def done(result: precompile.JobResult) -> None:
+        if result.status == "failed":
+            errors.print(f"  compile ahead failed ({result.job.backend} {result.job.cases[0].case_id}; its "
+                         f"measurement compiles it): {result.reason}", markup=False, soft_wrap=True)
+
+    ahead = precompile.precompile(jobs, workers, plan.device, plan.plugins, envs, timeout_s, should_stop, done)
+    compile_cache.note_compiled(cache, torch_version, ahead.compiled_keys())
+    summary = ahead.to_dict()
+    errors.print(f"compiled ahead: {summary['compiled']} of {len(jobs)} graph(s) in {summary['wall_s']:.1f} s "
+                 f"({summary['compile_s_sum']:.1f} s of compiling in {ahead.workers} process(es)); "
+                 f"{summary['failed']} failed, {summary['skipped']} refused", markup=False)
+    return ahead
+
+
+def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
+    """Add what the run really took to env.json, beside its prediction: wall (report included), timed, reference."""
+    from attnbench.records.results import ENV_FILE
+
+    path = directory / ENV_FILE
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return
+    actual = {"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),
+              "reference_s": round(outcome.tally.reference_s, 2), "measured": outcome.measured}
+    if env.get("resumed"):
+        env["resumed"][-1]["actual"] = actual
+    else:
+        env["actual"] = actual
+    write_json_atomic(path, env)
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the objects alive before the run (torch, libraries, the plan) out of every garbage collection.
+
+    The runner collects garbage between cases; with torch imported a full collection walks some 200,000
+    objects (~0.1 s each time, an eighth of a CPU quick run). Garbage is collected first, so only live
+    objects are frozen, and the heap is unfrozen when the run ends.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

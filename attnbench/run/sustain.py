@@ -1,0 +1,108 @@
+"""The loop before the samples: the timed call back to back, read around by the energy counter, and on CUDA until the
+GPU has reached its sustained state.
+
+What a GPU record means (docs/gpu.md, "Burst or sustained"): a GPU starts a burst of work at its boost clock and, as
+its power or heat limit engages, settles lower (on the H200, SDPA at 8K read 0.90 ms for its first ~150 ms and
+1.01-1.03 ms once `sw_power_cap` took the SM clock from 1980 to 1740 MHz). An adaptive sampler stops in either state,
+so two runs differed by up to 10%. attnbench measures the sustained state: before sampling, the call runs back to
+back for at least `energy_ms` and until the SM clock stops falling between two probes ~100 ms apart, at most
+SUSTAIN_FACTOR x `energy_ms`; what happened is recorded (`extra.sustain`). The clocks and settings are never changed.
+
+The same loop gives the call's energy: NVML's total energy counter on CUDA, RAPL's on a CPU where readable (its
+counter needs a loop of at least a second). On a CPU without RAPL no loop is run: a CPU has no burst state to wait
+out, and the energy is `skipped` with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.timing.energy import EnergyReading, EnergyUnavailable, loop_energy
+
+if TYPE_CHECKING:
+    from attnbench.gpu.sample import GpuSample
+
+# The loop stops at this many times its minimum even while the clock still falls.
+SUSTAIN_FACTOR = 5.0
+PROBE_S = 0.1  # seconds between two reads of the SM clock
+CLOCK_SLACK_MHZ = 15  # one step of the SM clock table (Hopper): a drop this small is not "falling"
+
+
+def falling(clocks: list[float | None]) -> bool:
+    """Whether the SM clock fell between the last two probes (by more than one step of the clock table)."""
+    if len(clocks) < 2 or clocks[-1] is None or clocks[-2] is None:
+        return False
+    return clocks[-1] < clocks[-2] - CLOCK_SLACK_MHZ
+
+
+def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: int,
+                   read_energy: Callable[[], EnergyReading], probe: Callable[[], GpuSample | None] | None = None,
+                   sync: Callable[[], None] = lambda: None,
+                   clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Run `fn` back to back for at least `min_s` and, where `probe` reads the GPU, until its SM clock stops falling
+    (at most SUSTAIN_FACTOR x `min_s`); the energy counter is read around the loop. Returns the record's `extra`
+    entries: `sustain` (how long, how many calls, the SM clock at the first and last probe, why it stopped) and the
+    energy (`energy_mj` per call, `joules_per_token`, `energy_power_w`, `energy_source`, `energy_throttled`), or
+    `energy_skipped` with the reason."""
+    extra: dict[str, Any] = {}
+    try:
+        before: EnergyReading | None = read_energy()
+    except EnergyUnavailable as exc:
+        before, extra["energy_skipped"] = None, str(exc)
+    if before is None and probe is None:
+        return extra  # nothing to heat (a CPU) and nothing to read: no loop at all
+    sync()
+    start = clock()
+    next_probe = start
+    calls, clocks, throttled, stopped = 0, [], False, "minimum"
+    while True:
+        fn()
+        calls += 1
+        now = clock()
+        if now < next_probe:  # the clock is read (and the loop's end decided) every PROBE_S
+            continue
+        sync()
+        now = clock()
+        elapsed = now - start
+        if probe is not None:
+            sample = probe()
+            clocks.append(sample.sm_clock_mhz if sample is not None else None)
+            throttled |= bool(sample is not None and sample.throttled)
+        next_probe = now + PROBE_S
+        if elapsed >= SUSTAIN_FACTOR * min_s:
+            stopped = "the limit, the clock still falling" if falling(clocks) else "the limit"
+            break
+        if elapsed >= min_s and not falling(clocks):
+            stopped = "the SM clock steady" if probe is not None else "the minimum"
+            break
+    sync()
+    seconds = clock() - start
+    extra["sustain"] = {"ms": round(seconds * 1e3, 1), "calls": calls, "stopped": stopped,
+                        "sm_clock_mhz": [clocks[0], clocks[-1]] if clocks else None}
+    if before is not None:
+        try:
+            energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
+        except EnergyUnavailable as exc:
+            extra["energy_skipped"] = str(exc)
+        else:
+            extra.update(energy_mj=energy.mj_per_call, joules_per_token=energy.j_per_token,
+                         energy_power_w=energy.power_w, energy_source=energy.source, energy_throttled=throttled)
+    return extra
+
+
+def for_device(device: str) -> tuple[Callable[[], EnergyReading], Callable[[], GpuSample | None] | None,
+                                      Callable[[], None]]:
+    """The energy reader, the GPU probe (None on a CPU) and the synchronisation of `device`."""
+    if device != "cuda":
+        from attnbench.timing.energy import read_rapl
+
+        return read_rapl, None, lambda: None
+    import torch
+
+    from attnbench.gpu.energy import read_gpu_energy
+    from attnbench.gpu.sample import measurement_sample
+    from attnbench.gpu.state import torch_gpu
+
+    gpu = torch_gpu(torch.cuda.current_device())
+    return (lambda: read_gpu_energy(gpu)), (lambda: measurement_sample(gpu)), torch.cuda.synchronize

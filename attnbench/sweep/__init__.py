@@ -1,0 +1,1 @@
+"""The suite file: its strict schema and its expansion into cases."""

@@ -1,0 +1,338 @@
+"""The suite file: a strict YAML schema (pydantic) read at the edge, expanded into frozen Cases."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from attnbench.core import workload
+from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
+from attnbench.core.errors import SuiteError, did_you_mean
+from attnbench.sweep.schema import Axes, Block, Documents, Quant, SuiteModel, Timing
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A validated suite and the file it came from."""
+
+    model: SuiteModel
+    path: Path
+    text: str
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def _blocks(self) -> list[tuple[str, Block]]:
+        """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
+        return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
+
+    def timing(self, device: str) -> Timing:
+        """The `timing:` in force on `device` (a resolved device): on a CPU, the fields the top-level `cpu:` block's
+        `timing:` sets replace the suite's."""
+        timing = self.model.timing
+        cpu = self.model.cpu
+        if device == "cpu" and cpu is not None and cpu.timing is not None:
+            timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
+        return timing
+
+    def _in_force(self, block: Block, device: str) -> Axes:
+        """A block's axes on `device`: on a CPU the top-level `cpu:` block replaces values, then the block's own."""
+        axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
+        if device == "cpu":
+            for overrides in (self.model.cpu, block.cpu):
+                if overrides is not None:
+                    replaced = overrides.model_dump(exclude={"timing"})
+                    axes = axes.model_copy(update={k: v for k, v in replaced.items() if v is not None})
+        return axes
+
+    def axes(self, device: str) -> list[tuple[str, Axes]]:
+        """Each sweep block in force on `device`, with its name for messages: on a CPU the top-level `cpu:` block
+        replaces values in every block, then a block's own `cpu:` replaces values in that block."""
+        return [(name, self._in_force(block, device)) for name, block in self._blocks()]
+
+    def cases(self, device: str) -> list[Case]:
+        """Cross every axis of each block into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
+        cases: list[Case] = []
+        for name, block in self._blocks():
+            key = name
+            if device == "cpu" and (self.model.cpu is not None or block.cpu is not None):
+                key = "cpu" if name == "sweep" else f"cpu/{name}"
+            for case in self._cross(device, self._in_force(block, device), key):
+                if case not in cases:
+                    cases.append(case)
+        return cases
+
+    def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
+        grid = itertools.product(
+            axes.dtype, axes.batch, axes.seq_len, axes.kv_seq_len or [None], axes.heads, axes.kv_heads,
+            axes.head_dim, axes.causal, axes.window, axes.mode, axes.documents, axes.doc_lengths, axes.kv_lengths,
+            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.kv_shared, axes.tp, axes.kv_dtype,
+            axes.quant,
+        )
+        check_quant_axes(f"{self.path}: {key}", axes)
+        cases = []
+        for (dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode, documents, doc_lengths,
+             kv_lengths, page_size, softcap, alibi, head_dim_v, kv_shared, tp, kv_dtype, quant) in grid:
+            where = f"{self.path}: {key}"
+            kv = heads if kv_heads == "heads" else kv_heads
+            if kv > heads or heads % kv:
+                raise SuiteError(
+                    f"{where}.kv_heads: {kv} does not divide heads {heads} "
+                    f"(combination heads={heads}, kv_heads={kv}); allowed: a divisor of heads, or 'heads'"
+                )
+            heads, kv = tp_share(where, heads, kv, tp)
+            kv_seq = seq if kv_seq is None else kv_seq
+            docs = document_fields(where, documents, doc_lengths, seq, kv_seq)
+            lengths = kv_length_fields(where, kv_lengths, batch, seq, kv_seq, documents)
+            if kv_shared and not (head_dim_v is not None and head_dim_v < head_dim):
+                raise SuiteError(
+                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
+                    f"(got head_dim {head_dim}, head_dim_v {head_dim_v}); allowed: e.g. head_dim 576, head_dim_v 512"
+                )
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
+                        **lengths, page_size=page_size, softcap=None if softcap is None else float(softcap),
+                        alibi=alibi, head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
+                        kv_shared=kv_shared, tp=None if tp == 1 else tp,
+                        **quant_fields(where, dtype, kv_dtype, quant, mode, seq, kv_seq))
+            refuse_nothing_visible(where, case)
+            cases.append(case)
+        return cases
+
+
+def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
+    """One GPU's (heads, kv_heads) under tensor parallelism over `tp` GPUs: heads/tp query heads and
+    max(1, kv_heads/tp) KV heads (KV heads replicated when tp > kv_heads)."""
+    if tp == 1:
+        return heads, kv_heads
+    if heads % tp:
+        raise SuiteError(f"{where}.tp: {tp} does not divide heads {heads}; allowed: a divisor of heads")
+    if (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the other); "
+                         f"allowed: a tp that divides kv_heads or that kv_heads divides")
+    return heads // tp, max(1, kv_heads // tp)
+
+
+def refuse_nothing_visible(where: str, case: Case) -> None:
+    """A query that sees no key outputs zeros (GUIDE.md), as the libraries run it; a case where no query sees any key
+    has nothing to measure and is refused. Only explicit lengths or fewer keys than queries can leave one empty."""
+    explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
+    if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:
+        return
+    axis = "kv_lengths" if case.kv_lengths == "explicit" else "documents" if case.documents is not None else "kv_seq_len"
+    lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
+    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
+                     f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
+                     f"query a key")
+
+
+def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
+                 kv_seq: int) -> dict[str, Any]:
+    """Case's quantization fields for one combination, refusing what cannot be quantized (attnbench.core.quant).
+
+    Crossed with an unquantized dtype, `quant` has nothing to quantize and is left out (that combination is the
+    plain case, once); with an FP8 dtype, a `kv_dtype` of the same format adds nothing (K/V are FP8 already)."""
+    if kv_dtype is not None and dtype in FP8_DTYPES:
+        if kv_dtype != dtype:
+            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to {dtype} "
+                             "already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
+        kv_dtype = None
+    if dtype not in FP8_DTYPES and kv_dtype is None:
+        return {}
+    if mode != "fwd":
+        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only (got {mode} with "
+                         f"{'kv_dtype ' + kv_dtype if kv_dtype else 'dtype ' + dtype}); allowed: fwd")
+    quant = quant or Quant()
+    block = None
+    if quant.granularity == "block":
+        block = quant.block or DEFAULT_QUANT_BLOCK
+        lengths = [("kv_seq_len", kv_seq)] + ([("seq_len", seq)] if dtype in FP8_DTYPES else [])
+        for name, length in lengths:
+            if length % block:
+                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale per "
+                                 f"block of {block} tokens); allowed: a block size that divides every length it "
+                                 "blocks")
+    return {"kv_dtype": kv_dtype, "quant": quant.granularity, "quant_block": block,
+            "quant_scale": None if quant.scale == "amax" else float(quant.scale)}
+
+
+def check_quant_axes(where: str, axes: Axes) -> None:
+    """`quant` in a block with nothing to quantize (no FP8 dtype, no kv_dtype) is a mistake, said in one line."""
+    if any(q is not None for q in axes.quant) and not any(d in FP8_DTYPES for d in axes.dtype) \
+            and not any(axes.kv_dtype):
+        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} with no "
+                         "kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, float8_e5m2) or a kv_dtype")
+
+
+def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
+    """Case's document fields for one combination, refusing what cannot be packed.
+
+    A count splits seq_len into documents (equal or random) and any cached prefix (kv_seq_len - seq_len) into equal
+    shares, one per document, added to its keys. An explicit list gives each document's length, or its
+    [queries, keys] pair; the queries must sum to seq_len and the keys to kv_seq_len.
+    """
+    if documents is None:
+        return {}
+    if isinstance(documents, list):
+        if doc_lengths == "random":
+            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} gives them; "
+                             f"allowed: equal with explicit lengths")
+        queries = [d[0] if isinstance(d, list) else d for d in documents]
+        keys = [d[1] if isinstance(d, list) else d for d in documents]
+        if sum(queries) != seq:
+            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} queries, not seq_len {seq}")
+        if sum(keys) != kv_seq:
+            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not kv_seq_len "
+                             f"{kv_seq}; allowed: [queries, keys] pairs whose keys sum to kv_seq_len")
+        return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(queries),
+                "doc_kv_lens": None if keys == queries else tuple(keys)}
+    if kv_seq < seq:
+        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: a count "
+                         f"shares out a cached prefix (kv_seq_len - seq_len keys); allowed: kv_seq_len >= seq_len, or "
+                         f"explicit [queries, keys] pairs")
+    if documents > seq:
+        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len {seq} (each needs a token)")
+    return {"documents": documents, "doc_lengths": doc_lengths}
+
+
+def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: int,
+                     documents: Documents) -> dict[str, Any]:
+    """Case's cache-length fields: none for equal, seeded for random (in seq_len..kv_seq_len), or one explicit
+    length per request (0..kv_seq_len: a request's queries are the last of its keys, so those before its first
+    key see none)."""
+    if kv_lengths == "equal":
+        return {}
+    if documents is not None:
+        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are given in "
+                         f"documents ([queries, keys] pairs); allowed: equal with documents")
+    if kv_lengths == "random":
+        if kv_seq <= seq:
+            raise SuiteError(
+                f"{where}.kv_lengths: random needs kv_seq_len > seq_len (each request's cache holds its own "
+                f"{seq} queries and up to kv_seq_len keys; got kv_seq_len {kv_seq}); allowed: equal here, or "
+                f"explicit lengths such as [[4, 16, 24]]"
+            )
+        return {"kv_lengths": "random"}
+    if len(kv_lengths) != batch:
+        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch {batch}; "
+                         f"allowed: one length per request")
+    if max(kv_lengths) > kv_seq:
+        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len {kv_seq}; allowed: 0 to "
+                         f"kv_seq_len")
+    return {"kv_lengths": "explicit", "kv_lens": tuple(kv_lengths)}
+
+
+STARTER = Path(__file__).parent.parent / "templates" / "starter.yaml"
+
+
+def packaged_suites() -> dict[str, Path]:
+    """The suites shipped inside the package, by name (the path under suites/ without .yaml: `long`,
+    `models/llama-3.1-8b`): `attnbench run long` needs no checkout."""
+    folder = Path(__file__).parent.parent / "suites"
+    return {p.relative_to(folder).with_suffix("").as_posix(): p for p in sorted(folder.rglob("*.yaml"))}
+
+
+def resolve_suite(path: Path | str) -> Path:
+    """A suite argument as a file: an existing path, else the name of a packaged suite."""
+    path = Path(path)
+    if path.exists():
+        return path
+    return packaged_suites().get(path.as_posix().removesuffix(".yaml"), path)
+
+
+def load_suite(path: Path | str) -> Suite:
+    """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line."""
+    path = resolve_suite(path)
+    if not path.exists():
+        names = ", ".join(packaged_suites())
+        raise SuiteError(f"{path}: no such suite file (packaged suites: {names})")
+    if path.is_dir():
+        raise SuiteError(f"{path}: is a directory; expected a suite YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{path}: cannot be read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SuiteError(f"{path}: {where}invalid YAML ({problem})") from None
+    if data is None:
+        raise SuiteError(f"{path}: the file is empty; expected a mapping with name and sweep")
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: expected a mapping with name and sweep at the top, got a {type(data).__name__}")
+    try:
+        model = SuiteModel.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(f"{path}: {describe_validation_error(exc)}") from None
+    suite = Suite(model=model, path=path, text=text)
+    for device in ("cpu", "cuda"):
+        suite.cases(device)  # combination errors surface now, before anything runs
+    return suite
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """The first schema error as `field.path: problem; allowed: ...`, with a did-you-mean for near misses."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a misspelt key explains most
+    error = errors[0]
+    loc = _field_path(error["loc"])
+    kind = error["type"]
+    value = error.get("input")
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    if kind == "extra_forbidden":
+        parent, key = loc.rpartition(".")[0], str(error["loc"][-1])
+        allowed = _allowed_keys(error["loc"][:-1])
+        hint = did_you_mean(key, allowed)
+        where = parent + "." if parent else ""
+        return f"{where}{key}: unknown key{hint}; allowed: {', '.join(allowed)}{more}"
+    if kind == "missing":
+        return f"{loc}: required field is missing{more}"
+    if kind in ("model_type", "dict_type"):
+        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}{more}"
+    if kind == "literal_error":
+        allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
+        hint = did_you_mean(str(value), allowed)
+        return f"{loc}: {value!r} is not allowed{hint}; allowed: {', '.join(allowed)}{more}"
+    if kind == "value_error":
+        return f"{loc}: {error['msg'].removeprefix('Value error, ')}{more}"
+    return f"{loc}: {value!r}: {error['msg']}{more}"
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("int", "bool", "str", "none", "literal['heads']", "float") or str(part).startswith("literal["):
+            continue  # pydantic's union-branch tags, not fields
+        else:
+            path += ("." if path else "") + str(part)
+    return path or "(top level)"
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = SuiteModel
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list of blocks (`also`)
+        model = _model_in(model.model_fields[str(part)].annotation)
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel]:
+    """The pydantic model an annotation holds (`Axes`, `CpuAxes | None`, `list[Axes] | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        try:
+            return _model_in(arg)
+        except StopIteration:
+            continue
+    raise StopIteration

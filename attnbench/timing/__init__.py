@@ -1,0 +1,1 @@
+"""Timers, when to stop sampling, peak memory and energy."""

@@ -1,0 +1,1 @@
+"""Seeded inputs, the float64 reference, the correctness rule, the FP8 emulation, repeatability."""

@@ -1,0 +1,136 @@
+"""Accuracy beside speed: the three error metrics, and the emulation of a kernel's declared numerics
+(attnbench.core.quant.Numerics) that bounds its error (GUIDE.md: err(backend) <= 2·err(emulation) + floor).
+
+The emulation is naive attention in query blocks, like the reference, computed as the kernel declares: scores
+accumulated in its dtype, P = exp(s - rowmax) rounded to its P format (after ×p_scale), P·V accumulated in its dtype
+(per block of keys where it says so), divided by the row sum of the unrounded P, rounded to its output dtype. It
+applies the kernel's rounding points, not its tiling: a flash kernel's running max rounds P against a block's max,
+which the factor of two absorbs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from attnbench.core import workload
+from attnbench.verify.inputs import BLOCK_BYTES, Answer
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.core.case import Case
+    from attnbench.core.quant import Numerics
+
+METRICS = ("max_abs", "rel_l2", "cosine")
+# SageAttention 1.0.6's per-block INT8 quantization (quant_per_block.py per_block_int8: BLKQ=128, BLKK=64) and its
+# P·V blocks (attn_qk_int8_per_block.py: BLOCK_N = 64 keys, tl.dot(p, v, out_dtype=tl.float16)).
+SAGE_BLOCK_Q, SAGE_BLOCK_K = 128, 64
+LOG2E = 1.44269504  # the constant sageattn multiplies sm_scale by (quant_per_block.py)
+
+
+def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
+    """max |x − ref|, ‖x − ref‖₂ / ‖ref‖₂ and the cosine similarity of x and ref (flattened), in float64; a NaN or
+    Inf in x makes the first two infinite and the cosine NaN-free 0."""
+    import torch
+
+    a, b = x.detach().to(torch.float64).flatten(), ref.detach().to(torch.float64).flatten()
+    diff = a - b
+    if not bool(torch.isfinite(a).all()):
+        return {"max_abs": math.inf, "rel_l2": math.inf, "cosine": 0.0}
+    ref_norm, x_norm = float(b.norm()), float(a.norm())
+    rel = float(diff.norm()) / ref_norm if ref_norm > 0 else (0.0 if float(diff.norm()) == 0 else math.inf)
+    cosine = float(a @ b) / (x_norm * ref_norm) if x_norm > 0 and ref_norm > 0 else float(x_norm == ref_norm)
+    return {"max_abs": float(diff.abs().max()) if diff.numel() else 0.0, "rel_l2": rel, "cosine": cosine}
+
+
+def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """x rounded to `fmt` (nearest-even; FP8 saturated to its range, as a kernel's conversion does) and back."""
+    import torch
+
+    from attnbench.core.quant import FP8_MAX
+
+    if fmt in FP8_MAX:
+        x = x.clamp(-FP8_MAX[fmt], FP8_MAX[fmt])
+    return x.to(getattr(torch, fmt)).to(x.dtype)
+
+
+def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What SageAttention 1.0.6's `sageattn` multiplies (core.py, quant_per_block.py), as float64 values: K less its
+    mean over the sequence (smooth_k, in K's dtype), Q·scale·log2(e) and K each quantized to INT8 per block of 128 / 64
+    tokens of a (batch, head) with the block's amax/127 as factor (x/f + 0.5·sign(x), truncated), and V in float16.
+    Scores from these are log2-based; they are returned ×ln 2 in Q so that a natural softmax applies."""
+    import torch
+
+    k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km` in K's own dtype
+
+    def int8_blocks(x: torch.Tensor, rows: int, factor: float) -> torch.Tensor:
+        b, h, s, d = x.shape
+        pad = (-s) % rows
+        xf = torch.nn.functional.pad(x.float() * factor, (0, 0, 0, pad)).reshape(b, h, -1, rows, d)
+        f = xf.abs().amax(dim=(-1, -2), keepdim=True) / 127.0
+        f = torch.where(f > 0, f, torch.ones_like(f))
+        scaled = xf / f
+        stored = (scaled + 0.5 * torch.where(scaled >= 0, 1.0, -1.0)).trunc()  # .to(tl.int8) truncates toward zero
+        return (stored.double() * f.double()).reshape(b, h, -1, d)[:, :, :s]
+
+    q_values = int8_blocks(q, SAGE_BLOCK_Q, scale * LOG2E) * math.log(2.0)
+    return q_values, int8_blocks(k, SAGE_BLOCK_K, 1.0), v.to(torch.float16).double()
+
+
+def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numerics: Numerics,
+            rows: torch.Tensor | None, score_scale: float, v_after: float | None = None) -> Answer:
+    """The kernel's output on canonical q, k, v (values it multiplies, any float dtype) for the checked rows, computed
+    with `numerics`; `v_after` is V's per-tensor descale applied to the rounded output (FlashInfer's `out *= v_scale`).
+    The case's mask, soft-cap and ALiBi bias apply as in the reference (attnbench.core.workload)."""
+    import torch
+
+    acc = getattr(torch, numerics.accumulate)
+    acc = torch.float32 if acc == torch.float16 else acc  # fp16 accumulation is emulated per P·V block below
+    out_dtype = getattr(torch, numerics.out_dtype)
+    b, g, kvh, dv = case.batch, case.group_size, case.kv_heads, case.v_dim
+    k_acc, v_acc = k.to(acc).unsqueeze(2), v.to(acc).unsqueeze(2)  # (B, KVH, 1, Sk, D)
+    block = max(1, BLOCK_BYTES // max(1, b * case.heads * case.kv_seq_len * 8))
+    row_ids = torch.arange(case.seq_len) if rows is None else rows
+    outs = []
+    for chunk in row_ids.split(block):
+        chunk = chunk.to(q.device)
+        qb = q[:, :, chunk].to(acc).reshape(b, kvh, g, len(chunk), case.head_dim)
+        s = (qb @ k_acc.transpose(-2, -1)) * score_scale
+        if case.softcap is not None:
+            s = s.div(case.softcap).tanh().mul(case.softcap)
+        bias = workload.alibi_bias(case, chunk, chunk.device, acc)
+        if bias is not None:
+            s = s + bias.reshape(bias.shape[0], kvh, g, *bias.shape[2:])
+        keep = workload.visibility(case, chunk, chunk.device)
+        if keep is not None:
+            s = s.masked_fill(~keep[:, None, None], float("-inf"))
+        top = s.amax(dim=-1, keepdim=True)
+        p = torch.exp(s - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))  # masked: exp(-inf) = 0
+        total = p.sum(dim=-1, keepdim=True)
+        if numerics.p_format is not None:
+            p = round_to(p * numerics.p_scale, numerics.p_format) / numerics.p_scale
+        o = _pv(p, v_acc, numerics)
+        o = torch.where(total > 0, o / total.clamp_min(torch.finfo(acc).tiny), torch.zeros_like(o))
+        o = o.to(out_dtype)
+        if v_after is not None:
+            o = (o.float() * v_after).to(out_dtype)
+        outs.append(o.reshape(b, case.heads, len(chunk), dv))
+    return Answer(torch.cat(outs, dim=2), None)
+
+
+def _pv(p: torch.Tensor, v: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+    """P·V in the declared accumulation: whole rows at once, or per `pv_block` keys rounded to the accumulation dtype
+    (float16 for SageAttention 1.0.6) and summed in float32."""
+    import torch
+
+    if numerics.pv_block is None and numerics.accumulate != "float16":
+        return p @ v
+    step = numerics.pv_block or p.shape[-1]
+    acc16 = getattr(torch, numerics.accumulate)
+    total = torch.zeros(*p.shape[:-1], v.shape[-1], dtype=p.dtype, device=p.device)
+    for start in range(0, p.shape[-1], step):
+        part = p[..., start:start + step] @ v[..., start:start + step, :]
+        total = total + part.to(acc16).to(p.dtype)
+    return total

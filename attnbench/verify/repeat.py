@@ -1,0 +1,151 @@
+"""Repeatability: two calls of a backend on the same inputs, compared bit for bit (GUIDE.md "The correctness rule").
+
+Bit for bit means the raw bytes of each element: a NaN in the same place with the same bits is equal, while +0.0
+and -0.0 differ (two calls that differ only in the sign of a zero are not repeatable; their largest difference is
+then 0). The second call costs no call of its own where the timer makes one anyway: `KeepFirst` keeps the result of
+the timer's first call of the timed function, and the comparison is made after timing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.verify.check import Verdict
+
+# Elements compared in float64 at a time when two results differ, so the comparison's memory stays bounded.
+CHUNK = 1 << 24
+# Why a backward mode's record has `repeatable: null`: its gradients are compared only where they are checked.
+GRADS_UNCHECKED = "not compared: the gradients are compared only where they are checked (grad_checked is false)"
+
+
+class KeepFirst:
+    """The timed function, keeping the result of its first call (the timer's first warm-up call) for the comparison.
+
+    It adds one Python call around each timed call on the host and holds one result until the comparison after
+    timing; the kernel, its inputs and what the timer times are unchanged."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.called = False
+        self.result: Any = None
+
+    def __call__(self) -> object:
+        if self.called:
+            return self.fn()
+        self.called = True
+        self.result = self.fn()
+        return self.result
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Whether two calls gave the same bits; where not, the largest |difference| and the tensor it is in."""
+
+    equal: bool
+    max_diff: float = 0.0
+    tensor: str | None = None
+
+
+def as_tensors(result: object) -> tuple[torch.Tensor, ...]:
+    """A call's result as a tuple of detached tensors: a forward's output, or a backward's gradients."""
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return tuple(t.detach() for t in items)
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same bytes, element by element (same shape and dtype)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
+
+
+def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest |a - b| in float64: 0 where both hold the same value (NaN included), infinite where only one is
+    NaN or the shapes differ."""
+    if a.shape != b.shape:
+        return math.inf
+    flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
+    worst = 0.0
+    for start in range(0, flat_a.numel(), CHUNK):
+        x, y = flat_a[start:start + CHUNK].double(), flat_b[start:start + CHUNK].double()
+        same = (x == y) | (x.isnan() & y.isnan())
+        diff = (x - y).abs().masked_fill(same, 0.0).nan_to_num(nan=math.inf)
+        worst = max(worst, float(diff.max()))
+    return worst
+
+
+def compare(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor], names: Sequence[str]) -> Repeat:
+    """Two calls' results, tensor by tensor: equal when every one is bitwise equal; else the largest difference."""
+    differing = [(max_difference(a, b), name) for a, b, name in zip(first, second, names) if not bitwise_equal(a, b)]
+    if len(first) != len(second):
+        differing.append((math.inf, "number of results"))
+    if not differing:
+        return Repeat(True)
+    diff, name = max(differing, key=lambda item: item[0])
+    return Repeat(False, diff, name)
+
+
+def worse(a: Repeat | None, b: Repeat) -> Repeat:
+    """The less repeatable of two comparisons of the same first call (a None `a`: no earlier comparison)."""
+    if a is None or a.equal:
+        return b
+    if b.equal:
+        return a
+    return a if a.max_diff >= b.max_diff else b
+
+
+def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], note: str | None) -> dict[str, Any]:
+    """The record's `extra` entries for a comparison: the calls and tensors compared and, where they differed, the
+    largest difference and its tensor; where nothing was compared, why."""
+    if result is None:
+        return {"repeat_note": note} if note else {}
+    extra: dict[str, Any] = {"repeat_calls": list(calls), "repeat_tensors": list(names)}
+    if not result.equal:
+        extra.update(repeat_max_diff=result.max_diff if math.isfinite(result.max_diff) else None,
+                     repeat_tensor=result.tensor)
+    return extra
+
+
+def finite(value: float) -> float | None:
+    """A number as a record stores it: None for an infinite one (a NaN or Inf in the output)."""
+    return value if math.isfinite(value) else None
+
+
+def summary(verdict: Verdict) -> dict[str, Any]:
+    """One judged call, as the record's `extra` keeps it."""
+    return {"passed": verdict.passed, "max_abs_error": finite(verdict.max_abs_error),
+            "error_bound": verdict.error_bound, "worst": verdict.worst}
+
+
+def judged_extra(judged: list[tuple[str, Verdict]]) -> dict[str, Any]:
+    """`second_check` (the second call, judged where it differed from the checked one) and `recheck` (a mismatch
+    judged again on a fresh call; `agreed`: it failed again, the mismatch reproduced)."""
+    extra: dict[str, Any] = {}
+    for label, verdict in judged[1:]:
+        if label == "second":
+            extra["second_check"] = summary(verdict)
+        else:
+            extra["recheck"] = {**summary(verdict), "agreed": not verdict.passed}
+    return extra
+
+
+def outcome(judged: list[tuple[str, Verdict]]) -> tuple[Verdict, str]:
+    """The verdict a record takes from its judged calls, (label, verdict) with the checked call first: the worst
+    failing one (by error over bound; the checked call on a tie), else the checked call's; and what the mismatch
+    reason adds: which call it was, and how the other judged calls went."""
+    failed = [(label, verdict) for label, verdict in judged if not verdict.passed]
+    if not failed:
+        return judged[0][1], ""
+    label, verdict = max(failed, key=lambda item: item[1].max_abs_error / item[1].error_bound)
+    where = "" if label == judged[0][0] else f" on the {label} call"
+    others = ", ".join(f"{other} call {'passed' if v.passed else 'failed'}" for other, v in judged if other != label)
+    return verdict, where + (f"; {others}" if others else "")
