@@ -58,3 +58,25 @@ def test_plugin_module_attr() -> None:
 def test_bad_plugins_are_one_line_errors(spec: str, message: str) -> None:
     with pytest.raises(RegistryError, match=message):
         Registry().load_plugin(spec)
+
+
+def test_the_old_registry_path_still_resolves_with_a_deprecation_warning() -> None:
+    """A plugin written against `attnbench.registry.register` keeps working: the old path is the registry itself."""
+    import importlib
+    import sys
+
+    import pytest
+
+    from attnbench.backends import registry as current
+
+    sys.modules.pop("attnbench.registry", None)
+    with pytest.warns(DeprecationWarning, match="attnbench.backends.registry"):
+        old = importlib.import_module("attnbench.registry")
+    assert old is current and old.register is current.register
+
+
+def test_model_code_imports_the_dispatch_table_from_attnbench_dispatch() -> None:
+    from attnbench.dispatch import DispatchTable
+    from attnbench.report.dispatch import DispatchTable as Table
+
+    assert DispatchTable is Table

@@ -2,7 +2,7 @@
 
 Pure Python and json (no torch), so a model's attention layer or a serving config can import it:
 
-    from attnbench.report.dispatch import DispatchTable
+    from attnbench.dispatch import DispatchTable
 
     table = DispatchTable.load("h200-dispatch.json")
     choice = table.choose(seq_len=6000, heads=16, kv_heads=4, head_dim=128, dtype="bf16", causal=True)
