@@ -33,6 +33,8 @@ VOLATILE_EXTRA = {
     "setup_ms", "setup_parts", "warmup_ms", "warmup_calls", "warmup_steady", "check_ms", "check_sampled",
     "check_call_ms", "compile_s", "reference_s", "plan_ms", "mask_build_s", "kernels_compiled", "launch_cover_us",
     "cache_hits", "compile_cache",
+    # derived from the times: the share of the peak this run measured, and whether the samples split in two
+    "percent_of_measured_peak", "bimodal",
 }
 
 

@@ -1,9 +1,11 @@
-"""The shape of the code: the import graph of attnbench/ has no cycle and at most MAX_LAYERS layers, no import
-points up a layer but the registry's decorator, no module is over MAX_LINES lines, and one function makes a
-measurement.
+"""The shape of the code: the import graph of attnbench/ has no cycle and no import points up a layer but the
+registry's decorator; between its subpackages (the folders are the layers) there is no cycle and no import pointing
+up, types included, and at most MAX_LAYERS layers; no module is over MAX_LINES lines, at most MAX_TOP modules sit
+directly under attnbench/, and one function makes a measurement.
 
-Imports are read from the source (module-level and inside functions alike; those under `if TYPE_CHECKING:` are
-types only and do not count). A module's layer is the length of the longest chain of imports below it.
+Imports are read from the source (module-level and inside functions alike). Between modules, those under
+`if TYPE_CHECKING:` are types only and do not count; between subpackages they count too. A layer is the length of
+the longest chain of imports below it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
-MAX_LAYERS = 10
+MAX_LAYERS = 8
 MAX_LINES = 450
+MAX_TOP = 12
 
 
 def module_name(path: Path) -> str:
@@ -33,7 +36,7 @@ def is_upward_allowed(importer: str, imported: str) -> bool:
 
 
 @lru_cache(maxsize=None)
-def import_graph() -> dict[str, frozenset[str]]:
+def import_graph(types_too: bool = False) -> dict[str, frozenset[str]]:
     known = modules()
     graph: dict[str, frozenset[str]] = {}
     for name, path in known.items():
@@ -42,7 +45,7 @@ def import_graph() -> dict[str, frozenset[str]]:
                        and getattr(block.test, "id", None) == "TYPE_CHECKING" for node in ast.walk(block)}
         targets: set[str] = set()
         for node in ast.walk(tree):
-            if id(node) in typing_only:
+            if id(node) in typing_only and not types_too:
                 continue
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
@@ -57,14 +60,15 @@ def import_graph() -> dict[str, frozenset[str]]:
     return graph
 
 
-def layers() -> dict[str, int]:
-    graph = import_graph()
+def layers(graph: dict[str, frozenset[str]] | None = None, allowed=None) -> dict[str, int]:
+    graph = import_graph() if graph is None else graph
+    allowed = allowed or is_upward_allowed
     depth: dict[str, int] = {}
 
     def layer(name: str, seen: tuple[str, ...] = ()) -> int:
         assert name not in seen, "import cycle: " + " -> ".join((*seen, name))
         if name not in depth:
-            below = [layer(t, (*seen, name)) for t in graph[name] if not is_upward_allowed(name, t)]
+            below = [layer(t, (*seen, name)) for t in graph[name] if not allowed(name, t)]
             depth[name] = 1 + max(below, default=0)
         return depth[name]
 
@@ -73,11 +77,41 @@ def layers() -> dict[str, int]:
     return depth
 
 
-def test_the_import_graph_has_no_cycle_and_at_most_ten_layers() -> None:
-    depth = layers()
+def folder_of(module: str) -> str:
+    """A module's subpackage (attnbench.run.session -> attnbench.run); a module directly under attnbench/ is its
+    own node (the package's thin public shims, its entry points)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir() else module
+
+
+def folder_graph() -> dict[str, frozenset[str]]:
+    """The imports between subpackages, those under TYPE_CHECKING included, but a backend's `@register`."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in import_graph(types_too=True).items():
+        edges.setdefault(folder_of(module), set())
+        for target in targets:
+            if folder_of(target) != folder_of(module) and not is_upward_allowed(module, target):
+                edges[folder_of(module)].add(folder_of(target))
+    return {name: frozenset(ts) for name, ts in edges.items()}
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    assert layers()
+
+
+def test_the_subpackages_have_no_cycle_no_import_up_and_at_most_eight_layers() -> None:
+    graph = folder_graph()
+    depth = layers(graph, allowed=lambda a, b: False)  # asserts there is no cycle, types included
+    upward = [(a, b) for a, ts in graph.items() for b in ts if depth[b] >= depth[a]]
+    assert upward == []
     deepest = max(depth.values())
-    chain = sorted((d, n) for n, d in depth.items())[-3:]
-    assert deepest <= MAX_LAYERS, f"{deepest} layers; deepest: {chain}"
+    assert deepest <= MAX_LAYERS, f"{deepest} layers: {sorted((d, n) for n, d in depth.items())}"
+    assert {"attnbench.core", "attnbench.run", "attnbench.report"} <= set(graph)  # the folders are the nodes
+
+
+def test_at_most_twelve_modules_sit_directly_under_the_package() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP, top
 
 
 def test_no_import_points_up_a_layer_but_the_registrys_decorator() -> None:

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from attnbench.core import counting, quant
+from attnbench.core import axes, counting, quant
 from attnbench.core.counting import FUSED, MemoryCost
 
 if TYPE_CHECKING:
@@ -92,6 +92,13 @@ class Backend:
     # The workload axes (attnbench.core.case.AXES) prepare maps onto the kernel; a case using any other is
     # skipped with a reason before it runs, never run wrong.
     workload_axes: ClassVar[frozenset[str]] = frozenset()
+    # The mask kinds (attnbench.core.axes: causal, a window, and any declared later) prepare gives the kernel. The
+    # default is the shape's two, which every backend written before mask kinds were declared takes or refuses in
+    # `unsupported`; a case with a kind the backend does not declare is skipped by name, never run with a wrong mask.
+    mask_kinds: ClassVar[frozenset[str]] = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
+    # Why the kernel cannot take an axis or mask kind, in the library's terms, where there is more to say than that
+    # attnbench does not map it (unmapped_axes says this instead).
+    axis_reasons: ClassVar[dict[str, str]] = {}
     # The cost model the forecast prices this backend's measurements with.
     cost: ClassVar[Cost] = Cost()
     # The quantized inputs `prepare` takes (attnbench.core.quant.requirement): "qkv:<FP8 format>" (Q, K and V), "kv:<FP8
@@ -220,11 +227,14 @@ def refusal(backend: Backend, case: Case) -> str | None:
 
 
 def unmapped_axes(backend: Backend, case: Case) -> str | None:
-    """The skip reason for a case using workload axes the backend does not map; None when it maps them all."""
+    """The skip reason for a case using workload axes or mask kinds the backend does not declare (its own
+    `axis_reasons` where it gives one); None when it declares them all."""
     missing = [axis for axis in case.workload_axes if axis not in backend.workload_axes]
+    missing += [kind for kind in case.mask_kinds if kind not in backend.mask_kinds]
     if not missing:
         return None
-    return f"attnbench does not map {', '.join(missing)} onto {backend.name} yet"
+    reasons = [backend.axis_reasons[axis] for axis in missing if axis in backend.axis_reasons]
+    return reasons[0] if reasons else f"attnbench does not map {', '.join(missing)} onto {backend.name} yet"
 
 
 def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],

@@ -8,7 +8,7 @@ from attnbench.verify import determinism
 
 from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
-from attnbench.core.case import AXES, DTYPE_BYTES
+from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.counting import MemoryCost
 from attnbench.verify.inputs import naive_attention
 from attnbench.backends.registry import register
@@ -29,7 +29,7 @@ class NaiveBackend(Backend):
                 memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True))
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
 
-    workload_axes = frozenset(AXES)
+    workload_axes = frozenset(workload.MEANT)
 
     def estimate_memory(self, case: Case) -> int:
         """The scores and expanded K/V (its MemoryCost), and with pages the K and V gathered in the call."""

@@ -17,7 +17,6 @@ from attnbench.core import quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.naive import laid_out
-from attnbench.core.case import AXES
 from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
 from attnbench.verify.inputs import dtype_of, naive_attention
 from attnbench.backends.registry import register
@@ -48,7 +47,7 @@ class NaiveFp8Backend(Backend):
     summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
                "attention in float32; every format and axis, on every device")
     quantized = EVERY_FORMAT
-    workload_axes = frozenset(AXES)
+    workload_axes = frozenset(workload.MEANT)
 
     def unsupported(self, case: Case) -> str | None:
         if not case.quantized:

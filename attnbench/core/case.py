@@ -9,16 +9,14 @@ import zlib
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-DTYPES = ("float32", "float16", "bfloat16")
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-# The FP8 formats a case's Q/K/V (dtype) or its K/V cache alone (kv_dtype) may be quantized to (attnbench.core.quant).
-FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
-DTYPE_BYTES.update({name: 1 for name in FP8_DTYPES})
-DTYPE_SHORT.update({"float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"})
+
+from attnbench.core import axes
+from attnbench.core.axes import DTYPE_BYTES, DTYPE_SHORT, DTYPES, FP8_DTYPES  # noqa: F401 - their public home
+
 MODES = ("fwd", "bwd", "fwd_bwd")
-# The workload axes a backend must map to run a case (tp only changes the head counts, so it needs nothing).
-AXES = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
+# The workload axes a backend must map to run a case (attnbench.core.axes: tp only changes the head counts, so it
+# needs nothing; the mask kinds are Backend.mask_kinds').
+AXES = tuple(a.name for a in axes.TABLE if a.mapped and not a.mask)
 # Seed streams of the drawn lengths, so that adding one structure never changes another's draw (attnbench.core.workload
 # draws the page table from STREAM_PAGES).
 STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
@@ -65,30 +63,16 @@ class Case:
     causal: bool
     window: int | None
     mode: str
-    # Workload axes (GUIDE.md); each None/False means the dense case. doc_lens and kv_lens are filled from the
-    # case's seed (below) when `documents` / `kv_lengths: random` ask for them.
-    documents: int | None = None
-    doc_lengths: str | None = None  # "equal", "random" or "explicit" (doc_lens given)
-    doc_lens: tuple[int, ...] | None = None  # each document's queries (explicit lengths may be 0)
-    # Each document's keys when documents carry a cached prefix (kv_seq_len != seq_len): its queries are the last
-    # doc_lens[d] of its doc_kv_lens[d] keys. None: every document's keys are its queries.
-    doc_kv_lens: tuple[int, ...] | None = None
-    kv_lengths: str | None = None  # "random" or "explicit" (kv_lens given); None: every request has kv_seq_len keys
-    kv_lens: tuple[int, ...] | None = None
-    page_size: int | None = None
-    softcap: float | None = None
-    alibi: bool = False
-    head_dim_v: int | None = None  # None: head_dim
-    kv_shared: bool = False  # absorbed MLA: V is the first head_dim_v channels of K (GUIDE.md)
-    tp: int | None = None  # the case is one GPU's share of a model split over tp GPUs by heads
-    # Quantized inputs (GUIDE.md "quantized inputs", attnbench.core.quant): an FP8 `dtype` quantizes Q, K and V; `kv_dtype`
-    # the K/V cache alone (queries stay in `dtype`). `quant` is the scales' granularity ("tensor", "head", "block":
-    # filled with "tensor" when the case is quantized), `quant_block` the tokens per block, `quant_scale` a fixed
-    # descale factor (None: each scale from its granule's amax).
-    kv_dtype: str | None = None
-    quant: str | None = None
-    quant_block: int | None = None
-    quant_scale: float | None = None
+    # The workload axes beyond the shape, one field each as attnbench.core.axes.TABLE declares them (docs/conventions.md
+    # "Workload axes"); each None/False is the dense case. doc_lens and kv_lens are filled from the case's seed (below)
+    # when `documents` / `kv_lengths: random` ask for them; doc_kv_lens are each document's keys when documents carry
+    # a cached prefix (its queries are the last doc_lens[d] of its doc_kv_lens[d] keys); head_dim_v None is head_dim;
+    # kv_shared is absorbed MLA (V is K's first head_dim_v channels); tp: one GPU's share of a model split by heads;
+    # kv_dtype, quant, quant_block, quant_scale: the quantized inputs (attnbench.core.quant).
+    for _field in axes.case_fields():
+        __annotations__[_field.name] = _field.annotation
+        vars()[_field.name] = _field.default
+    del _field
 
     def __post_init__(self) -> None:
         """Lists (a record read back from JSON) become tuples; drawn structures are drawn from the seed."""
@@ -135,11 +119,13 @@ class Case:
     @property
     def workload_axes(self) -> tuple[str, ...]:
         """The workload axes this case sets, in AXES order: what a backend must map to run it."""
-        used = {"documents": self.documents is not None, "kv_lengths": self.kv_lens is not None,
-                "page_size": self.page_size is not None, "softcap": self.softcap is not None,
-                "alibi": bool(self.alibi), "head_dim_v": self.head_dim_v is not None,
-                "kv_shared": bool(self.kv_shared)}
-        return tuple(name for name in AXES if used[name])
+        return tuple(name for name in axes.used_axes(self) if name in AXES)
+
+    @property
+    def mask_kinds(self) -> tuple[str, ...]:
+        """The mask kinds this case sets (causal, a window, ...): what a backend must declare (Backend.mask_kinds)."""
+        kinds = axes.mask_kinds()
+        return tuple(name for name in axes.used_axes(self) if name in kinds)
 
     @property
     def offset(self) -> int:
@@ -167,35 +153,7 @@ class Case:
 
     def _workload_id(self) -> str:
         """The workload axes in the case_id: '' for the dense case, so existing ids never change."""
-        parts = []
-        if self.documents is not None:
-            if self.doc_lengths == "explicit":
-                pairs = zip(self.doc_lens or (), self.doc_kv_lens or self.doc_lens or ())
-                parts.append("docs" + "+".join(str(q) if q == k else f"{q}of{k}" for q, k in pairs))
-            else:
-                parts.append(f"doc{self.documents}" + ("rand" if self.doc_lengths == "random" else ""))
-        if self.kv_lengths == "explicit":
-            parts.append("kvlens" + "+".join(str(n) for n in self.kv_lens or ()))
-        elif self.kv_lengths is not None:
-            parts.append(f"kv{self.kv_lengths}")
-        if self.page_size is not None:
-            parts.append(f"page{self.page_size}")
-        if self.softcap is not None:
-            parts.append(f"cap{self.softcap:g}")
-        if self.alibi:
-            parts.append("alibi")
-        if self.head_dim_v is not None:
-            parts.append(f"dv{self.head_dim_v}")
-        if self.kv_shared:
-            parts.append("kvshared")
-        if self.tp is not None:
-            parts.append(f"tp{self.tp}")
-        if self.kv_dtype is not None:
-            parts.append(f"kv{DTYPE_SHORT[self.kv_dtype]}")
-        if self.quant is not None:
-            block = self.quant_block if self.quant == "block" else ""
-            parts.append(f"q{self.quant}{block}" + ("" if self.quant_scale is None else f"-scale{self.quant_scale:g}"))
-        return "".join("-" + p for p in parts)
+        return axes.id_fragments(self)
 
     @property
     def seed(self) -> int:

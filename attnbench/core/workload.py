@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
+# The workload axes (attnbench.core.axes) this module gives a meaning to: the reference, and a backend written on
+# it (naive), maps exactly these; an axis declared in the table alone has none yet, so every backend skips it.
+MEANT = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
 # What a page holds where no request's key lives (spare pages, the tail of a request's last page): finite,
 # so a masked-out read stays harmless, and far from the standard-normal data, so a wrong lookup is loud.
 JUNK = 30.0
@@ -185,31 +188,21 @@ def case_slopes(case: Case) -> tuple[float, ...]:
 
 
 # ---- the mask and the bias --------------------------------------------------------------------------
+def window_bounds(pos: Any, causal: bool, window: int | None) -> tuple[Any, Any]:
+    """The mask's one arithmetic (docs/conventions.md, "Causal is bottom-right aligned" and "Window `W`"): the first
+    and the last key a query at position `pos` among its keys may see, None where the mask sets no bound. `pos` is
+    a number or an array of them; allowed and key_ranges both bound keys by it."""
+    first = None if window is None else pos - window
+    last = pos if causal else None if window is None else pos + window
+    return first, last
+
+
 def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | None) -> Any:
-    """GUIDE.md's mask on index tensors: True where query q_idx may see key k_idx, for queries that are the last
-    positions (offset = Sk - Sq). The one definition every backend's mask and the reference come from."""
-    pos = q_idx + offset
-    keep = k_idx <= pos if causal else k_idx >= 0
-    if window is not None:
-        keep = keep & (pos - k_idx <= window)
-        if not causal:
-            keep = keep & (k_idx - pos <= window)
-    return keep
-
-
-def key_range(case: Case, query: int) -> tuple[int, int]:
-    """The inclusive range [lo, hi] of keys query `query` may see (possibly empty: lo > hi); one row's, so for the
-    dense mask only (key_ranges has every row's)."""
-    assert case.doc_lens is None and case.kv_lens is None, "a per-row mask: use key_ranges"
-    pos = query + case.offset
-    lo, hi = 0, case.kv_seq_len - 1
-    if case.causal:
-        hi = min(hi, pos)
-        if case.window is not None:
-            lo = max(lo, pos - case.window)
-    elif case.window is not None:
-        lo, hi = max(lo, pos - case.window), min(hi, pos + case.window)
-    return lo, hi
+    """The mask on index tensors: True where query q_idx may see key k_idx, for queries that are the last
+    positions (offset = Sk - Sq). The one predicate every backend's mask and the reference come from."""
+    first, last = window_bounds(q_idx + offset, causal, window)
+    keep = k_idx >= (0 if first is None else first)
+    return keep if last is None else keep & (k_idx <= last)
 
 
 @functools.lru_cache(maxsize=64)
@@ -243,12 +236,9 @@ def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
     else:
         lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
         lo, hi = np.zeros_like(pos), np.broadcast_to(lens - 1, pos.shape).copy()
-    if case.causal:
-        hi = np.minimum(hi, pos)
-        if case.window is not None:
-            lo = np.maximum(lo, pos - case.window)
-    elif case.window is not None:
-        lo, hi = np.maximum(lo, pos - case.window), np.minimum(hi, pos + case.window)
+    first, last = window_bounds(pos, case.causal, case.window)
+    lo = lo if first is None else np.maximum(lo, first)
+    hi = hi if last is None else np.minimum(hi, last)
     lo.flags.writeable = hi.flags.writeable = False  # cached: shared by every caller
     return lo, hi
 

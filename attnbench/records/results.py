@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from attnbench.core import axes
 from attnbench.core.errors import ResultsError
 
 if TYPE_CHECKING:
@@ -29,16 +30,12 @@ KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
     "head_dim", "causal", "window", "mode",
 )
-# The workload axes (GUIDE.md) and their values in the dense case: a record carries them only when set, and a
-# record without one (written before they existed, or of a dense case) has the default.
-WORKLOAD_DEFAULTS: dict[str, Any] = {
-    "documents": None, "doc_lengths": None, "doc_lens": None, "doc_kv_lens": None, "kv_lengths": None, "kv_lens": None,
-    "page_size": None, "softcap": None, "alibi": False, "head_dim_v": None, "kv_shared": False, "tp": None,
-}
-# The quantized inputs' fields (attnbench.core.quant), kept like the workload axes: only when set.
-WORKLOAD_DEFAULTS.update({"kv_dtype": None, "quant": None, "quant_block": None, "quant_scale": None})
+# The workload axes' fields (attnbench.core.axes: the quantized inputs' too) and their values in the dense case: a
+# record carries them only when set, and a record without one (written before they existed, or of a dense case) has
+# the default.
+WORKLOAD_DEFAULTS: dict[str, Any] = axes.record_defaults()
 # The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
-DRAWN_FIELDS = ("doc_lens", "doc_kv_lens", "kv_lens")
+DRAWN_FIELDS = axes.drawn_fields()
 
 
 @dataclass
@@ -61,23 +58,11 @@ class Record:
     window: int | None
     mode: str
     status: str
-    # The workload axes, as Case holds them (attnbench.core.case); left out of the stored line when at their default.
-    documents: int | None = None
-    doc_lengths: str | None = None
-    doc_lens: list[int] | None = None
-    doc_kv_lens: list[int] | None = None
-    kv_lengths: str | None = None
-    kv_lens: list[int] | None = None
-    page_size: int | None = None
-    softcap: float | None = None
-    alibi: bool = False
-    head_dim_v: int | None = None
-    kv_shared: bool = False
-    tp: int | None = None
-    kv_dtype: str | None = None
-    quant: str | None = None
-    quant_block: int | None = None
-    quant_scale: float | None = None
+    # The workload axes, as Case holds them (attnbench.core.axes); left out of the stored line when at their default.
+    for _field in axes.case_fields():
+        __annotations__[_field.name] = _field.annotation.replace("tuple[int, ...]", "list[int]")
+        vars()[_field.name] = _field.default
+    del _field
     reason: str | None = None
     kernel: str | None = None
     device_name: str | None = None

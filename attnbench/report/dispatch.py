@@ -23,14 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.core import axes
 from attnbench.core.case import DEFAULT_QUANT_BLOCK
 from attnbench.core.quant import GRANULARITIES
 
 SCHEMA_NAME = "attnbench-dispatch"
 SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
 # The workload kinds a bucket tells apart (each a yes/no: the documents' count, page size or softcap value are not
-# part of the bucket), and the decisions a row can hold; choose() answers from the first two only.
-FEATURES = ("documents", "paged", "ragged", "softcap", "alibi", "kv_shared")
+# part of the bucket; attnbench.core.axes declares each with its axis), and the decisions a row can hold; choose()
+# answers from the first two only.
+FEATURES = tuple(axes.features())
 DECISIONS = ("winner", "tie", "unsettled", "none")
 ANSWERING = ("winner", "tie")
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -80,6 +82,12 @@ class Shape:
     kv_dtype: str | None = None  # an FP8 K/V cache under `dtype` queries
     quant: str | None = None  # the FP8 scales' granularity: tensor (the default when quantized), head or block
     quant_block: int | None = None  # tokens per scale with block scales (default 128)
+    # A feature declared after the ones above (attnbench.core.axes) is a keyword of its own, after them.
+    for _name in FEATURES:
+        if _name not in __annotations__:
+            __annotations__[_name] = "bool"
+            vars()[_name] = False
+    del _name
 
     @property
     def quantized(self) -> bool:
@@ -113,11 +121,8 @@ class Shape:
             seq_len=int(record["seq_len"]), heads=int(record["heads"]), kv_heads=int(record["kv_heads"]),
             head_dim=int(record["head_dim"]), dtype=str(record["dtype"]), causal=bool(record["causal"]),
             window=record.get("window"), mode=str(record["mode"]), kv_seq_len=int(record["kv_seq_len"]),
-            head_dim_v=record.get("head_dim_v"), documents=bool(record.get("documents")),
-            paged=record.get("page_size") is not None, ragged=record.get("kv_lengths") is not None,
-            softcap=record.get("softcap") is not None, alibi=bool(record.get("alibi")),
-            kv_shared=bool(record.get("kv_shared")), kv_dtype=record.get("kv_dtype"), quant=record.get("quant"),
-            quant_block=record.get("quant_block"),
+            head_dim_v=record.get("head_dim_v"), kv_dtype=record.get("kv_dtype"), quant=record.get("quant"),
+            quant_block=record.get("quant_block"), **{name: axes.feature_of(record, name) for name in FEATURES},
         )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench import __version__
+from attnbench.core import axes
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.core.errors import AttnbenchError
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
@@ -20,14 +21,20 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 SCHEMA_FILE = "dispatch.schema.json"
-FEATURE_WORDS = {"documents": "packed documents", "paged": "paged KV", "ragged": "ragged KV lengths",
-                 "softcap": "softcap", "alibi": "ALiBi", "kv_shared": "V shared with K"}
+FEATURE_WORDS = axes.features()
 SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a dispatch table, shipped in the package."""
-    return json.loads(resources.files("attnbench.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    """The JSON Schema of a dispatch table, shipped in the package, with a bucket field for every feature the axis
+    table declares (the shipped file lists those known when it was written; a test holds it to the table)."""
+    data = json.loads(resources.files("attnbench.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    bucket = data["$defs"]["bucket"]
+    for name in FEATURES:
+        bucket["properties"].setdefault(name, {"type": "boolean"})
+        if name not in bucket["required"]:
+            bucket["required"].append(name)
+    return data
 
 
 def band_words(band: list[int]) -> str:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from attnbench.core import axes
+from attnbench.core.axes import SCALE_WORDS  # noqa: F401 - the scales' words, declared with the quant axis
 from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
 from attnbench.core.case import DTYPE_SHORT
 from attnbench.records.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
@@ -15,14 +17,14 @@ FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
-# The workload axes that stay fixed within a group too (doc_lens and kv_lens follow the lengths, so they do not).
+# The workload axes that stay fixed within a group too (the drawn lengths follow the lengths, so they do not).
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
 DTYPE_WORDS = {**DTYPE_SHORT, "float64": "fp64"}
 DTYPE_BYTES = {**CASE_DTYPE_BYTES, "float64": 8}
 DTYPE_BYTES.update({DTYPE_WORDS[name]: size for name, size in list(DTYPE_BYTES.items())})  # by short name too
-SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
+QUANT_AXES = ("kv_dtype", "quant")
 
 
 @dataclass
@@ -97,42 +99,14 @@ def shape_words(shape: dict[str, Any]) -> list[str]:
 
 
 def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
-    words = []
-    if shape.get("documents"):
-        kind = shape.get("doc_lengths") or "equal"
-        words.append(f"doc{shape['documents']}{kind[:4] if kind != 'equal' else ''}" if short
-                     else f"{shape['documents']} documents ({kind})")
-    if shape.get("kv_lengths"):
-        words.append(f"kv{shape['kv_lengths']}" if short else f"{shape['kv_lengths']} KV lengths")
-    if shape.get("page_size"):
-        words.append(f"page{shape['page_size']}" if short else f"pages of {shape['page_size']}")
-    if shape.get("softcap") is not None:
-        words.append(f"cap{shape['softcap']:g}" if short else f"softcap {shape['softcap']:g}")
-    if shape.get("alibi"):
-        words.append("alibi" if short else "ALiBi")
-    if shape.get("head_dim_v"):
-        words.append(f"dv{shape['head_dim_v']}" if short else f"d_v={shape['head_dim_v']}")
-    if shape.get("kv_shared"):
-        words.append("kvshared" if short else "V shared with K (absorbed MLA)")
-    if shape.get("tp"):
-        words.append(f"tp{shape['tp']}" if short else f"tp {shape['tp']} (one GPU's share)")
-    words += quant_words(shape, short)
-    return words
+    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand"), as
+    attnbench.core.axes declares each."""
+    return axes.words_of(shape, short)
 
 
 def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
     """A quantized case's FP8 K/V cache and scales, in words ("K/V fp8e4m3", "per-block 128 scales") or short."""
-    words = []
-    if shape.get("kv_dtype"):
-        words.append(f"kv{dtype_word(shape['kv_dtype'])}" if short else f"K/V {dtype_word(shape['kv_dtype'])}")
-    if shape.get("quant"):
-        block = shape.get("quant_block") if shape["quant"] == "block" else None
-        scale = shape.get("quant_scale")
-        words.append(f"q{shape['quant']}{block or ''}" + (f"s{scale:g}" if scale else "") if short else
-                     f"{SCALE_WORDS[shape['quant']]}{f' {block}' if block else ''} scales"
-                     + (f" fixed at {scale:g}" if scale else ""))
-    return words
+    return [w for a in axes.axes() if a.name in QUANT_AXES and a.words and (w := a.words(shape, short))]
 
 
 def case_words(record: dict[str, Any]) -> str:

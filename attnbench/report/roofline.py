@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -15,8 +16,8 @@ from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 from attnbench.records.results import SCHEMA_VERSION
 
-CASE_FIELDS = ("device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "causal",
-               "window", "mode")
+# The case's shape: Case's fields without a default (a record from before the workload axes has those only).
+CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case) if f.default is dataclasses.MISSING)
 
 
 def bytes_of(record: dict[str, Any]) -> int | None:

@@ -3,27 +3,18 @@ attnbench.sweep.suite reads a file through them and expands it into Cases."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
-MAX_HEADS = 1024
-MAX_HEAD_DIM = 1024
-MAX_BATCH = 1 << 16
+from attnbench.core import axes as axis_table
+from attnbench.core.axes import (  # noqa: F401 - the suite's value types and bounds, declared with the axes
+    MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Documents, KvDtype, KvLengths, Spread,
+)
 
 Dtype = Literal["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
-# An FP8 K/V cache under queries of the case's dtype (attnbench.core.quant).
-KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
 KvHeads = Union[Literal["heads"], int]
-# `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
-# a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
-# one dense sequence per row.
-Documents = Union[int, list[Union[int, list[int]]], None]
-Spread = Literal["equal", "random"]
-# `kv_lengths`: equal (every request has kv_seq_len keys), random (seeded), or an explicit list, one per request.
-KvLengths = Union[Spread, list[int]]
 
 
 def _as_list(value: Any) -> Any:
@@ -68,43 +59,39 @@ class Quant(_Strict):
         return self
 
 
-class Axes(_Strict):
-    """The sweep axes; every list is crossed with every other."""
+class _AxesRules(_Strict):
+    """The sweep axes; every list is crossed with every other. The shape's axes are written here; the rest (the
+    mask kinds and workload axes) come from attnbench.core.axes.TABLE, with their bounds (`_bounds`); the checks
+    below are those of the axes whose values are more than a number."""
 
-    batch: list[int] = Field(default=[1], min_length=1)
-    seq_len: list[int] = Field(min_length=1)
-    kv_seq_len: list[int] | None = Field(default=None, min_length=1)
-    heads: list[int] = Field(min_length=1)
-    kv_heads: list[KvHeads] = Field(default=["heads"], min_length=1)
-    head_dim: list[int] = Field(min_length=1)
-    dtype: list[Dtype] = Field(default=["float32"], min_length=1)
-    causal: list[bool] = Field(default=[False], min_length=1)
-    window: list[int | None] = Field(default=[None], min_length=1)
-    mode: list[Mode] = Field(default=["fwd"], min_length=1)
-    # Workload axes (GUIDE.md "Workload axes"); the defaults are the dense case.
-    documents: list[Documents] = Field(default=[None], min_length=1)
-    doc_lengths: list[Spread] = Field(default=["equal"], min_length=1)
-    kv_lengths: list[KvLengths] = Field(default=["equal"], min_length=1)
-    page_size: list[int | None] = Field(default=[None], min_length=1)
-    softcap: list[float | None] = Field(default=[None], min_length=1)
-    alibi: list[bool] = Field(default=[False], min_length=1)
-    head_dim_v: list[int | None] = Field(default=[None], min_length=1)
-    kv_shared: list[bool] = Field(default=[False], min_length=1)
-    tp: list[int] = Field(default=[1], min_length=1)
-    kv_dtype: list[KvDtype | None] = Field(default=[None], min_length=1)
-    quant: list[Quant | None] = Field(default=[None], min_length=1)
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_value_lists(cls, value: Any, info: Any) -> Any:
+        """A single value stands for a one-element axis (`causal: true` means `[true]`); a bare `window: null` of
+        an axis whose values may be null is the one-value axis [null] (in a cpu: block too, where it once reached
+        the validators as None and crashed with a traceback)."""
+        if info.field_name not in AXIS_NAMES:
+            return value  # a block's `cpu:`, the top-level block's `timing:`
+        if info.field_name in NULLABLE:
+            return [None] if value is None else _as_list(value)
+        return value if value is None else _as_list(value)
 
-    _lists = field_validator(
-        "batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim", "dtype", "causal", "mode",
-        "doc_lengths", "kv_lengths", "alibi", "kv_shared", "tp", mode="before",
-    )(lambda value: value if value is None else _as_list(value))
-    # Axes whose values may be null: a bare `window: null` is the one-value axis [null] (in a cpu: block too,
-    # where it once reached the validators as None and crashed with a traceback).
-    _nullable_lists = field_validator("window", "documents", "page_size", "softcap", "head_dim_v", "kv_dtype", "quant",
-                                      mode="before")(
-        lambda value: [None] if value is None else _as_list(value))
+    @field_validator("*")
+    @classmethod
+    def _bounds(cls, value: Any, info: Any) -> Any:
+        """The table's bounds of every value of a numeric axis (null aside)."""
+        axis = BY_NAME.get(info.field_name)
+        if axis is None or value is None:
+            return value
+        if axis.bounds is not None:
+            _bounded([v for v in value if v is not None], int(axis.bounds[0]), int(axis.bounds[1]))
+        if axis.positive:
+            for number in value:
+                if number is not None and not 0 < number < float("inf"):
+                    raise ValueError(f"{number:g} is out of range; allowed: a positive number")
+        return value
 
-    @field_validator("documents")
+    @field_validator("documents", check_fields=False)
     @classmethod
     def _documents(cls, value: list[Documents]) -> list[Documents]:
         for entry in value:
@@ -119,7 +106,7 @@ class Axes(_Strict):
                 _bounded([entry], 1, MAX_SEQ)
         return value
 
-    @field_validator("kv_lengths", mode="before")
+    @field_validator("kv_lengths", mode="before", check_fields=False)
     @classmethod
     def _explicit_inside(cls, value: Any) -> Any:
         """`kv_lengths: [4, 16, 24]` is three values of the axis, none of them allowed: say where the list goes."""
@@ -128,7 +115,7 @@ class Axes(_Strict):
                              f"random, or [[one length per request]]")
         return value
 
-    @field_validator("kv_lengths")
+    @field_validator("kv_lengths", check_fields=False)
     @classmethod
     def _kv_lengths(cls, value: list[KvLengths] | None) -> list[KvLengths] | None:
         for entry in value or []:
@@ -138,87 +125,75 @@ class Axes(_Strict):
                 _bounded(entry, 0, MAX_SEQ)
         return value
 
-    @field_validator("page_size")
-    @classmethod
-    def _page_size(cls, value: list[int | None]) -> list[int | None]:
-        _bounded([v for v in value if v is not None], 1, MAX_SEQ)
-        return value
-
-    @field_validator("softcap")
-    @classmethod
-    def _softcap(cls, value: list[float | None]) -> list[float | None]:
-        for cap in value:
-            if cap is not None and not 0 < cap < float("inf"):
-                raise ValueError(f"{cap:g} is out of range; allowed: a positive number")
-        return value
-
-    @field_validator("head_dim_v")
-    @classmethod
-    def _head_dim_v(cls, value: list[int | None]) -> list[int | None]:
-        _bounded([v for v in value if v is not None], 1, MAX_HEAD_DIM)
-        return value
-
-    @field_validator("tp")
-    @classmethod
-    def _tp(cls, value: list[int] | None) -> list[int] | None:  # None: not set in a cpu: block
-        return None if value is None else _bounded(value, 1, MAX_HEADS)
-
-    @field_validator("batch")
+    @field_validator("batch", check_fields=False)
     @classmethod
     def _batch(cls, value: list[int]) -> list[int]:
         return _bounded(value, 1, MAX_BATCH)
 
-    @field_validator("seq_len", "kv_seq_len")
+    @field_validator("seq_len", "kv_seq_len", check_fields=False)
     @classmethod
     def _seq(cls, value: list[int] | None) -> list[int] | None:
         return None if value is None else _bounded(value, 1, MAX_SEQ)
 
-    @field_validator("heads")
+    @field_validator("heads", check_fields=False)
     @classmethod
     def _heads(cls, value: list[int]) -> list[int]:
         return _bounded(value, 1, MAX_HEADS)
 
-    @field_validator("kv_heads")
+    @field_validator("kv_heads", check_fields=False)
     @classmethod
     def _kv_heads(cls, value: list[KvHeads] | None) -> list[KvHeads] | None:
         _bounded([v for v in value or [] if isinstance(v, int)], 1, MAX_HEADS)
         return value
 
-    @field_validator("head_dim")
+    @field_validator("head_dim", check_fields=False)
     @classmethod
     def _head_dim(cls, value: list[int]) -> list[int]:
         return _bounded(value, 1, MAX_HEAD_DIM)
 
-    @field_validator("window")
-    @classmethod
-    def _window(cls, value: list[int | None]) -> list[int | None]:
-        _bounded([v for v in value if v is not None], 0, MAX_SEQ)
-        return value
 
 
-class CpuAxes(Axes):
+# The shape's axes, then the table's: the mask kinds before `mode` and the workload axes after it (the order a suite's
+# keys are listed in its messages, and the order of the cross).
+SHAPE_AXES: dict[str, tuple[Any, Any]] = {
+    "batch": (int, [1]), "seq_len": (int, ...), "kv_seq_len": (int, None), "heads": (int, ...),
+    "kv_heads": (KvHeads, ["heads"]), "head_dim": (int, ...), "dtype": (Dtype, ["float32"]),
+}
+# The schema's own type for an axis whose values are a model of their own.
+OWN_TYPES: dict[str, Any] = {"quant": Optional[Quant]}
+
+
+def _axis_fields() -> dict[str, tuple[Any, Any]]:
+    table = axis_table.axes()
+    masks = [a for a in table if a.mask]
+    rest = [a for a in table if not a.mask]
+    fields: dict[str, tuple[Any, Any]] = {}
+    for name, (value, default) in SHAPE_AXES.items():
+        annotation = list[value] if default is not None else Optional[list[value]]
+        fields[name] = (annotation, Field(min_length=1) if default is ... else Field(default=default, min_length=1))
+    for axis in masks:
+        fields[axis.name] = _table_field(axis)
+    fields["mode"] = (list[Mode], Field(default=["fwd"], min_length=1))
+    for axis in rest:
+        fields[axis.name] = _table_field(axis)
+    return fields
+
+
+def _table_field(axis: axis_table.Axis) -> tuple[Any, Any]:
+    value = OWN_TYPES.get(axis.name, axis.value)
+    return list[value], Field(default=[axis.default], min_length=1)
+
+
+AXIS_FIELDS = _axis_fields()
+AXIS_NAMES = frozenset(AXIS_FIELDS)
+BY_NAME = {a.name: a for a in axis_table.axes()}
+NULLABLE = frozenset(name for name, axis in BY_NAME.items() if axis.nullable)
+Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__, **AXIS_FIELDS)  # type: ignore[call-overload]
+Axes.__doc__ = _AxesRules.__doc__
+
+
+class _CpuRules(Axes):  # type: ignore[misc, valid-type]
     """The `cpu:` block: the same axes, each optional, replacing the sweep's when the run is on a CPU."""
-
-    seq_len: list[int] | None = Field(default=None, min_length=1)
-    heads: list[int] | None = Field(default=None, min_length=1)
-    head_dim: list[int] | None = Field(default=None, min_length=1)
-    batch: list[int] | None = Field(default=None, min_length=1)
-    kv_heads: list[KvHeads] | None = Field(default=None, min_length=1)
-    dtype: list[Dtype] | None = Field(default=None, min_length=1)
-    causal: list[bool] | None = Field(default=None, min_length=1)
-    window: list[int | None] | None = Field(default=None, min_length=1)
-    mode: list[Mode] | None = Field(default=None, min_length=1)
-    documents: list[Documents] | None = Field(default=None, min_length=1)
-    doc_lengths: list[Spread] | None = Field(default=None, min_length=1)
-    kv_lengths: list[KvLengths] | None = Field(default=None, min_length=1)
-    page_size: list[int | None] | None = Field(default=None, min_length=1)
-    softcap: list[float | None] | None = Field(default=None, min_length=1)
-    alibi: list[bool] | None = Field(default=None, min_length=1)
-    head_dim_v: list[int | None] | None = Field(default=None, min_length=1)
-    kv_shared: list[bool] | None = Field(default=None, min_length=1)
-    tp: list[int] | None = Field(default=None, min_length=1)
-    kv_dtype: list[KvDtype | None] | None = Field(default=None, min_length=1)
-    quant: list[Quant | None] | None = Field(default=None, min_length=1)
 
     @field_validator("batch", "heads", "head_dim")
     @classmethod
@@ -226,7 +201,13 @@ class CpuAxes(Axes):
         return None if value is None else _bounded(value, 1, MAX_SEQ)
 
 
-class Block(Axes):
+CpuAxes = create_model("CpuAxes", __base__=_CpuRules, __module__=__name__,  # type: ignore[call-overload]
+                       **{name: (Optional[annotation], Field(default=None, min_length=1))
+                          for name, (annotation, _) in AXIS_FIELDS.items()})
+CpuAxes.__doc__ = _CpuRules.__doc__
+
+
+class Block(Axes):  # type: ignore[misc, valid-type]
     """A sweep block (`sweep`, or an item of `also`): its axes, and optionally its own `cpu:` overrides, applied on
     a CPU after the suite's top-level `cpu:` block (a decode block and a prefill block need different CPU sizes)."""
 

@@ -10,10 +10,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from attnbench.core import axes as axis_table
 from attnbench.core import workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
-from attnbench.sweep.schema import Axes, Block, Documents, Quant, SuiteModel, Timing
+from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
 
 @dataclass(frozen=True)
@@ -69,40 +70,45 @@ class Suite:
         return cases
 
     def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
-        grid = itertools.product(
-            axes.dtype, axes.batch, axes.seq_len, axes.kv_seq_len or [None], axes.heads, axes.kv_heads,
-            axes.head_dim, axes.causal, axes.window, axes.mode, axes.documents, axes.doc_lengths, axes.kv_lengths,
-            axes.page_size, axes.softcap, axes.alibi, axes.head_dim_v, axes.kv_shared, axes.tp, axes.kv_dtype,
-            axes.quant,
-        )
+        """Every combination of the block's axes (dtype first, then the schema's order), each checked and made a Case:
+        the table's simple axes through their own `to_case`, the others by the functions below."""
+        names = ["dtype", *(name for name in AXIS_FIELDS if name != "dtype")]
+        lists = [getattr(axes, name) or [None] for name in names]
         check_quant_axes(f"{self.path}: {key}", axes)
         cases = []
-        for (dtype, batch, seq, kv_seq, heads, kv_heads, head_dim, causal, window, mode, documents, doc_lengths,
-             kv_lengths, page_size, softcap, alibi, head_dim_v, kv_shared, tp, kv_dtype, quant) in grid:
+        for values in itertools.product(*lists):
+            combo = dict(zip(names, values))
             where = f"{self.path}: {key}"
+            heads, head_dim, kv_heads, seq = combo["heads"], combo["head_dim"], combo["kv_heads"], combo["seq_len"]
             kv = heads if kv_heads == "heads" else kv_heads
             if kv > heads or heads % kv:
                 raise SuiteError(
                     f"{where}.kv_heads: {kv} does not divide heads {heads} "
                     f"(combination heads={heads}, kv_heads={kv}); allowed: a divisor of heads, or 'heads'"
                 )
-            heads, kv = tp_share(where, heads, kv, tp)
-            kv_seq = seq if kv_seq is None else kv_seq
-            docs = document_fields(where, documents, doc_lengths, seq, kv_seq)
-            lengths = kv_length_fields(where, kv_lengths, batch, seq, kv_seq, documents)
-            if kv_shared and not (head_dim_v is not None and head_dim_v < head_dim):
+            heads, kv = tp_share(where, heads, kv, combo["tp"])
+            kv_seq = seq if combo["kv_seq_len"] is None else combo["kv_seq_len"]
+            documents, dtype, mode = combo["documents"], combo["dtype"], combo["mode"]
+            docs = document_fields(where, documents, combo["doc_lengths"], seq, kv_seq)
+            lengths = kv_length_fields(where, combo["kv_lengths"], batch := combo["batch"], seq, kv_seq, documents)
+            if combo["kv_shared"] and not (combo["head_dim_v"] is not None and combo["head_dim_v"] < head_dim):
                 raise SuiteError(
                     f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
-                    f"(got head_dim {head_dim}, head_dim_v {head_dim_v}); allowed: e.g. head_dim 576, head_dim_v 512"
+                    f"(got head_dim {head_dim}, head_dim_v {combo['head_dim_v']}); allowed: e.g. head_dim 576, "
+                    f"head_dim_v 512"
                 )
-            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, causal, window, mode, **docs,
-                        **lengths, page_size=page_size, softcap=None if softcap is None else float(softcap),
-                        alibi=alibi, head_dim_v=None if head_dim_v in (None, head_dim) else head_dim_v,
-                        kv_shared=kv_shared, tp=None if tp == 1 else tp,
-                        **quant_fields(where, dtype, kv_dtype, quant, mode, seq, kv_seq))
+            simple = {axis.name: (axis.to_case or _as_is)(combo[axis.name], combo) for axis in axis_table.axes(shape=False)
+                      if not axis.expanded}
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo["causal"], combo["window"], mode,
+                        **docs, **lengths, **simple,
+                        **quant_fields(where, dtype, combo["kv_dtype"], combo["quant"], mode, seq, kv_seq))
             refuse_nothing_visible(where, case)
             cases.append(case)
         return cases
+
+
+def _as_is(value: Any, combo: dict[str, Any]) -> Any:
+    return value
 
 
 def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:

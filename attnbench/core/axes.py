@@ -1,0 +1,281 @@
+"""The one table of sweep-axis facts: what a suite may write for each axis beyond the shape, what Case and a record
+hold for it, how it shows in the case id and the report, the dispatch feature it sets, and whether a backend must
+declare it (a workload axis or a mask kind) to be given a case that sets it.
+
+Everything else is derived from TABLE: the suite schema's fields and bounds (attnbench.sweep.schema), the cross of a
+block (attnbench.sweep.suite), Case's fields and id (attnbench.core.case), the record's fields and defaults
+(attnbench.records.results), the report's groups and the dispatch buckets (attnbench.report). What an axis means is
+attnbench.core.workload's; how a kernel takes it, each adapter's. Pure Python: the dispatch table reads it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
+
+if TYPE_CHECKING:
+    from attnbench.core.case import Case
+
+MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 1024
+MAX_BATCH = 1 << 16
+
+DTYPES = ("float32", "float16", "bfloat16")
+# The FP8 formats a case's Q/K/V (dtype) or its K/V cache alone (kv_dtype) may be quantized to (attnbench.core.quant).
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, **{name: 1 for name in FP8_DTYPES}}
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
+               "float8_e5m2": "fp8e5m2"}
+SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
+
+# The types of one value of an axis as a suite writes it.
+KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
+# `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
+# a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
+# one dense sequence per row.
+Documents = Union[int, list[Union[int, list[int]]], None]
+Spread = Literal["equal", "random"]
+# `kv_lengths`: equal (every request has kv_seq_len keys), random (seeded), or an explicit list, one per request.
+KvLengths = Union[Spread, list[int]]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field Case and the record hold for an axis, and its value in the dense case (a record leaves it out
+    there). `drawn`: filled from the case's seed (the actual lengths), so it varies with the lengths."""
+
+    name: str
+    annotation: str
+    default: Any = None
+    drawn: bool = False
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One sweep axis beyond the shape.
+
+    `value`: the type of one value in the suite (a pydantic annotation; "quant" names the schema's own model).
+    `default`: the suite's value when the axis is absent (the dense case). `bounds`: the inclusive range of a
+    numeric value; `positive`: any positive finite number. `fields`: what Case and the record hold (default: one
+    field named like the axis, None or False when not set). `to_case`: the Case field's value from the suite's value
+    and the combination (the other axes' values) — None where attnbench.sweep.suite expands the axis itself
+    (`expanded`). `fragment`: the case id's part for a case that sets it ('' when not set); `words`: the report's
+    words for a record or group setting it, long or short (None when not set). `feature`: the yes/no the dispatch
+    buckets tell apart and its words. `mapped`: a backend must declare the axis (Backend.workload_axes) to be given
+    a case setting it; `mask`: it is a kind of mask (Backend.mask_kinds), so a backend that does not declare it is
+    skipped by name, never run with the wrong mask.
+    """
+
+    name: str
+    value: Any
+    default: Any
+    fields: tuple[Field, ...] | None = None
+    bounds: tuple[float, float] | None = None
+    positive: bool = False
+    to_case: Callable[[Any, dict[str, Any]], Any] | None = None
+    expanded: bool = False
+    fragment: Callable[[Case], str] | None = None
+    words: Callable[[dict[str, Any], bool], str | None] | None = None
+    feature: str | None = None
+    feature_words: str = ""
+    mapped: bool = False
+    mask: bool = False
+    shape: bool = False  # one of Case's positional shape fields (causal, window): in every id and every key
+
+    @property
+    def case_fields(self) -> tuple[Field, ...]:
+        if self.fields is not None:
+            return self.fields
+        unset = False if isinstance(self.default, bool) else None
+        return (Field(self.name, _annotation(self.value), unset),)
+
+    @property
+    def nullable(self) -> bool:
+        """A bare `name: null` in a suite is the one-value axis [null]."""
+        return self.default is None
+
+    def is_set(self, case: Any) -> bool:
+        """Whether `case` (a Case) sets the axis: any of its fields away from the dense case."""
+        if self.mask and self.shape:
+            return self.name == "window" and case.window is not None or self.name == "causal" and bool(case.causal)
+        return any(getattr(case, f.name) != f.default for f in self.case_fields if not f.drawn)
+
+
+def _annotation(value: Any) -> str:
+    names = {int: "int", float: "float", bool: "bool", str: "str"}
+    args = [a for a in getattr(value, "__args__", ()) if a is not type(None)]
+    if value in names:
+        return names[value]
+    if len(args) == 1 and args[0] in names:
+        return f"{names[args[0]]} | None"
+    return "Any"
+
+
+def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], str], words: Callable[[Any], str],
+                **facts: Any) -> Axis:
+    """An axis held in one field of its own name: its id fragment and short word are `fragment(value)`, its long
+    words `words(value)`, both only where the value is set (not None, not False)."""
+    def fragment_of(case: Case) -> str:
+        held = getattr(case, name)
+        return "" if held is None or held is False else fragment(held)
+
+    def words_of(shape: dict[str, Any], short: bool) -> str | None:
+        held = shape.get(name)
+        if held is None or held is False or held == 0 and not isinstance(held, float):
+            return None
+        return fragment(held) if short else words(held)
+
+    return Axis(name, value, default, fragment=fragment_of, words=words_of, **facts)
+
+
+# ---- the axes that sweep/suite.py expands itself (several fields, drawn lengths, a quantization) -------------------
+def _documents_id(case: Case) -> str:
+    if case.documents is None:
+        return ""
+    if case.doc_lengths == "explicit":
+        pairs = zip(case.doc_lens or (), case.doc_kv_lens or case.doc_lens or ())
+        return "docs" + "+".join(str(q) if q == k else f"{q}of{k}" for q, k in pairs)
+    return f"doc{case.documents}" + ("rand" if case.doc_lengths == "random" else "")
+
+
+def _documents_words(shape: dict[str, Any], short: bool) -> str | None:
+    if not shape.get("documents"):
+        return None
+    kind = shape.get("doc_lengths") or "equal"
+    return (f"doc{shape['documents']}{kind[:4] if kind != 'equal' else ''}" if short
+            else f"{shape['documents']} documents ({kind})")
+
+
+def _kv_lengths_id(case: Case) -> str:
+    if case.kv_lengths == "explicit":
+        return "kvlens" + "+".join(str(n) for n in case.kv_lens or ())
+    return "" if case.kv_lengths is None else f"kv{case.kv_lengths}"
+
+
+def _kv_lengths_words(shape: dict[str, Any], short: bool) -> str | None:
+    if not shape.get("kv_lengths"):
+        return None
+    return f"kv{shape['kv_lengths']}" if short else f"{shape['kv_lengths']} KV lengths"
+
+
+def _dtype_word(dtype: Any) -> str:
+    return {**DTYPE_SHORT, "float64": "fp64"}.get(str(dtype), str(dtype))
+
+
+def _kv_dtype_words(shape: dict[str, Any], short: bool) -> str | None:
+    if not shape.get("kv_dtype"):
+        return None
+    return f"kv{_dtype_word(shape['kv_dtype'])}" if short else f"K/V {_dtype_word(shape['kv_dtype'])}"
+
+
+def _quant_id(case: Case) -> str:
+    if case.quant is None:
+        return ""
+    block = case.quant_block if case.quant == "block" else ""
+    return f"q{case.quant}{block}" + ("" if case.quant_scale is None else f"-scale{case.quant_scale:g}")
+
+
+def _quant_words(shape: dict[str, Any], short: bool) -> str | None:
+    if not shape.get("quant"):
+        return None
+    block = shape.get("quant_block") if shape["quant"] == "block" else None
+    scale = shape.get("quant_scale")
+    if short:
+        return f"q{shape['quant']}{block or ''}" + (f"s{scale:g}" if scale else "")
+    return (f"{SCALE_WORDS[shape['quant']]}{f' {block}' if block else ''} scales"
+            + (f" fixed at {scale:g}" if scale else ""))
+
+
+TABLE: list[Axis] = [
+    # The mask kinds of the shape: Case's positional fields, words of their own in every id and title.
+    Axis("causal", bool, False, fields=(), mask=True, shape=True),
+    Axis("window", Optional[int], None, fields=(), bounds=(0, MAX_SEQ), mask=True, shape=True),
+    Axis("documents", Documents, None, expanded=True, mapped=True, fragment=_documents_id, words=_documents_words,
+         feature="documents", feature_words="packed documents",
+         fields=(Field("documents", "int | None"), Field("doc_lengths", "str | None"),
+                 Field("doc_lens", "tuple[int, ...] | None", drawn=True),
+                 Field("doc_kv_lens", "tuple[int, ...] | None", drawn=True))),
+    Axis("doc_lengths", Spread, "equal", fields=(), expanded=True),  # how `documents` are drawn: its fields' own
+    Axis("kv_lengths", KvLengths, "equal", expanded=True, mapped=True, fragment=_kv_lengths_id,
+         words=_kv_lengths_words, feature="ragged", feature_words="ragged KV lengths",
+         fields=(Field("kv_lengths", "str | None"), Field("kv_lens", "tuple[int, ...] | None", drawn=True))),
+    simple_axis("page_size", Optional[int], None, lambda n: f"page{n}", lambda n: f"pages of {n}",
+                bounds=(1, MAX_SEQ), mapped=True, feature="paged", feature_words="paged KV"),
+    simple_axis("softcap", Optional[float], None, lambda c: f"cap{c:g}", lambda c: f"softcap {c:g}", positive=True,
+                to_case=lambda value, combo: None if value is None else float(value), mapped=True,
+                feature="softcap", feature_words="softcap"),
+    simple_axis("alibi", bool, False, lambda _: "alibi", lambda _: "ALiBi", mapped=True, feature="alibi",
+                feature_words="ALiBi"),
+    simple_axis("head_dim_v", Optional[int], None, lambda d: f"dv{d}", lambda d: f"d_v={d}", bounds=(1, MAX_HEAD_DIM),
+                to_case=lambda value, combo: None if value in (None, combo["head_dim"]) else value, mapped=True),
+    simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
+                mapped=True, feature="kv_shared", feature_words="V shared with K"),
+    # tp changes only the head counts (attnbench.sweep.suite.tp_share): nothing for a backend to map.
+    simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
+                to_case=lambda value, combo: None if value == 1 else value,
+                fields=(Field("tp", "int | None"),)),
+    Axis("kv_dtype", Optional[KvDtype], None, expanded=True, words=_kv_dtype_words,
+         fragment=lambda case: "" if case.kv_dtype is None else f"kv{DTYPE_SHORT[case.kv_dtype]}",
+         fields=(Field("kv_dtype", "str | None"),)),
+    Axis("quant", "quant", None, expanded=True, fragment=_quant_id, words=_quant_words,
+         fields=(Field("quant", "str | None"), Field("quant_block", "int | None"),
+                 Field("quant_scale", "float | None"))),
+]
+
+
+def axes(*, shape: bool | None = None) -> list[Axis]:
+    """The table's axes (read at call time, so a test may add one): all, or only the shape's (True) or the rest."""
+    return [a for a in TABLE if shape is None or a.shape == shape]
+
+
+def case_fields() -> list[Field]:
+    """Case's and the record's fields beyond the shape, in table order."""
+    return [f for a in axes(shape=False) for f in a.case_fields]
+
+
+def record_defaults() -> dict[str, Any]:
+    """Each workload field's value in the dense case: a record leaves it out there, and one without it has it."""
+    return {f.name: f.default for f in case_fields()}
+
+
+def drawn_fields() -> tuple[str, ...]:
+    """The fields drawn from the case's seed (the actual lengths), beside the axes that ask for them."""
+    return tuple(f.name for f in case_fields() if f.drawn)
+
+
+def mapped_axes() -> tuple[str, ...]:
+    """The axes a backend must declare to be given a case setting them (workload axes and mask kinds)."""
+    return tuple(a.name for a in TABLE if a.mapped or a.mask)
+
+
+def mask_kinds() -> tuple[str, ...]:
+    return tuple(a.name for a in TABLE if a.mask)
+
+
+def used_axes(case: Case) -> tuple[str, ...]:
+    """The declared axes `case` sets, in table order: what a backend must map to run it."""
+    return tuple(a.name for a in TABLE if (a.mapped or a.mask) and a.is_set(case))
+
+
+def id_fragments(case: Case) -> str:
+    """The workload axes in the case id: '' for the dense case, so existing ids never change."""
+    return "".join("-" + part for a in axes(shape=False) if a.fragment and (part := a.fragment(case)))
+
+
+def words_of(shape: dict[str, Any], short: bool = False) -> list[str]:
+    """The axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
+    return [w for a in axes(shape=False) if a.words and (w := a.words(shape, short))]
+
+
+def features() -> dict[str, str]:
+    """The dispatch buckets' yes/no features, each with its words (a count, page size or cap is not part of one)."""
+    return {a.feature: a.feature_words for a in TABLE if a.feature}
+
+
+def feature_of(record: dict[str, Any], name: str) -> bool:
+    """Whether a record (results.jsonl's fields) sets the axis behind dispatch feature `name`."""
+    axis = next(a for a in TABLE if a.feature == name)
+    field = axis.case_fields[0]
+    value = record.get(field.name, field.default)
+    return bool(value) if field.default is False else value is not None

@@ -1,0 +1,163 @@
+"""One table of axis facts (attnbench.core.axes): an axis declared there alone reaches the suite's schema, the case
+id, the record and its defaults, the report's groups and the dispatch buckets, and every backend that does not
+declare it skips it by name; a backend that ignores a new mask kind is skipped, not run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from attnbench.core import axes
+from attnbench.report import dispatch, dispatch_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A toy workload axis (a kind of score bias) and a toy mask kind (chunked attention), declared in the table alone
+# before anything else imports it: the schema, Case, Record and Shape are built from the table at import.
+DECLARE = """
+from typing import Literal, Optional
+from attnbench.core import axes
+axes.TABLE.append(axes.simple_axis("bias_kind", Optional[Literal["rel", "abs"]], None, lambda v: f"bias{v}",
+                                   lambda v: f"{v} bias", mapped=True, feature="biased", feature_words="a bias"))
+axes.TABLE.append(axes.simple_axis("chunk", Optional[int], None, lambda n: f"chunk{n}", lambda n: f"chunks of {n}",
+                                   bounds=(1, axes.MAX_SEQ), mask=True))
+"""
+
+SUITE = """
+name: toy
+device: cpu
+backends: [naive, sdpa, planted]
+timing: {warmup_ms: 0, budget_ms: 1, min_samples: 1, max_samples: 1, energy_ms: 0}
+sweep:
+  seq_len: [32]
+  heads: [2]
+  head_dim: [16]
+  causal: [true]
+  bias_kind: [null, rel]
+  chunk: [null, 8]
+"""
+
+PLANTED = """
+from attnbench.backends.base import Backend
+from attnbench.backends.naive import NaiveBackend
+
+
+class Planted(NaiveBackend):
+    '''Maps every workload axis there is (the toy one too) and ignores the mask kind it never heard of.'''
+
+    name = "planted"
+    workload_axes = frozenset(NaiveBackend.workload_axes | {"bias_kind"})
+"""
+
+CHECK = """
+import json, sys
+from pathlib import Path
+from attnbench.sweep.suite import load_suite
+from attnbench.core.errors import SuiteError
+from attnbench.records.results import WORKLOAD_DEFAULTS
+from attnbench.report import groups, dispatch, dispatch_table
+from attnbench.backends.registry import default_registry
+from attnbench.run.skip import Facts, skip_reason
+
+out = {}
+folder = Path(sys.argv[1])
+text = (folder / "toy.yaml").read_text()
+for good, bad in (("bias_kind: [null, rel]", "bias_kind: [xyz]"), ("chunk: [null, 8]", "chunk: [0]")):
+    (folder / "bad.yaml").write_text(text.replace(good, bad))
+    try:
+        load_suite(folder / "bad.yaml")
+    except SuiteError as exc:
+        out.setdefault("refused", []).append(str(exc).split(": ", 1)[1])
+cases = load_suite(folder / "toy.yaml").cases("cpu")
+out["ids"] = [c.case_id for c in cases]
+out["defaults"] = {k: WORKLOAD_DEFAULTS[k] for k in ("bias_kind", "chunk")}
+out["group_fields"] = [k for k in ("bias_kind", "chunk") if k in groups.GROUP_FIELDS]
+out["features"] = list(dispatch.FEATURES)
+out["schema_requires"] = "biased" in dispatch_table.schema()["$defs"]["bucket"]["required"]
+biased = next(c for c in cases if c.bias_kind and not c.chunk)
+record = {**biased.fields(), "backend": "naive", "status": "ok"}
+out["words"] = groups.workload_words(record) + groups.workload_words(record, short=True)
+out["bucket"] = dispatch.Shape.of_record(record).bucket()["biased"]
+out["words_dense"] = groups.workload_words({**cases[0].fields()})
+registry = default_registry()
+out["skips"] = {name: skip_reason(biased, registry.get(name), Facts()) for name in registry.names()}
+print(json.dumps(out))
+"""
+
+
+def _run(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(cwd), str(ROOT)]))
+    return subprocess.run([sys.executable, "-c", DECLARE + code, *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_an_axis_declared_in_the_table_alone_reaches_every_place_and_is_skipped_by_name(tmp_path: Path) -> None:
+    (tmp_path / "toy.yaml").write_text(SUITE.replace(", planted]", "]"))
+    done = _run(CHECK, str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    # validated: a value outside the axis' type or bounds is one line naming the axis
+    assert out["refused"][0].startswith("sweep.bias_kind[0]: 'xyz' is not allowed")
+    assert out["refused"][1] == f"sweep.chunk: 0 is out of range; allowed: 1 to {axes.MAX_SEQ}"
+    # crossed into the cases, and in their ids (the dense case's id unchanged)
+    assert out["ids"] == ["cpu-fp32-b1-s32-h2-kv2-d16-causal-fwd", "cpu-fp32-b1-s32-h2-kv2-d16-causal-biasrel-fwd",
+                          "cpu-fp32-b1-s32-h2-kv2-d16-causal-chunk8-fwd",
+                          "cpu-fp32-b1-s32-h2-kv2-d16-causal-biasrel-chunk8-fwd"]
+    assert out["defaults"] == {"bias_kind": None, "chunk": None}
+    assert out["group_fields"] == ["bias_kind", "chunk"]
+    assert out["features"][-1] == "biased" and out["schema_requires"]
+    assert out["words"] == ["rel bias", "biasrel"] and out["words_dense"] == []
+    assert out["bucket"] is True  # a dispatch bucket tells a biased case apart
+    # every built-in backend that does not declare the axis is skipped, most by its name; none is run
+    skips = out["skips"]
+    assert all(skips.values()), skips
+    assert skips["naive"] == "attnbench does not map bias_kind onto naive yet"
+    assert skips["sdpa"] == "attnbench does not map bias_kind onto sdpa yet"
+
+
+def test_a_backend_that_ignores_a_new_mask_kind_is_skipped_not_run(tmp_path: Path) -> None:
+    (tmp_path / "toy.yaml").write_text(SUITE)
+    (tmp_path / "planted.py").write_text(PLANTED)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    code = DECLARE + "import runpy, sys; sys.argv = ['attnbench', *sys.argv[1:]]; runpy.run_module('attnbench', run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code, "run", str(tmp_path / "toy.yaml"), "--out",
+                           str(tmp_path / "out"), "--plugin", "planted:Planted"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    by = {(r["case_id"].split("-d16-causal")[1], r["backend"]): r for r in records}
+    # the plain case runs and is checked; the record of a case setting an axis carries it (left out when unset)
+    assert by[("-fwd", "planted")]["status"] == "ok" and "chunk" not in by[("-fwd", "planted")]
+    assert by[("-biasrel-fwd", "planted")]["bias_kind"] == "rel"
+    # planted maps bias_kind (it says so), so it runs that case; the chunked mask it never declared is a skip by name
+    assert by[("-biasrel-fwd", "planted")]["status"] == "ok"
+    for tail in ("-chunk8-fwd", "-biasrel-chunk8-fwd"):
+        record = by[(tail, "planted")]
+        assert record["status"] == "skipped" and record["chunk"] == 8
+        assert record["reason"] == "attnbench does not map chunk onto planted yet"
+    assert by[("-chunk8-fwd", "naive")]["reason"] == "attnbench does not map chunk onto naive yet"
+    assert by[("-biasrel-fwd", "sdpa")]["reason"] == "attnbench does not map bias_kind onto sdpa yet"
+
+
+def test_the_shipped_dispatch_schema_lists_the_tables_features() -> None:
+    shipped = json.loads((ROOT / "attnbench" / "report" / dispatch_table.SCHEMA_FILE).read_text())
+    bucket = shipped["$defs"]["bucket"]
+    booleans = {f for f in bucket["required"] if bucket["properties"].get(f) == {"type": "boolean"}}
+    assert booleans - {"causal"} == set(dispatch.FEATURES)
+    assert dispatch_table.FEATURE_WORDS == axes.features()
+
+
+def test_case_record_and_schema_fields_follow_the_table() -> None:
+    import dataclasses
+
+    from attnbench.core.case import Case
+    from attnbench.records.results import WORKLOAD_DEFAULTS, Record
+    from attnbench.sweep.schema import Axes
+
+    names = [f.name for f in axes.case_fields()]
+    assert [f.name for f in dataclasses.fields(Case)][11:] == names
+    assert [f.name for f in dataclasses.fields(Record) if f.name in WORKLOAD_DEFAULTS] == names
+    assert [n for n in Axes.model_fields if n in {a.name for a in axes.TABLE}] == [a.name for a in axes.TABLE]
