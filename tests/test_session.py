@@ -12,6 +12,7 @@ from rich.console import Console
 from attnbench.run import session
 from attnbench.core.errors import AttnbenchError
 from attnbench.run.options import RunOptions
+from attnbench.run.shard import parse_shard
 
 SUITE = """name: planned
 device: cpu
@@ -82,3 +83,37 @@ def test_the_sustained_state_loop_is_on_for_a_gpu_and_off_for_a_cpu_unless_the_s
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+SIX = SUITE.replace("seq_len: [32, 64]", "seq_len: [32, 48, 64]")
+
+
+@pytest.mark.parametrize("options", [RunOptions(shard=parse_shard("1/3")), RunOptions(devices=(0, 1))],
+                         ids=["shard", "devices"])
+def test_the_dry_run_and_the_runs_own_forecast_agree(options: RunOptions, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """--dry-run prints what the run predicts for itself (env.json's prediction and its ETA): its shard's
+    measurements only, a worker per --devices GPU, isolated."""
+    import dataclasses
+
+    path = tmp_path / "six.yaml"
+    path.write_text(SIX)
+    options = dataclasses.replace(options, cache_dir=tmp_path / "cache")
+    plan = session.plan(path, options)
+    dry = session.dry_run(plan, options).forecast
+    alone = session.dry_run(plan, RunOptions(cache_dir=tmp_path / "cache")).forecast
+    seen = {}
+
+    def spy(plan, options, directory, run, precompiled, errors, should_stop):  # the measurements themselves aside
+        seen.update(predicted=run.predicted, workers=run.mode.workers, isolate=run.mode.isolate, tasks=run.tasks)
+        return 0, []
+
+    monkeypatch.setattr(session, "measure_all", spy)
+    quiet = Console(file=open("/dev/null", "w"))
+    session.execute(plan, tmp_path / "run", quiet, lambda: False, options)
+    written = json.loads((tmp_path / "run" / "env.json").read_text())["prediction"]
+    assert written == dry.to_dict() == seen["predicted"].to_dict()
+    if options.shard is not None:
+        assert dry.to_dict()["measurements"] == len(seen["tasks"]) == 2 < alone.to_dict()["measurements"] == 6
+    else:
+        assert seen["workers"] == 2 and seen["isolate"] and dry.to_dict() != alone.to_dict()

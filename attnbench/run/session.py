@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
 from attnbench.core.errors import AttnbenchError
+from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
+from attnbench.run import calibration, compile_cache, forecast, precompile
+from attnbench.run.devices import check_devices, worker_env
+from attnbench.run.env import collect_env, resolve_device
+from attnbench.run.isolation import Isolated, WorkerConfig
+from attnbench.run.measure import InProcess, Settings
 from attnbench.run.options import RunOptions
+from attnbench.run.recording import RunInfo, now
+from attnbench.run.schedule import Schedule
+from attnbench.run.shard import select
+from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes
+from attnbench.verify.determinism import use_cublas_workspace
 from attnbench.run.progress import Eta, ProgressListener
 from attnbench.backends.registry import default_registry
 from attnbench.records.results import (
@@ -35,7 +46,6 @@ if TYPE_CHECKING:
     from attnbench.run.forecast import Forecast
     from attnbench.run.precompile import PoolResult
     from attnbench.sweep.schema import Timing
-    from attnbench.timing.timers import TimingSettings
 
 
 # The sustained-state loop's length when a suite does not set timing.energy_ms: a GPU's burst state is waited out and
@@ -71,8 +81,6 @@ class Outcome:
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
     """The suite's `timing:` in force on `device` as the timers' settings."""
-    from attnbench.timing.timers import TimingSettings
-
     t = suite.timing(device)
     energy_ms = t.energy_ms if t.energy_ms is not None else DEFAULT_ENERGY_MS.get(device, 0.0)
     return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms)
@@ -81,8 +89,6 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
     """Validate everything the run depends on; nothing is written or run yet. With `estimate_gpu` (a dry run's
     estimate for a GPU that is not here) the device is cuda, whatever this machine has."""
-    from attnbench.run.env import resolve_device
-
     registry = default_registry(list(options.plugins))
     suite = load_suite(suite_path)
     names = registry.chosen(list(options.backends) or None, suite)
@@ -125,84 +131,110 @@ class DryRun:
     cpu_timing: bool  # the timing is the suite's cpu: block's
 
 
-def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
-    """The run's predicted wall time per backend, running nothing.
+@dataclass(frozen=True)
+class RunMode:
+    """How a run measures, decided from its plan and options before anything runs: the dry run's forecast and the
+    run's own come from the same one (predict)."""
 
-    The prediction calibrates this device (under a second, once per device and torch version), or, with `gpu`,
-    takes that GPU's datasheet row: then it is an estimate for a machine that is not here, and says so.
-    """
-    import torch
+    timing: Timing
+    settings: TimingSettings
+    timeout_s: float | None
+    isolate: bool
+    workers: int  # measurers side by side: one per --devices GPU, else one
+    compile_workers: int
+    deterministic: bool
 
-    from attnbench.run import calibration, compile_cache, forecast, precompile
-    from attnbench.timing.timers import timer_modes
 
-    cache = compile_cache.use(options.cache_dir)
-    machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
+def mode_of(plan: Plan, options: RunOptions, gpu: str | None = None) -> RunMode:
+    """The run's timing, time limit, isolation, workers and compile pool; `gpu`: a dry run's estimate for a GPU that
+    is not here (a GPU server's default compile pool, not this machine's)."""
     timing = plan.suite.timing(plan.device)
-    workers = options.compile_workers
-    if workers is None:  # a GPU that is not here: a GPU server's default pool, not this machine's
-        workers = precompile.ESTIMATE_GPU_WORKERS if gpu else precompile.default_workers()
-    predicted = forecast.forecast(plan.tasks(), settings_of(plan.suite, plan.device), machine,
-                                  isolate=resolve_isolation(plan.device, options.isolate, timing.timeout_s),
-                                  compiled=compile_cache.compiled(cache, torch.__version__),
-                                  timer_modes=timer_modes(options.timer),
-                                  deterministic=wants_deterministic(plan, options), compile_workers=workers)
-    return DryRun(plan, predicted, timing, timing != plan.suite.model.timing)
-
-
-def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
-            options: RunOptions = RunOptions()) -> Outcome:
-    """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
-    `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
-    from attnbench.run import calibration, compile_cache, forecast, precompile
-    from attnbench.run.env import collect_env
-    from attnbench.run.isolation import Isolated, WorkerConfig
-    from attnbench.run.measure import InProcess, Settings
-    from attnbench.run.recording import RunInfo, now
-    from attnbench.records.resume import (
-        check_compatible,
-        done_keys,
-        drop_cut_line,
-        read_run_env,
-    )
-    from attnbench.run.schedule import Schedule
-    from attnbench.run.shard import select
-    from attnbench.timing.timers import check_timer, timer_for, timer_modes
-
-    check_timer(plan.device, options.timer)  # before anything is written
-    # Before any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import.
-    cache = compile_cache.use(options.cache_dir)
-    deterministic = wants_deterministic(plan, options)
-    if deterministic and plan.device == "cuda":
-        from attnbench.verify.determinism import use_cublas_workspace
-
-        use_cublas_workspace()  # before any cuBLAS call, the calibration's included; the workers inherit it
-    timing = plan.suite.timing(plan.device)
-    settings = settings_of(plan.suite, plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
     if options.devices is not None:
-        from attnbench.run.devices import check_devices
-
         if options.isolate is False:
             raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
         isolate = True
-        check_devices(plan.device, list(options.devices))
-    results = directory / RESULTS_FILE
+    compile_workers = options.compile_workers
+    if compile_workers is None:
+        compile_workers = precompile.ESTIMATE_GPU_WORKERS if gpu else precompile.default_workers()
+    return RunMode(timing, settings_of(plan.suite, plan.device), timeout_s, isolate,
+                   len(options.devices) if options.devices is not None else 1, compile_workers,
+                   wants_deterministic(plan, options))
+
+
+def selected(plan: Plan, options: RunOptions) -> list[tuple[Case, Backend]]:
+    """The measurements this run makes: the plan's, or its --shard's share."""
     tasks = plan.tasks()
-    if options.shard is not None:
-        tasks = select(tasks, options.shard)
+    return select(tasks, options.shard) if options.shard is not None else tasks
+
+
+def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast:
+    """The run's forecast: its own measurements (its shard), workers, isolation and compile pool, priced on this
+    device's calibration (under a second, once per device and torch version) or, with `gpu`, that GPU's datasheet
+    row. The one prediction: `--dry-run` prints it and the run writes it to env.json and counts its ETA down."""
+    import torch
+
+    mode = mode_of(plan, options, gpu)
+    cache = compile_cache.use(options.cache_dir)
+    machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
+    return forecast.forecast(selected(plan, options), mode.settings, machine, isolate=mode.isolate,
+                             workers=mode.workers, compiled=compile_cache.compiled(cache, torch.__version__),
+                             timer_modes=timer_modes(options.timer), deterministic=mode.deterministic,
+                             compile_workers=mode.compile_workers)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a run would do: its plan, its forecast, and the timing in force on its device."""
+
+    plan: Plan
+    forecast: Forecast
+    timing: Timing
+    cpu_timing: bool  # the timing is the suite's cpu: block's
+
+
+def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
+    """The run's predicted wall time per backend, running nothing (predict); with `gpu` an estimate for a machine
+    that is not here, and says so."""
+    timing = plan.suite.timing(plan.device)
+    return DryRun(plan, predict(plan, options, gpu), timing, timing != plan.suite.model.timing)
+
+
+@dataclass
+class Started:
+    """A run once its env.json is written: the measurements left, its id and environment, its forecast."""
+
+    tasks: list[tuple[Case, Backend]]
+    run_id: str
+    env: dict
+    predicted: Forecast
+    cache: Path
+    mode: RunMode
+    torch_version: str  # this process's, whatever a resumed run's env.json recorded before
+
+
+def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
+    """Everything checked and set before anything is written: the timer, the devices, the compile cache (before
+    any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import), cuBLAS's
+    workspace for deterministic kernels (before any cuBLAS call, the calibration's included; workers inherit it)."""
+    check_timer(plan.device, options.timer)
+    cache = compile_cache.use(options.cache_dir)
+    mode = mode_of(plan, options)
+    if mode.deterministic and plan.device == "cuda":
+        use_cublas_workspace()
+    if options.devices is not None:
+        check_devices(plan.device, list(options.devices))
+    return mode, cache
+
+
+def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, cache: Path,
+              predicted: Forecast, errors: Console) -> Started:
+    """env.json written (a new run's, or a resumed run's with this part added), and the measurements left."""
+    results = directory / RESULTS_FILE
+    tasks = selected(plan, options)
     env = collect_env(plan.device)
     torch_version = env["torch"]
-    workers = len(options.devices) if options.devices is not None else 1
-    compile_workers = (options.compile_workers if options.compile_workers is not None
-                       else precompile.default_workers())
-    machine = calibration.cached_calibration(plan.device, cache)
-    predicted = forecast.forecast(tasks, settings, machine,
-                                  isolate=isolate, workers=workers,
-                                  compiled=compile_cache.compiled(cache, torch_version),
-                                  timer_modes=timer_modes(options.timer), deterministic=deterministic,
-                                  compile_workers=compile_workers)
     if options.resume:
         recorded = read_run_env(directory)
         check_compatible(directory, recorded, env, plan.suite.name,
@@ -214,7 +246,8 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
         run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
         recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
                                                    "already_done": len(done), "env": env,
-                                                   "deterministic": deterministic, "prediction": predicted.to_dict()})
+                                                   "deterministic": mode.deterministic,
+                                                   "prediction": predicted.to_dict()})
         env = recorded
     else:
         refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
@@ -225,36 +258,58 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
         run_id = uuid.uuid4().hex[:12]
         env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
                    suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
-                   shard=str(options.shard) if options.shard else None, isolated=isolate, timeout_s=timeout_s,
-                   devices=list(options.devices) if options.devices is not None else None,
+                   shard=str(options.shard) if options.shard else None, isolated=mode.isolate,
+                   timeout_s=mode.timeout_s, devices=list(options.devices) if options.devices is not None else None,
                    peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
-                   timer=options.timer, cache_dir=str(cache), deterministic=deterministic,
+                   timer=options.timer, cache_dir=str(cache), deterministic=mode.deterministic,
                    prediction=predicted.to_dict())
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    records: list[Record] = []
-    total = len(tasks)
+    return Started(tasks, run_id, env, predicted, cache, mode, torch_version)
+
+
+def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, errors: Console) -> None:
+    """The run's first line: what it measures, where, how, and how long it should take."""
+    mode = run.mode
     scope = f" (shard {options.shard})" if options.shard else ""
     scope += " (resuming: the rest of the run)" if options.resume else ""
-    mode = f"isolated, timeout {timeout_s:g} s" if isolate and timeout_s else "isolated" if isolate else "in-process"
+    how = (f"isolated, timeout {mode.timeout_s:g} s" if mode.isolate and mode.timeout_s
+           else "isolated" if mode.isolate else "in-process")
     if options.devices is not None:
-        mode += f", one worker on each of devices {','.join(map(str, options.devices))}"
-    mode += ", deterministic kernels only" if deterministic else ""
+        how += f", one worker on each of devices {','.join(map(str, options.devices))}"
+    how += ", deterministic kernels only" if mode.deterministic else ""
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
-                 f"{total} measurements{scope} on {plan.device} ({env['device_name']}, {mode}) → {directory}; "
-                 f"predicted {forecast.fmt_duration(predicted.total_s)}")
-    info = RunInfo(run_id, plan.suite.name, env["device_name"], options.peak_tflops, options.peak_bandwidth_gbs,
-                   tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
+                 f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.env['device_name']}, {how}) → "
+                 f"{directory}; predicted {forecast.fmt_duration(run.predicted.total_s)}")
+
+
+def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo) -> list:
+    """Who measures: one worker per --devices GPU, one isolated worker, or this process."""
+    if options.devices is not None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return [Isolated(WorkerConfig(info, plan.device, mode.settings, plan.plugins, worker_env(index, visible),
+                                      options.timer, mode.deterministic), mode.timeout_s)
+                for index in options.devices]
+    if mode.isolate:
+        return [Isolated(WorkerConfig(info, plan.device, mode.settings, plan.plugins, timer=options.timer,
+                                      deterministic=mode.deterministic), mode.timeout_s)]
+    return [InProcess(timer_for(plan.device, options.timer),
+                      Settings(info, mode.settings, deterministic=mode.deterministic))]
+
+
+def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
+                errors: Console, should_stop: Callable[[], bool]) -> tuple[int, list[Record]]:
+    """Every measurement left, one results line each as it ends; how many were measured, and their records."""
+    machine = calibration.cached_calibration(plan.device, run.cache)
+    info = RunInfo(run.run_id, plan.suite.name, run.env["device_name"], options.peak_tflops,
+                   options.peak_bandwidth_gbs, tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
     backends = {backend.name: backend for backend in plan.backends}
-    ahead = compile_phase(tasks, compile_workers, plan, options, cache, torch_version, errors, should_stop, timeout_s)
-    if ahead is not None:
-        (env["resumed"][-1] if options.resume else env)["precompile"] = ahead.to_dict()
-        write_json_atomic(directory / ENV_FILE, env)
-    precompiled = ahead.compiled_keys() if ahead is not None else {}
-    eta = Eta(predicted, tasks, workers)
-    with ResultsWriter(results) as writer, ProgressListener(errors, total, eta) as listener, frozen_heap():
+    records: list[Record] = []
+    eta = Eta(run.predicted, run.tasks, run.mode.workers)
+    with ResultsWriter(directory / RESULTS_FILE) as writer, \
+            ProgressListener(errors, len(run.tasks), eta) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
         def sink(record: Record) -> None:
@@ -265,25 +320,37 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
             writer.append(record)
             records.append(record)
 
-        if options.devices is not None:
-            from attnbench.run.devices import worker_env
+        measured = schedule.run(run.tasks, sink, measurers_for(plan, options, run.mode, info))
+    return measured, records
 
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            measurers: list = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                                     worker_env(index, visible), options.timer, deterministic),
-                                        timeout_s) for index in options.devices]
-        elif isolate:
-            measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer,
-                                               deterministic=deterministic), timeout_s)]
-        else:
-            measurers = [InProcess(timer_for(plan.device, options.timer),
-                                   Settings(info, settings, deterministic=deterministic))]
-        measured = schedule.run(tasks, sink, measurers)
-    compile_cache.note_compiled(cache, torch_version, (
+
+def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
+            options: RunOptions = RunOptions()) -> Outcome:
+    """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
+    `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
+    mode, cache = prepare(plan, options)
+    run = write_env(plan, options, directory, mode, cache, predict(plan, options), errors)
+    announce(plan, options, directory, run, errors)
+    ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
+                          should_stop, mode.timeout_s)
+    if ahead is not None:
+        (run.env["resumed"][-1] if options.resume else run.env)["precompile"] = ahead.to_dict()
+        write_json_atomic(directory / ENV_FILE, run.env)
+    measured, records = measure_all(plan, options, directory, run, ahead.compiled_keys() if ahead else {}, errors,
+                                    should_stop)
+    return finish(plan, run, records, measured, directory)
+
+
+def finish(plan: Plan, run: Started, records: list[Record], measured: int, directory: Path) -> Outcome:
+    """Note the graphs the measurements compiled in the cache's index, and sum the run up."""
+    backends = {backend.name: backend for backend in plan.backends}
+    compile_cache.note_compiled(run.cache, run.torch_version, (
         key for r in records if "compile_s" in r.extra and r.backend in backends
         and (key := backends[r.backend].compile_key(case_of(r))) is not None))
+    total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
-    return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records, results)
+    return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
+                   directory / RESULTS_FILE)
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
@@ -291,15 +358,11 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
                   timeout_s: float | None) -> PoolResult | None:
     """Compile every graph the tasks will compile and the cache lacks, in `workers` processes, before the first
     measurement (attnbench.run.precompile); None when there is no pool (0 workers) or nothing to compile."""
-    from attnbench.run import compile_cache, precompile
-
     jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
     if not workers or not jobs:
         return None
     envs = None
     if options.devices is not None:  # spread over the run's GPUs, each process seeing one, as the measurers do
-        from attnbench.run.devices import worker_env
-
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         envs = [worker_env(index, visible) for index in options.devices]
     errors.print(f"compiling {len(jobs)} graph(s) ahead in {min(workers, len(jobs))} process(es) "
@@ -321,8 +384,6 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
 
 def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
     """Add what the run really took to env.json, beside its prediction: wall (report included), timed, reference."""
-    from attnbench.records.results import ENV_FILE
-
     path = directory / ENV_FILE
     try:
         env = json.loads(path.read_text(encoding="utf-8"))
