@@ -567,3 +567,18 @@ def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> 
     (plain / "results.jsonl").write_text(source.read_text())
     render_report(plain)
     assert not (plain / "charts" / "energy.png").exists()
+
+
+def test_rerendering_another_run_into_the_same_folder_leaves_no_chart_of_the_old_one(tmp_path: Path) -> None:
+    """A run with every kind of chart (setup costs, energy, several groups, an MQA/GQA family) rendered into a
+    folder, then a one-record run into the same one: only the new run's charts are left beside its report."""
+    rich = [a_record(backend=b, seq_len=n, kv_seq_len=n, kv_heads=kv, time_ms=n / 512,
+                     extra={"setup_ms": 3.0, "setup_parts": {"other": 3.0}, "energy_mj": 1.0,
+                            "joules_per_token": 1e-6})
+            for b in ("sdpa", "naive") for n in (256, 512) for kv in (8, 2)]
+    out = tmp_path / "out"
+    first = render_report(write_run(tmp_path / "rich", rich), out, formats=("png",))
+    assert {"setup.png", "energy.png", "mqa-gqa.png"} <= {p.name for p in first}
+    second = render_report(write_run(tmp_path / "plain", [a_record()]), out, formats=("png",))
+    assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(p.name for p in second)
+    assert not {"setup.png", "energy.png", "mqa-gqa.png"} & {p.name for p in second}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from attnbench.core.errors import ResultsError
 from attnbench.report.baseline import choose_baseline, group_speedups
@@ -27,7 +28,7 @@ from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
 from attnbench.report.pooling import TIME, pool, run_of
 from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
-from attnbench.report.styles import backend_styles
+from attnbench.report.styles import BackendStyle, backend_styles
 from attnbench.records.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
@@ -66,37 +67,75 @@ def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
     return [_png(task) for task in tasks]
 
 
+@dataclass(frozen=True)
+class ChartInputs:
+    """What the charts are drawn from."""
+
+    groups: list[CaseGroup]
+    records: list[dict[str, Any]]
+    styles: dict[str, BackendStyle]
+    baseline: str | None
+    peak_tflops: float | None
+    device_name: str | None
+    peak_bandwidth_gbs: float | None
+
+
+# One chart to draw: its file name, its title, and how it is drawn.
+Drawn = tuple[str, str, Callable[..., Any], tuple]
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """A kind of chart: `files`, the glob of every file it may write (what a re-render deletes first, so that no
+    chart of other results survives beside the new report), and `charts`, the ones these results get."""
+
+    files: str
+    charts: Callable[[ChartInputs], list[Drawn]]
+
+
+def _one(name: str, title: str, draw: Callable[..., Any], args: Callable[[ChartInputs], tuple],
+         wanted: Callable[[ChartInputs], bool] = lambda _: True) -> ChartSpec:
+    return ChartSpec(name, lambda c: [(name, title, draw, args(c))] if wanted(c) else [])
+
+
+# The report's charts, in report order: the accuracy–speed frontiers first, where quantized formats were measured
+# (they compare the formats), then a chart per case group, MQA/GQA when some group varies kv_heads, the roofline,
+# correctness, setup costs and energy where records carry them.
+CHART_SPECS: tuple[ChartSpec, ...] = (
+    ChartSpec("frontier-*.png", lambda c: [(f"frontier-{i:02d}-{group.slug()}.png", group.title(), frontier_chart,
+                                            (group, c.styles))
+                                           for i, group in enumerate(frontier_groups(c.records), start=1)]),
+    ChartSpec("group-*.png", lambda c: [(name, group.title(), group_chart,
+                                         (group, c.styles, c.baseline, c.peak_tflops, c.device_name))
+                                        for name, group in zip(chart_file_names(c.groups), c.groups)]),
+    _one("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads", kv_heads_chart,
+         lambda c: (kv_heads_families(c.groups), c.styles), lambda c: bool(kv_heads_families(c.groups))),
+    _one("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s", roofline_chart,
+         lambda c: (c.records, c.styles, c.device_name, c.peak_tflops, c.peak_bandwidth_gbs)),
+    _one("correctness.png", "Correctness: max error against its bound", correctness_chart,
+         lambda c: (c.records, c.styles)),
+    _one("setup.png", "Setup cost: each backend's one-time block mask, compile and plan", setup_chart,
+         lambda c: (c.records, c.styles), lambda c: bool(setup_records(c.records))),
+    _one("energy.png", "Energy per token against sequence length", energy_chart, lambda c: (c.groups, c.styles),
+         lambda c: bool(energy_records(c.records))),
+)
+
+
+def stale_charts(chart_dir: Path) -> list[Path]:
+    """Every file in `chart_dir` a chart spec may have written: a re-render deletes them before writing its own."""
+    return sorted({path for spec in CHART_SPECS for path in chart_dir.glob(spec.files)})
+
+
 def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
                  peak_tflops: float | None, device_name: str | None,
                  peak_bandwidth_gbs: float | None = None) -> tuple[list[Chart], list[str]]:
-    """Every chart of the report (group charts, MQA/GQA when some group varies kv_heads, roofline, correctness)."""
-    styles = backend_styles(str(r["backend"]) for r in records)
-    # The accuracy–speed frontiers first, where quantized formats were measured: they compare the formats.
-    fronts = frontier_groups(records)
-    named: list[tuple[str, str]] = [(f"frontier-{i:02d}-{group.slug()}.png", group.title())
-                                    for i, group in enumerate(fronts, start=1)]
-    tasks: list[tuple[Any, tuple]] = [(frontier_chart, (group, styles)) for group in fronts]
-    named += [(name, group.title()) for name, group in zip(chart_file_names(groups), groups)]
-    tasks += [(group_chart, (group, styles, baseline, peak_tflops, device_name)) for group in groups]
-    notes = []
-    families = kv_heads_families(groups)
-    if families:
-        named.append(("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads"))
-        tasks.append((kv_heads_chart, (families, styles)))
-    else:
-        notes.append(NO_KV_FAMILY_NOTE)
-    named.append(("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s"))
-    tasks.append((roofline_chart, (records, styles, device_name, peak_tflops, peak_bandwidth_gbs)))
-    named.append(("correctness.png", "Correctness: max error against its bound"))
-    tasks.append((correctness_chart, (records, styles)))
-    if setup_records(records):
-        named.append(("setup.png", "Setup cost: each backend's one-time block mask, compile and plan"))
-        tasks.append((setup_chart, (records, styles)))
-    if energy_records(records):
-        named.append(("energy.png", "Energy per token against sequence length"))
-        tasks.append((energy_chart, (groups, styles)))
-    charts = [Chart(name, title, png) for (name, title), png in zip(named, _pngs(tasks))]
-    return charts, notes
+    """Every chart of the report (CHART_SPECS), and the notes on charts left out."""
+    inputs = ChartInputs(groups, records, backend_styles(str(r["backend"]) for r in records), baseline, peak_tflops,
+                         device_name, peak_bandwidth_gbs)
+    drawn = [chart for spec in CHART_SPECS for chart in spec.charts(inputs)]
+    notes = [] if kv_heads_families(groups) else [NO_KV_FAMILY_NOTE]
+    pngs = _pngs([(draw, args) for _, _, draw, args in drawn])
+    return [Chart(name, title, png) for (name, title, _, _), png in zip(drawn, pngs)], notes
 
 
 def recommendation_section(source: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any] | None:
@@ -150,8 +189,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     if "png" in wanted:
         chart_dir = out / CHARTS_DIR
         chart_dir.mkdir(exist_ok=True)
-        for stale in [*chart_dir.glob("group-*.png"), *chart_dir.glob("frontier-*.png"), chart_dir / "mqa-gqa.png",
-                      chart_dir / "correctness.png", chart_dir / "roofline.png"]:
+        for stale in stale_charts(chart_dir):
             stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
         written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
     if "html" in wanted:
