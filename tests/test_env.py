@@ -40,3 +40,19 @@ def test_env_json_names_the_slurm_job_array_task_and_node() -> None:
                                                          "array_task_id": "2", "node": "gpu-a17"}
     assert slurm_job({"SLURM_JOB_ID": "9", "SLURMD_NODENAME": "n1"})["array_task_id"] is None
     assert slurm_job({"HOME": "/root"}) is None
+
+
+def test_env_records_the_library_of_every_registered_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend's `library` is all it takes for env.json to record that library's version (None: not installed)."""
+    from attnbench.backends.base import Backend
+    from attnbench.backends.registry import default_registry
+    from attnbench.run import env as env_mod
+
+    class Fake(Backend):
+        name = "fake-kernels-backend"
+        library = "fake-kernels"
+
+    monkeypatch.setitem(default_registry()._targets, Fake.name, Fake)
+    versions = env_mod.library_versions()
+    assert versions["fake-kernels"] is None and versions["torch"] is not None
+    assert {"flash-attn", "xformers", "flashinfer-python", "nvidia-cudnn-frontend", "sageattention"} <= set(versions)

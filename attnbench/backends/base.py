@@ -280,6 +280,23 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], backward: bool) -> float:
+    """Call once (and backward once) on detached copies so compilation stays out of the timed region."""
+    import time
+
+    import torch
+
+    start = time.perf_counter()
+    leaves = tuple(t.detach().requires_grad_(backward) for t in inputs)
+    with torch.set_grad_enabled(backward):
+        out = call(*leaves)
+        if backward:
+            torch.autograd.grad(out, leaves, torch.ones_like(out))
+    if out.is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def expand_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
     """Repeat each KV head for the query heads that read it (head h reads KV head h // group)."""
     if case.kv_heads == case.heads:

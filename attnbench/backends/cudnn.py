@@ -56,7 +56,7 @@ from attnbench.backends.cudnn_graph import (
     handle_for,
 )
 from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
-from attnbench.backends.flash import warm_up
+from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
 

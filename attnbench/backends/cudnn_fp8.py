@@ -31,7 +31,7 @@ from attnbench.backends.cudnn import (
 )
 from attnbench.backends.cudnn_graph import Built, handle_for, pin_backend
 from attnbench.backends.cudnn_layout import Operand, Spec, layout
-from attnbench.backends.flash import warm_up
+from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
 from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register

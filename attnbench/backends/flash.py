@@ -34,7 +34,6 @@ flash_attn_func takes no descale: attnbench maps no FP8 onto it.
 from __future__ import annotations
 
 import importlib
-import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -49,6 +48,7 @@ from attnbench.backends.base import (
     device_problem,
     library_refusal,
     module_owner,
+    warm_up,
 )
 from attnbench.backends.conformance import LibraryCall
 from attnbench.core.quant import Numerics, for_every_input
@@ -335,21 +335,6 @@ def output_of(result: Any) -> torch.Tensor:
     return result[0] if isinstance(result, (tuple, list)) else result
 
 
-def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], backward: bool) -> float:
-    """Call once (and backward once) on detached copies so compilation stays out of the timed region."""
-    import torch
-
-    start = time.perf_counter()
-    leaves = tuple(t.detach().requires_grad_(backward) for t in inputs)
-    with torch.set_grad_enabled(backward):
-        out = call(*leaves)
-        if backward:
-            torch.autograd.grad(out, leaves, torch.ones_like(out))
-    if out.is_cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
@@ -368,7 +353,7 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
-    cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
+    cost = Cost(cuda=fp8.FA3_KERNEL)
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
     module = "flash_attn_interface"
@@ -385,7 +370,7 @@ class FlashAttn3(_Flash):
                         "q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
     }
     fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
-                            p_format="float8_e4m3fn", p_scale=256.0, out_dtype="bfloat16")
+                            p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
     takes_qv = True  # rope <= 64 and head_dim_v >= 256 on Hopper: flash_api.cpp's own checks refuse the rest
 

@@ -50,7 +50,8 @@ from attnbench.backends.base import (
     import_problem,
     library_refusal,
 )
-from attnbench.backends.flash import qv_split, warm_up
+from attnbench.backends.base import warm_up
+from attnbench.backends.flash import qv_split
 from attnbench.backends.conformance import LibraryCall
 from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from attnbench.backends.base import KernelCost
 from attnbench.core import workload
 from attnbench.core.case import FP8_DTYPES
 
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
     from attnbench.core.quant import Scales
     from attnbench.core.workload import Pages
+
+# FlashAttention 3's forward on Hopper, which flash-attn-3 calls and PyTorch's quantized SDPA runs (its FA3
+# implementation): the kernel's cost, and the scale its FP8 forward puts P under before e4m3 (hopper/softmax.h: P·2^8).
+FA3_KERNEL = KernelCost("visible", 0.65, 0.45)
+FA3_P_SCALE = 256.0
 
 
 def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:

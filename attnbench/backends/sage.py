@@ -33,7 +33,7 @@ from attnbench.backends.base import (
     import_problem,
     library_refusal,
 )
-from attnbench.backends.flash import warm_up
+from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
 from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
 from attnbench.core.quant import Numerics, for_every_input

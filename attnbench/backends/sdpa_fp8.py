@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, Prepared, device_problem, first_line
-from attnbench.backends.flash import FlashAttn3
 from attnbench.backends.sdpa import (
     IMPL_REFUSAL,
     flash_impl_label,
@@ -42,8 +41,7 @@ MODULE = "torch.nn.attention.experimental._scaled_dot_product_attention_quantize
 FUNCTION = "_scaled_dot_product_attention_quantized"
 KEYWORDS = ("is_causal", "scale", "q_descale", "k_descale", "v_descale")
 NUMERICS = Numerics(source="PyTorch's quantized SDPA on FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to "
-                           "e4m3)", p_format="float8_e4m3fn", p_scale=256.0, out_dtype="bfloat16")
-assert FlashAttn3.fp8_numerics is not None and NUMERICS.p_scale == FlashAttn3.fp8_numerics.p_scale
+                           "e4m3)", p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
 
 def entry_point() -> Any:
@@ -54,7 +52,7 @@ def entry_point() -> Any:
 @register
 class SdpaFp8Backend(Backend):
     name = "sdpa-fp8"
-    cost = Cost(cuda=FlashAttn3.cost.cuda)
+    cost = Cost(cuda=fp8.FA3_KERNEL)  # the same kernel as flash-attn-3
     summary = ("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
                "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it")
     devices = ("cuda",)

@@ -12,9 +12,18 @@ from typing import Any
 import attnbench
 from attnbench.gpu import read as gpu_read
 
-# Kernel libraries whose versions matter to the numbers, by distribution name.
-LIBRARIES = ("torch", "triton", "flash-attn", "flash-attn-3", "flash-attn-4", "xformers", "flashinfer-python",
-             "nvidia-cudnn-frontend", "sageattention", "numpy")
+# Libraries whose versions matter to the numbers beside the backends' own (Backend.library), by distribution name:
+# PyTorch, the compiler its compiled kernels come from, and the inputs' generator.
+UNDERLYING = ("torch", "triton", "numpy")
+
+
+def libraries() -> tuple[str, ...]:
+    """Every library whose version env.json records: the underlying ones, then each registered backend's own, so a
+    new backend's library is recorded without being listed twice."""
+    from attnbench.backends.registry import default_registry
+
+    registry = default_registry()
+    return tuple(dict.fromkeys([*UNDERLYING[:2], *(registry.get(n).library for n in registry.names()), *UNDERLYING[2:]]))
 
 
 def resolve_device(requested: str) -> str:
@@ -55,7 +64,7 @@ def device_name(device: str) -> str:
 
 def library_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
-    for name in LIBRARIES:
+    for name in libraries():
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
