@@ -13,7 +13,7 @@ from attnbench.run.measure import InProcess, Settings, measure
 from attnbench.verify.quant_data import case_data
 from attnbench.run.recording import RunInfo
 from attnbench.records.results import Record
-from attnbench.run.schedule import Schedule, tasks_of
+from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
@@ -49,7 +49,7 @@ def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record
               timing: TimingSettings = ONE_SAMPLE, **schedule: Any) -> int:
     """Every backend on every case, in this process, through the run's one loop (attnbench.run.schedule)."""
     info = RunInfo("r1", "unit")
-    return Schedule(info, **schedule).run(tasks_of(cases, backends), sink,
+    return Schedule(info, **schedule).run([(case, backend) for case in cases for backend in backends], sink,
                                           InProcess(timer or ClockTimer(), Settings(info, timing)))
 
 

@@ -36,7 +36,7 @@ from attnbench.backends.conformance import (
     check_backend,
     check_call,
     check_signature,
-    installed_signature,
+    installed_signatures,
 )
 from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case, measure_one
@@ -66,7 +66,7 @@ def test_sdpa_call_matches_installed_torch_read_from_the_aten_schema() -> None:
 
     with pytest.raises(ValueError):
         inspect.signature(F.scaled_dot_product_attention)  # a builtin: inspect cannot read it
-    sig, source = installed_signature(F.scaled_dot_product_attention)
+    (sig, *_), source = installed_signatures(F.scaled_dot_product_attention)
     assert source == "aten schema aten::scaled_dot_product_attention"
     assert list(sig.parameters)[:6] == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
     assert sig.parameters["enable_gqa"].kind is inspect.Parameter.KEYWORD_ONLY  # as the Python binding enforces
@@ -85,7 +85,7 @@ def test_sdpa_docstring_is_the_fallback_and_agrees_on_our_call(monkeypatch: pyte
     import attnbench.backends.conformance as conformance
 
     monkeypatch.setattr(conformance, "_aten_schema_signature", lambda obj: None)
-    sig, source = installed_signature(F.scaled_dot_product_attention)
+    (sig, *_), source = installed_signatures(F.scaled_dot_product_attention)
     assert source == "docstring"
     assert list(sig.parameters) == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                                     "enable_gqa"]

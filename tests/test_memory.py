@@ -35,7 +35,7 @@ def test_garbage_is_collected_before_the_call_and_never_during_it() -> None:
 
     import torch
 
-    from attnbench.timing.memory import measure_peak
+    from attnbench.timing.memory import call_measuring_peak
 
     class Cycle:
         def __init__(self) -> None:
@@ -48,15 +48,15 @@ def test_garbage_is_collected_before_the_call_and_never_during_it() -> None:
         seen.append((garbage() is None, gc.isenabled()))
         return torch.ones(1 << 10)
 
-    gc.disable()  # so that nothing but measure_peak collects the garbage
+    gc.disable()  # so that nothing but call_measuring_peak collects the garbage
     try:
         cycle = Cycle()
         garbage = weakref.ref(cycle)
         del cycle
-        measure_peak(call, "cpu")
+        call_measuring_peak(call, "cpu")
         assert gc.isenabled() is False  # the caller's setting is restored
     finally:
         gc.enable()
     assert seen == [(True, False)]  # freed before the call; no collection can run inside it
-    measure_peak(lambda: torch.ones(1), "cpu")
+    call_measuring_peak(lambda: torch.ones(1), "cpu")
     assert gc.isenabled()

@@ -129,9 +129,9 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
 def test_a_window_reads_only_the_keys_it_can_see() -> None:
     # One query, window 256 over an 8192-key cache: 257 K and V rows are read, not 8192.
     case = make_case(seq_len=1, kv_seq_len=8192, heads=8, kv_heads=2, head_dim=64, causal=True, window=256)
-    assert counting.keys_seen(case) == 257
+    assert counting.key_rows_read(case) == 257
     assert counting.bytes_moved(case) == 2 * (8 * 64 * 4) + 2 * (2 * 257 * 64 * 4)
     # Prefill with a window: every key is seen by some query.
-    assert counting.keys_seen(make_case(seq_len=512, causal=True, window=64)) == 512
+    assert counting.key_rows_read(make_case(seq_len=512, causal=True, window=64)) == 512
     # 16 queries at the end of an 80-key cache, window 16: keys 48 to 79.
-    assert counting.keys_seen(make_case(seq_len=16, kv_seq_len=80, causal=True, window=16)) == 32
+    assert counting.key_rows_read(make_case(seq_len=16, kv_seq_len=80, causal=True, window=16)) == 32

@@ -191,13 +191,6 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
     return problems, notes
 
 
-def installed_signature(obj: Any) -> tuple[inspect.Signature, str]:
-    """The signature of `obj` and where it was read from; ValueError when there is none to read. For a builtin
-    with overloads, the first one (installed_signatures has them all)."""
-    signatures, source = installed_signatures(obj)
-    return signatures[0], source
-
-
 def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
     """Every signature `obj` can be called with (a C++ binding may have several overloads) and where they were
     read from; ValueError when there is none to read."""

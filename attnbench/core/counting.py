@@ -79,12 +79,6 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
     return int(passes * matrix)
 
 
-def keys_seen(case: Case) -> int:
-    """How many keys at least one query of a batch row may see: the rows of K and V a kernel must read (a
-    window skips the rest). With ragged cache lengths, the batch's total over `batch`, rounded down."""
-    return _seen_total(case) // case.batch
-
-
 def key_rows_read(case: Case) -> int:
     """K/V rows (per KV head) read over the whole batch: the keys some query sees, or with pages, every row
     of each page holding such a key (a kernel reads whole pages)."""

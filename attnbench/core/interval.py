@@ -35,9 +35,6 @@ class Interval:
             return math.inf if self.high > self.low else 0.0
         return max(self.median - self.low, self.high - self.median) / self.median
 
-    def overlaps(self, other: Interval) -> bool:
-        return self.low <= other.high and other.low <= self.high
-
 
 def _log_binom_pmf(n: int, i: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2.0)

@@ -8,7 +8,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core import axes
 from attnbench.core.errors import ResultsError
@@ -301,10 +301,3 @@ def read_env(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{env_file}: not valid JSON ({exc.msg})") from None
 
-
-def iter_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """How many records have each status."""
-    counts: dict[str, int] = {}
-    for record in records:
-        counts[record["status"]] = counts.get(record["status"], 0) + 1
-    return counts

@@ -39,11 +39,6 @@ class Measurer(Protocol):
     def close(self) -> None: ...
 
 
-def tasks_of(cases: list[Case], backends: list[Backend]) -> list[Task]:
-    """Every (case, backend) measurement, case by case."""
-    return [(case, backend) for case in cases for backend in backends]
-
-
 @dataclass
 class Schedule:
     """Runs (case, backend) tasks through measurers and hands each record to `sink` as soon as it exists."""

@@ -20,17 +20,6 @@ YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
 
 
-def measure_peak(fn: Callable[[], object], device: str) -> tuple[int, str]:
-    """Run `fn` once and return (peak bytes above the state before the call, method used).
-
-    The call's result is held until the peak is read, so the output counts as memory it needs. Garbage
-    is collected before and never during the call: on an H200, a collection that freed an earlier
-    measurement's tensors inside the call left naive's peak at 0 bytes above "before".
-    """
-    measured = call_measuring_peak(fn, device)
-    return measured.peak, measured.method
-
-
 @dataclass
 class PeakCall:
     """What one call measured for memory left: its result, the peak, the method, and its own time (ms) by the
