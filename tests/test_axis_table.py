@@ -61,7 +61,7 @@ from attnbench.core.errors import SuiteError
 from attnbench.records.results import WORKLOAD_DEFAULTS
 from attnbench.report import groups, dispatch, dispatch_table
 from attnbench.backends.registry import default_registry
-from attnbench.run.skip import Facts, skip_reason
+from attnbench.run.skip import Facts, why_skipped
 
 out = {}
 folder = Path(sys.argv[1])
@@ -84,7 +84,7 @@ out["words"] = groups.workload_words(record) + groups.workload_words(record, sho
 out["bucket"] = dispatch.Shape.of_record(record).bucket()["biased"]
 out["words_dense"] = groups.workload_words({**cases[0].fields()})
 registry = default_registry()
-out["skips"] = {name: skip_reason(biased, registry.get(name), Facts()) for name in registry.names()}
+out["skips"] = {name: why_skipped(biased, registry.get(name), Facts()) for name in registry.names()}
 print(json.dumps(out))
 """
 

@@ -21,7 +21,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.options import RunOptions, resume_command
 from attnbench.run.recording import RunInfo
 from attnbench.backends.registry import default_registry
-from attnbench.run.skip import Facts, skip_reason
+from attnbench.run.skip import Facts, why_skipped
 from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
 from tests.conftest import ONE_SAMPLE, make_case
@@ -141,9 +141,9 @@ def test_a_refusal_is_a_skip_named_before_any_tensor_and_the_forecast_prices_it(
     assert record.status == "skipped" and "inputs" not in vars(data)
     assert record.reason == ("deterministic asked, refused: undeclared does not say whether its kernel is "
                              "deterministic (Backend.deterministic)")
-    cudnn = skip_reason(CUDA_BWD, default_registry().get("sdpa-cudnn"), Facts(deterministic=True))
+    cudnn = why_skipped(CUDA_BWD, default_registry().get("sdpa-cudnn"), Facts(deterministic=True))
     assert cudnn is not None and cudnn.startswith("deterministic asked, refused: PyTorch does not run cuDNN SDPA")
-    assert skip_reason(CUDA_BWD, default_registry().get("sdpa-cudnn"), Facts()) is None  # not asked: runs
+    assert why_skipped(CUDA_BWD, default_registry().get("sdpa-cudnn"), Facts()) is None  # not asked: runs
 
     from attnbench.run import calibration, forecast
 

@@ -21,7 +21,7 @@ from attnbench.core.errors import ResultsError
 from attnbench.report.charts import group_chart
 from attnbench.report.findings import fastest_line
 from attnbench.report.groups import group_records, kv_heads_families
-from attnbench.report.peaks import peak_tflops_for
+from attnbench.core.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles

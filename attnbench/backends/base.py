@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
-    from attnbench.backends.conformance import LibraryCall
     from attnbench.core.quant import Numerics
 
 
@@ -44,6 +43,46 @@ class Prepared:
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """One library function (or class) an adapter calls, and what it passes: by position, then by keyword
+    (attnbench.backends.conformance holds it against the installed library).
+
+    `positional` are the names of the parameters our positional arguments are meant for, in order (the
+    names in the library's signature when the adapter was written); `keywords` are every keyword the
+    adapter may pass, whichever case it runs. `optional`: the adapter copes when the function is absent.
+    """
+
+    module: str
+    qualname: str
+    positional: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    optional: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit(".", 1)[-1]
+
+    def spelled(self) -> str:
+        """How we call it, e.g. `flash_attn_func(q, k, v, causal=, window_size=)`."""
+        return f"{self.name}({', '.join([*self.positional, *(f'{k}=' for k in self.keywords)])})"
+
+    def resolve(self) -> Any:
+        """The installed object: import `module`, then follow `qualname`'s attributes."""
+        import importlib
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
 
 
 @dataclass(frozen=True)

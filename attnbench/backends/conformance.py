@@ -18,56 +18,17 @@ overload).
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.backends.base import first_line
+from attnbench.backends.base import LibraryCall, first_line  # noqa: F401 - LibraryCall: what a backend declares
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-@dataclass(frozen=True)
-class LibraryCall:
-    """One library function (or class) an adapter calls, and what it passes: by position, then by keyword.
-
-    `positional` are the names of the parameters our positional arguments are meant for, in order (the
-    names in the library's signature when the adapter was written); `keywords` are every keyword the
-    adapter may pass, whichever case it runs. `optional`: the adapter copes when the function is absent.
-    """
-
-    module: str
-    qualname: str
-    positional: tuple[str, ...] = ()
-    keywords: tuple[str, ...] = ()
-    optional: bool = False
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.qualname}"
-
-    @property
-    def name(self) -> str:
-        return self.qualname.rsplit(".", 1)[-1]
-
-    def spelled(self) -> str:
-        """How we call it, e.g. `flash_attn_func(q, k, v, causal=, window_size=)`."""
-        return f"{self.name}({', '.join([*self.positional, *(f'{k}=' for k in self.keywords)])})"
-
-    def resolve(self) -> Any:
-        """The installed object: import `module`, then follow `qualname`'s attributes."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            obj: Any = importlib.import_module(self.module)
-        for part in self.qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ attnbench.core.workload's; how a kernel takes it, each adapter's. Pure Python: t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
-if TYPE_CHECKING:
-    from attnbench.core.case import Case
+# The table's functions take an attnbench.core.case.Case, which is built from the table: named here, not imported.
+Case = Any
 
 MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
 MAX_HEADS = 1024

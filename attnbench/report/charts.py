@@ -14,14 +14,14 @@ from matplotlib.transforms import blended_transform_factory
 
 from attnbench.report.baseline import group_speedups
 from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes
-from attnbench.report.peaks import peak_tflops_for
+from attnbench.core.peaks import peak_tflops_for
 from attnbench.report.plotting import (
     DPI,
     GROUP_FIGSIZE,
-    _empty_note,
+    empty_note,
     _finish_y,
-    _legend,
-    _log2_x,
+    figure_legend,
+    log2_x,
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 from attnbench.records.results import is_noisy, is_throttled
@@ -214,16 +214,16 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     if _finish_y(ax_speed, log=True, levels=levels):
         ax_speed.axhline(1.0, color="black", linewidth=1.0, linestyle=":", zorder=1)
     elif baseline:
-        _empty_note(ax_speed, f"{baseline} has no ok result to compare with here")
+        empty_note(ax_speed, f"{baseline} has no ok result to compare with here")
     else:
-        _empty_note(ax_speed, "neither sdpa-math nor naive ran ok; pass a baseline")
+        empty_note(ax_speed, "neither sdpa-math nor naive ran ok; pass a baseline")
 
     for ax in (ax_time, ax_mem, ax_tflops, ax_speed):
-        _log2_x(ax, xs, group.x_label())
+        log2_x(ax, xs, group.x_label())
         _mark_failures(ax, failures, styles)
     if not any_time:
         for ax in (ax_time, ax_mem, ax_tflops):
-            _empty_note(ax, "no successful measurement in this group")
+            empty_note(ax, "no successful measurement in this group")
 
     # Long titles (a workload names its axes) and long skip lists wrap rather than run off the image's edges.
     title = textwrap.wrap(group.title(), TITLE_CHARS) or [""]
@@ -235,7 +235,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
         fig.text(0.5, top - 0.004, "\n".join(note), ha="center", va="top", fontsize=9, color="#57606a")
         top -= NOTE_LINE * len(note) + 0.004
     extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
-    rows = _legend(fig, _legend_handles(backends, styles, statuses, extra))
+    rows = figure_legend(fig, _legend_handles(backends, styles, statuses, extra))
     fig.subplots_adjust(left=0.07, right=0.98, top=top - 0.04, bottom=0.065 + 0.03 * rows,
                         hspace=0.32, wspace=0.2)
     return fig
@@ -269,7 +269,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
             noisy_points, throttled_points = noisy_points + noisy, throttled_points + throttled
         levels = max([sum(1 for f in failures if f[0] == k) for k in kv_values] + [0])
         if not _finish_y(ax_time, log=True, levels=levels):
-            _empty_note(ax_time, "no successful measurement")
+            empty_note(ax_time, "no successful measurement")
         by_kv = {int(r["kv_heads"]): kv_cache_bytes(r) for r in family.records}
         cache = [by_kv[k] / MIB for k in kv_values]
         ax_bytes.plot(kv_values, cache, color="black", marker="o", linewidth=1.8)
@@ -279,7 +279,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
         ax_bytes.plot([kv_values[-1]], [max(cache) * 1.6], linewidth=0)  # headroom for the value labels
         _finish_y(ax_bytes, log=True, levels=0)
         for ax in (ax_time, ax_bytes):
-            _log2_x(ax, kv_values, "KV heads (MQA = 1 … MHA = query heads)")
+            log2_x(ax, kv_values, "KV heads (MQA = 1 … MHA = query heads)")
         _mark_failures(ax_time, sorted(failures), styles)
         ax_time.set_title(family.title(), fontsize=10)
         ax_time.set_ylabel("time per call (ms, log)")
@@ -288,7 +288,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     more = f" (first {rows} of {total} shapes; the table has all)" if total > rows else ""
     fig.suptitle("MQA / GQA: fewer KV heads, smaller KV cache" + more, fontsize=14, fontweight="bold")
     extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
-    legend_rows = _legend(fig, _legend_handles(sorted(all_backends), styles, statuses, extra))
+    legend_rows = figure_legend(fig, _legend_handles(sorted(all_backends), styles, statuses, extra))
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.07, right=0.98, top=1 - 0.75 / height, bottom=(0.75 + 0.3 * legend_rows) / height,
                         hspace=0.45, wspace=0.2)
@@ -333,7 +333,7 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
         ax_ratio.axhline(1.0, color=MISMATCH_COLOR, linestyle="--", linewidth=1.0)
     else:
         for ax in (ax_scatter, ax_ratio):
-            _empty_note(ax, "no record carries a finite error and bound")
+            empty_note(ax, "no record carries a finite error and bound")
     ax_scatter.set_title("Max |error| vs its bound (below the diagonal = pass)")
     ax_scatter.set_xlabel("error bound = 2·err(naive, same dtype) + floor")
     ax_scatter.set_ylabel("max |output − reference| (log)")
@@ -355,7 +355,7 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
                     label="mismatch (above its bound)")]
     handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
                for b in backends] + extra
-    _legend(fig, handles)
+    figure_legend(fig, handles)
     if notes:
         fig.text(0.5, 0.065, "; ".join(notes), ha="center", fontsize=9, color="#444444")
     fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.2, wspace=0.22)
@@ -394,7 +394,7 @@ def setup_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle]) 
     ax_calls.set_title("How many calls the setup costs")
     ax_calls.axvline(1.0, color="black", linestyle=":", linewidth=1.0)
     if not rows:
-        _empty_note(ax_ms, "no record carries a measured setup")
+        empty_note(ax_ms, "no record carries a measured setup")
     fig.suptitle("Setup cost (outside every timed call; bar = median over the run's cases)", fontsize=13,
                  fontweight="bold")
     fig.subplots_adjust(left=0.14, right=0.98, top=1 - 0.62 / fig.get_figheight(), bottom=0.7 / fig.get_figheight(),

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from attnbench.report.groups import CaseGroup
-from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _empty_note, _legend, _log2_x
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, empty_note, figure_legend, log2_x
 from attnbench.report.styles import BackendStyle
 from attnbench.records.results import is_throttled
 
@@ -47,7 +47,7 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
                 hollow = bool(r["extra"].get("energy_throttled")) or is_throttled(r)
                 ax.plot([x], [y], marker=style.marker, color=style.color, linestyle="none", markersize=7,
                         markerfacecolor="white" if hollow else style.color)
-        _log2_x(ax, lengths, "KV length" if field == "kv_seq_len" else "sequence length")
+        log2_x(ax, lengths, "KV length" if field == "kv_seq_len" else "sequence length")
         ax.set_yscale("log")
         ax.set_ylabel("mJ per token (log)")
         ax.set_title(group.title(), fontsize=10)
@@ -55,10 +55,10 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
         ax.set_axis_off()
     if not measured:
         axes[0].set_axis_on()
-        _empty_note(axes[0], "no record carries an energy per token")
+        empty_note(axes[0], "no record carries an energy per token")
     handles = [Line2D([], [], color=s.color, marker=s.marker, label=name)
                for name, s in seen.items()]
-    legend_rows = _legend(fig, handles) if handles else 0
+    legend_rows = figure_legend(fig, handles) if handles else 0
     fig.suptitle("Energy per token (read around the loop before the samples; hollow: throttled during it)",
                  fontsize=13, fontweight="bold")
     height = fig.get_figheight()

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from attnbench.report.baseline import usable_time
 from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
-from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _plain
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 from attnbench.records.results import apart, interval_of, is_noisy, is_throttled
 from attnbench.core.units import fmt_length, fmt_ms
@@ -323,5 +323,5 @@ def _pad_log(ax: Any, values: list[float], axis: str = "x", right: float = 1.6) 
     target = ax.xaxis if axis == "x" else ax.yaxis
     decades = math.log10(high * (right if axis == "x" else 1.0) / low)
     target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if decades <= 4 else (1.0,)))
-    target.set_major_formatter(FuncFormatter(_plain))
+    target.set_major_formatter(FuncFormatter(plain_number))
     target.set_minor_locator(NullLocator())

@@ -54,7 +54,7 @@ def _to_png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _log2_x(ax: Any, xs: list[int], label: str) -> None:
+def log2_x(ax: Any, xs: list[int], label: str) -> None:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(xs))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_length(int(round(v)))))
@@ -69,7 +69,7 @@ def _log2_x(ax: Any, xs: list[int], label: str) -> None:
 FINE_SUBS = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
 
 
-def _plain(value: float, _: Any = None) -> str:
+def plain_number(value: float, _: Any = None) -> str:
     return "" if value < 0 else f"{value:g}"
 
 
@@ -118,22 +118,22 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
         # Within a fifth of a decade even those are too sparse: evenly spaced ticks (0.95, 1, 1.05) read best.
         ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]) if decades <= 0.2
                                    else LogLocator(subs=subs))
-        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
         ax.yaxis.set_minor_locator(NullLocator())
     else:
         span = max(hi - lo, abs(hi) * 0.1, 1e-9)
         high = hi + 0.08 * span
         low = (lo - band * high) / (1 - band)
         ax.set_ylim(low, high)
-        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
     return True
 
 
-def _empty_note(ax: Any, text: str) -> None:
+def empty_note(ax: Any, text: str) -> None:
     ax.text(0.5, 0.55, text, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="#555555")
 
 
-def _legend(fig: Figure, handles: list[Line2D]) -> int:
+def figure_legend(fig: Figure, handles: list[Line2D]) -> int:
     """A legend under the panels; returns how many rows it takes."""
     ncol = len(handles) if len(handles) <= 8 else math.ceil(len(handles) / 2)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.005))

@@ -12,7 +12,7 @@ from attnbench.core import counting
 from attnbench.core.case import Case
 from attnbench.core.peaks import Peak, peak_for
 from attnbench.report.groups import dtype_word
-from attnbench.report.plotting import DPI, GROUP_FIGSIZE, _legend
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 from attnbench.records.results import SCHEMA_VERSION
 
@@ -127,6 +127,6 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
     if any(p[3] for p in points):
         handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
                               markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch (time flagged)"))
-    rows = _legend(fig, handles) if handles else 0
+    rows = figure_legend(fig, handles) if handles else 0
     fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.12 + 0.04 * rows)
     return fig

@@ -18,7 +18,7 @@ from attnbench.core import counting, workload
 from attnbench.backends.naive import NaiveBackend
 from attnbench.run.calibration import Machine
 from attnbench.core.case import DTYPE_BYTES, group_of
-from attnbench.run.skip import Facts, skip_reason
+from attnbench.run.skip import Facts, why_skipped
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -204,7 +204,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     conformance: dict[str, str | None] = {}
     for case, backend in tasks:
         groups.add(group_of(case))
-        if skip_reason(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic)):
+        if why_skipped(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic)):
             result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
             continue
         key = backend.compile_key(case)

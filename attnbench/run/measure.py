@@ -51,7 +51,7 @@ from attnbench.verify.repeat import (
     repeat_extra,
     worse,
 )
-from attnbench.run.skip import Facts, skip_reason
+from attnbench.run.skip import Facts, why_skipped
 from attnbench.timing.timers import Timer, TimingSettings
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     """
     case = data.case
     fields = work_fields(case, backend)
-    reason = skip_reason(case, backend, facts_here(case, backend, timer, settings))
+    reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
         return make_record(settings.info, case, backend.name, "skipped", reason, fields)
     reference_before = data.reference_s

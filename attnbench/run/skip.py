@@ -34,8 +34,9 @@ class Facts:
     deterministic: bool = False  # the run asked for deterministic kernels (attnbench.verify.determinism)
 
 
-def skip_reason(case: Case, backend: Backend, facts: Facts) -> str | None:
-    """Why (case, backend) is not tried, in the order a user needs to hear it; None to try it."""
+def why_skipped(case: Case, backend: Backend, facts: Facts) -> str | None:
+    """Why (case, backend) is not tried, in the order a user needs to hear it; None to try it. (Backend.skip_reason
+    is another question: whether an exception the library raised is its refusal.)"""
     reason = facts.conformance or facts.availability or refusal(backend, case)
     if reason:
         return reason

@@ -26,17 +26,40 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from attnbench.core.interval import median_interval, rank, samples_needed
-
-if TYPE_CHECKING:
-    from attnbench.timing.timers import TimingSettings
 
 STOPS = ("precision", "budget", "max_samples")
 WARMUP_BATCH_MAX = 5  # calls per warm-up batch after the first: enough for a median, small enough to stop early
 GROWTH = 1.25  # each sampling checkpoint has at least this many times the samples of the one before
 MAX_GROWTH = 2.0  # and at most this many (a too-hopeful prediction of the samples needed)
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """Warm-up and measuring budgets, in milliseconds of the measured call's own time, and the precision asked.
+
+    Sampling stops once the median's `confidence` interval is within ±`precision` of it (relative), or the
+    budget or `max_samples` runs out, never before `min_samples`.
+    """
+
+    warmup_ms: float = 50.0
+    budget_ms: float = 300.0
+    min_samples: int = 5
+    max_samples: int = 1000
+    precision: float = 0.01
+    confidence: float = 0.95
+    # Time already spent calling the same function just before timing (the runner's checked call of a forward):
+    # it counts toward warmup_ms, so a slow call's check is its warm-up.
+    warmed_ms: float = 0.0
+    # That call's own time by the timer's clock (None when not comparable: another clock, or CUDA): if the
+    # warm-up is already covered, it joins the samples when it agrees with the first batch of them.
+    prior_ms: float | None = None
+    # The loop before the samples (attnbench.run.sustain): at least this long, back to back, read around by the energy
+    # counter; on CUDA until the GPU's clock settles. 0: no loop (a suite's timing says 1000 unless it sets it).
+    energy_ms: float = 0.0
+
 
 
 class Samples(list):  # type: ignore[type-arg]

@@ -10,11 +10,10 @@ import dataclasses
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.timing.sampling import Sampler, run
+from attnbench.timing.sampling import Sampler, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
 
 if TYPE_CHECKING:
     import torch
@@ -22,31 +21,6 @@ if TYPE_CHECKING:
 # The flush buffer when the device's L2 size is unknown (a fake or meta device): larger than any current L2.
 L2_FLUSH_BYTES = 256 << 20
 L2_FLUSH_FACTOR = 2  # the flush overwrites twice the device's L2, so nothing of the previous call survives
-
-
-@dataclass(frozen=True)
-class TimingSettings:
-    """Warm-up and measuring budgets, in milliseconds of the measured call's own time, and the precision asked.
-
-    Sampling stops once the median's `confidence` interval is within ±`precision` of it (relative), or the
-    budget or `max_samples` runs out, never before `min_samples`.
-    """
-
-    warmup_ms: float = 50.0
-    budget_ms: float = 300.0
-    min_samples: int = 5
-    max_samples: int = 1000
-    precision: float = 0.01
-    confidence: float = 0.95
-    # Time already spent calling the same function just before timing (the runner's checked call of a forward):
-    # it counts toward warmup_ms, so a slow call's check is its warm-up.
-    warmed_ms: float = 0.0
-    # That call's own time by the timer's clock (None when not comparable: another clock, or CUDA): if the
-    # warm-up is already covered, it joins the samples when it agrees with the first batch of them.
-    prior_ms: float | None = None
-    # The loop before the samples (attnbench.run.sustain): at least this long, back to back, read around by the energy
-    # counter; on CUDA until the GPU's clock settles. 0: no loop (a suite's timing says 1000 unless it sets it).
-    energy_ms: float = 0.0
 
 
 class Timer(Protocol):

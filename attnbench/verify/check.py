@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.verify.inputs import Answer
-
 # An absolute term so that an exact float32 naive run does not make the bound zero; about 1/10 of
 # the dtype's machine epsilon at magnitude 1 for the half types, and well above float32 rounding.
 FLOOR = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
 NAMES = ("out", "dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An attention output on the checked rows, and the gradients when a backward check runs."""
+
+    out: torch.Tensor
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from attnbench.verify import vml
 
 from attnbench.core import workload
-from attnbench.verify.check import naive_errors
+from attnbench.verify.check import Answer, naive_errors  # noqa: F401 - Answer: the rule judges it
 
 if TYPE_CHECKING:
     import torch
@@ -102,14 +102,6 @@ def checked_rows(case: Case) -> torch.Tensor | None:
 def grad_checkable(case: Case) -> bool:
     """Whether the backward check runs for this case (it needs the full reference backward)."""
     return case.needs_grad and checked_rows(case) is None
-
-
-@dataclass(frozen=True)
-class Answer:
-    """An attention output on the checked rows, and the gradients when a backward check runs."""
-
-    out: torch.Tensor
-    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
 def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, with_grads: bool) -> Answer:
