@@ -158,3 +158,20 @@ def test_one_function_makes_a_measurement() -> None:
     assert "InProcess(" in worker and "_measure(" not in worker
     ahead = (PACKAGE / "run" / "precompile.py").read_text(encoding="utf-8")  # it makes no record and times nothing
     assert not any(word in ahead for word in ("make_record", "Record(", "timer", "measure("))
+
+
+def test_no_comment_cites_a_conventions_file_that_is_not_in_the_repository() -> None:
+    """The conventions live in docs/conventions.md; a comment citing the old out-of-tree name points nowhere, and
+    every section a comment names is a heading of the page it names."""
+    import re
+
+    root = PACKAGE.parent
+    old = "GUIDE" + ".md"
+    sources = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.yaml"), *(root / "tests").glob("*.py"),
+               *(root / "docs").glob("*.md")]
+    assert [str(p.relative_to(root)) for p in sources if old in p.read_text(encoding="utf-8")] == []
+    headings = {page: {line.lstrip("#").strip() for line in (root / "docs" / page).read_text().splitlines()
+                       if line.startswith("#")} for page in ("conventions.md", "suites.md", "results.md")}
+    cited = {(page, " ".join(section.split())) for p in sources for page, section in
+             re.findall(r'docs/(conventions\.md|suites\.md|results\.md) "([^"]+)"', p.read_text(encoding="utf-8"))}
+    assert cited and {(page, s) for page, s in cited if s not in headings[page]} == set()

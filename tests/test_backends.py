@@ -1,4 +1,4 @@
-"""Every CPU backend matches the float64 reference under GUIDE.md's rule, on every mask and head layout."""
+"""Every CPU backend matches the float64 reference under docs/conventions.md's rule, on every mask and head layout."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def test_sliding_window_needs_a_window() -> None:
 
 
 def allowed_of(c: Case):  # type: ignore[no-untyped-def]
-    """GUIDE.md's mask of a dense case as plan_for takes it."""
+    """docs/conventions.md's mask of a dense case as plan_for takes it."""
     return lambda q, k: workload.allowed(q, k, c.offset, c.causal, c.window)
 
 

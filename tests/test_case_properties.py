@@ -1,7 +1,7 @@
-"""Property tests: the mask arithmetic of Case against a brute-force reading of GUIDE.md's mask rules.
+"""Property tests: the mask arithmetic of Case against a brute-force reading of docs/conventions.md's mask rules.
 
 For random shapes (Sq <= Sk), causal or not, with or without a window, every pair (query i, key j) is
-judged one by one from the GUIDE's words; `visible_pairs`, `key_rows_read`, `key_ranges`, `mask` and the work
+judged one by one from the conventions' words; `visible_pairs`, `key_rows_read`, `key_ranges`, `mask` and the work
 counts built on them must agree with that count.
 """
 
@@ -24,7 +24,7 @@ settings.load_profile("attnbench")
 
 
 def sees(i: int, j: int, sq: int, sk: int, causal: bool, window: int | None) -> bool:
-    """GUIDE.md, word for word: queries are the last Sq positions (off = Sk - Sq)."""
+    """docs/conventions.md, word for word: queries are the last Sq positions (off = Sk - Sq)."""
     pos = i + sk - sq
     if causal:
         return j <= pos and (window is None or j >= pos - window)

@@ -1,5 +1,5 @@
 """Repeatability: two calls on the same inputs compared bit for bit, recorded as `repeatable`; a mismatch re-checked on
-a fresh call, and the record's verdict the worst of the calls judged (GUIDE.md "The correctness rule")."""
+a fresh call, and the record's verdict the worst of the calls judged (docs/conventions.md "Correctness rule")."""
 
 from __future__ import annotations
 

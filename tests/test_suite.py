@@ -92,7 +92,7 @@ def test_unknown_dtype_with_did_you_mean(tmp_path: Path) -> None:
 
 def test_causal_with_fewer_keys_than_queries_runs_its_first_queries_on_no_key(tmp_path: Path) -> None:
     """FlashAttention runs seqlen_q > seqlen_k bottom-right: the first seqlen_q - seqlen_k queries see no key and
-    output zeros (GUIDE.md); the suite accepts it and counts only the rows that see keys."""
+    output zeros (docs/conventions.md); the suite accepts it and counts only the rows that see keys."""
     cases = load_suite(write(tmp_path, BASE + "  kv_seq_len: [64]\n  causal: [true]\n")).cases("cpu")
     assert {(c.seq_len, c.kv_seq_len) for c in cases} == {(128, 64), (256, 64)}
     case = next(c for c in cases if c.seq_len == 128)

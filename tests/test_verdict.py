@@ -1,6 +1,6 @@
 """The correctness verdict pinned from both sides: errors planted just under and just over the bound.
 
-GUIDE.md's rule is err(backend) <= 2 * err(naive in the case's dtype) + floor(dtype), for the output and,
+docs/conventions.md's rule is err(backend) <= 2 * err(naive in the case's dtype) + floor(dtype), for the output and,
 in backward modes, for dq, dk and dv each. A backend here computes the exact answer (float64 math on the
 case's inputs, rounded once to the case's dtype) and plants an error of a chosen size in one tensor, so
 the verdict can be watched flipping at the bound itself.
@@ -22,7 +22,7 @@ from attnbench.verify.inputs import Answer, CaseData, naive_attention
 from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
-# GUIDE.md's floors, written out: changing the package's values must fail these tests.
+# docs/conventions.md's floors, written out: changing the package's values must fail these tests.
 FLOORS = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
 FACTOR = 2.0
 TENSORS = ("out", "dq", "dk", "dv")

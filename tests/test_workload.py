@@ -1,4 +1,4 @@
-"""The workload axes' shared structures (attnbench.core.workload) and their counting, read from GUIDE.md's words."""
+"""The workload axes' shared structures (attnbench.core.workload) and their counting, read from docs/conventions.md's words."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_cu_seqlens_concatenate_every_rows_documents() -> None:
 
 
 def brute_force(case: Case) -> list[list[list[bool]]]:
-    """GUIDE.md's visibility, word for word, per batch row: documents (each its q_len_d queries, the last of its
+    """docs/conventions.md's visibility, word for word, per batch row: documents (each its q_len_d queries, the last of its
     k_len_d keys, positions counted from its start), ragged lengths, causal and window."""
     def spans(lens: tuple[int, ...]) -> list[tuple[int, int]]:
         starts = [sum(lens[:n]) for n in range(len(lens))]
@@ -259,7 +259,7 @@ def test_report_groups_keep_workloads_apart_and_name_them() -> None:
 
 
 def test_pages_and_score_modifiers_keep_the_same_documents_and_requests() -> None:
-    """GUIDE.md: pages change only the storage; so the drawn lengths are those of the same case without them."""
+    """docs/suites.md "Workloads": pages change only the storage; so the drawn lengths are those of the same case without them."""
     ragged = dict(seq_len=1, kv_seq_len=512, batch=4, kv_lengths="random", causal=True)
     plain = make_case(**ragged)
     for extra in ({"page_size": 64}, {"softcap": 30.0}, {"alibi": True}, {"mode": "bwd"}, {"dtype": "bfloat16"}):
@@ -335,7 +335,7 @@ def test_zero_length_documents_and_empty_caches_count_nothing() -> None:
 
 
 def test_a_query_with_no_key_outputs_zeros_and_passes_no_gradient() -> None:
-    """GUIDE.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference and in
+    """docs/conventions.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference and in
     naive attention on any dtype, never NaN; its gradients are zero, the other rows' untouched."""
     from attnbench.verify.inputs import blocked_attention, make_inputs, naive_attention, upcast
 

@@ -306,7 +306,7 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
 
 
 def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
-    """Absorbed MLA decode (GUIDE.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
+    """Absorbed MLA decode (docs/conventions.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
     passed as its own tensor), a backend that does not map the axis skips it by name."""
     from attnbench.verify.inputs import make_inputs
 

@@ -380,7 +380,7 @@ def test_standin_biases_are_the_real_ones(name: str, shape: tuple[int, int]) -> 
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=str)
 @pytest.mark.parametrize("causal, window", [(True, None), (True, 0), (True, 3), (False, 0), (False, 4), (True, 100)])
 def test_adapters_real_bias_is_the_cases_mask(shape: tuple[int, int], causal: bool, window: int | None) -> None:
-    """xformers_bias with the real library's classes, materialised, keeps exactly the pairs GUIDE.md's mask keeps."""
+    """xformers_bias with the real library's classes, materialised, keeps exactly the pairs docs/conventions.md's mask keeps."""
     sq, sk = shape
     c = case(sq=sq, sk=sk, causal=causal, window=window)
     bias = xf.xformers_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())))
@@ -411,7 +411,7 @@ VARLEN_CASES = {
 
 
 def expected_packed_keep(c: Case) -> torch.Tensor:
-    """GUIDE.md's mask of `c` (attnbench.core.workload.visibility, one block per batch row) laid out over the packed
+    """docs/conventions.md's mask of `c` (attnbench.core.workload.visibility, one block per batch row) laid out over the packed
     tokens: row b's queries against row b's own keys, nothing across rows."""
     from attnbench.core import workload
 
@@ -429,7 +429,7 @@ def expected_packed_keep(c: Case) -> torch.Tensor:
 @pytest.mark.skipif(not REAL, reason="xformers is not installed")
 @pytest.mark.parametrize("name", list(VARLEN_CASES))
 def test_real_block_diagonal_bias_is_the_cases_mask(name: str) -> None:
-    """xformers_varlen_bias with the real library's classes, materialised, keeps exactly GUIDE.md's pairs."""
+    """xformers_varlen_bias with the real library's classes, materialised, keeps exactly docs/conventions.md's pairs."""
     c = VARLEN_CASES[name]
     bias = xf.xformers_varlen_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())),
                                    torch.device("cpu"))  # a torch.device: xformers pins memory for any other
@@ -527,7 +527,7 @@ CONTIGUOUS_CASES = {
 
 
 def expected_padded_keep(c: Case) -> torch.Tensor:
-    """GUIDE.md's mask (attnbench.core.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
+    """docs/conventions.md's mask (attnbench.core.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
     request) owns key slots [i·pad, i·pad + k_i), its key t at i·pad + t; nothing else is visible."""
     rows = workload.visibility(c)
     rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
@@ -553,7 +553,7 @@ def expected_padded_keep(c: Case) -> torch.Tensor:
 @pytest.mark.parametrize("name", list(PADDED_CASES))
 def test_real_padded_keys_bias_is_the_cases_mask(name: str) -> None:
     """xformers_padded_bias with the real library's classes, materialised over the padded keys, keeps exactly
-    GUIDE.md's pairs: BlockDiagonalLocalAttentionPaddedKeysMask(W, W) is inclusive on both sides."""
+    docs/conventions.md's pairs: BlockDiagonalLocalAttentionPaddedKeysMask(W, W) is inclusive on both sides."""
     c = PADDED_CASES[name]
     assert xf.needs_padded_keys(c)
     ops = types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias()))
@@ -657,7 +657,7 @@ PAGED_CASES = {
 
 
 def expected_physical_keep(c: Case) -> torch.Tensor:
-    """GUIDE.md's mask of `c` over the pool's physical token positions: request b's key t lives at
+    """docs/conventions.md's mask of `c` over the pool's physical token positions: request b's key t lives at
     table[b][t // P]·P + t % P."""
     from attnbench.core import workload
 

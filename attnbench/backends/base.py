@@ -160,7 +160,7 @@ class Backend:
         return None
 
     def numerics(self, case: Case) -> Numerics | None:
-        """How the kernel computes `case` where that is not the naive run in the case's dtype GUIDE.md's bound doubles:
+        """How the kernel computes `case` where that is not the naive run in the case's dtype docs/conventions.md's bound doubles:
         its P format and accumulation (FP8 kernels), its own quantization (SageAttention). The verdict then doubles
         the error of an emulation of these (attnbench.verify.emulate). None: the naive run (for a quantized case, the plain
         emulation: dequantized inputs in float32)."""

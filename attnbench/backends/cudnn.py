@@ -9,10 +9,10 @@ node/sdpa_support_surface.h; its test/python/sdpa/fp16_ref.py reference says the
 - Layout: the graph's tensors are (B, H, S, D) with explicit strides. attnbench hands them over token-major, (B, S, H,
   D) in memory (strides (S·H·D, D, H·D, 1)): the layout a model holds and the one cuDNN's packed (ragged) form needs.
   K/V keep their own heads (native GQA: query head h reads KV head h // (H/KVH), as cuDNN's reference expands them).
-- Masks: `diagonal_alignment=BOTTOM_RIGHT` aligns the diagonal per sequence at seq_len_kv − seq_len_q (GUIDE.md's
+- Masks: `diagonal_alignment=BOTTOM_RIGHT` aligns the diagonal per sequence at seq_len_kv − seq_len_q (docs/conventions.md's
   off); `diagonal_band_right_bound=R` keeps keys j ≤ i + off + R (inclusive: causal is R = 0, a two-sided window
   R = W); `diagonal_band_left_bound=L` keeps j > i + off − L (exclusive: L is a length counting the diagonal, so
-  GUIDE.md's window W is L = W + 1).
+  docs/conventions.md's window W is L = W + 1).
 - Packed documents: a ragged (THD) graph, one cuDNN batch entry per document, each tensor's `ragged_offset` the
   element offset of its sequences (cu_seqlens · heads · head_dim, int64) with `use_padding_mask` and per-sequence
   `seq_len_q` / `seq_len_kv`. Ragged cache lengths: the contiguous (B, Sk) cache with `use_padding_mask` and each
@@ -20,8 +20,8 @@ node/sdpa_support_surface.h; its test/python/sdpa/fp16_ref.py reference says the
   shuffled table over the pool viewed as (pages, KVH, page_size, D), with `paged_attention_max_seq_len_kv`
   (forward only: `sdpa_backward` has no page tables).
 - ALiBi: `use_alibi_mask` adds slope_h·(j − i) after the scale with the slopes of the graph's query heads
-  (cudnn_frontend_utils.h get_alibi_slope: the paper's recipe, GUIDE.md's slopes for those heads). cuDNN takes it
-  only with right_bound 0 and refuses it with bottom-right alignment, so it runs top-left causal, which is GUIDE.md's
+  (cudnn_frontend_utils.h get_alibi_slope: the paper's recipe, docs/conventions.md's slopes for those heads). cuDNN takes it
+  only with right_bound 0 and refuses it with bottom-right alignment, so it runs top-left causal, which is docs/conventions.md's
   mask (and, up to a per-query constant, its −slope·|i + off − j|) only where every sequence has as many queries as
   keys: only there is it mapped.
 - No soft-cap (the graph has only a score_mod callback, which cuDNN refuses together with masks).
@@ -186,7 +186,7 @@ class CudnnBackend(Backend):
             if not case.causal:
                 return "cuDNN takes ALiBi only with a causal mask (diagonal_band_right_bound must be 0)"
             if case.kv_lens is not None or (case.doc_lens is None and case.seq_len != case.kv_seq_len):
-                return ("cuDNN refuses ALiBi with bottom-right alignment, and its top-left causal mask is GUIDE.md's "
+                return ("cuDNN refuses ALiBi with bottom-right alignment, and its top-left causal mask is docs/conventions.md's "
                         "only where every sequence has as many queries as keys")
         return None
 

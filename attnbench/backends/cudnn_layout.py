@@ -19,7 +19,7 @@ DTYPES = {"float16": "HALF", "bfloat16": "BFLOAT16"}
 
 # ---- the mapping --------------------------------------------------------------------------------------------------
 def mask_arguments(case: Case) -> dict[str, Any]:
-    """cuDNN's masking keywords for GUIDE.md's mask (the alignment by its enum member's name).
+    """cuDNN's masking keywords for docs/conventions.md's mask (the alignment by its enum member's name).
 
     causal → right_bound 0; a window W → left_bound W + 1 (cuDNN's left bound is exclusive); without causal the
     window is two-sided, right_bound W. Bottom-right alignment, except with ALiBi, which cuDNN takes top-left only

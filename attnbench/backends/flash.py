@@ -1,4 +1,4 @@
-"""FlashAttention 2, 3 and 4: one mapping of GUIDE.md's conventions onto their three entry points, three libraries.
+"""FlashAttention 2, 3 and 4: one mapping of docs/conventions.md's conventions onto their three entry points, three libraries.
 
 All three take (batch, seq, heads, head_dim) with native MQA/GQA (K/V with fewer heads), align causal
 and windows bottom-right themselves, and accept only fp16/bf16 on CUDA. They differ in module, in how
@@ -11,7 +11,7 @@ sequence); a paged cache to `flash_attn_with_kvcache` (FA2 `block_table`, FA3 `p
 inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which has no such function, to
 `flash_attn_varlen_func` with `page_table` and `seqused_k` (and no `cu_seqlens_k`, which FA4 refuses with a page
 table); everything else to `flash_attn_func`. `softcap` is
-every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: GUIDE.md's order);
+every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: docs/conventions.md's order);
 V with its own head size FA3's and FA4's (their kernels decide which pairs they take).
 
 Absorbed MLA (`kv_shared`: V is K's first head_dim_v channels) is FA3's and FA4's `qv` form, forward only: score =
@@ -82,7 +82,7 @@ DESCALE_KEYWORDS = ("q_descale", "k_descale", "v_descale")
 
 
 def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
-    """`causal` and `window_size=(left, right)` for GUIDE.md's mask; `unbounded` spells "no limit".
+    """`causal` and `window_size=(left, right)` for docs/conventions.md's mask; `unbounded` spells "no limit".
 
     The libraries keep query i's keys in [i + off - left, i + off + right] with off = Sk - Sq (their
     own bottom-right alignment, which is ours); `causal=True` forces right = 0. So: causal → (∞, ∞) with
@@ -300,7 +300,7 @@ class _Flash(Backend):
 
     def score_arguments(self, case: Case, device: Any) -> dict[str, Any]:
         """`softcap` (c·tanh(s/c) on the scaled score) and `alibi_slopes` (fp32, one per query head: the case's
-        slopes, GUIDE.md's), only when the case sets them, so a dense case's call is unchanged."""
+        slopes, docs/conventions.md's), only when the case sets them, so a dense case's call is unchanged."""
         import torch
 
         args: dict[str, Any] = {}

@@ -17,11 +17,11 @@ One case, one FlashInfer entry point, chosen by what the case's K/V look like:
   soft-cap or ALiBi.
 
 FlashInfer aligns causal bottom-right per request (`prefill.cuh`: masked when kv_idx + qo_len > kv_len + q_idx),
-which is GUIDE.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
+which is docs/conventions.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
 a two-sided window is skipped wherever it is not the same mask as a one-sided one. `logits_soft_cap=c` is
-c·tanh(s·sm_scale/c), GUIDE.md's order. ALiBi is `pos_encoding_mode="ALIBI"` with FlashInfer's own slopes for the
-local heads (`get_alibi_slopes(H)`, the paper's recipe, GUIDE.md's) and a signed bias slope·(kv_idx − q_idx), which
-differs from GUIDE.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
+c·tanh(s·sm_scale/c), docs/conventions.md's order. ALiBi is `pos_encoding_mode="ALIBI"` with FlashInfer's own slopes for the
+local heads (`get_alibi_slopes(H)`, the paper's recipe, docs/conventions.md's) and a signed bias slope·(kv_idx − q_idx), which
+differs from docs/conventions.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
 or one query per request): only there is it mapped. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
 first call JIT-compiles the kernel there too (extra.compile_s), so the timed call is `run()` alone. Forward only.
 
@@ -129,7 +129,7 @@ def flashinfer_module() -> Any:
 
 
 def window_arguments(case: Case) -> dict[str, Any]:
-    """`causal` and `window_left` for GUIDE.md's mask, where FlashInfer can express it.
+    """`causal` and `window_left` for docs/conventions.md's mask, where FlashInfer can express it.
 
     causal → causal=True, window_left=-1; causal + W → window_left=W (inclusive: the query and the W keys before
     it); no mask → causal=False. A two-sided window W without causal is the same mask as causal + W only when
@@ -209,7 +209,7 @@ class FlashInferBackend(Backend):
                 return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
                         "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
             if not case.causal and case.seq_len > 1:
-                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals GUIDE.md's "
+                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
                         "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
         if case.head_dim_v is not None and route(case) == "decode":
             return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
@@ -234,7 +234,7 @@ class FlashInferBackend(Backend):
         mask = window_arguments(case)
         common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
         if case.alibi:
-            common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: GUIDE.md's for these heads (unsupported)
+            common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: docs/conventions.md's for these heads (unsupported)
         device = q.device
         plan_s = None
         extra: dict[str, Any] = {}

@@ -1,4 +1,4 @@
-"""`flex` and `flex-dynamic`: PyTorch's FlexAttention, compiled, with a block mask from GUIDE.md's mask.
+"""`flex` and `flex-dynamic`: PyTorch's FlexAttention, compiled, with a block mask from docs/conventions.md's mask.
 
 flex_attention only runs fused under torch.compile (eager materialises every score). `prepare` triggers the
 compile with a warm call, so compilation is setup (extra.compile_s), never kernel time. Layout is canonical;
@@ -97,7 +97,7 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 
 @functools.lru_cache(maxsize=None)
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
-    """The mask_mod of GUIDE.md's mask (attnbench.core.workload.allowed) for these three values, one function per distinct
+    """The mask_mod of docs/conventions.md's mask (attnbench.core.workload.allowed) for these three values, one function per distinct
     mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
     literals in its code, not closure cells: under dynamic=True Dynamo makes captured ints symbolic, which
     Inductor's CPU flex template then fails to compile (torch 2.13), while literals stay constants."""
@@ -119,7 +119,7 @@ def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None
 
 
 def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
-    """create_block_mask from GUIDE.md's mask (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
+    """create_block_mask from docs/conventions.md's mask (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
     and how it was built: `mask_build` ("compiled" or "eager") and `mask_build_s` (compile included)."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
@@ -154,7 +154,7 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
     """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off - j|, the
-    query's position from workload.query_positions: its request's offset, or inside its document), GUIDE.md's
+    query's position from workload.query_positions: its request's offset, or inside its document), docs/conventions.md's
     order; None when the case has neither."""
     import torch
 

@@ -9,7 +9,7 @@ Read from the 1.0.6 wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_
   query's softmax unchanged, so repeated calls give the same answer); Q·sm_scale·log2(e) and K quantized to INT8 per
   block of 128 / 64 tokens of each (batch, head), factor amax/127; Q·Kᵀ in INT8, exp2 softmax; P and V in float16,
   P·V accumulated in float16 per block of 64 keys (tl.dot out_dtype float16) into a float32 sum.
-- `is_causal` is top-left and asserts qo_len == kv_len (GUIDE.md's bottom-right mask is the same there); one query
+- `is_causal` is top-left and asserts qo_len == kv_len (docs/conventions.md's bottom-right mask is the same there); one query
   over a cache sees every key, so it runs without the mask. No window, no varlen mapped here. Forward only.
 - The non-causal kernel loads keys past kv_len as zeros without masking their scores: with kv_len not a multiple of
   64 those phantom keys take a share of every softmax. attnbench runs it as it is; the verdict says what it gives.

@@ -64,7 +64,7 @@ SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
-    """SDPA keyword arguments for GUIDE.md's mask, and how the mask was given (for the kernel field).
+    """SDPA keyword arguments for docs/conventions.md's mask, and how the mask was given (for the kernel field).
 
     `is_causal=True` is top-left aligned, so it is used only when Sq == Sk; any other mask is passed as
     an explicit additive mask built here, outside the timed call. (`causal_lower_right` is avoided: its

@@ -91,7 +91,7 @@ class SdpaFp8Backend(Backend):
         if case.window is not None:
             return "PyTorch's quantized SDPA has no window (is_causal only)"
         if case.causal and case.seq_len != case.kv_seq_len:
-            return ("SDPA's is_causal is top-left, GUIDE.md's causal mask only where seq_len == kv_seq_len, and this "
+            return ("SDPA's is_causal is top-left, docs/conventions.md's causal mask only where seq_len == kv_seq_len, and this "
                     "entry point takes no explicit mask")
         return None
 

@@ -53,7 +53,7 @@ REFUSALS = ("not supported", "only support", "must be", "Expect", "does not supp
 
 
 def varlen_window(case: Case) -> tuple[int, int]:
-    """varlen_attn's `window_size` for GUIDE.md's mask: causal → (-1, 0) (varlen_attn's spelling of causal);
+    """varlen_attn's `window_size` for docs/conventions.md's mask: causal → (-1, 0) (varlen_attn's spelling of causal);
     causal + W → (W, 0); W alone → (W, W); nothing → (-1, -1). Always a tuple (varlen_attn compares with one)."""
     if case.window is None:
         return (-1, 0) if case.causal else (-1, -1)

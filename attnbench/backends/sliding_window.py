@@ -49,7 +49,7 @@ class Plan:
     blocks: int
     drop: torch.Tensor  # bool (blocks, block, span): True where a row must NOT see a span position
     # bool (blocks, block): the rows that see some key; None when every query does (a row that sees none
-    # outputs zeros, GUIDE.md's convention, not an average over its span)
+    # outputs zeros, docs/conventions.md's convention, not an average over its span)
     seen: torch.Tensor | None = None
 
     @property
@@ -82,7 +82,7 @@ def plan_for(
     device: torch.device | str | None = None,
     block: int | None = None,
 ) -> Plan:
-    """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)` (GUIDE.md's mask).
+    """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)` (docs/conventions.md's mask).
 
     A window wider than the keys changes nothing, so it is clipped to `Sk + |off|`: the span then
     covers every key and the cost stays bounded by the case, not by the window's nominal size.
@@ -186,7 +186,7 @@ _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 
 def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """GUIDE.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
+    """docs/conventions.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
     attnbench.core.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
     drops the ones outside it anyway)."""
     if case.doc_lens is None:

@@ -3,7 +3,7 @@
 Layout BMHK (batch, seq, heads, head_dim). MQA/GQA goes through xformers' 5-D BMGHK form
 (batch, seq, kv_heads, group, head_dim) with K/V `expand`ed, not copied; xformers supports that form
 for the forward pass only, so backward modes repeat K/V per query head (and say so: kv_expanded).
-Masks are xformers' bottom-right bias classes, which state GUIDE.md's alignment themselves.
+Masks are xformers' bottom-right bias classes, which state docs/conventions.md's alignment themselves.
 
 Packed documents and ragged cache lengths run as one batch row of concatenated tokens (attnbench.backends.packing)
 under a block-diagonal bias built from the shared sequence lengths: `BlockDiagonalMask.from_seqlens(q, kv)`, made
@@ -214,7 +214,7 @@ def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
-    """The attn_bias object for GUIDE.md's mask, from `ops.fmha.attn_bias`; None when unmasked.
+    """The attn_bias object for docs/conventions.md's mask, from `ops.fmha.attn_bias`; None when unmasked.
 
     causal → LowerTriangularFromBottomRightMask (j <= i + off); causal + window W →
     LowerTriangularFromBottomRightLocalAttentionMask(W + 1) (keys at distance 0 … W); window W alone →

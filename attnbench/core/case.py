@@ -63,8 +63,8 @@ class Case:
     causal: bool
     window: int | None
     mode: str
-    # The workload axes beyond the shape, one field each as attnbench.core.axes.TABLE declares them (docs/conventions.md
-    # "Workload axes"); each None/False is the dense case. doc_lens and kv_lens are filled from the case's seed (below)
+    # The workload axes beyond the shape, one field each as attnbench.core.axes.TABLE declares them (docs/suites.md
+    # "Workloads"); each None/False is the dense case. doc_lens and kv_lens are filled from the case's seed (below)
     # when `documents` / `kv_lengths: random` ask for them; doc_kv_lens are each document's keys when documents carry
     # a cached prefix (its queries are the last doc_lens[d] of its doc_kv_lens[d] keys); head_dim_v None is head_dim;
     # kv_shared is absorbed MLA (V is K's first head_dim_v channels); tp: one GPU's share of a model split by heads;
@@ -165,7 +165,7 @@ class Case:
     def layout_seed(self) -> int:
         """The seed of the drawn structures (random doc_lens, kv_lens, the page table): from the batch, the lengths
         and how they are drawn only, so the same workload with or without pages, a score modifier, another dtype or
-        mode has the same documents and requests (GUIDE.md: pages change only the storage)."""
+        mode has the same documents and requests (docs/suites.md "Workloads": pages change only the storage)."""
         key = f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-{self.documents}-{self.doc_lengths}-{self.kv_lengths}"
         return zlib.crc32(key.encode())
 

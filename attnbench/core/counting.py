@@ -1,4 +1,4 @@
-"""How work is counted (GUIDE.md "Counting work"): FLOPs from the exact visible pairs, the memory-traffic floor, and
+"""How work is counted (docs/conventions.md "Work"): FLOPs from the exact visible pairs, the memory-traffic floor, and
 the analytic memory a kernel needs above its inputs. Every record, the forecast and the report count this way."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from attnbench.core.workload import key_ranges, visible_total
 if TYPE_CHECKING:
     from attnbench.core.case import Case
 
-# Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (GUIDE.md).
+# Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (docs/conventions.md).
 MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-# How many times each of (Q + K + V) and O's size is moved per mode (the traffic floor, GUIDE.md "Counting work"):
+# How many times each of (Q + K + V) and O's size is moved per mode (the traffic floor, docs/conventions.md "Work"):
 # fwd reads Q, K, V and writes O; bwd reads Q, K, V, O and dO and writes dQ, dK, dV; fwd_bwd does both.
 MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}
 

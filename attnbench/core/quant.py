@@ -1,4 +1,4 @@
-"""Quantized inputs (GUIDE.md "quantized inputs"): how attnbench quantizes a case's canonical inputs, and the numerics
+"""Quantized inputs (docs/suites.md "Quantized inputs"): how attnbench quantizes a case's canonical inputs, and the numerics
 a kernel declares so that its accuracy bound can be emulated.
 
 A quantized case (an FP8 `dtype`: Q, K and V; or a `kv_dtype`: the K/V cache alone) starts from the inputs of its

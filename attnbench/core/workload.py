@@ -1,4 +1,4 @@
-"""The shared structures of a workload beyond the dense case (GUIDE.md "Workload axes"), made once per case.
+"""The shared structures of a workload beyond the dense case (docs/suites.md "Workloads"), made once per case.
 
 Documents (`doc_lens` and their keys `doc_key_lens`, `cu_seqlens` / `cu_seqlens_k`), ragged cache lengths
 (`kv_lens`), each query's position among its keys, the page pool and its shuffled page table, ALiBi slopes, and the
@@ -244,11 +244,11 @@ def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
 
 
 def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]:
-    """GUIDE.md's mask as a predicate on index tensors, `fn(row, q_idx, k_idx)`: True where query q_idx of batch
+    """docs/conventions.md's mask as a predicate on index tensors, `fn(row, q_idx, k_idx)`: True where query q_idx of batch
     row `row` may see key k_idx. The case's causal and window mask; with documents, within the query's own
     document (counted from its start); with ragged cache lengths, request `row`'s own keys, its queries the last
     of them. The one definition the reference's mask (visibility), flex's mask_mod and sliding-window's plan
-    take, read from GUIDE.md directly (not from key_ranges, so that each checks the other). A document is its own
+    take, read from docs/conventions.md directly (not from key_ranges, so that each checks the other). A document is its own
     sequence: positions count from its first query and its first key, its queries the last of its keys."""
     import numpy as np
     import torch
@@ -312,7 +312,7 @@ def mask(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> to
 # ---- counts -----------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4096)
 def visible_total(case: Case) -> int:
-    """The exact number of (query, key) pairs the mask lets through over the whole batch (GUIDE.md's `visible`,
+    """The exact number of (query, key) pairs the mask lets through over the whole batch (docs/conventions.md's `visible`,
     summed per document and per request), counted row by row from key_ranges."""
     import numpy as np
 

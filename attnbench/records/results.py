@@ -40,7 +40,7 @@ DRAWN_FIELDS = axes.drawn_fields()
 
 @dataclass
 class Record:
-    """One measurement: a backend on a case. Fields follow GUIDE.md's "A measurement record"."""
+    """One measurement: a backend on a case. Fields follow docs/results.md."""
 
     run_id: str
     suite: str

@@ -1,5 +1,5 @@
 """From a measurement's raw outcome to its record: what a run's records share, the numbers derived from the raw
-samples and the case (GUIDE.md "A measurement record", "Counting work"), and the Record itself."""
+samples and the case (docs/results.md, "Counting work"), and the Record itself."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
 
 
 def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
-    """Achieved TFLOP/s and GB/s at the median time (GUIDE.md "Counting work")."""
+    """Achieved TFLOP/s and GB/s at the median time (docs/conventions.md "Work")."""
     seconds = median_ms * 1e-3
     return {"tflops": counting.flops(case) / seconds / 1e12,
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}

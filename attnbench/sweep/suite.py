@@ -125,7 +125,7 @@ def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
 
 
 def refuse_nothing_visible(where: str, case: Case) -> None:
-    """A query that sees no key outputs zeros (GUIDE.md), as the libraries run it; a case where no query sees any key
+    """A query that sees no key outputs zeros (docs/conventions.md), as the libraries run it; a case where no query sees any key
     has nothing to measure and is refused. Only explicit lengths or fewer keys than queries can leave one empty."""
     explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
     if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:

@@ -1,5 +1,5 @@
 """Accuracy beside speed: the three error metrics, and the emulation of a kernel's declared numerics
-(attnbench.core.quant.Numerics) that bounds its error (GUIDE.md: err(backend) <= 2·err(emulation) + floor).
+(attnbench.core.quant.Numerics) that bounds its error (docs/conventions.md: err(backend) <= 2·err(emulation) + floor).
 
 The emulation is naive attention in query blocks, like the reference, computed as the kernel declares: scores
 accumulated in its dtype, P = exp(s - rowmax) rounded to its P format (after ×p_scale), P·V accumulated in its dtype

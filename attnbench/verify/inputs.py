@@ -40,8 +40,8 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
                     softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
 
-    GUIDE.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask. A query row
-    that sees no key outputs zeros (FlashAttention's convention, GUIDE.md), never the NaN of a softmax over
+    docs/conventions.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask. A query row
+    that sees no key outputs zeros (FlashAttention's convention, docs/conventions.md), never the NaN of a softmax over
     nothing: such a row keeps its finite scores (no -inf fill), and its output, hence its gradients, are
     multiplied by zero. Rows that see a key are untouched (a product with 1.0 is exact).
     """
@@ -168,7 +168,7 @@ def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
 
 
 def upcast(inputs: Inputs) -> Inputs:
-    """The inputs in the reference's precision: float64 on every device (GUIDE.md's correctness rule).
+    """The inputs in the reference's precision: float64 on every device (docs/conventions.md's correctness rule).
 
     An fp32 reference on CUDA would *be* naive in fp32: err(naive) = 0, the bound a bare floor, and a
     correct kernel that computes fp32 on tensor cores (3xTF32) a mismatch at long sequences.
@@ -180,7 +180,7 @@ def upcast(inputs: Inputs) -> Inputs:
 
 
 def reference(case: Case, inputs: Inputs, rows: torch.Tensor | None) -> Answer:
-    """GUIDE.md's reference: naive attention on the inputs upcast to float64, computed in query blocks."""
+    """docs/conventions.md's reference: naive attention on the inputs upcast to float64, computed in query blocks."""
     return blocked_attention(case, upcast(inputs), rows, with_grads=grad_checkable(case))
 
 

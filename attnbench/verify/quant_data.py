@@ -1,5 +1,5 @@
 """A quantized case's shared data, and each backend's yardstick: what its output is judged against, and the accuracy
-fields its record carries (GUIDE.md "quantized inputs", docs/results.md "Accuracy").
+fields its record carries (docs/suites.md "Quantized inputs", docs/results.md "Correctness").
 
 Two errors are kept apart for a case attnbench quantizes:
 - the quantization error: the float64 reference on the dequantized inputs against the float64 reference on the
@@ -130,7 +130,7 @@ class Yardstick:
 
 
 def yardstick(data: CaseData, backend: Any) -> Yardstick:
-    """The backend's yardstick: naive in the case's dtype (GUIDE.md's rule), unless the case is quantized or the
+    """The backend's yardstick: naive in the case's dtype (docs/conventions.md's rule), unless the case is quantized or the
     backend declares numerics, when it is the emulation of those (or of the plain ones)."""
     case = data.case
     numerics = backend.numerics(case)

@@ -1,4 +1,4 @@
-"""Repeatability: two calls of a backend on the same inputs, compared bit for bit (GUIDE.md "The correctness rule").
+"""Repeatability: two calls of a backend on the same inputs, compared bit for bit (docs/conventions.md "Correctness rule").
 
 Bit for bit means the raw bytes of each element: a NaN in the same place with the same bits is equal, while +0.0
 and -0.0 differ (two calls that differ only in the sign of a zero are not repeatable; their largest difference is
