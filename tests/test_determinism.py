@@ -239,6 +239,6 @@ def test_the_suite_option_and_the_run_flag_ask_for_it(tmp_path: Path) -> None:
 
 def built_in(registry) -> list[str]:  # type: ignore[no-untyped-def]
     """The registry's built-in backends (other tests register plugins into the same process's registry)."""
-    from attnbench.backends.registry import BUILTIN_MODULES
+    from attnbench.backends.registry import builtin_modules
 
-    return [name for name in registry.names() if type(registry.get(name)).__module__ in BUILTIN_MODULES]
+    return [name for name in registry.names() if type(registry.get(name)).__module__ in builtin_modules()]

@@ -80,3 +80,20 @@ def test_model_code_imports_the_dispatch_table_from_attnbench_dispatch() -> None
     from attnbench.report.dispatch import DispatchTable as Table
 
     assert DispatchTable is Table
+
+
+def test_built_in_backends_are_found_by_walking_the_package(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module dropped into attnbench/backends is a built-in without being listed anywhere; every module that
+    registers an adapter is walked."""
+    from pathlib import Path
+
+    import attnbench.backends as package
+    from attnbench.backends.registry import builtin_modules
+
+    folder = Path(package.__file__).parent
+    registering = {f"attnbench.backends.{p.stem}" for p in folder.glob("*.py") if "@register\n" in p.read_text()}
+    assert registering and registering <= set(builtin_modules())
+    assert "attnbench.backends.testing" not in builtin_modules()  # its faulty backends come only as a plugin
+    (tmp_path / "new_adapter.py").write_text("")
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    assert "attnbench.backends.new_adapter" in builtin_modules()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import pkgutil
 from typing import TYPE_CHECKING, Callable, TypeVar, Union
 
 from attnbench.backends.base import Backend
@@ -13,23 +14,17 @@ if TYPE_CHECKING:
     from attnbench.sweep.suite import Suite
 
 ENTRY_POINT_GROUP = "attnbench.backends"
-# Modules whose @register decorators fill the default registry. Importing them is cheap:
-# each imports its kernel library only inside its methods.
-BUILTIN_MODULES = (
-    "attnbench.backends.naive",
-    "attnbench.backends.sdpa",
-    "attnbench.backends.sliding_window",
-    "attnbench.backends.flex",
-    "attnbench.backends.flash",
-    "attnbench.backends.xformers_ops",
-    "attnbench.backends.flashinfer",
-    "attnbench.backends.sdpa_varlen",
-    "attnbench.backends.cudnn",
-    "attnbench.backends.naive_fp8",
-    "attnbench.backends.cudnn_fp8",
-    "attnbench.backends.sage",
-    "attnbench.backends.sdpa_fp8",
-)
+
+
+def builtin_modules() -> list[str]:
+    """The modules of attnbench.backends, found by walking the package (a new adapter needs no list): importing
+    one runs its @register decorators, and is cheap (each imports its kernel library only inside its methods).
+    Not this module, nor `testing` (backends made to fail, which a plugin names: `attnbench.backends.testing:...`)."""
+    import attnbench.backends as package
+
+    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)
+            if m.name not in ("registry", "testing")]
+
 
 Target = Union[type[Backend], Backend, str]
 B = TypeVar("B", bound=type[Backend])
@@ -154,7 +149,7 @@ def default_registry(plugins: list[str] | None = None) -> Registry:
     """The registry with the built-in backends, installed entry points and the named plugins."""
     global _builtins_loaded
     if not _builtins_loaded:
-        for module in BUILTIN_MODULES:
+        for module in builtin_modules():
             importlib.import_module(module)
         REGISTRY.load_entry_points()
         _builtins_loaded = True
