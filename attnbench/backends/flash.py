@@ -132,7 +132,6 @@ class _Flash(Backend):
     page_multiple: ClassVar[int] = 1
     # FA4: pages through flash_attn_varlen_func(page_table=, seqused_k=) instead of flash_attn_with_kvcache.
     varlen_pages: ClassVar[bool] = False
-    axis_reasons: ClassVar[dict[str, str]] = {}
     # Whether the library's entry points take `qv` (absorbed MLA, kv_shared: FA3's and FA4's).
     takes_qv: ClassVar[bool] = False
 
