@@ -13,6 +13,7 @@ before and after (on a shared machine a ratio is only worth the load it was meas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -29,6 +30,7 @@ from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for  # noq
 from attnbench.verify.inputs import CaseData  # noqa: E402
 
 SETTINGS = TimingSettings(warmup_ms=50, budget_ms=300)
+SAMPLES = 10  # on a CPU each timer gets the time for this many calls (at least 300 ms), as tests/test_timing.py
 
 
 def case(device: str, dtype: str, seq: int, heads: int, head_dim: int, causal: bool) -> Case:
@@ -56,11 +58,15 @@ def cpu_ratio(c: Case, n: int) -> tuple[float, float, float]:
     from torch.utils.benchmark import Timer
 
     data = CaseData(c)
-    settings = Settings(RunInfo("fidelity", "fidelity"), SETTINGS)
     backend = default_registry().get("sdpa-math")
     q, k, v = data.inputs.q, data.inputs.k, data.inputs.v
     timer = Timer(f"F.scaled_dot_product_attention(q, k, v, is_causal={c.causal})",
                   globals={"F": torch.nn.functional, "q": q, "k": k, "v": v}, num_threads=torch.get_num_threads())
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        call_ms = timer.timeit(2).median * 1e3
+    budget_ms = max(SETTINGS.budget_ms, SAMPLES * call_ms)
+    settings = Settings(RunInfo("fidelity", "fidelity"), dataclasses.replace(SETTINGS, budget_ms=budget_ms,
+                                                                             min_samples=SAMPLES))
 
     def ours() -> float:
         record = measure(data, backend, ClockTimer(), settings)
@@ -69,7 +75,7 @@ def cpu_ratio(c: Case, n: int) -> tuple[float, float, float]:
 
     def theirs() -> float:
         with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
-            return timer.blocked_autorange(min_run_time=0.3).median * 1e3
+            return timer.blocked_autorange(min_run_time=budget_ms / 1e3).median * 1e3
 
     return rounds(ours, theirs, n)
 
