@@ -104,3 +104,18 @@ def test_a_second_process_loads_each_flex_graph_from_the_cache_in_well_under_a_c
     assert [w["cpp_builds"] for w in warm[1:]] == [0] * (len(warm) - 1), warm
     assert all(w["dynamo_s"] <= WARM_LOAD_MAX_S for w in warm[1:]), [w["dynamo_s"] for w in warm]
     assert all(w["dynamo_s"] <= w["compile_s"] for w in warm)  # torch.compile's part of the record's compile_s
+
+
+@pytest.mark.slow
+def test_a_cached_graph_whose_kernel_library_is_gone_is_recorded_as_rebuilt(tmp_path: Path) -> None:
+    """FX graph cache and AOTAutograd cache hits (kernels_compiled 0) do not make a load: when the C++ library the
+    cached graph loads is not in the cache (removed, or keyed by another compiler command line), Inductor runs the
+    C++ compiler again, for about what a compile costs. The record says so (cpp_builds, cpp_build_s)."""
+    cache = tmp_path / "inductor"
+    costs_in_fresh_process(cache)
+    for library in cache.rglob("*.so"):
+        library.unlink()
+    rebuilt = costs_in_fresh_process(cache)
+    assert all(r["kernels_compiled"] == 0 and r["cache_hits"] >= 1 for r in rebuilt), rebuilt
+    assert all(r["cpp_builds"] >= 1 and r["cpp_build_s"] > WARM_LOAD_MAX_S for r in rebuilt[1:]), rebuilt
+    assert all(r["dynamo_s"] > WARM_LOAD_MAX_S for r in rebuilt[1:])  # what the warm-load test holds under its bound
