@@ -52,3 +52,70 @@ def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
     assert refused.status == "skipped" and "does not support backward on CPU" in refused.reason
     later = measure_one(make_case(seq_len=256, heads=5, kv_heads=5, head_dim=16, causal=True), backend)
     assert later.status == "ok" and later.extra["graphs_traced"] == 1  # traced and compiled, not skipped to eager
+
+
+# A flex graph loaded from --cache-dir, after the process's first, spends at most this long in torch.compile
+# (`dynamo_s`: trace, cache lookup, load). Measured with benchmarks/flex_warm_load.py on the 2-core development VM:
+# 0.15 s median, 0.31 s max (21 loads at 1K-2K); a compile of the same shapes took 3.1-3.4 s.
+WARM_LOAD_MAX_S = 1.0
+WARM_SHAPES = [dict(device="cpu", dtype="float32", batch=1, seq_len=1024, kv_seq_len=1024, heads=8, kv_heads=kv,
+                    head_dim=64, causal=True, window=window, mode="fwd") for kv, window in ((8, None), (8, 256), (2, 256))]
+
+
+def prepare_costs(cases: list[dict]) -> list[dict]:
+    """flex's `prepare` on each case in this process: its record's compile fields."""
+    from attnbench.backends.flex import FlexBackend
+    from attnbench.core.case import Case
+    from attnbench.verify.inputs import make_inputs
+
+    costs = []
+    for fields in cases:
+        case = Case(**fields)
+        inputs = make_inputs(case)
+        costs.append(FlexBackend().prepare(case, inputs.q, inputs.k, inputs.v).extra)
+    return costs
+
+
+def costs_in_fresh_process(cache: Path) -> list[dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    code = ("import json, sys; from tests.test_flex_compile import prepare_costs; "
+            "print(json.dumps(prepare_costs(json.loads(sys.argv[1])), default=str))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(WARM_SHAPES)], cwd=root, capture_output=True,
+                          text=True, timeout=600, check=True,
+                          env={**os.environ, "PYTHONPATH": str(root), "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_each_flex_graph_from_the_cache_in_well_under_a_compile(tmp_path: Path) -> None:
+    """As a second `attnbench run` with the same --cache-dir: a fresh process prepares the shapes a first one
+    compiled. Each is loaded (no kernel compiled, no C++ compiler run, cache hits), and after the process's first
+    (which also starts Inductor) torch.compile spends under WARM_LOAD_MAX_S on it, where the compile took more."""
+    cold = costs_in_fresh_process(tmp_path / "inductor")
+    warm = costs_in_fresh_process(tmp_path / "inductor")
+    assert all(c["kernels_compiled"] >= 1 and c["cache_hits"] == 0 for c in cold), cold
+    assert all(c["dynamo_s"] > WARM_LOAD_MAX_S for c in cold), [c["dynamo_s"] for c in cold]  # the bound tells apart
+    assert all(w["kernels_compiled"] == 0 and w["cache_hits"] >= 1 for w in warm), warm
+    assert [w["cpp_builds"] for w in warm[1:]] == [0] * (len(warm) - 1), warm
+    assert all(w["dynamo_s"] <= WARM_LOAD_MAX_S for w in warm[1:]), [w["dynamo_s"] for w in warm]
+    assert all(w["dynamo_s"] <= w["compile_s"] for w in warm)  # torch.compile's part of the record's compile_s
+
+
+@pytest.mark.slow
+def test_a_cached_graph_whose_kernel_library_is_gone_is_recorded_as_rebuilt(tmp_path: Path) -> None:
+    """FX graph cache and AOTAutograd cache hits (kernels_compiled 0) do not make a load: when the C++ library the
+    cached graph loads is not in the cache (removed, or keyed by another compiler command line), Inductor runs the
+    C++ compiler again, for about what a compile costs. The record says so (cpp_builds, cpp_build_s)."""
+    cache = tmp_path / "inductor"
+    costs_in_fresh_process(cache)
+    for library in cache.rglob("*.so"):
+        library.unlink()
+    rebuilt = costs_in_fresh_process(cache)
+    assert all(r["kernels_compiled"] == 0 and r["cache_hits"] >= 1 for r in rebuilt), rebuilt
+    assert all(r["cpp_builds"] >= 1 and r["cpp_build_s"] > WARM_LOAD_MAX_S for r in rebuilt[1:]), rebuilt
+    assert all(r["dynamo_s"] > WARM_LOAD_MAX_S for r in rebuilt[1:])  # what the warm-load test holds under its bound

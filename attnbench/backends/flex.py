@@ -228,15 +228,30 @@ def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n
         validate(*(t.detach().requires_grad_(needs_grad) for t in (q, k, v)))
 
 
-def compile_counters() -> dict[str, int]:
-    """So far in this process: graphs Dynamo traced, kernels Inductor compiled from scratch, and compiled graphs
-    loaded from the on-disk caches in --cache-dir (AOTAutograd's, else Inductor's FX graph cache)."""
-    from torch._dynamo.utils import counters
+def compile_counters() -> dict[str, float]:
+    """So far in this process: graphs Dynamo traced, kernels Inductor compiled (an FX graph cache miss, or a bypass:
+    a graph the cache would not take is compiled all the same), compiled graphs loaded from the on-disk caches in
+    --cache-dir (AOTAutograd's, else Inductor's FX graph cache), C++ compiler runs (`cpp_builds`: a load whose
+    kernel library is missing from the cache builds it again; torch times each as `compile_file`) and their
+    seconds, and the seconds of torch.compile itself (`dynamo_s`: tracing, the cache lookup and load, or the
+    compile; torch's `_compile.compile_inner`), so that a record's compile_s splits into torch.compile's part and
+    the first call's."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
 
+    builds = compilation_time_metrics.get("compile_file", [])
     return {"graphs_traced": int(counters["stats"]["unique_graphs"]),
-            "kernels_compiled": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "kernels_compiled": int(counters["inductor"]["fxgraph_cache_miss"])
+            + int(counters["inductor"]["fxgraph_cache_bypass"]),
             "cache_hits": int(counters["aot_autograd"]["autograd_cache_hit"])
-            + int(counters["inductor"]["fxgraph_cache_hit"])}
+            + int(counters["inductor"]["fxgraph_cache_hit"]),
+            "cpp_builds": len(builds), "cpp_build_s": float(sum(builds)),
+            "dynamo_s": float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))}
+
+
+def counted_since(before: dict[str, float]) -> dict[str, float]:
+    """compile_counters() less `before`: what one prepare compiled, loaded and built (seconds to the millisecond)."""
+    return {name: (round(value - before[name], 3) if isinstance(value, float) else value - before[name])
+            for name, value in compile_counters().items()}
 
 
 def score_words(case: Case) -> str:
@@ -338,7 +353,7 @@ class FlexBackend(Backend):
         if out.is_cuda:
             torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
-        compiled = {name: value - before[name] for name, value in compile_counters().items()}
+        compiled = counted_since(before)
         sparsity = None if block_mask is None else float(block_mask.sparsity())
         if sparsity is not None and not 0 <= sparsity <= 100:
             sparsity = None  # torch reports nonsense (e.g. -10823%) when Q_LEN is below one 128-row block
