@@ -319,7 +319,8 @@ def compare(
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),
     db: opts.HistoryDb = None,
-    threshold: str = typer.Option("5%", help="Slow-down that counts as a regression, e.g. 5% or 0.05."),
+    threshold: str = typer.Option("10%", help="Smallest change judged (a regression or an improvement), with the "
+                                              "two intervals apart; e.g. 10% or 0.1."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
@@ -341,6 +342,8 @@ def compare(
 
         result = compare_with_history(runs[0], db, parse_fraction(threshold))
         err.print(f"base: {result.base}", markup=False)
+    if result.machine_warning:
+        err.print(result.machine_warning, style="bold yellow", markup=False)
     out.print(comparison_table(result))
     if md is not None:
         md.write_text(result.to_markdown(), encoding="utf-8")

@@ -74,10 +74,12 @@ class Record:
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
     # The median's distribution-free interval (attnbench.core.interval) at ci_level confidence (0.95 once there are
-    # at least 6 samples; with fewer it is [min, max] and ci_level says what that covers).
+    # at least 6 samples). With fewer, ci_level says what [min, max] would cover, and the interval is the device's
+    # run-to-run noise around the median instead (ci_source "run-to-run noise", else "samples").
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
     ci_level: float | None = None
+    ci_source: str | None = None
     stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
     # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked (or there
     # are too few samples for one at the confidence asked).

@@ -26,6 +26,7 @@ from attnbench.records.results import (
     is_throttled,
     key_of,
     load_records,
+    read_env,
     results_path,
 )
 from attnbench.core.units import fmt_ms, md_cell
@@ -97,6 +98,10 @@ class Match:
             return apart(self.new_ci, self.base_ci)
         return abs(self.new_ms - self.base_ms) > self.base_iqr + self.new_iqr
 
+    def ratio_words(self) -> str:
+        """'1.031×', or '' when either side did not run ok."""
+        return f"{self.ratio:.3f}×" if self.ratio is not None else ""
+
     def side(self, which: str) -> str:
         """One side's median with its interval (or ±IQR for a record without one), or its status."""
         ms, iqr, ci, status = ((self.base_ms, self.base_iqr, self.base_ci, self.base_status) if which == "base"
@@ -119,6 +124,17 @@ class Comparison:
     only_in_base: int = 0
     only_in_new: int = 0
     versions: tuple[int, int] = (0, 0)  # the record schema of BASE and of NEW
+    machine_notes: list[str] = field(default_factory=list)  # where the two runs' machines differ (env.json)
+
+    @property
+    def machine_warning(self) -> str | None:
+        """The first thing to say when BASE and NEW ran on different machines or software: their ratios mix a
+        change of kernel with a change of machine."""
+        if not self.machine_notes:
+            return None
+        return ("NOT THE SAME MACHINE: " + "; ".join(self.machine_notes[:6])
+                + (f" (and {len(self.machine_notes) - 6} more)" if len(self.machine_notes) > 6 else "")
+                + ". Ratios below mix the change of machine with any change of kernel.")
 
     @property
     def version_note(self) -> str | None:
@@ -203,6 +219,8 @@ class Comparison:
     def to_markdown(self) -> str:
         """The comparison as Markdown, for a pull request."""
         lines = [f"## attnbench compare: {md_cell(self.new)} vs {md_cell(self.base)}", ""]
+        if self.machine_warning:
+            lines += [f"**{md_cell(self.machine_warning)}**", ""]
         lines.append(f"{len(self.matches)} matched measurements ({self.only_in_base} only in base, "
                      f"{self.only_in_new} only in new); a change is beyond the threshold ({self.threshold:.0%}) with "
                      "intervals of the median that do not overlap.")
@@ -237,7 +255,7 @@ class Comparison:
                 for m in items:
                     note = m.unjudged_note()
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
-                                 f"| {md_cell(m.side('new'))} | {m.ratio:.3f}×{note} |")
+                                 f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words())}{note} |")
         if self.turned_unrepeatable:
             lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
                       "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
@@ -271,7 +289,28 @@ def _unsteady(record: dict[str, Any]) -> bool:
     return is_spread(record) if interval_of(record) is not None else is_noisy(record)
 
 
-def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
+# The smallest change judged at all (asv's default factor): on a shared 2-core VM two identical back-to-back runs of
+# suites/quick.yaml differed by 5-15% per case with within-run intervals of ±1-3%, and a 5% threshold called them
+# regressions.
+DEFAULT_THRESHOLD = 0.10
+# What env.json says of the machine: two runs that differ here are not one machine's numbers.
+MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "driver")
+
+
+def machine_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
+    """'cpu: A vs B' for each machine fact (and each kernel library's version) that two runs' env.json disagree on;
+    [] when either has no env.json."""
+    if not base_env or not new_env:
+        return []
+    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in MACHINE_KEYS
+             if base_env.get(key) != new_env.get(key)]
+    base_libs, new_libs = base_env.get("libraries") or {}, new_env.get("libraries") or {}
+    found += [f"{name}: {base_libs.get(name)} vs {new_libs.get(name)}" for name in sorted(set(base_libs) | set(new_libs))
+              if name not in MACHINE_KEYS and base_libs.get(name) != new_libs.get(name)]
+    return found
+
+
+def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     """Match BASE and NEW by measurement key and say what regressed, improved, broke and was fixed."""
     if not threshold >= 0:
         raise ResultsError(f"threshold must be 0 or more (a fraction, 0.05 = 5%), got {threshold}")
@@ -279,11 +318,13 @@ def compare_runs(base: Path, new: Path, threshold: float = 0.05) -> Comparison:
     for path, records in ((base, base_records), (new, new_records)):
         if not records:
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
-    return compare_records(base_records, new_records, str(base), str(new), threshold)
+    comparison = compare_records(base_records, new_records, str(base), str(new), threshold)
+    comparison.machine_notes = machine_differences(read_env(Path(base)), read_env(Path(new)))
+    return comparison
 
 
 def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[str, Any]], base: str, new: str,
-                    threshold: float = 0.05) -> Comparison:
+                    threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
     versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
     base_index, new_index = _index(base_records), _index(new_records)
@@ -342,8 +383,8 @@ def comparison_table(comparison: Comparison) -> Table:
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
                       Text(m.side("base")), Text(m.side("new")),
                       Text(m.new_repeat if label == "not repeatable"
-                           else f"{m.ratio:.3f}×{m.unjudged_note()}" if m.unjudged_note() and m.ratio is not None
-                           else f"{m.ratio:.3f}×" if m.ratio is not None else (m.new_reason or "")))
+                           else m.ratio_words() + m.unjudged_note() if m.ratio is not None
+                           else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
                       Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))

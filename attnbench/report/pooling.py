@@ -5,7 +5,9 @@ How several runs are pooled (docs/recommend.md, "Several runs"):
 - runs are ordered by when they started (env.json's `timestamp`, else their first record's);
 - a pair's latest record decides whether the backend is in: a backend whose latest record is not `ok` is out,
   whatever it did before (a mismatch fixed in a later run is in; an `ok` broken by a later run is out);
-- its number is that of its latest `ok` record measured untroubled: not throttled, not noisy, with an interval
+- its number is that of its latest `ok` record measured untroubled: not throttled, repeatable, with an interval
+  (a noisy one counts with its wider interval; one with too few samples for an interval, with the device's
+  run-to-run noise: attnbench.core.interval.RUN_TO_RUN_NOISE)
   and a value of the metric ranked by. An older clean record stands in for newer troubled ones; a pair with none
   keeps its latest `ok` record as `troubled`, which can never win and is named in the output;
 - samples are never pooled across runs: two runs' samples differ by more than sampling noise (clock state, L2
@@ -19,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import ResultsError
-from attnbench.core.interval import median_interval
+from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interval
 from attnbench.records.results import (
     interval_of,
-    is_noisy,
     is_throttled,
     key_of,
     load_records,
@@ -63,6 +64,12 @@ class Metric:
             value = self.value(record)
             return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
         stored = interval_of(record)
+        level = record.get("ci_level")
+        if stored is not None and level is not None and level < CONFIDENCE and record.get("ci_source") is None:
+            # written before ci_source: the span of under 6 samples (one sample: zero width) is no interval
+            noise = RUN_TO_RUN_NOISE.get(str(record.get("device")), RUN_TO_RUN_NOISE["cpu"])
+            median = float(record["time_ms"])
+            return median * (1 - noise), median * (1 + noise)
         if stored is not None:
             return stored
         samples = [float(s) for s in record.get("times_ms") or []]
@@ -150,11 +157,15 @@ class Entry:
 
 
 def trouble(record: dict[str, Any], metric: Metric) -> str | None:
-    """Why an ok record's figure cannot decide anything (throttled, noisy, no figure, no interval), or None."""
+    """Why an ok record's figure cannot decide anything (throttled, not repeatable, no figure, no interval), or None.
+
+    A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
+    and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
+    timed is not the one a user can count on."""
     if is_throttled(record):
         return "throttled"
-    if is_noisy(record):
-        return "noisy"
+    if record.get("repeatable") is False:
+        return "not repeatable"
     if metric.value(record) is None:
         return "no energy figure" if metric.name == "energy" else "no time"
     if metric.interval(record) is None:
@@ -196,7 +207,8 @@ def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]
                 if clean:
                     entry.clean = clean[-1]
                 else:
-                    entry.troubled = oks[-1]
                     entry.why = trouble(oks[-1], metric)
+                    if entry.why != "not repeatable":  # may be faster, timed badly; a flaky kernel is simply out
+                        entry.troubled = oks[-1]
             pooled.setdefault(case, {})[backend] = entry
     return pooled

@@ -6,13 +6,17 @@ The rules (docs/recommend.md says them for users):
   heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
   scale granularity is a bucket of its own, never pooled with the unquantized case);
 - candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
-  is `ok`; trouble gate: not throttled, not noisy: attnbench.report.pooling);
+  is `ok`; trouble gate: not throttled and repeatable: attnbench.report.pooling; a noisy number counts with
+  its wider interval);
+- backends that ran the same kernel on every case of the bucket (`sdpa` dispatching to FLASH_ATTENTION and the
+  pinned `sdpa-flash`) are one candidate, named by the default when it is one of them, else by the first name:
+  timing one kernel twice under two names must not split or decide a bucket;
 - each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
   candidate's figure on that case; the leader has the lowest score;
 - statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
   leader's and apart from it. The tie set is the leader and every candidate not told slower; the leader wins
   alone when the tie set is the leader alone;
-- a backend whose only number is troubled (throttled or noisy) contests the bucket when, on some case, its median
+- a backend whose only number is troubled (throttled or not repeatable) contests the bucket when, on some case, its median
   is at or below the top of the leader's interval: it may be the faster one, so the bucket is `unsettled`;
 - a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
   from anything, and the backends that would have been its rivals were not measured cleanly;
@@ -131,6 +135,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
             decision.numbers[backend] = [_number(e, metric) for e in entries if e is not None]
         else:
             decision.excluded.append((backend, _why(entries)))
+    _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     decision.default_kernel = next((e.latest.get("kernel") for e in default if e is not None), None)
     if len(decision.numbers) < 2:
@@ -174,6 +179,31 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     else:
         decision.default_why = _default_why(decision)
     return decision
+
+
+def ran_kernel(kernel: str | None) -> str | None:
+    """The kernel a record says ran, without how it was asked for: 'torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION
+    (is_causal)' and 'torch 2.13.0+cpu sdpa FLASH_ATTENTION (PyTorch's CPU flash kernel) (is_causal)' are both
+    'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
+    if not kernel:
+        return None
+    return kernel.replace("auto→", "").split(" (")[0].strip() or None
+
+
+def _merge_same_kernels(decision: Decision) -> None:
+    """One candidate per kernel: a backend whose numbers ran, case by case, the kernel another candidate's ran is
+    folded into it (the default's name kept) and listed as excluded, saying whose kernel it ran."""
+    names = sorted(decision.numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
+    for i, keep in enumerate(names):
+        if keep not in decision.numbers:
+            continue
+        mine = [ran_kernel(n.kernel) for n in decision.numbers[keep]]
+        if None in mine:
+            continue
+        for other in names[i + 1:]:
+            if other in decision.numbers and [ran_kernel(n.kernel) for n in decision.numbers[other]] == mine:
+                del decision.numbers[other]
+                decision.excluded.append((other, f"ran the kernel {keep} ran ({mine[0]}): one candidate, {keep}"))
 
 
 def _default_why(decision: Decision) -> str:

@@ -191,7 +191,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 first()
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
-    fields.update(timing_fields(samples, settings.timing))
+    fields.update(timing_fields(samples, settings.timing, case.device))
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
         max_abs_error=finite(verdict.max_abs_error), error_bound=verdict.error_bound,

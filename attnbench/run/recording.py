@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core import counting
-from attnbench.core.interval import Interval, median_interval, summarize, two_modes
+from attnbench.core.interval import RUN_TO_RUN_NOISE, Interval, median_interval, summarize, two_modes
 from attnbench.core.peaks import peak_for
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
@@ -67,18 +67,24 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
 
 
-def timing_fields(samples: list[float], settings: TimingSettings) -> dict[str, Any]:
+def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu") -> dict[str, Any]:
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
     `noisy` when the spread is wide (IQR over NOISE_THRESHOLD of the median) or the interval is wider than the
     precision asked (±precision of the median), or too few samples were taken for an interval at the confidence
     asked (under 6 at 95%: one 4 s call has no interval at all): the number is not known as well as the suite wanted.
+    Such a record's interval is never the zero-width span of its few samples: it is the device's run-to-run noise
+    around the median (RUN_TO_RUN_NOISE), and `ci_source` says so.
     """
     stats = summarize(samples)
     interval = median_interval(samples, settings.confidence)
+    low, high, source = interval.low, interval.high, "samples"
+    if interval.level < settings.confidence:
+        noise = RUN_TO_RUN_NOISE.get(device, RUN_TO_RUN_NOISE["cpu"])
+        low, high, source = stats.median * (1 - noise), stats.median * (1 + noise), "run-to-run noise"
     return {
         "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
-        "times_ms": list(samples), "ci_low_ms": interval.low, "ci_high_ms": interval.high,
+        "times_ms": list(samples), "ci_low_ms": low, "ci_high_ms": high, "ci_source": source,
         "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
         "noisy": stats.noisy or interval.level < settings.confidence or interval.half_width() > settings.precision,
     }

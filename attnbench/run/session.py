@@ -198,7 +198,9 @@ def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
     """The run's predicted wall time per backend, running nothing (predict); with `gpu` an estimate for a machine
     that is not here, and says so."""
     timing = plan.suite.timing(plan.device)
-    return DryRun(plan, predict(plan, options, gpu), timing, timing != plan.suite.model.timing)
+    cpu = plan.suite.model.cpu
+    return DryRun(plan, predict(plan, options, gpu), timing,
+                  plan.device == "cpu" and cpu is not None and cpu.timing is not None)
 
 
 @dataclass

@@ -217,7 +217,8 @@ class Block(Axes):  # type: ignore[misc, valid-type]
 class Timing(_Strict):
     """How long to warm up and to measure each call, in milliseconds of the call's own time, and how precisely.
 
-    Sampling stops as soon as the median's 95% interval is within ±precision of it (0.01 = 1%), or when
+    Sampling stops as soon as the median's 95% interval is within ±precision of it (0.01 = 1%; unset: the device's
+    own), or when
     budget_ms of samples or max_samples is reached; warm-up stops once the call time is steady, or at warmup_ms.
     """
 
@@ -225,7 +226,8 @@ class Timing(_Strict):
     budget_ms: float = Field(default=300.0, gt=0, le=3_600_000)
     min_samples: int = Field(default=5, ge=1, le=100_000)
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
-    precision: float = Field(default=0.01, gt=0, le=1)
+    # Unset: the device's own (attnbench.core.interval.DEVICE_PRECISION: ±1% on a GPU, ±5% on a CPU).
+    precision: float | None = Field(default=None, gt=0, le=1)
     # Wall-clock limit per measurement (the run's --timeout overrides it); needs a worker process.
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)
     # The loop before the samples: at least this long, back to back, for the call's energy and, on CUDA, until the

@@ -14,6 +14,7 @@ from attnbench.core import axes as axis_table
 from attnbench.core import workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
+from attnbench.core.interval import DEVICE_PRECISION
 from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
 
@@ -40,6 +41,8 @@ class Suite:
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
             timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
+        if timing.precision is None:
+            timing = timing.model_copy(update={"precision": DEVICE_PRECISION.get(device, DEVICE_PRECISION["cuda"])})
         return timing
 
     def _in_force(self, block: Block, device: str) -> Axes:
