@@ -129,7 +129,7 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 {% endfor %}
 {% for chart in charts %}<figure id="chart-{{ chart.name }}">
 <img alt="{{ chart.title }}" width="{{ chart_width }}" src="data:image/png;base64,{{ chart.b64 }}">
-<figcaption>{{ chart.title }} — charts/{{ chart.name }}</figcaption>
+<figcaption>{{ chart.title }} — {% if chart_files %}<a href="charts/{{ chart.name }}">charts/{{ chart.name }}</a>{% else %}charts/{{ chart.name }}{% endif %}</figcaption>
 </figure>
 {% endfor %}
 
@@ -235,9 +235,10 @@ def gpu_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
 
 def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Findings, charts: list[Chart],
                 chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int,
-                recommendation: dict[str, Any] | None = None) -> str:
+                recommendation: dict[str, Any] | None = None, chart_files: bool = False) -> str:
     """The page as a string. `speedups` maps id(record) to its speed-up over the baseline; `recommendation` is
-    the Recommendation section (dispatch_table.html_section), left out when None."""
+    the Recommendation section (dispatch_table.html_section), left out when None; `chart_files`: the charts were
+    also written as charts/*.png beside the page, so each caption links to its file."""
     rows = []
     for r in records:
         s = speedups.get(id(r))
@@ -259,5 +260,5 @@ def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Fi
         env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=HOW_TO_READ, baseline=baseline,
         charts=[dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts],
         chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
-        chart_width=chart_width, recommendation=recommendation,
+        chart_width=chart_width, recommendation=recommendation, chart_files=chart_files,
     )

@@ -199,7 +199,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
             for key, value in group_speedups(group, baseline).items():
                 speedups[id(cells[key])] = value
         page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
-                           recommendation_section(source, records, env))
+                           recommendation_section(source, records, env), chart_files="png" in wanted)
         written.append(_write(out / "report.html", page.encode("utf-8")))
     if "md" in wanted:
         text = render_markdown(env, groups, findings, baseline, notes)
