@@ -29,6 +29,9 @@ BUILTIN_MODULES = (
     "attnbench.backends.cudnn_fp8",
     "attnbench.backends.sage",
     "attnbench.backends.sdpa_fp8",
+    "attnbench.backends.onnx_runtime",
+    "attnbench.backends.jax_attention",
+    "attnbench.backends.openvino_sdpa",
 )
 
 Target = Union[type[Backend], Backend, str]
