@@ -49,8 +49,8 @@ class OpenVinoSdpa(Backend):
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:
             return runtimes.FORWARD_ONLY.format(runtime="OpenVINO")
-        if case.dtype not in PRECISION:
-            return f"attnbench does not map {case.dtype} onto OpenVINO"
+        if case.dtype != "float32":  # a bf16 run answered wrongly through int16 views: not mapped until checked
+            return f"attnbench maps float32 onto OpenVINO only, not {case.dtype} yet"
         if case.softcap is not None:
             return "OpenVINO's ScaledDotProductAttention has no softcap"
         if case.alibi or case.head_dim_v is not None:
