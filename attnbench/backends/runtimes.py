@@ -57,10 +57,14 @@ RESOLVED_SCORE_BYTES = 16 << 20
 
 
 def path_evidence(peak: int, case: Case) -> str:
-    """Which path a profiled call took, by its measured peak: unfused when it held a float32 score matrix, tiled
-    when it held less; undetermined where the score matrix is too small for the process's resident memory to tell."""
+    """Which path a profiled call took, by its measured peak: unfused when it held a float32 score matrix; otherwise
+    undetermined (see below), as where the score matrix is too small for resident memory to tell."""
     scores = score_bytes(case)
     sizes = f"peak {peak / 2**20:.1f} MiB, one float32 score matrix {scores / 2**20:.1f} MiB"
     if scores < RESOLVED_SCORE_BYTES:
         return f"undetermined ({sizes}: too small for resident memory to tell)"
-    return f"{'unfused' if peak >= scores else 'tiled'} ({sizes})"
+    if peak >= scores:
+        return f"unfused ({sizes})"
+    # A resident-memory peak counts only pages the call newly made resident: memory an allocator kept from earlier
+    # calls is reused unseen, so a low peak is no proof of a tiled kernel.
+    return f"undetermined ({sizes}: below one score matrix, but memory kept resident from earlier calls is not seen)"
