@@ -41,7 +41,10 @@ class _Jax(Backend):
         return (JAX_CALL,)
 
     def deterministic(self, case: Case) -> str:
-        return "refused: attnbench does not set XLA's determinism flags for JAX"
+        if self.implementation == "cudnn":
+            return ("refused: attnbench does not set XLA's GPU determinism flag (--xla_gpu_deterministic_ops) for "
+                    "JAX's cuDNN attention")
+        return runtimes.deterministic("JAX", case)
 
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:

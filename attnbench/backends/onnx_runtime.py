@@ -56,7 +56,7 @@ class _Ort(Backend):
         return CALLS
 
     def deterministic(self, case: Case) -> str:
-        return "refused: ONNX Runtime does not say whether its CPU attention kernels are deterministic"
+        return runtimes.deterministic("ONNX Runtime", case)
 
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:

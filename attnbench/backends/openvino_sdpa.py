@@ -44,7 +44,7 @@ class OpenVinoSdpa(Backend):
         return (OV_CALL,)
 
     def deterministic(self, case: Case) -> str:
-        return "refused: OpenVINO does not say whether its CPU SDPA kernel is deterministic"
+        return runtimes.deterministic("OpenVINO", case)
 
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
 FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not flow back into PyTorch's autograd)"
 
 
+def deterministic(runtime: str, case: Case) -> str:
+    """What `deterministic: true` means for a runtime outside PyTorch (attnbench.verify.determinism's words)."""
+    if case.device != "cpu":
+        return f"not applicable ({runtime}'s backend here runs on the CPU only)"
+    return (f"not applicable (PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside "
+            "PyTorch; the record's repeatability check compares two calls bit for bit)")
+
+
 def run_threads() -> int:
     """The run's intra-op thread count: PyTorch's, which the run records in env.json (torch_threads)."""
     import torch
