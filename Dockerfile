@@ -113,7 +113,7 @@ RUN mkdir -p /cache/home /work/reports \
 WORKDIR /opt/attnbench
 COPY pyproject.toml README.md ./
 COPY attnbench ./attnbench
-RUN pip install -c /opt/venv/keep-torch.txt ".[nvml]" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
+RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
  && ln -s /opt/attnbench/attnbench/suites /work/suites
 USER 1000:1000
 WORKDIR /work

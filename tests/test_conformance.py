@@ -17,6 +17,7 @@ import types
 import pytest
 
 import attnbench.backends.flash as flash
+from attnbench.backends.registry import default_registry
 import attnbench.backends.flex as flex
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.backends.flex import (
@@ -560,3 +561,34 @@ def test_a_docstring_that_states_no_signature_is_none() -> None:
     assert docstring_signatures("Perform scaled dot product attention.", "sdpa") == []
     assert docstring_signatures("sdpa(self, q, k, v", "sdpa") == []  # never closes
     assert docstring_signatures("sdpa(self, 1q)", "sdpa") == []  # not a parameter name
+
+
+# --- the runtimes beyond PyTorch: their installed signatures, and the recorded ones ------------------------------
+RUNTIME_CALLS = {"jax": ("jax.nn", "dot_product_attention"), "openvino": ("openvino.opset13", "scaled_dot_product_attention"),
+                 "onnxruntime": ("onnx.helper", "make_node")}
+
+
+@pytest.mark.parametrize("name", list(RUNTIME_CALLS))
+def test_the_installed_runtimes_signatures_are_the_recorded_ones(name: str) -> None:
+    """The recorded copy is what the installed version states (parameter names, kinds and which have defaults)."""
+    import inspect
+
+    from attnbench.backends.conformance import parameter_list
+
+    module, function = RUNTIME_CALLS[name]
+    installed = pytest.importorskip(module)
+    assert check_backend(default_registry().get(name)).state == "ok"
+    got = parameter_list(inspect.signature(getattr(installed, function)))
+    assert got == parameter_list(inspect.signature(getattr(recorded("runtimes_cpu"), function)))
+
+
+def test_a_runtime_signature_without_a_keyword_attnbench_passes_is_a_mismatch_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False):  # type: ignore[no-untyped-def]
+        raise NotImplementedError  # an older JAX: no local_window_size, no implementation
+
+    monkeypatch.setitem(sys.modules, "jax.nn", types.SimpleNamespace(dot_product_attention=dot_product_attention))
+    conformance = check_backend(default_registry().get("jax"))
+    assert conformance.state == "mismatch" and conformance.problem.parameter == "local_window_size"

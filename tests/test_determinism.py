@@ -109,6 +109,9 @@ CUDA_ANSWERS = {
     "flashinfer": (NOT_APPLICABLE, NOT_APPLICABLE), "sliding-window": (HONOURED, HONOURED),
     "cudnn": (NOT_APPLICABLE, HONOURED), "naive-fp8": (HONOURED, HONOURED), "sdpa-fp8": (HONOURED, NOT_APPLICABLE),
     "cudnn-fp8": (NOT_APPLICABLE, NOT_APPLICABLE), "sage": (NOT_APPLICABLE, NOT_APPLICABLE),
+    "jax": (NOT_APPLICABLE, NOT_APPLICABLE), "jax-cudnn": (REFUSED, REFUSED), "onnxruntime": (NOT_APPLICABLE, NOT_APPLICABLE),
+    "onnxruntime-mha": (NOT_APPLICABLE, NOT_APPLICABLE), "onnxruntime-gqa": (NOT_APPLICABLE, NOT_APPLICABLE),
+    "openvino": (NOT_APPLICABLE, NOT_APPLICABLE),
 }
 
 

@@ -43,6 +43,11 @@ class Prepared:
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # A runtime other than PyTorch (JAX, ONNX Runtime, OpenVINO): `to_tensor` turns what `call` returns (its own
+    # array) into a torch tensor in the kernel's layout, outside the timed call; `memory` is "rss" where the call
+    # allocates outside PyTorch's allocator, so its peak is read from the process's resident memory instead.
+    to_tensor: Callable[[Any], Any] = _identity
+    memory: str = "torch"
 
 
 @dataclass(frozen=True)

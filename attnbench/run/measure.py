@@ -163,12 +163,13 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                     # with the samples after it may join them (attnbench.timing.sampling), like a steady warm-up call.
                     clock = getattr(timer, "clock", None)
                     start = time.perf_counter()
-                    checked = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock)
-                    out_native, peak, method = checked.result, checked.peak, checked.method
+                    checked = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock,
+                                                  rss=prepared.memory == "rss")
+                    out_native, peak, method = prepared.to_tensor(checked.result), checked.peak, checked.method
                     timing = dataclasses.replace(timing, warmed_ms=(time.perf_counter() - start) * 1e3,
                                                  prior_ms=checked.call_ms)
                 else:
-                    out_native = prepared.call(*leaves)
+                    out_native = prepared.to_tensor(prepared.call(*leaves))
             finally:
                 caught.extend(seen)
         answer, dout_native, native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
@@ -176,7 +177,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         stick = yardstick(data, backend)  # naive in the case's dtype, or an emulation of the kernel's numerics
         verdict = judge(answer, data.reference, stick.answer, stick.floor_dtype, stick.errors)
         fn = timed_call(case.mode, prepared, leaves, out_native, dout_native)
-        first = None if twin else PeakOnFirstCall(fn, case.device)
+        first = None if twin else PeakOnFirstCall(fn, case.device, rss=prepared.memory == "rss")
         if first is not None:  # no garbage the first call would free may be counted in its "before"
             gc.collect(1)
         if timing.energy_ms > 0:  # the sustained state, and the call's energy, before the samples
@@ -238,7 +239,7 @@ def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Ten
 
     if native is not None:
         calls.append("timer's first call" if kept.called else "untimed call after timing")
-        second = as_tensors(kept.result if kept.called else kept())
+        second = as_tensors(prepared.to_tensor(kept.result if kept.called else kept()))
         result = compare(native, second, names)
         if not result.equal:
             answer = (answer_of(prepared, canonical, leaves, second[0], None, data.rows, False)[0]
@@ -246,7 +247,7 @@ def _repeat_check(data: CaseData, prepared: Prepared, canonical: tuple[torch.Ten
             judged.append(("second", judge_answer(answer)))
     if not all(v.passed for _, v in judged):
         with torch.set_grad_enabled(case.needs_grad):
-            out = prepared.call(*leaves)
+            out = prepared.to_tensor(prepared.call(*leaves))
         again, _, native_again = answer_of(prepared, canonical, leaves, out, data.inputs.dout, data.rows,
                                            grad_checkable(case))
         judged.append(("re-check", judge_answer(again)))

@@ -18,6 +18,9 @@ from typing import Any, Callable, Iterator
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
+# A runtime with its own allocator (JAX, ONNX Runtime, OpenVINO) and no peak statistic: the process's resident
+# high-water mark, reset just before the call (Linux `clear_refs`), less the resident memory then.
+RSS_METHOD = "process peak RSS (/proc/self/status VmHWM, reset by clear_refs)"
 
 
 @dataclass
@@ -32,14 +35,15 @@ class PeakCall:
 
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
-                        clock: Callable[[], int] | None = None) -> PeakCall:
+                        clock: Callable[[], int] | None = None, rss: bool = False) -> PeakCall:
     """Run `fn` once, returning its result and the peak bytes above the state before the call (PeakCall).
 
     The young generations' garbage is collected before the call (unless the caller just did: `collect=False`),
     and nothing during it, so no earlier measurement's tensors are freed inside the call. (The runner collects
     everything between cases and after a failure; a full collection here, with a sweep's compiled graphs on
     the heap, took 0.1 s per measurement.) With a `clock` (nanoseconds) the call's own time is read too, the
-    measuring around it left out.
+    measuring around it left out. `rss`: the call allocates outside PyTorch (Prepared.memory), so the peak is the
+    process's resident memory's (RSS_METHOD).
     """
     call_ms: list[float] = []
 
@@ -54,6 +58,9 @@ def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True
     if collect:
         gc.collect(YOUNG)
     with _no_collection():
+        if rss and rss_available():
+            result, peak = _rss_peak(timed)
+            return PeakCall(result, peak, RSS_METHOD, call_ms[0] if call_ms else None)
         result, peak = _cuda_peak(timed) if device == "cuda" else _cpu_peak(timed)
     return PeakCall(result, peak, CUDA_METHOD if device == "cuda" else CPU_METHOD, call_ms[0] if call_ms else None)
 
@@ -74,18 +81,49 @@ class PeakOnFirstCall:
 
     The caller collects garbage just before timing starts, so the first call only stops collection."""
 
-    def __init__(self, fn: Callable[[], object], device: str) -> None:
+    def __init__(self, fn: Callable[[], object], device: str, rss: bool = False) -> None:
         self.fn = fn
         self.device = device
+        self.rss = rss
         self.peak: int | None = None
         self.method: str | None = None
 
     def __call__(self) -> object:
         if self.peak is not None:
             return self.fn()
-        measured = call_measuring_peak(self.fn, self.device, collect=False)
+        measured = call_measuring_peak(self.fn, self.device, collect=False, rss=self.rss)
         self.peak, self.method = measured.peak, measured.method
         return measured.result
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def rss_available() -> bool:
+    """Whether this process can reset and read its resident high-water mark (Linux)."""
+    try:
+        _status_kb("VmHWM")
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _rss_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """The resident memory's high-water mark during `fn` above the resident memory before it (reset by writing 5 to
+    /proc/self/clear_refs). Pages the call touches that were already resident do not count: this is what the call
+    made the process hold, at page granularity, other threads' allocations included."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    before = _status_kb("VmRSS")
+    result = fn()
+    return result, max(0, _status_kb("VmHWM") - before) * 1024
 
 
 def _cuda_peak(fn: Callable[[], Any]) -> tuple[Any, int]:

@@ -1,0 +1,327 @@
+"""ONNX Runtime's attention on its CPU execution provider: the standard `Attention` op (opset 23),
+`com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`, each a one-node graph built with
+`onnx.helper`. Session creation is setup; the timed call runs the session over IOBinding with pre-placed OrtValues
+(no NumPy conversion or copy is timed); intra-op threads are the run's. Which kernel ran comes from ORT's own
+session profiling, on a second session made for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from attnbench.backends import runtimes
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.registry import register
+from attnbench.core.counting import MemoryCost
+from attnbench.timing.memory import call_measuring_peak
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from attnbench.core.case import Case
+
+MS = "com.microsoft"
+# ORT's words when no kernel of an op takes the inputs (a dtype it does not register, an attribute it rejects).
+REFUSALS = ("Could not find an implementation", "NOT_IMPLEMENTED", "INVALID_ARGUMENT", "not supported")
+CALLS = (
+    LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"), keywords=("providers",)),
+    LibraryCall("onnxruntime", "OrtValue.ortvalue_from_numpy", positional=("numpy_obj",)),
+    LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"), keywords=("domain",)),
+)
+
+
+class _Ort(Backend):
+    """One ONNX Runtime attention op on the CPU execution provider."""
+
+    library = "onnxruntime"
+    devices = ("cpu",)
+    install_hint = "pip install 'attnbench[onnxruntime]'"
+    op: ClassVar[str]
+    domain: ClassVar[str] = ""
+    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 3.0), memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
+
+    def availability(self, device: str) -> str | None:
+        from attnbench.backends.base import device_problem, import_problem
+
+        return (device_problem(device, self.devices, "ONNX Runtime's CUDA provider is not mapped yet (CPU only)")
+                or import_problem(lambda: __import__("onnxruntime"), "onnxruntime", "onnxruntime")
+                or import_problem(lambda: __import__("onnx"), "onnx", "onnx"))
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return CALLS
+
+    def deterministic(self, case: Case) -> str:
+        return runtimes.deterministic("ONNX Runtime", case)
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.needs_grad:
+            return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
+        if case.dtype != "float32":
+            return f"ONNX Runtime's CPU kernel of {self.op} registers float32 only, not {case.dtype}"
+        if case.alibi or case.head_dim_v is not None:
+            return f"attnbench does not map alibi or head_dim_v onto {self.name}"
+        return None
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        return library_refusal(exc, "ONNX Runtime", REFUSALS, (Exception,))
+
+    # ---- what each op is given ---------------------------------------------------------------------------
+    def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
+        """The named NumPy inputs, the node's attributes, how the mask was given, and whether K/V were expanded."""
+        raise NotImplementedError
+
+    def output_shape(self, case: Case) -> tuple[int, ...]:
+        return (case.batch, case.seq_len, case.heads * case.head_dim)
+
+    def to_canonical(self, case: Case) -> Any:
+        def back(out: torch.Tensor) -> torch.Tensor:
+            return out.view(case.batch, case.seq_len, case.heads, case.head_dim).transpose(1, 2)
+        return back
+
+    def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper
+
+        types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+                 np.dtype(bool): TensorProto.BOOL}
+        names = list(inputs)
+        outputs = ["out", *self.extra_outputs()]
+        node = helper.make_node(self.op, names, outputs, domain=self.domain, **attributes)
+        graph = helper.make_graph(
+            [node], self.name,
+            [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
+        model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+        return model.SerializeToString()
+
+    def extra_outputs(self) -> tuple[str, ...]:
+        return ()
+
+    def session(self, model: bytes, threads: int, profile_dir: str | None = None) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        if profile_dir is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = os.path.join(profile_dir, "ort")
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        import numpy as np
+        import onnxruntime as ort
+        import torch
+
+        inputs, attributes, how, expanded = self.graph_inputs(case, q, k, v)
+        model = self.model_bytes(case, inputs, attributes)
+        threads = runtimes.run_threads()
+        session = self.session(model, threads)
+        binding = session.io_binding()
+        placed = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in inputs.items()}
+        for name, value in placed.items():
+            binding.bind_ortvalue_input(name, value)
+        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.float32)
+        binding.bind_ortvalue_output("out", out)
+        for name in self.extra_outputs():
+            binding.bind_output(name, "cpu")
+
+        held = (inputs, placed)  # the memory the OrtValues are views of: kept alive with the call
+
+        def call() -> Any:
+            assert held
+            session.run_with_iobinding(binding)
+            return out
+
+        def to_tensor(value: Any) -> torch.Tensor:  # a copy: the bound output is overwritten by the next call
+            return torch.from_numpy(value.numpy().copy())
+
+        extra: dict[str, Any] = {"threads": threads, "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
+                                 "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
+        extra.update(self.profile(case, model, inputs, threads))
+        return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
+                        kernel=f"onnxruntime {ort.__version__} {self.domain + '.' if self.domain else ''}{self.op} "
+                               f"(CPU EP, {how})",
+                        kv_expanded=expanded, memory="rss", extra=extra)
+
+    def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
+        """ORT's session profiling of one call on a session made for it: each node's kernel, its calls and time, and
+        the call's measured peak (whether it held a score matrix: the unfused path, or a tiled one)."""
+        with tempfile.TemporaryDirectory() as folder:
+            session = self.session(model, threads, folder)
+            measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", rss=True)
+            path = session.end_profiling()
+            with open(path) as trace:
+                events = json.load(trace)
+        nodes: dict[str, list[float]] = {}
+        total = 0.0
+        for event in events:
+            if event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time"):
+                args = event.get("args", {})
+                name = f"{args.get('op_name', '?')} ({args.get('provider', '?')})"
+                nodes.setdefault(name, []).append(event.get("dur", 0) / 1e3)
+            elif event.get("cat") == "Session" and event.get("name") == "model_run":
+                total += event.get("dur", 0) / 1e3
+        kernels = [runtimes.kernel_entry(n, len(t), sum(t), total) for n, t in nodes.items()]
+        return {"kernels": kernels, "kernels_source": "onnxruntime session profiling",
+                "kernel_path": runtimes.path_evidence(measured.peak, case)}
+
+
+def bshd(t: torch.Tensor) -> np.ndarray:
+    """(B, H, S, D) as ORT's contrib ops' (B, S, H·D), copied into that layout (outside the timed call)."""
+    b, h, s, d = t.shape
+    return runtimes.as_numpy(t.transpose(1, 2).reshape(b, s, h * d))
+
+
+@register
+class OrtAttention(_Ort):
+    name = "onnxruntime"
+    summary = "ONNX Runtime's standard Attention op (opset 23), CPU execution provider; materialises the scores"
+    op = "Attention"
+    workload_axes = frozenset({"softcap", "documents", "kv_lengths"})
+
+    def unsupported(self, case: Case) -> str | None:
+        return super().unsupported(case)
+
+    def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
+        inputs = {"Q": runtimes.as_numpy(q), "K": runtimes.as_numpy(k), "V": runtimes.as_numpy(v)}
+        attributes: dict[str, Any] = {}
+        if case.softcap is not None:
+            attributes["softcap"] = float(case.softcap)
+        how = "no mask"
+        keep = runtimes.keep_mask(case)
+        if keep is not None and case.causal and case.window is None and runtimes.native_causal(case):
+            attributes["is_causal"] = 1
+            how = "is_causal"
+        elif keep is not None:
+            inputs["attn_mask"] = self.mask_of(case, keep)
+            how = "boolean attn_mask"
+        return inputs, attributes, how + (f", q_num_heads {case.heads} over kv_num_heads {case.kv_heads}"
+                                          if case.kv_heads != case.heads else ""), False
+
+    def mask_of(self, case: Case, keep: np.ndarray) -> np.ndarray:
+        """GUIDE.md's mask as the op's boolean attn_mask, broadcast over heads ((R, 1, Sq, Sk))."""
+        return keep[:, None]
+
+    def output_shape(self, case: Case) -> tuple[int, ...]:
+        return (case.batch, case.heads, case.seq_len, case.head_dim)
+
+    def to_canonical(self, case: Case) -> Any:
+        return lambda out: out
+
+
+@register
+class OrtMultiHeadAttention(_Ort):
+    name = "onnxruntime-mha"
+    summary = ("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when unmasked, "
+               "else unfused; no GQA (K/V repeated)")
+    op = "MultiHeadAttention"
+    domain = MS
+    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
+    workload_axes = frozenset({"documents", "kv_lengths"})
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.softcap is not None:
+            return "com.microsoft.MultiHeadAttention has no softcap attribute"
+        return super().unsupported(case)
+
+    def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
+        import numpy as np
+
+        from attnbench.backends.base import expand_kv
+
+        expanded = case.kv_heads != case.heads
+        inputs = {"query": bshd(q), "key": bshd(expand_kv(k, case)), "value": bshd(expand_kv(v, case))}
+        keep = runtimes.keep_mask(case)
+        how = "no mask"
+        if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not GUIDE.md's
+            bias = np.where(keep, np.float32(0), np.float32(-np.inf))[:, None].astype(np.float32)
+            inputs = {**inputs, "bias": None, "key_padding_mask": None, "attention_bias": bias}  # type: ignore[dict-item]
+            how = "additive attention_bias"
+        return ({n: a for n, a in inputs.items() if a is not None}, {"num_heads": case.heads},
+                how + (", K/V repeated per query head" if expanded else ""), expanded)
+
+    def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
+        """The op's inputs are positional: an absent optional one is an empty name."""
+        order = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias"]
+        used = [n for n in order if n in inputs]
+        last = order.index(used[-1])
+        self._names = [n if n in inputs else "" for n in order[: last + 1]]
+        return _positional_model(self, inputs, attributes, self._names)
+
+
+@register
+class OrtGroupQueryAttention(_Ort):
+    name = "onnxruntime-gqa"
+    summary = ("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: always causal, native GQA, local window, "
+               "softcap; keys before the queries as its past K/V")
+    op = "GroupQueryAttention"
+    domain = MS
+    cost = Cost(cpu=KernelCost("causal", 0.5, 0.0, 2.0), memory=MemoryCost(score_copies_fwd=1))
+    workload_axes = frozenset({"softcap"})
+
+    def unsupported(self, case: Case) -> str | None:
+        if not case.causal:
+            return "com.microsoft.GroupQueryAttention is always causal (no non-causal mode)"
+        if case.kv_seq_len < case.seq_len:
+            return "com.microsoft.GroupQueryAttention needs at least as many keys as queries"
+        return super().unsupported(case)
+
+    def extra_outputs(self) -> tuple[str, ...]:
+        return ("present_key", "present_value")
+
+    def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
+        import numpy as np
+
+        past = case.kv_seq_len - case.seq_len  # bottom-right: the first keys are the cache, the rest are new
+        inputs = {"query": bshd(q), "key": bshd(k[:, :, past:]), "value": bshd(v[:, :, past:]),
+                  "past_key": runtimes.as_numpy(k[:, :, :past]), "past_value": runtimes.as_numpy(v[:, :, :past]),
+                  "seqlens_k": np.full((case.batch,), case.kv_seq_len - 1, dtype=np.int32),
+                  "total_sequence_length": np.array([case.kv_seq_len], dtype=np.int32)}
+        attributes: dict[str, Any] = {"num_heads": case.heads, "kv_num_heads": case.kv_heads}
+        how = "causal"
+        if case.window is not None:  # it keeps the key at distance 0 and the W - 1 before it: GUIDE.md's W is W + 1
+            attributes["local_window_size"] = self.window_of(case.window)
+            how += f", local_window_size {attributes['local_window_size']}"
+        if case.softcap is not None:
+            attributes["softcap"] = float(case.softcap)
+        if past:
+            how += f", {past} keys as past K/V"
+        return inputs, attributes, how, False
+
+    def window_of(self, window: int) -> int:
+        return window + 1
+
+    def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
+        return _positional_model(self, inputs, attributes, list(inputs))
+
+
+def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: dict[str, Any],
+                      names: list[str]) -> bytes:
+    """A one-node model whose node takes `names` in order ('' for an optional input left out)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
+    outputs = ["out", *backend.extra_outputs()]
+    node = helper.make_node(backend.op, names, outputs, domain=backend.domain, **attributes)
+    graph = helper.make_graph(
+        [node], backend.name,
+        [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
+    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    return model.SerializeToString()

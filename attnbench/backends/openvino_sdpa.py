@@ -1,0 +1,135 @@
+"""OpenVINO's `ScaledDotProductAttention` op (opset13), compiled for its CPU plugin with the case's precision as the
+inference precision (the plugin would otherwise run float32 graphs in bf16 where the CPU has it). Compiling is setup;
+the timed call is one `infer()` of a request whose input tensors share the canonical tensors' memory. Which kernel
+ran comes from the plugin's performance counters (PERF_COUNT: each node's exec_type), on a second compiled model."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from attnbench.backends import runtimes
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv, library_refusal
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.registry import register
+from attnbench.core.counting import MemoryCost
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.core.case import Case
+
+OV_CALL = LibraryCall("openvino.opset13", "scaled_dot_product_attention",
+                      positional=("query", "key", "value", "attention_mask"), keywords=("causal",))
+PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+
+
+@register
+class OpenVinoSdpa(Backend):
+    name = "openvino"
+    summary = "OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA"
+    library = "openvino"
+    devices = ("cpu",)
+    install_hint = "pip install 'attnbench[openvino]'"
+    workload_axes = frozenset({"documents", "kv_lengths"})
+    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(expands_kv=True))
+
+    def availability(self, device: str) -> str | None:
+        from attnbench.backends.base import device_problem, import_problem
+
+        return (device_problem(device, self.devices, "attnbench maps OpenVINO's CPU plugin only")
+                or import_problem(lambda: __import__("openvino"), "openvino", "openvino"))
+
+    def library_calls(self) -> tuple[LibraryCall, ...]:
+        return (OV_CALL,)
+
+    def deterministic(self, case: Case) -> str:
+        return runtimes.deterministic("OpenVINO", case)
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.needs_grad:
+            return runtimes.FORWARD_ONLY.format(runtime="OpenVINO")
+        if case.dtype != "float32":  # a bf16 run answered wrongly through int16 views: not mapped until checked
+            return f"attnbench maps float32 onto OpenVINO only, not {case.dtype} yet"
+        if case.softcap is not None:
+            return "OpenVINO's ScaledDotProductAttention has no softcap"
+        if case.alibi or case.head_dim_v is not None:
+            return f"attnbench does not map alibi or head_dim_v onto {self.name}"
+        return None
+
+    def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
+        return library_refusal(exc, "OpenVINO", ("Check '", "not supported", "Unsupported"), (RuntimeError,))
+
+    def mask_of(self, case: Case) -> tuple[Any, bool, str]:
+        """The boolean attention_mask (or None), the causal flag, and how: OpenVINO's causal counts from the top-left
+        corner (checked against the reference), so it is GUIDE.md's only when Sq == Sk in one dense sequence."""
+        keep = runtimes.keep_mask(case)
+        if keep is None:
+            return None, False, "no mask"
+        if case.causal and case.window is None and runtimes.native_causal(case):
+            return None, True, "causal"
+        return keep[:, None], False, "boolean attention_mask"
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        import numpy as np
+        import openvino as ov
+        import openvino.opset13 as ops
+        import torch
+
+        mask, causal, how = self.mask_of(case)
+        expanded = case.kv_heads != case.heads  # the op does not broadcast K/V heads (its shape check refuses)
+        tensors = [q, expand_kv(k, case), expand_kv(v, case)]
+        kind = ov.Type.bf16 if case.dtype == "bfloat16" else ov.Type.f32
+        # bf16 has no NumPy dtype: the tensors' bytes as int16, given to OpenVINO as bf16 (shared, not copied).
+        arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16" else t)
+                  for t in tensors]
+        params = [ops.parameter(list(a.shape), kind) for a in arrays]
+        if mask is not None:
+            params.append(ops.parameter(list(mask.shape), ov.Type.boolean))
+            arrays.append(np.ascontiguousarray(mask))
+        node = ops.scaled_dot_product_attention(*params[:3], params[3] if mask is not None else None, causal=causal)
+        model = ov.Model([node], params, self.name)
+        threads = runtimes.run_threads()
+        config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": PRECISION[case.dtype]}
+        core = ov.Core()
+        compiled = core.compile_model(model, "CPU", config)
+        request = compiled.create_infer_request()
+        for index, (param, array) in enumerate(zip(params, arrays)):
+            request.set_input_tensor(index, ov.Tensor(array, list(array.shape), param.get_element_type())
+                                     if case.dtype == "bfloat16" and index < 3 else ov.Tensor(array, shared_memory=True))
+
+        held = (arrays, tensors)  # the memory the request's input tensors share: kept alive with the call
+
+        def call() -> Any:
+            assert held
+            request.infer()
+            return request.get_output_tensor(0)
+
+        def to_tensor(out: Any) -> torch.Tensor:  # a copy: the request's output is overwritten by the next call
+            data = np.array(out.data, copy=True)
+            t = torch.from_numpy(data)
+            return t.view(torch.bfloat16) if case.dtype == "bfloat16" and t.dtype == torch.int16 else t
+
+        extra: dict[str, Any] = {"threads": threads, "runtime": f"openvino {ov.__version__} CPU plugin",
+                                 "inference_precision": PRECISION[case.dtype],
+                                 "inputs": "OpenVINO tensors sharing the tensors' memory"}
+        extra.update(perf_counters(core, model, config, arrays, params))
+        return Prepared(inputs=(), call=call, to_tensor=to_tensor,
+                        kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}"
+                               f"{', K/V repeated per query head' if expanded else ''})",
+                        kv_expanded=expanded, memory="rss", extra=extra)
+
+
+def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> dict[str, Any]:
+    """The CPU plugin's performance counters of one call on a model compiled for them: each executed node's exec_type
+    (the kernel: jit_avx512_f32, brgemm_avx512_amx, ...), its time and share."""
+    import openvino as ov
+
+    compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
+    request = compiled.create_infer_request()
+    request.infer([ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params)])
+    rows = [p for p in request.get_profiling_info() if p.real_time.total_seconds() > 0]
+    total = sum(p.real_time.total_seconds() for p in rows) * 1e3
+    kernels = [runtimes.kernel_entry(f"{p.node_type} {p.exec_type} ({p.node_name})", 1,
+                                     p.real_time.total_seconds() * 1e3, total) for p in rows]
+    return {"kernels": kernels, "kernels_source": "OpenVINO CPU plugin performance counters (PERF_COUNT)"}

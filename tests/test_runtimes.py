@@ -1,0 +1,109 @@
+"""JAX, ONNX Runtime and OpenVINO, the real runtimes on this CPU: ok against the float64 reference on each mapped
+axis, skipped by name where the runtime cannot express a case, and a mismatch for each plausible wrong mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.backends.registry import default_registry
+from tests.conftest import make_case, measure_one
+
+RUNTIMES = ("jax", "onnxruntime", "onnxruntime-mha", "onnxruntime-gqa", "openvino")
+CASES = {
+    "causal-gqa": dict(causal=True, heads=4, kv_heads=2),
+    "full-gqa": dict(causal=False, heads=4, kv_heads=2),
+    "kv-longer-causal": dict(causal=True, seq_len=48, kv_seq_len=80, heads=4, kv_heads=2),
+    "window-causal": dict(causal=True, window=7, heads=4, kv_heads=2),
+    "window-two-sided": dict(causal=False, window=5, heads=4, kv_heads=1),
+}
+# What each runtime cannot express, and the words of its reason.
+SKIPS = {("onnxruntime-gqa", "full-gqa"): "always causal", ("onnxruntime-gqa", "window-two-sided"): "always causal"}
+
+
+def _installed(name: str) -> None:
+    module = {"jax": "jax", "openvino": "openvino"}.get(name, "onnxruntime")
+    pytest.importorskip(module)
+
+
+@pytest.mark.parametrize("shape", list(CASES))
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_each_runtime_matches_the_reference(name: str, shape: str) -> None:
+    _installed(name)
+    record = measure_one(make_case(**CASES[shape]), default_registry().get(name))
+    skip = SKIPS.get((name, shape))
+    if skip:
+        assert record.status == "skipped" and skip in record.reason
+        return
+    assert record.status == "ok", (record.status, record.reason)
+    assert record.extra["threads"] >= 1 and record.extra["kernels"], record.extra
+    assert record.memory_method.startswith("process peak RSS") and record.peak_memory_bytes is not None
+
+
+@pytest.mark.parametrize("name", ["onnxruntime", "onnxruntime-mha", "openvino"])
+def test_float32_only_runtimes_skip_bfloat16_by_name(name: str) -> None:
+    record = measure_one(make_case(dtype="bfloat16", causal=True), default_registry().get(name))
+    assert record.status == "skipped" and "float32" in record.reason and "only" in record.reason, record.reason
+
+
+def test_jax_runs_bfloat16() -> None:
+    _installed("jax")
+    record = measure_one(make_case(dtype="bfloat16", causal=True, heads=4, kv_heads=2), default_registry().get("jax"))
+    assert record.status == "ok", record.reason
+
+
+def test_the_timed_call_is_forward_only_and_says_so() -> None:
+    for name in RUNTIMES:
+        reason = default_registry().get(name).unsupported(make_case(mode="bwd", causal=True))
+        assert reason is not None and "forward only" in reason
+
+
+def test_jax_cudnn_is_not_applicable_on_a_cpu() -> None:
+    assert "does not run on cpu" in default_registry().get("jax-cudnn").availability("cpu")
+
+
+# ---- planted wrong mappings are each a mismatch ---------------------------------------------------------------
+def _top_left(self, case):  # type: ignore[no-untyped-def]
+    """The runtime's own causal flag used as if it were GUIDE.md's when Sq != Sk (the top-left bug)."""
+    return True
+
+
+def test_top_left_causal_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnbench.backends import runtimes
+
+    monkeypatch.setattr(runtimes, "native_causal", lambda case: True)
+    case = make_case(**CASES["kv-longer-causal"])
+    for name in ("jax", "onnxruntime", "openvino"):
+        _installed(name)
+        record = measure_one(case, default_registry().get(name))
+        assert record.status == "mismatch", (name, record.status, record.reason)
+
+
+def test_kv_heads_in_the_wrong_order_are_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Query head h reads KV head h // group; repeating K/V heads tiled (h % kv_heads) is the plausible bug."""
+    import attnbench.backends.onnx_runtime as ort_mod
+    import attnbench.backends.openvino_sdpa as ov_mod
+
+    tiled = lambda t, case: t.repeat(1, case.group_size, 1, 1)  # noqa: E731
+    monkeypatch.setattr(ort_mod, "expand_kv", tiled, raising=False)
+    monkeypatch.setattr(ov_mod, "expand_kv", tiled)
+    import attnbench.backends.base as base
+
+    monkeypatch.setattr(base, "expand_kv", tiled)  # onnxruntime-mha imports it inside prepare
+    case = make_case(causal=True, heads=4, kv_heads=2)
+    for name in ("onnxruntime-mha", "openvino"):
+        _installed(name)
+        record = measure_one(case, default_registry().get(name))
+        assert record.status == "mismatch", (name, record.status, record.reason)
+
+
+def test_a_window_off_by_one_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnbench.backends.jax_attention import JaxXla
+    from attnbench.backends.onnx_runtime import OrtGroupQueryAttention
+
+    monkeypatch.setattr(OrtGroupQueryAttention, "window_of", lambda self, window: window)
+    monkeypatch.setattr(JaxXla, "window_of", lambda self, case: (case.window + 1, 0))
+    case = make_case(**CASES["window-causal"])
+    for name in ("onnxruntime-gqa", "jax"):
+        _installed(name)
+        record = measure_one(case, default_registry().get(name))
+        assert record.status == "mismatch", (name, record.status, record.reason)
