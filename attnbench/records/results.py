@@ -245,8 +245,16 @@ def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[s
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text under a temporary name, fsync it and rename it into place: a kill leaves it whole or as it was."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(tmp, path)
 
 
