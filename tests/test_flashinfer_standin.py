@@ -68,6 +68,7 @@ def attend(q, k, v, causal, window_left, cap, scale, alibi=False, k_scale=None, 
 def _attend(q, k, v, causal, window_left, cap, scale, alibi):  # type: ignore[no-untyped-def]
     qo_len, hq, _ = q.shape
     kv_len, hkv, _ = k.shape
+    refuse_short_causal(qo_len, kv_len, causal)
     if hq % hkv:
         raise ValueError("num_qo_heads must be a multiple of num_kv_heads")
     qi = torch.arange(qo_len)[:, None]
@@ -90,6 +91,14 @@ def _attend(q, k, v, causal, window_left, cap, scale, alibi):  # type: ignore[no
             s = cap * torch.tanh(s / cap)
     p = torch.nan_to_num(s.masked_fill(~keep, float("-inf")).softmax(-1), nan=0.0)
     return torch.einsum("hqk,khd->qhd", p, vh).to(q.dtype)
+
+
+def refuse_short_causal(qo_len: int, kv_len: int, causal: bool) -> None:
+    """FlashInfer's single prefill raises where a causal request has keys but fewer than its queries
+    (prefill.cuh); its batch and MLA kernels give wrong rows there (uint32 tile bounds wrap) and its tests skip it:
+    the stand-in raises for all, so an adapter that maps the case fails loudly."""
+    if causal and 0 < kv_len < qo_len:
+        raise ValueError(f"kv_len must be greater than or equal to qo_len, got {kv_len} and {qo_len}")
 
 
 def need_int32(*tensors) -> None:  # type: ignore[no-untyped-def]
@@ -269,6 +278,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
                 ckv, kpe = (torch.cat([t[p] for p in pages])[:n].float() for t in (ckv_cache, kpe_cache))
                 s = (torch.einsum("qhd,kd->hqk", qn, ckv) + torch.einsum("qhd,kd->hqk", qp, kpe)) * a["scale"]
                 qo_len = qn.shape[0]
+                refuse_short_causal(qo_len, n, a["causal"])
                 if a["causal"]:
                     q_idx, kv_idx = torch.arange(qo_len)[:, None], torch.arange(n)[None, :]
                     s = s.masked_fill(kv_idx + qo_len > n + q_idx, float("-inf"))
@@ -337,8 +347,10 @@ CASES = {
     "zero-length-documents": (case(documents=4, doc_lengths="explicit", doc_lens=(0, 30, 0, 18)), "ragged"),
     "documents-prefix": (case(kv_seq_len=80, documents=3, heads=4, kv_heads=2), "ragged"),
     "documents-prefix-pairs-window": (case(kv_seq_len=50, documents=4, doc_lengths="explicit",
-                                           doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 8, 12), window=5), "ragged"),
-    "short-caches": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)), "ragged"),
+                                           doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 20, 0), window=5), "ragged"),
+    "empty-cache-causal": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(8, 0, 24)), "ragged"),
+    "short-caches-full": (case(causal=False, batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit",
+                               kv_lens=(4, 0, 24)), "ragged"),
 }
 
 
@@ -513,6 +525,15 @@ def test_hnd_is_the_pool_with_heads_before_tokens() -> None:
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, head_dim_v=8), "paged decode takes one head_dim"),
     (case(batch=2, seq_len=1, kv_seq_len=64, page_size=16, kv_lengths="explicit", kv_lens=(0, 9)),
      "a request with an empty cache is not mapped"),
+    # a causal sequence with keys but fewer than its queries, in every form that reaches FlashInfer
+    (case(seq_len=48, kv_seq_len=20), "(48 queries over 20 keys)"),
+    (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(4, 0, 24)), "(8 queries over 4 keys)"),
+    (case(kv_seq_len=50, documents=4, doc_lengths="explicit", doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 8, 12)),
+     "(16 queries over 8 keys)"),
+    (case(batch=2, seq_len=8, kv_seq_len=48, page_size=16, kv_lengths="explicit", kv_lens=(5, 30)),
+     "(8 queries over 5 keys)"),
+    (case(batch=2, seq_len=8, kv_seq_len=48, page_size=16, kv_lengths="explicit", kv_lens=(5, 30), head_dim=24,
+          head_dim_v=16, kv_shared=True, kv_heads=1), "(8 queries over 5 keys)"),
 ])
 def test_reasons(c, words: str) -> None:
     reason = FlashInferBackend().unsupported(c)
@@ -637,9 +658,18 @@ MLA_CASES = {
     "decode-ragged": mla(batch=3, seq_len=1, kv_seq_len=60, kv_lengths="random"),
     "decode-full-last-page": mla(batch=2, seq_len=1, kv_seq_len=32),
     "prefill-with-cache-causal": mla(batch=2, seq_len=6, kv_seq_len=40, kv_lengths="random"),
-    "short-caches-causal": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(2, 17, 40)),
+    "cache-as-long-as-queries-causal": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(4, 17, 40)),
+    "short-caches-full": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(2, 17, 40),
+                             causal=False),
     "prefill-full": mla(batch=2, seq_len=5, kv_seq_len=30, kv_lengths="random", causal=False, page_size=7),
 }
+
+
+def test_a_short_cache_causal_through_the_mla_wrapper_is_refused_by_name(standin) -> None:
+    c = mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(2, 17, 40))
+    record = measure_one(c, FlashInferBackend())
+    assert record.status == "skipped" and "(4 queries over 2 keys)" in record.reason
+    assert standin == []  # never planned nor run
 
 
 @pytest.mark.parametrize("name", list(MLA_CASES))

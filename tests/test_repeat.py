@@ -216,3 +216,33 @@ def test_an_inf_difference_is_stored_as_null() -> None:
     assert record.status == "mismatch" and record.repeatable is False
     assert record.extra["repeat_max_diff"] is None and record.extra["second_check"]["max_abs_error"] is None
     json.dumps({k: record.extra[k] for k in ("repeat_max_diff", "second_check", "recheck")}, allow_nan=False)
+
+
+class OneBuffer(Flaky):
+    """Flaky's noise on every other call, each result copied into one buffer that every call returns: a plugin
+    whose two results are the same tensor, so comparing them as they are would find them equal by construction."""
+
+    name = "one-buffer"
+    noise = 1e-6
+
+    def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
+        inner = super().prepare(case, q, k, v)
+        buffer: list[torch.Tensor] = []
+
+        def call(q, k, v):  # type: ignore[no-untyped-def]
+            out = inner.call(q, k, v)
+            if not buffer:
+                buffer.append(torch.empty_like(out))
+            return buffer[0].copy_(out)
+
+        return Prepared(inner.inputs, call, kernel="one-buffer")
+
+
+def test_a_backend_returning_one_buffer_every_call_is_not_repeatable_by_construction() -> None:
+    record = measured(OneBuffer())
+    assert record.status == "ok", record.reason
+    assert record.repeatable is False  # before: true, the buffer compared with itself
+    assert record.extra["repeat_max_diff"] == pytest.approx(1e-6, rel=0.05)
+    assert record.extra["repeat_calls"][0].startswith("last timed call, copied")
+    steady = type("Steady", (OneBuffer,), {"noise": 0.0})()
+    assert measured(steady).repeatable is True  # the same buffer with the same bits on every call is repeatable

@@ -152,6 +152,16 @@ def route(case: Case) -> str:
     return "ragged"
 
 
+def short_causal(case: Case) -> tuple[int, int] | None:
+    """The first (queries, keys) of a causal sequence (a document, or a request over its cache) with keys but fewer
+    than its queries, which FlashInfer does not support; None when there is none (an empty cache is fine)."""
+    if not case.causal:
+        return None
+    pairs = (zip(case.doc_lens, workload.doc_key_lens(case)) if case.doc_lens is not None
+             else ((case.seq_len, kv) for kv in workload.request_kv_lens(case)))
+    return next(((q, kv) for q, kv in pairs if 0 < kv < q), None)
+
+
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
@@ -213,6 +223,11 @@ class FlashInferBackend(Backend):
                         "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
         if case.head_dim_v is not None and route(case) == "decode":
             return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
+        if short := short_causal(case):
+            return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
+                    f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
+                    "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
+                    "'qo_len > kv_len and causal'; an empty cache is mapped")
         if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
             return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
                     "expressible with more than one query per request")

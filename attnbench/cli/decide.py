@@ -57,15 +57,28 @@ def history_add(
     runs: List[Path] = typer.Argument(..., help="Run directories (or results.jsonl) to add."),
     db: opts.HistoryDb = None,
 ) -> None:
-    """Append runs' records and environment to the store; a run already held is left as it is."""
+    """Append runs' records and environment to the store; a run already held gets only the records it lacks or holds
+    older (a resumed run), and the same records again write nothing."""
     from attnbench.history.store import add_runs, default_path
 
     for done in add_runs(runs, db):
         run = done.run
         what = f"{run.run_id} ({run.device_name or run.device}, {run.timestamp}) from {run.path}"
-        out.print(f"added {what}: {done.records} records" if done.added else f"already held: {what}; nothing added",
-                  markup=False)
+        out.print(f"added {what}: {done.records} records" if done.added else
+                  f"updated {what}: {done.records} records new or newer" if done.records else
+                  f"already held: {what}; nothing added", markup=False)
     err.print(f"store: {db or default_path()}", markup=False)
+
+
+@history_app.command("check")
+@user_errors
+def history_check(db: opts.HistoryDb = None) -> None:
+    """Run SQLite's PRAGMA integrity_check on the store: 'ok' and its size, or one line with what is damaged, exit 2."""
+    from attnbench.history.store import Store
+
+    with Store(db, create=False) as store:
+        runs, records = store.check()
+    out.print(f"{store.path}: ok ({runs} runs, {records} records)", markup=False)
 
 
 @history_app.command("show")

@@ -346,7 +346,9 @@ def compare(
         err.print(result.machine_warning, style="bold yellow", markup=False)
     out.print(comparison_table(result))
     if md is not None:
-        md.write_text(result.to_markdown(), encoding="utf-8")
+        from attnbench.records.results import write_text_atomic
+
+        write_text_atomic(md, result.to_markdown())
     if result.should_fail:
         raise typer.Exit(1)
 

@@ -1,8 +1,9 @@
 """The history store: every added run's records and environment in one SQLite file (stdlib sqlite3).
 
 Where: `--db FILE`, else $XDG_DATA_HOME/attnbench/history.sqlite, else ~/.local/share/attnbench/history.sqlite.
-A run is keyed by its run_id and a record by (run_id, case_id, backend): adding a run twice is a no-op. The
-store's schema version is in its `meta` table; a store written by a newer attnbench is refused, never altered.
+A run is keyed by its run_id and a record by (run_id, case_id, backend): adding the same records twice is a no-op,
+and a known run with records the store does not hold (or holds older: a resumed run) gets them. The store's schema
+version is in its `meta` table; a store written by a newer attnbench is refused, never altered.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,42 +80,121 @@ class Added:
     """What `add` did with one run."""
 
     run: Run
-    added: bool  # False: the store already held this run_id (nothing was written)
-    records: int
+    added: bool  # False: the store already held this run_id
+    records: int  # records written: all of a new run's; of a known run, those it did not hold or held older
+    known: bool = False  # the store held this run_id before
+
+
+# How long a command waits for another's write to the store to finish before it gives up (one line, exit 2).
+BUSY_SECONDS = 60.0
 
 
 class Store:
-    """An open history store. Use as a context manager, or call close()."""
+    """An open history store. Use as a context manager, or call close(). Every write is one immediate transaction
+    (the schema's creation included), so concurrent commands, threads or processes, serialise on the file's lock;
+    any damage SQLite reports becomes one user error naming the file and what PRAGMA integrity_check says, and a
+    store found damaged is never written to again by this Store."""
 
     def __init__(self, path: Path | None = None, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.damaged = False
         if not self.path.exists() and not create:
             raise AttnbenchError(f"{self.path}: no history store here; add runs first with "
                                  f"`attnbench history add RUN_DIR...`")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path)
-            self._check_or_create()
-        except sqlite3.DatabaseError as exc:
-            raise AttnbenchError(f"{self.path}: not an attnbench history store ({exc})") from None
+            # isolation_level None: no implicit transactions; each write says BEGIN IMMEDIATE itself.
+            self.db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
         except OSError as exc:
             raise AttnbenchError(f"{self.path}: cannot open the history store ({exc.strerror})") from None
+        except sqlite3.Error as exc:
+            raise AttnbenchError(f"{self.path}: cannot open the history store ({exc})") from None
+        try:
+            self._check_or_create()
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise self.fault(exc) from None
+        except AttnbenchError:
+            self.db.close()
+            raise
+
+    def _tables(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def _check_or_create(self) -> None:
-        tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        found = [str(row[0]) for row in self.db.execute("PRAGMA quick_check(5)")]
+        if found != ["ok"]:  # damage anywhere, even in pages this command would not read: refused before any use
+            raise sqlite3.DatabaseError("PRAGMA quick_check found damage")
+        tables = self._tables()
         if not tables:
-            with self.db:
-                self.db.executescript(SCHEMA)
-                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(STORE_VERSION),))
-            return
+            with self.write():  # a first use: whoever takes the lock first creates the schema, the others see it
+                if not self._tables():
+                    for statement in SCHEMA.split(";\n"):  # not executescript: it would commit first
+                        if statement.strip():
+                            self.db.execute(statement)
+                    self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(STORE_VERSION),))
+            tables = self._tables()
         if "meta" not in tables:
-            raise AttnbenchError(f"{self.path}: an SQLite file that is not an attnbench history store "
-                                 f"(tables: {', '.join(sorted(tables))})")
+            raise AttnbenchError(f"{self.path}: not an attnbench history store: an SQLite file with other tables "
+                                 f"({', '.join(sorted(tables))})")
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = int(row[0]) if row else 0
         if version != STORE_VERSION:
             raise AttnbenchError(f"{self.path}: history store schema {version}, this attnbench reads "
                                  f"{STORE_VERSION}; use the attnbench that wrote it, or start another with --db")
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        """One immediate transaction: the write lock is taken before anything is read, so what is read inside
+        cannot change before it is written; committed whole, or rolled back whole."""
+        if self.damaged:
+            raise AttnbenchError(f"{self.path}: the history store was found damaged; nothing more is written to it")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+        self.db.commit()
+
+    def integrity(self) -> list[str]:
+        """What PRAGMA integrity_check says: ['ok'], or each problem it found (at most 5)."""
+        try:
+            check = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
+            try:
+                # its first finding can begin '*** in database main ***' and a newline: each kept on one line
+                return [" ".join(str(row[0]).replace("*** in database main ***", "").split())
+                        for row in check.execute("PRAGMA integrity_check(5)")]
+            finally:
+                check.close()
+        except sqlite3.Error as exc:
+            return [str(exc)]
+
+    def fault(self, exc: BaseException) -> AttnbenchError:
+        """The one user error for an exception SQLite (or a stored record) raised: busy, or damaged."""
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            return AttnbenchError(f"{self.path}: the history store stayed locked by another command for "
+                                  f"{BUSY_SECONDS:.0f} s; nothing was written, try again")
+        self.damaged = True
+        found = self.integrity()
+        said = "ok" if found == ["ok"] else "; ".join(found)
+        return AttnbenchError(f"{self.path}: the history store is damaged ({exc}); PRAGMA integrity_check says: "
+                              f"{said}. Nothing was written; keep a copy, restore it from a backup or start "
+                              "another with --db")
+
+    def check(self) -> tuple[int, int]:
+        """Run PRAGMA integrity_check; (runs, records) when the store is whole, one user error when not."""
+        found = self.integrity()
+        if found != ["ok"]:
+            self.damaged = True
+            raise AttnbenchError(f"{self.path}: the history store is damaged; PRAGMA integrity_check says: "
+                                 f"{'; '.join(found)}")
+        try:
+            return (self.db.execute("SELECT count(*) FROM runs").fetchone()[0],
+                    self.db.execute("SELECT count(*) FROM records").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            raise self.fault(exc) from None
 
     def close(self) -> None:
         self.db.close()
@@ -121,31 +202,45 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close()
+        # Whatever SQLite raised inside the block (a read of a damaged page, a record that is not JSON) is one line.
+        if isinstance(exc, (sqlite3.DatabaseError, json.JSONDecodeError, UnicodeDecodeError)):
+            raise self.fault(exc) from None
 
     def add(self, run: Run) -> Added:
-        """Append a run and its records; a run_id already held is left as it is."""
-        if self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
-            return Added(run, False, 0)
+        """Add a run and its records. A run_id already held gets the records it did not hold, and those the run
+        holds newer (a resumed run); the same records again write nothing (the store was checked when opened)."""
         env = run.env
         clocks = [{k: state.get(k) for k in CLOCK_FIELDS} for state in env.get("gpu_state") or []
                   if isinstance(state, dict)] or None
         latest: dict[tuple[str, str], dict[str, Any]] = {}
         for record in run.records:  # a run that repeated a measurement: its last record stands for it
             latest[(case_name(record), str(record["backend"]))] = record
-        with self.db:
-            self.db.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run.run_id, run.timestamp, run.device, run.device_name, env.get("suite_name")
-                 or run.records[0].get("suite"), str(run.path.resolve()), datetime.now(timezone.utc).isoformat(
-                     timespec="seconds"), env.get("git_commit"), json.dumps(versions_of(env)),
-                 json.dumps(clocks) if clocks else None, json.dumps(env, default=str)))
-            self.db.executemany(
-                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run.run_id, case, backend, r["status"], r.get("time_ms"), r.get("ci_low_ms"), r.get("ci_high_ms"),
-                  json.dumps(r)) for (case, backend), r in latest.items()])
-        return Added(run, True, len(latest))
+        lines = {key: json.dumps(r) for key, r in latest.items()}
+        try:
+            with self.write():
+                known = self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone() is not None
+                held = {} if not known else {(case, backend): text for case, backend, text in self.db.execute(
+                    "SELECT case_id, backend, record FROM records WHERE run_id = ?", (run.run_id,))}
+                fresh = [key for key in latest if key not in held or held[key] != lines[key] and newer(
+                    latest[key], json.loads(held[key]))]
+                if known and not fresh:
+                    return Added(run, False, 0, known=True)
+                self.db.execute(
+                    "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run.run_id, run.timestamp, run.device, run.device_name, env.get("suite_name")
+                     or run.records[0].get("suite"), str(run.path.resolve()), datetime.now(timezone.utc).isoformat(
+                         timespec="seconds"), env.get("git_commit"), json.dumps(versions_of(env)),
+                     json.dumps(clocks) if clocks else None, json.dumps(env, default=str)))
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(run.run_id, case, backend, latest[(case, backend)]["status"],
+                      latest[(case, backend)].get("time_ms"), latest[(case, backend)].get("ci_low_ms"),
+                      latest[(case, backend)].get("ci_high_ms"), lines[(case, backend)]) for case, backend in fresh])
+        except sqlite3.DatabaseError as exc:
+            raise self.fault(exc) from None
+        return Added(run, not known, len(fresh), known=known)
 
     def runs(self) -> list[StoredRun]:
         """Every run, oldest first."""
@@ -179,6 +274,11 @@ class Store:
         raise AttnbenchError(f"{self.path}: no run of {new.device} {new.device_name!r} started before {new.run_id} "
                              f"({new.timestamp}) shares a measurement with it; add one with "
                              "`attnbench history add RUN_DIR`")
+
+
+def newer(record: dict[str, Any], held: dict[str, Any]) -> bool:
+    """Whether a record measured no earlier than the one the store holds for its pair (a resumed run's redo)."""
+    return str(record.get("timestamp") or "") >= str(held.get("timestamp") or "")
 
 
 def add_runs(paths: list[Path], db: Path | None = None) -> list[Added]:

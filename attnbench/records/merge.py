@@ -65,11 +65,13 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         raise ResultsError(f"merge: runs on different devices: {listed}; their numbers do not belong in one report")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_records_atomic(out / RESULTS_FILE, merged)
         env = dict(envs[0][1])
         env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard")}
                               for p, e in envs]
+        # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
+        # merge killed before it leaves a directory that the same merge may fill again.
         write_json_atomic(out / ENV_FILE, env)
+        write_records_atomic(out / RESULTS_FILE, merged)
     except OSError as exc:
         raise ResultsError(f"{out}: cannot write the merged run ({exc.strerror})") from None
     return Merged(out, len(merged), len(sources))

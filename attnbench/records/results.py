@@ -171,20 +171,30 @@ def _hashable(value: Any) -> Any:
 
 
 class ResultsWriter:
-    """Appends records to results.jsonl, flushed and fsynced one by one so a crash loses nothing."""
+    """Appends records to results.jsonl, written and fsynced one by one so a crash loses nothing. A record the
+    disk has no room for is taken back whole (the file cut to where it was), and the run stops with one line:
+    every record before it stays intact, and `--resume` carries on once there is room."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # unbuffered: nothing left to flush
 
     def append(self, record: Record) -> None:
-        self._file.write(record_line(record.to_dict()))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        data = record_line(record.to_dict()).encode("utf-8")
+        size = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            os.ftruncate(self._fd, size)  # never half a record: the file ends where the last whole record did
+            raise ResultsError(f"{self.path}: cannot write a record ({exc.strerror}); the {count_lines(self.path)} "
+                               f"records before it are kept; make room and continue with --resume {self.path.parent}") from None
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
 
     def __enter__(self) -> ResultsWriter:
         return self
@@ -232,9 +242,28 @@ def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[s
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text under a temporary name, fsync it and rename it into place: a kill leaves it whole or as it was,
+    and a full disk is one user error with the file as it was."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); it is left as it was") from None
+
+
+def count_lines(path: Path) -> int:
+    """How many complete lines a file holds."""
+    with open(path, "rb") as file:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
 
 
 def results_path(path: Path) -> Path:

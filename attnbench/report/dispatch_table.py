@@ -109,10 +109,33 @@ def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write a file that must not exist yet: an earlier table or summary is never overwritten."""
+    """Write a file that must not exist yet: an earlier table or summary is never overwritten, and a kill at any
+    moment leaves it whole or absent (written under a temporary name, fsynced, then linked into place, which fails
+    if the name was taken meanwhile)."""
+    import os
+    import tempfile
+
+    if path.exists():
+        raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)")
     try:
-        with open(path, "x", encoding="utf-8") as file:
-            file.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links: rename, having checked the name is free
+                if path.exists():
+                    raise FileExistsError(path) from None
+                os.replace(tmp, path)
+                return
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     except FileExistsError:
         raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)") from None
     except OSError as exc:

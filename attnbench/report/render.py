@@ -149,9 +149,17 @@ def recommendation_section(source: Path, records: list[dict[str, Any]], env: dic
 
 
 def _write(path: Path, data: bytes) -> Path:
+    """Write under a temporary name and rename into place; a full disk is one user error, the file as it was."""
+    from attnbench.core.errors import ResultsError
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); the results are intact, make room and "
+                           f"write the report again with `attnbench report`") from None
     return path
 
 

@@ -2,7 +2,8 @@
 
 Bit for bit means the raw bytes of each element: a NaN in the same place with the same bits is equal, while +0.0
 and -0.0 differ (two calls that differ only in the sign of a zero are not repeatable; their largest difference is
-then 0). The second call costs no call of its own where the timer makes one anyway: `KeepFirst` keeps the result of
+then 0). A backend that returns one buffer for every call would compare a call with itself: where the two results share
+memory, the last call's result is copied and compared with one more call (`aliased`). The second call costs no call of its own where the timer makes one anyway: `KeepFirst` keeps the result of
 the timer's first call of the timed function, and the comparison is made after timing.
 """
 
@@ -55,6 +56,16 @@ def as_tensors(result: object) -> tuple[torch.Tensor, ...]:
     """A call's result as a tuple of detached tensors: a forward's output, or a backward's gradients."""
     items = result if isinstance(result, (tuple, list)) else (result,)
     return tuple(t.detach() for t in items)
+
+
+def aliased(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> bool:
+    """Whether any tensor of one call's result shares memory with one of another's: a backend that hands back the
+    same buffer on every call, whose two results would be equal by construction."""
+    def storage(t: torch.Tensor) -> int:
+        return t.untyped_storage().data_ptr() if t.numel() else 0
+
+    mine = {storage(t) for t in first} - {0}
+    return any(storage(t) in mine for t in second)
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
