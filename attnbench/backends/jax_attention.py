@@ -60,8 +60,8 @@ class _Jax(Backend):
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:
-        """The keyword arguments for GUIDE.md's mask, the boolean mask array (or None), and how it was given.
-        JAX's is_causal and local_window_size count from the top-left corner: they are GUIDE.md's only when
+        """The keyword arguments for the conventions' (docs/conventions.md) mask, the boolean mask array (or None), and how it was given.
+        JAX's is_causal and local_window_size count from the top-left corner: they are the conventions' (docs/conventions.md) only when
         Sq == Sk in one dense sequence; otherwise the mask is passed as a boolean array built here."""
         kwargs: dict[str, Any] = {"implementation": self.implementation}
         keep = runtimes.keep_mask(case)

@@ -210,7 +210,7 @@ class OrtAttention(_Ort):
                                           if case.kv_heads != case.heads else ""), False
 
     def mask_of(self, case: Case, keep: np.ndarray) -> np.ndarray:
-        """GUIDE.md's mask as the op's boolean attn_mask, broadcast over heads ((R, 1, Sq, Sk))."""
+        """the conventions' (docs/conventions.md) mask as the op's boolean attn_mask, broadcast over heads ((R, 1, Sq, Sk))."""
         return keep[:, None]
 
     def output_shape(self, case: Case) -> tuple[int, ...]:
@@ -245,7 +245,7 @@ class OrtMultiHeadAttention(_Ort):
         inputs = {"query": bshd(q), "key": bshd(expand_kv(k, case)), "value": bshd(expand_kv(v, case))}
         keep = runtimes.keep_mask(case)
         how = "no mask"
-        if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not GUIDE.md's
+        if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not the conventions' (docs/conventions.md)
             bias = np.where(keep, np.float32(0), np.float32(-np.inf))[:, None].astype(np.float32)
             inputs = {**inputs, "bias": None, "key_padding_mask": None, "attention_bias": bias}  # type: ignore[dict-item]
             how = "additive attention_bias"
@@ -292,7 +292,7 @@ class OrtGroupQueryAttention(_Ort):
                   "total_sequence_length": np.array([case.kv_seq_len], dtype=np.int32)}
         attributes: dict[str, Any] = {"num_heads": case.heads, "kv_num_heads": case.kv_heads}
         how = "causal"
-        if case.window is not None:  # it keeps the key at distance 0 and the W - 1 before it: GUIDE.md's W is W + 1
+        if case.window is not None:  # it keeps the key at distance 0 and the W - 1 before it: the conventions' (docs/conventions.md) W is W + 1
             attributes["local_window_size"] = self.window_of(case.window)
             how += f", local_window_size {attributes['local_window_size']}"
         if case.softcap is not None:

@@ -62,7 +62,7 @@ class OpenVinoSdpa(Backend):
 
     def mask_of(self, case: Case) -> tuple[Any, bool, str]:
         """The boolean attention_mask (or None), the causal flag, and how: OpenVINO's causal counts from the top-left
-        corner (checked against the reference), so it is GUIDE.md's only when Sq == Sk in one dense sequence."""
+        corner (checked against the reference), so it is the conventions' (docs/conventions.md) only when Sq == Sk in one dense sequence."""
         keep = runtimes.keep_mask(case)
         if keep is None:
             return None, False, "no mask"

@@ -1,5 +1,5 @@
 """What the backends on runtimes other than PyTorch (JAX, ONNX Runtime, OpenVINO) share: the run's thread count,
-GUIDE.md's mask as a boolean array, canonical tensors as NumPy views, the profiler's kernel entries."""
+the conventions' (docs/conventions.md) mask as a boolean array, canonical tensors as NumPy views, the profiler's kernel entries."""
 
 from __future__ import annotations
 
@@ -32,13 +32,13 @@ def run_threads() -> int:
 
 
 def native_causal(case: Case) -> bool:
-    """Whether a runtime's own causal flag means GUIDE.md's causal: its flag is aligned top-left, which is the
+    """Whether a runtime's own causal flag means the conventions' (docs/conventions.md) causal: its flag is aligned top-left, which is the
     bottom-right alignment only when Sq == Sk, and only for one dense sequence (no documents, no ragged lengths)."""
     return case.seq_len == case.kv_seq_len and case.doc_lens is None and case.kv_lens is None
 
 
 def keep_mask(case: Case) -> np.ndarray | None:
-    """GUIDE.md's mask as a boolean (R, Sq, Sk) NumPy array, True where a query sees a key (R: 1, or the batch with
+    """the conventions' (docs/conventions.md) mask as a boolean (R, Sq, Sk) NumPy array, True where a query sees a key (R: 1, or the batch with
     ragged lengths); None when nothing is masked. Built outside the timed call."""
     keep = workload.visibility(case)
     return None if keep is None else keep.numpy()
