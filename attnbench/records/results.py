@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
-STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
+STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout", "wrong_kernel")
 # The fields that identify a measurement: two records with the same key measured the same thing.
 KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
@@ -116,6 +116,14 @@ class Record:
     # where they are checked; None where not compared (not measured, or the gradients were not checked).
     repeatable: bool | None = None
     kv_expanded: bool = False
+    # What ran in one profiled call outside the samples (attnbench.timing.profile): [{name, calls, time_ms, share}] by
+    # time, None with kernels_reason where the profiler could not see; the share in the backend's declared kernels;
+    # `overhead` (what the rest was) when that share is under the documented threshold; the --trace file.
+    kernels: list[dict[str, Any]] | None = None
+    kernels_reason: str | None = None
+    attention_share: float | None = None
+    overhead: str | None = None
+    trace: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
