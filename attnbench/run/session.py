@@ -265,19 +265,21 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
             writer.append(record)
             records.append(record)
 
+        trace_dir = str(directory) if options.trace else None
         if options.devices is not None:
             from attnbench.run.devices import worker_env
 
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             measurers: list = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins,
-                                                     worker_env(index, visible), options.timer, deterministic),
+                                                     worker_env(index, visible), options.timer, deterministic, trace_dir),
                                         timeout_s) for index in options.devices]
         elif isolate:
             measurers = [Isolated(WorkerConfig(info, plan.device, settings, plan.plugins, timer=options.timer,
-                                               deterministic=deterministic), timeout_s)]
+                                               deterministic=deterministic, trace_dir=trace_dir), timeout_s)]
         else:
             measurers = [InProcess(timer_for(plan.device, options.timer),
-                                   Settings(info, settings, deterministic=deterministic))]
+                                   Settings(info, settings, deterministic=deterministic,
+                                            trace_dir=directory if options.trace else None))]
         measured = schedule.run(tasks, sink, measurers)
     compile_cache.note_compiled(cache, torch_version, (
         key for r in records if "compile_s" in r.extra and r.backend in backends
