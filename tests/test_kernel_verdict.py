@@ -176,3 +176,13 @@ def test_a_profiler_that_cannot_run_gives_null_kernels_with_a_reason() -> None:
 
     profile = profile_call(boom, "cpu")
     assert profile.kernels is None and "launch hidden" in profile.reason
+
+
+def test_recommend_never_chooses_an_overhead_or_wrong_kernel_record() -> None:
+    from attnbench.records.results import kernel_trouble
+    from attnbench.report.pooling import TIME, trouble
+
+    clean = {"status": "ok", "time_ms": 1.0, "ci_low_ms": 0.9, "ci_high_ms": 1.1, "noisy": False}
+    assert trouble(clean, TIME) is None
+    assert trouble({**clean, "overhead": "declared kernels 40% of the call"}, TIME) == "overhead"
+    assert kernel_trouble({**clean, "status": "wrong_kernel"}) == "wrong kernel"

@@ -176,6 +176,17 @@ def is_unrepeatable(record: dict[str, Any]) -> bool:
     return record.get("repeatable") is False
 
 
+def kernel_trouble(record: dict[str, Any]) -> str | None:
+    """Why a stored record's time is not its backend's kernel's (attnbench.timing.profile's verdict): "wrong kernel",
+    or "overhead" when its declared kernels were under the threshold of the call; None when neither is known. The one
+    gate a recommendation passes a record through before its time may win."""
+    if record.get("status") == "wrong_kernel":
+        return "wrong kernel"
+    if record.get("overhead"):
+        return "overhead"
+    return None
+
+
 def is_throttled(record: dict[str, Any]) -> bool:
     """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
     return bool(record.get("throttled"))

@@ -22,6 +22,7 @@ from attnbench.core.errors import ResultsError
 from attnbench.core.interval import median_interval
 from attnbench.records.results import (
     interval_of,
+    kernel_trouble,
     is_noisy,
     is_throttled,
     key_of,
@@ -151,6 +152,8 @@ class Entry:
 
 def trouble(record: dict[str, Any], metric: Metric) -> str | None:
     """Why an ok record's figure cannot decide anything (throttled, noisy, no figure, no interval), or None."""
+    if kernel_trouble(record):  # never chosen: its time is not (only) its kernel's
+        return kernel_trouble(record)
     if is_throttled(record):
         return "throttled"
     if is_noisy(record):

@@ -129,7 +129,7 @@ def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per
     if kept == len(eager):
         return None
     lost = [k.name for k in eager if seen.get(k.name, 0) < k.calls * calls_per_replay]
-    return f"graph replay ran {kept} of {len(eager)} kernels of the eager call (lost: {', '.join(lost[:3])})"
+    return f"graph replay ran {kept} of {len(eager)} kernels of the eager call (lost: {', '.join(lost)})"
 
 
 @dataclass(frozen=True)
