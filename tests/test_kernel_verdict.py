@@ -186,3 +186,19 @@ def test_recommend_never_chooses_an_overhead_or_wrong_kernel_record() -> None:
     assert trouble(clean, TIME) is None
     assert trouble({**clean, "overhead": "declared kernels 40% of the call"}, TIME) == "overhead"
     assert kernel_trouble({**clean, "status": "wrong_kernel"}) == "wrong kernel"
+
+
+def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -> None:
+    from attnbench.report.findings import build_findings
+    from attnbench.report.groups import group_records
+    from attnbench.report.rows import ran_text
+
+    flash = run(default_registry().get("sdpa-flash")).to_dict()
+    copies = run(CopiesFirst()).to_dict()
+    wrong = run(ClaimsFlashRunsMath()).to_dict()
+    assert ran_text(flash).startswith("aten::_scaled_dot_product_flash_attention_for_cpu ")
+    assert "overhead" in ran_text(copies)
+    records = [flash, copies, wrong]
+    found = build_findings(group_records(records), records, None)
+    assert any("copies-first" in line and "aten::copy_" in line for line in found.kernels)
+    assert any(f.status == "wrong_kernel" for f in found.failures)
