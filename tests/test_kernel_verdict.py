@@ -202,3 +202,14 @@ def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -
     found = build_findings(group_records(records), records, None)
     assert any("copies-first" in line and "aten::copy_" in line for line in found.kernels)
     assert any(f.status == "wrong_kernel" for f in found.failures)
+
+
+def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
+    from attnbench.report.compare import compare_records
+
+    flash = run(default_registry().get("sdpa-flash")).to_dict()
+    math = {**run(default_registry().get("sdpa-math")).to_dict(), "backend": "sdpa-flash"}
+    comparison = compare_records([flash], [math], "base", "new")
+    assert comparison.matches[0].kernel_change == (
+        f"sdpa-flash ran {math['kernels'][0]['name']}, was aten::_scaled_dot_product_flash_attention_for_cpu")
+    assert "### Kernel changed" in comparison.to_markdown()
