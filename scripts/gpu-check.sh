@@ -83,5 +83,25 @@ for suite in ${GPU_SUITES:-gpu-check gpu-long gpu-workloads gpu-decode}; do
     --timeout 120 > "$dir/$suite.log" 2>&1 || status=1
   tail -n 3 "$dir/$suite.log"
 done
+# Which kernel ran: every CUDA backend's profiled names against the ones it declares (Backend.kernel_names). The
+# suites above already profile each measurement once (no extra run: a few seconds of profiling in all); this reads
+# their records. A wrong_kernel record, or a measured backend whose declared kernels never appear, fails the check.
+"$PY" - "$dir" > "$dir/kernel-names.log" 2>&1 <<'PYEOF' || status=1
+import json, sys
+from pathlib import Path
+seen, bad = {}, []
+for path in Path(sys.argv[1]).glob("*/results.jsonl"):
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r["status"] == "wrong_kernel":
+            bad.append(f"{r['backend']} {r['case_id']}: {r['reason']}")
+        if r["status"] in ("ok", "mismatch", "wrong_kernel") and r.get("kernels"):
+            seen.setdefault(r["backend"], set()).add(r["kernels"][0]["name"][:120])
+for backend, names in sorted(seen.items()):
+    print(f"{backend}: top kernels {sorted(names)}")
+print("\n".join(bad) or "no wrong_kernel record")
+sys.exit(1 if bad else 0)
+PYEOF
+tail -n 1 "$dir/kernel-names.log"
 echo "gpu-check: done (status $status); results in $dir"
 exit $status

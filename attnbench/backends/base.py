@@ -122,6 +122,14 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
+# The kernel names composites of matmuls and a softmax run (naive, SDPA's MATH, the sliding window): ATen's on CPU, cuBLAS's
+# and CUTLASS's GEMMs and PyTorch's softmax kernels on CUDA (aten/src/ATen/native/cuda/SoftMax.cu, PersistentSoftmax.cuh).
+MATMUL_SOFTMAX: dict[str, tuple[str, ...]] = {
+    "cpu": (r"^aten::bmm$", r"^aten::_softmax", r"^aten::_softmax_backward_data$"),
+    "cuda": (r"gemm", r"nvjet", r"cutlass.*tensorop", r"xmma", r"SoftMax", r"softmax_warp"),
+}
+
+
 class Backend:
     """An attention implementation. Subclasses set `name` and implement `prepare`."""
 
@@ -151,6 +159,14 @@ class Backend:
     # says why for an item, in the library's terms): an FP8 case is never run in bf16 instead.
     quantized: ClassVar[frozenset[str]] = frozenset()
     quant_reasons: ClassVar[dict[str, str]] = {}
+    # What the backend's attention kernel is called in a profile (attnbench.timing.profile): regular expressions searched
+    # in the names the profiler reports, per device ("cpu": ATen ops; "cuda": device kernels), or per "device:mode"
+    # where a mode runs other kernels. Empty: the backend declares none, and no kernel verdict is made.
+    kernel_names: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
+        """The name patterns of this backend's attention kernels on `device` in `mode` (`kernel_names`)."""
+        return self.kernel_names.get(f"{device}:{mode}", self.kernel_names.get(device, ()))
 
     def version(self) -> str | None:
         """The installed version of the backend's library, or None when it is not installed."""

@@ -121,6 +121,7 @@ def cudnn_module() -> Any:
 @register
 class CudnnBackend(Backend):
     name = "cudnn"
+    kernel_names = {"cuda": (r"cudnn_generated_fort_native_sdpa",)}  # the cuDNN frontend's SDPA engines
     # By analogy with SDPA→cuDNN (the same cuDNN engines), not yet fitted: its forward reached 630 TFLOP/s at 16K on
     # the H200, ~0.6 of the ~989 TFLOP/s dense bf16 peak; its backward ~0.45 (532 TFLOP/s fwd+bwd).
     cost = Cost(cuda=KernelCost("visible", 0.6, 0.45))

@@ -337,6 +337,7 @@ def output_of(result: Any) -> torch.Tensor:
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
+    kernel_names = {"cuda": (r"flash_fwd", r"flash_bwd")}  # csrc/flash_attn/src/flash_fwd_kernel.h, flash_bwd_kernel.h
     cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
@@ -352,6 +353,7 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
+    kernel_names = {"cuda": (r"FlashAttnFwdSm90", r"FlashAttnBwdSm90", r"flash_fwd", r"flash_bwd")}  # hopper/
     cost = Cost(cuda=fp8.FA3_KERNEL)
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
@@ -382,6 +384,7 @@ class FlashAttn3(_Flash):
 @register
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
+    kernel_names = {"cuda": (r"FlashAttentionForward", r"FlashAttentionBackward")}  # flash_attn/cute/flash_fwd*.py
     cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"

@@ -165,6 +165,8 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
+    # include/flashinfer/attention/prefill.cuh and decode.cuh
+    kernel_names = {"cuda": (r"PrefillWith\w*KVCache", r"DecodeWith\w*KVCache")}
     # FA2/FA3-class prefill kernels, by analogy, not yet fitted (forward only: no backward share).
     cost = Cost(cuda=KernelCost("visible", 0.55, 0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "

@@ -286,6 +286,9 @@ def cpu_build_tools_missing() -> str | None:
 @register
 class FlexBackend(Backend):
     name = "flex"
+    # Inductor's generated kernel: on CPU its C++ runs inside the record_function "## Call CompiledFxGraph <key> ##"
+    # (torch/_inductor/output_code.py); on CUDA the Triton template kernels are triton_tem_fused_flex_attention_*.
+    kernel_names = {"cpu": (r"^## Call CompiledFxGraph",), "cuda": (r"triton_tem_fused",)}
     cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.40, 0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from attnbench.verify import determinism
 
 from attnbench.core import workload
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import MATMUL_SOFTMAX, Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.counting import MemoryCost
 from attnbench.verify.inputs import naive_attention
@@ -30,6 +30,7 @@ class NaiveBackend(Backend):
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
 
     workload_axes = frozenset(workload.MEANT)
+    kernel_names = MATMUL_SOFTMAX  # its matmuls and softmax: the scale, the mask and copies are the rest
 
     def estimate_memory(self, case: Case) -> int:
         """The scores and expanded K/V (its MemoryCost), and with pages the K and V gathered in the call."""

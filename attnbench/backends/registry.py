@@ -156,3 +156,18 @@ def default_registry(plugins: list[str] | None = None) -> Registry:
     for spec in plugins or []:
         REGISTRY.load_plugin(spec)
     return REGISTRY
+
+
+def declared_kernels(device: str, mode: str) -> dict[str, tuple[str, ...]]:
+    """Every built-in backend's declared attention kernel names on `device` in `mode` (Backend.kernel_names), by
+    backend: the kernel verdict asks whether a call ran another backend's kernel."""
+    registry = default_registry()
+    found: dict[str, tuple[str, ...]] = {}
+    for name in registry.names():
+        try:
+            patterns = registry.get(name).attention_kernels(device, mode)
+        except Exception:  # noqa: BLE001 - a plugin that cannot load declares nothing here
+            continue
+        if patterns:
+            found[name] = patterns
+    return found

@@ -12,6 +12,7 @@ from attnbench.verify import determinism
 
 from attnbench.core import workload
 from attnbench.backends.base import (
+    MATMUL_SOFTMAX,
     Backend,
     Cost,
     KernelCost,
@@ -244,6 +245,18 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
     return (lambda: sdpa_kernel([choice])), f"auto→{choice.name}"
 
 
+# SDPA's kernels by name (docs/backends.md "Which kernel ran" cites each source): the CPU flash kernel is the ATen op
+# (aten/src/ATen/native/native_functions.yaml); on CUDA, PyTorch's FA2 copy names its kernels flash_fwd_*/flash_bwd_*
+# (aten/src/ATen/native/transformers/cuda/flash_attn), the memory-efficient kernels are fmha_cutlassF_*/fmha_cutlassB_*
+# (mem_eff_attention/kernels), cuDNN's are cudnn_generated_fort_native_sdpa_*; FA3's FlashAttnFwdSm90/FlashAttnBwdSm90
+# (hopper/flash_fwd_kernel_sm90.h), FA4's FlashAttentionForwardSm90/Sm100 (flash_attn/cute).
+SDPA_FLASH = {"cpu": (r"_scaled_dot_product_flash_attention_for_cpu",), "cuda": (r"flash_fwd", r"flash_bwd")}
+SDPA_EFFICIENT = {"cuda": (r"fmha_cutlassF", r"fmha_cutlassB")}
+SDPA_CUDNN = {"cuda": (r"cudnn_generated_fort_native_sdpa",)}
+FA3_KERNELS = {"cuda": (r"FlashAttnFwdSm90", r"FlashAttnBwdSm90", r"flash_fwd", r"flash_bwd")}
+FA4_KERNELS = {"cuda": (r"FlashAttentionForward", r"FlashAttentionBackward")}
+
+
 @register
 class SdpaAuto(_Sdpa):
     name = "sdpa"
@@ -251,6 +264,9 @@ class SdpaAuto(_Sdpa):
     cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
+    kernel_names = {device: tuple(dict.fromkeys(
+        p for names in (SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN, FA3_KERNELS, MATMUL_SOFTMAX) for p in names.get(device, ())))
+        for device in ("cpu", "cuda")}
 
 
 @register
@@ -262,6 +278,7 @@ class SdpaMath(_Sdpa):
                 memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
+    kernel_names = MATMUL_SOFTMAX
 
     def deterministic(self, case: Case) -> str:
         return determinism.torch_ops(case, "SDPA's MATH composite of PyTorch operations")
@@ -276,6 +293,7 @@ class SdpaFlash(_Sdpa):
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
+    kernel_names = SDPA_FLASH
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
@@ -310,6 +328,7 @@ class SdpaFlashFa3(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
     flash_impl = "FA3"
+    kernel_names = FA3_KERNELS
     cuda_determinism = ("honoured (PyTorch's FA3 route runs num_splits=1 under the mode)",
                         "honoured (PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode)")
     install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
@@ -321,6 +340,7 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
+    kernel_names = FA4_KERNELS
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
     install_hint = "pip install flash-attn-4"
@@ -332,6 +352,7 @@ class SdpaEfficient(_Sdpa):
     cost = Cost(cuda=KernelCost("causal", 0.30, 0.20), memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
+    kernel_names = SDPA_EFFICIENT
     cuda_determinism = ("not applicable (the memory-efficient forward is deterministic)",
                         "honoured (PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: "
                         "no split keys, no atomics)")
@@ -349,5 +370,6 @@ class SdpaCudnn(_Sdpa):
     cost = Cost(cuda=KernelCost("visible", 0.50, 0.35), memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
+    kernel_names = SDPA_CUDNN
     cuda_determinism = (CUDNN_REFUSAL, CUDNN_REFUSAL)
     devices = ("cuda",)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 from attnbench.core import counting, workload
 
 from attnbench.verify import determinism
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
+from attnbench.backends.base import MATMUL_SOFTMAX, Backend, Cost, KernelCost, Prepared
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.backends.registry import register
 
@@ -199,6 +199,7 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 @register
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
+    kernel_names = MATMUL_SOFTMAX  # its blocks' matmuls and softmax; gathering the windows is the rest
     cost = Cost(cpu=KernelCost("visible", 0.2, 0.2, 0.0, 0.0, 8), cuda=KernelCost("visible", 0.25, 0.15, 0.0, 0.0, 8))
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
     # Packed documents: the window stays inside each document (the plan's in-span mask adds "same document").

@@ -253,6 +253,8 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 @register
 class XformersBackend(Backend):
     name = "xformers"
+    # The ops its dispatcher may choose: CUTLASS fmha (xformers/csrc/attention/cuda/fmha), FlashAttention 2 and 3.
+    kernel_names = {"cuda": (r"fmha_cutlassF", r"fmha_cutlassB", r"flash_fwd", r"flash_bwd", r"FlashAttnFwdSm90", r"FlashAttnBwdSm90")}
     cost = Cost(cuda=KernelCost("visible", 0.40, 0.30))
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
     library = "xformers"

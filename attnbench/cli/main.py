@@ -142,6 +142,7 @@ def run(
                                                     "the datasheet table (with 16 compile workers unless "
                                                     "--compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
+    trace: opts.Trace = False,
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench.run import session
@@ -160,7 +161,7 @@ def run(
         backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
-        compile_workers=compile_workers)
+        compile_workers=compile_workers, trace=trace)
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     if estimate_gpu is not None and not dry_run:

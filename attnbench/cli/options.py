@@ -35,15 +35,17 @@ Timer = Annotated[str, typer.Option(
     "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
 Deterministic = Annotated[bool, typer.Option(
     "--deterministic", help="Deterministic kernels only, as the suite's `deterministic: true` (others are skipped).")]
+Trace = Annotated[bool, typer.Option(
+    "--trace", help="Write one Chrome trace per measurement (its profiled call) to traces/<case_id>-<backend>.json.")]
 
 
 def run_options(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
                 timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
                 timer: str, deterministic: bool = False, *, devices: tuple[int, ...] | None = None,
                 cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
-                force: bool = False, compile_workers: int | None = None) -> RunOptions:
+                force: bool = False, compile_workers: int | None = None, trace: bool = False) -> RunOptions:
     """The shared options' values as the RunOptions a run (or each shard of a submission) is made with."""
     from attnbench.run.options import RunOptions
 
     return RunOptions(tuple(backends), device, tuple(plugins), isolate, timeout, oom_pruning, devices, peak_tflops,
-                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers)
+                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers, trace)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
-STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout")
+STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout", "wrong_kernel")
 # The fields that identify a measurement: two records with the same key measured the same thing.
 KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
@@ -103,6 +103,14 @@ class Record:
     # where they are checked; None where not compared (not measured, or the gradients were not checked).
     repeatable: bool | None = None
     kv_expanded: bool = False
+    # What ran in one profiled call outside the samples (attnbench.timing.profile): [{name, calls, time_ms, share}] by
+    # time, None with kernels_reason where the profiler could not see; the share in the backend's declared kernels;
+    # `overhead` (what the rest was) when that share is under the documented threshold; the --trace file.
+    kernels: list[dict[str, Any]] | None = None
+    kernels_reason: str | None = None
+    attention_share: float | None = None
+    overhead: str | None = None
+    trace: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -153,6 +161,17 @@ def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
 def is_unrepeatable(record: dict[str, Any]) -> bool:
     """Whether two calls of a stored record's measurement gave different bits (absent or None: not known to)."""
     return record.get("repeatable") is False
+
+
+def kernel_trouble(record: dict[str, Any]) -> str | None:
+    """Why a stored record's time is not its backend's kernel's (attnbench.timing.profile's verdict): "wrong kernel",
+    or "overhead" when its declared kernels were under the threshold of the call; None when neither is known. The one
+    gate a recommendation passes a record through before its time may win."""
+    if record.get("status") == "wrong_kernel":
+        return "wrong kernel"
+    if record.get("overhead"):
+        return "overhead"
+    return None
 
 
 def is_throttled(record: dict[str, Any]) -> bool:

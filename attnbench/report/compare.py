@@ -59,6 +59,7 @@ class Match:
     new_repeatable: bool | None = None
     new_deterministic: bool = False  # NEW was measured with deterministic kernels asked for (extra.deterministic)
     new_repeat: str = ""  # NEW's difference between its two calls, in words
+    kernel_change: str | None = None  # "X ran K, was K'": the profiled top kernel changed between the runs
 
     @property
     def noisy(self) -> bool:
@@ -262,6 +263,9 @@ class Comparison:
             for m in self.turned_unrepeatable:
                 lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
                              f"| {'yes: fails' if m.new_deterministic else 'no'} |")
+        changed = [f"- {md_cell(m.kernel_change)} ({md_cell(m.case)})" for m in self.matches if m.kernel_change]
+        if changed:
+            lines += ["", "### Kernel changed (the profiled call's top kernel)", "", *changed]
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
@@ -344,11 +348,21 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
             new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
             base_repeatable=b.get("repeatable"), new_repeatable=n.get("repeatable"),
             new_deterministic="deterministic" in (n.get("extra") or {}), new_repeat=repeat_words(n),
+            kernel_change=kernel_change(b, n),
         ))
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
     )
+
+
+def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """"<backend> ran K, was K'" when the two records' profiled top kernels differ; None when they agree or one run
+    did not profile (docs/results.md "Which kernel ran")."""
+    before, after = base.get("kernels"), new.get("kernels")
+    if not before or not after or before[0]["name"] == after[0]["name"]:
+        return None
+    return f"{new['backend']} ran {after[0]['name']}, was {before[0]['name']}"
 
 
 def repeat_words(record: dict[str, Any]) -> str:

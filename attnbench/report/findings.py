@@ -59,13 +59,15 @@ class Findings:
     quantized: list[str] = field(default_factory=list)  # FP8 speed-ups, and FP8 kernels not faster (report.frontier)
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
+    kernels: list[str] = field(default_factory=list)  # records flagged `overhead`: what the rest of their call was
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise + self.repeat
+        return (self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise + self.repeat
+                + self.kernels)
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -238,7 +240,9 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     found.packing = packing_lines(timed)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
-    found.failures = _group_failures(records, ("mismatch", "error"))
+    found.kernels = [f"{r['backend']} on {r.get('case_id')}: overhead, {r['overhead']}." for r in records
+                     if r.get("overhead") and r["status"] == "ok"]
+    found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
 

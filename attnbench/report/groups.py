@@ -14,7 +14,7 @@ from attnbench.records.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
 
 # A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
-BAD_STATUSES = ("oom", "error", "mismatch", "timeout")
+BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
 # The workload axes that stay fixed within a group too (the drawn lengths follow the lengths, so they do not).

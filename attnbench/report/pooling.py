@@ -24,6 +24,7 @@ from attnbench.core.errors import ResultsError
 from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interval
 from attnbench.records.results import (
     interval_of,
+    kernel_trouble,
     is_throttled,
     key_of,
     load_records,
@@ -162,6 +163,10 @@ def trouble(record: dict[str, Any], metric: Metric) -> str | None:
     A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
     and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
     timed is not the one a user can count on."""
+    if kernel_trouble(record) == "wrong kernel" or (kernel_trouble(record) and record.get("mode") == "fwd"):
+        # never chosen: its time is not (only) its kernel's. A backward's profiled call also zeroes and accumulates
+        # gradients, work its user does too, so its overhead flag is shown, not a gate.
+        return kernel_trouble(record)
     if is_throttled(record):
         return "throttled"
     if record.get("repeatable") is False:

@@ -27,7 +27,7 @@ COLUMNS = (
     ("speedup", "speed-up", True), ("memory", "peak mem", True), ("setup", "setup ms", True),
     ("max_abs_error", "max err", True), ("error_bound", "bound", True),
     ("rel_l2_original", "rel L2 vs originals", True), ("reason", "reason", False),
-    ("kernel", "kernel", False),
+    ("kernel", "kernel", False), ("ran", "top kernel (share)", False),
 )
 
 
@@ -81,6 +81,8 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
         return fmt_float(record.get(key), 2) if record.get(key) is not None else ""
     if key == "causal":
         return "yes" if record.get("causal") else "no"
+    if key == "ran":
+        return ran_text(record)
     value = record.get(key)
     return "" if value is None else str(value)
 
@@ -93,6 +95,21 @@ def rel_l2_original(record: dict[str, Any]) -> float | None:
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
     return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
+
+
+def ran_text(record: dict[str, Any]) -> str:
+    """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
+    and the --trace file beside the results (docs/results.md "Which kernel ran")."""
+    kernels = record.get("kernels")
+    if not kernels:
+        return record.get("kernels_reason") or ""
+    top = kernels[0]
+    words = [f"{top['name'][:60]} {top['share']:.0%}"]
+    if record.get("overhead"):
+        words.append("overhead")
+    if record.get("trace"):
+        words.append(str(record["trace"]))
+    return " · ".join(words)
 
 
 def setup_text(record: dict[str, Any]) -> str:

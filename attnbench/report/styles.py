@@ -13,7 +13,8 @@ PALETTE = (
 MARKERS = ("o", "s", "^", "D", "v", "P", "h", "<", ">", "p", "8", "d")
 MISMATCH_COLOR = "#d62728"
 # How a failed point is marked: an X at the bottom of the panel with the status written beside it.
-STATUS_LABELS = {"oom": "OOM", "error": "error", "timeout": "timeout", "skipped": "skipped", "mismatch": "mismatch"}
+STATUS_LABELS = {"oom": "OOM", "error": "error", "timeout": "timeout", "skipped": "skipped", "mismatch": "mismatch",
+                 "wrong_kernel": "wrong kernel"}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Either way the next measurement starts a fresh worker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ class WorkerConfig:
     env: dict[str, str] = field(default_factory=dict)
     timer: str = "auto"  # run --timer: the worker builds the same timer
     deterministic: bool = False  # deterministic kernels only (attnbench.verify.determinism)
+    trace_dir: str | None = None  # --trace: the run directory (attnbench.run.profiled)
 
 
 class Isolated:
@@ -114,7 +116,8 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         # The GPU this worker was given, not the parent's first: its name picks the peak for percent_of_peak.
         info = dataclasses.replace(info, device_name=torch.cuda.get_device_name(0))
     measurer = InProcess(timer_for(config.device, config.timer),
-                         Settings(info, config.settings, deterministic=config.deterministic))
+                         Settings(info, config.settings, deterministic=config.deterministic,
+                                  trace_dir=Path(config.trace_dir) if config.trace_dir else None))
     conn.send(("ready",))
 
     def started(current: CaseData) -> None:

@@ -13,6 +13,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.run import sustain
@@ -52,6 +53,8 @@ from attnbench.verify.repeat import (
     repeat_extra,
     worse,
 )
+from attnbench.backends.registry import declared_kernels
+from attnbench.run.profiled import profiled
 from attnbench.run.skip import Facts, why_skipped
 from attnbench.timing.timers import Timer, TimingSettings
 
@@ -81,6 +84,7 @@ class Settings:
     # Each backend's conformance verdict, by name, checked once per run: the installed libraries do not change.
     conformance: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     deterministic: bool = False  # the run asks for deterministic kernels (attnbench.verify.determinism)
+    trace_dir: Path | None = None  # --trace: the run directory its traces/ go under (attnbench.run.profiled)
 
 
 def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -> Facts:
@@ -193,6 +197,11 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 first()
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
+        ran = profiled(fn, case, backend, timer, declared_kernels(case.device, case.mode),
+                       settings.trace_dir)  # after the samples: they never see it
+    fields.update(ran.fields)
+    extra["setup_ms"] += ran.profile_ms
+    extra["setup_parts"]["profile"] = ran.profile_ms
     fields.update(timing_fields(samples, settings.timing, case.device))
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
@@ -213,11 +222,15 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                             settings.info, extra.get("fp32_math"))
     extra.update(peak_extra)
-    if verdict.passed:
+    if verdict.passed and not ran.wrong_kernel:
         return "ok"
     error = (f"holds NaN or Inf (bound {verdict.error_bound:.3g})" if finite(verdict.max_abs_error) is None
              else f"max |error| {verdict.max_abs_error:.3g} exceeds bound {verdict.error_bound:.3g}")
-    fields["mismatch_reason"] = f"{verdict.worst} {error}{note}"
+    mismatch = None if verdict.passed else f"{verdict.worst} {error}{note}"
+    if ran.wrong_kernel:  # its time is kept, but it is not this backend's
+        fields["mismatch_reason"] = ran.wrong_kernel + (f"; and {mismatch}" if mismatch else "")
+        return "wrong_kernel"
+    fields["mismatch_reason"] = mismatch
     return "mismatch"
 
 

@@ -34,6 +34,7 @@ class RunOptions:
     force: bool = False  # with resume: continue even where env.json differs from this machine
     deterministic: bool = False  # deterministic kernels only, whatever the suite says (attnbench.verify.determinism)
     compile_workers: int | None = None  # processes compiling ahead (attnbench.run.precompile); None: its default
+    trace: bool = False  # one Chrome trace per measurement under traces/ (attnbench.run.profiled)
 
     def to_argv(self) -> list[str]:
         """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
@@ -66,6 +67,8 @@ class RunOptions:
             words.append("--force")
         if self.compile_workers is not None:
             words += ["--compile-workers", str(self.compile_workers)]
+        if self.trace:
+            words.append("--trace")
         if self.cache_dir is not None:  # this machine's compile cache: a resumed run loads what was compiled
             words += ["--cache-dir", str(self.cache_dir)]
         return words

@@ -44,7 +44,7 @@ def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: st
         reason = reason[: MAX_REASON - 1] + "…"
     return Record(
         run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
-        case_id=case.case_id, status=status, reason=reason, timer=timer if status in ("ok", "mismatch") else None,
+        case_id=case.case_id, status=status, reason=reason, timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
         **case.fields(), **fields,
     )
 

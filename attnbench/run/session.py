@@ -287,18 +287,21 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
                  f"{directory}; predicted {forecast.fmt_duration(run.predicted.total_s)}")
 
 
-def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo) -> list:
-    """Who measures: one worker per --devices GPU, one isolated worker, or this process."""
+def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo, directory: Path) -> list:
+    """Who measures: one worker per --devices GPU, one isolated worker, or this process (each writing traces under
+    `directory` with --trace)."""
+    trace_dir = str(directory) if options.trace else None
     if options.devices is not None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         return [Isolated(WorkerConfig(info, plan.device, mode.settings, plan.plugins, worker_env(index, visible),
-                                      options.timer, mode.deterministic), mode.timeout_s)
+                                      options.timer, mode.deterministic, trace_dir), mode.timeout_s)
                 for index in options.devices]
     if mode.isolate:
         return [Isolated(WorkerConfig(info, plan.device, mode.settings, plan.plugins, timer=options.timer,
-                                      deterministic=mode.deterministic), mode.timeout_s)]
+                                      deterministic=mode.deterministic, trace_dir=trace_dir), mode.timeout_s)]
     return [InProcess(timer_for(plan.device, options.timer),
-                      Settings(info, mode.settings, deterministic=mode.deterministic))]
+                      Settings(info, mode.settings, deterministic=mode.deterministic,
+                               trace_dir=directory if options.trace else None))]
 
 
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
@@ -322,7 +325,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
             writer.append(record)
             records.append(record)
 
-        measured = schedule.run(run.tasks, sink, measurers_for(plan, options, run.mode, info))
+        measured = schedule.run(run.tasks, sink, measurers_for(plan, options, run.mode, info, directory))
     return measured, records
 
 

@@ -173,9 +173,11 @@ class CudaGraphTimer:
         import torch
 
         self.torch = torch
+        self.replay: tuple[Callable[[], object], int] | None = None
 
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
         torch = self.torch
+        self.replay = None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -206,7 +208,8 @@ class CudaGraphTimer:
 
         # Budgets count replays' time, not a call's; a new graph warms up on its own replays, whatever ran before.
         samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)
-        del graph
+        # Kept for one profiled replay (attnbench.run.profiled), which compares its kernels with an eager call's.
+        self.replay = (graph.replay, calls)
         return samples
 
 

@@ -1,0 +1,79 @@
+"""The profiled call of a measurement (attnbench.timing.profile): which kernels ran, judged against what the backend
+declares, and, where the timer replays a CUDA graph, whether one replay ran the eager call's kernels.
+
+Made once after the samples, so the samples never see the profiler; its time is the record's setup ("profile").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.timing.profile import Profile, judge_kernels, profile_call, replay_lost
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """The record's kernel fields and, where the call ran the wrong kernel, the reason its status says so."""
+
+    fields: dict[str, Any]
+    wrong_kernel: str | None
+    profile_ms: float
+
+
+def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
+    """Where `--trace` writes a measurement's Chrome trace: traces/<case_id>-<backend>.json in the run directory."""
+    return directory / "traces" / f"{case.case_id}-{backend.name}.json"
+
+
+def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
+             others: dict[str, tuple[str, ...]], trace_dir: Path | None = None) -> Profiled:
+    """Profile one call of the timed function `fn` (and one replay of the timer's graph, where it keeps one);
+    `others`: every backend's declared kernels (attnbench.backends.registry.declared_kernels)."""
+    sync = _sync(case.device)
+    trace = trace_file(trace_dir, case, backend) if trace_dir is not None else None
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+    profile = profile_call(fn, case.device, None if trace is None else str(trace), sync)
+    fields: dict[str, Any] = {"kernels": None if profile.kernels is None else [k.to_dict() for k in profile.kernels]}
+    spent = profile.profile_ms
+    if profile.kernels is None:
+        fields["kernels_reason"] = profile.reason
+        return Profiled(fields, None, spent)
+    if trace is not None:
+        fields["trace"] = f"traces/{trace.name}"
+    own = backend.attention_kernels(case.device, case.mode)
+    verdict = judge_kernels(profile.kernels, own, others, backend.name)
+    fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
+    if verdict.overhead:
+        fields["overhead"] = verdict.overhead
+    wrong = verdict.wrong_kernel
+    replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds): a graph timer's last graph
+    if replay is not None:
+        run_graph, calls = replay
+        graph = profile_call(run_graph, case.device, sync=sync)
+        spent += graph.profile_ms
+        timer.replay = None  # type: ignore[attr-defined]  # the graph's memory goes back
+        if graph.kernels is None:
+            wrong = wrong or f"the graph replay could not be profiled ({graph.reason}): its time is not the call's"
+        else:
+            lost = replay_lost(_device_only(profile), graph.kernels, calls)
+            wrong = wrong or lost
+    return Profiled(fields, wrong, spent)
+
+
+def _device_only(profile: Profile) -> tuple:
+    return profile.kernels or ()
+
+
+def _sync(device: str) -> Callable[[], None] | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.synchronize

@@ -1,0 +1,164 @@
+"""Which kernels ran: one call of the timed function under torch.profiler, outside the timed samples.
+
+The profiled call is made after the samples (it never changes them; its cost is setup). On CUDA each kernel's device
+time is read (Kineto's kernel events); on CPU each op's self time. Every name is kept, sorted by time, with its share
+of the call, so a record says what ran, not only what was asked for. Where the profiler cannot run, `kernels` is
+None and `reason` says why: never an empty list that would read as "nothing ran".
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# The declared kernels' share of the call under which a record is flagged `overhead` (docs/results.md, "Which kernel
+# ran"): a fused kernel's own call spends well over 90% in it (the CPU flash kernel: 91-95%), so 80% leaves room for
+# the op's dispatch and output allocation and is crossed only when a fifth of the call is other work.
+OVERHEAD_SHARE = 0.80
+# Names of the work a user of the kernel would not count as attention: what the overhead's reason calls it.
+OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),
+              ("transpose", ("transpose", "permute")),
+              ("mask construction", ("where", "isneginf", "tril", "triu", "logical", "arange", "fill_", "ge", "le")),
+              ("allocation", ("empty", "zeros", "Memset", "memset")))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel (CUDA) or op (CPU) of the profiled call: its calls, its time and its share of the call's time."""
+
+    name: str
+    calls: int
+    time_ms: float
+    share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "calls": self.calls, "time_ms": self.time_ms, "share": round(self.share, 4)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the profiler saw in one call: the kernels sorted by time (None with `reason` where it could not see), and
+    what profiling cost (`profile_ms`, counted as setup)."""
+
+    kernels: tuple[Kernel, ...] | None
+    reason: str | None = None
+    profile_ms: float = 0.0
+
+    def names(self) -> list[str]:
+        return [k.name for k in self.kernels or ()]
+
+
+def profile_call(fn: Callable[[], object], device: str, trace_path: str | None = None,
+                 sync: Callable[[], None] | None = None) -> Profile:
+    """`fn` called once under torch.profiler (CPU, and CUDA where `device` is CUDA); the trace written to
+    `trace_path` (Chrome's format) when given."""
+    start = time.perf_counter()
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities) as prof:
+            fn()
+            if sync is not None:
+                sync()
+        kernels = kernels_of(prof.key_averages(), device)
+        if trace_path is not None:
+            prof.export_chrome_trace(trace_path)
+    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failed measurement
+        return Profile(None, f"the profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0],
+                       (time.perf_counter() - start) * 1e3)
+    ms = (time.perf_counter() - start) * 1e3
+    if not kernels:
+        return Profile(None, f"the profiler saw no {'CUDA kernel' if device == 'cuda' else 'op'} in the call", ms)
+    return Profile(kernels, None, ms)
+
+
+def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
+    """Profiler averages (torch.profiler's key_averages()) as kernels sorted by time: device kernels' device time on
+    CUDA, ops' self CPU time on CPU."""
+    rows: list[tuple[str, int, float]] = []
+    for event in events:
+        if device == "cuda":
+            if str(getattr(event, "device_type", "")).split(".")[-1] != "CUDA":
+                continue
+            us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "device_time_total", 0.0))
+        else:
+            us = float(event.self_cpu_time_total)
+        if us > 0:
+            rows.append((str(event.key), int(event.count), us / 1e3))
+    return kernels_from(rows)
+
+
+def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:
+    """(name, calls, time_ms) rows as kernels sorted by time, each with its share of the total."""
+    total = sum(ms for _, _, ms in rows)
+    if total <= 0:
+        return ()
+    ordered = sorted(rows, key=lambda row: (-row[2], row[0]))
+    return tuple(Kernel(name, calls, ms, ms / total) for name, calls, ms in ordered)
+
+
+def matches(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a kernel's name matches any of a backend's declared patterns (regular expressions, searched)."""
+    return any(re.search(pattern, name) for pattern in patterns)
+
+
+def attention_share(kernels: tuple[Kernel, ...], patterns: tuple[str, ...]) -> float:
+    """The share of the call spent in kernels matching `patterns`."""
+    return sum(k.share for k in kernels if matches(k.name, patterns))
+
+
+def other_work(kernels: tuple[Kernel, ...], patterns: tuple[str, ...], most: int = 3) -> str:
+    """What the call spent its time on besides the declared kernels: the largest others, each with what it is."""
+    parts = []
+    for kernel in [k for k in kernels if not matches(k.name, patterns)][:most]:
+        kind = next((word for word, names in OTHER_WORK if any(n in kernel.name for n in names)), None)
+        parts.append(f"{kernel.name} {kernel.share:.0%}" + (f" ({kind})" if kind else ""))
+    return ", ".join(parts)
+
+
+def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per_replay: int) -> str | None:
+    """Why a graph replay is not the eager call (kernels of one eager call vs one replay of `calls_per_replay`
+    captured calls); None when every eager kernel ran as often per call in the replay."""
+    seen = {k.name: k.calls for k in replay}
+    kept = sum(1 for k in eager if seen.get(k.name, 0) >= k.calls * calls_per_replay)
+    if kept == len(eager):
+        return None
+    lost = [k.name for k in eager if seen.get(k.name, 0) < k.calls * calls_per_replay]
+    return f"graph replay ran {kept} of {len(eager)} kernels of the eager call (lost: {', '.join(lost)})"
+
+
+@dataclass(frozen=True)
+class KernelVerdict:
+    """What the profiled call says about the backend: `wrong_kernel` (a reason) when none of its declared kernels ran
+    or another backend's did; `overhead` (what the rest was) when its kernels are under OVERHEAD_SHARE of the call."""
+
+    attention_share: float | None
+    wrong_kernel: str | None = None
+    overhead: str | None = None
+
+
+def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dict[str, tuple[str, ...]],
+                  backend: str) -> KernelVerdict:
+    """The verdict on a profiled call of `backend`, whose declared kernel patterns are `own`; `others` holds every
+    other backend's. A backend that declares none gets no verdict (attention_share None)."""
+    if not own:
+        return KernelVerdict(None)
+    share = attention_share(kernels, own)
+    foreign = [(k, name) for k in kernels if not matches(k.name, own)
+               for name, patterns in others.items() if name != backend and matches(k.name, patterns)]
+    ran = ", ".join(f"{k.name} {k.share:.0%}" for k in kernels[:3])
+    if not any(matches(k.name, own) for k in kernels):
+        return KernelVerdict(share, f"none of {backend}'s declared kernels ran; ran {ran}")
+    if foreign:
+        kernel, name = foreign[0]
+        return KernelVerdict(share, f"{kernel.name} ({name}'s kernel, {kernel.share:.0%} of the call) ran under "
+                                    f"{backend}; ran {ran}")
+    if share < OVERHEAD_SHARE:
+        return KernelVerdict(share, overhead=f"declared kernels {share:.0%} of the call (under {OVERHEAD_SHARE:.0%}); "
+                                             f"the rest: {other_work(kernels, own)}")
+    return KernelVerdict(share)
