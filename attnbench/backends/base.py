@@ -236,6 +236,24 @@ def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],
     return None
 
 
+def quiet_import(module: str) -> Any:
+    """`importlib.import_module(module)` with the library's import-time warnings and log lines held back: xformers
+    built for another torch logs a six-line warning at every import (from its _cpp_lib), which would print at every
+    `list`, `doctor` and `run`; attnbench's reason for the backend says it once, in its own row."""
+    import importlib
+    import logging
+
+    logger = logging.getLogger(module.partition(".")[0])  # the library's loggers below it inherit its level
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module(module)
+    finally:
+        logger.setLevel(level)
+
+
 def import_problem(load: Callable[[], Any], distribution: str, module: str) -> str | None:
     """Why `load()` (a library's import) fails here: the distribution is not installed, or the module fails at import
     in any other way (a CUDA-less torch, a Triton without a backend); None when it imports. Import warnings are the

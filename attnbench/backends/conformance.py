@@ -18,13 +18,11 @@ overload).
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.backends.base import first_line
+from attnbench.backends.base import first_line, quiet_import
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -62,9 +60,7 @@ class LibraryCall:
 
     def resolve(self) -> Any:
         """The installed object: import `module`, then follow `qualname`'s attributes."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            obj: Any = importlib.import_module(self.module)
+        obj: Any = quiet_import(self.module)
         for part in self.qualname.split("."):
             obj = getattr(obj, part)
         return obj
