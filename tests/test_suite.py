@@ -132,6 +132,27 @@ def test_misspelt_packaged_suite_name_gets_did_you_mean() -> None:
     assert "qiuck: no such suite file (did you mean 'quick'?)" in str(info.value)
 
 
+def test_packaged_suites_describe_themselves_in_whole_sentences_true_of_their_cases() -> None:
+    """`attnbench suites` shows each file's first sentence: complete, citing only files the repository has, and
+    claiming only the head layouts its cases hold (MHA: kv_heads == heads, GQA: between, MQA: one K/V head)."""
+    import re
+
+    from attnbench.sweep.suite import packaged_suites
+
+    root = Path(__file__).parent.parent
+    for name, path in packaged_suites().items():
+        suite = load_suite(path)
+        text = suite.description
+        assert text.endswith(".") and "#" not in text, (name, text)
+        for cited in re.findall(r"[\w./-]+\.(?:md|sh|yaml|py)\b", text):
+            assert (root / cited).exists() or (root / "suites" / cited).exists(), (name, cited)
+        cases = suite.cases("cpu") + suite.cases("cuda")
+        layouts = {"MHA": any(c.kv_heads == c.heads for c in cases), "MQA": any(c.kv_heads == 1 for c in cases),
+                   "GQA": any(1 < c.kv_heads < c.heads for c in cases)}
+        for layout, held in layouts.items():
+            assert held or layout not in text, (name, layout, text)
+
+
 def test_shipped_suites_are_valid() -> None:
     root = Path(__file__).parent.parent / "suites"
     for path in root.glob("*.yaml"):

@@ -28,6 +28,19 @@ class Suite:
     def name(self) -> str:
         return self.model.name
 
+    @property
+    def description(self) -> str:
+        """The first sentence of the file's opening comment, however many lines it spans (`attnbench suites`)."""
+        lines = []
+        for line in self.text.splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("#").strip())
+        text = " ".join(lines)
+        end = next((i + 1 for i, ch in enumerate(text) if ch == "." and text[i + 1:i + 2] in ("", " ")
+                    and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.", "vs."))), len(text))
+        return text[:end]
+
     def _blocks(self) -> list[tuple[str, Block]]:
         """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
         return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
