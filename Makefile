@@ -13,12 +13,19 @@ ARGS ?=
 
 setup: $(VENV)/.installed
 
+# `setup` installs what a run needs (attnbench and its dependencies); `test` adds the test extra on top, in the
+# same environment (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise,
+# e.g. xformers), so a newcomer's `make bench` installs none of them.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "no NVIDIA driver found: installing a CPU build of torch ($(TORCH_CPU_SPEC))"; \
 		$(BIN)/pip install --quiet $(TORCH_CPU_SPEC); \
 	fi
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $@
 
@@ -29,9 +36,12 @@ quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
 # The tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and the
-# built wheel installed and run in a fresh environment.
-test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+# built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
+# core; tests that must share a worker name an xdist_group), then the few marked `serial` alone, because they
+# compare real timings that a second busy core would disturb.
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
@@ -42,7 +52,7 @@ test: setup
 # space each, so a mutant that loops while appending fails fast instead of filling the machine's memory.
 # MUTANTS narrows the run, e.g. make mutation MUTANTS='attnbench.verify.check.*'
 MUTANTS ?=
-mutation: setup
+mutation: $(VENV)/.installed-test
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install --quiet -e '.[test,dev]'
 	rm -rf mutants
 	ulimit -v 4000000; OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 \

@@ -19,6 +19,42 @@ from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 
 
+# Where attnbench keeps state between runs, read from the environment by the code and by every subprocess a test
+# starts: the compile cache and calibration ($XDG_CACHE_HOME/attnbench, attnbench.run.compile_cache), the history
+# database ($XDG_DATA_HOME/attnbench, attnbench.history.store) and FlashInfer's JIT workspace.
+STATE_HOMES = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "FLASHINFER_WORKSPACE_BASE")
+_saved_homes: dict[str, str | None] = {}
+STATE_ROOT = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point every state home at a temporary folder of this test process (each xdist worker its own) before any
+    test is collected: the tests never read or write the user's real cache, so a calibration measured while the
+    tests load the machine never becomes the figure a later `attnbench run` divides by, and no worker sees another's."""
+    import os
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="attnbench-test-state-")
+    config.stash[STATE_ROOT] = root
+    for name in STATE_HOMES:
+        _saved_homes[name] = os.environ.get(name)
+        os.environ[name] = os.path.join(root, name.lower())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import os
+    import shutil
+
+    for name, value in _saved_homes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    root = config.stash.get(STATE_ROOT, None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 

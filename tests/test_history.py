@@ -122,6 +122,12 @@ def test_show_gives_each_run_of_a_pair_with_its_interval(store: Path) -> None:
     assert "1.069×" in lines[1] and "(apart)" not in lines[1]  # 1.8 -> 1.92, intervals overlapping
 
 
+def test_show_of_a_cpu_run_names_its_cpu_and_calls_nothing_a_gpu(store: Path) -> None:
+    result = invoke("history", "show", "--db", store, "--gpu", "*EPYC*", "--backend", "sdpa")
+    assert result.exit_code == 0, result.output
+    assert "EPYC" in result.output and "GPU" not in result.output
+
+
 def test_a_library_change_is_marked_in_show_and_in_the_plot(store: Path, tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     shutil.copy(store, db)

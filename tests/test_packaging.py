@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,31 @@ def test_help_does_not_import_torch() -> None:
     assert proc.returncode == 0 and "run" in proc.stdout
     imported = [line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+
+
+def test_list_on_cpu_imports_no_compiler_stack_and_prints_no_library_warning() -> None:
+    """`attnbench list` answers in about a second: torch, never dynamo or inductor (a second more each; flex's
+    compiler check and sdpa-varlen's device check need neither). xformers (left out here: importing it pulls dynamo
+    in) is imported without its six-line load warning when it is installed."""
+    code = ("import sys; sys.modules['xformers'] = None; sys.argv = ['attnbench', 'list', '--device', 'cpu']; "
+            "from attnbench.cli.main import main\ntry: main()\nexcept SystemExit: pass\n"
+            "print([m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    from attnbench.backends.flex import inductor_cxx
+    from torch._inductor import config
+
+    assert inductor_cxx() == tuple(config.cpp.cxx)  # the default read without inductor is inductor's own
+
+
+def test_xformers_load_warning_is_held_back() -> None:
+    code = "from attnbench.backends.xformers_ops import XformersBackend; print(XformersBackend().availability('cpu'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-2000:]
+    assert "WARNING[XFORMERS]" not in proc.stderr
 
 
 def test_packaged_suites_run_by_name_and_are_listed(tmp_path: Path) -> None:

@@ -92,6 +92,16 @@ def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: di
             assert html.escape(record["reason"]) in page, record["reason"]
 
 
+def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(rendered: dict[str, Any]) -> None:
+    """A 400-character skip reason would make its row ten lines tall: the cell is clamped to three lines and
+    carries the whole reason as its title (the tooltip), so a skipped row is as short as an ok one."""
+    page = rendered["html"]
+    for record in rendered["records"]:
+        if record["status"] != "ok":
+            assert f'class="reason" title="{html.escape(record["reason"])}"' in page, record["reason"]
+    assert "-webkit-line-clamp: 3" in page
+
+
 def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)

@@ -26,7 +26,9 @@ from attnbench.run import session
 from attnbench.run.options import RunOptions
 from attnbench.records.results import key_of, load_records
 
-pytestmark = pytest.mark.slurm
+# One worker runs the whole module (make test's --dist loadgroup): its one cluster (the module's fixture) is a node
+# named after this host and offered every CPU, so a second worker starting a second one would contend for both.
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 ROOT = Path(__file__).parent.parent
 TIME_LIMIT_S = 120
 # The budget, not the precision, ends each measurement: a shard lasts long enough to be cancelled midway.

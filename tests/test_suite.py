@@ -61,6 +61,16 @@ def test_misspelt_key_names_it_with_did_you_mean(tmp_path: Path) -> None:
     assert str(tmp_path / "suite.yaml") in message
 
 
+def test_every_problem_is_shown_not_counted(tmp_path: Path) -> None:
+    """Three mistakes in one file: the refusal names all three (a user fixes them in one pass), never a bare count."""
+    message = refused(tmp_path, BASE.replace("seq_len:", "seq_lenn:").replace("head_dim: [64]", "head_dim: [z]")
+                      + "backend: [naive]\n")
+    assert "sweep.seq_lenn: unknown key (did you mean 'seq_len'?)" in message
+    assert "backend: unknown key (did you mean 'backends'?)" in message
+    assert "sweep.head_dim[0]: 'z'" in message
+    assert "more problem" not in message
+
+
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     message = refused(tmp_path, BASE + "backend: [naive]\n")
     assert "backend: unknown key (did you mean 'backends'?)" in message
@@ -114,6 +124,33 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         load_suite(tmp_path / "absent.yaml")
     with pytest.raises(SuiteError, match="is a directory"):
         load_suite(tmp_path)
+
+
+def test_misspelt_packaged_suite_name_gets_did_you_mean() -> None:
+    with pytest.raises(SuiteError) as info:
+        load_suite("qiuck")
+    assert "qiuck: no such suite file (did you mean 'quick'?)" in str(info.value)
+
+
+def test_packaged_suites_describe_themselves_in_whole_sentences_true_of_their_cases() -> None:
+    """`attnbench suites` shows each file's first sentence: complete, citing only files the repository has, and
+    claiming only the head layouts its cases hold (MHA: kv_heads == heads, GQA: between, MQA: one K/V head)."""
+    import re
+
+    from attnbench.sweep.suite import packaged_suites
+
+    root = Path(__file__).parent.parent
+    for name, path in packaged_suites().items():
+        suite = load_suite(path)
+        text = suite.description
+        assert text.endswith(".") and "#" not in text, (name, text)
+        for cited in re.findall(r"[\w./-]+\.(?:md|sh|yaml|py)\b", text):
+            assert (root / cited).exists() or (root / "suites" / cited).exists(), (name, cited)
+        cases = suite.cases("cpu") + suite.cases("cuda")
+        layouts = {"MHA": any(c.kv_heads == c.heads for c in cases), "MQA": any(c.kv_heads == 1 for c in cases),
+                   "GQA": any(1 < c.kv_heads < c.heads for c in cases)}
+        for layout, held in layouts.items():
+            assert held or layout not in text, (name, layout, text)
 
 
 def test_shipped_suites_are_valid() -> None:

@@ -79,12 +79,8 @@ class LibraryCall:
         return f"{self.name}({', '.join([*self.positional, *(f'{k}=' for k in self.keywords)])})"
 
     def resolve(self) -> Any:
-        """The installed object: import `module`, then follow `qualname`'s attributes."""
-        import importlib
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            obj: Any = importlib.import_module(self.module)
+        """The installed object: import `module` (quietly: quiet_import), then follow `qualname`'s attributes."""
+        obj: Any = quiet_import(self.module)
         for part in self.qualname.split("."):
             obj = getattr(obj, part)
         return obj
@@ -304,6 +300,24 @@ def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],
     if isinstance(exc, kinds) and any(phrase in str(exc) for phrase in phrases):
         return f"{library} refused: {first_line(exc)}"
     return None
+
+
+def quiet_import(module: str) -> Any:
+    """`importlib.import_module(module)` with the library's import-time warnings and log lines held back: xformers
+    built for another torch logs a six-line warning at every import (from its _cpp_lib), which would print at every
+    `list`, `doctor` and `run`; attnbench's reason for the backend says it once, in its own row."""
+    import importlib
+    import logging
+
+    logger = logging.getLogger(module.partition(".")[0])  # the library's loggers below it inherit its level
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module(module)
+    finally:
+        logger.setLevel(level)
 
 
 def import_problem(load: Callable[[], Any], distribution: str, module: str) -> str | None:

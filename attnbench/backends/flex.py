@@ -260,6 +260,20 @@ def score_words(case: Case) -> str:
     return "+".join(words + (["ALiBi"] if case.alibi else []))
 
 
+def inductor_cxx() -> tuple[str | None, ...]:
+    """The C++ compilers inductor's config names (config.cpp.cxx). Importing torch._inductor costs about a second
+    (it imports dynamo), so `list` and `doctor` read the default as torch/_inductor/config.py declares it, $CXX
+    else g++ (clang++ on macOS), unless inductor is loaded already (a run, or a test patching the config)."""
+    import os
+    import sys
+
+    config = sys.modules.get("torch._inductor.config")
+    if config is None:
+        return (None, os.environ.get("CXX", "clang++" if sys.platform == "darwin" else "g++"))
+    named = config.cpp.cxx  # type: ignore[attr-defined]
+    return tuple(named) if isinstance(named, (list, tuple)) else (named,)
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_build_tools_missing() -> str | None:
     """Why torch.compile cannot build FlexAttention's CPU kernels here, or None. Inductor compiles them as C++
@@ -269,10 +283,7 @@ def cpu_build_tools_missing() -> str | None:
     import sysconfig
     from pathlib import Path
 
-    from torch._inductor import config
-
-    named = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
-    compilers = [c for c in named if c]
+    compilers = [c for c in inductor_cxx() if c]
     if not any(shutil.which(c) for c in compilers):
         return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} not found; "
                 "install g++ or set CXX)")

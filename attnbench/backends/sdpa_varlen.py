@@ -92,6 +92,9 @@ class SdpaVarlen(Backend):
     def availability(self, device: str) -> str | None:
         import torch
 
+        if device not in self.devices:  # said before importing varlen, which imports dynamo (a second, for `list`)
+            return device_problem(device, self.devices,
+                                  "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
         try:
             varlen_function()
         except (ImportError, AttributeError):

@@ -23,7 +23,6 @@ paged local window). xformers has no soft-capping and ALiBi only as a dense tens
 
 from __future__ import annotations
 
-import importlib
 import re
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from attnbench.backends.base import (
     Prepared,
     Unsupported,
     expand_kv,
+    quiet_import,
 )
 from attnbench.backends.sdpa import fp32_math
 from attnbench.backends.conformance import LibraryCall
@@ -51,8 +51,9 @@ NO_OPERATOR = "No operator found"
 
 
 def xformers_ops() -> Any:
-    """The `xformers.ops` module (looked up in sys.modules first, so a test can stand one in)."""
-    return importlib.import_module("xformers.ops")
+    """The `xformers.ops` module (looked up in sys.modules first, so a test can stand one in), imported without its
+    load warning (the backend's reason names the torch its extension was built for: built_for)."""
+    return quiet_import("xformers.ops")
 
 
 # The bias classes xformers_bias constructs, with what it passes (attnbench.backends.conformance checks them).
@@ -301,9 +302,7 @@ class XformersBackend(Backend):
     def _probe(self, device: str) -> str | None:
         """Ask xformers' dispatcher about a tiny input on `device`: its refusal is the reason."""
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ops = xformers_ops()
+            ops = xformers_ops()
         except ImportError as exc:
             return f"xformers is not installed (cannot import xformers.ops: {exc})"
         import torch

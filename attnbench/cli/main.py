@@ -92,9 +92,8 @@ def list_suites() -> None:
     width = max(map(len, suites), default=10)
     for name, path in suites.items():
         suite = load_suite(path)
-        first = next((line.lstrip("# ").strip() for line in suite.text.splitlines() if line.startswith("#")), "")
         out.print(f"{name:<{width}} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
-                  f"{first}", markup=False)
+                  f"{suite.description}", markup=False)
 
 
 @app.command()

@@ -119,12 +119,12 @@ def step_text(previous: Point | None, point: Point) -> str:
 
 
 def trend_table(found: list[Trend], title: str) -> Table:
-    """One rich table: a section per (GPU, case, backend), a row per run."""
+    """One rich table: a section per (device, case, backend), a row per run (a CPU run names its CPU, not a GPU)."""
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=Text(title), title_justify="left")
-    for column in ("GPU · case · backend", "run started", "run", "median ms [interval]", "vs previous",
+    for column in ("device · case · backend", "run started", "run", "median ms [interval]", "vs previous",
                    "versions changed"):
         table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup
     for trend in found:

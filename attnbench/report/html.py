@@ -76,6 +76,7 @@ TEMPLATE = r"""<!DOCTYPE html>
   th[data-dir="asc"]::after { content: " ▲"; } th[data-dir="desc"]::after { content: " ▼"; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
   td.reason { min-width: 260px; max-width: 420px; overflow-wrap: anywhere; }
+  td.reason div { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; line-clamp: 3; overflow: hidden; }
   td.kernel { min-width: 200px; color: #57606a; overflow-wrap: anywhere; } td.backend { white-space: nowrap; }
   .scroll { overflow-x: auto; max-width: 100%; }
   tr.bad td { background: #fff8f6; }
@@ -145,7 +146,7 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 <thead><tr>{% for key, header, numeric in columns %}<th data-type="{{ "num" if numeric else "text" }}">{{ header }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for row in rows %}<tr class="{{ "bad" if row.status != "ok" }}" data-backend="{{ row.backend }}" data-dtype="{{ row.dtype }}" data-status="{{ row.status }}">
-{% for cell in row.cells %}<td{% if cell.numeric %} class="num" data-v="{{ cell.sort }}"{% elif cell.key in ("reason", "kernel", "backend") %} class="{{ cell.key }}"{% elif cell.key == "status" %} class="st st-{{ row.status }}"{% endif %}>{{ cell.text }}</td>{% endfor %}
+{% for cell in row.cells %}<td{% if cell.numeric %} class="num" data-v="{{ cell.sort }}"{% elif cell.key == "reason" %} class="reason" title="{{ cell.text }}"{% elif cell.key in ("kernel", "backend") %} class="{{ cell.key }}"{% elif cell.key == "status" %} class="st st-{{ row.status }}"{% endif %}>{% if cell.key == "reason" %}<div>{{ cell.text }}</div>{% else %}{{ cell.text }}{% endif %}</td>{% endfor %}
 </tr>
 {% endfor %}</tbody>
 </table></div>

@@ -30,6 +30,19 @@ class Suite:
     def name(self) -> str:
         return self.model.name
 
+    @property
+    def description(self) -> str:
+        """The first sentence of the file's opening comment, however many lines it spans (`attnbench suites`)."""
+        lines = []
+        for line in self.text.splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("#").strip())
+        text = " ".join(lines)
+        end = next((i + 1 for i, ch in enumerate(text) if ch == "." and text[i + 1:i + 2] in ("", " ")
+                    and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.", "vs."))), len(text))
+        return text[:end]
+
     def _blocks(self) -> list[tuple[str, Block]]:
         """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
         return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
@@ -258,8 +271,9 @@ def load_suite(path: Path | str) -> Suite:
     """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line."""
     path = resolve_suite(path)
     if not path.exists():
-        names = ", ".join(packaged_suites())
-        raise SuiteError(f"{path}: no such suite file (packaged suites: {names})")
+        names = list(packaged_suites())
+        hint = did_you_mean(path.as_posix().removesuffix(".yaml"), names)
+        raise SuiteError(f"{path}: no such suite file{hint}; packaged suites: {', '.join(names)}")
     if path.is_dir():
         raise SuiteError(f"{path}: is a directory; expected a suite YAML file")
     try:
@@ -288,30 +302,38 @@ def load_suite(path: Path | str) -> Suite:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """The first schema error as `field.path: problem; allowed: ...`, with a did-you-mean for near misses."""
-    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a misspelt key explains most
-    error = errors[0]
+    """Every schema error as `field.path: problem; allowed: ...`, with a did-you-mean for near misses: the first
+    in full (a misspelt key explains most), the rest after it on the same line."""
+    errors, seen = [], set()
+    for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
+        if _field_path(error["loc"]) not in seen:  # a union's branches each report the same field: say it once
+            seen.add(_field_path(error["loc"]))
+            errors.append(error)
+    first, rest = _describe_one(errors[0]), [_describe_one(e, allowed_list=False) for e in errors[1:]]
+    return first + (f"; also {'; '.join(rest)}" if rest else "")
+
+
+def _describe_one(error: Any, allowed_list: bool = True) -> str:
+    """One pydantic error as `field.path: problem` (with `; allowed: ...` when `allowed_list`)."""
     loc = _field_path(error["loc"])
     kind = error["type"]
     value = error.get("input")
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     if kind == "extra_forbidden":
         parent, key = loc.rpartition(".")[0], str(error["loc"][-1])
         allowed = _allowed_keys(error["loc"][:-1])
-        hint = did_you_mean(key, allowed)
         where = parent + "." if parent else ""
-        return f"{where}{key}: unknown key{hint}; allowed: {', '.join(allowed)}{more}"
+        listed = f"; allowed: {', '.join(allowed)}" if allowed_list else ""
+        return f"{where}{key}: unknown key{did_you_mean(key, allowed)}{listed}"
     if kind == "missing":
-        return f"{loc}: required field is missing{more}"
+        return f"{loc}: required field is missing"
     if kind in ("model_type", "dict_type"):
-        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}{more}"
+        return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}"
     if kind == "literal_error":
         allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
-        hint = did_you_mean(str(value), allowed)
-        return f"{loc}: {value!r} is not allowed{hint}; allowed: {', '.join(allowed)}{more}"
+        return f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; allowed: {', '.join(allowed)}"
     if kind == "value_error":
-        return f"{loc}: {error['msg'].removeprefix('Value error, ')}{more}"
-    return f"{loc}: {value!r}: {error['msg']}{more}"
+        return f"{loc}: {error['msg'].removeprefix('Value error, ')}"
+    return f"{loc}: {value!r}: {error['msg']}"
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

@@ -1,0 +1,36 @@
+"""The test session itself: it keeps its hands off the user's state and runs on every core."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from attnbench.history.store import default_path
+from attnbench.run.compile_cache import default_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_caches_and_history_point_at_a_temporary_folder_in_tests_and_their_subprocesses() -> None:
+    """A calibration measured while the tests load the machine must never land in ~/.cache/attnbench, where the
+    next `attnbench run` would divide by it (conftest.py's pytest_configure moves every state home)."""
+    real = [Path.home() / ".cache", Path.home() / ".local" / "share"]
+    temp = Path(tempfile.gettempdir()).resolve()
+    code = ("from attnbench.run.compile_cache import default_dir; from attnbench.history.store import default_path; "
+            "print(default_dir()); print(default_path())")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    for where in [default_dir(), default_path(), *map(Path, child)]:
+        assert temp in where.resolve().parents, where
+        assert not any(home in where.parents for home in real), where
+
+
+def test_make_test_runs_the_suite_on_every_core_and_the_test_extra_carries_xdist() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-n auto" in makefile
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("pytest-xdist") for dep in extras["test"])
