@@ -65,6 +65,7 @@ def test_the_forecast_prices_a_new_backend_by_the_cost_model_it_declares() -> No
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # compares two real runs' timings: other tests' load on the same cores would move them
 def test_a_new_backend_is_run_reported_and_compared_with_no_edit_elsewhere(tmp_path: Path) -> None:
     from attnbench.cli.main import app
 

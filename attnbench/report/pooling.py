@@ -34,6 +34,7 @@ from attnbench.records.results import (
 # Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
 # counter's resolution, which attnbench.timing.energy's one-second loop keeps under a tenth of what is measured.
 ENERGY_RESOLUTION = 0.10
+BACKWARD = ("bwd", "fwd_bwd")  # modes whose profiled call also zeroes and accumulates gradients
 # The versions env.json records at its top level (torch's full build name, CUDA, cuDNN, the driver); the other
 # libraries come from its `libraries`.
 VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
@@ -163,7 +164,7 @@ def trouble(record: dict[str, Any], metric: Metric) -> str | None:
     A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
     and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
     timed is not the one a user can count on."""
-    if kernel_trouble(record) == "wrong kernel" or (kernel_trouble(record) and record.get("mode") == "fwd"):
+    if kernel_trouble(record) == "wrong kernel" or (kernel_trouble(record) and record.get("mode") not in BACKWARD):
         # never chosen: its time is not (only) its kernel's. A backward's profiled call also zeroes and accumulates
         # gradients, work its user does too, so its overhead flag is shown, not a gate.
         return kernel_trouble(record)
