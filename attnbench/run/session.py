@@ -122,16 +122,6 @@ def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None
 
 
 @dataclass(frozen=True)
-class DryRun:
-    """What a run would do: its plan, its forecast, and the timing in force on its device."""
-
-    plan: Plan
-    forecast: Forecast
-    timing: Timing
-    cpu_timing: bool  # the timing is the suite's cpu: block's
-
-
-@dataclass(frozen=True)
 class RunMode:
     """How a run measures, decided from its plan and options before anything runs: the dry run's forecast and the
     run's own come from the same one (predict)."""
