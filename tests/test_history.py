@@ -58,7 +58,7 @@ def test_the_committed_reports_are_the_first_history(store: Path) -> None:
     with Store(store, create=False) as held:
         runs = held.runs()
         assert [r.run_id for r in runs] == ["a9d1b0bac54f", "093d64bb0106", "6275c2881691", "72df0c1bdf00",
-                                            "2be845dab6aa", "eedc31c87e98", "16b587a4f446"]  # oldest first
+                                            "2be845dab6aa", "eedc31c87e98", "6eaefdd7ede0"]  # oldest first
         by_id = {r.run_id: r for r in runs}
         last = by_id["72df0c1bdf00"]
         assert (last.device, last.device_name, last.suite) == ("cuda", "NVIDIA H200", "gpu-check")
