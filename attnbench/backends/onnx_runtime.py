@@ -85,22 +85,7 @@ class _Ort(Backend):
         return back
 
     def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
-        import numpy as np
-        import onnx
-        from onnx import TensorProto, helper
-
-        types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
-                 np.dtype(bool): TensorProto.BOOL}
-        names = list(inputs)
-        outputs = ["out", *self.extra_outputs()]
-        node = helper.make_node(self.op, names, outputs, domain=self.domain, **attributes)
-        graph = helper.make_graph(
-            [node], self.name,
-            [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
-        model.ir_version = min(model.ir_version, onnx.IR_VERSION)
-        return model.SerializeToString()
+        return _positional_model(self, inputs, attributes, list(inputs))
 
     def extra_outputs(self) -> tuple[str, ...]:
         return ()
@@ -304,8 +289,6 @@ class OrtGroupQueryAttention(_Ort):
     def window_of(self, window: int) -> int:
         return window + 1
 
-    def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
-        return _positional_model(self, inputs, attributes, list(inputs))
 
 
 def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: dict[str, Any],
@@ -315,7 +298,8 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     import onnx
     from onnx import TensorProto, helper
 
-    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+             np.dtype(bool): TensorProto.BOOL}
     outputs = ["out", *backend.extra_outputs()]
     node = helper.make_node(backend.op, names, outputs, domain=backend.domain, **attributes)
     graph = helper.make_graph(
