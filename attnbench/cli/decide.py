@@ -84,9 +84,9 @@ def history_check(db: opts.HistoryDb = None) -> None:
 @history_app.command("show")
 @user_errors
 def history_show(
-    backend: List[str] = typer.Option([], "--backend", help="Only this backend (repeatable)."),
-    case: List[str] = typer.Option([], "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable)."),
-    gpu: List[str] = typer.Option([], "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable)."),
+    backend: opts.HistoryBackends = [],  # noqa: B006 - typer reads the default; it is never mutated
+    case: opts.HistoryCases = [],  # noqa: B006
+    gpu: opts.HistoryGpus = [],  # noqa: B006
     db: opts.HistoryDb = None,
 ) -> None:
     """Per (GPU, case, backend), the median and interval of each dated run, with library-version changes marked."""
@@ -108,9 +108,9 @@ def history_show(
 @history_app.command("plot")
 @user_errors
 def history_plot(
-    backend: List[str] = typer.Option([], "--backend", help="Only this backend (repeatable)."),
-    case: List[str] = typer.Option([], "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable)."),
-    gpu: List[str] = typer.Option([], "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable)."),
+    backend: opts.HistoryBackends = [],  # noqa: B006 - typer reads the default; it is never mutated
+    case: opts.HistoryCases = [],  # noqa: B006
+    gpu: opts.HistoryGpus = [],  # noqa: B006
     out_dir: Path = typer.Option(Path("history-plots"), "--out", metavar="DIR",
                                  help="Where the PNGs go (one per GPU, case and backend; same names are redrawn)."),
     db: opts.HistoryDb = None,

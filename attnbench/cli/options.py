@@ -27,6 +27,12 @@ PeakBandwidth = Annotated[Optional[float], typer.Option(
 HistoryDb = Annotated[Optional[Path], typer.Option(
     "--db", metavar="FILE", help="The history store (default $XDG_DATA_HOME/attnbench/history.sqlite, else "
                                  "~/.local/share/attnbench/history.sqlite).")]
+# The filters `history show` and `history plot` share.
+HistoryBackends = Annotated[List[str], typer.Option("--backend", help="Only this backend (repeatable).")]
+HistoryCases = Annotated[List[str], typer.Option(
+    "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable).")]
+HistoryGpus = Annotated[List[str], typer.Option(
+    "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable).")]
 CompileWorkers = Annotated[Optional[int], typer.Option(
     "--compile-workers", min=0, metavar="N",
     help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
