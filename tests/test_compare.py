@@ -144,16 +144,25 @@ def test_missing_run_is_a_results_error(tmp_path: Path) -> None:
         compare_runs(BASE, tmp_path / "nowhere")
 
 
-def test_a_noisy_measurement_is_listed_as_noisy_never_as_a_regression(tmp_path: Path) -> None:
-    """Samples spread wide (IQR 1 ms, over 10% of every median here): unsteady, so never judged."""
-    noisy_new = rewrite(NEW, tmp_path / "noisy-new", time_ms_iqr=1.0)
+def test_a_wide_spread_is_judged_by_the_interval_it_widened(tmp_path: Path) -> None:
+    """Samples spread wide (IQR 1 ms, over 10% of every median here) with an interval still apart from BASE's: the
+    distribution-free interval already holds the spread, so the regression stands, and nothing is listed noisy."""
+    spread = compare_runs(BASE, rewrite(NEW, tmp_path / "spread-new", time_ms_iqr=1.0))
+    assert [(m.backend, m.case) for m in spread.regressions] == [("sdpa-flash", REGRESSED)] and spread.noisy == []
+
+
+def test_a_noisy_measurement_without_an_interval_is_listed_as_noisy_never_as_a_regression(tmp_path: Path) -> None:
+    """A record written before intervals (no ci_low_ms) whose samples spread wide (IQR 0.15 ms, over 10% of the
+    planted case's medians of 0.88 and 1.06 ms, under their difference): unsteady, so never judged."""
+    noisy_new = rewrite(NEW, tmp_path / "noisy-new", time_ms_iqr=0.15, ci_low_ms=None, ci_high_ms=None, noisy=True)
     result = compare_runs(BASE, noisy_new)
     assert result.regressions == [] and result.improvements == []
     assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
     text = result.to_markdown()
     assert "### Noisy" in text and "1.201× (noisy: new)" in text and "1 change(s) not judged: noisy" in text
-    noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=1.0), NEW)
+    noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=0.15, ci_low_ms=None, noisy=True,
+                                      ci_high_ms=None), NEW)
     assert noisy_base.regressions == [] and [m.noise_words() for m in noisy_base.noisy] == ["base"]
     console = Console(record=True, width=200)
     console.print(comparison_table(result))

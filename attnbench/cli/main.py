@@ -322,6 +322,9 @@ def compare(
     threshold: str = typer.Option("10%", help="Smallest change judged (a regression or an improvement), with the "
                                               "two intervals apart; e.g. 10% or 0.1."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
+    absolute: bool = typer.Option(False, "--absolute",
+                                  help="Judge the raw ratios, not each against the run's pace (the median ratio, "
+                                       "used when both runs come from one machine with the same software)."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
     deterministic run, a measurement turned non-repeatable)."""
@@ -336,11 +339,12 @@ def compare(
     if db is not None and against is None:
         raise AttnbenchError("--db only applies with --against history")
     if against is None:
-        result = compare_runs(runs[0], runs[1], parse_fraction(threshold))
+        result = compare_runs(runs[0], runs[1], parse_fraction(threshold), relative=not absolute)
     else:
         from attnbench.history.compare import compare_with_history
 
         result = compare_with_history(runs[0], db, parse_fraction(threshold))
+        result.relative = not absolute
         err.print(f"base: {result.base}", markup=False)
     if result.machine_warning:
         err.print(result.machine_warning, style="bold yellow", markup=False)

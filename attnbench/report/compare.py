@@ -1,35 +1,25 @@
 """compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures.
 
-A regression is a slow-down beyond the threshold whose two intervals for the median (ci_low_ms..ci_high_ms)
-do not overlap: the two medians are known well enough to be told apart. A measurement whose two calls agreed bit for
-bit in BASE and not in NEW turned non-repeatable: always named and counted, and a failure when NEW asked for
-deterministic kernels (a kernel that promises nothing may agree by luck on one run and not the next). Records written before intervals
-existed fall back to the older rule (the medians differ by more than the two IQRs together). A side whose
-samples spread wide (IQR over 10% of the median) is listed as noisy and never judged: its samples were not
-steady, so no interval computed from them can be trusted.
+A regression is a slow-down beyond the threshold, once divided by the run's pace on one machine (Comparison.pace),
+whose two intervals for the median do not overlap. A measurement whose two calls agreed bit for bit in BASE and not
+in NEW turned non-repeatable: named, and a failure when NEW asked for deterministic kernels. Records written before
+intervals fall back to the older rule (the medians differ by more than the two IQRs), and one whose IQR is over 10%
+of its median is listed as noisy and never judged.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import ResultsError
-from attnbench.report.groups import BAD_STATUSES, case_words
-from attnbench.records.results import (
-    apart,
-    interval_of,
-    is_noisy,
-    is_spread,
-    is_throttled,
-    key_of,
-    load_records,
-    read_env,
-    results_path,
-)
 from attnbench.core.units import fmt_ms, md_cell
+from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
+                                       results_path)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -63,10 +53,10 @@ class Match:
 
     @property
     def noisy(self) -> bool:
-        """Either side's samples spread beyond the noise threshold: its ratio is shown but never judged."""
+        """Either side is a record without an interval whose samples spread wide: shown, never judged."""
         return self.base_noisy or self.new_noisy
 
-    def noise_words(self) -> str:
+    def noise_words(self) -> str:  # "base", "new" or "base and new"
         return " and ".join(side for side, flag in (("base", self.base_noisy), ("new", self.new_noisy)) if flag)
 
     @property
@@ -74,7 +64,7 @@ class Match:
         """Either side was timed on a throttled or shared GPU: its ratio is shown but never judged."""
         return self.base_throttled or self.new_throttled
 
-    def throttle_words(self) -> str:
+    def throttle_words(self) -> str:  # likewise
         return " and ".join(side for side, flag in (("base", self.base_throttled), ("new", self.new_throttled))
                             if flag)
 
@@ -91,17 +81,19 @@ class Match:
             return self.new_ms / self.base_ms
         return None
 
-    def beyond_noise(self) -> bool:
-        """Whether the two medians are told apart: their intervals do not overlap (or, for records without
-        intervals, the medians differ by more than the two IQRs together)."""
+    def beyond_noise(self, pace: float = 1.0) -> bool:
+        """Whether the two medians are told apart, NEW's divided by `pace`: their intervals do not overlap (or, for
+        records without intervals, the medians differ by more than the two IQRs together)."""
         assert self.base_ms is not None and self.new_ms is not None
         if self.base_ci is not None and self.new_ci is not None:
-            return apart(self.new_ci, self.base_ci)
-        return abs(self.new_ms - self.base_ms) > self.base_iqr + self.new_iqr
+            return apart((self.new_ci[0] / pace, self.new_ci[1] / pace), self.base_ci)
+        return abs(self.new_ms / pace - self.base_ms) > self.base_iqr + self.new_iqr / pace
 
-    def ratio_words(self) -> str:
-        """'1.031×', or '' when either side did not run ok."""
-        return f"{self.ratio:.3f}×" if self.ratio is not None else ""
+    def ratio_words(self, pace: float = 1.0) -> str:
+        """'1.031×' (with ', 0.953× of the pace' when judged against a pace), or '' when either side did not run ok."""
+        if self.ratio is None:
+            return ""
+        return f"{self.ratio:.3f}×" + (f" ({self.ratio / pace:.3f}× of the pace)" if pace != 1.0 else "")
 
     def side(self, which: str) -> str:
         """One side's median with its interval (or ±IQR for a record without one), or its status."""
@@ -126,6 +118,31 @@ class Comparison:
     only_in_new: int = 0
     versions: tuple[int, int] = (0, 0)  # the record schema of BASE and of NEW
     machine_notes: list[str] = field(default_factory=list)  # where the two runs' machines differ (env.json)
+    # The run's pace: the median NEW/BASE ratio over every measurement both ran ok (None with under MIN_PACE of them).
+    # On one machine with the same software, a shift every kernel shares is the machine's speed on that day, not a
+    # kernel's, so each ratio is judged against it (`relative`); across machines, or with --absolute, it is not.
+    pace: float | None = None
+    relative: bool = True
+
+    @property
+    def paced(self) -> bool:
+        """Whether the run has a pace apart from 1: off by at least a tenth of the threshold (1% at 10%)."""
+        return self.pace is not None and abs(math.log(self.pace)) >= math.log1p(self.threshold / 10)
+
+    @property
+    def judged_pace(self) -> float:
+        """What each ratio is divided by before it is judged: the pace when judging relative to it, else 1."""
+        return self.pace if self.paced and self.relative and not self.machine_notes else 1.0  # type: ignore[return-value]
+
+    @property
+    def pace_note(self) -> str | None:
+        """The run's pace in words, when it is apart from 1 (paced)."""
+        if not self.paced:
+            return None
+        said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of "
+                f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements)")
+        return said + (": one machine, the same software, so that is the machine's pace; each ratio is judged "
+                       "against it (--absolute judges the raw ratios)" if self.judged_pace != 1.0 else "")
 
     @property
     def machine_warning(self) -> str | None:
@@ -148,9 +165,13 @@ class Comparison:
                 "before version 2, bytes_moved left out the score matrix's traffic")
 
     def _changed(self, m: Match) -> bool:
-        """Beyond the threshold (either way), with intervals that do not overlap."""
-        return m.ratio is not None and (m.ratio > 1 + self.threshold or m.ratio < 1 / (1 + self.threshold)) \
-            and m.beyond_noise()
+        """Beyond the threshold (either way), with intervals that do not overlap, once NEW is divided by the pace
+        judged against (judged_pace)."""
+        if m.ratio is None:
+            return False
+        pace = self.judged_pace
+        ratio = m.ratio / pace
+        return (ratio > 1 + self.threshold or ratio < 1 / (1 + self.threshold)) and m.beyond_noise(pace)
 
     @property
     def regressions(self) -> list[Match]:
@@ -222,6 +243,8 @@ class Comparison:
         lines = [f"## attnbench compare: {md_cell(self.new)} vs {md_cell(self.base)}", ""]
         if self.machine_warning:
             lines += [f"**{md_cell(self.machine_warning)}**", ""]
+        if self.pace_note:
+            lines += [md_cell(self.pace_note) + ".", ""]
         lines.append(f"{len(self.matches)} matched measurements ({self.only_in_base} only in base, "
                      f"{self.only_in_new} only in new); a change is beyond the threshold ({self.threshold:.0%}) with "
                      "intervals of the median that do not overlap.")
@@ -256,7 +279,7 @@ class Comparison:
                 for m in items:
                     note = m.unjudged_note()
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
-                                 f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words())}{note} |")
+                                 f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words(self.judged_pace))}{note} |")
         if self.turned_unrepeatable:
             lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
                       "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
@@ -288,15 +311,19 @@ def _index(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 
 
 def _unsteady(record: dict[str, Any]) -> bool:
-    """Not to be judged: samples spread wide. For a record with an interval, only the spread counts (an interval
-    merely wider than the precision asked still tells two medians apart when the intervals do not overlap)."""
-    return is_spread(record) if interval_of(record) is not None else is_noisy(record)
+    """Not to be judged: a record without an interval whose samples spread wide. A record with an interval is judged
+    by it, however wide: the interval is distribution-free, so a wide spread widens it and never fools it, and one
+    wider than the precision asked still tells two medians apart when the intervals do not overlap."""
+    return False if interval_of(record) is not None else is_noisy(record)
 
 
 # The smallest change judged at all (asv's default factor): on a shared 2-core VM two identical back-to-back runs of
 # suites/quick.yaml differed by 5-15% per case with within-run intervals of ±1-3%, and a 5% threshold called them
 # regressions.
 DEFAULT_THRESHOLD = 0.10
+# The fewest measurements both runs ran ok for their median ratio to be taken as the run's pace: a backend that
+# regressed on a few of them cannot move it.
+MIN_PACE = 8
 # What env.json says of the machine: two runs that differ here are not one machine's numbers.
 MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "driver")
 
@@ -314,7 +341,7 @@ def machine_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> li
     return found
 
 
-def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, relative: bool = True) -> Comparison:
     """Match BASE and NEW by measurement key and say what regressed, improved, broke and was fixed."""
     if not threshold >= 0:
         raise ResultsError(f"threshold must be 0 or more (a fraction, 0.05 = 5%), got {threshold}")
@@ -324,6 +351,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) ->
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
     comparison = compare_records(base_records, new_records, str(base), str(new), threshold)
     comparison.machine_notes = machine_differences(read_env(Path(base)), read_env(Path(new)))
+    comparison.relative = relative
     return comparison
 
 
@@ -350,9 +378,11 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
             new_deterministic="deterministic" in (n.get("extra") or {}), new_repeat=repeat_words(n),
             kernel_change=kernel_change(b, n),
         ))
+    ratios = sorted(m.ratio for m in matches if m.ratio is not None)
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
+        pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None,
     )
 
 
@@ -397,12 +427,14 @@ def comparison_table(comparison: Comparison) -> Table:
         table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
                       Text(m.side("base")), Text(m.side("new")),
                       Text(m.new_repeat if label == "not repeatable"
-                           else m.ratio_words() + m.unjudged_note() if m.ratio is not None
+                           else m.ratio_words(comparison.judged_pace) + m.unjudged_note() if m.ratio is not None
                            else (m.new_reason or "")))
     for backend, value in comparison.geomean_by_backend.items():
         table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
                       Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
     notes = [comparison.version_note] if comparison.version_note else []
+    if comparison.pace_note:
+        notes.append(comparison.pace_note)
     if comparison.throttled_anywhere:
         notes.append(f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
                      "in base or new: never judged a regression or an improvement")
