@@ -40,7 +40,10 @@ def print_dry_run(dry: DryRun, console: Console) -> None:
     source = " (with the cpu: block's timing)" if dry.cpu_timing else ""
     console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
                   f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
-                  f"{timing.min_samples} to {timing.max_samples} samples", markup=False)
+                  f"{timing.min_samples} to {timing.max_samples} samples"
+                  + (f", in {timing.rounds} rounds spread over the run" if (timing.rounds or 1) > 1 else "")
+                  + (f", then up to {timing.refine:g}× that budget over all measurements where the interval is "
+                     "still too wide" if timing.refine else ""), markup=False)
 
 
 def print_forecast(predicted: Forecast, console: Console) -> None:
@@ -57,7 +60,9 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
     for backend, seconds in predicted.by_backend().items():
         ran, skipped = counts[backend]
         table.add_row(backend, str(ran), str(skipped), fmt_duration(seconds))
-    table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s))
+    if predicted.refine_s:
+        table.add_row("refining (timing.refine)", "", "", fmt_duration(predicted.refine_s))
+    table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s - predicted.refine_s))
     console.print(table)
     if predicted.compile_workers:
         compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs in "

@@ -27,6 +27,15 @@ DEVICE_PRECISION = {"cpu": 0.05, "cuda": 0.01}
 # CPU: two back-to-back runs of suites/quick.yaml on a 2-core VM differed by up to 15% per case; CUDA: the
 # committed H200 runs' repeated cases agreed within 2%.
 RUN_TO_RUN_NOISE = {"cpu": 0.15, "cuda": 0.02}
+# How many rounds a measurement's samples are taken in, per device, when the suite sets none: the first with the
+# checked call, the later ones re-timing every measurement in shuffled order (attnbench.run.rounds). On a 2-core VM a
+# call's time wanders by 5-15% over seconds and differently for each workload (a fixed matmul tracked the attention
+# calls beside it with a correlation of 0.1), so samples taken in one 40 ms window carry that window's bias; taken in
+# three windows spread over the run they carry the run's. A GPU's samples agree across a run within 2%: one round.
+DEVICE_ROUNDS = {"cpu": 3, "cuda": 1}
+# What the run may spend after its rounds, as a share of the sampling budget of all its measurements together (the
+# suite-level budget), re-timing the measurements whose interval is still wider than the precision asked.
+DEVICE_REFINE = {"cpu": 1.0, "cuda": 0.0}
 EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
 
 

@@ -244,6 +244,30 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def replace_records(path: Path, records: list[Record]) -> None:
+    """Rewrite the results file with `records` in place of the lines of the same measurement (key_of), every other
+    line kept as it was (an earlier part of a resumed run, a line no reader can parse), atomically."""
+    updated = {key_of(r.to_dict()): record_line(r.to_dict()) for r in records}
+    lines = []
+    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True):
+        try:
+            key = key_of(json.loads(line))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            key = None
+        lines.append(updated.get(key, line) if key is not None else line)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as file:
+            file.write("".join(lines))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ResultsError(f"{path}: cannot rewrite it with the later rounds' samples ({exc.strerror}); it holds "
+                           "the records of the last round written, each whole") from None
+
+
 def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
     """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
     from attnbench.core.errors import AttnbenchError

@@ -168,7 +168,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         decision.decision = "unsettled"
         names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
         decision.why = f"{names} may be faster than {leader}, but {'was' if ',' not in names else 'were'} " \
-                       "timed throttled or noisy"
+                       "timed throttled or not repeatable"
     elif len(decision.tie) == 1:
         decision.decision, decision.backend = "winner", leader
     else:

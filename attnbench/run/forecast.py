@@ -47,14 +47,15 @@ class Overheads:
     compile_s: float  # one flex compile of a forward with a cold cache
     compile_cached_s: float  # the same graph from inductor's on-disk cache
     backward_compile: float  # a forward-and-backward compile costs this many forward ones
+    per_round_s: float  # a later round's re-timing of a measurement, beside its calls: prepare, progress
 
 
 # compile_cached_s: benchmarks/flex_warm_load.py on the 2-core AMD EPYC development VM (torch 2.13, load 1.7-2.0):
 # torch.compile's part of a warm-cache flex prepare (`dynamo_s`: trace, cache lookup and load), median 0.147 s
 # (max 0.31 s) over 21 loads of 1K-2K shapes after each process's first (prepare's warm call, 0.02-0.11 s there, apart).
-CPU_OVERHEADS = Overheads(2.0, 0.012, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0)
+CPU_OVERHEADS = Overheads(2.0, 0.012, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.003)
 # compile: the H200 run of suites/gpu-check.yaml (torch 2.11): compile_s 2.8 s forward, 4.2 s fwd_bwd.
-GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5)
+GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01)
 
 
 def element_bytes(dtype: str) -> int:
@@ -124,11 +125,12 @@ class Forecast:
     compile_s: float = 0.0  # likewise: compiles, or cache loads, in the measurements' own setup
     precompile_s: float = 0.0  # the compile phase before the first measurement (attnbench.run.precompile)
     compile_workers: int = 0  # its processes; 0: no phase
+    refine_s: float = 0.0  # the suite-level budget's re-timings after the rounds (attnbench.run.rounds)
     precompiled: int = 0  # graphs it compiles
 
     @property
     def fixed_s(self) -> float:
-        return self.startup_s + self.precompile_s + self.report_s
+        return self.startup_s + self.precompile_s + self.report_s + self.refine_s
 
     @property
     def total_s(self) -> float:
@@ -145,7 +147,7 @@ class Forecast:
                 "report_s": round(self.report_s, 2),
                 "reference_s": round(self.reference_s, 2), "compile_s": round(self.compile_s, 2),
                 "precompile_s": round(self.precompile_s, 2), "compile_workers": self.compile_workers,
-                "precompiled": self.precompiled,
+                "precompiled": self.precompiled, "refine_s": round(self.refine_s, 2),
                 "by_backend_s": {k: round(v, 2) for k, v in self.by_backend().items()},
                 "measurements": len(self.tasks), "measured": sum(t.runs for t in self.tasks),
                 "machine": self.machine.to_dict(), "estimate": self.machine.estimate}
@@ -171,7 +173,41 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on a CPU
     # only where RAPL can be read, which the forecast does not assume.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
-    return overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms) / 1e3, compile_s
+    later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
+    return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
+            compile_s)
+
+
+def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
+    """What the later rounds change in a measurement's time (ms) beside sample_ms (attnbench.run.rounds): each round
+    that re-times it prepares again, makes a forward for a backward's dO and warms up before its share of the samples
+    (sample_ms / rounds, at least min_samples calls); a call too slow for its share is not re-timed."""
+    if settings.rounds <= 1:
+        return 0.0
+    from attnbench.run.rounds import due_again
+
+    share = max(sample_ms / settings.rounds, settings.min_samples * t_ms)
+    spent, extra = [share], 0.0
+    warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
+    for round_number in range(2, settings.rounds + 1):
+        if not due_again(spent, round_number, settings):
+            break
+        spent.append(share)
+        extra += overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0)
+    # The samples are the rounds' shares made (a slow call's later rounds are not), in place of sample_ms.
+    return extra + sum(spent) - sample_ms
+
+
+def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine) -> float:
+    """What the suite-level budget should spend (s): for each measurement (case, backend, call ms) whose budget buys
+    fewer samples than an interval of ±precision needs at the device's NOISE, the samples it lacks; at most
+    settings.refine of every measurement's budget together."""
+    if settings.refine <= 0 or not tasks:
+        return 0.0
+    needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
+    lacking = sum(max(0, min(settings.max_samples, needed) - max(settings.min_samples, settings.budget_ms / t_ms)) * t_ms
+                  for _, _, t_ms in tasks if t_ms > 0)
+    return min(lacking, settings.refine * settings.budget_ms * len(tasks)) / 1e3
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
@@ -204,6 +240,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
     dynamic_lengths: dict[str, set[tuple[int, int]]] = {}
+    timed: list[tuple[Case, Backend, float]] = []
     conformance: dict[str, str | None] = {}
     for case, backend in tasks:
         groups.add(group_of(case))
@@ -230,6 +267,9 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
             seconds += ref + overheads.per_case_s
         result.compile_s += compile_s
         result.tasks.append(TaskForecast(backend.name, seconds / max(1, workers), True))
+        timed.append((case, backend, call_s(case, backend, machine) * 1e3))
+    if not isolate and workers == 1:  # the suite-level budget's re-timings, made in this process after the rounds
+        result.refine_s = refine_s(timed, settings, machine)
     result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0)
     if ahead:
         result.compile_workers, result.precompiled = compile_workers, len(ahead)

@@ -157,7 +157,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     # modes the checked call differs (it also maps gradients back), so the peak comes from the first
     # warm-up call instead. No call is made for memory alone.
     twin = case.mode == "fwd"
-    timing = settings.timing
+    timing = settings.timing.round_share()  # the first round's; the later ones re-time it (attnbench.run.rounds)
     with prepared.context():
         # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.
         with warnings.catch_warnings(record=True) as seen, torch.set_grad_enabled(case.needs_grad):
@@ -409,15 +409,19 @@ class InProcess:
                 on_start: Callable[[CaseData], None] | None = None) -> Record:
         if self.broken:
             return unmeasured(self.settings.info, case, backend, "skipped", self.broken)
-        if self.data is None or self.data.case != case:
-            self._drop()
-            self.data = case_data(case)
-        record = measure(self.data, backend, self.timer, self.settings, on_start)
+        record = measure(self.data_for(case), backend, self.timer, self.settings, on_start)
         if record.status == "error" and cuda_is_broken(case.device):
             self.data = None
             self.broken = (f"not run: {record.backend} on {record.case_id} broke this process's CUDA context "
                            f"({record.reason}); run isolated (the default on CUDA) to go on past it")
         return record
+
+    def data_for(self, case: Case) -> CaseData:
+        """The case's data: the one kept while consecutive tasks share a case, else made anew."""
+        if self.data is None or self.data.case != case:
+            self._drop()
+            self.data = case_data(case)
+        return self.data
 
     def _drop(self) -> None:
         if self.data is not None:

@@ -37,6 +37,13 @@ class RunInfo:
     measured_bandwidth_gbs: float | None = None
 
 
+def case_of(record: Record) -> Case:
+    """The case a record measured."""
+    from attnbench.core.case import Case
+
+    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
+
+
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
                 timer: str | None = None) -> Record:
     """The record of one measurement; `timer` is named only where samples were taken (ok, mismatch)."""
@@ -70,9 +77,10 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
 def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu") -> dict[str, Any]:
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
-    `noisy` when the spread is wide (IQR over NOISE_THRESHOLD of the median) or the interval is wider than the
-    precision asked (±precision of the median), or too few samples were taken for an interval at the confidence
-    asked (under 6 at 95%: one 4 s call has no interval at all): the number is not known as well as the suite wanted.
+    `noisy` when the interval is wider than the precision asked (±precision of the median), or too few samples were
+    taken for an interval at the confidence asked (under 6 at 95%: one 4 s call has no interval at all): the number is
+    not known as well as the suite wanted. A wide spread alone is not noise: the interval is distribution-free, so
+    the spread of a VM's calls (an IQR of 10-15% of the median on 2 cores) widens it and never fools it.
     Such a record's interval is never the zero-width span of its few samples: it is the device's run-to-run noise
     around the median (RUN_TO_RUN_NOISE), and `ci_source` says so.
     """
@@ -86,7 +94,7 @@ def timing_fields(samples: list[float], settings: TimingSettings, device: str = 
         "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
         "times_ms": list(samples), "ci_low_ms": low, "ci_high_ms": high, "ci_source": source,
         "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
-        "noisy": stats.noisy or interval.level < settings.confidence or interval.half_width() > settings.precision,
+        "noisy": interval.level < settings.confidence or interval.half_width() > settings.precision,
     }
 
 
@@ -153,3 +161,22 @@ def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def pooled(record: Record, case: Case, backend: Backend, samples: list[float], settings: TimingSettings,
+           info: RunInfo, rounds: list[dict[str, Any]]) -> Record:
+    """`record` with the samples of its later rounds (attnbench.run.rounds) joined to its own: every field derived
+    from the samples made again from all of them (the time fields, throughput, percent of peak, two groups), and
+    `extra.rounds`: each round's samples and median, in the order they were taken."""
+    import dataclasses
+
+    fields = timing_fields(samples, settings, case.device)
+    fields.update(throughput(case, backend, fields["time_ms"]))
+    extra = dict(record.extra)
+    extra.pop("bimodal", None)
+    extra.update({k: v for k, v in timing_extra(samples, None).items() if k == "bimodal"})
+    fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"], info,
+                                                            extra.get("fp32_math"))
+    extra.update(peak_extra, rounds=rounds)
+    return dataclasses.replace(record, **fields, extra=extra)
+

@@ -15,13 +15,13 @@ from attnbench.backends.base import Backend
 from attnbench.core.case import Case
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
-from attnbench.run import calibration, compile_cache, forecast, precompile
+from attnbench.run import calibration, compile_cache, forecast, precompile, rounds
 from attnbench.run.devices import check_devices, worker_env
 from attnbench.run.env import collect_env, resolve_device
 from attnbench.run.isolation import Isolated, WorkerConfig
 from attnbench.run.measure import InProcess, Settings
 from attnbench.run.options import RunOptions
-from attnbench.run.recording import RunInfo, now
+from attnbench.run.recording import RunInfo, case_of, now
 from attnbench.run.schedule import Schedule
 from attnbench.run.shard import select
 from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes
@@ -35,6 +35,7 @@ from attnbench.records.results import (
     ResultsWriter,
     key_of,
     refuse_existing,
+    replace_records,
     write_json_atomic,
 )
 from attnbench.sweep.suite import Suite, load_suite
@@ -83,7 +84,8 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
     """The suite's `timing:` in force on `device` as the timers' settings."""
     t = suite.timing(device)
     energy_ms = t.energy_ms if t.energy_ms is not None else DEFAULT_ENERGY_MS.get(device, 0.0)
-    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms)
+    return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms,
+                          rounds=t.rounds or 1, refine=t.refine or 0.0)
 
 
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
@@ -94,11 +96,6 @@ def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None)
     names = registry.chosen(list(options.backends) or None, suite)
     device = "cuda" if estimate_gpu else resolve_device(options.device or suite.model.device)
     return Plan(suite, device, suite.cases(device), registry.resolve(names), options.plugins)
-
-
-def case_of(record: Record) -> Case:
-    """The case a record measured."""
-    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
 
 
 def task_key(case: Case, backend: Backend) -> tuple:
@@ -315,7 +312,15 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
             writer.append(record)
             records.append(record)
 
-        measured = schedule.run(run.tasks, sink, measurers_for(plan, options, run.mode, info, directory))
+        measurers = measurers_for(plan, options, run.mode, info, directory)
+        measured = schedule.run(run.tasks, sink, measurers)
+    settings = run.mode.settings
+    if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
+        done = rounds.later_rounds(records, backends, rounds.InProcessResampler(measurers[0]), settings, info, run.run_id, should_stop,
+                                   lambda changed: replace_records(directory / RESULTS_FILE, changed),
+                                   lambda line: errors.print(line, markup=False))
+        (run.env["resumed"][-1] if options.resume else run.env)["rounds"] = done.to_dict()
+        write_json_atomic(directory / ENV_FILE, run.env)
     return measured, records
 
 

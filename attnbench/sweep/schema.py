@@ -234,6 +234,12 @@ class Timing(_Strict):
     # GPU's clock has settled at its sustained state (attnbench.run.sustain); 0 turns it off. Unset: 1000 on CUDA, off on a
     # CPU (where it runs, if asked, only when RAPL's energy counter can be read: it needs at least 1000 ms).
     energy_ms: float | None = Field(default=None, ge=0, le=60_000)
+    # Rounds the samples are taken in: the first with the checked call, each later one re-timing every measurement in
+    # shuffled order with its share of budget_ms (attnbench.run.rounds). Unset: the device's own (3 on a CPU, 1 on CUDA).
+    rounds: int | None = Field(default=None, ge=1, le=100)
+    # After the rounds, re-time the measurements whose interval is still wider than ±precision, spending at most this
+    # share of the whole run's sampling budget (budget_ms × measurements). Unset: the device's own (1 on a CPU, 0 on CUDA).
+    refine: float | None = Field(default=None, ge=0, le=100)
 
 
 class CpuBlock(CpuAxes):

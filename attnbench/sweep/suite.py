@@ -14,7 +14,7 @@ from attnbench.core import axes as axis_table
 from attnbench.core import workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
-from attnbench.core.interval import DEVICE_PRECISION
+from attnbench.core.interval import DEVICE_PRECISION, DEVICE_REFINE, DEVICE_ROUNDS
 from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
 
@@ -54,9 +54,10 @@ class Suite:
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
             timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
-        if timing.precision is None:
-            timing = timing.model_copy(update={"precision": DEVICE_PRECISION.get(device, DEVICE_PRECISION["cuda"])})
-        return timing
+        own = {name: table.get(device, table["cuda"]) for name, table in
+               (("precision", DEVICE_PRECISION), ("rounds", DEVICE_ROUNDS), ("refine", DEVICE_REFINE))
+               if getattr(timing, name) is None}
+        return timing.model_copy(update=own) if own else timing
 
     def _in_force(self, block: Block, device: str) -> Axes:
         """A block's axes on `device`: on a CPU the top-level `cpu:` block replaces values, then the block's own."""

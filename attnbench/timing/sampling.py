@@ -23,6 +23,7 @@ costs O(n log n) in all.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -59,7 +60,17 @@ class TimingSettings:
     # The loop before the samples (attnbench.run.sustain): at least this long, back to back, read around by the energy
     # counter; on CUDA until the GPU's clock settles. 0: no loop (a suite's timing says 1000 unless it sets it).
     energy_ms: float = 0.0
+    # The rounds the samples are taken in (attnbench.run.rounds): each round's sampler gets budget_ms / rounds.
+    rounds: int = 1
+    # The suite-level budget after the rounds: this share of every measurement's budget_ms together, spent re-timing
+    # the measurements whose interval is still wider than ±precision.
+    refine: float = 0.0
 
+    def round_share(self) -> TimingSettings:
+        """These settings for one round: its share of the budget."""
+        if self.rounds <= 1:
+            return self
+        return dataclasses.replace(self, budget_ms=self.budget_ms / self.rounds)
 
 
 class Samples(list):  # type: ignore[type-arg]

@@ -1,0 +1,202 @@
+"""A measurement's samples taken in rounds spread over the run, then more where the interval is still too wide.
+
+The first round is the measurement itself (attnbench.run.measure): the checked call, memory, which kernel ran, and
+samples for its share of `budget_ms` (TimingSettings.round_share). Each later round walks every `ok` measurement again
+in a shuffled order (seeded by the run id, so a run can be repeated) and re-times it with another share: the same
+inputs prepared again, warmed up, timed (measure.resample). A call whose time wanders with the machine over seconds
+(a shared VM's) is then sampled in several windows of the run, so its median and interval hold that wander instead of
+one window's bias, and no backend is always timed right after the same neighbour.
+
+A later round re-times a measurement only while its samples so far cost less than the shares of the rounds up to
+that one (due_again): a 4 s call whose first sample spent the whole budget is not called again for a round.
+
+Then the suite-level budget (`refine`: a share of every measurement's budget_ms together): the measurements whose
+interval is still wider than ±precision (or that have too few samples for one) are re-timed, widest first in need,
+each for what the samples it lacks should cost, until none is left, the budget is spent, or MAX_REFINE passes.
+
+After every round the run's results file is rewritten whole, atomically (records.results.replace_records): a kill
+leaves the records of the last finished round, each complete, and `extra.rounds` says how many it holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from attnbench.core.interval import median_interval, samples_needed
+from attnbench.run.measure import InProcess, answer_of, release_memory, timed_call
+from attnbench.run.recording import case_of, pooled
+from attnbench.verify.quant_data import prepare_kwargs
+from attnbench.timing.sampling import rank_floor
+
+if TYPE_CHECKING:
+    from attnbench.backends.base import Backend
+    from attnbench.records.results import Record
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.timers import Timer, TimingSettings
+    from attnbench.verify.inputs import CaseData
+
+MAX_REFINE = 3  # passes of the suite-level budget after the rounds
+
+
+def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
+    """One later round of a measurement already made (attnbench.run.rounds): the same inputs prepared again and the
+    same call timed, warm-up included, under `timing` (the round's share of the budget); nothing else is measured or
+    checked again (the first round checked the call's output, its memory and which kernel ran)."""
+    import torch
+
+    case = data.case
+    inp = data.inputs
+    canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inp.q, inp.k, inp.v))
+    prepared = backend.prepare(case, *canonical, **prepare_kwargs(data))
+    leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
+    timing = dataclasses.replace(timing, warmed_ms=0.0, prior_ms=None, energy_ms=0.0)
+    with prepared.context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the first round recorded what the backend warned
+        with torch.set_grad_enabled(case.needs_grad):
+            out_native = prepared.to_tensor(prepared.call(*leaves))
+        dout_native = None
+        if case.mode != "fwd":  # dO in the backend's layout, as the first round made it
+            _, dout_native, _ = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows, False)
+        samples = timer.measure(timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
+    return list(samples)
+
+
+class InProcessResampler:
+    """Later rounds in this process, by the run's own measurer (its timer, and its case data while consecutive
+    re-timings share a case)."""
+
+    def __init__(self, measurer: InProcess) -> None:
+        self.measurer = measurer
+
+    def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]:
+        case = case_of(record)
+        try:
+            return resample(self.measurer.data_for(case), backend, self.measurer.timer, timing)
+        finally:
+            release_memory(case.device)
+
+
+class Resampler(Protocol):
+    """What a later round needs of the measurer: one more round of a measurement (measure.InProcess.resample)."""
+
+    def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]: ...
+
+
+@dataclass
+class RoundsResult:
+    """What the later rounds did: how many re-timings, and the sampling they and the refining spent (s)."""
+
+    retimed: int = 0
+    rounds_s: float = 0.0
+    refined: int = 0
+    refine_s: float = 0.0
+    refine_budget_s: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"retimed": self.retimed, "rounds_s": round(self.rounds_s, 3), "refined": self.refined,
+                "refine_s": round(self.refine_s, 3), "refine_budget_s": round(self.refine_budget_s, 3)}
+
+
+def due_again(samples: list[float], round_number: int, settings: TimingSettings) -> bool:
+    """Whether round `round_number` re-times a measurement whose samples so far are `samples`: while they cost less
+    than the shares of the rounds up to this one (a call slower than its share is not called again for a round), and
+    while they are fewer than max_samples."""
+    return len(samples) < settings.max_samples and sum(samples) < settings.budget_ms * round_number / settings.rounds
+
+
+def lacking_ms(record: Record, settings: TimingSettings) -> float:
+    """What the samples a too-wide record lacks should cost (ms): from how its interval narrows with more samples."""
+    samples = list(record.times_ms or [])
+    n = len(samples)
+    interval = median_interval(samples, settings.confidence)
+    if interval.level < settings.confidence:
+        needed = rank_floor(settings.confidence)
+    else:
+        needed = samples_needed(n, interval.half_width(), settings.precision)
+    return max(1, needed - n) * statistics.median(samples)
+
+
+def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,
+                 info: RunInfo, seed: str, should_stop: Callable[[], bool],
+                 after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
+    """Rounds 2..settings.rounds, then the refining, on `records` in place (each replaced by its pooled record);
+    `after_round` is given the records after each round that changed one."""
+    result = RoundsResult()
+    chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
+    if not chosen:
+        return result
+    history = {i: [_round_of(records[i].times_ms)] for i in chosen}
+    rng = random.Random(seed)
+    share = settings.round_share()
+
+    def retime(i: int, timing: TimingSettings) -> float:
+        record = records[i]
+        backend = backends[record.backend]
+        left = settings.max_samples - len(record.times_ms)
+        if left <= 0:
+            return 0.0
+        new = measurer.resample(record, backend, dataclasses.replace(
+            timing, max_samples=left, min_samples=min(timing.min_samples, left)))
+        if not new:
+            return 0.0
+        history[i].append(_round_of(new))
+        records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, settings, info, history[i])
+        return sum(new) / 1e3
+
+    for round_number in range(2, settings.rounds + 1):
+        due = [i for i in chosen if due_again(records[i].times_ms, round_number, settings)]
+        if not due or should_stop():
+            break
+        say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
+        rng.shuffle(due)
+        for i in due:
+            if should_stop():
+                break
+            result.rounds_s += retime(i, share)
+            result.retimed += 1
+        after_round(records)
+    budget_ms = settings.refine * settings.budget_ms * len(chosen)
+    result.refine_budget_s = budget_ms / 1e3
+    spent_ms = 0.0
+    for _ in range(MAX_REFINE):
+        wanting = [i for i in chosen if records[i].noisy]
+        if not wanting or spent_ms >= budget_ms or should_stop():
+            break
+        rng.shuffle(wanting)
+        say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
+            f"({(budget_ms - spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
+        touched = False
+        for i in wanting:
+            left = budget_ms - spent_ms
+            call_ms = statistics.median(records[i].times_ms)
+            if should_stop() or left < call_ms:
+                continue
+            ask = min(settings.budget_ms, left, max(lacking_ms(records[i], settings), call_ms))
+            spent = retime(i, _refine_timing(settings, ask)) * 1e3
+            spent_ms += spent
+            result.refined += 1
+            touched = True
+        if not touched:
+            break
+        after_round(records)
+    result.refine_s = spent_ms / 1e3
+    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
+    for i in unmade:
+        records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": history[i]})
+    if unmade:
+        after_round(records)
+    return result
+
+
+def _refine_timing(settings: TimingSettings, budget_ms: float) -> TimingSettings:
+    return dataclasses.replace(settings, budget_ms=budget_ms, min_samples=1, rounds=1)
+
+
+def _round_of(samples: list[float]) -> dict[str, float]:
+    return {"samples": len(samples), "median_ms": statistics.median(samples)}
+

@@ -1,0 +1,139 @@
+"""Samples in rounds spread over the run, then the suite-level budget (attnbench.run.rounds): what a record holds after
+its later rounds, the shuffled order, the calls not re-timed, the budget kept, and the results file rewritten whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from rich.console import Console
+
+from attnbench.backends.registry import default_registry
+from attnbench.records.results import Record, replace_records
+from attnbench.run import rounds, session
+from attnbench.run.options import RunOptions
+from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import TimingSettings
+
+SUITE = """name: rounds
+device: cpu
+backends: [naive, sdpa]
+timing: {warmup_ms: 1, budget_ms: 300, min_samples: 3, precision: 0.05, rounds: 3, refine: 0}
+sweep: {seq_len: [32, 64], heads: [2], kv_heads: [heads], head_dim: [16], causal: [true], mode: [fwd, fwd_bwd]}
+"""
+
+
+def run(tmp_path: Path, suite: str = SUITE) -> tuple[list[dict], dict]:
+    path = tmp_path / "rounds.yaml"
+    path.write_text(suite)
+    out = tmp_path / "run"
+    quiet = Console(file=open("/dev/null", "w"))
+    options = RunOptions(cache_dir=tmp_path / "cache")
+    session.execute(session.plan(path, options), out, quiet, lambda: False, options)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return records, json.loads((out / "env.json").read_text())
+
+
+def test_every_ok_record_pools_its_three_rounds_and_every_field_comes_from_all_of_them(tmp_path: Path) -> None:
+    records, env = run(tmp_path)
+    ok = [r for r in records if r["status"] == "ok"]
+    assert len(ok) == 8 and len(records) == 8  # one line per measurement: the later rounds replaced, not appended
+    settings = TimingSettings(budget_ms=300, max_samples=1000, rounds=3)
+    for r in ok:
+        made = r["extra"]["rounds"]
+        assert r["samples"] == sum(m["samples"] for m in made) == len(r["times_ms"])
+        # Every round the rule allows was made (all three for these microsecond calls on an idle machine), and a
+        # round was left out only when the samples before it had spent the shares up to it.
+        taken = made[:1]
+        for round_number in (2, 3):
+            if rounds.due_again(r["times_ms"][: sum(m["samples"] for m in taken)], round_number, settings):
+                taken = made[: len(taken) + 1]
+        assert taken == made, (r["case_id"], made)
+        assert r["time_ms"] == statistics.median(r["times_ms"])
+        assert r["tflops"] == r["flops"] / (r["time_ms"] * 1e-3) / 1e12
+        assert r["ci_low_ms"] <= r["time_ms"] <= r["ci_high_ms"]
+    assert env["rounds"]["retimed"] == sum(len(r["extra"]["rounds"]) - 1 for r in ok) > 0
+
+
+class Scripted:
+    """A resampler that records who it re-timed, in order, and returns fixed samples."""
+
+    def __init__(self, samples: list[float]) -> None:
+        self.samples, self.order = samples, []
+
+    def resample(self, record: Record, backend: object, timing: TimingSettings) -> list[float]:
+        """As a timer does: samples until the budget is spent (the call that crosses it included) or max_samples."""
+        self.order.append((record.backend, record.case_id))
+        taken: list[float] = []
+        for sample in self.samples[: timing.max_samples]:
+            if sum(taken) >= timing.budget_ms:
+                break
+            taken.append(sample)
+        return taken
+
+
+def stored(tmp_path: Path) -> list[Record]:
+    records, _ = run(tmp_path, SUITE.replace("rounds: 3", "rounds: 1"))
+    return [Record(**r) for r in records]
+
+
+def backends() -> dict:
+    registry = default_registry()
+    return {b.name: b for b in registry.resolve(["naive", "sdpa"])}
+
+
+def test_each_later_round_walks_the_measurements_in_its_own_shuffled_order_repeatable_by_the_run_id(
+        tmp_path: Path) -> None:
+    records = [dataclasses.replace(r, times_ms=[0.5]) for r in stored(tmp_path)]  # every one due in every round
+    order = [(r.backend, r.case_id) for r in records]
+    settings = TimingSettings(warmup_ms=1, budget_ms=1000, min_samples=1, rounds=3)
+    walks = []
+    for _ in range(2):
+        scripted = Scripted([0.5])
+        rounds.later_rounds(list(records), backends(), scripted, settings, RunInfo("r", "rounds"), "seed-1",
+                            lambda: False, lambda _: None, lambda _: None)
+        walks.append(scripted.order)
+    second, third = walks[0][:8], walks[0][8:]
+    assert sorted(second) == sorted(third) == sorted(order)
+    assert second != order and third != second  # shuffled, and not the same shuffle twice
+    assert walks[0] == walks[1]  # the run id seeds it
+
+
+def test_a_call_slower_than_its_share_is_not_re_timed_and_max_samples_holds(tmp_path: Path) -> None:
+    records = stored(tmp_path)
+    slow = dataclasses.replace(records[0], times_ms=[40.0])  # a 40 ms call: a 30 ms budget's first round spent it
+    full = dataclasses.replace(records[1], times_ms=[0.1, 0.1])  # max_samples reached
+    scripted = Scripted([0.1, 0.1, 0.1])
+    settings = TimingSettings(budget_ms=30, min_samples=1, max_samples=2, rounds=3)
+    rounds.later_rounds([slow, full], backends(), scripted, settings, RunInfo("r", "rounds"), "s", lambda: False,
+                        lambda _: None, lambda _: None)
+    assert scripted.order == []
+    assert not rounds.due_again([40.0], 2, settings) and rounds.due_again([5.0], 2, settings)
+
+
+def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_wide(tmp_path: Path) -> None:
+    records = stored(tmp_path)
+    wide = [dataclasses.replace(r, noisy=True, times_ms=[1.0, 2.0, 3.0]) for r in records[:4]]
+    narrow = [dataclasses.replace(r, noisy=False) for r in records[4:]]
+    scripted = Scripted([1.0] * 50)
+    settings = TimingSettings(budget_ms=10, min_samples=1, precision=0.05, rounds=1, refine=0.5)
+    done = rounds.later_rounds(wide + narrow, backends(), scripted, settings, RunInfo("r", "rounds"), "s",
+                               lambda: False, lambda _: None, lambda _: None)
+    assert {key for key in scripted.order} <= {(r.backend, r.case_id) for r in wide}
+    # The budget is what the samples cost; a last call may cross it, as a timer's does.
+    assert done.refine_budget_s == 0.5 * 10 * 8 / 1e3 and 0 < done.refine_s <= done.refine_budget_s + 1e-3
+
+
+def test_the_results_file_is_rewritten_with_the_pooled_records_and_every_other_line_kept(tmp_path: Path) -> None:
+    records = stored(tmp_path)
+    path = tmp_path / "results.jsonl"
+    other = json.dumps({**records[0].to_dict(), "seq_len": 4096}) + "\n"  # an earlier part's record
+    path.write_text(other + "".join(json.dumps(r.to_dict()) + "\n" for r in records) + "{cut off\n")
+    changed = dataclasses.replace(records[2], time_ms=123.0)
+    replace_records(path, [changed])
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines[0] == other and lines[-1] == "{cut off\n" and len(lines) == len(records) + 2
+    assert json.loads(lines[3])["time_ms"] == 123.0
+    assert not path.with_name("results.jsonl.tmp").exists()
