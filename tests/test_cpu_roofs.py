@@ -16,7 +16,8 @@ from attnbench.records.results import load_records
 from attnbench.report.findings import build_findings
 from attnbench.report.groups import group_records
 from attnbench.report.render import roofs_of
-from attnbench.report.roofline import device_peaks
+from attnbench.report.roofline import device_peaks, roofline_chart
+from attnbench.report.styles import backend_styles
 from attnbench.run.calibration import ROOF_BUDGET_VAR, matmul_roof, measure_roofs, timed_rounds
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
@@ -107,6 +108,11 @@ def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(t
         assert extra.get("above_roof", False) == (r["percent_of_peak"] > 100)
     peaks = device_peaks(ok, None, None, None, roofs)  # the report's roofline draws both roofs
     assert all(p.tflops and p.bandwidth_gbs for p in peaks.values()) and (out / "charts" / "roofline.png").is_file()
+    fig = roofline_chart(ok, backend_styles(r["backend"] for r in ok), env["device_name"], roofs=roofs)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    fp32 = roofs.matmul_for("float32").gflops
+    assert f"fp32 measured roof {fp32:.0f} GFLOP/s" in texts and f"memory {roofs.copy_gbs:.4g} GB/s" in texts
+    assert "compute and bandwidth roof drawn" in fig.axes[0].get_title()
 
 
 def test_a_bad_roof_budget_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

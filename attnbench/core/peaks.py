@@ -1,4 +1,5 @@
-"""Peak dense TFLOP/s and memory bandwidth of common accelerators: one table for the runner and the report.
+"""Peak dense TFLOP/s and memory bandwidth of common accelerators: one table for the runner and the report; and
+the shape of a CPU's roofs, which no table holds and each run measures (MeasuredRoofs).
 
 The runner turns them into `percent_of_peak`; the report draws them as roofs. They were written from the
 vendors' published datasheet figures (no network was at hand to re-check them; a correction is one line here).

@@ -114,7 +114,7 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
         top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * 3
         end = top * 1e3 / bandwidth  # the FLOPs per byte where the slope reaches the highest roof
         ax.plot([lo, end], [bandwidth * lo / 1e3, top], color="black", linestyle="-.", linewidth=1.3, zorder=2)
-        ax.annotate(f"memory {bandwidth:.3g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
+        ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
                     textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
         roofs.append("bandwidth")
     ax.set_xscale("log")

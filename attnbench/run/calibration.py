@@ -175,7 +175,7 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
 ROOF_SIZES = (512, 1024, 2048)
 ROOF_BUDGET_S = 0.8  # per dtype, for its matmuls; at least MIN_ROUNDS rounds whatever it costs
 COPY_BUDGET_S = 0.25
-COPY_BYTES = 1 << 28  # 256 MiB copied into 256 MiB: beyond most CPUs' last-level cache
+COPY_BYTES = 1 << 26  # 64 MiB into 64 MiB: beyond private caches and most shared ones; 13 ms a copy at 10 GB/s
 MIN_ROUNDS = 2
 # A size whose first call takes over budget / WARM_SHARE is the last tried: the next (twice n, 8× the work) would spend
 # over half the budget on its first call and MIN_ROUNDS rounds.
