@@ -30,9 +30,16 @@ STATE_ROOT = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     """Point every state home at a temporary folder of this test process (each xdist worker its own) before any
     test is collected: the tests never read or write the user's real cache, so a calibration measured while the
-    tests load the machine never becomes the figure a later `attnbench run` divides by, and no worker sees another's."""
+    tests load the machine never becomes the figure a later `attnbench run` divides by, and no worker sees another's.
+    A run made in a test measures no CPU roof (about a second per dtype, in every run): the tests of the roofs ask
+    for one (attnbench.run.calibration.ROOF_BUDGET_VAR)."""
     import os
     import tempfile
+
+    from attnbench.run.calibration import ROOF_BUDGET_VAR
+
+    _saved_homes[ROOF_BUDGET_VAR] = os.environ.get(ROOF_BUDGET_VAR)
+    os.environ[ROOF_BUDGET_VAR] = "0"
 
     root = tempfile.mkdtemp(prefix="attnbench-test-state-")
     config.stash[STATE_ROOT] = root

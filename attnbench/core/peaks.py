@@ -1,4 +1,5 @@
-"""Peak dense TFLOP/s and memory bandwidth of common accelerators: one table for the runner and the report.
+"""Peak dense TFLOP/s and memory bandwidth of common accelerators: one table for the runner and the report; and
+the shape of a CPU's roofs, which no table holds and each run measures (MeasuredRoofs).
 
 The runner turns them into `percent_of_peak`; the report draws them as roofs. They were written from the
 vendors' published datasheet figures (no network was at hand to re-check them; a correction is one line here).
@@ -7,7 +8,8 @@ vendors' published datasheet figures (no network was at hand to re-check them; a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from attnbench.core.case import FP8_DTYPES
 
@@ -136,6 +138,66 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
         "--peak-tflops" if tflops is not None else (tflops_label if table_tflops else None),
         "--peak-bandwidth" if bandwidth_gbs is not None else (label if table_bw else None),
     )
+
+
+@dataclass(frozen=True)
+class MatmulRoof:
+    """The best rate a dtype's matmul reached on this CPU: the best repetition of any size tried."""
+
+    dtype: str
+    gflops: float  # the best repetition's rate: the roof
+    size: int  # n of the n×n matmul that reached it
+    reps: int  # repetitions timed, every size together
+    median_gflops: float  # the median repetition at that size: how far interference pulled the rest down
+
+    @property
+    def source(self) -> str:
+        return f"{self.gflops:.0f} GFLOP/s {self.dtype} matmul"
+
+
+@dataclass(frozen=True)
+class MeasuredRoofs:
+    """A CPU's roofs, measured by the run at its start on its own thread count (attnbench.run.calibration.measure_roofs):
+    a matmul per dtype the run's cases compute in, and a copy. env.json's `roofs` holds them (to_dict)."""
+
+    threads: int
+    matmul: tuple[MatmulRoof, ...]
+    copy_gbs: float
+    copy_bytes: int  # the size of the copied buffer
+    copy_reps: int
+    seconds: float  # the whole measurement's wall time
+    method: str  # how, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MeasuredRoofs:
+        return cls(**{**data, "matmul": tuple(MatmulRoof(**m) for m in data["matmul"])})
+
+    def matmul_for(self, dtype: str) -> MatmulRoof | None:
+        """The roof of a case's dtype; an FP8 case (no FP8 matmul on a CPU) has its originals' bf16 one."""
+        want = "bfloat16" if dtype in FP8_DTYPES else dtype
+        return next((m for m in self.matmul if m.dtype == want), None)
+
+    def peak(self, dtype: str) -> Peak:
+        """The dtype's compute roof and the copy's bandwidth roof, each with its source in words."""
+        matmul = self.matmul_for(dtype)
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return Peak(matmul.gflops / 1e3 if matmul else None, self.copy_gbs or None,
+                    f"measured roof: {matmul.source}, {threads}" if matmul else None,
+                    f"measured roof: {self.copy_gbs:.1f} GB/s copy, {threads}" if self.copy_gbs else None)
+
+
+def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = None,
+               bandwidth_gbs: float | None = None) -> Peak:
+    """A CPU's roofs for a dtype: the given overrides (--peak-tflops, --peak-bandwidth) where set, else the run's
+    measured roofs; no datasheet row describes a CPU."""
+    measured = roofs.peak(dtype) if roofs is not None else Peak()
+    return Peak(tflops if tflops is not None else measured.tflops,
+                bandwidth_gbs if bandwidth_gbs is not None else measured.bandwidth_gbs,
+                "--peak-tflops" if tflops is not None else measured.tflops_source,
+                "--peak-bandwidth" if bandwidth_gbs is not None else measured.bandwidth_source)
 
 
 # Memory of the GPUs in the datasheet table (GB), for the run's own rule: a case estimated above twice the

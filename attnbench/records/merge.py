@@ -66,8 +66,8 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
     try:
         out.mkdir(parents=True, exist_ok=True)
         env = dict(envs[0][1])
-        env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard")}
-                              for p, e in envs]
+        env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard"),
+                               "roofs": e.get("roofs")} for p, e in envs]  # each shard's, its records' roofs
         # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
         # merge killed before it leaves a directory that the same merge may fill again.
         write_json_atomic(out / ENV_FILE, env)

@@ -139,6 +139,13 @@ def _legend_handles(backends: list[str], styles: dict[str, BackendStyle], status
     return handles + (extra or [])
 
 
+def group_roof(group: CaseGroup) -> float | None:
+    """The compute roof the group's records were judged against (a CPU's measured one): their extra.peak."""
+    roofs = [float(r["extra"]["peak"]) for r in group.records if (r.get("extra") or {}).get("peak_bound") == "compute"
+             and (r.get("extra") or {}).get("peak")]
+    return max(roofs) if roofs else None
+
+
 def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str | None,
                 peak_tflops: float | None, device_name: str | None) -> Figure:
     """Four panels for one case group: latency, peak memory, TFLOP/s and speed-up, one line per backend."""
@@ -186,13 +193,14 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: r.get("tflops"))
         _plot_series(ax_tflops, px, py, flags, styles[backend])
-    peak = peak_tflops if peak_tflops is not None else peak_tflops_for(device_name, str(group.shape["dtype"]))
+    peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
+                                                        or group_roof(group))
     achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")]
     title = "Achieved throughput (no known peak for this device)"
     if peak and achieved and max(achieved) >= 0.1 * peak:
         ax_tflops.plot(xs, [peak] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
         ax_tflops.axhline(peak, color="black", linestyle="--", linewidth=1.2, zorder=1)
-        ax_tflops.annotate(f"peak {peak:g} TFLOP/s ({dtype_word(group.shape['dtype'])} dense)", (0.01, peak),
+        ax_tflops.annotate(f"peak {peak:.3g} TFLOP/s ({dtype_word(group.shape['dtype'])} dense)", (0.01, peak),
                            xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
                            xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
         title = "Achieved throughput"

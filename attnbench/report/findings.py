@@ -60,14 +60,15 @@ class Findings:
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
     kernels: list[str] = field(default_factory=list)  # records flagged `overhead`: what the rest of their call was
+    roofs: list[str] = field(default_factory=list)  # records above 100% of their roof: the roof is wrong
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return (self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise + self.repeat
-                + self.kernels)
+        return (self.roofs + self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise
+                + self.repeat + self.kernels)
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -154,6 +155,24 @@ def repeat_lines(records: list[dict[str, Any]]) -> list[str]:
 
 
 MAX_PACKING_LINES = 8
+MAX_ROOF_LINES = 8  # records above their roof named one by one; the tables show every percent
+
+
+def roof_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Every timed record above 100% of its roof (extra.above_roof), named: no kernel outruns the machine, so the
+    roof is what is wrong — a measured one taken under load or on too small a matmul, or a datasheet row or option
+    below this device."""
+    above = [r for r in records if r.get("status") in ("ok", "mismatch") and (r.get("extra") or {}).get("above_roof")]
+    lines = []
+    for r in above[:MAX_ROOF_LINES]:
+        source = str((r.get("extra") or {}).get("peak_source") or "its roof")
+        why = ("measured under load, or on too small a matmul: re-run on a quiet machine, or give --peak-tflops"
+               if source.startswith("measured roof") else "that roof is below what this device reached")
+        lines.append(f"Above its roof: {r['backend']} on {case_words(r)} reached {float(r['percent_of_peak']):.0f}% "
+                     f"of {source}; the roof is wrong ({why}).")
+    if len(above) > MAX_ROOF_LINES:
+        lines.append(f"… and {len(above) - MAX_ROOF_LINES} more records above their roof (% of peak in the tables).")
+    return lines
 
 
 def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
@@ -238,6 +257,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
             + "; ".join(parts) + "."
         )
     found.packing = packing_lines(timed)
+    found.roofs = roof_lines(records)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
     found.kernels = [f"{r['backend']} on {r.get('case_id')}: overhead, {r['overhead']}." for r in records

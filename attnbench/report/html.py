@@ -43,9 +43,11 @@ HOW_TO_READ = (
     "The dashed line is the device's dense peak for the dtype, where attnbench knows it. GB/s is the mode's "
     "memory-traffic floor (fwd: Q, K, V read and O written once; bwd: Q, K, V, O, dO read and dQ, dK, dV written; "
     "only the K/V rows some query can see; for a kernel that materialises the scores, their reads and writes too) "
-    "over the median time. % of peak is TFLOP/s over the datasheet's dense peak, or, for decode (one query row), "
-    "GB/s over its memory bandwidth; % of measured is the same against this device's own matmul and copy, measured "
-    "by the run's calibration; the roofline chart puts both datasheet roofs together.",
+    "over the median time. % of peak is TFLOP/s over the device's compute roof — a GPU's datasheet dense peak, a "
+    "CPU's roof measured at the run's start (the best of short matmul repetitions in the dtype) — or, for decode "
+    "(one query row), GB/s over its bandwidth roof (the datasheet's, or the best of a CPU's copies); over 100% says "
+    "the roof is wrong, and the findings name the record. % of measured is the same against this device's own "
+    "matmul and copy (a GPU's calibration); the roofline chart puts both roofs together.",
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
     "divided by the backend's, on the same case.",
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from attnbench.core.errors import ResultsError
+from attnbench.core.peaks import MeasuredRoofs
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
     correctness_chart,
@@ -78,6 +79,7 @@ class ChartInputs:
     peak_tflops: float | None
     device_name: str | None
     peak_bandwidth_gbs: float | None
+    roofs: MeasuredRoofs | None = None  # a CPU run's measured roofs (env.json's `roofs`)
 
 
 # One chart to draw: its file name, its title, and how it is drawn.
@@ -111,7 +113,7 @@ CHART_SPECS: tuple[ChartSpec, ...] = (
     _one("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads", kv_heads_chart,
          lambda c: (kv_heads_families(c.groups), c.styles), lambda c: bool(kv_heads_families(c.groups))),
     _one("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s", roofline_chart,
-         lambda c: (c.records, c.styles, c.device_name, c.peak_tflops, c.peak_bandwidth_gbs)),
+         lambda c: (c.records, c.styles, c.device_name, c.peak_tflops, c.peak_bandwidth_gbs, c.roofs)),
     _one("correctness.png", "Correctness: max error against its bound", correctness_chart,
          lambda c: (c.records, c.styles)),
     _one("setup.png", "Setup cost: each backend's one-time block mask, compile and plan", setup_chart,
@@ -128,10 +130,11 @@ def stale_charts(chart_dir: Path) -> list[Path]:
 
 def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
                  peak_tflops: float | None, device_name: str | None,
-                 peak_bandwidth_gbs: float | None = None) -> tuple[list[Chart], list[str]]:
+                 peak_bandwidth_gbs: float | None = None,
+                 roofs: MeasuredRoofs | None = None) -> tuple[list[Chart], list[str]]:
     """Every chart of the report (CHART_SPECS), and the notes on charts left out."""
     inputs = ChartInputs(groups, records, backend_styles(str(r["backend"]) for r in records), baseline, peak_tflops,
-                         device_name, peak_bandwidth_gbs)
+                         device_name, peak_bandwidth_gbs, roofs)
     drawn = [chart for spec in CHART_SPECS for chart in spec.charts(inputs)]
     notes = [] if kv_heads_families(groups) else [NO_KV_FAMILY_NOTE]
     pngs = _pngs([(draw, args) for _, _, draw, args in drawn])
@@ -163,6 +166,14 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+def roofs_of(env: dict[str, Any]) -> MeasuredRoofs | None:
+    """The roofs a CPU run measured at its start, from its env.json; None for a GPU's run or one from before them."""
+    try:
+        return MeasuredRoofs.from_dict(env["roofs"]) if env.get("roofs") else None
+    except (KeyError, TypeError):
+        return None
+
+
 def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[str] = FORMATS,
                   baseline: str | None = None, peak_tflops: float | None = None) -> list[Path]:
     """Read results from `source` (run directory or results.jsonl), write the report, return the written paths."""
@@ -191,7 +202,8 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     charts: list = []
     notes: list[str] = []
     if "html" in wanted or "png" in wanted:
-        charts, notes = build_charts(groups, records, baseline, peak_tflops, device_name, peak_bandwidth_gbs)
+        charts, notes = build_charts(groups, records, baseline, peak_tflops, device_name, peak_bandwidth_gbs,
+                                     roofs_of(env))
     elif not kv_heads_families(groups):
         notes.append(NO_KV_FAMILY_NOTE)
     if "png" in wanted:

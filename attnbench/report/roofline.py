@@ -10,7 +10,7 @@ from matplotlib.lines import Line2D
 
 from attnbench.core import counting
 from attnbench.core.case import Case
-from attnbench.core.peaks import Peak, peak_for
+from attnbench.core.peaks import MeasuredRoofs, Peak, peak_for, roofs_peak
 from attnbench.report.groups import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
@@ -52,12 +52,21 @@ def roofline_points(records: list[dict[str, Any]]) -> list[tuple[str, float, flo
 
 
 def device_peaks(records: list[dict[str, Any]], device_name: str | None, peak_tflops: float | None,
-                 peak_bandwidth_gbs: float | None) -> dict[str, Peak]:
-    """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name."""
+                 peak_bandwidth_gbs: float | None, roofs: MeasuredRoofs | None = None) -> dict[str, Peak]:
+    """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name, or the
+    roofs a CPU run measured at its start."""
     cuda = any(r.get("device") == "cuda" for r in records)
-    name = device_name if cuda else None
     dtypes = sorted({str(r["dtype"]) for r in records if r["status"] in ("ok", "mismatch")})
-    return {d: peak_for(name, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
+    if not cuda:
+        return {d: roofs_peak(roofs, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
+    return {d: peak_for(device_name, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
+
+
+def roof_words(value_tflops: float, source: str | None) -> str:
+    """A compute roof's label: GFLOP/s under one TFLOP/s (a CPU's), and whether it was measured or is a datasheet's."""
+    kind = "measured roof" if source and source.startswith("measured roof") else "dense peak"
+    rate = f"{value_tflops * 1e3:.0f} GFLOP/s" if value_tflops < 1 else f"{value_tflops:g} TFLOP/s"
+    return f"{kind} {rate}"
 
 
 def bandwidth_of(peaks: dict[str, Peak]) -> float | None:
@@ -66,7 +75,8 @@ def bandwidth_of(peaks: dict[str, Peak]) -> float | None:
 
 
 def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle], device_name: str | None,
-                   peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None) -> Figure:
+                   peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
+                   roofs: MeasuredRoofs | None = None) -> Figure:
     """One point per measurement; the bandwidth roof (slope) meets each dtype's compute roof at its ridge point."""
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 7.0), dpi=DPI)
     ax = fig.subplots()
@@ -81,7 +91,7 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
         if bad:
             ax.plot([p[1] for p in bad], [p[2] for p in bad], marker="o", markersize=14, markerfacecolor="none",
                     markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
-    peaks = device_peaks(records, device_name, peak_tflops, peak_bandwidth_gbs)
+    peaks = device_peaks(records, device_name, peak_tflops, peak_bandwidth_gbs, roofs)
     xs = [p[1] for p in points] or [1.0, 100.0]
     ys = [p[2] for p in points] or [1e-3, 1.0]
     ridges = [p.ridge for p in peaks.values() if p.ridge]
@@ -89,20 +99,22 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
     roofs = []
     bandwidth = bandwidth_of(peaks)
     by_value: dict[float, list[str]] = {}  # fp16 and bf16 usually share one roof: one line, one label
+    sources: dict[float, str | None] = {}
     for dtype, peak in peaks.items():
         if peak.tflops:
             by_value.setdefault(peak.tflops, []).append(dtype_word(dtype))
+            sources[peak.tflops] = peak.tflops_source
     for value, words in by_value.items():
         ridge = value * 1e3 / bandwidth_of(peaks) if bandwidth_of(peaks) else lo
         ax.plot([ridge, hi], [value, value], color="black", linestyle="--", linewidth=1.3, zorder=2)
-        ax.annotate(f"{'/'.join(words)} dense peak {value:g} TFLOP/s", (hi, value), xytext=(-4, 4),
+        ax.annotate(f"{'/'.join(words)} {roof_words(value, sources[value])}", (hi, value), xytext=(-4, 4),
                     textcoords="offset points", ha="right", va="bottom", fontsize=9)
         roofs.append("compute")
     if bandwidth:
         top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * 3
         end = top * 1e3 / bandwidth  # the FLOPs per byte where the slope reaches the highest roof
         ax.plot([lo, end], [bandwidth * lo / 1e3, top], color="black", linestyle="-.", linewidth=1.3, zorder=2)
-        ax.annotate(f"memory {bandwidth:g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
+        ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
                     textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
         roofs.append("bandwidth")
     ax.set_xscale("log")

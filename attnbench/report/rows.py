@@ -66,7 +66,10 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     if key == "bandwidth_gbs":
         return fmt_float(record.get(key)) if record.get(key) is not None else ""
     if key == "percent_of_peak":
-        return f"{record[key]:.1f}%" if record.get(key) is not None else ""
+        if record.get(key) is None:
+            return ""
+        above = (record.get("extra") or {}).get("above_roof")
+        return f"{record[key]:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
     if key == "measured_percent":
         value = (record.get("extra") or {}).get("percent_of_measured_peak")
         return f"{value:.1f}%" if value is not None else ""

@@ -1,14 +1,26 @@
-"""The throughput a forecast divides work by: measured on this device in well under a second and kept for an hour
-in the cache directory, or, for a GPU that is not here, a datasheet's row (attnbench.core.peaks), labelled an estimate."""
+"""The machine's speed, measured. Two figures with two jobs:
+
+- the throughput a forecast divides work by (calibrate): measured on this device in well under a second and kept
+  for an hour in the cache directory, or, for a GPU that is not here, a datasheet's row (attnbench.core.peaks),
+  labelled an estimate;
+- a CPU's roofs, which `percent_of_peak` divides by (measure_roofs): measured by every run at its start and never
+  cached, since a roof describes the run it was measured on.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.core.peaks import MatmulRoof, MeasuredRoofs
+
+if TYPE_CHECKING:
+    from attnbench.core.case import Case
 
 
 @dataclass(frozen=True)
@@ -154,3 +166,112 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
         except OSError:
             pass  # a read-only cache costs a calibration next time, nothing else
     return machine
+
+
+# A CPU's roofs. Each repetition is short, and the roof is the best one: interference (another process, a busy
+# sibling core) only ever slows a repetition, so the fastest is the nearest to what the machine can do, where a mean
+# would be the load's figure. Sizes: the size at which the library's matmul is fastest differs by dtype (caches,
+# AMX tiles for bf16), so a few are taken in turn and the best of any is the roof.
+ROOF_SIZES = (512, 1024, 2048)
+ROOF_BUDGET_S = 0.8  # per dtype, for its matmuls; at least MIN_ROUNDS rounds whatever it costs
+COPY_BUDGET_S = 0.25
+COPY_BYTES = 1 << 26  # 64 MiB into 64 MiB: beyond private caches and most shared ones; 13 ms a copy at 10 GB/s
+MIN_ROUNDS = 2
+# A size whose first call takes over budget / WARM_SHARE is the last tried: the next (twice n, 8× the work) would spend
+# over half the budget on its first call and MIN_ROUNDS rounds.
+WARM_SHARE = 8 * (MIN_ROUNDS + 1) * 2
+ROOF_BUDGET_VAR = "ATTNBENCH_ROOF_BUDGET_S"  # seconds per dtype instead of ROOF_BUDGET_S; 0 measures no roof
+
+
+def roof_budget_s() -> float:
+    """Seconds per dtype for the roofs' matmuls: ROOF_BUDGET_S, or $ATTNBENCH_ROOF_BUDGET_S (0: no roof measured)."""
+    from attnbench.core.errors import AttnbenchError
+
+    text = os.environ.get(ROOF_BUDGET_VAR)
+    if text is None or not text.strip():
+        return ROOF_BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:
+        raise AttnbenchError(f"{ROOF_BUDGET_VAR}={text!r}: give the seconds per dtype, from 0 (no roof) to 60")
+    return value
+
+
+def roof_dtypes(cases: list[Case]) -> tuple[str, ...]:
+    """The dtypes a run's CPU cases compute in, each of which gets its matmul roof (FP8 inputs: their bf16 originals')."""
+    return tuple(sorted({case.unquantized.dtype for case in cases if case.device == "cpu"}))
+
+
+def roofs_seconds(dtypes: tuple[str, ...]) -> float:
+    """What measuring the roofs of `dtypes` costs (for the forecast): each dtype's budget and the copy's."""
+    budget = roof_budget_s()
+    return len(dtypes) * budget + COPY_BUDGET_S if dtypes and budget > 0 else 0.0
+
+
+def timed_rounds(calls: dict[Any, Callable[[], Any]], budget_s: float, clock: Callable[[], float],
+                 min_rounds: int = MIN_ROUNDS) -> dict[Any, list[float]]:
+    """Seconds of each call, taken in turn (one round calls each once): `min_rounds` rounds, then on until `budget_s`
+    is spent, so that interference falls on every call alike. The clock is read once at the start and twice per call."""
+    times: dict[Any, list[float]] = {key: [] for key in calls}
+    start = now = clock()
+    rounds = 0
+    while rounds < min_rounds or now - start < budget_s:
+        for key, call in calls.items():
+            if rounds >= min_rounds and now - start >= budget_s:
+                break
+            begin = clock()
+            call()
+            now = clock()
+            times[key].append(now - begin)
+        rounds += 1
+    return times
+
+
+def matmul_roof(dtype: str, times: dict[int, list[float]]) -> MatmulRoof:
+    """The roof from each size's repetitions (seconds of an n×n matmul, 2n³ FLOPs): the best one of any size."""
+    rates = {n: 2 * n ** 3 / max(min(ts), 1e-12) / 1e9 for n, ts in times.items() if ts}
+    size = max(rates, key=lambda n: rates[n])
+    median = sorted(times[size])[len(times[size]) // 2]
+    return MatmulRoof(dtype, rates[size], size, sum(len(ts) for ts in times.values()),
+                      2 * size ** 3 / max(median, 1e-12) / 1e9)
+
+
+def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                  sizes: tuple[int, ...] = ROOF_SIZES, copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
+    """This CPU's roofs on the run's thread count: per dtype the best repetition of n×n matmuls of `sizes`, and the
+    best copy of `copy_bytes`; None with no dtype or a budget of 0."""
+    import torch
+
+    budget = roof_budget_s() if budget_s is None else budget_s
+    if not dtypes or budget <= 0:
+        return None
+    began = clock()
+    roofs = []
+    for dtype in dtypes:
+        kind = getattr(torch, dtype)
+        calls: dict[int, Callable[[], Any]] = {}
+        for n in sorted(sizes):
+            a, b, c = (torch.randn(n, n, dtype=kind), torch.randn(n, n, dtype=kind), torch.empty(n, n, dtype=kind))
+            call = (lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
+            first = clock()
+            call()  # the first call of a size picks and packs its kernel: not the roof
+            calls[n] = call
+            if clock() - first > budget / WARM_SHARE:
+                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half the budget
+        roofs.append(matmul_roof(dtype, timed_rounds(calls, budget, clock)))
+        del calls
+    src = torch.ones(copy_bytes // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # the first touch of dst's pages: not the roof
+    copies = timed_rounds({"copy": lambda: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock, min_rounds=3)["copy"]
+    del src, dst
+    threads = torch.get_num_threads()
+    return MeasuredRoofs(
+        threads, tuple(roofs), 2 * copy_bytes / max(min(copies), 1e-12) / 1e9, copy_bytes, len(copies),
+        clock() - began,
+        f"at the run's start, on {threads} threads: per dtype the best of repetitions of n×n matmuls "
+        f"(n up to {max(sizes)}, taken in turn for {budget:g} s), and the best of {len(copies)} copies of "
+        f"{copy_bytes / 2 ** 20:.0f} MiB (read and write counted); the best repetition, since interference only "
+        "slows one")

@@ -127,10 +127,11 @@ class Forecast:
     compile_workers: int = 0  # its processes; 0: no phase
     refine_s: float = 0.0  # the suite-level budget's re-timings after the rounds (attnbench.run.rounds)
     precompiled: int = 0  # graphs it compiles
+    roofs_s: float = 0.0  # a CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs)
 
     @property
     def fixed_s(self) -> float:
-        return self.startup_s + self.precompile_s + self.report_s + self.refine_s
+        return self.startup_s + self.roofs_s + self.precompile_s + self.report_s + self.refine_s
 
     @property
     def total_s(self) -> float:
@@ -144,7 +145,7 @@ class Forecast:
 
     def to_dict(self) -> dict[str, Any]:
         return {"total_s": round(self.total_s, 2), "startup_s": round(self.startup_s, 2),
-                "report_s": round(self.report_s, 2),
+                "roofs_s": round(self.roofs_s, 2), "report_s": round(self.report_s, 2),
                 "reference_s": round(self.reference_s, 2), "compile_s": round(self.compile_s, 2),
                 "precompile_s": round(self.precompile_s, 2), "compile_workers": self.compile_workers,
                 "precompiled": self.precompiled, "refine_s": round(self.refine_s, 2),
@@ -222,8 +223,8 @@ def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bo
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
              report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
-             compile_workers: int = 0) -> Forecast:
-    """The forecast of measuring `tasks` (in order) on `machine`, report included.
+             compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
+    """The forecast of measuring `tasks` (in order) on `machine`, report included, and `roofs_s` of roofs first.
 
     `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
     a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
@@ -236,7 +237,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     compiled = set(compiled or ())
     on_disk = set(compiled)
     ahead: list[float] = []  # the pool's compiles
-    result = Forecast(machine)
+    result = Forecast(machine, roofs_s=roofs_s)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
     dynamic_lengths: dict[str, set[tuple[int, int]]] = {}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.core import counting
 from attnbench.core.interval import RUN_TO_RUN_NOISE, Interval, median_interval, summarize, two_modes
-from attnbench.core.peaks import peak_for
+from attnbench.core.peaks import MeasuredRoofs, peak_for, roofs_peak
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
 from attnbench.timing.timers import TimingSettings
@@ -35,6 +35,9 @@ class RunInfo:
     # and a copy (GB/s). A record's extra.percent_of_measured_peak is against them, beside the datasheet's.
     measured_tflops: tuple[tuple[str, float], ...] = ()
     measured_bandwidth_gbs: float | None = None
+    # A CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs): a CPU record's
+    # percent_of_peak is against them.
+    roofs: MeasuredRoofs | None = None
 
 
 def case_of(record: Record) -> Case:
@@ -126,25 +129,32 @@ def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
 
 def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
                     fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
-    """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence (peak_source).
+    """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence
+    (peak_source); `above_roof` when the record is over 100% of it, which only a wrong roof allows.
 
     Decode-like cases (one query row) are judged against memory bandwidth, the rest against the dense
-    compute rate for the dtype. The datasheet table is consulted only on CUDA; an override applies anywhere.
+    compute rate for the dtype: on CUDA the datasheet table's, on a CPU the roofs the run measured at its start
+    (info.roofs). An override applies anywhere.
     """
-    name = info.device_name if case.device == "cuda" else None
-    peak = peak_for(name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs, fp32_math)
+    if case.device == "cpu":
+        peak = roofs_peak(info.roofs, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
+    else:
+        peak = peak_for(info.device_name, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs, fp32_math)
     if case.memory_bound:
         roof, achieved, source, bound = peak.bandwidth_gbs, bandwidth_gbs, peak.bandwidth_source, "memory"
     else:
         roof, achieved, source, bound = peak.tflops, tflops, peak.tflops_source, "compute"
     extra: dict[str, Any] = {"peak_bound": bound, "peak_source": source if roof else None}
+    percent = 100.0 * achieved / roof if roof else None
     if roof:
         extra["peak"] = roof
+    if percent is not None and percent > 100.0:
+        extra["above_roof"] = True
     measured = (info.measured_bandwidth_gbs if bound == "memory"
                 else dict(info.measured_tflops).get(case.dtype))
     if measured:
         extra.update(measured_peak=measured, percent_of_measured_peak=100.0 * achieved / measured)
-    return (100.0 * achieved / roof if roof else None), extra
+    return percent, extra
 
 
 # The one-time parts of a backend's setup its `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).

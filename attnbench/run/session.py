@@ -44,6 +44,7 @@ from attnbench.run.tally import Tally
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from attnbench.core.peaks import MeasuredRoofs
     from attnbench.run.forecast import Forecast
     from attnbench.run.precompile import PoolResult
     from attnbench.sweep.schema import Timing
@@ -165,10 +166,13 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
     mode = mode_of(plan, options, gpu)
     cache = compile_cache.use(options.cache_dir)
     machine = calibration.datasheet(gpu) if gpu else calibration.cached_calibration(plan.device, cache)
-    return forecast.forecast(selected(plan, options), mode.settings, machine, isolate=mode.isolate,
+    tasks = selected(plan, options)
+    return forecast.forecast(tasks, mode.settings, machine, isolate=mode.isolate,
                              workers=mode.workers, compiled=compile_cache.compiled(cache, torch.__version__),
                              timer_modes=timer_modes(options.timer), deterministic=mode.deterministic,
-                             compile_workers=mode.compile_workers)
+                             compile_workers=mode.compile_workers,
+                             roofs_s=0.0 if gpu else calibration.roofs_seconds(
+                                 calibration.roof_dtypes([case for case, _ in tasks])))
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,7 @@ class Started:
     cache: Path
     mode: RunMode
     torch_version: str  # this process's, whatever a resumed run's env.json recorded before
+    roofs: MeasuredRoofs | None = None  # a CPU's, measured at this run's (or this resumed part's) start
 
 
 def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
@@ -218,8 +223,9 @@ def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
 
 
 def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, cache: Path,
-              predicted: Forecast, errors: Console) -> Started:
-    """env.json written (a new run's, or a resumed run's with this part added), and the measurements left."""
+              predicted: Forecast, errors: Console, roofs: MeasuredRoofs | None = None) -> Started:
+    """env.json written (a new run's, or a resumed run's with this part added, each with the roofs measured at its
+    start), and the measurements left."""
     results = directory / RESULTS_FILE
     tasks = selected(plan, options)
     env = collect_env(plan.device)
@@ -236,7 +242,8 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
         recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
                                                    "already_done": len(done), "env": env,
                                                    "deterministic": mode.deterministic,
-                                                   "prediction": predicted.to_dict()})
+                                                   "prediction": predicted.to_dict(),
+                                                   "roofs": roofs.to_dict() if roofs else None})
         env = recorded
     else:
         refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
@@ -251,12 +258,12 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
                    timeout_s=mode.timeout_s, devices=list(options.devices) if options.devices is not None else None,
                    peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
                    timer=options.timer, cache_dir=str(cache), deterministic=mode.deterministic,
-                   prediction=predicted.to_dict())
+                   prediction=predicted.to_dict(), roofs=roofs.to_dict() if roofs else None)
     try:
         write_json_atomic(directory / ENV_FILE, env)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    return Started(tasks, run_id, env, predicted, cache, mode, torch_version)
+    return Started(tasks, run_id, env, predicted, cache, mode, torch_version, roofs)
 
 
 def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, errors: Console) -> None:
@@ -294,9 +301,14 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
                 errors: Console, should_stop: Callable[[], bool]) -> tuple[int, list[Record]]:
     """Every measurement left, one results line each as it ends; how many were measured, and their records."""
-    machine = calibration.cached_calibration(plan.device, run.cache)
+    if plan.device == "cpu":  # a CPU's own roofs are the run's measured ones
+        measured = tuple((m.dtype, m.gflops / 1e3) for m in run.roofs.matmul) if run.roofs else ()
+        bandwidth = run.roofs.copy_gbs if run.roofs else None
+    else:  # a GPU's are its calibration's, beside its datasheet's
+        machine = calibration.cached_calibration(plan.device, run.cache)
+        measured, bandwidth = tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs
     info = RunInfo(run.run_id, plan.suite.name, run.env["device_name"], options.peak_tflops,
-                   options.peak_bandwidth_gbs, tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs)
+                   options.peak_bandwidth_gbs, measured, bandwidth, run.roofs)
     backends = {backend.name: backend for backend in plan.backends}
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
@@ -329,7 +341,10 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
     `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
     mode, cache = prepare(plan, options)
-    run = write_env(plan, options, directory, mode, cache, predict(plan, options), errors)
+    predicted = predict(plan, options)
+    # A CPU run's roofs, measured before any worker or compile of the run's own is started beside them.
+    roofs = calibration.measure_roofs(calibration.roof_dtypes([case for case, _ in selected(plan, options)]))
+    run = write_env(plan, options, directory, mode, cache, predicted, errors, roofs)
     announce(plan, options, directory, run, errors)
     ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
                           should_stop, mode.timeout_s)
