@@ -232,26 +232,26 @@ def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
 
 
 # ---- the issue's CPU "done when": every ok record names its kernels, and the right ones -------------------------
-CPU_FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"  # its backward is ..._for_cpu_backward
-FLEX_GENERATED = "## Call CompiledFxGraph"  # Inductor's range around the C++ kernel it generated (backends/flex.py)
+def test_the_done_when_check_fails_on_a_record_that_names_no_kernel_or_the_wrong_one() -> None:
+    from tests.conftest import CPU_FLASH, assert_kernels_named
 
+    def rec(backend: str, top: str, share: float | None = 0.9) -> dict:  # type: ignore[type-arg]
+        return {"status": "ok", "backend": backend, "case_id": "c", "mode": "fwd", "attention_share": share,
+                "kernels": [{"name": top, "calls": 1, "time_ms": 1.0, "share": 1.0}]}
 
-def assert_kernels_named(records: list[dict]) -> None:  # type: ignore[type-arg]
-    """Every ok record carries a non-empty `kernels` list and an `attention_share`; sdpa-flash's top kernel is the
-    CPU flash kernel (forward, or its backward in fwd_bwd) and sdpa-math's is not; flex's is its generated kernel."""
-    ok = [r for r in records if r["status"] == "ok"]
-    assert ok
-    for r in ok:
-        where = f"{r['backend']} on {r['case_id']}"
-        assert r.get("kernels") and all(k["name"] and k["calls"] >= 1 for k in r["kernels"]), where
-        assert isinstance(r.get("attention_share"), float) and 0 < r["attention_share"] <= 1, where
-        top = r["kernels"][0]["name"]
-        if r["backend"] == "sdpa-flash":
-            assert top.startswith(CPU_FLASH), where
-        if r["backend"] == "sdpa-math":
-            assert "flash" not in top and not any(k["name"].startswith(CPU_FLASH) for k in r["kernels"]), where
-        if r["backend"] == "flex":
-            assert top.startswith(FLEX_GENERATED), where
+    both = [{"name": n, "calls": 1, "time_ms": 1.0, "share": 0.3} for n in ("aten::fill_", CPU_FLASH + "_backward",
+                                                                               CPU_FLASH)]
+    assert_kernels_named([rec("sdpa-flash", CPU_FLASH), rec("sdpa-math", "aten::bmm", 0.5),
+                          rec("flex", "## Call CompiledFxGraph fabc"),
+                          {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both}])
+    for planted in (rec("sdpa-flash", "aten::bmm"), rec("sdpa-math", CPU_FLASH), rec("flex", "aten::bmm"),
+                    rec("naive", "aten::bmm", None), {**rec("naive", "aten::bmm"), "kernels": None},
+                    {**rec("naive", "aten::bmm"), "kernels": []},
+                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both[:2]},  # no flash forward
+                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd",
+                     "kernels": [*both, {**both[0], "name": "aten::bmm"}]}):  # and the math path's matmul
+        with pytest.raises(AssertionError):
+            assert_kernels_named([planted])
 
 
 LONG_SMALLEST = 512  # the CPU block's smallest length is 2048; its calls take seconds there (the block: ~6 minutes)
@@ -282,7 +282,7 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     """The long block's CPU backends at a short length (what this leaves out: docs/verified.md)."""
     from attnbench.records.results import Record
     from attnbench.run.schedule import Schedule
-    from tests.conftest import ONE_SAMPLE
+    from tests.conftest import ONE_SAMPLE, assert_kernels_named
 
     from attnbench.run.measure import InProcess
 

@@ -111,6 +111,8 @@ def join_traces(path: Path, parts: list[Path]) -> None:
             joined = trace
         else:
             joined["traceEvents"] = [*joined.get("traceEvents", []), *trace.get("traceEvents", [])]
+    if joined is not None:
+        joined["traceName"] = path.name  # the profiler names the part it wrote, by its full path
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(joined))
     os.replace(tmp, path)
