@@ -296,3 +296,44 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     ran = {r["backend"] for r in as_dicts if r["status"] == "ok"}
     assert ran == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}, as_dicts
     assert all(r["reason"] for r in as_dicts if r["status"] != "ok")  # every other backend said why (CUDA-only)
+
+
+def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_planted_fault(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """scripts/check_kernel_names.py (gpu-check.sh's step: every backend's records and traces against its declared
+    names), run here on the recorded CPU run with traces, then on copies with one fault planted each."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    script = root / "scripts" / "check_kernel_names.py"
+
+    def check(run: Path) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        return subprocess.run([sys.executable, str(script), str(run.parent), "--device", "cpu"], capture_output=True,
+                              text=True, timeout=120)
+
+    clean = check(Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / "clean" / "run")))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.stdout.splitlines()[-1] == "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
+
+    def planted(name: str, change) -> str:  # type: ignore[no-untyped-def]
+        run = Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / name / "run"))
+        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+        change(run, next(r for r in records if r["backend"] == "sdpa-flash"))
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        result = check(run)
+        assert result.returncode == 1, result.stdout
+        return result.stdout
+
+    def drop_kernel(run: Path, r: dict) -> None:  # type: ignore[type-arg]
+        trace = run / r["trace"]
+        data = json.loads(trace.read_text())
+        data["traceEvents"] = [e for e in data["traceEvents"] if "flash_attention" not in str(e.get("name"))]
+        trace.write_text(json.dumps(data))
+
+    assert "names none of the declared kernels" in planted("no-kernel", drop_kernel)
+    assert "wrong_kernel: math ran" in planted("wrong", lambda run, r: r.update(status="wrong_kernel",
+                                                                                 reason="math ran"))
+    assert "no kernels seen (hidden)" in planted("null", lambda run, r: r.update(kernels=None, kernels_reason="hidden"))
+    assert "is not a Chrome trace" in planted("cut", lambda run, r: (run / r["trace"]).write_text("{\"traceEv"))
