@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
+from tests.conftest import assert_kernels_named
 
 ROOT = Path(__file__).parent.parent
 TINY = """\
@@ -134,6 +135,7 @@ def test_quick_suite_as_a_real_subprocess(tmp_path: Path) -> None:
     assert records and {r["status"] for r in records} <= {"ok", "skipped"}
     assert all(r["reason"] for r in records if r["status"] == "skipped")
     assert {r["backend"] for r in records if r["status"] == "ok"} >= {"naive", "sdpa", "sdpa-math", "sdpa-flash"}
+    assert_kernels_named(records)  # each ok record names what ran, and the flash kernel is sdpa-flash's top one
     assert "Traceback" not in proc.stderr
     # The last line is the harness's overhead, from the records: samples, warm-up and the forwards' checked calls
     # (their first warm-up call) against the wall time from the process's start, which env.json keeps too.

@@ -160,12 +160,28 @@ def _unprofiled():  # type: ignore[no-untyped-def]
     return Profiled({}, None, 0.0)
 
 
-def test_trace_is_written_as_chrome_json_holding_the_kernel(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    record = run(default_registry().get("sdpa-flash"), settings=Settings(RunInfo("r", "t"), FEW, trace_dir=tmp_path))
+def test_trace_is_written_as_chrome_json_holding_the_profiled_call_and_one_timed_sample(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import re
+    import subprocess
+    import sys
+
+    backend = default_registry().get("sdpa-flash")
+    record = run(backend, settings=Settings(RunInfo("r", "t"), FEW, trace_dir=tmp_path))
     trace = tmp_path / record.trace
     assert record.trace == f"traces/{record.case_id}-sdpa-flash.json"
-    names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
+    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name], "no part of a trace is left beside it"
+    read = subprocess.run([sys.executable, "-m", "json.tool", str(trace)], capture_output=True, text=True)
+    assert read.returncode == 0, read.stderr
+    events = json.loads(read.stdout)["traceEvents"]
+    declared = backend.attention_kernels("cpu", "fwd")
+    ranges = {e["name"]: e for e in events if str(e.get("name", "")).startswith("attnbench: ")}
+    assert set(ranges) == {"attnbench: profiled call", "attnbench: timed sample (perf_counter)"}
+    for label, span in ranges.items():  # each call ran the declared kernel inside its own range
+        inside = [e for e in events if e.get("ph") == "X" and any(re.search(p, e["name"]) for p in declared)
+                  and span["ts"] <= e["ts"] <= span["ts"] + span["dur"]]
+        assert len(inside) == 1, label
+    assert ranges["attnbench: profiled call"]["ts"] < ranges["attnbench: timed sample (perf_counter)"]["ts"]
+    assert record.extra["setup_parts"]["profile"] > 0 and record.samples == 5  # the sample is setup, not a sample
 
 
 def test_a_profiler_that_cannot_run_gives_null_kernels_with_a_reason() -> None:
@@ -213,3 +229,111 @@ def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
     assert comparison.matches[0].kernel_change == (
         f"sdpa-flash ran {math['kernels'][0]['name']}, was aten::_scaled_dot_product_flash_attention_for_cpu")
     assert "### Kernel changed" in comparison.to_markdown()
+
+
+# ---- the issue's CPU "done when": every ok record names its kernels, and the right ones -------------------------
+def test_the_done_when_check_fails_on_a_record_that_names_no_kernel_or_the_wrong_one() -> None:
+    from tests.conftest import CPU_FLASH, assert_kernels_named
+
+    def rec(backend: str, top: str, share: float | None = 0.9) -> dict:  # type: ignore[type-arg]
+        return {"status": "ok", "backend": backend, "case_id": "c", "mode": "fwd", "attention_share": share,
+                "kernels": [{"name": top, "calls": 1, "time_ms": 1.0, "share": 1.0}]}
+
+    both = [{"name": n, "calls": 1, "time_ms": 1.0, "share": 0.3} for n in ("aten::fill_", CPU_FLASH + "_backward",
+                                                                               CPU_FLASH)]
+    assert_kernels_named([rec("sdpa-flash", CPU_FLASH), rec("sdpa-math", "aten::bmm", 0.5),
+                          rec("flex", "## Call CompiledFxGraph fabc"),
+                          {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both}])
+    for planted in (rec("sdpa-flash", "aten::bmm"), rec("sdpa-math", CPU_FLASH), rec("flex", "aten::bmm"),
+                    rec("naive", "aten::bmm", None), {**rec("naive", "aten::bmm"), "kernels": None},
+                    {**rec("naive", "aten::bmm"), "kernels": []},
+                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both[:2]},  # no flash forward
+                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd",
+                     "kernels": [*both, {**both[0], "name": "aten::bmm"}]}):  # and the math path's matmul
+        with pytest.raises(AssertionError):
+            assert_kernels_named([planted])
+
+
+LONG_SMALLEST = 512  # the CPU block's smallest length is 2048; its calls take seconds there (the block: ~6 minutes)
+
+
+def long_cpu_block_at(seq: int) -> list[tuple[Case, str]]:
+    """suites/long.yaml's CPU block, every backend and every axis, at `seq` tokens, each window scaled by `seq` over
+    the block's smallest length (so a window still masks keys); flex on one case of the four: the windowed GQA one
+    (its own mask and enable_gqa), for each of its graphs compiles for half a minute on a 2-core CPU."""
+    import dataclasses
+    from pathlib import Path
+
+    from attnbench.sweep.suite import load_suite
+
+    suite = load_suite(Path(__file__).parent.parent / "suites" / "long.yaml")
+    cases = suite.cases("cpu")
+    smallest = min(c.seq_len for c in cases)
+    small = [dataclasses.replace(c, seq_len=seq, kv_seq_len=seq,
+                                 window=None if c.window is None else c.window * seq // smallest)
+             for c in cases if c.seq_len == smallest]
+    assert len(small) == 4 and {c.window for c in small} == {None, 1024 * seq // smallest}
+    flex_case = next(c for c in small if c.window is not None and c.kv_heads < c.heads)
+    return [(c, b) for c in small for b in suite.model.backends or () if b != "flex" or c == flex_case]
+
+
+@pytest.mark.slow
+def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
+    """The long block's CPU backends at a short length (what this leaves out: docs/verified.md)."""
+    from attnbench.records.results import Record
+    from attnbench.run.schedule import Schedule
+    from tests.conftest import ONE_SAMPLE, assert_kernels_named
+
+    from attnbench.run.measure import InProcess
+
+    registry = default_registry()
+    tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]
+    records: list[Record] = []
+    info = RunInfo("long-cpu-small", "long")
+    Schedule(info).run(tasks, records.append, InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
+    as_dicts = [r.to_dict() for r in records]
+    assert_kernels_named(as_dicts)
+    ran = {r["backend"] for r in as_dicts if r["status"] == "ok"}
+    assert ran == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}, as_dicts
+    assert all(r["reason"] for r in as_dicts if r["status"] != "ok")  # every other backend said why (CUDA-only)
+
+
+def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_planted_fault(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """scripts/check_kernel_names.py (gpu-check.sh's step: every backend's records and traces against its declared
+    names), run here on the recorded CPU run with traces, then on copies with one fault planted each."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    script = root / "scripts" / "check_kernel_names.py"
+
+    def check(run: Path) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        return subprocess.run([sys.executable, str(script), str(run.parent), "--device", "cpu"], capture_output=True,
+                              text=True, timeout=120)
+
+    clean = check(Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / "clean" / "run")))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.stdout.splitlines()[-1] == "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
+
+    def planted(name: str, change) -> str:  # type: ignore[no-untyped-def]
+        run = Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / name / "run"))
+        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+        change(run, next(r for r in records if r["backend"] == "sdpa-flash"))
+        (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        result = check(run)
+        assert result.returncode == 1, result.stdout
+        return result.stdout
+
+    def drop_kernel(run: Path, r: dict) -> None:  # type: ignore[type-arg]
+        trace = run / r["trace"]
+        data = json.loads(trace.read_text())
+        data["traceEvents"] = [e for e in data["traceEvents"] if "flash_attention" not in str(e.get("name"))]
+        trace.write_text(json.dumps(data))
+
+    assert "names none of the declared kernels" in planted("no-kernel", drop_kernel)
+    assert "wrong_kernel: math ran" in planted("wrong", lambda run, r: r.update(status="wrong_kernel",
+                                                                                 reason="math ran"))
+    assert "no kernels seen (hidden)" in planted("null", lambda run, r: r.update(kernels=None, kernels_reason="hidden"))
+    assert "is not a Chrome trace" in planted("cut", lambda run, r: (run / r["trace"]).write_text("{\"traceEv"))

@@ -592,3 +592,67 @@ def test_rerendering_another_run_into_the_same_folder_leaves_no_chart_of_the_old
     second = render_report(write_run(tmp_path / "plain", [a_record()]), out, formats=("png",))
     assert sorted(p.name for p in (out / "charts").iterdir()) == sorted(p.name for p in second)
     assert not {"setup.png", "energy.png", "mqa-gqa.png"} & {p.name for p in second}
+
+
+def _profiled(backend: str, time_ms: float, seq: int, names: tuple[tuple[str, float], ...],
+              own: tuple[str, ...], **overrides: Any) -> dict[str, Any]:
+    """A record whose kernel fields are the profiler's verdict on these (name, ms) kernels (timing.profile)."""
+    from attnbench.timing.profile import judge_kernels, kernels_from
+
+    kernels = kernels_from([(name, 1, ms) for name, ms in names])
+    verdict = judge_kernels(kernels, own, {}, backend)
+    fields = dict(kernels=[k.to_dict() for k in kernels], attention_share=round(verdict.attention_share, 4))
+    if verdict.overhead:
+        fields["overhead"] = verdict.overhead
+    return a_record(backend=backend, time_ms=time_ms, seq_len=seq, kv_seq_len=seq, **fields, **overrides)
+
+
+def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
+    """Planted: at 512 the fastest ok backend spends 45% of its call in a copy; at 1024 the fastest ok one is clean
+    but a wrong_kernel record was faster still; at 2048 the fastest is clean and nothing faster ran wrong."""
+    from attnbench.report.findings import build_findings
+
+    flash = ("aten::_scaled_dot_product_flash_attention_for_cpu",)
+    records = [
+        _profiled("copies", 1.0, 512, (("aten::_scaled_dot_product_flash_attention_for_cpu", 55.0),
+                                       ("aten::copy_", 45.0)), flash),
+        _profiled("sdpa-flash", 2.0, 512, (("aten::_scaled_dot_product_flash_attention_for_cpu", 99.0),
+                                           ("aten::empty", 1.0)), flash),
+        _profiled("copies", 9.0, 1024, (("aten::_scaled_dot_product_flash_attention_for_cpu", 55.0),
+                                        ("aten::copy_", 45.0)), flash),
+        _profiled("sdpa-flash", 4.0, 1024, (("aten::_scaled_dot_product_flash_attention_for_cpu", 99.0),
+                                            ("aten::empty", 1.0)), flash),
+        _profiled("claims-flash", 3.0, 1024, (("aten::bmm", 60.0), ("aten::_softmax", 40.0)), flash,
+                  status="wrong_kernel", reason="none of claims-flash's declared kernels ran; ran aten::bmm 60%"),
+        _profiled("sdpa-flash", 8.0, 2048, (("aten::_scaled_dot_product_flash_attention_for_cpu", 99.0),
+                                            ("aten::empty", 1.0)), flash),
+        _profiled("claims-flash", 9.0, 2048, (("aten::bmm", 60.0), ("aten::_softmax", 40.0)), flash,
+                  status="wrong_kernel", reason="none of claims-flash's declared kernels ran"),
+    ]
+    found = build_findings(group_records(records), records, None)
+    flagged = [line for line in found.kernels if "fastest" in line]
+    assert len(flagged) == 2, found.kernels
+    assert flagged[0].endswith("fastest at sequence length 512: copies, but 45% of its call is outside its attention "
+                               "kernels (aten::copy_ 45% (copy)).")
+    assert ("at sequence length 1024 the fastest timing is claims-flash's, but it ran the wrong kernel (none of "
+            "claims-flash's declared kernels ran; ran aten::bmm 60%): that time is not claims-flash's.") in flagged[1]
+    # every overhead record is listed too (copies at 512 and 1024), and the wrong_kernel ones among the failures
+    assert sum(line.startswith("copies on ") and "aten::copy_" in line for line in found.kernels) == 2
+    assert [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"] == [("claims-flash", 1)] * 2
+
+
+def test_the_records_table_links_each_trace_that_exists_relative_to_the_page(tmp_path: Path) -> None:
+    traced = a_record(backend="sdpa-flash", case_id="c1", trace="traces/c1-sdpa-flash.json",
+                      kernels=[{"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "calls": 1,
+                                "time_ms": 1.0, "share": 1.0}], attention_share=1.0)
+    gone = {**traced, "backend": "naive", "trace": "traces/c1-naive.json"}  # its file was deleted
+    run = write_run(tmp_path / "run", [traced, gone])
+    (run / "traces").mkdir()
+    (run / "traces" / "c1-sdpa-flash.json").write_text('{"traceEvents": []}')
+    render_report(run, formats=["html"])
+    page = (run / "report.html").read_text()
+    assert re.findall(r'<a class="trace" href="([^"]+)">', page) == ["traces/c1-sdpa-flash.json"]
+    assert "traces/c1-naive.json" in page  # named, not linked
+    render_report(run, tmp_path / "elsewhere", formats=["html"])
+    assert re.findall(r'<a class="trace" href="([^"]+)">', (tmp_path / "elsewhere" / "report.html").read_text()) == [
+        "../run/traces/c1-sdpa-flash.json"]

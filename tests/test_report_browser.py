@@ -173,3 +173,41 @@ def test_a_planted_defect_fails_the_browser_check(browser: Any, defect: str, tmp
     monkeypatch.setattr(html, "TEMPLATE", html.TEMPLATE.replace(old, new))
     with pytest.raises(AssertionError, match=message):
         check_report(browser, largest_run(), tmp_path / "out")
+
+
+def check_trace_links(browser: Any, run: Path) -> None:
+    """Every record's --trace file is linked from its row, and every link opens a Chrome trace beside the page."""
+    rows = browser.execute_script(
+        "return Array.prototype.map.call(document.getElementById('records').tBodies[0].rows, function (r) {"
+        " var a = r.querySelector('a.trace'); return a ? a.href : null; })")
+    traced = [r for r in load(run) if r.get("trace")]
+    assert traced and len([h for h in rows if h]) == len(traced), f"{len(traced)} traces, links: {rows}"
+    for href in (h for h in rows if h):
+        target = Path(unquote(urlparse(href).path))
+        assert target.is_file(), f"{href} does not resolve"
+        assert json.loads(target.read_text())["traceEvents"], f"{href} holds no trace"
+
+
+@pytest.mark.parametrize("defect", [None, "absolute link"])
+def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_path: Path, defect: str | None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report written beside its results (as `attnbench run --trace` does), then the folder moved: each link is
+    relative, so it still opens its trace; a link written as an absolute path would point at the old place."""
+    from attnbench.report import render
+
+    run = Path(shutil.copytree(DATA / "trace-run", tmp_path / "run"))
+    if defect:
+        monkeypatch.setattr(render, "trace_links", lambda records, run_dir, out: {
+            id(r): (run_dir / r["trace"]).as_uri() for r in records if r.get("trace")})
+    render_report(run)
+    moved = run.rename(tmp_path / "moved")
+    page = moved / "report.html"
+    browser.get_log("browser")
+    browser.get(page.as_uri())
+    if defect:
+        with pytest.raises(AssertionError, match="does not resolve"):
+            check_trace_links(browser, moved)
+        return
+    check_trace_links(browser, moved)
+    check_charts_and_links(browser, page)
+    check_console(browser)

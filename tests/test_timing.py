@@ -411,3 +411,24 @@ def test_a_gpu_spin_before_each_call_covers_the_cpus_enqueue_time(monkeypatch: p
     assert cuda.log.count("spin 2000") == cuda.log.count("flush") == 3
     assert timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES, "launch_cover_us": 2000.0}
     assert timing.cover_ms(20e-6, 1.5, 2.0) == pytest.approx(0.04)  # a 20 us enqueue gets a 40 us spin
+
+
+def test_one_sample_for_a_trace_is_made_as_the_timers_samples_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--trace profiles one timed sample after the samples (attnbench.run.profiled): on CUDA the spin that covers
+    the launch, the L2 flush and the call between two events, as in the batch; on a CPU the clock around the call."""
+    cuda = FakeCuda(itertools.repeat(2.0))
+    cuda.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: cuda.log.append(f"spin {cycles}"), raising=False)
+    timer = CudaEventTimer(device="meta")
+    timer.flush = FakeFlush(cuda.log)
+    timer.cycles_per_ms = 1000.0
+    timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=3, max_samples=3))
+    batch = cuda.log[-3:]
+    cuda.log.clear()
+    assert timing.one_sample(timer, cuda.launch)() == 2.0
+    assert cuda.log == batch == ["spin 2000", "flush", "call"] and not cuda.pending  # synchronised
+    ticks = iter([5_000_000, 8_000_000])
+    calls = []
+    assert timing.one_sample(ClockTimer(lambda: next(ticks)), lambda: calls.append(1))() == 3.0 and calls == [1]
+    plain = lambda: None  # noqa: E731 - a timer without `sample`: the trace's second call is a plain call
+    assert timing.one_sample(object(), plain) is plain

@@ -27,7 +27,9 @@ MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 MAX_QUANTIZED_LINES = 16  # FP8 speed-up and "not faster" lines
 SHOWN_CASES = 3  # cases named per failure line
 MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
-DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.run.skip, attnbench.run.measure)
+DETERMINISTIC_SKIP = "deterministic asked"
+# Where an `overhead` text names the rest of the call (attnbench.timing.profile.judge_kernels writes it).
+OVERHEAD_REST = "the rest: "  # how a refusal's skip reason begins (attnbench.run.skip, attnbench.run.measure)
 
 
 @dataclass
@@ -59,7 +61,8 @@ class Findings:
     quantized: list[str] = field(default_factory=list)  # FP8 speed-ups, and FP8 kernels not faster (report.frontier)
     noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
-    kernels: list[str] = field(default_factory=list)  # records flagged `overhead`: what the rest of their call was
+    # lengths whose fastest backend is flagged, then every record flagged `overhead`: what the rest of its call was
+    kernels: list[str] = field(default_factory=list)
     roofs: list[str] = field(default_factory=list)  # records above 100% of their roof: the roof is wrong
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
@@ -116,6 +119,33 @@ def fastest_line(group: CaseGroup) -> str | None:
     if len(only) == 1 and len(winners) == len(group.xs) and len(winners) > 1:
         return f"{group.title()}: {next(iter(only))} is fastest at every length ({fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])})."
     return f"{group.title()}: fastest {_ranges(winners)}."
+
+
+def flagged_fastest_lines(groups: list[CaseGroup]) -> list[str]:
+    """Each length where the fastest backend's time is not its attention kernel's alone: the fastest ok record is
+    flagged `overhead` (how much of its call was other work, and what), or a `wrong_kernel` record was faster than
+    every ok one (its time is another kernel's)."""
+    lines = []
+    for group in groups:
+        cells = group.by_backend_x()
+        for x in group.xs:
+            here = [(b, r) for (b, xx), r in sorted(cells.items()) if xx == x and r.get("time_ms")]
+            ok = [(usable_time(r), b, r) for b, r in here if usable_time(r) is not None]
+            best = min(ok, key=lambda item: item[0]) if ok else None
+            where = f"{group.title()}: fastest at {_length_words(group, x)}"
+            if best is not None and best[2].get("overhead"):
+                _, backend, r = best
+                share = r.get("attention_share")
+                outside = f"{1 - share:.0%} of its call is" if share is not None else "part of its call is"
+                rest = str(r["overhead"]).partition(OVERHEAD_REST)[2] or str(r["overhead"])
+                lines.append(f"{where}: {backend}, but {outside} outside its attention kernels ({rest}).")
+            wrong = [(float(r["time_ms"]), b, r) for b, r in here if r.get("status") == "wrong_kernel"]
+            if wrong and (best is None or min(wrong, key=lambda item: item[0])[0] < best[0]):
+                _, backend, r = min(wrong, key=lambda item: item[0])
+                lines.append(f"{group.title()}: at {_length_words(group, x)} the fastest timing is {backend}'s, but "
+                             f"it ran the wrong kernel ({r.get('reason') or 'no reason recorded'}): that time is "
+                             f"not {backend}'s.")
+    return lines
 
 
 def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) -> list[Failure]:
@@ -260,8 +290,12 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     found.roofs = roof_lines(records)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
-    found.kernels = [f"{r['backend']} on {r.get('case_id')}: overhead, {r['overhead']}." for r in records
-                     if r.get("overhead") and r["status"] == "ok"]
+    flagged = flagged_fastest_lines(groups)
+    found.kernels = flagged[:MAX_GROUP_LINES] + ([f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose "
+                                                  "fastest backend is flagged (see the tables)."]
+                                                 if len(flagged) > MAX_GROUP_LINES else [])
+    found.kernels += [f"{r['backend']} on {r.get('case_id')}: overhead, {r['overhead']}." for r in records
+                      if r.get("overhead")]
     found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found

@@ -12,7 +12,7 @@ from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
 from attnbench.report.findings import Findings
 from attnbench.report.plotting import Chart
-from attnbench.report.rows import COLUMNS, display_value, sort_value
+from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
 
 HOW_TO_READ = (
     "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
@@ -148,7 +148,7 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 <thead><tr>{% for key, header, numeric in columns %}<th data-type="{{ "num" if numeric else "text" }}">{{ header }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for row in rows %}<tr class="{{ "bad" if row.status != "ok" }}" data-backend="{{ row.backend }}" data-dtype="{{ row.dtype }}" data-status="{{ row.status }}">
-{% for cell in row.cells %}<td{% if cell.numeric %} class="num" data-v="{{ cell.sort }}"{% elif cell.key == "reason" %} class="reason" title="{{ cell.text }}"{% elif cell.key in ("kernel", "backend") %} class="{{ cell.key }}"{% elif cell.key == "status" %} class="st st-{{ row.status }}"{% endif %}>{% if cell.key == "reason" %}<div>{{ cell.text }}</div>{% else %}{{ cell.text }}{% endif %}</td>{% endfor %}
+{% for cell in row.cells %}<td{% if cell.numeric %} class="num" data-v="{{ cell.sort }}"{% elif cell.key == "reason" %} class="reason" title="{{ cell.text }}"{% elif cell.key in ("kernel", "backend") %} class="{{ cell.key }}"{% elif cell.key == "status" %} class="st st-{{ row.status }}"{% endif %}>{% if cell.key == "reason" %}<div>{{ cell.text }}</div>{% elif cell.href %}{{ cell.text }} · <a class="trace" href="{{ cell.href }}">{{ cell.label }}</a>{% else %}{{ cell.text }}{% endif %}</td>{% endfor %}
 </tr>
 {% endfor %}</tbody>
 </table></div>
@@ -238,15 +238,21 @@ def gpu_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
 
 def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Findings, charts: list[Chart],
                 chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int,
-                recommendation: dict[str, Any] | None = None, chart_files: bool = False) -> str:
+                recommendation: dict[str, Any] | None = None, chart_files: bool = False,
+                trace_links: dict[int, str] | None = None) -> str:
     """The page as a string. `speedups` maps id(record) to its speed-up over the baseline; `recommendation` is
     the Recommendation section (dispatch_table.html_section), left out when None; `chart_files`: the charts were
-    also written as charts/*.png beside the page, so each caption links to its file."""
+    also written as charts/*.png beside the page, so each caption links to its file; `trace_links` maps id(record)
+    to its --trace file's address relative to the page, for each trace that exists."""
     rows = []
+    links = trace_links or {}
     for r in records:
         s = speedups.get(id(r))
         cells = [dict(key=k, numeric=num, text=display_value(r, k, s), sort=sort_value(r, k, s) if num else "")
                  for k, _, num in COLUMNS]
+        if id(r) in links:  # the top-kernel cell links the trace instead of naming it
+            ran = next(cell for cell in cells if cell["key"] == "ran")
+            ran.update(text=ran_text(r, trace=False), href=links[id(r)], label=str(r["trace"]))
         rows.append(dict(backend=str(r["backend"]), dtype=display_value(r, "dtype", None), status=str(r["status"]),
                          cells=cells))
     filters = [

@@ -8,6 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
+from urllib.parse import quote
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
@@ -151,6 +152,17 @@ def recommendation_section(source: Path, records: list[dict[str, Any]], env: dic
     return html_section(decisions, [run], TIME) if enough_to_recommend(decisions) else None
 
 
+def trace_links(records: list[dict[str, Any]], run_dir: Path, out: Path) -> dict[int, str]:
+    """Each record's --trace file (`trace`, relative to the run directory) as an address relative to the report's
+    directory, by id(record); only traces that exist. Relative, so a run folder that holds its report can move."""
+    links = {}
+    for r in records:
+        trace = r.get("trace")
+        if trace and (run_dir / str(trace)).is_file():
+            links[id(r)] = quote(Path(os.path.relpath(run_dir / str(trace), out)).as_posix())
+    return links
+
+
 def _write(path: Path, data: bytes) -> Path:
     """Write under a temporary name and rename into place; a full disk is one user error, the file as it was."""
     from attnbench.core.errors import ResultsError
@@ -219,7 +231,8 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
             for key, value in group_speedups(group, baseline).items():
                 speedups[id(cells[key])] = value
         page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
-                           recommendation_section(source, records, env), chart_files="png" in wanted)
+                           recommendation_section(source, records, env), chart_files="png" in wanted,
+                           trace_links=trace_links(records, results_path(source).parent, out))
         written.append(_write(out / "report.html", page.encode("utf-8")))
     if "md" in wanted:
         text = render_markdown(env, groups, findings, baseline, notes)

@@ -100,9 +100,10 @@ def rel_l2_original(record: dict[str, Any]) -> float | None:
     return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
 
 
-def ran_text(record: dict[str, Any]) -> str:
+def ran_text(record: dict[str, Any], trace: bool = True) -> str:
     """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
-    and the --trace file beside the results (docs/results.md "Which kernel ran")."""
+    and (unless `trace` is False: the HTML table links it) the --trace file beside the results (docs/results.md
+    "Which kernel ran")."""
     kernels = record.get("kernels")
     if not kernels:
         return record.get("kernels_reason") or ""
@@ -110,7 +111,7 @@ def ran_text(record: dict[str, Any]) -> str:
     words = [f"{top['name'][:60]} {top['share']:.0%}"]
     if record.get("overhead"):
         words.append("overhead")
-    if record.get("trace"):
+    if trace and record.get("trace"):
         words.append(str(record["trace"]))
     return " · ".join(words)
 

@@ -2,6 +2,8 @@
 declares, and, where the timer replays a CUDA graph, whether one replay ran the eager call's kernels.
 
 Made once after the samples, so the samples never see the profiler; its time is the record's setup ("profile").
+With --trace, one timed sample is profiled too, made the way the timer makes each (attnbench.timing.timers
+one_sample; under a graph timer, the profiled replay), and the trace holds both calls, each in a named range.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.timing.profile import Profile, judge_kernels, profile_call, replay_lost
+from attnbench.timing.profile import LABEL_PREFIX, Profile, join_traces, judge_kernels, profile_call, replay_lost
+from attnbench.timing.timers import one_sample
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -37,16 +40,17 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
     `others`: every backend's declared kernels (attnbench.backends.registry.declared_kernels)."""
     sync = _sync(case.device)
     trace = trace_file(trace_dir, case, backend) if trace_dir is not None else None
+    parts = [] if trace is None else [trace.with_name(f"{trace.name}.{part}.part") for part in ("call", "sample")]
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
-    profile = profile_call(fn, case.device, None if trace is None else str(trace), sync)
+    profile = profile_call(fn, case.device, str(parts[0]) if parts else None, sync)
     fields: dict[str, Any] = {"kernels": None if profile.kernels is None else [k.to_dict() for k in profile.kernels]}
     spent = profile.profile_ms
     if profile.kernels is None:
         fields["kernels_reason"] = profile.reason
+        for part in parts:
+            part.unlink(missing_ok=True)
         return Profiled(fields, None, spent)
-    if trace is not None:
-        fields["trace"] = f"traces/{trace.name}"
     own = backend.attention_kernels(case.device, case.mode)
     verdict = judge_kernels(profile.kernels, own, others, backend.name)
     fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
@@ -56,7 +60,9 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
     replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds): a graph timer's last graph
     if replay is not None:
         run_graph, calls = replay
-        graph = profile_call(run_graph, case.device, sync=sync)
+        graph = profile_call(run_graph, case.device, str(parts[1]) if parts else None, sync,
+                             f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'graph')}: one replay of "
+                             f"{calls} calls)")
         spent += graph.profile_ms
         timer.replay = None  # type: ignore[attr-defined]  # the graph's memory goes back
         if graph.kernels is None:
@@ -64,6 +70,15 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
         else:
             lost = replay_lost(_device_only(profile), graph.kernels, calls)
             wrong = wrong or lost
+    elif trace is not None:  # the second call: one sample made as the timer made them, after them all
+        sample = profile_call(one_sample(timer, fn), case.device, str(parts[1]), sync,
+                              f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'timer')})")
+        spent += sample.profile_ms
+    if trace is not None:
+        written = [part for part in parts if part.exists()]
+        if written:
+            join_traces(trace, written)
+            fields["trace"] = f"traces/{trace.name}"
     return Profiled(fields, wrong, spent)
 
 

@@ -8,9 +8,12 @@ None and `reason` says why: never an empty list that would read as "nothing ran"
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 # The declared kernels' share of the call under which a record is flagged `overhead` (docs/results.md, "Which kernel
@@ -22,6 +25,9 @@ OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_
               ("transpose", ("transpose", "permute")),
               ("mask construction", ("where", "isneginf", "tril", "triu", "logical", "arange", "fill_", "ge", "le")),
               ("allocation", ("empty", "zeros", "Memset", "memset")))
+# How a trace names each profiled call (a torch.profiler range around it); never counted as a kernel.
+LABEL_PREFIX = "attnbench: "
+PROFILED_CALL = LABEL_PREFIX + "profiled call"
 
 
 @dataclass(frozen=True)
@@ -51,20 +57,21 @@ class Profile:
 
 
 def profile_call(fn: Callable[[], object], device: str, trace_path: str | None = None,
-                 sync: Callable[[], None] | None = None) -> Profile:
-    """`fn` called once under torch.profiler (CPU, and CUDA where `device` is CUDA); the trace written to
-    `trace_path` (Chrome's format) when given."""
+                 sync: Callable[[], None] | None = None, label: str = PROFILED_CALL) -> Profile:
+    """`fn` called once under torch.profiler (CPU, and CUDA where `device` is CUDA), inside a range named `label`;
+    the trace written to `trace_path` (Chrome's format) when given."""
     start = time.perf_counter()
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity, profile, record_function
 
         activities = [ProfilerActivity.CPU]
         if device == "cuda":
             activities.append(ProfilerActivity.CUDA)
         with profile(activities=activities) as prof:
-            fn()
-            if sync is not None:
-                sync()
+            with record_function(label):
+                fn()
+                if sync is not None:
+                    sync()
         kernels = kernels_of(prof.key_averages(), device)
         if trace_path is not None:
             prof.export_chrome_trace(trace_path)
@@ -88,9 +95,29 @@ def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
             us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "device_time_total", 0.0))
         else:
             us = float(event.self_cpu_time_total)
-        if us > 0:
+        if us > 0 and not str(event.key).startswith(LABEL_PREFIX):  # the call's own range is not a kernel
             rows.append((str(event.key), int(event.count), us / 1e3))
     return kernels_from(rows)
+
+
+def join_traces(path: Path, parts: list[Path]) -> None:
+    """One Chrome trace at `path` holding every event of `parts` (traces of one process's profiler sessions, which
+    share its clock), written whole under a temporary name and renamed, so a kill never leaves half a trace; the
+    parts are removed."""
+    joined: dict[str, Any] | None = None
+    for part in parts:
+        trace = json.loads(part.read_text())
+        if joined is None:
+            joined = trace
+        else:
+            joined["traceEvents"] = [*joined.get("traceEvents", []), *trace.get("traceEvents", [])]
+    if joined is not None:
+        joined["traceName"] = path.name  # the profiler names the part it wrote, by its full path
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(joined))
+    os.replace(tmp, path)
+    for part in parts:
+        part.unlink(missing_ok=True)
 
 
 def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:

@@ -35,6 +35,13 @@ class Timer(Protocol):
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
 
 
+def one_sample(timer: object, fn: Callable[[], object]) -> Callable[[], object]:
+    """One call of `fn` made the way `timer` makes each sample (its `sample`: the clock around it, or the spin, the
+    L2 flush and the events), for a trace to show what a sample did; a timer without one calls `fn` plainly."""
+    sample = getattr(timer, "sample", None)
+    return (lambda: sample(fn)) if callable(sample) else fn
+
+
 class ClockTimer:
     """Wall time of each call on a monotonic clock (CPU work is synchronous, so this is the call's time)."""
 
@@ -43,18 +50,15 @@ class ClockTimer:
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.clock = clock
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def sample(self, fn: Callable[[], object]) -> float:
+        """One sample: the call's time in ms between two reads of the clock."""
         clock = self.clock
+        start = clock()
+        fn()
+        return (clock() - start) / 1e6
 
-        def batch(count: int) -> list[float]:
-            times = []
-            for _ in range(count):
-                start = clock()
-                fn()
-                times.append((clock() - start) / 1e6)
-            return times
-
-        return run(Sampler(settings), batch)
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        return run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
 
 
 def flush_bytes_for(device: Any) -> int:
@@ -101,9 +105,30 @@ class CudaEventTimer:
         """What a record says about this timer: the flush size and the launch cover."""
         return {"l2_flush_bytes": self.flush_bytes, "launch_cover_us": round(self.cover_ms * 1e3, 1)}
 
+    def _spin(self) -> Callable[[int], None] | None:
+        return getattr(self.torch.cuda, "_sleep", None) if self.cycles_per_ms else None
+
+    def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any, end: Any) -> None:
+        """What each sample enqueues: the spin that covers the launch, the L2 flush, then the call between events."""
+        if spin is not None and self.cover_ms > 0:
+            spin(int(self.cover_ms * self.cycles_per_ms))
+        if self.flush is not None:
+            self.flush.zero_()
+        start.record()
+        fn()
+        end.record()
+
+    def sample(self, fn: Callable[[], object]) -> float:
+        """One sample made as `measure`'s are (with the last batch's cover), its time in ms; not a recorded sample."""
+        cuda = self.torch.cuda
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        self._enqueue(fn, self._spin(), start, end)
+        cuda.synchronize()
+        return start.elapsed_time(end)
+
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
         cuda = self.torch.cuda
-        spin = getattr(cuda, "_sleep", None) if self.cycles_per_ms else None
+        spin = self._spin()
         cuda.synchronize()
         self.cover_ms = 0.0
         if spin is not None:  # one call's enqueue time sizes the first batch's cover (it is not a sample)
@@ -118,13 +143,7 @@ class CudaEventTimer:
             host: list[float] = []
             for i in range(count):
                 began = time.perf_counter()
-                if spin is not None and self.cover_ms > 0:
-                    spin(int(self.cover_ms * self.cycles_per_ms))
-                if self.flush is not None:
-                    self.flush.zero_()
-                starts[i].record()
-                fn()
-                ends[i].record()
+                self._enqueue(fn, spin, starts[i], ends[i])
                 host.append(time.perf_counter() - began)
             cuda.synchronize()
             if spin is not None:
