@@ -22,7 +22,7 @@ def list_in_a_new_process(cache: Path, *extra: str) -> tuple[str, list[str]]:
     """`attnbench list --device cpu` in a fresh interpreter: its output, and which heavy runtimes it imported."""
     code = (f"import sys; sys.argv = ['attnbench', 'list', '--device', 'cpu', *{list(extra)!r}]\n"
             "from attnbench.cli.main import main\ntry: main()\nexcept SystemExit: pass\n"
-            f"print('IMPORTED', [m for m in {RUNTIMES!r} if m in sys.modules])")
+            f"print('IMPORTED', [m for m in {RUNTIMES + ('torch',)!r} if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache),
                                "COLUMNS": "200"})
@@ -37,7 +37,7 @@ def test_a_second_list_imports_no_kernel_runtime_and_prints_the_same_table(tmp_p
     assert set(installed) <= set(imported_first)  # asking means importing: what the store saves the next call
     assert (tmp_path / "attnbench" / FILE).is_file()
     second, imported_second = list_in_a_new_process(tmp_path)
-    assert imported_second == []
+    assert imported_second == []  # not even torch: --device cpu needs no CUDA check, and every answer is kept
     table = second.splitlines()
     assert table[:-1] == first.splitlines()  # every row as asked, versions and reasons included
     assert table[-1].startswith("backend probes: reused from") and "--fresh asks again" in table[-1]
