@@ -29,6 +29,10 @@ def test_a_cpu_env_names_the_software_and_the_machine() -> None:
 def test_auto_is_cuda_only_where_there_is_one_and_cuda_without_one_is_a_user_error() -> None:
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    from attnbench.run.env import cpu_only_torch
+
+    if cpu_only_torch():  # what lets `auto` answer without importing torch is true of this torch
+        assert torch.version.cuda is None and not torch.cuda.is_available()
     if not torch.cuda.is_available():
         with pytest.raises(AttnbenchError, match="cuda"):
             resolve_device("cuda")

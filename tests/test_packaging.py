@@ -107,7 +107,8 @@ def test_list_on_cpu_imports_no_compiler_stack_and_prints_no_library_warning() -
     """`attnbench list` answers in about a second: torch, never dynamo or inductor (a second more each; flex's
     compiler check and sdpa-varlen's device check need neither). xformers (left out here: importing it pulls dynamo
     in) is imported without its six-line load warning when it is installed."""
-    code = ("import sys; sys.modules['xformers'] = None; sys.argv = ['attnbench', 'list', '--device', 'cpu']; "
+    code = ("import sys; sys.modules['xformers'] = None; "
+            "sys.argv = ['attnbench', 'list', '--device', 'cpu', '--fresh']\n"
             "from attnbench.cli.main import main\ntry: main()\nexcept SystemExit: pass\n"
             "print([m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,

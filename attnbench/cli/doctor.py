@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnbench.gpu.describe import describe
 from attnbench.gpu.read import INSTALL_HINT
 from attnbench.gpu.state import GpuState
+
+if TYPE_CHECKING:
+    from attnbench.cli.probes import Probes
 
 DEFAULT_SUITE = "long"
 SDPA_KERNELS = {"flash": "can_use_flash_attention", "efficient": "can_use_efficient_attention",
@@ -39,6 +42,7 @@ class Diagnosis:
     environment: dict[str, Any]
     backends: list[BackendHealth]
     sdpa_kernels: dict[str, str] = field(default_factory=dict)
+    probes: str | None = None  # where the backends' answers were reused from (cli.probes), when they were
 
     @property
     def gpu_state(self) -> list[dict[str, Any]]:
@@ -57,23 +61,25 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "healthy": self.healthy, "environment": self.environment,
                 "backends": [asdict(b) for b in self.backends], "sdpa_kernels": self.sdpa_kernels,
-                "gpu_advice": gpu_advice(self.gpu_state)}
+                "gpu_advice": gpu_advice(self.gpu_state), "probes": self.probes}
 
 
-def diagnose(device: str) -> Diagnosis:
-    """Inspect this machine for `device` ("cpu" or "cuda", already resolved)."""
-    from attnbench.backends.conformance import check_backend
+def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
+    """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through `probes`
+    (default: asked now, nothing reused or stored)."""
+    from attnbench.cli.probes import Probes
     from attnbench.run.env import collect_env
     from attnbench.backends.registry import default_registry
     from attnbench.sweep.suite import load_suite
 
+    probes = probes or Probes(device)
     registry = default_registry()
-    suite = load_suite(DEFAULT_SUITE)
+    suite = load_suite(DEFAULT_SUITE, expand=False)  # only its backends: its cases are the tests' to check
     default = set(suite.model.backends or registry.names())
     backends = []
     for name in registry.names():
         backend = registry.get(name)
-        reason = backend.availability(device)
+        reason = probes.availability(backend)
         if reason is None:
             state = "ok"
         elif device not in backend.devices:
@@ -83,13 +89,14 @@ def diagnose(device: str) -> Diagnosis:
         else:
             state = "missing"
         fix = backend.install_hint if state == "missing" and backend.version() is None else None
-        conformance = check_backend(backend)
-        if state == "ok" and conformance.state == "mismatch":  # a run would skip it with this reason
-            state, reason = "mismatch", conformance.summary
+        conformance = probes.conformance(backend)
+        if state == "ok" and conformance["state"] == "mismatch":  # a run would skip it with this reason
+            state, reason = "mismatch", conformance["summary"]
             fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
         backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
-                                      conformance.to_dict()))
-    return Diagnosis(device, collect_env(device), backends, sdpa_kernel_usability(device))
+                                      conformance))
+    probes.save()
+    return Diagnosis(device, collect_env(device), backends, sdpa_kernel_usability(device), probes.note())
 
 
 def sdpa_kernel_usability(device: str) -> dict[str, str]:
@@ -154,6 +161,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
         if b.conformance:
             lines.append(f"{'':<{width}}  conformance  {b.conformance['summary']}")
     lines.append("")
+    if diagnosis.probes:
+        lines.append(diagnosis.probes)
     if diagnosis.healthy:
         lines.append(f"ready: every backend of the default suite ({DEFAULT_SUITE}) that exists for "
                      f"{diagnosis.device} can run here")

@@ -39,25 +39,32 @@ def validate(
 def list_backends(
     device: str = typer.Option("auto", help="Device to judge availability on: auto, cpu or cuda."),
     plugin: opts.Plugins = [],
+    fresh: opts.FreshProbes = False,
 ) -> None:
     """Every registered backend, whether it can run here (and why not), and its library's version."""
     from rich.table import Table
 
-    from attnbench.run.env import resolve_device
     from attnbench.backends.registry import default_registry
+    from attnbench.cli.probes import Probes
+    from attnbench.run.compile_cache import default_dir
+    from attnbench.run.env import resolve_device
 
     dev = resolve_device(device)
+    probes = Probes(dev, default_dir(), fresh)
     table = Table(title=f"attnbench backends on {dev}", title_justify="left")
     for column in ("backend", "available", "library", "what it is / why not"):
         table.add_column(column, overflow="fold")
     registry = default_registry(plugin)
     for name in registry.names():
         backend = registry.get(name)
-        reason = backend.availability(dev)
+        reason = probes.availability(backend)
         version = backend.version()
         library = f"{backend.library} {version}" if version else f"{backend.library} (not installed)"
         table.add_row(name, "[red]no[/]" if reason else "[green]yes[/]", library, reason or backend.summary)
+    probes.save()
     out.print(table)
+    if probes.note():
+        out.print(probes.note(), markup=False)
 
 
 @app.command()
@@ -65,14 +72,18 @@ def list_backends(
 def doctor(
     device: str = typer.Option("auto", help="Device to check: auto, cpu or cuda."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for tools."),
+    fresh: opts.FreshProbes = False,
 ) -> None:
     """What this machine can run: devices, versions, every backend's reason and fix. Exit 1 if the default suite can't."""
     import json
 
     from attnbench.cli.doctor import diagnose, format_text
+    from attnbench.cli.probes import Probes
+    from attnbench.run.compile_cache import default_dir
     from attnbench.run.env import resolve_device
 
-    diagnosis = diagnose(resolve_device(device))
+    dev = resolve_device(device)
+    diagnosis = diagnose(dev, Probes(dev, default_dir(), fresh))
     if as_json:
         out.print_json(json.dumps(diagnosis.to_dict(), default=str))
     else:

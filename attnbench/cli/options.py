@@ -33,6 +33,9 @@ HistoryCases = Annotated[List[str], typer.Option(
     "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable).")]
 HistoryGpus = Annotated[List[str], typer.Option(
     "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable).")]
+# `list` and `doctor`: ask every backend again instead of reusing this installation's answers (attnbench.cli.probes).
+FreshProbes = Annotated[bool, typer.Option(
+    "--fresh", help="Ask every backend again (import its library) instead of reusing this installation's answers.")]
 CompileWorkers = Annotated[Optional[int], typer.Option(
     "--compile-workers", min=0, metavar="N",
     help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "

@@ -30,6 +30,18 @@ def fmt_bytes(value: float | None) -> str:
     return f"{value / 1024:.1f} KiB"
 
 
+def bytes_unit(values: list[float]) -> tuple[int, str]:
+    """The unit one chart draws these byte counts in, chosen once from its data: GiB when even the smallest is at
+    least 1 GiB, else MiB (a tick of 5 MiB, not 0.005 GiB)."""
+    return (GIB, "GiB") if values and min(values) >= GIB else (MIB, "MiB")
+
+
+def throughput_unit(tflops: list[float]) -> tuple[float, str]:
+    """The unit one chart draws these TFLOP/s in, as (TFLOP/s per unit, name): GFLOP/s when all are under 1 TFLOP/s
+    (a tick of 80 GFLOP/s, not 0.08 TFLOP/s), else TFLOP/s."""
+    return (1.0, "TFLOP/s") if tflops and max(tflops) >= 1.0 else (1e-3, "GFLOP/s")
+
+
 def fmt_length(value: int) -> str:
     """A sequence length, 8192 -> 8K, for axis ticks."""
     if value >= 1024 and value % 1024 == 0:

@@ -25,7 +25,7 @@ from attnbench.report.plotting import (
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 from attnbench.records.results import is_noisy, is_throttled
-from attnbench.core.units import GIB, MIB
+from attnbench.core.units import MIB, bytes_unit, throughput_unit
 
 # A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
 # line taking this share of the figure's height.
@@ -181,7 +181,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     measured = any(r.get("peak_memory_bytes") for r in group.records)
     key = "peak_memory_bytes" if measured else "memory_estimate_bytes"
     values = [r[key] for r in group.records if r.get(key) and r["status"] in ("ok", "mismatch")]
-    unit, unit_name = (GIB, "GiB") if values and max(values) >= 4 * GIB else (MIB, "MiB")
+    unit, unit_name = bytes_unit(values)
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: (r.get(key) or 0) / unit)
         _plot_series(ax_mem, px, py, flags, styles[backend], linestyle="-" if measured else "--")
@@ -189,26 +189,31 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     ax_mem.set_ylabel(f"peak memory ({unit_name}, log)")
     _finish_y(ax_mem, log=True, levels=levels)
 
-    # Achieved TFLOP/s, with the device's peak as a dashed line when it is on the scale.
-    for backend in backends:
-        px, py, flags = _series(group, backend, lambda r: r.get("tflops"))
-        _plot_series(ax_tflops, px, py, flags, styles[backend])
+    # Achieved throughput (in GFLOP/s when all of it is under 1 TFLOP/s), with the device's peak as a dashed line
+    # when it is on the scale.
     peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
                                                         or group_roof(group))
-    achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")]
+    achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")
+                and r["backend"] in backends]
+    on_scale = bool(peak and achieved and max(achieved) >= 0.1 * peak)
+    per_unit, flops_name = throughput_unit(achieved + ([peak] if on_scale and peak else []))
+    for backend in backends:
+        px, py, flags = _series(group, backend, lambda r: (r.get("tflops") or 0) / per_unit)
+        _plot_series(ax_tflops, px, py, flags, styles[backend])
     title = "Achieved throughput (no known peak for this device)"
-    if peak and achieved and max(achieved) >= 0.1 * peak:
-        ax_tflops.plot(xs, [peak] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
-        ax_tflops.axhline(peak, color="black", linestyle="--", linewidth=1.2, zorder=1)
-        ax_tflops.annotate(f"peak {peak:.3g} TFLOP/s ({dtype_word(group.shape['dtype'])} dense)", (0.01, peak),
+    if peak and on_scale:
+        ax_tflops.plot(xs, [peak / per_unit] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
+        ax_tflops.axhline(peak / per_unit, color="black", linestyle="--", linewidth=1.2, zorder=1)
+        ax_tflops.annotate(f"peak {peak / per_unit:g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
+                           (0.01, peak / per_unit),
                            xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
                            xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
         title = "Achieved throughput"
     elif peak:
-        title = f"Achieved throughput (peak {peak:g} is off this scale: memory-bound)"
+        title = f"Achieved throughput (peak {peak:g} TFLOP/s is off this scale: memory-bound)"
     _finish_y(ax_tflops, log=False, levels=levels, bottom=0.0)
     ax_tflops.set_title(title)
-    ax_tflops.set_ylabel("TFLOP/s")
+    ax_tflops.set_ylabel(flops_name)
 
     # Speed-up over the baseline backend (above 1 = faster than the baseline); mismatches drawn, flagged.
     speedups = group_speedups(group, baseline, include_mismatch=True)
@@ -309,7 +314,7 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
     ax_scatter, ax_ratio = fig.subplots(1, 2)
     checked = [r for r in records if r.get("max_abs_error") is not None and r.get("error_bound")
                and math.isfinite(float(r["max_abs_error"]))]
-    backends = sorted({str(r["backend"]) for r in records})
+    backends = sorted({str(r["backend"]) for r in checked})  # a backend with no checked record has no point here
     positives = [float(r["max_abs_error"]) for r in checked if r["max_abs_error"] > 0]
     floor = min(positives) / 10 if positives else 1e-12
     points: dict[tuple[str, bool], list[tuple[float, float]]] = {}
@@ -347,7 +352,8 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
     ax_scatter.set_ylabel("max |output − reference| (log)")
     ax_ratio.set_title("Error as a fraction of the bound (above 1 = mismatch)")
     ax_ratio.set_xticks(range(len(backends)))
-    ax_ratio.set_xticklabels(backends, rotation=20, ha="right")
+    # At 45°, anchored at their tick, neighbouring names stay apart even with a dozen backends in the panel.
+    ax_ratio.set_xticklabels(backends, rotation=45, ha="right", rotation_mode="anchor")
     ax_ratio.set_xlim(-0.6, len(backends) - 0.4)
     ax_ratio.set_ylabel("max |error| / bound (log)")
     notes = []
@@ -360,13 +366,17 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
         notes.append(f"{unchecked_ok} ok record(s) were not checked")
     fig.suptitle("Correctness against the reference", fontsize=14, fontweight="bold")
     extra = [Line2D([], [], marker="o", color=MISMATCH_COLOR, markeredgecolor="black", linestyle="none",
-                    label="mismatch (above its bound)")]
+                    label="mismatch (above its bound)")] if any(bad for _, bad in points) else []
     handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
                for b in backends] + extra
-    figure_legend(fig, handles)
+    rows = figure_legend(fig, handles) if handles else 0
+    # From the bottom: the legend's rows, the notes, then the ratio panel's slanted names (as tall as the longest).
+    height, label = fig.get_figheight() * DPI, max(map(len, backends), default=0) * 7.0 * 0.71 + 30
+    notes_y = (8 + 24 * rows) / height
     if notes:
-        fig.text(0.5, 0.065, "; ".join(notes), ha="center", fontsize=9, color="#444444")
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.2, wspace=0.22)
+        fig.text(0.5, notes_y, "; ".join(notes), ha="center", va="bottom", fontsize=9, color="#444444")
+    bottom = notes_y + (22 * bool(notes) + label) / height
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=bottom, wspace=0.22)
     return fig
 
 

@@ -7,12 +7,14 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from attnbench.core import counting
 from attnbench.core.case import Case
 from attnbench.core.peaks import MeasuredRoofs, Peak, peak_for, roofs_peak
+from attnbench.core.units import throughput_unit
 from attnbench.report.groups import dtype_word
-from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend
+from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 from attnbench.records.results import SCHEMA_VERSION
 
@@ -82,6 +84,10 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
     ax = fig.subplots()
     points = roofline_points(records)
     backends = sorted({p[0] for p in points})
+    peaks = device_peaks(records, device_name, peak_tflops, peak_bandwidth_gbs, roofs)
+    # One unit for the whole chart: GFLOP/s when every point and every compute roof is under 1 TFLOP/s.
+    per_unit, unit_name = throughput_unit([p[2] for p in points] + [p.tflops for p in peaks.values() if p.tflops])
+    points = [(b, x, y / per_unit, bad) for b, x, y, bad in points]
     for backend in backends:
         mine = [p for p in points if p[0] == backend]
         style = styles[backend]
@@ -91,7 +97,6 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
         if bad:
             ax.plot([p[1] for p in bad], [p[2] for p in bad], marker="o", markersize=14, markerfacecolor="none",
                     markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
-    peaks = device_peaks(records, device_name, peak_tflops, peak_bandwidth_gbs, roofs)
     xs = [p[1] for p in points] or [1.0, 100.0]
     ys = [p[2] for p in points] or [1e-3, 1.0]
     ridges = [p.ridge for p in peaks.values() if p.ridge]
@@ -106,22 +111,26 @@ def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle
             sources[peak.tflops] = peak.tflops_source
     for value, words in by_value.items():
         ridge = value * 1e3 / bandwidth_of(peaks) if bandwidth_of(peaks) else lo
-        ax.plot([ridge, hi], [value, value], color="black", linestyle="--", linewidth=1.3, zorder=2)
-        ax.annotate(f"{'/'.join(words)} {roof_words(value, sources[value])}", (hi, value), xytext=(-4, 4),
-                    textcoords="offset points", ha="right", va="bottom", fontsize=9)
+        ax.plot([ridge, hi], [value / per_unit] * 2, color="black", linestyle="--", linewidth=1.3, zorder=2)
+        ax.annotate(f"{'/'.join(words)} {roof_words(value, sources[value])}", (hi, value / per_unit),
+                    xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom", fontsize=9)
         roofs.append("compute")
     if bandwidth:
-        top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * 3
+        top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * per_unit * 3
         end = top * 1e3 / bandwidth  # the FLOPs per byte where the slope reaches the highest roof
-        ax.plot([lo, end], [bandwidth * lo / 1e3, top], color="black", linestyle="-.", linewidth=1.3, zorder=2)
-        ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3), xytext=(4, 6),
+        ax.plot([lo, end], [bandwidth * lo / 1e3 / per_unit, top / per_unit], color="black", linestyle="-.",
+                linewidth=1.3, zorder=2)
+        ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3 / per_unit), xytext=(4, 6),
                     textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
         roofs.append("bandwidth")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
+    for axis in (ax.xaxis, ax.yaxis):  # 100 and 0.5, not 10² and 5×10⁻¹
+        axis.set_major_formatter(FuncFormatter(plain_number))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved, log)")
-    ax.set_ylabel("achieved TFLOP/s (log)")
+    ax.set_ylabel(f"achieved {unit_name} (log)")
     where = device_name or "this device"
     if not points:
         ax.text(0.5, 0.5, "no measurement with work and bytes to place", transform=ax.transAxes, ha="center")

@@ -26,8 +26,19 @@ def libraries() -> tuple[str, ...]:
     return tuple(dict.fromkeys([*UNDERLYING[:2], *(registry.get(n).library for n in registry.names()), *UNDERLYING[2:]]))
 
 
+def cpu_only_torch() -> bool:
+    """Whether the installed torch is a CPU-only build by its own version tag (2.13.0+cpu): CUDA can never be
+    available to it, which is known without importing it (a second or more of `attnbench list`)."""
+    try:
+        return importlib.metadata.version("torch").endswith("+cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def resolve_device(requested: str) -> str:
     """"auto" -> "cuda" when a CUDA device is present, else "cpu"; "cuda" without one is a user error."""
+    if requested == "cpu" or (requested == "auto" and cpu_only_torch()):
+        return "cpu"
     import torch
 
     from attnbench.core.errors import AttnbenchError

@@ -268,8 +268,10 @@ def resolve_suite(path: Path | str) -> Path:
     return packaged_suites().get(path.as_posix().removesuffix(".yaml"), path)
 
 
-def load_suite(path: Path | str) -> Suite:
-    """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line."""
+def load_suite(path: Path | str, expand: bool = True) -> Suite:
+    """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line.
+    `expand=False` checks the schema only, for a caller that reads the suite's fields, never its cases (doctor
+    reads the default suite's `backends`; expanding long.yaml's 1164 cases costs it most of a second)."""
     path = resolve_suite(path)
     if not path.exists():
         names = list(packaged_suites())
@@ -297,7 +299,7 @@ def load_suite(path: Path | str) -> Suite:
     except ValidationError as exc:
         raise SuiteError(f"{path}: {describe_validation_error(exc)}") from None
     suite = Suite(model=model, path=path, text=text)
-    for device in ("cpu", "cuda"):
+    for device in ("cpu", "cuda") if expand else ():
         suite.cases(device)  # combination errors surface now, before anything runs
     return suite
 
