@@ -337,3 +337,21 @@ def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_plan
                                                                                  reason="math ran"))
     assert "no kernels seen (hidden)" in planted("null", lambda run, r: r.update(kernels=None, kernels_reason="hidden"))
     assert "is not a Chrome trace" in planted("cut", lambda run, r: (run / r["trace"]).write_text("{\"traceEv"))
+
+
+def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_everything_else_does() -> None:
+    """torch 2.13's Kineto writes "USDT:... profiler_start" to stderr twice per profiled call: into every run's
+    progress. A real profiled call in a fresh process, with a line of the call's own written meanwhile."""
+    import subprocess
+    import sys
+
+    script = ("import os, torch\n"
+              "from attnbench.timing.profile import profile_call\n"
+              "def fn():\n"
+              "    os.write(2, b'the call says this\\n')\n"
+              "    return torch.mm(torch.randn(64, 64), torch.randn(64, 64))\n"
+              "print(profile_call(fn, 'cpu').kernels[0].name)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "aten::mm" in done.stdout
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
+    assert "the call says this" in done.stderr

@@ -8,13 +8,16 @@ None and `reason` says why: never an empty list that would read as "nothing ran"
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 # The declared kernels' share of the call under which a record is flagged `overhead` (docs/results.md, "Which kernel
 # ran"): a fused kernel's own call spends well over 90% in it (the CPU flash kernel: 91-95%), so 80% leaves room for
@@ -67,7 +70,7 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
         activities = [ProfilerActivity.CPU]
         if device == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities) as prof:
+        with kineto_banner_dropped(), profile(activities=activities) as prof:
             with record_function(label):
                 fn()
                 if sync is not None:
@@ -189,3 +192,31 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
         return KernelVerdict(share, overhead=f"declared kernels {share:.0%} of the call (under {OVERHEAD_SHARE:.0%}); "
                                              f"the rest: {other_work(kernels, own)}")
     return KernelVerdict(share)
+
+
+@contextlib.contextmanager
+def kineto_banner_dropped() -> Iterator[None]:
+    """The profiler's start and stop lines dropped from stderr (torch 2.13's Kineto writes
+    "USDT:<time> <pid> SyncActivityProfilerHandler.cpp:52] profiler_start" there, twice per profiled call, into every
+    run's progress), anything else written meanwhile passed on. File descriptor 2 goes to a temporary file while
+    the block runs."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (a test's capture): nothing to drop
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            rest = [line for line in caught.read().splitlines(keepends=True)
+                    if not (line.startswith(b"USDT:") and b"ActivityProfilerHandler" in line)]
+            if rest:
+                os.write(2, b"".join(rest))
+
