@@ -305,3 +305,17 @@ def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_pa
     lone = write_run(tmp_path / "lone", [record("sdpa", 1.0), record("flex", 2.0, status="error", reason="boom")])
     render_report(lone, tmp_path / "lone-out", formats=("html",))
     assert 'id="recommendation"' not in (tmp_path / "lone-out" / "report.html").read_text(encoding="utf-8")
+
+
+def test_a_lone_candidate_told_faster_than_every_overhead_flagged_rival_wins_and_a_close_one_decides_nothing(
+        tmp_path: Path) -> None:
+    """On a CPU the math path (naive, sdpa-math) spends a third of its call outside its matmuls and softmax: flagged
+    `overhead`, never chosen. Its time is still what its user pays, so the one clean backend told faster than it on
+    every case has been told apart from something (quick.yaml's forward buckets decided nothing before)."""
+    math_path = {"overhead": "aten::where 20% (mask)"}
+    won = only(tmp_path / "a", record("sdpa", 1.0), record("sdpa-math", 2.0, **math_path))
+    assert (won.decision, won.backend) == ("winner", "sdpa") and "sdpa-math" in str(won.why)
+    close = only(tmp_path / "b", record("sdpa", 1.0), record("sdpa-math", 1.002, **math_path))
+    assert (close.decision, close.backend) == ("none", None) and "not told apart from sdpa-math" in str(close.why)
+    faster = only(tmp_path / "c", record("sdpa", 1.0), record("sdpa-math", 0.5, **math_path))
+    assert faster.backend is None  # a faster flagged rival is never chosen, nor lets the slower one win

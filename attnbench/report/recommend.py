@@ -96,8 +96,11 @@ class Decision:
 
 
 def _number(entry: Entry, metric: Metric) -> Number:
-    record = entry.clean
-    assert record is not None
+    assert entry.clean is not None
+    return _number_of(entry.clean, entry, metric)
+
+
+def _number_of(record: dict[str, Any], entry: Entry, metric: Metric) -> Number:
     value, interval = metric.value(record), metric.interval(record)
     assert value is not None and interval is not None
     return Number(entry.case_id, value, interval[0], interval[1], str(record.get("run_id")), record.get("kernel"))
@@ -138,6 +141,23 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     decision.default_kernel = next((e.latest.get("kernel") for e in default if e is not None), None)
+    rivals = _rivals(cases, decision, metric)
+    if len(decision.numbers) == 1 and rivals:  # one candidate, told apart from the rivals or not
+        alone = next(iter(decision.numbers))
+        decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
+        close = [b for b, numbers in rivals.items() if not _told_slower(numbers, decision.numbers[alone])]
+        if close:
+            decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} "
+                            "(flagged overhead: never chosen)")
+        else:
+            decision.decision, decision.backend = "winner", alone
+            decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
+                            "its user pays)")
+        if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
+            decision.default_ratio = 1.0
+        else:
+            decision.default_why = _default_why(decision)
+        return decision
     if len(decision.numbers) < 2:
         alone = next(iter(decision.numbers), None)
         decision.leader = alone
@@ -179,6 +199,19 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     else:
         decision.default_why = _default_why(decision)
     return decision
+
+
+def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -> dict[str, list[Number]]:
+    """The backends whose only number on every case of the bucket is flagged `overhead` (its declared kernels under
+    the threshold of its call, attnbench.timing.profile): never chosen, but their time is what a user of them pays,
+    so a candidate told faster than them on every case has been told apart from something."""
+    found: dict[str, list[Number]] = {}
+    for backend in sorted({b for c in cases for b in c} - set(decision.numbers)):
+        entries = [c.get(backend) for c in cases]
+        if all(e is not None and e.troubled is not None and e.why == "overhead" and metric.value(e.troubled)
+               is not None and metric.interval(e.troubled) is not None for e in entries):
+            found[backend] = [_number_of(e.troubled, e, metric) for e in entries if e is not None]
+    return found
 
 
 def ran_kernel(kernel: str | None) -> str | None:
