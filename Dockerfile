@@ -107,12 +107,13 @@ RUN mkdir -p /cache/home /work/reports \
 
 # ---- attnbench: its dependencies first (from pyproject.toml alone, so a change to the code reuses that layer) --
 WORKDIR /opt/attnbench
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 x = p['optional-dependencies']; print('\\n'.join(p['dependencies'] + [r for e in ('nvml', 'jax', 'onnxruntime', \
 'openvino') for r in x[e]]))" > /tmp/requirements.txt
 RUN pip install -c /opt/venv/keep-torch.txt -r /tmp/requirements.txt "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
  && rm /tmp/requirements.txt
+COPY README.md ./
 COPY attnbench ./attnbench
 RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
  && ln -s /opt/attnbench/attnbench/suites /work/suites
