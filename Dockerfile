@@ -1,100 +1,95 @@
-# attnbench in a container. One Dockerfile, two images; the attnbench layers are the same in both.
+# attnbench in a container. One Dockerfile; the base and the kernel set are build arguments.
 #
-# GPU image (the default): the official PyTorch CUDA *devel* image (nvcc, for FlashAttention 2 and FlashInfer's
-# JIT) with every kernel library a Hopper/Blackwell user benchmarks: FlashAttention 2 (compiled here), xformers,
-# FlashAttention 4 (CuTe DSL), the cuDNN frontend, FlashInfer and SageAttention, and NVML for the GPU's state.
+# GPU image (the default): Debian bookworm, PyPI's torch 2.10.0 (its CUDA 12.8 build, the one xformers 0.0.35's
+# wheel was built for: its xformers/cpp_lib.json says torch 2.10.0+cu128) and every kernel library of
+# pyproject.toml's `gpu` extra, all from wheels: xformers, FlashAttention 4 (flash-attn-4 with the CUTLASS DSL),
+# the cuDNN frontend, FlashInfer (with cuda-python), SageAttention, and NVML for the GPU's state. The CUDA
+# driver comes from the host at `docker run --gpus all`.
 #   docker build -t attnbench .
 #   docker run --gpus all --user "$(id -u):$(id -g)" -v "$PWD/reports:/work/reports" \
 #       -v "attnbench-cache-$(id -u):/cache" attnbench run long
-# For another GPU generation: --build-arg FLASH_ATTN_CUDA_ARCHS="100" (Blackwell).
+# FlashAttention 2 has no wheel for this torch: it compiles from source (hours on few cores), only when asked,
+# on a base that carries the CUDA toolkit (nvcc), e.g.
+#   docker build --build-arg BASE=nvidia/cuda:12.8.1-devel-ubuntu24.04 --build-arg FLASH_ATTN_2=yes -t attnbench .
 #
-# CPU image: a Debian-like base with python3, python3-venv, and (for flex: torch.compile builds its CPU kernels)
-# g++ and python3-dev. GPU_KERNELS=no skips the CUDA-only steps, and since such a base has no torch, the CPU build
-# TORCH_CPU_VERSION is installed from TORCH_CPU_FIND_LINKS.
-#   docker build --build-arg TORCH_IMAGE=<base> --build-arg GPU_KERNELS=no -t attnbench:cpu .
-# scripts/docker-check.sh builds exactly that on a bootstrapped Debian bookworm and runs it, in CI. docs/docker.md
-# says what was built and run where.
+# CPU image: the PyTorch backends and the CPU runtimes, with PyTorch's CPU build of torch.
+#   docker build --build-arg KERNELS=cpu -t attnbench:cpu .
 #
-# How the CUDA-only steps are skipped: the builder here (docker.io 20.10, no BuildKit) is the classic one,
-# which builds every stage of a multi-stage file whether the final stage uses it or not. So they are not
-# separate stages picked by name: each is a RUN that does nothing but say so when GPU_KERNELS=no, which
-# works the same under the classic builder and BuildKit.
+# BASE is any Debian or Ubuntu image; what it lacks of python3, venv, g++ and Python's headers (torch.compile
+# builds flex's CPU kernels with them) is installed with apt-get. scripts/docker-check.sh builds both images
+# in CI on a bootstrapped Debian bookworm that already has them (no registry can be reached there), and runs
+# them; docs/docker.md says what was built and run where.
 #
 # Every version is pinned here; tests/test_packaging.py holds each pin against pyproject.toml's extras.
-# xformers 0.0.35's PyPI wheel is built for torch 2.10 with CUDA 12.8, so the base image matches it.
-ARG TORCH_IMAGE=pytorch/pytorch:2.10.0-cuda12.8-cudnn9-devel
-ARG GPU_KERNELS=yes
+ARG BASE=debian:bookworm
+FROM ${BASE}
+
+# ---- the kernel set: gpu (the default) or cpu; FlashAttention 2 only when asked -------------------------------
+ARG KERNELS=gpu
+ARG FLASH_ATTN_2=no
+RUN case "${KERNELS}" in gpu|cpu) ;; *) echo "KERNELS must be gpu or cpu, not '${KERNELS}'" >&2; exit 2 ;; esac \
+ && case "${FLASH_ATTN_2}" in yes|no) ;; *) echo "FLASH_ATTN_2 must be yes or no, not '${FLASH_ATTN_2}'" >&2; exit 2 ;; esac \
+ && if [ "${FLASH_ATTN_2}" = yes ] && [ "${KERNELS}" != gpu ]; then echo "FLASH_ATTN_2=yes needs KERNELS=gpu" >&2; exit 2; fi
+
+# ---- Python: the base's, with venv, g++ and Python.h (apt-get installs what is missing) ------------------------
+# Not pinned: the base's release decides these packages' versions (and the bootstrapped base has them all).
+# hadolint ignore=DL3008
+RUN if command -v g++ >/dev/null && python3 -c "import ensurepip, sysconfig, os, sys; \
+        sys.exit(not os.path.exists(os.path.join(sysconfig.get_path('include'), 'Python.h')))" 2>/dev/null; then \
+      echo "the base has python3 $(python3 -c 'import platform; print(platform.python_version())'), venv, g++ and Python.h"; \
+    else \
+      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+          python3 python3-venv python3-dev g++ ca-certificates && rm -rf /var/lib/apt/lists/*; \
+    fi
+# One virtual environment: pip installs into it without touching the system Python (PEP 668).
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/venv
+
+# ---- torch: PyPI's (CUDA 12.8) for the GPU image, PyTorch's CPU build for the CPU one ---------------------------
+# keep-torch.txt then holds every later pip install to that torch, so no dependency can swap it for another build
+# (its installed version: PyPI's is 2.10.0, though torch.__version__ says 2.10.0+cu128).
+ARG TORCH_CUDA_VERSION=2.10.0
 ARG TORCH_CPU_VERSION=2.13.0+cpu
 ARG TORCH_CPU_FIND_LINKS=https://download.pytorch.org/whl/cpu/torch/
+RUN if [ "${KERNELS}" = gpu ]; then pip install "torch==${TORCH_CUDA_VERSION}"; \
+    else pip install --find-links "${TORCH_CPU_FIND_LINKS}" "torch==${TORCH_CPU_VERSION}"; fi \
+ && python -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > /opt/venv/keep-torch.txt \
+ && cat /opt/venv/keep-torch.txt
+
+# ---- FlashAttention 2: compiled against that torch, only with FLASH_ATTN_2=yes (needs nvcc in the base) --------
 ARG FLASH_ATTN_VERSION=2.8.3
+ARG FLASH_ATTN_CUDA_ARCHS="80;90"
+# nvcc is memory hungry: 4 parallel jobs fit in ~32 GB of RAM
+ARG MAX_JOBS=4
+RUN if [ "${FLASH_ATTN_2}" = no ]; then echo "FLASH_ATTN_2=no: FlashAttention 2 is not compiled"; exit 0; fi \
+ && { command -v nvcc >/dev/null || { echo "FLASH_ATTN_2=yes needs nvcc: BASE must carry the CUDA toolkit" >&2; exit 2; }; } \
+ && pip install -c /opt/venv/keep-torch.txt ninja==1.11.1.4 packaging==25.0 wheel==0.45.1 setuptools psutil \
+ && FLASH_ATTN_CUDA_ARCHS="${FLASH_ATTN_CUDA_ARCHS}" MAX_JOBS="${MAX_JOBS}" FLASH_ATTENTION_FORCE_BUILD=TRUE \
+    pip install -c /opt/venv/keep-torch.txt --no-build-isolation --no-deps "flash-attn==${FLASH_ATTN_VERSION}"
+
+# ---- the GPU kernel libraries, all wheels (after FlashAttention 2: flash-attn 2.8 bundles an older prototype
+# under flash_attn/cute, where flash-attn-4 installs, and the one installed last owns those files) --------------
 ARG XFORMERS_VERSION=0.0.35
 ARG FLASH_ATTN_4_VERSION=4.0.0b36
 ARG CUTLASS_DSL_VERSION=4.8.1
 ARG CUDNN_FRONTEND_VERSION=1.32.0
 ARG FLASHINFER_VERSION=0.7.2.post1
 ARG SAGEATTENTION_VERSION=1.0.6
-# FlashInfer needs cuda-python; its newest (13.x) needs a CUDA 13 driver, so the CUDA 12.8 base keeps 12.9.
-ARG CUDA_PYTHON_VERSION=12.9.10
+# FlashInfer needs cuda-python, whose major is the CUDA it binds; torch 2.10.0 pins cuda-bindings==12.9.4,
+# and cuda-python 12.9.4 is the release that requires exactly that.
+ARG CUDA_PYTHON_VERSION=12.9.4
 ARG NVIDIA_ML_PY_VERSION=13.615.71
-ARG FLASH_ATTN_CUDA_ARCHS="80;90"
-
-# ---- builder: compile FlashAttention 2 against the image's torch, into a wheel (nothing when GPU_KERNELS=no) ----
-FROM ${TORCH_IMAGE} AS flash-builder
-ARG GPU_KERNELS
-ARG FLASH_ATTN_VERSION
-ARG FLASH_ATTN_CUDA_ARCHS
-# nvcc is memory hungry: 4 parallel jobs fit in ~32 GB of RAM
-ARG MAX_JOBS=4
-ENV FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS} \
-    MAX_JOBS=${MAX_JOBS} \
-    FLASH_ATTENTION_FORCE_BUILD=TRUE
-RUN mkdir /wheels \
- && case "${GPU_KERNELS}" in yes|no) ;; *) echo "GPU_KERNELS must be yes or no, not '${GPU_KERNELS}'" >&2; exit 2 ;; esac \
- && if [ "${GPU_KERNELS}" = no ]; then echo "GPU_KERNELS=no: FlashAttention 2 is not compiled"; exit 0; fi \
- && pip install --no-cache-dir ninja==1.11.1.4 packaging==25.0 wheel==0.45.1 \
- && pip wheel --no-cache-dir --no-build-isolation --no-deps --wheel-dir /wheels "flash-attn==${FLASH_ATTN_VERSION}"
-
-# ---- runtime ---------------------------------------------------------------------------------------------------
-FROM ${TORCH_IMAGE}
-ARG GPU_KERNELS
-# One virtual environment on either base. It sees the base's own packages (the CUDA image's torch), and pip
-# installs into it without touching the system Python (Debian's refuses to be changed by pip: PEP 668).
-ENV VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:${PATH} \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python3 -m venv --system-site-packages /opt/venv
-
-# torch: the CUDA image carries its own; a base without one gets the CPU build. keep-torch.txt then holds every
-# later pip install to that torch, so no dependency can swap it for another build (PyPI's is CUDA, several GB).
-ARG TORCH_CPU_VERSION
-ARG TORCH_CPU_FIND_LINKS
-RUN if python -c "import torch" 2>/dev/null; then echo "keeping the base image's torch"; \
-    else pip install --find-links "${TORCH_CPU_FIND_LINKS}" "torch==${TORCH_CPU_VERSION}"; fi \
- && python -c "import torch; print('torch==' + torch.__version__)" > /opt/venv/keep-torch.txt
-
-# The kernel libraries (CUDA only). FlashAttention 2 goes in before FlashAttention 4: both install files under
-# flash_attn/cute (2.8 bundles a 0.1.0 prototype there), and the one installed last owns them.
-ARG XFORMERS_VERSION
-ARG FLASH_ATTN_4_VERSION
-ARG CUTLASS_DSL_VERSION
-ARG CUDNN_FRONTEND_VERSION
-ARG FLASHINFER_VERSION
-ARG SAGEATTENTION_VERSION
-ARG CUDA_PYTHON_VERSION
-ARG NVIDIA_ML_PY_VERSION
-COPY --from=flash-builder /wheels /tmp/wheels
-RUN case "${GPU_KERNELS}" in yes|no) ;; *) echo "GPU_KERNELS must be yes or no, not '${GPU_KERNELS}'" >&2; exit 2 ;; esac \
- && if [ "${GPU_KERNELS}" = no ]; then \
-      echo "GPU_KERNELS=no: no FlashAttention, xformers, FlashInfer, cuDNN frontend or SageAttention"; \
+RUN if [ "${KERNELS}" = cpu ]; then \
+      echo "KERNELS=cpu: no FlashAttention, xformers, FlashInfer, cuDNN frontend or SageAttention"; \
     else \
-      pip install -c /opt/venv/keep-torch.txt /tmp/wheels/flash_attn-*.whl "xformers==${XFORMERS_VERSION}" \
-      && pip install -c /opt/venv/keep-torch.txt "flash-attn-4==${FLASH_ATTN_4_VERSION}" \
-           "nvidia-cutlass-dsl==${CUTLASS_DSL_VERSION}" "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION}" \
-           "flashinfer-python==${FLASHINFER_VERSION}" "cuda-python==${CUDA_PYTHON_VERSION}" \
-           "sageattention==${SAGEATTENTION_VERSION}" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}"; \
-    fi \
- && rm -rf /tmp/wheels
+      pip install -c /opt/venv/keep-torch.txt "xformers==${XFORMERS_VERSION}" \
+          "flash-attn-4==${FLASH_ATTN_4_VERSION}" "nvidia-cutlass-dsl==${CUTLASS_DSL_VERSION}" \
+          "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}" \
+          "cuda-python==${CUDA_PYTHON_VERSION}" "sageattention==${SAGEATTENTION_VERSION}"; \
+    fi
 
 # Any uid may run the image (docker run --user "$(id -u):$(id -g)", so that reports on a bind mount belong to
 # whoever ran it): HOME and every cache live under /cache, world-writable, which a named volume can keep warm.
@@ -110,8 +105,15 @@ ENV HOME=/cache/home \
 RUN mkdir -p /cache/home /work/reports \
  && chmod 1777 /cache /cache/home /work/reports
 
+# ---- attnbench: its dependencies first (from pyproject.toml alone, so a change to the code reuses that layer) --
 WORKDIR /opt/attnbench
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+x = p['optional-dependencies']; print('\\n'.join(p['dependencies'] + [r for e in ('nvml', 'jax', 'onnxruntime', \
+'openvino') for r in x[e]]))" > /tmp/requirements.txt
+RUN pip install -c /opt/venv/keep-torch.txt -r /tmp/requirements.txt "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
+ && rm /tmp/requirements.txt
+COPY README.md ./
 COPY attnbench ./attnbench
 RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
  && ln -s /opt/attnbench/attnbench/suites /work/suites

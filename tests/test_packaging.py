@@ -50,22 +50,39 @@ def test_dockerfile_pins_satisfy_the_extras() -> None:
     # the umbrella extra names every extra the image installs from wheels (flash-attn 2 compiles apart)
     umbrella = extra("gpu")["attnbench"].extras
     assert umbrella == {name for name, _ in PINNED_EXTRAS.values()} - {"flash"}, umbrella
-    # xformers' PyPI wheel is built for torch 2.10: the base image must carry exactly that torch
-    torch_version = re.match(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda([\d.]+)-cudnn\d+-devel$", args["TORCH_IMAGE"])
-    assert torch_version, "TORCH_IMAGE must be an official PyTorch *devel* image (nvcc for flash-attn, FlashInfer's JIT)"
-    assert Version(torch_version[1]).release[:2] == (2, 10) and torch_version[2] == "12.8"
+    # the GPU image's torch is the build the pinned xformers wheel was made for (its cpp_lib.json says which)
+    import xformers
+
+    built = json.loads((Path(xformers.__file__).parent / "cpp_lib.json").read_text())["version"]
+    assert xformers.__version__ == args["XFORMERS_VERSION"], "the tests' xformers is the pinned one"
+    assert built["torch"] == args["TORCH_CUDA_VERSION"] + "+cu128" and built["cuda"] == 1208, built
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     torch_req = next(Requirement(r) for r in project["dependencies"] if r.startswith("torch"))
-    assert torch_req.specifier.contains(torch_version[1])
+    assert torch_req.specifier.contains(args["TORCH_CUDA_VERSION"])
     # the CPU image's torch (a +cpu local version) satisfies attnbench too
     assert torch_req.specifier.contains(args["TORCH_CPU_VERSION"]) and args["TORCH_CPU_VERSION"].endswith("+cpu")
-    # cuda-python's major is the CUDA major it binds: 13.x needs a CUDA 13 driver, which a CUDA 12.8 image does not
-    assert Version(args["CUDA_PYTHON_VERSION"]).major == Version(torch_version[2]).major
+    # cuda-python's major is the CUDA major it binds: 13.x needs a CUDA 13 driver, and torch's CUDA is 12.8
+    assert Version(args["CUDA_PYTHON_VERSION"]).major == built["cuda"] // 100
+    # the default base is the Debian release CI bootstraps the same base from (scripts/docker-check.sh)
+    check = (ROOT / "scripts" / "docker-check.sh").read_text()
+    assert args["BASE"] == "debian:bookworm" and "debootstrap --variant=minbase" in check and " bookworm " in check
+    # FlashAttention 2 compiles only when asked: the default kernel set is the GPU one, from wheels
+    assert args["KERNELS"] == "gpu" and args["FLASH_ATTN_2"] == "no"
     assert set(args["FLASH_ATTN_CUDA_ARCHS"].split(";")) >= {"80", "90"}, "Ampere and Hopper by default"
     # a new pin cannot slip in unchecked
-    unchecked = {name for name in args if name.endswith("_VERSION")} - set(PINNED_EXTRAS) - {"TORCH_CPU_VERSION",
-                                                                                           "CUDA_PYTHON_VERSION"}
+    unchecked = {name for name in args if name.endswith("_VERSION")} - set(PINNED_EXTRAS) - {
+        "TORCH_CPU_VERSION", "TORCH_CUDA_VERSION", "CUDA_PYTHON_VERSION"}
     assert not unchecked, f"pinned in the Dockerfile without a check here: {sorted(unchecked)}"
+
+
+def test_the_docker_check_imports_every_library_the_gpu_image_pins() -> None:
+    """scripts/docker-check.sh imports each kernel library in the built GPU image and holds its installed version to
+    its pin: a library pinned in the Dockerfile but left out of that list would be carried unchecked."""
+    check = (ROOT / "scripts" / "docker-check.sh").read_text()
+    checked = set(re.findall(r'\("[\w.]+", "[\w-]+", "(\w+_VERSION)"\)', check))
+    gpu_pins = {name for name in dockerfile_args() if name.endswith("_VERSION")} - {"TORCH_CPU_VERSION",
+                                                                                    "FLASH_ATTN_VERSION"}
+    assert checked == gpu_pins, (sorted(gpu_pins - checked), sorted(checked - gpu_pins))
 
 
 def test_dockerfile_pins_have_recorded_signatures_and_flashinfers_conform(monkeypatch) -> None:  # type: ignore[no-untyped-def]
