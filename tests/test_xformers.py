@@ -299,8 +299,24 @@ def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatc
 
 
 def test_reason_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
     monkeypatch.setitem(sys.modules, "xformers.ops", None)
+    monkeypatch.setattr(importlib.metadata, "version", missing)
     assert XformersBackend().availability("cpu").startswith("xformers is not installed")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xformers") is None, reason="xformers is not installed")
+def test_an_installed_xformers_that_cannot_import_says_so_not_that_it_is_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside flash-attn-4 without FlashAttention 2, xformers.ops fails to import (the GPU image): installed, its
+    import's reason given, never "not installed"."""
+    monkeypatch.setitem(sys.modules, "xformers.ops", None)
+    reason = XformersBackend().availability("cpu")
+    assert reason.startswith("xformers ") and "is installed but xformers.ops cannot be imported" in reason
 
 
 def test_reason_needs_cuda_without_a_gpu(standin, monkeypatch: pytest.MonkeyPatch) -> None:

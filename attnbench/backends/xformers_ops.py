@@ -304,7 +304,12 @@ class XformersBackend(Backend):
         try:
             ops = xformers_ops()
         except ImportError as exc:
-            return f"xformers is not installed (cannot import xformers.ops: {exc})"
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                return f"xformers {version('xformers')} is installed but xformers.ops cannot be imported: {exc}"
+            except PackageNotFoundError:
+                return f"xformers is not installed (cannot import xformers.ops: {exc})"
         import torch
 
         if device == "cuda" and not torch.cuda.is_available():
