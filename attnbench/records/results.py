@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
-import warnings
+import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -296,29 +299,112 @@ def results_path(path: Path) -> Path:
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    """Read every record of a results file or directory. A cut last line is dropped with a warning."""
+    """Every record of a results file or directory. A line that is not one (cut off by a kill, not UTF-8, not JSON,
+    another schema, a field missing or of the wrong type) is skipped, and the skipped lines are counted on stderr in
+    one line, every good record kept; a file that has lines but not one record is refused (one user error)."""
     file = results_path(path)
-    lines = file.read_text(encoding="utf-8").splitlines()
     records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and line.lstrip().startswith("{"):  # a record cut off mid-write
-                warnings.warn(f"{file}:{number}: last line is incomplete and was ignored ({exc.msg})", stacklevel=2)
+    bad: list[tuple[int, str]] = []
+    with open(file, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
                 continue
-            raise ResultsError(f"{file}:{number}: not a JSON record ({exc.msg})") from None
-        if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
-            raise ResultsError(f"{file}:{number}: not an attnbench record (no schema_version/backend)")
-        if record["schema_version"] > SCHEMA_VERSION:
-            raise ResultsError(
-                f"{file}:{number}: schema_version {record['schema_version']} is newer than this attnbench "
-                f"understands ({SCHEMA_VERSION}); upgrade attnbench"
-            )
-        records.append(record)
+            record = parse_record(raw)
+            if isinstance(record, str):
+                bad.append((number, record))
+            else:
+                records.append(record)
+    if bad and not records:
+        more = f" (and {len(bad) - 1} more bad line(s))" if len(bad) > 1 else ""
+        raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")
+    if bad:
+        print(skipped_line(file, bad), file=sys.stderr, flush=True)
     return with_true_version(records)
+
+
+def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:
+    """The one line that says which lines of `file` were skipped, and why the first was."""
+    numbers = ", ".join(str(number) for number, _ in bad[:shown])
+    rest = f" and {len(bad) - shown} more" if len(bad) > shown else ""
+    return (f"skipped {len(bad)} bad line(s) of {file} (line{'s' if len(bad) > 1 else ''} {numbers}{rest}): "
+            f"{bad[0][1]}")
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | str:
+    """One line of results.jsonl as its record, or why it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte {exc.start})"
+    try:
+        record = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        cut = text.lstrip().startswith("{") and not text.rstrip().endswith("}")  # the text ends inside the object
+        return "a record cut off mid-write" if cut else f"not a JSON record ({exc.msg})"
+    except (ValueError, RecursionError) as exc:  # NaN or Infinity (never written), or nesting past Python's stack
+        return f"not a JSON record ({exc})"
+    if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
+        return "not an attnbench record (no schema_version/backend)"
+    version = record["schema_version"]
+    if not _is_int(version) or version < 0:
+        return f"schema_version {version!r} is not a version number"
+    if version > SCHEMA_VERSION:
+        return f"schema_version {version} is newer than this attnbench understands ({SCHEMA_VERSION}); upgrade attnbench"
+    return field_problem(record) or record
+
+
+def field_problem(record: dict[str, Any]) -> str | None:
+    """Why a record's fields are not a Record's (one missing, or of the wrong type), or None."""
+    for name, (kind, required) in _record_fields().items():
+        if name not in record:
+            if required:
+                return f"field {name} is missing"
+        elif not _is_of(record[name], kind):
+            return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
+    if record["status"] not in STATUSES:
+        return f"status {record['status']!r} is not one of {', '.join(STATUSES)}"
+    if record["status"] != "ok" and not record.get("reason"):
+        return f"status {record['status']} without a reason"
+    return None
+
+
+@functools.cache
+def _record_fields() -> dict[str, tuple[Any, bool]]:
+    """Each Record field's type and whether a stored record must carry it (no default)."""
+    hints = typing.get_type_hints(Record)
+    return {f.name: (hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(Record)}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_of(value: Any, kind: Any) -> bool:
+    """Whether a JSON value fits a Record field's type; an optional count may be any number (older runs wrote
+    some as floats)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_is_of(value, arg) if arg is not int else _is_of(value, float) for arg in args)
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return _is_int(value)
+    if typing.get_origin(kind) is list:
+        return isinstance(value, list) and all(_is_of(item, args[0]) for item in value)
+    if typing.get_origin(kind) is dict:
+        return isinstance(value, dict)
+    return kind is Any or isinstance(value, kind)
+
+
+def _type_words(kind: Any) -> str:
+    return str(kind).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def with_true_version(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
