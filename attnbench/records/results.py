@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
+# The env.json fields its readers use, and their JSON types (each may be null); `libraries` maps names to versions.
+ENV_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("run_id", "timestamp", "device", "device_name", "suite_name", "suite_file", "suite_text",
+                     "git_commit", "torch", "cuda", "driver", "cpu", "platform", "python", "attnbench", "timer",
+                     "shard"), (str,)),
+    "cudnn": (int, str), "peak_tflops": (int, float), "peak_bandwidth_gbs": (int, float),
+    **dict.fromkeys(("libraries", "prediction", "actual"), (dict,)),
+    **dict.fromkeys(("gpus", "gpu_state", "merged_from", "resumed", "plugins"), (list,)),
+}
 STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout", "wrong_kernel")
 # The fields that identify a measurement: two records with the same key measured the same thing.
 KEY_FIELDS = (
@@ -255,7 +264,7 @@ def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[s
         raise AttnbenchError(f"{label}: {missing}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
         raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
     if not isinstance(data, dict):
         raise AttnbenchError(f"{label}: {wrong}")
@@ -427,13 +436,16 @@ def load_results(path: Path) -> pd.DataFrame:
 
 
 def read_env(path: Path) -> dict[str, Any]:
-    """The env.json beside a results file; empty when there is none."""
-    directory = results_path(path).parent
-    env_file = directory / ENV_FILE
+    """The env.json beside a results file; empty when there is none, one user error when it is not a JSON object."""
+    env_file = results_path(path).parent / ENV_FILE
     if not env_file.is_file():
         return {}
-    try:
-        return json.loads(env_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{env_file}: not valid JSON ({exc.msg})") from None
-
+    env = read_json_object(env_file, str(env_file), "missing", "not an attnbench environment record (not a JSON object)")
+    for name, kind in ENV_TYPES.items():
+        value = env.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind
+                                  or name == "libraries" and not all(isinstance(v, (str, type(None)))
+                                                                     for v in value.values())):
+            raise ResultsError(f"{env_file}: field {name}: {json.dumps(value, default=str)[:40]} is not "
+                               f"{' or '.join(k.__name__ for k in kind)}; not an attnbench environment record")
+    return env
