@@ -28,6 +28,7 @@ BAD_LINES = {
                       "field seq_len is missing"),
     "wrong type": (json.dumps({**GOOD, "batch": "one"}).encode(), 'field batch: "one" is not int'),
     "wrong list": (json.dumps({**GOOD, "times_ms": [1.0, "x"]}).encode(), "field times_ms"),
+    "size zero": (json.dumps({**GOOD, "kv_seq_len": 0}).encode(), "field kv_seq_len: 0 is not a size"),
     "unknown status": (json.dumps({**GOOD, "status": "great"}).encode(), "status 'great' is not one of"),
     "failure without a reason": (json.dumps({**GOOD, "status": "error", "reason": None}).encode(),
                                  "status error without a reason"),

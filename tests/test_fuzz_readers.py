@@ -82,6 +82,7 @@ def invoke(args: list[Any]) -> Any:
 @FUZZ
 @given(suite=suite_like(), raw=st.none() | st.binary(max_size=60))
 @example(suite={"name": "f", "sweep": None, "cpu": {"batch": None}}, raw=None)  # found by make fuzz: a TypeError
+@example(suite={"\n": None}, raw=None)  # found by make fuzz: a key with a newline made the refusal two lines
 def test_any_suite_yaml(tmp_path_factory: pytest.TempPathFactory, suite: Any, raw: bytes | None) -> None:
     path = tmp_path_factory.mktemp("suite") / "s.yaml"
     path.write_bytes(raw if raw is not None else yaml.safe_dump(suite).encode())
@@ -115,8 +116,9 @@ def damage(lines: list[bytes], edits: list[tuple[str, int, Any]]) -> tuple[list[
             else:
                 record[name] = new
             lines[i], whole[i] = json.dumps(record, allow_nan=True).encode() + b"\n", -1
-    if lines and not lines[-1].endswith(b"\n") and whole[-1] >= 0:
-        lines[-1] += b"\n"
+    for i, line in enumerate(lines):  # only the last line may lack its newline (a record cut by a kill)
+        if not line.endswith(b"\n") and (i < len(lines) - 1 or whole[i] >= 0):
+            lines[i] += b"\n"
     return lines, {w for w in whole if w >= 0}
 
 

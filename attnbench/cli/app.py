@@ -38,7 +38,9 @@ def user_errors(fn: F) -> F:
             if state["debug"]:
                 raise
             # the message is text, not markup: "[queries, keys]" in it must print as written
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
+            # one line, whatever the input put in it: a newline or carriage return (a suite key, say) is shown escaped
+            text = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+            err.print(f"[bold red]error:[/] {escape(text)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.core import axes
 from attnbench.core.errors import ResultsError
+from attnbench.records.files import (  # noqa: F401 - read_json_object and the writers are imported from here too
+    count_lines,
+    read_json_object,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +48,8 @@ KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
     "head_dim", "causal", "window", "mode",
 )
+# The shape's sizes: a record of a case has each at 1 or more (the suite's bounds).
+SIZE_FIELDS = ("batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim")
 # The workload axes' fields (attnbench.core.axes: the quantized inputs' too) and their values in the dense case: a
 # record carries them only when set, and a record without one (written before they existed, or of a dense case) has
 # the default.
@@ -256,47 +264,6 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
-    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
-    from attnbench.core.errors import AttnbenchError
-
-    if not path.is_file():
-        raise AttnbenchError(f"{label}: {missing}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
-        raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
-    if not isinstance(data, dict):
-        raise AttnbenchError(f"{label}: {wrong}")
-    return data
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text under a temporary name, fsync it and rename it into place: a kill leaves it whole or as it was,
-    and a full disk is one user error with the file as it was."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); it is left as it was") from None
-
-
-def count_lines(path: Path) -> int:
-    """How many complete lines a file holds."""
-    with open(path, "rb") as file:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
-
-
 def results_path(path: Path) -> Path:
     """The results.jsonl for a path that names either the file or its run directory."""
     path = Path(path)
@@ -370,6 +337,9 @@ def field_problem(record: dict[str, Any]) -> str | None:
                 return f"field {name} is missing"
         elif not _is_of(record[name], kind):
             return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
+    for name in SIZE_FIELDS:
+        if record[name] < 1:
+            return f"field {name}: {record[name]} is not a size (1 or more)"
     if record["status"] not in STATUSES:
         return f"status {record['status']!r} is not one of {', '.join(STATUSES)}"
     if record["status"] != "ok" and not record.get("reason"):
