@@ -83,6 +83,7 @@ def invoke(args: list[Any]) -> Any:
 @given(suite=suite_like(), raw=st.none() | st.binary(max_size=60))
 @example(suite={"name": "f", "sweep": None, "cpu": {"batch": None}}, raw=None)  # found by make fuzz: a TypeError
 @example(suite={"\n": None}, raw=None)  # found by make fuzz: a key with a newline made the refusal two lines
+@example(suite={"\x1e": None}, raw=None)  # and one with a record separator (a line break to str.splitlines)
 def test_any_suite_yaml(tmp_path_factory: pytest.TempPathFactory, suite: Any, raw: bytes | None) -> None:
     path = tmp_path_factory.mktemp("suite") / "s.yaml"
     path.write_bytes(raw if raw is not None else yaml.safe_dump(suite).encode())
