@@ -9,7 +9,7 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 SUITE ?= suites/long.yaml
 ARGS ?=
 
-.PHONY: setup bench test quick clean mutation
+.PHONY: setup bench test quick clean mutation fuzz
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,14 @@ test: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
+
+# The readers' fuzz tests (tests/test_fuzz_readers.py) with new random examples, FUZZ_EXAMPLES of each (make test
+# runs 20 of each, the same every time); FUZZ_CHARTS=1 draws the report's charts too (about 2 s of CPU a report).
+FUZZ_EXAMPLES ?= 1000
+FUZZ_CHARTS ?= 0
+fuzz: $(VENV)/.installed-test
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_CHARTS=$(FUZZ_CHARTS) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_fuzz_readers.py
 
 # Mutation testing with mutmut (configured in pyproject.toml), not part of `make test` or CI: every mutant
 # of check, timing, case, runner, inputs and the backends, each against the tests that reach its function.

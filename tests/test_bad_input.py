@@ -83,6 +83,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
                                           "sweep.kv_lengths: 3 cache lengths [4, 8, 16] for batch 2"),
     "misspelt workload axis in also": (suite_with(GOOD + "also:\n  - {seq_len: 8, heads: 4, head_dim: 16, softcaps: 5}\n"),
                                        "also[0].softcaps: unknown key (did you mean 'softcap'?)"),
+    "a key holding a newline (shown escaped, on one line)": (suite_with(GOOD + '"x\\ny": 1\n'), "x\\ny: unknown key"),
     "unknown dtype": (suite_with(GOOD + "  dtype: [float8]\n"),
                       "sweep.dtype[0]: 'float8' is not allowed (did you mean 'float32'?)"),
     "unknown backend": (good_run("--backend", "flash-atn"), "unknown backend 'flash-atn' (did you mean 'flash-attn'?)"),

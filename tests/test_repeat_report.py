@@ -14,6 +14,7 @@ from rich.console import Console
 from attnbench.backends.registry import default_registry
 from attnbench.report.compare import compare_runs, comparison_table
 from attnbench.report.render import render_report
+from attnbench.report.rows import COLUMNS
 from attnbench.records.results import ResultsWriter
 from tests.conftest import make_case, run_cases
 from tests.test_repeat import flaky
@@ -45,7 +46,10 @@ def test_the_report_names_each_non_repeatable_record_and_marks_it(tmp_path: Path
     assert all("≠" not in line for line in summary.splitlines() if line.startswith("| naive |"))
     page = html.unescape((run / "report.html").read_text())
     assert "2 of 4 compared measurements were not repeatable" in page
-    assert len(re.findall(r'class="st st-ok">ok ≠</td>', page)) == 2
+    rows = json.loads(re.search(r'id="records-data">(.*?)</script>', page, re.S).group(1))
+    status = [k for k, _, _ in COLUMNS].index("status")
+    assert sorted(row[3][status] for row in rows) == ["ok", "ok", "ok ≠", "ok ≠"]
+    assert {row[0] for row in rows if row[3][status] == "ok ≠"} == {"flaky"}
 
 
 def test_deterministic_runs_say_what_the_backends_made_of_it(tmp_path: Path) -> None:

@@ -67,9 +67,36 @@ def open_report(browser: Any, run: Path, out: Path) -> Path:
 
 
 def visible_rows(browser: Any) -> list[Any]:
+    """The rows drawn: one page of the records that pass the filters."""
     return browser.execute_script(
         "return Array.prototype.filter.call(document.getElementById('records').tBodies[0].rows,"
         " function (r) { return !r.hidden; })")
+
+
+# A row's value under column i: its numeric cell's data-v ('' where the cell is empty or spanned by the reason of a
+# record that measured nothing), else its text.
+CELL_AT = """function cellAt(row, i) { var at = 0;
+  for (var c = 0; c < row.cells.length; c++) { var cell = row.cells[c];
+    if (i < at + cell.colSpan) return cell.classList.contains('why') ? '' : (cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent);
+    at += cell.colSpan; } return ''; }"""
+
+
+def page_values(browser: Any, i: int) -> list[str]:
+    return browser.execute_script(CELL_AT + f"; return Array.prototype.map.call("
+                                  f"document.getElementById('records').tBodies[0].rows, function (r) {{ return cellAt(r, {i}); }})")
+
+
+def every_page(browser: Any, read: Any) -> list[Any]:
+    """What `read` returns on each page, first to last, concatenated (the table is left on its first page)."""
+    while not browser.find_element("id", "page-prev").get_property("disabled"):
+        browser.find_element("id", "page-prev").click()
+    found = list(read())
+    while not browser.find_element("id", "page-next").get_property("disabled"):
+        browser.find_element("id", "page-next").click()
+        found += read()
+    while not browser.find_element("id", "page-prev").get_property("disabled"):
+        browser.find_element("id", "page-prev").click()
+    return found
 
 
 def column_index(key: str) -> int:
@@ -84,9 +111,7 @@ def check_sorting(browser: Any, records: list[dict[str, Any]]) -> None:
     untimed = len(records) - len(timed)
     for direction, expected in (("asc", timed), ("desc", timed[::-1])):
         header.click()
-        cells = browser.execute_script(
-            f"return Array.prototype.map.call(document.getElementById('records').tBodies[0].rows,"
-            f" function (r) {{ return r.cells[{i}].dataset.v; }})")
+        cells = every_page(browser, lambda: page_values(browser, i))
         values = [float(v) for v in cells if v != ""]
         assert values == pytest.approx(expected), f"sorted {direction} by median ms, the rows are out of order"
         assert cells[len(timed):] == [""] * untimed, f"sorted {direction}: rows without a time are not last"
@@ -108,11 +133,11 @@ def check_filters(browser: Any, records: list[dict[str, Any]]) -> None:
                              (("", ""), len(records))):
         choose(browser, "backend", choice[0])
         choose(browser, "dtype", choice[1])
-        rows = visible_rows(browser)
-        assert len(rows) == expected, f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(rows)} rows shown"
+        backends = every_page(browser, lambda: [row.get_attribute("data-backend") for row in visible_rows(browser)])
+        assert len(backends) == expected, f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(backends)} rows shown"
         assert int(browser.find_element("id", "shown").text) == expected
         if choice[0]:
-            assert {row.get_attribute("data-backend") for row in rows} == {backend}
+            assert set(backends) == {backend}
 
 
 def check_charts_and_links(browser: Any, page: Path) -> None:
@@ -143,7 +168,7 @@ def check_console(browser: Any) -> None:
 def check_report(browser: Any, run: Path, out: Path) -> None:
     page = open_report(browser, run, out)
     records = load(run)
-    assert len(visible_rows(browser)) == len(records)
+    assert len(visible_rows(browser)) == min(len(records), html.PAGE_ROWS)
     check_charts_and_links(browser, page)
     check_console(browser)  # what loading the page logged
     check_sorting(browser, records)
@@ -158,10 +183,10 @@ def test_report_sorts_filters_and_loads_offline(browser: Any, run: Path, tmp_pat
 
 PLANTED = {
     "sorting": ('* (dir === "asc" ? 1 : -1)', "* 1", "out of order"),
-    "filtering": ("row.dataset[f.dataset.filter] === f.value", "row.dataset.backend === f.value", "rows shown"),
+    "filtering": ("r[FIELD[f.dataset.filter]] === f.value", "r[0] === f.value", "rows shown"),
     "chart link": ('href="charts/{{ chart.name }}"', 'href="chart/{{ chart.name }}"', "does not resolve"),
     "chart image": ("base64,{{ chart.b64 }}", "base64,{{ chart.b64[:64] }}", "a chart did not load"),
-    "script error": ("var filters =", "undefinedFunction(); var filters =", "console errors"),
+    "script error": ("  applyFilters();\n})();", "  applyFilters(); undefinedFunction();\n})();", "console errors"),
 }
 
 
@@ -211,3 +236,61 @@ def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_
     check_trace_links(browser, moved)
     check_charts_and_links(browser, page)
     check_console(browser)
+
+
+def many_records(out: Path, copies: int) -> Path:
+    """tests/data/cpu-run's records repeated `copies` times, each copy at its own sequence length (more than a page)."""
+    base = load(DATA / "cpu-run")
+    out.mkdir(parents=True)
+    shutil.copy(DATA / "cpu-run" / "env.json", out / "env.json")
+    with open(out / "results.jsonl", "w") as file:
+        for copy in range(copies):
+            for record in base:
+                file.write(json.dumps({**record, "seq_len": record["seq_len"] + 8 * copy,
+                                       "case_id": f"{record['case_id']}-x{copy}"}) + "\n")
+    return out
+
+
+def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path: Path) -> None:
+    run = many_records(tmp_path / "run", 7)
+    records = load(run)
+    assert len(records) > 2 * html.PAGE_ROWS
+    open_report(browser, run, tmp_path / "out")
+    pages = -(-len(records) // html.PAGE_ROWS)
+    assert len(visible_rows(browser)) == html.PAGE_ROWS
+    assert browser.find_element("id", "page-at").text == f"1 of {pages}"
+    i = column_index("time_ms")
+    browser.find_elements("css selector", "#records thead th")[i].click()
+    timed = sorted(r["time_ms"] for r in records if r.get("time_ms") is not None)
+    first = page_values(browser, i)
+    browser.find_element("id", "page-next").click()
+    assert browser.find_element("id", "page-at").text == f"2 of {pages}"
+    second = page_values(browser, i)
+    expected = [repr(float(t)) for t in timed] + [""] * (len(records) - len(timed))
+    assert [v and repr(float(v)) for v in first + second] == expected[: 2 * html.PAGE_ROWS], \
+        "page 2 does not hold the next rows"
+    backend, count = Counter(str(r["backend"]) for r in records).most_common()[0]
+    assert count > html.PAGE_ROWS, "the filter must narrow a set spread over pages"
+    choose(browser, "backend", backend)
+    assert browser.find_element("id", "page-at").text == f"1 of {-(-count // html.PAGE_ROWS)}"
+    assert int(browser.find_element("id", "shown").text) == count
+    shown = every_page(browser, lambda: [row.get_attribute("data-backend") for row in visible_rows(browser)])
+    assert shown == [backend] * count
+    check_console(browser)
+
+
+def test_a_skipped_row_is_one_line_with_its_reason_on_screen(browser: Any, tmp_path: Path) -> None:
+    run = DATA / "cpu-run"
+    skipped = [r for r in load(run) if r["status"] == "skipped"]
+    assert skipped, "the fixture run has skipped records"
+    open_report(browser, run, tmp_path / "out")
+    choose(browser, "status", "skipped")
+    rows = visible_rows(browser)
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    line = browser.execute_script("return parseFloat(getComputedStyle(document.getElementById('records')).lineHeight)")
+    for row, record in zip(rows, skipped):
+        why = row.find_element("css selector", "td.why div")
+        assert why.text == record["reason"]
+        box = browser.execute_script("return arguments[0].getBoundingClientRect().toJSON()", why)
+        assert box["right"] <= width, "the reason runs off the screen"
+        assert row.size["height"] <= 2 * line + 8, f"a skipped row is {row.size['height']} px tall"

@@ -137,3 +137,15 @@ def test_the_results_file_is_rewritten_with_the_pooled_records_and_every_other_l
     assert lines[0] == other and lines[-1] == "{cut off\n" and len(lines) == len(records) + 2
     assert json.loads(lines[3])["time_ms"] == 123.0
     assert not path.with_name("results.jsonl.tmp").exists()
+
+
+def test_the_rewrite_replaces_the_last_line_of_a_measurement_and_keeps_an_older_one(tmp_path: Path) -> None:
+    """A resumed run measures again what a damaged line held and appends it: the later rounds replace what they
+    wrote, never the damaged line before it (which would hold the measurement twice)."""
+    records = stored(tmp_path)
+    path = tmp_path / "results.jsonl"
+    damaged = json.dumps({**records[0].to_dict(), "statut": "ok"}) + "\n"
+    path.write_text(damaged + json.dumps(records[0].to_dict()) + "\n")
+    replace_records(path, [dataclasses.replace(records[0], time_ms=9.0)])
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines[0] == damaged and json.loads(lines[1])["time_ms"] == 9.0

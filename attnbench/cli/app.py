@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import unicodedata
 from typing import Any, Callable, TypeVar
 
 import typer
@@ -24,6 +25,7 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 F = TypeVar("F", bound=Callable[..., Any])
+LINE_BREAKING = ("Cc", "Zl", "Zp")  # control characters and line and paragraph separators
 state = {"debug": False}
 
 
@@ -38,7 +40,11 @@ def user_errors(fn: F) -> F:
             if state["debug"]:
                 raise
             # the message is text, not markup: "[queries, keys]" in it must print as written
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
+            # one line, whatever the input put in it: a control character or line separator (in a suite key, say)
+            # is shown escaped
+            text = "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in LINE_BREAKING
+                           else c for c in str(exc))
+            err.print(f"[bold red]error:[/] {escape(text)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -1,1 +1,1 @@
-"""The record, results.jsonl and its loaders, resume and merge."""
+"""The record, results.jsonl and its loaders, whole-file writes, resume and merge."""

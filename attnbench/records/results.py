@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
-import warnings
+import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core import axes
 from attnbench.core.errors import ResultsError
+from attnbench.records.files import (  # noqa: F401 - read_json_object and the writers are imported from here too
+    count_lines,
+    read_json_object,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,12 +33,23 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
+# The env.json fields its readers use, and their JSON types (each may be null); `libraries` maps names to versions.
+ENV_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("run_id", "timestamp", "device", "device_name", "suite_name", "suite_file", "suite_text",
+                     "git_commit", "torch", "cuda", "driver", "cpu", "platform", "python", "attnbench", "timer",
+                     "shard"), (str,)),
+    "cudnn": (int, str), "peak_tflops": (int, float), "peak_bandwidth_gbs": (int, float),
+    **dict.fromkeys(("libraries", "prediction", "actual"), (dict,)),
+    **dict.fromkeys(("gpus", "gpu_state", "merged_from", "resumed", "plugins"), (list,)),
+}
 STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout", "wrong_kernel")
 # The fields that identify a measurement: two records with the same key measured the same thing.
 KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
     "head_dim", "causal", "window", "mode",
 )
+# The shape's sizes: a record of a case has each at 1 or more (the suite's bounds).
+SIZE_FIELDS = ("batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim")
 # The workload axes' fields (attnbench.core.axes: the quantized inputs' too) and their values in the dense case: a
 # record carries them only when set, and a record without one (written before they existed, or of a dense case) has
 # the default.
@@ -245,16 +265,20 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def replace_records(path: Path, records: list[Record]) -> None:
-    """Rewrite the results file with `records` in place of the lines of the same measurement (key_of), every other
-    line kept as it was (an earlier part of a resumed run, a line no reader can parse), atomically."""
+    """Rewrite the results file with `records` in place of the last line of the same measurement (key_of), every
+    other line kept as it was (an earlier part of a resumed run, a damaged line), atomically."""
     updated = {key_of(r.to_dict()): record_line(r.to_dict()) for r in records}
-    lines = []
-    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True):
+    lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
+    last: dict[tuple, int] = {}  # the line this run wrote for a key is its last: an earlier one is older, or damaged
+    for i, line in enumerate(lines):
         try:
             key = key_of(json.loads(line))
         except (ValueError, TypeError, KeyError, AttributeError):
-            key = None
-        lines.append(updated.get(key, line) if key is not None else line)
+            continue
+        if key in updated:
+            last[key] = i
+    for key, i in last.items():
+        lines[i] = updated[key]
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as file:
@@ -268,47 +292,6 @@ def replace_records(path: Path, records: list[Record]) -> None:
                            "the records of the last round written, each whole") from None
 
 
-def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
-    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
-    from attnbench.core.errors import AttnbenchError
-
-    if not path.is_file():
-        raise AttnbenchError(f"{label}: {missing}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
-    if not isinstance(data, dict):
-        raise AttnbenchError(f"{label}: {wrong}")
-    return data
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text under a temporary name, fsync it and rename it into place: a kill leaves it whole or as it was,
-    and a full disk is one user error with the file as it was."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); it is left as it was") from None
-
-
-def count_lines(path: Path) -> int:
-    """How many complete lines a file holds."""
-    with open(path, "rb") as file:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
-
-
 def results_path(path: Path) -> Path:
     """The results.jsonl for a path that names either the file or its run directory."""
     path = Path(path)
@@ -320,29 +303,115 @@ def results_path(path: Path) -> Path:
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    """Read every record of a results file or directory. A cut last line is dropped with a warning."""
+    """Every record of a results file or directory. A line that is not one (cut off by a kill, not UTF-8, not JSON,
+    another schema, a field missing or of the wrong type) is skipped, and the skipped lines are counted on stderr in
+    one line, every good record kept; a file that has lines but not one record is refused (one user error)."""
     file = results_path(path)
-    lines = file.read_text(encoding="utf-8").splitlines()
     records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and line.lstrip().startswith("{"):  # a record cut off mid-write
-                warnings.warn(f"{file}:{number}: last line is incomplete and was ignored ({exc.msg})", stacklevel=2)
+    bad: list[tuple[int, str]] = []
+    with open(file, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
                 continue
-            raise ResultsError(f"{file}:{number}: not a JSON record ({exc.msg})") from None
-        if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
-            raise ResultsError(f"{file}:{number}: not an attnbench record (no schema_version/backend)")
-        if record["schema_version"] > SCHEMA_VERSION:
-            raise ResultsError(
-                f"{file}:{number}: schema_version {record['schema_version']} is newer than this attnbench "
-                f"understands ({SCHEMA_VERSION}); upgrade attnbench"
-            )
-        records.append(record)
+            record = parse_record(raw)
+            if isinstance(record, str):
+                bad.append((number, record))
+            else:
+                records.append(record)
+    if bad and not records:
+        more = f" (and {len(bad) - 1} more bad line(s))" if len(bad) > 1 else ""
+        raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")
+    if bad:
+        print(skipped_line(file, bad), file=sys.stderr, flush=True)
     return with_true_version(records)
+
+
+def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:
+    """The one line that says which lines of `file` were skipped, and why the first was."""
+    numbers = ", ".join(str(number) for number, _ in bad[:shown])
+    rest = f" and {len(bad) - shown} more" if len(bad) > shown else ""
+    return (f"skipped {len(bad)} bad line(s) of {file} (line{'s' if len(bad) > 1 else ''} {numbers}{rest}): "
+            f"{bad[0][1]}")
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | str:
+    """One line of results.jsonl as its record, or why it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte {exc.start})"
+    try:
+        record = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        cut = text.lstrip().startswith("{") and not text.rstrip().endswith("}")  # the text ends inside the object
+        return "a record cut off mid-write" if cut else f"not a JSON record ({exc.msg})"
+    except (ValueError, RecursionError) as exc:  # NaN or Infinity (never written), or nesting past Python's stack
+        return f"not a JSON record ({exc})"
+    if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
+        return "not an attnbench record (no schema_version/backend)"
+    version = record["schema_version"]
+    if not _is_int(version) or version < 0:
+        return f"schema_version {version!r} is not a version number"
+    if version > SCHEMA_VERSION:
+        return f"schema_version {version} is newer than this attnbench understands ({SCHEMA_VERSION}); upgrade attnbench"
+    return field_problem(record) or record
+
+
+def field_problem(record: dict[str, Any]) -> str | None:
+    """Why a record's fields are not a Record's (one missing, or of the wrong type), or None."""
+    for name, (kind, required) in _record_fields().items():
+        if name not in record:
+            if required:
+                return f"field {name} is missing"
+        elif not _is_of(record[name], kind):
+            return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
+    for name in SIZE_FIELDS:
+        if record[name] < 1:
+            return f"field {name}: {record[name]} is not a size (1 or more)"
+    if record["status"] not in STATUSES:
+        return f"status {record['status']!r} is not one of {', '.join(STATUSES)}"
+    if record["status"] != "ok" and not record.get("reason"):
+        return f"status {record['status']} without a reason"
+    return None
+
+
+@functools.cache
+def _record_fields() -> dict[str, tuple[Any, bool]]:
+    """Each Record field's type and whether a stored record must carry it (no default)."""
+    hints = typing.get_type_hints(Record)
+    return {f.name: (hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(Record)}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_of(value: Any, kind: Any) -> bool:
+    """Whether a JSON value fits a Record field's type; an optional count may be any number (older runs wrote
+    some as floats)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_is_of(value, arg) if arg is not int else _is_of(value, float) for arg in args)
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return _is_int(value)
+    if typing.get_origin(kind) is list:
+        return isinstance(value, list) and all(_is_of(item, args[0]) for item in value)
+    if typing.get_origin(kind) is dict:
+        return isinstance(value, dict)
+    return kind is Any or isinstance(value, kind)
+
+
+def _type_words(kind: Any) -> str:
+    return str(kind).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def with_true_version(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -365,13 +434,16 @@ def load_results(path: Path) -> pd.DataFrame:
 
 
 def read_env(path: Path) -> dict[str, Any]:
-    """The env.json beside a results file; empty when there is none."""
-    directory = results_path(path).parent
-    env_file = directory / ENV_FILE
+    """The env.json beside a results file; empty when there is none, one user error when it is not a JSON object."""
+    env_file = results_path(path).parent / ENV_FILE
     if not env_file.is_file():
         return {}
-    try:
-        return json.loads(env_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{env_file}: not valid JSON ({exc.msg})") from None
-
+    env = read_json_object(env_file, str(env_file), "missing", "not an attnbench environment record (not a JSON object)")
+    for name, kind in ENV_TYPES.items():
+        value = env.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind
+                                  or name == "libraries" and not all(isinstance(v, (str, type(None)))
+                                                                     for v in value.values())):
+            raise ResultsError(f"{env_file}: field {name}: {json.dumps(value, default=str)[:40]} is not "
+                               f"{' or '.join(k.__name__ for k in kind)}; not an attnbench environment record")
+    return env

@@ -127,8 +127,8 @@ class _AxesRules(_Strict):
 
     @field_validator("batch", check_fields=False)
     @classmethod
-    def _batch(cls, value: list[int]) -> list[int]:
-        return _bounded(value, 1, MAX_BATCH)
+    def _batch(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _bounded(value, 1, MAX_BATCH)  # None: a cpu: block that sets no batch
 
     @field_validator("seq_len", "kv_seq_len", check_fields=False)
     @classmethod
@@ -137,8 +137,8 @@ class _AxesRules(_Strict):
 
     @field_validator("heads", check_fields=False)
     @classmethod
-    def _heads(cls, value: list[int]) -> list[int]:
-        return _bounded(value, 1, MAX_HEADS)
+    def _heads(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _bounded(value, 1, MAX_HEADS)
 
     @field_validator("kv_heads", check_fields=False)
     @classmethod
@@ -148,8 +148,8 @@ class _AxesRules(_Strict):
 
     @field_validator("head_dim", check_fields=False)
     @classmethod
-    def _head_dim(cls, value: list[int]) -> list[int]:
-        return _bounded(value, 1, MAX_HEAD_DIM)
+    def _head_dim(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else _bounded(value, 1, MAX_HEAD_DIM)
 
 
 
