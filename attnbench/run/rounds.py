@@ -5,7 +5,8 @@ samples for its share of `budget_ms` (TimingSettings.round_share). Each later ro
 in a shuffled order (seeded by the run id, so a run can be repeated) and re-times it with another share: the same
 inputs prepared again, warmed up, timed (measure.resample). A call whose time wanders with the machine over seconds
 (a shared VM's) is then sampled in several windows of the run, so its median and interval hold that wander instead of
-one window's bias, and no backend is always timed right after the same neighbour.
+one window's bias, and no backend is always timed right after the same neighbour (cases are shuffled, and each
+case's backends: a case's inputs are made once per round).
 
 A later round re-times a measurement only while its samples so far cost less than the shares of the rounds up to
 that one (due_again): a 4 s call whose first sample spent the whole budget is not called again for a round.
@@ -153,8 +154,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
         if not due or should_stop():
             break
         say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
-        rng.shuffle(due)
-        for i in due:
+        for i in shuffled_by_case(due, records, rng):
             if should_stop():
                 break
             result.rounds_s += retime(i, share)
@@ -167,7 +167,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
         wanting = [i for i in chosen if records[i].noisy]
         if not wanting or spent_ms >= budget_ms or should_stop():
             break
-        rng.shuffle(wanting)
+        wanting = shuffled_by_case(wanting, records, rng)
         say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
             f"({(budget_ms - spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
         touched = False
@@ -191,6 +191,19 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
     if unmade:
         after_round(records)
     return result
+
+
+def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:
+    """`chosen` (indices of records) in a shuffled order of cases, each case's backends in a shuffled order: no backend
+    is always timed after the same neighbour, and a case's inputs are made once per round, not once per backend."""
+    cases: dict[str, list[int]] = {}
+    for i in chosen:
+        cases.setdefault(f"{records[i].device}/{records[i].case_id}", []).append(i)
+    groups = list(cases.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    return [i for group in groups for i in group]
 
 
 def _refine_timing(settings: TimingSettings, budget_ms: float) -> TimingSettings:

@@ -328,9 +328,11 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         measured = schedule.run(run.tasks, sink, measurers)
     settings = run.mode.settings
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
-        done = rounds.later_rounds(records, backends, rounds.InProcessResampler(measurers[0]), settings, info, run.run_id, should_stop,
-                                   lambda changed: replace_records(directory / RESULTS_FILE, changed),
-                                   lambda line: errors.print(line, markup=False))
+        with frozen_heap():  # as for the first round: a full collection between re-timings costs 0.1-0.2 s each
+            done = rounds.later_rounds(records, backends, rounds.InProcessResampler(measurers[0]), settings, info,
+                                       run.run_id, should_stop,
+                                       lambda changed: replace_records(directory / RESULTS_FILE, changed),
+                                       lambda line: errors.print(line, markup=False))
         (run.env["resumed"][-1] if options.resume else run.env)["rounds"] = done.to_dict()
         write_json_atomic(directory / ENV_FILE, run.env)
     return measured, records
