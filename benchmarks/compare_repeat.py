@@ -8,7 +8,7 @@ planted backend at full speed, each P with it 15% slower. Then, with the CLI a u
 - planted: `attnbench compare I<k> P<k>` — counted caught when `planted` has a regression, and clean when
   nothing else does.
 
-    python benchmarks/compare_repeat.py [--repeats 10] [--slowdown 0.15] [--out /tmp/compare-repeat]
+    python benchmarks/compare_repeat.py [--repeats 10] [--slowdown 0.15] [--out /tmp/compare-repeat] [--compare-only]
 
 Prints each comparison's verdict and pace, and the counts; the issue's bar is 9 of 10 for each.
 """
@@ -90,13 +90,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--slowdown", type=float, default=0.15)
     parser.add_argument("--out", type=Path, default=Path("/tmp/compare-repeat"))
+    parser.add_argument("--compare-only", action="store_true", help="Compare the runs already in --out again.")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=False)
     walls = []
-    for k in range(args.repeats):
-        walls.append(run(args.out / f"I{k}", 0.0))
-        walls.append(run(args.out / f"P{k}", args.slowdown))
-    walls.append(run(args.out / f"I{args.repeats}", 0.0))
+    if not args.compare_only:
+        args.out.mkdir(parents=True, exist_ok=False)
+        for k in range(args.repeats):
+            walls.append(run(args.out / f"I{k}", 0.0))
+            walls.append(run(args.out / f"P{k}", args.slowdown))
+        walls.append(run(args.out / f"I{args.repeats}", 0.0))
     quiet = caught = clean = 0
     for k in range(args.repeats):
         code, regressed, pace = compare(args.out / f"I{k}", args.out / f"I{k + 1}")
@@ -108,7 +110,7 @@ def main() -> None:
         print(f"planted   I{k} -> P{k}: exit {code}, regressions {regressed or 'none'}; {pace[:60]}")
     summary = {"repeats": args.repeats, "slowdown": args.slowdown, "identical_quiet": quiet,
                "planted_caught": caught, "planted_only_planted": clean,
-               "wall_s_median": sorted(walls)[len(walls) // 2], "load": os.getloadavg()[0]}
+               "wall_s_median": sorted(walls)[len(walls) // 2] if walls else None, "load": os.getloadavg()[0]}
     print(json.dumps(summary))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

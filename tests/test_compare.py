@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from attnbench.core.errors import ResultsError
-from attnbench.report.compare import compare_runs, comparison_table
+from attnbench.report.compare import compare_runs
+from attnbench.report.compare_table import comparison_table
 
 DATA = Path(__file__).parent / "data"
 BASE, NEW = DATA / "compare-base", DATA / "compare-new"
@@ -238,3 +240,22 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     assert result.to_markdown().splitlines()[2].startswith("**NOT THE SAME MACHINE")
     (new / "env.json").write_text(json.dumps(env))
     assert compare_runs(base, new).machine_warning is None
+
+
+def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one_beyond_it_is() -> None:
+    """Two runs whose 20 measurements' ratios wander ±6% around a pace of 1.05 (a robust spread of 4.5%): one at
+    1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within 2.5 spreads) is not judged a
+    regression; one at 1.40× is."""
+    from attnbench.report.compare import SPREAD_K, Comparison, Match, spread_of
+
+    def match(i: int, ratio: float) -> Match:
+        return Match(key=(i,), backend=f"b{i}", case="c", base_status="ok", new_status="ok", base_ms=1.0,
+                     new_ms=ratio, base_iqr=0.0, new_iqr=0.0, base_ci=(0.99, 1.01), new_ci=(ratio * 0.99, ratio * 1.01))
+
+    wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
+    for odd, judged in ((1.16, False), (1.40, True)):
+        ratios = wander + [odd]
+        comparison = Comparison("base", "new", 0.10, [match(i, r) for i, r in enumerate(ratios)],
+                                pace=sorted(ratios)[len(ratios) // 2], spread=spread_of(ratios))
+        assert comparison.spread is not None and SPREAD_K * comparison.spread > math.log(1.16 / 1.05)
+        assert [m.backend for m in comparison.regressions] == (["b20"] if judged else []), (odd, comparison.spread)

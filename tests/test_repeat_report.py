@@ -12,7 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from attnbench.backends.registry import default_registry
-from attnbench.report.compare import compare_runs, comparison_table
+from attnbench.report.compare import compare_runs
+from attnbench.report.compare_table import comparison_table
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
 from attnbench.records.results import ResultsWriter

@@ -339,7 +339,8 @@ def compare(
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
     deterministic run, a measurement turned non-repeatable)."""
-    from attnbench.report.compare import compare_runs, comparison_table
+    from attnbench.report.compare import compare_runs
+    from attnbench.report.compare_table import comparison_table
 
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")

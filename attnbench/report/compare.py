@@ -13,16 +13,13 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms, md_cell
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 
 @dataclass
@@ -60,8 +57,7 @@ class Match:
         return " and ".join(side for side, flag in (("base", self.base_noisy), ("new", self.new_noisy)) if flag)
 
     @property
-    def throttled(self) -> bool:
-        """Either side was timed on a throttled or shared GPU: its ratio is shown but never judged."""
+    def throttled(self) -> bool:  # either side timed on a throttled or shared GPU: shown, never judged
         return self.base_throttled or self.new_throttled
 
     def throttle_words(self) -> str:  # likewise
@@ -123,6 +119,10 @@ class Comparison:
     # kernel's, so each ratio is judged against it (`relative`); across machines, or with --absolute, it is not.
     pace: float | None = None
     relative: bool = True
+    # The run-to-run noise between the two runs: the robust spread (1.4826 × the median absolute deviation) of the
+    # log ratios around their median, over the same measurements as the pace. A ratio must depart from the pace by
+    # more than SPREAD_K of it to be judged a change: within-run intervals do not hold the wander between runs.
+    spread: float | None = None
 
     @property
     def paced(self) -> bool:
@@ -140,7 +140,8 @@ class Comparison:
         if not self.paced:
             return None
         said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of "
-                f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements)")
+                f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements; run-to-run spread "
+                f"±{math.expm1(self.spread or 0):.1%}, a change must depart from the pace by {SPREAD_K:g}× it)")
         return said + (": one machine, the same software, so that is the machine's pace; each ratio is judged "
                        "against it (--absolute judges the raw ratios)" if self.judged_pace != 1.0 else "")
 
@@ -171,7 +172,9 @@ class Comparison:
             return False
         pace = self.judged_pace
         ratio = m.ratio / pace
-        return (ratio > 1 + self.threshold or ratio < 1 / (1 + self.threshold)) and m.beyond_noise(pace)
+        off = abs(math.log(m.ratio) - math.log(self.pace or 1.0))  # from the pace, whether judged against it or not
+        return (ratio > 1 + self.threshold or ratio < 1 / (1 + self.threshold)) and m.beyond_noise(pace) \
+            and (self.spread is None or off > SPREAD_K * self.spread)
 
     @property
     def regressions(self) -> list[Match]:
@@ -324,6 +327,10 @@ DEFAULT_THRESHOLD = 0.10
 # The fewest measurements both runs ran ok for their median ratio to be taken as the run's pace: a backend that
 # regressed on a few of them cannot move it.
 MIN_PACE = 8
+# How many spreads a ratio must depart from the pace by. benchmarks/compare_repeat.py on a 2-core VM, 21 runs of
+# quick.yaml (10 pairs of identical runs, 10 with one backend 15% slower): 3 kept 8 of 10 identical pairs quiet but
+# caught 6 of 10 slowdowns; 2.5: 7 quiet, 10 caught; 2: 5 quiet, 10 caught; none (intervals alone): 4 quiet, 10 caught.
+SPREAD_K = 2.5
 # What env.json says of the machine: two runs that differ here are not one machine's numbers.
 MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "driver")
 
@@ -382,8 +389,17 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
-        pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None,
+        pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None, spread=spread_of(ratios),
     )
+
+
+def spread_of(ratios: list[float]) -> float | None:
+    """The robust spread of the log ratios (Comparison.spread); None with under MIN_PACE of them."""
+    if len(ratios) < MIN_PACE:
+        return None
+    logs = [math.log(r) for r in ratios]
+    middle = statistics.median(logs)
+    return 1.4826 * statistics.median(abs(x - middle) for x in logs)
 
 
 def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -402,42 +418,3 @@ def repeat_words(record: dict[str, Any]) -> str:
     extra = record.get("extra") or {}
     diff = extra.get("repeat_max_diff")
     return f"{extra.get('repeat_tensor')} " + (f"by up to {diff:.3g}" if diff is not None else "by a NaN or Inf")
-
-
-def comparison_table(comparison: Comparison) -> Table:
-    """A rich Table for the terminal: regressions, new failures, fixes and improvements, then per-backend geomeans."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"{comparison.new} vs {comparison.base} (threshold {comparison.threshold:.0%})",
-                  show_lines=False)
-    for column in ("change", "backend", "case", "base", "new", "new/base"):
-        table.add_column(column, justify="right" if column in ("base", "new", "new/base") else "left")
-
-    rows = ([("regression", "bold red", m) for m in comparison.regressions]
-            + [("new failure", "bold red", m) for m in comparison.new_failures]
-            + [("not repeatable", "bold red" if m.new_deterministic else "yellow", m)
-               for m in comparison.turned_unrepeatable]
-            + [("fixed", "green", m) for m in comparison.fixed]
-            + [("faster", "green", m) for m in comparison.improvements]
-            + [("noisy", "yellow", m) for m in comparison.noisy]
-            + [("throttled", "yellow", m) for m in comparison.throttled])
-    for label, style, m in rows:
-        # Text() keeps strings from a run literal: no rich markup is interpreted from a backend name or reason.
-        table.add_row(Text(label, style=style), Text(m.backend), Text(m.case),
-                      Text(m.side("base")), Text(m.side("new")),
-                      Text(m.new_repeat if label == "not repeatable"
-                           else m.ratio_words(comparison.judged_pace) + m.unjudged_note() if m.ratio is not None
-                           else (m.new_reason or "")))
-    for backend, value in comparison.geomean_by_backend.items():
-        table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
-                      Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
-    notes = [comparison.version_note] if comparison.version_note else []
-    if comparison.pace_note:
-        notes.append(comparison.pace_note)
-    if comparison.throttled_anywhere:
-        notes.append(f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
-                     "in base or new: never judged a regression or an improvement")
-    if notes:
-        table.caption = "; ".join(notes)
-    return table
