@@ -133,7 +133,8 @@ def fill(shard: Path, measurements: int) -> None:
     """A shard directory holding `measurements` distinct records."""
     shard.mkdir(parents=True, exist_ok=True)
     (shard / "env.json").write_text("{}")
-    lines = [json.dumps({"schema_version": 1, "backend": "naive", "seq_len": n}) for n in range(measurements)]
+    model = json.loads((Path(__file__).parent / "data" / "cpu-run" / "results.jsonl").read_text().splitlines()[0])
+    lines = [json.dumps({**model, "seq_len": n + 1, "kv_seq_len": n + 1, "case_id": f"c{n}"}) for n in range(measurements)]
     (shard / "results.jsonl").write_text("".join(line + "\n" for line in lines))
 
 

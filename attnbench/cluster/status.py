@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -59,9 +58,7 @@ def measurements_done(directory: Path) -> int:
 
     A running shard may be halfway through writing a line: that one is not counted yet, silently.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return len(done_keys(directory)) if (directory / RESULTS_FILE).is_file() else 0
+    return len(done_keys(directory, writing=True)) if (directory / RESULTS_FILE).is_file() else 0
 
 
 def expand_indices(text: str) -> list[int]:

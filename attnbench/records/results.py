@@ -302,10 +302,10 @@ def results_path(path: Path) -> Path:
     return path
 
 
-def load_records(path: Path) -> list[dict[str, Any]]:
-    """Every record of a results file or directory. A line that is not one (cut off by a kill, not UTF-8, not JSON,
-    another schema, a field missing or of the wrong type) is skipped, and the skipped lines are counted on stderr in
-    one line, every good record kept; a file that has lines but not one record is refused (one user error)."""
+def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
+    """Every record of a results file or directory; a line that is not one (cut off, not UTF-8 or JSON, another schema,
+    a field missing or mistyped) is skipped and counted on stderr in one line; a file without one record is refused.
+    `writing`: a run may be writing the file now (`status` on a shard): an unfinished last line is left out quietly."""
     file = results_path(path)
     records: list[dict[str, Any]] = []
     bad: list[tuple[int, str]] = []
@@ -315,7 +315,8 @@ def load_records(path: Path) -> list[dict[str, Any]]:
                 continue
             record = parse_record(raw)
             if isinstance(record, str):
-                bad.append((number, record))
+                if not (writing and not raw.endswith(b"\n")):  # not the line a running shard is writing
+                    bad.append((number, record))
             else:
                 records.append(record)
     if bad and not records:

@@ -57,11 +57,12 @@ def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, 
                              f"its numbers would not be comparable. Add --force to resume anyway")
 
 
-def done_keys(directory: Path) -> set[tuple]:
-    """Keys of the measurements already recorded in `directory` (none when it has no results yet)."""
+def done_keys(directory: Path, writing: bool = False) -> set[tuple]:
+    """Keys of the measurements already recorded in `directory` (none when it has no results yet); `writing`: a run
+    may be writing it now (load_records)."""
     if not (directory / RESULTS_FILE).is_file():
         return set()
-    return {key_of(record) for record in load_records(directory)}
+    return {key_of(record) for record in load_records(directory, writing)}
 
 
 def drop_cut_line(path: Path) -> bool:
