@@ -16,6 +16,7 @@ Prints each comparison's verdict and pace, and the counts; the issue's bar is 9 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -51,8 +52,6 @@ class Planted(SdpaFlash):
                 while time.perf_counter() < until:
                     pass
             return out
-
-        import dataclasses
 
         return dataclasses.replace(prepared, call=call)
 

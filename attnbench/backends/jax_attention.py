@@ -51,9 +51,7 @@ class _Jax(Backend):
             return runtimes.FORWARD_ONLY.format(runtime="JAX")
         if case.softcap is not None:
             return "jax.nn.dot_product_attention has no softcap"
-        if case.alibi or case.head_dim_v is not None:
-            return f"attnbench does not map alibi or head_dim_v onto {self.name}"
-        return None
+        return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported"),

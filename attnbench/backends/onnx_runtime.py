@@ -63,9 +63,7 @@ class _Ort(Backend):
             return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
         if case.dtype != "float32":
             return f"ONNX Runtime's CPU kernel of {self.op} registers float32 only, not {case.dtype}"
-        if case.alibi or case.head_dim_v is not None:
-            return f"attnbench does not map alibi or head_dim_v onto {self.name}"
-        return None
+        return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "ONNX Runtime", REFUSALS, (Exception,))

@@ -53,9 +53,7 @@ class OpenVinoSdpa(Backend):
             return f"attnbench maps float32 onto OpenVINO only, not {case.dtype} yet"
         if case.softcap is not None:
             return "OpenVINO's ScaledDotProductAttention has no softcap"
-        if case.alibi or case.head_dim_v is not None:
-            return f"attnbench does not map alibi or head_dim_v onto {self.name}"
-        return None
+        return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "OpenVINO", ("Check '", "not supported", "Unsupported"), (RuntimeError,))

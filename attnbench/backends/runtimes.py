@@ -31,6 +31,13 @@ def run_threads() -> int:
     return torch.get_num_threads()
 
 
+def unmapped(case: Case, backend: str) -> str | None:
+    """The axes no runtime adapter maps (ALiBi, a V head size of its own), by name; None when the case has neither."""
+    if case.alibi or case.head_dim_v is not None:
+        return f"attnbench does not map alibi or head_dim_v onto {backend}"
+    return None
+
+
 def native_causal(case: Case) -> bool:
     """Whether a runtime's own causal flag means the conventions' (docs/conventions.md) causal: its flag is aligned top-left, which is the
     bottom-right alignment only when Sq == Sk, and only for one dense sequence (no documents, no ragged lengths)."""
