@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.run import sustain
+from attnbench.run.heap import release_memory
 from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
 from attnbench.verify.check import NAMES, Verdict, judge
 from attnbench.backends.conformance import conformance_problem
@@ -380,16 +381,6 @@ def cuda_is_broken(device: str) -> bool:
     except Exception:  # noqa: BLE001 - any failure here means the context is unusable
         return True
     return False
-
-
-def release_memory(device: str, collect: bool = False) -> None:
-    """Drop what a finished measurement left behind, so the next one starts from the same state."""
-    if collect:
-        gc.collect()
-    if device == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
 
 
 class InProcess:

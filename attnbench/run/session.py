@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
@@ -19,6 +17,7 @@ from attnbench.run import calibration, compile_cache, forecast, precompile, roun
 from attnbench.run.devices import check_devices, worker_env
 from attnbench.run.env import collect_env, resolve_device
 from attnbench.run.isolation import Isolated, WorkerConfig
+from attnbench.run.heap import frozen_heap
 from attnbench.run.measure import InProcess, Settings
 from attnbench.run.options import RunOptions
 from attnbench.run.recording import RunInfo, case_of, now
@@ -413,19 +412,3 @@ def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
     else:
         env["actual"] = actual
     write_json_atomic(path, env)
-
-
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Keep the objects alive before the run (torch, libraries, the plan) out of every garbage collection.
-
-    The runner collects garbage between cases; with torch imported a full collection walks some 200,000
-    objects (~0.1 s each time, an eighth of a CPU quick run). Garbage is collected first, so only live
-    objects are frozen, and the heap is unfrozen when the run ends.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
