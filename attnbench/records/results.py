@@ -101,8 +101,7 @@ class Record:
     ci_level: float | None = None
     ci_source: str | None = None
     stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
-    # The IQR exceeds NOISE_THRESHOLD of the median, or the interval is wider than the precision asked (or there
-    # are too few samples for one at the confidence asked).
+    # The interval is wider than the precision asked, or too few samples for one (older records: is_noisy).
     noisy: bool = False
     # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
     # (attnbench.gpu.judge); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
@@ -140,7 +139,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object stored on one line of results.jsonl (workload axes only when set)."""
-        data = dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # JSON already: asdict's copy is slow
         for name, default in WORKLOAD_DEFAULTS.items():
             if data[name] == default:
                 del data[name]
@@ -267,7 +266,7 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
 def replace_records(path: Path, records: list[Record]) -> None:
     """Rewrite the results file with `records` in place of the last line of the same measurement (key_of), every
     other line kept as it was (an earlier part of a resumed run, a damaged line), atomically."""
-    updated = {key_of(r.to_dict()): record_line(r.to_dict()) for r in records}
+    updated = {key_of(data): record_line(data) for data in (r.to_dict() for r in records)}
     lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
     last: dict[tuple, int] = {}  # the line this run wrote for a key is its last: an earlier one is older, or damaged
     for i, line in enumerate(lines):
