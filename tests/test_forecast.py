@@ -38,7 +38,7 @@ def test_dry_run_prints_the_prediction_per_backend_and_in_total(tmp_path: Path) 
     assert "startup and report" in rows
     assert (tmp_path / "cache" / "calibration.json").is_file()
     assert not (tmp_path / "reports").exists()
-    assert ("timing on cpu: warm-up up to 10 ms, then samples until the median is known to ±5% or 40 ms of them, "
+    assert ("timing on cpu: warm-up up to 10 ms, then samples until the median is known to ±10% or 40 ms of them, "
             "3 to 1000 samples") in text.replace("\n", " ")
     long = CliRunner().invoke(app, ["run", "long", "--dry-run", "--cache-dir", str(tmp_path / "cache")]).output
     assert "timing on cpu (with the cpu: block's timing):" in long and "1 to 1000 samples" in long

@@ -103,7 +103,7 @@ def print_summary(records: list[Record], console: Console) -> None:
         console.print(table)
     if any(r.noisy for r in records):
         console.print("~ before a median: noisy, its interval is wider than the precision asked (or it has too few "
-                      "samples for one) or its IQR is over 10% of it", markup=False)
+                      "samples for one)", markup=False)
     if any(r.throttled for r in records):
         console.print("! before a median: timed on a throttled or shared GPU (extra.clock_event_reasons, "
                       "extra.other_gpu_processes)", markup=False)

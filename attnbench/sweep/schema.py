@@ -226,7 +226,7 @@ class Timing(_Strict):
     budget_ms: float = Field(default=300.0, gt=0, le=3_600_000)
     min_samples: int = Field(default=5, ge=1, le=100_000)
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
-    # Unset: the device's own (attnbench.core.interval.DEVICE_PRECISION: ±1% on a GPU, ±5% on a CPU).
+    # Unset: the device's own (attnbench.core.interval.DEVICE_PRECISION: ±1% on a GPU, ±10% on a CPU).
     precision: float | None = Field(default=None, gt=0, le=1)
     # Wall-clock limit per measurement (the run's --timeout overrides it); needs a worker process.
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)
