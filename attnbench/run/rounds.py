@@ -12,8 +12,11 @@ A later round re-times a measurement only while its samples so far cost less tha
 that one (due_again): a 4 s call whose first sample spent the whole budget is not called again for a round.
 
 Then the suite-level budget (`refine`: a share of every measurement's budget_ms together): the measurements whose
-interval is still wider than ±precision (or that have too few samples for one) are re-timed, widest first in need,
-each for what the samples it lacks should cost, until none is left, the budget is spent, or MAX_REFINE passes.
+interval is still wider than ±precision (or that have too few samples for one) are re-timed in passes, each pass
+cheapest first (what the samples a measurement lacks should cost, lacking_ms), each re-timing for that cost but at
+most REFINE_ASK × budget_ms, until none is left, the budget is spent, or MAX_REFINE passes. Cheapest first brings the
+most measurements to the precision asked for the budget; one that would need more than is left keeps its wider
+interval, and says so (`noisy`).
 
 After every round the run's results file is rewritten whole, atomically (records.results.replace_records): a kill
 leaves the records of the last finished round, each complete, and `extra.rounds` says how many it holds.
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from attnbench.core.interval import median_interval, samples_needed
-from attnbench.run.measure import InProcess, answer_of, release_memory, timed_call
+from attnbench.run.heap import release_memory
+from attnbench.run.measure import InProcess, answer_of, timed_call
 from attnbench.run.recording import case_of, pooled
 from attnbench.verify.quant_data import prepare_kwargs
 from attnbench.timing.sampling import rank_floor
@@ -41,7 +45,8 @@ if TYPE_CHECKING:
     from attnbench.timing.timers import Timer, TimingSettings
     from attnbench.verify.inputs import CaseData
 
-MAX_REFINE = 3  # passes of the suite-level budget after the rounds
+MAX_REFINE = 8  # passes of the suite-level budget after the rounds
+REFINE_ASK = 2  # one re-timing of the refining asks at most this many times budget_ms
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
@@ -167,7 +172,8 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
         wanting = [i for i in chosen if records[i].noisy]
         if not wanting or spent_ms >= budget_ms or should_stop():
             break
-        wanting = shuffled_by_case(wanting, records, rng)
+        cost = {i: lacking_ms(records[i], settings) for i in wanting}
+        wanting = sorted(shuffled_by_case(wanting, records, rng), key=cost.__getitem__)  # the cheapest to settle first
         say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
             f"({(budget_ms - spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
         touched = False
@@ -176,7 +182,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
             call_ms = statistics.median(records[i].times_ms)
             if should_stop() or left < call_ms:
                 continue
-            ask = min(settings.budget_ms, left, max(lacking_ms(records[i], settings), call_ms))
+            ask = min(REFINE_ASK * settings.budget_ms, left, max(lacking_ms(records[i], settings), call_ms))
             spent = retime(i, _refine_timing(settings, ask)) * 1e3
             spent_ms += spent
             result.refined += 1
