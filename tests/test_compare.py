@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from attnbench.core.errors import ResultsError
-from attnbench.report.compare import compare_runs
+from attnbench.report.compare import Match, compare_runs
 from attnbench.report.compare_table import comparison_table
 
 DATA = Path(__file__).parent / "data"
@@ -242,20 +242,40 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     assert compare_runs(base, new).machine_warning is None
 
 
+def ratio_match(i: int, ratio: float, backend: str | None = None) -> Match:
+    """A matched measurement of ratio NEW/BASE, both intervals ±1% (apart from 1 once the ratio is off by 2%)."""
+    return Match(key=(i,), backend=backend or f"b{i}", case=f"c{i}", base_status="ok", new_status="ok", base_ms=1.0,
+                 new_ms=ratio, base_iqr=0.0, new_iqr=0.0, base_ci=(0.99, 1.01), new_ci=(ratio * 0.99, ratio * 1.01))
+
+
 def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one_beyond_it_is() -> None:
     """Two runs whose 20 measurements' ratios wander ±6% around a pace of 1.05 (a robust spread of 4.5%): one at
-    1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within 2.5 spreads) is not judged a
-    regression; one at 1.40× is."""
-    from attnbench.report.compare import SPREAD_K, Comparison, Match, spread_of
-
-    def match(i: int, ratio: float) -> Match:
-        return Match(key=(i,), backend=f"b{i}", case="c", base_status="ok", new_status="ok", base_ms=1.0,
-                     new_ms=ratio, base_iqr=0.0, new_iqr=0.0, base_ci=(0.99, 1.01), new_ci=(ratio * 0.99, ratio * 1.01))
+    1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within the 2.8 spreads that 21 ratios
+    judged at once ask) is not judged a regression; one at 1.40× is."""
+    from attnbench.report.compare import Comparison, spread_of
 
     wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
     for odd, judged in ((1.16, False), (1.40, True)):
         ratios = wander + [odd]
-        comparison = Comparison("base", "new", 0.10, [match(i, r) for i, r in enumerate(ratios)],
+        comparison = Comparison("base", "new", 0.10, [ratio_match(i, r) for i, r in enumerate(ratios)],
                                 pace=sorted(ratios)[len(ratios) // 2], spread=spread_of(ratios))
-        assert comparison.spread is not None and SPREAD_K * comparison.spread > math.log(1.16 / 1.05)
+        assert comparison.spread is not None and comparison.case_bar * comparison.spread > math.log(1.16 / 1.05)
         assert [m.backend for m in comparison.regressions] == (["b20"] if judged else []), (odd, comparison.spread)
+
+
+def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_across_the_board() -> None:
+    """Five backends of 16 cases whose ratios wander ±8% around 1: one made 15% slower on every case (each case
+    within the per-case bar) fails the comparison as one regression across the board; without it nothing does."""
+    from attnbench.report.compare import Comparison, spread_of
+
+    def comparison(slower: float) -> Comparison:
+        matches = [ratio_match(16 * b + i, (1 + 0.08 * ((i * 7 + b * 3) % 9 - 4) / 4) * (slower if b == 0 else 1.0),
+                               f"k{b}") for b in range(5) for i in range(16)]
+        ratios = sorted(m.ratio for m in matches)
+        return Comparison("base", "new", 0.10, matches, pace=ratios[len(ratios) // 2], spread=spread_of(ratios))
+
+    quiet, slow = comparison(1.0), comparison(1.15)
+    assert not quiet.backend_regressions and not quiet.regressions and not quiet.should_fail
+    assert slow.regressions == [], "no single case is beyond the per-case bar"
+    assert [(b.backend, b.cases) for b in slow.backend_regressions] == [("k0", 16)]
+    assert slow.should_fail and "across the board" in slow.to_markdown()

@@ -17,6 +17,8 @@ from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms, md_cell
+from attnbench.report.change_rule import (MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_bar, backend_shifts,
+                                          case_bar, spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
@@ -119,9 +121,8 @@ class Comparison:
     # kernel's, so each ratio is judged against it (`relative`); across machines, or with --absolute, it is not.
     pace: float | None = None
     relative: bool = True
-    # The run-to-run noise between the two runs: the robust spread (1.4826 × the median absolute deviation) of the
-    # log ratios around their median, over the same measurements as the pace. A ratio must depart from the pace by
-    # more than SPREAD_K of it to be judged a change: within-run intervals do not hold the wander between runs.
+    # The run-to-run noise between the two runs: the robust spread of the log ratios around their median, over the
+    # same measurements as the pace (attnbench.report.change_rule: how far a ratio must depart from the pace).
     spread: float | None = None
 
     @property
@@ -141,7 +142,8 @@ class Comparison:
             return None
         said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of "
                 f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements; run-to-run spread "
-                f"±{math.expm1(self.spread or 0):.1%}, a change must depart from the pace by {SPREAD_K:g}× it)")
+                f"±{math.expm1(self.spread or 0):.1%}; a change must depart from the pace by {self.case_bar:.1f}× it, "
+                f"a backend's across-the-board one by {self.backend_bar:.1f} standard errors)")
         return said + (": one machine, the same software, so that is the machine's pace; each ratio is judged "
                        "against it (--absolute judges the raw ratios)" if self.judged_pace != 1.0 else "")
 
@@ -174,7 +176,36 @@ class Comparison:
         ratio = m.ratio / pace
         off = abs(math.log(m.ratio) - math.log(self.pace or 1.0))  # from the pace, whether judged against it or not
         return (ratio > 1 + self.threshold or ratio < 1 / (1 + self.threshold)) and m.beyond_noise(pace) \
-            and (self.spread is None or off > SPREAD_K * self.spread)
+            and (self.spread is None or off > self.case_bar * self.spread)
+
+    @property
+    def case_bar(self) -> float:
+        """The spreads a measurement's ratio must depart from the pace by, among every matched ratio
+        (change_rule.case_bar)."""
+        return case_bar(sum(1 for m in self.matches if m.ratio is not None))
+
+    @property
+    def backend_bar(self) -> float:
+        """The standard errors a backend's mean ratio must depart from the pace by (change_rule.backend_bar)."""
+        return backend_bar(sum(1 for r in self._ratios_by_backend().values() if len(r) >= MIN_BACKEND_CASES))
+
+    def _ratios_by_backend(self) -> dict[str, list[float]]:
+        ratios: dict[str, list[float]] = {}
+        for m in self.matches:
+            if m.ratio is not None:
+                ratios.setdefault(m.backend, []).append(m.ratio)
+        return ratios
+
+    @property
+    def backend_shifts(self) -> list[BackendShift]:
+        """Each backend's geomean over its matched cases, judged as one across-the-board change
+        (change_rule.backend_shifts)."""
+        return backend_shifts(self._ratios_by_backend(), self.pace, self.judged_pace, self.spread, self.threshold)
+
+    @property
+    def backend_regressions(self) -> list[BackendShift]:
+        """Backends slower across the board, beyond the threshold and the noise."""
+        return [b for b in self.backend_shifts if b.changed and b.geomean > 1]
 
     @property
     def regressions(self) -> list[Match]:
@@ -229,17 +260,14 @@ class Comparison:
     @property
     def geomean_by_backend(self) -> dict[str, float]:
         """Geometric mean of NEW/BASE per backend, over the cases both runs measured ok."""
-        logs: dict[str, list[float]] = {}
-        for m in self.matches:
-            if m.ratio is not None:
-                logs.setdefault(m.backend, []).append(math.log(m.ratio))
-        return {b: math.exp(sum(v) / len(v)) for b, v in sorted(logs.items())}
+        return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend().items())}
 
     @property
     def should_fail(self) -> bool:
-        """True when the CLI should exit 1: any regression, any new failure, or a measurement that turned non-repeatable
+        """True when the CLI should exit 1: any regression (of a measurement, or of a backend across the board), any new
+        failure, or a measurement that turned non-repeatable
         in a run that asked for deterministic kernels."""
-        return bool(self.regressions or self.new_failures or self.determinism_broken)
+        return bool(self.regressions or self.backend_regressions or self.new_failures or self.determinism_broken)
 
     def to_markdown(self) -> str:
         """The comparison as Markdown, for a pull request."""
@@ -253,7 +281,10 @@ class Comparison:
                      "intervals of the median that do not overlap.")
         lines.append("")
         verdict = "**FAIL**" if self.should_fail else "**pass**"
-        lines.append(f"{verdict}: {len(self.regressions)} regression(s), {len(self.new_failures)} new failure(s), "
+        lines.append(f"{verdict}: {len(self.regressions)} regression(s), "
+                     + (f"{len(self.backend_regressions)} backend(s) slower across the board, "
+                        if self.backend_regressions else "")
+                     + f"{len(self.new_failures)} new failure(s), "
                      f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed"
                      + (f", {len(self.noisy)} change(s) not judged: noisy" if self.noisy else "")
                      + (f", {len(self.throttled)} change(s) not judged: throttled GPU" if self.throttled else "")
@@ -276,9 +307,13 @@ class Comparison:
                     ("Noisy (samples spread over 10% of the median: not judged)", self.noisy),
                     ("Throttled GPU (heat, power or another process: not judged)", self.throttled))
         for title, items in sections:
-            if items:
+            wide = self.backend_regressions if title == "Regressions" else []
+            if items or wide:
                 lines += ["", f"### {title}", "", "| backend | case | base ms [interval] | new ms [interval] | new/base |",
                           "|---|---|---|---|---|"]
+                lines += [f"| {md_cell(b.backend)} | all {b.cases} matched cases, across the board | | "
+                          f"| {b.geomean:.3f}× (geomean{' over the pace' if self.judged_pace != 1.0 else ''}) |"
+                          for b in wide]
                 for m in items:
                     note = m.unjudged_note()
                     lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
@@ -324,13 +359,6 @@ def _unsteady(record: dict[str, Any]) -> bool:
 # suites/quick.yaml differed by 5-15% per case with within-run intervals of ±1-3%, and a 5% threshold called them
 # regressions.
 DEFAULT_THRESHOLD = 0.10
-# The fewest measurements both runs ran ok for their median ratio to be taken as the run's pace: a backend that
-# regressed on a few of them cannot move it.
-MIN_PACE = 8
-# How many spreads a ratio must depart from the pace by. benchmarks/compare_repeat.py on a 2-core VM, 21 runs of
-# quick.yaml (10 pairs of identical runs, 10 with one backend 15% slower): 3 kept 8 of 10 identical pairs quiet but
-# caught 6 of 10 slowdowns; 2.5: 7 quiet, 10 caught; 2: 5 quiet, 10 caught; none (intervals alone): 4 quiet, 10 caught.
-SPREAD_K = 2.5
 # What env.json says of the machine: two runs that differ here are not one machine's numbers.
 MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "driver")
 
@@ -391,15 +419,6 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
         pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None, spread=spread_of(ratios),
     )
-
-
-def spread_of(ratios: list[float]) -> float | None:
-    """The robust spread of the log ratios (Comparison.spread); None with under MIN_PACE of them."""
-    if len(ratios) < MIN_PACE:
-        return None
-    logs = [math.log(r) for r in ratios]
-    middle = statistics.median(logs)
-    return 1.4826 * statistics.median(abs(x - middle) for x in logs)
 
 
 def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:

@@ -35,9 +35,12 @@ def comparison_table(comparison: Comparison) -> Table:
                       Text(m.new_repeat if label == "not repeatable"
                            else m.ratio_words(comparison.judged_pace) + m.unjudged_note() if m.ratio is not None
                            else (m.new_reason or "")))
-    for backend, value in comparison.geomean_by_backend.items():
-        table.add_row(Text("geomean", style="dim"), Text(backend), Text("all matched ok cases"), Text(""), Text(""),
-                      Text(f"{value:.3f}×", style="red" if value > 1 + comparison.threshold else ""))
+    for shift, value in zip(comparison.backend_shifts, comparison.geomean_by_backend.values()):
+        label, style = (("regression", "bold red") if shift.geomean > 1 else ("faster", "green")) if shift.changed \
+            else ("geomean", "dim")
+        table.add_row(Text(label, style=style), Text(shift.backend),
+                      Text(f"all {shift.cases} matched ok cases" + (", across the board" if shift.changed else "")),
+                      Text(""), Text(""), Text(f"{value:.3f}×", style=style if shift.changed else ""))
     notes = [comparison.version_note] if comparison.version_note else []
     if comparison.pace_note:
         notes.append(comparison.pace_note)
