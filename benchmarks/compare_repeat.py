@@ -1,7 +1,7 @@
 """Does `compare` stay quiet between identical runs and catch a real slowdown? Counted over repeated real runs.
 
-Runs `suites/quick.yaml` with one more backend, `planted` (this file's plugin: sdpa-flash whose every call then spins
-for a set share of that call's own time, as a kernel made slower would), as I0 P0 I1 P1 ... I<n>: each I with the
+Runs `suites/quick.yaml` with one more backend, `planted` (this file's plugin: sdpa-flash whose every call, and its
+backward, then spins for a set share of its own time, as a kernel made slower would), as I0 P0 I1 P1 ... I<n>: each I with the
 planted backend at full speed, each P with it 15% slower. Then, with the CLI a user runs:
 
 - identical: `attnbench compare I<k> I<k+1>` — counted quiet when it exits 0 with no regression;
@@ -33,8 +33,46 @@ from attnbench.sweep.suite import load_suite  # noqa: E402
 SLOWDOWN_ENV = "PLANTED_SLOWDOWN"  # read by the plugin in the measuring process: a share of each call's time
 
 
+def spin(seconds: float) -> None:
+    """Busy-wait, as a kernel that got slower would."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def slowed(call, share: float):  # noqa: ANN001, ANN201 - any Prepared.call
+    """`call` made `share` slower, its backward too: the forward spins `share` of its own time; a backward taken
+    through its output spins `share` of each stretch between marks on the output (first in the backward) and on
+    each input (last), so every timed call, forward or forward and backward, is that much slower."""
+    import torch
+
+    clock: dict[str, float] = {}
+
+    class Mark(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, first):  # noqa: ANN001, ANN205
+            ctx.first = first
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):  # noqa: ANN001, ANN205
+            if not ctx.first and "t" in clock:
+                spin(share * (time.perf_counter() - clock["t"]))
+            clock["t"] = time.perf_counter()
+            return grad, None
+
+    def wrapped(*inputs):  # noqa: ANN002, ANN202
+        start = time.perf_counter()
+        marked = [Mark.apply(t, False) if isinstance(t, torch.Tensor) and t.requires_grad else t for t in inputs]
+        out = call(*marked)
+        spin(share * (time.perf_counter() - start))
+        return Mark.apply(out, True) if isinstance(out, torch.Tensor) and out.requires_grad else out
+
+    return wrapped
+
+
 class Planted(SdpaFlash):
-    """sdpa-flash, each call followed by a spin of PLANTED_SLOWDOWN times that call's own time (0: none)."""
+    """sdpa-flash, each call (and its backward) made PLANTED_SLOWDOWN slower (0: none)."""
 
     name = "planted"
     summary = "sdpa-flash made slower by a planted share of each call (benchmarks/compare_repeat.py)"
@@ -42,18 +80,7 @@ class Planted(SdpaFlash):
     def prepare(self, case, q, k, v, **kwargs):  # noqa: ANN001, ANN201 - the base class's signature
         prepared = super().prepare(case, q, k, v, **kwargs)
         share = float(os.environ.get(SLOWDOWN_ENV, "0"))
-        inner = prepared.call
-
-        def call(*inputs):  # noqa: ANN002, ANN202
-            start = time.perf_counter()
-            out = inner(*inputs)
-            if share:
-                until = time.perf_counter() + share * (time.perf_counter() - start)
-                while time.perf_counter() < until:
-                    pass
-            return out
-
-        return dataclasses.replace(prepared, call=call)
+        return dataclasses.replace(prepared, call=slowed(prepared.call, share)) if share else prepared
 
 
 def run(out: Path, slowdown: float) -> float:
