@@ -48,6 +48,9 @@ class Prepared:
     # allocates outside PyTorch's allocator, so its peak is read from the process's resident memory instead.
     to_tensor: Callable[[Any], Any] = _identity
     memory: str = "torch"
+    # Such a runtime's own profiler around one call of its kernel (attnbench.timing.profile.Profile), which
+    # torch.profiler cannot see into: made once after the samples; its kernels are the record's `kernels`.
+    profile: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)

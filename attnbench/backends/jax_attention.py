@@ -1,7 +1,9 @@
 """JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla', the CPU path) and `jax-cudnn` (pinned to
 implementation='cudnn', so that where cuDNN cannot run the call raises and is skipped with JAX's reason, never
 falling back to XLA). The jit compile is setup; the timed call ends with `block_until_ready()` (dispatch is
-asynchronous). Which kernel ran comes from the compiled HLO text."""
+asynchronous). Which kernel ran comes from JAX's own profiler (jax.profiler) around one call after the samples: each
+HLO op the executable ran (its thunks' `hlo_op`), named with what its fused computation computes (the compiled HLO
+text's root op)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
 
 JAX_CALL = LibraryCall("jax.nn", "dot_product_attention", positional=("query", "key", "value"),
                        keywords=("mask", "is_causal", "local_window_size", "implementation"))
-HLO_OPS = re.compile(r"=\s*\S+\s+(dot|fusion|custom-call|reduce|exponential|divide|select)\(")
+# One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if any.
+HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([\w\-]+)\(")
+HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 
 
 class _Jax(Backend):
@@ -107,32 +111,64 @@ class _Jax(Backend):
                                  "runtime": f"jax {jax.__version__} {device.platform} ({device.device_kind})",
                                  "inputs": "jax arrays from DLPack (BTNH copy made outside the timed call)"}
         extra["threads_note"] = "XLA's CPU client uses its own thread pool (set at import, not per call)"
-        extra.update(hlo_kernels(compiled))
+        try:  # XLA's memory analysis: its temporary buffer holds the logits where they are materialised
+            extra["xla_temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
+        except Exception:  # noqa: BLE001 - not every backend of XLA reports it
+            pass
+        labels = hlo_labels(compiled.as_text())
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=lambda out: out.transpose(1, 2),
                         kernel=f"jax {jax.__version__} dot_product_attention implementation={self.implementation!r} "
                                f"({how}{', GQA native' if case.kv_heads != case.heads else ''})",
-                        memory="rss", extra=extra)
+                        memory="rss", extra=extra, profile=lambda: jax_profile(call, labels))
 
 
-def hlo_kernels(compiled: Any) -> dict[str, Any]:
-    """The compiled HLO's entry-computation ops (dots, fusions, cuDNN custom calls) as kernel entries, and XLA's own
-    memory analysis of the executable (its temporary buffer: the logits where they are materialised)."""
-    text = compiled.as_text()
-    counts: dict[str, int] = {}
+def hlo_labels(text: str) -> dict[str, str]:
+    """Each entry-computation instruction of the compiled HLO text by name, as "<name> (<what it computes>)": a
+    fusion's fused computation's root opcode (ynn_fusion.3 (dot)), a custom call's target, else its opcode."""
+    roots: dict[str, str] = {}
+    entry: dict[str, tuple[str, str | None, str]] = {}
+    computation, is_entry = "", False
     for line in text.splitlines():
-        found = HLO_OPS.search(line)
-        if found:
+        header = HLO_COMPUTATION.match(line)
+        if header:
+            computation, is_entry = header.group(2), bool(header.group(1))
+            continue
+        found = HLO_LINE.match(line)
+        if not found:
+            continue
+        root, name, opcode = found.groups()
+        if root:
+            roots[computation] = opcode
+        if is_entry and opcode != "parameter":
+            calls = re.search(r"calls=%?([\w.\-]+)", line)
             target = re.search(r'custom_call_target="([^"]+)"', line)
-            name = f"custom-call {target.group(1)}" if target else found.group(1)
-            counts[name] = counts.get(name, 0) + 1
-    extra: dict[str, Any] = {"kernels": [runtimes.kernel_entry(n, c, None, None) for n, c in counts.items()],
-                             "kernels_source": "compiled HLO text (XLA)"}
-    try:
-        analysis = compiled.memory_analysis()
-        extra["xla_temp_bytes"] = int(analysis.temp_size_in_bytes)
-    except Exception:  # noqa: BLE001 - not every backend of XLA reports it
-        pass
-    return extra
+            entry[name] = (opcode, calls.group(1) if calls else None, target.group(1) if target else opcode)
+    return {name: f"{name} ({roots.get(calls, opcode) if calls else what})"
+            for name, (opcode, calls, what) in entry.items()}
+
+
+def jax_profile(call: Any, labels: dict[str, str]) -> Any:
+    """One call under JAX's profiler: the time of each HLO op it ran (the events that carry an `hlo_op`), named by
+    `labels` (hlo_labels)."""
+    import glob
+    import os
+    import tempfile
+
+    from jax import profiler
+
+    with tempfile.TemporaryDirectory() as folder:
+        with profiler.trace(folder):
+            call()
+        found = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        data = profiler.ProfileData.from_file(found[0]) if found else None
+    rows: dict[str, list[float]] = {}
+    for plane in data.planes if data is not None else ():
+        for line in plane.lines:
+            for event in line.events:
+                op = dict(event.stats).get("hlo_op")
+                if op and event.duration_ns > 0:
+                    rows.setdefault(labels.get(str(op), str(op)), []).append(event.duration_ns / 1e6)
+    return runtimes.runtime_profile(rows, "JAX profiler (jax.profiler, XLA's HLO ops)")
 
 
 @register
@@ -142,6 +178,10 @@ class JaxXla(_Jax):
     implementation = "xla"
     devices = ("cpu",)
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 4.0), memory=MemoryCost(score_copies_fwd=2))
+    # XLA's CPU executable has no attention op: its math runs in YNNPACK fusions (ynn_fusion: the QK^T and PV dots,
+    # the softmax's reductions and exp, fused differently by size) and in fusions rooted in a dot, reduce,
+    # exponential or divide; the copies and transposes it fuses the scale and mask into are the rest.
+    kernel_names = {"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}
 
 
 @register

@@ -2,7 +2,8 @@
 `com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`, each a one-node graph built with
 `onnx.helper`. Session creation is setup; the timed call runs the session over IOBinding with pre-placed OrtValues
 (no NumPy conversion or copy is timed); intra-op threads are the run's. Which kernel ran comes from ORT's own
-session profiling, on a second session made for it."""
+session profiling, on a second session made for it after the samples: each node's kernel is named "<op_name>
+(<provider>)" (its Node event's args), so each op's attention kernel is its own node on the CPU provider."""
 
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
+    from attnbench.timing.profile import Profile
 
 MS = "com.microsoft"
+# The time of the session's run (its profile's model_run event) outside every node's kernel: a kernel of its own in
+# the record's `kernels`, so the op's share is its share of the whole run.
+SESSION_REST = "session run outside its nodes"
 # ORT's words when no kernel of an op takes the inputs (a dtype it does not register, an attribute it rejects).
 REFUSALS = ("Could not find an implementation", "NOT_IMPLEMENTED", "INVALID_ARGUMENT", "not supported")
 CALLS = (
@@ -54,6 +59,10 @@ class _Ort(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return CALLS
+
+    def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
+        """The op's own node, as ORT's session profiling names it ("Attention (CPUExecutionProvider)")."""
+        return (rf"^{self.op} \(CPUExecutionProvider\)",) if device == "cpu" else ()
 
     def deterministic(self, case: Case) -> str:
         return runtimes.deterministic("ONNX Runtime", case)
@@ -130,15 +139,16 @@ class _Ort(Backend):
 
         extra: dict[str, Any] = {"threads": threads, "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
                                  "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
-        extra.update(self.profile(case, model, inputs, threads))
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
                         kernel=f"onnxruntime {ort.__version__} {self.domain + '.' if self.domain else ''}{self.op} "
                                f"(CPU EP, {how})",
-                        kv_expanded=expanded, memory="rss", extra=extra)
+                        kv_expanded=expanded, memory="rss", extra=extra,
+                        profile=lambda: self.profile(case, model, inputs, threads))
 
-    def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> dict[str, Any]:
-        """ORT's session profiling of one call on a session made for it: each node's kernel, its calls and time, and
-        the call's measured peak (whether it held a score matrix: the unfused path, or a tiled one)."""
+    def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> Profile:
+        """ORT's session profiling of one call on a session made for it: each node's kernel ("<op> (<provider>)"),
+        its calls and time, the rest of the session's run beside them (SESSION_REST), and the call's measured peak
+        (whether it held a score matrix: the unfused path, or a tiled one)."""
         with tempfile.TemporaryDirectory() as folder:
             session = self.session(model, threads, folder)
             measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", rss=True)
@@ -154,9 +164,11 @@ class _Ort(Backend):
                 nodes.setdefault(name, []).append(event.get("dur", 0) / 1e3)
             elif event.get("cat") == "Session" and event.get("name") == "model_run":
                 total += event.get("dur", 0) / 1e3
-        kernels = [runtimes.kernel_entry(n, len(t), sum(t), total) for n, t in nodes.items()]
-        return {"kernels": kernels, "kernels_source": "onnxruntime session profiling",
-                "kernel_path": runtimes.path_evidence(measured.peak, case)}
+        rest = total - sum(sum(ms) for ms in nodes.values())
+        if rest > 0:
+            nodes[SESSION_REST] = [rest]
+        return runtimes.runtime_profile(nodes, "onnxruntime session profiling",
+                                        kernel_path=runtimes.path_evidence(measured.peak, case))
 
 
 def bshd(t: torch.Tensor) -> np.ndarray:

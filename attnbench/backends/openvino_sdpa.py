@@ -1,10 +1,12 @@
 """OpenVINO's `ScaledDotProductAttention` op (opset13), compiled for its CPU plugin with the case's precision as the
 inference precision (the plugin would otherwise run float32 graphs in bf16 where the CPU has it). Compiling is setup;
 the timed call is one `infer()` of a request whose input tensors share the canonical tensors' memory. Which kernel
-ran comes from the plugin's performance counters (PERF_COUNT: each node's exec_type), on a second compiled model."""
+ran comes from the plugin's performance counters (PERF_COUNT: each node's exec_type), on a second compiled model
+after the samples."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
+    from attnbench.timing.profile import Profile
 
 OV_CALL = LibraryCall("openvino.opset13", "scaled_dot_product_attention",
                       positional=("query", "key", "value", "attention_mask"), keywords=("causal",))
@@ -33,6 +36,9 @@ class OpenVinoSdpa(Backend):
     install_hint = "pip install 'attnbench[openvino]'"
     workload_axes = frozenset({"documents", "kv_lengths"})
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(expands_kv=True))
+    # The SDPA node in the plugin's performance counters: its own node, which the CPU plugin runs as a Snippets
+    # "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Q scale (Multiply) and K transpose it splits off.
+    kernel_names = {"cpu": (r"\(ScaledDotProductAttention\)$",)}
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
@@ -111,23 +117,27 @@ class OpenVinoSdpa(Backend):
         extra: dict[str, Any] = {"threads": threads, "runtime": f"openvino {ov.__version__} CPU plugin",
                                  "inference_precision": PRECISION[case.dtype],
                                  "inputs": "OpenVINO tensors sharing the tensors' memory"}
-        extra.update(perf_counters(core, model, config, arrays, params))
         return Prepared(inputs=(), call=call, to_tensor=to_tensor,
                         kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}"
                                f"{', K/V repeated per query head' if expanded else ''})",
-                        kv_expanded=expanded, memory="rss", extra=extra)
+                        kv_expanded=expanded, memory="rss", extra=extra,
+                        profile=lambda: perf_counters(core, model, config, arrays, params))
 
 
-def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> dict[str, Any]:
-    """The CPU plugin's performance counters of one call on a model compiled for them: each executed node's exec_type
-    (the kernel: jit_avx512_f32, brgemm_avx512_amx, ...), its time and share."""
+def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> Profile:
+    """The CPU plugin's performance counters of one call (after a first, warm-up one) on a model compiled for them:
+    each executed node as "<node_type> <exec_type> (<node name>)", its number dropped (ScaledDotProductAttention_4:
+    the graph's own counter), with its time."""
     import openvino as ov
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
     request = compiled.create_infer_request()
-    request.infer([ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params)])
-    rows = [p for p in request.get_profiling_info() if p.real_time.total_seconds() > 0]
-    total = sum(p.real_time.total_seconds() for p in rows) * 1e3
-    kernels = [runtimes.kernel_entry(f"{p.node_type} {p.exec_type} ({p.node_name})", 1,
-                                     p.real_time.total_seconds() * 1e3, total) for p in rows]
-    return {"kernels": kernels, "kernels_source": "OpenVINO CPU plugin performance counters (PERF_COUNT)"}
+    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params)]
+    request.infer(tensors)  # the first call of a compiled model pays its one-time work
+    request.infer(tensors)
+    rows: dict[str, list[float]] = {}
+    for p in request.get_profiling_info():
+        if p.real_time.total_seconds() > 0:
+            name = f"{p.node_type} {p.exec_type} ({re.sub(r'_[0-9]+$', '', p.node_name)})"
+            rows.setdefault(name, []).append(p.real_time.total_seconds() * 1e3)
+    return runtimes.runtime_profile(rows, "OpenVINO CPU plugin performance counters (PERF_COUNT)")

@@ -1,5 +1,6 @@
 """What the backends on runtimes other than PyTorch (JAX, ONNX Runtime, OpenVINO) share: the run's thread count,
-the conventions' (docs/conventions.md) mask as a boolean array, canonical tensors as NumPy views, the profiler's kernel entries."""
+the conventions' (docs/conventions.md) mask as a boolean array, canonical tensors as NumPy views, and a runtime
+profiler's kernels as the record's (attnbench.timing.profile.Profile)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
+    from attnbench.timing.profile import Profile
 
 FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not flow back into PyTorch's autograd)"
 
@@ -56,10 +58,12 @@ def as_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def kernel_entry(name: str, calls: int, time_ms: float | None, total_ms: float | None) -> dict[str, Any]:
-    """One kernel as a record's `extra.kernels` lists it: {name, calls, time_ms, share of the profiled call}."""
-    share = None if time_ms is None or not total_ms else round(time_ms / total_ms, 4)
-    return {"name": name, "calls": calls, "time_ms": None if time_ms is None else round(time_ms, 4), "share": share}
+def runtime_profile(rows: dict[str, list[float]], source: str, **extra: Any) -> Profile:
+    """A runtime profiler's kernels ({name: each call's ms}) as the record's `kernels` (sorted by time, each with its
+    share of the listed time), `source` naming that profiler; `extra`: what else its call measured."""
+    from attnbench.timing.profile import Profile, kernels_from
+
+    return Profile(kernels_from([(name, len(ms), sum(ms)) for name, ms in rows.items()]), source=source, extra=extra)
 
 
 def score_bytes(case: Case) -> int:

@@ -122,11 +122,11 @@ class Record:
     # where they are checked; None where not compared (not measured, or the gradients were not checked).
     repeatable: bool | None = None
     kv_expanded: bool = False
-    # What ran in one profiled call outside the samples (attnbench.timing.profile): [{name, calls, time_ms, share}] by
-    # time, None with kernels_reason where the profiler could not see; the share in the backend's declared kernels;
-    # `overhead` (what the rest was) when that share is under the documented threshold; the --trace file.
+    # One profiled call after the samples (attnbench.timing.profile): [{name, calls, time_ms, share}] as kernels_source
+    # saw them (or None and kernels_reason); the declared kernels' share; `overhead` under its threshold; the trace.
     kernels: list[dict[str, Any]] | None = None
     kernels_reason: str | None = None
+    kernels_source: str | None = None
     attention_share: float | None = None
     overhead: str | None = None
     trace: str | None = None

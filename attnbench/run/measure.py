@@ -199,8 +199,9 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
         ran = profiled(fn, case, backend, timer, declared_kernels(case.device, case.mode),
-                       settings.trace_dir)  # after the samples: they never see it
+                       settings.trace_dir, prepared.profile)  # after the samples: they never see it
     fields.update(ran.fields)
+    extra.update(ran.extra)
     extra["setup_ms"] += ran.profile_ms
     extra["setup_parts"]["profile"] = ran.profile_ms
     fields.update(timing_fields(samples, settings.timing, case.device))

@@ -2,7 +2,9 @@
 declares, and, where the timer replays a CUDA graph, whether one replay ran the eager call's kernels.
 
 Made once after the samples, so the samples never see the profiler; its time is the record's setup ("profile").
-With --trace, one timed sample is profiled too, made the way the timer makes each (attnbench.timing.timers
+A backend whose call runs outside PyTorch (JAX, ONNX Runtime, OpenVINO) hands its runtime's own profiler instead
+(Prepared.profile): torch.profiler would see no op, so that profile is the record's `kernels`, judged the same way,
+and `kernels_source` names which profiler saw them. With --trace, one timed sample is profiled too, made the way the timer makes each (attnbench.timing.timers
 one_sample; under a graph timer, the profiled replay), and the trace holds both calls, each in a named range.
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
 
-from attnbench.timing.profile import LABEL_PREFIX, Profile, join_traces, judge_kernels, profile_call, replay_lost
+from attnbench.timing.profile import (LABEL_PREFIX, Profile, join_traces, judge_kernels, profile_call, replay_lost,
+                                      runtime_profile)
 from attnbench.timing.timers import one_sample
 
 if TYPE_CHECKING:
@@ -22,11 +26,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Profiled:
-    """The record's kernel fields and, where the call ran the wrong kernel, the reason its status says so."""
+    """The record's kernel fields and, where the call ran the wrong kernel, the reason its status says so; `extra`:
+    what a runtime's profiler measured besides (for the record's extra)."""
 
     fields: dict[str, Any]
     wrong_kernel: str | None
     profile_ms: float
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
@@ -35,28 +41,27 @@ def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
 
 
 def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
-             others: dict[str, tuple[str, ...]], trace_dir: Path | None = None) -> Profiled:
+             others: dict[str, tuple[str, ...]], trace_dir: Path | None = None,
+             runtime: Callable[[], Profile] | None = None) -> Profiled:
     """Profile one call of the timed function `fn` (and one replay of the timer's graph, where it keeps one);
-    `others`: every backend's declared kernels (attnbench.backends.registry.declared_kernels)."""
+    `others`: every backend's declared kernels (attnbench.backends.registry.declared_kernels); `runtime`: the
+    backend's own profiler of one call, used instead of torch.profiler (which cannot see that runtime's work)."""
+    if runtime is not None:
+        profile = runtime_profile(runtime)
+        fields, wrong = kernel_fields(profile, case, backend, others)
+        return Profiled(fields, wrong, profile.profile_ms, dict(profile.extra))
     sync = _sync(case.device)
     trace = trace_file(trace_dir, case, backend) if trace_dir is not None else None
     parts = [] if trace is None else [trace.with_name(f"{trace.name}.{part}.part") for part in ("call", "sample")]
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
     profile = profile_call(fn, case.device, str(parts[0]) if parts else None, sync)
-    fields: dict[str, Any] = {"kernels": None if profile.kernels is None else [k.to_dict() for k in profile.kernels]}
+    fields, wrong = kernel_fields(profile, case, backend, others)
     spent = profile.profile_ms
     if profile.kernels is None:
-        fields["kernels_reason"] = profile.reason
         for part in parts:
             part.unlink(missing_ok=True)
         return Profiled(fields, None, spent)
-    own = backend.attention_kernels(case.device, case.mode)
-    verdict = judge_kernels(profile.kernels, own, others, backend.name)
-    fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
-    if verdict.overhead:
-        fields["overhead"] = verdict.overhead
-    wrong = verdict.wrong_kernel
     replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds): a graph timer's last graph
     if replay is not None:
         run_graph, calls = replay
@@ -80,6 +85,20 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
             join_traces(trace, written)
             fields["trace"] = f"traces/{trace.name}"
     return Profiled(fields, wrong, spent)
+
+
+def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]
+                  ) -> tuple[dict[str, Any], str | None]:
+    """A profile as the record's kernel fields (kernels, kernels_source or kernels_reason, attention_share,
+    overhead), judged against the backend's declared kernels; with the wrong-kernel reason, where there is one."""
+    if profile.kernels is None:
+        return {"kernels": None, "kernels_reason": profile.reason}, None
+    fields: dict[str, Any] = {"kernels": [k.to_dict() for k in profile.kernels], "kernels_source": profile.source}
+    verdict = judge_kernels(profile.kernels, backend.attention_kernels(case.device, case.mode), others, backend.name)
+    fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
+    if verdict.overhead:
+        fields["overhead"] = verdict.overhead
+    return fields, verdict.wrong_kernel
 
 
 def _device_only(profile: Profile) -> tuple:

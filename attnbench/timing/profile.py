@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -31,6 +31,7 @@ OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_
 # How a trace names each profiled call (a torch.profiler range around it); never counted as a kernel.
 LABEL_PREFIX = "attnbench: "
 PROFILED_CALL = LABEL_PREFIX + "profiled call"
+TORCH_PROFILER = "torch.profiler"
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,15 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Profile:
-    """What the profiler saw in one call: the kernels sorted by time (None with `reason` where it could not see), and
-    what profiling cost (`profile_ms`, counted as setup)."""
+    """What the profiler saw in one call: the kernels sorted by time (None with `reason` where it could not see),
+    what profiling cost (`profile_ms`, counted as setup), which profiler saw them (`source`: torch.profiler, or a
+    runtime's own), and what else that profiler's call measured for the record's extra (`extra`)."""
 
     kernels: tuple[Kernel, ...] | None
     reason: str | None = None
     profile_ms: float = 0.0
+    source: str = TORCH_PROFILER
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [k.name for k in self.kernels or ()]
@@ -85,6 +89,21 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     if not kernels:
         return Profile(None, f"the profiler saw no {'CUDA kernel' if device == 'cuda' else 'op'} in the call", ms)
     return Profile(kernels, None, ms)
+
+
+def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
+    """A runtime's own profiler of one call (a backend's Prepared.profile: ONNX Runtime's session profiling,
+    OpenVINO's performance counters, JAX's profiler), timed as setup; one that raises, or sees nothing, is a reason."""
+    start = time.perf_counter()
+    try:
+        profile = profiler()
+    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failed measurement
+        profile = Profile(None, f"the runtime's profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0])
+    ms = (time.perf_counter() - start) * 1e3
+    if not profile.kernels:
+        return replace(profile, kernels=None, reason=profile.reason or f"{profile.source} saw no kernel in the call",
+                       profile_ms=ms)
+    return replace(profile, profile_ms=ms)
 
 
 def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
