@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import statistics
+import subprocess
+import sys
+import time
+import warnings
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from attnbench.backends.registry import default_registry
-from attnbench.records.results import Record, replace_records
+from attnbench.records.results import Record, key_of, load_records, replace_records
 from attnbench.run import rounds, session
 from attnbench.run.options import RunOptions
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 
+ROOT = Path(__file__).resolve().parent.parent
 SUITE = """name: rounds
 device: cpu
 backends: [naive, sdpa]
@@ -149,3 +156,50 @@ def test_the_rewrite_replaces_the_last_line_of_a_measurement_and_keeps_an_older_
     replace_records(path, [dataclasses.replace(records[0], time_ms=9.0)])
     lines = path.read_text().splitlines(keepends=True)
     assert lines[0] == damaged and json.loads(lines[1])["time_ms"] == 9.0
+
+
+KILLED_SUITE = """name: killed-rounds
+device: cpu
+backends: [naive, sdpa-math]
+timing: {warmup_ms: 2, budget_ms: 240, min_samples: 3, precision: 0.001, rounds: 3, refine: 2}
+sweep: {seq_len: [64, 96, 128, 160, 192], heads: [2], head_dim: [16]}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", [0.15, 0.45, 0.8])
+def test_a_kill_during_the_later_rounds_leaves_every_measurement_once_and_whole(tmp_path: Path, moment: float) -> None:
+    """SIGKILL at a point of the later rounds and the refining (after the first round wrote all ten records): the
+    results file still holds each measurement exactly once, every line a whole record whose samples are the rounds'
+    it lists, and `--resume` finds nothing left to measure."""
+    suite = tmp_path / "killed.yaml"
+    suite.write_text(KILLED_SUITE)  # a precision no call meets, so the rounds and the refining spend every budget
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "attnbench", "run", str(suite), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the first round is over when the second is announced
+        if "round 2 of 3" in line:
+            break
+    else:
+        pytest.fail(f"the run never reached its second round (exit {proc.wait()})")
+    later_s = 0.240 * 10 * (2 / 3 + 2)  # the later rounds' shares and the refining budget, of calls alone
+    time.sleep(moment * later_s)
+    assert proc.poll() is None, "the run ended before the kill: the moment tests nothing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a cut or damaged line would be skipped with a warning
+        records = load_records(out)
+    keys = [key_of(r) for r in records]
+    assert len(keys) == 10 and len(set(keys)) == 10, "each measurement once"
+    for record in records:
+        assert record["status"] == "ok", record["reason"]
+        assert record["samples"] == len(record["times_ms"]) >= 3
+        held = record["extra"].get("rounds")
+        if held is not None:  # a record rewritten after a round: its samples are exactly its rounds'
+            assert sum(r["samples"] for r in held) == record["samples"]
+    resumed = subprocess.run([sys.executable, "-m", "attnbench", "run", str(suite), "--resume", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(key_of(r) for r in load_records(out)) == sorted(keys), "nothing measured twice or lost"

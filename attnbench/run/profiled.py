@@ -4,15 +4,15 @@ declares, and, where the timer replays a CUDA graph, whether one replay ran the 
 Made once after the samples, so the samples never see the profiler; its time is the record's setup ("profile").
 A backend whose call runs outside PyTorch (JAX, ONNX Runtime, OpenVINO) hands its runtime's own profiler instead
 (Prepared.profile): torch.profiler would see no op, so that profile is the record's `kernels`, judged the same way,
-and `kernels_source` names which profiler saw them. With --trace, one timed sample is profiled too, made the way the timer makes each (attnbench.timing.timers
-one_sample; under a graph timer, the profiled replay), and the trace holds both calls, each in a named range.
+and `kernels_source` names which profiler saw them. With --trace, one timed sample is profiled too, made the way the
+timer makes each (attnbench.timing.timers one_sample; under a graph timer, the profiled replay), and the trace holds
+both calls, each in a named range.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnbench.timing.profile import (LABEL_PREFIX, Profile, join_traces, judge_kernels, profile_call, replay_lost,
