@@ -48,14 +48,19 @@ class Overheads:
     compile_cached_s: float  # the same graph from inductor's on-disk cache
     backward_compile: float  # a forward-and-backward compile costs this many forward ones
     per_round_s: float  # a later round's re-timing of a measurement, beside its calls: prepare, progress
+    profiler_s: float  # torch.profiler's first session in a process (torch 2.13 imports torch._inductor there)
 
 
 # compile_cached_s: benchmarks/flex_warm_load.py on the 2-core AMD EPYC development VM (torch 2.13, load 1.7-2.0):
 # torch.compile's part of a warm-cache flex prepare (`dynamo_s`: trace, cache lookup and load), median 0.147 s
 # (max 0.31 s) over 21 loads of 1K-2K shapes after each process's first (prepare's warm call, 0.02-0.11 s there, apart).
-CPU_OVERHEADS = Overheads(2.0, 0.012, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.003)
+# startup_s, per_measurement_s, per_round_s and profiler_s: an instrumented `run quick` and `run suites/long.yaml` (its
+# CPU block, an empty compile cache) on an idle 2-core Intel Xeon VM, torch 2.13 (2026-12-02): 3.4 s from the
+# interpreter's start to the first measurement; 25 ms around each first-round measurement and 10 ms around each
+# re-timing beside their calls; the profiler's first session 1.4 s.
+CPU_OVERHEADS = Overheads(3.4, 0.025, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.010, 1.4)
 # compile: the H200 run of suites/gpu-check.yaml (torch 2.11): compile_s 2.8 s forward, 4.2 s fwd_bwd.
-GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01)
+GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01, 1.5)
 
 
 def element_bytes(dtype: str) -> int:
@@ -199,16 +204,28 @@ def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingS
     return extra + sum(spent) - sample_ms
 
 
-def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine) -> float:
+def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
+             overheads: Overheads) -> float:
     """What the suite-level budget should spend (s): for each measurement (case, backend, call ms) whose budget buys
-    fewer samples than an interval of ±precision needs at the device's NOISE, the samples it lacks; at most
-    settings.refine of every measurement's budget together."""
+    fewer samples than an interval of ±precision needs at the device's NOISE, the samples it lacks (at most
+    settings.refine of every measurement's budget together), and each re-timing's own cost beside them (attnbench.run.
+    rounds: at most REFINE_ASK × budget_ms of samples each, after a warm-up call, and a forward for a backward's dO)."""
     if settings.refine <= 0 or not tasks:
         return 0.0
+    from attnbench.run.rounds import REFINE_ASK
+
     needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
-    lacking = sum(max(0, min(settings.max_samples, needed) - max(settings.min_samples, settings.budget_ms / t_ms)) * t_ms
-                  for _, _, t_ms in tasks if t_ms > 0)
-    return min(lacking, settings.refine * settings.budget_ms * len(tasks)) / 1e3
+    lacking, beside = 0.0, 0.0
+    for case, _, t_ms in tasks:
+        if t_ms <= 0:
+            continue
+        ms = max(0, min(settings.max_samples, needed) - max(settings.min_samples, settings.budget_ms / t_ms)) * t_ms
+        if ms:
+            retimes = math.ceil(ms / (REFINE_ASK * settings.budget_ms))
+            lacking += ms
+            beside += retimes * (overheads.per_round_s * 1e3 + t_ms * (1 if case.mode == "fwd" else 2))
+    spent = min(lacking, settings.refine * settings.budget_ms * len(tasks))
+    return (spent + (beside * spent / lacking if lacking else 0.0)) / 1e3
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
@@ -270,8 +287,9 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
         result.tasks.append(TaskForecast(backend.name, seconds / max(1, workers), True))
         timed.append((case, backend, call_s(case, backend, machine) * 1e3))
     if not isolate and workers == 1:  # the suite-level budget's re-timings, made in this process after the rounds
-        result.refine_s = refine_s(timed, settings, machine)
-    result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0)
+        result.refine_s = refine_s(timed, settings, machine, overheads)
+    result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0) \
+        + (overheads.profiler_s if timed else 0.0)
     if ahead:
         result.compile_workers, result.precompiled = compile_workers, len(ahead)
         result.precompile_s = overheads.worker_start_s + max(sum(ahead) / min(compile_workers, len(ahead)), max(ahead))
