@@ -91,7 +91,7 @@ def costs_in_fresh_process(cache: Path) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: a worker running another module's test between the two would compile again
 def cold_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     """WARM_SHAPES compiled once, in a fresh process, into an empty cache: the cache and that process's costs (the
     two tests below start from it; one cold compile of the three shapes costs minutes on two busy cores)."""
