@@ -59,6 +59,8 @@ def a_record(**overrides: Any) -> dict[str, Any]:
         peak_memory_bytes=1 << 20, max_abs_error=1e-7, error_bound=1e-6,
     )
     record.update(overrides)
+    if "kernel" not in overrides:  # each backend its own kernel, unless a test says two ran one
+        record["kernel"] = f"{record['backend']}'s kernel"
     return record
 
 
@@ -405,7 +407,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert "| ~2 [1.6–2.4] |" in md and "| 1 (IQR 0.05) |" in md  # the interval where the record has one
     page = (out / "report.html").read_text(encoding="utf-8")
     assert {"~2", "1.6–2.4"} <= cell_texts(page) and "hollow marker" in page
-    assert "1 of 2 timings are noisy (interval wider than the precision asked or too few samples for one, or IQR over 10% of the median)" in md
+    assert "1 of 2 timings are noisy (interval wider than the precision asked, or too few samples for one)" in md
     group = group_records(records)[0]
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
@@ -651,8 +653,11 @@ def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
                                "kernels (aten::copy_ 45% (copy)).")
     assert ("at sequence length 1024 the fastest timing is claims-flash's, but it ran the wrong kernel (none of "
             "claims-flash's declared kernels ran; ran aten::bmm 60%): that time is not claims-flash's.") in flagged[1]
-    # every overhead record is listed too (copies at 512 and 1024), and the wrong_kernel ones among the failures
-    assert sum(line.startswith("copies on ") and "aten::copy_" in line for line in found.kernels) == 2
+    # the overhead records are listed too, one line for the backend (copies at 512 and 1024), and the wrong_kernel
+    # ones among the failures
+    assert [line for line in found.kernels if line.startswith("copies: ")] == [
+        "copies: overhead in 2 of 2 profiled records; its declared kernels 55% of the call; the rest most often "
+        "aten::copy_ (copy)."]
     assert [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"] == [("claims-flash", 1)] * 2
 
 
@@ -674,3 +679,26 @@ def test_the_records_table_links_each_trace_that_exists_relative_to_the_page(tmp
     assert "traces/c1-naive.json" in page  # named, not linked
     render_report(run, tmp_path / "elsewhere", formats=["html"])
     assert links((tmp_path / "elsewhere" / "report.html").read_text()) == ["../run/traces/c1-sdpa-flash.json"]
+
+
+def test_the_findings_name_two_backends_that_ran_one_kernel_as_one_and_group_overhead_by_backend() -> None:
+    """`sdpa` dispatching to FLASH_ATTENTION and the pinned `sdpa-flash` ran one kernel: the fastest line names them
+    together, never one of two names for it; overhead-flagged records are one line per backend, not one each."""
+    from attnbench.report.findings import build_findings
+    from attnbench.report.groups import group_records
+
+    records = [a_record(backend=b, seq_len=n, kv_seq_len=n, time_ms=t, kernel=k)
+               for n in (512, 1024)
+               for b, t, k in (("sdpa", 1.0, "torch sdpa auto→FLASH_ATTENTION (is_causal)"),
+                               ("sdpa-flash", 1.02, "torch sdpa FLASH_ATTENTION (PyTorch's CPU flash kernel)"),
+                               ("naive", 3.0, "torch matmul+softmax"))]
+    for r in records:
+        if r["backend"] == "naive":
+            r.update(kernels=[{"name": "aten::bmm", "calls": 2, "time_ms": 1.7, "share": 0.57}], attention_share=0.57,
+                     overhead="declared kernels 57% of the call (under 80%); the rest: aten::div 16%, "
+                              "aten::copy_ 16% (copy), aten::masked_fill_ 6% (mask construction)")
+    found = build_findings(group_records(records), records, "naive")
+    assert found.fastest == ["fp32 · no mask · 8 heads · d=64 · fwd · cpu: sdpa = sdpa-flash is fastest at every "
+                             "length (512–1K)."]
+    assert found.kernels == ["naive: overhead in 2 of 2 profiled records; its declared kernels 57% of the call; the "
+                             "rest most often aten::div, aten::copy_ (copy), aten::masked_fill_ (mask construction)."]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_words
+from attnbench.report.recommend import ran_kernel
 from attnbench.records.results import (
     KEY_FIELDS,
     WORKLOAD_DEFAULTS,
@@ -109,7 +111,9 @@ def fastest_line(group: CaseGroup) -> str | None:
         timed = [(usable_time(r), b) for (b, xx), r in cells.items() if xx == x and usable_time(r) is not None]
         if timed:
             best = min(timed)
-            winners.append((x, best[1]))
+            kernel = ran_kernel(cells[(best[1], x)].get("kernel"))  # backends that ran that kernel are one name
+            same = sorted(b for _, b in timed if kernel and ran_kernel(cells[(b, x)].get("kernel")) == kernel)
+            winners.append((x, " = ".join(same) if len(same) > 1 else best[1]))
     if not winners:
         return f"{group.title()}: no backend produced a correct timing."
     timed_backends = {b for (b, _), r in cells.items() if usable_time(r) is not None}
@@ -240,8 +244,8 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     timed = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("time_ms") is not None]
     noisy = sum(1 for r in timed if is_noisy(r))
     if noisy:
-        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked or "
-                           "too few samples for one, or IQR over 10% of the median): marked ~ in the tables and drawn hollow.")
+        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
+                           "too few samples for one): marked ~ in the tables and drawn hollow.")
     throttled = sum(1 for r in timed if is_throttled(r))
     if throttled:
         found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
@@ -294,9 +298,33 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     found.kernels = flagged[:MAX_GROUP_LINES] + ([f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose "
                                                   "fastest backend is flagged (see the tables)."]
                                                  if len(flagged) > MAX_GROUP_LINES else [])
-    found.kernels += [f"{r['backend']} on {r.get('case_id')}: overhead, {r['overhead']}." for r in records
-                      if r.get("overhead")]
+    found.kernels += overhead_lines(records)
     found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
 
+
+def overhead_lines(records: list[dict[str, Any]]) -> list[str]:
+    """One line per backend with records flagged `overhead`: how many, the share its declared kernels took, and what
+    the rest of the call was most often (each record's own words are in the table)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("overhead"):
+            by.setdefault(str(r["backend"]), []).append(r)
+    lines = []
+    for backend, flagged in sorted(by.items()):
+        shares = [r["attention_share"] for r in flagged if r.get("attention_share") is not None]
+        share = (f"; its declared kernels {min(shares):.0%}–{max(shares):.0%} of the call" if len(set(shares)) > 1
+                 else f"; its declared kernels {shares[0]:.0%} of the call" if shares else "")
+        rests: dict[str, int] = {}
+        for r in flagged:
+            for part in str(r["overhead"]).partition(OVERHEAD_REST)[2].rstrip(".").split(", "):
+                found = re.fullmatch(r"(.+?) \d+%( \(.+\))?", part)  # "aten::copy_ 16% (copy)": its name and kind
+                name = found[1] + (found[2] or "") if found else part
+                if name:
+                    rests[name] = rests.get(name, 0) + 1
+        common = sorted(rests, key=lambda n: -rests[n])[:3]
+        total = sum(1 for r in records if r.get("backend") == backend and r.get("kernels"))
+        lines.append(f"{backend}: overhead in {len(flagged)} of {total} profiled records{share}"
+                     + (f"; the rest most often {', '.join(common)}" if common else "") + ".")
+    return lines
