@@ -412,7 +412,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
-    assert "noisy: interval wider than asked or under 6 samples, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "noisy: interval wider than asked, or under 6 samples" in [t.get_text() for t in fig.legends[0].get_texts()]
     corners = {(float(x), round(float(y), 6)) for c in fig.axes[0].collections for path in c.get_paths()
                for x, y in path.vertices}
     assert {(1024.0, 1.6), (1024.0, 2.4)} <= corners, "the band is the record's interval, not its quartiles"
@@ -425,7 +425,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     fig = kv_heads_chart(families, backend_styles(["sdpa"]))
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([noisy["kv_heads"]], [2.0])]
-    assert "noisy: interval wider than asked or under 6 samples, or IQR > 10%" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "noisy: interval wider than asked, or under 6 samples" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
@@ -450,7 +450,7 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "throttled or shared GPU" in labels and "noisy: interval wider than asked or under 6 samples, or IQR > 10%" not in labels
+    assert "throttled or shared GPU" in labels and "noisy: interval wider than asked, or under 6 samples" not in labels
     assert fig.axes[0].get_title() == "Latency (median, IQR shaded; hollow = throttled)"
 
 

@@ -97,7 +97,7 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
 
 
 NOISY_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
-                      label="noisy: interval wider than asked or under 6 samples, or IQR > 10%")
+                      label="noisy: interval wider than asked, or under 6 samples")
 THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none",
                           markersize=7, label="throttled or shared GPU")
 
@@ -204,7 +204,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     if peak and on_scale:
         ax_tflops.plot(xs, [peak / per_unit] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
         ax_tflops.axhline(peak / per_unit, color="black", linestyle="--", linewidth=1.2, zorder=1)
-        ax_tflops.annotate(f"peak {peak / per_unit:g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
+        ax_tflops.annotate(f"peak {peak / per_unit:.4g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
                            (0.01, peak / per_unit),
                            xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
                            xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
