@@ -298,6 +298,21 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     assert all(r["reason"] for r in as_dicts if r["status"] != "ok")  # every other backend said why (CUDA-only)
 
 
+def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8k() -> None:
+    """reports/cpu-Intel-Xeon-2core-long, the CPU block of suites/long.yaml at its own lengths (2K-8K, what a
+    test cannot afford to run): every ok record names what ran, by the same rule as the short run above."""
+    from pathlib import Path
+
+    from attnbench.records.results import load_records
+    from tests.conftest import assert_kernels_named
+
+    records = load_records(Path(__file__).parents[1] / "reports" / "cpu-Intel-Xeon-2core-long")
+    assert_kernels_named(records)
+    ok = [r for r in records if r["status"] == "ok"]
+    assert {r["seq_len"] for r in ok} == {2048, 4096, 8192} and len(ok) == 66
+    assert {r["backend"] for r in ok} == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}
+
+
 def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_planted_fault(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """scripts/check_kernel_names.py (gpu-check.sh's step: every backend's records and traces against its declared
     names), run here on the recorded CPU run with traces, then on copies with one fault planted each."""
