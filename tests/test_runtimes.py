@@ -54,7 +54,8 @@ def test_the_top_kernel_is_the_runtimes_attention_op(name: str) -> None:
 
     _installed(name)
     backend = default_registry().get(name)
-    record = measure_one(make_case(causal=True, seq_len=512, heads=4, kv_heads=2, head_dim=64), backend)
+    # 1K tokens: at 512 OpenVINO's separate scaling Multiply took 54% of one profiled call on a busy 2-core VM
+    record = measure_one(make_case(causal=True, seq_len=1024, heads=8, kv_heads=2, head_dim=64), backend)
     assert record.status == "ok", record.reason
     declared = backend.attention_kernels("cpu", "fwd")
     if name == "jax":
