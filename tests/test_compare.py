@@ -279,3 +279,19 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
     assert slow.regressions == [], "no single case is beyond the per-case bar"
     assert [(b.backend, b.cases) for b in slow.backend_regressions] == [("k0", 16)]
     assert slow.should_fail and "across the board" in slow.to_markdown()
+
+
+def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wanders_more_than_the_run() -> None:
+    """Two backends of 16 cases: one whose ratios wander ±4% (a fused kernel), one ±16% (a math path). A case 1.25×
+    off the pace is a regression in the quiet backend and within the noise of the wandering one."""
+    from attnbench.report.compare import Comparison, spread_of
+
+    def comparison(odd_backend: int) -> Comparison:
+        matches = [ratio_match(16 * b + i, 1.25 if (b, i) == (odd_backend, 0) else
+                               1 + (0.04 if b == 0 else 0.16) * ((i * 5) % 9 - 4) / 4, f"k{b}")
+                   for b in range(2) for i in range(16)]
+        ratios = sorted(m.ratio for m in matches)
+        return Comparison("base", "new", 0.10, matches, pace=ratios[len(ratios) // 2], spread=spread_of(ratios))
+
+    assert [m.backend for m in comparison(0).regressions] == ["k0"]
+    assert comparison(1).regressions == []
