@@ -5,10 +5,10 @@ within-run interval holds. Its size is the robust spread of the log ratios (1.48
 spread_of). Two rules judge against it, and each is corrected for how many ratios it judges at once, so that two
 identical runs raise a false alarm in about FAMILY_ALPHA of comparisons however many measurements they hold:
 
-- one measurement changed: its log ratio departs from the pace by more than case_bar(m) spreads, m the ratios judged
+- one measurement changed: its log ratio departs from the pace by more than bar(m) spreads, m the ratios judged
   (3.4 spreads for quick's 80; a single shape must move far to be believed among many);
 - one backend changed across the board (backend_shifts): the mean of its log ratios departs from the pace by more
-  than backend_bar(b) standard errors (spread / √cases), b the backends judged. A kernel made 15% slower on every
+  than bar(b) standard errors (spread / √cases), b the backends judged. A kernel made 15% slower on every
   shape moves that mean by 15% with an error of a few percent: caught from all its cases together, where each case
   alone is within the noise.
 
@@ -46,20 +46,10 @@ def bar(judged: int) -> float:
     return statistics.NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(1, judged)))
 
 
-def case_bar(judged: int) -> float:
-    """The spreads one measurement's log ratio must depart from the pace by, among `judged` ratios."""
-    return bar(judged)
-
-
-def backend_bar(backends: int) -> float:
-    """The standard errors a backend's mean log ratio must depart from the pace by, among `backends` backends."""
-    return bar(backends)
-
-
 @dataclass(frozen=True)
 class BackendShift:
     """A backend's across-the-board change: the geometric mean of its ratios over its matched cases, divided by the
-    pace judged against; `changed` when it is beyond the threshold and beyond the noise (backend_bar)."""
+    pace judged against; `changed` when it is beyond the threshold and beyond the noise (bar)."""
 
     backend: str
     geomean: float  # over the pace judged against
@@ -72,6 +62,7 @@ def backend_shifts(ratios: dict[str, list[float]], pace: float | None, judged_pa
     """Each backend's shift (ratios: its matched cases' NEW/BASE), judged when it has MIN_BACKEND_CASES and the
     comparison a spread; `pace`: the run's median ratio; `judged_pace`: what ratios are divided by (1 or the pace)."""
     judged = [b for b, values in ratios.items() if len(values) >= MIN_BACKEND_CASES]
+    standard_errors = bar(len(judged))
     out = []
     for backend, values in sorted(ratios.items()):
         mean = sum(math.log(r) for r in values) / len(values)
@@ -79,7 +70,7 @@ def backend_shifts(ratios: dict[str, list[float]], pace: float | None, judged_pa
         changed = False
         if backend in judged and spread is not None:
             error = max(spread, 1e-9) / math.sqrt(len(values))
-            beyond = abs(mean - math.log(pace or 1.0)) > backend_bar(len(judged)) * error
+            beyond = abs(mean - math.log(pace or 1.0)) > standard_errors * error
             changed = beyond and (geomean > 1 + threshold or geomean < 1 / (1 + threshold))
         out.append(BackendShift(backend, geomean, len(values), changed))
     return out

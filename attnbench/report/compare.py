@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms, md_cell
-from attnbench.report.change_rule import (MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_bar, backend_shifts,
-                                          case_bar, spread_of)
+from attnbench.report.change_rule import MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_shifts, bar, spread_of
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
@@ -142,7 +142,7 @@ class Comparison:
             return None
         said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of "
                 f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements; run-to-run spread "
-                f"±{math.expm1(self.spread or 0):.1%}; a change must depart from the pace by {self.case_bar:.1f}× it, "
+                f"±{math.expm1(self.spread or 0):.1%}; a change must depart from the pace by {self.case_bar:.1f}× it (or its backend's, if wider), "
                 f"a backend's across-the-board one by {self.backend_bar:.1f} standard errors)")
         return said + (": one machine, the same software, so that is the machine's pace; each ratio is judged "
                        "against it (--absolute judges the raw ratios)" if self.judged_pace != 1.0 else "")
@@ -182,24 +182,22 @@ class Comparison:
         """The run-to-run spread a backend's ratios are judged against: its own ratios' spread where it has MIN_PACE
         of them, never less than the run's (a math path that allocates its scores wanders more between runs than a
         fused kernel: over 20 identical quick pairs on a 2-core VM, a median of 4.9-5.1% against 3.4-3.5%)."""
-        spreads = self.__dict__.setdefault("_spreads", {})
-        if backend not in spreads:
-            spreads[backend] = spread_of(self._ratios_by_backend().get(backend, []))
-        own = spreads[backend]
-        return max(self.spread or 0.0, own or 0.0)
+        return max(self.spread or 0.0, spread_of(self._ratios_by_backend.get(backend, [])) or 0.0)
 
     @property
     def case_bar(self) -> float:
         """The spreads a measurement's ratio must depart from the pace by, among every matched ratio
-        (change_rule.case_bar)."""
-        return case_bar(sum(1 for m in self.matches if m.ratio is not None))
+        (change_rule.bar)."""
+        return bar(sum(len(r) for r in self._ratios_by_backend.values()))
 
     @property
     def backend_bar(self) -> float:
-        """The standard errors a backend's mean ratio must depart from the pace by (change_rule.backend_bar)."""
-        return backend_bar(sum(1 for r in self._ratios_by_backend().values() if len(r) >= MIN_BACKEND_CASES))
+        """The standard errors a backend's mean ratio must depart from the pace by (change_rule.bar)."""
+        return bar(sum(1 for r in self._ratios_by_backend.values() if len(r) >= MIN_BACKEND_CASES))
 
+    @cached_property
     def _ratios_by_backend(self) -> dict[str, list[float]]:
+        """Each backend's matched ratios (the matches are fixed once compared)."""
         ratios: dict[str, list[float]] = {}
         for m in self.matches:
             if m.ratio is not None:
@@ -210,7 +208,7 @@ class Comparison:
     def backend_shifts(self) -> list[BackendShift]:
         """Each backend's geomean over its matched cases, judged as one across-the-board change
         (change_rule.backend_shifts)."""
-        return backend_shifts(self._ratios_by_backend(), self.pace, self.judged_pace, self.spread, self.threshold)
+        return backend_shifts(self._ratios_by_backend, self.pace, self.judged_pace, self.spread, self.threshold)
 
     @property
     def backend_regressions(self) -> list[BackendShift]:
@@ -270,13 +268,12 @@ class Comparison:
     @property
     def geomean_by_backend(self) -> dict[str, float]:
         """Geometric mean of NEW/BASE per backend, over the cases both runs measured ok."""
-        return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend().items())}
+        return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend.items())}
 
     @property
     def should_fail(self) -> bool:
         """True when the CLI should exit 1: any regression (of a measurement, or of a backend across the board), any new
-        failure, or a measurement that turned non-repeatable
-        in a run that asked for deterministic kernels."""
+        failure, or a measurement that turned non-repeatable in a run that asked for deterministic kernels."""
         return bool(self.regressions or self.backend_regressions or self.new_failures or self.determinism_broken)
 
     def to_markdown(self) -> str:

@@ -182,7 +182,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
             call_ms = statistics.median(records[i].times_ms)
             if should_stop() or left < call_ms:
                 continue
-            ask = min(REFINE_ASK * settings.budget_ms, left, max(lacking_ms(records[i], settings), call_ms))
+            ask = min(REFINE_ASK * settings.budget_ms, left, max(cost[i], call_ms))
             spent = retime(i, _refine_timing(settings, ask)) * 1e3
             spent_ms += spent
             result.refined += 1
