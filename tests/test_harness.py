@@ -9,6 +9,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from attnbench.history.store import default_path
 from attnbench.run.compile_cache import default_dir
 
@@ -34,3 +36,13 @@ def test_make_test_runs_the_suite_on_every_core_and_the_test_extra_carries_xdist
     assert "-n auto" in makefile
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(dep.startswith("pytest-xdist") for dep in extras["test"])
+
+
+@pytest.mark.xdist_group("harness-group")
+def test_a_test_that_names_an_xdist_group_is_scheduled_as_one(request: pytest.FixtureRequest) -> None:
+    """--dist loadgroup keeps a group on one worker by suffixing its tests' node ids with the group's name. Under
+    pytest 9.2 the suffix is lost (the node id is derived), and the slurm module's tests, or the two that share
+    flex's cold compile, spread over both workers: each starts its own cluster or compiles again."""
+    if not request.config.getoption("loadgroup", default=False):
+        pytest.skip("not run under --dist loadgroup")
+    assert request.node.nodeid.endswith("@harness-group"), request.node.nodeid
