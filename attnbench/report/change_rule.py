@@ -13,7 +13,8 @@ identical runs raise a false alarm in about FAMILY_ALPHA of comparisons however 
   alone is within the noise.
 
 Both also need the effect beyond the threshold (10% unless asked). benchmarks/compare_repeat.py counts the rules
-over real runs.
+over real runs. A kernel changed when another set of kernels ran (kernel_change), never when the same ones traded
+places by time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 # The chance that two identical runs get any change called, per rule, for log ratios spread normally around the pace:
 # the two rules together stay within the 1 in 10 a user can live with.
@@ -74,3 +76,23 @@ def backend_shifts(ratios: dict[str, list[float]], pace: float | None, judged_pa
             changed = beyond and (geomean > 1 + threshold or geomean < 1 / (1 + threshold))
         out.append(BackendShift(backend, geomean, len(values), changed))
     return out
+
+
+def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """"<backend> now runs K; no longer K'" when a kernel ran in one run's profiled call and not in the other's
+    (the largest first, three at most of each); None when the same kernels ran, in whatever order of time (two
+    close ones trade places from run to run), or one run did not profile (docs/results.md "Which kernel ran")."""
+    before, after = base.get("kernels"), new.get("kernels")
+    if not before or not after:
+        return None
+    had, has = {k["name"] for k in before}, {k["name"] for k in after}
+    added = [k["name"] for k in after if k["name"] not in had]
+    gone = [k["name"] for k in before if k["name"] not in has]
+    if not added and not gone:
+        return None
+
+    def names(items: list[str]) -> str:
+        return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+    parts = ([f"now runs {names(added)}"] if added else []) + ([f"no longer {names(gone)}"] if gone else [])
+    return f"{new['backend']} {'; '.join(parts)}"

@@ -18,7 +18,8 @@ from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms, md_cell
-from attnbench.report.change_rule import MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_shifts, bar, spread_of
+from attnbench.report.change_rule import (MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_shifts, bar,
+                                          kernel_change, spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
@@ -48,7 +49,7 @@ class Match:
     new_repeatable: bool | None = None
     new_deterministic: bool = False  # NEW was measured with deterministic kernels asked for (extra.deterministic)
     new_repeat: str = ""  # NEW's difference between its two calls, in words
-    kernel_change: str | None = None  # "X ran K, was K'": the profiled top kernel changed between the runs
+    kernel_change: str | None = None  # "X now runs K; no longer K'": another set of kernels ran (kernel_change)
 
     @property
     def noisy(self) -> bool:
@@ -333,7 +334,8 @@ class Comparison:
                              f"| {'yes: fails' if m.new_deterministic else 'no'} |")
         changed = [f"- {md_cell(m.kernel_change)} ({md_cell(m.case)})" for m in self.matches if m.kernel_change]
         if changed:
-            lines += ["", "### Kernel changed (the profiled call's top kernel)", "", *changed]
+            lines += ["", "### Kernel changed (a kernel ran in one run's profiled call and not in the other's)", "",
+                      *changed]
         for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
             if items:
                 lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
@@ -426,15 +428,6 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
         pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None, spread=spread_of(ratios),
     )
-
-
-def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
-    """"<backend> ran K, was K'" when the two records' profiled top kernels differ; None when they agree or one run
-    did not profile (docs/results.md "Which kernel ran")."""
-    before, after = base.get("kernels"), new.get("kernels")
-    if not before or not after or before[0]["name"] == after[0]["name"]:
-        return None
-    return f"{new['backend']} ran {after[0]['name']}, was {before[0]['name']}"
 
 
 def repeat_words(record: dict[str, Any]) -> str:
