@@ -15,20 +15,18 @@ setup: $(VENV)/.installed
 
 # `setup` installs what a run needs (attnbench and its dependencies); `test` adds the test extra on top, in the
 # same environment (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise,
-# e.g. xformers), so a newcomer's `make bench` installs none of them. --no-compile: Python byte-compiles a module when
-# it is first imported, so pip need not compile every module of every package (on a 2-core VM 22 s of the 59 s the
-# three installs took, where the first imports then took 1.5 s longer).
+# e.g. xformers), so a newcomer's `make bench` installs none of them.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "no NVIDIA driver found: installing a CPU build of torch ($(TORCH_CPU_SPEC))"; \
-		$(BIN)/pip install --quiet --no-compile $(TORCH_CPU_SPEC); \
+		$(BIN)/pip install --quiet $(TORCH_CPU_SPEC); \
 	fi
-	$(BIN)/pip install --quiet --no-compile -e .
+	$(BIN)/pip install --quiet -e .
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet --no-compile -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $@
 
 bench: setup

@@ -14,10 +14,9 @@ wheel=$(ls "$work"/dist/attnbench-*.whl)
 echo "built $(basename "$wheel")"
 python3 -m venv "$work/venv"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
-  "$work/venv/bin/pip" install --quiet --no-compile "$TORCH_CPU_SPEC" 2>&1 | grep -v '^WARNING: Location' || true
+  "$work/venv/bin/pip" install --quiet "$TORCH_CPU_SPEC" 2>&1 | grep -v '^WARNING: Location' || true
 fi
-# --no-compile: each module is byte-compiled at its first import (the Makefile says why)
-"$work/venv/bin/pip" install --quiet --no-compile "$wheel" 2>&1 | grep -v '^WARNING: Location' || true
+"$work/venv/bin/pip" install --quiet "$wheel" 2>&1 | grep -v '^WARNING: Location' || true
 cd "$work"  # away from the checkout: only the installed package can answer
 bin="$work/venv/bin"
 "$bin/attnbench" --version
