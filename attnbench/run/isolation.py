@@ -101,6 +101,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
     from attnbench.core.case import Case
     from attnbench.run.measure import InProcess, Settings, cuda_is_broken
+    from attnbench.timing.profile import warm_profiler
     from attnbench.backends.registry import default_registry
     from attnbench.timing.timers import timer_for
 
@@ -118,6 +119,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     measurer = InProcess(timer_for(config.device, config.timer),
                          Settings(info, config.settings, deterministic=config.deterministic,
                                   trace_dir=Path(config.trace_dir) if config.trace_dir else None))
+    warm_profiler()  # its one-time imports are the worker's start, never inside a measurement's time limit
     conn.send(("ready",))
 
     def started(current: CaseData) -> None:

@@ -91,6 +91,14 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     return Profile(kernels, None, ms)
 
 
+def warm_profiler() -> float:
+    """Profile nothing once, on the CPU, and return the milliseconds it took: torch.profiler's first use in a process
+    imports what it needs (torch._inductor's config and all it imports: about 2.5 s on a 2-core VM), and a worker makes
+    that first use before its first measurement, so the cost is the worker's start, not inside a measurement's
+    --timeout."""
+    return profile_call(lambda: None, "cpu").profile_ms
+
+
 def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
     """A runtime's own profiler of one call (a backend's Prepared.profile: ONNX Runtime's session profiling,
     OpenVINO's performance counters, JAX's profiler), timed as setup; one that raises, or sees nothing, is a reason."""
