@@ -38,13 +38,39 @@ def full_run(args: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def killed(args: list[str], after: float) -> None:
-    """Start a command and SIGKILL it `after` seconds in (or let it finish if it is done by then)."""
+    """Start a command and SIGKILL it `after` seconds in (or let it finish if it is done by then); every process it
+    had started (a report's chart workers) must end too, within 10 s, rather than linger blocked for good."""
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment())
     time.sleep(after)
+    started = children(process.pid)
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in started if alive(pid)], f"{args[3]}: its processes outlived its SIGKILL"
 
 
 def moments(duration: float, seed: int) -> list[float]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from attnbench.records.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends
 PARALLEL_FROM = 4  # charts; below this a (forked) process pool costs more to start than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
 
@@ -56,13 +60,26 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _die_with(parent: int) -> None:
+    """A chart worker's initializer: end when the process that started it ends. A SIGKILLed `attnbench report` (or
+    `merge`) otherwise left its workers alive for good, each blocked on the pool's pipes, which the other workers
+    still hold open. Linux: the kernel kills the worker (PR_SET_PDEATHSIG); a parent already gone is checked after."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # no prctl in this libc: the check below still runs
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
     """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several (each
     chart is independent, and matplotlib's drawing is most of a report's time)."""
     workers = min(_cpu_count(), 8, len(tasks) // 2)
     if len(tasks) >= PARALLEL_FROM and workers > 1:
         try:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with ProcessPoolExecutor(max_workers=workers, initializer=_die_with, initargs=(os.getpid(),)) as pool:
                 return list(pool.map(_png, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
         except (OSError, BrokenProcessPool):  # no process support here (sandboxes): draw them one by one
             pass
