@@ -379,9 +379,10 @@ def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_ever
 
     script = ("import os, torch\n"
               "from attnbench.timing.profile import profile_call\n"
+              "a, b = torch.randn(256, 256), torch.randn(256, 256)  # made outside: the call is the mm alone\n"
               "def fn():\n"
               "    os.write(2, b'the call says this\\n')\n"
-              "    return torch.mm(torch.randn(64, 64), torch.randn(64, 64))\n"
+              "    return torch.mm(a, b)\n"
               "print(profile_call(fn, 'cpu').kernels[0].name)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert "aten::mm" in done.stdout
