@@ -125,11 +125,14 @@ def test_a_mismatch_makes_run_exit_1_after_writing_everything(tiny: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its wall time against its forecast: a test starting on the other core would skew it
 def test_quick_suite_as_a_real_subprocess(tmp_path: Path) -> None:
-    """`python -m attnbench run suites/quick.yaml`: every PyTorch backend ok or skipped with a reason."""
+    """`python -m attnbench run suites/quick.yaml`: every PyTorch backend ok or skipped with a reason, the
+    harness's overhead printed last, and the wall time within 2x of the forecast (with an empty --cache-dir)."""
     out = tmp_path / "quick"
     proc = subprocess.run([sys.executable, "-m", "attnbench", "run", str(ROOT / "suites" / "quick.yaml"),
-                           "--out", str(out), "--device", "cpu"], capture_output=True, text=True, timeout=600)
+                           "--out", str(out), "--device", "cpu", "--cache-dir", str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = load_records(out)
     assert records and {r["status"] for r in records} <= {"ok", "skipped"}
@@ -152,6 +155,9 @@ def test_quick_suite_as_a_real_subprocess(tmp_path: Path) -> None:
     assert float(printed[2]) == pytest.approx(actual["wall_s"], abs=0.051)
     assert float(printed[3]) == pytest.approx(actual["wall_s"] / actual["timed_s"], rel=0.01)
     assert 1.0 < actual["wall_s"] / actual["timed_s"] < 10, "the wall includes the timing, the imports and the report"
+    prediction = json.loads((out / "env.json").read_text())["prediction"]
+    assert 0.5 <= actual["wall_s"] / prediction["total_s"] <= 2.0, (prediction, actual)
+    assert prediction["machine"]["estimate"] is False
 
 
 @pytest.mark.slow

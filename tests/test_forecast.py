@@ -135,12 +135,7 @@ def run_and_compare(args: list[str], tmp_path: Path, timeout: int) -> tuple[floa
     return env["prediction"]["total_s"], env["actual"]["wall_s"], env
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # a wall time against a calibration: a test starting on the other core between them skews it
-def test_the_prediction_for_quick_is_within_2x_of_its_wall_time(tmp_path: Path) -> None:
-    predicted, actual, env = run_and_compare(["suites/quick.yaml"], tmp_path, 600)
-    assert 0.5 <= actual / predicted <= 2.0, (predicted, actual, env["prediction"], env["actual"])
-    assert env["actual"]["timed_s"] > 0 and env["prediction"]["machine"]["estimate"] is False
+# The forecast for quick against its wall time: tests/test_cli.py::test_quick_suite_as_a_real_subprocess (serial).
 
 
 @pytest.mark.slow
