@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -21,7 +21,9 @@ ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples
 
 # Where attnbench keeps state between runs, read from the environment by the code and by every subprocess a test
 # starts: the compile cache and calibration ($XDG_CACHE_HOME/attnbench, attnbench.run.compile_cache), the history
-# database ($XDG_DATA_HOME/attnbench, attnbench.history.store) and FlashInfer's JIT workspace.
+# database ($XDG_DATA_HOME/attnbench, attnbench.history.store) and FlashInfer's JIT workspace. Inductor's cache goes
+# where a run without --cache-dir puts it ($XDG_CACHE_HOME/attnbench/inductor), never torch's default
+# (/tmp/torchinductor_<user>, the user's own, which would make a test's compile depend on what ran there before).
 STATE_HOMES = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "FLASHINFER_WORKSPACE_BASE")
 _saved_homes: dict[str, str | None] = {}
 STATE_ROOT = pytest.StashKey[str]()
@@ -46,6 +48,47 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in STATE_HOMES:
         _saved_homes[name] = os.environ.get(name)
         os.environ[name] = os.path.join(root, name.lower())
+    from attnbench.run.compile_cache import INDUCTOR_ENV, default_dir
+
+    _saved_homes[INDUCTOR_ENV] = os.environ.get(INDUCTOR_ENV)
+    os.environ[INDUCTOR_ENV] = str(default_dir() / "inductor")
+    one_thread_per_worker()
+
+
+def one_thread_per_worker() -> None:
+    """Under pytest-xdist with more than one worker, each worker (and every process it starts) computes on one
+    thread. Each worker's OpenMP would otherwise start a thread per core, and threads that spin at OpenMP's barriers
+    while another worker's hold the cores make every op many times slower: two copies of two standin test modules
+    took 61 s side by side where one thread each took 9 s, on two cores. The `serial` pass is not a worker pass and
+    keeps torch's own count."""
+    import os
+
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+        return
+    import torch
+
+    _saved_homes.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache_restored() -> Iterator[None]:
+    """A run made in a test points this process's compile caches at its --cache-dir (attnbench.run.compile_cache.use
+    sets the environment): put them back after it, so a later test's compile does not land in that test's folder,
+    and a later test's subprocess does not repeat the one-time work a fresh folder costs (Inductor's probe of the
+    CPU's vector ISAs, about 10 s on two cores, is kept in the folder)."""
+    import os
+
+    from attnbench.run.compile_cache import FLASHINFER_ENV, INDUCTOR_ENV
+
+    kept = {name: os.environ.get(name) for name in (INDUCTOR_ENV, FLASHINFER_ENV)}
+    yield
+    for name, value in kept.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -63,8 +106,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `slow` tests first (otherwise in collection order), so that on make test's workers the longest start
+    early and short ones even out the end: collected last, the workloads suite's 53 s run began at 417 s of a 477 s
+    pass, and the other worker idled for its last 35 s. Then, without CUDA, the `gpu` tests skip."""
     import torch
 
+    items.sort(key=lambda item: "slow" not in item.keywords)  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu-check.sh on one)")

@@ -147,6 +147,7 @@ def test_flex_forward_compiles_one_graph_and_records_how_its_mask_was_built() ->
     assert record.extra["mask_build"] == "eager" and record.extra["mask_build_s"] > 0
 
 
+@pytest.mark.slow
 def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flexs(tmp_path, monkeypatch) -> None:
     """flex-dynamic: one kernel serves every sequence length once Dynamo has made the lengths dynamic. With a block
     mask that takes two compiles (the mask's lengths are Python ints: Dynamo specialises them at first, and on

@@ -46,3 +46,29 @@ def test_a_test_that_names_an_xdist_group_is_scheduled_as_one(request: pytest.Fi
     if not request.config.getoption("loadgroup", default=False):
         pytest.skip("not run under --dist loadgroup")
     assert request.node.nodeid.endswith("@harness-group"), request.node.nodeid
+
+
+def test_a_test_compiles_into_its_workers_cache_and_a_run_in_a_test_leaves_it_there(tmp_path: Path) -> None:
+    """Inductor's cache in a test is the worker's $XDG_CACHE_HOME/attnbench/inductor, not torch's default in /tmp
+    that the user's own compiles share; a run with --cache-dir points it elsewhere only until the test ends
+    (conftest.py's _compile_cache_restored), which the next test checks by finding it back."""
+    from attnbench.run import compile_cache
+
+    assert os.environ[compile_cache.INDUCTOR_ENV] == str(default_dir() / "inductor")
+    compile_cache.use(tmp_path / "elsewhere")
+    assert os.environ[compile_cache.INDUCTOR_ENV] == str((tmp_path / "elsewhere" / "inductor").resolve())
+
+
+def test_the_compile_cache_is_the_workers_again_after_a_test_moved_it() -> None:
+    from attnbench.run import compile_cache
+
+    assert os.environ[compile_cache.INDUCTOR_ENV] == str(default_dir() / "inductor")
+
+
+def test_a_worker_of_a_parallel_pass_computes_on_one_thread() -> None:
+    """conftest.py's one_thread_per_worker: two workers' OpenMP threads on two cores spin against each other."""
+    import torch
+
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+        pytest.skip("not a worker of a parallel pass")
+    assert torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"

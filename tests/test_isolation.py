@@ -27,6 +27,7 @@ sweep:
 """
 
 
+@pytest.mark.slow
 def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) -> None:
     """The suite's timing.timeout_s alone turns isolation on for a CPU run."""
     suite = tmp_path / "faults.yaml"
