@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -73,22 +73,18 @@ def one_thread_per_worker() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _compile_cache_restored() -> Iterator[None]:
+def _compile_cache_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run made in a test points this process's compile caches at its --cache-dir (attnbench.run.compile_cache.use
-    sets the environment): put them back after it, so a later test's compile does not land in that test's folder,
-    and a later test's subprocess does not repeat the one-time work a fresh folder costs (Inductor's probe of the
-    CPU's vector ISAs, about 10 s on two cores, is kept in the folder)."""
+    sets the environment): put them back after it (monkeypatch restores the value it was given here), so a later
+    test's compile does not land in that test's folder, and a later test's subprocess does not repeat the one-time
+    work a fresh folder costs (Inductor's probe of the CPU's vector ISAs, about 10 s on two cores, is kept in the
+    folder). pytest_configure sets both."""
     import os
 
     from attnbench.run.compile_cache import FLASHINFER_ENV, INDUCTOR_ENV
 
-    kept = {name: os.environ.get(name) for name in (INDUCTOR_ENV, FLASHINFER_ENV)}
-    yield
-    for name, value in kept.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    for name in (INDUCTOR_ENV, FLASHINFER_ENV):
+        monkeypatch.setenv(name, os.environ[name])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

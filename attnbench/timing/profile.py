@@ -91,12 +91,11 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     return Profile(kernels, None, ms)
 
 
-def warm_profiler() -> float:
-    """Profile nothing once, on the CPU, and return the milliseconds it took: torch.profiler's first use in a process
-    imports what it needs (torch._inductor's config and all it imports: about 2.5 s on a 2-core VM), and a worker makes
-    that first use before its first measurement, so the cost is the worker's start, not inside a measurement's
-    --timeout."""
-    return profile_call(lambda: None, "cpu").profile_ms
+def warm_profiler() -> None:
+    """Profile nothing once, on the CPU: torch.profiler's first use in a process imports what it needs
+    (torch._inductor's config and all it imports: about 2.5 s on a 2-core VM), and a worker makes that first use
+    before its first measurement, so the cost is the worker's start, not inside a measurement's --timeout."""
+    profile_call(lambda: None, "cpu")
 
 
 def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
