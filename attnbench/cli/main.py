@@ -13,6 +13,7 @@ import typer
 
 from attnbench.cli import options as opts
 from attnbench.cli.app import app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
+from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
 
 
@@ -330,15 +331,18 @@ def compare(
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),
     db: opts.HistoryDb = None,
-    threshold: str = typer.Option("10%", help="Smallest change judged (a regression or an improvement), with the "
-                                              "two intervals apart; e.g. 10% or 0.1."),
+    threshold: str = typer.Option(policy.percent(policy.CHANGE_THRESHOLD),
+                                  help="Smallest change judged (a regression or an improvement), with the "
+                                       "two intervals apart; e.g. 10% or 0.1."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
     absolute: bool = typer.Option(False, "--absolute",
                                   help="Judge the raw ratios, not each against the run's pace (the median ratio, "
-                                       "used when both runs come from one machine with the same software)."),
+                                       "used when both runs come from one machine with the same software and the "
+                                       "pace is within that machine's noise)."),
 ) -> None:
-    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
-    deterministic run, a measurement turned non-repeatable)."""
+    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
+    kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
+    NEW ran on different machines and nothing broke (a kernel's change cannot be judged there)."""
     from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_table
 
@@ -365,8 +369,8 @@ def compare(
         from attnbench.records.results import write_text_atomic
 
         write_text_atomic(md, result.to_markdown())
-    if result.should_fail:
-        raise typer.Exit(1)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def parse_fraction(text: str) -> float:
