@@ -19,9 +19,6 @@ from attnbench.core import policy
 # The policy this module's statistics serve, declared in attnbench.core.policy.
 CONFIDENCE = policy.CONFIDENCE
 NOISE_THRESHOLD = policy.NOISE_THRESHOLD
-DEVICE_PRECISION = {name: p.precision for name, p in policy.DEVICES.items()}
-DEVICE_ROUNDS = {name: p.rounds for name, p in policy.DEVICES.items()}
-DEVICE_REFINE = {name: p.refine for name, p in policy.DEVICES.items()}
 RUN_TO_RUN_NOISE = {name: policy.run_to_run_noise(name) for name in policy.DEVICES}
 EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
 

@@ -103,6 +103,28 @@ def precision_words() -> str:
     return ", ".join(f"±{percent(p.precision)} on {names.get(d, d)}" for d, p in DEVICES.items())
 
 
+def timing_words() -> str:
+    """How a record's time, interval and noise flag are made, and how compare judges them: the report's legend."""
+    return (f"Times are the median of the raw samples, in milliseconds per call, taken in windows (rounds) spread "
+            f"over the run: a window's sampling stops once its samples' {percent(CONFIDENCE)} interval is within the "
+            f"precision the suite asks (timing.precision; by default {precision_words()}), or its budget runs out "
+            "(the record's stop field says which). The interval is the run's, at "
+            f"{percent(CONFIDENCE)}: the spread of the windows' medians pooled with the device's window noise, plus the "
+            "device's run-to-run noise that no window of one run sees (docs/verdicts.md); it is the shaded band in the "
+            "latency chart and the interval column in the table. A noisy measurement — the windows' part of its "
+            "interval wider than the precision asked, or, for a record written before intervals, an IQR (75th − 25th "
+            f"percentile) over {percent(NOISE_THRESHOLD)} of its median — is drawn with a hollow marker and its median "
+            "has a ~ in front. compare calls a change a regression when it exceeds the threshold "
+            f"({percent(CHANGE_THRESHOLD)} by default) and the run-to-run noise and the two intervals do not overlap; "
+            "a slowdown every kernel shares beyond what identical runs differ by fails it too.")
+
+
+def noisy_words() -> str:
+    """What the ~ of a table cell says, for the Markdown summary."""
+    return (f"~ marks a noisy one: the windows' part of its interval wider than the precision asked, or, written "
+            f"before intervals, its IQR over {percent(NOISE_THRESHOLD)} of the median")
+
+
 def policy_table() -> str:
     """The device table as Markdown, for the docs and `attnbench policy`."""
     lines = ["| device | precision | rounds | refine | window noise | run noise | pace noise | ratio noise | measured on |",
