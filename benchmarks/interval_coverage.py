@@ -1,14 +1,15 @@
 """Do a run's intervals hold the other runs' medians, and what does this machine's noise measure? Over repeated runs.
 
     python benchmarks/interval_coverage.py run DIR [--runs 6] [--suite quick]   # N back-to-back runs into DIR/run-<i>
-    python benchmarks/interval_coverage.py calibrate DIR                       # the noise figures of core.policy
-    python benchmarks/interval_coverage.py coverage DIR                        # leave-one-out coverage
+    python benchmarks/interval_coverage.py calibrate DIR [DIR ...]             # the noise figures of core.policy
+    python benchmarks/interval_coverage.py coverage DIR [DIR ...]              # leave-one-out coverage
 
 `calibrate` measures, from the runs' records (each `ok` record's window medians in extra.rounds, and its median):
 
-- window noise: the log standard deviation of one window's median around its run's, pooled over every measurement
-  with two windows or more;
-- run noise: what the run medians' log variance across runs holds beyond what their windows explain;
+- window noise: the log standard deviation of one window's median around its run's, over every measurement with two
+  windows or more (robustly: the median of each one's variance over the median share of its chi-square, so a few
+  calls with two modes do not set every interval);
+- run noise: what the run medians' log variance across runs holds beyond what their windows explain (as robustly);
 - pace noise: the log standard deviation of the pace (the median NEW/BASE ratio) over every pair of runs;
 - ratio noise: the root mean square, over the pairs, of the ratios' robust spread around their pace.
 
@@ -46,15 +47,34 @@ def run_batch(out: Path, runs: int, suite: str) -> None:
                        stdout=subprocess.DEVNULL)
 
 
-def runs_in(folder: Path) -> list[dict[tuple, dict]]:
-    """Each run's ok records by measurement key, in the order of the folders' names."""
-    found = sorted((p.parent for p in folder.glob("run-*/results.jsonl")), key=lambda p: int(p.name.split("-")[1]))
+def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
+    """Each run's ok records by measurement key: a folder holding a run (its results.jsonl, or run/results.jsonl)
+    is one; any other, its run-<i> folders in order."""
+    found: list[Path] = []
+    for folder in folders:
+        if (folder / "results.jsonl").exists() or (folder / "run" / "results.jsonl").exists():
+            found.append(folder if (folder / "results.jsonl").exists() else folder / "run")
+        else:
+            found += sorted((p.parent for p in folder.glob("run-*/results.jsonl")),
+                            key=lambda p: int(p.name.split("-")[1]))
     return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")} for p in found]
+
+
+def chi2_median_share(df: int) -> float:
+    """The median of a chi-square variable over its degrees of freedom (Wilson-Hilferty): what a sample variance of
+    df degrees of freedom reads at its median, as a share of the true variance."""
+    return (1 - 2 / (9 * df)) ** 3
+
+
+def robust_variance(items: list[tuple[float, int]]) -> float:
+    """A variance from many small samples' (variance, degrees of freedom): the median of each over its median
+    share, so a few measurements that jump between runs (a call with two modes) do not set every interval."""
+    return statistics.median(v / chi2_median_share(df) for v, df in items) if items else 0.0
 
 
 def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
     """The noise figures of this batch (see the module's docstring)."""
-    within, explained, between = [], [], []
+    within, between, explained = [], [], []
     shared = set.intersection(*(set(r) for r in runs))
     for key in shared:
         medians = []
@@ -62,13 +82,13 @@ def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
             record = run[key]
             windows = [w["median_ms"] for w in (record.get("extra") or {}).get("rounds") or []]
             if len(windows) >= 2:
-                within.append(statistics.variance(math.log(w) for w in windows))
+                within.append((statistics.variance(math.log(w) for w in windows), len(windows) - 1))
             explained.append(len(windows) or 1)
             medians.append(math.log(record["time_ms"]))
-        between.append(statistics.variance(medians))
-    window_noise = math.sqrt(statistics.mean(within))
-    windows_explain = statistics.mean(window_noise ** 2 / k for k in explained)
-    run_noise = math.sqrt(max(0.0, statistics.mean(between) - windows_explain))
+        between.append((statistics.variance(medians), len(runs) - 1))
+    window_noise = math.sqrt(robust_variance(within))
+    windows_explain = statistics.median(window_noise ** 2 / k for k in explained)
+    run_noise = math.sqrt(max(0.0, robust_variance(between) - windows_explain))
     paces, spreads = [], []
     for a, b in itertools.combinations(runs, 2):
         ratios = [b[k]["time_ms"] / a[k]["time_ms"] for k in shared]
@@ -100,14 +120,14 @@ def coverage(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=("run", "calibrate", "coverage"))
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+", help="a batch's folder, or the runs themselves")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--suite", default="quick")
     args = parser.parse_args()
     if args.action == "run":
-        run_batch(args.folder, args.runs, args.suite)
+        run_batch(args.folders[0], args.runs, args.suite)
         return
-    runs = runs_in(args.folder)
+    runs = runs_in(args.folders)
     result = calibrate(runs) if args.action == "calibrate" else coverage(runs)
     print(json.dumps(result, indent=1))
 
