@@ -43,7 +43,7 @@ def run_batch(out: Path, runs: int, suite: str) -> None:
         target = out / f"run-{i}"
         if (target / "results.jsonl").exists():
             continue
-        subprocess.run([sys.executable, "-m", "attnbench", "run", suite, "--out", str(target)], check=True,
+        subprocess.run([sys.executable, "-m", "attnbench", "run", suite, "--out", str(target), "--no-report"], check=True,
                        stdout=subprocess.DEVNULL)
 
 

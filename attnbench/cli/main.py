@@ -154,6 +154,7 @@ def run(
                                                     "--compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
     trace: opts.Trace = False,
+    report: opts.Report = True,
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench.run import session
@@ -190,7 +191,7 @@ def run(
         outcome = session.execute(plan, directory, err, stop.is_set, options)
     tables.print_summary(outcome.records, out)
     err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
-    if outcome.measured:
+    if outcome.measured and report:
         from attnbench.report.render import render_report
 
         written = render_report(directory)
