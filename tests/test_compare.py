@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from attnbench.report.compare_table import comparison_markdown
 from attnbench.core.errors import ResultsError
 from attnbench.report.compare import Match, compare_runs
 from attnbench.report.compare_table import comparison_table
@@ -108,7 +109,7 @@ def test_threshold_above_the_regression_leaves_only_the_oom() -> None:
 
 
 def test_markdown_lists_the_regression_and_the_failure() -> None:
-    text = compare_runs(BASE, NEW).to_markdown()
+    text = comparison_markdown(compare_runs(BASE, NEW))
     assert "**FAIL**: 1 regression(s), 1 new failure(s)" in text
     regressions = text.split("### Regressions")[1].split("###")[0]
     assert f"| sdpa-flash | {REGRESSED} |" in regressions
@@ -162,7 +163,7 @@ def test_a_noisy_measurement_without_an_interval_is_listed_as_noisy_never_as_a_r
     assert result.regressions == [] and result.improvements == []
     assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
-    text = result.to_markdown()
+    text = comparison_markdown(result)
     assert "### Noisy" in text and re.search(r"1\.201× \(1\.\d+× of the pace\) \(noisy: new\)", text)
     assert "1 change(s) not judged: noisy" in text
     noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=0.15, ci_low_ms=None, noisy=True,
@@ -179,7 +180,7 @@ def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) 
     assert result.regressions == [] and result.improvements == [] and result.noisy == []
     assert [(m.backend, m.case, m.throttle_words()) for m in result.throttled] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
-    text = result.to_markdown()
+    text = comparison_markdown(result)
     assert "### Throttled GPU" in text and re.search(r"1\.201× \(1\.\d+× of the pace\) \(throttled GPU: new\)", text)
     assert "1 change(s) not judged: throttled GPU" in text and "never judged a regression" in text
     console = Console(record=True, width=200)
@@ -192,7 +193,7 @@ def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) 
     steady = compare_runs(rewrite(BASE, tmp_path / "steady-base", throttled=False),
                           rewrite(NEW, tmp_path / "steady-new", throttled=False))
     assert [(m.backend, m.case) for m in steady.regressions] == [("sdpa-flash", REGRESSED)]
-    assert "never judged" not in steady.to_markdown()
+    assert "never judged" not in comparison_markdown(steady)
 
 
 def test_the_threshold_takes_what_its_message_allows() -> None:
@@ -240,7 +241,7 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     assert result.software_notes == ["xformers: 0.0.35 vs None"]
     assert result.exit_code == 3 and result.raw  # said first, judged raw, and not a verdict on a kernel
     assert result.machine_warning.startswith("NOT THE SAME MACHINE: device_name: AMD EPYC vs Intel Xeon")
-    assert result.to_markdown().splitlines()[2].startswith("**NOT THE SAME MACHINE")
+    assert comparison_markdown(result).splitlines()[2].startswith("**NOT THE SAME MACHINE")
     (new / "env.json").write_text(json.dumps(env))
     assert compare_runs(base, new).machine_warning is None
 
@@ -279,7 +280,7 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
     assert not quiet.backend_regressions and not quiet.regressions and not quiet.should_fail
     assert slow.regressions == [], "no single case is beyond the per-case bar"
     assert [(b.backend, b.cases) for b in slow.backend_regressions] == [("k0", 16)]
-    assert slow.should_fail and "across the board" in slow.to_markdown()
+    assert slow.should_fail and "across the board" in comparison_markdown(slow)
 
 
 def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wanders_more_than_the_run() -> None:
@@ -350,7 +351,7 @@ def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path:
 @pytest.mark.parametrize("keep", [None, 3, 7, 8])
 def test_a_three_percent_jitter_passes_at_any_count_of_matches(tmp_path: Path, keep: int | None) -> None:
     result = compare_runs(edited(tmp_path / "base", keep=keep), edited(tmp_path / "new", jitter(0.03), keep=keep))
-    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, result.to_markdown()
+    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, comparison_markdown(result)
 
 
 @pytest.mark.parametrize("keep", [3, 7, 8, None])

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from attnbench.report.compare_table import comparison_markdown
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import SDPA_FLASH
@@ -232,7 +233,7 @@ def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
     change = comparison.matches[0].kernel_change
     assert change.startswith(f"sdpa-flash now runs {math['kernels'][0]['name']}")
     assert "; no longer aten::_scaled_dot_product_flash_attention_for_cpu" in change
-    assert "### Kernel changed" in comparison.to_markdown()
+    assert "### Kernel changed" in comparison_markdown(comparison)
 
 
 def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -> None:
@@ -245,7 +246,7 @@ def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -
     swapped = {**base, "kernels": [kernels[1], kernels[0], *kernels[2:]]}
     comparison = compare_records([base], [swapped], "base", "new")
     assert comparison.matches[0].kernel_change is None
-    assert "### Kernel changed" not in comparison.to_markdown()
+    assert "### Kernel changed" not in comparison_markdown(comparison)
 
 
 # ---- the CPU "done when": every ok record names its kernels, and the right ones -------------------------

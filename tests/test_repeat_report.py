@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from attnbench.report.compare_table import comparison_markdown
 from attnbench.backends.registry import default_registry
 from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_table
@@ -90,7 +91,7 @@ def test_compare_names_a_measurement_that_turned_non_repeatable(tmp_path: Path) 
     (match,) = result.turned_unrepeatable
     assert match.new_repeat == "dq by up to 0.0039" and not result.determinism_broken
     assert not result.should_fail  # a kernel that promises nothing may agree by luck on one run and not the next
-    text = result.to_markdown()
+    text = comparison_markdown(result)
     assert "**pass**: 0 regression(s), 0 new failure(s), 0 improvement(s), 0 fixed, 1 turned non-repeatable." in text
     assert "### Turned non-repeatable" in text and "| dq by up to 0.0039 | no |" in text
     console = Console(record=True, width=200)
@@ -103,6 +104,6 @@ def test_compare_names_a_measurement_that_turned_non_repeatable(tmp_path: Path) 
 def test_compare_fails_when_a_deterministic_run_turned_non_repeatable(tmp_path: Path) -> None:
     result = compare_runs(tmp_path / "base", turned(tmp_path, deterministic=True))
     assert len(result.determinism_broken) == 1 and result.should_fail
-    text = result.to_markdown()
+    text = comparison_markdown(result)
     assert text.count("**FAIL**") == 1 and "1 turned non-repeatable (1 asked for deterministic kernels)" in text
     assert "| yes: fails |" in text

@@ -345,7 +345,7 @@ def compare(
     kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
     NEW ran on different machines and nothing broke (a kernel's change cannot be judged there)."""
     from attnbench.report.compare import compare_runs
-    from attnbench.report.compare_table import comparison_table
+    from attnbench.report.compare_table import comparison_markdown, comparison_table
 
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")
@@ -369,7 +369,7 @@ def compare(
     if md is not None:
         from attnbench.records.results import write_text_atomic
 
-        write_text_atomic(md, result.to_markdown())
+        write_text_atomic(md, comparison_markdown(result))
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

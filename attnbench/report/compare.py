@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import ResultsError
-from attnbench.core.units import fmt_ms, md_cell
+from attnbench.core.units import fmt_ms
 from attnbench.core import policy
 from attnbench.core.policy import MIN_BACKEND_CASES
 from attnbench.report.change_rule import (BackendShift, Pace, backend_shifts, bar, beyond, judge_pace, kernel_change,
@@ -335,74 +335,6 @@ class Comparison:
         if self.machine_notes:
             return 3
         return 1 if self.should_fail else 0
-
-    def to_markdown(self) -> str:
-        """The comparison as Markdown, for a pull request."""
-        lines = [f"## attnbench compare: {md_cell(self.new)} vs {md_cell(self.base)}", ""]
-        if self.machine_warning:
-            lines += [f"**{md_cell(self.machine_warning)}**", ""]
-        if self.pace_note:
-            lines += [md_cell(self.pace_note) + ".", ""]
-        lines.append(f"{len(self.matches)} matched measurements ({self.only_in_base} only in base, "
-                     f"{self.only_in_new} only in new); a change is beyond the threshold ({self.threshold:.0%}) with "
-                     "intervals of the median that do not overlap.")
-        lines.append("")
-        verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[self.exit_code]
-        lines.append(f"{verdict}: " + ("every kernel together slower (the pace), " if self.pace_slower else "")
-                     + f"{len(self.regressions)} regression(s), "
-                     + (f"{len(self.backend_regressions)} backend(s) slower across the board, "
-                        if self.backend_regressions else "")
-                     + f"{len(self.new_failures)} new failure(s), "
-                     f"{len(self.improvements)} improvement(s), {len(self.fixed)} fixed"
-                     + (f", {len(self.noisy)} change(s) not judged: noisy" if self.noisy else "")
-                     + (f", {len(self.throttled)} change(s) not judged: throttled GPU" if self.throttled else "")
-                     + (f", {len(self.turned_unrepeatable)} turned non-repeatable"
-                        + (f" ({len(self.determinism_broken)} asked for deterministic kernels)"
-                           if self.determinism_broken else "") if self.turned_unrepeatable else "")
-                     + ".")
-        if self.throttled_anywhere:
-            lines += ["", f"{self.throttled_anywhere} matched measurement(s) were timed on a throttled or shared GPU "
-                          "(heat or power slowed it, or another process was on it) in base or new: never judged a "
-                          "regression or an improvement."]
-        lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
-        counts: dict[str, int] = {}
-        for m in self.matches:
-            if m.ratio is not None:
-                counts[m.backend] = counts.get(m.backend, 0) + 1
-        for backend, value in self.geomean_by_backend.items():
-            lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
-        sections = (("Regressions", self.regressions), ("Improvements", self.improvements),
-                    (f"Noisy (samples spread over {policy.percent(policy.NOISE_THRESHOLD)} of the median: not judged)", self.noisy),
-                    ("Throttled GPU (heat, power or another process: not judged)", self.throttled))
-        for title, items in sections:
-            wide = self.backend_regressions if title == "Regressions" else []
-            if items or wide:
-                lines += ["", f"### {title}", "", "| backend | case | base ms [interval] | new ms [interval] | new/base |",
-                          "|---|---|---|---|---|"]
-                lines += [f"| {md_cell(b.backend)} | all {b.cases} matched cases, across the board | | "
-                          f"| {b.geomean:.3f}× (geomean{' over the pace' if self.judged_pace != 1.0 else ''}) |"
-                          for b in wide]
-                for m in items:
-                    note = m.unjudged_note()
-                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
-                                 f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words(self.judged_pace))}{note} |")
-        if self.turned_unrepeatable:
-            lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
-                      "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
-            for m in self.turned_unrepeatable:
-                lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
-                             f"| {'yes: fails' if m.new_deterministic else 'no'} |")
-        changed = [f"- {md_cell(m.kernel_change)} ({md_cell(m.case)})" for m in self.matches if m.kernel_change]
-        if changed:
-            lines += ["", "### Kernel changed (a kernel ran in one run's profiled call and not in the other's)", "",
-                      *changed]
-        for title, items in (("New failures", self.new_failures), ("Fixed", self.fixed)):
-            if items:
-                lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
-                for m in items:
-                    lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {m.base_status} | {m.new_status} "
-                                 f"| {md_cell(m.new_reason or '')} |")
-        return "\n".join(lines) + "\n"
 
 
 def _schema(records: list[dict[str, Any]], path: Path) -> int:

@@ -1,9 +1,12 @@
-"""compare's table for the terminal: what changed from BASE to NEW (attnbench.report.compare), then the geomeans."""
+"""How a comparison is shown: compare's table for the terminal and its Markdown for a pull request, from what
+attnbench.report.compare judged."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from attnbench.core import policy
+from attnbench.core.units import md_cell
 from attnbench.report.compare import Comparison
 
 if TYPE_CHECKING:
@@ -53,3 +56,72 @@ def comparison_table(comparison: Comparison) -> Table:
     if notes:
         table.caption = "; ".join(notes)
     return table
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """The comparison as Markdown, for a pull request."""
+    lines = [f"## attnbench compare: {md_cell(comparison.new)} vs {md_cell(comparison.base)}", ""]
+    if comparison.machine_warning:
+        lines += [f"**{md_cell(comparison.machine_warning)}**", ""]
+    if comparison.pace_note:
+        lines += [md_cell(comparison.pace_note) + ".", ""]
+    lines.append(f"{len(comparison.matches)} matched measurements ({comparison.only_in_base} only in base, "
+                 f"{comparison.only_in_new} only in new); a change is beyond the threshold ({comparison.threshold:.0%}) with "
+                 "intervals of the median that do not overlap.")
+    lines.append("")
+    verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[comparison.exit_code]
+    lines.append(f"{verdict}: " + ("every kernel together slower (the pace), " if comparison.pace_slower else "")
+                 + f"{len(comparison.regressions)} regression(s), "
+                 + (f"{len(comparison.backend_regressions)} backend(s) slower across the board, "
+                    if comparison.backend_regressions else "")
+                 + f"{len(comparison.new_failures)} new failure(s), "
+                 f"{len(comparison.improvements)} improvement(s), {len(comparison.fixed)} fixed"
+                 + (f", {len(comparison.noisy)} change(s) not judged: noisy" if comparison.noisy else "")
+                 + (f", {len(comparison.throttled)} change(s) not judged: throttled GPU" if comparison.throttled else "")
+                 + (f", {len(comparison.turned_unrepeatable)} turned non-repeatable"
+                    + (f" ({len(comparison.determinism_broken)} asked for deterministic kernels)"
+                       if comparison.determinism_broken else "") if comparison.turned_unrepeatable else "")
+                 + ".")
+    if comparison.throttled_anywhere:
+        lines += ["", f"{comparison.throttled_anywhere} matched measurement(s) were timed on a throttled or shared GPU "
+                      "(heat or power slowed it, or another process was on it) in base or new: never judged a "
+                      "regression or an improvement."]
+    lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
+    counts: dict[str, int] = {}
+    for m in comparison.matches:
+        if m.ratio is not None:
+            counts[m.backend] = counts.get(m.backend, 0) + 1
+    for backend, value in comparison.geomean_by_backend.items():
+        lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
+    sections = (("Regressions", comparison.regressions), ("Improvements", comparison.improvements),
+                (f"Noisy (samples spread over {policy.percent(policy.NOISE_THRESHOLD)} of the median: not judged)", comparison.noisy),
+                ("Throttled GPU (heat, power or another process: not judged)", comparison.throttled))
+    for title, items in sections:
+        wide = comparison.backend_regressions if title == "Regressions" else []
+        if items or wide:
+            lines += ["", f"### {title}", "", "| backend | case | base ms [interval] | new ms [interval] | new/base |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {md_cell(b.backend)} | all {b.cases} matched cases, across the board | | "
+                      f"| {b.geomean:.3f}× (geomean{' over the pace' if comparison.judged_pace != 1.0 else ''}) |"
+                      for b in wide]
+            for m in items:
+                note = m.unjudged_note()
+                lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
+                             f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words(comparison.judged_pace))}{note} |")
+    if comparison.turned_unrepeatable:
+        lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
+                  "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
+        for m in comparison.turned_unrepeatable:
+            lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
+                         f"| {'yes: fails' if m.new_deterministic else 'no'} |")
+    changed = [f"- {md_cell(m.kernel_change)} ({md_cell(m.case)})" for m in comparison.matches if m.kernel_change]
+    if changed:
+        lines += ["", "### Kernel changed (a kernel ran in one run's profiled call and not in the other's)", "",
+                  *changed]
+    for title, items in (("New failures", comparison.new_failures), ("Fixed", comparison.fixed)):
+        if items:
+            lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
+            for m in items:
+                lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {m.base_status} | {m.new_status} "
+                             f"| {md_cell(m.new_reason or '')} |")
+    return "\n".join(lines) + "\n"
