@@ -244,6 +244,9 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     assert comparison_markdown(result).splitlines()[2].startswith("**NOT THE SAME MACHINE")
     (new / "env.json").write_text(json.dumps(env))
     assert compare_runs(base, new).machine_warning is None
+    (new / "env.json").write_text(json.dumps({"": None}))  # damaged: it states no machine, so none differs
+    unknown = compare_runs(base, new)
+    assert unknown.machine_notes == [] and unknown.exit_code in (0, 1)
 
 
 def ratio_match(i: int, ratio: float, backend: str | None = None) -> Match:

@@ -367,12 +367,12 @@ SOFTWARE_KEYS = ("attnbench", "git_commit", "python", "torch", "torch_threads", 
 def env_differences(base_env: dict[str, Any], new_env: dict[str, Any], keys: tuple[str, ...],
                     libraries: bool = False) -> list[str]:
     """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that two runs'
-    env.json disagree on; [] when either has no env.json."""
-    if not base_env or not new_env:
-        return []
-    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in keys if base_env.get(key) != new_env.get(key)]
-    if libraries:
-        base_libs, new_libs = base_env.get("libraries") or {}, new_env.get("libraries") or {}
+    env.json state and disagree on. A fact one side does not state (no env.json, a damaged one) is unknown, never a
+    difference: a run cannot be called another machine's on a missing line."""
+    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in keys
+             if base_env.get(key) is not None and new_env.get(key) is not None and base_env[key] != new_env[key]]
+    base_libs, new_libs = base_env.get("libraries"), new_env.get("libraries")
+    if libraries and isinstance(base_libs, dict) and isinstance(new_libs, dict):
         found += [f"{name}: {base_libs.get(name)} vs {new_libs.get(name)}"
                   for name in sorted(set(base_libs) | set(new_libs))
                   if name not in keys and base_libs.get(name) != new_libs.get(name)]
