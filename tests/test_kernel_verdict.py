@@ -388,3 +388,82 @@ def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_ever
     assert "aten::mm" in done.stdout
     assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
     assert "the call says this" in done.stderr
+
+
+# ---- the verdict by share, on the committed profiles ---------------------------------------------------------------
+PROFILED_RUNS = ("reports/cpu-Intel-Xeon-2core-quick", "reports/cpu-Intel-Xeon-2core-long",
+                 "reports/cpu-Intel-Xeon-2core-frameworks", "reports/cpu-Intel-Xeon-2core-fp8", "tests/data/trace-run")
+
+
+def committed_profiles() -> list[dict]:  # type: ignore[type-arg]
+    from pathlib import Path
+
+    from attnbench.records.results import load_records
+
+    root = Path(__file__).resolve().parents[1]
+    return [r for run in PROFILED_RUNS for r in load_records(root / run) if r.get("kernels")]
+
+
+def rejudge(record: dict, extra: tuple[tuple[str, float], ...] = (), device: str | None = None):  # type: ignore[no-untyped-def,type-arg]
+    """A stored record's profile judged again by today's declarations, with kernels of `extra` (name, share of the
+    new call) added beside it."""
+    from attnbench.backends.registry import declared_kernels
+    from attnbench.timing.profile import judge_kernels, kernels_from
+
+    rows = [(k["name"], k["calls"], k["time_ms"]) for k in record["kernels"]]
+    total = sum(ms for _, _, ms in rows)
+    whole = total / (1 - sum(share for _, share in extra))  # the call with the planted kernels in it
+    rows += [(name, 1, whole * share) for name, share in extra]
+    device = device or record["device"]
+    own = default_registry().get(record["backend"]).attention_kernels(device, record["mode"])
+    return judge_kernels(kernels_from(rows), own, declared_kernels(device, record["mode"]), record["backend"], device)
+
+
+def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
+    """198 real profiled calls (quick, long, frameworks, fp8, the traced run): none is another backend's kernel, and
+    each keeps the attention share and the overhead flag it was recorded with; naive-fp8, which declared nothing
+    then, is the math path now, flagged by its dequantizing copies."""
+    records = committed_profiles()
+    assert len(records) == 198
+    for r in records:
+        verdict = rejudge(r)
+        assert verdict.wrong_kernel is None, (r["backend"], r["case_id"], verdict.wrong_kernel)
+        if r["backend"] == "naive-fp8":
+            assert r.get("attention_share") is None and verdict.overhead is not None and "aten::copy_" in verdict.overhead
+            continue
+        assert round(verdict.attention_share, 4) == r["attention_share"], (r["backend"], r["case_id"])
+        assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
+
+
+def quick_flash() -> dict:  # type: ignore[type-arg]
+    return next(r for r in committed_profiles() if r["backend"] == "sdpa-flash" and r["mode"] == "fwd"
+                and r["case_id"] == "cpu-fp32-b1-s512-h8-kv8-d64-causal-fwd")
+
+
+def test_a_crumb_of_another_backends_kernel_is_no_verdict_and_a_share_beyond_the_noise_is() -> None:
+    """Edits of a real sdpa-flash profile (quick, 512 tokens): the math path's aten::bmm planted beside the flash
+    kernel at 0.2% and 14% of the call is a crumb under the CPU's 15% run-to-run noise; at 16% and 30% its time is
+    measurably naive's: wrong_kernel, naming it."""
+    flash = quick_flash()
+    assert rejudge(flash).wrong_kernel is None
+    for crumb in (0.002, 0.14):
+        assert rejudge(flash, (("aten::bmm", crumb),)).wrong_kernel is None, crumb
+    for share in (0.16, 0.30):
+        reason = rejudge(flash, (("aten::bmm", share),)).wrong_kernel
+        assert reason is not None and reason.startswith(f"aten::bmm (naive's kernel: {share:.0%} of the call"), reason
+    # Two foreign kernels of one backend count together: 9% + 9% of the math path's is beyond 15%.
+    both = rejudge(flash, (("aten::bmm", 0.09), ("aten::_softmax", 0.09))).wrong_kernel
+    assert both is not None and "naive's kernels: 18% of the call" in both
+
+
+def test_on_cuda_the_share_is_the_gpus_noise_and_a_gemm_crumb_in_a_flash_call_is_no_verdict() -> None:
+    """The issue's case: a 0.2% sm90_xmma_gemm inside an sdpa-flash call made it wrong_kernel ("naive's kernel").
+    The same real profile with its kernel named as on CUDA (FA2's forward): under the GPU's 2% a crumb, at 5% a
+    verdict (on a CPU, 14% of aten::bmm above is a crumb: the share is each device's noise)."""
+    flash = dict(quick_flash(), device="cuda")
+    fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, float>>"
+    flash["kernels"] = [dict(k, name=fa2) if k["name"].startswith("aten::_scaled_dot") else k
+                        for k in flash["kernels"]]
+    xmma = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
+    assert rejudge(flash, ((xmma, 0.002),)).wrong_kernel is None
+    assert "naive's kernel: 5% of the call, at least 2%" in str(rejudge(flash, ((xmma, 0.05),)).wrong_kernel)

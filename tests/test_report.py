@@ -627,7 +627,7 @@ def _profiled(backend: str, time_ms: float, seq: int, names: tuple[tuple[str, fl
     from attnbench.timing.profile import judge_kernels, kernels_from
 
     kernels = kernels_from([(name, 1, ms) for name, ms in names])
-    verdict = judge_kernels(kernels, own, {}, backend)
+    verdict = judge_kernels(kernels, own, {}, backend, "cpu")
     fields = dict(kernels=[k.to_dict() for k in kernels], attention_share=round(verdict.attention_share, 4))
     if verdict.overhead:
         fields["overhead"] = verdict.overhead
