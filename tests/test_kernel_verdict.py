@@ -467,3 +467,36 @@ def test_on_cuda_the_share_is_the_gpus_noise_and_a_gemm_crumb_in_a_flash_call_is
     xmma = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
     assert rejudge(flash, ((xmma, 0.002),)).wrong_kernel is None
     assert "naive's kernel: 5% of the call, at least 2%" in str(rejudge(flash, ((xmma, 0.05),)).wrong_kernel)
+
+
+def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> None:
+    """Real records: the frameworks run's runtime records, whose torch.profiler saw no op (kernels null), an H200
+    record written before profiling, and a quick sdpa-flash record with its profile planted as failed."""
+    from pathlib import Path
+
+    from attnbench.records.results import load_records
+    from attnbench.report.findings import overhead_lines, unchecked_lines
+    from attnbench.report.rows import kernel_unchecked, ran_text
+
+    root = Path(__file__).resolve().parents[1]
+    flash = quick_flash()
+    failed = {**flash, "kernels": None, "kernels_reason": "the profiler could not run: RuntimeError: busy",
+              "attention_share": None}
+    assert kernel_unchecked(flash) is None and not ran_text(flash).count("unchecked")
+    assert ran_text(failed) == "unchecked: the profiler could not run: RuntimeError: busy"
+    old = load_records(root / "reports" / "NVIDIA-H200-20261130-012030" / "run")[0]
+    assert old["status"] == "ok" and ran_text(old) == "unchecked: written before profiling"
+    frameworks = load_records(root / "reports" / "cpu-Intel-Xeon-2core-frameworks")
+    jax = next(r for r in frameworks if r["backend"] == "jax" and r["status"] == "ok")
+    assert ran_text(jax) == "unchecked: the profiler saw no op in the call"
+    undeclared = {**flash, "attention_share": None}
+    assert "unchecked: its backend declares no kernel names here" in ran_text(undeclared)
+    lines = unchecked_lines([flash, failed, *frameworks])
+    assert "Kernels unchecked (the profiler could not run: RuntimeError: busy): sdpa-flash 1 of 15." in lines
+    assert "Kernels unchecked (the profiler saw no op in the call): jax 13 of 13, onnxruntime 13 of 13, " \
+           "onnxruntime-gqa 7 of 7, onnxruntime-mha 13 of 13, openvino 13 of 13." in lines
+    # The overhead line counts profiled records only: the failed one is not among them.
+    copies = {**flash, "attention_share": 0.55,
+              "overhead": "declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)"}
+    assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
+                                                "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
