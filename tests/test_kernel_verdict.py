@@ -500,3 +500,35 @@ def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> N
               "overhead": "declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)"}
     assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
                                                 "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
+
+
+class FlashWithAMatmulCrumb(_Sdpa):
+    name = "flash-with-a-matmul-crumb"
+
+    @staticmethod
+    def call(q, k, v):  # type: ignore[no-untyped-def]
+        import torch
+
+        torch.bmm(q[0, :1, :4], k[0, :1, :4].transpose(-1, -2))  # a 4x4 matmul: the math path's op, a crumb
+        return _Sdpa.call(q, k, v)
+
+
+class FlashThenMath(_Sdpa):
+    name = "flash-then-math"
+
+    @staticmethod
+    def call(q, k, v):  # type: ignore[no-untyped-def]
+        ClaimsFlashRunsMath.call(q, k, v)  # the whole attention again on the math path: a fallback's share
+        return _Sdpa.call(q, k, v)
+
+
+def test_planted_backends_a_matmul_crumb_stays_ok_and_a_second_attention_on_the_math_path_is_wrong_kernel() -> None:
+    """Real measurements at quick's size: a 4x4 aten::bmm beside the flash kernel is a crumb of its call; the math
+    path run beside it takes well over the CPU's 15% and is another backend's kernel."""
+    sized = Case("cpu", "float32", 1, 512, 512, 8, 8, 64, True, None, "fwd")
+    crumb = run(FlashWithAMatmulCrumb(), c=sized)
+    assert any(k["name"] == "aten::bmm" for k in crumb.kernels)
+    assert crumb.status == "ok", crumb.reason
+    fallback = run(FlashThenMath(), c=sized)
+    assert fallback.status == "wrong_kernel", fallback.kernels
+    assert "(naive's kernels:" in fallback.reason and "ran under flash-then-math" in fallback.reason
