@@ -16,6 +16,8 @@ import attnbench.report.dispatch_table as dispatch_table
 from attnbench.cli.main import app
 from attnbench.report.dispatch import DispatchTable, Shape, length_band
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.interval import RUN_TO_RUN_NOISE
+from attnbench.core.policy import percent
 from attnbench.report.recommend import Decision, recommend_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -383,28 +385,33 @@ def test_runs_of_different_software_are_refused_in_one_line(tmp_path: Path) -> N
 
 
 def test_numbers_from_two_runs_carry_the_run_to_run_noise_and_one_runs_do_not(tmp_path: Path) -> None:
-    """The same two medians, 1.00 and 1.03 ms, each known to ±0.5% within its run: measured in one run, flex is
-    told faster (apart by 1.02x); flex's from an older run (its newer timing throttled) and sdpa's from a newer one,
-    each carries the H200's ±2% run-to-run noise, they overlap, and the default is kept."""
-    one = only(tmp_path / "one", record("flex", 1.00), record("sdpa", 1.03))
-    assert (one.decision, one.backend, one.noise) == ("winner", "flex", 0.02)
-    assert one.margin == pytest.approx(1.03 * 0.995 / 1.005, rel=1e-6)
-    old = write_run(tmp_path / "old", [record("flex", 1.00), record("sdpa", 1.05)], run_id="old",
+    """Two medians one GPU run-to-run noise apart (RUN_TO_RUN_NOISE, from the policy table), each known to a quarter
+    of it within its run: measured in one run, flex is told faster; flex's from an older run (its newer timing
+    throttled) and sdpa's from a newer one each carry the noise, they overlap, and the default is kept. Three noises
+    apart, two runs still decide."""
+    n = RUN_TO_RUN_NOISE["cuda"]
+
+    def timed(backend: str, ms: float, **overrides: Any) -> dict:
+        return record(backend, ms, ms * (1 - n / 4), ms * (1 + n / 4), **overrides)
+
+    one = only(tmp_path / "one", timed("flex", 1.0), timed("sdpa", 1 + n))
+    assert (one.decision, one.backend, one.noise) == ("winner", "flex", n)
+    assert one.margin == pytest.approx((1 + n) * (1 - n / 4) / (1 + n / 4), rel=1e-9)
+    old = write_run(tmp_path / "old", [timed("flex", 1.0), timed("sdpa", 1.05)], run_id="old",
                     timestamp="2026-01-01T00:00:00")
-    new = write_run(tmp_path / "new", [record("flex", 1.40, throttled=True), record("sdpa", 1.03)], run_id="new",
+    new = write_run(tmp_path / "new", [timed("flex", 1.40, throttled=True), timed("sdpa", 1 + n)], run_id="new",
                     timestamp="2026-02-01T00:00:00")
     two = recommend_runs([old, new]).decisions[0]
     assert two.numbers["flex"][0].run_id == "old" and two.numbers["sdpa"][0].run_id == "new"
     assert (two.decision, two.backend, sorted(two.tie)) == ("tie", "sdpa", ["flex", "sdpa"])
-    assert two.margin == pytest.approx(1.03 * 0.98 / 1.02, rel=1e-6) and two.margin < 1
-    # Far enough apart, two runs still decide: 1.00 against 1.10 is beyond both bands.
-    far = write_run(tmp_path / "far", [record("flex", 1.40, throttled=True), record("sdpa", 1.10)], run_id="far",
+    assert two.margin == pytest.approx(1 - n, rel=1e-9) and two.margin < 1
+    far = write_run(tmp_path / "far", [timed("flex", 1.40, throttled=True), timed("sdpa", 1 + 3 * n)], run_id="far",
                     timestamp="2026-02-01T00:00:00")
     assert recommend_runs([old, far]).decisions[0].decision == "winner"
 
 
 def test_a_lone_candidate_beats_overhead_flagged_rivals_only_beyond_the_run_to_run_noise(tmp_path: Path) -> None:
-    """On a CPU (±15% run to run) a lone sdpa 1.25x faster than the flagged math path, its interval apart within
+    """On a CPU (about ±15% run to run) a lone sdpa 1.25x faster than the flagged math path, its interval apart within
     the run, decides nothing: the next run may move either by that much. The committed quick run's forward buckets,
     where the math path is far slower, still name sdpa."""
     def cpu(backend: str, ms: float, **overrides: Any) -> dict:
@@ -414,7 +421,8 @@ def test_a_lone_candidate_beats_overhead_flagged_rivals_only_beyond_the_run_to_r
     close = recommend_runs([write_run(tmp_path / "close", [cpu("sdpa", 1.0), cpu("sdpa-math", 1.25, **math_path)],
                                       device="cpu", name="Intel Xeon")]).decisions[0]
     assert (close.decision, close.backend) == ("none", None)
-    assert "not told apart from sdpa-math by more than the run-to-run noise (±15%" in str(close.why)
+    assert f"not told apart from sdpa-math by more than the run-to-run noise (±{percent(RUN_TO_RUN_NOISE['cpu'])}" \
+        in str(close.why)
     far = recommend_runs([write_run(tmp_path / "far", [cpu("sdpa", 1.0), cpu("sdpa-math", 1.4, **math_path)],
                                     device="cpu", name="Intel Xeon")]).decisions[0]
     assert (far.decision, far.backend) == ("winner", "sdpa")

@@ -12,6 +12,7 @@ from attnbench import __version__
 from attnbench.core import axes
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.policy import percent
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
@@ -193,7 +194,7 @@ def note_text(decision: Decision, metric: Metric) -> str:
     """The tie set, what contested the bucket, and the notable exclusions (not plain skips)."""
     notes = [decision.why] if decision.decision == "none" and decision.why else []
     if decision.across_runs:
-        notes.append(f"numbers from {len(decision.run_ids)} runs: each compared with ±{decision.noise:.0%} "
+        notes.append(f"numbers from {len(decision.run_ids)} runs: each compared with ±{percent(decision.noise)} "
                      "run-to-run noise")
     if decision.decision == "tie":
         notes.append("tie: " + ", ".join(decision.tie))

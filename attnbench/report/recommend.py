@@ -41,6 +41,7 @@ from typing import Any
 from attnbench.report.dispatch import FEATURES, Shape, bucket_key
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
+from attnbench.core.policy import percent
 from attnbench.report.pooling import (
     ENERGY,
     METRICS,
@@ -186,7 +187,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
                  if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
         if close:
             decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
-                            f"than the run-to-run noise (±{decision.noise:.0%}; flagged overhead: never chosen)")
+                            f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
         else:
             decision.decision, decision.backend = "winner", alone
             decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "

@@ -19,21 +19,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from attnbench.core.interval import RUN_TO_RUN_NOISE
+from attnbench.core import policy
 
 # The declared kernels' share of the call under which a record is flagged `overhead` (docs/results.md, "Which kernel
 # ran"): a fused kernel's own call spends well over 90% in it (the CPU flash kernel: 91-95%), so 80% leaves room for
 # the op's dispatch and output allocation and is crossed only when a fifth of the call is other work.
 OVERHEAD_SHARE = 0.80
 # The share of a call's device time that another backend's declared kernels must take, together, for the record to
-# be `wrong_kernel`, per device (docs/results.md, "Which kernel ran"): the device's run-to-run noise. Under it, the
-# foreign kernels' time is within what two identical runs of the call differ by, so no verdict made from the record's
-# time can turn on it, and a crumb (a 0.2% GEMM inside a fused call) is listed in `kernels`, never a verdict. What the
-# committed CPU profiles show (reports/cpu-Intel-Xeon-2core-quick, -long, -frameworks, -fp8): no other backend's
-# kernel ran in any fused call, while one op beside the fused kernel took up to 14% of a call (sdpa's
-# aten::empty_strided at 256 tokens); a fallback of either pass of a fwd+bwd takes at least its share of the FLOPs,
-# 29% for the forward. The CPU's 15% sits between the two; on CUDA, 2%.
-FOREIGN_SHARE = RUN_TO_RUN_NOISE
+# be `wrong_kernel`, per device (docs/results.md, "Which kernel ran"): the precision a record's median is measured to
+# on that device (attnbench.core.policy: ±10% on a CPU, ±1% on a GPU). Under it, the record's time is the backend's
+# kernel's to within what the record claims anyway, so a crumb (a 0.2% GEMM inside a fused GPU call) is listed in
+# `kernels` and decides nothing; at or over it, the time is measurably another kernel's. What the committed CPU
+# profiles show (reports/cpu-Intel-Xeon-2core-quick, -long, -frameworks, -fp8: 198 profiled calls): no other
+# backend's kernel ran in any fused call, while a fallback of either pass of a fwd+bwd takes at least its share of
+# the FLOPs, 29% for the forward: far over either share.
+FOREIGN_SHARE = {name: device.precision for name, device in policy.DEVICES.items()}
 # Names of the work a user of the kernel would not count as attention: what the overhead's reason calls it.
 OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),
               ("transpose", ("transpose", "permute")),
@@ -237,7 +237,7 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
     if not any(matches(k.name, own) for k in kernels):
         return KernelVerdict(share, f"none of {backend}'s declared kernels ran; ran {ran}")
     foreign = foreign_share(kernels, own, others, backend)
-    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cpu"])
+    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # an unknown device is held to a GPU's, as policy does
     if foreign is not None and foreign[1] >= least:
         name, taken, theirs = foreign
         return KernelVerdict(share, f"{theirs[0].name} ({name}'s kernel{'s' if len(theirs) > 1 else ''}: "
