@@ -346,5 +346,6 @@ def unchecked_lines(records: list[dict[str, Any]], most: int = 5) -> list[str]:
         if r.get("status") in ("ok", "mismatch"):
             measured[str(r["backend"])] = measured.get(str(r["backend"]), 0) + 1
     ordered = sorted(by.items(), key=lambda item: (-sum(item[1].values()), item[0]))
-    return [f"Kernels unchecked ({why}): " + ", ".join(f"{b} {n} of {measured.get(b, n)}" for b, n in sorted(c.items()))
-            + "." for why, c in ordered[:most]]
+    return [f"Kernels unchecked ({why}): "
+            + ", ".join(f"{b} {n} of {measured.get(b, n)}" for b, n in sorted(counts.items())) + "."
+            for why, counts in ordered[:most]]

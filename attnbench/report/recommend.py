@@ -16,8 +16,8 @@ The rules (docs/recommend.md says them for users):
   candidate's figure on that case; the leader has the lowest score;
 - statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
   leader's and apart from it; where the two numbers come from different runs, each interval first takes in the
-  device's run-to-run noise around its median (attnbench.core.interval.RUN_TO_RUN_NOISE). The tie set is the leader and every candidate not told slower; the leader wins
-  alone when the tie set is the leader alone;
+  device's run-to-run noise around its median (attnbench.core.interval.RUN_TO_RUN_NOISE). The tie set is the
+  leader and every candidate not told slower; the leader wins alone when the tie set is the leader alone;
 - a backend whose only number is troubled (throttled, or a backward with unchecked gradients) contests the bucket
   when, on some case, its median is at or below the top of the leader's interval: it may be the faster one, so the
   bucket is `unsettled`;
@@ -129,9 +129,9 @@ def _ratio(mine: list[Number], theirs: list[Number]) -> float:
 
 
 def _band(n: Number, noise: float) -> tuple[float, float]:
-    """A number's interval with the device's run-to-run noise around its median added: what it claims beside a
-    number from another run (attnbench.core.interval.RUN_TO_RUN_NOISE, what one measurement's median moves between
-    two runs of the same suite; the same band a record too short for an interval carries)."""
+    """A number's interval with the device's run-to-run noise around its median taken in: what it claims beside a
+    number from another run (attnbench.core.interval.RUN_TO_RUN_NOISE, from the policy table: how far a median
+    wanders from the long-run median; the same band a record too short for an interval carries)."""
     return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
 
 
