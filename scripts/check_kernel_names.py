@@ -22,9 +22,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from attnbench.backends.registry import default_registry  # noqa: E402
+from attnbench.report.rows import MEASURED  # noqa: E402
 from attnbench.timing.profile import LABEL_PREFIX, PROFILED_CALL  # noqa: E402
 
-MEASURED = ("ok", "mismatch", "wrong_kernel")
 SAMPLE = LABEL_PREFIX + "timed sample"
 
 

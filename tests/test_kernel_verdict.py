@@ -389,3 +389,148 @@ def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_ever
     assert "aten::mm" in done.stdout
     assert "USDT" not in done.stderr and "profiler_start" not in done.stderr
     assert "the call says this" in done.stderr
+
+
+# ---- the verdict by share, on the committed profiles ---------------------------------------------------------------
+PROFILED_RUNS = ("reports/cpu-Intel-Xeon-2core-quick", "reports/cpu-Intel-Xeon-2core-long",
+                 "reports/cpu-Intel-Xeon-2core-frameworks", "reports/cpu-Intel-Xeon-2core-fp8", "tests/data/trace-run")
+
+
+def committed_profiles() -> list[dict]:  # type: ignore[type-arg]
+    from pathlib import Path
+
+    from attnbench.records.results import load_records
+
+    root = Path(__file__).resolve().parents[1]
+    return [r for run in PROFILED_RUNS for r in load_records(root / run) if r.get("kernels")]
+
+
+def rejudge(record: dict, extra: tuple[tuple[str, float], ...] = (), device: str | None = None):  # type: ignore[no-untyped-def,type-arg]
+    """A stored record's profile judged again by today's declarations, with kernels of `extra` (name, share of the
+    new call) added beside it."""
+    from attnbench.backends.registry import declared_kernels
+    from attnbench.timing.profile import judge_kernels, kernels_from
+
+    rows = [(k["name"], k["calls"], k["time_ms"]) for k in record["kernels"]]
+    total = sum(ms for _, _, ms in rows)
+    whole = total / (1 - sum(share for _, share in extra))  # the call with the planted kernels in it
+    rows += [(name, 1, whole * share) for name, share in extra]
+    device = device or record["device"]
+    own = default_registry().get(record["backend"]).attention_kernels(device, record["mode"])
+    return judge_kernels(kernels_from(rows), own, declared_kernels(device, record["mode"]), record["backend"], device)
+
+
+def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
+    """198 real profiled calls (quick, long, frameworks, fp8, the traced run): none is another backend's kernel, and
+    each keeps the attention share and the overhead flag it was recorded with; naive-fp8, which declared nothing
+    then, is the math path now, flagged by its dequantizing copies."""
+    records = committed_profiles()
+    assert len(records) == 198
+    for r in records:
+        verdict = rejudge(r)
+        assert verdict.wrong_kernel is None, (r["backend"], r["case_id"], verdict.wrong_kernel)
+        if r["backend"] == "naive-fp8":
+            assert r.get("attention_share") is None and verdict.overhead is not None and "aten::copy_" in verdict.overhead
+            continue
+        assert round(verdict.attention_share, 4) == r["attention_share"], (r["backend"], r["case_id"])
+        assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
+
+
+def quick_flash() -> dict:  # type: ignore[type-arg]
+    return next(r for r in committed_profiles() if r["backend"] == "sdpa-flash" and r["mode"] == "fwd"
+                and r["case_id"] == "cpu-fp32-b1-s512-h8-kv8-d64-causal-fwd")
+
+
+def test_a_crumb_of_another_backends_kernel_is_no_verdict_and_a_share_beyond_the_noise_is() -> None:
+    """Edits of a real sdpa-flash profile (quick, 512 tokens): the math path's aten::bmm planted beside the flash
+    kernel at 0.2% and 9% of the call is a crumb under the ±10% a CPU record's median is measured to; at 11% and 30%
+    its time is measurably naive's: wrong_kernel, naming it."""
+    flash = quick_flash()
+    assert rejudge(flash).wrong_kernel is None
+    for crumb in (0.002, 0.09):
+        assert rejudge(flash, (("aten::bmm", crumb),)).wrong_kernel is None, crumb
+    for share in (0.11, 0.30):
+        reason = rejudge(flash, (("aten::bmm", share),)).wrong_kernel
+        assert reason is not None and reason.startswith(f"aten::bmm (naive's kernel: {share:.0%} of the call"), reason
+    # Two foreign kernels of one backend count together: 6% + 6% of the math path's is beyond 10%.
+    both = rejudge(flash, (("aten::bmm", 0.06), ("aten::_softmax", 0.06))).wrong_kernel
+    assert both is not None and "naive's kernels: 12% of the call, at least 10%" in both
+
+
+def test_on_cuda_the_share_is_the_gpus_precision_and_a_gemm_crumb_in_a_flash_call_is_no_verdict() -> None:
+    """The issue's case: a 0.2% sm90_xmma_gemm inside an sdpa-flash call made it wrong_kernel ("naive's kernel").
+    The same real profile with its kernel named as on CUDA (FA2's forward): under the GPU's ±1% a crumb, at 5% a
+    verdict (on a CPU, 9% of aten::bmm above is a crumb: the share is each device's precision)."""
+    flash = dict(quick_flash(), device="cuda")
+    fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, float>>"
+    flash["kernels"] = [dict(k, name=fa2) if k["name"].startswith("aten::_scaled_dot") else k
+                        for k in flash["kernels"]]
+    xmma = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
+    assert rejudge(flash, ((xmma, 0.002),)).wrong_kernel is None
+    assert rejudge(flash, ((xmma, 0.009),)).wrong_kernel is None
+    assert "naive's kernel: 5% of the call, at least 1%" in str(rejudge(flash, ((xmma, 0.05),)).wrong_kernel)
+
+
+def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> None:
+    """Real records: the frameworks run's runtime records, whose torch.profiler saw no op (kernels null), an H200
+    record written before profiling, and a quick sdpa-flash record with its profile planted as failed."""
+    from pathlib import Path
+
+    from attnbench.records.results import load_records
+    from attnbench.report.findings import overhead_lines, unchecked_lines
+    from attnbench.report.rows import kernel_unchecked, ran_text
+
+    root = Path(__file__).resolve().parents[1]
+    flash = quick_flash()
+    failed = {**flash, "kernels": None, "kernels_reason": "the profiler could not run: RuntimeError: busy",
+              "attention_share": None}
+    assert kernel_unchecked(flash) is None and not ran_text(flash).count("unchecked")
+    assert ran_text(failed) == "unchecked: the profiler could not run: RuntimeError: busy"
+    old = load_records(root / "reports" / "NVIDIA-H200-20261130-012030" / "run")[0]
+    assert old["status"] == "ok" and ran_text(old) == "unchecked: written before profiling"
+    frameworks = load_records(root / "reports" / "cpu-Intel-Xeon-2core-frameworks")
+    jax = next(r for r in frameworks if r["backend"] == "jax" and r["status"] == "ok")
+    assert ran_text(jax) == "unchecked: the profiler saw no op in the call"
+    undeclared = {**flash, "attention_share": None}
+    assert "unchecked: its backend declares no kernel names here" in ran_text(undeclared)
+    lines = unchecked_lines([flash, failed, *frameworks])
+    assert "Kernels unchecked (the profiler could not run: RuntimeError: busy): sdpa-flash 1 of 15." in lines
+    assert "Kernels unchecked (the profiler saw no op in the call): jax 13 of 13, onnxruntime 13 of 13, " \
+           "onnxruntime-gqa 7 of 7, onnxruntime-mha 13 of 13, openvino 13 of 13." in lines
+    # The overhead line counts profiled records only: the failed one is not among them.
+    copies = {**flash, "attention_share": 0.55,
+              "overhead": "declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)"}
+    assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
+                                                "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
+
+
+class FlashWithAMatmulCrumb(_Sdpa):
+    name = "flash-with-a-matmul-crumb"
+
+    @staticmethod
+    def call(q, k, v):  # type: ignore[no-untyped-def]
+        import torch
+
+        torch.bmm(q[0, :1, :4], k[0, :1, :4].transpose(-1, -2))  # a 4x4 matmul: the math path's op, a crumb
+        return _Sdpa.call(q, k, v)
+
+
+class FlashThenMath(_Sdpa):
+    name = "flash-then-math"
+
+    @staticmethod
+    def call(q, k, v):  # type: ignore[no-untyped-def]
+        ClaimsFlashRunsMath.call(q, k, v)  # the whole attention again on the math path: a fallback's share
+        return _Sdpa.call(q, k, v)
+
+
+def test_planted_backends_a_matmul_crumb_stays_ok_and_a_second_attention_on_the_math_path_is_wrong_kernel() -> None:
+    """Real measurements at quick's size: a 4x4 aten::bmm beside the flash kernel is a crumb of its call; the math
+    path run beside it takes well over the CPU's 10% and is another backend's kernel."""
+    sized = Case("cpu", "float32", 1, 512, 512, 8, 8, 64, True, None, "fwd")
+    crumb = run(FlashWithAMatmulCrumb(), c=sized)
+    assert any(k["name"] == "aten::bmm" for k in crumb.kernels)
+    assert crumb.status == "ok", crumb.reason
+    fallback = run(FlashThenMath(), c=sized)
+    assert fallback.status == "wrong_kernel", fallback.kernels
+    assert "(naive's kernels:" in fallback.reason and "ran under flash-then-math" in fallback.reason

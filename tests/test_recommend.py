@@ -16,6 +16,8 @@ import attnbench.report.dispatch_table as dispatch_table
 from attnbench.cli.main import app
 from attnbench.report.dispatch import DispatchTable, Shape, length_band
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.interval import RUN_TO_RUN_NOISE
+from attnbench.core.policy import percent
 from attnbench.report.recommend import Decision, recommend_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,3 +321,111 @@ def test_a_lone_candidate_told_faster_than_every_overhead_flagged_rival_wins_and
     assert (close.decision, close.backend) == ("none", None) and "not told apart from sdpa-math" in str(close.why)
     faster = only(tmp_path / "c", record("sdpa", 1.0), record("sdpa-math", 0.5, **math_path))
     assert faster.backend is None  # a faster flagged rival is never chosen, nor lets the slower one win
+
+
+# ---- honest footing: gradients checked, one software, the run-to-run noise across runs ---------------------------
+FIRST_RUN = ROOT / "reports" / "NVIDIA-H200-first-run" / "run"
+LONG_FWD_BWD = "cuda-bf16-b1-s16384-h16-kv16-d128-causal-fwd_bwd"
+
+
+def edited_run(directory: Path, source: Path, edit: Any) -> Path:
+    """A committed run copied with `edit(record)` applied to each of its records (env.json kept)."""
+    directory.mkdir(parents=True)
+    records = [json.loads(line) for line in (source / "results.jsonl").read_text().splitlines()]
+    (directory / "results.jsonl").write_text("".join(json.dumps(edit(r) or r) + "\n" for r in records))
+    (directory / "env.json").write_text((source / "env.json").read_text())
+    return directory
+
+
+def test_a_backward_whose_gradients_were_not_checked_decides_no_bucket(tmp_path: Path) -> None:
+    """The H200's first run at 16K fwd+bwd: sdpa wins there, every gradient checked. The same records with
+    `grad_checked: false` (what suites/gpu-long.yaml writes from 32K on, above the size the check covers) decide
+    nothing; with only sdpa's unchecked, sdpa never wins: its faster time unsettles the bucket, named."""
+    def bucket(run: Path) -> Decision:
+        return next(d for d in recommend_runs([run]).decisions if LONG_FWD_BWD in d.cases)
+
+    assert (bucket(FIRST_RUN).decision, bucket(FIRST_RUN).backend) == ("winner", "sdpa")
+
+    def unchecked(only: str | None) -> Any:
+        return lambda r: r.update(grad_checked=False) if r.get("case_id") == LONG_FWD_BWD and (
+            only is None or r["backend"] == only) else None
+
+    none = bucket(edited_run(tmp_path / "all", FIRST_RUN, unchecked(None)))
+    assert (none.decision, none.backend, none.numbers) == ("none", None, {})
+    assert ("sdpa", "gradients unchecked") in none.excluded and ("sdpa-flash", "gradients unchecked") in none.excluded
+    alone = bucket(edited_run(tmp_path / "sdpa", FIRST_RUN, unchecked("sdpa")))
+    assert (alone.decision, alone.backend) == ("unsettled", None) and "sdpa" not in alone.numbers
+    assert alone.contested[0][:2] == ("sdpa", f"gradients unchecked on {LONG_FWD_BWD}")
+    assert alone.why.endswith("cannot decide (gradients unchecked)")
+
+
+def test_runs_of_different_software_are_refused_in_one_line(tmp_path: Path) -> None:
+    """The issue's case: an older clean flex record from a torch 2.10 run at 1.00 ms beat a newer sdpa record from
+    a torch 2.11 run at 1.03 ms, 'apart by 1.020x', with no warning. The run-to-run noise is measured between runs of
+    one software and bounds nothing across an upgrade: refused, naming what differs."""
+    old = write_run(tmp_path / "old", [record("flex", 1.00), record("sdpa", 1.05)], run_id="old",
+                    timestamp="2026-01-01T00:00:00")
+    new = write_run(tmp_path / "new", [record("flex", 1.40, throttled=True), record("sdpa", 1.03)], run_id="new",
+                    timestamp="2026-02-01T00:00:00")
+    env = json.loads((old / "env.json").read_text())
+    (old / "env.json").write_text(json.dumps({**env, "torch": "2.10.0", "libraries": {"torch": "2.10.0"}}))
+    result = invoke(old, new)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "runs with different software: torch 2.10.0 (old) vs 2.11.0 (new)" in " ".join(result.output.split())
+    for fact, one, other in (("attnbench", "0.1.0", "0.2.0"), ("driver", "580.159.04", "590.10")):
+        (old / "env.json").write_text(json.dumps({**env, fact: one}))
+        (new / "env.json").write_text(json.dumps({**env, fact: other, "run_id": "new", "timestamp": "2026-02-01"}))
+        with pytest.raises(AttnbenchError, match=f"different software: {fact} {one} \\(old\\) vs {other} \\(new\\)"):
+            recommend_runs([old, new])
+    # A library installed in one run only is no difference: nothing of it is pooled with the other run.
+    (old / "env.json").write_text(json.dumps(env))
+    (new / "env.json").write_text(json.dumps({**env, "run_id": "new", "timestamp": "2026-02-01",
+                                              "libraries": {**env["libraries"], "sageattention": "1.0.6"}}))
+    assert recommend_runs([old, new]).decisions[0].decision in ("winner", "tie")
+
+
+def test_numbers_from_two_runs_carry_the_run_to_run_noise_and_one_runs_do_not(tmp_path: Path) -> None:
+    """Two medians one GPU run-to-run noise apart (RUN_TO_RUN_NOISE, from the policy table), each known to a quarter
+    of it within its run: measured in one run, flex is told faster; flex's from an older run (its newer timing
+    throttled) and sdpa's from a newer one each carry the noise, they overlap, and the default is kept. Three noises
+    apart, two runs still decide."""
+    n = RUN_TO_RUN_NOISE["cuda"]
+
+    def timed(backend: str, ms: float, **overrides: Any) -> dict:
+        return record(backend, ms, ms * (1 - n / 4), ms * (1 + n / 4), **overrides)
+
+    one = only(tmp_path / "one", timed("flex", 1.0), timed("sdpa", 1 + n))
+    assert (one.decision, one.backend, one.noise) == ("winner", "flex", n)
+    assert one.margin == pytest.approx((1 + n) * (1 - n / 4) / (1 + n / 4), rel=1e-9)
+    old = write_run(tmp_path / "old", [timed("flex", 1.0), timed("sdpa", 1.05)], run_id="old",
+                    timestamp="2026-01-01T00:00:00")
+    new = write_run(tmp_path / "new", [timed("flex", 1.40, throttled=True), timed("sdpa", 1 + n)], run_id="new",
+                    timestamp="2026-02-01T00:00:00")
+    two = recommend_runs([old, new]).decisions[0]
+    assert two.numbers["flex"][0].run_id == "old" and two.numbers["sdpa"][0].run_id == "new"
+    assert (two.decision, two.backend, sorted(two.tie)) == ("tie", "sdpa", ["flex", "sdpa"])
+    assert two.margin == pytest.approx(1 - n, rel=1e-9) and two.margin < 1
+    far = write_run(tmp_path / "far", [timed("flex", 1.40, throttled=True), timed("sdpa", 1 + 3 * n)], run_id="far",
+                    timestamp="2026-02-01T00:00:00")
+    assert recommend_runs([old, far]).decisions[0].decision == "winner"
+
+
+def test_a_lone_candidate_beats_overhead_flagged_rivals_only_beyond_the_run_to_run_noise(tmp_path: Path) -> None:
+    """On a CPU (about ±15% run to run) a lone sdpa 1.25x faster than the flagged math path, its interval apart within
+    the run, decides nothing: the next run may move either by that much. The committed quick run's forward buckets,
+    where the math path is far slower, still name sdpa."""
+    def cpu(backend: str, ms: float, **overrides: Any) -> dict:
+        return record(backend, ms, device="cpu", device_name="Intel Xeon", dtype="float32", **overrides)
+
+    math_path = {"overhead": "declared kernels 60% of the call (under 80%); the rest: aten::where 20% (mask)"}
+    close = recommend_runs([write_run(tmp_path / "close", [cpu("sdpa", 1.0), cpu("sdpa-math", 1.25, **math_path)],
+                                      device="cpu", name="Intel Xeon")]).decisions[0]
+    assert (close.decision, close.backend) == ("none", None)
+    assert f"not told apart from sdpa-math by more than the run-to-run noise (±{percent(RUN_TO_RUN_NOISE['cpu'])}" \
+        in str(close.why)
+    far = recommend_runs([write_run(tmp_path / "far", [cpu("sdpa", 1.0), cpu("sdpa-math", 1.4, **math_path)],
+                                    device="cpu", name="Intel Xeon")]).decisions[0]
+    assert (far.decision, far.backend) == ("winner", "sdpa")
+    quick = recommend_runs([ROOT / "reports" / "cpu-Intel-Xeon-2core-quick"]).decisions
+    forward = [d for d in quick if d.bucket["mode"] == "fwd"]
+    assert len(forward) == 8 and {(d.decision, d.backend) for d in forward} == {("winner", "sdpa")}

@@ -627,7 +627,7 @@ def _profiled(backend: str, time_ms: float, seq: int, names: tuple[tuple[str, fl
     from attnbench.timing.profile import judge_kernels, kernels_from
 
     kernels = kernels_from([(name, 1, ms) for name, ms in names])
-    verdict = judge_kernels(kernels, own, {}, backend)
+    verdict = judge_kernels(kernels, own, {}, backend, "cpu")
     fields = dict(kernels=[k.to_dict() for k in kernels], attention_share=round(verdict.attention_share, 4))
     if verdict.overhead:
         fields["overhead"] = verdict.overhead
@@ -711,4 +711,5 @@ def test_the_findings_name_two_backends_that_ran_one_kernel_as_one_and_group_ove
     assert found.fastest == ["fp32 · no mask · 8 heads · d=64 · fwd · cpu: sdpa = sdpa-flash is fastest at every "
                              "length (512–1K)."]
     assert found.kernels == ["naive: overhead in 2 of 2 profiled records; its declared kernels 57% of the call; the "
-                             "rest most often aten::div, aten::copy_ (copy), aten::masked_fill_ (mask construction)."]
+                             "rest most often aten::div, aten::copy_ (copy), aten::masked_fill_ (mask construction).",
+                             "Kernels unchecked (written before profiling): sdpa 2 of 2, sdpa-flash 2 of 2."]

@@ -121,14 +121,6 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
-# The kernel names composites of matmuls and a softmax run (naive, SDPA's MATH, the sliding window): ATen's on CPU, cuBLAS's
-# and CUTLASS's GEMMs and PyTorch's softmax kernels on CUDA (aten/src/ATen/native/cuda/SoftMax.cu, PersistentSoftmax.cuh).
-MATMUL_SOFTMAX: dict[str, tuple[str, ...]] = {
-    "cpu": (r"^aten::bmm$", r"^aten::_softmax", r"^aten::_softmax_backward_data$"),
-    "cuda": (r"gemm", r"nvjet", r"cutlass.*tensorop", r"xmma", r"SoftMax", r"softmax_warp"),
-}
-
-
 class Backend:
     """An attention implementation. Subclasses set `name` and implement `prepare`."""
 

@@ -58,6 +58,7 @@ from attnbench.backends.cudnn_graph import (
 from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
 from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import CUDNN_SDPA, per_device
 from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def cudnn_module() -> Any:
 @register
 class CudnnBackend(Backend):
     name = "cudnn"
-    kernel_names = {"cuda": (r"cudnn_generated_fort_native_sdpa",)}  # the cuDNN frontend's SDPA engines
+    kernel_names = per_device(cuda=CUDNN_SDPA)  # the cuDNN frontend's SDPA engines
     # By analogy with SDPA→cuDNN (the same cuDNN engines), not yet fitted: its forward reached 630 TFLOP/s at 16K on
     # the H200, ~0.6 of the ~989 TFLOP/s dense bf16 peak; its backward ~0.45 (532 TFLOP/s fwd+bwd).
     cost = Cost(cuda=KernelCost("visible", 0.6, 0.45))

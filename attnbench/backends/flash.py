@@ -51,6 +51,7 @@ from attnbench.backends.base import (
     warm_up,
 )
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLASH_ATTENTION_2, FLASH_ATTENTION_3, FLASH_ATTENTION_4, per_device
 from attnbench.core.quant import Numerics, for_every_input
 from attnbench.backends.registry import register
 
@@ -337,7 +338,7 @@ def output_of(result: Any) -> torch.Tensor:
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
-    kernel_names = {"cuda": (r"flash_fwd", r"flash_bwd")}  # csrc/flash_attn/src/flash_fwd_kernel.h, flash_bwd_kernel.h
+    kernel_names = per_device(cuda=FLASH_ATTENTION_2)
     cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
@@ -353,7 +354,7 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
-    kernel_names = {"cuda": (r"FlashAttnFwdSm90", r"FlashAttnBwdSm90", r"flash_fwd", r"flash_bwd")}  # hopper/
+    kernel_names = per_device(cuda=FLASH_ATTENTION_3)
     cost = Cost(cuda=fp8.FA3_KERNEL)
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
@@ -384,7 +385,7 @@ class FlashAttn3(_Flash):
 @register
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
-    kernel_names = {"cuda": (r"FlashAttentionForward", r"FlashAttentionBackward")}  # flash_attn/cute/flash_fwd*.py
+    kernel_names = per_device(cuda=FLASH_ATTENTION_4)
     cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"

@@ -53,6 +53,7 @@ from attnbench.backends.base import (
 from attnbench.backends.base import warm_up
 from attnbench.backends.flash import qv_split
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLASHINFER, per_device
 from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register
 
@@ -165,8 +166,7 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
-    # include/flashinfer/attention/prefill.cuh and decode.cuh
-    kernel_names = {"cuda": (r"PrefillWith\w*KVCache", r"DecodeWith\w*KVCache")}
+    kernel_names = per_device(cuda=FLASHINFER)
     # FA2/FA3-class prefill kernels, by analogy, not yet fitted (forward only: no backward share).
     cost = Cost(cuda=KernelCost("visible", 0.55, 0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
 from attnbench.core.quant import for_every_input
 from attnbench.backends.registry import register
 from attnbench.core.workload import allowed
@@ -297,9 +298,7 @@ def cpu_build_tools_missing() -> str | None:
 @register
 class FlexBackend(Backend):
     name = "flex"
-    # Inductor's generated kernel: on CPU its C++ runs inside the record_function "## Call CompiledFxGraph <key> ##"
-    # (torch/_inductor/output_code.py); on CUDA the Triton template kernels are triton_tem_fused_flex_attention_*.
-    kernel_names = {"cpu": (r"^## Call CompiledFxGraph",), "cuda": (r"triton_tem_fused",)}
+    kernel_names = per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON)  # Inductor's generated kernel, its flex templates
     cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.40, 0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False

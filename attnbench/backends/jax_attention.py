@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import runtimes
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
 from attnbench.core.counting import MemoryCost
 
@@ -190,4 +191,5 @@ class JaxCudnn(_Jax):
     summary = "jax.nn.dot_product_attention pinned to implementation='cudnn' (GPU; unverified here)"
     implementation = "cudnn"
     devices = ("cuda",)
+    kernel_names = per_device(cuda=JAX_CUDNN_FMHA)  # the cuDNN fused attention custom call JAX emits
     cost = Cost(cuda=KernelCost("visible", 0.45, 0.0))

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from attnbench.verify import determinism
 
 from attnbench.core import workload
-from attnbench.backends.base import MATMUL_SOFTMAX, Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.counting import MemoryCost
 from attnbench.verify.inputs import naive_attention

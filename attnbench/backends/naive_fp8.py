@@ -16,6 +16,7 @@ from attnbench.verify import determinism
 from attnbench.core import quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.naive import laid_out
 from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
 from attnbench.verify.inputs import dtype_of, naive_attention
@@ -47,6 +48,7 @@ class NaiveFp8Backend(Backend):
     summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
                "attention in float32; every format and axis, on every device")
     quantized = EVERY_FORMAT
+    kernel_names = MATMUL_SOFTMAX  # its float32 matmuls and softmax: the dequantizing copies are the rest
     workload_axes = frozenset(workload.MEANT)
 
     def unsupported(self, case: Case) -> str | None:

@@ -35,6 +35,7 @@ from attnbench.backends.base import (
 )
 from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import SAGE, per_device
 from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
 from attnbench.core.quant import Numerics, for_every_input
 from attnbench.backends.registry import register
@@ -63,6 +64,7 @@ class SageBackend(Backend):
                "from bf16/fp16; judged against its own scheme")
     library = "sageattention"
     devices = ("cuda",)
+    kernel_names = per_device(cuda=SAGE)  # its Triton attention kernel and its INT8 quantizer
     install_hint = "pip install sageattention==1.0.6  (Triton only)"
     quant_reasons = for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
                                     "inputs attnbench quantized")

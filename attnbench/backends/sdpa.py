@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 from attnbench.verify import determinism
 
 from attnbench.core import workload
+from attnbench.backends import kernel_names
 from attnbench.backends.base import (
-    MATMUL_SOFTMAX,
     Backend,
     Cost,
     KernelCost,
@@ -22,6 +22,7 @@ from attnbench.backends.base import (
     module_owner,
 )
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.core.counting import MemoryCost
 from attnbench.backends.registry import register
 
@@ -245,16 +246,18 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
     return (lambda: sdpa_kernel([choice])), f"auto→{choice.name}"
 
 
-# SDPA's kernels by name (docs/backends.md "Which kernel ran" cites each source): the CPU flash kernel is the ATen op
-# (aten/src/ATen/native/native_functions.yaml); on CUDA, PyTorch's FA2 copy names its kernels flash_fwd_*/flash_bwd_*
-# (aten/src/ATen/native/transformers/cuda/flash_attn), the memory-efficient kernels are fmha_cutlassF_*/fmha_cutlassB_*
-# (mem_eff_attention/kernels), cuDNN's are cudnn_generated_fort_native_sdpa_*; FA3's FlashAttnFwdSm90/FlashAttnBwdSm90
-# (hopper/flash_fwd_kernel_sm90.h), FA4's FlashAttentionForwardSm90/Sm100 (flash_attn/cute).
-SDPA_FLASH = {"cpu": (r"_scaled_dot_product_flash_attention_for_cpu",), "cuda": (r"flash_fwd", r"flash_bwd")}
-SDPA_EFFICIENT = {"cuda": (r"fmha_cutlassF", r"fmha_cutlassB")}
-SDPA_CUDNN = {"cuda": (r"cudnn_generated_fort_native_sdpa",)}
-FA3_KERNELS = {"cuda": (r"FlashAttnFwdSm90", r"FlashAttnBwdSm90", r"flash_fwd", r"flash_bwd")}
-FA4_KERNELS = {"cuda": (r"FlashAttentionForward", r"FlashAttentionBackward")}
+# SDPA's kernels on each device, from the libraries' tables (attnbench.backends.kernel_names): the CPU flash kernel
+# is the ATen op; on CUDA, PyTorch's FA2 copy, its memory-efficient (CUTLASS fmha) kernels, cuDNN's SDPA engines, and
+# through activate_flash_attention_impl FA3's and FA4's own.
+SDPA_FLASH = kernel_names.per_device(cpu=kernel_names.ATEN_CPU_FLASH, cuda=kernel_names.FLASH_ATTENTION_2)
+SDPA_EFFICIENT = kernel_names.per_device(cuda=kernel_names.CUTLASS_FMHA)
+SDPA_CUDNN = kernel_names.per_device(cuda=kernel_names.CUDNN_SDPA)
+FA3_KERNELS = kernel_names.per_device(cuda=kernel_names.FLASH_ATTENTION_3)
+FA4_KERNELS = kernel_names.per_device(cuda=kernel_names.FLASH_ATTENTION_4)
+# sdpa (auto) may choose any of its kernels, the math path included.
+SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN, FA3_KERNELS,
+                                                         MATMUL_SOFTMAX) for p in names.get(device, ())))
+            for device in ("cpu", "cuda")}
 
 
 @register
@@ -264,9 +267,7 @@ class SdpaAuto(_Sdpa):
     cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
-    kernel_names = {device: tuple(dict.fromkeys(
-        p for names in (SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN, FA3_KERNELS, MATMUL_SOFTMAX) for p in names.get(device, ())))
-        for device in ("cpu", "cuda")}
+    kernel_names = SDPA_ANY
 
 
 @register

@@ -28,6 +28,7 @@ from attnbench.backends.sdpa import (
     flash_pinned,
 )
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLASH_ATTENTION_3, per_device
 from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register
 
@@ -56,6 +57,7 @@ class SdpaFp8Backend(Backend):
     summary = ("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
                "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it")
     devices = ("cuda",)
+    kernel_names = per_device(cuda=FLASH_ATTENTION_3)  # its one kernel is FA3's FP8 forward
     quantized = frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"})
     quant_reasons = {
         "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",

@@ -27,6 +27,7 @@ from attnbench.backends.base import (
     library_refusal,
 )
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLASH_ATTENTION_2, per_device
 from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def varlen_parameters() -> frozenset[str]:
 @register
 class SdpaVarlen(Backend):
     name = "sdpa-varlen"
-    kernel_names = {"cuda": (r"flash_fwd", r"flash_bwd")}  # PyTorch's FA2 varlen kernels
+    kernel_names = per_device(cuda=FLASH_ATTENTION_2)  # PyTorch's FA2 varlen kernels
     # By analogy with sdpa-flash (varlen_attn is PyTorch's FlashAttention 2), not yet fitted.
     cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
     summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Callable
 from attnbench.core import counting, workload
 
 from attnbench.verify import determinism
-from attnbench.backends.base import MATMUL_SOFTMAX, Backend, Cost, KernelCost, Prepared
+from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
+from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.backends.registry import register
 

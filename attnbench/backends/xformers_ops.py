@@ -40,6 +40,7 @@ from attnbench.backends.base import (
 )
 from attnbench.backends.sdpa import fp32_math
 from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import CUTLASS_FMHA, FLASH_ATTENTION_2, FLASH_ATTENTION_3, per_device
 from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 class XformersBackend(Backend):
     name = "xformers"
     # The ops its dispatcher may choose: CUTLASS fmha (xformers/csrc/attention/cuda/fmha), FlashAttention 2 and 3.
-    kernel_names = {"cuda": (r"fmha_cutlassF", r"fmha_cutlassB", r"flash_fwd", r"flash_bwd", r"FlashAttnFwdSm90", r"FlashAttnBwdSm90")}
+    kernel_names = per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)
     cost = Cost(cuda=KernelCost("visible", 0.40, 0.30))
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
     library = "xformers"

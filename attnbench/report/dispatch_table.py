@@ -12,6 +12,7 @@ from attnbench import __version__
 from attnbench.core import axes
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.policy import percent
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
@@ -192,6 +193,9 @@ def default_text(decision: Decision) -> str:
 def note_text(decision: Decision, metric: Metric) -> str:
     """The tie set, what contested the bucket, and the notable exclusions (not plain skips)."""
     notes = [decision.why] if decision.decision == "none" and decision.why else []
+    if decision.across_runs:
+        notes.append(f"numbers from {len(decision.run_ids)} runs: each compared with ±{percent(decision.noise)} "
+                     "run-to-run noise")
     if decision.decision == "tie":
         notes.append("tie: " + ", ".join(decision.tie))
     for backend, why, value in decision.contested:
@@ -227,9 +231,11 @@ def title(runs: list[Run], metric: Metric) -> str:
 def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> str:
     """The Markdown section (`recommend --md`)."""
     lines = [f"## Recommendation: {md_cell(title(runs, metric))}", "",
-             "Per bucket of shapes: the fastest backend whose latest record is `ok`, measured untroubled, with its "
-             "interval apart from every other candidate's (else a tie); `unsettled` when a throttled or noisy timing "
-             f"may be faster; the cost of `{DEFAULT_BACKEND}` (PyTorch's own choice) against the backend to call. "
+             "Per bucket of shapes: the fastest backend whose latest record is `ok`, measured untroubled (a "
+             "backward's gradients checked), with its interval apart from every other candidate's (else a tie; two "
+             "numbers from different runs each with the device's run-to-run noise); `unsettled` when a troubled "
+             f"timing may be faster; the cost of `{DEFAULT_BACKEND}` (PyTorch's own choice) against the backend to "
+             "call. "
              "Runs: " + ", ".join(f"`{run.run_id}` ({md_cell(run.timestamp)})" for run in runs) + ".", "",
              "| " + " | ".join(header(metric)) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(md_cell(cell) for cell in row) + " |" for row in table_rows(decisions, metric)]

@@ -10,6 +10,7 @@ from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_words
 from attnbench.report.recommend import ran_kernel
+from attnbench.report.rows import kernel_unchecked
 from attnbench.records.results import (
     KEY_FIELDS,
     WORKLOAD_DEFAULTS,
@@ -298,7 +299,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     found.kernels = flagged[:MAX_GROUP_LINES] + ([f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose "
                                                   "fastest backend is flagged (see the tables)."]
                                                  if len(flagged) > MAX_GROUP_LINES else [])
-    found.kernels += overhead_lines(records)
+    found.kernels += overhead_lines(records) + unchecked_lines(records)
     found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
@@ -328,3 +329,23 @@ def overhead_lines(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{backend}: overhead in {len(flagged)} of {total} profiled records{share}"
                      + (f"; the rest most often {', '.join(common)}" if common else "") + ".")
     return lines
+
+
+def unchecked_lines(records: list[dict[str, Any]], most: int = 5) -> list[str]:
+    """One line per reason measured records' kernels were never checked (a profiler that failed or saw nothing, no
+    declared names, a record from before profiling), naming each backend with how many of its measured records: such
+    a record is no evidence of which kernel ran, so it is named here and never counted as checked."""
+    by: dict[str, dict[str, int]] = {}
+    for r in records:
+        why = kernel_unchecked(r)
+        if why:
+            counts = by.setdefault(why, {})
+            counts[str(r["backend"])] = counts.get(str(r["backend"]), 0) + 1
+    measured: dict[str, int] = {}
+    for r in records:
+        if r.get("status") in ("ok", "mismatch"):
+            measured[str(r["backend"])] = measured.get(str(r["backend"]), 0) + 1
+    ordered = sorted(by.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    return [f"Kernels unchecked ({why}): "
+            + ", ".join(f"{b} {n} of {measured.get(b, n)}" for b, n in sorted(counts.items())) + "."
+            for why, counts in ordered[:most]]

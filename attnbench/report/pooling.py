@@ -11,7 +11,12 @@ How several runs are pooled (docs/recommend.md, "Several runs"):
   and a value of the metric ranked by. An older clean record stands in for newer troubled ones; a pair with none
   keeps its latest `ok` record as `troubled`, which can never win and is named in the output;
 - samples are never pooled across runs: two runs' samples differ by more than sampling noise (clock state, L2
-  policy, the harness's version), and one interval over both would claim a precision neither run had.
+  policy, the harness's version), and one interval over both would claim a precision neither run had; where
+  recommend compares two numbers from different runs, each carries the device's run-to-run noise
+  (attnbench.report.recommend);
+- runs of different software (attnbench, torch, CUDA, cuDNN, the driver, a library both have) are refused: the
+  run-to-run noise bounds nothing across an upgrade;
+- a backward whose gradients were not checked (`grad_checked: false`) is troubled: it never decides a bucket.
 """
 
 from __future__ import annotations
@@ -84,6 +89,29 @@ class Metric:
 TIME = Metric("time", "ms")
 ENERGY = Metric("energy", "mJ")
 METRICS = {"time": TIME, "energy": ENERGY}
+
+
+def software_of(env: dict[str, Any]) -> dict[str, Any]:
+    """What a run's timings depend on besides the machine: attnbench's version, then versions_of's (torch's build,
+    CUDA, cuDNN, the driver, every library installed)."""
+    return {"attnbench": env.get("attnbench"), **versions_of(env)} if env.get("attnbench") else versions_of(env)
+
+
+def same_software(runs: list[Run], what: str = "recommend") -> None:
+    """Refuse (one line) runs whose software differs in a version both name: the run-to-run noise is measured between
+    runs of the same software and bounds nothing across an upgrade (a torch or driver change can move every kernel
+    by more: compare's case), so one table pools one software's runs. A library installed in one run only is no
+    difference: its backend's numbers come from that run alone."""
+    first = runs[0]
+    mine = software_of(first.env)
+    for run in runs[1:]:
+        theirs = software_of(run.env)
+        differ = [f"{name} {mine[name]} ({first.run_id}) vs {theirs[name]} ({run.run_id})"
+                  for name in mine if name in theirs and str(mine[name]) != str(theirs[name])]
+        if differ:
+            raise ResultsError(f"{what}: runs with different software: {'; '.join(differ)}; one table pools one "
+                               "software's runs (recommend each version's runs apart; `attnbench compare` judges the "
+                               "change)")
 
 
 def versions_of(env: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +187,8 @@ class Entry:
 
 
 def trouble(record: dict[str, Any], metric: Metric) -> str | None:
-    """Why an ok record's figure cannot decide anything (throttled, not repeatable, no figure, no interval), or None.
+    """Why an ok record's figure cannot decide anything (a backward whose gradients were not checked, throttled, not
+    repeatable, no figure, no interval), or None.
 
     A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
     and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
@@ -168,6 +197,10 @@ def trouble(record: dict[str, Any], metric: Metric) -> str | None:
         # never chosen: its time is not (only) its kernel's. A backward's profiled call also zeroes and accumulates
         # gradients, work its user does too, so its overhead flag is shown, not a gate.
         return kernel_trouble(record)
+    if record.get("mode") in BACKWARD and record.get("grad_checked") is False:
+        # a backward never compared with the reference (above the size the check covers): its time may be that of
+        # wrong gradients, so it decides no backward bucket and is named as unchecked
+        return "gradients unchecked"
     if is_throttled(record):
         return "throttled"
     if record.get("repeatable") is False:

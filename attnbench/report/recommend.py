@@ -6,18 +6,23 @@ The rules (docs/recommend.md says them for users):
   heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
   scale granularity is a bucket of its own, never pooled with the unquantized case);
 - candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
-  is `ok`; trouble gate: not throttled and repeatable: attnbench.report.pooling; a noisy number counts with
-  its wider interval);
+  is `ok`; trouble gate: not throttled, repeatable, a backward's gradients checked: attnbench.report.pooling; a
+  noisy number counts with its wider interval);
+- the runs pooled are of one software (attnbench.report.pooling.same_software refuses the rest);
 - backends that ran the same kernel on every case of the bucket (`sdpa` dispatching to FLASH_ATTENTION and the
   pinned `sdpa-flash`) are one candidate, named by the default when it is one of them, else by the first name:
   timing one kernel twice under two names must not split or decide a bucket;
 - each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
   candidate's figure on that case; the leader has the lowest score;
 - statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
-  leader's and apart from it. The tie set is the leader and every candidate not told slower; the leader wins
-  alone when the tie set is the leader alone;
-- a backend whose only number is troubled (throttled or not repeatable) contests the bucket when, on some case, its median
-  is at or below the top of the leader's interval: it may be the faster one, so the bucket is `unsettled`;
+  leader's and apart from it; where the two numbers come from different runs, each interval first takes in the
+  device's run-to-run noise around its median (attnbench.core.interval.RUN_TO_RUN_NOISE). The tie set is the
+  leader and every candidate not told slower; the leader wins alone when the tie set is the leader alone;
+- a backend whose only number is troubled (throttled, or a backward with unchecked gradients) contests the bucket
+  when, on some case, its median is at or below the top of the leader's interval: it may be the faster one, so the
+  bucket is `unsettled`;
+- a lone candidate beside backends flagged `overhead` wins only when told faster than each with the run-to-run
+  noise on both numbers, in one run too: a win with no clean rival must hold in the next run;
 - a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
   from anything, and the backends that would have been its rivals were not measured cleanly;
 - the backend to call: the winner; in a tie, `sdpa` when it is in the tie set (nothing measured says to leave
@@ -35,6 +40,8 @@ from typing import Any
 
 from attnbench.report.dispatch import FEATURES, Shape, bucket_key
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.interval import RUN_TO_RUN_NOISE
+from attnbench.core.policy import percent
 from attnbench.report.pooling import (
     ENERGY,
     METRICS,
@@ -44,6 +51,7 @@ from attnbench.report.pooling import (
     Run,
     load_runs,
     pool,
+    same_software,
 )
 from attnbench.records.results import apart
 
@@ -83,11 +91,17 @@ class Decision:
     default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
     contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
+    noise: float = 0.0  # the device's run-to-run noise, added where two compared numbers come from different runs
 
     @property
     def run_ids(self) -> list[str]:
         """The runs whose records the candidates' numbers come from."""
         return sorted({n.run_id for numbers in self.numbers.values() for n in numbers})
+
+    @property
+    def across_runs(self) -> bool:
+        """Whether the candidates' numbers come from more than one run (so the run-to-run noise was added)."""
+        return len(self.run_ids) > 1
 
     @property
     def chosen(self) -> list[Number]:
@@ -114,9 +128,30 @@ def _ratio(mine: list[Number], theirs: list[Number]) -> float:
     return _geomean([a.value / b.value for a, b in zip(mine, theirs)])
 
 
-def _told_slower(mine: list[Number], leader: list[Number]) -> bool:
-    """On every case, this interval lies above the leader's and apart from it."""
-    return all(apart((a.low, a.high), (b.low, b.high)) and a.value > b.value for a, b in zip(mine, leader))
+def _band(n: Number, noise: float) -> tuple[float, float]:
+    """A number's interval with the device's run-to-run noise around its median taken in: what it claims beside a
+    number from another run (attnbench.core.interval.RUN_TO_RUN_NOISE, from the policy table: how far a median
+    wanders from the long-run median; the same band a record too short for an interval carries)."""
+    return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
+
+
+def _pair(a: Number, b: Number, noise: float, always: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The two intervals to compare: as measured within one run, with the run-to-run noise added across runs (or
+    `always`)."""
+    if always or a.run_id != b.run_id:
+        return _band(a, noise), _band(b, noise)
+    return (a.low, a.high), (b.low, b.high)
+
+
+def _told_slower(mine: list[Number], leader: list[Number], noise: float = 0.0, always: bool = False) -> bool:
+    """On every case, this interval lies above the leader's and apart from it (each with the run-to-run noise added
+    where the two numbers come from different runs, or `always`)."""
+    return all(apart(*_pair(a, b, noise, always)) and a.value > b.value for a, b in zip(mine, leader))
+
+
+def _margin(mine: list[Number], leader: list[Number], noise: float) -> float:
+    """The smallest, over the cases, of this interval's low over the leader's high (above 1: apart)."""
+    return min(pa[0] / pb[1] for pa, pb in (_pair(a, b, noise) for a, b in zip(mine, leader)))
 
 
 def _why(entries: list[Entry | None]) -> str:
@@ -130,7 +165,8 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
     first = next(iter(cases[0].values())).latest
     case_ids = [next(iter(c.values())).case_id for c in cases]
-    decision = Decision(Shape.of_record(first).bucket(), case_ids, "none")
+    decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
+                        noise=RUN_TO_RUN_NOISE.get(str(first.get("device")), RUN_TO_RUN_NOISE["cpu"]))
     backends = sorted({b for c in cases for b in c})
     for backend in backends:
         entries = [c.get(backend) for c in cases]
@@ -145,10 +181,13 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     if len(decision.numbers) == 1 and rivals:  # one candidate, told apart from the rivals or not
         alone = next(iter(decision.numbers))
         decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
-        close = [b for b, numbers in rivals.items() if not _told_slower(numbers, decision.numbers[alone])]
+        # A lone win is the one claim made with no clean rival beside it: it must hold beyond what the next run may
+        # move either number by, so both carry the run-to-run noise, in one run too.
+        close = [b for b, numbers in rivals.items()
+                 if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
         if close:
-            decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} "
-                            "(flagged overhead: never chosen)")
+            decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
+                            f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
         else:
             decision.decision, decision.backend = "winner", alone
             decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
@@ -173,22 +212,25 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
     leader = decision.leader = ranked[0]
     lead = decision.numbers[leader]
-    decision.tie = [b for b in ranked if b == leader or not _told_slower(decision.numbers[b], lead)]
+    decision.tie = [b for b in ranked if b == leader or not _told_slower(decision.numbers[b], lead, decision.noise)]
     if len(ranked) > 1:
         runner = decision.runner_up = ranked[1]
         decision.runner_up_ratio = _ratio(decision.numbers[runner], lead)
-        decision.margin = min(a.low / b.high for a, b in zip(decision.numbers[runner], lead))
+        decision.margin = _margin(decision.numbers[runner], lead, decision.noise)
     for i, case in enumerate(cases):
         for backend, entry in sorted(case.items()):
             troubled = entry.troubled
             value = metric.value(troubled) if troubled is not None else None
-            if value is not None and backend not in decision.numbers and value <= lead[i].high:
+            top = lead[i].high if troubled is None or troubled.get("run_id") == lead[i].run_id \
+                else _band(lead[i], decision.noise)[1]
+            if value is not None and backend not in decision.numbers and value <= top:
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
     if decision.contested:
         decision.decision = "unsettled"
         names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
-        decision.why = f"{names} may be faster than {leader}, but {'was' if ',' not in names else 'were'} " \
-                       "timed throttled or not repeatable"
+        whys = "; ".join(dict.fromkeys(why.split(" on ")[0] for _, why, _ in decision.contested))
+        decision.why = f"{names} may be faster than {leader}, but {'its number' if ',' not in names else 'theirs'} " \
+                       f"cannot decide ({whys})"
     elif len(decision.tie) == 1:
         decision.decision, decision.backend = "winner", leader
     else:
@@ -289,6 +331,7 @@ def recommend_runs(paths: list[Path], by: str = "time") -> Recommendation:
         raise AttnbenchError(f"--by {by!r}: allowed: {', '.join(METRICS)}")
     metric = METRICS[by]
     runs = load_runs(paths)
+    same_software(runs)
     pooled = pool(runs, metric)
     if metric is ENERGY and not has_metric(pooled, metric):
         raise AttnbenchError(f"--by energy: no ok record in {', '.join(str(r.path) for r in runs)} carries "

@@ -100,15 +100,37 @@ def rel_l2_original(record: dict[str, Any]) -> float | None:
     return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
 
 
+MEASURED = ("ok", "mismatch", "wrong_kernel")  # the statuses whose call ran, so was profiled
+
+
+def kernel_unchecked(record: dict[str, Any]) -> str | None:
+    """Why a measured record's kernels were never checked against its backend's declared names, or None when they
+    were (or the record was not measured): the profiler could not run or saw nothing (`kernels` null, with its
+    reason), the backend declares no names there (no `attention_share`), or the record predates profiling. Such a
+    record says nothing about which kernel ran: it is shown as unchecked, never as a kernel that passed."""
+    if record.get("status") not in MEASURED or record.get("status") == "wrong_kernel":
+        return None
+    if "kernels" not in record:
+        return "written before profiling"
+    if not record["kernels"]:
+        return str(record.get("kernels_reason") or "the profiler saw nothing")
+    if record.get("attention_share") is None:
+        return "its backend declares no kernel names here"
+    return None
+
+
 def ran_text(record: dict[str, Any], trace: bool = True) -> str:
     """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
-    and (unless `trace` is False: the HTML table links it) the --trace file beside the results (docs/results.md
-    "Which kernel ran")."""
+    "unchecked" with why where the kernels were never judged, and (unless `trace` is False: the HTML table links it)
+    the --trace file beside the results (docs/results.md "Which kernel ran")."""
     kernels = record.get("kernels")
+    unchecked = kernel_unchecked(record)
     if not kernels:
-        return record.get("kernels_reason") or ""
+        return f"unchecked: {unchecked}" if unchecked else ""
     top = kernels[0]
     words = [f"{top['name'][:60]} {top['share']:.0%}"]
+    if unchecked:
+        words.append(f"unchecked: {unchecked}")
     if record.get("overhead"):
         words.append("overhead")
     if trace and record.get("trace"):
