@@ -189,7 +189,7 @@ def run(
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, err, stop.is_set, options)
-    tables.print_summary(outcome.records, out)
+    tables.print_summary(outcome.records, out, outcome.unavailable)
     err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
     if outcome.measured and report:
         from attnbench.report.render import render_report
