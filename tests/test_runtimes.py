@@ -256,6 +256,10 @@ def test_openvino_broadcasts_one_kv_head_and_repeats_a_group() -> None:
     backend = default_registry().get("openvino")
     mqa = measure_one(make_case(causal=True, heads=4, kv_heads=1), backend)
     assert mqa.status == "ok" and mqa.kv_expanded is False and "one KV head broadcast" in mqa.kernel, mqa.reason
+    from attnbench.core.counting import memory_estimate
+
+    repeated = memory_estimate(make_case(causal=True, heads=4, kv_heads=1), type(backend).cost.memory)
+    assert mqa.memory_estimate_bytes < repeated  # no repeated K/V in its estimate either
     gqa = measure_one(make_case(causal=True, heads=4, kv_heads=2), backend)
     assert gqa.status == "ok" and gqa.kv_expanded is True, gqa.reason
 

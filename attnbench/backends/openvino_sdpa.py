@@ -62,6 +62,15 @@ class OpenVinoSdpa(Backend):
             return "OpenVINO's ScaledDotProductAttention has no softcap"
         return runtimes.unmapped(case, self.name)
 
+    def estimate_memory(self, case: Case) -> int:
+        """The declared cost's estimate, without the repeated K/V where one KV head is broadcast instead."""
+        from dataclasses import replace
+
+        from attnbench.core import counting
+
+        memory = self.cost.memory if broadcast_refused(case) else replace(self.cost.memory, expands_kv=False)
+        return counting.memory_estimate(case, memory)
+
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "OpenVINO", ("Check '", "not supported", "Unsupported"), (RuntimeError,))
 
