@@ -292,3 +292,29 @@ def test_jax_cudnn_refuses_what_jax_refuses_for_cudnn(rule: str) -> None:
 def test_jax_cudnn_takes_what_cudnn_runs() -> None:
     case = make_case(dtype="bfloat16", head_dim=128, causal=True, window=64, heads=4, kv_heads=2, device="cuda")
     assert default_registry().get("jax-cudnn").unsupported(case) is None
+
+
+@pytest.mark.parametrize("name", ["onnxruntime", "onnxruntime-gqa"])
+def test_onnx_runtime_runs_float16_in_its_own_kernel(name: str) -> None:
+    """Attention and GroupQueryAttention register float16 on the CPU: right against the reference, and no Cast
+    node beside the op in its session's profile."""
+    _installed(name)
+    record = measure_one(make_case(dtype="float16", causal=True, seq_len=48, kv_seq_len=80, window=7, heads=4,
+                                   kv_heads=2), default_registry().get(name))
+    assert record.status == "ok", (record.status, record.reason)
+    assert not [k for k in record.kernels if k["name"].startswith("Cast")], record.kernels
+
+
+def test_multi_head_attention_skips_float16_which_onnx_runtime_casts_to_float32(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MultiHeadAttention's CPU kernel is float32 only: skipped in float16; asked anyway, its session runs the
+    float32 kernel between the Cast nodes ORT inserts."""
+    import attnbench.backends.onnx_runtime as ort_mod
+
+    _installed("onnxruntime-mha")
+    case = make_case(dtype="float16", causal=True, heads=4, kv_heads=2)
+    record = measure_one(case, default_registry().get("onnxruntime-mha"))
+    assert record.status == "skipped" and "registers float32 only" in record.reason, record.reason
+    monkeypatch.setattr(ort_mod.OrtMultiHeadAttention, "kernel_dtypes", ("float32", "float16"))
+    asked = measure_one(case, default_registry().get("onnxruntime-mha"))
+    assert asked.status == "ok" and any(k["name"] == "Cast (CPUExecutionProvider)" for k in asked.kernels), asked

@@ -36,6 +36,8 @@ SESSION_REST = "session run outside its nodes"
 # ORT's words when no kernel of an op takes the inputs (a dtype it does not register, an attribute it rejects).
 REFUSALS = ("Could not find an implementation", "NOT_IMPLEMENTED", "INVALID_ARGUMENT", "not supported")
 GQA = "ONNX Runtime's GroupQueryAttention"
+# The case dtypes the graphs can be built in: their tensors are NumPy arrays.
+NUMPY_DTYPES = ("float32", "float16")
 # Its rule for several queries after a cached prefix (group_query_attention_helper.h), which its query_seqlens input
 # lifts where the installed release has that input.
 BATCH_RULE = "batch_size must be 1 when sequence_length > 1 and past context is given"
@@ -84,6 +86,9 @@ class _Ort(Backend):
     install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""
+    # The dtypes the op's CPU kernel registers (onnxruntime 1.32, by its session profile: for any other, ORT's
+    # graph runs the float32 kernel between Cast nodes it inserts, a different computation than the one asked).
+    kernel_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 3.0), memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
 
     def availability(self, device: str) -> str | None:
@@ -106,9 +111,11 @@ class _Ort(Backend):
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:
             return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
-        if case.dtype != "float32":
-            # onnxruntime 1.32's CPU kernels of the three ops also run float16: not mapped (graph types, outputs)
-            return f"attnbench maps float32 onto ONNX Runtime's {self.op} only, not {case.dtype} yet"
+        if case.dtype not in NUMPY_DTYPES:  # the graph's tensors are NumPy arrays, and NumPy has no bfloat16
+            return f"attnbench maps float32 and float16 onto ONNX Runtime's {self.op} only, not {case.dtype}"
+        if case.dtype not in self.kernel_dtypes:
+            return (f"ONNX Runtime's CPU kernel of {self.op} registers {' and '.join(self.kernel_dtypes)} only, not "
+                    f"{case.dtype} (a {case.dtype} graph would run it between Cast nodes)")
         return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -159,7 +166,7 @@ class _Ort(Backend):
         placed = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in inputs.items()}
         for name, value in placed.items():
             binding.bind_ortvalue_input(name, value)
-        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.float32)
+        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.dtype(case.dtype).type)
         binding.bind_ortvalue_output("out", out)
         for name in self.extra_outputs():
             binding.bind_output(name, "cpu")
@@ -259,6 +266,7 @@ class OrtMultiHeadAttention(_Ort):
                "else unfused; no GQA (K/V repeated)")
     op = "MultiHeadAttention"
     domain = MS
+    kernel_dtypes = ("float32",)
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
     workload_axes = frozenset({"documents", "kv_lengths"})
 
@@ -278,7 +286,8 @@ class OrtMultiHeadAttention(_Ort):
         keep = runtimes.keep_mask(case)
         how = "no mask"
         if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not the conventions' (docs/conventions.md)
-            bias = np.where(keep, np.float32(0), np.float32(-np.inf))[:, None].astype(np.float32)
+            kind = np.dtype(case.dtype).type  # the op's attention_bias has the inputs' type
+            bias = np.where(keep, kind(0), kind(-np.inf))[:, None].astype(kind)
             inputs = {**inputs, "bias": None, "key_padding_mask": None, "attention_bias": bias}  # type: ignore[dict-item]
             how = "additive attention_bias"
         return ({n: a for n, a in inputs.items() if a is not None}, {"num_heads": case.heads},
@@ -372,14 +381,15 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     import onnx
     from onnx import TensorProto, helper
 
-    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+             np.dtype(np.int32): TensorProto.INT32,
              np.dtype(bool): TensorProto.BOOL}
     outputs = ["out", *backend.extra_outputs()]
     node = helper.make_node(backend.op, names, outputs, domain=backend.domain, **attributes)
     graph = helper.make_graph(
         [node], backend.name,
         [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+        [helper.make_tensor_value_info(n, types[np.dtype(next(iter(inputs.values())).dtype)], None) for n in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     model.ir_version = min(model.ir_version, onnx.IR_VERSION)
     return model.SerializeToString()
