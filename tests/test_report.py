@@ -729,3 +729,16 @@ def test_the_findings_name_two_backends_that_ran_one_kernel_as_one_and_group_ove
                              "length (512–1K)."]
     assert found.kernels == ["naive: overhead in 2 of 2 profiled records; its declared kernels 57% of the call; the "
                              "rest most often aten::div, aten::copy_ (copy), aten::masked_fill_ (mask construction)."]
+
+
+def test_a_failure_at_every_case_says_so_instead_of_naming_cases() -> None:
+    from attnbench.report.findings import build_findings
+
+    records = load_records(DATA / "cpu-run")
+    found = {(f.backend, f.status): f for f in build_findings(group_records(records), records, "sdpa-math").other_failures}
+    cases = {r["case_id"] for r in records}
+    for (backend, status), failure in found.items():
+        hit = {r["case_id"] for r in records if r["backend"] == backend and r["status"] == status
+               and r["reason"] == failure.reason}
+        assert failure.cases_text.startswith("every case") == (hit == cases and len(cases) > 1), failure.cases_text
+    assert any(f.cases_text.startswith("every case") for f in found.values())  # sdpa-cudnn needs CUDA everywhere
