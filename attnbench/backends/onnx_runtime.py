@@ -389,7 +389,7 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     graph = helper.make_graph(
         [node], backend.name,
         [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, types[np.dtype(next(iter(inputs.values())).dtype)], None) for n in outputs])
+        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])  # the query's type
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     model.ir_version = min(model.ir_version, onnx.IR_VERSION)
     return model.SerializeToString()
