@@ -112,9 +112,9 @@ class ProgressListener:
             self.eta.finished(case, record.backend)
         self.progress.update(self.task, advance=1, eta=self._eta_text())
         done = int(self.progress.tasks[0].completed)
-        line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {status_text(record)}"
         if record.status == "skipped" and record.reason == self.unavailable.get(record.backend):
             return  # said once, before the first measurement
+        line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {status_text(record)}"
         if not self.live:
             self.console.print(line + (f"  (eta {self._eta_text()})" if self.eta is not None else ""),
                                markup=False, soft_wrap=True)
