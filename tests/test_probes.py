@@ -93,7 +93,9 @@ def test_answers_are_reused_until_the_installation_or_environment_changes(
         probes.save()
         return probes
 
+    assert Probes("cpu", tmp_path).first_call() is not None  # nothing stored yet: the imports are about to happen
     assert ask().note() is None and len(naive_asked) == 1
+    assert Probes("cpu", tmp_path).first_call() is None
     reused = ask()
     assert len(naive_asked) == 1 and "reused from" in (reused.note() or "")
     ask(fresh=True)  # --fresh

@@ -109,6 +109,13 @@ class Probes:
         self._changed = self._changed or self.path is not None
         return self.torch
 
+    def first_call(self) -> str | None:
+        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some are
+        stored, or when none would be (a GPU's)."""
+        if self.answers or self.path is None:
+            return None
+        return "asking every backend's library once (imports: seconds); the answers are kept for the next call"
+
     def note(self) -> str | None:
         """The line that says some answers were reused, and how to ask again; None when all were asked now."""
         if not self.reused:
