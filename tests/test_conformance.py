@@ -461,7 +461,7 @@ def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch
     import attnbench.cli.doctor as doctor
     import attnbench.run.env as env
 
-    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
+    monkeypatch.setattr(env, "collect_env", lambda device, **_: {"device": device})
     diagnosis = doctor.diagnose("cpu")
     lines = doctor.format_text(diagnosis)
     conformance = [line.split("conformance", 1)[1].strip() for line in lines if "  conformance  " in line]

@@ -63,7 +63,7 @@ def test_attnbench_doctor_shows_the_state_and_the_lock_commands_on_cuda(monkeypa
     import attnbench.run.env as env
 
     state = stored(snapshot(H200, SmiReader(smi())))
-    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device, "gpu_state": [state]})
+    monkeypatch.setattr(env, "collect_env", lambda device, **_: {"device": device, "gpu_state": [state]})
     monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
     diagnosis = doctor.diagnose("cuda")
     text = "\n".join(doctor.format_text(diagnosis))

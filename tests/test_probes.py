@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ("jax", "onnxruntime", "openvino", "xformers", "torch._dynamo")
 
 
-def list_in_a_new_process(cache: Path, *extra: str) -> tuple[str, list[str]]:
-    """`attnbench list --device cpu` in a fresh interpreter: its output, and which heavy runtimes it imported."""
-    code = (f"import sys; sys.argv = ['attnbench', 'list', '--device', 'cpu', *{list(extra)!r}]\n"
+def list_in_a_new_process(cache: Path, *extra: str, command: str = "list") -> tuple[str, list[str]]:
+    """`attnbench list --device cpu` (or `command`) in a fresh interpreter: its output, and which heavy runtimes it
+    imported."""
+    code = (f"import sys; sys.argv = ['attnbench', {command!r}, '--device', 'cpu', *{list(extra)!r}]\n"
             "from attnbench.cli.main import main\ntry: main()\nexcept SystemExit: pass\n"
             f"print('IMPORTED', [m for m in {RUNTIMES + ('torch',)!r} if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
@@ -41,6 +42,31 @@ def test_a_second_list_imports_no_kernel_runtime_and_prints_the_same_table(tmp_p
     table = second.splitlines()
     assert table[:-1] == first.splitlines()  # every row as asked, versions and reasons included
     assert table[-1].startswith("backend probes: reused from") and "--fresh asks again" in table[-1]
+
+
+def test_a_second_doctor_imports_neither_torch_nor_a_kernel_runtime_and_says_the_same(tmp_path: Path) -> None:
+    """torch's version, threads and CUDA build are kept with the backends' answers for a CPU installation."""
+    first, imported_first = list_in_a_new_process(tmp_path, command="doctor")
+    assert "torch" in imported_first
+    second, imported_second = list_in_a_new_process(tmp_path, command="doctor")
+    assert imported_second == []
+    assert [line for line in second.splitlines() if not line.startswith("backend probes: reused from")] == \
+        first.splitlines()
+
+
+def test_torch_facts_are_asked_again_when_the_thread_count_is_set(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnbench.run.env as env
+
+    asked: list[int] = []
+    monkeypatch.setattr(env, "torch_facts", lambda: asked.append(1) or {"torch_threads": len(asked)})
+    for threads in (None, None, str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)):
+        if threads:
+            monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        probes = Probes("cpu", tmp_path)
+        facts = probes.torch_facts()
+        probes.save()
+    assert len(asked) == 2 and facts == {"torch_threads": 2}
 
 
 @pytest.fixture()
@@ -67,7 +93,9 @@ def test_answers_are_reused_until_the_installation_or_environment_changes(
         probes.save()
         return probes
 
+    assert Probes("cpu", tmp_path).first_call() is not None  # nothing stored yet: the imports are about to happen
     assert ask().note() is None and len(naive_asked) == 1
+    assert Probes("cpu", tmp_path).first_call() is None
     reused = ask()
     assert len(naive_asked) == 1 and "reused from" in (reused.note() or "")
     ask(fresh=True)  # --fresh

@@ -162,16 +162,33 @@ def test_pngs_decode_at_the_expected_size(rendered: dict[str, Any]) -> None:
             assert height == round((3.9 * rows + 1.3) * DPI)
 
 
-def test_markdown_has_one_row_per_backend_and_length_in_each_group(rendered: dict[str, Any]) -> None:
+def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: dict[str, Any]) -> None:
+    """Each group's table has one row per length of each backend that ran at some length (failures included); a
+    backend skipped at every length has no row and is named once under the table, with its reason."""
     sections = re.split(r"^### ", rendered["md"], flags=re.MULTILINE)[1:]
     tables = {s.splitlines()[0]: s for s in sections if s.splitlines()[0] != "Findings"}
     groups = group_records(rendered["records"])
     assert len(tables) == len(groups)
     for group in groups:
         table = tables[group.title()]
+        never = {r["backend"] for r in group.records} - {r["backend"] for r in group.records if r["status"] != "skipped"}
         rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
         got = sorted((cells[0].lstrip("| "), int(cells[1])) for cells in rows)
-        assert got == sorted(group.by_backend_x())
+        assert got == sorted(key for key in group.by_backend_x() if key[0] not in never)
+        named = re.findall(r"^- (\S+): (.*)$", table.split("Skipped at every length:")[-1], re.MULTILINE) if never else []
+        assert sorted(name for name, _ in named) == sorted(never), group.title()
+        for name, reasons in named:
+            assert all(html.escape(r["reason"], quote=False) in reasons for r in group.records if r["backend"] == name)
+
+
+def test_a_cpu_run_names_its_cuda_only_backends_once_per_group() -> None:
+    """The committed CPU run skips sdpa-efficient and sdpa-cudnn at every length: no table row, one line each."""
+    from attnbench.report.markdown import group_table
+
+    for group in group_records(load_records(DATA / "cpu-run")):
+        text = "\n".join(group_table(group, "sdpa-math"))
+        for backend in ("sdpa-efficient", "sdpa-cudnn"):
+            assert f"| {backend} |" not in text and text.count(f"- {backend}: needs CUDA") == 1, text
 
 
 def test_findings_name_the_failures(rendered: dict[str, Any]) -> None:
@@ -713,3 +730,16 @@ def test_the_findings_name_two_backends_that_ran_one_kernel_as_one_and_group_ove
     assert found.kernels == ["naive: overhead in 2 of 2 profiled records; its declared kernels 57% of the call; the "
                              "rest most often aten::div, aten::copy_ (copy), aten::masked_fill_ (mask construction).",
                              "Kernels unchecked (written before profiling): sdpa 2 of 2, sdpa-flash 2 of 2."]
+
+
+def test_a_failure_at_every_case_says_so_instead_of_naming_cases() -> None:
+    from attnbench.report.findings import build_findings
+
+    records = load_records(DATA / "cpu-run")
+    found = {(f.backend, f.status): f for f in build_findings(group_records(records), records, "sdpa-math").other_failures}
+    cases = {r["case_id"] for r in records}
+    for (backend, status), failure in found.items():
+        hit = {r["case_id"] for r in records if r["backend"] == backend and r["status"] == status
+               and r["reason"] == failure.reason}
+        assert failure.cases_text.startswith("every case") == (hit == cases and len(cases) > 1), failure.cases_text
+    assert any(f.cases_text.startswith("every case") for f in found.values())  # sdpa-cudnn needs CUDA everywhere

@@ -71,6 +71,32 @@ def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(
     assert len((out / "results.jsonl").read_text().splitlines()) == 4  # the earlier results are untouched
 
 
+def test_a_backend_that_cannot_run_here_is_named_once_before_the_first_measurement(tmp_path: Path) -> None:
+    """sdpa-cudnn needs CUDA: its reason is printed once before the progress, none of its two skips prints a
+    progress line or a row in the final tables, and every one of them is still recorded with that reason."""
+    import io
+
+    from attnbench.cli.tables import print_summary
+
+    path = tmp_path / "mixed.yaml"
+    path.write_text(SUITE.replace("backends: [naive, sdpa]", "backends: [naive, sdpa-cudnn]"))
+    plan = session.plan(path, RunOptions())
+    screen = io.StringIO()
+    outcome = session.execute(plan, tmp_path / "run", Console(file=screen, width=200), lambda: False,
+                              RunOptions(cache_dir=tmp_path / "cache"))
+    reason = "needs CUDA (PyTorch has no CPU implementation of CUDNN_ATTENTION)"
+    text = screen.getvalue()
+    assert text.count(reason) == 1 and text.index(reason) < text.index("naive ")
+    assert not [line for line in text.splitlines() if line.startswith("[") and "sdpa-cudnn" in line]
+    assert [line.startswith("[") for line in text.splitlines() if "naive " in line].count(True) == 2
+    skipped = [r for r in outcome.records if r.backend == "sdpa-cudnn"]
+    assert len(skipped) == 2 and {(r.status, r.reason) for r in skipped} == {("skipped", reason)}
+    tables = io.StringIO()
+    print_summary(outcome.records, Console(file=tables, width=200), outcome.unavailable)
+    assert "│ sdpa-cudnn" not in tables.getvalue() and "│ naive" in tables.getvalue()
+    assert tables.getvalue().count("sdpa-cudnn") == 1
+
+
 def test_the_sustained_state_loop_is_on_for_a_gpu_and_off_for_a_cpu_unless_the_suite_says(tmp_path: Path) -> None:
     from attnbench.sweep.suite import load_suite
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 JAX_CALL = LibraryCall("jax.nn", "dot_product_attention", positional=("query", "key", "value"),
                        keywords=("mask", "is_causal", "local_window_size", "implementation"))
+# The largest head dim JAX lets cuDNN's flash attention take (on Hopper and later; 128 before).
+CUDNN_MAX_HEAD_DIM = 256
 # One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if any.
 HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([\w\-]+)\(")
 HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
@@ -56,10 +58,31 @@ class _Jax(Backend):
             return runtimes.FORWARD_ONLY.format(runtime="JAX")
         if case.softcap is not None:
             return "jax.nn.dot_product_attention has no softcap"
-        return runtimes.unmapped(case, self.name)
+        return self.implementation_refuses(case) or runtimes.unmapped(case, self.name)
+
+    def implementation_refuses(self, case: Case) -> str | None:
+        """What the implementation refuses whatever the device, in JAX's words: XLA's CPU compiler has no float16
+        dot_general at the F16_F16_F32 precision dot_product_attention asks for float16 (jax/_src/nn/functions.py);
+        cuDNN's rules are in check_layout and check_is_flash_attention (jax/_src/cudnn/fused_attention_stablehlo.py)
+        and dot_product_attention (no right window without causal). Its 128 head-dim cap before Hopper depends on
+        the GPU, so it is left to JAX's refusal at compile."""
+        if self.implementation == "xla":
+            if case.device == "cpu" and case.dtype == "float16":
+                return ("XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by "
+                        "dot_general on CPU\"")
+            return None
+        if case.dtype not in ("float16", "bfloat16"):
+            return (f"JAX's cuDNN attention takes fp16/bf16 only, not {case.dtype}: \"Q must be "
+                    "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")
+        if case.head_dim % 8 or case.head_dim > CUDNN_MAX_HEAD_DIM:
+            return (f"JAX's cuDNN attention refuses head_dim {case.head_dim}: \"The head dim must be <= "
+                    f"{CUDNN_MAX_HEAD_DIM} and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")
+        if case.window is not None and not case.causal:
+            return "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""
+        return None
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported"),
+        return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:

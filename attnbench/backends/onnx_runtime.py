@@ -7,10 +7,12 @@ session profiling, on a second session made for it after the samples: each node'
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends import runtimes
@@ -33,11 +35,47 @@ MS = "com.microsoft"
 SESSION_REST = "session run outside its nodes"
 # ORT's words when no kernel of an op takes the inputs (a dtype it does not register, an attribute it rejects).
 REFUSALS = ("Could not find an implementation", "NOT_IMPLEMENTED", "INVALID_ARGUMENT", "not supported")
+GQA = "ONNX Runtime's GroupQueryAttention"
+# The case dtypes the graphs can be built in: their tensors are NumPy arrays.
+NUMPY_DTYPES = ("float32", "float16")
+# Its rule for several queries after a cached prefix (group_query_attention_helper.h), which its query_seqlens input
+# lifts where the installed release has that input.
+BATCH_RULE = "batch_size must be 1 when sequence_length > 1 and past context is given"
 CALLS = (
     LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"), keywords=("providers",)),
     LibraryCall("onnxruntime", "OrtValue.ortvalue_from_numpy", positional=("numpy_obj",)),
     LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"), keywords=("domain",)),
 )
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    """What the installed ONNX Runtime's schema of a com.microsoft op declares: its inputs in order and its
+    attributes (they grow between releases: GroupQueryAttention's causal and query_seqlens are recent)."""
+
+    version: str
+    inputs: tuple[str, ...]
+    attributes: frozenset[str]
+
+
+# GroupQueryAttention's first seven inputs, which every release has: the schema where ONNX Runtime is not installed.
+GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length")
+
+
+@functools.cache
+def contrib_schema(op: str) -> OpSchema:
+    """The installed ONNX Runtime's schema of com.microsoft `op` (GroupQueryAttention's oldest inputs and no
+    attribute where ONNX Runtime is not installed, so that a rule is never assumed lifted)."""
+    try:
+        import onnxruntime
+        from onnxruntime.capi import onnxruntime_pybind11_state as capi
+    except ImportError:
+        return OpSchema("(not installed)", GQA_INPUTS, frozenset())
+    for schema in capi.get_all_operator_schema():
+        if schema.name == op and schema.domain == MS:
+            return OpSchema(onnxruntime.__version__, tuple(i.name for i in schema.inputs),
+                            frozenset(schema.attributes))
+    return OpSchema(onnxruntime.__version__, GQA_INPUTS, frozenset())
 
 
 class _Ort(Backend):
@@ -48,6 +86,9 @@ class _Ort(Backend):
     install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""
+    # The dtypes the op's CPU kernel registers (onnxruntime 1.32, by its session profile: for any other, ORT's
+    # graph runs the float32 kernel between Cast nodes it inserts, a different computation than the one asked).
+    kernel_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 3.0), memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
 
     def availability(self, device: str) -> str | None:
@@ -70,8 +111,11 @@ class _Ort(Backend):
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:
             return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
-        if case.dtype != "float32":
-            return f"ONNX Runtime's CPU kernel of {self.op} registers float32 only, not {case.dtype}"
+        if case.dtype not in NUMPY_DTYPES:  # the graph's tensors are NumPy arrays, and NumPy has no bfloat16
+            return f"attnbench maps float32 and float16 onto ONNX Runtime's {self.op} only, not {case.dtype}"
+        if case.dtype not in self.kernel_dtypes:
+            return (f"ONNX Runtime's CPU kernel of {self.op} registers {' and '.join(self.kernel_dtypes)} only, not "
+                    f"{case.dtype} (a {case.dtype} graph would run it between Cast nodes)")
         return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -122,7 +166,7 @@ class _Ort(Backend):
         placed = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in inputs.items()}
         for name, value in placed.items():
             binding.bind_ortvalue_input(name, value)
-        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.float32)
+        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.dtype(case.dtype).type)
         binding.bind_ortvalue_output("out", out)
         for name in self.extra_outputs():
             binding.bind_output(name, "cpu")
@@ -222,6 +266,7 @@ class OrtMultiHeadAttention(_Ort):
                "else unfused; no GQA (K/V repeated)")
     op = "MultiHeadAttention"
     domain = MS
+    kernel_dtypes = ("float32",)
     cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
     workload_axes = frozenset({"documents", "kv_lengths"})
 
@@ -241,7 +286,8 @@ class OrtMultiHeadAttention(_Ort):
         keep = runtimes.keep_mask(case)
         how = "no mask"
         if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not the conventions' (docs/conventions.md)
-            bias = np.where(keep, np.float32(0), np.float32(-np.inf))[:, None].astype(np.float32)
+            kind = np.dtype(case.dtype).type  # the op's attention_bias has the inputs' type
+            bias = np.where(keep, kind(0), kind(-np.inf))[:, None].astype(kind)
             inputs = {**inputs, "bias": None, "key_padding_mask": None, "attention_bias": bias}  # type: ignore[dict-item]
             how = "additive attention_bias"
         return ({n: a for n, a in inputs.items() if a is not None}, {"num_heads": case.heads},
@@ -259,19 +305,35 @@ class OrtMultiHeadAttention(_Ort):
 @register
 class OrtGroupQueryAttention(_Ort):
     name = "onnxruntime-gqa"
-    summary = ("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: always causal, native GQA, local window, "
-               "softcap; keys before the queries as its past K/V")
+    summary = ("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
+               "before the queries as its past K/V")
     op = "GroupQueryAttention"
     domain = MS
     cost = Cost(cpu=KernelCost("causal", 0.5, 0.0, 2.0), memory=MemoryCost(score_copies_fwd=1))
     workload_axes = frozenset({"softcap"})
 
     def unsupported(self, case: Case) -> str | None:
-        if not case.causal:
-            return "com.microsoft.GroupQueryAttention is always causal (no non-causal mode)"
+        """ONNX Runtime's own rules for the op (contrib_ops/cpu/bert/group_query_attention_helper.h and the op's
+        schema), in its words, before any tensor exists."""
+        schema = contrib_schema(self.op)
+        if case.head_dim % 8:
+            return f"{GQA} refuses head_dim {case.head_dim}: \"head_size must be a multiple of 8\""
         if case.kv_seq_len < case.seq_len:
-            return "com.microsoft.GroupQueryAttention needs at least as many keys as queries"
+            return f"{GQA} needs at least as many keys as queries (its queries are the last of its keys)"
+        if not case.causal and "causal" not in schema.attributes:
+            return f"{GQA} of onnxruntime {schema.version} is always causal (its schema has no causal attribute)"
+        if not case.causal and case.window is not None:
+            return f"{GQA} refuses a window without causal: \"local_window_size must be -1 when causal is 0\""
+        if self.needs_query_seqlens(case) and not (case.causal and "query_seqlens" in schema.inputs):
+            return f"{GQA} refuses batch {case.batch} with a cached prefix: \"{BATCH_RULE}\"" + (
+                "" if case.causal else " (its query_seqlens, which lifts the rule, requires causal)")
         return super().unsupported(case)
+
+    @staticmethod
+    def needs_query_seqlens(case: Case) -> bool:
+        """Whether the case is ONNX Runtime's batched chunk (batch > 1, several queries, keys before them), which
+        the op runs only when each entry's query count is given as its query_seqlens input."""
+        return case.batch > 1 and 1 < case.seq_len < case.kv_seq_len
 
     def extra_outputs(self) -> tuple[str, ...]:
         return ("present_key", "present_value")
@@ -286,7 +348,9 @@ class OrtGroupQueryAttention(_Ort):
                   "seqlens_k": np.full((case.batch,), case.kv_seq_len - 1, dtype=np.int32),
                   "total_sequence_length": np.array([case.kv_seq_len], dtype=np.int32)}
         attributes: dict[str, Any] = {"num_heads": case.heads, "kv_num_heads": case.kv_heads}
-        how = "causal"
+        how = "causal" if case.causal else "causal 0"
+        if not case.causal:
+            attributes["causal"] = 0
         if case.window is not None:  # it keeps the key at distance 0 and the W - 1 before it: the conventions' (docs/conventions.md) W is W + 1
             attributes["local_window_size"] = self.window_of(case.window)
             how += f", local_window_size {attributes['local_window_size']}"
@@ -294,11 +358,20 @@ class OrtGroupQueryAttention(_Ort):
             attributes["softcap"] = float(case.softcap)
         if past:
             how += f", {past} keys as past K/V"
+        if self.needs_query_seqlens(case) and "query_seqlens" in contrib_schema(self.op).inputs:
+            # the op's batched chunks: every entry's queries counted
+            inputs["query_seqlens"] = np.full((case.batch,), case.seq_len, dtype=np.int32)
+            how += f", query_seqlens {case.seq_len} per entry (its batched chunks)"
         return inputs, attributes, how, False
+
+    def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
+        """The op's inputs are positional, in its schema's order: an absent optional one is an empty name."""
+        order = contrib_schema(self.op).inputs
+        last = max(order.index(name) for name in inputs)
+        return _positional_model(self, inputs, attributes, [n if n in inputs else "" for n in order[: last + 1]])
 
     def window_of(self, window: int) -> int:
         return window + 1
-
 
 
 def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: dict[str, Any],
@@ -308,14 +381,15 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     import onnx
     from onnx import TensorProto, helper
 
-    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+             np.dtype(np.int32): TensorProto.INT32,
              np.dtype(bool): TensorProto.BOOL}
     outputs = ["out", *backend.extra_outputs()]
     node = helper.make_node(backend.op, names, outputs, domain=backend.domain, **attributes)
     graph = helper.make_graph(
         [node], backend.name,
         [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])  # the query's type
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     model.ir_version = min(model.ir_version, onnx.IR_VERSION)
     return model.SerializeToString()

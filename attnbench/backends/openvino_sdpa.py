@@ -30,7 +30,8 @@ PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 @register
 class OpenVinoSdpa(Backend):
     name = "openvino"
-    summary = "OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA"
+    summary = ("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
+               "broadcast for MQA")
     library = "openvino"
     devices = ("cpu",)
     install_hint = "pip install 'attnbench[openvino]'"
@@ -61,6 +62,15 @@ class OpenVinoSdpa(Backend):
             return "OpenVINO's ScaledDotProductAttention has no softcap"
         return runtimes.unmapped(case, self.name)
 
+    def estimate_memory(self, case: Case) -> int:
+        """The declared cost's estimate, without the repeated K/V where one KV head is broadcast instead."""
+        from dataclasses import replace
+
+        from attnbench.core import counting
+
+        memory = self.cost.memory if broadcast_refused(case) else replace(self.cost.memory, expands_kv=False)
+        return counting.memory_estimate(case, memory)
+
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "OpenVINO", ("Check '", "not supported", "Unsupported"), (RuntimeError,))
 
@@ -81,8 +91,8 @@ class OpenVinoSdpa(Backend):
         import torch
 
         mask, causal, how = self.mask_of(case)
-        expanded = case.kv_heads != case.heads  # the op does not broadcast K/V heads (its shape check refuses)
-        tensors = [q, expand_kv(k, case), expand_kv(v, case)]
+        expanded = broadcast_refused(case)
+        tensors = [q, *((expand_kv(k, case), expand_kv(v, case)) if expanded else (k, v))]
         kind = ov.Type.bf16 if case.dtype == "bfloat16" else ov.Type.f32
         # bf16 has no NumPy dtype: the tensors' bytes as int16, given to OpenVINO as bf16 (shared, not copied).
         arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16" else t)
@@ -119,9 +129,19 @@ class OpenVinoSdpa(Backend):
                                  "inputs": "OpenVINO tensors sharing the tensors' memory"}
         return Prepared(inputs=(), call=call, to_tensor=to_tensor,
                         kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}"
-                               f"{', K/V repeated per query head' if expanded else ''})",
+                               f"{', K/V repeated per query head' if expanded else ''}"
+                               f"{', one KV head broadcast' if case.kv_heads == 1 < case.heads else ''})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: perf_counters(core, model, config, arrays, params))
+
+
+def broadcast_refused(case: Case) -> bool:
+    """Whether K/V must be repeated per query head: the op broadcasts K/V's leading dimensions NumPy's way
+    (scaled_dot_product_attention_shape_inference.hpp: "Key input shape not compatible with other inputs"), so one
+    KV head (MQA) broadcasts over the query heads and runs in the plugin's fused SDPA node, while 2..heads-1 KV heads
+    do not broadcast. (A rank-5 (B, kv_heads, group, S, D) query would broadcast, but the CPU plugin then runs
+    separate MatMul and Softmax nodes, not the SDPA kernel a 4-D model gets.)"""
+    return case.kv_heads not in (1, case.heads)
 
 
 def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> Profile:

@@ -95,18 +95,19 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
             fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
         backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
                                       conformance))
+    environment = collect_env(device, torch_part=probes.torch_facts())
     probes.save()
-    return Diagnosis(device, collect_env(device), backends, sdpa_kernel_usability(device), probes.note())
+    return Diagnosis(device, environment, backends, sdpa_kernel_usability(device), probes.note())
 
 
 def sdpa_kernel_usability(device: str) -> dict[str, str]:
     """Whether SDPA's flash, efficient and cuDNN kernels accept a typical bf16 causal call here (MHA, and GQA
     as enable_gqa), and why not. On an H200 the efficient kernel takes MHA and refuses GQA: one GQA probe
     alone called it unusable."""
-    import torch
-
     if device != "cuda":
         return {kernel: "no: CUDA only" for kernel in SDPA_KERNELS}
+    import torch
+
     q = torch.zeros(1, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
     kv_gqa = torch.zeros(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
     verdicts = {}

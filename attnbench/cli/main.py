@@ -52,6 +52,8 @@ def list_backends(
 
     dev = resolve_device(device)
     probes = Probes(dev, default_dir(), fresh)
+    if probes.first_call():
+        err.print(probes.first_call(), markup=False)
     table = Table(title=f"attnbench backends on {dev}", title_justify="left")
     for column in ("backend", "available", "library", "what it is / why not"):
         table.add_column(column, overflow="fold")
@@ -84,7 +86,10 @@ def doctor(
     from attnbench.run.env import resolve_device
 
     dev = resolve_device(device)
-    diagnosis = diagnose(dev, Probes(dev, default_dir(), fresh))
+    probes = Probes(dev, default_dir(), fresh)
+    if probes.first_call():
+        err.print(probes.first_call(), markup=False)
+    diagnosis = diagnose(dev, probes)
     if as_json:
         out.print_json(json.dumps(diagnosis.to_dict(), default=str))
     else:
@@ -189,7 +194,7 @@ def run(
     stop = StopFlag()
     with stop.installed():
         outcome = session.execute(plan, directory, err, stop.is_set, options)
-    tables.print_summary(outcome.records, out)
+    tables.print_summary(outcome.records, out, outcome.unavailable)
     err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
     if outcome.measured and report:
         from attnbench.report.render import render_report

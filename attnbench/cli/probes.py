@@ -1,12 +1,15 @@
-"""What `list` and `doctor` ask each built-in backend (can it run here, do its calls fit the installed library),
-kept between invocations for one installation, so the two answer without importing every kernel library again.
+"""What `list` and `doctor` ask each built-in backend (can it run here, do its calls fit the installed library), and
+what `doctor` asks torch itself, kept between invocations for one installation, so the two answer without importing
+every kernel library (and torch) again.
 
 Asking costs the imports themselves (JAX, ONNX Runtime, OpenVINO, xformers' dispatcher and the compiler stack it
-pulls in: seconds on a small machine). The answers depend only on what is installed and on the environment, so they
-are stored in `<cache dir>/probes.json` under a fingerprint of exactly that: attnbench's backend sources, the Python
-interpreter, every directory on `sys.path` (but the first: the script's or the working directory) and on `PATH` (an install, upgrade or removal changes its directory), and
-the environment variables the libraries read. Any change to them, or `--fresh`, asks again. Only the CPU's answers
-are kept: a GPU's depend on its driver and on what else holds it. A run never reads this file: it asks for itself.
+pulls in, torch: seconds on a small machine). The answers depend only on what is installed and on the environment,
+so they are stored in `<cache dir>/probes.json` under a fingerprint of exactly that: attnbench's backend sources,
+the Python interpreter, every directory on `sys.path` (but the first: the script's or the working directory) and on
+`PATH` (an install, upgrade or removal changes its directory), the environment variables the libraries (and
+torch's thread count) read, and how many CPUs this process may use. Any change to them, or `--fresh`, asks again.
+Only the CPU's answers are kept: a GPU's depend on its driver and on what else holds it. A run never reads this
+file: it asks for itself.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
 
 FILE = "probes.json"
-_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CC", "CXX", "PYTHONPATH")
+_ENV_NAMES = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CC", "CXX", "PYTHONPATH",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the last two set torch's threads
 _ENV_PREFIXES = ("XFORMERS", "JAX_", "XLA_", "ORT_", "OV_", "TORCH", "ONNX")
 
 
@@ -44,6 +48,7 @@ def fingerprint(device: str) -> str:
     parts = [attnbench.__version__, device, os.path.realpath(sys.executable), sys.version, *map(stamp, map(str, sources)),
              *map(stamp, sys.path[1:]), *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
     parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
+    parts.append(f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -58,6 +63,7 @@ class Probes:
         stored = {} if fresh or self.path is None else _read(self.path)
         keep = stored.get("fingerprint") == self._print
         self.answers: dict[str, dict[str, Any]] = stored.get("backends", {}) if keep else {}
+        self.torch: dict[str, Any] | None = stored.get("torch") if keep else None
         self.asked_at: str | None = stored.get("asked_at") if keep else None
         self.reused = False  # whether any answer came from the store
         self._changed = False
@@ -92,6 +98,24 @@ class Probes:
 
         return self._entry(backend, "conformance", lambda: check_backend(backend).to_dict())
 
+    def torch_facts(self) -> dict[str, Any]:
+        """attnbench.run.env.torch_facts(): what the environment takes from torch, which costs its import."""
+        if self.torch is not None:
+            self.reused = True
+            return self.torch
+        from attnbench.run.env import torch_facts
+
+        self.torch = torch_facts()
+        self._changed = self._changed or self.path is not None
+        return self.torch
+
+    def first_call(self) -> str | None:
+        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some are
+        stored, or when none would be (a GPU's)."""
+        if self.answers or self.path is None:
+            return None
+        return "asking every backend's library once (imports: seconds); the answers are kept for the next call"
+
     def note(self) -> str | None:
         """The line that says some answers were reused, and how to ask again; None when all were asked now."""
         if not self.reused:
@@ -105,7 +129,7 @@ class Probes:
             return
         if self.asked_at is None:
             self.asked_at = time.strftime("%Y-%m-%d %H:%M:%S")
-        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers}
+        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers, "torch": self.torch}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probes-")

@@ -78,10 +78,14 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
                   markup=False)
 
 
-def print_summary(records: list[Record], console: Console) -> None:
-    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error."""
+def print_summary(records: list[Record], console: Console, unavailable: dict[str, str] | None = None) -> None:
+    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends in
+    `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one line."""
+    unavailable = unavailable or {}
     by_case: dict[str, list[Record]] = {}
     for record in records:
+        if record.status == "skipped" and record.reason == unavailable.get(record.backend):
+            continue
         by_case.setdefault(record.case_id or "", []).append(record)
     for case_id, rows in by_case.items():
         table = Table(title=case_id, title_justify="left", title_style="bold")
@@ -101,6 +105,9 @@ def print_summary(records: list[Record], console: Console) -> None:
                 (r.reason or r.kernel or "")[:160],
             )
         console.print(table)
+    if unavailable:
+        console.print(f"not on this machine, skipped at every case (reasons above the progress): "
+                      f"{', '.join(unavailable)}", markup=False, soft_wrap=True)
     if any(r.noisy for r in records):
         console.print("~ before a median: noisy, its interval is wider than the precision asked (or it has too few "
                       "samples for one)", markup=False)

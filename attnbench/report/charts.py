@@ -153,7 +153,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     (ax_time, ax_mem), (ax_tflops, ax_speed) = fig.subplots(2, 2)
     cells = group.by_backend_x()
     # Backends skipped at every length get one line of text, not a row of marks in every panel.
-    never = [b for b in group.backends if all(r["status"] == "skipped" for (b2, _), r in cells.items() if b2 == b)]
+    never = list(group.skipped_everywhere())
     xs, backends = group.xs, [b for b in group.backends if b not in never]
     failures = [f for f in _failures(group) if f[1] not in never]
     levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])

@@ -43,11 +43,14 @@ class Failure:
     status: str
     reason: str
     cases: list[str]
+    every: bool = False  # the run's every case: nothing to name
 
     @property
     def cases_text(self) -> str:
-        """How many cases, naming the first few: the records table lists every one."""
+        """How many cases, naming the first few (the records table lists every one), or that it was every case."""
         count = f"{len(self.cases)} case{'s' if len(self.cases) != 1 else ''}"
+        if self.every and len(self.cases) > 1:
+            return f"every case, {count}"
         shown = "; ".join(self.cases[:SHOWN_CASES])
         more = f"; … {len(self.cases) - SHOWN_CASES} more in the table" if len(self.cases) > SHOWN_CASES else ""
         return f"{count}: {shown}{more}"
@@ -155,11 +158,12 @@ def flagged_fastest_lines(groups: list[CaseGroup]) -> list[str]:
 
 def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) -> list[Failure]:
     grouped: dict[tuple[str, str, str], list[str]] = {}
+    every = {case_words(r) for r in records}
     for r in records:
         if r["status"] in statuses:
             key = (str(r["backend"]), str(r["status"]), str(r.get("reason") or "no reason recorded"))
             grouped.setdefault(key, []).append(case_words(r))
-    return [Failure(b, s, reason, cases) for (b, s, reason), cases in sorted(grouped.items())]
+    return [Failure(b, s, reason, cases, set(cases) == every) for (b, s, reason), cases in sorted(grouped.items())]
 
 
 def repeat_lines(records: list[dict[str, Any]]) -> list[str]:

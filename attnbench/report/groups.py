@@ -75,6 +75,18 @@ class CaseGroup:
         """The record for each (backend, length); the last one wins if a run repeated a measurement."""
         return {(str(r["backend"]), int(r[self.x_field])): r for r in self.records}
 
+    def skipped_everywhere(self) -> dict[str, list[str]]:
+        """The backends skipped at every length of the group, each with its distinct reasons: the chart draws them
+        not and the summary's table gives them no row, each naming them once instead."""
+        reasons: dict[str, list[str]] = {}
+        ran: set[str] = set()
+        for (backend, _), record in sorted(self.by_backend_x().items()):
+            if record["status"] != "skipped":
+                ran.add(backend)
+            elif str(record.get("reason") or "") not in reasons.setdefault(backend, []):
+                reasons[backend].append(str(record.get("reason") or ""))
+        return {backend: why for backend, why in reasons.items() if backend not in ran}
+
 
 def dtype_word(dtype: Any) -> str:
     """Short dtype name: bfloat16 -> bf16."""

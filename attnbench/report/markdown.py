@@ -33,15 +33,25 @@ def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:
 
 
 def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
-    """The Markdown lines of one group's table: one row per backend × length, failures included."""
+    """The Markdown lines of one group's table: one row per backend × length for the backends that ran at some
+    length, failures included; those skipped at every length are named once under it, with their reasons (the
+    chart says the same, and report.html's table keeps every record)."""
     speedups = group_speedups(group, baseline)
+    never = group.skipped_everywhere()
     header = [h.format(x="KV seq" if group.x_field == "kv_seq_len" else "seq") for h in TABLE_HEADER]
     if baseline:
         header[6] = f"× vs {baseline}"
     lines = ["| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    if set(never) == set(group.backends):
+        lines = ["No backend ran at any length here."]
     for (backend, x), record in sorted(group.by_backend_x().items()):
+        if backend in never:
+            continue
         cells = _row(record, x, speedups.get((backend, x)))
         lines.append("| " + " | ".join(md_cell(c) if i != 2 else c for i, c in enumerate(cells)) + " |")
+    if never:
+        lines += ["", "Skipped at every length:", ""]
+        lines += [f"- {md_cell(backend)}: {md_cell(' / '.join(reasons))}" for backend, reasons in never.items()]
     return lines
 
 

@@ -109,8 +109,9 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def collect_env(device: str) -> dict[str, Any]:
-    """Everything about this machine that a reader needs to reproduce or compare a run."""
+def torch_facts() -> dict[str, Any]:
+    """What the environment record takes from torch itself: its version, threads, CUDA and cuDNN builds and the
+    visible GPUs (importing torch: seconds on a small machine, which `doctor` keeps for a CPU installation)."""
     import torch
 
     from attnbench.run.devices import physical_gpu
@@ -122,6 +123,15 @@ def collect_env(device: str) -> dict[str, Any]:
             gpus.append({"name": props.name, "capability": f"{props.major}.{props.minor}",
                          "memory_bytes": props.total_memory,
                          "physical_id": physical_gpu(index, os.environ.get("CUDA_VISIBLE_DEVICES"))})
+    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None, "gpus": gpus}
+
+
+def collect_env(device: str, torch_part: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything about this machine that a reader needs to reproduce or compare a run; `torch_part`: torch_facts()
+    as already known (asked now when None)."""
+    facts = torch_facts() if torch_part is None else torch_part
+    gpus = facts["gpus"]
     return {
         "attnbench": attnbench.__version__,
         "python": platform.python_version(),
@@ -129,10 +139,10 @@ def collect_env(device: str) -> dict[str, Any]:
         "slurm": slurm_job(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "torch": facts["torch"],
+        "torch_threads": facts["torch_threads"],
+        "cuda": facts["cuda"],
+        "cudnn": facts["cudnn"],
         "gpu_count": len(gpus),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus": gpus,

@@ -73,10 +73,12 @@ class Eta:
 class ProgressListener:
     """A progress bar with the current measurement and an ETA on a terminal; one line each elsewhere."""
 
-    def __init__(self, console: Console, total: int, eta: Eta | None = None) -> None:
+    def __init__(self, console: Console, total: int, eta: Eta | None = None,
+                 unavailable: dict[str, str] | None = None) -> None:
         self.console = console
         self.total = total
         self.eta = eta
+        self.unavailable = unavailable or {}  # backends named once before the run: their skips print no line
         self.live = console.is_terminal
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -110,6 +112,8 @@ class ProgressListener:
             self.eta.finished(case, record.backend)
         self.progress.update(self.task, advance=1, eta=self._eta_text())
         done = int(self.progress.tasks[0].completed)
+        if record.status == "skipped" and record.reason == self.unavailable.get(record.backend):
+            return  # said once, before the first measurement
         line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {status_text(record)}"
         if not self.live:
             self.console.print(line + (f"  (eta {self._eta_text()})" if self.eta is not None else ""),

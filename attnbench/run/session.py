@@ -78,6 +78,7 @@ class Outcome:
     tally: Tally = field(default_factory=Tally)
     records: list[Record] = field(default_factory=list)
     results: Path | None = None  # the results file written
+    unavailable: dict[str, str] = field(default_factory=dict)  # Started.unavailable
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -205,6 +206,9 @@ class Started:
     mode: RunMode
     torch_version: str  # this process's, whatever a resumed run's env.json recorded before
     roofs: MeasuredRoofs | None = None  # a CPU's, measured at this run's (or this resumed part's) start
+    # The backends that cannot run on the device at all, with the reason each of their records will carry: named
+    # once before the first measurement, not on every progress line.
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
@@ -278,6 +282,23 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
                  f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.env['device_name']}, {how}) → "
                  f"{directory}; predicted {forecast.fmt_duration(run.predicted.total_s)}")
+    if run.unavailable:
+        errors.print("not on this machine (every measurement of theirs is recorded skipped, with this reason):",
+                     markup=False)
+        width = max(map(len, run.unavailable))
+        for name, reason in run.unavailable.items():
+            errors.print(f"  {name:<{width}}  {reason}", markup=False, soft_wrap=True)
+
+
+def unavailable_here(plan: Plan, tasks: list[tuple[Case, Backend]]) -> dict[str, str]:
+    """The run's backends that cannot run on its device at all (calls that do not fit the installed library, not
+    installed, made for another device), each with the reason the skip rule (attnbench.run.skip) gives them first."""
+    from attnbench.backends.conformance import conformance_problem
+
+    names = {backend.name for _, backend in tasks}
+    reasons = {backend.name: conformance_problem(backend) or backend.availability(plan.device)
+               for backend in plan.backends if backend.name in names}
+    return {name: reason for name, reason in reasons.items() if reason}
 
 
 def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo, directory: Path) -> list:
@@ -312,7 +333,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
     with ResultsWriter(directory / RESULTS_FILE) as writer, \
-            ProgressListener(errors, len(run.tasks), eta) as listener, frozen_heap():
+            ProgressListener(errors, len(run.tasks), eta, run.unavailable) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
         def sink(record: Record) -> None:
@@ -346,6 +367,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     # A CPU run's roofs, measured before any worker or compile of the run's own is started beside them.
     roofs = calibration.measure_roofs(calibration.roof_dtypes([case for case, _ in selected(plan, options)]))
     run = write_env(plan, options, directory, mode, cache, predicted, errors, roofs)
+    run.unavailable = unavailable_here(plan, run.tasks)
     announce(plan, options, directory, run, errors)
     ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
                           should_stop, mode.timeout_s)
@@ -366,7 +388,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int, direc
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
-                   directory / RESULTS_FILE)
+                   directory / RESULTS_FILE, run.unavailable)
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
