@@ -61,7 +61,7 @@ def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path:
     assert verdicts["planted"]["verdict"] == "slower"
     assert 1.3 < verdicts["planted"]["ratio"] < 1.8  # spinning half of each call's time again
     assert verdicts["sdpa-flash"]["ratio"] < 1.2 and verdicts["sdpa-flash"]["verdict"] != "slower"
-    assert summary["result"]["regressions"][0] == "planted"
+    assert summary["result"]["regressions"][0] == "planted" and summary["exit_code"] == 1
 
     # The order: each measurement's sides A B B A ..., and a pair's two rounds back to back.
     sequence = [line.split(" ", 3) for line in summary["sequence"]]

@@ -63,7 +63,7 @@ def ab(
     load["end"] = round(os.getloadavg()[0], 2)
     result = pair_up(records["A"], records["B"], threshold)
     summary = {**paired.describe(run), "wall_s": round(time.time() - start, 1), "load": load,
-               "result": result.to_dict()}
+               "exit_code": 1 if result.regressions else 0, "result": result.to_dict()}
     write_summary(directory, summary)
     for group in summary["result"]["backends"] + [summary["result"]["overall"] or {}]:
         if group:
