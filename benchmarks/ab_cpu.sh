@@ -4,6 +4,8 @@
 #   ab-quick-torch       environment A against environment B (two torch versions): whatever it finds
 #   ab-quick-planted     A against A with the `planted` backend (benchmarks/compare_repeat.py) 15% slower in B
 #                        only (PLANTED_SLOWDOWN, read in B's worker): must name `planted` (exit 1)
+#   ab-quick-planted-wrapper  the same with a share of 1e-9: B's planted backend wrapped but not spinning, so
+#                        what the wrapper alone costs (added after the three above, run alone from the same tree)
 # usage, from the repository root: benchmarks/ab_cpu.sh PYTHON_A PYTHON_B [OUT]
 # Each environment needs torch and this attnbench (pip install -e .); PYTHON runs the parent (default .venv/bin/python).
 set -u
@@ -22,3 +24,7 @@ PYTHONPATH=$(pwd) $PY -m attnbench ab suites/quick.yaml --a "$A" --b "$A" --b-en
   --backend naive --backend sdpa --backend sdpa-math --backend sdpa-flash --backend sdpa-efficient \
   --backend sdpa-cudnn --backend planted --out "$OUT/ab-quick-planted"
 echo "planted: exit $?"
+PYTHONPATH=$(pwd) $PY -m attnbench ab suites/quick.yaml --a "$A" --b "$A" --b-env PLANTED_SLOWDOWN=1e-9 \
+  --plugin benchmarks.compare_repeat:Planted --backend sdpa-flash --backend planted \
+  --out "$OUT/ab-quick-planted-wrapper"
+echo "wrapper only: exit $?"
