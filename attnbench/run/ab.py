@@ -180,7 +180,7 @@ def round_entry(number: int, samples: list[float]) -> dict[str, Any]:
     return {"round": number, "samples": len(samples), "median_ms": statistics.median(samples)}
 
 
-def run_ab(ab: Ab) -> dict[tuple[str, str], list[Record]]:
+def run_ab(ab: Ab) -> dict[str, list[Record]]:
     """Measure the plan on both sides, rounds interleaved; write a/ and b/; return each side's records."""
     rounds = ab.settings.rounds
     sequence = order(rounds)
@@ -196,7 +196,8 @@ def run_ab(ab: Ab) -> dict[tuple[str, str], list[Record]]:
                 break
             ab.first_round(case, backend, sequence[0])
         a, b = ab.sides
-        keys = [k for k in a.records if a.records[k].status == "ok" == b.records[k].status and a.records[k].times_ms]
+        keys = [k for k, record in a.records.items()  # the measurements both sides could time
+                if record.status == "ok" and record.times_ms and b.records[k].status == "ok"]
         rng = random.Random(a.run_id + b.run_id)
         for number in range(2, rounds + 1):
             if ab.should_stop():
