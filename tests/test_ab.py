@@ -118,3 +118,51 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], wo
                                       *args, "--out", str(tmp_path / "ab")])
     assert result.exit_code == 2 and words in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "ab").exists()
+
+
+@pytest.mark.slow
+def test_a_measurement_b_breaks_fails_the_gate_and_b_s_worker_is_replaced(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))  # tests/ab_faults.py
+    (tmp_path / "s.yaml").write_text(SUITE)
+    out = tmp_path / "ab"
+    result = CliRunner().invoke(app, [
+        "ab", str(tmp_path / "s.yaml"), "--a", sys.executable, "--b", sys.executable, "--a-env", HERE,
+        "--b-env", HERE, "--b-env", "AB_FAULT_EXIT=1", "--plugin", "tests.ab_faults:ExitsWhereTold",
+        "--backend", "sdpa", "--backend", "exits-where-told", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    summary = json.loads((out / "ab.json").read_text())
+    broken = [u for u in summary["result"]["unpaired"] if u["broken_in_b"]]
+    assert [(u["backend"], u["a_status"], u["b_status"]) for u in broken] == [("exits-where-told", "ok", "error")] * 2
+    assert summary["result"]["regressions"] == [f"exits-where-told {u['case_id']}: error" for u in broken]
+    assert all("exited with code 3" in u["reason"] for u in broken)  # how B's worker ended, in B's record
+    # B's worker died twice in round 1 and was replaced each time: sdpa still has all its pairs on both cases.
+    assert [m["pairs"] for m in summary["result"]["measurements"]] == [ROUNDS, ROUNDS]
+    assert len(json.loads((out / "b" / "env.json").read_text())["ab"]["worker_deaths"]) == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_after_the_current_round_and_writes_what_was_made(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+
+    (tmp_path / "s.yaml").write_text(SUITE)
+    out = tmp_path / "ab"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "ab", str(tmp_path / "s.yaml"), "--a", sys.executable, "--b",
+         sys.executable, "--rounds", "60", "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("round 3 of 60"):
+            process.send_signal(signal.SIGINT)
+            break
+    process.stderr.read()
+    assert process.wait(120) == 130
+    summary = json.loads((out / "ab.json").read_text())
+    pairs = [m["pairs"] for m in summary["result"]["measurements"]]
+    assert len(pairs) == 2 and all(2 <= n < 60 for n in pairs)  # the rounds made before the stop, paired
+    assert all(m["verdict"] == "unchanged" for m in summary["result"]["measurements"])
+    assert len(load_records(out / "a")) == len(load_records(out / "b")) == 2

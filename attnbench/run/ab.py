@@ -151,8 +151,8 @@ class Ab:
             self.sequence.append(f"1 {label} {backend.name} {case.case_id}")
             answer = self.ask(side, ("measure", case.fields(), backend.name))
             assert side.config is not None
-            record = (Record(**answer[1]) if answer else
-                      unmeasured(side.config.info, case, backend, "error", "the worker process died"))
+            record = (Record(**answer[1]) if answer else unmeasured(
+                side.config.info, case, backend, "error", f"worker process {side.facts['worker_deaths'][-1]}"))
             side.records[key] = record
             side.samples[key] = list(record.times_ms or [])
             side.rounds[key] = [round_entry(1, side.samples[key])] if record.times_ms else []
@@ -164,7 +164,8 @@ class Ab:
             record = side.records[key]
             self.sequence.append(f"{number} {label} {record.backend} {record.case_id}")
             answer = self.ask(side, ("resample", case_of(record).fields(), record.backend, share))
-            samples, reason = (answer[1], answer[2]) if answer else ([], "the worker process died")
+            samples, reason = ((answer[1], answer[2]) if answer else
+                               ([], f"worker process {side.facts['worker_deaths'][-1]}"))
             if samples:
                 side.samples[key].extend(samples)
                 side.rounds[key].append(round_entry(number, samples))
