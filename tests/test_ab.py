@@ -142,7 +142,7 @@ def test_a_measurement_b_breaks_fails_the_gate_and_b_s_worker_is_replaced(tmp_pa
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_after_the_current_round_and_writes_what_was_made(tmp_path: Path) -> None:
+def test_ctrl_c_stops_and_writes_and_judges_the_rounds_made(tmp_path: Path) -> None:
     import os
     import signal
     import subprocess

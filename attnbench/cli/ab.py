@@ -39,7 +39,6 @@ def ab(
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
-    from attnbench.cli.main import StopFlag
     from attnbench.report.ab import pair_up
     from attnbench.report.ab_text import write_summary
     from attnbench.run import ab as paired
@@ -56,13 +55,11 @@ def ab(
     def say(line: str) -> None:
         err.print(line, markup=False)
 
-    stop = StopFlag()
-    run = paired.make_ab(plan, (python_a, python_b), envs, rounds, directory, say, stop.is_set)
+    run = paired.make_ab(plan, (python_a, python_b), envs, rounds, directory, say)
     for side in run.sides:
         probe = side.facts["probe"]
         say(f"{side.label}: {side.python}: torch {probe['torch']}, attnbench {probe['attnbench']}")
-    with stop.installed():  # Ctrl-C: stop after the current round of a measurement, write what was made
-        records = paired.run_ab(run)
+    records = paired.run_ab(run)
     load["end"] = round(os.getloadavg()[0], 2)
     result = pair_up(records["A"], records["B"], threshold)
     summary = {**paired.describe(run), "wall_s": round(time.time() - start, 1), "load": load,
@@ -72,7 +69,7 @@ def ab(
         if group:
             out.print(f"{group['name']:>16}: {group['words']}", markup=False)
     err.print(f"A/B: {directory / 'ab.md'} ({directory / 'a'}, {directory / 'b'})", markup=False)
-    if stop.is_set():
+    if run.stopped:
         err.print(f"stopped: the verdicts above are of the rounds made before it ({directory})", markup=False)
         raise typer.Exit(130)
     if summary["result"]["regressions"]:

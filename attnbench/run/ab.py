@@ -115,7 +115,7 @@ class Ab:
     settings: TimingSettings
     directory: Path
     say: Callable[[str], None]
-    should_stop: Callable[[], bool] = lambda: False
+    stopped: bool = False  # Ctrl-C: the rounds made so far are written and judged
     sequence: list[str] = field(default_factory=list)  # 'round side backend case_id', in the order made
 
     def side(self, label: str) -> Side:
@@ -193,23 +193,20 @@ def run_ab(ab: Ab) -> dict[str, list[Record]]:
         tasks = ab.plan.tasks()
         ab.say(f"round 1 of {rounds}: measuring {len(tasks)} measurement(s) on both sides, {'/'.join(sequence[0])}")
         for case, backend in tasks:
-            if ab.should_stop():
-                break
             ab.first_round(case, backend, sequence[0])
         a, b = ab.sides
         keys = [k for k, record in a.records.items()  # the measurements both sides could time
                 if record.status == "ok" and record.times_ms and b.records[k].status == "ok"]
         rng = random.Random(a.run_id + b.run_id)
         for number in range(2, rounds + 1):
-            if ab.should_stop():
-                break
             ab.say(f"round {number} of {rounds}: re-timing {len(keys)} measurement(s) on both sides, "
                    f"{'/'.join(sequence[number - 1])}, in shuffled order")
             records = [a.records[k] for k in keys]
             for i in shuffled_by_case(list(range(len(keys))), records, rng):
-                if ab.should_stop():
-                    break
                 ab.later_round(keys[i], number, sequence[number - 1])
+    except KeyboardInterrupt:  # the workers are in sessions of their own: Ctrl-C reaches this process only
+        ab.stopped = True
+        ab.say("stopped: writing and judging the rounds made so far (the one under way is dropped)")
     finally:
         for side in ab.sides:
             if side.worker is not None:
@@ -242,7 +239,7 @@ def write_side(ab: Ab, side: Side) -> list[Record]:
 
 
 def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], dict[str, str]], rounds: int,
-            directory: Path, say: Callable[[str], None], should_stop: Callable[[], bool] = lambda: False) -> Ab:
+            directory: Path, say: Callable[[str], None]) -> Ab:
     """Check both Pythons (one line, exit 2, for one that cannot measure) and the output folder; start nothing."""
     from attnbench.run.env import device_name
     from attnbench.run.session import settings_of
@@ -261,7 +258,7 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
-    return Ab(plan, (sides[0], sides[1]), settings, directory, say, should_stop)
+    return Ab(plan, (sides[0], sides[1]), settings, directory, say)
 
 
 
