@@ -423,6 +423,7 @@ class StopFlag:
 # recommend and history live in their own module, which adds them to the app: imported last, they come after compare
 # in --help.
 from attnbench.cli import decide as cli_decide  # noqa: E402,F401
+from attnbench.cli import ab as cli_ab  # noqa: E402,F401 - `ab`, a paired A/B of two environments
 
 
 def main() -> None:

@@ -42,20 +42,22 @@ class ChildProcess:
         self.stderr_path = stderr_path
 
     @classmethod
-    def start(cls, command: str, config: Any) -> ChildProcess:
+    def start(cls, command: str, config: Any, python: str | None = None) -> ChildProcess:
         """Start `python -c command FD`, send it ("config", config) and wait for it to say it is ready. `config`
-        names the `device` and the child's extra `env`."""
+        names the `device` and the child's extra `env`. `python`: another environment's interpreter (attnbench.run.ab),
+        which imports its own attnbench, not this process's; by default this process's, with this attnbench."""
         fd, name = tempfile.mkstemp(prefix="attnbench-worker-", suffix=".log")
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
-        package_root = str(Path(attnbench.__file__).resolve().parent.parent)  # a checkout not installed
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        if python is None:
+            package_root = str(Path(attnbench.__file__).resolve().parent.parent)  # a checkout not installed
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env.update(config.env)
         if config.device == "cuda":  # the worker does not count this process as another user of its GPU
             env[harness.HARNESS_GPUS_VAR] = ",".join(harness.contexts_held_here())
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", command, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                [python or sys.executable, "-c", command, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
                 start_new_session=True,  # Ctrl-C reaches the parent only; it stops after this measurement
             )

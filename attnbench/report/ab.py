@@ -1,0 +1,211 @@
+"""The paired statistics of an A/B (attnbench.run.ab): B's time over A's per measurement, per backend and overall,
+each with a distribution-free interval and a verdict.
+
+A measurement's rounds are taken in pairs, A's and B's back to back (A B, then B A, ...), so a pair shares the
+machine's state of that moment and its log ratio ln(B/A) cancels the drift that separates two runs. The unit is the
+pair: the estimate is the median of the pairs' log ratios and its interval the median's order-statistic interval
+(attnbench.core.interval.median_interval: a sign test, no shape assumed, so a preempted round costs width, never
+coverage). A backend's and the overall verdicts pool the pairs of their measurements: the cases are the suite's,
+fixed, and what varies from pair to pair is the noise.
+
+A verdict is `slower` (a regression: the interval excludes 1 and the estimate is at least 1 + threshold), `faster`
+(the mirror image), `within` (the interval excludes 1 but the change is under the threshold), or `unchanged` (the
+interval holds 1, or is too short for the confidence asked).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from attnbench.core.interval import CONFIDENCE, median_interval, rank
+
+# The smallest change an A/B calls a regression or an improvement (B/A beyond 1 ± this), when not asked otherwise.
+DEFAULT_THRESHOLD = 0.05
+# B's statuses, where A's is `ok`, that mean B broke the measurement (a `skipped` B is listed, not judged).
+BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom")
+VERDICTS = ("slower", "faster", "within", "unchanged")
+
+
+def min_pairs(confidence: float = CONFIDENCE) -> int:
+    """The fewest pairs whose median interval reaches `confidence` (6 at 95%)."""
+    n = 1
+    while rank(n, confidence)[0] == 0:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Paired:
+    """B/A from paired log ratios: the median ratio, its interval and the interval's level."""
+
+    ratio: float
+    low: float
+    high: float
+    level: float
+    pairs: int
+
+    @classmethod
+    def of(cls, log_ratios: list[float], confidence: float = CONFIDENCE) -> Paired:
+        interval = median_interval(log_ratios, confidence)
+        return cls(math.exp(interval.median), math.exp(interval.low), math.exp(interval.high), interval.level,
+                   len(log_ratios))
+
+    def significant(self, confidence: float = CONFIDENCE) -> bool:
+        """The interval reaches `confidence` and excludes 1."""
+        return self.level >= confidence and (self.low > 1.0 or self.high < 1.0)
+
+    def verdict(self, threshold: float, confidence: float = CONFIDENCE) -> str:
+        if not self.significant(confidence):
+            return "unchanged"
+        if self.ratio >= 1.0 + threshold:
+            return "slower"
+        if self.ratio <= 1.0 / (1.0 + threshold):
+            return "faster"
+        return "within"
+
+    def words(self, threshold: float, confidence: float = CONFIDENCE) -> str:
+        """The verdict as a reader's sentence: 'B slower by 15.1% [13.0%, 17.2%], significant'."""
+        change = "slower" if self.ratio >= 1 else "faster"
+        size = abs(self.ratio - 1) if change == "slower" else abs(1 - self.ratio)
+        span = f"[{_signed(self.low)}, {_signed(self.high)}]"
+        verdict = self.verdict(threshold, confidence)
+        if self.level < confidence:
+            judged = f"not judged: {self.pairs} pairs reach {self.level:.0%}, under {confidence:.0%}"
+        elif verdict == "unchanged":
+            judged = "not significant"
+        elif verdict == "within":
+            judged = f"significant, under the {threshold:.0%} threshold"
+        else:
+            judged = f"significant, beyond the {threshold:.0%} threshold"
+        return f"B {change} by {size:.1%} {span}, {judged}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ratio": round(self.ratio, 5), "low": round(self.low, 5), "high": round(self.high, 5),
+                "level": round(self.level, 4), "pairs": self.pairs}
+
+
+def _signed(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}"
+
+
+@dataclass(frozen=True)
+class MeasurementPair:
+    """One measurement judged: its key, both sides' pooled medians, and its pairs' log ratios."""
+
+    case_id: str
+    backend: str
+    device: str
+    a_ms: float
+    b_ms: float
+    log_ratios: tuple[float, ...]
+    paired: Paired
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "backend": self.backend, "device": self.device, "a_ms": self.a_ms,
+                "b_ms": self.b_ms, "log_ratios": [round(x, 6) for x in self.log_ratios], **self.paired.to_dict(),
+                "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """A backend's (or every backend's: `overall`) pairs pooled and judged."""
+
+    name: str
+    measurements: int
+    paired: Paired
+    verdict: str
+    words: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "measurements": self.measurements, **self.paired.to_dict(),
+                "verdict": self.verdict, "words": self.words}
+
+
+@dataclass(frozen=True)
+class Unpaired:
+    """A measurement not `ok` on both sides: its statuses and B's reason."""
+
+    case_id: str
+    backend: str
+    a_status: str
+    b_status: str
+    reason: str | None
+
+    @property
+    def broken_in_b(self) -> bool:
+        return self.a_status == "ok" and self.b_status in BROKEN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "backend": self.backend, "a_status": self.a_status,
+                "b_status": self.b_status, "reason": self.reason, "broken_in_b": self.broken_in_b}
+
+
+@dataclass(frozen=True)
+class AbResult:
+    """Every measurement paired and judged, each backend's and the overall verdicts, and what could not be paired."""
+
+    threshold: float
+    confidence: float
+    measurements: list[MeasurementPair]
+    backends: list[GroupVerdict]
+    overall: GroupVerdict | None
+    unpaired: list[Unpaired] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[str]:
+        """The backends (and `overall`) B slowed beyond the threshold and the noise, and what B broke."""
+        groups = self.backends + ([self.overall] if self.overall else [])
+        slowed = [g.name for g in groups if g.verdict == "slower"]
+        return slowed + [f"{u.backend} {u.case_id}: {u.b_status}" for u in self.unpaired if u.broken_in_b]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "confidence": self.confidence,
+                "overall": self.overall.to_dict() if self.overall else None,
+                "backends": [g.to_dict() for g in self.backends],
+                "measurements": [m.to_dict() for m in self.measurements],
+                "unpaired": [u.to_dict() for u in self.unpaired], "regressions": self.regressions}
+
+
+def round_medians(record: Any) -> dict[int, float]:
+    """A record's round medians by round number (extra.rounds' `round`, else its position)."""
+    rounds = (record.extra or {}).get("rounds") or []
+    return {int(r.get("round", i)): float(r["median_ms"]) for i, r in enumerate(rounds)
+            if r.get("median_ms") is not None and r["median_ms"] > 0}
+
+
+def log_ratios(a: Any, b: Any) -> list[float]:
+    """ln(B/A) for every round both records timed, in round order."""
+    a_rounds, b_rounds = round_medians(a), round_medians(b)
+    return [math.log(b_rounds[r] / a_rounds[r]) for r in sorted(a_rounds.keys() & b_rounds.keys())]
+
+
+def judged(name: str, pairs: list[MeasurementPair], threshold: float, confidence: float) -> GroupVerdict:
+    paired = Paired.of([x for m in pairs for x in m.log_ratios], confidence)
+    return GroupVerdict(name, len(pairs), paired, paired.verdict(threshold, confidence),
+                        paired.words(threshold, confidence))
+
+
+def pair_up(a_records: Iterable[Any], b_records: Iterable[Any], threshold: float = DEFAULT_THRESHOLD,
+            confidence: float = CONFIDENCE) -> AbResult:
+    """Pair A's and B's records of the same measurement (device, case, backend) and judge them."""
+    b_by_key = {(r.device, r.case_id, r.backend): r for r in b_records}
+    measured: list[MeasurementPair] = []
+    unpaired: list[Unpaired] = []
+    for a in a_records:
+        b = b_by_key.get((a.device, a.case_id, a.backend))
+        if b is None:
+            continue
+        ratios = log_ratios(a, b) if a.status == b.status == "ok" else []
+        if not ratios:
+            unpaired.append(Unpaired(a.case_id, a.backend, a.status, b.status, b.reason or a.reason))
+            continue
+        paired = Paired.of(ratios, confidence)
+        measured.append(MeasurementPair(a.case_id, a.backend, a.device, a.time_ms, b.time_ms, tuple(ratios), paired,
+                                        paired.verdict(threshold, confidence)))
+    names = list(dict.fromkeys(m.backend for m in measured))
+    backends = [judged(name, [m for m in measured if m.backend == name], threshold, confidence) for name in names]
+    overall = judged("overall", measured, threshold, confidence) if measured else None
+    return AbResult(threshold, confidence, measured, backends, overall, unpaired)
