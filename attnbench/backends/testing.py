@@ -114,9 +114,10 @@ LOG2E = 1.4426950408889634
 class CheatingBackend(Backend):
     """Naive attention with a planted cheat the integrity guards must catch (docs/conventions.md "Integrity
     guards"): "stale" (every call after the first returns the first call's output), "writes-query" (scales its
-    query tensor in place by log2(e) and back, which leaves some elements an ulp away), "overflow" (an exponent without the row's maximum subtracted,
-    in the inputs' dtype: Inf/Inf on large logits in fp16) or "side-stream" (the work on a CUDA side stream, or on
-    a CPU on a thread of its own, the output returned before it is written)."""
+    query tensor in place by log2(e) and back, which leaves some elements an ulp away), "overflow" (an exponent
+    without the row's maximum subtracted, in the inputs' dtype: Inf/Inf on large logits in fp16) or "side-stream"
+    (the work on a CUDA side stream, or on a CPU on a thread of its own, the output returned before it is
+    written)."""
 
     cheat: ClassVar[str] = "stale"
     name = "cheat-stale"

@@ -227,7 +227,8 @@ TABLE: list[Axis] = [
                  Field("quant_scale", "float | None"))),
     # The values Q, K, V are drawn with: only the values change, so no backend has anything to map.
     simple_axis("inputs", InputKind, "randn", lambda kind: kind, lambda kind: f"{kind} inputs",
-                to_case=lambda value, combo: None if value == "randn" else value, fields=(Field("inputs", "str | None"),),
+                to_case=lambda value, combo: None if value == "randn" else value,
+                fields=(Field("inputs", "str | None"),),
                 feature="stress_inputs", feature_words="stress inputs"),
 ]
 

@@ -203,7 +203,8 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
         ran = profiled(fn, case, backend, timer, declared_kernels(case.device, case.mode),
                        settings.trace_dir, prepared.profile)  # after the samples: they never see it
-        broken = guard.problems(out_native, again(prepared, leaves)) + [ran.foreign] * bool(ran.foreign)
+        broken = guard.problems(out_native, again(prepared, leaves, case.needs_grad))
+        broken += [ran.foreign] if ran.foreign else []
     fields.update(ran.fields)
     extra.update(ran.extra)
     extra["setup_ms"] += ran.profile_ms

@@ -34,7 +34,8 @@ class Inputs:
     k: torch.Tensor
     v: torch.Tensor
     dout: torch.Tensor | None
-    params: dict[str, Any] = field(default_factory=dict, compare=False)  # the distribution's (attnbench.verify.distributions)
+    # The input distribution's parameters (attnbench.verify.distributions); none for randn.
+    params: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

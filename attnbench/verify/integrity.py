@@ -51,13 +51,22 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
     return (_bits(t) ^ top).view(t.dtype)
 
 
-def again(prepared: Any, leaves: Sequence[torch.Tensor]) -> Callable[[], torch.Tensor] | None:
-    """One call of the backend on its inputs sign-flipped, for the stale-output guard; None where the call takes no
-    floating input (a runtime whose inputs are placed in `prepare`): there is nothing to change."""
+def again(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool) -> Callable[[], torch.Tensor] | None:
+    """One call of the backend on its inputs sign-flipped, for the stale-output guard, in the timed call's grad mode
+    (a compiled backend guards on it: another mode would compile again); None where the call takes no floating
+    input (a runtime whose inputs are placed in `prepare`): there is nothing to change."""
+    import torch
+
     if not any(t.is_floating_point() for t in leaves):
         return None
-    flipped = [sign_flipped(t.detach()) for t in leaves]
-    return lambda: prepared.to_tensor(prepared.call(*flipped))
+    flipped = [sign_flipped(t.detach()).requires_grad_(t.requires_grad) if t.is_floating_point() else t
+               for t in leaves]
+
+    def call() -> torch.Tensor:
+        with torch.set_grad_enabled(grad):
+            return prepared.to_tensor(prepared.call(*flipped)).detach()
+
+    return call
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -107,8 +116,7 @@ def stale(out: torch.Tensor, again: Callable[[], Any]) -> list[str]:
     import torch
 
     before = out.detach().clone()
-    with torch.no_grad():
-        other = again()
+    other = again()
     if before.numel() and torch.equal(other, before) and bool(before.ne(0).any()):
         return ["a call on different inputs returned the same output (a stale buffer)"]
     if bool(torch.isfinite(before).all()) and not bool(torch.isfinite(other).all()):

@@ -157,7 +157,7 @@ def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.
                      error_vs_original=recorded(metrics(answer.out, data.original_reference.out)))
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
-    elif stick.errors is not None:  # naive in the case's dtype: how far the dtype itself is off (attnbench.verify.check)
+    elif stick.errors is not None:  # naive in the case's dtype: how far the dtype itself is off (verify.check)
         extra.update(naive_relative_error=check.relative(stick.errors["out"], data.reference.out))
     params = (data.originals if isinstance(data, QuantCaseData) else data.inputs).params
     if params:
