@@ -1,10 +1,11 @@
 """What the integrity guards cost (docs/conventions.md "Integrity guards"): `suites/quick.yaml` run whole, with the
 guards on and off, in turns (on off off on ...), each run its own process.
 
-With the guards on, the seconds spent inside them (the checksums, the thread check, the call on sign-flipped inputs)
-are summed by wrapping `Guard`'s three methods; with them off, `Guard` is a stand-in that checks nothing and no call
-on other inputs is made. Prints each run's wall time (the run's own `env.json` `actual.wall_s`, process start to
-report written), the guards' seconds, and the medians.
+With the guards on, the seconds spent inside them (the checksums, the thread check, the sign-flipped inputs, and in
+a backward mode the forward call on them) are summed by wrapping `Guard`'s three methods and `Probe`'s; with them
+off, `Guard` is a stand-in that checks nothing and the profiled call runs on the inputs as they are. Prints each
+run's wall time (the run's own `env.json` `actual.wall_s`, process start to report written), the guards' seconds,
+and the medians.
 
     python benchmarks/guard_cost.py [--pairs 3] [--out /tmp/guard-cost]
 """
@@ -33,9 +34,9 @@ if mode == "off":
         checks: list = []
         def __init__(self, *args): pass
         def returned(self, out): pass
-        def problems(self, out, again): return []
+        def problems(self, out, other): return []
     measure.Guard = Unguarded
-    measure.again = lambda *args: None
+    measure.other_inputs = lambda *args: None
 else:
     def timed(fn):
         def wrapper(*args, **kwargs):
@@ -47,7 +48,8 @@ else:
         return wrapper
     for name in ("__init__", "returned", "problems"):
         setattr(integrity.Guard, name, timed(getattr(integrity.Guard, name)))
-    measure.again = timed(integrity.again)
+    for name in ("__init__", "stale"):  # a forward's probe call is its profiled call, made with or without guards
+        setattr(integrity.Probe, name, timed(getattr(integrity.Probe, name)))
 atexit.register(lambda: open(out + ".guard_s", "w").write(json.dumps(spent[0])))
 sys.argv = ["attnbench", "run", "quick", "--out", out]
 runpy.run_module("attnbench", run_name="__main__")

@@ -11,12 +11,13 @@ import torch
 from attnbench.backends import testing
 from attnbench.backends.registry import default_registry
 from attnbench.timing.profile import foreign_streams
-from attnbench.verify.integrity import checksum, sign_flipped
+from attnbench.verify.integrity import checksum, sample, sign_flipped
 from tests.conftest import make_case, measure_one
 
 
-def test_a_stale_output_is_an_error_with_no_time() -> None:
-    record = measure_one(make_case(seq_len=64), testing.StaleOutput())
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_a_stale_output_is_an_error_with_no_time(mode: str) -> None:
+    record = measure_one(make_case(seq_len=64, mode=mode), testing.StaleOutput())
     assert record.status == "error" and record.time_ms is None
     assert record.reason == "integrity: a call on different inputs returned the same output (a stale buffer)"
 
@@ -62,6 +63,8 @@ def test_sign_flips_are_exact_in_every_format_and_checksums_see_one_element() ->
         assert checksum(changed) != checksum(t)
     lengths = torch.tensor([0, 3, 7])
     assert sign_flipped(lengths) is lengths
+    wide = torch.arange(10_000.0).reshape(100, 100).t()  # a transposed view: sampled in its logical order
+    assert sample(wide)[:2].tolist() == [0.0, 200.0] and len(sample(wide)) == 4096  # storage order: 0, 2
 
 
 class Kineto(SimpleNamespace):

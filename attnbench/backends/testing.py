@@ -134,8 +134,8 @@ class CheatingBackend(Backend):
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if self.cheat == "stale":
                 if not kept:
-                    kept.append(attend(q, k, v))
-                return kept[0].clone()
+                    kept.append(attend(q, k, v).detach())
+                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())  # the first values, with a graph to every input
             if self.cheat == "writes-query":
                 q.mul_(LOG2E)  # the exp2 form's factor, applied in place and undone after: not exactly
                 out = attend(q / LOG2E, k, v)

@@ -24,7 +24,7 @@ from attnbench.backends.conformance import conformance_problem
 from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.gpu import sample as gpu_sample
 from attnbench.verify.inputs import Answer, CaseData, grad_checkable
-from attnbench.verify.integrity import Guard, again
+from attnbench.verify.integrity import Guard, other_inputs
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.verify.quant_data import (
     Yardstick,
@@ -201,10 +201,10 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 first()
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
-        ran = profiled(fn, case, backend, timer, declared_kernels(case.device, case.mode),
-                       settings.trace_dir, prepared.profile)  # after the samples: they never see it
-        broken = guard.problems(out_native, again(prepared, leaves, case.needs_grad))
-        broken += [ran.foreign] if ran.foreign else []
+        other = other_inputs(prepared, leaves, case.needs_grad, out_native)  # a forward's profiled call is the probe
+        ran = profiled(other if twin and other is not None else fn, case, backend, timer,
+                       declared_kernels(case.device, case.mode), settings.trace_dir, prepared.profile)  # after the
+        broken = guard.problems(out_native, other) + ([ran.foreign] if ran.foreign else [])  # samples: never seen
     fields.update(ran.fields)
     extra.update(ran.extra)
     extra["setup_ms"] += ran.profile_ms
