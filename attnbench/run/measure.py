@@ -201,10 +201,12 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 first()
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
-        other = other_inputs(prepared, leaves, case.needs_grad, out_native)  # a forward's profiled call is the probe
+        # Profiled after the samples, so they never see it; a forward's profiled call is the guard's call on other
+        # inputs (attnbench.verify.integrity), which a backward mode makes apart.
+        other = other_inputs(prepared, leaves, case.needs_grad, out_native)
         ran = profiled(other if twin and other is not None else fn, case, backend, timer,
-                       declared_kernels(case.device, case.mode), settings.trace_dir, prepared.profile)  # after the
-        broken = guard.problems(out_native, other) + ([ran.foreign] if ran.foreign else [])  # samples: never seen
+                       declared_kernels(case.device, case.mode), settings.trace_dir, prepared.profile)
+        broken = guard.problems(out_native, other) + ([ran.foreign] if ran.foreign else [])
     fields.update(ran.fields)
     extra.update(ran.extra)
     extra["setup_ms"] += ran.profile_ms
