@@ -100,3 +100,25 @@ def test_a_side_stream_is_caught_on_cuda() -> None:
         pytest.skip("needs CUDA")
     record = measure_one(make_case(device="cuda", seq_len=256), testing.SideStream())
     assert record.status == "error" and "off the timed stream" in record.reason
+
+
+class ScratchQuery(testing.CheatingBackend):
+    """The query-writing cheat on its own copy of Q made in prepare, declared (or not) as written by design, the way
+    SageAttention's adapter declares the K it smooths in place."""
+
+    name = "scratch-query"
+    cheat = "writes-query"
+    declared: tuple[int, ...] = ()
+
+    def prepare(self, case, q, k, v):  # type: ignore[no-untyped-def]
+        import dataclasses
+
+        prepared = super().prepare(case, q.detach().clone(), k, v)
+        return dataclasses.replace(prepared, writes=self.declared)
+
+
+def test_a_write_into_a_declared_copy_is_allowed_and_an_undeclared_one_is_named() -> None:
+    undeclared = measure_one(make_case(seq_len=64), ScratchQuery())
+    assert undeclared.status == "error" and "wrote into its input 0 of the prepared" in undeclared.reason
+    declared = type("Declared", (ScratchQuery,), {"declared": (0,)})()
+    assert measure_one(make_case(seq_len=64), declared).status == "ok"

@@ -159,7 +159,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     # modes the checked call differs (it also maps gradients back), so the peak comes from the first
     # warm-up call instead. No call is made for memory alone.
     twin = case.mode == "fwd"
-    guard = Guard((*canonical, *leaves), ("q", "k", "v", *(f"{i} of the prepared" for i in range(len(leaves)))))
+    guard = Guard(canonical, leaves, prepared.writes)
     timing = settings.timing.round_share()  # the first round's; the later ones re-time it (attnbench.run.rounds)
     with prepared.context():
         # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.

@@ -119,13 +119,17 @@ def _storage(t: torch.Tensor) -> int:
 
 
 class Guard:
-    """One measurement's guards. `watched`: every tensor the backend can reach (the case's inputs, its prepared
-    inputs; one that views another with the same layout is checked once); `names`: what a reason calls each."""
+    """One measurement's guards, on every tensor the backend can reach: the case's inputs (`canonical`: q, k, v) and
+    its prepared ones (`leaves`) but those it declares it writes by design (`writes`, Prepared.writes); one that views
+    another with the same layout is checked once."""
 
-    def __init__(self, watched: Sequence[torch.Tensor], names: Sequence[str]) -> None:
+    def __init__(self, canonical: Sequence[torch.Tensor], leaves: Sequence[torch.Tensor],
+                 writes: Sequence[int] = ()) -> None:
+        named = [*zip(("q", "k", "v"), canonical),
+                 *((f"{i} of the prepared", t) for i, t in enumerate(leaves) if i not in writes)]
         seen: set[tuple[Any, ...]] = set()
         self.watched = []
-        for name, t in zip(names, watched):
+        for name, t in named:
             key = (t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
             if key not in seen:
                 seen.add(key)
