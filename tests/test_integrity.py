@@ -52,6 +52,9 @@ def test_honest_backends_pass_every_guard(name: str) -> None:
     assert record.status == "ok"
     assert record.extra["integrity"] == ["inputs unchanged", "output not an input", "no work after return",
                                          "new output on other inputs"]
+    # a forward's probe is its profiled call: none of the guard's own operations is counted as the kernel's
+    names = {k["name"] for k in record.kernels}
+    assert names and not names & {"aten::take", "aten::linspace", "aten::bitwise_xor", "aten::sum"}
 
 
 def test_sign_flips_are_exact_in_every_format_and_checksums_see_one_element() -> None:
