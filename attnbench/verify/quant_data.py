@@ -158,7 +158,9 @@ def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
     elif stick.errors is not None:  # naive in the case's dtype: how far the dtype itself is off (verify.check)
-        extra.update(naive_relative_error=check.relative(stick.errors["out"], data.reference.out))
+        relative = check.relative(stick.errors["out"], data.reference.out)
+        extra.update(naive_relative_error=relative, dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
+                     reference_scale=float(data.reference.out.abs().max()))
     params = (data.originals if isinstance(data, QuantCaseData) else data.inputs).params
     if params:
         extra["inputs_params"] = params
