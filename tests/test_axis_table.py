@@ -161,3 +161,41 @@ def test_case_record_and_schema_fields_follow_the_table() -> None:
     assert [f.name for f in dataclasses.fields(Case)][11:] == names
     assert [f.name for f in dataclasses.fields(Record) if f.name in WORKLOAD_DEFAULTS] == names
     assert [n for n in Axes.model_fields if n in {a.name for a in axes.TABLE}] == [a.name for a in axes.TABLE]
+
+
+def test_the_inputs_axis_goes_through_the_table_like_the_others(tmp_path: Path) -> None:
+    """`inputs:` is declared in the table alone: validated (one line, exit 2), in the case id (randn's unchanged), the
+    record (left out for randn), the report's groups and the dispatch buckets, and mapped by no backend (every one
+    takes any values)."""
+    from typer.testing import CliRunner
+
+    from attnbench.backends.registry import default_registry
+    from attnbench.cli.main import app
+    from attnbench.core.case import Case
+    from attnbench.records.results import WORKLOAD_DEFAULTS
+    from attnbench.report import groups
+    from attnbench.run.skip import Facts, why_skipped
+    from attnbench.sweep.suite import load_suite
+
+    text = ("name: s\ndevice: cpu\nbackends: [naive]\nsweep:\n  seq_len: [32]\n  heads: [2]\n  head_dim: [16]\n"
+            "  inputs: [randn, large_logits]\n")
+    (tmp_path / "s.yaml").write_text(text)
+    randn, large = load_suite(tmp_path / "s.yaml").cases("cpu")
+    assert randn.case_id == "cpu-fp32-b1-s32-h2-kv2-d16-full-fwd" and randn.inputs is None
+    assert large.case_id == "cpu-fp32-b1-s32-h2-kv2-d16-full-large_logits-fwd" and large.inputs == "large_logits"
+    assert large.seed == randn.seed  # the same draws, then transformed
+    assert WORKLOAD_DEFAULTS["inputs"] is None and "inputs" in groups.GROUP_FIELDS
+    record = {**large.fields(), "backend": "naive", "status": "ok"}
+    assert groups.workload_words(record) == ["large_logits inputs"]
+    assert groups.workload_words(record, short=True) == ["large_logits"]
+    assert dispatch.Shape.of_record(record).bucket()["stress_inputs"] is True
+    assert dispatch.Shape.of_record({**randn.fields()}).bucket()["stress_inputs"] is False
+    registry = default_registry()
+    assert all(why_skipped(large, registry.get(n), Facts()) is None for n in ("naive", "sdpa-math", "sdpa-flash"))
+    assert isinstance(large, Case)
+    (tmp_path / "bad.yaml").write_text(text.replace("large_logits", "large_logit"))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "sweep.inputs[1]: 'large_logit' is not allowed (did you mean 'large_logits'?); allowed: randn, outliers, " \
+           "sink, large_logits, shifted_keys, near_constant, denormal" in line

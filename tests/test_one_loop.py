@@ -127,6 +127,8 @@ def test_peak_memory_costs_no_call_of_its_own(mode: str) -> None:
     timed_calls = record.samples + record.extra["warmup_calls"]
     check_is_a_sample = record.extra.get("check_sampled", False)  # a forward's check may also be a sample
     profiled = 1  # the one call under the profiler, after the samples (attnbench.run.profiled)
-    assert backend.calls == timed_calls + (0 if check_is_a_sample else 1) + profiled
+    # the integrity guard's call on sign-flipped inputs (attnbench.verify.integrity): a forward's is its profiled call
+    guarded = 0 if mode == "fwd" else 1
+    assert backend.calls == timed_calls + (0 if check_is_a_sample else 1) + profiled + guarded
     assert record.peak_memory_bytes >= 4 * 256 * 256 * 4  # one head's worth of scores, at least
     assert record.memory_method == "torch.profiler CPU allocator events"

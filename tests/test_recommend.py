@@ -126,6 +126,14 @@ def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h2
     assert table.choose(6000, 16, 16, 128, "torch.bfloat16", True, 1024, "fwd").backend == "flex"  # positional
     assert table.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=64, dtype="bf16", window=1024) is None
     assert table.lookup(seq_len=16384, heads=16, kv_heads=16, head_dim=128, dtype="bf16")["decision"] == "winner"
+    # a table written before the stress_inputs feature existed (its buckets lack it) answers the same for randn
+    # shapes, and nothing for stress inputs, which it never measured
+    for row in data["rows"]:
+        del row["bucket"]["stress_inputs"]
+    older = DispatchTable(data)
+    assert older.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=128, dtype="bf16", window=1024).backend == "flex"
+    assert older.choose(seq_len=6000, heads=16, kv_heads=16, head_dim=128, dtype="bf16", window=1024,
+                        stress_inputs=True) is None
 
 
 def test_a_planted_tie_is_named_and_sdpa_is_kept_when_it_is_in_it(tmp_path: Path) -> None:

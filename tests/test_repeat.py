@@ -203,7 +203,8 @@ class NoCalls:
 def test_the_second_call_is_the_timers_own_and_an_untimed_one_only_without_it() -> None:
     backend = Counting()
     record = measured(backend, timer=ScriptedTimer([1.0, 1.0, 1.0]))
-    # the checked call, three timed ones, and the profiled call after them (attnbench.run.profiled)
+    # the checked call, three timed ones, and the profiled call after them (attnbench.run.profiled), which in a
+    # forward is also the integrity guard's call on other inputs (attnbench.verify.integrity)
     assert backend.calls == 1 + 3 + 1 and record.extra["repeat_calls"][1] == "timer's first call"
     backend = Counting()
     record = measured(backend, timer=NoCalls())

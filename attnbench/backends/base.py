@@ -51,6 +51,10 @@ class Prepared:
     # Such a runtime's own profiler around one call of its kernel (attnbench.timing.profile.Profile), which
     # torch.profiler cannot see into: made once after the samples; its kernels are the record's `kernels`.
     profile: Callable[[], Any] | None = None
+    # The positions in `inputs` of tensors the library writes into by design (SageAttention subtracts K's mean in
+    # place): copies made in `prepare`, which the integrity guard does not hold unchanged (the case's own inputs,
+    # it always does).
+    writes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

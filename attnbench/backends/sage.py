@@ -120,6 +120,7 @@ class SageBackend(Backend):
             kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, smooth_k=True; "
                    f"INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} tokens, float16 P·V{gqa})",
             extra=extra,
+            writes=(1,),  # its own copy of K, smoothed in place by every call
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:

@@ -3,6 +3,8 @@
 Not registered by default; `--plugin attnbench.backends.testing:FAULTY` adds those three.
 `--plugin attnbench.backends.testing:CRASHING` adds faults that take the whole process with them
 (hang, exit, segfault): run those only with `--isolate`, where a worker process absorbs them.
+`--plugin attnbench.backends.testing:CHEATING` adds four that answer right and cheat the timing or the inputs (the
+integrity guards' planted cheats).
 """
 
 from __future__ import annotations
@@ -104,3 +106,102 @@ class Segfaulting(FaultyBackend):
 
 FAULTY = [Raising, OutOfMemory, Wrong]
 CRASHING = [Hanging, Exiting, Segfaulting]
+
+
+LOG2E = 1.4426950408889634
+
+
+class CheatingBackend(Backend):
+    """Naive attention with a planted cheat the integrity guards must catch (docs/conventions.md "Integrity
+    guards"): "stale" (every call after the first returns the first call's output), "writes-query" (scales its
+    query tensor in place by log2(e) and back, which leaves some elements an ulp away), "overflow" (an exponent
+    without the row's maximum subtracted, in the inputs' dtype: Inf/Inf on large logits in fp16) or "side-stream"
+    (the work on a CUDA side stream, or on a CPU on a thread of its own, the output returned before it is
+    written)."""
+
+    cheat: ClassVar[str] = "stale"
+    name = "cheat-stale"
+    summary = "test backend with a planted integrity cheat"
+
+    def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        mask = workload.mask(case, device=q.device)
+        group, scale = case.group_size, case.head_dim ** -0.5
+        kept: list[torch.Tensor] = []
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return naive_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), mask)
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            if self.cheat == "stale":
+                if not kept:
+                    kept.append(attend(q, k, v).detach())
+                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())  # the first values, with a graph to every input
+            if self.cheat == "writes-query":
+                q.mul_(LOG2E)  # the exp2 form's factor, applied in place and undone after: not exactly
+                out = attend(q / LOG2E, k, v)
+                q.div_(LOG2E)
+                return out
+            if self.cheat == "overflow":
+                return _unshifted_softmax(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+                                          mask, scale)
+            return _deferred(attend, q, k, v)
+
+        return Prepared(inputs=(q, k, v), call=call, kernel=f"cheat ({self.cheat})")
+
+
+def _unshifted_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                       scale: float) -> torch.Tensor:
+    """softmax(s)·V as exp(s)·V / Σexp(s), with no maximum subtracted: exp overflows where a score passes the
+    dtype's log(max) (11.1 in fp16)."""
+    p = ((q @ k.transpose(-2, -1)) * scale).exp()
+    if mask is not None:
+        p = p.masked_fill(~mask, 0)
+    return (p @ v) / p.sum(dim=-1, keepdim=True)
+
+
+def _deferred(attend: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor) -> torch.Tensor:
+    """The attention written into a fresh output after the call returns: on a CUDA side stream, or on a CPU by a
+    thread started here."""
+    import threading
+
+    import torch
+
+    out = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    if q.is_cuda:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(1 << 22)  # ~ms of spinning, so the work lands after the timed stream's events
+            out.copy_(attend(q, k, v))
+        return out
+
+    def work() -> None:
+        time.sleep(0.05)
+        out.copy_(attend(q, k, v))
+
+    threading.Thread(target=work, daemon=True).start()
+    return out
+
+
+class StaleOutput(CheatingBackend):
+    name = "cheat-stale"
+    cheat = "stale"
+
+
+class WritesQuery(CheatingBackend):
+    name = "cheat-writes-query"
+    cheat = "writes-query"
+
+
+class Overflows(CheatingBackend):
+    name = "cheat-overflow"
+    cheat = "overflow"
+
+
+class SideStream(CheatingBackend):
+    name = "cheat-side-stream"
+    cheat = "side-stream"
+
+
+CHEATING = [StaleOutput, WritesQuery, Overflows, SideStream]

@@ -28,8 +28,12 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, **{name: 1 for name in
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
                "float8_e5m2": "fp8e5m2"}
 SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
+# The distributions a case's inputs may be drawn from (`inputs:`); randn is the default, and what each other one
+# models and with which parameters is attnbench.verify.distributions' (docs/conventions.md "Input distributions").
+INPUTS = ("randn", "outliers", "sink", "large_logits", "shifted_keys", "near_constant", "denormal")
 
 # The types of one value of an axis as a suite writes it.
+InputKind = Literal[INPUTS]  # type: ignore[valid-type]
 KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 # `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
 # a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
@@ -221,6 +225,11 @@ TABLE: list[Axis] = [
     Axis("quant", "quant", None, expanded=True, fragment=_quant_id, words=_quant_words,
          fields=(Field("quant", "str | None"), Field("quant_block", "int | None"),
                  Field("quant_scale", "float | None"))),
+    # The values Q, K, V are drawn with: only the values change, so no backend has anything to map.
+    simple_axis("inputs", InputKind, "randn", lambda kind: kind, lambda kind: f"{kind} inputs",
+                to_case=lambda value, combo: None if value == "randn" else value,
+                fields=(Field("inputs", "str | None"),),
+                feature="stress_inputs", feature_words="stress inputs"),
 ]
 
 

@@ -68,7 +68,8 @@ class Case:
     # when `documents` / `kv_lengths: random` ask for them; doc_kv_lens are each document's keys when documents carry
     # a cached prefix (its queries are the last doc_lens[d] of its doc_kv_lens[d] keys); head_dim_v None is head_dim;
     # kv_shared is absorbed MLA (V is K's first head_dim_v channels); tp: one GPU's share of a model split by heads;
-    # kv_dtype, quant, quant_block, quant_scale: the quantized inputs (attnbench.core.quant).
+    # kv_dtype, quant, quant_block, quant_scale: the quantized inputs (attnbench.core.quant); inputs: the distribution
+    # Q, K, V are drawn from (None: randn; attnbench.verify.distributions).
     for _field in axes.case_fields():
         __annotations__[_field.name] = _field.annotation
         vars()[_field.name] = _field.default
@@ -158,8 +159,12 @@ class Case:
     @property
     def seed(self) -> int:
         """The seed inputs are drawn from: derived from the case, so every backend sees the same tensors. A quantized
-        case draws its original inputs with its unquantized twin's seed (the same tensors, then quantized)."""
-        return zlib.crc32((self.unquantized if self.quantized else self).case_id.encode())
+        case draws its original inputs with its unquantized twin's seed (the same tensors, then quantized), and a case
+        with stress inputs its randn twin's (the same draws, then transformed: attnbench.verify.distributions)."""
+        twin = self.unquantized if self.quantized else self
+        if twin.inputs is not None:
+            twin = replace(twin, inputs=None)
+        return zlib.crc32(twin.case_id.encode())
 
     @property
     def layout_seed(self) -> int:

@@ -154,7 +154,10 @@ class DispatchTable:
                                 f"{SCHEMA_VERSION}; write the table again with `attnbench recommend`")
         self.data = data
         self.rows: list[dict[str, Any]] = list(data.get("rows") or [])
-        self._by_key = {bucket_key(row["bucket"]): row for row in self.rows}
+        # A feature declared after the table was written is one its shapes did not have (a table of randn runs
+        # has no stress_inputs): absent, it is False, so the table's buckets still match.
+        unset = dict.fromkeys(FEATURES, False)
+        self._by_key = {bucket_key({**unset, **row["bucket"]}): row for row in self.rows}
 
     @classmethod
     def load(cls, path: str | Path) -> DispatchTable:

@@ -29,6 +29,7 @@ CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend"
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
 MAX_QUANTIZED_LINES = 16  # FP8 speed-up and "not faster" lines
 SHOWN_CASES = 3  # cases named per failure line
+MAX_DTYPE_LINES = 8  # cases the dtype cannot hold, named one by one
 MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
 DETERMINISTIC_SKIP = "deterministic asked"
 # Where an `overhead` text names the rest of the call (attnbench.timing.profile.judge_kernels writes it).
@@ -70,6 +71,7 @@ class Findings:
     # lengths whose fastest backend is flagged, then every record flagged `overhead`: what the rest of its call was
     kernels: list[str] = field(default_factory=list)
     roofs: list[str] = field(default_factory=list)  # records above 100% of their roof: the roof is wrong
+    dtype: list[str] = field(default_factory=list)  # cases whose dtype cannot hold their inputs (extra.dtype_limited)
     failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
@@ -77,7 +79,7 @@ class Findings:
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
         return (self.roofs + self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise
-                + self.repeat + self.kernels)
+                + self.repeat + self.kernels + self.dtype)
 
 
 def _ranges(winners: list[tuple[int, str]]) -> str:
@@ -214,6 +216,29 @@ def roof_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def dtype_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Each case where naive attention in the case's own dtype is far off the float64 reference
+    (extra.dtype_limited): the dtype cannot hold its inputs, so a pass there says "no worse than twice the dtype",
+    and each backend's error is given as a share of the reference's scale instead (docs/conventions.md "Input
+    distributions")."""
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("status") in ("ok", "mismatch") and (r.get("extra") or {}).get("dtype_limited"):
+            cases.setdefault(str(r["case_id"]), []).append(r)
+    lines = []
+    for members in list(cases.values())[:MAX_DTYPE_LINES]:
+        naive, scale = (members[0]["extra"].get(k) for k in ("naive_relative_error", "reference_scale"))
+        errors = ", ".join(f"{r['backend']} {100 * float(r['max_abs_error']) / scale:.2g}%" for r in members
+                           if scale and r.get("max_abs_error") is not None)
+        off = "NaN or Inf" if naive is None else f"off by {100 * naive:.0f}% of the reference's scale"
+        lines.append(f"The dtype cannot hold these inputs ({case_words(members[0])}): naive attention in "
+                     f"{members[0]['dtype']} is {off}, so a pass there says little"
+                     + (f"; each backend's error as a share of that scale: {errors}." if errors else "."))
+    if len(cases) > MAX_DTYPE_LINES:
+        lines.append(f"… and {len(cases) - MAX_DTYPE_LINES} more cases the dtype cannot hold (extra.dtype_limited).")
+    return lines
+
+
 def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
     """For each backend timed on packed documents and on the same case as one sequence, where their intervals do
     not overlap: how their times compare (block-sparse kernels skip what crosses a boundary; a dense kernel given
@@ -297,6 +322,7 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
         )
     found.packing = packing_lines(timed)
     found.roofs = roof_lines(records)
+    found.dtype = dtype_lines(records)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
     flagged = flagged_fastest_lines(groups)

@@ -24,6 +24,7 @@ from attnbench.backends.conformance import conformance_problem
 from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.gpu import sample as gpu_sample
 from attnbench.verify.inputs import Answer, CaseData, grad_checkable
+from attnbench.verify.integrity import Guard, other_inputs
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.verify.quant_data import (
     Yardstick,
@@ -158,6 +159,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     # modes the checked call differs (it also maps gradients back), so the peak comes from the first
     # warm-up call instead. No call is made for memory alone.
     twin = case.mode == "fwd"
+    guard = Guard(canonical, leaves, prepared.writes)
     timing = settings.timing.round_share()  # the first round's; the later ones re-time it (attnbench.run.rounds)
     with prepared.context():
         # The checked call runs in the grad mode of the timed one: a compiled backend guards on it.
@@ -178,6 +180,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                     out_native = prepared.to_tensor(prepared.call(*leaves))
             finally:
                 caught.extend(seen)
+        guard.returned(out_native)  # work still running after the call returned (attnbench.verify.integrity)
         answer, dout_native, native = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows,
                                                 grad_checkable(case))
         stick = yardstick(data, backend)  # naive in the case's dtype, or an emulation of the kernel's numerics
@@ -198,16 +201,24 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
                 first()
             peak, method = first.peak, first.method
         verdict, note = _repeat_check(data, prepared, canonical, leaves, answer, native, kept, verdict, fields, stick)
-        ran = profiled(fn, case, backend, timer, declared_kernels(case.device, case.mode),
-                       settings.trace_dir, prepared.profile)  # after the samples: they never see it
+        # Profiled after the samples, so they never see it; a forward's profiled call is the guard's call on other
+        # inputs (attnbench.verify.integrity), which a backward mode makes apart.
+        other = other_inputs(prepared, leaves, case.needs_grad, out_native)
+        ran = profiled(other if twin and other is not None else fn, case, backend, timer,
+                       declared_kernels(case.device, case.mode), settings.trace_dir, prepared.profile)
+        broken = guard.problems(out_native, other) + ([ran.foreign] if ran.foreign else [])
     fields.update(ran.fields)
     extra.update(ran.extra)
     extra["setup_ms"] += ran.profile_ms
     extra["setup_parts"]["profile"] = ran.profile_ms
+    extra["integrity"] = guard.checks
+    if broken:  # the time is not of the work asked for: an error, never a timing
+        fields["mismatch_reason"] = "integrity: " + "; ".join(broken)
+        return "error"
     fields.update(timing_fields(samples, settings.timing, case.device))
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=peak, memory_method=method,
-        max_abs_error=finite(verdict.max_abs_error), error_bound=verdict.error_bound,
+        max_abs_error=finite(verdict.max_abs_error), error_bound=finite(verdict.error_bound),
         rows_checked=case.seq_len if data.rows is None else len(data.rows),
         grad_checked=data.reference.grads is not None,
     )

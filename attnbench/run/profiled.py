@@ -33,6 +33,7 @@ class Profiled:
     wrong_kernel: str | None
     profile_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
+    foreign: str | None = None  # kernels off the timed stream (attnbench.timing.profile.foreign_streams)
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
@@ -61,7 +62,7 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
     if profile.kernels is None:
         for part in parts:
             part.unlink(missing_ok=True)
-        return Profiled(fields, None, spent)
+        return Profiled(fields, None, spent, foreign=profile.foreign)
     replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds): a graph timer's last graph
     if replay is not None:
         run_graph, calls = replay
@@ -84,7 +85,7 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
         if written:
             join_traces(trace, written)
             fields["trace"] = f"traces/{trace.name}"
-    return Profiled(fields, wrong, spent)
+    return Profiled(fields, wrong, spent, foreign=profile.foreign)
 
 
 def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]

@@ -69,6 +69,7 @@ class Profile:
     profile_ms: float = 0.0
     source: str = TORCH_PROFILER
     extra: dict[str, Any] = field(default_factory=dict)
+    foreign: str | None = None  # CUDA kernels of the call that ran off the timed stream (foreign_streams)
 
     def names(self) -> list[str]:
         return [k.name for k in self.kernels or ()]
@@ -87,10 +88,13 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
             activities.append(ProfilerActivity.CUDA)
         with kineto_banner_dropped(), profile(activities=activities) as prof:
             with record_function(label):
+                if device == "cuda":
+                    _mark_stream()
                 fn()
                 if sync is not None:
                     sync()
         kernels = kernels_of(prof.key_averages(), device)
+        foreign = foreign_streams(prof.profiler.kineto_results.events()) if device == "cuda" else None
         if trace_path is not None:
             prof.export_chrome_trace(trace_path)
     except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failed measurement
@@ -99,7 +103,33 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     ms = (time.perf_counter() - start) * 1e3
     if not kernels:
         return Profile(None, f"the profiler saw no {'CUDA kernel' if device == 'cuda' else 'op'} in the call", ms)
-    return Profile(kernels, None, ms)
+    return Profile(kernels, None, ms, foreign=foreign)
+
+
+# The marker launched on the timed (current) stream right before the profiled call: PyTorch's spin kernel
+# (torch.cuda._sleep), whose stream is the one the timer's events are recorded on.
+MARKER = "spin_kernel"
+
+
+def _mark_stream() -> None:
+    import torch
+
+    torch.cuda._sleep(1)
+
+
+def foreign_streams(events: Any) -> str | None:
+    """Which CUDA kernels of the profiled call ran on a stream other than the marker's (Kineto's device events:
+    `device_resource_id()` is a kernel's stream): the timer's events bracket the timed stream only, so work elsewhere
+    is not in the time. None when every kernel shares the marker's stream, or the marker was not seen."""
+    kernels = [(e.name(), e.device_resource_id()) for e in events if str(e.device_type()).endswith("CUDA")]
+    timed = next((stream for name, stream in kernels if MARKER in name), None)
+    if timed is None:
+        return None
+    off = sorted({name for name, stream in kernels if stream != timed})
+    if not off:
+        return None
+    return (f"{len(off)} kernel(s) ran off the timed stream ({', '.join(off[:3])}{'...' if len(off) > 3 else ''}): "
+            "their work is not in the timed window")
 
 
 def warm_profiler() -> None:
@@ -135,7 +165,8 @@ def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
             us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "device_time_total", 0.0))
         else:
             us = float(event.self_cpu_time_total)
-        if us > 0 and not str(event.key).startswith(LABEL_PREFIX):  # the call's own range is not a kernel
+        # Neither the call's own range nor the marker on the timed stream is a kernel of the call.
+        if us > 0 and not str(event.key).startswith(LABEL_PREFIX) and MARKER not in str(event.key):
             rows.append((str(event.key), int(event.count), us / 1e3))
     return kernels_from(rows)
 

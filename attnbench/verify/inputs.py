@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from attnbench.verify import vml
+from attnbench.verify import distributions, vml
 
 from attnbench.core import workload
 from attnbench.verify.check import Answer, naive_errors  # noqa: F401 - Answer: the rule judges it
@@ -34,6 +34,8 @@ class Inputs:
     k: torch.Tensor
     v: torch.Tensor
     dout: torch.Tensor | None
+    # The input distribution's parameters (attnbench.verify.distributions); none for randn.
+    params: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -64,7 +66,8 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def make_inputs(case: Case) -> Inputs:
-    """Standard-normal Q, K, V (and dO for backward modes) in the case's dtype, from the case's seed.
+    """Standard-normal Q, K, V (and dO for backward modes) in the case's dtype, from the case's seed, transformed into
+    the case's input distribution when it names one (attnbench.verify.distributions).
 
     Every measurement starts here, so MKL VML's dispatch is settled here first (attnbench.verify.vml): otherwise the first
     call of a VML function in the process, made on two threads at once, may run one thread's share at low accuracy.
@@ -77,13 +80,16 @@ def make_inputs(case: Case) -> Inputs:
 
     def draw(heads: int, seq: int, dim: int) -> torch.Tensor:
         shape = (case.batch, heads, seq, dim)
-        return torch.randn(shape, generator=gen, device=case.device, dtype=torch.float32).to(dtype)
+        return torch.randn(shape, generator=gen, device=case.device, dtype=torch.float32)
 
     q, k = draw(case.heads, case.seq_len, case.head_dim), draw(case.kv_heads, case.kv_seq_len, case.head_dim)
+    v = None if case.kv_shared else draw(case.kv_heads, case.kv_seq_len, case.v_dim)
+    dout = draw(case.heads, case.seq_len, case.v_dim).to(dtype) if case.needs_grad else None
+    (q, k, v), params = distributions.transform(case, q, k, v)
+    q, k = q.to(dtype), k.to(dtype)
     # Absorbed MLA (kv_shared): V is K's first head_dim_v channels, as the kernels that run it take it.
-    v = k[..., :case.v_dim].clone() if case.kv_shared else draw(case.kv_heads, case.kv_seq_len, case.v_dim)
-    dout = draw(case.heads, case.seq_len, case.v_dim) if case.needs_grad else None
-    return Inputs(q, k, v, dout)
+    v = k[..., :case.v_dim].clone() if v is None else v.to(dtype)
+    return Inputs(q, k, v, dout, params)
 
 
 def checked_rows(case: Case) -> torch.Tensor | None:

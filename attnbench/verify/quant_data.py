@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core import quant
+from attnbench.verify import check
 from attnbench.verify.emulate import emulate, metrics, sage_inputs
 from attnbench.verify.inputs import (
     Answer,
@@ -156,4 +157,11 @@ def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.
                      error_vs_original=recorded(metrics(answer.out, data.original_reference.out)))
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
+    elif stick.errors is not None:  # naive in the case's dtype: how far the dtype itself is off (verify.check)
+        relative = check.relative(stick.errors["out"], data.reference.out)
+        extra.update(naive_relative_error=relative, dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
+                     reference_scale=float(data.reference.out.abs().max()))
+    params = (data.originals if isinstance(data, QuantCaseData) else data.inputs).params
+    if params:
+        extra["inputs_params"] = params
     return extra

@@ -1,0 +1,121 @@
+"""The input distributions of the `inputs:` axis (docs/conventions.md "Input distributions"): each a seeded transform
+of the case's own standard-normal draws, so a case with stress inputs starts from the very tensors its randn twin
+gets. The transforms work in float32, before the cast to the case's dtype; the float64 reference is computed from the
+cast tensors, as for randn. Each returns its parameters, which the record keeps (`extra.inputs_params`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnbench.core import axes
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.core.case import Case
+
+# The seed stream of a transform's own choices (channels, directions), apart from the draws it transforms.
+STREAM = 7
+# outliers: one head-dim channel in OUTLIER_EVERY of K (at least one) scaled by OUTLIER_FACTOR, the same channels for
+# every key (the fixed key-outlier channels KV-cache quantization papers report).
+OUTLIER_EVERY, OUTLIER_FACTOR = 16, 16.0
+# sink: every query gains SINK_SHIFT along one direction u, and key 0 of every sequence is SINK_LOGIT·√d/SINK_SHIFT·u,
+# so its scaled score is SINK_LOGIT·(1 + (q·u)/SINK_SHIFT): about SINK_LOGIT above the others for most queries.
+SINK_SHIFT, SINK_LOGIT = 2.0, 10.0
+# large_logits: Q and K scaled by one factor so that the largest |q·k| over the case (before the 1/√d scale) is
+# LARGE_QK: half of float16's largest value, 65504.
+LARGE_QK = 32768.0
+# shifted_keys: every key gains one vector whose channels are ±KEY_MEAN (seeded signs).
+KEY_MEAN = 8.0
+# near_constant: every key (and value) of a sequence is one shared vector plus NEAR_SPREAD times a standard normal.
+NEAR_SPREAD = 1e-3
+# denormal: Q and K times the dtype's smallest normal number over DENORMAL_DIVISOR (most values subnormal).
+DENORMAL_DIVISOR = 16.0
+
+Tensors = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor | None"]
+
+
+def _choices(case: Case) -> torch.Generator:
+    import torch
+
+    return torch.Generator().manual_seed(case.seed + STREAM)
+
+
+def _unit(case: Case, gen: torch.Generator, device: Any) -> torch.Tensor:
+    import torch
+
+    u = torch.randn(case.head_dim, generator=gen)
+    return (u / u.norm()).to(device)
+
+
+def outliers(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    import torch
+
+    count = max(1, case.head_dim // OUTLIER_EVERY)
+    channels = torch.randperm(case.head_dim, generator=_choices(case))[:count].sort().values
+    k = k.clone()
+    k[..., channels.to(k.device)] *= OUTLIER_FACTOR
+    return (q, k, v), {"channels": [int(c) for c in channels], "factor": OUTLIER_FACTOR, "tensor": "k"}
+
+
+def sink(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    u = _unit(case, _choices(case), q.device)
+    q = q + SINK_SHIFT * u
+    k = k.clone()
+    k[..., 0, :] = SINK_LOGIT * math.sqrt(case.head_dim) / SINK_SHIFT * u
+    return (q, k, v), {"key": 0, "query_shift": SINK_SHIFT, "sink_logit": SINK_LOGIT}
+
+
+def max_qk(case: Case, q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> float:
+    """The largest |q·k| over every (query, key) pair a query head's KV head offers, masks aside, a block of
+    query rows at a time."""
+    b, g, kvh = case.batch, case.group_size, case.kv_heads
+    grouped = q.reshape(b, kvh, g, case.seq_len, case.head_dim)
+    kt = k.transpose(-2, -1).unsqueeze(2)
+    return max(float((grouped[:, :, :, i:i + rows] @ kt).abs().amax()) for i in range(0, case.seq_len, rows))
+
+
+def large_logits(case: Case, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    factor = math.sqrt(LARGE_QK / max_qk(case, q, k))
+    return (q * factor, k * factor, v), {"max_qk": LARGE_QK, "factor": factor}
+
+
+def shifted_keys(case: Case, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    import torch
+
+    signs = torch.randint(0, 2, (case.head_dim,), generator=_choices(case)).float() * 2 - 1
+    return (q, k + KEY_MEAN * signs.to(k.device), v), {"key_mean": KEY_MEAN}
+
+
+def near_constant(case: Case, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        return t[..., :1, :] + NEAR_SPREAD * t  # the first row, shared, plus a small spread of the draws
+
+    return (q, flat(k), None if v is None else flat(v)), {"spread": NEAR_SPREAD, "tensors": "k, v"}
+
+
+def denormal(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    import torch
+
+    scale = torch.finfo(getattr(torch, case.dtype)).tiny / DENORMAL_DIVISOR
+    return (q * scale, k * scale, v), {"scale": scale, "tensors": "q, k"}
+
+
+Transform = Callable[["Case", "torch.Tensor", "torch.Tensor", "torch.Tensor | None"], tuple[Tensors, dict[str, Any]]]
+TRANSFORMS: dict[str, Transform] = {"outliers": outliers, "sink": sink, "large_logits": large_logits,
+                                    "shifted_keys": shifted_keys, "near_constant": near_constant, "denormal": denormal}
+assert set(TRANSFORMS) == set(axes.INPUTS) - {"randn"}, "every distribution the axis names has its transform"
+
+
+def transform(case: Case, q: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+    """The case's float32 draws in its distribution, and its parameters (randn: unchanged, none). `v` is None where V
+    is derived from K after the transform (absorbed MLA's kv_shared)."""
+    if case.inputs is None:
+        return (q, k, v), {}
+    return TRANSFORMS[case.inputs](case, q, k, v)
