@@ -78,10 +78,12 @@ class MixResult:
     totals: list[Total]  # single backends, complete ones first, fastest first
     dispatch: Total
     unmeasured: list[str]  # parts no backend has a clean number on
+    numbers: dict[str, dict[str, Span]] = field(default_factory=dict)  # case id -> backend -> its number
+    flagged: list[str] = field(default_factory=list)  # backends timed only with an overhead flag
 
     @property
     def best(self) -> Total | None:
-        complete = [t for t in self.totals if t.complete]
+        complete = [t for t in self.totals if t.complete and t.name not in self.flagged]
         return complete[0] if complete else None
 
     def per_request(self, total: Total) -> Span:
@@ -92,19 +94,30 @@ class MixResult:
 
     @property
     def gain(self) -> Span | None:
-        """The best single backend's time over the dispatch's, with the ratio of the far ends."""
+        """The best single backend's time over the dispatch's. Its interval pairs the parts: where the dispatch
+        calls that same backend, one number stands on both sides (at its median); elsewhere the far ends."""
         best = self.best
         if best is None or not self.dispatch.complete:
             return None
         b, d = best.whole, self.dispatch.whole
-        return Span(b.value / d.value, b.low / d.high, b.high / d.low)
+        shared = sum(p.weight * self.numbers[p.case.case_id][best.name].value for p in self.traffic.parts
+                     if self.dispatch.calls.get(p.case.case_id) == best.name)
+        own_b = [sum(p.weight * getattr(self.numbers[p.case.case_id][name], end) for p in self.traffic.parts
+                     if self.dispatch.calls.get(p.case.case_id) != best.name)
+                 for name, end in ((best.name, "low"), (best.name, "high"))]
+        own_d = [sum(p.weight * getattr(self.numbers[p.case.case_id][self.dispatch.calls[p.case.case_id]], end)
+                     for p in self.traffic.parts if self.dispatch.calls.get(p.case.case_id) != best.name)
+                 for end in ("low", "high")]
+        return Span(b.value / d.value, (shared + own_b[0]) / (shared + own_d[1]),
+                    (shared + own_b[1]) / (shared + own_d[0]))
 
 
-def numbers(entries: dict[str, Entry]) -> dict[str, Span]:
-    """Each backend's clean number on one case: its median and interval."""
+def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]:
+    """Each backend's clean number on one case: its median and interval; with `flagged`, the numbers flagged
+    `overhead` instead (its declared kernels under the threshold of its call: what its user pays, never chosen)."""
     found = {}
     for backend, entry in entries.items():
-        record = entry.clean
+        record = (entry.troubled if entry.why == "overhead" else None) if flagged else entry.clean
         value = None if record is None else TIME.value(record)
         interval = None if record is None else TIME.interval(record)
         if value is not None and interval is not None:
@@ -135,7 +148,7 @@ def weigh(traffic: Traffic, measured: dict[str, dict[str, Span]], calls: dict[st
             unmeasured.append(case_id)
         _add(dispatch, part, found.get(called) if called else None, case_id)
     ranked = sorted(totals.values(), key=lambda t: (not t.complete, t.whole.value if t.complete else 0, t.name))
-    return MixResult("", traffic, ranked, dispatch, unmeasured)
+    return MixResult("", traffic, ranked, dispatch, unmeasured, measured)
 
 
 def _add(total: Total, part: Part, number: Span | None, case_id: str) -> None:
@@ -159,9 +172,10 @@ def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] 
                              "(e.g. suites/mix.yaml)")
     traffic = loaded.traffic(runs[0].device)
     measured: dict[str, dict[str, Span]] = {}
+    overhead: dict[str, dict[str, Span]] = {}
     for entries in pool(runs).values():
         case_id = next(iter(entries.values())).case_id
-        measured[case_id] = numbers(entries)
+        measured[case_id], overhead[case_id] = numbers(entries), numbers(entries, flagged=True)
     wanted = {p.case.case_id for p in traffic.parts}
     if not wanted & set(measured):
         raise AttnbenchError(f"--mix {suite}: none of the mix's {len(wanted)} cases on {runs[0].device} is in "
@@ -170,6 +184,13 @@ def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] 
     calls = {case_id: d.backend for d in decisions if d.backend for case_id in d.cases}
     result = weigh(traffic, measured, calls)
     result.suite = str(suite)
+    names = sorted({b for found in overhead.values() for b in found} - {t.name for t in result.totals})
+    for name in names:  # a total of what their user pays, beside the clean ones, never called by the dispatch
+        total = Total(name)
+        for part in traffic.parts:
+            _add(total, part, overhead.get(part.case.case_id, {}).get(name), part.case.case_id)
+        result.totals.append(total)
+        result.flagged.append(name)
     return result
 
 
@@ -188,7 +209,8 @@ def to_markdown(result: MixResult) -> str:
              "| serving | ms per request [interval] | µs per token [interval] | prefill share | decode share | "
              "parts missing |", "|---|---|---|---|---|---|"]
     for total in [*result.totals, result.dispatch]:
-        name = "**dispatch** (recommend's table per shape)" if total is result.dispatch else f"`{total.name}`"
+        name = ("**dispatch** (recommend's table per shape)" if total is result.dispatch else
+                f"`{total.name}` (flagged overhead)" if total.name in result.flagged else f"`{total.name}`")
         if total.complete:
             cells = [_span(result.per_request(total)), _span(result.per_token(total), 1e3),
                      f"{total.share('prefill'):.0%}", f"{total.share('decode'):.0%}", "0"]
@@ -202,14 +224,16 @@ def to_markdown(result: MixResult) -> str:
 def _verdict(result: MixResult) -> list[str]:
     lines = []
     best, gain = result.best, result.gain
-    if best is not None and gain is not None:
+    if best is not None and gain is not None and set(result.dispatch.calls.values()) == {best.name}:
+        lines.append(f"- The dispatch calls `{best.name}`, the best single backend, on every part: no gain.")
+    elif best is not None and gain is not None:
         lines.append(f"- Best single backend: `{best.name}`; the dispatch is {gain.value:.3g}× faster than it "
                      f"[{gain.low:.3g}, {gain.high:.3g}]" + (" (the interval holds 1: not told apart)."
                                                              if gain.low <= 1 <= gain.high else "."))
     elif best is None:
         lines.append("- No single backend has a clean number on every part of the traffic.")
     for phase in PHASES:
-        ranked = sorted((t for t in result.totals if phase in t.phases and not any(
+        ranked = sorted((t for t in result.totals if phase in t.phases and t.name not in result.flagged and not any(
             p.case.case_id in t.missing for p in result.traffic.parts if p.phase == phase)),
             key=lambda t: t.phases[phase].value)
         if ranked:
@@ -218,12 +242,15 @@ def _verdict(result: MixResult) -> list[str]:
     called = sorted(set(result.dispatch.calls.values()))
     lines.append(f"- The dispatch calls {', '.join(f'`{b}`' for b in called) or 'nothing'}.")
     if result.dispatch.fallback:
-        lines.append(f"- On {len(result.dispatch.fallback)} parts recommend's table calls nothing (unsettled or "
+        lines.append(f"- On {len(result.dispatch.fallback)} part(s) recommend's table calls nothing (unsettled or "
                      "none): the dispatch takes the fastest clean median there: "
                      + ", ".join(f"`{c}`" for c in result.dispatch.fallback) + ".")
     if result.unmeasured:
         lines.append("- No backend measured: " + ", ".join(f"`{c}`" for c in result.unmeasured)
                      + "; every total above leaves them out and is not shown.")
+    if result.flagged:
+        lines.append(f"- {', '.join(f'`{b}`' for b in result.flagged)}: timed only with an overhead flag (declared "
+                     "kernels under the threshold of the call): what its user pays, never called by the dispatch.")
     for total in result.totals:
         if not total.complete:
             lines.append(f"- `{total.name}` has no clean number on {len(total.missing)} of {len(result.traffic.cases)}"
