@@ -75,6 +75,10 @@ def test_the_cpu_block_replaces_the_geometry_and_the_sources(tmp_path: Path) -> 
     (("    - {vllm: q32}\n", "    - {vllm: q3x}\n"), "segment 'q3x' is not"),
     (("    - {vllm: q32}\n", "    - {flashinfer: absent.jsonl}\n"), "absent.jsonl: cannot be read"),
     (("  kv_heads: 1\n", "  kv_heads: 3\n"), "kv_heads 3 does not divide heads 2"),
+    (("    - {vllm: q32}\n", "    - {generate: constant, batch: 1024, seq_len: 4096}\n"),
+     "holds 0 decodes and 4194304 queries"),
+    (("    - {vllm: q32}\n", "    - {generate: wide, batch: 1024, seq_len: 8, seeds: 100}\n"),
+     "1024 x 100 requests"),
     (("mix:\n", "mixx:\n"), "mixx: unknown key"),
 ])
 def test_a_bad_mix_is_one_line_and_exit_2_with_nothing_run(tmp_path: Path, change: tuple[str, str],
@@ -192,3 +196,19 @@ def test_recommend_mix_refuses_a_suite_without_mix_and_runs_without_its_cases(pl
         tmp_path / "o").mkdir() is None else None
     refused = CliRunner().invoke(app, ["recommend", str(run), "--mix", str(other)])
     assert refused.exit_code == 2 and "none of the mix's 2 cases on cpu" in refused.output
+
+
+def test_an_overhead_flagged_backend_gets_what_its_user_pays_and_is_never_best_nor_called(tmp_path: Path) -> None:
+    """On a CPU naive and sdpa-math are flagged overhead: their time is real, but recommend never calls them."""
+    suite = write(tmp_path)
+    parts = load_suite(suite).traffic("cpu").parts
+    cases = {"prefill64": parts[0].case, "decode": parts[1].case, "prefill32": parts[2].case}
+    fast = {name: {"sdpa-math": (1.0, 0.9, 1.1)} for name in TIMES}  # faster than both, on every part
+    rows = records(cases, TIMES) + [{**r, "overhead": "declared kernels 60% of the call (under 80%)"}
+                                    for r in records(cases, fast)]
+    result = mix_of_runs([run_dir(tmp_path, rows)], suite)
+    flagged = next(t for t in result.totals if t.name == "sdpa-math")
+    assert result.flagged == ["sdpa-math"] and flagged.complete
+    assert result.per_request(flagged).value == pytest.approx((2 + 2 + 1) / 7)
+    assert result.best is not None and result.best.name == "naive"
+    assert "sdpa-math" not in result.dispatch.calls.values()

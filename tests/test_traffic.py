@@ -43,6 +43,7 @@ def test_vllm_production_mix_specs_parse_with_their_counts() -> None:
     ("q2k_", "segment '' is not"),
     ("2q2k_32q1kv1k", "segment '32q1kv1k'"),  # the grammar's older kv spelling: batch_spec.py reads s only
     ("0q1k", "holds 0 requests"),
+    ("99999999q1s1k", "allowed: 1 to 65536 requests"),
     ("q2ks1k", "2048 queries in a sequence of 1024"),
 ])
 def test_vllm_damaged_specs_are_one_line(spec: str, words: str) -> None:
@@ -166,8 +167,8 @@ def test_the_committed_examples_read_back_as_their_generator_wrote_them() -> Non
 @pytest.mark.parametrize("damage, words", [
     (lambda line: line[:120], "line 1: not a flashinfer-bench workload"),
     (lambda line: line.replace('"len_indptr": 2', '"len_indptr": 5'), "axis len_indptr is 5, but the blob"),
-    (lambda line: line.replace('"qo_indptr": {"type": "safetensors"', '"qo_indptr": {"type": "random", "was": "safetensors"'),
-     "input qo_indptr is"),
+    (lambda line: line.replace('"qo_indptr": {"type": "safetensors"',
+                               '"qo_indptr": {"type": "random", "was": "safetensors"'), "input qo_indptr is"),
     (lambda line: line.replace("ea71541de7204f1eb20bde1415795cc9.safetensors\",\"tensor_key\": \"qo_indptr",
                                "gone.safetensors\",\"tensor_key\": \"qo_indptr"), "cannot be read as a safetensors"),
 ])

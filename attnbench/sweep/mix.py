@@ -52,6 +52,9 @@ class Source(_Strict):
         sized = self.batch is not None and self.seq_len is not None
         if self.generate is not None and not sized:
             raise ValueError("generate needs batch and seq_len (requests per batch, and the longest sequence)")
+        if self.generate is not None and (self.batch or 0) * self.seeds > MAX_BATCH:
+            raise ValueError(f"generate draws batch x seeds = {self.batch} x {self.seeds} requests; allowed: at most "
+                             f"{MAX_BATCH}")
         if self.generate is None and (self.batch, self.seq_len, self.seeds, self.decode_fraction,
                                       self.zero_fraction) != (None, None, 1, 0.0, 0.0):
             raise ValueError("batch, seq_len, seeds, decode_fraction and zero_fraction belong to generate")
@@ -163,10 +166,24 @@ def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> No
                              f"{getattr(mix, name)}; allowed: the geometry the trace was captured at")
 
 
+def check_size(batch: Batch, where: str) -> None:
+    """A batch within the bounds of one case: its decodes one batch of at most MAX_BATCH requests, its other
+    requests' queries and keys each at most MAX_SEQ tokens in their one row."""
+    decodes = sum(1 for q, _ in batch.requests if q == 1)
+    queries = sum(q for q, _ in batch.requests if q != 1)
+    keys = sum(k for q, k in batch.requests if q != 1)
+    if decodes > MAX_BATCH or max(queries, keys, *(k for _, k in batch.requests)) > MAX_SEQ:
+        raise SuiteError(f"{where}: batch {batch.source} holds {decodes} decodes and {queries} queries over {keys} "
+                         f"keys in its other requests; allowed: at most {MAX_BATCH} decodes and {MAX_SEQ} tokens "
+                         "in one row")
+
+
 def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
     """The mix on `device` as batches and parts (cases with weights); `folder` is where relative paths start."""
     here = mix.on(device)
     batches = [b for source in here.sources for b in batches_of(mix, source, folder)]
+    for batch in batches:
+        check_size(batch, where)
     parts: list[Part] = []
     for batch in batches:
         for phase in PHASES:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.core.axes import MAX_BATCH, MAX_SEQ
 from attnbench.core.errors import SuiteError
 
 Request = tuple[int, int]  # (queries, keys): a request's new tokens and its whole sequence (cache included)
@@ -68,9 +69,9 @@ def parse_vllm(spec: str) -> tuple[Request, ...]:
         count = int(match.group(1) or 1)
         q = int(match.group(2)) * (1024 if match.group(3) else 1)
         k = q if match.group(4) is None else int(match.group(4)) * (1024 if match.group(5) else 1)
-        if count == 0:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds 0 requests; allowed: a count of 1 "
-                             "or more")
+        if not 1 <= count <= MAX_BATCH or k > MAX_SEQ:
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} tokens; "
+                             f"allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
         if k < q:
             raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence of {k} "
                              "tokens; allowed: s at least q (the sequence holds its new tokens)")
