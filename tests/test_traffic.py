@@ -108,7 +108,7 @@ DECODE = ('{"definition": "gqa_paged_decode_h32_kv4_d128_ps1","solution": null,"
           '"value": 0.0883883461356163}}},"evaluation": null}')
 
 
-def dataset(root: Path, line: str, tensors: dict[str, list[int]], consts: dict[str, int], lines: int = 1) -> Path:
+def dataset(root: Path, line: str, tensors: dict[str, list[int]], consts: dict[str, int]) -> Path:
     """A flashinfer-trace layout around one workload line: its definition's constants and its blob."""
     entry = json.loads(line)
     name = entry["definition"]
@@ -122,7 +122,7 @@ def dataset(root: Path, line: str, tensors: dict[str, list[int]], consts: dict[s
     (root / "definitions" / op_type / f"{name}.json").write_text(json.dumps(definition))
     path = root / "workloads" / op_type / f"{name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text((line + "\n") * lines)
+    path.write_text(line + "\n")
     return path
 
 
@@ -130,11 +130,17 @@ GEOMETRY = {"num_qo_heads": 32, "num_kv_heads": 4, "head_dim": 128}
 
 
 def test_flashinfer_ragged_prefill_line_reads_its_lengths_from_the_blob(tmp_path: Path) -> None:
-    path = dataset(tmp_path, RAGGED, {"qo_indptr": [0, 6], "kv_indptr": [0, 6]}, GEOMETRY, lines=3)
+    path = dataset(tmp_path, RAGGED, {"qo_indptr": [0, 6], "kv_indptr": [0, 6]}, GEOMETRY)
+    other = RAGGED.replace("ebf7188b-4b31-4746-b57b-fa25b53f5e3e", "another-uuid")
+    path.write_text("\n".join([RAGGED, other, other.replace("another", "a-third")]) + "\n")
     definition, batches = read_flashinfer(path)
     assert (definition.heads, definition.kv_heads, definition.head_dim, definition.causal) == (32, 4, 128, True)
     assert not definition.decode and definition.page_size is None
-    assert [(b.requests, b.weight) for b in batches] == [(((6, 6),), 3.0)]  # three identical lines: one batch, x3
+    # three workloads with the same lengths: one batch of weight 3; a uuid seen again (a trace file lists a workload
+    # once per solution evaluated on it) counts once
+    assert [(b.requests, b.weight) for b in batches] == [(((6, 6),), 3.0)]
+    path.write_text("\n".join([RAGGED, RAGGED, other]) + "\n")
+    assert [(b.requests, b.weight) for b in read_flashinfer(path)[1]] == [(((6, 6),), 2.0)]
 
 
 def test_flashinfer_paged_decode_line_is_one_query_over_its_pages(tmp_path: Path) -> None:

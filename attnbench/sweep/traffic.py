@@ -208,13 +208,14 @@ def read_definition(path: Path, name: str) -> Definition:
 
 
 def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
-    """A flashinfer-bench workload file's batches, one per line (identical ones merged, their weights counted)."""
+    """A flashinfer-bench workload (or trace) file's batches: one per workload uuid, identical batches merged with
+    their weights counted."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(f"{path}: cannot be read ({exc})") from None
     definition: Definition | None = None
-    batches = []
+    batches, seen = [], set()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -225,6 +226,9 @@ def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
             uuid, axes, inputs = str(work["uuid"]), dict(work["axes"]), dict(work["inputs"])
         except (ValueError, KeyError, TypeError) as exc:
             raise SuiteError(f"{where}: not a flashinfer-bench workload ({type(exc).__name__}: {exc})") from None
+        if uuid in seen:  # a trace file holds a workload once per solution evaluated on it: count it once
+            continue
+        seen.add(uuid)
         if definition is None:
             definition = read_definition(path, name)
         elif name != definition.name:
