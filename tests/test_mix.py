@@ -96,6 +96,10 @@ def test_a_flashinfer_definition_of_another_geometry_is_refused(tmp_path: Path) 
     text = SUITE.replace("- {vllm: q32}", f"- {{flashinfer: {ROOT / 'attnbench' / 'suites' / trace}}}")
     with pytest.raises(SuiteError, match="has heads 32, the mix 2"):
         load_suite(write(tmp_path, text))
+    geometry = "  heads: 32\n  kv_heads: 8\n  head_dim: 128\n  dtype: float16\n"
+    with pytest.raises(SuiteError, match="has dtype bfloat16, the mix float16"):
+        load_suite(write(tmp_path, text.replace("  heads: 2\n  kv_heads: 1\n  head_dim: 16\n  dtype: float32\n",
+                                                geometry)))
     # the packaged suite's GPU geometry is the traces' own, and its CPU block reads none of them
     suite = load_suite("mix")
     assert {p.case.heads for p in suite.traffic("cuda").parts} == {32}

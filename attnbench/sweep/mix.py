@@ -157,7 +157,8 @@ def batches_of(mix: Mix, source: Source, folder: Path) -> list[Batch]:
 
 def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> None:
     """A flashinfer-bench definition's geometry against the mix's: one traffic, one attention layer."""
-    theirs = {"heads": definition.heads, "kv_heads": definition.kv_heads, "head_dim": definition.head_dim}
+    theirs = {"heads": definition.heads, "kv_heads": definition.kv_heads, "head_dim": definition.head_dim,
+              "dtype": definition.dtype}
     if not definition.decode:  # one query over its whole cache: causal or not, it sees every key
         theirs["causal"] = definition.causal
     for name, value in theirs.items():
