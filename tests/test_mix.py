@@ -216,3 +216,16 @@ def test_an_overhead_flagged_backend_gets_what_its_user_pays_and_is_never_best_n
     assert result.per_request(flagged).value == pytest.approx((2 + 2 + 1) / 7)
     assert result.best is not None and result.best.name == "naive"
     assert "sdpa-math" not in result.dispatch.calls.values()
+
+
+def test_the_committed_cpu_run_gives_the_numbers_the_manual_quotes() -> None:
+    """docs/traffic.md's table, from reports/cpu-AMD-EPYC-2core-mix and the packaged suite's CPU block."""
+    result = mix_of_runs([ROOT / "reports" / "cpu-AMD-EPYC-2core-mix"], "mix")
+    flex = next(t for t in result.totals if t.name == "flex")
+    assert result.best is flex and set(result.dispatch.calls.values()) == {"flex"}
+    assert round(result.per_request(flex).value, 2) == 5.01 and round(flex.share("prefill"), 2) == 0.86
+    assert (result.traffic.requests, len(result.traffic.parts)) == (48, 6)
+    naive = next(t for t in result.totals if t.name == "naive")
+    assert result.flagged == ["naive", "sdpa-math"] and round(result.per_request(naive).value, 1) == 62.4
+    assert [len(t.missing) for t in result.totals if t.name in ("sdpa", "sdpa-flash")] == [3, 3]
+    assert len(result.dispatch.fallback) == 1 and not result.unmeasured
