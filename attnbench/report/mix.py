@@ -99,17 +99,22 @@ class MixResult:
         best = self.best
         if best is None or not self.dispatch.complete:
             return None
+        shared, mine, theirs = 0.0, Span(0.0, 0.0, 0.0), Span(0.0, 0.0, 0.0)
+        for part in self.traffic.parts:
+            found, called = self.numbers[part.case.case_id], self.dispatch.calls[part.case.case_id]
+            if called == best.name:
+                shared += part.weight * found[called].value
+            else:
+                mine, theirs = _plus(mine, found[best.name], part.weight), _plus(theirs, found[called], part.weight)
         b, d = best.whole, self.dispatch.whole
-        shared = sum(p.weight * self.numbers[p.case.case_id][best.name].value for p in self.traffic.parts
-                     if self.dispatch.calls.get(p.case.case_id) == best.name)
-        own_b = [sum(p.weight * getattr(self.numbers[p.case.case_id][name], end) for p in self.traffic.parts
-                     if self.dispatch.calls.get(p.case.case_id) != best.name)
-                 for name, end in ((best.name, "low"), (best.name, "high"))]
-        own_d = [sum(p.weight * getattr(self.numbers[p.case.case_id][self.dispatch.calls[p.case.case_id]], end)
-                     for p in self.traffic.parts if self.dispatch.calls.get(p.case.case_id) != best.name)
-                 for end in ("low", "high")]
-        return Span(b.value / d.value, (shared + own_b[0]) / (shared + own_d[1]),
-                    (shared + own_b[1]) / (shared + own_d[0]))
+        return Span(b.value / d.value, (shared + mine.low) / (shared + theirs.high),
+                    (shared + mine.high) / (shared + theirs.low))
+
+
+def _plus(total: Span, number: Span, weight: float) -> Span:
+    """`total` plus `weight` times `number`, each end with its own."""
+    return Span(total.value + weight * number.value, total.low + weight * number.low,
+                total.high + weight * number.high)
 
 
 def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]:
@@ -156,10 +161,7 @@ def _add(total: Total, part: Part, number: Span | None, case_id: str) -> None:
         if case_id not in total.missing:
             total.missing.append(case_id)
         return
-    span = total.phases.get(part.phase, Span(0.0, 0.0, 0.0))
-    w = part.weight
-    total.phases[part.phase] = Span(span.value + w * number.value, span.low + w * number.low,
-                                    span.high + w * number.high)
+    total.phases[part.phase] = _plus(total.phases.get(part.phase, Span(0.0, 0.0, 0.0)), number, part.weight)
 
 
 def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] | None = None) -> MixResult:
