@@ -114,6 +114,14 @@ def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None
     assert len(load_records(out)) == 12, "earlier results are untouched"
 
 
+def test_no_report_writes_the_records_and_leaves_the_rendering_to_report(tiny: Path) -> None:
+    out = tiny.parent / "bare"
+    result = invoke("run", tiny, "--out", out, "--no-report", "--backend", "naive")
+    assert result.exit_code == 0, result.output
+    assert len(load_records(out)) == 4 and not (out / "report.html").exists() and (out / "env.json").is_file()
+    assert invoke("report", out).exit_code == 0 and (out / "report.html").is_file()
+
+
 def test_a_mismatch_makes_run_exit_1_after_writing_everything(tiny: Path) -> None:
     out = tiny.parent / "bad"
     result = invoke("run", tiny, "--out", out, "--plugin", "attnbench.backends.testing:FAULTY",

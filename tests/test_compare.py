@@ -63,7 +63,8 @@ def test_a_regression_needs_intervals_apart_not_only_the_threshold(tmp_path: Pat
     base = {(m.backend, m.case): m for m in compare_runs(BASE, NEW).matches}
     planted = base[("sdpa-flash", REGRESSED)]
     assert planted.new_ci[0] > planted.base_ci[1]  # the fixture's intervals are apart
-    touching = rewrite(NEW, tmp_path / "touching", ci_low_ms=planted.base_ci[1])
+    pace = compare_runs(BASE, NEW).judged_pace
+    touching = rewrite(NEW, tmp_path / "touching", ci_low_ms=planted.base_ci[1] * pace)
     assert compare_runs(BASE, touching).regressions == []
     wide_apart = rewrite(NEW, tmp_path / "wide", ci_low_ms=planted.base_ci[1] * 1.001, noisy=True)
     result = compare_runs(BASE, wide_apart)
@@ -111,7 +112,7 @@ def test_markdown_lists_the_regression_and_the_failure() -> None:
     assert "**FAIL**: 1 regression(s), 1 new failure(s)" in text
     regressions = text.split("### Regressions")[1].split("###")[0]
     assert f"| sdpa-flash | {REGRESSED} |" in regressions
-    assert re.search(r"\| 1\.(19|20)\d× \|", regressions)
+    assert re.search(r"\| 1\.(19|20)\d× \(1\.\d+× of the pace\) \|", regressions)
     failures = text.split("### New failures")[1]
     assert f"| naive | {OOMED} | ok | oom | CUDA out of memory" in failures
 
@@ -162,7 +163,8 @@ def test_a_noisy_measurement_without_an_interval_is_listed_as_noisy_never_as_a_r
     assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
     text = result.to_markdown()
-    assert "### Noisy" in text and "1.201× (noisy: new)" in text and "1 change(s) not judged: noisy" in text
+    assert "### Noisy" in text and re.search(r"1\.201× \(1\.\d+× of the pace\) \(noisy: new\)", text)
+    assert "1 change(s) not judged: noisy" in text
     noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=0.15, ci_low_ms=None, noisy=True,
                                       ci_high_ms=None), NEW)
     assert noisy_base.regressions == [] and [m.noise_words() for m in noisy_base.noisy] == ["base"]
@@ -178,7 +180,7 @@ def test_a_measurement_on_a_throttled_gpu_is_never_a_regression(tmp_path: Path) 
     assert [(m.backend, m.case, m.throttle_words()) for m in result.throttled] == [("sdpa-flash", REGRESSED, "new")]
     assert [m.new_status for m in result.new_failures] == ["oom"]  # failures are still judged
     text = result.to_markdown()
-    assert "### Throttled GPU" in text and "1.201× (throttled GPU: new)" in text
+    assert "### Throttled GPU" in text and re.search(r"1\.201× \(1\.\d+× of the pace\) \(throttled GPU: new\)", text)
     assert "1 change(s) not judged: throttled GPU" in text and "never judged a regression" in text
     console = Console(record=True, width=200)
     console.print(comparison_table(result))
@@ -234,8 +236,9 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     (new / "env.json").write_text(json.dumps(dict(env, device_name="Intel Xeon", cpu="Intel Xeon",
                                                   libraries={"xformers": None})))
     result = compare_runs(base, new)
-    assert result.machine_notes == ["device_name: AMD EPYC vs Intel Xeon", "cpu: AMD EPYC vs Intel Xeon",
-                                    "xformers: 0.0.35 vs None"]
+    assert result.machine_notes == ["device_name: AMD EPYC vs Intel Xeon", "cpu: AMD EPYC vs Intel Xeon"]
+    assert result.software_notes == ["xformers: 0.0.35 vs None"]
+    assert result.exit_code == 3 and result.raw  # said first, judged raw, and not a verdict on a kernel
     assert result.machine_warning.startswith("NOT THE SAME MACHINE: device_name: AMD EPYC vs Intel Xeon")
     assert result.to_markdown().splitlines()[2].startswith("**NOT THE SAME MACHINE")
     (new / "env.json").write_text(json.dumps(env))
@@ -252,27 +255,25 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
     """Two runs whose 20 measurements' ratios wander ±6% around a pace of 1.05 (a robust spread of 4.5%): one at
     1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within the 2.8 spreads that 21 ratios
     judged at once ask) is not judged a regression; one at 1.40× is."""
-    from attnbench.report.compare import Comparison, spread_of
+    from attnbench.report.compare import Comparison
 
     wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
     for odd, judged in ((1.16, False), (1.40, True)):
         ratios = wander + [odd]
-        comparison = Comparison("base", "new", 0.10, [ratio_match(i, r) for i, r in enumerate(ratios)],
-                                pace=sorted(ratios)[len(ratios) // 2], spread=spread_of(ratios))
-        assert comparison.spread is not None and comparison.case_bar * comparison.spread > math.log(1.16 / 1.05)
+        comparison = Comparison("base", "new", 0.10, [ratio_match(i, r) for i, r in enumerate(ratios)])
+        assert comparison.case_bar * comparison.spread > math.log(1.16 / 1.05)
         assert [m.backend for m in comparison.regressions] == (["b20"] if judged else []), (odd, comparison.spread)
 
 
 def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_across_the_board() -> None:
     """Five backends of 16 cases whose ratios wander ±8% around 1: one made 15% slower on every case (each case
     within the per-case bar) fails the comparison as one regression across the board; without it nothing does."""
-    from attnbench.report.compare import Comparison, spread_of
+    from attnbench.report.compare import Comparison
 
     def comparison(slower: float) -> Comparison:
         matches = [ratio_match(16 * b + i, (1 + 0.08 * ((i * 7 + b * 3) % 9 - 4) / 4) * (slower if b == 0 else 1.0),
                                f"k{b}") for b in range(5) for i in range(16)]
-        ratios = sorted(m.ratio for m in matches)
-        return Comparison("base", "new", 0.10, matches, pace=ratios[len(ratios) // 2], spread=spread_of(ratios))
+        return Comparison("base", "new", 0.10, matches)
 
     quiet, slow = comparison(1.0), comparison(1.15)
     assert not quiet.backend_regressions and not quiet.regressions and not quiet.should_fail
@@ -284,14 +285,77 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
 def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wanders_more_than_the_run() -> None:
     """Two backends of 16 cases: one whose ratios wander ±4% (a fused kernel), one ±16% (a math path). A case 1.25×
     off the pace is a regression in the quiet backend and within the noise of the wandering one."""
-    from attnbench.report.compare import Comparison, spread_of
+    from attnbench.report.compare import Comparison
 
     def comparison(odd_backend: int) -> Comparison:
         matches = [ratio_match(16 * b + i, 1.25 if (b, i) == (odd_backend, 0) else
                                1 + (0.04 if b == 0 else 0.16) * ((i * 5) % 9 - 4) / 4, f"k{b}")
                    for b in range(2) for i in range(16)]
-        ratios = sorted(m.ratio for m in matches)
-        return Comparison("base", "new", 0.10, matches, pace=ratios[len(ratios) // 2], spread=spread_of(ratios))
+        return Comparison("base", "new", 0.10, matches)
 
     assert [m.backend for m in comparison(0).regressions] == ["k0"]
     assert comparison(1).regressions == []
+
+
+# Known truths: edits of a real run of suites/quick.yaml (64 ok measurements of naive, sdpa, sdpa-math and sdpa-flash),
+# whose true change is what the edit made it.
+QUICK = Path(__file__).parents[1] / "reports" / "cpu-Intel-Xeon-2core-quick"
+
+
+def edited(target: Path, factor: object = 1.0, env: dict | None = None, keep: int | None = None) -> Path:
+    """A copy of the quick run whose ok records' times (median, interval, samples) are multiplied by `factor`: a
+    number, or a function of (backend, index among ok records); only the first `keep` ok records when given, and
+    env.json updated with `env`."""
+    target.mkdir()
+    records = [json.loads(line) for line in (QUICK / "results.jsonl").read_text().splitlines()]
+    ok = [r for r in records if r["status"] == "ok"][:keep]
+    for i, record in enumerate(ok):
+        f = factor(record["backend"], i) if callable(factor) else factor
+        for name in ("time_ms", "ci_low_ms", "ci_high_ms", "time_ms_min", "time_ms_iqr"):
+            if record.get(name) is not None:
+                record[name] *= f
+        record["times_ms"] = [t * f for t in record["times_ms"]]
+    (target / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ok))
+    base_env = json.loads((QUICK / "env.json").read_text())
+    (target / "env.json").write_text(json.dumps({**base_env, **(env or {})}))
+    return target
+
+
+def jitter(spread: float) -> object:
+    """A factor within ±`spread`, fixed per measurement (no two alike), as identical runs wander."""
+    return lambda backend, i: 1 + spread * math.sin(7.3 * i + len(backend))
+
+
+@pytest.mark.parametrize("how", ["same machine", "absolute", "another torch"])
+def test_every_time_thirty_percent_slower_fails_the_gate(tmp_path: Path, how: str) -> None:
+    base = edited(tmp_path / "base")
+    env = {"torch": "2.14.0+cpu", "libraries": {"torch": "2.14.0+cpu"}} if how == "another torch" else None
+    result = compare_runs(base, edited(tmp_path / "new", 1.30, env), relative=how != "absolute")
+    assert result.pace == pytest.approx(1.30)
+    assert result.exit_code == 1 and result.raw
+    assert sorted(b.backend for b in result.backend_regressions) == ["naive", "sdpa", "sdpa-flash", "sdpa-math"]
+    if how == "same machine":
+        assert result.pace_slower and "a finding that fails the gate" in result.pace_note
+
+
+def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path: Path) -> None:
+    base = edited(tmp_path / "base")
+    new = edited(tmp_path / "new", lambda backend, i: 1.0 if backend == "naive" else 1.25)
+    result = compare_runs(base, new)
+    assert sorted(b.backend for b in result.backend_regressions) == ["sdpa", "sdpa-flash", "sdpa-math"]
+    assert {m.backend for m in result.regressions} <= {"sdpa", "sdpa-flash", "sdpa-math"}
+    assert result.improvements == [] and result.exit_code == 1
+
+
+@pytest.mark.parametrize("keep", [None, 3, 7, 8])
+def test_a_three_percent_jitter_passes_at_any_count_of_matches(tmp_path: Path, keep: int | None) -> None:
+    result = compare_runs(edited(tmp_path / "base", keep=keep), edited(tmp_path / "new", jitter(0.03), keep=keep))
+    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, result.to_markdown()
+
+
+@pytest.mark.parametrize("keep", [3, 7, 8, None])
+def test_one_measurement_half_again_slower_fails_at_any_count_of_matches(tmp_path: Path, keep: int | None) -> None:
+    slower = jitter(0.03)
+    new = edited(tmp_path / "new", lambda backend, i: 1.5 if i == 1 else slower(backend, i), keep=keep)  # type: ignore[operator]
+    result = compare_runs(edited(tmp_path / "base", keep=keep), new)
+    assert [m.key for m in result.regressions] == [result.matches[1].key] and result.exit_code == 1

@@ -180,3 +180,13 @@ def test_compare_keeps_base_new_and_refuses_the_wrong_count(store: Path) -> None
     assert invoke("compare", H200_LAST).exit_code == 2
     assert invoke("compare", "--against", "history", H200_FIRST, H200_LAST, "--db", store).exit_code == 2
     assert invoke("compare", "--against", "yesterday", H200_LAST).exit_code == 2
+
+
+def test_compare_against_history_says_when_the_software_changed_since(store: Path, tmp_path: Path) -> None:
+    """The stored run's env.json is kept: a NEW run on another torch is said to be other software and judged raw."""
+    upgraded = tmp_path / "upgraded"
+    shutil.copytree(H200_LAST, upgraded)
+    env = json.loads((upgraded / "env.json").read_text())
+    (upgraded / "env.json").write_text(json.dumps(dict(env, torch="2.12.0+cu130")))
+    result = invoke("compare", "--against", "history", upgraded, "--db", store)
+    assert "NOT THE SAME SOFTWARE: torch: 2.11.0+cu130 vs 2.12.0+cu130" in result.output

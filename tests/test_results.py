@@ -20,16 +20,17 @@ def test_records_written_before_intervals_existed_load_as_schema_0() -> None:
 
 
 def test_a_single_sample_carries_the_devices_run_to_run_noise_never_a_zero_width_interval() -> None:
-    """One 4 s call has no interval from its samples: the record's interval is the device's run-to-run noise
-    around it, and ci_source says so; six samples or more keep their own order-statistics interval."""
-    from attnbench.core.interval import RUN_TO_RUN_NOISE
+    """One 4 s call has no interval from its samples: the record's interval is at least the device's run-to-run
+    noise around it, and the record is noisy; samples that spread keep at least their own order-statistics interval."""
+    from attnbench.core.interval import RUN_TO_RUN_NOISE, median_interval
     from attnbench.run.recording import timing_fields
     from attnbench.timing.timers import TimingSettings
 
     one = timing_fields([4000.0], TimingSettings(), "cpu")
     noise = RUN_TO_RUN_NOISE["cpu"]
-    assert (one["ci_low_ms"], one["ci_high_ms"], one["ci_source"]) == (4000.0 * (1 - noise), 4000.0 * (1 + noise),
-                                                                       "run-to-run noise")
-    assert one["noisy"] and one["ci_high_ms"] - one["ci_low_ms"] > 0
-    many = timing_fields([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0], TimingSettings(), "cpu")
-    assert many["ci_source"] == "samples" and many["ci_high_ms"] - many["ci_low_ms"] <= 0.041
+    assert one["ci_low_ms"] <= 4000.0 / (1 + noise) and one["ci_high_ms"] >= 4000.0 * (1 + noise)
+    assert one["ci_source"] == "windows" and one["noisy"]
+    samples = [1.0, 1.2, 0.8, 1.0, 1.3, 0.7, 1.0]
+    many = timing_fields(samples, TimingSettings(), "cpu")
+    own = median_interval(samples)
+    assert many["ci_low_ms"] <= own.low and many["ci_high_ms"] >= own.high

@@ -135,8 +135,9 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
                      Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01)))
     assert record.status == "ok" and record.stop == "budget"
     interval = median_interval(record.times_ms)
-    assert (record.ci_low_ms, record.ci_high_ms, record.ci_level) == (interval.low, interval.high, interval.level)
-    assert record.ci_low_ms <= record.time_ms <= record.ci_high_ms
+    # the run's interval holds the samples' own (one window) and the device's run noise around it
+    assert record.ci_low_ms < interval.low and record.ci_high_ms > interval.high and record.ci_level == 0.95
+    assert record.ci_source == "windows" and record.ci_low_ms <= record.time_ms <= record.ci_high_ms
     assert record.noisy  # the interval is wider than the ±1% asked
     # a forward's checked call is its warm-up (warmup_ms 0 is covered by it): no timed call was thrown away; timed
     # by the same clock, it is a sample only if it agreed with the samples after it
@@ -145,7 +146,8 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
 
     calm = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(ScriptClock(lambda i: 1.0)),
                    Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3)))
-    assert calm.stop == "precision" and not calm.noisy and calm.ci_low_ms == calm.ci_high_ms == 1.0
+    # steady samples stop at the precision, yet one window of a CPU run does not know the run's median to ±1%
+    assert calm.stop == "precision" and calm.noisy and calm.ci_low_ms < 1.0 < calm.ci_high_ms
 
 
 def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_checked_call() -> None:
@@ -171,7 +173,7 @@ def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> N
 
     record = measure(
         CaseData(make_case(seq_len=32)), default_registry().get("naive"), Plain(), Settings(RunInfo("r", "t"), TimingSettings()))
-    assert record.stop == "precision" and (record.ci_low_ms, record.ci_high_ms) == (1.0, 1.0)
+    assert record.stop == "precision" and record.ci_low_ms < 1.0 < record.ci_high_ms
     assert "warmup_calls" not in record.extra
 
 

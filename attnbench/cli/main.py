@@ -13,6 +13,7 @@ import typer
 
 from attnbench.cli import options as opts
 from attnbench.cli.app import app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
+from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
 
 
@@ -153,6 +154,7 @@ def run(
                                                     "--compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
     trace: opts.Trace = False,
+    report: opts.Report = True,
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
     from attnbench.run import session
@@ -189,7 +191,7 @@ def run(
         outcome = session.execute(plan, directory, err, stop.is_set, options)
     tables.print_summary(outcome.records, out)
     err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
-    if outcome.measured:
+    if outcome.measured and report:
         from attnbench.report.render import render_report
 
         written = render_report(directory)
@@ -330,15 +332,18 @@ def compare(
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),
     db: opts.HistoryDb = None,
-    threshold: str = typer.Option("10%", help="Smallest change judged (a regression or an improvement), with the "
-                                              "two intervals apart; e.g. 10% or 0.1."),
+    threshold: str = typer.Option(policy.percent(policy.CHANGE_THRESHOLD),
+                                  help="Smallest change judged (a regression or an improvement), with the "
+                                       "two intervals apart; e.g. 10% or 0.1."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
     absolute: bool = typer.Option(False, "--absolute",
                                   help="Judge the raw ratios, not each against the run's pace (the median ratio, "
-                                       "used when both runs come from one machine with the same software)."),
+                                       "used when both runs come from one machine with the same software and the "
+                                       "pace is within that machine's noise)."),
 ) -> None:
-    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression or a new failure (or, in a
-    deterministic run, a measurement turned non-repeatable)."""
+    """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
+    kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
+    NEW ran on different machines and nothing broke (a kernel's change cannot be judged there)."""
     from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_table
 
@@ -365,8 +370,8 @@ def compare(
         from attnbench.records.results import write_text_atomic
 
         write_text_atomic(md, result.to_markdown())
-    if result.should_fail:
-        raise typer.Exit(1)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def parse_fraction(text: str) -> float:

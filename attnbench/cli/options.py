@@ -46,6 +46,9 @@ Deterministic = Annotated[bool, typer.Option(
     "--deterministic", help="Deterministic kernels only, as the suite's `deterministic: true` (others are skipped).")]
 Trace = Annotated[bool, typer.Option(
     "--trace", help="Write one Chrome trace per measurement (its profiled call) to traces/<case_id>-<backend>.json.")]
+Report = Annotated[bool, typer.Option(
+    "--report/--no-report", help="Render report.html and summary.md after the run (`attnbench report` renders them "
+                                 "later).")]
 
 
 def run_options(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,

@@ -14,31 +14,12 @@ import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 
-CONFIDENCE = 0.95
-# A measurement whose samples' IQR exceeds this fraction of their median is flagged `noisy`.
-NOISE_THRESHOLD = 0.10
-# The precision a measurement asks of its median when the suite sets none, per device: what the device repeats. A
-# GPU's 95% interval reaches ±1% within a few hundred milliseconds of samples, and the committed H200 runs' repeated
-# cases agreed within 2%. A CPU's does not on a shared VM: two back-to-back runs of suites/quick.yaml on an idle
-# 2-core VM (each sampled in rounds) differed per case by 3.6-3.9% at the median and 9.2-13.6% at the 90th
-# percentile, and a 20 ms math-path fwd_bwd call's IQR there is 28% of its median (14-39 ms in one run). ±10% is
-# the finest a second run repeats there; asking ±5% bought samples that the next run does not reproduce and left
-# 48 of 64 quick records noisy (8-12 at ±10%).
-DEVICE_PRECISION = {"cpu": 0.10, "cuda": 0.01}
-# What one measurement's median can move between two runs of the same suite on the same idle machine, per device:
-# the uncertainty a record too short for an interval (under 6 samples at 95%) carries instead of a zero-width one.
-# CPU: two back-to-back runs of suites/quick.yaml on a 2-core VM differed by up to 15% per case; CUDA: the
-# committed H200 runs' repeated cases agreed within 2%.
-RUN_TO_RUN_NOISE = {"cpu": 0.15, "cuda": 0.02}
-# How many rounds a measurement's samples are taken in, per device, when the suite sets none: the first with the
-# checked call, the later ones re-timing every measurement in shuffled order (attnbench.run.rounds). On a 2-core VM a
-# call's time wanders by 5-15% over seconds and differently for each workload (a fixed matmul tracked the attention
-# calls beside it with a correlation of 0.1), so samples taken in one 40 ms window carry that window's bias; taken in
-# three windows spread over the run they carry the run's. A GPU's samples agree across a run within 2%: one round.
-DEVICE_ROUNDS = {"cpu": 3, "cuda": 1}
-# What the run may spend after its rounds, as a share of the sampling budget of all its measurements together (the
-# suite-level budget), re-timing the measurements whose interval is still wider than the precision asked.
-DEVICE_REFINE = {"cpu": 1.0, "cuda": 0.0}
+from attnbench.core import policy
+
+# The policy this module's statistics serve, declared in attnbench.core.policy.
+CONFIDENCE = policy.CONFIDENCE
+NOISE_THRESHOLD = policy.NOISE_THRESHOLD
+RUN_TO_RUN_NOISE = {name: policy.run_to_run_noise(name) for name in policy.DEVICES}
 EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
 
 
@@ -113,6 +94,57 @@ def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> Int
     if k == 0:
         return Interval(median, ordered[0], ordered[-1], 1.0 - 2.0 ** (1 - n) if n > 1 else 0.0)
     return Interval(median, ordered[k - 1], ordered[n - k], level)
+
+
+@dataclass(frozen=True)
+class RunInterval:
+    """A record's interval for the run's median (`interval`) and the part of its half-width that more windows would
+    narrow (`windows_part`, a share of the median): the rest is the device's run noise, which no window of a run
+    sees."""
+
+    interval: Interval
+    windows_part: float
+    windows: int
+
+
+def run_interval(samples: list[float], window_medians: list[float], device: str,
+                 confidence: float = CONFIDENCE) -> RunInterval:
+    """The interval of a measurement's median as a run states it (docs/conventions.md, "Intervals").
+
+    The independent unit is the window: the samples of one round (or one re-timing) share that window's bias, so
+    their order-statistic interval (median_interval) holds only the window's median. The windows' medians spread
+    around the run's median; their log standard deviation, pooled with the device's window noise (PRIOR_WINDOWS
+    windows' worth), gives a Student-t half-width over √windows, never narrower than the samples' own interval.
+    The device's run noise is added in quadrature: what another run of the same suite would see and no window of
+    this one does. The point is the median of all samples.
+    """
+    own = policy.device(device)
+    median = median_of_sorted(sorted(samples))
+    logs = [math.log(m) for m in window_medians if m > 0]
+    k = max(1, len(logs))
+    observed = statistics.variance(logs) if len(logs) >= 2 else 0.0
+    df = policy.PRIOR_WINDOWS + k - 1
+    pooled = (policy.PRIOR_WINDOWS * own.window_noise ** 2 + (k - 1) * observed) / df
+    between = policy.t_quantile(df, confidence) * math.sqrt(pooled / k)
+    within = median_interval(samples, confidence)
+    inside = (max(math.log(median / within.low), math.log(within.high / median))
+              if within.level >= confidence and within.low > 0 else 0.0)
+    windows_part = max(between, inside)
+    half = math.hypot(windows_part, policy.z(confidence) * own.run_noise)
+    if median <= 0:
+        return RunInterval(Interval(median, median, median, confidence), 0.0, k)
+    return RunInterval(Interval(median, median * math.exp(-half), median * math.exp(half), confidence),
+                       math.expm1(windows_part), k)
+
+
+def windows_needed(k: int, windows_part: float, precision: float) -> int:
+    """How many windows should bring the windows' part of the half-width from `windows_part` (at k windows) to
+    `precision`: it shrinks as 1/√windows."""
+    if windows_part <= precision or k == 0:
+        return k
+    if not math.isfinite(windows_part) or precision <= 0:
+        return 2 * k
+    return math.ceil(k * (math.log1p(windows_part) / math.log1p(precision)) ** 2)
 
 
 def samples_needed(n: int, half_width: float, precision: float) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnbench.history.store import Store
-from attnbench.report.compare import Comparison, compare_records
+from attnbench.report.compare import Comparison, compare_records, machine_differences, software_differences
 from attnbench.report.pooling import load_run
 
 
@@ -16,5 +16,9 @@ def compare_with_history(new: Path, db: Path | None, threshold: float) -> Compar
     with Store(db, create=False) as store:
         base = store.latest_comparable(run)
         records = store.records(base.run_id)
+        base_env = store.env(base.run_id)
     label = f"history {base.run_id} ({base.timestamp}, from {base.source})"
-    return compare_records(records, run.records, label, str(new), threshold)
+    comparison = compare_records(records, run.records, label, str(new), threshold)
+    comparison.machine_notes = machine_differences(base_env, run.env)
+    comparison.software_notes = software_differences(base_env, run.env)
+    return comparison

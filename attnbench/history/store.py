@@ -253,6 +253,11 @@ class Store:
         return [json.loads(row[0]) for row in
                 self.db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY rowid", (run_id,))]
 
+    def env(self, run_id: str) -> dict[str, Any]:
+        """The env.json a stored run was added with ({} when it had none)."""
+        row = self.db.execute("SELECT env FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
+
     def pairs(self) -> Iterator[tuple[str, str, str, str]]:
         """(run_id, device_name, case_id, backend) of every stored record."""
         yield from self.db.execute("SELECT r.run_id, runs.device_name, r.case_id, r.backend FROM records r "

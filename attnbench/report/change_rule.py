@@ -1,20 +1,22 @@
-"""When `compare` calls a ratio a change: how far the run-to-run noise lets a ratio wander from the run's pace.
+"""When `compare` calls a change: the pace judged first, then each backend and each measurement against it.
 
 Two runs of one suite on one machine differ per measurement by the machine's wander between runs, which no
-within-run interval holds. Its size is the robust spread of the log ratios (1.4826 × their median absolute deviation,
-spread_of). Two rules judge against it, and each is corrected for how many ratios it judges at once, so that two
-identical runs raise a false alarm in about FAMILY_ALPHA of comparisons however many measurements they hold:
+within-run interval holds, and as a whole by the machine's pace on the day. Every threshold is in the policy table
+(attnbench.core.policy), measured per device on committed identical runs; docs/verdicts.md states the rules:
 
-- one measurement changed: its log ratio departs from the pace by more than bar(m) spreads, m the ratios judged
-  (3.4 spreads for quick's 80; a single shape must move far to be believed among many);
-- one backend changed across the board (backend_shifts): the mean of its log ratios departs from the pace by more
-  than bar(b) standard errors (spread / √cases), b the backends judged. A kernel made 15% slower on every
-  shape moves that mean by 15% with an error of a few percent: caught from all its cases together, where each case
-  alone is within the noise.
+- the pace (the median NEW/BASE ratio) is a finding when it is beyond the threshold and beyond what identical runs on
+  that device differ by (pace_noise, plus the median's own error): a shared slowdown fails the gate, never divided out;
+- ratios are judged against the pace only when it is not a finding and both runs are one machine with the same
+  software; otherwise raw, with the device's pace noise added to every error;
+- the spread a ratio is judged against is the ratios' robust spread pooled with the device's ratio noise
+  (PRIOR_RATIOS ratios' worth): with a few matches it leans on the device, with many on the runs; no count switches a
+  rule on or off;
+- one measurement changed: its log ratio departs from the pace judged against by more than bar(m) spreads, m the
+  ratios judged; one backend changed across the board: the mean of its log ratios departs by more than bar(b)
+  standard errors, b the backends judged. Both need the effect beyond the threshold, and a change is a regression
+  only when that same departure is a slowdown.
 
-Both also need the effect beyond the threshold (10% unless asked). benchmarks/compare_repeat.py counts the rules
-over real runs. A kernel changed when another set of kernels ran (kernel_change), never when the same ones traded
-places by time.
+A kernel changed when another set of kernels ran (kernel_change), never when the same ones traded places by time.
 """
 
 from __future__ import annotations
@@ -24,28 +26,63 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-# The chance that two identical runs get any change called, per rule, for log ratios spread normally around the pace:
-# the two rules together stay within the 1 in 10 a user can live with.
-FAMILY_ALPHA = 0.05
-# The fewest ratios for a pace and a spread: a backend that regressed on a few of them cannot move either.
-MIN_PACE = 8
-# The fewest cases of a backend for its across-the-board shift to be judged.
-MIN_BACKEND_CASES = 3
+from attnbench.core.policy import FAMILY_ALPHA, MIN_BACKEND_CASES, PRIOR_RATIOS
+
+MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
+MEDIAN_ERROR = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for normal data
 
 
-def spread_of(ratios: list[float]) -> float | None:
-    """The robust spread of the log ratios (1.4826 × their median absolute deviation); None with under MIN_PACE."""
-    if len(ratios) < MIN_PACE:
-        return None
+def observed_spread(ratios: list[float]) -> float:
+    """The robust spread of the log ratios around their median (1.4826 × their median absolute deviation); 0 for
+    fewer than two."""
+    if len(ratios) < 2:
+        return 0.0
     logs = [math.log(r) for r in ratios]
     middle = statistics.median(logs)
-    return 1.4826 * statistics.median(abs(x - middle) for x in logs)
+    return MAD_TO_SD * statistics.median(abs(x - middle) for x in logs)
+
+
+def spread_of(ratios: list[float], prior: float) -> float:
+    """The ratios' spread pooled with `prior` (a device's ratio noise, or a run's spread) as PRIOR_RATIOS ratios of
+    it: sqrt((w·prior² + (n-1)·observed²) / (w + n - 1))."""
+    n = len(ratios)
+    observed = observed_spread(ratios)
+    return math.sqrt((PRIOR_RATIOS * prior ** 2 + max(0, n - 1) * observed ** 2) / (PRIOR_RATIOS + max(0, n - 1)))
 
 
 def bar(judged: int) -> float:
     """How many spreads (or standard errors) a departure must exceed when `judged` are judged at once: the two-sided
     normal quantile at FAMILY_ALPHA / judged (Bonferroni), at least that of one."""
     return statistics.NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(1, judged)))
+
+
+def beyond(ratio: float, threshold: float) -> bool:
+    """Whether a ratio is a change beyond the threshold either way."""
+    return ratio > 1 + threshold or ratio < 1 / (1 + threshold)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The run's pace and whether it is a finding: beyond the threshold and beyond `bar` × its error."""
+
+    value: float  # the median NEW/BASE ratio
+    error: float  # its standard error in log: the device's pace noise and the median's own error
+    finding: bool
+
+    @property
+    def departure(self) -> float:
+        """How many errors the pace is from 1."""
+        return abs(math.log(self.value)) / max(self.error, 1e-12)
+
+
+def judge_pace(ratios: list[float], spread: float, pace_noise: float, threshold: float) -> Pace | None:
+    """The pace of `ratios` judged against the device's pace noise; None without ratios."""
+    if not ratios:
+        return None
+    value = statistics.median(ratios)
+    error = math.hypot(pace_noise, MEDIAN_ERROR * spread / math.sqrt(len(ratios)))
+    finding = beyond(value, threshold) and abs(math.log(value)) > bar(1) * error
+    return Pace(value, error, finding)
 
 
 @dataclass(frozen=True)
@@ -58,22 +95,24 @@ class BackendShift:
     cases: int
     changed: bool
 
+    @property
+    def slower(self) -> bool:
+        return self.changed and self.geomean > 1
 
-def backend_shifts(ratios: dict[str, list[float]], pace: float | None, judged_pace: float, spread: float | None,
+
+def backend_shifts(ratios: dict[str, list[float]], judged_pace: float, spreads: dict[str, float], shared_noise: float,
                    threshold: float) -> list[BackendShift]:
-    """Each backend's shift (ratios: its matched cases' NEW/BASE), judged when it has MIN_BACKEND_CASES and the
-    comparison a spread; `pace`: the run's median ratio; `judged_pace`: what ratios are divided by (1 or the pace)."""
+    """Each backend's shift (ratios: its matched cases' NEW/BASE; spreads: each one's spread), judged when it has
+    MIN_BACKEND_CASES: its mean log ratio against the pace judged against, with an error of spread / √cases and, when
+    ratios are judged raw, the device's pace noise (`shared_noise`)."""
     judged = [b for b, values in ratios.items() if len(values) >= MIN_BACKEND_CASES]
     standard_errors = bar(len(judged))
     out = []
     for backend, values in sorted(ratios.items()):
-        mean = sum(math.log(r) for r in values) / len(values)
-        geomean = math.exp(mean) / judged_pace
-        changed = False
-        if backend in judged and spread is not None:
-            error = max(spread, 1e-9) / math.sqrt(len(values))
-            beyond = abs(mean - math.log(pace or 1.0)) > standard_errors * error
-            changed = beyond and (geomean > 1 + threshold or geomean < 1 / (1 + threshold))
+        departure = sum(math.log(r) for r in values) / len(values) - math.log(judged_pace)
+        geomean = math.exp(departure)
+        error = math.hypot(spreads[backend] / math.sqrt(len(values)), shared_noise)
+        changed = backend in judged and abs(departure) > standard_errors * error and beyond(geomean, threshold)
         out.append(BackendShift(backend, geomean, len(values), changed))
     return out
 

@@ -1,7 +1,8 @@
-"""compare_runs: two stored runs matched case by case — ratios, regressions beyond the noise, new failures.
+"""compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures.
 
-A regression is a slow-down beyond the threshold, once divided by the run's pace on one machine (Comparison.pace),
-whose two intervals for the median do not overlap. A measurement whose two calls agreed bit for bit in BASE and not
+A regression is a slow-down beyond the threshold and the run-to-run noise (attnbench.report.change_rule), whose two
+intervals for the median do not overlap; a shared slowdown of every kernel (the pace) beyond what identical runs differ
+by is one too. A measurement whose two calls agreed bit for bit in BASE and not
 in NEW turned non-repeatable: named, and a failure when NEW asked for deterministic kernels. Records written before
 intervals fall back to the older rule (the medians differ by more than the two IQRs), and one whose IQR is over 10%
 of its median is listed as noisy and never judged.
@@ -10,7 +11,6 @@ of its median is listed as noisy and never judged.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,8 +18,10 @@ from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms, md_cell
-from attnbench.report.change_rule import (MIN_BACKEND_CASES, MIN_PACE, BackendShift, backend_shifts, bar,
-                                          kernel_change, spread_of)
+from attnbench.core import policy
+from attnbench.core.policy import MIN_BACKEND_CASES
+from attnbench.report.change_rule import (BackendShift, Pace, backend_shifts, bar, beyond, judge_pace, kernel_change,
+                                          spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
@@ -107,7 +109,7 @@ class Match:
 
 @dataclass
 class Comparison:
-    """What changed from BASE to NEW."""
+    """What changed from BASE to NEW (the rules: attnbench.report.change_rule)."""
 
     base: str
     new: str
@@ -117,46 +119,84 @@ class Comparison:
     only_in_new: int = 0
     versions: tuple[int, int] = (0, 0)  # the record schema of BASE and of NEW
     machine_notes: list[str] = field(default_factory=list)  # where the two runs' machines differ (env.json)
-    # The run's pace: the median NEW/BASE ratio over every measurement both ran ok (None with under MIN_PACE of them).
-    # On one machine with the same software, a shift every kernel shares is the machine's speed on that day, not a
-    # kernel's, so each ratio is judged against it (`relative`); across machines, or with --absolute, it is not.
-    pace: float | None = None
+    software_notes: list[str] = field(default_factory=list)  # where their software differs (env.json)
+    # False with --absolute: every ratio is judged raw, whatever the pace.
     relative: bool = True
-    # The run-to-run noise between the two runs: the robust spread of the log ratios around their median, over the
-    # same measurements as the pace (attnbench.report.change_rule: how far a ratio must depart from the pace).
-    spread: float | None = None
+    device: str = "cpu"  # the device the matched records ran on: whose noise figures apply (core.policy)
+
+    @cached_property
+    def _ratios(self) -> list[float]:
+        return sorted(m.ratio for m in self.matches if m.ratio is not None)
 
     @property
-    def paced(self) -> bool:
-        """Whether the run has a pace apart from 1: off by at least a tenth of the threshold (1% at 10%)."""
-        return self.pace is not None and abs(math.log(self.pace)) >= math.log1p(self.threshold / 10)
+    def spread(self) -> float:
+        """The run-to-run spread of the log ratios around the pace, pooled with the device's ratio noise."""
+        return spread_of(self._ratios, policy.device(self.device).ratio_noise)
+
+    @cached_property
+    def judged(self) -> Pace | None:
+        """The run's pace, judged against what identical runs on this device differ by; None without ratios."""
+        return judge_pace(self._ratios, self.spread, policy.device(self.device).pace_noise, self.threshold)
+
+    @property
+    def pace(self) -> float | None:
+        """The median NEW/BASE ratio over every measurement both ran ok."""
+        return self.judged.value if self.judged else None
+
+    @property
+    def raw(self) -> bool:
+        """Whether ratios are judged raw: asked (--absolute), another machine or other software, or a pace that is
+        itself a finding (a shared shift is news, not the machine's day)."""
+        return (not self.relative or bool(self.machine_notes) or bool(self.software_notes)
+                or self.judged is None or self.judged.finding)
 
     @property
     def judged_pace(self) -> float:
         """What each ratio is divided by before it is judged: the pace when judging relative to it, else 1."""
-        return self.pace if self.paced and self.relative and not self.machine_notes else 1.0  # type: ignore[return-value]
+        return 1.0 if self.raw or self.pace is None else self.pace
+
+    @property
+    def _shared_noise(self) -> float:
+        """The noise every raw ratio carries beside its own: the device's pace noise (0 when judged against the pace)."""
+        return policy.device(self.device).pace_noise if self.raw else 0.0
+
+    @property
+    def pace_slower(self) -> bool:
+        """The pace is a finding and a slowdown: every kernel together got slower, which fails the gate."""
+        return self.judged is not None and self.judged.finding and self.judged.value > 1
 
     @property
     def pace_note(self) -> str | None:
-        """The run's pace in words, when it is apart from 1 (paced)."""
-        if not self.paced:
+        """The run's pace in words, always, and how the ratios are judged."""
+        if self.judged is None:
             return None
-        said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of "
-                f"{sum(1 for m in self.matches if m.ratio is not None)} matched measurements; run-to-run spread "
-                f"±{math.expm1(self.spread or 0):.1%}; a change must depart from the pace by {self.case_bar:.1f}× it (or its backend's, if wider), "
-                f"a backend's across-the-board one by {self.backend_bar:.1f} standard errors)")
-        return said + (": one machine, the same software, so that is the machine's pace; each ratio is judged "
-                       "against it (--absolute judges the raw ratios)" if self.judged_pace != 1.0 else "")
+        j, noise = self.judged, policy.device(self.device).pace_noise
+        said = (f"NEW ran at {j.value:.3f}× BASE's times across the board (the median of {len(self._ratios)} matched "
+                f"measurements; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy): "
+                f"{j.departure:.1f} errors from 1)")
+        if j.finding:
+            said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
+                     "noise, a finding" + (" that fails the gate" if j.value > 1 else "") + "; every ratio is judged raw")
+        elif self.raw:
+            said += ": every ratio is judged raw (" + ("--absolute" if not self.relative else
+                                                      "another machine" if self.machine_notes else
+                                                      "other software") + ")"
+        elif self.judged_pace != 1.0:
+            said += ": within the noise of one machine with the same software, so each ratio is judged against it"
+        return said
 
     @property
     def machine_warning(self) -> str | None:
         """The first thing to say when BASE and NEW ran on different machines or software: their ratios mix a
-        change of kernel with a change of machine."""
-        if not self.machine_notes:
+        change of kernel with a change of machine or of software."""
+        notes = self.machine_notes + self.software_notes
+        if not notes:
             return None
-        return ("NOT THE SAME MACHINE: " + "; ".join(self.machine_notes[:6])
-                + (f" (and {len(self.machine_notes) - 6} more)" if len(self.machine_notes) > 6 else "")
-                + ". Ratios below mix the change of machine with any change of kernel.")
+        head = "NOT THE SAME MACHINE: " if self.machine_notes else "NOT THE SAME SOFTWARE: "
+        tail = (" The gate cannot judge one kernel's change across machines (exit 3 unless something broke)."
+                if self.machine_notes else " Every ratio is judged raw: a change of software is a change.")
+        return (head + "; ".join(notes[:6]) + (f" (and {len(notes) - 6} more)" if len(notes) > 6 else "")
+                + "." + tail)
 
     @property
     def version_note(self) -> str | None:
@@ -168,28 +208,31 @@ class Comparison:
         return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses compare; "
                 "before version 2, bytes_moved left out the score matrix's traffic")
 
+    def _departure(self, m: Match) -> float:
+        """A match's log ratio over the pace judged against: > 0 slower, < 0 faster."""
+        return math.log(m.ratio) - math.log(self.judged_pace)  # type: ignore[arg-type]
+
     def _changed(self, m: Match) -> bool:
-        """Beyond the threshold (either way), with intervals that do not overlap, once NEW is divided by the pace
-        judged against (judged_pace)."""
+        """Beyond the threshold (either way) and beyond bar(m) of its backend's spread, with intervals that do not
+        overlap, once NEW is divided by the pace judged against."""
         if m.ratio is None:
             return False
         pace = self.judged_pace
-        ratio = m.ratio / pace
-        off = abs(math.log(m.ratio) - math.log(self.pace or 1.0))  # from the pace, whether judged against it or not
-        return (ratio > 1 + self.threshold or ratio < 1 / (1 + self.threshold)) and m.beyond_noise(pace) \
-            and (self.spread is None or off > self.case_bar * self.spread_of_backend(m.backend))
+        error = math.hypot(self.spread_of_backend(m.backend), self._shared_noise)
+        return beyond(m.ratio / pace, self.threshold) and m.beyond_noise(pace) \
+            and abs(self._departure(m)) > self.case_bar * error
 
     def spread_of_backend(self, backend: str) -> float:
-        """The run-to-run spread a backend's ratios are judged against: its own ratios' spread where it has MIN_PACE
-        of them, never less than the run's (a math path that allocates its scores wanders more between runs than a
-        fused kernel: over 20 identical quick pairs on a 2-core VM, a median of 4.9-5.1% against 3.4-3.5%)."""
-        return max(self.spread or 0.0, spread_of(self._ratios_by_backend.get(backend, [])) or 0.0)
+        """The run-to-run spread a backend's ratios are judged against: its own ratios' spread pooled with the
+        run's, never less than the run's (a math path that allocates its scores wanders more between runs than a
+        fused kernel)."""
+        return max(self.spread, spread_of(self._ratios_by_backend.get(backend, []), self.spread))
 
     @property
     def case_bar(self) -> float:
         """The spreads a measurement's ratio must depart from the pace by, among every matched ratio
         (change_rule.bar)."""
-        return bar(sum(len(r) for r in self._ratios_by_backend.values()))
+        return bar(len(self._ratios))
 
     @property
     def backend_bar(self) -> float:
@@ -209,26 +252,26 @@ class Comparison:
     def backend_shifts(self) -> list[BackendShift]:
         """Each backend's geomean over its matched cases, judged as one across-the-board change
         (change_rule.backend_shifts)."""
-        return backend_shifts(self._ratios_by_backend, self.pace, self.judged_pace, self.spread, self.threshold)
+        spreads = {b: self.spread_of_backend(b) for b in self._ratios_by_backend}
+        return backend_shifts(self._ratios_by_backend, self.judged_pace, spreads, self._shared_noise, self.threshold)
 
     @property
     def backend_regressions(self) -> list[BackendShift]:
         """Backends slower across the board, beyond the threshold and the noise."""
-        return [b for b in self.backend_shifts if b.changed and b.geomean > 1]
+        return [b for b in self.backend_shifts if b.slower]
 
     @property
     def regressions(self) -> list[Match]:
-        """NEW slower by more than the threshold, the two intervals apart; neither side's samples spread wide,
-        neither side throttled."""
+        """Slower beyond the threshold and the noise, the two intervals apart, once divided by the pace judged
+        against; neither side's samples spread wide, neither side throttled."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
-                and m.ratio > 1]  # type: ignore[operator]
+                and self._departure(m) > 0]
 
     @property
     def improvements(self) -> list[Match]:
-        """NEW faster by more than the threshold, the two intervals apart; neither side's samples spread wide,
-        neither side throttled."""
+        """Faster by the same rule."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
-                and m.ratio < 1]  # type: ignore[operator]
+                and self._departure(m) < 0]
 
     @property
     def noisy(self) -> list[Match]:
@@ -272,10 +315,26 @@ class Comparison:
         return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend.items())}
 
     @property
+    def broke(self) -> bool:
+        """Something that no change of machine explains: a new failure, or determinism asked for and broken."""
+        return bool(self.new_failures or self.determinism_broken)
+
+    @property
     def should_fail(self) -> bool:
-        """True when the CLI should exit 1: any regression (of a measurement, or of a backend across the board), any new
-        failure, or a measurement that turned non-repeatable in a run that asked for deterministic kernels."""
-        return bool(self.regressions or self.backend_regressions or self.new_failures or self.determinism_broken)
+        """True when the gate fails: a shared slowdown (the pace), a regression of a measurement or of a backend
+        across the board, a new failure, or a measurement that turned non-repeatable in a run that asked for
+        deterministic kernels."""
+        return bool(self.pace_slower or self.regressions or self.backend_regressions or self.broke)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when something broke, or (one machine) the gate fails; 3 when the machines differ and nothing broke:
+        a kernel's change cannot be told from the machine's; else 0."""
+        if self.broke:
+            return 1
+        if self.machine_notes:
+            return 3
+        return 1 if self.should_fail else 0
 
     def to_markdown(self) -> str:
         """The comparison as Markdown, for a pull request."""
@@ -288,8 +347,9 @@ class Comparison:
                      f"{self.only_in_new} only in new); a change is beyond the threshold ({self.threshold:.0%}) with "
                      "intervals of the median that do not overlap.")
         lines.append("")
-        verdict = "**FAIL**" if self.should_fail else "**pass**"
-        lines.append(f"{verdict}: {len(self.regressions)} regression(s), "
+        verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[self.exit_code]
+        lines.append(f"{verdict}: " + ("every kernel together slower (the pace), " if self.pace_slower else "")
+                     + f"{len(self.regressions)} regression(s), "
                      + (f"{len(self.backend_regressions)} backend(s) slower across the board, "
                         if self.backend_regressions else "")
                      + f"{len(self.new_failures)} new failure(s), "
@@ -312,7 +372,7 @@ class Comparison:
         for backend, value in self.geomean_by_backend.items():
             lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
         sections = (("Regressions", self.regressions), ("Improvements", self.improvements),
-                    ("Noisy (samples spread over 10% of the median: not judged)", self.noisy),
+                    (f"Noisy (samples spread over {policy.percent(policy.NOISE_THRESHOLD)} of the median: not judged)", self.noisy),
                     ("Throttled GPU (heat, power or another process: not judged)", self.throttled))
         for title, items in sections:
             wide = self.backend_regressions if title == "Regressions" else []
@@ -364,25 +424,38 @@ def _unsteady(record: dict[str, Any]) -> bool:
     return False if interval_of(record) is not None else is_noisy(record)
 
 
-# The smallest change judged at all (asv's default factor): on a shared 2-core VM two identical back-to-back runs of
-# suites/quick.yaml differed by 5-15% per case with within-run intervals of ±1-3%, and a 5% threshold called them
-# regressions.
-DEFAULT_THRESHOLD = 0.10
+DEFAULT_THRESHOLD = policy.CHANGE_THRESHOLD
 # What env.json says of the machine: two runs that differ here are not one machine's numbers.
-MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "driver")
+MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count")
+# What it says of the software and its settings (the kernel libraries' versions come from `libraries`): two runs that
+# differ here are judged raw, since a change of software is a change a gate exists to see.
+SOFTWARE_KEYS = ("attnbench", "git_commit", "python", "torch", "torch_threads", "cuda", "cudnn", "driver")
+
+
+def env_differences(base_env: dict[str, Any], new_env: dict[str, Any], keys: tuple[str, ...],
+                    libraries: bool = False) -> list[str]:
+    """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that two runs'
+    env.json disagree on; [] when either has no env.json."""
+    if not base_env or not new_env:
+        return []
+    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in keys if base_env.get(key) != new_env.get(key)]
+    if libraries:
+        base_libs, new_libs = base_env.get("libraries") or {}, new_env.get("libraries") or {}
+        found += [f"{name}: {base_libs.get(name)} vs {new_libs.get(name)}"
+                  for name in sorted(set(base_libs) | set(new_libs))
+                  if name not in keys and base_libs.get(name) != new_libs.get(name)]
+    return found
 
 
 def machine_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
-    """'cpu: A vs B' for each machine fact (and each kernel library's version) that two runs' env.json disagree on;
-    [] when either has no env.json."""
-    if not base_env or not new_env:
-        return []
-    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in MACHINE_KEYS
-             if base_env.get(key) != new_env.get(key)]
-    base_libs, new_libs = base_env.get("libraries") or {}, new_env.get("libraries") or {}
-    found += [f"{name}: {base_libs.get(name)} vs {new_libs.get(name)}" for name in sorted(set(base_libs) | set(new_libs))
-              if name not in MACHINE_KEYS and base_libs.get(name) != new_libs.get(name)]
-    return found
+    """Where two runs' machines differ."""
+    return env_differences(base_env, new_env, MACHINE_KEYS)
+
+
+def software_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
+    """Where two runs' software and its settings differ: attnbench and its commit, Python, torch and its threads,
+    CUDA, cuDNN, the driver, every kernel library."""
+    return env_differences(base_env, new_env, SOFTWARE_KEYS, libraries=True)
 
 
 def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, relative: bool = True) -> Comparison:
@@ -394,7 +467,9 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
         if not records:
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
     comparison = compare_records(base_records, new_records, str(base), str(new), threshold)
-    comparison.machine_notes = machine_differences(read_env(Path(base)), read_env(Path(new)))
+    base_env, new_env = read_env(Path(base)), read_env(Path(new))
+    comparison.machine_notes = machine_differences(base_env, new_env)
+    comparison.software_notes = software_differences(base_env, new_env)
     comparison.relative = relative
     return comparison
 
@@ -422,11 +497,10 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
             new_deterministic="deterministic" in (n.get("extra") or {}), new_repeat=repeat_words(n),
             kernel_change=kernel_change(b, n),
         ))
-    ratios = sorted(m.ratio for m in matches if m.ratio is not None)
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
-        pace=statistics.median(ratios) if len(ratios) >= MIN_PACE else None, spread=spread_of(ratios),
+        device=str(base_index[shared[0]].get("device") or "cpu"),
     )
 
 

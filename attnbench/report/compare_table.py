@@ -36,11 +36,14 @@ def comparison_table(comparison: Comparison) -> Table:
                            else m.ratio_words(comparison.judged_pace) + m.unjudged_note() if m.ratio is not None
                            else (m.new_reason or "")))
     for shift, value in zip(comparison.backend_shifts, comparison.geomean_by_backend.values()):
-        label, style = (("regression", "bold red") if shift.geomean > 1 else ("faster", "green")) if shift.changed \
+        label, style = (("regression", "bold red") if shift.slower else ("faster", "green")) if shift.changed \
             else ("geomean", "dim")
         table.add_row(Text(label, style=style), Text(shift.backend),
                       Text(f"all {shift.cases} matched ok cases" + (", across the board" if shift.changed else "")),
                       Text(""), Text(""), Text(f"{value:.3f}×", style=style if shift.changed else ""))
+    if comparison.pace_slower:
+        table.add_row(Text("regression", style="bold red"), Text("every backend"), Text("the pace: all matched cases"),
+                      Text(""), Text(""), Text(f"{comparison.pace:.3f}×", style="bold red"))
     notes = [comparison.version_note] if comparison.version_note else []
     if comparison.pace_note:
         notes.append(comparison.pace_note)

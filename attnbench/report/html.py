@@ -10,6 +10,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from attnbench.core import policy
 from attnbench.gpu.describe import describe, describe_span
 from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
@@ -20,19 +21,12 @@ from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
 # Rows of the records table drawn at a time: sorting and filtering run over every record in the page's script, and a
 # page of 100,000 records stays responsive (docs/report.md).
 PAGE_ROWS = 100
-HOW_TO_READ = (
+_HOW_TO_READ = (
     "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
     "is shown, flagged, and never used for speed-ups); oom — ran out of device memory; error — the backend raised; "
     "timeout — exceeded the time budget; skipped — the backend does not support this case (the reason says why). "
     "A failed point is drawn as an X at the bottom of each chart panel with its status beside it.",
-    "Times are the median of the raw samples, in milliseconds per call. Sampling stops once the median's "
-    "distribution-free 95% interval (order statistics of the samples) is within the precision the suite asks "
-    "(timing.precision, ±1% by default), or the budget runs out (the record's stop field says which); the "
-    "interval is the shaded band in the latency chart and the interval column in the table. A noisy measurement "
-    "— interval wider than asked, too few samples for a 95% interval (under 6: the band is then [min, max]), "
-    "or IQR (75th − 25th percentile) over 10% of its median — is drawn with a "
-    "hollow marker and its median has a ~ in front. compare calls a slow-down a regression only when it exceeds "
-    "the threshold and the two intervals do not overlap, and never judges samples that spread over 10%. "
+    "{timing}"
     "On CUDA the GPU's SM clock, clock event reasons and other processes are sampled right after "
     "each timing: a median timed while heat or power slowed the GPU, or while another process was on it, has a ! "
     "in front and a hollow marker, and compare never judges it either. The header shows each GPU twice: as read "
@@ -57,6 +51,11 @@ HOW_TO_READ = (
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
     "divided by the backend's, on the same case.",
 )
+
+
+def how_to_read() -> tuple[str, ...]:
+    """The report's legend, its statements of policy made from the policy table."""
+    return tuple(line.replace("{timing}", policy.timing_words() + " ") for line in _HOW_TO_READ)
 
 TEMPLATE = r"""<!DOCTYPE html>
 <html lang="en">
@@ -337,7 +336,7 @@ def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Fi
     counts_line = f"{len(records)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     template = _environment().from_string(TEMPLATE)
     return template.render(
-        env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=HOW_TO_READ, baseline=baseline,
+        env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=how_to_read(), baseline=baseline,
         charts=[dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts],
         chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
         rows_json=markupsafe.Markup(script_json(rows)), page_rows=PAGE_ROWS,

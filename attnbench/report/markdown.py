@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnbench.core import policy
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
@@ -56,7 +57,7 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their interval in brackets (95% from 6 samples on) (~ marks a noisy one: its interval wider than the precision asked or too few samples for one, or its IQR over 10% of the median; ! one timed on a throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their {policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

@@ -8,7 +8,7 @@ from attnbench.report.groups import dtype_word, quant_words
 from attnbench.records.results import is_noisy, is_throttled, is_unrepeatable
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
-# Marks a noisy median (its interval wider than the precision asked or too few samples for one, or IQR over 10% of it) in every table.
+# Marks a noisy median in every table (attnbench.core.policy.noisy_words says when).
 NOISY_MARK = "~"
 # Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
 THROTTLED_MARK = "!"

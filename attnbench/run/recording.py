@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core import counting
-from attnbench.core.interval import RUN_TO_RUN_NOISE, Interval, median_interval, summarize, two_modes
+from attnbench.core.interval import Interval, median_interval, run_interval, summarize, two_modes
 from attnbench.core.peaks import MeasuredRoofs, peak_for, roofs_peak
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
@@ -77,27 +77,26 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
 
 
-def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu") -> dict[str, Any]:
+def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu",
+                  window_medians: list[float] | None = None) -> dict[str, Any]:
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
-    `noisy` when the interval is wider than the precision asked (±precision of the median), or too few samples were
-    taken for an interval at the confidence asked (under 6 at 95%: one 4 s call has no interval at all): the number is
-    not known as well as the suite wanted. A wide spread alone is not noise: the interval is distribution-free, so
-    the spread of a VM's calls (an IQR of 10-15% of the median on 2 cores) widens it and never fools it.
-    Such a record's interval is never the zero-width span of its few samples: it is the device's run-to-run noise
-    around the median (RUN_TO_RUN_NOISE), and `ci_source` says so.
+    The interval is the run's (core.interval.run_interval): from the medians of the windows the samples were taken
+    in (`window_medians`; one window, the samples' own median, when None), with the device's run noise, at the
+    confidence asked. `noisy` when the part of it more windows would narrow is wider than the precision asked, or
+    the samples are too few for an interval of their own and a single window (one 4 s call): the number is not known
+    as well as the suite wanted.
     """
     stats = summarize(samples)
-    interval = median_interval(samples, settings.confidence)
-    low, high, source = interval.low, interval.high, "samples"
-    if interval.level < settings.confidence:
-        noise = RUN_TO_RUN_NOISE.get(device, RUN_TO_RUN_NOISE["cpu"])
-        low, high, source = stats.median * (1 - noise), stats.median * (1 + noise), "run-to-run noise"
+    windows = window_medians if window_medians else [stats.median]
+    made = run_interval(samples, windows, device, settings.confidence)
+    within = median_interval(samples, settings.confidence)
+    few = within.level < settings.confidence and made.windows < 2
     return {
         "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
-        "times_ms": list(samples), "ci_low_ms": low, "ci_high_ms": high, "ci_source": source,
-        "ci_level": interval.level, "stop": stop_of(samples, settings, interval),
-        "noisy": interval.level < settings.confidence or interval.half_width() > settings.precision,
+        "times_ms": list(samples), "ci_low_ms": made.interval.low, "ci_high_ms": made.interval.high,
+        "ci_source": "windows", "ci_level": made.interval.level, "stop": stop_of(samples, settings, within),
+        "noisy": few or made.windows_part > settings.precision,
     }
 
 
@@ -180,7 +179,7 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     `extra.rounds`: each round's samples and median, in the order they were taken."""
     import dataclasses
 
-    fields = timing_fields(samples, settings, case.device)
+    fields = timing_fields(samples, settings, case.device, [r["median_ms"] for r in rounds])
     fields.update(throughput(case, backend, fields["time_ms"]))
     extra = dict(record.extra)
     extra.pop("bimodal", None)

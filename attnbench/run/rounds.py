@@ -31,12 +31,11 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from attnbench.core.interval import median_interval, samples_needed
+from attnbench.core.interval import run_interval, windows_needed
 from attnbench.run.heap import release_memory
 from attnbench.run.measure import InProcess, answer_of, timed_call
 from attnbench.run.recording import case_of, pooled
 from attnbench.verify.quant_data import prepare_kwargs
-from attnbench.timing.sampling import rank_floor
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -115,16 +114,19 @@ def due_again(samples: list[float], round_number: int, settings: TimingSettings)
     return len(samples) < settings.max_samples and sum(samples) < settings.budget_ms * round_number / settings.rounds
 
 
+def window_ms(record: Record, settings: TimingSettings) -> float:
+    """What one more window of a measurement costs (ms): a round's share of its budget, at least one call."""
+    return max(settings.budget_ms / max(1, settings.rounds), statistics.median(record.times_ms))
+
+
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
-    """What the samples a too-wide record lacks should cost (ms): from how its interval narrows with more samples."""
+    """What the windows a too-wide record lacks should cost (ms): from how the windows' part of its interval narrows
+    with more of them (core.interval.windows_needed)."""
     samples = list(record.times_ms or [])
-    n = len(samples)
-    interval = median_interval(samples, settings.confidence)
-    if interval.level < settings.confidence:
-        needed = rank_floor(settings.confidence)
-    else:
-        needed = samples_needed(n, interval.half_width(), settings.precision)
-    return max(1, needed - n) * statistics.median(samples)
+    windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
+    made = run_interval(samples, windows, record.device, settings.confidence)
+    needed = windows_needed(made.windows, made.windows_part, settings.precision)
+    return max(1, needed - made.windows) * window_ms(record, settings)
 
 
 def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,
@@ -182,7 +184,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
             call_ms = statistics.median(records[i].times_ms)
             if should_stop() or left < call_ms:
                 continue
-            ask = min(REFINE_ASK * settings.budget_ms, left, max(cost[i], call_ms))
+            ask = min(REFINE_ASK * settings.budget_ms, left, window_ms(records[i], settings))
             spent = retime(i, _refine_timing(settings, ask)) * 1e3
             spent_ms += spent
             result.refined += 1

@@ -227,7 +227,7 @@ class Timing(_Strict):
     budget_ms: float = Field(default=300.0, gt=0, le=3_600_000)
     min_samples: int = Field(default=5, ge=1, le=100_000)
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
-    # Unset: the device's own (attnbench.core.interval.DEVICE_PRECISION: ±1% on a GPU, ±10% on a CPU).
+    # Unset: the device's own (attnbench.core.policy).
     precision: float | None = Field(default=None, gt=0, le=1)
     # Wall-clock limit per measurement (the run's --timeout overrides it); needs a worker process.
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)
@@ -236,10 +236,10 @@ class Timing(_Strict):
     # CPU (where it runs, if asked, only when RAPL's energy counter can be read: it needs at least 1000 ms).
     energy_ms: float | None = Field(default=None, ge=0, le=60_000)
     # Rounds the samples are taken in: the first with the checked call, each later one re-timing every measurement in
-    # shuffled order with its share of budget_ms (attnbench.run.rounds). Unset: the device's own (3 on a CPU, 1 on CUDA).
+    # shuffled order with its share of budget_ms (attnbench.run.rounds). Unset: the device's own (attnbench.core.policy).
     rounds: int | None = Field(default=None, ge=1, le=100)
     # After the rounds, re-time the measurements whose interval is still wider than ±precision, spending at most this
-    # share of the whole run's sampling budget (budget_ms × measurements). Unset: the device's own (1 on a CPU, 0 on CUDA).
+    # share of the whole run's sampling budget (budget_ms × measurements). Unset: the device's own (attnbench.core.policy).
     refine: float | None = Field(default=None, ge=0, le=100)
 
 

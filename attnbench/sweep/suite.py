@@ -14,7 +14,7 @@ from attnbench.core import axes as axis_table
 from attnbench.core import workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
-from attnbench.core.interval import DEVICE_PRECISION, DEVICE_REFINE, DEVICE_ROUNDS
+from attnbench.core import policy
 from attnbench.sweep.mix import Traffic, expand
 from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
@@ -56,8 +56,7 @@ class Suite:
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
             timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
-        own = {name: table.get(device, table["cuda"]) for name, table in
-               (("precision", DEVICE_PRECISION), ("rounds", DEVICE_ROUNDS), ("refine", DEVICE_REFINE))
+        own = {name: getattr(policy.device(device), name) for name in ("precision", "rounds", "refine")
                if getattr(timing, name) is None}
         return timing.model_copy(update=own) if own else timing
 

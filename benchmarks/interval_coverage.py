@@ -1,0 +1,136 @@
+"""Do a run's intervals hold the other runs' medians, and what does this machine's noise measure? Over repeated runs.
+
+    python benchmarks/interval_coverage.py run DIR [--runs 6] [--suite quick]   # N back-to-back runs into DIR/run-<i>
+    python benchmarks/interval_coverage.py calibrate DIR [DIR ...]             # the noise figures of core.policy
+    python benchmarks/interval_coverage.py coverage DIR [DIR ...]              # leave-one-out coverage
+
+`calibrate` measures, from the runs' records (each `ok` record's window medians in extra.rounds, and its median):
+
+- window noise: the log standard deviation of one window's median around its run's, over every measurement with two
+  windows or more (robustly: the median of each one's variance over the median share of its chi-square, so a few
+  calls with two modes do not set every interval);
+- run noise: what the run medians' log variance across runs holds beyond what their windows explain (as robustly);
+- pace noise: the log standard deviation of the pace (the median NEW/BASE ratio) over every pair of runs;
+- ratio noise: the root mean square, over the pairs, of the ratios' robust spread around their pace.
+
+`coverage` counts, for each run and measurement, whether the median of the other runs' medians lies inside that run's
+stated interval, and prints the share beside the stated level. Both print JSON; the rule is fixed before the batch that
+judges it (docs/verdicts.md): calibrate on one batch, validate on a fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnbench.records.results import key_of, load_records  # noqa: E402
+from attnbench.report.change_rule import observed_spread  # noqa: E402
+
+
+def run_batch(out: Path, runs: int, suite: str) -> None:
+    """`runs` back-to-back runs of `suite` into out/run-<i>, each by the CLI a user runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(1, runs + 1):
+        target = out / f"run-{i}"
+        if (target / "results.jsonl").exists():
+            continue
+        subprocess.run([sys.executable, "-m", "attnbench", "run", suite, "--out", str(target), "--no-report"], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
+    """Each run's ok records by measurement key: a folder holding a run (its results.jsonl, or run/results.jsonl)
+    is one; any other, its run-<i> folders in order."""
+    found: list[Path] = []
+    for folder in folders:
+        if (folder / "results.jsonl").exists() or (folder / "run" / "results.jsonl").exists():
+            found.append(folder if (folder / "results.jsonl").exists() else folder / "run")
+        else:
+            found += sorted((p.parent for p in folder.glob("run-*/results.jsonl")),
+                            key=lambda p: int(p.name.split("-")[1]))
+    return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")} for p in found]
+
+
+def chi2_median_share(df: int) -> float:
+    """The median of a chi-square variable over its degrees of freedom (Wilson-Hilferty): what a sample variance of
+    df degrees of freedom reads at its median, as a share of the true variance."""
+    return (1 - 2 / (9 * df)) ** 3
+
+
+def robust_variance(items: list[tuple[float, int]]) -> float:
+    """A variance from many small samples' (variance, degrees of freedom): the median of each over its median
+    share, so a few measurements that jump between runs (a call with two modes) do not set every interval."""
+    return statistics.median(v / chi2_median_share(df) for v, df in items) if items else 0.0
+
+
+def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
+    """The noise figures of this batch (see the module's docstring)."""
+    within, between, explained = [], [], []
+    shared = set.intersection(*(set(r) for r in runs))
+    for key in shared:
+        medians = []
+        for run in runs:
+            record = run[key]
+            windows = [w["median_ms"] for w in (record.get("extra") or {}).get("rounds") or []]
+            if len(windows) >= 2:
+                within.append((statistics.variance(math.log(w) for w in windows), len(windows) - 1))
+            explained.append(len(windows) or 1)
+            medians.append(math.log(record["time_ms"]))
+        between.append((statistics.variance(medians), len(runs) - 1))
+    window_noise = math.sqrt(robust_variance(within))
+    windows_explain = statistics.median(window_noise ** 2 / k for k in explained)
+    run_noise = math.sqrt(max(0.0, robust_variance(between) - windows_explain))
+    paces, spreads = [], []
+    for a, b in itertools.combinations(runs, 2):
+        ratios = [b[k]["time_ms"] / a[k]["time_ms"] for k in shared]
+        paces.append(math.log(statistics.median(ratios)))
+        spreads.append(observed_spread(ratios))
+    return {"runs": len(runs), "measurements": len(shared), "window_noise": round(window_noise, 4),
+            "run_noise": round(run_noise, 4), "pace_noise": round(math.sqrt(statistics.mean(p * p for p in paces)), 4),
+            "ratio_noise": round(math.sqrt(statistics.mean(s * s for s in spreads)), 4), "pairs": len(paces)}
+
+
+def coverage(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
+    """Leave-one-out: each run's interval against the median of the other runs' medians."""
+    shared = set.intersection(*(set(r) for r in runs))
+    held = total = 0
+    levels, widths = [], []
+    for i, run in enumerate(runs):
+        for key in shared:
+            record = run[key]
+            others = statistics.median(r[key]["time_ms"] for j, r in enumerate(runs) if j != i)
+            total += 1
+            held += record["ci_low_ms"] <= others <= record["ci_high_ms"]
+            levels.append(record["ci_level"])
+            widths.append((record["ci_high_ms"] - record["ci_low_ms"]) / 2 / record["time_ms"])
+    return {"runs": len(runs), "measurements": len(shared), "held": held, "total": total,
+            "coverage": round(held / total, 4), "stated_level": round(statistics.median(levels), 4),
+            "median_half_width": round(statistics.median(widths), 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=("run", "calibrate", "coverage"))
+    parser.add_argument("folders", type=Path, nargs="+", help="a batch's folder, or the runs themselves")
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--suite", default="quick")
+    args = parser.parse_args()
+    if args.action == "run":
+        run_batch(args.folders[0], args.runs, args.suite)
+        return
+    runs = runs_in(args.folders)
+    result = calibrate(runs) if args.action == "calibrate" else coverage(runs)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
