@@ -46,6 +46,18 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.di
 small_ints = st.lists(st.integers(-4, 300), min_size=1, max_size=3)
 
 
+def mix_like() -> st.SearchStrategy[Any]:
+    """A `mix:` block with its own keys holding any value: sources of each kind, sized small or not at all."""
+    source = st.fixed_dictionaries({}, optional={
+        "generate": st.sampled_from(["longtail", "bimodal", "zipf"]) | values, "batch": st.integers(-1, 40) | values,
+        "seq_len": st.integers(-1, 300) | values, "decode_fraction": st.floats(-1, 2) | values,
+        "zero_fraction": st.floats(-1, 2) | values, "seeds": st.integers(0, 3) | values, "weight": values,
+        "vllm": st.sampled_from(["q2k", "2q64_8q1s128", "q1s0", "3q", ""]) | values, "flashinfer": values})
+    return st.fixed_dictionaries({"heads": st.just(2) | values, "kv_heads": st.just(1) | values,
+                                  "head_dim": st.just(8) | values, "sources": st.lists(source, max_size=3) | values},
+                                 optional={"dtype": values, "causal": values, "page_size": values, "cpu": values})
+
+
 def suite_like() -> st.SearchStrategy[Any]:
     """A mapping with the suite's own keys (and the sweep's, the timing's) holding any value, or anything at all."""
     sweep = st.fixed_dictionaries({"seq_len": small_ints, "heads": st.just([2]), "head_dim": st.just([8])},
@@ -56,7 +68,7 @@ def suite_like() -> st.SearchStrategy[Any]:
                                 optional={"device": st.just("cpu") | values, "backends": st.just(["naive"]) | values,
                                           "timing": timing | values, "also": st.lists(sweep, max_size=2) | values,
                                           "cpu": st.dictionaries(st.sampled_from(list(Block.model_fields)), values),
-                                          "deterministic": values})
+                                          "deterministic": values, "mix": mix_like() | values})
     return top | values
 
 

@@ -365,6 +365,16 @@ def test_case_ids_name_explicit_lengths_and_prefixes() -> None:
     assert short.seed != make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 1, 24)).seed
 
 
+def test_a_long_explicit_list_is_named_by_its_count_and_a_checksum_so_ids_stay_file_names() -> None:
+    """A serving batch of 64 decodes: 64 cache lengths in the id would pass the 255 bytes of a file name (--trace
+    writes traces/<case_id>-<backend>.json). Two such batches still get two ids, and two seeds."""
+    lens = tuple(range(1000, 1064))
+    one = make_case(seq_len=1, kv_seq_len=2000, batch=64, kv_lengths="explicit", kv_lens=lens)
+    other = make_case(seq_len=1, kv_seq_len=2000, batch=64, kv_lengths="explicit", kv_lens=lens[::-1])
+    assert "-kvlens64x" in one.case_id and len(one.case_id) < 100
+    assert one.case_id != other.case_id and one.seed != other.seed
+
+
 def test_records_carry_the_prefix_and_read_back_as_the_same_case() -> None:
     import json
 

@@ -24,6 +24,9 @@ def recommend(
                                       help="Also write the table as Markdown (an existing file is refused)."),
     by: str = typer.Option("time", "--by", metavar="time|energy",
                            help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
+    mix: Optional[Path] = typer.Option(None, "--mix", metavar="SUITE",
+                                       help="Also weigh the suite's mix: traffic: time per request for each backend "
+                                            "and for the dispatch, its gain, prefill/decode shares."),
 ) -> None:
     """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
     import attnbench.report.dispatch_table as table
@@ -36,13 +39,20 @@ def recommend(
         if path.exists():
             raise AttnbenchError(f"{path}: already exists; choose another name (nothing was written)")
     result = recommend_runs(runs, by)
+    weighed = ""
+    if mix is not None:  # weighed before anything is printed: a bad mix is one line, exit 2
+        from attnbench.report.mix import mix_of_runs, to_markdown
+
+        weighed = "\n" + to_markdown(mix_of_runs(runs, mix, result.decisions))
     out.print(table.terminal_table(result.decisions, result.runs, result.metric))
+    if weighed:
+        out.print(weighed, markup=False)
     if out_file is not None:
         data = table.to_json(result.decisions, result.runs, result.metric)
         table.write_new(out_file, json.dumps(data, indent=2) + "\n")
         err.print(f"dispatch table: {out_file} ({len(data['rows'])} buckets)", markup=False)
     if md is not None:
-        table.write_new(md, table.to_markdown(result.decisions, result.runs, result.metric))
+        table.write_new(md, table.to_markdown(result.decisions, result.runs, result.metric) + weighed)
         err.print(f"markdown: {md}", markup=False)
 
 

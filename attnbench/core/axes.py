@@ -10,6 +10,8 @@ attnbench.core.workload's; how a kernel takes it, each adapter's. Pure Python: t
 
 from __future__ import annotations
 
+import zlib
+
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -139,8 +141,19 @@ def _documents_id(case: Case) -> str:
         return ""
     if case.doc_lengths == "explicit":
         pairs = zip(case.doc_lens or (), case.doc_kv_lens or case.doc_lens or ())
-        return "docs" + "+".join(str(q) if q == k else f"{q}of{k}" for q, k in pairs)
+        return "docs" + _listed([str(q) if q == k else f"{q}of{k}" for q, k in pairs])
     return f"doc{case.documents}" + ("rand" if case.doc_lengths == "random" else "")
+
+
+# An explicit list longer than this in a case id is named by its count and a checksum instead: a serving batch's
+# 64 cache lengths would make an id (and the trace file named after it) longer than a file name may be.
+MAX_LISTED = 96
+
+
+def _listed(items: list[str]) -> str:
+    """Explicit lengths in a case id: joined by '+', or past MAX_LISTED characters '<count>x<crc32 of them>'."""
+    joined = "+".join(items)
+    return joined if len(joined) <= MAX_LISTED else f"{len(items)}x{zlib.crc32(joined.encode()):08x}"
 
 
 def _documents_words(shape: dict[str, Any], short: bool) -> str | None:
@@ -153,7 +166,7 @@ def _documents_words(shape: dict[str, Any], short: bool) -> str | None:
 
 def _kv_lengths_id(case: Case) -> str:
     if case.kv_lengths == "explicit":
-        return "kvlens" + "+".join(str(n) for n in case.kv_lens or ())
+        return "kvlens" + _listed([str(n) for n in case.kv_lens or ()])
     return "" if case.kv_lengths is None else f"kv{case.kv_lengths}"
 
 

@@ -11,6 +11,7 @@ from attnbench.core import axes as axis_table
 from attnbench.core.axes import (  # noqa: F401 - the suite's value types and bounds, declared with the axes
     MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Documents, KvDtype, KvLengths, Spread,
 )
+from attnbench.sweep.mix import Mix
 
 Dtype = Literal["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
@@ -260,12 +261,23 @@ class SuiteModel(_Strict):
     # Ask every backend for its deterministic kernels (attnbench.verify.determinism): PyTorch's deterministic mode, the
     # libraries' own switches; a backend that cannot honour it is skipped by name. `run --deterministic` sets it too.
     deterministic: bool = False
-    sweep: Block
+    sweep: Block | None = None  # required unless the suite is a `mix`
     # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (documents and
     # ragged cache lengths exclude each other, random cache lengths need more keys than queries, explicit lengths
     # add up to their own block's lengths) go in separate blocks.
     also: list[Block] | None = Field(default=None, min_length=1)
     cpu: CpuBlock | None = None
+    # Serving traffic as weighted cases (attnbench.sweep.mix): batches from a generator, vLLM batch specs or a
+    # flashinfer-bench workload file, each split into its prefill and decode parts on the existing paths.
+    mix: Mix | None = None
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> SuiteModel:
+        if self.sweep is None and self.mix is None:
+            raise ValueError("sweep: required field is missing (or give mix:, serving traffic)")
+        if self.sweep is None and self.also:
+            raise ValueError("also: further sweeps need a sweep; allowed: also beside sweep")
+        return self
 
 
 def _bounded(values: list[int], low: int, high: int) -> list[int]:

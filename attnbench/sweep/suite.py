@@ -15,6 +15,7 @@ from attnbench.core import workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
 from attnbench.core import policy
+from attnbench.sweep.mix import Traffic, expand
 from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
 
@@ -45,7 +46,8 @@ class Suite:
 
     def _blocks(self) -> list[tuple[str, Block]]:
         """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
-        return [("sweep", self.model.sweep), *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
+        first = [] if self.model.sweep is None else [("sweep", self.model.sweep)]
+        return [*first, *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
 
     def timing(self, device: str) -> Timing:
         """The `timing:` in force on `device` (a resolved device): on a CPU, the fields the top-level `cpu:` block's
@@ -83,7 +85,15 @@ class Suite:
             for case in self._cross(device, self._in_force(block, device), key):
                 if case not in cases:
                     cases.append(case)
+        if self.model.mix is not None:
+            cases.extend(c for c in self.traffic(device).cases if c not in cases)
         return cases
+
+    def traffic(self, device: str) -> Traffic:
+        """The suite's `mix:` on `device` as weighted cases (attnbench.sweep.mix); refused when it has none."""
+        if self.model.mix is None:
+            raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with mix: (e.g. suites/mix.yaml)")
+        return expand(self.model.mix, device, self.path.parent, f"{self.path}: mix")
 
     def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
         """Every combination of the block's axes (dtype first, then the schema's order), each checked and made a Case:
