@@ -54,12 +54,13 @@ def newer_torch(tmp_path: Path) -> Path:
 
 
 def test_the_committed_reports_are_the_first_history(store: Path) -> None:
-    assert len(COMMITTED) == 10
+    assert len(COMMITTED) == 12
     with Store(store, create=False) as held:
         runs = held.runs()
         assert [r.run_id for r in runs] == ["a9d1b0bac54f", "093d64bb0106", "6275c2881691", "72df0c1bdf00",
                                             "2be845dab6aa", "eedc31c87e98", "6eaefdd7ede0", "d075629ca15a",
-                                            "4ee8da8435ec", "883b5e24df33"]  # oldest first
+                                            "4ee8da8435ec", "883b5e24df33", "6515269bfe0d",
+                                            "6a0067a09b02"]  # oldest first
         by_id = {r.run_id: r for r in runs}
         last = by_id["72df0c1bdf00"]
         assert (last.device, last.device_name, last.suite) == ("cuda", "NVIDIA H200", "gpu-check")

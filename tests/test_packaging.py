@@ -189,7 +189,7 @@ def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> N
     import attnbench.cli.doctor as doctor
     import attnbench.run.env as env
 
-    monkeypatch.setattr(env, "collect_env", lambda device: {"device": device})
+    monkeypatch.setattr(env, "collect_env", lambda device, torch_part=None: {"device": device})
     monkeypatch.setattr(doctor, "sdpa_kernel_usability", lambda device: {})
     diagnosis = doctor.diagnose("cuda")
     flash = next(b for b in diagnosis.backends if b.name == "flash-attn")
