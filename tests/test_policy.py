@@ -53,3 +53,10 @@ def test_a_suite_without_timing_settings_takes_the_devices_from_the_table(monkey
     monkeypatch.setitem(policy.DEVICES, "cpu", dataclasses.replace(policy.DEVICES["cpu"], precision=0.07, rounds=5))
     timing = load_suite(Path(__file__).parents[1] / "suites" / "quick.yaml").timing("cpu")
     assert (timing.precision, timing.rounds) == (0.07, 5)
+
+
+def test_the_verdicts_page_shows_the_table_in_force() -> None:
+    """docs/verdicts.md's copy of the policy table is the table the code judges by (a changed figure fails here)."""
+    page = (Path(__file__).parents[1] / "docs" / "verdicts.md").read_text(encoding="utf-8")
+    shown = page.split("<!-- policy-table")[1].split("-->", 1)[1].split("<!-- /policy-table -->")[0].strip()
+    assert shown == policy.policy_table()
