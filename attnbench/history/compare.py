@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnbench.history.store import Store
-from attnbench.report.compare import Comparison, compare_records, machine_differences, software_differences
+from attnbench.report.compare import Comparison, compare_records
+from attnbench.report.env_notes import machine_differences, software_differences
 from attnbench.report.pooling import load_run
 
 

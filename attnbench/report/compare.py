@@ -20,6 +20,7 @@ from attnbench.core.errors import ResultsError
 from attnbench.core.units import fmt_ms
 from attnbench.core import policy
 from attnbench.core.policy import MIN_BACKEND_CASES
+from attnbench.report.env_notes import machine_differences, software_differences
 from attnbench.report.change_rule import (BackendShift, Pace, backend_shifts, bar, beyond, judge_pace, kernel_change,
                                           spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
@@ -357,37 +358,6 @@ def _unsteady(record: dict[str, Any]) -> bool:
 
 
 DEFAULT_THRESHOLD = policy.CHANGE_THRESHOLD
-# What env.json says of the machine: two runs that differ here are not one machine's numbers.
-MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count")
-# What it says of the software and its settings (the kernel libraries' versions come from `libraries`): two runs that
-# differ here are judged raw, since a change of software is a change a gate exists to see.
-SOFTWARE_KEYS = ("attnbench", "git_commit", "python", "torch", "torch_threads", "cuda", "cudnn", "driver")
-
-
-def env_differences(base_env: dict[str, Any], new_env: dict[str, Any], keys: tuple[str, ...],
-                    libraries: bool = False) -> list[str]:
-    """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that two runs'
-    env.json state and disagree on. A fact one side does not state (no env.json, a damaged one) is unknown, never a
-    difference: a run cannot be called another machine's on a missing line."""
-    found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in keys
-             if base_env.get(key) is not None and new_env.get(key) is not None and base_env[key] != new_env[key]]
-    base_libs, new_libs = base_env.get("libraries"), new_env.get("libraries")
-    if libraries and isinstance(base_libs, dict) and isinstance(new_libs, dict):
-        found += [f"{name}: {base_libs.get(name)} vs {new_libs.get(name)}"
-                  for name in sorted(set(base_libs) | set(new_libs))
-                  if name not in keys and base_libs.get(name) != new_libs.get(name)]
-    return found
-
-
-def machine_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
-    """Where two runs' machines differ."""
-    return env_differences(base_env, new_env, MACHINE_KEYS)
-
-
-def software_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
-    """Where two runs' software and its settings differ: attnbench and its commit, Python, torch and its threads,
-    CUDA, cuDNN, the driver, every kernel library."""
-    return env_differences(base_env, new_env, SOFTWARE_KEYS, libraries=True)
 
 
 def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, relative: bool = True) -> Comparison:
