@@ -2,7 +2,7 @@
 
     python benchmarks/interval_coverage.py run DIR [--runs 6] [--suite quick]   # N back-to-back runs into DIR/run-<i>
     python benchmarks/interval_coverage.py calibrate DIR [DIR ...]             # the noise figures of core.policy
-    python benchmarks/interval_coverage.py coverage DIR [DIR ...]              # leave-one-out coverage
+    python benchmarks/interval_coverage.py coverage DIR [DIR ...] [--pooled]   # leave-one-out coverage
 
 `calibrate` measures, from the runs' records (each `ok` record's window medians in extra.rounds, and its median):
 
@@ -14,7 +14,8 @@
 - ratio noise: the root mean square, over the pairs, of the ratios' robust spread around their pace.
 
 `coverage` counts, for each run and measurement, whether the median of the other runs' medians lies inside that run's
-stated interval, and prints the share beside the stated level. Both print JSON; the rule is fixed before the batch that
+stated interval, and prints the share beside the stated level; with `--pooled`, of the interval the rule before windows
+stated (the order statistics of every sample of the run pooled as if independent), from the same records' samples. Both print JSON; the rule is fixed before the batch that
 judges it (docs/verdicts.md): calibrate on one batch, validate on a fresh one.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from attnbench.core.interval import median_interval  # noqa: E402
 from attnbench.records.results import key_of, load_records  # noqa: E402
 from attnbench.report.change_rule import observed_spread  # noqa: E402
 
@@ -99,7 +101,15 @@ def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
             "ratio_noise": round(math.sqrt(statistics.mean(s * s for s in spreads)), 4), "pairs": len(paces)}
 
 
-def coverage(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
+def stated(record: dict, pooled: bool) -> tuple[float, float, float]:
+    """(low, high, level) of a record's interval: as written, or the pooled samples' order-statistic interval."""
+    if not pooled:
+        return record["ci_low_ms"], record["ci_high_ms"], record["ci_level"]
+    made = median_interval(record["times_ms"])
+    return made.low, made.high, made.level
+
+
+def coverage(runs: list[dict[tuple, dict]], pooled: bool = False) -> dict[str, float | int]:
     """Leave-one-out: each run's interval against the median of the other runs' medians."""
     shared = set.intersection(*(set(r) for r in runs))
     held = total = 0
@@ -108,10 +118,11 @@ def coverage(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
         for key in shared:
             record = run[key]
             others = statistics.median(r[key]["time_ms"] for j, r in enumerate(runs) if j != i)
+            low, high, level = stated(record, pooled)
             total += 1
-            held += record["ci_low_ms"] <= others <= record["ci_high_ms"]
-            levels.append(record["ci_level"])
-            widths.append((record["ci_high_ms"] - record["ci_low_ms"]) / 2 / record["time_ms"])
+            held += low <= others <= high
+            levels.append(level)
+            widths.append((high - low) / 2 / record["time_ms"])
     return {"runs": len(runs), "measurements": len(shared), "held": held, "total": total,
             "coverage": round(held / total, 4), "stated_level": round(statistics.median(levels), 4),
             "median_half_width": round(statistics.median(widths), 4)}
@@ -123,12 +134,13 @@ def main() -> None:
     parser.add_argument("folders", type=Path, nargs="+", help="a batch's folder, or the runs themselves")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--suite", default="quick")
+    parser.add_argument("--pooled", action="store_true", help="coverage of the pooled samples' interval instead")
     args = parser.parse_args()
     if args.action == "run":
         run_batch(args.folders[0], args.runs, args.suite)
         return
     runs = runs_in(args.folders)
-    result = calibrate(runs) if args.action == "calibrate" else coverage(runs)
+    result = calibrate(runs) if args.action == "calibrate" else coverage(runs, args.pooled)
     print(json.dumps(result, indent=1))
 
 

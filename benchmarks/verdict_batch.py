@@ -89,9 +89,12 @@ def slowed(call, share: float):  # noqa: ANN001, ANN201 - any Prepared.call
 
 
 def share_of(name: str) -> float:
-    """The planted share of backend `name` in this process (PLANTED_SLOWDOWN)."""
+    """The planted share of backend `name` in this process (PLANTED_SLOWDOWN); a bare share is `planted`'s (how
+    `attnbench ab --b-env PLANTED_SLOWDOWN=0.15` slows one side, benchmarks/ab_cpu.sh)."""
     for item in filter(None, os.environ.get(SLOWDOWN_ENV, "").split(",")):
-        backend, _, share = item.partition("=")
+        backend, named, share = item.partition("=")
+        if not named:
+            backend, share = "planted", backend
         if backend == name:
             return float(share)
     return 0.0
@@ -114,6 +117,7 @@ PlantedNaive = planted(NaiveBackend, "planted-naive")
 PlantedSdpa = planted(SdpaAuto, "planted-sdpa")
 PlantedMath = planted(SdpaMath, "planted-math")
 PlantedFlash = planted(SdpaFlash, "planted-flash")
+Planted = planted(SdpaFlash, "planted")  # attnbench ab's planted backend (tests/test_ab.py, benchmarks/ab_cpu.sh)
 PLUGINS = ("PlantedNaive", "PlantedSdpa", "PlantedMath", "PlantedFlash")
 
 

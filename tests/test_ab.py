@@ -48,12 +48,12 @@ def test_the_rule_needs_every_pair_of_six_to_agree_and_the_change_to_pass_the_th
 @pytest.mark.slow
 def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT))  # the planted backend: benchmarks/compare_repeat.py
+    monkeypatch.syspath_prepend(str(ROOT))  # the planted backend: benchmarks/verdict_batch.py
     (tmp_path / "s.yaml").write_text(SUITE)
     out = tmp_path / "ab"
     result = CliRunner().invoke(app, [
         "ab", str(tmp_path / "s.yaml"), "--a", sys.executable, "--b", sys.executable, "--a-env", HERE,
-        "--b-env", HERE, "--b-env", "PLANTED_SLOWDOWN=0.5", "--plugin", "benchmarks.compare_repeat:Planted",
+        "--b-env", HERE, "--b-env", "PLANTED_SLOWDOWN=0.5", "--plugin", "benchmarks.verdict_batch:Planted",
         "--backend", "sdpa-flash", "--backend", "planted", "--rounds", str(ROUNDS), "--out", str(out)])
     assert result.exit_code == 1, result.output
     summary = json.loads((out / "ab.json").read_text())

@@ -162,9 +162,23 @@ class Comparison:
         return policy.device(self.device).pace_noise if self.raw else 0.0
 
     @property
+    def unshared(self) -> list[str]:
+        """When the pace is a finding: the backends judged across the board (MIN_BACKEND_CASES matched) whose own
+        geomean did not move with it beyond the threshold, so the shift is not every kernel's; else []."""
+        if self.judged is None or not self.judged.finding:
+            return []
+        up = self.judged.value > 1
+        return [b for b, g in self.geomean_by_backend.items()
+                if len(self._ratios_by_backend[b]) >= MIN_BACKEND_CASES
+                and not (g > 1 + self.threshold if up else g < 1 / (1 + self.threshold))]
+
+    @property
     def pace_slower(self) -> bool:
-        """The pace is a finding and a slowdown: every kernel together got slower, which fails the gate."""
-        return self.judged is not None and self.judged.finding and self.judged.value > 1
+        """The pace is a finding, a slowdown, and every backend judged moved with it: every kernel together got
+        slower, which fails the gate. A pace pulled by some backends while another stayed put is not claimed as
+        shared: those backends are judged, raw, one by one."""
+        return (self.judged is not None and self.judged.finding and self.judged.value > 1
+                and not self.unshared)
 
     @property
     def pace_note(self) -> str | None:
@@ -175,7 +189,11 @@ class Comparison:
         said = (f"NEW ran at {j.value:.3f}× BASE's times across the board (the median of {len(self._ratios)} matched "
                 f"measurements; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy): "
                 f"{j.departure:.1f} errors from 1)")
-        if j.finding:
+        if j.finding and self.unshared:
+            said += (": beyond the threshold and the noise, but not shared: " + ", ".join(self.unshared)
+                     + (" did" if len(self.unshared) == 1 else " did each") + " not move with it, so no shared "
+                     + ("slowdown" if j.value > 1 else "speed-up") + " is claimed; every ratio is judged raw")
+        elif j.finding:
             said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
                      "noise, a finding" + (" that fails the gate" if j.value > 1 else "") + "; every ratio is judged raw")
         elif self.raw:
@@ -352,8 +370,9 @@ def _index(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 
 def _unsteady(record: dict[str, Any]) -> bool:
     """Not to be judged: a record without an interval whose samples spread wide. A record with an interval is judged
-    by it, however wide: the interval is distribution-free, so a wide spread widens it and never fools it, and one
-    wider than the precision asked still tells two medians apart when the intervals do not overlap."""
+    by it, however wide: it is the run's (its windows and the device's run noise, core.interval.run_interval), so a
+    wide spread widens it, and one wider than the precision asked still tells two medians apart when the intervals
+    do not overlap."""
     return False if interval_of(record) is not None else is_noisy(record)
 
 
