@@ -93,9 +93,9 @@ class Record:
     samples: int = 0
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
-    # The median's distribution-free interval (attnbench.core.interval) at ci_level confidence (0.95 once there are
-    # at least 6 samples). With fewer, ci_level says what [min, max] would cover, and the interval is the device's
-    # run-to-run noise around the median instead (ci_source "run-to-run noise", else "samples").
+    # The run's interval of the median at ci_level confidence (ci_source "windows": the spread of the windows'
+    # medians pooled with the device's window noise, plus its run noise; core.interval.run_interval). Records
+    # written before windows say "samples" (the pooled samples' order statistics) or "run-to-run noise".
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
     ci_level: float | None = None
