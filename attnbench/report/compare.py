@@ -170,7 +170,7 @@ class Comparison:
         up = self.judged.value > 1
         return [b for b, g in self.geomean_by_backend.items()
                 if len(self._ratios_by_backend[b]) >= MIN_BACKEND_CASES
-                and not (g > 1 + self.threshold if up else g < 1 / (1 + self.threshold))]
+                and not (beyond(g, self.threshold) and (g > 1) == up)]
 
     @property
     def pace_slower(self) -> bool:
