@@ -35,7 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.core.interval import median_interval  # noqa: E402
 from attnbench.records.results import key_of, load_records  # noqa: E402
-from attnbench.report.change_rule import observed_spread  # noqa: E402
+from attnbench.core.policy import MIN_BACKEND_CASES  # noqa: E402
+from attnbench.records.results import read_env  # noqa: E402
+from attnbench.report.change_rule import machine_pace, observed_spread  # noqa: E402
 
 
 def run_batch(out: Path, runs: int, suite: str) -> None:
@@ -49,9 +51,9 @@ def run_batch(out: Path, runs: int, suite: str) -> None:
                        stdout=subprocess.DEVNULL)
 
 
-def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
-    """Each run's ok records by measurement key: a folder holding a run (its results.jsonl, or run/results.jsonl)
-    is one; any other, its run-<i> folders in order."""
+def run_folders(folders: list[Path]) -> list[Path]:
+    """The runs named: a folder holding a run (its results.jsonl, or run/results.jsonl) is one; any other, its
+    run-<i> folders in order."""
     found: list[Path] = []
     for folder in folders:
         if (folder / "results.jsonl").exists() or (folder / "run" / "results.jsonl").exists():
@@ -59,7 +61,18 @@ def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
         else:
             found += sorted((p.parent for p in folder.glob("run-*/results.jsonl")),
                             key=lambda p: int(p.name.split("-")[1]))
-    return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")} for p in found]
+    return found
+
+
+def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
+    """Each run's ok records by measurement key (run_folders)."""
+    return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")}
+            for p in run_folders(folders)]
+
+
+def probes_in(folders: list[Path]) -> list[dict | None]:
+    """Each run's machine pace probe (env.json `pace_probe`), None where it timed none."""
+    return [(read_env(p) or {}).get("pace_probe") for p in run_folders(folders)]
 
 
 def chi2_median_share(df: int) -> float:
@@ -74,7 +87,7 @@ def robust_variance(items: list[tuple[float, int]]) -> float:
     return statistics.median(v / chi2_median_share(df) for v, df in items) if items else 0.0
 
 
-def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
+def calibrate(runs: list[dict[tuple, dict]], probes: list[dict | None] | None = None) -> dict[str, float | int | None]:
     """The noise figures of this batch (see the module's docstring)."""
     within, between, explained = [], [], []
     shared = set.intersection(*(set(r) for r in runs))
@@ -91,14 +104,36 @@ def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
     window_noise = math.sqrt(robust_variance(within))
     windows_explain = statistics.median(window_noise ** 2 / k for k in explained)
     run_noise = math.sqrt(max(0.0, robust_variance(between) - windows_explain))
-    paces, spreads = [], []
-    for a, b in itertools.combinations(runs, 2):
-        ratios = [b[k]["time_ms"] / a[k]["time_ms"] for k in shared]
-        paces.append(math.log(statistics.median(ratios)))
-        spreads.append(observed_spread(ratios))
+    paces, spreads, over_machine, backends = [], [], [], []
+    probes = probes or [None] * len(runs)
+    for (a, probe_a), (b, probe_b) in itertools.combinations(zip(runs, probes), 2):
+        ratios = {k: b[k]["time_ms"] / a[k]["time_ms"] for k in shared}
+        pace = math.log(statistics.median(ratios.values()))
+        paces.append(pace)
+        spreads.append(observed_spread(list(ratios.values())))
+        machine = machine_pace(probe_a, probe_b)
+        if machine is not None:
+            over_machine.append(pace - math.log(machine.value))
+        backends += backend_departures(ratios, pace)
+    rms = lambda values: round(math.sqrt(statistics.mean(v * v for v in values)), 4) if values else None  # noqa: E731
     return {"runs": len(runs), "measurements": len(shared), "window_noise": round(window_noise, 4),
-            "run_noise": round(run_noise, 4), "pace_noise": round(math.sqrt(statistics.mean(p * p for p in paces)), 4),
-            "ratio_noise": round(math.sqrt(statistics.mean(s * s for s in spreads)), 4), "pairs": len(paces)}
+            "run_noise": round(run_noise, 4), "pace_noise": rms(paces), "ratio_noise": rms(spreads),
+            "probe_noise": rms(over_machine), "backend_noise": round(math.sqrt(robust_variance(backends)), 4)
+            if backends else None, "pairs": len(paces), "pairs_with_probe": len(over_machine)}
+
+
+def backend_departures(ratios: dict[tuple, float], pace: float) -> list[tuple[float, int]]:
+    """Each backend's (variance, 1) of its mean log ratio around the pace, less what its cases' own spread explains
+    (spread² / cases): one degree of freedom each, for robust_variance."""
+    by_backend: dict[str, list[float]] = {}
+    for key, ratio in ratios.items():
+        by_backend.setdefault(str(key[0]), []).append(ratio)
+    out = []
+    for values in by_backend.values():
+        if len(values) >= MIN_BACKEND_CASES:
+            departure = sum(math.log(r) for r in values) / len(values) - pace
+            out.append((max(0.0, departure ** 2 - observed_spread(values) ** 2 / len(values)), 1))
+    return out
 
 
 def stated(record: dict, pooled: bool) -> tuple[float, float, float]:
@@ -140,7 +175,7 @@ def main() -> None:
         run_batch(args.folders[0], args.runs, args.suite)
         return
     runs = runs_in(args.folders)
-    result = calibrate(runs) if args.action == "calibrate" else coverage(runs, args.pooled)
+    result = calibrate(runs, probes_in(args.folders)) if args.action == "calibrate" else coverage(runs, args.pooled)
     print(json.dumps(result, indent=1))
 
 

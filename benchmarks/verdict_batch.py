@@ -20,6 +20,8 @@ then `attnbench compare I<k> X<k>` for each, as a user runs it. The counts, fixe
 
     python benchmarks/verdict_batch.py run DIR [--repeats 10]   # takes the runs (resumes a batch cut short)
     python benchmarks/verdict_batch.py count DIR                # compares and counts; writes DIR/counts.json
+    python benchmarks/verdict_batch.py identical DIR [--repeats 8] [--gap 20]  # identical runs I<k>, `gap` s apart,
+                                                                # to calibrate on (interval_coverage.py calibrate)
 """
 
 from __future__ import annotations
@@ -142,6 +144,18 @@ def take(folder: Path, repeats: int) -> None:
                 run(target, kind)
 
 
+def identical(folder: Path, repeats: int, gap_s: float) -> None:
+    """`repeats` runs of kind I, `gap_s` apart (a run already whole is kept): identical runs spread over minutes,
+    as the runs a comparison judges are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(repeats):
+        target = folder / f"I{k}"
+        if not (target / "results.jsonl").exists():
+            if k:
+                time.sleep(gap_s)
+            run(target, "I")
+
+
 def flagged(base: Path, new: Path, out: Path) -> tuple[int, set[str], set[str]]:
     """(exit code, backends flagged slower, backends flagged faster) by `attnbench compare BASE NEW --md`."""
     md = out / f"{base.name}-vs-{new.name}.md"
@@ -192,12 +206,15 @@ def count(folder: Path) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("run", "count"))
+    parser.add_argument("action", choices=("run", "count", "identical"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--gap", type=float, default=20.0, help="seconds between identical runs")
     args = parser.parse_args()
     if args.action == "run":
         take(args.folder, args.repeats)
+    elif args.action == "identical":
+        identical(args.folder, args.repeats, args.gap)
     else:
         result = count(args.folder)
         print(json.dumps({k: v for k, v in result.items() if k != "verdicts"}))

@@ -13,7 +13,9 @@ from rich.console import Console
 
 from attnbench.report.compare_table import comparison_markdown
 from attnbench.core.errors import ResultsError
+from attnbench.report.change_rule import machine_pace
 from attnbench.report.compare import Match, compare_runs
+from attnbench.run.pace_probe import WORKLOAD
 from attnbench.report.compare_table import comparison_table
 
 DATA = Path(__file__).parent / "data"
@@ -367,3 +369,42 @@ def test_one_measurement_half_again_slower_fails_at_any_count_of_matches(tmp_pat
     new = edited(tmp_path / "new", lambda backend, i: 1.5 if i == 1 else slower(backend, i), keep=keep)  # type: ignore[operator]
     result = compare_runs(edited(tmp_path / "base", keep=keep), new)
     assert [m.key for m in result.regressions] == [result.matches[1].key] and result.exit_code == 1
+
+
+def probe(median: float, windows: int = 20) -> dict:
+    """An env.json pace_probe whose windows wander ±2% around `median` (attnbench.run.pace_probe)."""
+    return {"workload": WORKLOAD, "windows_ms": [median * (1 + 0.02 * math.sin(i)) for i in range(windows)],
+            "median_ms": median}
+
+
+def test_a_machine_that_drifted_with_every_kernel_passes_and_says_how_far(tmp_path: Path) -> None:
+    base = edited(tmp_path / "base", env={"pace_probe": probe(1.0)})
+    new = edited(tmp_path / "new", 1.18, env={"pace_probe": probe(1.18)})
+    result = compare_runs(base, new)
+    assert result.exit_code == 0 and not result.backend_regressions and not result.regressions
+    assert "the machine's own pace, a reference workload timed through both runs, was 1.180×" in result.pace_note
+    # The same drift with the machine steady is every kernel's: it fails.
+    steady = compare_runs(base, edited(tmp_path / "steady", 1.30, env={"pace_probe": probe(1.0)}))
+    assert steady.pace_slower and steady.exit_code == 1
+
+
+def test_three_of_four_backends_slower_on_a_machine_gone_faster_are_named(tmp_path: Path) -> None:
+    base = edited(tmp_path / "base", env={"pace_probe": probe(1.0)})
+    new = edited(tmp_path / "new", lambda backend, i: 0.92 * (1.0 if backend == "naive" else 1.25),
+                 env={"pace_probe": probe(0.92)})
+    result = compare_runs(base, new)
+    assert sorted(b.backend for b in result.backend_regressions) == ["sdpa", "sdpa-flash", "sdpa-math"]
+    assert result.improvements == [] and result.unshared == ["naive"] and result.exit_code == 1
+
+
+def test_the_machine_pace_is_not_divided_out_across_software(tmp_path: Path) -> None:
+    base = edited(tmp_path / "base", env={"pace_probe": probe(1.0)})
+    env = {"torch": "2.14.0+cpu", "libraries": {"torch": "2.14.0+cpu"}, "pace_probe": probe(1.30)}
+    result = compare_runs(base, edited(tmp_path / "new", 1.30, env))
+    assert result.machine is None and result.exit_code == 1 and len(result.backend_regressions) == 4
+
+
+def test_the_machine_pace_needs_the_same_workload_on_both_sides() -> None:
+    assert machine_pace(probe(1.0), dict(probe(1.2), workload="another")) is None
+    assert machine_pace(probe(1.0), None) is None
+    assert machine_pace(probe(1.0), probe(1.2)).value == pytest.approx(1.2)  # type: ignore[union-attr]

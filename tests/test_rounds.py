@@ -18,7 +18,7 @@ from rich.console import Console
 
 from attnbench.backends.registry import default_registry
 from attnbench.records.results import Record, key_of, load_records, replace_records
-from attnbench.run import rounds, session
+from attnbench.run import pace_probe, rounds, session
 from attnbench.run.options import RunOptions
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
@@ -62,6 +62,10 @@ def test_every_ok_record_pools_its_three_rounds_and_every_field_comes_from_all_o
         assert r["tflops"] == r["flops"] / (r["time_ms"] * 1e-3) / 1e12
         assert r["ci_low_ms"] <= r["time_ms"] <= r["ci_high_ms"]
     assert env["rounds"]["retimed"] == sum(len(r["extra"]["rounds"]) - 1 for r in ok) > 0
+    # The machine's own pace was timed between the measurements, in windows at least pace_probe.EVERY_S apart.
+    probe = env["pace_probe"]
+    assert probe["workload"] == pace_probe.WORKLOAD and len(probe["windows_ms"]) >= 2
+    assert probe["median_ms"] == pytest.approx(statistics.median(probe["windows_ms"]), rel=1e-6)
 
 
 class Scripted:

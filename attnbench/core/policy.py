@@ -36,6 +36,12 @@ class DevicePolicy:
     # How far one measurement's log ratio wanders around the pace between two identical runs: the prior of the spread
     # compare judges each ratio against.
     ratio_noise: float
+    # How far the kernels' pace over the machine's own (attnbench.run.pace_probe) wanders from 1 between two identical
+    # runs that both timed it.
+    probe_noise: float
+    # How far one backend's mean log ratio wanders from the pace between two identical runs, beyond what its cases'
+    # own spread explains.
+    backend_noise: float
     # Where the noise figures come from.
     evidence: str
 
@@ -43,12 +49,12 @@ class DevicePolicy:
 DEVICES: dict[str, DevicePolicy] = {
     "cpu": DevicePolicy(
         precision=0.10, rounds=3, refine=1.0, window_noise=0.1154, run_noise=0.0354, pace_noise=0.0545,
-        ratio_noise=0.0778,
+        ratio_noise=0.0778, probe_noise=0.0, backend_noise=0.0,
         evidence="6 idle runs of quick on a 2-core AMD EPYC VM, 64 measurements each "
                  "(reports/cpu-AMD-EPYC-2core-verdicts/calibration)"),
     "cuda": DevicePolicy(
         precision=0.01, rounds=1, refine=0.0, window_noise=0.0, run_noise=0.0017, pace_noise=0.0002,
-        ratio_noise=0.0025,
+        ratio_noise=0.0025, probe_noise=0.0, backend_noise=0.0,
         evidence="4 committed H200 runs, 53 measurements in all four (reports/NVIDIA-H200-*; one window each)"),
 }
 

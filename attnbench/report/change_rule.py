@@ -6,8 +6,14 @@ within-run interval holds, and as a whole by the machine's pace on the day. Ever
 
 - the pace (the median NEW/BASE ratio) is a finding when it is beyond the threshold and beyond what identical runs on
   that device differ by (pace_noise, plus the median's own error): a shared slowdown fails the gate, never divided out;
+  when both runs timed the machine's own pace (attnbench.run.pace_probe) on one machine with the same software, the
+  kernels' pace is judged over the machine's (probe_noise, plus both medians' errors): the machine's drift is said,
+  and divided out, and what the kernels share beyond it is the finding;
 - ratios are judged against the pace only when it is not a finding and both runs are one machine with the same
-  software; otherwise raw, with the device's pace noise added to every error;
+  software; otherwise raw (over the machine's pace where both runs timed it, else over 1), with the device's pace
+  (or probe) noise added to every error;
+- every backend's mean ratio wanders from the pace between identical runs by the device's backend noise beyond its
+  cases' own spread: it is added to the error of a backend's shift and of each of its measurements;
 - the spread a ratio is judged against is the ratios' robust spread pooled with the device's ratio noise
   (PRIOR_RATIOS ratios' worth): with a few matches it leans on the device, with many on the runs; no count switches a
   rule on or off;
@@ -83,6 +89,28 @@ def judge_pace(ratios: list[float], spread: float, pace_noise: float, threshold:
     error = math.hypot(pace_noise, MEDIAN_ERROR * spread / math.sqrt(len(ratios)))
     finding = beyond(value, threshold) and abs(math.log(value)) > bar(1) * error
     return Pace(value, error, finding)
+
+
+@dataclass(frozen=True)
+class MachinePace:
+    """The machine's own pace: NEW's median window of the reference workload over BASE's (attnbench.run.pace_probe),
+    with its standard error in log (each side's windows' robust spread over √windows, as a median's)."""
+
+    value: float
+    error: float
+
+
+def machine_pace(base: dict[str, Any] | None, new: dict[str, Any] | None) -> MachinePace | None:
+    """The machine's pace from two runs' env.json `pace_probe`; None unless both timed the same workload in two
+    windows or more."""
+    if not base or not new or base.get("workload") != new.get("workload"):
+        return None
+    sides = [[w for w in side.get("windows_ms") or [] if w and w > 0] for side in (base, new)]
+    if min(map(len, sides)) < 2:
+        return None
+    medians = [statistics.median(windows) for windows in sides]
+    error = math.hypot(*(MEDIAN_ERROR * observed_spread(windows) / math.sqrt(len(windows)) for windows in sides))
+    return MachinePace(medians[1] / medians[0], error)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from attnbench.core.units import fmt_ms
 from attnbench.core import policy
 from attnbench.core.policy import MIN_BACKEND_CASES
 from attnbench.report.env_notes import machine_differences, software_differences
-from attnbench.report.change_rule import (BackendShift, Pace, backend_shifts, bar, beyond, judge_pace, kernel_change,
-                                          spread_of)
+from attnbench.report.change_rule import (BackendShift, MachinePace, Pace, backend_shifts, bar, beyond, judge_pace,
+                                          kernel_change, machine_pace, spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.records.results import (apart, interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
                                        results_path)
@@ -124,6 +124,7 @@ class Comparison:
     # False with --absolute: every ratio is judged raw, whatever the pace.
     relative: bool = True
     device: str = "cpu"  # the device the matched records ran on: whose noise figures apply (core.policy)
+    probes: tuple[dict | None, dict | None] = (None, None)  # each run's env.json pace_probe (run.pace_probe)
 
     @cached_property
     def _ratios(self) -> list[float]:
@@ -135,14 +136,30 @@ class Comparison:
         return spread_of(self._ratios, policy.device(self.device).ratio_noise)
 
     @cached_property
+    def machine(self) -> MachinePace | None:
+        """The machine's own pace (change_rule.machine_pace), when ratios may be held to it: both runs timed it, on
+        one machine with the same software, and not --absolute."""
+        if not self.relative or self.machine_notes or self.software_notes:
+            return None
+        return machine_pace(*self.probes)
+
+    @property
+    def _pace_noise(self) -> float:
+        """What identical runs' pace differs by: over the machine's own pace, with its error, where both timed it."""
+        dev = policy.device(self.device)
+        return math.hypot(dev.probe_noise, self.machine.error) if self.machine else dev.pace_noise
+
+    @cached_property
     def judged(self) -> Pace | None:
-        """The run's pace, judged against what identical runs on this device differ by; None without ratios."""
-        return judge_pace(self._ratios, self.spread, policy.device(self.device).pace_noise, self.threshold)
+        """The kernels' pace (over the machine's own, where both runs timed it), judged against what identical runs on
+        this device differ by; None without ratios."""
+        over = self.machine.value if self.machine else 1.0
+        return judge_pace([r / over for r in self._ratios], self.spread, self._pace_noise, self.threshold)
 
     @property
     def pace(self) -> float | None:
         """The median NEW/BASE ratio over every measurement both ran ok."""
-        return self.judged.value if self.judged else None
+        return self.judged.value * (self.machine.value if self.machine else 1.0) if self.judged else None
 
     @property
     def raw(self) -> bool:
@@ -153,13 +170,16 @@ class Comparison:
 
     @property
     def judged_pace(self) -> float:
-        """What each ratio is divided by before it is judged: the pace when judging relative to it, else 1."""
-        return 1.0 if self.raw or self.pace is None else self.pace
+        """What each ratio is divided by before it is judged: the pace when judging relative to it; raw, the machine's
+        own pace where both runs timed it, else 1."""
+        if self.raw or self.pace is None:
+            return self.machine.value if self.machine else 1.0
+        return self.pace
 
     @property
     def _shared_noise(self) -> float:
-        """The noise every raw ratio carries beside its own: the device's pace noise (0 when judged against the pace)."""
-        return policy.device(self.device).pace_noise if self.raw else 0.0
+        """The noise every ratio carries beside its own: the device's backend noise, and, judged raw, the pace noise."""
+        return math.hypot(policy.device(self.device).backend_noise, self._pace_noise if self.raw else 0.0)
 
     @property
     def unshared(self) -> list[str]:
@@ -167,10 +187,10 @@ class Comparison:
         geomean did not move with it beyond the threshold, so the shift is not every kernel's; else []."""
         if self.judged is None or not self.judged.finding:
             return []
-        up = self.judged.value > 1
+        up, over = self.judged.value > 1, self.machine.value if self.machine else 1.0
         return [b for b, g in self.geomean_by_backend.items()
                 if len(self._ratios_by_backend[b]) >= MIN_BACKEND_CASES
-                and not (beyond(g, self.threshold) and (g > 1) == up)]
+                and not (beyond(g / over, self.threshold) and (g > over) == up)]
 
     @property
     def pace_slower(self) -> bool:
@@ -185,10 +205,14 @@ class Comparison:
         """The run's pace in words, always, and how the ratios are judged."""
         if self.judged is None:
             return None
-        j, noise = self.judged, policy.device(self.device).pace_noise
-        said = (f"NEW ran at {j.value:.3f}× BASE's times across the board (the median of {len(self._ratios)} matched "
-                f"measurements; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy): "
-                f"{j.departure:.1f} errors from 1)")
+        j, noise = self.judged, self._pace_noise
+        said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of {len(self._ratios)} matched "
+                f"measurements")
+        if self.machine:
+            said += (f"; the machine's own pace, a reference workload timed through both runs, was "
+                     f"{self.machine.value:.3f}×, so the kernels ran at {j.value:.3f}× of it")
+        said += (f"; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy"
+                 + (", with the reference's own error" if self.machine else "") + f"): {j.departure:.1f} errors from 1)")
         if j.finding and self.unshared:
             said += (": beyond the threshold and the noise, but not shared: " + ", ".join(self.unshared)
                      + (" did" if len(self.unshared) == 1 else " did each") + " not move with it, so no shared "
@@ -392,6 +416,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
     comparison.machine_notes = machine_differences(base_env, new_env)
     comparison.software_notes = software_differences(base_env, new_env)
     comparison.relative = relative
+    comparison.probes = (base_env.get("pace_probe"), new_env.get("pace_probe"))
     return comparison
 
 

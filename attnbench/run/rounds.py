@@ -73,12 +73,15 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
 
 class InProcessResampler:
     """Later rounds in this process, by the run's own measurer (its timer, and its case data while consecutive
-    re-timings share a case)."""
+    re-timings share a case); `between` is called before each re-timing (the run's pace probe)."""
 
-    def __init__(self, measurer: InProcess) -> None:
+    def __init__(self, measurer: InProcess, between: Callable[[], None] | None = None) -> None:
         self.measurer = measurer
+        self.between = between
 
     def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]:
+        if self.between is not None:
+            self.between()
         case = case_of(record)
         try:
             return resample(self.measurer.data_for(case), backend, self.measurer.timer, timing)

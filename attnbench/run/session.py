@@ -20,6 +20,7 @@ from attnbench.run.isolation import Isolated, WorkerConfig
 from attnbench.run.heap import frozen_heap
 from attnbench.run.measure import InProcess, Settings
 from attnbench.run.options import RunOptions
+from attnbench.run.pace_probe import PaceProbe
 from attnbench.run.recording import RunInfo, case_of, now
 from attnbench.run.schedule import Schedule
 from attnbench.run.shard import select
@@ -332,6 +333,8 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     backends = {backend.name: backend for backend in plan.backends}
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
+    # The machine's own pace, between measurements of one CPU run (attnbench.run.pace_probe); not beside GPU workers.
+    probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
     with ResultsWriter(directory / RESULTS_FILE) as writer, \
             ProgressListener(errors, len(run.tasks), eta, run.unavailable) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
@@ -343,17 +346,23 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
                     record.extra["precompile_s"] = round(seconds, 3)
             writer.append(record)
             records.append(record)
+            if probe is not None:
+                probe.tick()
 
         measurers = measurers_for(plan, options, run.mode, info, directory)
         measured = schedule.run(run.tasks, sink, measurers)
     settings = run.mode.settings
+    facts = run.env["resumed"][-1] if options.resume else run.env
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
+        resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
         with frozen_heap():  # as for the first round: a full collection between re-timings costs 0.1-0.2 s each
-            done = rounds.later_rounds(records, backends, rounds.InProcessResampler(measurers[0]), settings, info,
-                                       run.run_id, should_stop,
+            done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
                                        lambda changed: replace_records(directory / RESULTS_FILE, changed),
                                        lambda line: errors.print(line, markup=False))
-        (run.env["resumed"][-1] if options.resume else run.env)["rounds"] = done.to_dict()
+        facts["rounds"] = done.to_dict()
+    if probe is not None and probe.windows_ms:
+        facts["pace_probe"] = probe.to_dict()
+    if "rounds" in facts or "pace_probe" in facts:
         write_json_atomic(directory / ENV_FILE, run.env)
     return measured, records
 
