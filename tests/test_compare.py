@@ -14,7 +14,8 @@ from rich.console import Console
 from attnbench.report.compare_table import comparison_markdown
 from attnbench.core.errors import ResultsError
 from attnbench.report.change_rule import machine_pace
-from attnbench.report.compare import Match, compare_runs
+from attnbench.report.compare import compare_runs
+from attnbench.report.match import Match
 from attnbench.run.pace_probe import WORKLOAD
 from attnbench.report.compare_table import comparison_table
 
