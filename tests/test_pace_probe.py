@@ -14,6 +14,8 @@ def test_a_window_is_taken_only_when_every_s_has_passed_since_the_last() -> None
         now[0] = t
         probe.tick()
     assert len(probe.windows_ms) == 3 and all(w > 0 for w in probe.windows_ms)
+    probe.finish()  # after the last measurement, whatever the time since the last window
+    assert len(probe.windows_ms) == 4
     held = probe.to_dict()
     assert held["workload"] == WORKLOAD and held["median_ms"] == round(statistics.median(probe.windows_ms), 6)
 

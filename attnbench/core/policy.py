@@ -37,8 +37,8 @@ class DevicePolicy:
     # compare judges each ratio against.
     ratio_noise: float
     # How far the kernels' pace over the machine's own (attnbench.run.pace_probe) wanders from 1 between two identical
-    # runs that both timed it.
-    probe_noise: float
+    # runs that both timed it; None where runs time no probe (compare then judges the pace by pace_noise alone).
+    probe_noise: float | None
     # How far one backend's mean log ratio wanders from the pace between two identical runs, beyond what its cases'
     # own spread explains.
     backend_noise: float
@@ -48,13 +48,15 @@ class DevicePolicy:
 
 DEVICES: dict[str, DevicePolicy] = {
     "cpu": DevicePolicy(
-        precision=0.10, rounds=3, refine=1.0, window_noise=0.1154, run_noise=0.0354, pace_noise=0.0545,
-        ratio_noise=0.0778, probe_noise=0.0, backend_noise=0.0,
-        evidence="6 idle runs of quick on a 2-core AMD EPYC VM, 64 measurements each "
-                 "(reports/cpu-AMD-EPYC-2core-verdicts/calibration)"),
+        precision=0.10, rounds=3, refine=1.0, window_noise=0.1154, run_noise=0.0354, pace_noise=0.0963,
+        ratio_noise=0.0707, probe_noise=0.0505, backend_noise=0.0313,
+        evidence="a 2-core AMD EPYC VM, quick's 64 measurements (reports/cpu-AMD-EPYC-2core-verdicts/): window and "
+                 "run noise from 6 idle runs back to back (calibration); pace, ratio and backend noise from 30 "
+                 "identical runs spread over three batches (compare-1, compare-2, calibration-2); probe noise from "
+                 "calibration-2's 8 runs, 20 s apart"),
     "cuda": DevicePolicy(
         precision=0.01, rounds=1, refine=0.0, window_noise=0.0, run_noise=0.0017, pace_noise=0.0002,
-        ratio_noise=0.0025, probe_noise=0.0, backend_noise=0.0,
+        ratio_noise=0.0025, probe_noise=None, backend_noise=0.005,
         evidence="4 committed H200 runs, 53 measurements in all four (reports/NVIDIA-H200-*; one window each)"),
 }
 
@@ -136,11 +138,13 @@ def noisy_words() -> str:
 
 def policy_table() -> str:
     """The device table as Markdown, for the docs and `attnbench policy`."""
-    lines = ["| device | precision | rounds | refine | window noise | run noise | pace noise | ratio noise | measured on |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| device | precision | rounds | refine | window noise | run noise | pace noise | probe noise | ratio noise "
+             "| backend noise | measured on |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in DEVICES.items():
+        probe = percent(p.probe_noise) if p.probe_noise is not None else "no probe"
         lines.append(f"| {name} | ±{percent(p.precision)} | {p.rounds} | {p.refine:g} | {percent(p.window_noise)} "
-                     f"| {percent(p.run_noise)} | {percent(p.pace_noise)} | {percent(p.ratio_noise)} | {p.evidence} |")
+                     f"| {percent(p.run_noise)} | {percent(p.pace_noise)} | {probe} | {percent(p.ratio_noise)} "
+                     f"| {percent(p.backend_noise)} | {p.evidence} |")
     lines += ["", f"Intervals are stated at {percent(CONFIDENCE)}; compare judges changes of at least "
                   f"{percent(CHANGE_THRESHOLD)} (unless asked otherwise) with a {percent(FAMILY_ALPHA)} chance per rule "
                   f"that two identical runs raise one; a backend's across-the-board shift needs {MIN_BACKEND_CASES} "

@@ -11,7 +11,7 @@ of its median is listed as noisy and never judged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -59,15 +59,19 @@ class Comparison:
     def machine(self) -> MachinePace | None:
         """The machine's own pace (change_rule.machine_pace), when ratios may be held to it: both runs timed it, on
         one machine with the same software, and not --absolute."""
-        if not self.relative or self.machine_notes or self.software_notes:
+        if not self.relative or self.machine_notes or self.software_notes or self._device.probe_noise is None:
             return None
         return machine_pace(*self.probes)
 
     @property
+    def _device(self) -> policy.DevicePolicy:
+        return policy.device(self.device)
+
+    @property
     def _pace_noise(self) -> float:
         """What identical runs' pace differs by: over the machine's own pace, with its error, where both timed it."""
-        dev = policy.device(self.device)
-        return math.hypot(dev.probe_noise, self.machine.error) if self.machine else dev.pace_noise
+        dev = self._device
+        return math.hypot(dev.probe_noise or 0.0, self.machine.error) if self.machine else dev.pace_noise
 
     @cached_property
     def judged(self) -> Pace | None:
@@ -116,7 +120,7 @@ class Comparison:
     def pace_slower(self) -> bool:
         """The pace is a finding, a slowdown, and every backend judged moved with it: every kernel together got
         slower, which fails the gate. A pace pulled by some backends while another stayed put is not claimed as
-        shared: those backends are judged, raw, one by one."""
+        shared: the backends that moved with it are the regressions (moved_with_pace), the others judged raw."""
         return (self.judged is not None and self.judged.finding and self.judged.value > 1
                 and not self.unshared)
 
@@ -136,7 +140,8 @@ class Comparison:
         if j.finding and self.unshared:
             said += (": beyond the threshold and the noise, but not shared: " + ", ".join(self.unshared)
                      + (" did" if len(self.unshared) == 1 else " did each") + " not move with it, so no shared "
-                     + ("slowdown" if j.value > 1 else "speed-up") + " is claimed; every ratio is judged raw")
+                     + ("slowdown" if j.value > 1 else "speed-up") + " is claimed; " + ", ".join(self.moved_with_pace)
+                     + " moved with it, and every ratio is judged raw")
         elif j.finding:
             said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
                      "noise, a finding" + (" that fails the gate" if j.value > 1 else "") + "; every ratio is judged raw")
@@ -214,9 +219,20 @@ class Comparison:
     @property
     def backend_shifts(self) -> list[BackendShift]:
         """Each backend's geomean over its matched cases, judged as one across-the-board change
-        (change_rule.backend_shifts)."""
+        (change_rule.backend_shifts); when the pace is a finding, a backend that moved with it (beyond the threshold,
+        the same way) is changed too: the pace's own test, beyond the noise, stands for it."""
         spreads = {b: self.spread_of_backend(b) for b in self._ratios_by_backend}
-        return backend_shifts(self._ratios_by_backend, self.judged_pace, spreads, self._shared_noise, self.threshold)
+        shifts = backend_shifts(self._ratios_by_backend, self.judged_pace, spreads, self._shared_noise, self.threshold)
+        moved = self.moved_with_pace
+        return [replace(s, changed=True) if s.backend in moved else s for s in shifts]
+
+    @property
+    def moved_with_pace(self) -> list[str]:
+        """When the pace is a finding: the backends judged across the board that moved with it; else []."""
+        if self.judged is None or not self.judged.finding:
+            return []
+        return [b for b in self._ratios_by_backend if len(self._ratios_by_backend[b]) >= MIN_BACKEND_CASES
+                and b not in self.unshared]
 
     @property
     def backend_regressions(self) -> list[BackendShift]:

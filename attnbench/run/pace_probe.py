@@ -56,6 +56,11 @@ class PaceProbe:
         self.windows_ms.append(self.window())
         self._last = self.clock()
 
+    def finish(self) -> None:
+        """The last window, after the run's last measurement: a run of any length ends with two windows or more."""
+        if self.windows_ms:
+            self.windows_ms.append(self.window())
+
     def window(self) -> float:
         """The median of one window's calls (ms)."""
         if self._call is None:

@@ -361,6 +361,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
                                        lambda line: errors.print(line, markup=False))
         facts["rounds"] = done.to_dict()
     if probe is not None and probe.windows_ms:
+        probe.finish()
         facts["pace_probe"] = probe.to_dict()
     if "rounds" in facts or "pace_probe" in facts:
         write_json_atomic(directory / ENV_FILE, run.env)
