@@ -127,7 +127,8 @@ def timing_words() -> str:
             f"percentile) over {percent(NOISE_THRESHOLD)} of its median — is drawn with a hollow marker and its median "
             "has a ~ in front. compare calls a change a regression when it exceeds the threshold "
             f"({percent(CHANGE_THRESHOLD)} by default) and the run-to-run noise and the two intervals do not overlap; "
-            "a slowdown every kernel shares beyond what identical runs differ by fails it too.")
+            "a slowdown of the kernels' pace beyond what identical runs differ by (over the machine's own pace, where "
+            "a CPU run timed it) fails it too, and names the backends that moved with it.")
 
 
 def noisy_words() -> str:
