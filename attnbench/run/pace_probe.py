@@ -22,7 +22,7 @@ from typing import Any, Callable
 WORKLOAD = "torch softmax(q·kᵀ/8)·v, float32, 1×8×256×64, 2 warm-up calls, then calls for 20 ms; the median call"
 SHAPE = (1, 8, 256, 64)
 WINDOW_S = 0.02  # one window's calls
-EVERY_S = 0.5  # the least time between two windows: about 4% of a run's wall time
+EVERY_S = 0.5  # the least time between two windows
 
 
 def reference_call() -> Callable[[], Any]:
