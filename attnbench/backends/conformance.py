@@ -32,7 +32,7 @@ _KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_O
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CallVerdict:
     """One call against the installed library: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
 
     function: str  # module.qualname
@@ -51,10 +51,10 @@ class Conformance:
 
     state: str  # "ok", "mismatch", "n/a", "unchecked"
     summary: str
-    verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
+    verdicts: tuple[CallVerdict, ...] = field(default_factory=tuple)
 
     @property
-    def problem(self) -> Verdict | None:
+    def problem(self) -> CallVerdict | None:
         return next((v for v in self.verdicts if v.state == "mismatch"), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -303,21 +303,21 @@ def _split_default(text: str) -> tuple[str, bool]:
     return text, False
 
 
-def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> Verdict:
+def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> CallVerdict:
     """`call` against the installed library. Never raises: an import failure is `n/a`, an unreadable
     signature `unchecked`; `resolve` replaces the import (tests)."""
     base = dict(function=call.target, call=call.spelled())
     try:
         obj = (resolve or LibraryCall.resolve)(call)
     except ImportError as exc:
-        return Verdict(**base, state="n/a", detail=f"cannot import {call.module}: {first_line(exc)}")
+        return CallVerdict(**base, state="n/a", detail=f"cannot import {call.module}: {first_line(exc)}")
     except AttributeError:
         if call.optional:
-            return Verdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
-        return Verdict(**base, state="mismatch", parameter=call.name,
+            return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
+        return CallVerdict(**base, state="mismatch", parameter=call.name,
                        detail=f"the installed {call.module} has no {call.qualname}")
     except Exception as exc:  # a library that fails to import in another way is not installed usably
-        return Verdict(**base, state="n/a",
+        return CallVerdict(**base, state="n/a",
                        detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
     try:
         signatures, source = installed_signatures(obj)
@@ -325,13 +325,13 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         judged = [(sig, *check_signature(call, sig)) for sig in signatures]
         sig, problems, notes = next((j for j in judged if not j[1]), judged[0])
     except Exception as exc:  # ValueError: nothing to read; anything else: a signature we cannot judge
-        return Verdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
+        return CallVerdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
     shown = f"{call.name}({parameter_list(sig)})"
     if problems:
         first = problems[0]
-        return Verdict(**base, state="mismatch", detail="; ".join(p.text for p in problems), parameter=first.parameter,
+        return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems), parameter=first.parameter,
                        signature=shown, signature_source=source, notes=tuple(notes))
-    return Verdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown, signature_source=source,
+    return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown, signature_source=source,
                    notes=tuple(notes))
 
 
@@ -365,7 +365,7 @@ def check_backend(backend: Backend) -> Conformance:
     return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}", verdicts)
 
 
-def _optional(calls: tuple[LibraryCall, ...], verdict: Verdict) -> bool:
+def _optional(calls: tuple[LibraryCall, ...], verdict: CallVerdict) -> bool:
     return any(c.target == verdict.function and c.optional for c in calls)
 
 

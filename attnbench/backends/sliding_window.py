@@ -39,7 +39,7 @@ REVISION = 2
 
 
 @dataclass(frozen=True)
-class Plan:
+class Blocking:
     """The blocking of one (Sq, Sk, window) shape, and the (blocks, block, span) mask that goes with it."""
 
     seq_len: int
@@ -82,7 +82,7 @@ def plan_for(
     allowed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     device: torch.device | str | None = None,
     block: int | None = None,
-) -> Plan:
+) -> Blocking:
     """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)` (docs/conventions.md's mask).
 
     A window wider than the keys changes nothing, so it is clipped to `Sk + |off|`: the span then
@@ -100,10 +100,10 @@ def plan_for(
     keep = allowed(q_idx, k_idx) & (q_idx < seq_len) & (k_idx >= 0) & (k_idx < kv_seq_len)
     seen = keep.any(dim=-1)
     real = q_idx[..., 0] < seq_len
-    return Plan(seq_len, kv_seq_len, block, span, left, blocks, ~keep, None if bool(seen[real].all()) else seen)
+    return Blocking(seq_len, kv_seq_len, block, span, left, blocks, ~keep, None if bool(seen[real].all()) else seen)
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan) -> torch.Tensor:
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Blocking) -> torch.Tensor:
     """Local attention of canonical q (B, H, Sq, D) over k, v (B, KVH, Sk, D), H a multiple of KVH.
 
     Memory and work are O(B·H·Sq·span); autograd through it keeps the same bound for backward.
@@ -201,7 +201,10 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
     kernel_names = MATMUL_SOFTMAX  # its blocks' matmuls and softmax; gathering the windows is the rest
-    cost = Cost(cpu=KernelCost("visible", 0.2, 0.2, 0.0, 0.0, 8), cuda=KernelCost("visible", 0.25, 0.15, 0.0, 0.0, 8))
+    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
+                               score_passes_bwd=0.0, calls=8),
+                cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
+                                score_passes_bwd=0.0, calls=8))
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
     # Packed documents: the window stays inside each document (the plan's in-span mask adds "same document").
     workload_axes = frozenset({"documents"})
