@@ -27,7 +27,10 @@ class QueryBlocks(Backend):
 
     name = "query-blocks"
     summary = "attention 16 queries at a time (a plugin written in a test)"
-    cost = Cost(cpu=KernelCost("dense", 0.05, 0.05, 2.0, 2.0, 4), cuda=KernelCost("dense", 0.05, 0.05, 2.0, 2.0, 4))
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.05, efficiency_bwd=0.05, score_passes_fwd=2.0,
+                               score_passes_bwd=2.0, calls=4),
+                cuda=KernelCost(pairs="dense", efficiency_fwd=0.05, efficiency_bwd=0.05, score_passes_fwd=2.0,
+                                score_passes_bwd=2.0, calls=4))
 
     def prepare(self, case: Case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         import torch

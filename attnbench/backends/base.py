@@ -93,7 +93,7 @@ class LibraryCall:
         return obj
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KernelCost:
     """How a kernel's call time follows its work on one kind of device: which pairs it computes, at what share of the
     device's matmul rate, and how many times it moves the (Sq, Sk) score matrix through memory (0 for fused kernels).
@@ -116,8 +116,8 @@ class Cost:
     """What the forecast and the skip rule need to know about a backend, declared beside its adapter: its kernel's
     cost per device kind, whether `prepare` compiles (a compile per `Backend.compile_key`), what it holds in memory."""
 
-    cpu: KernelCost = KernelCost("dense", 0.3, 0.2)
-    cuda: KernelCost = KernelCost("visible", 0.3, 0.2)
+    cpu: KernelCost = KernelCost(pairs="dense", efficiency_fwd=0.3, efficiency_bwd=0.2)
+    cuda: KernelCost = KernelCost(pairs="visible", efficiency_fwd=0.3, efficiency_bwd=0.2)
     compiles: bool = False
     memory: MemoryCost = FUSED  # what it holds above its inputs (attnbench.core.counting.memory_estimate)
 

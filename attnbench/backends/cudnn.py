@@ -125,7 +125,7 @@ class CudnnBackend(Backend):
     kernel_names = per_device(cuda=CUDNN_SDPA)  # the cuDNN frontend's SDPA engines
     # By analogy with SDPA→cuDNN (the same cuDNN engines), not yet fitted: its forward reached 630 TFLOP/s at 16K on
     # the H200, ~0.6 of the ~989 TFLOP/s dense bf16 peak; its backward ~0.45 (532 TFLOP/s fwd+bwd).
-    cost = Cost(cuda=KernelCost("visible", 0.6, 0.45))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45))
     summary = ("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
                "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd")
     library = "nvidia-cudnn-frontend"

@@ -37,6 +37,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
@@ -186,7 +187,7 @@ class _Flash(Backend):
         return self.fp8_numerics if case.quantized else None
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16") and not case.quantized:  # `quantized` admitted the FP8 ones
+        if case.dtype not in HALF_DTYPES and not case.quantized:  # `quantized` admitted the FP8 ones
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
         qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
         if qk_dim > MAX_HEAD_DIM:
@@ -339,7 +340,7 @@ def output_of(result: Any) -> torch.Tensor:
 class FlashAttn2(_Flash):
     name = "flash-attn"
     kernel_names = per_device(cuda=FLASH_ATTENTION_2)
-    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
     module = "flash_attn"
@@ -386,7 +387,7 @@ class FlashAttn3(_Flash):
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
     kernel_names = per_device(cuda=FLASH_ATTENTION_4)
-    cost = Cost(cuda=KernelCost("visible", 0.65, 0.45))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"
     module = "flash_attn.cute"

@@ -39,6 +39,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
@@ -168,7 +169,7 @@ class FlashInferBackend(Backend):
     name = "flashinfer"
     kernel_names = per_device(cuda=FLASHINFER)
     # FA2/FA3-class prefill kernels, by analogy, not yet fitted (forward only: no backward share).
-    cost = Cost(cuda=KernelCost("visible", 0.55, 0.0))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
                "fp16/bf16, native GQA, forward only")
     library = "flashinfer-python"
@@ -202,7 +203,7 @@ class FlashInferBackend(Backend):
         return device_problem(device, self.devices, "needs CUDA (FlashInfer has no CPU kernels)")
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
         if case.needs_grad:
             return "FlashInfer's attention is forward-only (no backward kernel)"

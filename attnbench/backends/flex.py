@@ -299,7 +299,8 @@ def cpu_build_tools_missing() -> str | None:
 class FlexBackend(Backend):
     name = "flex"
     kernel_names = per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON)  # Inductor's generated kernel, its flex templates
-    cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.40, 0.28), compiles=True)
+    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
     # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
@@ -396,7 +397,8 @@ class FlexBackend(Backend):
 class FlexDynamicBackend(FlexBackend):
     name = "flex-dynamic"
     # Bounds-checked loads (IS_DIVISIBLE unknown) cost it a tenth on a GPU.
-    cost = Cost(cpu=KernelCost("visible", 0.5, 0.25), cuda=KernelCost("visible", 0.36, 0.25), compiles=True)
+    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True)
     summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
                "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # FlashAttention 3's forward on Hopper, which flash-attn-3 calls and PyTorch's quantized SDPA runs (its FA3
 # implementation): the kernel's cost, and the scale its FP8 forward puts P under before e4m3 (hopper/softmax.h: P·2^8).
-FA3_KERNEL = KernelCost("visible", 0.65, 0.45)
+FA3_KERNEL = KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45)
 FA3_P_SCALE = 256.0
 
 

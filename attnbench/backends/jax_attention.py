@@ -11,6 +11,7 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.backends import runtimes
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
@@ -71,7 +72,7 @@ class _Jax(Backend):
                 return ("XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by "
                         "dot_general on CPU\"")
             return None
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return (f"JAX's cuDNN attention takes fp16/bf16 only, not {case.dtype}: \"Q must be "
                     "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")
         if case.head_dim % 8 or case.head_dim > CUDNN_MAX_HEAD_DIM:
@@ -201,7 +202,8 @@ class JaxXla(_Jax):
     summary = "jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)"
     implementation = "xla"
     devices = ("cpu",)
-    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 4.0), memory=MemoryCost(score_copies_fwd=2))
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
+                memory=MemoryCost(score_copies_fwd=2))
     # XLA's CPU executable has no attention op: its math runs in YNNPACK fusions (ynn_fusion: the QK^T and PV dots,
     # the softmax's reductions and exp, fused differently by size) and in fusions rooted in a dot, reduce,
     # exponential or divide; the copies and transposes it fuses the scale and mask into are the rest.
@@ -215,4 +217,4 @@ class JaxCudnn(_Jax):
     implementation = "cudnn"
     devices = ("cuda",)
     kernel_names = per_device(cuda=JAX_CUDNN_FMHA)  # the cuDNN fused attention custom call JAX emits
-    cost = Cost(cuda=KernelCost("visible", 0.45, 0.0))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.45, efficiency_bwd=0.0))

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 class NaiveBackend(Backend):
     name = "naive"
     # Scores and probabilities (forward); with backward P is kept and dP, dS made (H200: 4 score-sized buffers).
-    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 40.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 6.0, 14.0, 6),
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
+                               score_passes_bwd=14.0, calls=6),
+                cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
+                                score_passes_bwd=14.0, calls=6),
                 memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True))
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
 

@@ -43,7 +43,10 @@ def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
 class NaiveFp8Backend(Backend):
     name = "naive-fp8"
     # naive's, on float32 scores and dequantized float32 copies of Q, K and V (not yet fitted on a run).
-    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 40.0, 0.0, 8), cuda=KernelCost("dense", 0.4, 0.0, 6.0, 0.0, 8),
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=40.0,
+                               score_passes_bwd=0.0, calls=8),
+                cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
+                                score_passes_bwd=0.0, calls=8),
                 memory=MemoryCost(score_copies_fwd=2, expands_kv=True))
     summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
                "attention in float32; every format and axis, on every device")

@@ -89,7 +89,8 @@ class _Ort(Backend):
     # The dtypes the op's CPU kernel registers (onnxruntime 1.32, by its session profile: for any other, ORT's
     # graph runs the float32 kernel between Cast nodes it inserts, a different computation than the one asked).
     kernel_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
-    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 3.0), memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=3.0),
+                memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
@@ -267,7 +268,8 @@ class OrtMultiHeadAttention(_Ort):
     op = "MultiHeadAttention"
     domain = MS
     kernel_dtypes = ("float32",)
-    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
+                memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
     workload_axes = frozenset({"documents", "kv_lengths"})
 
     def unsupported(self, case: Case) -> str | None:
@@ -309,7 +311,8 @@ class OrtGroupQueryAttention(_Ort):
                "before the queries as its past K/V")
     op = "GroupQueryAttention"
     domain = MS
-    cost = Cost(cpu=KernelCost("causal", 0.5, 0.0, 2.0), memory=MemoryCost(score_copies_fwd=1))
+    cost = Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
+                memory=MemoryCost(score_copies_fwd=1))
     workload_axes = frozenset({"softcap"})
 
     def unsupported(self, case: Case) -> str | None:

@@ -36,7 +36,8 @@ class OpenVinoSdpa(Backend):
     devices = ("cpu",)
     install_hint = "pip install 'attnbench[openvino]'"
     workload_axes = frozenset({"documents", "kv_lengths"})
-    cost = Cost(cpu=KernelCost("dense", 0.5, 0.0, 1.0), memory=MemoryCost(expands_kv=True))
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
+                memory=MemoryCost(expands_kv=True))
     # The SDPA node in the plugin's performance counters: its own node, which the CPU plugin runs as a Snippets
     # "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Q scale (Multiply) and K transpose it splits off.
     kernel_names = {"cpu": (r"\(ScaledDotProductAttention\)$",)}

@@ -24,6 +24,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -59,7 +60,7 @@ REFUSALS = ("should be", "must be", "only", "Only")
 class SageBackend(Backend):
     name = "sage"
     # A Triton INT8 flash kernel, by analogy, not yet fitted (forward only).
-    cost = Cost(cuda=KernelCost("visible", 0.5, 0.0))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0))
     summary = ("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
                "from bf16/fp16; judged against its own scheme")
     library = "sageattention"
@@ -79,7 +80,7 @@ class SageBackend(Backend):
         return device_problem(device, self.devices, "needs CUDA (SageAttention's kernels are Triton's, for a GPU)")
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"{case.dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"
         if case.needs_grad:
             return "SageAttention 1.0.6 is forward-only"

@@ -264,7 +264,8 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
 class SdpaAuto(_Sdpa):
     name = "sdpa"
     # Its backward's workspace is the costlier of the kernels it may choose (FlashAttention's; cuDNN's on the H200).
-    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("visible", 0.50, 0.35),
+    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
     kernel_names = SDPA_ANY
@@ -275,7 +276,10 @@ class SdpaMath(_Sdpa):
     name = "sdpa-math"
     # PyTorch's math kernel computes fp16/bf16 in float32 (copies of Q, K, V; scores and softmax in float32) and
     # expands K/V for GQA; on the H200 bf16 forward's peak was 4.5 half-precision score matrices, fwd_bwd's 8.
-    cost = Cost(cpu=KernelCost("dense", 0.55, 0.8, 35.0, 14.0, 6), cuda=KernelCost("dense", 0.45, 0.35, 8.0, 16.0, 8),
+    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
+                               score_passes_bwd=14.0, calls=6),
+                cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
+                                score_passes_bwd=16.0, calls=8),
                 memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
@@ -290,7 +294,8 @@ class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
     # Backward, on the H200: four Q-sized buffers beyond the gradients (an fp32 dQ accumulator among them), and dK/dV
     # per query head under GQA.
-    cost = Cost(cpu=KernelCost("causal-flag", 0.8, 0.35), cuda=KernelCost("causal", 0.45, 0.32),
+    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
@@ -326,7 +331,7 @@ class _SdpaFlashImpl(SdpaFlash):
 @register
 class SdpaFlashFa3(_SdpaFlashImpl):
     name = "sdpa-flash-fa3"
-    cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
     flash_impl = "FA3"
     kernel_names = FA3_KERNELS
@@ -338,7 +343,7 @@ class SdpaFlashFa3(_SdpaFlashImpl):
 @register
 class SdpaFlashFa4(_SdpaFlashImpl):
     name = "sdpa-flash-fa4"
-    cost = Cost(cuda=KernelCost("visible", 0.60, 0.45))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
     kernel_names = FA4_KERNELS
@@ -350,7 +355,8 @@ class SdpaFlashFa4(_SdpaFlashImpl):
 @register
 class SdpaEfficient(_Sdpa):
     name = "sdpa-efficient"
-    cost = Cost(cuda=KernelCost("causal", 0.30, 0.20), memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
+    cost = Cost(cuda=KernelCost(pairs="causal", efficiency_fwd=0.30, efficiency_bwd=0.20),
+                memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
     kernel_names = SDPA_EFFICIENT
@@ -368,7 +374,8 @@ CUDNN_REFUSAL = ("refused: PyTorch does not run cuDNN SDPA under torch.use_deter
 @register
 class SdpaCudnn(_Sdpa):
     name = "sdpa-cudnn"
-    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35), memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
     kernel_names = SDPA_CUDNN

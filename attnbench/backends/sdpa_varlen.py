@@ -16,6 +16,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
@@ -81,7 +82,7 @@ class SdpaVarlen(Backend):
     name = "sdpa-varlen"
     kernel_names = per_device(cuda=FLASH_ATTENTION_2)  # PyTorch's FA2 varlen kernels
     # By analogy with sdpa-flash (varlen_attn is PyTorch's FlashAttention 2), not yet fitted.
-    cost = Cost(cuda=KernelCost("visible", 0.50, 0.35))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
     summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
                "paged KV through block_table; fp16/bf16, CUDA")
     devices = ("cuda",)
@@ -104,7 +105,7 @@ class SdpaVarlen(Backend):
                               "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in ("float16", "bfloat16"):
+        if case.dtype not in HALF_DTYPES:
             return f"{case.dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"
         if case.head_dim > MAX_HEAD_DIM:
             return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"

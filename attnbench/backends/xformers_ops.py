@@ -257,7 +257,7 @@ class XformersBackend(Backend):
     name = "xformers"
     # The ops its dispatcher may choose: CUTLASS fmha (xformers/csrc/attention/cuda/fmha), FlashAttention 2 and 3.
     kernel_names = per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)
-    cost = Cost(cuda=KernelCost("visible", 0.40, 0.30))
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30))
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
     library = "xformers"
     devices = ("cuda",)

@@ -24,6 +24,7 @@ MAX_HEAD_DIM = 1024
 MAX_BATCH = 1 << 16
 
 DTYPES = ("float32", "float16", "bfloat16")
+HALF_DTYPES = ("float16", "bfloat16")  # the 16-bit float dtypes fused GPU kernels take
 # The FP8 formats a case's Q/K/V (dtype) or its K/V cache alone (kv_dtype) may be quantized to (attnbench.core.quant).
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, **{name: 1 for name in FP8_DTYPES}}

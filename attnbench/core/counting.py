@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core import quant
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.workload import key_ranges, visible_total
@@ -72,7 +73,7 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
     the compute-bound side."""
     if not memory.score_copies_fwd:
         return 0
-    halves = memory.upcast_halves and case.dtype in ("float16", "bfloat16")
+    halves = memory.upcast_halves and case.dtype in HALF_DTYPES
     matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves else DTYPE_BYTES[case.dtype])
     passes = {"fwd": 2 * memory.score_copies_fwd, "bwd": SCORE_PASSES_BWD,
               "fwd_bwd": 2 * memory.score_copies_fwd + SCORE_PASSES_BWD}[case.mode]
@@ -150,7 +151,7 @@ def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
         estimate += sizes["q"] + sizes["k"] + sizes["v"] + memory.bwd_workspace * sizes["q"]
         if memory.bwd_expands_kv and grouped:
             estimate += expanded_kv
-    halves = memory.upcast_halves and case.dtype in ("float16", "bfloat16")
+    halves = memory.upcast_halves and case.dtype in HALF_DTYPES
     copies = memory.score_copies_bwd if case.needs_grad else memory.score_copies_fwd
     if copies:
         score_elem = 4 if halves else elem
