@@ -27,6 +27,7 @@ from attnbench.records.record import (  # noqa: F401 - the record's names are im
     STATUSES,
     WORKLOAD_DEFAULTS,
     Record,
+    Status,
     apart,
     interval_of,
     is_noisy,
@@ -35,6 +36,7 @@ from attnbench.records.record import (  # noqa: F401 - the record's names are im
     is_unrepeatable,
     kernel_trouble,
     key_of,
+    upgrade,
 )
 
 if TYPE_CHECKING:
@@ -145,8 +147,8 @@ def results_path(path: Path) -> Path:
     return path
 
 
-def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
-    """Every record of a results file or directory; a line that is not one (cut off, not UTF-8 or JSON, another schema,
+def load_records(path: Path, writing: bool = False) -> list[Record]:
+    """Every record of a results file or directory, upgraded to this schema (record.upgrade); a line that is not one (cut off, not UTF-8 or JSON, another schema,
     a field missing or mistyped) is skipped and counted on stderr in one line; a file without one record is refused.
     `writing`: a run may be writing the file now (`status` on a shard): an unfinished last line is left out quietly."""
     file = results_path(path)
@@ -156,7 +158,7 @@ def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            record = parse_record(raw)
+            record = parse_line(raw)
             if isinstance(record, str):
                 if not (writing and not raw.endswith(b"\n")):  # not the line a running shard is writing
                     bad.append((number, record))
@@ -167,7 +169,7 @@ def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
         raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")
     if bad:
         print(skipped_line(file, bad), file=sys.stderr, flush=True)
-    return with_true_version(records)
+    return upgrade(records)
 
 
 def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:
@@ -178,8 +180,14 @@ def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str
             f"{bad[0][1]}")
 
 
-def parse_record(raw: bytes) -> dict[str, Any] | str:
+def parse_record(raw: bytes) -> Record | str:
     """One line of results.jsonl as its record, or why it is not one."""
+    line = parse_line(raw)
+    return line if isinstance(line, str) else upgrade([line])[0]
+
+
+def parse_line(raw: bytes) -> dict[str, Any] | str:
+    """One line of results.jsonl as the JSON object of a record (its fields checked), or why it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -239,6 +247,8 @@ def _is_of(value: Any, kind: Any) -> bool:
         return any(_is_of(value, arg) if arg is not int else _is_of(value, float) for arg in args)
     if kind is type(None):
         return value is None
+    if kind is Status:  # any word here: field_problem names one that is not a status
+        return isinstance(value, str)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
@@ -258,23 +268,11 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def with_true_version(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of one file with the schema version of their shape: a file whose timed records are labelled 1 but
-    carry no interval was written before intervals existed, and all its version-1 records are version 0."""
-    old = any(r["schema_version"] == 1 and r.get("status") in ("ok", "mismatch") and r.get("time_ms") is not None
-              and "ci_low_ms" not in r for r in records)
-    if old:
-        for record in records:
-            if record["schema_version"] == 1:
-                record["schema_version"] = 0
-    return records
-
-
 def load_results(path: Path) -> pd.DataFrame:
     """Results as a pandas DataFrame, one row per record (the raw samples stay a list column)."""
     import pandas as pd
 
-    return pd.DataFrame.from_records(load_records(path))
+    return pd.DataFrame.from_records([r.to_dict() for r in load_records(path)])
 
 
 def read_env(path: Path) -> dict[str, Any]:
