@@ -33,6 +33,8 @@ class Status(enum.StrEnum):
 STATUSES = tuple(Status)
 # The statuses whose call ran (so was timed and profiled).
 MEASURED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL)
+# The statuses whose time is a timing of the backend's answer (a mismatch's time is still recorded).
+TIMED = (Status.OK, Status.MISMATCH)
 # What a record read back without `kernels` says of them: it was written before the profiled call existed.
 BEFORE_PROFILING = "written before profiling"
 # The fields that identify a measurement: two records with the same key measured the same thing.
@@ -94,7 +96,7 @@ class Record:
     ci_level: float | None = None
     ci_source: str | None = None
     stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
-    # The interval is wider than the precision asked, or too few samples for one (older records: is_noisy).
+    # The interval is wider than the precision asked, or too few samples for one (older records: from_dict gives it from the IQR).
     noisy: bool = False
     # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
     # (attnbench.gpu.judge); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
@@ -194,10 +196,14 @@ class Record:
             return "overhead"
         return None
 
-    # A read-only mapping view by field name, for the readers not yet moved to attributes (the test of string keys,
-    # tests/test_record_type.py, lists them): a field is always present, at its default when the line left it out.
+    def __hash__(self) -> int:  # equal records are equal in these, so a record can key a dict (its lists cannot)
+        return hash((self.run_id, self.timestamp, self.key))
+
+    # A read-only view by field name, kept for the tests and scripts written against the stored JSON: attnbench's own
+    # readers use the attributes (tests/test_record_type.py fails on a string key there). A field is always present,
+    # at its default where the line left it out.
     def get(self, name: str, default: Any = None) -> Any:
-        """The field `name`, or `default` when the record has no such field."""
+        """The field `name`, or `default` when a record has no such field."""
         return getattr(self, name) if name in _FIELD_NAMES else default
 
     def __getitem__(self, name: str) -> Any:
@@ -250,7 +256,7 @@ def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two intervals (interval_of) do not overlap: the two medians are told apart."""
+    """Whether two intervals (Record.interval) do not overlap: the two medians are told apart."""
     return a[0] > b[1] or b[0] > a[1]
 
 
@@ -276,7 +282,8 @@ def is_throttled(record: dict[str, Any]) -> bool:
 
 
 def key_of(record: dict[str, Any]) -> tuple:
-    """The identity of a measurement (case + backend + device + workload axes), for matching across runs."""
+    """The identity of a stored line's measurement (Record.key of the record it holds), for lines not read into
+    records: a file rewritten line by line, a case's fields before its record exists."""
     workload = (_hashable(record.get(name, default)) for name, default in WORKLOAD_DEFAULTS.items())
     return (*(record.get(name) for name in KEY_FIELDS), *workload)
 

@@ -217,6 +217,9 @@ def field_problem(record: dict[str, Any]) -> str | None:
                 return f"field {name} is missing"
         elif not _is_of(record[name], kind):
             return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
+    unknown = sorted(set(record) - set(_record_fields()))
+    if unknown:  # no schema this attnbench reads has it: another writer's line
+        return f"field {unknown[0][:40]} is not a field of a record"
     for name in SIZE_FIELDS:
         if record[name] < 1:
             return f"field {name}: {record[name]} is not a size (1 or more)"
