@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnbench.core.interval import median_interval  # noqa: E402
-from attnbench.records.results import key_of, load_records  # noqa: E402
+from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.report.change_rule import observed_spread  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def run_batch(out: Path, runs: int, suite: str) -> None:
                        stdout=subprocess.DEVNULL)
 
 
-def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
+def runs_in(folders: list[Path]) -> list[dict[tuple, Record]]:
     """Each run's ok records by measurement key: a folder holding a run (its results.jsonl, or run/results.jsonl)
     is one; any other, its run-<i> folders in order."""
     found: list[Path] = []
@@ -59,7 +59,7 @@ def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
         else:
             found += sorted((p.parent for p in folder.glob("run-*/results.jsonl")),
                             key=lambda p: int(p.name.split("-")[1]))
-    return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")} for p in found]
+    return [{r.key: r for r in load_records(p) if r.status == "ok" and r.time_ms} for p in found]
 
 
 def chi2_median_share(df: int) -> float:
@@ -74,7 +74,7 @@ def robust_variance(items: list[tuple[float, int]]) -> float:
     return statistics.median(v / chi2_median_share(df) for v, df in items) if items else 0.0
 
 
-def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
+def calibrate(runs: list[dict[tuple, Record]]) -> dict[str, float | int]:
     """The noise figures of this batch (see the module's docstring)."""
     within, between, explained = [], [], []
     shared = set.intersection(*(set(r) for r in runs))
@@ -82,18 +82,18 @@ def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
         medians = []
         for run in runs:
             record = run[key]
-            windows = [w["median_ms"] for w in (record.get("extra") or {}).get("rounds") or []]
+            windows = [w["median_ms"] for w in (record.extra or {}).get("rounds") or []]
             if len(windows) >= 2:
                 within.append((statistics.variance(math.log(w) for w in windows), len(windows) - 1))
             explained.append(len(windows) or 1)
-            medians.append(math.log(record["time_ms"]))
+            medians.append(math.log(record.time_ms))
         between.append((statistics.variance(medians), len(runs) - 1))
     window_noise = math.sqrt(robust_variance(within))
     windows_explain = statistics.median(window_noise ** 2 / k for k in explained)
     run_noise = math.sqrt(max(0.0, robust_variance(between) - windows_explain))
     paces, spreads = [], []
     for a, b in itertools.combinations(runs, 2):
-        ratios = [b[k]["time_ms"] / a[k]["time_ms"] for k in shared]
+        ratios = [b[k].time_ms / a[k].time_ms for k in shared]
         paces.append(math.log(statistics.median(ratios)))
         spreads.append(observed_spread(ratios))
     return {"runs": len(runs), "measurements": len(shared), "window_noise": round(window_noise, 4),
@@ -101,15 +101,15 @@ def calibrate(runs: list[dict[tuple, dict]]) -> dict[str, float | int]:
             "ratio_noise": round(math.sqrt(statistics.mean(s * s for s in spreads)), 4), "pairs": len(paces)}
 
 
-def stated(record: dict, pooled: bool) -> tuple[float, float, float]:
+def stated(record: Record, pooled: bool) -> tuple[float, float, float]:
     """(low, high, level) of a record's interval: as written, or the pooled samples' order-statistic interval."""
     if not pooled:
-        return record["ci_low_ms"], record["ci_high_ms"], record["ci_level"]
-    made = median_interval(record["times_ms"])
+        return record.ci_low_ms, record.ci_high_ms, record.ci_level
+    made = median_interval(record.times_ms)
     return made.low, made.high, made.level
 
 
-def coverage(runs: list[dict[tuple, dict]], pooled: bool = False) -> dict[str, float | int]:
+def coverage(runs: list[dict[tuple, Record]], pooled: bool = False) -> dict[str, float | int]:
     """Leave-one-out: each run's interval against the median of the other runs' medians."""
     shared = set.intersection(*(set(r) for r in runs))
     held = total = 0
@@ -117,12 +117,12 @@ def coverage(runs: list[dict[tuple, dict]], pooled: bool = False) -> dict[str, f
     for i, run in enumerate(runs):
         for key in shared:
             record = run[key]
-            others = statistics.median(r[key]["time_ms"] for j, r in enumerate(runs) if j != i)
+            others = statistics.median(r[key].time_ms for j, r in enumerate(runs) if j != i)
             low, high, level = stated(record, pooled)
             total += 1
             held += low <= others <= high
             levels.append(level)
-            widths.append((high - low) / 2 / record["time_ms"])
+            widths.append((high - low) / 2 / record.time_ms)
     return {"runs": len(runs), "measurements": len(shared), "held": held, "total": total,
             "coverage": round(held / total, 4), "stated_level": round(statistics.median(levels), 4),
             "median_half_width": round(statistics.median(widths), 4)}
