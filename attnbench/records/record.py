@@ -231,54 +231,9 @@ def _spread(median: float | None, iqr: float | None) -> bool:
     return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
 
 
-def is_noisy(record: dict[str, Any]) -> bool:
-    """A stored record's noise flag; for records written before the flag existed, computed from its IQR."""
-    if "noisy" in record:
-        return bool(record["noisy"])
-    return is_spread(record)
-
-
-def is_spread(record: dict[str, Any]) -> bool:
-    """Whether a record's samples spread wide: IQR over NOISE_THRESHOLD of the median (the samples themselves
-    are unsteady, so no interval computed from them can be trusted)."""
-    from attnbench.core.interval import NOISE_THRESHOLD
-
-    median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
-    return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
-
-
-def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
-    """A record's (ci_low_ms, ci_high_ms); None for a record without one (not timed, or written before intervals)."""
-    low, high = record.get("ci_low_ms"), record.get("ci_high_ms")
-    if low is None or high is None:
-        return None
-    return float(low), float(high)
-
-
 def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
     """Whether two intervals (Record.interval) do not overlap: the two medians are told apart."""
     return a[0] > b[1] or b[0] > a[1]
-
-
-def is_unrepeatable(record: dict[str, Any]) -> bool:
-    """Whether two calls of a stored record's measurement gave different bits (absent or None: not known to)."""
-    return record.get("repeatable") is False
-
-
-def kernel_trouble(record: dict[str, Any]) -> str | None:
-    """Why a stored record's time is not its backend's kernel's (attnbench.timing.profile's verdict): "wrong kernel",
-    or "overhead" when its declared kernels were under the threshold of the call; None when neither is known. The one
-    gate a recommendation passes a record through before its time may win."""
-    if record.get("status") == "wrong_kernel":
-        return "wrong kernel"
-    if record.get("overhead"):
-        return "overhead"
-    return None
-
-
-def is_throttled(record: dict[str, Any]) -> bool:
-    """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
-    return bool(record.get("throttled"))
 
 
 def key_of(record: dict[str, Any]) -> tuple:

@@ -29,12 +29,6 @@ from attnbench.records.record import (  # noqa: F401 - the record's names are im
     Record,
     Status,
     apart,
-    interval_of,
-    is_noisy,
-    is_spread,
-    is_throttled,
-    is_unrepeatable,
-    kernel_trouble,
     key_of,
     upgrade,
 )
