@@ -211,7 +211,8 @@ def test_gpu_like_findings_are_the_planted_ones(tmp_path: Path) -> None:
 def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
     # An FP8 group on a CPU: only naive-fp8 runs there, so "fastest" would claim a comparison that was not made.
     lone = [a_record(backend="naive-fp8", seq_len=s, kv_seq_len=s) for s in (256, 512, 1024)]
-    lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", time_ms=None) for s in (256, 512, 1024)]
+    lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", reason="needs CUDA", time_ms=None)
+             for s in (256, 512, 1024)]
     assert fastest_line(group_records(loaded(lone))[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
     gap = [r for r in lone if r["seq_len"] != 512 or r["backend"] != "naive-fp8"]
     assert fastest_line(group_records(loaded(gap))[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
