@@ -225,7 +225,7 @@ def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_
     run = Path(shutil.copytree(DATA / "trace-run", tmp_path / "run"))
     if defect:
         monkeypatch.setattr(render, "trace_links", lambda records, run_dir, out: {
-            id(r): (run_dir / r["trace"]).as_uri() for r in records if r.get("trace")})
+            r: (run_dir / r.trace).as_uri() for r in records if r.trace})
     render_report(run)
     moved = run.rename(tmp_path / "moved")
     page = moved / "report.html"
