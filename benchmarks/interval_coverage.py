@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnbench.core.interval import median_interval  # noqa: E402
-from attnbench.records.results import key_of, load_records  # noqa: E402
+from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.core.policy import MIN_BACKEND_CASES  # noqa: E402
 from attnbench.records.results import read_env  # noqa: E402
 from attnbench.report.change_rule import machine_pace, observed_spread  # noqa: E402
@@ -64,10 +64,9 @@ def run_folders(folders: list[Path]) -> list[Path]:
     return found
 
 
-def runs_in(folders: list[Path]) -> list[dict[tuple, dict]]:
+def runs_in(folders: list[Path]) -> list[dict[tuple, Record]]:
     """Each run's ok records by measurement key (run_folders)."""
-    return [{key_of(r): r for r in load_records(p) if r["status"] == "ok" and r.get("time_ms")}
-            for p in run_folders(folders)]
+    return [{r.key: r for r in load_records(p) if r.status == "ok" and r.time_ms} for p in run_folders(folders)]
 
 
 def probes_in(folders: list[Path]) -> list[dict | None]:
@@ -87,7 +86,8 @@ def robust_variance(items: list[tuple[float, int]]) -> float:
     return statistics.median(v / chi2_median_share(df) for v, df in items) if items else 0.0
 
 
-def calibrate(runs: list[dict[tuple, dict]], probes: list[dict | None] | None = None) -> dict[str, float | int | None]:
+def calibrate(runs: list[dict[tuple, Record]],
+              probes: list[dict | None] | None = None) -> dict[str, float | int | None]:
     """The noise figures of this batch (see the module's docstring)."""
     within, between, explained = [], [], []
     shared = set.intersection(*(set(r) for r in runs))
@@ -95,11 +95,11 @@ def calibrate(runs: list[dict[tuple, dict]], probes: list[dict | None] | None = 
         medians = []
         for run in runs:
             record = run[key]
-            windows = [w["median_ms"] for w in (record.get("extra") or {}).get("rounds") or []]
+            windows = [w["median_ms"] for w in (record.extra or {}).get("rounds") or []]
             if len(windows) >= 2:
                 within.append((statistics.variance(math.log(w) for w in windows), len(windows) - 1))
             explained.append(len(windows) or 1)
-            medians.append(math.log(record["time_ms"]))
+            medians.append(math.log(record.time_ms))
         between.append((statistics.variance(medians), len(runs) - 1))
     window_noise = math.sqrt(robust_variance(within))
     windows_explain = statistics.median(window_noise ** 2 / k for k in explained)
@@ -107,7 +107,7 @@ def calibrate(runs: list[dict[tuple, dict]], probes: list[dict | None] | None = 
     paces, spreads, over_machine, backends = [], [], [], []
     probes = probes or [None] * len(runs)
     for (a, probe_a), (b, probe_b) in itertools.combinations(zip(runs, probes), 2):
-        ratios = {k: b[k]["time_ms"] / a[k]["time_ms"] for k in shared}
+        ratios = {k: b[k].time_ms / a[k].time_ms for k in shared}
         pace = math.log(statistics.median(ratios.values()))
         paces.append(pace)
         spreads.append(observed_spread(list(ratios.values())))
@@ -136,15 +136,15 @@ def backend_departures(ratios: dict[tuple, float], pace: float) -> list[tuple[fl
     return out
 
 
-def stated(record: dict, pooled: bool) -> tuple[float, float, float]:
+def stated(record: Record, pooled: bool) -> tuple[float, float, float]:
     """(low, high, level) of a record's interval: as written, or the pooled samples' order-statistic interval."""
     if not pooled:
-        return record["ci_low_ms"], record["ci_high_ms"], record["ci_level"]
-    made = median_interval(record["times_ms"])
+        return record.ci_low_ms, record.ci_high_ms, record.ci_level
+    made = median_interval(record.times_ms)
     return made.low, made.high, made.level
 
 
-def coverage(runs: list[dict[tuple, dict]], pooled: bool = False) -> dict[str, float | int]:
+def coverage(runs: list[dict[tuple, Record]], pooled: bool = False) -> dict[str, float | int]:
     """Leave-one-out: each run's interval against the median of the other runs' medians."""
     shared = set.intersection(*(set(r) for r in runs))
     held = total = 0
@@ -152,12 +152,12 @@ def coverage(runs: list[dict[tuple, dict]], pooled: bool = False) -> dict[str, f
     for i, run in enumerate(runs):
         for key in shared:
             record = run[key]
-            others = statistics.median(r[key]["time_ms"] for j, r in enumerate(runs) if j != i)
+            others = statistics.median(r[key].time_ms for j, r in enumerate(runs) if j != i)
             low, high, level = stated(record, pooled)
             total += 1
             held += low <= others <= high
             levels.append(level)
-            widths.append((high - low) / 2 / record["time_ms"])
+            widths.append((high - low) / 2 / record.time_ms)
     return {"runs": len(runs), "measurements": len(shared), "held": held, "total": total,
             "coverage": round(held / total, 4), "stated_level": round(statistics.median(levels), 4),
             "median_half_width": round(statistics.median(widths), 4)}

@@ -12,6 +12,7 @@ from attnbench.verify.inputs import CaseData
 from attnbench.run.measure import InProcess, Settings, measure
 from attnbench.verify.quant_data import case_data
 from attnbench.run.recording import RunInfo
+from attnbench.records.record import upgrade
 from attnbench.records.results import Record
 from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
@@ -242,3 +243,9 @@ def assert_kernels_named(records: list[dict[str, Any]]) -> None:
             assert "flash" not in top and not any(k["name"].startswith(CPU_FLASH) for k in r["kernels"]), where
         if r["backend"] == "flex":
             assert top.startswith(FLEX_GENERATED), where
+
+
+def loaded(lines: list[dict[str, Any]]) -> list[Record]:
+    """Records as the loader reads these stored lines (attnbench.records.record.upgrade): how a test that writes a
+    record's JSON by hand hands it to a reader."""
+    return upgrade([dict(line) for line in lines])

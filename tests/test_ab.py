@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
-from attnbench.records.results import Record, load_records
+from attnbench.records.results import load_records
 from attnbench.report.ab import Paired, min_pairs, pair_up
 from attnbench.run.ab import order
 
@@ -78,8 +78,8 @@ def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path:
 
     # The pairing: both sides' records in their own run folders, each round numbered; a measurement's pairs are its
     # rounds' ln(B/A), and judging the folders again gives ab.json's verdicts.
-    a = [Record(**r) for r in load_records(out / "a")]
-    b = [Record(**r) for r in load_records(out / "b")]
+    a = load_records(out / "a")
+    b = load_records(out / "b")
     assert {r.extra["ab"] for r in a} == {"A"} and {r.extra["ab"] for r in b} == {"B"}
     assert all([x["round"] for x in r.extra["rounds"]] == list(range(1, ROUNDS + 1)) for r in a + b)
     again = pair_up(a, b)

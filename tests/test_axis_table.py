@@ -81,7 +81,7 @@ out["schema_requires"] = "biased" in dispatch_table.schema()["$defs"]["bucket"][
 biased = next(c for c in cases if c.bias_kind and not c.chunk)
 record = {**biased.fields(), "backend": "naive", "status": "ok"}
 out["words"] = groups.workload_words(record) + groups.workload_words(record, short=True)
-out["bucket"] = dispatch.Shape.of_record(record).bucket()["biased"]
+out["bucket"] = dispatch.Shape.of_record(biased).bucket()["biased"]
 out["words_dense"] = groups.workload_words({**cases[0].fields()})
 registry = default_registry()
 out["skips"] = {name: why_skipped(biased, registry.get(name), Facts()) for name in registry.names()}
@@ -188,8 +188,8 @@ def test_the_inputs_axis_goes_through_the_table_like_the_others(tmp_path: Path) 
     record = {**large.fields(), "backend": "naive", "status": "ok"}
     assert groups.workload_words(record) == ["large_logits inputs"]
     assert groups.workload_words(record, short=True) == ["large_logits"]
-    assert dispatch.Shape.of_record(record).bucket()["stress_inputs"] is True
-    assert dispatch.Shape.of_record({**randn.fields()}).bucket()["stress_inputs"] is False
+    assert dispatch.Shape.of_record(large).bucket()["stress_inputs"] is True  # a case has a record's case fields
+    assert dispatch.Shape.of_record(randn).bucket()["stress_inputs"] is False
     registry = default_registry()
     assert all(why_skipped(large, registry.get(n), Facts()) is None for n in ("naive", "sdpa-math", "sdpa-flash"))
     assert isinstance(large, Case)

@@ -15,6 +15,7 @@ from attnbench.report.groups import group_records
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
 from tests.test_report import a_record
+from tests.conftest import loaded
 
 LENGTHS = (1024, 2048, 4096)
 
@@ -28,7 +29,7 @@ def sweep(backend: str, memory: tuple[float, ...], tflops: tuple[float, ...], **
 def panels(records: list[dict[str, Any]], peak: float | None = None) -> tuple[Any, Any, list[str]]:
     """(memory axes, throughput axes, legend labels) of the group chart of these records."""
     styles = backend_styles(r["backend"] for r in records)
-    fig = group_chart(group_records(records)[0], styles, None, peak, None)
+    fig = group_chart(group_records(loaded(records))[0], styles, None, peak, None)
     return fig.axes[1], fig.axes[2], [t.get_text() for t in fig.legends[0].get_texts()]
 
 
@@ -70,11 +71,11 @@ def test_a_backend_skipped_everywhere_is_not_in_the_legends() -> None:
     _, _, legend = panels(records)
     assert "sdpa" in legend and "sdpa-cudnn" not in legend
     styles = backend_styles(r["backend"] for r in records)
-    fig = correctness_chart(records, styles)
+    fig = correctness_chart(loaded(records), styles)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["sdpa"]  # and no "mismatch" entry: there is none
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["sdpa"]
-    roof = roofline_chart(records, styles, None)
+    roof = roofline_chart(loaded(records), styles, None)
     assert [t.get_text() for t in roof.legends[0].get_texts()] == ["sdpa"]
     assert roof.axes[0].get_ylabel() == "achieved GFLOP/s (log)"
 
@@ -84,7 +85,7 @@ def test_the_correctness_charts_backend_names_overlap_neither_each_other_nor_the
              "onnxruntime-mha", "sdpa", "sdpa-efficient", "sdpa-math", "sliding-window"]
     records = [a_record(backend=b, max_abs_error=1e-7 * (i + 1), error_bound=1e-5) for i, b in enumerate(names)]
     records.append(a_record(backend="sdpa", status="ok", max_abs_error=None))  # one note under the panels
-    fig = correctness_chart(records, backend_styles(names))
+    fig = correctness_chart(loaded(records), backend_styles(names))
     renderer = FigureCanvasAgg(fig).get_renderer()
     ticks = fig.axes[1].get_xticklabels()
     assert [t.get_text() for t in ticks] == names

@@ -23,7 +23,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.conftest import loaded, make_case
 
 
 class LoadedClock:
@@ -140,9 +140,9 @@ def test_a_record_above_a_planted_low_roof_is_flagged_and_the_findings_say_the_r
     achieved_gflops = judged(planted(1e6))["tflops"] * 1e3
     fine = judged(planted(4 * achieved_gflops))
     assert fine["percent_of_peak"] == pytest.approx(25.0) and "above_roof" not in fine["extra"]
-    assert not build_findings(group_records([fine]), [fine], None).roofs
+    assert not build_findings(group_records(loaded([fine])), loaded([fine]), None).roofs
     low = judged(planted(achieved_gflops / 2))
     assert low["percent_of_peak"] == pytest.approx(200.0) and low["extra"]["above_roof"] is True
-    lines = build_findings(group_records([low]), [low], None).roofs
+    lines = build_findings(group_records(loaded([low])), loaded([low]), None).roofs
     assert len(lines) == 1 and lines[0].startswith("Above its roof: naive on ")
     assert "200% of measured roof:" in lines[0] and "measured under load, or on too small a matmul" in lines[0]

@@ -155,14 +155,14 @@ def damaged_run(tmp: Path, edit_list: list[tuple[str, int, Any]], lines: list[by
 
 def kept_whole_lines(run: Path, whole: set[int]) -> None:
     """Every original line left whole is among the records read back."""
-    from attnbench.records.results import load_records
+    from attnbench.records.results import Record, load_records
 
-    def same(record: dict[str, Any]) -> str:  # the schema version aside: the loader relabels a file's (docs/results.md)
-        return json.dumps({k: v for k, v in record.items() if k != "schema_version"}, sort_keys=True)
+    def same(record: Record) -> str:  # the schema version aside: the loader relabels a file's (docs/results.md)
+        return json.dumps({k: v for k, v in record.to_dict().items() if k != "schema_version"}, sort_keys=True)
 
     records = {same(r) for r in load_records(run)}
     for i in whole:
-        assert same(json.loads(LINES[i])) in records
+        assert same(Record.from_dict(json.loads(LINES[i]))) in records
 
 
 @FUZZ

@@ -48,7 +48,7 @@ def newer_torch(tmp_path: Path) -> Path:
     env.update(run_id="newer0000000", timestamp="2026-12-01T10:00:00+00:00", torch="2.12.0+cu130")
     env["libraries"].update(torch="2.12.0", **{"flash-attn": "2.8.3"})
     (copy / "env.json").write_text(json.dumps(env))
-    records = [dict(r, run_id="newer0000000") for r in load_records(copy)]
+    records = [dict(r.to_dict(), run_id="newer0000000") for r in load_records(copy)]
     (copy / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return copy
 
@@ -72,8 +72,8 @@ def test_the_committed_reports_are_the_first_history(store: Path) -> None:
         assert by_id["eedc31c87e98"].clocks is None  # a CPU has no clock state
         for path in COMMITTED:
             records = load_records(path)
-            pairs = {(r["case_id"], r["backend"]) for r in records}
-            assert len(held.records(records[0]["run_id"])) == len(pairs)
+            pairs = {(r.case_id, r.backend) for r in records}
+            assert len(held.records(records[0].run_id)) == len(pairs)
         version = held.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         assert version == ("1",)
 

@@ -30,7 +30,7 @@ def invoke(*args: Any) -> Any:
 
 
 def pairs_of(run: Path) -> int:
-    return len({(r["case_id"], r["backend"]) for r in load_records(run)})
+    return len({(r.case_id, r.backend) for r in load_records(run)})
 
 
 def _add_at_barrier(index: int, barrier: Any, paths: list[str], runs: list[str], results: Any) -> None:
@@ -131,7 +131,7 @@ def test_check_says_ok_with_the_size_of_a_whole_store(tmp_path: Path) -> None:
 def partial_then_resumed(tmp_path: Path) -> tuple[Path, Path]:
     """A run cut after half its records, and the same run resumed: the rest appended, one record redone later."""
     full = RUNS[1]
-    records = load_records(full)
+    records = [r.to_dict() for r in load_records(full)]
     partial, resumed = tmp_path / "partial", tmp_path / "resumed"
     for folder, lines in ((partial, records[: len(records) // 2]), (resumed, records)):
         folder.mkdir()
@@ -153,9 +153,9 @@ def test_a_resumed_run_updates_the_partial_run_the_store_holds(tmp_path: Path) -
     with Store(db, create=False) as store:
         held = store.records("eedc31c87e98")
     assert len(held) == pairs_of(resumed)  # before: the partial run's half, forever
-    redone = [r for r in held if r["case_id"] == load_records(resumed)[0]["case_id"]
-              and r["backend"] == load_records(resumed)[0]["backend"]]
-    assert [r["time_ms"] for r in redone] == [123.0]  # the newer record of the pair stands
+    first_record = load_records(resumed)[0]
+    redone = [r for r in held if r.case_id == first_record.case_id and r.backend == first_record.backend]
+    assert [r.time_ms for r in redone] == [123.0]  # the newer record of the pair stands
     again = add_runs([resumed], db)
     assert [(a.added, a.records) for a in again] == [(False, 0)]  # the same records again: nothing written
     older = add_runs([partial], db)  # the partial copy holds an older record of the redone pair: kept as it is

@@ -3,6 +3,7 @@ in a copy, or lose a kernel in a graph replay are caught by name (attnbench.run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import SDPA_FLASH
 from attnbench.core.case import Case
+from attnbench.records.record import Record
 from attnbench.run import measure as measure_module
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
@@ -199,13 +201,12 @@ def test_a_profiler_that_cannot_run_gives_null_kernels_with_a_reason() -> None:
 
 
 def test_recommend_never_chooses_an_overhead_or_wrong_kernel_record() -> None:
-    from attnbench.records.results import kernel_trouble
     from attnbench.report.pooling import TIME, trouble
 
-    clean = {"status": "ok", "time_ms": 1.0, "ci_low_ms": 0.9, "ci_high_ms": 1.1, "noisy": False}
+    clean = dataclasses.replace(quick_flash(), time_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.1, noisy=False, overhead=None)
     assert trouble(clean, TIME) is None
-    assert trouble({**clean, "overhead": "declared kernels 40% of the call"}, TIME) == "overhead"
-    assert kernel_trouble({**clean, "status": "wrong_kernel"}) == "wrong kernel"
+    assert trouble(dataclasses.replace(clean, overhead="declared kernels 40% of the call"), TIME) == "overhead"
+    assert dataclasses.replace(clean, status="wrong_kernel", reason="x").kernel_trouble == "wrong kernel"
 
 
 def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -> None:
@@ -213,9 +214,9 @@ def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -
     from attnbench.report.groups import group_records
     from attnbench.report.rows import ran_text
 
-    flash = run(default_registry().get("sdpa-flash")).to_dict()
-    copies = run(CopiesFirst()).to_dict()
-    wrong = run(ClaimsFlashRunsMath()).to_dict()
+    flash = run(default_registry().get("sdpa-flash"))
+    copies = run(CopiesFirst())
+    wrong = run(ClaimsFlashRunsMath())
     assert ran_text(flash).startswith("aten::_scaled_dot_product_flash_attention_for_cpu ")
     assert "overhead" in ran_text(copies)
     records = [flash, copies, wrong]
@@ -227,11 +228,11 @@ def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -
 def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
     from attnbench.report.compare import compare_records
 
-    flash = run(default_registry().get("sdpa-flash")).to_dict()
-    math = {**run(default_registry().get("sdpa-math")).to_dict(), "backend": "sdpa-flash"}
+    flash = run(default_registry().get("sdpa-flash"))
+    math = dataclasses.replace(run(default_registry().get("sdpa-math")), backend="sdpa-flash")
     comparison = compare_records([flash], [math], "base", "new")
     change = comparison.matches[0].kernel_change
-    assert change.startswith(f"sdpa-flash now runs {math['kernels'][0]['name']}")
+    assert change.startswith(f"sdpa-flash now runs {math.kernels[0]['name']}")
     assert "; no longer aten::_scaled_dot_product_flash_attention_for_cpu" in change
     assert "### Kernel changed" in comparison_markdown(comparison)
 
@@ -240,10 +241,10 @@ def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -
     """A naive CPU call's bmm and softmax hold close shares and trade the top place between identical runs."""
     from attnbench.report.compare import compare_records
 
-    base = run(default_registry().get("naive")).to_dict()
-    kernels = base["kernels"]
+    base = run(default_registry().get("naive"))
+    kernels = base.kernels
     assert len(kernels) >= 2
-    swapped = {**base, "kernels": [kernels[1], kernels[0], *kernels[2:]]}
+    swapped = dataclasses.replace(base, kernels=[kernels[1], kernels[0], *kernels[2:]])
     comparison = compare_records([base], [swapped], "base", "new")
     assert comparison.matches[0].kernel_change is None
     assert "### Kernel changed" not in comparison_markdown(comparison)
@@ -396,13 +397,13 @@ PROFILED_RUNS = ("reports/cpu-Intel-Xeon-2core-quick", "reports/cpu-Intel-Xeon-2
                  "reports/cpu-Intel-Xeon-2core-frameworks", "reports/cpu-Intel-Xeon-2core-fp8", "tests/data/trace-run")
 
 
-def committed_profiles() -> list[dict]:  # type: ignore[type-arg]
+def committed_profiles() -> list[Record]:
     from pathlib import Path
 
     from attnbench.records.results import load_records
 
     root = Path(__file__).resolve().parents[1]
-    return [r for run in PROFILED_RUNS for r in load_records(root / run) if r.get("kernels")]
+    return [r for run in PROFILED_RUNS for r in load_records(root / run) if r.kernels]
 
 
 def rejudge(record: dict, extra: tuple[tuple[str, float], ...] = (), device: str | None = None):  # type: ignore[no-untyped-def,type-arg]
@@ -436,9 +437,9 @@ def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
         assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
 
 
-def quick_flash() -> dict:  # type: ignore[type-arg]
-    return next(r for r in committed_profiles() if r["backend"] == "sdpa-flash" and r["mode"] == "fwd"
-                and r["case_id"] == "cpu-fp32-b1-s512-h8-kv8-d64-causal-fwd")
+def quick_flash() -> Record:
+    return next(r for r in committed_profiles() if r.backend == "sdpa-flash" and r.mode == "fwd"
+                and r.case_id == "cpu-fp32-b1-s512-h8-kv8-d64-causal-fwd")
 
 
 def test_a_crumb_of_another_backends_kernel_is_no_verdict_and_a_share_beyond_the_noise_is() -> None:
@@ -461,7 +462,7 @@ def test_on_cuda_the_share_is_the_gpus_precision_and_a_gemm_crumb_in_a_flash_cal
     """The issue's case: a 0.2% sm90_xmma_gemm inside an sdpa-flash call made it wrong_kernel ("naive's kernel").
     The same real profile with its kernel named as on CUDA (FA2's forward): under the GPU's ±1% a crumb, at 5% a
     verdict (on a CPU, 9% of aten::bmm above is a crumb: the share is each device's precision)."""
-    flash = dict(quick_flash(), device="cuda")
+    flash = dict(quick_flash().to_dict(), device="cuda")
     fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, float>>"
     flash["kernels"] = [dict(k, name=fa2) if k["name"].startswith("aten::_scaled_dot") else k
                         for k in flash["kernels"]]
@@ -482,24 +483,24 @@ def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> N
 
     root = Path(__file__).resolve().parents[1]
     flash = quick_flash()
-    failed = {**flash, "kernels": None, "kernels_reason": "the profiler could not run: RuntimeError: busy",
-              "attention_share": None}
+    failed = dataclasses.replace(flash, kernels=None, kernels_reason="the profiler could not run: RuntimeError: busy",
+                                 attention_share=None)
     assert kernel_unchecked(flash) is None and not ran_text(flash).count("unchecked")
     assert ran_text(failed) == "unchecked: the profiler could not run: RuntimeError: busy"
     old = load_records(root / "reports" / "NVIDIA-H200-20261130-012030" / "run")[0]
-    assert old["status"] == "ok" and ran_text(old) == "unchecked: written before profiling"
+    assert old.status == "ok" and ran_text(old) == "unchecked: written before profiling"
     frameworks = load_records(root / "reports" / "cpu-Intel-Xeon-2core-frameworks")
-    jax = next(r for r in frameworks if r["backend"] == "jax" and r["status"] == "ok")
+    jax = next(r for r in frameworks if r.backend == "jax" and r.status == "ok")
     assert ran_text(jax) == "unchecked: the profiler saw no op in the call"
-    undeclared = {**flash, "attention_share": None}
+    undeclared = dataclasses.replace(flash, attention_share=None)
     assert "unchecked: its backend declares no kernel names here" in ran_text(undeclared)
     lines = unchecked_lines([flash, failed, *frameworks])
     assert "Kernels unchecked (the profiler could not run: RuntimeError: busy): sdpa-flash 1 of 15." in lines
     assert "Kernels unchecked (the profiler saw no op in the call): jax 13 of 13, onnxruntime 13 of 13, " \
            "onnxruntime-gqa 7 of 7, onnxruntime-mha 13 of 13, openvino 13 of 13." in lines
     # The overhead line counts profiled records only: the failed one is not among them.
-    copies = {**flash, "attention_share": 0.55,
-              "overhead": "declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)"}
+    copies = dataclasses.replace(flash, attention_share=0.55,
+                                 overhead="declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)")
     assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
                                                 "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
 

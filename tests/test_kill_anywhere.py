@@ -98,7 +98,7 @@ def shards(tmp_path: Path) -> list[Path]:
         folder = tmp_path / f"shard{i}"
         folder.mkdir()
         shutil.copy(RUN / "env.json", folder / "env.json")
-        (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+        (folder / "results.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in part))
         folders.append(folder)
     return folders
 

@@ -25,6 +25,7 @@ from attnbench.core.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
+from tests.conftest import loaded
 from attnbench.report.styles import backend_styles
 from attnbench.records.results import load_records
 
@@ -210,12 +211,13 @@ def test_gpu_like_findings_are_the_planted_ones(tmp_path: Path) -> None:
 def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
     # An FP8 group on a CPU: only naive-fp8 runs there, so "fastest" would claim a comparison that was not made.
     lone = [a_record(backend="naive-fp8", seq_len=s, kv_seq_len=s) for s in (256, 512, 1024)]
-    lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", time_ms=None) for s in (256, 512, 1024)]
-    assert fastest_line(group_records(lone)[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
+    lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", reason="needs CUDA", time_ms=None)
+             for s in (256, 512, 1024)]
+    assert fastest_line(group_records(loaded(lone))[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
     gap = [r for r in lone if r["seq_len"] != 512 or r["backend"] != "naive-fp8"]
-    assert fastest_line(group_records(gap)[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
+    assert fastest_line(group_records(loaded(gap))[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
     both = lone + [a_record(backend="naive", seq_len=512, kv_seq_len=512, time_ms=2.0)]
-    assert fastest_line(group_records(both)[0]).endswith(": naive-fp8 is fastest at every length (256–1K).")
+    assert fastest_line(group_records(loaded(both))[0]).endswith(": naive-fp8 is fastest at every length (256–1K).")
 
 
 def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
@@ -302,7 +304,7 @@ def test_group_titles_and_decode_axis() -> None:
     records = [a_record(dtype="bfloat16", causal=True, heads=32, kv_heads=8, head_dim=128, mode="fwd_bwd",
                         window=1024, batch=2, device="cuda", seq_len=s, kv_seq_len=s) for s in (1024, 2048)]
     records += [a_record(seq_len=1, kv_seq_len=k, device="cuda") for k in (1024, 4096)]
-    groups = group_records(records)
+    groups = group_records(loaded(records))
     assert sorted(g.title() for g in groups) == [
         "bf16 · causal · window 1024 · 32 heads / 8 KV heads · d=128 · fwd+bwd · batch 2",
         "fp32 · no mask · 8 heads · d=64 · fwd · query length 1",
@@ -435,7 +437,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     page = (out / "report.html").read_text(encoding="utf-8")
     assert {"~2", "1.6–2.4"} <= cell_texts(page) and "hollow marker" in page
     assert "1 of 2 timings are noisy (interval wider than the precision asked, or too few samples for one)" in md
-    group = group_records(records)[0]
+    group = group_records(loaded(records))[0]
     fig = group_chart(group, backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
@@ -447,7 +449,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     from attnbench.report.charts import kv_heads_chart
 
     mqa = a_record(seq_len=1024, kv_seq_len=1024, kv_heads=1, time_ms=1.5, noisy=False)
-    families = kv_heads_families(group_records([noisy, mqa]))
+    families = kv_heads_families(group_records(loaded([noisy, mqa])))
     assert len(families) == 1
     fig = kv_heads_chart(families, backend_styles(["sdpa"]))
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
@@ -473,7 +475,7 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     assert "!2" in cell_texts(page) and "GPU 0 before the run (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
     assert "GPU 0 while timing" in page and "SM clock 1500 MHz" in page  # the one record that has a sample
     assert "clocks not locked" in page
-    fig = group_chart(group_records(records)[0], backend_styles(["sdpa"]), None, None, None)
+    fig = group_chart(group_records(loaded(records))[0], backend_styles(["sdpa"]), None, None, None)
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white"]
     assert [(list(h.get_xdata()), list(h.get_ydata())) for h in hollow] == [([1024], [2.0])]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
@@ -488,13 +490,13 @@ def test_the_header_shows_the_gpu_before_the_run_and_while_timing_as_the_h200_re
 
     run = json.loads((DATA / "gpu" / "h200-runs.json").read_text())["runs"]["NVIDIA-H200-20261130-012712"]
     env = {"device": "cuda", "gpus": [{"name": "NVIDIA H200"}], "gpu_state": run["gpu_state"]}
-    rows = dict(env_rows(env, run["records"]))
+    rows = dict(env_rows(env, load_records(DATA.parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")))
     assert rows["GPU 0 before the run (nvml)"].startswith("SM clock 345 MHz (application 1980, max 1980)")
     assert "clock events: gpu_idle · no other processes" in rows["GPU 0 before the run (nvml)"]
     assert rows["GPU 0 while timing"] == ("120 timings · SM clock 1695–1980 MHz · power not recorded · clock events: "
                                           "sw_power_cap (15 of 120) · other processes in 120 of 120 · "
                                           "120 of 120 flagged throttled (!)")
-    cpu = dict(env_rows({"device": "cpu", "cpu": "AMD EPYC"}, [a_record()]))
+    cpu = dict(env_rows({"device": "cpu", "cpu": "AMD EPYC"}, loaded([a_record()])))
     assert not [label for label in cpu if label.startswith("GPU")]
 
 
@@ -673,7 +675,7 @@ def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
         _profiled("claims-flash", 9.0, 2048, (("aten::bmm", 60.0), ("aten::_softmax", 40.0)), flash,
                   status="wrong_kernel", reason="none of claims-flash's declared kernels ran"),
     ]
-    found = build_findings(group_records(records), records, None)
+    found = build_findings(group_records(loaded(records)), loaded(records), None)
     flagged = [line for line in found.kernels if "fastest" in line]
     assert len(flagged) == 2, found.kernels
     assert flagged[0].endswith("fastest at sequence length 512: copies, but 45% of its call is outside its attention "
@@ -724,7 +726,7 @@ def test_the_findings_name_two_backends_that_ran_one_kernel_as_one_and_group_ove
             r.update(kernels=[{"name": "aten::bmm", "calls": 2, "time_ms": 1.7, "share": 0.57}], attention_share=0.57,
                      overhead="declared kernels 57% of the call (under 80%); the rest: aten::div 16%, "
                               "aten::copy_ 16% (copy), aten::masked_fill_ 6% (mask construction)")
-    found = build_findings(group_records(records), records, "naive")
+    found = build_findings(group_records(loaded(records)), loaded(records), "naive")
     assert found.fastest == ["fp32 · no mask · 8 heads · d=64 · fwd · cpu: sdpa = sdpa-flash is fastest at every "
                              "length (512–1K)."]
     assert found.kernels == ["naive: overhead in 2 of 2 profiled records; its declared kernels 57% of the call; the "

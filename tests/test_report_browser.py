@@ -14,6 +14,7 @@ import pytest
 from attnbench.report import html
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS, display_value
+from tests.conftest import loaded
 
 DATA = Path(__file__).parent / "data"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -124,11 +125,12 @@ def choose(browser: Any, key: str, value: str) -> None:
 
 
 def check_filters(browser: Any, records: list[dict[str, Any]]) -> None:
-    by_backend = Counter(str(r["backend"]) for r in records)
-    by_dtype = Counter(display_value(r, "dtype", None) for r in records)
+    typed = loaded(records)
+    by_backend = Counter(r.backend for r in typed)
+    by_dtype = Counter(display_value(r, "dtype", None) for r in typed)
     backend, n_backend = by_backend.most_common()[-1]  # the rarest: filtering visibly drops rows
     dtype, n_dtype = by_dtype.most_common()[-1]
-    both = sum(1 for r in records if str(r["backend"]) == backend and display_value(r, "dtype", None) == dtype)
+    both = sum(1 for r in typed if r.backend == backend and display_value(r, "dtype", None) == dtype)
     for choice, expected in (((backend, ""), n_backend), (("", dtype), n_dtype), ((backend, dtype), both),
                              (("", ""), len(records))):
         choose(browser, "backend", choice[0])
@@ -223,7 +225,7 @@ def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_
     run = Path(shutil.copytree(DATA / "trace-run", tmp_path / "run"))
     if defect:
         monkeypatch.setattr(render, "trace_links", lambda records, run_dir, out: {
-            id(r): (run_dir / r["trace"]).as_uri() for r in records if r.get("trace")})
+            r: (run_dir / r.trace).as_uri() for r in records if r.trace})
     render_report(run)
     moved = run.rename(tmp_path / "moved")
     page = moved / "report.html"

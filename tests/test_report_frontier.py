@@ -25,6 +25,7 @@ from attnbench.report.plotting import render_chart
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
 from attnbench.records.results import load_records
+from tests.conftest import loaded
 from tests.test_report import a_record, write_run
 
 RUN = Path(__file__).parent / "data" / "fp8-cpu"
@@ -92,16 +93,16 @@ def frontier_records(fp8_ms: float, fp8_interval: tuple[float, float] | None) ->
 
 
 def test_an_fp8_kernel_measurably_faster_gets_no_not_faster_line() -> None:
-    lines = findings_lines(frontier_records(1.0, (0.95, 1.05)))
+    lines = findings_lines(loaded(frontier_records(1.0, (0.95, 1.05))))
     assert lines == ["FP8 speed-up on causal · 8 heads · d=64 · fwd · cpu · seq 512: cudnn-fp8 runs at fp8e4m3 "
                      "per-tensor 2× the speed of cudnn in bf16."]
 
 
 def test_an_fp8_kernel_within_the_bf16_ones_interval_is_not_faster() -> None:
-    lines = findings_lines(frontier_records(1.95, (1.85, 2.05)))  # lower median, overlapping intervals
+    lines = findings_lines(loaded(frontier_records(1.95, (1.85, 2.05))))  # lower median, overlapping intervals
     assert lines[1] == ("Not faster than cudnn in bf16 (2 ms, error 0.002 against the original inputs) on causal · "
                         "8 heads · d=64 · fwd · cpu · seq 512: cudnn-fp8 in fp8e4m3 per-tensor 1.95 ms, error 0.04.")
-    assert not faster(*frontier_records(3.0, None)[::-1])
+    assert not faster(*loaded(frontier_records(3.0, None))[::-1])
 
 
 def test_pareto_keeps_what_nothing_beats_on_both() -> None:

@@ -250,7 +250,7 @@ def test_report_groups_keep_workloads_apart_and_name_them() -> None:
 
     cases = [make_case(seq_len=s, causal=True, **extra) for s in (64, 128)
              for extra in ({}, {"documents": 4}, {"documents": 4, "doc_lengths": "random"}, {"softcap": 50.0})]
-    groups = group_records([record_of(c).to_dict() for c in cases])
+    groups = group_records([record_of(c) for c in cases])
     assert len(groups) == 4 and all(len(g.records) == 2 for g in groups)
     titles = {g.title() for g in groups}
     assert any("4 documents (equal)" in t for t in titles) and any("4 documents (random)" in t for t in titles)

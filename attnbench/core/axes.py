@@ -296,9 +296,9 @@ def features() -> dict[str, str]:
     return {a.feature: a.feature_words for a in TABLE if a.feature}
 
 
-def feature_of(record: dict[str, Any], name: str) -> bool:
-    """Whether a record (results.jsonl's fields) sets the axis behind dispatch feature `name`."""
+def feature_of(record: Any, name: str) -> bool:
+    """Whether a record (a records.record.Record) sets the axis behind dispatch feature `name`."""
     axis = next(a for a in TABLE if a.feature == name)
     field = axis.case_fields[0]
-    value = record.get(field.name, field.default)
+    value = getattr(record, field.name, field.default)
     return bool(value) if field.default is False else value is not None

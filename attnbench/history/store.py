@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from attnbench.core.errors import AttnbenchError
+from attnbench.records.record import Record, upgrade
 from attnbench.report.pooling import Run, case_name, load_run, versions_of
 
 STORE_VERSION = 1
@@ -214,30 +215,30 @@ class Store:
         env = run.env
         clocks = [{k: state.get(k) for k in CLOCK_FIELDS} for state in env.get("gpu_state") or []
                   if isinstance(state, dict)] or None
-        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        latest: dict[tuple[str, str], Record] = {}
         for record in run.records:  # a run that repeated a measurement: its last record stands for it
-            latest[(case_name(record), str(record["backend"]))] = record
-        lines = {key: json.dumps(r) for key, r in latest.items()}
+            latest[(case_name(record), record.backend)] = record
+        lines = {key: json.dumps(r.to_dict()) for key, r in latest.items()}
         try:
             with self.write():
                 known = self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone() is not None
                 held = {} if not known else {(case, backend): text for case, backend, text in self.db.execute(
                     "SELECT case_id, backend, record FROM records WHERE run_id = ?", (run.run_id,))}
                 fresh = [key for key in latest if key not in held or held[key] != lines[key] and newer(
-                    latest[key], json.loads(held[key]))]
+                    latest[key], Record.from_dict(json.loads(held[key])))]
                 if known and not fresh:
                     return Added(run, False, 0, known=True)
                 self.db.execute(
                     "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.run_id, run.timestamp, run.device, run.device_name, env.get("suite_name")
-                     or run.records[0].get("suite"), str(run.path.resolve()), datetime.now(timezone.utc).isoformat(
+                     or run.records[0].suite, str(run.path.resolve()), datetime.now(timezone.utc).isoformat(
                          timespec="seconds"), env.get("git_commit"), json.dumps(versions_of(env)),
                      json.dumps(clocks) if clocks else None, json.dumps(env, default=str)))
                 self.db.executemany(
                     "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(run.run_id, case, backend, latest[(case, backend)]["status"],
-                      latest[(case, backend)].get("time_ms"), latest[(case, backend)].get("ci_low_ms"),
-                      latest[(case, backend)].get("ci_high_ms"), lines[(case, backend)]) for case, backend in fresh])
+                    [(run.run_id, case, backend, str(latest[(case, backend)].status),
+                      latest[(case, backend)].time_ms, latest[(case, backend)].ci_low_ms,
+                      latest[(case, backend)].ci_high_ms, lines[(case, backend)]) for case, backend in fresh])
         except sqlite3.DatabaseError as exc:
             raise self.fault(exc) from None
         return Added(run, not known, len(fresh), known=known)
@@ -248,10 +249,10 @@ class Store:
                                "clocks FROM runs ORDER BY timestamp, run_id").fetchall()
         return [StoredRun(*row[:7], json.loads(row[7]), json.loads(row[8]) if row[8] else None) for row in rows]
 
-    def records(self, run_id: str) -> list[dict[str, Any]]:
-        """One run's records, as results.jsonl held them."""
-        return [json.loads(row[0]) for row in
-                self.db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY rowid", (run_id,))]
+    def records(self, run_id: str) -> list[Record]:
+        """One run's records, as results.jsonl held them (upgraded as the loader does: record.upgrade)."""
+        return upgrade([json.loads(row[0]) for row in
+                        self.db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY rowid", (run_id,))])
 
     def env(self, run_id: str) -> dict[str, Any]:
         """The env.json a stored run was added with ({} when it had none)."""
@@ -266,7 +267,7 @@ class Store:
     def latest_comparable(self, new: Run) -> StoredRun:
         """The latest run before `new` on the same device and GPU that shares a measurement with it (never `new`
         itself); one user error when there is none."""
-        mine = {(case_name(r), str(r["backend"])) for r in new.records}
+        mine = {(case_name(r), r.backend) for r in new.records}
         for run in reversed(self.runs()):
             if run.run_id == new.run_id or run.timestamp >= new.timestamp:
                 continue
@@ -281,9 +282,9 @@ class Store:
                              "`attnbench history add RUN_DIR`")
 
 
-def newer(record: dict[str, Any], held: dict[str, Any]) -> bool:
+def newer(record: Record, held: Record) -> bool:
     """Whether a record measured no earlier than the one the store holds for its pair (a resumed run's redo)."""
-    return str(record.get("timestamp") or "") >= str(held.get("timestamp") or "")
+    return str(record.timestamp or "") >= str(held.timestamp or "")
 
 
 def add_runs(paths: list[Path], db: Path | None = None) -> list[Added]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.history.store import Store, StoredRun
 from attnbench.report.pooling import TIME
-from attnbench.records.results import is_noisy, is_throttled
+from attnbench.records.record import Record
 from attnbench.core.units import fmt_ms
 
 if TYPE_CHECKING:
@@ -84,11 +84,11 @@ def trends(store: Store, backends: list[str] | None = None, cases: list[str] | N
         if backends and backend not in backends or not matches(case_id, cases or []) \
                 or not matches(gpu, gpus or []):
             continue
-        record = json.loads(text)
+        record = Record.from_dict(json.loads(text))
         trend = found.setdefault((gpu, case_id, backend), Trend(gpu, case_id, backend))
-        trend.points.append(Point(run, str(record["status"]), record.get("time_ms"), TIME.interval(record)
-                                  if record.get("time_ms") is not None else None, is_noisy(record),
-                                  is_throttled(record), record.get("kernel"), ()))
+        trend.points.append(Point(run, str(record.status), record.time_ms, TIME.interval(record)
+                                  if record.time_ms is not None else None, record.noisy,
+                                  bool(record.throttled), record.kernel, ()))
     for trend in found.values():
         trend.points.sort(key=lambda p: (p.run.timestamp, p.run.run_id))
         for i in range(1, len(trend.points)):

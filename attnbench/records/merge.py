@@ -10,7 +10,7 @@ from attnbench.core.errors import ResultsError
 from attnbench.records.results import (
     ENV_FILE,
     RESULTS_FILE,
-    key_of,
+    Record,
     load_records,
     read_env,
     refuse_existing,
@@ -38,21 +38,21 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
     owners: dict[tuple, Path] = {}
     versions: dict[int, Path] = {}
     devices: dict[Any, Path] = {}
-    merged: list[dict[str, Any]] = []
+    merged: list[Record] = []
     envs: list[tuple[Path, dict[str, Any]]] = []
     for source in sources:
         records = load_records(source)
         env = read_env(source)
         envs.append((source, env))
-        names = {env.get("device_name")} if env else {r.get("device_name") for r in records}
+        names = {env.get("device_name")} if env else {r.device_name for r in records}
         for name in names:
             devices.setdefault(name, source)
         for record in records:
-            versions.setdefault(record["schema_version"], source)
-            key = key_of(record)
+            versions.setdefault(record.schema_version, source)
+            key = record.key
             if key in owners:
-                raise ResultsError(f"merge: {owners[key]} and {source} both hold {record['backend']} on "
-                                   f"{record.get('case_id') or key}; the shards overlap")
+                raise ResultsError(f"merge: {owners[key]} and {source} both hold {record.backend} on "
+                                   f"{record.case_id or key}; the shards overlap")
             owners[key] = source
         merged.extend(records)
     if not merged:
@@ -71,7 +71,7 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
         # merge killed before it leaves a directory that the same merge may fill again.
         write_json_atomic(out / ENV_FILE, env)
-        write_records_atomic(out / RESULTS_FILE, merged)
+        write_records_atomic(out / RESULTS_FILE, [r.to_dict() for r in merged])
     except OSError as exc:
         raise ResultsError(f"{out}: cannot write the merged run ({exc.strerror})") from None
     return Merged(out, len(merged), len(sources))

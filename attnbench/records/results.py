@@ -9,11 +9,9 @@ import os
 import sys
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core import axes
 from attnbench.core.errors import ResultsError
 from attnbench.records.files import (  # noqa: F401 - read_json_object and the writers are imported from here too
     count_lines,
@@ -21,16 +19,23 @@ from attnbench.records.files import (  # noqa: F401 - read_json_object and the w
     write_json_atomic,
     write_text_atomic,
 )
+from attnbench.records.record import (  # noqa: F401 - the record's names are imported from here too
+    DRAWN_FIELDS,
+    KEY_FIELDS,
+    SCHEMA_VERSION,
+    SIZE_FIELDS,
+    STATUSES,
+    WORKLOAD_DEFAULTS,
+    Record,
+    Status,
+    apart,
+    key_of,
+    upgrade,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# What each version changed; the loader reads every one (docs/results.md, "Schema versions"):
-# 0: written before the median's interval existed (no ci_low_ms on a timed record); attnbench of that time labelled
-#    them 1, and the loader relabels them 0.
-# 1: the interval, `stop`, `noisy`; bytes_moved is the inputs' traffic floor for every backend.
-# 2: bytes_moved (and bandwidth_gbs) add the score matrix's reads and writes for backends that materialise it.
-SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
 # The env.json fields its readers use, and their JSON types (each may be null); `libraries` maps names to versions.
@@ -42,171 +47,6 @@ ENV_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("libraries", "prediction", "actual"), (dict,)),
     **dict.fromkeys(("gpus", "gpu_state", "merged_from", "resumed", "plugins"), (list,)),
 }
-STATUSES = ("ok", "skipped", "oom", "error", "mismatch", "timeout", "wrong_kernel")
-# The fields that identify a measurement: two records with the same key measured the same thing.
-KEY_FIELDS = (
-    "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
-    "head_dim", "causal", "window", "mode",
-)
-# The shape's sizes: a record of a case has each at 1 or more (the suite's bounds).
-SIZE_FIELDS = ("batch", "seq_len", "kv_seq_len", "heads", "kv_heads", "head_dim")
-# The workload axes' fields (attnbench.core.axes: the quantized inputs' too) and their values in the dense case: a
-# record carries them only when set, and a record without one (written before they existed, or of a dense case) has
-# the default.
-WORKLOAD_DEFAULTS: dict[str, Any] = axes.record_defaults()
-# The workload fields drawn from the case's seed (the actual lengths), beside the axes that ask for them.
-DRAWN_FIELDS = axes.drawn_fields()
-
-
-@dataclass
-class Record:
-    """One measurement: a backend on a case. Fields follow docs/results.md."""
-
-    run_id: str
-    suite: str
-    timestamp: str
-    backend: str
-    device: str
-    dtype: str
-    batch: int
-    seq_len: int
-    kv_seq_len: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    causal: bool
-    window: int | None
-    mode: str
-    status: str
-    # The workload axes, as Case holds them (attnbench.core.axes); left out of the stored line when at their default.
-    for _field in axes.case_fields():
-        __annotations__[_field.name] = _field.annotation.replace("tuple[int, ...]", "list[int]")
-        vars()[_field.name] = _field.default
-    del _field
-    reason: str | None = None
-    kernel: str | None = None
-    device_name: str | None = None
-    case_id: str | None = None
-    time_ms: float | None = None
-    time_ms_iqr: float | None = None
-    time_ms_min: float | None = None
-    samples: int = 0
-    times_ms: list[float] = field(default_factory=list)
-    timer: str | None = None
-    # The run's interval of the median at ci_level confidence (ci_source "windows": the spread of the windows'
-    # medians pooled with the device's window noise, plus its run noise; core.interval.run_interval). Records
-    # written before windows say "samples" (the pooled samples' order statistics) or "run-to-run noise".
-    ci_low_ms: float | None = None
-    ci_high_ms: float | None = None
-    ci_level: float | None = None
-    ci_source: str | None = None
-    stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
-    # The interval is wider than the precision asked, or too few samples for one (older records: is_noisy).
-    noisy: bool = False
-    # CUDA only: heat or power slowed the GPU, or another process was on it, when the timing ended
-    # (attnbench.gpu.judge); None where it was not or could not be sampled (CPU, no NVML or nvidia-smi).
-    throttled: bool | None = None
-    flops: int | None = None
-    tflops: float | None = None
-    bytes_moved: int | None = None  # counting.bytes_moved(Case): the mode's memory-traffic floor
-    bandwidth_gbs: float | None = None  # bytes_moved / median time, in GB/s (1e9 bytes/s)
-    percent_of_peak: float | None = None  # of the compute roof, or of the bandwidth roof for decode-like cases
-    peak_memory_bytes: int | None = None
-    memory_method: str | None = None
-    memory_estimate_bytes: int | None = None
-    max_abs_error: float | None = None
-    error_bound: float | None = None
-    rows_checked: int | None = None
-    grad_checked: bool = False
-    # Two calls on the same inputs gave the same bits (attnbench.verify.repeat): a forward's output, a backward's gradients
-    # where they are checked; None where not compared (not measured, or the gradients were not checked).
-    repeatable: bool | None = None
-    kv_expanded: bool = False
-    # One profiled call after the samples (attnbench.timing.profile): [{name, calls, time_ms, share}] as kernels_source
-    # saw them (or None and kernels_reason); the declared kernels' share; `overhead` under its threshold; the trace.
-    kernels: list[dict[str, Any]] | None = None
-    kernels_reason: str | None = None
-    kernels_source: str | None = None
-    attention_share: float | None = None
-    overhead: str | None = None
-    trace: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    schema_version: int = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        assert self.status in STATUSES, self.status
-        assert self.status == "ok" or self.reason, f"status {self.status} needs a reason"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as the JSON object stored on one line of results.jsonl (workload axes only when set)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # JSON already: asdict's copy is slow
-        for name, default in WORKLOAD_DEFAULTS.items():
-            if data[name] == default:
-                del data[name]
-            elif isinstance(data[name], tuple):
-                data[name] = list(data[name])
-        return data
-
-
-def is_noisy(record: dict[str, Any]) -> bool:
-    """A stored record's noise flag; for records written before the flag existed, computed from its IQR."""
-    if "noisy" in record:
-        return bool(record["noisy"])
-    return is_spread(record)
-
-
-def is_spread(record: dict[str, Any]) -> bool:
-    """Whether a record's samples spread wide: IQR over NOISE_THRESHOLD of the median (the samples themselves
-    are unsteady, so no interval computed from them can be trusted)."""
-    from attnbench.core.interval import NOISE_THRESHOLD
-
-    median, iqr = record.get("time_ms"), record.get("time_ms_iqr")
-    return median is not None and iqr is not None and iqr > NOISE_THRESHOLD * median
-
-
-def interval_of(record: dict[str, Any]) -> tuple[float, float] | None:
-    """A record's (ci_low_ms, ci_high_ms); None for a record without one (not timed, or written before intervals)."""
-    low, high = record.get("ci_low_ms"), record.get("ci_high_ms")
-    if low is None or high is None:
-        return None
-    return float(low), float(high)
-
-
-def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two intervals (interval_of) do not overlap: the two medians are told apart."""
-    return a[0] > b[1] or b[0] > a[1]
-
-
-def is_unrepeatable(record: dict[str, Any]) -> bool:
-    """Whether two calls of a stored record's measurement gave different bits (absent or None: not known to)."""
-    return record.get("repeatable") is False
-
-
-def kernel_trouble(record: dict[str, Any]) -> str | None:
-    """Why a stored record's time is not its backend's kernel's (attnbench.timing.profile's verdict): "wrong kernel",
-    or "overhead" when its declared kernels were under the threshold of the call; None when neither is known. The one
-    gate a recommendation passes a record through before its time may win."""
-    if record.get("status") == "wrong_kernel":
-        return "wrong kernel"
-    if record.get("overhead"):
-        return "overhead"
-    return None
-
-
-def is_throttled(record: dict[str, Any]) -> bool:
-    """Whether a stored record was measured on a throttled or shared GPU (absent or None: not known to be)."""
-    return bool(record.get("throttled"))
-
-
-def key_of(record: dict[str, Any]) -> tuple:
-    """The identity of a measurement (case + backend + device + workload axes), for matching across runs."""
-    workload = (_hashable(record.get(name, default)) for name, default in WORKLOAD_DEFAULTS.items())
-    return (*(record.get(name) for name in KEY_FIELDS), *workload)
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
 
 class ResultsWriter:
     """Appends records to results.jsonl, written and fsynced one by one so a crash loses nothing. A record the
@@ -301,8 +141,8 @@ def results_path(path: Path) -> Path:
     return path
 
 
-def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
-    """Every record of a results file or directory; a line that is not one (cut off, not UTF-8 or JSON, another schema,
+def load_records(path: Path, writing: bool = False) -> list[Record]:
+    """Every record of a results file or directory, upgraded to this schema (record.upgrade); a line that is not one (cut off, not UTF-8 or JSON, another schema,
     a field missing or mistyped) is skipped and counted on stderr in one line; a file without one record is refused.
     `writing`: a run may be writing the file now (`status` on a shard): an unfinished last line is left out quietly."""
     file = results_path(path)
@@ -312,7 +152,7 @@ def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            record = parse_record(raw)
+            record = parse_line(raw)
             if isinstance(record, str):
                 if not (writing and not raw.endswith(b"\n")):  # not the line a running shard is writing
                     bad.append((number, record))
@@ -323,7 +163,7 @@ def load_records(path: Path, writing: bool = False) -> list[dict[str, Any]]:
         raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")
     if bad:
         print(skipped_line(file, bad), file=sys.stderr, flush=True)
-    return with_true_version(records)
+    return upgrade(records)
 
 
 def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:
@@ -334,8 +174,14 @@ def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str
             f"{bad[0][1]}")
 
 
-def parse_record(raw: bytes) -> dict[str, Any] | str:
+def parse_record(raw: bytes) -> Record | str:
     """One line of results.jsonl as its record, or why it is not one."""
+    line = parse_line(raw)
+    return line if isinstance(line, str) else upgrade([line])[0]
+
+
+def parse_line(raw: bytes) -> dict[str, Any] | str:
+    """One line of results.jsonl as the JSON object of a record (its fields checked), or why it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -365,6 +211,9 @@ def field_problem(record: dict[str, Any]) -> str | None:
                 return f"field {name} is missing"
         elif not _is_of(record[name], kind):
             return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
+    unknown = sorted(set(record) - set(_record_fields()))
+    if unknown:  # no schema this attnbench reads has it: another writer's line
+        return f"field {unknown[0][:40]} is not a field of a record"
     for name in SIZE_FIELDS:
         if record[name] < 1:
             return f"field {name}: {record[name]} is not a size (1 or more)"
@@ -395,6 +244,8 @@ def _is_of(value: Any, kind: Any) -> bool:
         return any(_is_of(value, arg) if arg is not int else _is_of(value, float) for arg in args)
     if kind is type(None):
         return value is None
+    if kind is Status:  # any word here: field_problem names one that is not a status
+        return isinstance(value, str)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
@@ -414,23 +265,11 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def with_true_version(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records of one file with the schema version of their shape: a file whose timed records are labelled 1 but
-    carry no interval was written before intervals existed, and all its version-1 records are version 0."""
-    old = any(r["schema_version"] == 1 and r.get("status") in ("ok", "mismatch") and r.get("time_ms") is not None
-              and "ci_low_ms" not in r for r in records)
-    if old:
-        for record in records:
-            if record["schema_version"] == 1:
-                record["schema_version"] = 0
-    return records
-
-
 def load_results(path: Path) -> pd.DataFrame:
     """Results as a pandas DataFrame, one row per record (the raw samples stay a list column)."""
     import pandas as pd
 
-    return pd.DataFrame.from_records(load_records(path))
+    return pd.DataFrame.from_records([r.to_dict() for r in load_records(path)])
 
 
 def read_env(path: Path) -> dict[str, Any]:

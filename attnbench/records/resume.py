@@ -10,7 +10,6 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.records.results import (
     ENV_FILE,
     RESULTS_FILE,
-    key_of,
     load_records,
     read_json_object,
 )
@@ -62,7 +61,7 @@ def done_keys(directory: Path, writing: bool = False) -> set[tuple]:
     may be writing it now (load_records)."""
     if not (directory / RESULTS_FILE).is_file():
         return set()
-    return {key_of(record) for record in load_records(directory, writing)}
+    return {record.key for record in load_records(directory, writing)}
 
 
 def drop_cut_line(path: Path) -> bool:

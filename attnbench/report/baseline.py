@@ -2,35 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from attnbench.core.errors import ResultsError
 from attnbench.report.groups import CaseGroup
+from attnbench.records.record import TIMED, Record, Status
 
 DEFAULT_BASELINES = ("sdpa-math", "naive")
 
 
-def choose_baseline(records: Iterable[dict[str, Any]], requested: str | None) -> str | None:
+def choose_baseline(records: Iterable[Record], requested: str | None) -> str | None:
     """The requested baseline (which must be in the run), else sdpa-math if it ran ok, else naive."""
     records = list(records)
-    present = sorted({str(r["backend"]) for r in records})
+    present = sorted({r.backend for r in records})
     if requested is not None:
         if requested not in present:
             raise ResultsError(f"baseline backend {requested!r} is not in these results (backends: {', '.join(present)})")
         return requested
-    ran = {str(r["backend"]) for r in records if r["status"] == "ok"}
+    ran = {r.backend for r in records if r.status == Status.OK}
     for name in DEFAULT_BASELINES:
         if name in ran:
             return name
     return None
 
 
-def usable_time(record: dict[str, Any] | None, include_mismatch: bool = False) -> float | None:
+def usable_time(record: Record | None, include_mismatch: bool = False) -> float | None:
     """A record's median time if it may be compared (ok only, unless a chart wants flagged mismatches too)."""
-    allowed = ("ok", "mismatch") if include_mismatch else ("ok",)
-    if record is None or record.get("status") not in allowed:
+    allowed = TIMED if include_mismatch else (Status.OK,)
+    if record is None or record.status not in allowed:
         return None
-    value = record.get("time_ms")
+    value = record.time_ms
     return float(value) if value is not None and value > 0 else None
 
 

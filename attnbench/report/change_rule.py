@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from attnbench.core.policy import FAMILY_ALPHA, MIN_BACKEND_CASES, PRIOR_RATIOS
+from attnbench.records.record import Record
 
 MAD_TO_SD = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
 MEDIAN_ERROR = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for normal data
@@ -145,11 +145,11 @@ def backend_shifts(ratios: dict[str, list[float]], judged_pace: float, spreads: 
     return out
 
 
-def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+def kernel_change(base: Record, new: Record) -> str | None:
     """"<backend> now runs K; no longer K'" when a kernel ran in one run's profiled call and not in the other's
     (the largest first, three at most of each); None when the same kernels ran, in whatever order of time (two
     close ones trade places from run to run), or one run did not profile (docs/results.md "Which kernel ran")."""
-    before, after = base.get("kernels"), new.get("kernels")
+    before, after = base.kernels, new.kernels
     if not before or not after:
         return None
     had, has = {k["name"] for k in before}, {k["name"] for k in after}
@@ -162,4 +162,4 @@ def kernel_change(base: dict[str, Any], new: dict[str, Any]) -> str | None:
         return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
     parts = ([f"now runs {names(added)}"] if added else []) + ([f"no longer {names(gone)}"] if gone else [])
-    return f"{new['backend']} {'; '.join(parts)}"
+    return f"{new.backend} {'; '.join(parts)}"

@@ -24,7 +24,7 @@ from attnbench.report.plotting import (
     log2_x,
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
-from attnbench.records.results import is_noisy, is_throttled
+from attnbench.records.record import TIMED, Record, Status
 from attnbench.core.units import MIB, bytes_unit, throughput_unit
 
 # A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
@@ -35,16 +35,16 @@ MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image tal
 FAILED = ("oom", "error", "timeout", "skipped")
 
 
-def _band(record: dict[str, Any]) -> tuple[float, float]:
+def _band(record: Record) -> tuple[float, float]:
     """The band around a median: its interval (ci_low_ms, ci_high_ms), or for a record written before intervals,
     the 25th and 75th percentile of the raw samples (median ± IQR/2 when only the summary is stored)."""
-    if record.get("ci_low_ms") is not None and record.get("ci_high_ms") is not None:
-        return float(record["ci_low_ms"]), float(record["ci_high_ms"])
-    samples = record.get("times_ms") or []
+    if record.ci_low_ms is not None and record.ci_high_ms is not None:
+        return float(record.ci_low_ms), float(record.ci_high_ms)
+    samples = record.times_ms or []
     if len(samples) >= 2:
         q1, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 75])
         return float(q1), float(q3)
-    median, iqr = float(record["time_ms"]), float(record.get("time_ms_iqr") or 0.0)
+    median, iqr = float(record.time_ms), float(record.time_ms_iqr or 0.0)
     return max(median - iqr / 2, median * 1e-3), median + iqr / 2
 
 
@@ -71,7 +71,7 @@ def _series(group: CaseGroup, backend: str, value: Any) -> tuple[list[int], list
     for (name, x), record in sorted(group.by_backend_x().items()):
         if name != backend:
             continue
-        if record["status"] not in ("ok", "mismatch"):
+        if record.status not in TIMED:
             xs.append(x)  # a failed point breaks the line, so it never bridges a missing result
             ys.append(math.nan)
             flags.append(False)
@@ -81,7 +81,7 @@ def _series(group: CaseGroup, backend: str, value: Any) -> tuple[list[int], list
             continue
         xs.append(x)
         ys.append(float(y))
-        flags.append(record["status"] == "mismatch")
+        flags.append(record.status == Status.MISMATCH)
     return xs, ys, flags
 
 
@@ -102,27 +102,27 @@ THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="
                           markersize=7, label="throttled or shared GPU")
 
 
-def _mark_noisy(ax: Any, points: Iterable[tuple[str, int, dict[str, Any]]],
+def _mark_noisy(ax: Any, points: Iterable[tuple[str, int, Record]],
                 styles: dict[str, BackendStyle]) -> tuple[int, int]:
     """Redraw each noisy or throttled point's marker hollow (points: backend, x, record); returns how many were
     noisy and how many throttled."""
     noisy = throttled = 0
     for backend, x, record in points:
-        if record["status"] in ("ok", "mismatch") and record.get("time_ms") \
-                and (is_noisy(record) or is_throttled(record)):
+        if record.status in TIMED and record.time_ms \
+                and (record.noisy or record.throttled):
             style = styles[backend]
-            ax.plot([x], [float(record["time_ms"])], marker=style.marker, markersize=7, markerfacecolor="white",
+            ax.plot([x], [float(record.time_ms)], marker=style.marker, markersize=7, markerfacecolor="white",
                     markeredgecolor=style.color, markeredgewidth=1.6, linestyle="none", zorder=4)
-            noisy += is_noisy(record)
-            throttled += is_throttled(record)
+            noisy += record.noisy
+            throttled += bool(record.throttled)
     return noisy, throttled
 
 
 def _failures(group: CaseGroup) -> list[tuple[int, str, str]]:
     return sorted(
-        (x, backend, str(record["status"]))
+        (x, backend, str(record.status))
         for (backend, x), record in group.by_backend_x().items()
-        if record["status"] in FAILED
+        if record.status in FAILED
     )
 
 
@@ -141,8 +141,8 @@ def _legend_handles(backends: list[str], styles: dict[str, BackendStyle], status
 
 def group_roof(group: CaseGroup) -> float | None:
     """The compute roof the group's records were judged against (a CPU's measured one): their extra.peak."""
-    roofs = [float(r["extra"]["peak"]) for r in group.records if (r.get("extra") or {}).get("peak_bound") == "compute"
-             and (r.get("extra") or {}).get("peak")]
+    roofs = [float(r.extra["peak"]) for r in group.records if (r.extra or {}).get("peak_bound") == "compute"
+             and (r.extra or {}).get("peak")]
     return max(roofs) if roofs else None
 
 
@@ -157,11 +157,11 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     xs, backends = group.xs, [b for b in group.backends if b not in never]
     failures = [f for f in _failures(group) if f[1] not in never]
     levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
-    statuses = {str(r["status"]) for r in group.records if r["backend"] not in never}
+    statuses = {str(r.status) for r in group.records if r.backend not in never}
 
     # Latency, with the median's interval shaded.
     for backend in backends:
-        px, py, flags = _series(group, backend, lambda r: r.get("time_ms"))
+        px, py, flags = _series(group, backend, lambda r: r.time_ms)
         _plot_series(ax_time, px, py, flags, styles[backend])
         if len(px) > 1:
             bands = [_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
@@ -171,19 +171,19 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     noisy_points, throttled_points = _mark_noisy(
         ax_time, ((b, x, r) for (b, x), r in sorted(group.by_backend_x().items()) if b in backends), styles)
     hollow = " or ".join(word for word, n in (("noisy", noisy_points), ("throttled", throttled_points)) if n)
-    shaded = "its interval" if any(r.get("ci_low_ms") is not None for r in group.records) else "IQR"
+    shaded = "its interval" if any(r.ci_low_ms is not None for r in group.records) else "IQR"
     ax_time.set_title(f"Latency (median, {shaded} shaded; hollow = {hollow})" if hollow
                       else f"Latency (median, {shaded} shaded)")
     ax_time.set_ylabel("time per call (ms, log)")
     any_time = _finish_y(ax_time, log=True, levels=levels)
 
     # Peak memory above the inputs: measured where available, the estimate (dashed) where not.
-    measured = any(r.get("peak_memory_bytes") for r in group.records)
+    measured = any(r.peak_memory_bytes for r in group.records)
     key = "peak_memory_bytes" if measured else "memory_estimate_bytes"
-    values = [r[key] for r in group.records if r.get(key) and r["status"] in ("ok", "mismatch")]
+    values = [getattr(r, key) for r in group.records if getattr(r, key) and r.status in TIMED]
     unit, unit_name = bytes_unit(values)
     for backend in backends:
-        px, py, flags = _series(group, backend, lambda r: (r.get(key) or 0) / unit)
+        px, py, flags = _series(group, backend, lambda r: (getattr(r, key) or 0) / unit)
         _plot_series(ax_mem, px, py, flags, styles[backend], linestyle="-" if measured else "--")
     ax_mem.set_title("Peak memory above inputs" + ("" if measured else " (estimate: not measured)"))
     ax_mem.set_ylabel(f"peak memory ({unit_name}, log)")
@@ -193,12 +193,12 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     # when it is on the scale.
     peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
                                                         or group_roof(group))
-    achieved = [float(r["tflops"]) for r in group.records if r.get("tflops") and r["status"] in ("ok", "mismatch")
-                and r["backend"] in backends]
+    achieved = [float(r.tflops) for r in group.records if r.tflops and r.status in TIMED
+                and r.backend in backends]
     on_scale = bool(peak and achieved and max(achieved) >= 0.1 * peak)
     per_unit, flops_name = throughput_unit(achieved + ([peak] if on_scale and peak else []))
     for backend in backends:
-        px, py, flags = _series(group, backend, lambda r: (r.get("tflops") or 0) / per_unit)
+        px, py, flags = _series(group, backend, lambda r: (r.tflops or 0) / per_unit)
         _plot_series(ax_tflops, px, py, flags, styles[backend])
     title = "Achieved throughput (no known peak for this device)"
     if peak and on_scale:
@@ -220,7 +220,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
     for backend in backends:
         pts = sorted((x, s) for (b, x), s in speedups.items() if b == backend)
         if pts:
-            flags = [cells[(backend, x)]["status"] == "mismatch" for x, _ in pts]
+            flags = [cells[(backend, x)].status == Status.MISMATCH for x, _ in pts]
             _plot_series(ax_speed, [p[0] for p in pts], [p[1] for p in pts], flags, styles[backend])
     ax_speed.set_title(f"Speed-up over {baseline}" if baseline else "Speed-up (no baseline ran)")
     ax_speed.set_ylabel(f"{baseline} time / backend time (×, log)" if baseline else "×")
@@ -265,25 +265,25 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     statuses: set[str] = set()
     noisy_points = throttled_points = 0
     for family, (ax_time, ax_bytes) in zip(families, axes):
-        kv_values = sorted({int(r["kv_heads"]) for r in family.records})
-        ran = {str(r["backend"]) for r in family.records if r["status"] != "skipped"}
+        kv_values = sorted({int(r.kv_heads) for r in family.records})
+        ran = {str(r.backend) for r in family.records if r.status != Status.SKIPPED}
         backends = sorted(ran)  # a backend skipped at every kv_heads is in the table, not drawn
         all_backends.update(backends)
-        statuses.update(str(r["status"]) for r in family.records if r["backend"] in ran)
+        statuses.update(str(r.status) for r in family.records if r.backend in ran)
         failures = []
         for backend in backends:
-            mine = sorted((int(r["kv_heads"]), r) for r in family.records if r["backend"] == backend)
-            pts = [(k, float(r["time_ms"]), r["status"] == "mismatch") for k, r in mine
-                   if r["status"] in ("ok", "mismatch") and r.get("time_ms")]
+            mine = sorted((int(r.kv_heads), r) for r in family.records if r.backend == backend)
+            pts = [(k, float(r.time_ms), r.status == Status.MISMATCH) for k, r in mine
+                   if r.status in TIMED and r.time_ms]
             if pts:
                 _plot_series(ax_time, [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], styles[backend])
-            failures += [(k, backend, str(r["status"])) for k, r in mine if r["status"] in FAILED]
+            failures += [(k, backend, str(r.status)) for k, r in mine if r.status in FAILED]
             noisy, throttled = _mark_noisy(ax_time, ((backend, k, r) for k, r in mine), styles)
             noisy_points, throttled_points = noisy_points + noisy, throttled_points + throttled
         levels = max([sum(1 for f in failures if f[0] == k) for k in kv_values] + [0])
         if not _finish_y(ax_time, log=True, levels=levels):
             empty_note(ax_time, "no successful measurement")
-        by_kv = {int(r["kv_heads"]): kv_cache_bytes(r) for r in family.records}
+        by_kv = {int(r.kv_heads): kv_cache_bytes(r) for r in family.records}
         cache = [by_kv[k] / MIB for k in kv_values]
         ax_bytes.plot(kv_values, cache, color="black", marker="o", linewidth=1.8)
         for k, value in zip(kv_values, cache):
@@ -308,19 +308,19 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     return fig
 
 
-def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle]) -> Figure:
+def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figure:
     """Each checked record's max error against its bound (left) and as a fraction of it (right); mismatches red."""
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 6.2), dpi=DPI)
     ax_scatter, ax_ratio = fig.subplots(1, 2)
-    checked = [r for r in records if r.get("max_abs_error") is not None and r.get("error_bound")
-               and math.isfinite(float(r["max_abs_error"]))]
-    backends = sorted({str(r["backend"]) for r in checked})  # a backend with no checked record has no point here
-    positives = [float(r["max_abs_error"]) for r in checked if r["max_abs_error"] > 0]
+    checked = [r for r in records if r.max_abs_error is not None and r.error_bound
+               and math.isfinite(float(r.max_abs_error))]
+    backends = sorted({str(r.backend) for r in checked})  # a backend with no checked record has no point here
+    positives = [float(r.max_abs_error) for r in checked if r.max_abs_error > 0]
     floor = min(positives) / 10 if positives else 1e-12
     points: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     for r in checked:  # one plot call per (backend, mismatch) keeps thousands of records fast
-        err = max(float(r["max_abs_error"]), floor)
-        points.setdefault((str(r["backend"]), r["status"] == "mismatch"), []).append((float(r["error_bound"]), err))
+        err = max(float(r.max_abs_error), floor)
+        points.setdefault((str(r.backend), r.status == Status.MISMATCH), []).append((float(r.error_bound), err))
     for (backend, bad), pts in sorted(points.items()):
         style = styles[backend]
         kwargs = dict(marker=style.marker, linestyle="none", markersize=8 if bad else 6, zorder=4 if bad else 3,
@@ -329,10 +329,10 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
         bounds, errs = [p[0] for p in pts], [p[1] for p in pts]
         ax_scatter.plot(bounds, errs, **kwargs)
         ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs)], **kwargs)
-    unchecked_bad = [r for r in records if r["status"] == "mismatch" and r not in checked]
+    unchecked_bad = [r for r in records if r.status == Status.MISMATCH and r not in checked]
     if checked:
-        low = min(min(float(r["error_bound"]) for r in checked), floor)
-        high = max(max(float(r["error_bound"]) for r in checked), max(max(float(r["max_abs_error"]), floor) for r in checked))
+        low = min(min(float(r.error_bound) for r in checked), floor)
+        high = max(max(float(r.error_bound) for r in checked), max(max(float(r.max_abs_error), floor) for r in checked))
         line = [low / 3, high * 3]
         ax_scatter.plot(line, line, color="black", linestyle="--", linewidth=1.0, zorder=1)
         ax_scatter.annotate("err = bound", (line[1], line[1]), xytext=(-4, 4), textcoords="offset points",
@@ -361,7 +361,7 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
         notes.append(f"errors of exactly 0 are drawn at {floor:.1g}")
     if unchecked_bad:
         notes.append(f"{len(unchecked_bad)} mismatch(es) without a finite error (NaN/Inf) are listed in the table")
-    unchecked_ok = sum(1 for r in records if r["status"] == "ok" and r.get("max_abs_error") is None)
+    unchecked_ok = sum(1 for r in records if r.status == Status.OK and r.max_abs_error is None)
     if unchecked_ok:
         notes.append(f"{unchecked_ok} ok record(s) were not checked")
     fig.suptitle("Correctness against the reference", fontsize=14, fontweight="bold")
@@ -380,22 +380,22 @@ def correctness_chart(records: list[dict[str, Any]], styles: dict[str, BackendSt
     return fig
 
 
-def setup_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def setup_records(records: list[Record]) -> list[Record]:
     """The records whose backend's setup was measured (`extra.setup_ms`), with a median call to weigh it by."""
-    return [r for r in records if (r.get("extra") or {}).get("setup_ms") is not None and r.get("time_ms")]
+    return [r for r in records if (r.extra or {}).get("setup_ms") is not None and r.time_ms]
 
 
-def setup_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle]) -> Figure:
+def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figure:
     """Each backend's one-time setup per case (left: ms; right: in calls of its own median time), a dot per
     record and a bar at the backend's median: what a block mask, a compile or a plan costs before the first call."""
     rows = setup_records(records)
-    backends = sorted({str(r["backend"]) for r in rows})
+    backends = sorted({str(r.backend) for r in rows})
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.6 + 0.42 * max(1, len(backends))), dpi=DPI)
     ax_ms, ax_calls = fig.subplots(1, 2, sharey=True)
     for y, backend in enumerate(backends):
-        mine = [r for r in rows if r["backend"] == backend]
-        setup = [max(float(r["extra"]["setup_ms"]), 1e-3) for r in mine]
-        calls = [s / float(r["time_ms"]) for s, r in zip(setup, mine)]
+        mine = [r for r in rows if r.backend == backend]
+        setup = [max(float(r.extra["setup_ms"]), 1e-3) for r in mine]
+        calls = [s / float(r.time_ms) for s, r in zip(setup, mine)]
         style = styles[backend]
         for ax, values in ((ax_ms, setup), (ax_calls, calls)):
             ax.plot(values, [y] * len(values), marker=style.marker, color=style.color, linestyle="none", alpha=0.7)

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core import policy
@@ -24,8 +23,8 @@ from attnbench.report.change_rule import (BackendShift, MachinePace, Pace, backe
                                           kernel_change, machine_pace, spread_of)
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.match import Match
-from attnbench.records.results import (interval_of, is_noisy, is_throttled, key_of, load_records, read_env,
-                                       results_path)
+from attnbench.records.record import Record, Status
+from attnbench.records.results import load_records, read_env, results_path
 
 
 @dataclass
@@ -316,24 +315,24 @@ class Comparison:
         return 1 if self.should_fail else 0
 
 
-def _schema(records: list[dict[str, Any]], path: Path) -> int:
-    versions = sorted({int(r["schema_version"]) for r in records})
+def _schema(records: list[Record], path: Path) -> int:
+    versions = sorted({r.schema_version for r in records})
     if len(versions) != 1:
         raise ResultsError(f"{path}: records mix schema versions {versions}; compare runs written by one attnbench")
     return versions[0]
 
 
-def _index(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+def _index(records: list[Record]) -> dict[tuple, Record]:
     # A run that repeated a measurement: the last record of a key stands for it.
-    return {key_of(r): r for r in records}
+    return {r.key: r for r in records}
 
 
-def _unsteady(record: dict[str, Any]) -> bool:
+def _unsteady(record: Record) -> bool:
     """Not to be judged: a record without an interval whose samples spread wide. A record with an interval is judged
     by it, however wide: it is the run's (its windows and the device's run noise, core.interval.run_interval), so a
     wide spread widens it, and one wider than the precision asked still tells two medians apart when the intervals
     do not overlap."""
-    return False if interval_of(record) is not None else is_noisy(record)
+    return False if record.interval is not None else record.noisy
 
 
 DEFAULT_THRESHOLD = policy.CHANGE_THRESHOLD
@@ -356,7 +355,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
     return comparison
 
 
-def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[str, Any]], base: str, new: str,
+def compare_records(base_records: list[Record], new_records: list[Record], base: str, new: str,
                     threshold: float = DEFAULT_THRESHOLD) -> Comparison:
     """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
     versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
@@ -369,27 +368,27 @@ def compare_records(base_records: list[dict[str, Any]], new_records: list[dict[s
     for key in shared:
         b, n = base_index[key], new_index[key]
         matches.append(Match(
-            key=key, backend=str(b["backend"]), case=case_words(b), base_status=str(b["status"]),
-            new_status=str(n["status"]), base_ms=b.get("time_ms"), new_ms=n.get("time_ms"),
-            base_iqr=float(b.get("time_ms_iqr") or 0.0), new_iqr=float(n.get("time_ms_iqr") or 0.0),
-            new_reason=n.get("reason") if n["status"] != "ok" else b.get("reason"),
-            base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_throttled=is_throttled(b),
-            new_throttled=is_throttled(n), base_ci=interval_of(b), new_ci=interval_of(n),
-            base_repeatable=b.get("repeatable"), new_repeatable=n.get("repeatable"),
-            new_deterministic="deterministic" in (n.get("extra") or {}), new_repeat=repeat_words(n),
+            key=key, backend=b.backend, case=case_words(b), base_status=str(b.status),
+            new_status=str(n.status), base_ms=b.time_ms, new_ms=n.time_ms,
+            base_iqr=float(b.time_ms_iqr or 0.0), new_iqr=float(n.time_ms_iqr or 0.0),
+            new_reason=n.reason if n.status != Status.OK else b.reason,
+            base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_throttled=bool(b.throttled),
+            new_throttled=bool(n.throttled), base_ci=b.interval, new_ci=n.interval,
+            base_repeatable=b.repeatable, new_repeatable=n.repeatable,
+            new_deterministic="deterministic" in (n.extra or {}), new_repeat=repeat_words(n),
             kernel_change=kernel_change(b, n),
         ))
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
-        device=str(base_index[shared[0]].get("device") or "cpu"),
+        device=str(base_index[shared[0]].device or "cpu"),
     )
 
 
-def repeat_words(record: dict[str, Any]) -> str:
+def repeat_words(record: Record) -> str:
     """A record's difference between its two calls: '<tensor> by up to <diff>', '' when they agreed."""
-    if record.get("repeatable") is not False:
+    if not record.unrepeatable:
         return ""
-    extra = record.get("extra") or {}
+    extra = record.extra or {}
     diff = extra.get("repeat_max_diff")
     return f"{extra.get('repeat_tensor')} " + (f"by up to {diff:.3g}" if diff is not None else "by a NaN or Inf")

@@ -26,6 +26,7 @@ from typing import Any
 from attnbench.core import axes
 from attnbench.core.case import DEFAULT_QUANT_BLOCK
 from attnbench.core.quant import GRANULARITIES
+from attnbench.records.record import Record
 
 SCHEMA_NAME = "attnbench-dispatch"
 SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
@@ -115,14 +116,14 @@ class Shape:
         }
 
     @classmethod
-    def of_record(cls, record: dict[str, Any]) -> Shape:
-        """The shape of a measurement record (results.jsonl's fields)."""
+    def of_record(cls, record: Record) -> Shape:
+        """The shape of a measurement record."""
         return cls(
-            seq_len=int(record["seq_len"]), heads=int(record["heads"]), kv_heads=int(record["kv_heads"]),
-            head_dim=int(record["head_dim"]), dtype=str(record["dtype"]), causal=bool(record["causal"]),
-            window=record.get("window"), mode=str(record["mode"]), kv_seq_len=int(record["kv_seq_len"]),
-            head_dim_v=record.get("head_dim_v"), kv_dtype=record.get("kv_dtype"), quant=record.get("quant"),
-            quant_block=record.get("quant_block"), **{name: axes.feature_of(record, name) for name in FEATURES},
+            seq_len=int(record.seq_len), heads=int(record.heads), kv_heads=int(record.kv_heads),
+            head_dim=int(record.head_dim), dtype=str(record.dtype), causal=bool(record.causal),
+            window=record.window, mode=str(record.mode), kv_seq_len=int(record.kv_seq_len),
+            head_dim_v=record.head_dim_v, kv_dtype=record.kv_dtype, quant=record.quant,
+            quant_block=record.quant_block, **{name: axes.feature_of(record, name) for name in FEATURES},
         )
 
 

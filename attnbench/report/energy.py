@@ -4,7 +4,6 @@ the records' `extra.joules_per_token` (attnbench.run.sustain's loop); drawn only
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -12,14 +11,14 @@ from matplotlib.lines import Line2D
 from attnbench.report.groups import CaseGroup
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, empty_note, figure_legend, log2_x
 from attnbench.report.styles import BackendStyle
-from attnbench.records.results import is_throttled
+from attnbench.records.record import Record, Status
 
 MAX_PANELS = 6  # the case groups drawn (the ones with the most measured points first)
 
 
-def energy_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def energy_records(records: list[Record]) -> list[Record]:
     """The `ok` records whose loop gave an energy per token."""
-    return [r for r in records if r["status"] == "ok" and (r.get("extra") or {}).get("joules_per_token")]
+    return [r for r in records if r.status == Status.OK and (r.extra or {}).get("joules_per_token")]
 
 
 def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Figure:
@@ -35,16 +34,16 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
     seen: dict[str, BackendStyle] = {}
     for ax, (group, rs) in zip(axes, measured):
         field = group.x_field  # the query length, or the KV length of a decode group
-        lengths = sorted({int(r[field]) for r in rs})
-        for backend in sorted({str(r["backend"]) for r in rs}):
-            mine = sorted((r for r in rs if r["backend"] == backend), key=lambda r: r[field])
+        lengths = sorted({int(getattr(r, field)) for r in rs})
+        for backend in sorted({r.backend for r in rs}):
+            mine = sorted((r for r in rs if r.backend == backend), key=lambda r: getattr(r, field))
             style = styles[backend]
             seen[backend] = style
-            xs = [int(r[field]) for r in mine]
-            ys = [float(r["extra"]["joules_per_token"]) * 1e3 for r in mine]
+            xs = [int(getattr(r, field)) for r in mine]
+            ys = [float(r.extra["joules_per_token"]) * 1e3 for r in mine]
             ax.plot(xs, ys, color=style.color, linewidth=1.6)
             for x, y, r in zip(xs, ys, mine):
-                hollow = bool(r["extra"].get("energy_throttled")) or is_throttled(r)
+                hollow = bool(r.extra.get("energy_throttled")) or bool(r.throttled)
                 ax.plot([x], [y], marker=style.marker, color=style.color, linestyle="none", markersize=7,
                         markerfacecolor="white" if hollow else style.color)
         log2_x(ax, lengths, "KV length" if field == "kv_seq_len" else "sequence length")

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
-from attnbench.report.groups import CaseGroup, case_words, shape_words
+from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
 from attnbench.report.recommend import ran_kernel
 from attnbench.report.rows import kernel_unchecked
-from attnbench.records.results import (
-    KEY_FIELDS,
-    WORKLOAD_DEFAULTS,
-    apart,
-    interval_of,
-    is_noisy,
-    is_throttled,
-    is_unrepeatable,
-)
+from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 
 # Packed documents, and their drawn lengths.
@@ -117,8 +108,8 @@ def fastest_line(group: CaseGroup) -> str | None:
         timed = [(usable_time(r), b) for (b, xx), r in cells.items() if xx == x and usable_time(r) is not None]
         if timed:
             best = min(timed)
-            kernel = ran_kernel(cells[(best[1], x)].get("kernel"))  # backends that ran that kernel are one name
-            same = sorted(b for _, b in timed if kernel and ran_kernel(cells[(b, x)].get("kernel")) == kernel)
+            kernel = ran_kernel(cells[(best[1], x)].kernel)  # backends that ran that kernel are one name
+            same = sorted(b for _, b in timed if kernel and ran_kernel(cells[(b, x)].kernel) == kernel)
             winners.append((x, " = ".join(same) if len(same) > 1 else best[1]))
     if not winners:
         return f"{group.title()}: no backend produced a correct timing."
@@ -139,54 +130,54 @@ def flagged_fastest_lines(groups: list[CaseGroup]) -> list[str]:
     for group in groups:
         cells = group.by_backend_x()
         for x in group.xs:
-            here = [(b, r) for (b, xx), r in sorted(cells.items()) if xx == x and r.get("time_ms")]
+            here = [(b, r) for (b, xx), r in sorted(cells.items()) if xx == x and r.time_ms]
             ok = [(usable_time(r), b, r) for b, r in here if usable_time(r) is not None]
             best = min(ok, key=lambda item: item[0]) if ok else None
             where = f"{group.title()}: fastest at {_length_words(group, x)}"
-            if best is not None and best[2].get("overhead"):
+            if best is not None and best[2].overhead:
                 _, backend, r = best
-                share = r.get("attention_share")
+                share = r.attention_share
                 outside = f"{1 - share:.0%} of its call is" if share is not None else "part of its call is"
-                rest = str(r["overhead"]).partition(OVERHEAD_REST)[2] or str(r["overhead"])
+                rest = str(r.overhead).partition(OVERHEAD_REST)[2] or str(r.overhead)
                 lines.append(f"{where}: {backend}, but {outside} outside its attention kernels ({rest}).")
-            wrong = [(float(r["time_ms"]), b, r) for b, r in here if r.get("status") == "wrong_kernel"]
+            wrong = [(float(r.time_ms), b, r) for b, r in here if r.status == Status.WRONG_KERNEL]
             if wrong and (best is None or min(wrong, key=lambda item: item[0])[0] < best[0]):
                 _, backend, r = min(wrong, key=lambda item: item[0])
                 lines.append(f"{group.title()}: at {_length_words(group, x)} the fastest timing is {backend}'s, but "
-                             f"it ran the wrong kernel ({r.get('reason') or 'no reason recorded'}): that time is "
+                             f"it ran the wrong kernel ({r.reason or 'no reason recorded'}): that time is "
                              f"not {backend}'s.")
     return lines
 
 
-def _group_failures(records: list[dict[str, Any]], statuses: tuple[str, ...]) -> list[Failure]:
+def _group_failures(records: list[Record], statuses: tuple[str, ...]) -> list[Failure]:
     grouped: dict[tuple[str, str, str], list[str]] = {}
     every = {case_words(r) for r in records}
     for r in records:
-        if r["status"] in statuses:
-            key = (str(r["backend"]), str(r["status"]), str(r.get("reason") or "no reason recorded"))
+        if r.status in statuses:
+            key = (str(r.backend), str(r.status), str(r.reason or "no reason recorded"))
             grouped.setdefault(key, []).append(case_words(r))
     return [Failure(b, s, reason, cases, set(cases) == every) for (b, s, reason), cases in sorted(grouped.items())]
 
 
-def repeat_lines(records: list[dict[str, Any]]) -> list[str]:
+def repeat_lines(records: list[Record]) -> list[str]:
     """How many compared records were not repeatable, each of them (up to MAX_REPEAT_LINES) with its tensor and
     largest difference, and, when the run asked for deterministic kernels, what the backends made of it."""
-    compared = [r for r in records if r.get("repeatable") is not None]
-    differed = [r for r in compared if is_unrepeatable(r)]
+    compared = [r for r in records if r.repeatable is not None]
+    differed = [r for r in compared if r.unrepeatable]
     lines = []
     if differed:
         lines.append(f"{len(differed)} of {len(compared)} compared measurements were not repeatable: two calls on the "
                      "same inputs gave different bits (≠ after the status in the tables).")
     for r in differed[:MAX_REPEAT_LINES]:
-        extra = r.get("extra") or {}
+        extra = r.extra or {}
         diff = extra.get("repeat_max_diff")
         size = f"by up to {fmt_float(diff, 2)}" if diff is not None else "by a NaN or Inf in one call only"
-        lines.append(f"Not repeatable: {r['backend']} on {case_words(r)}: {extra.get('repeat_tensor')} differs "
+        lines.append(f"Not repeatable: {r.backend} on {case_words(r)}: {extra.get('repeat_tensor')} differs "
                      f"{size} between two calls.")
     if len(differed) > MAX_REPEAT_LINES:
         lines.append(f"… and {len(differed) - MAX_REPEAT_LINES} more not repeatable (≠ in the tables).")
-    answers = [str((r.get("extra") or {}).get("deterministic", "")) for r in records]
-    refused = sum(1 for r in records if str(r.get("reason") or "").startswith(DETERMINISTIC_SKIP))
+    answers = [str((r.extra or {}).get("deterministic", "")) for r in records]
+    refused = sum(1 for r in records if str(r.reason or "").startswith(DETERMINISTIC_SKIP))
     if refused or any(answers):
         honoured = sum(a.startswith("honoured") for a in answers)
         lacking = sum(a.startswith("not applicable") for a in answers)
@@ -199,84 +190,84 @@ MAX_PACKING_LINES = 8
 MAX_ROOF_LINES = 8  # records above their roof named one by one; the tables show every percent
 
 
-def roof_lines(records: list[dict[str, Any]]) -> list[str]:
+def roof_lines(records: list[Record]) -> list[str]:
     """Every timed record above 100% of its roof (extra.above_roof), named: no kernel outruns the machine, so the
     roof is what is wrong — a measured one taken under load or on too small a matmul, or a datasheet row or option
     below this device."""
-    above = [r for r in records if r.get("status") in ("ok", "mismatch") and (r.get("extra") or {}).get("above_roof")]
+    above = [r for r in records if r.status in TIMED and (r.extra or {}).get("above_roof")]
     lines = []
     for r in above[:MAX_ROOF_LINES]:
-        source = str((r.get("extra") or {}).get("peak_source") or "its roof")
+        source = str((r.extra or {}).get("peak_source") or "its roof")
         why = ("measured under load, or on too small a matmul: re-run on a quiet machine, or give --peak-tflops"
                if source.startswith("measured roof") else "that roof is below what this device reached")
-        lines.append(f"Above its roof: {r['backend']} on {case_words(r)} reached {float(r['percent_of_peak']):.0f}% "
+        lines.append(f"Above its roof: {r.backend} on {case_words(r)} reached {float(r.percent_of_peak):.0f}% "
                      f"of {source}; the roof is wrong ({why}).")
     if len(above) > MAX_ROOF_LINES:
         lines.append(f"… and {len(above) - MAX_ROOF_LINES} more records above their roof (% of peak in the tables).")
     return lines
 
 
-def dtype_lines(records: list[dict[str, Any]]) -> list[str]:
+def dtype_lines(records: list[Record]) -> list[str]:
     """Each case where naive attention in the case's own dtype is far off the float64 reference
     (extra.dtype_limited): the dtype cannot hold its inputs, so a pass there says "no worse than twice the dtype",
     and each backend's error is given as a share of the reference's scale instead (docs/conventions.md "Input
     distributions")."""
-    cases: dict[str, list[dict[str, Any]]] = {}
+    cases: dict[str, list[Record]] = {}
     for r in records:
-        if r.get("status") in ("ok", "mismatch") and (r.get("extra") or {}).get("dtype_limited"):
-            cases.setdefault(str(r["case_id"]), []).append(r)
+        if r.status in TIMED and (r.extra or {}).get("dtype_limited"):
+            cases.setdefault(str(r.case_id), []).append(r)
     lines = []
     for members in list(cases.values())[:MAX_DTYPE_LINES]:
-        naive, scale = (members[0]["extra"].get(k) for k in ("naive_relative_error", "reference_scale"))
-        errors = ", ".join(f"{r['backend']} {100 * float(r['max_abs_error']) / scale:.2g}%" for r in members
-                           if scale and r.get("max_abs_error") is not None)
+        naive, scale = (members[0].extra.get(k) for k in ("naive_relative_error", "reference_scale"))
+        errors = ", ".join(f"{r.backend} {100 * float(r.max_abs_error) / scale:.2g}%" for r in members
+                           if scale and r.max_abs_error is not None)
         off = "NaN or Inf" if naive is None else f"off by {100 * naive:.0f}% of the reference's scale"
         lines.append(f"The dtype cannot hold these inputs ({case_words(members[0])}): naive attention in "
-                     f"{members[0]['dtype']} is {off}, so a pass there says little"
+                     f"{members[0].dtype} is {off}, so a pass there says little"
                      + (f"; each backend's error as a share of that scale: {errors}." if errors else "."))
     if len(cases) > MAX_DTYPE_LINES:
         lines.append(f"… and {len(cases) - MAX_DTYPE_LINES} more cases the dtype cannot hold (extra.dtype_limited).")
     return lines
 
 
-def packing_lines(timed: list[dict[str, Any]]) -> list[str]:
+def packing_lines(timed: list[Record]) -> list[str]:
     """For each backend timed on packed documents and on the same case as one sequence, where their intervals do
     not overlap: how their times compare (block-sparse kernels skip what crosses a boundary; a dense kernel given
     the mask does all the work)."""
-    def key(r: dict[str, Any]) -> tuple:
-        return tuple(str(r.get(k, WORKLOAD_DEFAULTS.get(k))) for k in CASE_KEYS)
+    def key(r: Record) -> tuple:
+        return tuple(str(getattr(r, k)) for k in CASE_KEYS)
 
-    single = {(r["backend"], key(r)): r for r in timed if r.get("status") == "ok" and not r.get("documents")}
+    single = {(r.backend, key(r)): r for r in timed if r.status == Status.OK and not r.documents}
     lines = []
     for r in timed:
-        if r.get("status") != "ok" or not r.get("documents"):
+        if r.status != Status.OK or not r.documents:
             continue
-        one = single.get((r["backend"], key(r)))
+        one = single.get((r.backend, key(r)))
         if one is None:
             continue
-        packed, single_ci = interval_of(r), interval_of(one)
+        packed, single_ci = r.interval, one.interval
         if packed is not None and single_ci is not None and not apart(packed, single_ci):
             continue  # no measurable difference: not a finding
-        ratio = float(one["time_ms"]) / float(r["time_ms"])
+        ratio = float(one.time_ms) / float(r.time_ms)
         how = f"{ratio:.1f}× faster" if ratio >= 1 else f"{1 / ratio:.1f}× slower"
-        lines.append(f"Packed documents: {r['backend']} on {r['documents']} documents ({r.get('doc_lengths')}) at "
-                     f"{fmt_length(r['seq_len'])} tokens takes {fmt_ms(usable_time(r))} ms, {how} than on one "
-                     f"{fmt_length(r['seq_len'])}-token sequence ({fmt_ms(usable_time(one))} ms); "
-                     f"{' · '.join(shape_words(one))}.")
+        lines.append(f"Packed documents: {r.backend} on {r.documents} documents ({r.doc_lengths}) at "
+                     f"{fmt_length(r.seq_len)} tokens takes {fmt_ms(usable_time(r))} ms, {how} than on one "
+                     f"{fmt_length(r.seq_len)}-token sequence ({fmt_ms(usable_time(one))} ms); "
+                     f"{' · '.join(shape_words(shape_of(one)))}.")
     return lines[:MAX_PACKING_LINES]
 
 
-def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None) -> Findings:
+def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str | None) -> Findings:
     """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
     found = Findings()
     for r in records:
-        found.counts[r["status"]] = found.counts.get(r["status"], 0) + 1
-    timed = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("time_ms") is not None]
-    noisy = sum(1 for r in timed if is_noisy(r))
+        found.counts[r.status] = found.counts.get(r.status, 0) + 1
+    timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+    noisy = sum(1 for r in timed if r.noisy)
     if noisy:
         found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
                            "too few samples for one): marked ~ in the tables and drawn hollow.")
-    throttled = sum(1 for r in timed if is_throttled(r))
+    throttled = sum(1 for r in timed if r.throttled)
     if throttled:
         found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
                            "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
@@ -310,12 +301,12 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
         for (backend, xx), r in sorted(longest.by_backend_x().items()):
             if xx != x:
                 continue
-            if r["status"] in ("ok", "mismatch") and r.get("peak_memory_bytes") is not None:
-                parts.append(f"{backend} {fmt_bytes(r['peak_memory_bytes'])}")
-            elif r["status"] in ("ok", "mismatch"):
+            if r.status in TIMED and r.peak_memory_bytes is not None:
+                parts.append(f"{backend} {fmt_bytes(r.peak_memory_bytes)}")
+            elif r.status in TIMED:
                 parts.append(f"{backend} not measured")
-            elif r["status"] != "skipped":  # an oom here is the finding; skips are listed below
-                parts.append(f"{backend} {r['status']}")
+            elif r.status != Status.SKIPPED:  # an oom here is the finding; skips are listed below
+                parts.append(f"{backend} {r.status}")
         found.memory.append(
             f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
             + "; ".join(parts) + "."
@@ -335,33 +326,33 @@ def build_findings(groups: list[CaseGroup], records: list[dict[str, Any]], basel
     return found
 
 
-def overhead_lines(records: list[dict[str, Any]]) -> list[str]:
+def overhead_lines(records: list[Record]) -> list[str]:
     """One line per backend with records flagged `overhead`: how many, the share its declared kernels took, and what
     the rest of the call was most often (each record's own words are in the table)."""
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[str, list[Record]] = {}
     for r in records:
-        if r.get("overhead"):
-            by.setdefault(str(r["backend"]), []).append(r)
+        if r.overhead:
+            by.setdefault(str(r.backend), []).append(r)
     lines = []
     for backend, flagged in sorted(by.items()):
-        shares = [r["attention_share"] for r in flagged if r.get("attention_share") is not None]
+        shares = [r.attention_share for r in flagged if r.attention_share is not None]
         share = (f"; its declared kernels {min(shares):.0%}–{max(shares):.0%} of the call" if len(set(shares)) > 1
                  else f"; its declared kernels {shares[0]:.0%} of the call" if shares else "")
         rests: dict[str, int] = {}
         for r in flagged:
-            for part in str(r["overhead"]).partition(OVERHEAD_REST)[2].rstrip(".").split(", "):
+            for part in str(r.overhead).partition(OVERHEAD_REST)[2].rstrip(".").split(", "):
                 found = re.fullmatch(r"(.+?) \d+%( \(.+\))?", part)  # "aten::copy_ 16% (copy)": its name and kind
                 name = found[1] + (found[2] or "") if found else part
                 if name:
                     rests[name] = rests.get(name, 0) + 1
         common = sorted(rests, key=lambda n: -rests[n])[:3]
-        total = sum(1 for r in records if r.get("backend") == backend and r.get("kernels"))
+        total = sum(1 for r in records if r.backend == backend and r.kernels)
         lines.append(f"{backend}: overhead in {len(flagged)} of {total} profiled records{share}"
                      + (f"; the rest most often {', '.join(common)}" if common else "") + ".")
     return lines
 
 
-def unchecked_lines(records: list[dict[str, Any]], most: int = 5) -> list[str]:
+def unchecked_lines(records: list[Record], most: int = 5) -> list[str]:
     """One line per reason measured records' kernels were never checked (a profiler that failed or saw nothing, no
     declared names, a record from before profiling), naming each backend with how many of its measured records: such
     a record is no evidence of which kernel ran, so it is named here and never counted as checked."""
@@ -370,11 +361,11 @@ def unchecked_lines(records: list[dict[str, Any]], most: int = 5) -> list[str]:
         why = kernel_unchecked(r)
         if why:
             counts = by.setdefault(why, {})
-            counts[str(r["backend"])] = counts.get(str(r["backend"]), 0) + 1
+            counts[str(r.backend)] = counts.get(str(r.backend), 0) + 1
     measured: dict[str, int] = {}
     for r in records:
-        if r.get("status") in ("ok", "mismatch"):
-            measured[str(r["backend"])] = measured.get(str(r["backend"]), 0) + 1
+        if r.status in TIMED:
+            measured[str(r.backend)] = measured.get(str(r.backend), 0) + 1
     ordered = sorted(by.items(), key=lambda item: (-sum(item[1].values()), item[0]))
     return [f"Kernels unchecked ({why}): "
             + ", ".join(f"{b} {n} of {measured.get(b, n)}" for b, n in sorted(counts.items())) + "."

@@ -24,7 +24,7 @@ from attnbench.report.baseline import usable_time
 from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.records.results import apart, interval_of, is_noisy, is_throttled
+from attnbench.records.record import TIMED, Record, Status, apart
 from attnbench.core.units import fmt_length, fmt_ms
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -35,36 +35,36 @@ TITLE_CHARS = 120  # a title wraps here, as the group charts' do
 FORMAT_MARKERS = {"original": "o", "qkv": "s", "kv": "^", "internal": "D"}
 
 
-def original_dtype(record: dict[str, Any]) -> str:
+def original_dtype(record: Record) -> str:
     """The dtype of a record's original inputs: bf16 under an FP8 dtype, else its own."""
-    return "bfloat16" if record["dtype"] in FP8 else str(record["dtype"])
+    return "bfloat16" if record.dtype in FP8 else str(record.dtype)
 
 
-def kind_of(record: dict[str, Any]) -> str:
+def kind_of(record: Record) -> str:
     """"qkv" (FP8 Q, K, V), "kv" (an FP8 K/V cache), "internal" (the kernel quantizes) or "original"."""
-    if record["dtype"] in FP8:
+    if record.dtype in FP8:
         return "qkv"
-    if record.get("kv_dtype"):
+    if record.kv_dtype:
         return "kv"
-    return "internal" if (record.get("extra") or {}).get("quantized") == "internal" else "original"
+    return "internal" if (record.extra or {}).get("quantized") == "internal" else "original"
 
 
-def format_of(record: dict[str, Any]) -> str:
+def format_of(record: Record) -> str:
     """The format in words: "bf16", "fp8e4m3 per-head", "K/V fp8e4m3 per-tensor", "bf16, INT8 inside"."""
     kind = kind_of(record)
-    scale = SCALE_WORDS.get(str(record.get("quant")), "")
-    if record.get("quant") == "block":
-        scale += f" {record.get('quant_block')}"
+    scale = SCALE_WORDS.get(str(record.quant), "")
+    if record.quant == "block":
+        scale += f" {record.quant_block}"
     if kind == "qkv":
-        return f"{dtype_word(record['dtype'])} {scale}"
+        return f"{dtype_word(record.dtype)} {scale}"
     if kind == "kv":
-        return f"K/V {dtype_word(record['kv_dtype'])} {scale}"
-    return f"{dtype_word(record['dtype'])}, INT8 inside" if kind == "internal" else dtype_word(record["dtype"])
+        return f"K/V {dtype_word(record.kv_dtype)} {scale}"
+    return f"{dtype_word(record.dtype)}, INT8 inside" if kind == "internal" else dtype_word(record.dtype)
 
 
-def error_vs_original(record: dict[str, Any]) -> float | None:
+def error_vs_original(record: Record) -> float | None:
     """The relative L2 error of the record's output against the reference on the original inputs."""
-    extra = record.get("extra") or {}
+    extra = record.extra or {}
     metric = extra.get("error_vs_original") or (extra.get("kernel_error") if kind_of(record) in ("original",
                                                                                                 "internal") else None)
     value = (metric or {}).get("rel_l2")
@@ -81,14 +81,14 @@ class FrontierGroup:
     """One case in every format it was measured in, at each of its lengths."""
 
     shape: dict[str, Any]  # the case fields but the format's, and the original dtype as "dtype"
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
 
     @property
     def lengths(self) -> list[tuple[int, int]]:
-        return sorted({(int(r["seq_len"]), int(r["kv_seq_len"])) for r in self.records})
+        return sorted({(int(r.seq_len), int(r.kv_seq_len)) for r in self.records})
 
-    def at(self, length: tuple[int, int]) -> list[dict[str, Any]]:
-        return [r for r in self.records if (int(r["seq_len"]), int(r["kv_seq_len"])) == length]
+    def at(self, length: tuple[int, int]) -> list[Record]:
+        return [r for r in self.records if (int(r.seq_len), int(r.kv_seq_len)) == length]
 
     def title(self) -> str:
         words = shape_words(self.shape)[1:]  # the dtype is each point's own; the originals' is said last
@@ -100,14 +100,14 @@ class FrontierGroup:
         return CaseGroup(self.shape, "seq_len").slug()
 
 
-def frontier_groups(records: list[dict[str, Any]]) -> list[FrontierGroup]:
+def frontier_groups(records: list[Record]) -> list[FrontierGroup]:
     """The frontier groups with a quantized point (an FP8 format, or a kernel quantizing inside) and another point."""
     buckets: dict[tuple, FrontierGroup] = {}
     for r in records:
-        if r["status"] not in ("ok", "mismatch") or usable_time(r, include_mismatch=True) is None \
+        if r.status not in TIMED or usable_time(r, include_mismatch=True) is None \
                 or error_vs_original(r) is None:
             continue
-        shape = {f: r.get(f) for f in SHAPE}
+        shape = {f: getattr(r, f) for f in SHAPE}
         shape.update(dtype=original_dtype(r), kv_dtype=None, quant=None)
         key = tuple(str(v) for v in shape.values())
         buckets.setdefault(key, FrontierGroup(shape)).records.append(r)
@@ -115,22 +115,22 @@ def frontier_groups(records: list[dict[str, Any]]) -> list[FrontierGroup]:
             if any(kind_of(r) != "original" for r in g.records) and len(g.records) > 1]
 
 
-def speedups(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]]:
+def speedups(records: list[Record]) -> list[tuple[Record, Record | None, Record | None]]:
     """For each `ok` quantized record of a frontier: (it, the same kernel family's `ok` record in the original format
     on the same case, the fastest `ok` record in the original format on the same case), each None where absent."""
     found = []
     for r in records:
-        if kind_of(r) == "original" or r["status"] != "ok":
+        if kind_of(r) == "original" or r.status != Status.OK:
             continue
-        same = [o for o in records if kind_of(o) == "original" and o["status"] == "ok"
-                and (o["seq_len"], o["kv_seq_len"]) == (r["seq_len"], r["kv_seq_len"])]
-        twin = next((o for o in same if family(o["backend"]) == family(r["backend"])), None)
-        best = min(same, key=lambda o: float(o["time_ms"]), default=None)
+        same = [o for o in records if kind_of(o) == "original" and o.status == Status.OK
+                and (o.seq_len, o.kv_seq_len) == (r.seq_len, r.kv_seq_len)]
+        twin = next((o for o in same if family(o.backend) == family(r.backend)), None)
+        best = min(same, key=lambda o: float(o.time_ms), default=None)
         found.append((r, twin, best))
     return found
 
 
-def findings_lines(records: list[dict[str, Any]]) -> list[str]:
+def findings_lines(records: list[Record]) -> list[str]:
     """Per case and length with quantized kernels: each one's speed over its own kernel family in the original dtype,
     and which of them are not faster than the fastest kernel in the original dtype (judged by the medians'
     intervals where both have one), with both errors against the original inputs."""
@@ -145,18 +145,18 @@ def findings_lines(records: list[dict[str, Any]]) -> list[str]:
             ratios: dict[tuple[str, str], list[str]] = {}
             for r, twin, _ in found:
                 if twin is not None:
-                    ratio = fmt_ratio(float(twin["time_ms"]) / float(r["time_ms"]))
-                    ratios.setdefault((r["backend"], twin["backend"]), []).append(f"{format_of(r)} {ratio}")
+                    ratio = fmt_ratio(float(twin.time_ms) / float(r.time_ms))
+                    ratios.setdefault((r.backend, twin.backend), []).append(f"{format_of(r)} {ratio}")
             for (backend, twin_name), parts in ratios.items():
                 lines.append(f"FP8 speed-up on {where}: {backend} runs at {', '.join(parts)} the speed of "
                              f"{twin_name} in {original}.")
             best = found[0][2]
             slow = [r for r, _, b in found if b is not None and not faster(r, b)]
             if best is not None and slow:
-                shown = "; ".join(f"{r['backend']} in {format_of(r)} {fmt_ms(r['time_ms'])} ms, error "
+                shown = "; ".join(f"{r.backend} in {format_of(r)} {fmt_ms(r.time_ms)} ms, error "
                                   f"{error_vs_original(r):.2g}" for r in slow[:SHOWN_SLOW])
                 more = f"; … {len(slow) - SHOWN_SLOW} more" if len(slow) > SHOWN_SLOW else ""
-                lines.append(f"Not faster than {best['backend']} in {original} ({fmt_ms(best['time_ms'])} ms, error "
+                lines.append(f"Not faster than {best.backend} in {original} ({fmt_ms(best.time_ms)} ms, error "
                              f"{error_vs_original(best):.2g} against the original inputs) on {where}: {shown}{more}.")
     return lines
 
@@ -164,18 +164,18 @@ def findings_lines(records: list[dict[str, Any]]) -> list[str]:
 SHOWN_SLOW = 6
 
 
-def faster(r: dict[str, Any], other: dict[str, Any]) -> bool:
+def faster(r: Record, other: Record) -> bool:
     """Whether `r` is measurably faster than `other`: a lower median, and intervals apart where both have one."""
-    if float(r["time_ms"]) >= float(other["time_ms"]):
+    if float(r.time_ms) >= float(other.time_ms):
         return False
-    a, b = interval_of(r), interval_of(other)
+    a, b = r.interval, other.interval
     return a is None or b is None or apart(a, b)
 
 
-def length_words(record: dict[str, Any]) -> str:
-    if record["seq_len"] == record["kv_seq_len"]:
-        return f"seq {fmt_length(int(record['seq_len']))}"
-    return f"q {fmt_length(int(record['seq_len']))} / kv {fmt_length(int(record['kv_seq_len']))}"
+def length_words(record: Record) -> str:
+    if record.seq_len == record.kv_seq_len:
+        return f"seq {fmt_length(int(record.seq_len))}"
+    return f"q {fmt_length(int(record.seq_len))} / kv {fmt_length(int(record.kv_seq_len))}"
 
 
 def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -194,11 +194,11 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
     lengths = group.lengths[-MAX_PANELS:]
     fig = Figure(figsize=(max(GROUP_FIGSIZE[0], 6.2 * len(lengths) + 0.8), 6.8), dpi=DPI)
     axes = fig.subplots(1, len(lengths), squeeze=False)[0]
-    members = {length: sorted(group.at(length), key=lambda r: float(r["time_ms"])) for length in lengths}
+    members = {length: sorted(group.at(length), key=lambda r: float(r.time_ms)) for length in lengths}
     everyone = [r for rs in members.values() for r in rs]
-    backends = sorted({r["backend"] for r in everyone})
+    backends = sorted({r.backend for r in everyone})
     kinds = {kind_of(r) for r in everyone}
-    hollow = any(is_noisy(r) or is_throttled(r) for r in everyone)
+    hollow = any(r.noisy or r.throttled for r in everyone)
     drawn_front = False
     handles = [Line2D([], [], color=styles[b].color, marker="o", linestyle="none", markersize=9, label=b)
                for b in backends]
@@ -209,13 +209,13 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
     for ax, length in zip(axes, lengths):
         points = []
         for r in members[length]:
-            x, y = float(r["time_ms"]), float(error_vs_original(r) or 0)
-            style = styles[r["backend"]]
-            open_face = is_noisy(r) or is_throttled(r)
+            x, y = float(r.time_ms), float(error_vs_original(r) or 0)
+            style = styles[r.backend]
+            open_face = r.noisy or bool(r.throttled)
             ax.plot([x], [y], marker=FORMAT_MARKERS[kind_of(r)], markersize=10, linestyle="none", zorder=4,
                     color=style.color, markerfacecolor="white" if open_face else style.color,
                     markeredgecolor=style.color if open_face else "black", markeredgewidth=1.6 if open_face else 0.6)
-            if r["status"] == "mismatch":
+            if r.status == Status.MISMATCH:
                 ax.plot([x], [y], marker="o", markersize=18, markerfacecolor="none", markeredgecolor=MISMATCH_COLOR,
                         markeredgewidth=2.0, linestyle="none", zorder=5)
             points.append((x, y, r))
@@ -232,7 +232,7 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
     if hollow:
         handles.append(Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none",
                               markersize=8, label="hollow: noisy or throttled timing"))
-    if any(r["status"] == "mismatch" for r in everyone):
+    if any(r.status == Status.MISMATCH for r in everyone):
         handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
                               markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch"))
     if drawn_front:
@@ -247,18 +247,18 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
     top = 0.9 - 0.035 * len(title) - (0.03 if any(kind_of(r) != "original" for r in everyone) else 0.0)
     fig.subplots_adjust(left=0.07, right=0.98, top=top, bottom=0.12 + 0.045 * rows, wspace=0.28)
     for ax, length in zip(axes, lengths):
-        _place_labels(fig, ax, [(float(r["time_ms"]), float(error_vs_original(r) or 0), label_of(r, members[length]))
+        _place_labels(fig, ax, [(float(r.time_ms), float(error_vs_original(r) or 0), label_of(r, members[length]))
                                 for r in members[length]])
     return fig
 
 
-def label_of(record: dict[str, Any], same_length: list[dict[str, Any]]) -> str:
+def label_of(record: Record, same_length: list[Record]) -> str:
     """"backend" over "format", and for a quantized kernel its speed against its own family in the original dtype."""
-    text = f"{record['backend']}\n{format_of(record)}"
-    twin = next((o for o in same_length if kind_of(o) == "original" and o["status"] == "ok"
-                 and family(o["backend"]) == family(record["backend"])), None)
-    if kind_of(record) != "original" and twin is not None and record["status"] == "ok":
-        text += f", {fmt_ratio(float(twin['time_ms']) / float(record['time_ms']))} {twin['backend']}"
+    text = f"{record.backend}\n{format_of(record)}"
+    twin = next((o for o in same_length if kind_of(o) == "original" and o.status == Status.OK
+                 and family(o.backend) == family(record.backend)), None)
+    if kind_of(record) != "original" and twin is not None and record.status == Status.OK:
+        text += f", {fmt_ratio(float(twin.time_ms) / float(record.time_ms))} {twin.backend}"
     return text
 
 

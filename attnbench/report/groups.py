@@ -10,7 +10,7 @@ from attnbench.core import axes
 from attnbench.core.axes import SCALE_WORDS  # noqa: F401 - the scales' words, declared with the quant axis
 from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
 from attnbench.core.case import DTYPE_SHORT
-from attnbench.records.results import DRAWN_FIELDS, WORKLOAD_DEFAULTS
+from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, Status
 
 # A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
@@ -34,17 +34,17 @@ class CaseGroup:
     shape: dict[str, Any]
     x_field: str  # "seq_len", or "kv_seq_len" for decode-like groups where the query length is fixed
     fixed: dict[str, int] = field(default_factory=dict)  # the other length when it is constant and differs
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
 
     @property
     def xs(self) -> list[int]:
         """The distinct lengths on the x axis, ascending."""
-        return sorted({int(r[self.x_field]) for r in self.records})
+        return sorted({int(getattr(r, self.x_field)) for r in self.records})
 
     @property
     def backends(self) -> list[str]:
         """The backends that have at least one record (any status) in this group."""
-        return sorted({str(r["backend"]) for r in self.records})
+        return sorted({r.backend for r in self.records})
 
     def title(self) -> str:
         """The group in words, e.g. "bf16 · causal · 32 heads / 8 KV heads · d=128 · fwd+bwd"."""
@@ -71,9 +71,9 @@ class CaseGroup:
             parts.insert(0, str(s["device"]))
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
-    def by_backend_x(self) -> dict[tuple[str, int], dict[str, Any]]:
+    def by_backend_x(self) -> dict[tuple[str, int], Record]:
         """The record for each (backend, length); the last one wins if a run repeated a measurement."""
-        return {(str(r["backend"]), int(r[self.x_field])): r for r in self.records}
+        return {(r.backend, int(getattr(r, self.x_field))): r for r in self.records}
 
     def skipped_everywhere(self) -> dict[str, list[str]]:
         """The backends skipped at every length of the group, each with its distinct reasons: the chart draws them
@@ -81,10 +81,10 @@ class CaseGroup:
         reasons: dict[str, list[str]] = {}
         ran: set[str] = set()
         for (backend, _), record in sorted(self.by_backend_x().items()):
-            if record["status"] != "skipped":
+            if record.status != Status.SKIPPED:
                 ran.add(backend)
-            elif str(record.get("reason") or "") not in reasons.setdefault(backend, []):
-                reasons[backend].append(str(record.get("reason") or ""))
+            elif str(record.reason or "") not in reasons.setdefault(backend, []):
+                reasons[backend].append(str(record.reason or ""))
         return {backend: why for backend, why in reasons.items() if backend not in ran}
 
 
@@ -121,41 +121,46 @@ def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
     return [w for a in axes.axes() if a.name in QUANT_AXES and a.words and (w := a.words(shape, short))]
 
 
-def case_words(record: dict[str, Any]) -> str:
+def shape_of(record: Record) -> dict[str, Any]:
+    """A record's case fields (its shape, lengths and workload axes) as the mapping the words above read."""
+    return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
+
+
+def case_words(record: Record) -> str:
     """One record's case in words, lengths included."""
-    words = shape_words(record)
-    if record["seq_len"] == record["kv_seq_len"]:
-        words.append(f"seq {record['seq_len']}")
+    words = shape_words(shape_of(record))
+    if record.seq_len == record.kv_seq_len:
+        words.append(f"seq {record.seq_len}")
     else:
-        words.append(f"q {record['seq_len']} / kv {record['kv_seq_len']}")
+        words.append(f"q {record.seq_len} / kv {record.kv_seq_len}")
     return " · ".join(words)
 
 
-def _shape_key(record: dict[str, Any]) -> tuple:
+def _shape_key(record: Record) -> tuple:
     # str() keeps None and mixed types sortable.
-    return tuple((str(type(record.get(f)).__name__), str(record.get(f))) for f in GROUP_FIELDS)
+    return tuple((str(type(getattr(record, f)).__name__), str(getattr(record, f))) for f in GROUP_FIELDS)
 
 
-def group_records(records: Iterable[dict[str, Any]]) -> list[CaseGroup]:
+def group_records(records: Iterable[Record]) -> list[CaseGroup]:
     """Split records into case groups: self-attention groups vary seq_len; decode-like ones vary kv_seq_len."""
-    buckets: dict[tuple, list[dict[str, Any]]] = {}
+    buckets: dict[tuple, list[Record]] = {}
     for record in records:
-        self_attention = record["seq_len"] == record["kv_seq_len"]
+        self_attention = record.seq_len == record.kv_seq_len
         buckets.setdefault((_shape_key(record), self_attention), []).append(record)
     groups: list[CaseGroup] = []
     for (_, self_attention), members in buckets.items():
-        shape = {f: members[0].get(f) for f in GROUP_FIELDS}
+        shape = {f: getattr(members[0], f) for f in GROUP_FIELDS}
         if self_attention:
             groups.append(CaseGroup(shape, "seq_len", {}, members))
             continue
-        q_lengths = {r["seq_len"] for r in members}
-        kv_lengths = {r["kv_seq_len"] for r in members}
+        q_lengths = {r.seq_len for r in members}
+        kv_lengths = {r.kv_seq_len for r in members}
         if len(q_lengths) > 1 and len(kv_lengths) == 1:
             groups.append(CaseGroup(shape, "seq_len", {"kv_seq_len": int(next(iter(kv_lengths)))}, members))
             continue
         # Decode-like: the query length is fixed (split by it when several), the KV length varies.
         for q in sorted(q_lengths):
-            subset = [r for r in members if r["seq_len"] == q]
+            subset = [r for r in members if r.seq_len == q]
             groups.append(CaseGroup(shape, "kv_seq_len", {"seq_len": int(q)}, subset))
     groups.sort(key=_group_order)
     return groups
@@ -170,10 +175,10 @@ def _group_order(group: CaseGroup) -> tuple:
     )
 
 
-def kv_cache_bytes(record: dict[str, Any]) -> int:
+def kv_cache_bytes(record: Record) -> int:
     """Bytes of K and V for one record's case: 2 * batch * kv_heads * kv_seq_len * head_dim * bytes/elem."""
-    size = DTYPE_BYTES.get(str(record.get("kv_dtype") or record["dtype"]), 2)
-    return 2 * int(record["batch"]) * int(record["kv_heads"]) * int(record["kv_seq_len"]) * int(record["head_dim"]) * size
+    size = DTYPE_BYTES.get(str(record.kv_dtype or record.dtype), 2)
+    return 2 * int(record.batch) * int(record.kv_heads) * int(record.kv_seq_len) * int(record.head_dim) * size
 
 
 @dataclass
@@ -183,7 +188,7 @@ class KvHeadsFamily:
     shape: dict[str, Any]  # the shared fields; kv_heads is left out
     x_field: str
     length: int  # the longest length all of them measured (or the longest any measured)
-    records: list[dict[str, Any]]  # the records at that length
+    records: list[Record]  # the records at that length
 
     def title(self) -> str:
         """The family in words, without kv_heads."""
@@ -206,7 +211,7 @@ def kv_heads_families(groups: list[CaseGroup]) -> list[KvHeadsFamily]:
             continue
         common = set.intersection(*(set(g.xs) for g in members))
         length = max(common) if common else max(max(g.xs) for g in members)
-        records = [r for g in members for r in g.records if int(r[x_field]) == length]
+        records = [r for g in members for r in g.records if int(getattr(r, x_field)) == length]
         shape = {f: members[0].shape.get(f) for f in GROUP_FIELDS if f != "kv_heads"}
         families.append(KvHeadsFamily(shape, x_field, length, records))
     families.sort(key=lambda fam: (str(fam.shape["mode"]), str(fam.shape["dtype"]), str(fam.shape)))

@@ -17,6 +17,7 @@ from attnbench.gpu.state import GpuState
 from attnbench.report.findings import Findings
 from attnbench.report.plotting import Chart
 from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
+from attnbench.records.record import Record
 
 # Rows of the records table drawn at a time: sorting and filtering run over every record in the page's script, and a
 # page of 100,000 records stays responsive (docs/report.md).
@@ -244,21 +245,21 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 """
 
 
-def table_row(record: dict[str, Any], speedup: float | None, trace_href: str | None = None) -> list[Any]:
+def table_row(record: Record, speedup: float | None, trace_href: str | None = None) -> list[Any]:
     """One record as the page's script reads it: [backend, dtype, status, cells], a cell being its text, or for a
     numeric column [text, the number it sorts by or null], or null when empty; with `trace_href` the top-kernel cell
     is {t: its text, href, label: the trace's name}, which the script draws as a link."""
     cells: list[Any] = []
     for key, _, numeric in COLUMNS:
         if key == "ran" and trace_href is not None:
-            cells.append({"t": ran_text(record, trace=False), "href": trace_href, "label": str(record["trace"])})
+            cells.append({"t": ran_text(record, trace=False), "href": trace_href, "label": str(record.trace)})
             continue
         text = display_value(record, key, speedup)
         sort = sort_value(record, key, speedup) if numeric else ""
         number = float(sort) if sort else None
         number = number if number is not None and math.isfinite(number) else None
         cells.append(None if not text and number is None else [text, number] if numeric else text)
-    return [str(record["backend"]), display_value(record, "dtype", None), str(record["status"]), cells]
+    return [record.backend, display_value(record, "dtype", None), str(record.status), cells]
 
 
 def script_json(data: Any) -> str:
@@ -272,10 +273,10 @@ def _environment() -> jinja2.Environment:
     return jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined, keep_trailing_newline=True)
 
 
-def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
     """The environment header as (label, value) pairs; missing keys are left out rather than guessed."""
     rows: list[tuple[str, str]] = []
-    device = env.get("device") or (records[0].get("device") if records else None)
+    device = env.get("device") or (records[0].device if records else None)
     gpus = env.get("gpus") or []
     if device == "cuda" or gpus:
         names = ", ".join(str(g.get("name")) for g in gpus if isinstance(g, dict)) or env.get("device_name") or "?"
@@ -284,7 +285,7 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
             rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
         rows += gpu_rows(env, records)
     else:
-        rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].get("device_name") if records else "?"))))
+        rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].device_name if records else "?"))))
     versions = [f"torch {env['torch']}"] if env.get("torch") else []
     for name, version in sorted((env.get("libraries") or {}).items()):
         if name == "torch" and versions:  # env.json lists torch among the libraries too: name it once
@@ -301,30 +302,30 @@ def env_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[s
     return rows
 
 
-def gpu_rows(env: dict[str, Any], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def gpu_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
     """Each GPU as read when the run started (env.json, usually idle) and as its records saw it while timing."""
     rows = []
     states = [GpuState.from_dict(s) for s in env.get("gpu_state") or [] if isinstance(s, dict) and "index" in s]
     for state in states:
         _, _, text = describe(state).partition(": ")
         rows.append((f"GPU {state.index} before the run" + (f" ({state.source})" if state.source else ""), text))
-    spans = run_span(records)
+    spans = run_span(r.to_dict() for r in records)  # attnbench.gpu, below the records, reads their stored form
     for span in spans:
         who = span.gpu if span.gpu is not None else states[0].index if len(states) == 1 else ""
         rows.append((f"GPU {who} while timing".replace("  ", " "), describe_span(span)))
     return rows
 
 
-def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Findings, charts: list[Chart],
-                chart_notes: list[str], speedups: dict[int, float], baseline: str | None, chart_width: int,
+def render_html(env: dict[str, Any], records: list[Record], findings: Findings, charts: list[Chart],
+                chart_notes: list[str], speedups: dict[Record, float], baseline: str | None, chart_width: int,
                 recommendation: dict[str, Any] | None = None, chart_files: bool = False,
-                trace_links: dict[int, str] | None = None) -> str:
-    """The page as a string. `speedups` maps id(record) to its speed-up over the baseline; `recommendation` is
+                trace_links: dict[Record, str] | None = None) -> str:
+    """The page as a string. `speedups` maps a record to its speed-up over the baseline; `recommendation` is
     the Recommendation section (dispatch_table.html_section), left out when None; `chart_files`: the charts were
-    also written as charts/*.png beside the page, so each caption links to its file; `trace_links` maps id(record)
+    also written as charts/*.png beside the page, so each caption links to its file; `trace_links` maps a record
     to its --trace file's address relative to the page, for each trace that exists."""
     links = trace_links or {}
-    rows = [table_row(r, speedups.get(id(r)), links.get(id(r))) for r in records]
+    rows = [table_row(r, speedups.get(r), links.get(r)) for r in records]
     filters = [
         ("backend", "backend", sorted({row[0] for row in rows})),
         ("dtype", "dtype", sorted({row[1] for row in rows})),
@@ -332,7 +333,7 @@ def render_html(env: dict[str, Any], records: list[dict[str, Any]], findings: Fi
     ]
     counts = {}
     for r in records:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts[r.status] = counts.get(r.status, 0) + 1
     counts_line = f"{len(records)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     template = _environment().from_string(TEMPLATE)
     return template.render(

@@ -8,27 +8,27 @@ from attnbench.core import policy
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
+from attnbench.records.record import Record, Status
 from attnbench.report.rows import interval_text, median_text, status_text
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
 
 
-def _row(record: dict[str, Any], x: int, speedup: float | None) -> list[str]:
-    status = str(record["status"])
+def _row(record: Record, x: int, speedup: float | None) -> list[str]:
     time = ""
-    if record.get("time_ms") is not None:
+    if record.time_ms is not None:
         time = median_text(record)
         if interval_text(record):
             time += f" [{interval_text(record)}]"
-        elif record.get("time_ms_iqr") is not None:
-            time += f" (IQR {fmt_ms(record['time_ms_iqr'])})"
-    memory = fmt_bytes(record["peak_memory_bytes"]) if record.get("peak_memory_bytes") is not None else ""
-    tflops = fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
+        elif record.time_ms_iqr is not None:
+            time += f" (IQR {fmt_ms(record.time_ms_iqr)})"
+    memory = fmt_bytes(record.peak_memory_bytes) if record.peak_memory_bytes is not None else ""
+    tflops = fmt_float(record.tflops) if record.tflops is not None else ""
     return [
-        str(record["backend"]), str(x), f"**{status_text(record)}**" if status != "ok" else status_text(record), time,
-        tflops, memory,
-        fmt_ratio(speedup) if speedup is not None else "", str(record.get("reason") or ""),
+        record.backend, str(x), f"**{status_text(record)}**" if record.status != Status.OK else status_text(record),
+        time, tflops, memory,
+        fmt_ratio(speedup) if speedup is not None else "", str(record.reason or ""),
     ]
 
 

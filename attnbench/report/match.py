@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnbench.core.units import fmt_ms
-from attnbench.records.results import apart
+from attnbench.records.record import apart
 
 
 @dataclass

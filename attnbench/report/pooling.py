@@ -27,14 +27,8 @@ from typing import Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interval
-from attnbench.records.results import (
-    interval_of,
-    kernel_trouble,
-    is_throttled,
-    key_of,
-    load_records,
-    read_env,
-)
+from attnbench.records.record import Record, Status
+from attnbench.records.results import load_records, read_env
 
 # Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
 # counter's resolution, which attnbench.timing.energy's one-second loop keeps under a tenth of what is measured.
@@ -52,34 +46,34 @@ class Metric:
     name: str
     unit: str
 
-    def value(self, record: dict[str, Any]) -> float | None:
+    def value(self, record: Record) -> float | None:
         """The record's figure, or None when it has none."""
         if self.name == "time":
-            value = record.get("time_ms")
+            value = record.time_ms
             return float(value) if value is not None and value > 0 else None
-        extra = record.get("extra") or {}
+        extra = record.extra or {}
         if extra.get("energy_mj") is not None:
             return float(extra["energy_mj"])
         if extra.get("joules_per_token") is not None:  # tokens per call: batch x query length (attnbench.timing.energy)
-            return float(extra["joules_per_token"]) * 1e3 * int(record["batch"]) * int(record["seq_len"])
+            return float(extra["joules_per_token"]) * 1e3 * int(record.batch) * int(record.seq_len)
         return None
 
-    def interval(self, record: dict[str, Any]) -> tuple[float, float] | None:
+    def interval(self, record: Record) -> tuple[float, float] | None:
         """The figure's interval: the record's median interval (computed from its samples for records written
         before intervals were stored), or the energy counter's resolution around the energy figure."""
         if self.name == "energy":
             value = self.value(record)
             return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
-        stored = interval_of(record)
-        level = record.get("ci_level")
-        if stored is not None and level is not None and level < CONFIDENCE and record.get("ci_source") is None:
+        stored = record.interval
+        level = record.ci_level
+        if stored is not None and level is not None and level < CONFIDENCE and record.ci_source is None:
             # written before ci_source: the span of under 6 samples (one sample: zero width) is no interval
-            noise = RUN_TO_RUN_NOISE.get(str(record.get("device")), RUN_TO_RUN_NOISE["cpu"])
-            median = float(record["time_ms"])
+            noise = RUN_TO_RUN_NOISE.get(str(record.device), RUN_TO_RUN_NOISE["cpu"])
+            median = float(record.time_ms)
             return median * (1 - noise), median * (1 + noise)
         if stored is not None:
             return stored
-        samples = [float(s) for s in record.get("times_ms") or []]
+        samples = [float(s) for s in record.times_ms or []]
         if not samples:
             return None
         interval = median_interval(samples)
@@ -133,7 +127,7 @@ class Run:
     device: str
     device_name: str | None
     env: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[Record]
 
 
 def load_run(path: Path) -> Run:
@@ -144,12 +138,12 @@ def load_run(path: Path) -> Run:
     return run_of(Path(path), records, read_env(Path(path)))
 
 
-def run_of(path: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> Run:
+def run_of(path: Path, records: list[Record], env: dict[str, Any]) -> Run:
     """A Run from records already read (and their env.json, or {})."""
-    stamps = sorted(str(r.get("timestamp") or "") for r in records)
-    return Run(Path(path), str(env.get("run_id") or records[0].get("run_id") or Path(path).name),
-               str(env.get("timestamp") or stamps[0]), str(env.get("device") or records[0].get("device")),
-               env.get("device_name") or records[0].get("device_name"), env, records)
+    stamps = sorted(str(r.timestamp or "") for r in records)
+    return Run(Path(path), str(env.get("run_id") or records[0].run_id or Path(path).name),
+               str(env.get("timestamp") or stamps[0]), str(env.get("device") or records[0].device),
+               env.get("device_name") or records[0].device_name, env, records)
 
 
 def load_runs(paths: list[Path], what: str = "recommend") -> list[Run]:
@@ -176,9 +170,9 @@ class Entry:
     """One backend on one case, over the pooled runs."""
 
     backend: str
-    latest: dict[str, Any]  # its latest record: decides whether the backend is in
-    clean: dict[str, Any] | None = None  # the latest ok record measured untroubled: its number counts
-    troubled: dict[str, Any] | None = None  # with no clean one: the latest ok record, which cannot win
+    latest: Record  # its latest record: decides whether the backend is in
+    clean: Record | None = None  # the latest ok record measured untroubled: its number counts
+    troubled: Record | None = None  # with no clean one: the latest ok record, which cannot win
     why: str | None = None  # why no number of this pair counts (None when `clean` is set)
 
     @property
@@ -186,24 +180,24 @@ class Entry:
         return case_name(self.latest)
 
 
-def trouble(record: dict[str, Any], metric: Metric) -> str | None:
+def trouble(record: Record, metric: Metric) -> str | None:
     """Why an ok record's figure cannot decide anything (a backward whose gradients were not checked, throttled, not
     repeatable, no figure, no interval), or None.
 
     A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
     and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
     timed is not the one a user can count on."""
-    if kernel_trouble(record) == "wrong kernel" or (kernel_trouble(record) and record.get("mode") not in BACKWARD):
+    if record.kernel_trouble == "wrong kernel" or (record.kernel_trouble and record.mode not in BACKWARD):
         # never chosen: its time is not (only) its kernel's. A backward's profiled call also zeroes and accumulates
         # gradients, work its user does too, so its overhead flag is shown, not a gate.
-        return kernel_trouble(record)
-    if record.get("mode") in BACKWARD and record.get("grad_checked") is False:
+        return record.kernel_trouble
+    if record.mode in BACKWARD and record.grad_checked is False:
         # a backward never compared with the reference (above the size the check covers): its time may be that of
         # wrong gradients, so it decides no backward bucket and is named as unchecked
         return "gradients unchecked"
-    if is_throttled(record):
+    if record.throttled:
         return "throttled"
-    if record.get("repeatable") is False:
+    if record.unrepeatable:
         return "not repeatable"
     if metric.value(record) is None:
         return "no energy figure" if metric.name == "energy" else "no time"
@@ -212,36 +206,36 @@ def trouble(record: dict[str, Any], metric: Metric) -> str | None:
     return None
 
 
-def status_words(record: dict[str, Any]) -> str:
+def status_words(record: Record) -> str:
     """'mismatch: <reason>' for a record that did not run ok."""
-    reason = " ".join(str(record.get("reason") or "").split())
-    return f"{record['status']}: {reason}" if reason else str(record["status"])
+    reason = " ".join(str(record.reason or "").split())
+    return f"{record.status}: {reason}" if reason else str(record.status)
 
 
-def case_key(record: dict[str, Any]) -> tuple:
+def case_key(record: Record) -> tuple:
     """A measurement's identity without its backend: the records of one case across backends and runs."""
-    return key_of(record)[1:]
+    return record.case_key
 
 
-def case_name(record: dict[str, Any]) -> str:
+def case_name(record: Record) -> str:
     """A record's case as a name: its case_id (older records without one: their key's fields, joined)."""
-    return str(record.get("case_id") or "-".join(str(v) for v in case_key(record)))
+    return str(record.case_id or "-".join(str(v) for v in record.case_key))
 
 
 def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]]:
     """Each case's entries by backend, following the pooling rule above (`runs` oldest first)."""
-    history: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    history: dict[tuple, dict[str, list[Record]]] = {}
     for run in runs:
         for record in run.records:
-            history.setdefault(case_key(record), {}).setdefault(str(record["backend"]), []).append(record)
+            history.setdefault(record.case_key, {}).setdefault(record.backend, []).append(record)
     pooled: dict[tuple, dict[str, Entry]] = {}
     for case, backends in history.items():
         for backend, records in backends.items():
             entry = Entry(backend, records[-1])
-            if entry.latest["status"] != "ok":
+            if entry.latest.status != Status.OK:
                 entry.why = status_words(entry.latest)
             else:
-                oks = [r for r in records if r["status"] == "ok"]
+                oks = [r for r in records if r.status == Status.OK]
                 clean = [r for r in oks if trouble(r, metric) is None]
                 if clean:
                     entry.clean = clean[-1]

@@ -53,7 +53,7 @@ from attnbench.report.pooling import (
     pool,
     same_software,
 )
-from attnbench.records.results import apart
+from attnbench.records.record import Record, Status, apart
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 
@@ -114,10 +114,10 @@ def _number(entry: Entry, metric: Metric) -> Number:
     return _number_of(entry.clean, entry, metric)
 
 
-def _number_of(record: dict[str, Any], entry: Entry, metric: Metric) -> Number:
+def _number_of(record: Record, entry: Entry, metric: Metric) -> Number:
     value, interval = metric.value(record), metric.interval(record)
     assert value is not None and interval is not None
-    return Number(entry.case_id, value, interval[0], interval[1], str(record.get("run_id")), record.get("kernel"))
+    return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel)
 
 
 def _geomean(values: list[float]) -> float:
@@ -166,7 +166,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     first = next(iter(cases[0].values())).latest
     case_ids = [next(iter(c.values())).case_id for c in cases]
     decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
-                        noise=RUN_TO_RUN_NOISE.get(str(first.get("device")), RUN_TO_RUN_NOISE["cpu"]))
+                        noise=RUN_TO_RUN_NOISE.get(str(first.device), RUN_TO_RUN_NOISE["cpu"]))
     backends = sorted({b for c in cases for b in c})
     for backend in backends:
         entries = [c.get(backend) for c in cases]
@@ -176,7 +176,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
             decision.excluded.append((backend, _why(entries)))
     _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
-    decision.default_kernel = next((e.latest.get("kernel") for e in default if e is not None), None)
+    decision.default_kernel = next((e.latest.kernel for e in default if e is not None), None)
     rivals = _rivals(cases, decision, metric)
     if len(decision.numbers) == 1 and rivals:  # one candidate, told apart from the rivals or not
         alone = next(iter(decision.numbers))
@@ -221,7 +221,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         for backend, entry in sorted(case.items()):
             troubled = entry.troubled
             value = metric.value(troubled) if troubled is not None else None
-            top = lead[i].high if troubled is None or troubled.get("run_id") == lead[i].run_id \
+            top = lead[i].high if troubled is None or troubled.run_id == lead[i].run_id \
                 else _band(lead[i], decision.noise)[1]
             if value is not None and backend not in decision.numbers and value <= top:
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
@@ -308,7 +308,7 @@ def decide(pooled: dict[tuple, dict[str, Entry]], metric: Metric = TIME) -> list
 def has_metric(pooled: dict[tuple, dict[str, Entry]], metric: Metric) -> bool:
     """Whether any ok record carries the figure ranked by."""
     return any(metric.value(r) is not None for entries in pooled.values() for e in entries.values()
-               for r in (e.clean, e.troubled, e.latest) if r is not None and r.get("status") == "ok")
+               for r in (e.clean, e.troubled, e.latest) if r is not None and r.status == Status.OK)
 
 
 def enough_to_recommend(decisions: list[Decision]) -> bool:

@@ -34,6 +34,7 @@ from attnbench.report.pooling import TIME, pool, run_of
 from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
+from attnbench.records.record import Record
 from attnbench.records.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
@@ -91,7 +92,7 @@ class ChartInputs:
     """What the charts are drawn from."""
 
     groups: list[CaseGroup]
-    records: list[dict[str, Any]]
+    records: list[Record]
     styles: dict[str, BackendStyle]
     baseline: str | None
     peak_tflops: float | None
@@ -146,12 +147,12 @@ def stale_charts(chart_dir: Path) -> list[Path]:
     return sorted({path for spec in CHART_SPECS for path in chart_dir.glob(spec.files)})
 
 
-def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baseline: str | None,
+def build_charts(groups: list[CaseGroup], records: list[Record], baseline: str | None,
                  peak_tflops: float | None, device_name: str | None,
                  peak_bandwidth_gbs: float | None = None,
                  roofs: MeasuredRoofs | None = None) -> tuple[list[Chart], list[str]]:
     """Every chart of the report (CHART_SPECS), and the notes on charts left out."""
-    inputs = ChartInputs(groups, records, backend_styles(str(r["backend"]) for r in records), baseline, peak_tflops,
+    inputs = ChartInputs(groups, records, backend_styles(r.backend for r in records), baseline, peak_tflops,
                          device_name, peak_bandwidth_gbs, roofs)
     drawn = [chart for spec in CHART_SPECS for chart in spec.charts(inputs)]
     notes = [] if kv_heads_families(groups) else [NO_KV_FAMILY_NOTE]
@@ -159,7 +160,7 @@ def build_charts(groups: list[CaseGroup], records: list[dict[str, Any]], baselin
     return [Chart(name, title, png) for (name, title, _, _), png in zip(drawn, pngs)], notes
 
 
-def recommendation_section(source: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> dict[str, Any] | None:
+def recommendation_section(source: Path, records: list[Record], env: dict[str, Any]) -> dict[str, Any] | None:
     """The report's Recommendation section (what `attnbench recommend` says of this run alone), or None when no
     bucket had two backends with an ok timing to choose between."""
     from attnbench.report.dispatch_table import html_section
@@ -169,14 +170,14 @@ def recommendation_section(source: Path, records: list[dict[str, Any]], env: dic
     return html_section(decisions, [run], TIME) if enough_to_recommend(decisions) else None
 
 
-def trace_links(records: list[dict[str, Any]], run_dir: Path, out: Path) -> dict[int, str]:
+def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record, str]:
     """Each record's --trace file (`trace`, relative to the run directory) as an address relative to the report's
-    directory, by id(record); only traces that exist. Relative, so a run folder that holds its report can move."""
+    directory, by record; only traces that exist. Relative, so a run folder that holds its report can move."""
     links = {}
     for r in records:
-        trace = r.get("trace")
+        trace = r.trace
         if trace and (run_dir / str(trace)).is_file():
-            links[id(r)] = quote(Path(os.path.relpath(run_dir / str(trace), out)).as_posix())
+            links[r] = quote(Path(os.path.relpath(run_dir / str(trace), out)).as_posix())
     return links
 
 
@@ -223,7 +224,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     baseline = choose_baseline(records, baseline)
     groups = group_records(records)
     findings = build_findings(groups, records, baseline)
-    device_name = env.get("device_name") or next((r.get("device_name") for r in records if r.get("device_name")), None)
+    device_name = env.get("device_name") or next((r.device_name for r in records if r.device_name), None)
     if peak_tflops is None:
         peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops, when it was given one
     peak_bandwidth_gbs = env.get("peak_bandwidth_gbs")
@@ -242,11 +243,11 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
             stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
         written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
     if "html" in wanted:
-        speedups = {}
+        speedups: dict[Record, float] = {}
         for group in groups:
             cells = group.by_backend_x()
             for key, value in group_speedups(group, baseline).items():
-                speedups[id(cells[key])] = value
+                speedups[cells[key]] = value
         page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
                            recommendation_section(source, records, env), chart_files="png" in wanted,
                            trace_links=trace_links(records, results_path(source).parent, out))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -16,49 +15,49 @@ from attnbench.core.units import throughput_unit
 from attnbench.report.groups import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.records.results import SCHEMA_VERSION
+from attnbench.records.record import TIMED, Record, Status
 
 # The case's shape: Case's fields without a default (a record from before the workload axes has those only).
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case) if f.default is dataclasses.MISSING)
 
 
-def bytes_of(record: dict[str, Any]) -> int | None:
+def bytes_of(record: Record) -> int | None:
     """The record's bytes_moved. Recomputed from its case for records written before the field existed, and, for
     records written before schema 2, with the score matrix's traffic of a backend that materialises it (the
     registry's cost model): an old naive record would otherwise stand on the compute-bound side."""
-    stored = int(record["bytes_moved"]) if record.get("bytes_moved") else None
-    if stored is not None and record.get("schema_version", SCHEMA_VERSION) >= 2:
+    stored = int(record.bytes_moved) if record.bytes_moved else None
+    if stored is not None and record.schema_version >= 2:
         return stored
     try:
-        case = Case(**{name: record[name] for name in CASE_FIELDS})
-    except (KeyError, TypeError):
+        case = Case(**{name: getattr(record, name) for name in CASE_FIELDS})
+    except TypeError:
         return stored
     from attnbench.backends.registry import default_registry
 
     registry = default_registry()
-    memory = registry.get(record["backend"]).cost.memory if record.get("backend") in registry else None
+    memory = registry.get(record.backend).cost.memory if record.backend in registry else None
     floor = stored if stored is not None else counting.bytes_moved(case)
     return floor + (counting.score_traffic(case, memory) if memory is not None else 0)
 
 
-def roofline_points(records: list[dict[str, Any]]) -> list[tuple[str, float, float, bool]]:
+def roofline_points(records: list[Record]) -> list[tuple[str, float, float, bool]]:
     """(backend, FLOPs per byte, TFLOP/s, mismatch) for every measured record with work and bytes."""
     points = []
     for r in records:
-        if r["status"] not in ("ok", "mismatch") or not r.get("tflops") or not r.get("flops"):
+        if r.status not in TIMED or not r.tflops or not r.flops:
             continue
         moved = bytes_of(r)
         if moved:
-            points.append((str(r["backend"]), float(r["flops"]) / moved, float(r["tflops"]), r["status"] == "mismatch"))
+            points.append((r.backend, float(r.flops) / moved, float(r.tflops), r.status == Status.MISMATCH))
     return points
 
 
-def device_peaks(records: list[dict[str, Any]], device_name: str | None, peak_tflops: float | None,
+def device_peaks(records: list[Record], device_name: str | None, peak_tflops: float | None,
                  peak_bandwidth_gbs: float | None, roofs: MeasuredRoofs | None = None) -> dict[str, Peak]:
     """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name, or the
     roofs a CPU run measured at its start."""
-    cuda = any(r.get("device") == "cuda" for r in records)
-    dtypes = sorted({str(r["dtype"]) for r in records if r["status"] in ("ok", "mismatch")})
+    cuda = any(r.device == "cuda" for r in records)
+    dtypes = sorted({r.dtype for r in records if r.status in TIMED})
     if not cuda:
         return {d: roofs_peak(roofs, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
     return {d: peak_for(device_name, d, peak_tflops, peak_bandwidth_gbs) for d in dtypes}
@@ -76,7 +75,7 @@ def bandwidth_of(peaks: dict[str, Peak]) -> float | None:
     return next((p.bandwidth_gbs for p in peaks.values() if p.bandwidth_gbs), None)
 
 
-def roofline_chart(records: list[dict[str, Any]], styles: dict[str, BackendStyle], device_name: str | None,
+def roofline_chart(records: list[Record], styles: dict[str, BackendStyle], device_name: str | None,
                    peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
                    roofs: MeasuredRoofs | None = None) -> Figure:
     """One point per measurement; the bandwidth roof (slope) meets each dtype's compute roof at its ridge point."""

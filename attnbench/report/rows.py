@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from attnbench.report.groups import dtype_word, quant_words
-from attnbench.records.results import is_noisy, is_throttled, is_unrepeatable
+from attnbench.report.groups import dtype_word, quant_words, shape_of
+from attnbench.records.record import MEASURED, Record, Status
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 
 # Marks a noisy median in every table (attnbench.core.policy.noisy_words says when).
@@ -31,25 +29,25 @@ COLUMNS = (
 )
 
 
-def sort_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
+def sort_value(record: Record, key: str, speedup: float | None) -> str:
     """The raw value a numeric column sorts by ('' when absent)."""
     raw = {
-        "iqr": record.get("time_ms_iqr"), "memory": record.get("peak_memory_bytes"), "speedup": speedup,
-        "setup": (record.get("extra") or {}).get("setup_ms"),
-        "measured_percent": (record.get("extra") or {}).get("percent_of_measured_peak"),
+        "iqr": record.time_ms_iqr, "memory": record.peak_memory_bytes, "speedup": speedup,
+        "setup": (record.extra or {}).get("setup_ms"),
+        "measured_percent": (record.extra or {}).get("percent_of_measured_peak"),
         "rel_l2_original": rel_l2_original(record),
-        "interval": record.get("ci_high_ms") - record["ci_low_ms"] if record.get("ci_high_ms") is not None
-        and record.get("ci_low_ms") is not None else None,
-    }.get(key, record.get(key))
+        "interval": record.ci_high_ms - record.ci_low_ms if record.ci_high_ms is not None
+        and record.ci_low_ms is not None else None,
+    }.get(key, getattr(record, key, None))
     if raw is None or isinstance(raw, bool):
         return ""
     return repr(float(raw))
 
 
-def display_value(record: dict[str, Any], key: str, speedup: float | None) -> str:
+def display_value(record: Record, key: str, speedup: float | None) -> str:
     """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
     if key == "dtype":  # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
-        return "\u00a0".join([dtype_word(record.get("dtype")), *quant_words(record, short=True)])
+        return "\u00a0".join([dtype_word(record.dtype), *quant_words(shape_of(record), short=True)])
     if key == "status":
         return status_text(record)
     if key == "rel_l2_original":
@@ -58,72 +56,68 @@ def display_value(record: dict[str, Any], key: str, speedup: float | None) -> st
     if key == "time_ms":
         return median_text(record)
     if key == "iqr":
-        return fmt_ms(record.get("time_ms_iqr")) if record.get("time_ms_iqr") is not None else ""
+        return fmt_ms(record.time_ms_iqr) if record.time_ms_iqr is not None else ""
     if key == "interval":
         return interval_text(record)
     if key == "tflops":
-        return fmt_float(record.get("tflops")) if record.get("tflops") is not None else ""
+        return fmt_float(record.tflops) if record.tflops is not None else ""
     if key == "bandwidth_gbs":
-        return fmt_float(record.get(key)) if record.get(key) is not None else ""
+        return fmt_float(record.bandwidth_gbs) if record.bandwidth_gbs is not None else ""
     if key == "percent_of_peak":
-        if record.get(key) is None:
+        if record.percent_of_peak is None:
             return ""
-        above = (record.get("extra") or {}).get("above_roof")
-        return f"{record[key]:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
+        above = (record.extra or {}).get("above_roof")
+        return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
     if key == "measured_percent":
-        value = (record.get("extra") or {}).get("percent_of_measured_peak")
+        value = (record.extra or {}).get("percent_of_measured_peak")
         return f"{value:.1f}%" if value is not None else ""
     if key == "speedup":
         return fmt_ratio(speedup) if speedup is not None else ""
     if key == "memory":
-        value = record.get("peak_memory_bytes")
+        value = record.peak_memory_bytes
         return fmt_bytes(value) if value is not None else ""
     if key == "setup":
         return setup_text(record)
     if key in ("max_abs_error", "error_bound"):
-        return fmt_float(record.get(key), 2) if record.get(key) is not None else ""
+        value = getattr(record, key)
+        return fmt_float(value, 2) if value is not None else ""
     if key == "causal":
-        return "yes" if record.get("causal") else "no"
+        return "yes" if record.causal else "no"
     if key == "ran":
         return ran_text(record)
-    value = record.get(key)
+    value = getattr(record, key, None)
     return "" if value is None else str(value)
 
 
-def rel_l2_original(record: dict[str, Any]) -> float | None:
+def rel_l2_original(record: Record) -> float | None:
     """The output's relative L2 error against the float64 reference on the original inputs (docs/results.md
     "Accuracy of quantized kernels"): `extra.error_vs_original`, or where attnbench quantized nothing the kernel
     error, which is measured against the originals there."""
-    extra = record.get("extra") or {}
+    extra = record.extra or {}
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
     return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
 
 
-MEASURED = ("ok", "mismatch", "wrong_kernel")  # the statuses whose call ran, so was profiled
-
-
-def kernel_unchecked(record: dict[str, Any]) -> str | None:
+def kernel_unchecked(record: Record) -> str | None:
     """Why a measured record's kernels were never checked against its backend's declared names, or None when they
     were (or the record was not measured): the profiler could not run or saw nothing (`kernels` null, with its
     reason), the backend declares no names there (no `attention_share`), or the record predates profiling. Such a
     record says nothing about which kernel ran: it is shown as unchecked, never as a kernel that passed."""
-    if record.get("status") not in MEASURED or record.get("status") == "wrong_kernel":
+    if record.status not in MEASURED or record.status == Status.WRONG_KERNEL:
         return None
-    if "kernels" not in record:
-        return "written before profiling"
-    if not record["kernels"]:
-        return str(record.get("kernels_reason") or "the profiler saw nothing")
-    if record.get("attention_share") is None:
+    if not record.kernels:  # read back without kernels: record.BEFORE_PROFILING
+        return str(record.kernels_reason or "the profiler saw nothing")
+    if record.attention_share is None:
         return "its backend declares no kernel names here"
     return None
 
 
-def ran_text(record: dict[str, Any], trace: bool = True) -> str:
+def ran_text(record: Record, trace: bool = True) -> str:
     """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
     "unchecked" with why where the kernels were never judged, and (unless `trace` is False: the HTML table links it)
     the --trace file beside the results (docs/results.md "Which kernel ran")."""
-    kernels = record.get("kernels")
+    kernels = record.kernels
     unchecked = kernel_unchecked(record)
     if not kernels:
         return f"unchecked: {unchecked}" if unchecked else ""
@@ -131,16 +125,16 @@ def ran_text(record: dict[str, Any], trace: bool = True) -> str:
     words = [f"{top['name'][:60]} {top['share']:.0%}"]
     if unchecked:
         words.append(f"unchecked: {unchecked}")
-    if record.get("overhead"):
+    if record.overhead:
         words.append("overhead")
-    if trace and record.get("trace"):
-        words.append(str(record["trace"]))
+    if trace and record.trace:
+        words.append(str(record.trace))
     return " · ".join(words)
 
 
-def setup_text(record: dict[str, Any]) -> str:
+def setup_text(record: Record) -> str:
     """The one-time setup in ms, with its largest reported part named ("4120 (compile 3980)"); '' when none."""
-    extra = record.get("extra") or {}
+    extra = record.extra or {}
     if extra.get("setup_ms") is None:
         return ""
     text = fmt_ms(extra["setup_ms"])
@@ -151,21 +145,21 @@ def setup_text(record: dict[str, Any]) -> str:
     return text
 
 
-def status_text(record: dict[str, Any]) -> str:
+def status_text(record: Record) -> str:
     """The status, with UNREPEATABLE_MARK after it when two calls gave different bits ("ok ≠")."""
-    return str(record["status"]) + (f" {UNREPEATABLE_MARK}" if is_unrepeatable(record) else "")
+    return str(record.status) + (f" {UNREPEATABLE_MARK}" if record.unrepeatable else "")
 
 
-def interval_text(record: dict[str, Any]) -> str:
+def interval_text(record: Record) -> str:
     """The median's interval as "low–high" ms, '' for a record without one."""
-    if record.get("ci_low_ms") is None or record.get("ci_high_ms") is None:
+    if record.ci_low_ms is None or record.ci_high_ms is None:
         return ""
-    return f"{fmt_ms(record['ci_low_ms'])}–{fmt_ms(record['ci_high_ms'])}"
+    return f"{fmt_ms(record.ci_low_ms)}–{fmt_ms(record.ci_high_ms)}"
 
 
-def median_text(record: dict[str, Any]) -> str:
+def median_text(record: Record) -> str:
     """The median time, with NOISY_MARK in front when the record is noisy, THROTTLED_MARK when throttled."""
-    if record.get("time_ms") is None:
+    if record.time_ms is None:
         return ""
-    return (NOISY_MARK if is_noisy(record) else "") + (THROTTLED_MARK if is_throttled(record) else "") \
-        + fmt_ms(record["time_ms"])
+    return (NOISY_MARK if record.noisy else "") + (THROTTLED_MARK if record.throttled else "") \
+        + fmt_ms(record.time_ms)
