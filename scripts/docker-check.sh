@@ -20,9 +20,11 @@
 #    then checks from the host that report.html and results.jsonl are that user's, readable by it, and
 #    hold `ok` records; runs --help, suites and doctor, and holds doctor's exit code to its documentation.
 # 6. Builds the GPU image (KERNELS=gpu: PyPI's CUDA torch and every kernel library of the `gpu` extra) on the
-#    same base, and in it, without a GPU: imports every kernel library and holds each version to its pin,
-#    checks `doctor` reports each library's version and its signature conformance, that `list` shows every
-#    backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
+#    same base, and in it, without a GPU: checks flash-attn-4 is in its own directory (no `flash_attn` in the
+#    venv for xformers' probe to take for FlashAttention 2), imports every kernel library in attnbench's order
+#    and holds each version to its pin, checks `doctor` reports each carried library installed, importable and
+#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as absent, that
+#    `list` shows every backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
 # 7. Prints each image's size, the time each step took, and how many build steps came from the layer cache.
 #
 # Exit 0: every check passed. Exit 77: it cannot run on this machine (not root, no apt-get to install what
