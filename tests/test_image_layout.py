@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 import attnbench.backends.flashinfer as fi_adapter
+import attnbench.backends.flashinfer_kernels as fi_kernels
 from attnbench.backends import layout
 from attnbench.backends.flash import IMAGE_FLASH_ATTN_2, FlashAttn2
-from attnbench.backends.flashinfer import FlashInferBackend, kernel_files, nvcc_path
+from attnbench.backends.flashinfer import FlashInferBackend
+from attnbench.backends.flashinfer_kernels import kernel_files, nvcc_path
 from attnbench.cli import doctor
 
 # A stand-in xformers whose ops module records, at its import, whether `flash_attn` could be found (xformers 0.0.35's
@@ -93,7 +95,7 @@ def module(folder: Path, name: str) -> None:
 def test_flashinfer_kernels_absent_without_a_precompiled_module_or_nvcc(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     flashinfer_env(monkeypatch, tmp_path)
-    monkeypatch.setattr(fi_adapter, "nvcc_path", lambda: None)
+    monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: None)
     (tmp_path / "cubins" / "fmha").mkdir(parents=True)
     (tmp_path / "cubins" / "fmha" / "k.sm100f.cubin").write_bytes(b"")
     found = kernel_files()
@@ -106,7 +108,7 @@ def test_flashinfer_kernels_absent_without_a_precompiled_module_or_nvcc(tmp_path
 
     module(tmp_path / "cached_ops", "single_prefill_bf16")  # compiled by an earlier run into the cache volume
     assert kernel_files()["state"] == "jit-cache"
-    monkeypatch.setattr(fi_adapter, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")
     assert kernel_files()["state"] == "jit" and FlashInferBackend().availability("cuda") is None
 
 
@@ -114,7 +116,7 @@ def test_flashinfer_kernels_precompiled_by_a_jit_cache_provider(tmp_path: Path, 
     provider = types.SimpleNamespace(distribution="flashinfer-jit-cache-sm90a", version="0.7.2.post1+cu129",
                                      cuda_architectures=frozenset({"sm90a"}), jit_cache_dir=tmp_path / "provider")
     flashinfer_env(monkeypatch, tmp_path, (provider,))
-    monkeypatch.setattr(fi_adapter, "nvcc_path", lambda: None)
+    monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: None)
     module(tmp_path / "provider", "batch_prefill_bf16")
     module(tmp_path / "provider", "batch_decode_bf16")
     found = kernel_files()

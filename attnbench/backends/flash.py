@@ -363,7 +363,7 @@ class FlashAttn2(_Flash):
             package = importlib.import_module(self.module)
         except ImportError:
             package = None
-        if package is not None and getattr(package, "__file__", None) is None:
+        if package is not None and getattr(package, "__file__", None) is None and hasattr(package, "__path__"):
             reason = (f"{self.library} (FlashAttention 2) is not installed: {self.module} here is only the namespace "
                       f"package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
         if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
