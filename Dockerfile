@@ -82,13 +82,29 @@ ARG SAGEATTENTION_VERSION=1.0.6
 # and cuda-python 12.9.4 is the release that requires exactly that.
 ARG CUDA_PYTHON_VERSION=12.9.4
 ARG NVIDIA_ML_PY_VERSION=13.615.71
+# Without FlashAttention 2, flash-attn-4 goes into a directory of its own, /opt/flash-attn-4, not the venv: it installs
+# flash_attn/cute with no flash_attn/__init__.py, and xformers 0.0.35's ops/fmha/flash.py takes any findable
+# `flash_attn` for FlashAttention 2 (`if importlib.util.find_spec("flash_attn"): import flash_attn.flash_attn_interface`),
+# so `import xformers.ops` would fail. Its dependencies stay in the venv (installed with it there, then it alone is
+# moved). attnbench imports xformers.ops, which then takes PyTorch's own FlashAttention 2, before it appends
+# ATTNBENCH_FLASH_ATTN_4_PATH to sys.path (attnbench/backends/layout.py). With FLASH_ATTN_2=yes, `flash_attn` is
+# FlashAttention 2's own package, and flash-attn-4 installs into it, in the venv.
+ENV ATTNBENCH_FLASH_ATTN_4_PATH=/opt/flash-attn-4 \
+    ATTNBENCH_IMAGE_FLASH_ATTN_2=${FLASH_ATTN_2}
 RUN if [ "${KERNELS}" = cpu ]; then \
       echo "KERNELS=cpu: no FlashAttention, xformers, FlashInfer, cuDNN frontend or SageAttention"; \
     else \
       pip install -c /opt/venv/keep-torch.txt "xformers==${XFORMERS_VERSION}" \
           "flash-attn-4==${FLASH_ATTN_4_VERSION}" "nvidia-cutlass-dsl==${CUTLASS_DSL_VERSION}" \
           "nvidia-cudnn-frontend==${CUDNN_FRONTEND_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}" \
-          "cuda-python==${CUDA_PYTHON_VERSION}" "sageattention==${SAGEATTENTION_VERSION}"; \
+          "cuda-python==${CUDA_PYTHON_VERSION}" "sageattention==${SAGEATTENTION_VERSION}" \
+      && if [ "${FLASH_ATTN_2}" = no ]; then \
+           pip uninstall -y flash-attn-4 \
+           && { find /opt/venv/lib/python3*/site-packages/flash_attn -depth -type d -empty -delete 2>/dev/null || true; } \
+           && pip install --no-deps --target /opt/flash-attn-4 "flash-attn-4==${FLASH_ATTN_4_VERSION}" \
+           && python -c "import importlib.util, sys; spec = importlib.util.find_spec('flash_attn'); \
+sys.exit(spec and f'flash_attn is still findable in the venv: {list(spec.submodule_search_locations)}')"; \
+         fi; \
     fi
 
 # Any uid may run the image (docker run --user "$(id -u):$(id -g)", so that reports on a bind mount belong to

@@ -20,9 +20,11 @@
 #    then checks from the host that report.html and results.jsonl are that user's, readable by it, and
 #    hold `ok` records; runs --help, suites and doctor, and holds doctor's exit code to its documentation.
 # 6. Builds the GPU image (KERNELS=gpu: PyPI's CUDA torch and every kernel library of the `gpu` extra) on the
-#    same base, and in it, without a GPU: imports every kernel library and holds each version to its pin,
-#    checks `doctor` reports each library's version and its signature conformance, that `list` shows every
-#    backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
+#    same base, and in it, without a GPU: checks flash-attn-4 is in its own directory (no `flash_attn` in the
+#    venv for xformers' probe to take for FlashAttention 2), imports every kernel library in attnbench's order
+#    and holds each version to its pin, checks `doctor` reports each carried library installed, importable and
+#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as absent, that
+#    `list` shows every backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
 # 7. Prints each image's size, the time each step took, and how many build steps came from the layer cache.
 #
 # Exit 0: every check passed. Exit 77: it cannot run on this machine (not root, no apt-get to install what
@@ -211,7 +213,10 @@ build() {
 installed() {
     local image=$1
     shift
+    # as attnbench sees them: with the directory flash-attn-4 has of its own in the GPU image on sys.path
     docker run --rm --network none --entrypoint python "$image" -c 'import importlib.metadata as m, sys
+from attnbench.backends.layout import add_flash_attn_4_path
+add_flash_attn_4_path()
 for name in sys.argv[1:]:
     try: print(f"{name}=={m.version(name)}")
     except m.PackageNotFoundError: print(f"{name} not installed")' "$@"
@@ -310,9 +315,23 @@ esac
 build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu
 gpu_size=$size
 # Every kernel library imported, with no GPU and no driver; each version held to its pin in the Dockerfile.
+# First the layout (attnbench/backends/layout.py): flash-attn-4 lives in a directory of its own, so a plain Python
+# finds no `flash_attn` (xformers' probe for FlashAttention 2 would take flash-attn-4's namespace package for it).
+docker run --rm --network none --entrypoint python "$GPU_IMAGE" -c "$(cat <<'EOF'
+import importlib.util, os
+spec = importlib.util.find_spec("flash_attn")
+path = os.environ["ATTNBENCH_FLASH_ATTN_4_PATH"]
+assert spec is None, f"flash_attn is findable outside {path}: {list(spec.submodule_search_locations or [spec.origin])}"
+assert os.path.isfile(os.path.join(path, "flash_attn", "cute", "__init__.py")), f"no flash_attn/cute in {path}"
+print(f"  layout: no flash_attn in the venv; flash-attn-4's flash_attn/cute in {path} (ATTNBENCH_FLASH_ATTN_4_PATH)")
+EOF
+)" || fail "$GPU_IMAGE: flash-attn-4 is not where the Dockerfile puts it (above)"
 pins=$(sed -n 's/^ARG \([A-Z0-9_]*_VERSION\)=\(.*\)$/\1=\2/p' Dockerfile | tr '\n' ' ')
 docker run --rm --network none -e "PINS=$pins" --entrypoint python "$GPU_IMAGE" -c "$(cat <<'EOF'
 import importlib, importlib.metadata as metadata, json, os, re, sys
+from attnbench.backends.layout import add_flash_attn_4_path
+# as attnbench does: xformers.ops imported first, then flash-attn-4's directory appended to sys.path
+add_flash_attn_4_path()
 pins = dict(pair.split("=", 1) for pair in os.environ["PINS"].split())
 # (module, distribution, its pin in the Dockerfile)
 libraries = [("torch", "torch", "TORCH_CUDA_VERSION"), ("xformers.ops", "xformers", "XFORMERS_VERSION"),
@@ -322,12 +341,8 @@ libraries = [("torch", "torch", "TORCH_CUDA_VERSION"), ("xformers.ops", "xformer
              ("flashinfer", "flashinfer-python", "FLASHINFER_VERSION"),
              ("cuda.bindings.driver", "cuda-python", "CUDA_PYTHON_VERSION"),
              ("sageattention", "sageattention", "SAGEATTENTION_VERSION"), ("pynvml", "nvidia-ml-py", "NVIDIA_ML_PY_VERSION")]
-# An import may fail only for want of the driver this machine lacks, or for a conflict between two pinned libraries
-# named here with its exact reason (so the check notices when it goes away); every failure's reason is printed.
+# An import may fail only for want of the driver this machine lacks; every failure's reason is printed.
 NO_DRIVER = re.compile(r"libcuda\.so|CUDA driver|no NVIDIA driver|Found no NVIDIA|CUDA_ERROR_NO_DEVICE|cuInit", re.I)
-# flash-attn-4 installs flash_attn/cute with no flash_attn/__init__.py: a namespace package, which xformers'
-# ops/fmha/flash.py finds with importlib.util.find_spec("flash_attn") and takes for FlashAttention 2.
-CONFLICTS = {"xformers.ops": "No module named 'flash_attn.flash_attn_interface'"}
 failures = []
 for module, distribution, pin in libraries:
     version = metadata.version(distribution)
@@ -336,14 +351,10 @@ for module, distribution, pin in libraries:
     try:
         importlib.import_module(module)
         verdict = "imported"
-        if module in CONFLICTS:
-            failures.append(f"import {module} worked: the conflict this check expects ({CONFLICTS[module]}) is gone")
     except Exception as exc:  # the reason is the record
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if NO_DRIVER.search(reason):
             verdict = f"cannot import without a driver ({reason})"
-        elif CONFLICTS.get(module, "\0") in reason:
-            verdict = f"CANNOT IMPORT beside flash-attn-4 without flash-attn 2 ({reason})"
         else:
             verdict = f"IMPORT FAILED ({reason})"
             failures.append(f"import {module}: {reason}")
@@ -354,6 +365,19 @@ print(f"  torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.bac
       f"xformers built for torch {built['version']['torch']}; torch.cuda.is_available() = {torch.cuda.is_available()}")
 if built["version"]["torch"] != torch.__version__:
     failures.append(f"xformers was built for torch {built['version']['torch']}, the image has {torch.__version__}")
+# each is what it says: xformers' flash operator is PyTorch's own FlashAttention 2, flash_attn.cute is flash-attn-4's
+if "xformers.ops" in sys.modules:
+    flash = sys.modules["xformers.ops.fmha.flash"]
+    print(f"  xformers' flash operator: FlashAttention {flash.FLASH_VERSION}, "
+          f"{'PyTorch' if flash._USE_PT_FLASH_ATTN else 'flash_attn'}'s")
+    if not flash._USE_PT_FLASH_ATTN or flash.FLASH_VERSION == "0.0.0":
+        failures.append(f"xformers' flash operator is not PyTorch's ({flash.FLASH_VERSION}, {flash._USE_PT_FLASH_ATTN})")
+if "flash_attn.cute" in sys.modules:
+    cute = sys.modules["flash_attn.cute"].__file__
+    owned = any(str(f) == "flash_attn/cute/__init__.py" for f in metadata.distribution("flash-attn-4").files or [])
+    print(f"  flash_attn.cute: {cute} (flash-attn-4's own file: {owned})")
+    if not cute.startswith(os.environ["ATTNBENCH_FLASH_ATTN_4_PATH"]) or not owned:
+        failures.append(f"flash_attn.cute is {cute}, not flash-attn-4's in {os.environ['ATTNBENCH_FLASH_ATTN_4_PATH']}")
 sys.exit("\n".join(failures) or None)
 EOF
 )" || fail "$GPU_IMAGE: a kernel library is missing, unpinned or cannot be imported (above)"
@@ -367,17 +391,27 @@ report = json.loads(text[text.index("{"):])
 backends = {b["name"]: b for b in report["backends"]}
 listed = {line.split()[1] for line in open(sys.argv[2]) if line.startswith("│") and line.split()[1] != "│"}
 assert set(backends) <= listed, f"attnbench list leaves out {sorted(set(backends) - listed)}"
-# every GPU backend whose library the image carries: installed, and its calls conform to the installed signatures
-# (xformers.ops cannot be imported beside flash-attn-4, as the import check above says: doctor must say so)
+# every GPU backend whose library the image carries: installed, importable (on the CPU its only reason is that it
+# needs CUDA), and its calls conform to the installed signatures
+CANNOT = ("not installed", "cannot be imported", "cannot import", "does not import")
 for name in ("xformers", "flash-attn-4", "cudnn", "cudnn-fp8", "flashinfer", "sage"):
     b = backends[name]
     assert b["version"], f"{name}: doctor finds {b['library']} not installed"
-    summary = b["conformance"]["summary"]
-    if name == "xformers":
-        assert "flash_attn.flash_attn_interface" in (b["reason"] or "") + summary, (b["reason"], summary)
-    else:
-        assert b["conformance"]["state"] == "ok", f"{name}: {b['library']} {b['version']}: {summary}"
-    print(f"  {name:<13} {b['library']} {b['version']}: {b['state']} on cpu; conformance {summary[:120]}")
+    assert not any(c in (b["reason"] or "") for c in CANNOT), f"{name}: {b['reason']}"
+    assert b["conformance"]["state"] == "ok", f"{name}: {b['library']} {b['version']}: {b['conformance']['summary']}"
+    print(f"  {name:<13} {b['library']} {b['version']}: {b['state']} on cpu ({b['reason']}); "
+          f"conformance {b['conformance']['summary'][:100]}")
+# FlashAttention 2 is not carried (FLASH_ATTN_2=no), and doctor says so
+fa2 = backends["flash-attn"]
+assert fa2["version"] is None and "not carried by this image" in (fa2["reason"] or ""), fa2
+print(f"  flash-attn    {fa2['reason'][:200]}")
+# FlashInfer's kernels, the files a first call would load: no release on PyPI carries precompiled kernels for the
+# calls attnbench makes (flashinfer-jit-cache is published on flashinfer.ai's own index only) and the image has no
+# nvcc, so doctor must say there are none; if that changes, this check fails and docs/docker.md is corrected.
+kernels = backends["flashinfer"]["kernels"]
+print(f"  flashinfer    kernels {kernels['state']}: {kernels['summary']}")
+assert kernels["state"] == "absent" and kernels["precompiled"] == 0 and kernels["nvcc"] is None, kernels
+assert "no nvcc" in kernels["summary"] and "flashinfer-jit-cache" in kernels["summary"], kernels
 print(f"attnbench list shows all {len(backends)} backends doctor knows")
 EOF
 run_quick "$GPU_IMAGE" suites/quick.yaml

@@ -10,8 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-README_LIMIT_BYTES = 15_000
-LONGEST_LINE = 400
+README_LIMIT_BYTES = 5_000
+LONGEST_LINE = 200
 
 
 def load_cli_reference():  # type: ignore[no-untyped-def]

@@ -171,6 +171,11 @@ class Backend:
         """Why this backend cannot run at all on `device` ("cpu" or "cuda"); None when it can."""
         return None
 
+    def kernels(self) -> dict[str, Any] | None:
+        """Where the library would load its compiled kernels from, found without a GPU: at least `state` and
+        `summary` (`doctor` shows them); None for a library whose kernels come with its import."""
+        return None
+
     def unsupported(self, case: Case) -> str | None:
         """Why this backend cannot run `case`, known before any tensor exists; None when it may."""
         return None

@@ -34,6 +34,7 @@ flash_attn_func takes no descale: attnbench maps no FP8 onto it.
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -47,6 +48,7 @@ from attnbench.backends.base import (
     Prepared,
     Unsupported,
     device_problem,
+    installed_version,
     library_refusal,
     module_owner,
     warm_up,
@@ -63,6 +65,8 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Scales
 
 MAX_HEAD_DIM = 256
+# Set by the Dockerfile to its FLASH_ATTN_2 build argument: "no" in an image that does not carry FlashAttention 2.
+IMAGE_FLASH_ATTN_2 = "ATTNBENCH_IMAGE_FLASH_ATTN_2"
 # Phrases of the libraries' own input checks (RuntimeError in FA2/FA3's C++, AssertionError in FA4):
 # an exception carrying one is the library refusing the case, not a failure of ours.
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
@@ -350,6 +354,23 @@ class FlashAttn2(_Flash):
     page_table_keyword = "block_table"
     page_multiple = 256  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
     axis_reasons = {"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}
+
+    def availability(self, device: str) -> str | None:
+        reason = super().availability(device)
+        if reason is None or installed_version(self.library) is not None:
+            return reason
+        # flash-attn-4 alone leaves `flash_attn` a namespace package (flash_attn/cute): importable, yet not FA2
+        try:
+            package = importlib.import_module(self.module)
+        except ImportError:
+            package = None
+        if package is not None and getattr(package, "__file__", None) is None and hasattr(package, "__path__"):
+            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.module} here is only the namespace "
+                      f"package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
+        if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
+            reason = (f"not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from source, "
+                      f"on a CUDA-toolkit base; docs/docker.md); {reason}")
+        return reason
 
 
 @register

@@ -49,10 +49,12 @@ from attnbench.backends.base import (
     Prepared,
     device_problem,
     import_problem,
+    installed_version,
     library_refusal,
 )
 from attnbench.backends.base import warm_up
 from attnbench.backends.flash import qv_split
+from attnbench.backends.flashinfer_kernels import kernel_files
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASHINFER, per_device
 from attnbench.core.quant import Numerics
@@ -200,7 +202,16 @@ class FlashInferBackend(Backend):
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
-        return device_problem(device, self.devices, "needs CUDA (FlashInfer has no CPU kernels)")
+        problem = device_problem(device, self.devices, "needs CUDA (FlashInfer has no CPU kernels)")
+        if problem or device != "cuda":
+            return problem
+        kernels = kernel_files()
+        if kernels["state"] == "absent":
+            return f"FlashInfer has {kernels['summary']}"
+        return None
+
+    def kernels(self) -> dict[str, Any] | None:
+        return kernel_files() if installed_version(self.library) is not None else None
 
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES:

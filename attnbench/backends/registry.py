@@ -149,6 +149,11 @@ def default_registry(plugins: list[str] | None = None) -> Registry:
     """The registry with the built-in backends, installed entry points and the named plugins."""
     global _builtins_loaded
     if not _builtins_loaded:
+        # Where flash-attn-4 has a directory of its own (the GPU image), xformers.ops is imported before it joins
+        # sys.path: attnbench.backends.layout says why.
+        from attnbench.backends.layout import add_flash_attn_4_path
+
+        add_flash_attn_4_path()
         for module in builtin_modules():
             importlib.import_module(module)
         REGISTRY.load_entry_points()

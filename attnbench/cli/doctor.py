@@ -32,6 +32,8 @@ class BackendHealth:
     in_default_suite: bool
     # attnbench.backends.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and each call.
     conformance: dict[str, Any] = field(default_factory=dict)
+    # Backend.kernels(): where the library's compiled kernels would load from (FlashInfer's), when it says.
+    kernels: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,7 +96,7 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
             state, reason = "mismatch", conformance["summary"]
             fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
         backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
-                                      conformance))
+                                      conformance, backend.kernels() or {}))
     environment = collect_env(device, torch_part=probes.torch_facts())
     probes.save()
     return Diagnosis(device, environment, backends, sdpa_kernel_usability(device), probes.note())
@@ -161,6 +163,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
             lines.append(f"{'':<{width}}  fix:     {b.fix}")
         if b.conformance:
             lines.append(f"{'':<{width}}  conformance  {b.conformance['summary']}")
+        if b.kernels:
+            lines.append(f"{'':<{width}}  kernels      {b.kernels['state']}: {b.kernels['summary']}")
     lines.append("")
     if diagnosis.probes:
         lines.append(diagnosis.probes)

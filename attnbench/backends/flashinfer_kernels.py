@@ -1,0 +1,73 @@
+"""Where FlashInfer would load its compiled kernels from (attnbench.backends.flashinfer's `kernels`, `doctor`'s line)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+MODULE = "flashinfer"
+
+
+def nvcc_path(environ: Any = None) -> str | None:
+    """The nvcc FlashInfer's JIT would run, where it exists: FLASHINFER_NVCC, else $CUDA_HOME (or $CUDA_PATH)/bin/nvcc,
+    else the nvcc on PATH, else /usr/local/cuda/bin/nvcc (flashinfer/jit/cpp_ext.py: get_cuda_path and the ninja
+    file's `nvcc = $cuda_home/bin/nvcc`); None when there is none."""
+    import os
+    import shutil
+
+    environ = os.environ if environ is None else environ
+    home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    candidates = [environ.get("FLASHINFER_NVCC"),
+                  os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc", path=environ.get("PATH")),
+                  "/usr/local/cuda/bin/nvcc"]
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
+def kernel_files() -> dict[str, Any]:
+    """Where FlashInfer would load the kernels of attnbench's calls from, read from its own settings without a GPU.
+
+    Every entry point attnbench calls (single, ragged and paged prefill, decode, MLA) loads a compiled module through
+    flashinfer/jit/core.py's JitSpec.build_and_load: a precompiled (AOT) module from flashinfer/data/aot or an
+    installed flashinfer-jit-cache provider (jit/env.py: FLASHINFER_AOT_DIRS, get_aot_artifacts), else one compiled
+    earlier into FLASHINFER_JIT_DIR (under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer), else it is compiled there
+    and then with nvcc. flashinfer-cubin's cubins (FLASHINFER_CUBIN_DIR) are counted apart: they are the trtllm-gen
+    and GEMM kernels, loaded by modules that are themselves compiled the same way.
+
+    `state`: "precompiled", "jit" (nvcc is here), "jit-cache" (modules compiled earlier, no nvcc for others),
+    "absent" (none of these: a first call on a GPU fails) or "unknown" (flashinfer's settings cannot be read).
+    """
+    from pathlib import Path
+
+    try:
+        env = importlib.import_module(f"{MODULE}.jit.env")
+        aot_dirs = [Path(d) for d in (getattr(env, "FLASHINFER_AOT_DIRS", None) or (env.FLASHINFER_AOT_DIR,))]
+        jit_dir, cubin_dir = Path(env.FLASHINFER_JIT_DIR), Path(env.FLASHINFER_CUBIN_DIR)
+        providers = [f"{p.distribution} {p.version} ({', '.join(sorted(p.cuda_architectures))})"
+                     for p in getattr(env, "FLASHINFER_AOT_PROVIDERS", ())]
+    except Exception as exc:  # noqa: BLE001 - a stand-in module, or a flashinfer whose settings moved
+        return {"state": "unknown", "summary": f"cannot read {MODULE}.jit.env: {type(exc).__name__}: {exc}"}
+    precompiled = sorted({so.parent.name for d in aot_dirs if d.is_dir() for so in d.glob("*/*.so")})
+    compiled = sorted({so.parent.name for so in jit_dir.glob("*/*.so")}) if jit_dir.is_dir() else []
+    cubins = sum(1 for _ in cubin_dir.rglob("*.cubin")) if cubin_dir.is_dir() else 0
+    nvcc = nvcc_path()
+    found = {"aot_dirs": [str(d) for d in aot_dirs], "providers": providers, "precompiled": len(precompiled),
+             "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc, "cubin_dir": str(cubin_dir),
+             "cubins": cubins}
+    cubin_note = f"; {cubins} cubins in {cubin_dir}" if cubins else ""
+    if precompiled:
+        source = ", ".join(providers) or ", ".join(str(d) for d in aot_dirs if d.is_dir())
+        return {**found, "state": "precompiled",
+                "summary": f"{len(precompiled)} precompiled modules ({source}){cubin_note}"}
+    none_precompiled = ("no precompiled module (no flashinfer-jit-cache installed, no flashinfer/data/aot)"
+                        if not providers else f"no precompiled module in {', '.join(providers)}")
+    if nvcc:
+        return {**found, "state": "jit", "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
+                                                    f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
+    if compiled:
+        return {**found, "state": "jit-cache",
+                "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and no nvcc "
+                           f"to compile any other{cubin_note}"}
+    return {**found, "state": "absent",
+            "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
+                       f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
+                       f"fails{cubin_note}"}
