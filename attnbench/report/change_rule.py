@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from attnbench.core.policy import FAMILY_ALPHA, MIN_BACKEND_CASES, PRIOR_RATIOS
 from attnbench.records.record import Record

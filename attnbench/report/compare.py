@@ -52,7 +52,7 @@ class Comparison:
     @property
     def spread(self) -> float:
         """The run-to-run spread of the log ratios around the pace, pooled with the device's ratio noise."""
-        return spread_of(self._ratios, policy.device(self.device).ratio_noise)
+        return spread_of(self._ratios, self._device.ratio_noise)
 
     @cached_property
     def machine(self) -> MachinePace | None:
@@ -61,6 +61,11 @@ class Comparison:
         if not self.relative or self.machine_notes or self.software_notes or self._device.probe_noise is None:
             return None
         return machine_pace(*self.probes)
+
+    @property
+    def _machine_value(self) -> float:
+        """The machine's own pace, 1 where it is not held to (machine)."""
+        return self.machine.value if self.machine else 1.0
 
     @property
     def _device(self) -> policy.DevicePolicy:
@@ -76,13 +81,13 @@ class Comparison:
     def judged(self) -> Pace | None:
         """The kernels' pace (over the machine's own, where both runs timed it), judged against what identical runs on
         this device differ by; None without ratios."""
-        over = self.machine.value if self.machine else 1.0
+        over = self._machine_value
         return judge_pace([r / over for r in self._ratios], self.spread, self._pace_noise, self.threshold)
 
     @property
     def pace(self) -> float | None:
         """The median NEW/BASE ratio over every measurement both ran ok."""
-        return self.judged.value * (self.machine.value if self.machine else 1.0) if self.judged else None
+        return self.judged.value * self._machine_value if self.judged else None
 
     @property
     def raw(self) -> bool:
@@ -95,14 +100,12 @@ class Comparison:
     def judged_pace(self) -> float:
         """What each ratio is divided by before it is judged: the pace when judging relative to it; raw, the machine's
         own pace where both runs timed it, else 1."""
-        if self.raw or self.pace is None:
-            return self.machine.value if self.machine else 1.0
-        return self.pace
+        return self._machine_value if self.raw or self.pace is None else self.pace
 
     @property
     def _shared_noise(self) -> float:
         """The noise every ratio carries beside its own: the device's backend noise, and, judged raw, the pace noise."""
-        return math.hypot(policy.device(self.device).backend_noise, self._pace_noise if self.raw else 0.0)
+        return math.hypot(self._device.backend_noise, self._pace_noise if self.raw else 0.0)
 
     @property
     def unshared(self) -> list[str]:
@@ -110,7 +113,7 @@ class Comparison:
         geomean did not move with it beyond the threshold, so the shift is not every kernel's; else []."""
         if self.judged is None or not self.judged.finding:
             return []
-        up, over = self.judged.value > 1, self.machine.value if self.machine else 1.0
+        up, over = self.judged.value > 1, self._machine_value
         return [b for b, g in self.geomean_by_backend.items()
                 if len(self._ratios_by_backend[b]) >= MIN_BACKEND_CASES
                 and not (beyond(g / over, self.threshold) and (g > over) == up)]

@@ -333,7 +333,6 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     backends = {backend.name: backend for backend in plan.backends}
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
-    # The machine's own pace, between measurements of one CPU run (attnbench.run.pace_probe); not beside GPU workers.
     probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
     with ResultsWriter(directory / RESULTS_FILE) as writer, \
             ProgressListener(errors, len(run.tasks), eta, run.unavailable) as listener, frozen_heap():
@@ -352,7 +351,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         measurers = measurers_for(plan, options, run.mode, info, directory)
         measured = schedule.run(run.tasks, sink, measurers)
     settings = run.mode.settings
-    facts = run.env["resumed"][-1] if options.resume else run.env
+    facts = run_facts(run, options)
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
         with frozen_heap():  # as for the first round: a full collection between re-timings costs 0.1-0.2 s each
@@ -382,7 +381,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
                           should_stop, mode.timeout_s)
     if ahead is not None:
-        (run.env["resumed"][-1] if options.resume else run.env)["precompile"] = ahead.to_dict()
+        run_facts(run, options)["precompile"] = ahead.to_dict()
         write_json_atomic(directory / ENV_FILE, run.env)
     measured, records = measure_all(plan, options, directory, run, ahead.compiled_keys() if ahead else {}, errors,
                                     should_stop)
@@ -399,6 +398,11 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int, direc
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
                    directory / RESULTS_FILE, run.unavailable)
+
+
+def run_facts(run: Started, options: RunOptions) -> dict:
+    """Where this part of the run writes what it did in env.json: a resumed part's own entry, else the env itself."""
+    return run.env["resumed"][-1] if options.resume else run.env
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
