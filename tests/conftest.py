@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
-from attnbench.verify.inputs import CaseData
-from attnbench.run.measure import InProcess, Settings, measure
-from attnbench.verify.quant_data import case_data
-from attnbench.run.recording import RunInfo
 from attnbench.records.record import upgrade
 from attnbench.records.results import Record
+from attnbench.run.measure import InProcess, Settings, measure
+from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
+from attnbench.verify.inputs import CaseData
+from attnbench.verify.quant_data import case_data
 
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 

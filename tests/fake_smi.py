@@ -3,8 +3,8 @@ H200 as torch names it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from attnbench.gpu.state import GpuId
 from tests.fake_nvml import H200_BUS, H200_UUID

@@ -88,7 +88,7 @@ def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path:
     a0 = next(r for r in a if (r.case_id, r.backend) == (first.case_id, first.backend))
     b0 = next(r for r in b if (r.case_id, r.backend) == (first.case_id, first.backend))
     assert first.log_ratios == pytest.approx([math.log(y["median_ms"] / x["median_ms"])
-                                              for x, y in zip(a0.extra["rounds"], b0.extra["rounds"])])
+                                              for x, y in zip(a0.extra["rounds"], b0.extra["rounds"], strict=False)])
     env = {side: json.loads((out / side / "env.json").read_text()) for side in "ab"}
     assert env["b"]["ab"]["env"]["PLANTED_SLOWDOWN"] == "0.5" and "PLANTED_SLOWDOWN" not in env["a"]["ab"]["env"]
     assert env["a"]["torch"] == env["b"]["torch"]  # each side's own facts, read in its own worker

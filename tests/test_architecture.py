@@ -11,7 +11,7 @@ the longest chain of imports below it.
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
@@ -35,7 +35,7 @@ def is_upward_allowed(importer: str, imported: str) -> bool:
     return importer.startswith("attnbench.backends.") and imported == "attnbench.backends.registry"
 
 
-@lru_cache(maxsize=None)
+@cache
 def import_graph(types_too: bool = False) -> dict[str, frozenset[str]]:
     known = modules()
     graph: dict[str, frozenset[str]] = {}

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.verify.inputs import CaseData
 from attnbench.backends.registry import default_registry
+from attnbench.core import workload
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case, measure_one
 
 CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")

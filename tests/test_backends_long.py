@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.core import workload
 from attnbench.backends.flex import FlexBackend
-from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
-from attnbench.core.case import Case
 from attnbench.backends.registry import default_registry
+from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
+from attnbench.core import workload
+from attnbench.core.case import Case
 from attnbench.records.results import Record
 from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok

@@ -86,7 +86,7 @@ def test_report_skips_and_counts(tmp_path: Path) -> None:
     result = invoke(["report", run, "--out", tmp_path / "out", "--format", "md"])
     assert result.exit_code == 0, result.output
     skip_line(result, run)
-    clean = invoke(["report", DATA / "cpu-like", "--out", tmp_path / "clean", "--format", "md"])
+    invoke(["report", DATA / "cpu-like", "--out", tmp_path / "clean", "--format", "md"])
     assert (tmp_path / "out" / "summary.md").read_text() == (tmp_path / "clean" / "summary.md").read_text()
 
 

@@ -14,8 +14,8 @@ from attnbench.report.charts import correctness_chart, group_chart
 from attnbench.report.groups import group_records
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
-from tests.test_report import a_record
 from tests.conftest import loaded
+from tests.test_report import a_record
 
 LENGTHS = (1024, 2048, 4096)
 
@@ -23,7 +23,7 @@ LENGTHS = (1024, 2048, 4096)
 def sweep(backend: str, memory: tuple[float, ...], tflops: tuple[float, ...], **extra: Any) -> list[dict[str, Any]]:
     """One backend's records over LENGTHS with these peak memories (bytes) and throughputs (TFLOP/s)."""
     return [a_record(backend=backend, seq_len=n, kv_seq_len=n, peak_memory_bytes=int(m), tflops=t, flops=1e9,
-                     **extra) for n, m, t in zip(LENGTHS, memory, tflops)]
+                     **extra) for n, m, t in zip(LENGTHS, memory, tflops, strict=False)]
 
 
 def panels(records: list[dict[str, Any]], peak: float | None = None) -> tuple[Any, Any, list[str]]:

@@ -37,7 +37,7 @@ def tiny(tmp_path: Path) -> Path:
     return path
 
 
-def invoke(*args: str) -> "object":
+def invoke(*args: str) -> object:
     return CliRunner().invoke(app, [str(a) for a in args])
 
 

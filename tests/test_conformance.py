@@ -17,27 +17,27 @@ import types
 import pytest
 
 import attnbench.backends.flash as flash
-from attnbench.backends.registry import default_registry
 import attnbench.backends.flex as flex
-from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
-from attnbench.backends.flex import (
-    CREATE_BLOCK_MASK_CALL,
-    FLEX_ATTENTION_CALL,
-    FlexBackend,
-)
-from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
-from attnbench.backends.xformers_ops import (
-    BIAS_CALLS,
-    DISPATCH_CALLS,
-    MEA_CALL,
-    XformersBackend,
-)
 from attnbench.backends.conformance import (
     LibraryCall,
     check_backend,
     check_call,
     check_signature,
     installed_signatures,
+)
+from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
+from attnbench.backends.flex import (
+    CREATE_BLOCK_MASK_CALL,
+    FLEX_ATTENTION_CALL,
+    FlexBackend,
+)
+from attnbench.backends.registry import default_registry
+from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
+from attnbench.backends.xformers_ops import (
+    BIAS_CALLS,
+    DISPATCH_CALLS,
+    MEA_CALL,
+    XformersBackend,
 )
 from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case, measure_one

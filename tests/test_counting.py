@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.backends.registry import default_registry
 from attnbench.core import counting
 from attnbench.core.case import Case
-from attnbench.backends.registry import default_registry
 from tests.conftest import make_case
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"

@@ -42,15 +42,15 @@ import attnbench.backends.cudnn as cudnn_adapter
 import attnbench.backends.cudnn_graph as cudnn_graph
 import attnbench.backends.cudnn_layout as cudnn_layout
 import attnbench.backends.packing as packing
-from attnbench.core import workload
+from attnbench.backends.conformance import check_backend, docstring_signatures
 from attnbench.backends.cudnn import SDPA_BACKWARD_KEYWORDS, SDPA_KEYWORDS, CudnnBackend
 from attnbench.backends.cudnn_layout import route
-from attnbench.backends.conformance import check_backend, docstring_signatures
-from attnbench.verify.inputs import CaseData
+from attnbench.backends.registry import default_registry
+from attnbench.core import workload
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import (
     Phases,
     PhaseTimer,

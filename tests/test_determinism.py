@@ -11,19 +11,19 @@ import pytest
 import torch
 from rich.console import Console
 
-from attnbench.run import session
 from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.registry import default_registry
 from attnbench.backends.testing import FaultyBackend
-from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
 from attnbench.core.errors import SuiteError
-from attnbench.verify.inputs import CaseData
+from attnbench.run import session
 from attnbench.run.measure import Settings, measure
 from attnbench.run.options import RunOptions, resume_command
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
 from attnbench.run.skip import Facts, why_skipped
 from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
+from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
+from attnbench.verify.inputs import CaseData
 from tests.conftest import ONE_SAMPLE, make_case
 
 ASKED = Settings(RunInfo("r", "t"), ONE_SAMPLE, deterministic=True)

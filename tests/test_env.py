@@ -7,9 +7,9 @@ import platform
 import pytest
 import torch
 
+from attnbench.core.errors import AttnbenchError
 from attnbench.run import env
 from attnbench.run.env import collect_env, resolve_device, slurm_job
-from attnbench.core.errors import AttnbenchError
 
 
 def test_a_cpu_env_names_the_software_and_the_machine() -> None:

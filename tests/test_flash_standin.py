@@ -28,10 +28,10 @@ import attnbench.backends.flash as flash
 import attnbench.backends.packing as packing
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.core.case import Case
-from attnbench.verify.inputs import CaseData
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import (
     Phases,
     PhaseTimer,

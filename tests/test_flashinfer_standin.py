@@ -30,14 +30,14 @@ import torch
 
 import attnbench.backends.flashinfer as fi_adapter
 import attnbench.backends.packing as packing
-from attnbench.core import workload
-from attnbench.backends.flashinfer import FlashInferBackend, route
 from attnbench.backends.conformance import check_backend
-from attnbench.verify.inputs import CaseData
+from attnbench.backends.flashinfer import FlashInferBackend, route
+from attnbench.backends.registry import default_registry
+from attnbench.core import workload
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import (
     Phases,
     PhaseTimer,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from attnbench.backends.registry import default_registry
+from attnbench.cli.main import app
 from attnbench.run import forecast
 from attnbench.run.calibration import Machine
-from attnbench.cli.main import app
 from attnbench.run.progress import Eta
-from attnbench.backends.registry import default_registry
 from attnbench.timing.timers import TimingSettings
 from tests.conftest import make_case
 

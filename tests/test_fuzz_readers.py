@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.resume import done_keys, drop_cut_line
-from attnbench.sweep.schema import Block, SuiteModel, Timing
+from attnbench.sweep.schema import Block, Timing
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "cpu-like"

@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from attnbench.verify.inputs import CaseData
-from attnbench.run.measure import Settings, measure
 from attnbench.backends.registry import default_registry
+from attnbench.run.measure import Settings, measure
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
 
@@ -161,8 +161,8 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
     bytes as a call made only to measure them."""
     import torch
 
-    from attnbench.verify.inputs import naive_attention
     from attnbench.timing.memory import call_measuring_peak
+    from attnbench.verify.inputs import naive_attention
 
     for mode in ("fwd", "fwd_bwd"):
         case = make_case(device="cuda", dtype="bfloat16", seq_len=2048, heads=8, kv_heads=8, head_dim=64, mode=mode)

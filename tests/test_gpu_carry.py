@@ -130,7 +130,7 @@ def test_a_marker_for_another_python_is_not_a_requirement(wheels: Path) -> None:
 def test_the_manifest_names_each_wheels_digest(wheels: Path) -> None:
     assert cut(wheels, "0.1").returncode == 0
     rows = [line.split("\t") for line in (wheels / "manifest.tsv").read_text().splitlines()[1:]]
-    for name, digest, size, parts in rows:
+    for name, digest, size, _parts in rows:
         wheel = wheels / "download" / name
         assert hashlib.sha256(wheel.read_bytes()).hexdigest() == digest and int(size) == wheel.stat().st_size
     assert {int(parts) for *_, parts in rows} == {0, 3}

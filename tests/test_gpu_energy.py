@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.timing.energy import EnergyUnavailable, loop_energy
 from attnbench.gpu.energy import read_gpu_energy
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.smi import SmiReader
+from attnbench.timing.energy import EnergyUnavailable, loop_energy
 from tests.fake_nvml import FakeNvml
 from tests.fake_smi import H200, smi
 

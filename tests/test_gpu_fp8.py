@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.verify.quant_data import case_data
 from attnbench.backends.registry import default_registry
+from attnbench.verify.quant_data import case_data
 from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
 

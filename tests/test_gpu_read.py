@@ -56,8 +56,8 @@ def test_env_json_holds_each_visible_gpus_state_on_cuda(monkeypatch: pytest.Monk
 
 
 def test_a_cpu_measurement_and_env_have_no_gpu_state_at_all() -> None:
-    from attnbench.run.env import collect_env
     from attnbench.backends.registry import default_registry
+    from attnbench.run.env import collect_env
 
     record = measure_one(make_case(), default_registry().get("naive"))
     assert record.status == "ok" and record.throttled is None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.run.measure import Settings, measure
 from attnbench.core.peaks import peak_for
+from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo, percent_of_peak
 from tests.conftest import make_case
 
@@ -108,8 +108,8 @@ def test_devices_map_through_the_visible_gpus(visible: str | None, index: int, p
 
 
 def test_a_device_index_beyond_the_visible_list_is_one_clear_error() -> None:
-    from attnbench.run.devices import physical_gpu
     from attnbench.core.errors import AttnbenchError
+    from attnbench.run.devices import physical_gpu
 
     with pytest.raises(AttnbenchError, match=r"CUDA_VISIBLE_DEVICES=4,5 makes 2 visible \(0..1\)"):
         physical_gpu(2, "4,5")
@@ -119,10 +119,10 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
     """After an illegal memory access, releasing memory raises again: it must not escape, and with
     --no-isolate the later measurements are `skipped` naming the broken context instead of erroring."""
     import attnbench.run.measure as runner_mod
+    from attnbench.backends.registry import default_registry
     from attnbench.backends.testing import Raising
     from attnbench.run.measure import InProcess
     from attnbench.run.recording import RunInfo
-    from attnbench.backends.registry import default_registry
     from tests.conftest import ONE_SAMPLE
 
     def sticky(device: str, collect: bool = False) -> None:
@@ -187,10 +187,10 @@ def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> No
 def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
     import torch
 
-    from attnbench.verify.inputs import CaseData
-    from attnbench.run.recording import RunInfo
     from attnbench.backends.registry import default_registry
+    from attnbench.run.recording import RunInfo
     from attnbench.timing.timers import CudaEventTimer
+    from attnbench.verify.inputs import CaseData
     from tests.conftest import ONE_SAMPLE
 
     record = measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"),

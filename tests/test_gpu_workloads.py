@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.core.case import Case
 from attnbench.backends.registry import default_registry
+from attnbench.core.case import Case
 from tests.conftest import make_case, measure_one
 
 

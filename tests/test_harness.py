@@ -6,10 +6,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from attnbench.history.store import default_path
 from attnbench.run.compile_cache import default_dir

@@ -88,7 +88,7 @@ def test_the_same_run_and_different_runs_added_at_once_all_land(tmp_path: Path) 
     assert failures == []  # before: sqlite3.IntegrityError: UNIQUE constraint failed: runs.run_id
     for i, path in enumerate(paths):
         for run in RUNS[1:]:
-            both = [worker[i][0] for worker, runs in zip(outcomes, per_worker) if runs == [run]]
+            both = [worker[i][0] for worker, runs in zip(outcomes, per_worker, strict=False) if runs == [run]]
             assert sorted(both) == [(False, 0), (True, pairs_of(run))]
         total = sum(pairs_of(run) for run in RUNS)
         assert sqlite3.connect(path).execute("SELECT count(*) FROM records").fetchone() == (total,)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from attnbench.backends.registry import default_registry
 from attnbench.cli.main import app
+from attnbench.records.results import Record, load_records
 from attnbench.run.isolation import Isolated, WorkerConfig
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
-from attnbench.records.results import Record, load_records
 from attnbench.run.schedule import Schedule
 from tests.conftest import ONE_SAMPLE, make_case
 

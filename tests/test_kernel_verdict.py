@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from attnbench.report.compare_table import comparison_markdown
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import SDPA_FLASH
 from attnbench.core.case import Case
 from attnbench.records.record import Record
+from attnbench.report.compare_table import comparison_markdown
 from attnbench.run import measure as measure_module
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
@@ -299,11 +299,9 @@ def long_cpu_block_at(seq: int) -> list[tuple[Case, str]]:
 @pytest.mark.slow
 def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     """The long block's CPU backends at a short length (what this leaves out: docs/verified.md)."""
-    from attnbench.records.results import Record
+    from attnbench.run.measure import InProcess
     from attnbench.run.schedule import Schedule
     from tests.conftest import ONE_SAMPLE, assert_kernels_named
-
-    from attnbench.run.measure import InProcess
 
     registry = default_registry()
     tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]

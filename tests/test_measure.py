@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from attnbench.backends.registry import default_registry
 from attnbench.core import counting
-from attnbench.verify.inputs import CaseData
+from attnbench.records.results import load_records
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
-from attnbench.records.results import load_records
 from attnbench.timing.timers import ClockTimer
+from attnbench.verify.inputs import CaseData
 from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
 

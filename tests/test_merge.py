@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from attnbench.records.results import key_of, load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
-from attnbench.records.results import key_of, load_records
 from tests.test_shard import invoke, suite  # noqa: F401 - the shard suite fixture
 
 

@@ -57,7 +57,7 @@ def test_extends_and_empty_sequences_are_documents_with_their_own_keys(tmp_path:
     extend = parts[0].case
     assert (extend.doc_lens, extend.doc_kv_lens, extend.kv_seq_len) == ((4,), (12,), 12)
     empty = parts[2].case
-    assert sorted(zip(empty.doc_lens, empty.doc_lens)) == [(0, 0), (0, 0), (8, 8), (8, 8)]
+    assert sorted(zip(empty.doc_lens, empty.doc_lens, strict=False)) == [(0, 0), (0, 0), (8, 8), (8, 8)]
 
 
 def test_the_cpu_block_replaces_the_geometry_and_the_sources(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_mix_numbers_agree_with_a_hand_computation_from_the_records(planted: tup
     assert naive.share("prefill") == pytest.approx(24 / 34) and naive.share("decode") == pytest.approx(10 / 34)
     # the table calls naive on both prefill buckets and sdpa on the decode one: 2 x 10 + 2 x 2 + 4
     assert result.dispatch.calls == {c: b for c, b in zip([p.case.case_id for p in result.traffic.parts],
-                                                          ["naive", "sdpa", "naive"])}
+                                                          ["naive", "sdpa", "naive"], strict=False)}
     assert not result.dispatch.fallback and not result.unmeasured
     assert result.per_request(result.dispatch).value == pytest.approx(28 / requests)
     assert result.dispatch.share("decode") == pytest.approx(4 / 28)

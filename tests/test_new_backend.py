@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
-from attnbench.run.calibration import Machine
+from attnbench.core import workload
 from attnbench.core.case import Case
+from attnbench.run.calibration import Machine
 from attnbench.run.forecast import forecast
-from attnbench.verify.inputs import naive_attention
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import naive_attention
 from tests.conftest import make_case
 
 PLUGIN = "tests.test_new_backend:QueryBlocks"

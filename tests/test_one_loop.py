@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.registry import default_registry
 from attnbench.backends.testing import OutOfMemory
+from attnbench.core import workload
 from attnbench.core.case import Case
-from attnbench.verify.inputs import CaseData, naive_attention
+from attnbench.records.results import Record
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo, unmeasured
-from attnbench.backends.registry import default_registry
-from attnbench.records.results import Record
 from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings
+from attnbench.verify.inputs import CaseData, naive_attention
 from tests.conftest import make_case
 
 

@@ -4,8 +4,8 @@ packaged suites and the starter suite, and `doctor` telling the truth on this ma
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,8 +90,8 @@ def test_dockerfile_pins_have_recorded_signatures_and_flashinfers_conform(monkey
     attnbench makes were held against exactly what the GPU image installs."""
     import importlib
 
-    from attnbench.backends.flashinfer import FlashInferBackend
     from attnbench.backends.conformance import check_backend
+    from attnbench.backends.flashinfer import FlashInferBackend
 
     args = dockerfile_args()
     recorded = {path.stem for path in (ROOT / "tests" / "signatures").glob("*.py")}
@@ -132,8 +132,9 @@ def test_list_on_cpu_imports_no_compiler_stack_and_prints_no_library_warning() -
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
-    from attnbench.backends.flex import inductor_cxx
     from torch._inductor import config
+
+    from attnbench.backends.flex import inductor_cxx
 
     assert inductor_cxx() == tuple(config.cpp.cxx)  # the default read without inductor is inductor's own
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.core import counting
-from attnbench.verify.inputs import CaseData
-from attnbench.run.measure import Settings, measure
-from attnbench.core.peaks import peak_bandwidth_for, peak_for
-from attnbench.run.recording import RunInfo
 from attnbench.backends.registry import default_registry
+from attnbench.core import counting
+from attnbench.core.peaks import peak_bandwidth_for, peak_for
+from attnbench.run.measure import Settings, measure
+from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case
 
 ONE_MS = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from attnbench.backends.registry import default_registry
 from attnbench.run import precompile, session
 from attnbench.run.options import RunOptions, resume_command
-from attnbench.backends.registry import default_registry
 from tests.conftest import make_case
 
 PLUGIN = "tests.compile_faults:PLANTED"

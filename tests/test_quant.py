@@ -9,12 +9,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench.core import quant
+from attnbench.backends.registry import default_registry
 from attnbench.cli.main import app
+from attnbench.core import quant
+from attnbench.sweep.suite import load_suite
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import QuantCaseData, case_data
-from attnbench.backends.registry import default_registry
-from attnbench.sweep.suite import load_suite
 from tests.conftest import make_case, measure_one
 
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import torch
 
-from attnbench.core import quant, workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.registry import default_registry
+from attnbench.core import quant, workload
 from attnbench.core.case import Case
+from attnbench.core.quant import Numerics
 from attnbench.verify.emulate import metrics
 from attnbench.verify.inputs import naive_attention
-from attnbench.core.quant import Numerics
 from attnbench.verify.quant_data import QuantCaseData, case_data, emulation
-from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 FLOOR_BF16 = 1e-3

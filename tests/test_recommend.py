@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 import attnbench.report.dispatch_table as dispatch_table
 from attnbench.cli.main import app
-from attnbench.report.dispatch import DispatchTable, Shape, length_band
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
+from attnbench.report.dispatch import DispatchTable, Shape, length_band
 from attnbench.report.recommend import Decision, recommend_runs
 
 ROOT = Path(__file__).resolve().parent.parent

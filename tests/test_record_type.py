@@ -83,7 +83,7 @@ def test_every_committed_run_loads_into_the_record_and_writes_back_what_it_held(
     records = load_records(path)
     assert len(records) == len(lines) and all(isinstance(r, Record) for r in records)
     relabelled = {r.schema_version for r in records} != {line["schema_version"] for line in lines}
-    for line, record in zip(lines, records):
+    for line, record in zip(lines, records, strict=False):
         dumped = record.to_dict()
         # Every field the line holds survives with its value; the schema version only where the file was written
         # before intervals (labelled 1, relabelled 0: docs/results.md "Schema versions").

@@ -6,9 +6,9 @@ import importlib.metadata
 
 import pytest
 
+from attnbench.backends.registry import Registry, default_registry
 from attnbench.backends.testing import Raising, Wrong
 from attnbench.core.errors import RegistryError
-from attnbench.backends.registry import Registry, default_registry
 
 
 def test_builtins_are_registered() -> None:

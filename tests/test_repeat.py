@@ -11,14 +11,14 @@ from typing import ClassVar
 import pytest
 import torch
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
-from attnbench.verify.inputs import CaseData, naive_attention
+from attnbench.backends.registry import default_registry
+from attnbench.core import workload
+from attnbench.records.results import Record, ResultsWriter
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
+from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.verify.repeat import bitwise_equal, compare, max_difference
-from attnbench.records.results import Record, ResultsWriter
 from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
 
 

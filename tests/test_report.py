@@ -18,16 +18,16 @@ from PIL import (
 )
 
 from attnbench.core.errors import ResultsError
+from attnbench.core.peaks import peak_tflops_for
+from attnbench.records.results import load_records
 from attnbench.report.charts import group_chart
 from attnbench.report.findings import fastest_line
 from attnbench.report.groups import group_records, kv_heads_families
-from attnbench.core.peaks import peak_tflops_for
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
-from tests.conftest import loaded
 from attnbench.report.styles import backend_styles
-from attnbench.records.results import load_records
+from tests.conftest import loaded
 
 DATA = Path(__file__).parent / "data"
 GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))
@@ -114,7 +114,7 @@ def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(
     carries the whole reason as its title (the tooltip), so a skipped row is as short as an ok one."""
     page = rendered["html"]
     reason = [k for k, _, _ in COLUMNS].index("reason")
-    for row, record in zip(table_rows(page), rendered["records"]):
+    for row, record in zip(table_rows(page), rendered["records"], strict=False):
         if record["status"] != "ok":
             assert row[3][reason] == record["reason"]  # the whole reason, which the script puts in the title
     assert 'td.className = "reason"; td.title = text(cell);' in page and "-webkit-line-clamp: 3" in page
@@ -239,7 +239,7 @@ def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
     first = render_report(DATA / "gpu-like", tmp_path / "a")
     second = render_report(DATA / "gpu-like", tmp_path / "b")
     assert [p.relative_to(tmp_path / "a") for p in first] == [p.relative_to(tmp_path / "b") for p in second]
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=False):
         assert a.read_bytes() == b.read_bytes(), a.name
 
 
@@ -383,7 +383,7 @@ def render_cost(source: Path, out: Path) -> tuple[float, float, list[Path]]:
     paths = render_report(source, out)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before)), wall, paths
+    return sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=False)), wall, paths
 
 
 @pytest.mark.slow
@@ -585,8 +585,8 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
     """The H200 runs' naive and sdpa-math records (schema 1: bytes_moved was the inputs' floor) stand at 2-41 FLOP/B
     once their score traffic is counted, under the H200's ridge (989 TFLOP/s over 4.8 TB/s: 206 FLOP/B); the fused
     kernels keep their stored bytes. And no point claims more than the HBM can move."""
-    from attnbench.report.roofline import bytes_of, roofline_points
     from attnbench.records.results import load_records
+    from attnbench.report.roofline import bytes_of, roofline_points
 
     records = load_records(DATA.parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
     points = roofline_points(records)

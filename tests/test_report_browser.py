@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
@@ -290,7 +291,7 @@ def test_a_skipped_row_is_one_line_with_its_reason_on_screen(browser: Any, tmp_p
     rows = visible_rows(browser)
     width = browser.execute_script("return document.documentElement.clientWidth")
     line = browser.execute_script("return parseFloat(getComputedStyle(document.getElementById('records')).lineHeight)")
-    for row, record in zip(rows, skipped):
+    for row, record in zip(rows, skipped, strict=False):
         why = row.find_element("css selector", "td.why div")
         assert why.text == record["reason"]
         box = browser.execute_script("return arguments[0].getBoundingClientRect().toJSON()", why)

@@ -12,6 +12,7 @@ from typing import Any
 
 from PIL import Image
 
+from attnbench.records.results import load_records
 from attnbench.report.frontier import (
     error_vs_original,
     faster,
@@ -24,7 +25,6 @@ from attnbench.report.frontier import (
 from attnbench.report.plotting import render_chart
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
-from attnbench.records.results import load_records
 from tests.conftest import loaded
 from tests.test_report import a_record, write_run
 

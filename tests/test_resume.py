@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.run import session
 from attnbench.cli.main import app
-from attnbench.run.options import RunOptions
 from attnbench.records.results import key_of, load_records
+from attnbench.run import session
+from attnbench.run.options import RunOptions
 
 ROOT = Path(__file__).parent.parent
 SUITE = """\

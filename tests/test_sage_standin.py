@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from attnbench.backends.base import refusal
+from attnbench.backends.conformance import check_backend
 from attnbench.backends.sage import SageBackend
 from attnbench.core.case import Case
-from attnbench.backends.conformance import check_backend
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import case_data
 from tests.conftest import assert_sabotage_caught, make_case, measure_one

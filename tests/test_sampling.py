@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from attnbench.verify.inputs import CaseData
+from attnbench.backends.registry import default_registry
 from attnbench.core.interval import median_interval, rank, samples_needed
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
 from attnbench.timing.timers import ClockTimer, TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case
 
 

@@ -3,15 +3,14 @@ prunes longer sequences, a stop request finishes the current measurement only.""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
 
-from attnbench.backends.testing import OutOfMemory, Raising, Wrong
-from attnbench.run.recording import RunInfo
 from attnbench.backends.registry import default_registry
+from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.records.results import SCHEMA_VERSION, Record, load_records
+from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
 from tests.conftest import make_case, run_cases, run_into
 

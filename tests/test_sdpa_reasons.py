@@ -11,8 +11,8 @@ import pytest
 
 from attnbench.backends.base import module_owner
 from attnbench.backends.flash import output_of
-from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
 from attnbench.backends.registry import default_registry
+from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
 from tests.conftest import make_case, measure_one
 
 # The warnings PyTorch 2.11 gave on an H200 for one call pinned to one kernel, in order (windowed MHA
@@ -70,7 +70,7 @@ def test_the_skip_reason_is_short_and_leads_with_the_kernel() -> None:
     for text in CUDNN_REFUSED:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            warnings.warn(text)
+            warnings.warn(text, stacklevel=2)
         caught.extend(seen)
     reason = backend.skip_reason(RuntimeError("No available kernel. Aborting execution."), caught)
     assert reason == "PyTorch refused CUDNN_ATTENTION: cuDNN requires a head dimension of at most 128."

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from attnbench.run import session
 from attnbench.core.errors import AttnbenchError
+from attnbench.run import session
 from attnbench.run.options import RunOptions
 from attnbench.run.shard import parse_shard
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.run import session
 from attnbench.cli.main import app
+from attnbench.run import session
 from attnbench.run.options import RunOptions
 from attnbench.run.shard import cost, parse_shard, select
 

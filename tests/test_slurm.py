@@ -15,16 +15,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import slurm_cluster
 from rich.console import Console
 
+from attnbench.records.results import key_of, load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
-from attnbench.records.results import key_of, load_records
 
 # One worker runs the whole module (make test's --dist loadgroup): its one cluster (the module's fixture) is a node
 # named after this host and offered every CPU, so a second worker starting a second one would contend for both.

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cluster import submit
 from attnbench.cli.main import app
-from attnbench.core.errors import AttnbenchError
-from attnbench.run.options import RunOptions
+from attnbench.cluster import submit
 from attnbench.cluster.sbatch import (
     Batch,
     Layout,
@@ -26,6 +24,8 @@ from attnbench.cluster.sbatch import (
     parse_time,
 )
 from attnbench.cluster.status import parse_states, scheduler_states
+from attnbench.core.errors import AttnbenchError
+from attnbench.run.options import RunOptions
 
 SUITE = """\
 name: fan

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.run import sustain
-from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 from attnbench.gpu.sample import GpuSample
+from attnbench.run import sustain
 from attnbench.run.sustain import sustained_loop
+from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 
 
 class Scripted:
@@ -101,12 +101,12 @@ def test_a_cpu_without_rapl_runs_no_loop_at_all() -> None:
 def test_a_measurement_records_the_loop_and_its_energy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Through measure(): the loop runs before the samples with the timed call, and the record carries what it gave;
     the run's last line counts the loop as timed work."""
-    from attnbench.verify.inputs import CaseData
+    from attnbench.backends.registry import default_registry
     from attnbench.run.measure import Settings, measure
     from attnbench.run.recording import RunInfo
-    from attnbench.backends.registry import default_registry
     from attnbench.run.tally import Tally
     from attnbench.timing.timers import ClockTimer, TimingSettings
+    from attnbench.verify.inputs import CaseData
     from tests.conftest import make_case
 
     meter = {"mj": 0}

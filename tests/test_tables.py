@@ -8,8 +8,8 @@ from tests.conftest import make_case
 def test_the_run_summary_marks_a_throttled_median() -> None:
     from rich.console import Console
 
-    from attnbench.records.results import Record
     from attnbench.cli.tables import print_summary
+    from attnbench.records.results import Record
 
     case = make_case(device="cuda").fields()
     record = Record(run_id="r", suite="s", timestamp="t", backend="sdpa", status="ok", time_ms=1.0, time_ms_iqr=0.01,

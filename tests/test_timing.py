@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-from attnbench.timing import timers as timing
+from attnbench.backends.registry import default_registry
 from attnbench.core.errors import AttnbenchError
-from attnbench.verify.inputs import CaseData
 from attnbench.core.interval import summarize
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
+from attnbench.timing import timers as timing
 from attnbench.timing.timers import (
     L2_FLUSH_BYTES,
     ClockTimer,
@@ -25,6 +24,7 @@ from attnbench.timing.timers import (
     graph_calls,
     timer_for,
 )
+from attnbench.verify.inputs import CaseData
 from tests.conftest import make_case
 
 
@@ -122,7 +122,7 @@ def test_median_agrees_with_torch_benchmark_timer_within_5_percent() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)}, check=True)
     ours, theirs = json.loads(done.stdout.strip().splitlines()[-1])
-    ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+    ratio = statistics.median(a / b for a, b in zip(ours, theirs, strict=False))
     assert abs(ratio - 1) <= 0.05, f"attnbench {ours} vs blocked_autorange {theirs}: ratio {ratio:.3f}"
 
 
@@ -180,7 +180,7 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not(monkeypatch: pyte
     assert narrow_iqr.time_ms_iqr < 0.1 * narrow_iqr.time_ms and narrow_iqr.noisy  # its interval is ±2%, not 1%
 
 
-def test_cuda_graph_timer_refusals_on_a_cpu(tmp_path: "object") -> None:
+def test_cuda_graph_timer_refusals_on_a_cpu(tmp_path: object) -> None:
     from pathlib import Path
 
     from typer.testing import CliRunner
@@ -209,7 +209,7 @@ def test_a_timer_that_times_forward_only_skips_backward_with_a_reason() -> None:
 
 # ---- the CUDA timers' logic, on a fake torch.cuda with a virtual clock --------------------------
 class FakeStream:
-    def wait_stream(self, other: "FakeStream") -> None:
+    def wait_stream(self, other: FakeStream) -> None:
         if not isinstance(other, FakeStream):
             raise TypeError(f"wait_stream needs a stream, got {other!r}")
 
@@ -217,14 +217,14 @@ class FakeStream:
 class FakeEvent:
     """torch.cuda.Event's contract: elapsed_time needs timing enabled on both events and both completed."""
 
-    def __init__(self, cuda: "FakeCuda", enable_timing: bool) -> None:
+    def __init__(self, cuda: FakeCuda, enable_timing: bool) -> None:
         self.cuda, self.timing, self.at, self.done = cuda, enable_timing, None, False
 
     def record(self) -> None:
         self.at, self.done = self.cuda.now, False
         self.cuda.pending.append(self)
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         if self.timing is not True or end.timing is not True:
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         if not (self.done and end.done):
@@ -233,7 +233,7 @@ class FakeEvent:
 
 
 class FakeGraph:
-    def __init__(self, cuda: "FakeCuda") -> None:
+    def __init__(self, cuda: FakeCuda) -> None:
         self.cuda, self.captured = cuda, 0.0
 
     def replay(self) -> None:
@@ -386,7 +386,7 @@ def test_timer_for_each_device_and_kind(monkeypatch: pytest.MonkeyPatch) -> None
         timer_for("cpu", "cuda-graph")
 
 
-def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: "object") -> None:
+def test_the_cuda_flush_buffer_is_twice_the_devices_l2(monkeypatch: object) -> None:
     """An H200 reports L2_cache_size 62914560 (60 MB): the flush is 120 MiB, not a fixed 256 MiB."""
     import types
 

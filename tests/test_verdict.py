@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import attnbench.verify.inputs as inputs_mod
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.registry import default_registry
+from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.verify.check import FLOOR, judge, max_abs_error
 from attnbench.verify.inputs import Answer, CaseData, naive_attention
-from attnbench.backends.registry import default_registry
 from tests.conftest import make_case, measure_one
 
 # docs/conventions.md's floors, written out: changing the package's values must fail these tests.
@@ -70,7 +70,7 @@ class _Exact(torch.autograd.Function):
         with torch.enable_grad():
             leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
             grads = torch.autograd.grad(exact_attention(ctx.case, *leaves), leaves, dout.double())
-        planted = (ctx.plant(n, g).to(t.dtype) for n, g, t in zip(TENSORS[1:], grads, (q, k, v)))
+        planted = (ctx.plant(n, g).to(t.dtype) for n, g, t in zip(TENSORS[1:], grads, (q, k, v), strict=False))
         return (*planted, None, None)
 
 
@@ -91,7 +91,7 @@ def expected_bounds(data: CaseData) -> dict[str, float]:
     naive, ref = data.naive, data.reference
     pairs = [("out", naive.out, ref.out)]
     if ref.grads is not None:
-        pairs += zip(TENSORS[1:], naive.grads, ref.grads)
+        pairs += zip(TENSORS[1:], naive.grads, ref.grads, strict=False)
     return {n: FACTOR * float((low.double() - want).abs().max()) + FLOORS[data.case.dtype] for n, low, want in pairs}
 
 
@@ -313,7 +313,7 @@ def test_blocked_reference_equals_one_block(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(inputs_mod, "BLOCK_BYTES", 2 * 4 * 56 * 8 * 7)  # 7 query rows per block: 6 blocks
     blocked = inputs_mod.reference(case, inp, None)
     assert torch.allclose(blocked.out, whole.out, rtol=0, atol=1e-12)
-    for got, want in zip(blocked.grads, whole.grads):
+    for got, want in zip(blocked.grads, whole.grads, strict=False):
         assert torch.allclose(got, want, rtol=0, atol=1e-12)
     rows = torch.tensor([0, 3, 17, 39])
     subset = inputs_mod.reference(make_case(**{**case.fields(), "mode": "fwd"}), inp, rows)

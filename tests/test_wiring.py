@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 import torch
 
-from attnbench.core import counting, workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.registry import default_registry
+from attnbench.core import counting, workload
 from attnbench.core.case import Case
-from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.core.interval import NOISE_THRESHOLD, summarize
+from attnbench.records.results import Record
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
-from attnbench.records.results import Record
 from attnbench.timing.timers import ClockTimer, TimingSettings
+from attnbench.verify.inputs import CaseData, naive_attention
 from tests.conftest import ScriptedTimer, make_case
 
 SPREAD = [4.0, 1.0, 3.0, 10.0, 2.0]  # sorted 1 2 3 4 10: median 3, inclusive quartiles 2 and 4, minimum 1

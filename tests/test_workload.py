@@ -40,7 +40,7 @@ def brute_force(case: Case) -> list[list[list[bool]]]:
     k_len_d keys, positions counted from its start), ragged lengths, causal and window."""
     def spans(lens: tuple[int, ...]) -> list[tuple[int, int]]:
         starts = [sum(lens[:n]) for n in range(len(lens))]
-        return [(start, start + length) for start, length in zip(starts, lens)]
+        return [(start, start + length) for start, length in zip(starts, lens, strict=False)]
 
     def owner(index: int, lens: tuple[int, ...]) -> int:
         return next(n for n, (start, end) in enumerate(spans(lens)) if start <= index < end)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
+from attnbench.backends.registry import default_registry
 from attnbench.core import case as case_mod
 from attnbench.core import workload
-from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
-from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.backends.registry import default_registry
 from attnbench.timing.timers import ClockTimer
+from attnbench.verify.inputs import CaseData, naive_attention
 from tests.conftest import make_case, measure_one
 
 CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")

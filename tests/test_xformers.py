@@ -25,13 +25,13 @@ import pytest
 import torch
 
 import attnbench.backends.xformers_ops as xf
-from attnbench.core import workload
 from attnbench.backends.xformers_ops import XformersBackend
+from attnbench.core import workload
 from attnbench.core.case import Case
-from attnbench.verify.inputs import CaseData
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
+from attnbench.verify.inputs import CaseData
 from tests.conftest import (
     Phases,
     PhaseTimer,
@@ -481,7 +481,7 @@ def _top_left(real):  # type: ignore[no-untyped-def]
 
 def _window_without_diagonal(c, ops, device=None):  # type: ignore[no-untyped-def]
     seqs = xf.packing.varlen(c)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
     block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
     return block.make_local_attention_from_bottomright(c.window)  # W where xformers needs W + 1
 
@@ -555,7 +555,7 @@ def expected_padded_keep(c: Case) -> torch.Tensor:
     keep = torch.zeros(sum(q_lens), len(q_lens) * pad, dtype=torch.bool)
     q0 = 0
     per_row = len(q_lens) // c.batch
-    for i, (nq, nk) in enumerate(zip(q_lens, k_lens)):
+    for i, (nq, nk) in enumerate(zip(q_lens, k_lens, strict=False)):
         b = i // per_row
         row = rows[b if len(rows) > 1 else 0]
         q_row = q0 - b * c.seq_len  # the sequence's first query within its batch row
@@ -626,7 +626,7 @@ PADDED_SABOTAGES = {
 def _top_left_any(c, ops, device=None):  # type: ignore[no-untyped-def]
     """The contiguous-key block mask made causal top-left: it takes fewer keys than queries, but wrongly aligned."""
     seqs = xf.packing.varlen(c)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
     return ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device).make_causal()
 
 

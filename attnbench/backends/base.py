@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.core import axes, counting, quant
 from attnbench.core.counting import FUSED, MemoryCost

@@ -19,8 +19,9 @@ overload).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import LibraryCall, first_line  # noqa: F401 - LibraryCall: what a backend declares
 
@@ -230,7 +231,7 @@ def _parameter_texts(text: str) -> list[str] | None:
     close. Brackets, quotes and pybind11's `<repr>` defaults are skipped over as one unit each."""
     assert text.startswith("(")
     depth, quote, angle, current, parts = 0, "", 0, [], []
-    for index, char in enumerate(text):
+    for _index, char in enumerate(text):
         if quote:
             current.append(char)
             if char == quote:

@@ -47,7 +47,9 @@ from attnbench.backends.base import (
     device_problem,
     first_line,
     import_problem,
+    warm_up,
 )
+from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.cudnn_graph import (
     Built,
     Runner,
@@ -56,8 +58,6 @@ from attnbench.backends.cudnn_graph import (
     handle_for,
 )
 from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
-from attnbench.backends.base import warm_up
-from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import CUDNN_SDPA, per_device
 from attnbench.backends.registry import register
 

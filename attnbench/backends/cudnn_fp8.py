@@ -22,7 +22,8 @@ import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import Prepared
+from attnbench.backends.base import Prepared, warm_up
+from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.cudnn import (
     MODULE,
     CudnnBackend,
@@ -31,10 +32,8 @@ from attnbench.backends.cudnn import (
 )
 from attnbench.backends.cudnn_graph import Built, handle_for, pin_backend
 from attnbench.backends.cudnn_layout import Operand, Spec, layout
-from attnbench.backends.base import warm_up
-from attnbench.backends.conformance import LibraryCall
-from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register
+from attnbench.core.quant import Numerics
 
 if TYPE_CHECKING:
     import torch

@@ -3,11 +3,12 @@ offsets for the dense, ragged, padded and paged routes (attnbench.backends.cudnn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from attnbench.core import workload
 from attnbench.backends import packing
+from attnbench.core import workload
 
 if TYPE_CHECKING:
     import torch
@@ -126,7 +127,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
         # contiguous: packing's reshape is a view of the canonical memory where it can be (one batch row), and
         # cuDNN reads memory at the declared strides, not the tensor's
         inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
-        lens = tuple(b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:]))
+        lens = tuple(b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False))
         lengths(lens, seqs.kv_lens)
         keywords["max_total_seq_len_q"], keywords["max_total_seq_len_kv"] = seqs.cu_q[-1], seqs.cu_k[-1]
         for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d), ("v", seqs.cu_k, kvh * dv),

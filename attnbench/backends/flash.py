@@ -36,10 +36,9 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.core.axes import HALF_DTYPES
-from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
@@ -55,8 +54,10 @@ from attnbench.backends.base import (
 )
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_2, FLASH_ATTENTION_3, FLASH_ATTENTION_4, per_device
-from attnbench.core.quant import Numerics, for_every_input
 from attnbench.backends.registry import register
+from attnbench.core import workload
+from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.quant import Numerics, for_every_input
 
 if TYPE_CHECKING:
     import torch

@@ -37,10 +37,9 @@ from __future__ import annotations
 import importlib
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.core.axes import HALF_DTYPES
-from attnbench.core import workload
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
@@ -51,14 +50,16 @@ from attnbench.backends.base import (
     import_problem,
     installed_version,
     library_refusal,
+    warm_up,
 )
-from attnbench.backends.base import warm_up
+from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.flash import qv_split
 from attnbench.backends.flashinfer_kernels import kernel_files
-from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASHINFER, per_device
-from attnbench.core.quant import Numerics
 from attnbench.backends.registry import register
+from attnbench.core import workload
+from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.quant import Numerics
 
 if TYPE_CHECKING:
     import torch
@@ -161,7 +162,7 @@ def short_causal(case: Case) -> tuple[int, int] | None:
     than its queries, which FlashInfer does not support; None when there is none (an empty cache is fine)."""
     if not case.causal:
         return None
-    pairs = (zip(case.doc_lens, workload.doc_key_lens(case)) if case.doc_lens is not None
+    pairs = (zip(case.doc_lens, workload.doc_key_lens(case), strict=False) if case.doc_lens is not None
              else ((case.seq_len, kv) for kv in workload.request_kv_lens(case)))
     return next(((q, kv) for q, kv in pairs if 0 < kv < q), None)
 

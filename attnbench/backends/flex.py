@@ -20,14 +20,15 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
-from attnbench.core.quant import for_every_input
 from attnbench.backends.registry import register
+from attnbench.core import workload
+from attnbench.core.quant import for_every_input
 from attnbench.core.workload import allowed
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
     return _compiled_mask[dynamic]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
     """The mask_mod of docs/conventions.md's mask (attnbench.core.workload.allowed) for these three values, one function per distinct
     mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
@@ -275,7 +276,7 @@ def inductor_cxx() -> tuple[str | None, ...]:
     return tuple(named) if isinstance(named, (list, tuple)) else (named,)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_build_tools_missing() -> str | None:
     """Why torch.compile cannot build FlexAttention's CPU kernels here, or None. Inductor compiles them as C++
     that includes Python.h, with the compiler its config names (g++, or $CXX): a machine or image without either

@@ -11,12 +11,12 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.core.axes import HALF_DTYPES
 from attnbench.backends import runtimes
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
 
 if TYPE_CHECKING:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench.verify import determinism
-
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
+from attnbench.backends.registry import register
+from attnbench.core import workload
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.counting import MemoryCost
+from attnbench.verify import determinism
 from attnbench.verify.inputs import naive_attention
-from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench.verify import determinism
-
-from attnbench.core import quant, workload
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.naive import laid_out
-from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
-from attnbench.verify.inputs import dtype_of, naive_attention
 from attnbench.backends.registry import register
+from attnbench.core import quant, workload
+from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
+from attnbench.verify import determinism
+from attnbench.verify.inputs import dtype_of, naive_attention
 
 if TYPE_CHECKING:
     import torch

@@ -109,7 +109,7 @@ class OpenVinoSdpa(Backend):
         core = ov.Core()
         compiled = core.compile_model(model, "CPU", config)
         request = compiled.create_infer_request()
-        for index, (param, array) in enumerate(zip(params, arrays)):
+        for index, (param, array) in enumerate(zip(params, arrays, strict=False)):
             request.set_input_tensor(index, ov.Tensor(array, list(array.shape), param.get_element_type())
                                      if case.dtype == "bfloat16" and index < 3 else ov.Tensor(array, shared_memory=True))
 
@@ -153,7 +153,7 @@ def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[An
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
     request = compiled.create_infer_request()
-    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params)]
+    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params, strict=False)]
     request.infer(tensors)  # the first call of a compiled model pays its one-time work
     request.infer(tensors)
     rows: dict[str, list[float]] = {}

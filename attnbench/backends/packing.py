@@ -139,7 +139,7 @@ def flashinfer_page_indices(layout: workload.Pages) -> tuple[tuple[int, ...], tu
     """
     p = layout.page_size
     indptr, indices, last = [0], [], []
-    for row, n in zip(layout.table, layout.kv_lens):
+    for row, n in zip(layout.table, layout.kv_lens, strict=False):
         used = -(-n // p)
         assert used >= 1 and all(page >= 0 for page in row[:used]), "every request holds at least one key"
         indices.extend(row[:used])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
-from typing import TYPE_CHECKING, Callable, TypeVar, Union
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from attnbench.backends.base import Backend
 from attnbench.core.errors import RegistryError, SuiteError, did_you_mean
@@ -26,7 +27,7 @@ def builtin_modules() -> list[str]:
             if m.name not in ("registry", "testing")]
 
 
-Target = Union[type[Backend], Backend, str]
+Target = type[Backend] | Backend | str
 B = TypeVar("B", bound=type[Backend])
 
 

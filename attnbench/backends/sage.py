@@ -24,7 +24,6 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core.axes import HALF_DTYPES
 from attnbench.backends.base import (
     Backend,
     Cost,
@@ -33,13 +32,14 @@ from attnbench.backends.base import (
     device_problem,
     import_problem,
     library_refusal,
+    warm_up,
 )
-from attnbench.backends.base import warm_up
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import SAGE, per_device
-from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
-from attnbench.core.quant import Numerics, for_every_input
 from attnbench.backends.registry import register
+from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.quant import Numerics, for_every_input
+from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
 
 if TYPE_CHECKING:
     import torch

@@ -5,12 +5,10 @@ from __future__ import annotations
 import functools
 import re
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from attnbench.verify import determinism
-
-from attnbench.core import workload
 from attnbench.backends import kernel_names
 from attnbench.backends.base import (
     Backend,
@@ -23,8 +21,10 @@ from attnbench.backends.base import (
 )
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
-from attnbench.core.counting import MemoryCost
 from attnbench.backends.registry import register
+from attnbench.core import workload
+from attnbench.core.counting import MemoryCost
+from attnbench.verify import determinism
 
 if TYPE_CHECKING:
     import torch

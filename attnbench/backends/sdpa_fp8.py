@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import fp8
 from attnbench.backends.base import Backend, Cost, Prepared, device_problem, first_line
+from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.kernel_names import FLASH_ATTENTION_3, per_device
+from attnbench.backends.registry import register
 from attnbench.backends.sdpa import (
     IMPL_REFUSAL,
     flash_impl_label,
     flash_impl_problem,
     flash_pinned,
 )
-from attnbench.backends.conformance import LibraryCall
-from attnbench.backends.kernel_names import FLASH_ATTENTION_3, per_device
 from attnbench.core.quant import Numerics
-from attnbench.backends.registry import register
 
 if TYPE_CHECKING:
     import torch

@@ -16,8 +16,6 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core.axes import HALF_DTYPES
-from attnbench.core import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
@@ -30,6 +28,8 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_2, per_device
 from attnbench.backends.registry import register
+from attnbench.core import workload
+from attnbench.core.axes import HALF_DTYPES
 
 if TYPE_CHECKING:
     import torch
@@ -64,7 +64,7 @@ def varlen_window(case: Case) -> tuple[int, int]:
 
 def varlen_function() -> Any:
     """torch's varlen_attn, looked up at each prepare (so a test can stand one in)."""
-    return getattr(importlib.import_module(MODULE), "varlen_attn")
+    return importlib.import_module(MODULE).varlen_attn
 
 
 def varlen_parameters() -> frozenset[str]:

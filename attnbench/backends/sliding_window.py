@@ -11,16 +11,16 @@ KV head's group of query heads into the block's rows, so K/V are never copied pe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from attnbench.core import counting, workload
-
-from attnbench.verify import determinism
 from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
-from attnbench.core.case import DTYPE_BYTES
 from attnbench.backends.registry import register
+from attnbench.core import counting, workload
+from attnbench.core.case import DTYPE_BYTES
+from attnbench.verify import determinism
 
 if TYPE_CHECKING:
     import torch

@@ -13,10 +13,11 @@ import faulthandler
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
-from attnbench.core import workload
 from attnbench.backends.base import Backend, Prepared
+from attnbench.core import workload
 from attnbench.verify.inputs import naive_attention
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core import workload
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
@@ -38,10 +37,11 @@ from attnbench.backends.base import (
     expand_kv,
     quiet_import,
 )
-from attnbench.backends.sdpa import fp32_math
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import CUTLASS_FMHA, FLASH_ATTENTION_2, FLASH_ATTENTION_3, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.sdpa import fp32_math
+from attnbench.core import workload
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +147,7 @@ def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
     XformersBackend.unsupported before this is called.
     """
     seqs = packing.varlen(case)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
     block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
     if not case.causal:
         assert case.window is None, "a two-sided window has no block-diagonal form over contiguous keys"
@@ -163,8 +163,8 @@ def needs_padded_keys(case: Case) -> bool:
     if case.window is not None and not case.causal:
         return True
     seqs = packing.varlen(case)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])]
-    return case.causal and any(k < q for q, k in zip(q_lens, seqs.kv_lens))
+    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
+    return case.causal and any(k < q for q, k in zip(q_lens, seqs.kv_lens, strict=False))
 
 
 def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
@@ -175,7 +175,7 @@ def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> 
     BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(..., W + 1) (the diagonal counts).
     """
     seqs = packing.varlen(case)
-    q_lens, kv_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:])], list(seqs.kv_lens)
+    q_lens, kv_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)], list(seqs.kv_lens)
     bias = ops.fmha.attn_bias
     if case.causal and case.window is not None:  # no device parameter: xformers' default device, the query's
         return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,

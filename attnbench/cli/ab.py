@@ -7,7 +7,6 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -25,17 +24,17 @@ def ab(
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
     python_a: str = typer.Option(..., "--a", metavar="PYTHON", help="Environment A's Python (the baseline)."),
     python_b: str = typer.Option(..., "--b", metavar="PYTHON", help="Environment B's Python (the candidate)."),
-    a_env: List[str] = typer.Option([], "--a-env", metavar="NAME=VALUE", help="A variable for A's worker only."),
-    b_env: List[str] = typer.Option([], "--b-env", metavar="NAME=VALUE", help="A variable for B's worker only."),
+    a_env: list[str] = typer.Option([], "--a-env", metavar="NAME=VALUE", help="A variable for A's worker only."),
+    b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE", help="A variable for B's worker only."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=1, metavar="N",
                                help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% verdict); "
                                     f"each side's round gets budget_ms / N."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", min=0.0, metavar="FRACTION",
                                     help="The smallest B/A change called a regression or an improvement."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default reports/ab-<suite>-<time>)."),
-    backend: opts.Backends = [],
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
-    plugin: opts.Plugins = [],
+    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/ab-<suite>-<time>)."),
+    backend: opts.Backends = None,
+    device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
+    plugin: opts.Plugins = None,
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
@@ -44,6 +43,10 @@ def ab(
     from attnbench.run import ab as paired
     from attnbench.run import session
 
+    if plugin is None:
+        plugin = []
+    if backend is None:
+        backend = []
     if rounds < min_pairs():
         raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))

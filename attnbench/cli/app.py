@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import sys
 import unicodedata
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console

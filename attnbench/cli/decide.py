@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -17,14 +16,14 @@ from attnbench.core.errors import AttnbenchError
 @app.command()
 @user_errors
 def recommend(
-    runs: List[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are pooled."),
-    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
+    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are pooled."),
+    out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
                                             help="Write the dispatch table as JSON (an existing file is refused)."),
-    md: Optional[Path] = typer.Option(None, "--md", metavar="FILE",
+    md: Path | None = typer.Option(None, "--md", metavar="FILE",
                                       help="Also write the table as Markdown (an existing file is refused)."),
     by: str = typer.Option("time", "--by", metavar="time|energy",
                            help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
-    mix: Optional[Path] = typer.Option(None, "--mix", metavar="SUITE",
+    mix: Path | None = typer.Option(None, "--mix", metavar="SUITE",
                                        help="Also weigh the suite's mix: traffic: time per request for each backend "
                                             "and for the dispatch, its gain, prefill/decode shares."),
 ) -> None:
@@ -64,7 +63,7 @@ app.add_typer(history_app, name="history")
 @history_app.command("add")
 @user_errors
 def history_add(
-    runs: List[Path] = typer.Argument(..., help="Run directories (or results.jsonl) to add."),
+    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) to add."),
     db: opts.HistoryDb = None,
 ) -> None:
     """Append runs' records and environment to the store; a run already held gets only the records it lacks or holds

@@ -69,9 +69,9 @@ class Diagnosis:
 def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
     """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through `probes`
     (default: asked now, nothing reused or stored)."""
+    from attnbench.backends.registry import default_registry
     from attnbench.cli.probes import Probes
     from attnbench.run.env import collect_env
-    from attnbench.backends.registry import default_registry
     from attnbench.sweep.suite import load_suite
 
     probes = probes or Probes(device)

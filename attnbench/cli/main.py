@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -21,13 +21,15 @@ from attnbench.core.errors import AttnbenchError
 @user_errors
 def validate(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
-    device: Optional[str] = typer.Option(None, help="Count cases for this device: cpu or cuda (default: both)."),
-    plugin: opts.Plugins = [],
+    device: str | None = typer.Option(None, help="Count cases for this device: cpu or cuda (default: both)."),
+    plugin: opts.Plugins = None,
 ) -> None:
     """Check a suite file against the schema and print how many cases it expands to."""
     from attnbench.backends.registry import default_registry
     from attnbench.sweep.suite import load_suite
 
+    if plugin is None:
+        plugin = []
     loaded = load_suite(suite)
     default_registry(plugin).chosen(None, loaded)
     for dev in [device] if device else ["cuda", "cpu"]:
@@ -39,7 +41,7 @@ def validate(
 @user_errors
 def list_backends(
     device: str = typer.Option("auto", help="Device to judge availability on: auto, cpu or cuda."),
-    plugin: opts.Plugins = [],
+    plugin: opts.Plugins = None,
     fresh: opts.FreshProbes = False,
 ) -> None:
     """Every registered backend, whether it can run here (and why not), and its library's version."""
@@ -50,6 +52,8 @@ def list_backends(
     from attnbench.run.compile_cache import default_dir
     from attnbench.run.env import resolve_device
 
+    if plugin is None:
+        plugin = []
     dev = resolve_device(device)
     probes = Probes(dev, default_dir(), fresh)
     if probes.first_call():
@@ -132,28 +136,28 @@ def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write
 @user_errors
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),
-    backend: opts.Backends = [],
-    device: Optional[str] = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),
+    backend: opts.Backends = None,
+    device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cases and their memory estimates; run nothing."),
-    plugin: opts.Plugins = [],
+    plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
     oom_pruning: opts.OomPruning = True,
-    resume: Optional[Path] = typer.Option(None, "--resume", metavar="DIR",
+    resume: Path | None = typer.Option(None, "--resume", metavar="DIR",
                                           help="Finish the run in DIR: only measurements it lacks, appended."),
     force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
-    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N",
+    shard: str | None = typer.Option(None, "--shard", metavar="I/N",
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
-    devices: Optional[str] = typer.Option(None, "--devices", metavar="0,1,...",
+    devices: str | None = typer.Option(None, "--devices", metavar="0,1,...",
                                           help="One worker per GPU index, sharing one queue of cases."),
     peak_tflops: opts.PeakTflops = None,
     peak_bandwidth: opts.PeakBandwidth = None,
     timer: opts.Timer = "auto",
     deterministic: opts.Deterministic = False,
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", metavar="DIR",
                                              help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
-    estimate_gpu: Optional[str] = typer.Option(None, "--estimate-gpu", metavar="NAME",
+    estimate_gpu: str | None = typer.Option(None, "--estimate-gpu", metavar="NAME",
                                                help="With --dry-run: estimate the run on this GPU (e.g. H100) from "
                                                     "the datasheet table (with 16 compile workers unless "
                                                     "--compile-workers says)."),
@@ -162,13 +166,17 @@ def run(
     report: opts.Report = True,
 ) -> None:
     """Run a suite: check, time and measure every backend on every case; write results.jsonl and env.json."""
-    from attnbench.run import session
     from attnbench.cli import tables
+    from attnbench.run import session
     from attnbench.run.devices import parse_devices
     from attnbench.run.options import resume_command
     from attnbench.run.shard import parse_shard
     from attnbench.run.tally import process_start, reference_line, timed_line
 
+    if plugin is None:
+        plugin = []
+    if backend is None:
+        backend = []
     if force and resume is None:
         raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
                              "attnbench never overwrites results: choose a new --out")
@@ -220,7 +228,7 @@ def run(
 @app.command()
 @user_errors
 def merge(
-    sources: List[Path] = typer.Argument(..., help="Run directories (shards) to combine."),
+    sources: list[Path] = typer.Argument(..., help="Run directories (shards) to combine."),
     out_dir: Path = typer.Option(..., "--out", help="Directory for the merged results.jsonl, env.json and report."),
 ) -> None:
     """Combine shard runs into one: refuses overlapping measurements, mixed schema versions or devices."""
@@ -239,19 +247,19 @@ def submit(
     ctx: typer.Context,
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
     shards: int = typer.Option(..., "--shards", metavar="N", help="Number of shards: one SLURM array task each."),
-    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task", metavar="G", help="GPUs for each task."),
-    partition: Optional[str] = typer.Option(None, "--partition", metavar="P", help="SLURM partition."),
-    time: Optional[str] = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
-    account: Optional[str] = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
-    sbatch_arg: List[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
+    gpus_per_task: int | None = typer.Option(None, "--gpus-per-task", metavar="G", help="GPUs for each task."),
+    partition: str | None = typer.Option(None, "--partition", metavar="P", help="SLURM partition."),
+    time: str | None = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
+    account: str | None = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
+    sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
                                          help="Another sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
+    out_dir: Path | None = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
                                                                "merged run (default reports/<suite>-<time>)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the scripts and the sbatch calls; submit nothing."),
-    backend: opts.Backends = [],
-    device: Optional[str] = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
+    backend: opts.Backends = None,
+    device: str | None = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
                                                     "'auto', cuda when the tasks ask for GPUs)."),
-    plugin: opts.Plugins = [],
+    plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
     oom_pruning: opts.OomPruning = True,
@@ -265,6 +273,10 @@ def submit(
     from attnbench.cluster import submit as submission
     from attnbench.cluster.sbatch import SlurmOptions
 
+    if plugin is None:
+        plugin = []
+    if backend is None:
+        backend = []
     if ctx.args:  # unknown options are ours to report: one line, exit 2, like every other bad input
         from attnbench.core.errors import did_you_mean
 
@@ -315,10 +327,10 @@ def status(
 @user_errors
 def report(
     source: Path = typer.Argument(..., help="A run directory, or its results.jsonl."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
-    baseline: Optional[str] = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else naive)."),
-    peak_tflops: Optional[float] = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
+    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else naive)."),
+    peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
     from attnbench.report.render import render_report
@@ -331,16 +343,16 @@ def report(
 @app.command()
 @user_errors
 def compare(
-    runs: List[Path] = typer.Argument(..., metavar="[BASE] NEW",
+    runs: list[Path] = typer.Argument(..., metavar="[BASE] NEW",
                                       help="BASE and NEW run directories (or results.jsonl); NEW alone with --against."),
-    against: Optional[str] = typer.Option(None, "--against", metavar="history",
+    against: str | None = typer.Option(None, "--against", metavar="history",
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),
     db: opts.HistoryDb = None,
     threshold: str = typer.Option(policy.percent(policy.CHANGE_THRESHOLD),
                                   help="Smallest change judged (a regression or an improvement), with the "
                                        "two intervals apart; e.g. 10% or 0.1."),
-    md: Optional[Path] = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
+    md: Path | None = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
     absolute: bool = typer.Option(False, "--absolute",
                                   help="Judge the raw ratios, not each against the run's pace (the median ratio, "
                                        "used when both runs come from one machine with the same software and the "
@@ -422,8 +434,8 @@ class StopFlag:
 
 # recommend and history live in their own module, which adds them to the app: imported last, they come after compare
 # in --help.
-from attnbench.cli import decide as cli_decide  # noqa: E402,F401
 from attnbench.cli import ab as cli_ab  # noqa: E402,F401 - `ab`, a paired A/B of two environments
+from attnbench.cli import decide as cli_decide  # noqa: E402,F401
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ parameter with, and `run_options` turns their values into the one RunOptions bot
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,31 +12,31 @@ if TYPE_CHECKING:
     from attnbench.run.options import RunOptions
     from attnbench.run.shard import Shard
 
-Backends = Annotated[List[str], typer.Option("--backend", help="Run only these backends (repeatable).")]
-Plugins = Annotated[List[str], typer.Option("--plugin", help="Extra backend, as module:attr.")]
-Isolate = Annotated[Optional[bool], typer.Option(
+Backends = Annotated[list[str], typer.Option("--backend", help="Run only these backends (repeatable).")]
+Plugins = Annotated[list[str], typer.Option("--plugin", help="Extra backend, as module:attr.")]
+Isolate = Annotated[bool | None, typer.Option(
     "--isolate/--no-isolate", help="Measure in a worker process that may crash (default: on for CUDA).")]
-Timeout = Annotated[Optional[float], typer.Option(
+Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=0.001, metavar="SECONDS", help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
 OomPruning = Annotated[bool, typer.Option(
     "--oom-pruning/--no-oom-pruning", help="After an oom, skip longer sequences of that backend and case group.")]
-PeakTflops = Annotated[Optional[float], typer.Option(
+PeakTflops = Annotated[float | None, typer.Option(
     "--peak-tflops", min=1e-9, metavar="TFLOPS", help="Compute roof for percent_of_peak (default: datasheet table).")]
-PeakBandwidth = Annotated[Optional[float], typer.Option(
+PeakBandwidth = Annotated[float | None, typer.Option(
     "--peak-bandwidth", min=1e-9, metavar="GBS", help="Memory roof in GB/s for decode-like cases' percent_of_peak.")]
-HistoryDb = Annotated[Optional[Path], typer.Option(
+HistoryDb = Annotated[Path | None, typer.Option(
     "--db", metavar="FILE", help="The history store (default $XDG_DATA_HOME/attnbench/history.sqlite, else "
                                  "~/.local/share/attnbench/history.sqlite).")]
 # The filters `history show` and `history plot` share.
-HistoryBackends = Annotated[List[str], typer.Option("--backend", help="Only this backend (repeatable).")]
-HistoryCases = Annotated[List[str], typer.Option(
+HistoryBackends = Annotated[list[str], typer.Option("--backend", help="Only this backend (repeatable).")]
+HistoryCases = Annotated[list[str], typer.Option(
     "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable).")]
-HistoryGpus = Annotated[List[str], typer.Option(
+HistoryGpus = Annotated[list[str], typer.Option(
     "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable).")]
 # `list` and `doctor`: ask every backend again instead of reusing this installation's answers (attnbench.cli.probes).
 FreshProbes = Annotated[bool, typer.Option(
     "--fresh", help="Ask every backend again (import its library) instead of reusing this installation's answers.")]
-CompileWorkers = Annotated[Optional[int], typer.Option(
+CompileWorkers = Annotated[int | None, typer.Option(
     "--compile-workers", min=0, metavar="N",
     help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
          "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]

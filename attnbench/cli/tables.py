@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from attnbench.core import counting
 from attnbench.backends.naive import NaiveBackend
+from attnbench.core import counting
 from attnbench.core.units import fmt_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from attnbench.run.forecast import Forecast
     from attnbench.records.results import Record
+    from attnbench.run.forecast import Forecast
     from attnbench.run.session import DryRun
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "magenta", "skipped": "yellow",

@@ -6,14 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from attnbench.cluster.sbatch import Layout
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.results import RESULTS_FILE, load_records, read_json_object
 from attnbench.records.resume import done_keys
-from attnbench.cluster.sbatch import Layout
 
 # Runs a command and gives back its exit code and output; injectable so tests need no scheduler.
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]

@@ -15,9 +15,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core.errors import AttnbenchError
-from attnbench.run.options import RunOptions
-from attnbench.records.results import RESULTS_FILE, write_json_atomic
 from attnbench.cluster.sbatch import (
     Batch,
     Layout,
@@ -36,6 +33,9 @@ from attnbench.cluster.status import (
     scheduler_states,
     shard_progress,
 )
+from attnbench.core.errors import AttnbenchError
+from attnbench.records.results import RESULTS_FILE, write_json_atomic
+from attnbench.run.options import RunOptions
 
 if TYPE_CHECKING:
     from attnbench.sweep.suite import Suite

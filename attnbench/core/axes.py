@@ -11,9 +11,9 @@ attnbench.core.workload's; how a kernel takes it, each adapter's. Pure Python: t
 from __future__ import annotations
 
 import zlib
-
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Literal
 
 # The table's functions take an attnbench.core.case.Case, which is built from the table: named here, not imported.
 Case = Any
@@ -41,10 +41,10 @@ KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 # `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
 # a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
 # one dense sequence per row.
-Documents = Union[int, list[Union[int, list[int]]], None]
+Documents = int | list[int | list[int]] | None
 Spread = Literal["equal", "random"]
 # `kv_lengths`: equal (every request has kv_seq_len keys), random (seeded), or an explicit list, one per request.
-KvLengths = Union[Spread, list[int]]
+KvLengths = Spread | list[int]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def _documents_id(case: Case) -> str:
     if case.documents is None:
         return ""
     if case.doc_lengths == "explicit":
-        pairs = zip(case.doc_lens or (), case.doc_kv_lens or case.doc_lens or ())
+        pairs = zip(case.doc_lens or (), case.doc_kv_lens or case.doc_lens or (), strict=False)
         return "docs" + _listed([str(q) if q == k else f"{q}of{k}" for q, k in pairs])
     return f"doc{case.documents}" + ("rand" if case.doc_lengths == "random" else "")
 
@@ -208,7 +208,7 @@ def _quant_words(shape: dict[str, Any], short: bool) -> str | None:
 TABLE: list[Axis] = [
     # The mask kinds of the shape: Case's positional fields, words of their own in every id and title.
     Axis("causal", bool, False, fields=(), mask=True, shape=True),
-    Axis("window", Optional[int], None, fields=(), bounds=(0, MAX_SEQ), mask=True, shape=True),
+    Axis("window", int | None, None, fields=(), bounds=(0, MAX_SEQ), mask=True, shape=True),
     Axis("documents", Documents, None, expanded=True, mapped=True, fragment=_documents_id, words=_documents_words,
          feature="documents", feature_words="packed documents",
          fields=(Field("documents", "int | None"), Field("doc_lengths", "str | None"),
@@ -218,14 +218,14 @@ TABLE: list[Axis] = [
     Axis("kv_lengths", KvLengths, "equal", expanded=True, mapped=True, fragment=_kv_lengths_id,
          words=_kv_lengths_words, feature="ragged", feature_words="ragged KV lengths",
          fields=(Field("kv_lengths", "str | None"), Field("kv_lens", "tuple[int, ...] | None", drawn=True))),
-    simple_axis("page_size", Optional[int], None, lambda n: f"page{n}", lambda n: f"pages of {n}",
+    simple_axis("page_size", int | None, None, lambda n: f"page{n}", lambda n: f"pages of {n}",
                 bounds=(1, MAX_SEQ), mapped=True, feature="paged", feature_words="paged KV"),
-    simple_axis("softcap", Optional[float], None, lambda c: f"cap{c:g}", lambda c: f"softcap {c:g}", positive=True,
+    simple_axis("softcap", float | None, None, lambda c: f"cap{c:g}", lambda c: f"softcap {c:g}", positive=True,
                 to_case=lambda value, combo: None if value is None else float(value), mapped=True,
                 feature="softcap", feature_words="softcap"),
     simple_axis("alibi", bool, False, lambda _: "alibi", lambda _: "ALiBi", mapped=True, feature="alibi",
                 feature_words="ALiBi"),
-    simple_axis("head_dim_v", Optional[int], None, lambda d: f"dv{d}", lambda d: f"d_v={d}", bounds=(1, MAX_HEAD_DIM),
+    simple_axis("head_dim_v", int | None, None, lambda d: f"dv{d}", lambda d: f"d_v={d}", bounds=(1, MAX_HEAD_DIM),
                 to_case=lambda value, combo: None if value in (None, combo["head_dim"]) else value, mapped=True),
     simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
                 mapped=True, feature="kv_shared", feature_words="V shared with K"),
@@ -233,7 +233,7 @@ TABLE: list[Axis] = [
     simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
                 to_case=lambda value, combo: None if value == 1 else value,
                 fields=(Field("tp", "int | None"),)),
-    Axis("kv_dtype", Optional[KvDtype], None, expanded=True, words=_kv_dtype_words,
+    Axis("kv_dtype", KvDtype | None, None, expanded=True, words=_kv_dtype_words,
          fragment=lambda case: "" if case.kv_dtype is None else f"kv{DTYPE_SHORT[case.kv_dtype]}",
          fields=(Field("kv_dtype", "str | None"),)),
     Axis("quant", "quant", None, expanded=True, fragment=_quant_id, words=_quant_words,

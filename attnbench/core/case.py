@@ -9,7 +9,6 @@ import zlib
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-
 from attnbench.core import axes
 from attnbench.core.axes import DTYPE_BYTES, DTYPE_SHORT, DTYPES, FP8_DTYPES  # noqa: F401 - their public home
 
@@ -37,7 +36,7 @@ def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
     rng = np.random.default_rng([seed, STREAM_DOCS])
     cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
     bounds = [0, *(int(c) for c in cuts), seq_len]
-    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+    return tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
 
 
 def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:
@@ -91,7 +90,7 @@ class Case:
             # a cached prefix over packed documents: each document's keys are its queries and an equal share of it
             assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, "explicit [q, k] pairs otherwise"
             shares = equal_doc_lens(self.kv_seq_len - self.seq_len, len(self.doc_lens))
-            object.__setattr__(self, "doc_kv_lens", tuple(q + s for q, s in zip(self.doc_lens, shares)))
+            object.__setattr__(self, "doc_kv_lens", tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))

@@ -7,8 +7,8 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core.axes import HALF_DTYPES
 from attnbench.core import quant
+from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.workload import key_ranges, visible_total
 
@@ -103,7 +103,7 @@ def _seen_keys(case: Case) -> list[Any]:
 
     lo, hi = key_ranges(case)
     rows = []
-    for row_lo, row_hi in zip(lo, hi):
+    for row_lo, row_hi in zip(lo, hi, strict=False):
         keep = row_hi >= row_lo
         marks = np.zeros(case.kv_seq_len + 1, dtype=np.int64)
         np.add.at(marks, row_lo[keep], 1)

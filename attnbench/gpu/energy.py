@@ -7,10 +7,10 @@ attnbench.timing.energy.loop_energy turns two readings into energy per call.
 
 from __future__ import annotations
 
-from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 from attnbench.gpu.nvml import NvmlReader
 from attnbench.gpu.read import INSTALL_HINT, Reader, default_reader
 from attnbench.gpu.state import GpuId, GpuStateError
+from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 
 
 def read_gpu_energy(gpu: GpuId, reader: Reader | None = None) -> EnergyReading:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from attnbench.gpu.harness import harness_holds
 from attnbench.gpu.judge import judged

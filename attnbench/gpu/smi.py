@@ -8,8 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from attnbench.gpu.state import GpuId, GpuProcess, GpuState, GpuStateError, reason_names
 
@@ -68,7 +69,7 @@ def parse_smi_csv(text: str) -> list[dict[str, str]]:
     if not rows:
         return []
     header = [name.split(" [")[0].strip() for name in rows[0]]
-    return [dict(zip(header, (cell.strip() for cell in row))) for row in rows[1:] if row]
+    return [dict(zip(header, (cell.strip() for cell in row), strict=False)) for row in rows[1:] if row]
 
 
 def state_from_smi(index: int, row: dict[str, str], apps: list[dict[str, str]] | None) -> GpuState:

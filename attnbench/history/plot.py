@@ -45,7 +45,7 @@ def draw_trend(trend: Trend) -> Any:
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     xs = list(range(len(trend.points)))
-    timed = [(x, p) for x, p in zip(xs, trend.points) if p.timed]
+    timed = [(x, p) for x, p in zip(xs, trend.points, strict=False) if p.timed]
     if timed:
         ax.plot([x for x, _ in timed], [p.time_ms for _, p in timed], color=COLOR, alpha=0.4, linewidth=1)
     for x, p in timed:
@@ -62,7 +62,7 @@ def draw_trend(trend: Trend) -> Any:
         low, high = min(values), max(values)
         pad = max((high - low) * 0.25, high * 0.02)
         ax.set_ylim(max(0.0, low - 2 * pad), high + 2 * pad)
-    for x, p in zip(xs, trend.points):
+    for x, p in zip(xs, trend.points, strict=False):
         if not p.timed:
             ax.plot([x], [0.04], marker="x", color="#57606a", markersize=10, transform=ax.get_xaxis_transform())
             ax.annotate(STATUS_LABELS.get(p.status, p.status), (x, 0.08), xycoords=ax.get_xaxis_transform(),

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from attnbench.history.store import Store, StoredRun
-from attnbench.report.pooling import TIME
-from attnbench.records.record import Record
 from attnbench.core.units import fmt_ms
+from attnbench.history.store import Store, StoredRun
+from attnbench.records.record import Record
+from attnbench.report.pooling import TIME
 
 if TYPE_CHECKING:
     from rich.table import Table

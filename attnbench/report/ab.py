@@ -16,8 +16,9 @@ interval holds 1, or is too short for the confidence asked).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from attnbench.core.interval import CONFIDENCE, median_interval, rank
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from attnbench.core.errors import ResultsError
-from attnbench.report.groups import CaseGroup
 from attnbench.records.record import TIMED, Record, Status
+from attnbench.report.groups import CaseGroup
 
 DEFAULT_BASELINES = ("sdpa-math", "naive")
 

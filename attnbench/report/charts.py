@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -12,20 +13,20 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
+from attnbench.core.peaks import peak_tflops_for
+from attnbench.core.units import MIB, bytes_unit, throughput_unit
+from attnbench.records.record import TIMED, Record, Status
 from attnbench.report.baseline import group_speedups
 from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes
-from attnbench.core.peaks import peak_tflops_for
 from attnbench.report.plotting import (
     DPI,
     GROUP_FIGSIZE,
-    empty_note,
     _finish_y,
+    empty_note,
     figure_legend,
     log2_x,
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
-from attnbench.records.record import TIMED, Record, Status
-from attnbench.core.units import MIB, bytes_unit, throughput_unit
 
 # A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
 # line taking this share of the figure's height.
@@ -90,9 +91,9 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
     if not any(math.isfinite(y) for y in ys):
         return
     ax.plot(xs, ys, color=style.color, marker=style.marker, markersize=6, linewidth=1.8, linestyle=linestyle, zorder=3)
-    bad = [(x, y) for x, y, flag in zip(xs, ys, flags) if flag]
+    bad = [(x, y) for x, y, flag in zip(xs, ys, flags, strict=False) if flag]
     if bad:
-        ax.plot(*zip(*bad), marker="o", markersize=14, markerfacecolor="none", markeredgecolor=MISMATCH_COLOR,
+        ax.plot(*zip(*bad, strict=False), marker="o", markersize=14, markerfacecolor="none", markeredgecolor=MISMATCH_COLOR,
                 markeredgewidth=2.0, linestyle="none", zorder=4)
 
 
@@ -165,7 +166,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
         _plot_series(ax_time, px, py, flags, styles[backend])
         if len(px) > 1:
             bands = [_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
-                     for x, y in zip(px, py)]
+                     for x, y in zip(px, py, strict=False)]
             ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
                                  alpha=0.18, linewidth=0, zorder=2)
     noisy_points, throttled_points = _mark_noisy(
@@ -264,7 +265,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
     all_backends: set[str] = set()
     statuses: set[str] = set()
     noisy_points = throttled_points = 0
-    for family, (ax_time, ax_bytes) in zip(families, axes):
+    for family, (ax_time, ax_bytes) in zip(families, axes, strict=False):
         kv_values = sorted({int(r.kv_heads) for r in family.records})
         ran = {str(r.backend) for r in family.records if r.status != Status.SKIPPED}
         backends = sorted(ran)  # a backend skipped at every kv_heads is in the table, not drawn
@@ -286,7 +287,7 @@ def kv_heads_chart(families: list[KvHeadsFamily], styles: dict[str, BackendStyle
         by_kv = {int(r.kv_heads): kv_cache_bytes(r) for r in family.records}
         cache = [by_kv[k] / MIB for k in kv_values]
         ax_bytes.plot(kv_values, cache, color="black", marker="o", linewidth=1.8)
-        for k, value in zip(kv_values, cache):
+        for k, value in zip(kv_values, cache, strict=False):
             ax_bytes.annotate(f"{value:.0f} MiB" if value >= 10 else f"{value:.2g} MiB", (k, value),
                               textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
         ax_bytes.plot([kv_values[-1]], [max(cache) * 1.6], linewidth=0)  # headroom for the value labels
@@ -328,7 +329,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
                       alpha=1.0 if bad else 0.75)
         bounds, errs = [p[0] for p in pts], [p[1] for p in pts]
         ax_scatter.plot(bounds, errs, **kwargs)
-        ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs)], **kwargs)
+        ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs, strict=False)], **kwargs)
     unchecked_bad = [r for r in records if r.status == Status.MISMATCH and r not in checked]
     if checked:
         low = min(min(float(r.error_bound) for r in checked), floor)
@@ -395,7 +396,7 @@ def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figur
     for y, backend in enumerate(backends):
         mine = [r for r in rows if r.backend == backend]
         setup = [max(float(r.extra["setup_ms"]), 1e-3) for r in mine]
-        calls = [s / float(r.time_ms) for s, r in zip(setup, mine)]
+        calls = [s / float(r.time_ms) for s, r in zip(setup, mine, strict=False)]
         style = styles[backend]
         for ax, values in ((ax_ms, setup), (ax_calls, calls)):
             ax.plot(values, [y] * len(values), marker=style.marker, color=style.color, linestyle="none", alpha=0.7)

@@ -15,16 +15,26 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from attnbench.core.errors import ResultsError
 from attnbench.core import policy
+from attnbench.core.errors import ResultsError
 from attnbench.core.policy import MIN_BACKEND_CASES
-from attnbench.report.env_notes import machine_differences, software_differences
-from attnbench.report.change_rule import (BackendShift, MachinePace, Pace, backend_shifts, bar, beyond, judge_pace,
-                                          kernel_change, machine_pace, spread_of)
-from attnbench.report.groups import BAD_STATUSES, case_words
-from attnbench.report.match import Match
 from attnbench.records.record import Record, Status
 from attnbench.records.results import load_records, read_env, results_path
+from attnbench.report.change_rule import (
+    BackendShift,
+    MachinePace,
+    Pace,
+    backend_shifts,
+    bar,
+    beyond,
+    judge_pace,
+    kernel_change,
+    machine_pace,
+    spread_of,
+)
+from attnbench.report.env_notes import machine_differences, software_differences
+from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.report.match import Match
 
 
 @dataclass

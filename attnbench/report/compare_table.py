@@ -38,7 +38,7 @@ def comparison_table(comparison: Comparison) -> Table:
                       Text(m.new_repeat if label == "not repeatable"
                            else m.ratio_words(comparison.judged_pace) + m.unjudged_note() if m.ratio is not None
                            else (m.new_reason or "")))
-    for shift, value in zip(comparison.backend_shifts, comparison.geomean_by_backend.values()):
+    for shift, value in zip(comparison.backend_shifts, comparison.geomean_by_backend.values(), strict=False):
         label, style = (("regression", "bold red") if shift.slower else ("faster", "green")) if shift.changed \
             else ("geomean", "dim")
         table.add_row(Text(label, style=style), Text(shift.backend),

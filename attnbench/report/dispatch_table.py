@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench import __version__
 from attnbench.core import axes
-from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
+from attnbench.core.units import fmt_length, fmt_ratio, md_cell
+from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
-from attnbench.core.units import fmt_length, fmt_ratio, md_cell
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -251,7 +251,7 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
     table = Table(title=Text(title(runs, metric)), title_justify="left")
     for column in header(metric):
         table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup
-    for decision, row in zip(decisions, table_rows(decisions, metric)):
+    for decision, row in zip(decisions, table_rows(decisions, metric), strict=False):
         table.add_row(Text(row[0]), Text(row[1], style=styles[decision.decision]), Text(row[2], style="bold"),
                       *(Text(c) for c in row[3:]))
     return table
@@ -260,4 +260,4 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
 def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
     """What report.html's Recommendation section shows (escaped by the template)."""
     return {"title": title(runs, metric), "header": header(metric),
-            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric))]}
+            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}

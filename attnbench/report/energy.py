@@ -8,10 +8,10 @@ import math
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from attnbench.records.record import Record, Status
 from attnbench.report.groups import CaseGroup
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, empty_note, figure_legend, log2_x
 from attnbench.report.styles import BackendStyle
-from attnbench.records.record import Record, Status
 
 MAX_PANELS = 6  # the case groups drawn (the ones with the most measured points first)
 
@@ -32,7 +32,7 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.4 + 3.6 * rows), dpi=DPI)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     seen: dict[str, BackendStyle] = {}
-    for ax, (group, rs) in zip(axes, measured):
+    for ax, (group, rs) in zip(axes, measured, strict=False):
         field = group.x_field  # the query length, or the KV length of a decode group
         lengths = sorted({int(getattr(r, field)) for r in rs})
         for backend in sorted({r.backend for r in rs}):
@@ -42,7 +42,7 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
             xs = [int(getattr(r, field)) for r in mine]
             ys = [float(r.extra["joules_per_token"]) * 1e3 for r in mine]
             ax.plot(xs, ys, color=style.color, linewidth=1.6)
-            for x, y, r in zip(xs, ys, mine):
+            for x, y, r in zip(xs, ys, mine, strict=False):
                 hollow = bool(r.extra.get("energy_throttled")) or bool(r.throttled)
                 ax.plot([x], [y], marker=style.marker, color=style.color, linestyle="none", markersize=7,
                         markerfacecolor="white" if hollow else style.color)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
+from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
 from attnbench.report.recommend import ran_kernel
 from attnbench.report.rows import kernel_unchecked
-from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
-from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 
 # Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")

@@ -20,12 +20,12 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
+from attnbench.core.units import fmt_length, fmt_ms
+from attnbench.records.record import TIMED, Record, Status, apart
 from attnbench.report.baseline import usable_time
 from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.records.record import TIMED, Record, Status, apart
-from attnbench.core.units import fmt_length, fmt_ms
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 FORMAT_FIELDS = ("dtype", "kv_dtype", "quant", "quant_block", "quant_scale")
@@ -206,7 +206,7 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
                        markeredgecolor="black", label=FORMAT_LABELS[k]) for k in FORMAT_MARKERS if k in kinds]
     title = textwrap.wrap(group.title(), TITLE_CHARS)
     fig.suptitle("\n".join(title), fontsize=13, fontweight="bold", y=0.985, va="top")
-    for ax, length in zip(axes, lengths):
+    for ax, length in zip(axes, lengths, strict=False):
         points = []
         for r in members[length]:
             x, y = float(r.time_ms), float(error_vs_original(r) or 0)
@@ -221,7 +221,7 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
             points.append((x, y, r))
         front = pareto([(x, y) for x, y, _ in points])
         if len(front) > 1:
-            xs, ys = zip(*front)
+            xs, ys = zip(*front, strict=False)
             ax.step(xs, ys, where="post", color="#57606a", linewidth=1.2, linestyle="--", zorder=2)
             drawn_front = True
         _pad_log(ax, [p[0] for p in points], right=4.0)
@@ -246,7 +246,7 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
                  va="top", fontsize=9, color="#57606a")
     top = 0.9 - 0.035 * len(title) - (0.03 if any(kind_of(r) != "original" for r in everyone) else 0.0)
     fig.subplots_adjust(left=0.07, right=0.98, top=top, bottom=0.12 + 0.045 * rows, wspace=0.28)
-    for ax, length in zip(axes, lengths):
+    for ax, length in zip(axes, lengths, strict=False):
         _place_labels(fig, ax, [(float(r.time_ms), float(error_vs_original(r) or 0), label_of(r, members[length]))
                                 for r in members[length]])
     return fig

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from attnbench.core import axes
 from attnbench.core.axes import SCALE_WORDS  # noqa: F401 - the scales' words, declared with the quant axis

@@ -14,10 +14,10 @@ from attnbench.core import policy
 from attnbench.gpu.describe import describe, describe_span
 from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
+from attnbench.records.record import Record
 from attnbench.report.findings import Findings
 from attnbench.report.plotting import Chart
 from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
-from attnbench.records.record import Record
 
 # Rows of the records table drawn at a time: sorting and filtering run over every record in the page's script, and a
 # page of 100,000 records stays responsive (docs/report.md).

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from attnbench.core import policy
+from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
+from attnbench.records.record import Record, Status
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
-from attnbench.records.record import Record, Status
 from attnbench.report.rows import interval_text, median_text, status_text
-from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
 

@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.report.dispatch import FEATURES, Shape, bucket_key
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
+from attnbench.records.record import Record, Status, apart
+from attnbench.report.dispatch import FEATURES, Shape, bucket_key
 from attnbench.report.pooling import (
     ENERGY,
     METRICS,
@@ -53,7 +54,6 @@ from attnbench.report.pooling import (
     pool,
     same_software,
 )
-from attnbench.records.record import Record, Status, apart
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 
@@ -125,7 +125,7 @@ def _geomean(values: list[float]) -> float:
 
 
 def _ratio(mine: list[Number], theirs: list[Number]) -> float:
-    return _geomean([a.value / b.value for a, b in zip(mine, theirs)])
+    return _geomean([a.value / b.value for a, b in zip(mine, theirs, strict=False)])
 
 
 def _band(n: Number, noise: float) -> tuple[float, float]:
@@ -146,12 +146,12 @@ def _pair(a: Number, b: Number, noise: float, always: bool = False) -> tuple[tup
 def _told_slower(mine: list[Number], leader: list[Number], noise: float = 0.0, always: bool = False) -> bool:
     """On every case, this interval lies above the leader's and apart from it (each with the run-to-run noise added
     where the two numbers come from different runs, or `always`)."""
-    return all(apart(*_pair(a, b, noise, always)) and a.value > b.value for a, b in zip(mine, leader))
+    return all(apart(*_pair(a, b, noise, always)) and a.value > b.value for a, b in zip(mine, leader, strict=False))
 
 
 def _margin(mine: list[Number], leader: list[Number], noise: float) -> float:
     """The smallest, over the cases, of this interval's low over the leader's high (above 1: apart)."""
-    return min(pa[0] / pb[1] for pa, pb in (_pair(a, b, noise) for a, b in zip(mine, leader)))
+    return min(pa[0] / pb[1] for pa, pb in (_pair(a, b, noise) for a, b in zip(mine, leader, strict=False)))
 
 
 def _why(entries: list[Entry | None]) -> str:
@@ -207,7 +207,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
             decision.scores = {alone: 1.0}
         return decision
     best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(len(cases))]
-    decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best)])
+    decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
                        for b, numbers in decision.numbers.items()}
     ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
     leader = decision.leader = ranked[0]

@@ -6,15 +6,18 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import quote
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
+from attnbench.records.record import Record
+from attnbench.records.results import load_records, read_env, results_path
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
     correctness_chart,
@@ -34,8 +37,6 @@ from attnbench.report.pooling import TIME, pool, run_of
 from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
-from attnbench.records.record import Record
-from attnbench.records.results import load_records, read_env, results_path
 
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
@@ -128,7 +129,7 @@ CHART_SPECS: tuple[ChartSpec, ...] = (
                                            for i, group in enumerate(frontier_groups(c.records), start=1)]),
     ChartSpec("group-*.png", lambda c: [(name, group.title(), group_chart,
                                          (group, c.styles, c.baseline, c.peak_tflops, c.device_name))
-                                        for name, group in zip(chart_file_names(c.groups), c.groups)]),
+                                        for name, group in zip(chart_file_names(c.groups), c.groups, strict=False)]),
     _one("mqa-gqa.png", "MQA / GQA: latency and KV-cache size against KV heads", kv_heads_chart,
          lambda c: (kv_heads_families(c.groups), c.styles), lambda c: bool(kv_heads_families(c.groups))),
     _one("roofline.png", "Roofline: arithmetic intensity against achieved TFLOP/s", roofline_chart,
@@ -157,7 +158,7 @@ def build_charts(groups: list[CaseGroup], records: list[Record], baseline: str |
     drawn = [chart for spec in CHART_SPECS for chart in spec.charts(inputs)]
     notes = [] if kv_heads_families(groups) else [NO_KV_FAMILY_NOTE]
     pngs = _pngs([(draw, args) for _, _, draw, args in drawn])
-    return [Chart(name, title, png) for (name, title, _, _), png in zip(drawn, pngs)], notes
+    return [Chart(name, title, png) for (name, title, _, _), png in zip(drawn, pngs, strict=False)], notes
 
 
 def recommendation_section(source: Path, records: list[Record], env: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,10 +12,10 @@ from attnbench.core import counting
 from attnbench.core.case import Case
 from attnbench.core.peaks import MeasuredRoofs, Peak, peak_for, roofs_peak
 from attnbench.core.units import throughput_unit
+from attnbench.records.record import TIMED, Record, Status
 from attnbench.report.groups import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
-from attnbench.records.record import TIMED, Record, Status
 
 # The case's shape: Case's fields without a default (a record from before the workload axes has those only).
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case) if f.default is dataclasses.MISSING)

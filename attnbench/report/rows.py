@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from attnbench.report.groups import dtype_word, quant_words, shape_of
-from attnbench.records.record import MEASURED, Record, Status
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
+from attnbench.records.record import MEASURED, Record, Status
+from attnbench.report.groups import dtype_word, quant_words, shape_of
 
 # Marks a noisy median in every table (attnbench.core.policy.noisy_words says when).
 NOISY_MARK = "~"

@@ -16,13 +16,20 @@ import os
 import random
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import (ENV_FILE, RESULTS_FILE, Record, refuse_existing, write_json_atomic,
-                                       write_records_atomic)
+from attnbench.records.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    Record,
+    refuse_existing,
+    write_json_atomic,
+    write_records_atomic,
+)
 from attnbench.run.ab_worker import AB_WORKER_COMMAND
 from attnbench.run.child import ChildDied, ChildProcess
 from attnbench.run.isolation import WorkerConfig
@@ -244,7 +251,7 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
     from attnbench.run.env import device_name
     from attnbench.run.session import settings_of
 
-    sides = tuple(Side(label, python, {**SAFE_PATH, **env}) for label, python, env in zip(SIDES, pythons, envs))
+    sides = tuple(Side(label, python, {**SAFE_PATH, **env}) for label, python, env in zip(SIDES, pythons, envs, strict=False))
     for side in sides:
         side.facts["probe"] = probe(side.label, side.python, side.env)
     for folder in (directory / "a", directory / "b"):

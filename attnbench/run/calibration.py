@@ -13,9 +13,10 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core.peaks import MatmulRoof, MeasuredRoofs
 
@@ -72,17 +73,17 @@ def calibrate(device: str) -> Machine:
     n = 4096 if cuda else 1024
     for name in dtypes:
         a = torch.randn(n, n, device=device, dtype=getattr(torch, name))
-        ms = per_call_ms(lambda: a @ a, 0.03 if cuda else 0.1)
+        ms = per_call_ms(lambda a=a: a @ a, 0.03 if cuda else 0.1)
         tflops[name] = 2 * n ** 3 / (ms * 1e-3) / 1e12
     if not cuda:
         tflops["float16"] = tflops["bfloat16"] = tflops["float32"] / 4  # no half matmul units on most CPUs
     size = (1 << 28) if cuda else (1 << 26)  # beyond any cache
     src = torch.ones(size // 4, device=device)
     dst = torch.empty_like(src)
-    ms = per_call_ms(lambda: dst.copy_(src), 0.03 if cuda else 0.08)
+    ms = per_call_ms(lambda dst=dst, src=src: dst.copy_(src), 0.03 if cuda else 0.08)
     bandwidth = 2 * size / (ms * 1e-3) / 1e9  # read and write
     tiny = torch.ones(8, device=device)
-    launch = per_call_ms(lambda: tiny.add_(1), 0.01)
+    launch = per_call_ms(lambda tiny=tiny: tiny.add_(1), 0.01)
     del a, src, dst, tiny
     free = int(torch.cuda.mem_get_info()[0]) if cuda else None
     took = time.perf_counter() - start
@@ -254,7 +255,8 @@ def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock:
         calls: dict[int, Callable[[], Any]] = {}
         for n in sorted(sizes):
             a, b, c = (torch.randn(n, n, dtype=kind), torch.randn(n, n, dtype=kind), torch.empty(n, n, dtype=kind))
-            call = (lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
+            def call(a=a, b=b, c=c):
+                return (torch.mm(a, b, out=c))
             first = clock()
             call()  # the first call of a size picks and packs its kernel: not the roof
             calls[n] = call
@@ -265,7 +267,7 @@ def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock:
     src = torch.ones(copy_bytes // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)  # the first touch of dst's pages: not the roof
-    copies = timed_rounds({"copy": lambda: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock, min_rounds=3)["copy"]
+    copies = timed_rounds({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock, min_rounds=3)["copy"]
     del src, dst
     threads = torch.get_num_threads()
     return MeasuredRoofs(

@@ -16,9 +16,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import attnbench
 from attnbench.gpu import harness

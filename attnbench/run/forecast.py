@@ -14,10 +14,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attnbench.core import counting, workload
 from attnbench.backends.naive import NaiveBackend
-from attnbench.run.calibration import Machine
+from attnbench.core import counting, workload
 from attnbench.core.case import DTYPE_BYTES, group_of
+from attnbench.run.calibration import Machine
 from attnbench.run.skip import Facts, why_skipped
 
 if TYPE_CHECKING:

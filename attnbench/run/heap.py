@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator
+from collections.abc import Iterator
 
 _frozen = 0  # frozen_heap()s open in this process
 

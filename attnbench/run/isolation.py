@@ -11,20 +11,20 @@ Either way the next measurement starts a fresh worker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnbench.records.results import Record
 from attnbench.run.child import ChildDied, ChildProcess, child_main, requests
 from attnbench.run.recording import unmeasured
-from attnbench.records.results import Record
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
-    from attnbench.verify.inputs import CaseData
     from attnbench.run.recording import RunInfo
     from attnbench.timing.timers import TimingSettings
+    from attnbench.verify.inputs import CaseData
 
 # The worker's start (attnbench.run.child: a subprocess with one end of a socket pair).
 WORKER_COMMAND = "import sys; from attnbench.run.isolation import worker_entry; worker_entry(int(sys.argv[1]))"
@@ -99,10 +99,10 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     the parent says stop or goes away."""
     import gc
 
+    from attnbench.backends.registry import default_registry
     from attnbench.core.case import Case
     from attnbench.run.measure import InProcess, Settings, cuda_is_broken
     from attnbench.timing.profile import warm_profiler
-    from attnbench.backends.registry import default_registry
     from attnbench.timing.timers import timer_for
 
     registry = default_registry(list(config.plugins))
@@ -124,8 +124,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
     def started(current: CaseData) -> None:
         try:  # the reference is ours, not the backend's: make it before the time limit starts
-            current.reference
-            current.naive
+            _ = current.reference, current.naive
         except Exception:  # noqa: BLE001 - the measurement meets the same failure and records it
             pass
         conn.send(("started",))

@@ -12,27 +12,18 @@ import gc
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
+from attnbench.backends.conformance import conformance_problem
+from attnbench.backends.registry import declared_kernels
+from attnbench.gpu import sample as gpu_sample
 from attnbench.run import sustain
 from attnbench.run.heap import release_memory
-from attnbench.backends.base import Backend, Prepared, Unsupported, first_line
-from attnbench.verify.check import NAMES, Verdict, judge
-from attnbench.backends.conformance import conformance_problem
-from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
-from attnbench.gpu import sample as gpu_sample
-from attnbench.verify.inputs import Answer, CaseData, grad_checkable
-from attnbench.verify.integrity import Guard, other_inputs
-from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
-from attnbench.verify.quant_data import (
-    Yardstick,
-    accuracy_extra,
-    case_data,
-    prepare_kwargs,
-    yardstick,
-)
+from attnbench.run.profiled import profiled
 from attnbench.run.recording import (
     RunInfo,
     make_record,
@@ -43,6 +34,20 @@ from attnbench.run.recording import (
     timing_fields,
     unmeasured,
     work_fields,
+)
+from attnbench.run.skip import Facts, why_skipped
+from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
+from attnbench.timing.timers import Timer, TimingSettings
+from attnbench.verify.check import NAMES, Verdict, judge
+from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
+from attnbench.verify.inputs import Answer, CaseData, grad_checkable
+from attnbench.verify.integrity import Guard, other_inputs
+from attnbench.verify.quant_data import (
+    Yardstick,
+    accuracy_extra,
+    case_data,
+    prepare_kwargs,
+    yardstick,
 )
 from attnbench.verify.repeat import (
     GRADS_UNCHECKED,
@@ -55,10 +60,6 @@ from attnbench.verify.repeat import (
     repeat_extra,
     worse,
 )
-from attnbench.backends.registry import declared_kernels
-from attnbench.run.profiled import profiled
-from attnbench.run.skip import Facts, why_skipped
-from attnbench.timing.timers import Timer, TimingSettings
 
 if TYPE_CHECKING:
     import torch

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 WORKLOAD = "torch softmax(q·kᵀ/8)·v, float32, 1×8×256×64, 2 warm-up calls, then calls for 20 ms; the median call"
 SHAPE = (1, 8, 256, 64)

@@ -27,8 +27,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.run.child import ChildDied, ChildProcess, child_main, requests
 
@@ -247,8 +248,8 @@ def worker_entry(fd: int) -> None:
 
 def worker_main(conn: Connection, config: PoolConfig) -> None:
     """Compile what the parent sends until it says stop or goes away."""
-    from attnbench.core.case import Case
     from attnbench.backends.registry import default_registry
+    from attnbench.core.case import Case
 
     registry = default_registry(list(config.plugins))
     conn.send(("ready",))

@@ -11,12 +11,20 @@ both calls, each in a named range.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from attnbench.timing.profile import (LABEL_PREFIX, Profile, join_traces, judge_kernels, profile_call, replay_lost,
-                                      runtime_profile)
+from attnbench.timing.profile import (
+    LABEL_PREFIX,
+    Profile,
+    join_traces,
+    judge_kernels,
+    profile_call,
+    replay_lost,
+    runtime_profile,
+)
 from attnbench.timing.timers import one_sample
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from attnbench.run.forecast import fmt_duration
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
-    from attnbench.run.forecast import Forecast
     from attnbench.records.results import Record
+    from attnbench.run.forecast import Forecast
 
 # The first measurements say little about the rest: their correction is pulled toward 1 by this many seconds.
 PRIOR_S = 5.0
@@ -39,7 +39,7 @@ class Eta:
         self.workers = max(1, workers)
         self.predicted: dict[tuple, float] = {}
         if forecast is not None:
-            for (case, backend), task in zip(tasks, forecast.tasks):
+            for (case, backend), task in zip(tasks, forecast.tasks, strict=False):
                 self.predicted[(case, backend.name)] = task.seconds * self.workers
         self.left = sum(self.predicted.values())
         self.tail = forecast.report_s if forecast is not None else 0.0  # after the last measurement

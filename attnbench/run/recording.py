@@ -120,8 +120,8 @@ def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
     if modes is not None:
         extra["bimodal"] = {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}
     if hasattr(samples, "warmup_calls"):
-        extra.update(warmup_ms=getattr(samples, "warmup_ms"), warmup_calls=getattr(samples, "warmup_calls"),
-                     warmup_steady=getattr(samples, "steady"))
+        extra.update(warmup_ms=samples.warmup_ms, warmup_calls=samples.warmup_calls,
+                     warmup_steady=samples.steady)
     extra.update(getattr(timer, "extra", None) or {})
     return extra
 

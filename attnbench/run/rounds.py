@@ -28,8 +28,9 @@ import dataclasses
 import random
 import statistics
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from attnbench.core.interval import run_interval, windows_needed
 from attnbench.run.heap import release_memory

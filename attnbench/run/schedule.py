@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from attnbench.core.case import group_of
 from attnbench.run.recording import RunInfo, unmeasured

@@ -5,29 +5,15 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from attnbench.backends.base import Backend
+from attnbench.backends.registry import default_registry
 from attnbench.core.case import Case
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
-from attnbench.run import calibration, compile_cache, forecast, precompile, rounds
-from attnbench.run.devices import check_devices, worker_env
-from attnbench.run.env import collect_env, resolve_device
-from attnbench.run.isolation import Isolated, WorkerConfig
-from attnbench.run.heap import frozen_heap
-from attnbench.run.measure import InProcess, Settings
-from attnbench.run.options import RunOptions
-from attnbench.run.pace_probe import PaceProbe
-from attnbench.run.recording import RunInfo, case_of, now
-from attnbench.run.schedule import Schedule
-from attnbench.run.shard import select
-from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes
-from attnbench.verify.determinism import use_cublas_workspace
-from attnbench.run.progress import Eta, ProgressListener
-from attnbench.backends.registry import default_registry
 from attnbench.records.results import (
     ENV_FILE,
     RESULTS_FILE,
@@ -38,8 +24,23 @@ from attnbench.records.results import (
     replace_records,
     write_json_atomic,
 )
-from attnbench.sweep.suite import Suite, load_suite
+from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
+from attnbench.run import calibration, compile_cache, forecast, precompile, rounds
+from attnbench.run.devices import check_devices, worker_env
+from attnbench.run.env import collect_env, resolve_device
+from attnbench.run.heap import frozen_heap
+from attnbench.run.isolation import Isolated, WorkerConfig
+from attnbench.run.measure import InProcess, Settings
+from attnbench.run.options import RunOptions
+from attnbench.run.pace_probe import PaceProbe
+from attnbench.run.progress import Eta, ProgressListener
+from attnbench.run.recording import RunInfo, case_of, now
+from attnbench.run.schedule import Schedule
+from attnbench.run.shard import select
 from attnbench.run.tally import Tally
+from attnbench.sweep.suite import Suite, load_suite
+from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes
+from attnbench.verify.determinism import use_cublas_workspace
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -368,9 +369,10 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
 
 
 def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
-            options: RunOptions = RunOptions()) -> Outcome:
+            options: RunOptions | None = None) -> Outcome:
     """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
     `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
+    options = options or RunOptions()
     mode, cache = prepare(plan, options)
     predicted = predict(plan, options)
     # A CPU run's roofs, measured before any worker or compile of the run's own is started beside them.

@@ -69,4 +69,4 @@ def assign(tasks: list[Task], count: int) -> list[int]:
 def select(tasks: list[Task], shard: Shard) -> list[Task]:
     """This shard's tasks, in suite order (so a worker reuses one case's inputs across its backends)."""
     owner = assign(tasks, shard.count)
-    return [task for task, s in zip(tasks, owner) if s == shard.index]
+    return [task for task, s in zip(tasks, owner, strict=False) if s == shard.index]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench.backends.base import refusal
-from attnbench.verify.determinism import is_refusal
 from attnbench.core.units import fmt_size
+from attnbench.verify.determinism import is_refusal
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend

@@ -16,7 +16,8 @@ out, and the energy is `skipped` with the reason.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.timing.energy import EnergyReading, EnergyUnavailable, loop_energy
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,14 +34,14 @@ class Source(_Strict):
     """One source of batches: `generate` (a length distribution), `vllm` (batch specs) or `flashinfer` (a workload
     file, its path relative to the suite); `weight` multiplies the weight of every batch it gives."""
 
-    generate: Optional[Literal[traffic.PATTERNS]] = None  # type: ignore[valid-type]
-    batch: Optional[int] = Field(default=None, ge=1, le=MAX_BATCH)
-    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ)
+    generate: Literal[traffic.PATTERNS] | None = None  # type: ignore[valid-type]
+    batch: int | None = Field(default=None, ge=1, le=MAX_BATCH)
+    seq_len: int | None = Field(default=None, ge=1, le=MAX_SEQ)
     decode_fraction: float = Field(default=0.0, ge=0, le=1)
     zero_fraction: float = Field(default=0.0, ge=0, le=1)
     seeds: int = Field(default=1, ge=1, le=1000)  # batches drawn: one per seed 0..seeds-1
-    vllm: Optional[Union[str, list[str]]] = None
-    flashinfer: Optional[str] = None
+    vllm: str | list[str] | None = None
+    flashinfer: str | None = None
     weight: float = Field(default=1.0, gt=0, le=1e12)
 
     @model_validator(mode="after")
@@ -69,25 +69,25 @@ class _Geometry(_Strict):
     head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
     dtype: MixDtype = "bfloat16"
     causal: bool = True
-    page_size: Optional[int] = Field(default=16, ge=1, le=MAX_SEQ)  # decode's paged cache; null: contiguous
+    page_size: int | None = Field(default=16, ge=1, le=MAX_SEQ)  # decode's paged cache; null: contiguous
 
 
 class MixCpu(_Strict):
     """`mix.cpu`: the fields it sets replace the mix's when the run is on a CPU (smaller heads and traffic)."""
 
-    heads: Optional[int] = Field(default=None, ge=1, le=MAX_HEADS)
-    kv_heads: Optional[int] = Field(default=None, ge=1, le=MAX_HEADS)
-    head_dim: Optional[int] = Field(default=None, ge=1, le=MAX_HEAD_DIM)
-    dtype: Optional[MixDtype] = None
-    page_size: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ)
-    sources: Optional[list[Source]] = Field(default=None, min_length=1)
+    heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    kv_heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    head_dim: int | None = Field(default=None, ge=1, le=MAX_HEAD_DIM)
+    dtype: MixDtype | None = None
+    page_size: int | None = Field(default=None, ge=1, le=MAX_SEQ)
+    sources: list[Source] | None = Field(default=None, min_length=1)
 
 
 class Mix(_Geometry):
     """The `mix:` block: the geometry, the sources of the traffic, and what a CPU replaces."""
 
     sources: list[Source] = Field(min_length=1)
-    cpu: Optional[MixCpu] = None
+    cpu: MixCpu | None = None
 
     @model_validator(mode="after")
     def _groups(self) -> Mix:

@@ -3,19 +3,26 @@ attnbench.sweep.suite reads a file through them and expands it into Cases."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from attnbench.core import axes as axis_table
 from attnbench.core.axes import (  # noqa: F401 - the suite's value types and bounds, declared with the axes
-    MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Documents, KvDtype, KvLengths, Spread,
+    MAX_BATCH,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_SEQ,
+    Documents,
+    KvDtype,
+    KvLengths,
+    Spread,
 )
 from attnbench.sweep.mix import Mix
 
 Dtype = Literal["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
 Mode = Literal["fwd", "bwd", "fwd_bwd"]
-KvHeads = Union[Literal["heads"], int]
+KvHeads = Literal["heads"] | int
 
 
 def _as_list(value: Any) -> Any:
@@ -34,7 +41,7 @@ class Quant(_Strict):
 
     granularity: Literal["tensor", "head", "block"] = "tensor"
     block: int | None = None
-    scale: Union[Literal["amax"], float] = "amax"
+    scale: Literal["amax"] | float = "amax"
 
     @field_validator("block")
     @classmethod
@@ -161,7 +168,7 @@ SHAPE_AXES: dict[str, tuple[Any, Any]] = {
     "kv_heads": (KvHeads, ["heads"]), "head_dim": (int, ...), "dtype": (Dtype, ["float32"]),
 }
 # The schema's own type for an axis whose values are a model of their own.
-OWN_TYPES: dict[str, Any] = {"quant": Optional[Quant]}
+OWN_TYPES: dict[str, Any] = {"quant": Quant | None}
 
 
 def _axis_fields() -> dict[str, tuple[Any, Any]]:
@@ -170,7 +177,7 @@ def _axis_fields() -> dict[str, tuple[Any, Any]]:
     rest = [a for a in table if not a.mask]
     fields: dict[str, tuple[Any, Any]] = {}
     for name, (value, default) in SHAPE_AXES.items():
-        annotation = list[value] if default is not None else Optional[list[value]]
+        annotation = list[value] if default is not None else list[value] | None
         fields[name] = (annotation, Field(min_length=1) if default is ... else Field(default=default, min_length=1))
     for axis in masks:
         fields[axis.name] = _table_field(axis)
@@ -203,7 +210,7 @@ class _CpuRules(Axes):  # type: ignore[misc, valid-type]
 
 
 CpuAxes = create_model("CpuAxes", __base__=_CpuRules, __module__=__name__,  # type: ignore[call-overload]
-                       **{name: (Optional[annotation], Field(default=None, min_length=1))
+                       **{name: (annotation | None, Field(default=None, min_length=1))
                           for name, (annotation, _) in AXIS_FIELDS.items()})
 CpuAxes.__doc__ = _CpuRules.__doc__
 

@@ -11,10 +11,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from attnbench.core import axes as axis_table
-from attnbench.core import workload
+from attnbench.core import policy, workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
-from attnbench.core import policy
 from attnbench.sweep.mix import Traffic, expand
 from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
 
@@ -103,7 +102,7 @@ class Suite:
         check_quant_axes(f"{self.path}: {key}", axes)
         cases = []
         for values in itertools.product(*lists):
-            combo = dict(zip(names, values))
+            combo = dict(zip(names, values, strict=False))
             where = f"{self.path}: {key}"
             heads, head_dim, kv_heads, seq = combo["heads"], combo["head_dim"], combo["kv_heads"], combo["seq_len"]
             kv = heads if kv_heads == "heads" else kv_heads

@@ -114,7 +114,7 @@ def generate(pattern: str, batch: int, seq_len: int, decode_fraction: float = 0.
         queries[i] = 1  # a decode: one new token over the request's whole sequence
     for i in _picked(batch, zero_fraction, [seed, STREAM_ZERO]):
         queries[i] = keys[i] = 0
-    return tuple(zip(queries, keys))
+    return tuple(zip(queries, keys, strict=False))
 
 
 def _picked(batch: int, fraction: float, seed: list[int]) -> list[int]:
@@ -260,10 +260,10 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     kv = _lengths(where, tensors["kv_indptr"], "kv_indptr")
     if definition.page_size not in (None, 1):
         last = tensors["kv_last_page_len"]
-        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last) if p):
+        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last, strict=False) if p):
             raise SuiteError(f"{where}: kv_last_page_len {last} does not fit {len(kv)} requests of pages of "
                              f"{definition.page_size}")
-        kv = [(p - 1) * definition.page_size + n if p else 0 for p, n in zip(kv, last)]
+        kv = [(p - 1) * definition.page_size + n if p else 0 for p, n in zip(kv, last, strict=False)]
     queries = [1] * len(kv) if definition.decode else _lengths(where, tensors["qo_indptr"], "qo_indptr")
     if len(queries) != len(kv):
         raise SuiteError(f"{where}: qo_indptr holds {len(queries)} requests, kv_indptr {len(kv)}")
@@ -271,12 +271,12 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     for axis, value in expected.items():
         if axis in axes and int(axes[axis]) != value and not (axis == "total_q" and definition.decode):
             raise SuiteError(f"{where}: axis {axis} is {axes[axis]}, but the blob's indptr gives {value}")
-    return tuple(zip(queries, kv))
+    return tuple(zip(queries, kv, strict=False))
 
 
 def _lengths(where: str, indptr: list[int], name: str) -> list[int]:
     """The lengths an indptr (0, then each request's end) holds; refused unless it starts at 0 and never falls."""
-    if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in zip(indptr, indptr[1:])):
+    if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in zip(indptr, indptr[1:], strict=False)):
         raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, then "
                          "non-decreasing ends)")
-    return [b - a for a, b in zip(indptr, indptr[1:])]
+    return [b - a for a, b in zip(indptr, indptr[1:], strict=False)]

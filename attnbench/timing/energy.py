@@ -66,7 +66,7 @@ def joules_between(before: EnergyReading, after: EnergyReading) -> float:
     if [z.name for z in before.zones] != [z.name for z in after.zones] or before.unit_j != after.unit_j:
         raise ValueError(f"readings of different counters: {before.zones} and {after.zones}")
     counts = 0
-    for old, new in zip(before.zones, after.zones):
+    for old, new in zip(before.zones, after.zones, strict=False):
         delta = new.count - old.count
         if delta < 0:
             if old.wrap is None:

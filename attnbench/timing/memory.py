@@ -12,8 +12,9 @@ import contextlib
 import gc
 import os
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 YOUNG = 1  # gc generations 0 and 1

@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from attnbench.core.interval import median_interval, rank, samples_needed
 

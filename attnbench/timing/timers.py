@@ -10,7 +10,8 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.sampling import Sampler, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
@@ -148,7 +149,7 @@ class CudaEventTimer:
             cuda.synchronize()
             if spin is not None:
                 self.cover_ms = cover_ms(statistics.median(host), 1.5, self.COVER_MAX_MS)
-            return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+            return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)]
 
         return run(Sampler(settings), batch)
 
@@ -223,7 +224,7 @@ class CudaGraphTimer:
                 graph.replay()
                 ends[i].record()
             torch.cuda.synchronize()
-            return [s.elapsed_time(e) / calls for s, e in zip(starts, ends)]
+            return [s.elapsed_time(e) / calls for s, e in zip(starts, ends, strict=False)]
 
         # Budgets count replays' time, not a call's; a new graph warms up on its own replays, whatever ran before.
         samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)

@@ -68,7 +68,7 @@ def naive_errors(ref: Answer, naive: Answer) -> dict[str, float]:
     assert all(bool(torch.isfinite(t).all()) for t in (ref.out, *(ref.grads or ()))), "non-finite reference"
     errors = {"out": max_abs_error(naive.out, ref.out)}
     if ref.grads is not None and naive.grads is not None:
-        errors.update(zip(NAMES[1:], (max_abs_error(low, want) for low, want in zip(naive.grads, ref.grads))))
+        errors.update(zip(NAMES[1:], (max_abs_error(low, want) for low, want in zip(naive.grads, ref.grads, strict=False)), strict=False))
     return errors
 
 
@@ -78,7 +78,7 @@ def judge(answer: Answer, ref: Answer, naive: Answer, dtype: str,
     naive_errors(ref, naive) when the caller keeps it (a case's backends share it)."""
     pairs = [("out", answer.out, ref.out, naive.out)]
     if ref.grads is not None and answer.grads is not None and naive.grads is not None:
-        pairs += zip(NAMES[1:], answer.grads, ref.grads, naive.grads)
+        pairs += zip(NAMES[1:], answer.grads, ref.grads, naive.grads, strict=False)
     errors, bounds = {}, {}
     for name, got, want, low in pairs:
         errors[name] = max_abs_error(got, want)

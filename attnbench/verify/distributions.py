@@ -7,7 +7,8 @@ cast tensors, as for randn. Each returns its parameters, which the record keeps 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core import axes
 

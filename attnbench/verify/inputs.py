@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from attnbench.verify import distributions, vml
-
 from attnbench.core import workload
+from attnbench.verify import distributions, vml
 from attnbench.verify.check import Answer, naive_errors  # noqa: F401 - Answer: the rule judges it
 
 if TYPE_CHECKING:

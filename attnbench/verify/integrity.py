@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -122,7 +123,7 @@ class Guard:
 
     def __init__(self, canonical: Sequence[torch.Tensor], leaves: Sequence[torch.Tensor],
                  writes: Sequence[int] = ()) -> None:
-        named = [*zip(("q", "k", "v"), canonical),
+        named = [*zip(("q", "k", "v"), canonical, strict=False),
                  *((f"{i} of the prepared", t) for i, t in enumerate(leaves) if i not in writes)]
         seen: set[tuple[Any, ...]] = set()
         self.watched = []
@@ -160,7 +161,7 @@ class Guard:
         found = list(self.deferred)
         with one_thread():
             found += [f"the call wrote into its input {name} (its checksum changed)"
-                      for (name, t), before in zip(self.watched, self.sums) if checksum(t) != before]
+                      for (name, t), before in zip(self.watched, self.sums, strict=False) if checksum(t) != before]
         if _storage(out) in {_storage(t) for _, t in self.watched} - {0}:
             found.append("the output shares memory with an input")
         if other is not None:

@@ -10,8 +10,9 @@ the timer's first call of the timed function, and the comparison is made after t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +97,7 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def compare(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor], names: Sequence[str]) -> Repeat:
     """Two calls' results, tensor by tensor: equal when every one is bitwise equal; else the largest difference."""
-    differing = [(max_difference(a, b), name) for a, b, name in zip(first, second, names) if not bitwise_equal(a, b)]
+    differing = [(max_difference(a, b), name) for a, b, name in zip(first, second, names, strict=False) if not bitwise_equal(a, b)]
     if len(first) != len(second):
         differing.append((math.inf, "number of results"))
     if not differing:
