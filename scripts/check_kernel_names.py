@@ -51,6 +51,16 @@ def trace_problem(path: Path, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
+def record_problems(r: dict[str, Any], folder: Path, patterns: list[str] | tuple[str, ...]) -> list[str]:
+    """What is wrong with one measured record's kernels and its trace (none when they show the declared kernels)."""
+    where = f"{r['backend']} {r.get('case_id')}"
+    bad = [f"{where}: wrong_kernel: {r.get('reason')}"] if r["status"] == "wrong_kernel" else []
+    if not r.get("kernels"):
+        return [*bad, f"{where}: no kernels seen ({r.get('kernels_reason')})"]
+    problem = trace_problem(folder / r["trace"], patterns) if r.get("trace") else None
+    return [*bad, f"{where}: {problem}"] if problem else bad
+
+
 def check(root: Path, device: str) -> tuple[list[str], int, int]:
     """The log's lines, how many problems they name and how many records were checked."""
     seen: dict[str, set[str]] = {}
@@ -59,11 +69,9 @@ def check(root: Path, device: str) -> tuple[list[str], int, int]:
     skipped: set[str] = set()
     bad: list[str] = []
     for results in sorted({*root.glob("results.jsonl"), *root.glob("*/results.jsonl")}):
-        for line in results.read_text().splitlines():
-            r: dict[str, Any] = json.loads(line)
-            if r.get("device") != device:
-                continue
-            backend, where = r["backend"], f"{r['backend']} {r.get('case_id')}"
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        for r in (r for r in records if r.get("device") == device):
+            backend = r["backend"]
             if r["status"] not in MEASURED:
                 skipped.add(backend)
                 continue
@@ -73,18 +81,12 @@ def check(root: Path, device: str) -> tuple[list[str], int, int]:
                 continue
             tally = counts.setdefault(backend, [0, 0])
             tally[0] += 1
-            if r["status"] == "wrong_kernel":
-                bad.append(f"{where}: wrong_kernel: {r.get('reason')}")
-            if not r.get("kernels"):
-                bad.append(f"{where}: no kernels seen ({r.get('kernels_reason')})")
-                continue
-            seen.setdefault(backend, set()).add(r["kernels"][0]["name"][:120])
-            if r.get("trace"):
-                tally[1] += 1
-                problem = trace_problem(results.parent / r["trace"], patterns)
-                if problem:
-                    bad.append(f"{where}: {problem}")
-    lines = [f"{b}: {n} records, {t} traces; top kernels {sorted(seen.get(b, ()))}" for b, (n, t) in sorted(counts.items())]
+            tally[1] += bool(r.get("kernels") and r.get("trace"))
+            bad += record_problems(r, results.parent, patterns)
+            if r.get("kernels"):
+                seen.setdefault(backend, set()).add(r["kernels"][0]["name"][:120])
+    lines = [f"{b}: {n} records, {t} traces; top kernels {sorted(seen.get(b, ()))}"
+             for b, (n, t) in sorted(counts.items())]
     lines += [f"{b}: {n} records unchecked: it declares no {device} kernel names" for b, n in sorted(unchecked.items())]
     never = sorted(skipped - set(counts) - set(unchecked))
     if never:
