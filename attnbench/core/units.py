@@ -31,40 +31,37 @@ def fmt_bytes(value: float | None) -> str:
 
 
 def bytes_unit(values: list[float]) -> tuple[int, str]:
-    """The unit one chart draws these byte counts in, chosen once from its data: GiB when even the smallest is at
-    least 1 GiB, else MiB (a tick of 5 MiB, not 0.005 GiB)."""
+    """One chart's byte unit: GiB when even the smallest is at least 1 GiB, else MiB."""
     return (GIB, "GiB") if values and min(values) >= GIB else (MIB, "MiB")
 
 
 def throughput_unit(tflops: list[float]) -> tuple[float, str]:
-    """The unit one chart draws these TFLOP/s in, as (TFLOP/s per unit, name): GFLOP/s when all are under 1 TFLOP/s
-    (a tick of 80 GFLOP/s, not 0.08 TFLOP/s), else TFLOP/s."""
+    """One chart's throughput unit as (TFLOP/s per unit, name): GFLOP/s when all are under 1 TFLOP/s."""
     return (1.0, "TFLOP/s") if tflops and max(tflops) >= 1.0 else (1e-3, "GFLOP/s")
 
 
 def fmt_length(value: int) -> str:
-    """A sequence length, 8192 -> 8K, for axis ticks."""
+    """8192 -> 8K, for axis ticks."""
     if value >= 1024 and value % 1024 == 0:
         return f"{value // 1024}K"
     return str(value)
 
 
 def fmt_ratio(value: float | None) -> str:
-    """A speed-up or slow-down factor."""
     if value is None or not math.isfinite(value):
         return "—"
     return f"{value:.2f}×"
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
-    """A plain number with a few significant digits (errors, TFLOP/s)."""
+    """A few significant digits (errors, TFLOP/s)."""
     if value is None:
         return "—"
     return f"{value:.{digits}g}"
 
 
 def fmt_size(n: int) -> str:
-    """Bytes as GiB, or MiB below one GiB, in one decimal (skip reasons)."""
+    """GiB, or MiB below one GiB, one decimal (skip reasons)."""
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
 
 
