@@ -1,6 +1,4 @@
-"""The one table of sweep-axis facts beyond the shape: suite type and bounds, Case and record fields, id fragment,
-report words, dispatch feature, and whether a backend must declare the axis. Schema, suite, Case, records and
-report derive from TABLE."""
+"""The one table of sweep-axis facts beyond the shape; schema, suite, Case, records and report derive from TABLE."""
 
 from __future__ import annotations
 
@@ -9,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Case = Any  # attnbench.core.case.Case, built from this table
+Case = Any  # core.case.Case, built from this table
 
-MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
+MAX_SEQ = 1 << 21  # larger is a typo, not a benchmark
 MAX_HEADS = 1024
 MAX_HEAD_DIM = 1024
 MAX_BATCH = 1 << 16
@@ -23,12 +21,10 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, **{name: 1 for name in
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
                "float8_e5m2": "fp8e5m2"}
 SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
-# docs/conventions.md "Input distributions"
 INPUTS = ("randn", "outliers", "sink", "large_logits", "shifted_keys", "near_constant", "denormal")
 
 InputKind = Literal[INPUTS]  # type: ignore[valid-type]
 KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
-# a count, or per document its length or [queries, keys] (docs/suites.md)
 Documents = int | list[int | list[int]] | None
 Spread = Literal["equal", "random"]
 KvLengths = Spread | list[int]
@@ -36,7 +32,7 @@ KvLengths = Spread | list[int]
 
 @dataclass(frozen=True)
 class Field:
-    """A Case and record field of an axis and its dense-case default; `drawn`: filled from the case's seed."""
+    """`drawn`: filled from the case's seed."""
 
     name: str
     annotation: str
@@ -46,8 +42,7 @@ class Field:
 
 @dataclass(frozen=True)
 class Axis:
-    """One sweep axis beyond the shape. `to_case` maps the suite value to Case's (None when `expanded` by
-    sweep.suite); `mapped`/`mask`: a backend must declare it (workload_axes / mask_kinds) or is skipped."""
+    """One sweep axis beyond the shape; a backend must declare a `mapped` or `mask` axis, or is skipped."""
 
     name: str
     value: Any
@@ -63,7 +58,7 @@ class Axis:
     feature_words: str = ""
     mapped: bool = False
     mask: bool = False
-    shape: bool = False  # Case's positional causal/window
+    shape: bool = False
 
     @property
     def case_fields(self) -> tuple[Field, ...]:
@@ -74,11 +69,10 @@ class Axis:
 
     @property
     def nullable(self) -> bool:
-        """A bare `name: null` in a suite is the one-value axis [null]."""
         return self.default is None
 
     def is_set(self, case: Any) -> bool:
-        """Whether `case` (a Case) sets the axis: any of its fields away from the dense case."""
+        """Any of its fields away from the dense case."""
         if self.mask and self.shape:
             return self.name == "window" and case.window is not None or self.name == "causal" and bool(case.causal)
         return any(getattr(case, f.name) != f.default for f in self.case_fields if not f.drawn)
@@ -96,7 +90,7 @@ def _annotation(value: Any) -> str:
 
 def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], str], words: Callable[[Any], str],
                 **facts: Any) -> Axis:
-    """An axis in one field of its name; `fragment` gives its id part and short word, `words` its long words."""
+    """An axis held in one field of its name."""
     def fragment_of(case: Case) -> str:
         held = getattr(case, name)
         return "" if held is None or held is False else fragment(held)
@@ -119,11 +113,11 @@ def _documents_id(case: Case) -> str:
     return f"doc{case.documents}" + ("rand" if case.doc_lengths == "random" else "")
 
 
-MAX_LISTED = 96  # longer lists hash, keeping ids (and trace file names) under a file name's limit
+MAX_LISTED = 96  # longer lists hash: ids name trace files
 
 
 def _listed(items: list[str]) -> str:
-    """'a+b+c', or '<count>x<crc32>' past MAX_LISTED characters."""
+    """'a+b+c', or '<count>x<crc32>' when long."""
     joined = "+".join(items)
     return joined if len(joined) <= MAX_LISTED else f"{len(items)}x{zlib.crc32(joined.encode()):08x}"
 
@@ -199,7 +193,6 @@ TABLE: list[Axis] = [
                 to_case=lambda value, combo: None if value in (None, combo["head_dim"]) else value, mapped=True),
     simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
                 mapped=True, feature="kv_shared", feature_words="V shared with K"),
-    # tp only divides the head counts (sweep.suite.tp_share)
     simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
                 to_case=lambda value, combo: None if value == 1 else value,
                 fields=(Field("tp", "int | None"),)),
@@ -217,7 +210,7 @@ TABLE: list[Axis] = [
 
 
 def axes(*, shape: bool | None = None) -> list[Axis]:
-    """All axes, or only the shape's (True) or the rest; read at call time so a test may add one."""
+    """Read at call time, so a test may add one."""
     return [a for a in TABLE if shape is None or a.shape == shape]
 
 
@@ -226,7 +219,6 @@ def case_fields() -> list[Field]:
 
 
 def record_defaults() -> dict[str, Any]:
-    """Each field's dense-case value, which a record leaves out."""
     return {f.name: f.default for f in case_fields()}
 
 
@@ -243,17 +235,15 @@ def mask_kinds() -> tuple[str, ...]:
 
 
 def used_axes(case: Case) -> tuple[str, ...]:
-    """The declared axes `case` sets: what a backend must map to run it."""
     return tuple(a.name for a in TABLE if (a.mapped or a.mask) and a.is_set(case))
 
 
 def id_fragments(case: Case) -> str:
-    """'' for the dense case, so existing ids never change."""
+    """'' for the dense case: existing ids never change."""
     return "".join("-" + part for a in axes(shape=False) if a.fragment and (part := a.fragment(case)))
 
 
 def words_of(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """E.g. "8 documents (random)", short "doc8rand"."""
     return [w for a in axes(shape=False) if a.words and (w := a.words(shape, short))]
 
 

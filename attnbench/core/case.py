@@ -1,4 +1,4 @@
-"""Case: one attention workload — shapes, workload axes, id and seed. A small frozen value."""
+"""Case: one attention workload, a small frozen value."""
 
 from __future__ import annotations
 
@@ -10,20 +10,19 @@ from attnbench.core import axes
 from attnbench.core.axes import DTYPE_BYTES, DTYPE_SHORT, DTYPES, FP8_DTYPES  # noqa: F401 - their public home
 
 MODES = ("fwd", "bwd", "fwd_bwd")
-AXES = tuple(a.name for a in axes.TABLE if a.mapped and not a.mask)  # workload axes a backend must map
-# Seed streams of the drawn lengths: adding one structure never changes another's draw.
+AXES = tuple(a.name for a in axes.TABLE if a.mapped and not a.mask)
+# seed streams: adding one structure never changes another's draw
 STREAM_DOCS, STREAM_KV, STREAM_PAGES = 1, 2, 3
-DEFAULT_QUANT_BLOCK = 128  # tokens per scale with `quant: {granularity: block}`
+DEFAULT_QUANT_BLOCK = 128  # tokens per scale
 
 
 def equal_doc_lens(seq_len: int, documents: int) -> tuple[int, ...]:
-    """Lengths as even as possible: the remainder one token each over the first documents."""
     base, extra = divmod(seq_len, documents)
     return tuple(base + (1 if i < extra else 0) for i in range(documents))
 
 
 def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
-    """Lengths >= 1 summing to `seq_len`, cut at distinct uniform positions (many short, a few long)."""
+    """Cut at distinct uniform positions: many short, a few long."""
     import numpy as np
 
     rng = np.random.default_rng([seed, STREAM_DOCS])
@@ -33,7 +32,6 @@ def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
 
 
 def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:
-    """Each request's cache length, uniform in seq_len..kv_seq_len."""
     import numpy as np
 
     rng = np.random.default_rng([seed, STREAM_KV])
@@ -55,7 +53,7 @@ class Case:
     causal: bool
     window: int | None
     mode: str
-    # The workload axes, one field each from axes.TABLE (docs/suites.md "Workloads"); None/False is the dense case.
+    # the workload axes' fields (axes.TABLE); None/False is the dense case
     for _field in axes.case_fields():
         __annotations__[_field.name] = _field.annotation
         vars()[_field.name] = _field.default
@@ -90,7 +88,7 @@ class Case:
 
     @property
     def unquantized(self) -> Case:
-        """The case before quantization: an FP8 case and its bf16 twin share their original inputs."""
+        """An FP8 case and its bf16 twin share their original inputs."""
         dtype = "bfloat16" if self.dtype in FP8_DTYPES else self.dtype
         return replace(self, dtype=dtype, kv_dtype=None, quant=None, quant_block=None, quant_scale=None)
 
@@ -109,7 +107,7 @@ class Case:
 
     @property
     def offset(self) -> int:
-        """Queries are the last `seq_len` of `kv_seq_len` positions (bottom-right)."""
+        """Bottom-right: queries are the last `seq_len` positions."""
         return self.kv_seq_len - self.seq_len
 
     @property
@@ -118,7 +116,6 @@ class Case:
 
     @property
     def group_size(self) -> int:
-        """Query head h reads KV head h // group_size."""
         return self.heads // self.kv_heads
 
     @property
@@ -135,8 +132,7 @@ class Case:
 
     @property
     def seed(self) -> int:
-        """Derived from the case, so every backend sees the same tensors; quantized and stress-input cases use their
-        plain twin's seed (the same draws, then transformed)."""
+        """Every backend sees the same tensors; a quantized or stress-input case draws its plain twin's."""
         twin = self.unquantized if self.quantized else self
         if twin.inputs is not None:
             twin = replace(twin, inputs=None)
@@ -144,7 +140,7 @@ class Case:
 
     @property
     def layout_seed(self) -> int:
-        """Seed of the drawn structures: from the lengths only, so pages, dtype or mode keep the same documents."""
+        """From the lengths only: pages, dtype or mode keep the same documents."""
         key = f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-{self.documents}-{self.doc_lengths}-{self.kv_lengths}"
         return zlib.crc32(key.encode())
 
@@ -153,7 +149,6 @@ class Case:
 
     @property
     def memory_bound(self) -> bool:
-        """Decode-like: reading K and V is the work's floor."""
         return self.seq_len == 1
 
     def describe(self) -> str:
@@ -169,7 +164,7 @@ class Case:
 
 
 def group_of(case: Case) -> tuple:
-    """A case without its sequence lengths: the cases whose memory grows only with the sequence."""
+    """The cases whose memory grows only with the sequence."""
     fields = case.fields()
     del fields["seq_len"], fields["kv_seq_len"], fields["doc_lens"], fields["doc_kv_lens"], fields["kv_lens"]
     return tuple(sorted(fields.items()))

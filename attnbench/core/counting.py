@@ -1,4 +1,4 @@
-"""How work is counted (docs/conventions.md "Work"): FLOPs, the traffic floor, the analytic memory estimate."""
+"""How work is counted (docs/conventions.md "Work")."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
 
 MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}  # FlashAttention's accounting
-MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}  # passes over (Q + K + V) and O
+MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}  # passes over Q + K + V, and O
 
 
 def forward_flops_per_pair(case: Case) -> int:
-    """Forward FLOPs of one (query, key) pair in one head: Q·Kᵀ (2·D) and P·V (2·Dv)."""
+    """Q·Kᵀ (2·D) and P·V (2·Dv)."""
     return 2 * (case.head_dim + case.v_dim)
 
 
@@ -29,7 +29,7 @@ def flops(case: Case) -> int:
 
 
 def tensor_bytes(case: Case) -> dict[str, int]:
-    """Bytes of Q, K, V and O; a quantized case's FP8 tensors take one byte (quant.element_bytes)."""
+    """FP8 tensors take one byte."""
     elem_q, elem_kv, elem_o = quant.element_bytes(case) if case.quantized else (DTYPE_BYTES[case.dtype],) * 3
     rows = case.batch * case.seq_len * case.heads
     keys = case.batch * case.kv_heads * case.kv_seq_len * elem_kv
@@ -38,25 +38,23 @@ def tensor_bytes(case: Case) -> dict[str, int]:
 
 
 def io_bytes(case: Case) -> int:
-    """The traffic floor of one forward call."""
     return sum(tensor_bytes(case).values())
 
 
 def bytes_moved(case: Case) -> int:
-    """The traffic floor of the measured mode; only K/V rows some query may see count (softmax stats left out)."""
+    """The traffic floor of the measured mode, over the K/V rows some query sees."""
     sizes = tensor_bytes(case)
     kv = (sizes["k"] + sizes["v"]) * key_rows_read(case) // (case.batch * case.kv_seq_len)
     qkv, out = MODE_BYTE_FACTOR[case.mode]
     return qkv * (sizes["q"] + kv) + out * sizes["o"]
 
 
-# backward of a materialising kernel: reads P, writes and reads dP, writes dS and reads it twice
+# a materialising backward: reads P, writes and reads dP, writes dS, reads it twice
 SCORE_PASSES_BWD = 7
 
 
 def score_traffic(case: Case, memory: MemoryCost) -> int:
-    """Bytes a kernel that materialises the (Sq, Sk) scores moves through them beyond the floor (0 when fused):
-    what bounds naive attention on the roofline."""
+    """Bytes a materialising kernel moves through its scores beyond the floor (0 when fused)."""
     if not memory.score_copies_fwd:
         return 0
     halves = memory.upcast_halves and case.dtype in HALF_DTYPES
@@ -67,7 +65,7 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
 
 
 def key_rows_read(case: Case) -> int:
-    """K/V rows per KV head read over the batch; with pages, every row of each page holding a seen key."""
+    """With pages, every row of each page holding a seen key."""
     if case.page_size is None:
         return _seen_total(case)
     pages = _seen_pages(case)
@@ -83,7 +81,6 @@ def _seen_total(case: Case) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _seen_keys(case: Case) -> list[Any]:
-    """Per distinct row, whether some query sees each key (a difference array over the ranges)."""
     import numpy as np
 
     lo, hi = key_ranges(case)
@@ -106,22 +103,20 @@ def _seen_pages(case: Case) -> list[set[int]]:
 
 @dataclass(frozen=True)
 class MemoryCost:
-    """What a kernel holds above its inputs, output and gradients (Backend.cost); the defaults are a fused kernel's.
-    tests/test_counting.py holds measured peaks within 1.5x of the estimate."""
+    """What a kernel holds beyond inputs, output and gradients (Backend.cost); defaults: fused."""
 
-    score_copies_fwd: float = 0.0  # (Sq, Sk) buffers alive at the forward's peak
-    score_copies_bwd: float = 0.0  # the same through forward and backward
+    score_copies_fwd: float = 0.0  # (Sq, Sk) buffers at the forward's peak
+    score_copies_bwd: float = 0.0
     upcast_halves: bool = False  # fp16/bf16 computed in float32
-    expands_kv: bool = False  # K/V repeated per query head (GQA/MQA)
-    bwd_workspace: float = 0.0  # Q-sized buffers the backward adds
-    bwd_expands_kv: bool = False  # dK/dV per query head, then summed
+    expands_kv: bool = False  # K/V repeated per query head
+    bwd_workspace: float = 0.0  # Q-sized buffers
+    bwd_expands_kv: bool = False
 
 
 FUSED = MemoryCost()
 
 
 def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
-    """Analytic peak bytes above the inputs."""
     sizes = tensor_bytes(case)
     elem = DTYPE_BYTES[case.dtype]
     expanded_kv = case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * elem

@@ -1,5 +1,4 @@
-"""Sample statistics: median, IQR, minimum, and the distribution-free order-statistic interval of the median
-(the count of samples below it is Binomial(n, 1/2); no shape assumed). docs/conventions.md "Timing"."""
+"""Sample statistics and the distribution-free interval of the median (docs/conventions.md "Timing")."""
 
 from __future__ import annotations
 
@@ -13,20 +12,18 @@ from attnbench.core import policy
 CONFIDENCE = policy.CONFIDENCE
 NOISE_THRESHOLD = policy.NOISE_THRESHOLD
 RUN_TO_RUN_NOISE = {name: policy.run_to_run_noise(name) for name in policy.DEVICES}
-EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
+EXACT_UP_TO = 1000  # exact binomial ranks; the normal approximation beyond
 
 
 @dataclass(frozen=True)
 class Interval:
-    """The median of some samples and the interval around it, at `level` confidence."""
-
     median: float
     low: float
     high: float
-    level: float  # actual coverage: >= the confidence asked, or less with too few samples
+    level: float  # actual coverage
 
     def half_width(self) -> float:
-        """Relative to the median (0.01 = ±1%)."""
+        """Relative to the median."""
         if self.median <= 0:
             return math.inf if self.high > self.low else 0.0
         return max(self.median - self.low, self.high - self.median) / self.median
@@ -38,8 +35,7 @@ def _log_binom_pmf(n: int, i: int) -> float:
 
 @lru_cache(maxsize=4096)
 def rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
-    """(k, level): the 1-based lower rank of the median interval of n samples and its coverage; k = 0 when n is
-    too few for `confidence`."""
+    """(k, level): the 1-based lower rank and its coverage; k = 0 when n is too few."""
     alpha = 1.0 - confidence
     if n <= EXACT_UP_TO:
         tail, k = 0.0, 0
@@ -55,7 +51,7 @@ def rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
 
 
 def _z(confidence: float) -> float:
-    """The two-sided standard normal quantile, by bisection."""
+    """By bisection."""
     target = confidence
     low, high = 0.0, 10.0
     for _ in range(80):
@@ -74,7 +70,7 @@ def median_of_sorted(ordered: list[float]) -> float:
 
 
 def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> Interval:
-    """With too few samples for `confidence`, [min, max] and what that covers (1 - 2^(1-n))."""
+    """Too few samples: [min, max] and its coverage."""
     if not samples:
         raise ValueError("no samples")
     ordered = sorted(samples)
@@ -88,7 +84,7 @@ def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> Int
 
 @dataclass(frozen=True)
 class RunInterval:
-    """The run's median interval and the share of its half-width more windows would narrow; the rest is run noise."""
+    """`windows_part`: the share of the half-width more windows would narrow."""
 
     interval: Interval
     windows_part: float
@@ -97,12 +93,8 @@ class RunInterval:
 
 def run_interval(samples: list[float], window_medians: list[float], device: str,
                  confidence: float = CONFIDENCE) -> RunInterval:
-    """The interval of a measurement's median as a run states it (docs/conventions.md "Timing").
-
-    The window is the independent unit: its samples share its bias. The windows' log spread, pooled with the
-    device's window noise, gives a Student-t half-width over √windows (never below the samples' own interval);
-    the device's run noise is added in quadrature.
-    """
+    """The window is the independent unit: the windows' log spread, pooled with the device's window noise, gives
+    a Student-t half-width, plus the device's run noise in quadrature."""
     own = policy.device(device)
     median = median_of_sorted(sorted(samples))
     logs = [math.log(m) for m in window_medians if m > 0]
@@ -123,7 +115,7 @@ def run_interval(samples: list[float], window_medians: list[float], device: str,
 
 
 def windows_needed(k: int, windows_part: float, precision: float) -> int:
-    """Windows for the windows' part of the half-width to reach `precision` (it shrinks as 1/√windows)."""
+    """The half-width shrinks as 1/√windows."""
     if windows_part <= precision or k == 0:
         return k
     if not math.isfinite(windows_part) or precision <= 0:
@@ -132,10 +124,10 @@ def windows_needed(k: int, windows_part: float, precision: float) -> int:
 
 
 def samples_needed(n: int, half_width: float, precision: float) -> int:
-    """Samples for the half-width to reach `precision` (it shrinks as 1/√n)."""
+    """The half-width shrinks as 1/√n."""
     if half_width <= precision or n == 0:
         return n
-    if not math.isfinite(half_width) or precision <= 0:  # precision 0: double up to the budget
+    if not math.isfinite(half_width) or precision <= 0:
         return 2 * n
     return math.ceil(n * (half_width / precision) ** 2)
 
@@ -152,7 +144,6 @@ class Summary:
 
 
 def summarize(samples: list[float]) -> Summary:
-    """Median, IQR and minimum (ms)."""
     if len(samples) >= 2:
         q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
     else:
@@ -160,23 +151,20 @@ def summarize(samples: list[float]) -> Summary:
     return Summary(statistics.median(samples), q3 - q1, min(samples))
 
 
-# Two modes: a gap between sorted samples over MODE_GAP of the median, with MODE_SHARE (and two) on each side.
+# a gap over MODE_GAP of the median, with MODE_SHARE (and two) on each side
 MODE_GAP = 0.15
 MODE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
 class Modes:
-    """Two groups of samples apart: each group's median and the upper one's share."""
-
     low: float
     high: float
     high_share: float
 
 
 def two_modes(samples: list[float]) -> Modes | None:
-    """The two groups split at the widest gap, or None: a call that sometimes waits for its launch, which a narrow
-    IQR hides."""
+    """Split at the widest gap, or None: a call that sometimes waits for its launch."""
     ordered = sorted(samples)
     n = len(ordered)
     least = max(2, math.ceil(MODE_SHARE * n))

@@ -1,5 +1,4 @@
-"""Peak dense TFLOP/s and memory bandwidth of common accelerators, from vendors' datasheets, and a CPU's measured
-roofs (MeasuredRoofs). docs/conventions.md "Work"."""
+"""Peak dense TFLOP/s and bandwidth of common accelerators, and a CPU's measured roofs."""
 
 from __future__ import annotations
 
@@ -9,8 +8,8 @@ from typing import Any
 
 from attnbench.core.case import FP8_DTYPES
 
-# (label, device-name pattern, dense fp16/bf16 tensor TFLOP/s, plain fp32 (TF32 off), GB/s, dense TF32); first match
-# wins. Dense = the sparse headline halved. Sources: the vendors' datasheets (RTX: Ada/GA102 whitepapers).
+# (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from the
+# vendors' datasheets (RTX: Ada/GA102 whitepapers).
 PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | None], ...] = (
     ("H100 PCIe", r"H100.*PCIe", 756.0, 51.0, 2000.0, 378.0),
     ("H100 NVL", r"H100.*NVL", 835.0, 60.0, 3900.0, 417.5),
@@ -22,7 +21,7 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
     ("B200", r"B200", 2250.0, None, 8000.0, None),
     ("A100 80GB PCIe", r"A100.*(80GB.*PCIe|PCIe.*80GB)", 312.0, 19.5, 1935.0, 156.0),
     ("A100 80GB SXM", r"A100.*80GB", 312.0, 19.5, 2039.0, 156.0),
-    ("A100 40GB", r"A100", 312.0, 19.5, 1555.0, 156.0),  # SXM and PCIe alike
+    ("A100 40GB", r"A100", 312.0, 19.5, 1555.0, 156.0),
     ("A10", r"\bA10\b", 125.0, 31.2, 600.0, 62.5),
     ("L40S", r"L40S", 362.0, 91.6, 864.0, 183.0),
     ("L40", r"\bL40\b", 181.0, 90.5, 864.0, 90.5),
@@ -34,11 +33,10 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
     ("RTX 3090", r"RTX 3090", 71.0, 35.6, 936.0, 35.6),
     ("MI300X", r"MI300X", 1307.4, 163.4, 5300.0, 653.7),
 )
-# Dense FP8 TFLOP/s by row label; an FP8 K/V cache under bf16 queries keeps the bf16 roof.
+# dense FP8 TFLOP/s by row label
 FP8_TFLOPS = {"H100 PCIe": 1513.0, "H100 NVL": 1670.5, "H100 SXM": 1979.0, "GH200 144GB HBM3e": 1979.0,
               "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0, "L40S": 733.0,
               "L4": 242.5, "MI300X": 2614.9}
-# Prepared.extra["fp32_math"] -> the share of the TF32 roof it can reach
 FP32_MATH = {"3xTF32": 3.0}
 NO_BF16 = (r"V100", r"\bT4\b")
 HALF = ("float16", "bfloat16", "fp16", "bf16")
@@ -47,8 +45,6 @@ FULL = ("float32", "fp32")
 
 @dataclass(frozen=True)
 class Peak:
-    """A device's roofs for one dtype and their sources (datasheet row or option)."""
-
     tflops: float | None = None
     bandwidth_gbs: float | None = None
     tflops_source: str | None = None
@@ -56,7 +52,6 @@ class Peak:
 
     @property
     def ridge(self) -> float | None:
-        """FLOPs per byte where the compute roof meets the bandwidth roof."""
         if self.tflops and self.bandwidth_gbs:
             return self.tflops * 1e12 / (self.bandwidth_gbs * 1e9)
         return None
@@ -87,15 +82,13 @@ def peak_tflops_for(device_name: str | None, dtype: str) -> float | None:
 
 
 def peak_bandwidth_for(device_name: str | None) -> float | None:
-    """GB/s, or None."""
     row = _row(device_name)
     return None if row is None else row[4]
 
 
 def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
              bandwidth_gbs: float | None = None, fp32_math: str | None = None) -> Peak:
-    """The options where set, else the datasheet. `fp32_math` "3xTF32" (fp32 on tensor cores) takes the TF32 rate
-    over 3 as the roof, one the kernel can reach."""
+    """`fp32_math` "3xTF32" takes the TF32 rate over 3 as the roof."""
     row = _row(device_name)
     label = f"datasheet: {row[0]}" if row else None
     table_tflops = peak_tflops_for(device_name, dtype)
@@ -115,13 +108,13 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
 
 @dataclass(frozen=True)
 class MatmulRoof:
-    """The best repetition of a dtype's matmul on this CPU, over every size tried."""
+    """The best repetition over every size tried."""
 
     dtype: str
     gflops: float
-    size: int  # n of the n×n matmul
+    size: int
     reps: int
-    median_gflops: float  # at that size: how far interference pulled the rest down
+    median_gflops: float  # how far interference pulled the rest down
 
     @property
     def source(self) -> str:
@@ -130,7 +123,7 @@ class MatmulRoof:
 
 @dataclass(frozen=True)
 class MeasuredRoofs:
-    """A CPU's roofs measured at the run's start (run.calibration.measure_roofs); env.json's `roofs`."""
+    """Measured at the run's start (run.calibration.measure_roofs)."""
 
     threads: int
     matmul: tuple[MatmulRoof, ...]
@@ -148,7 +141,6 @@ class MeasuredRoofs:
         return cls(**{**data, "matmul": tuple(MatmulRoof(**m) for m in data["matmul"])})
 
     def matmul_for(self, dtype: str) -> MatmulRoof | None:
-        """An FP8 case has its originals' bf16 roof."""
         want = "bfloat16" if dtype in FP8_DTYPES else dtype
         return next((m for m in self.matmul if m.dtype == want), None)
 
@@ -162,7 +154,6 @@ class MeasuredRoofs:
 
 def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = None,
                bandwidth_gbs: float | None = None) -> Peak:
-    """The options where set, else the run's measured roofs."""
     measured = roofs.peak(dtype) if roofs is not None else Peak()
     return Peak(tflops if tflops is not None else measured.tflops,
                 bandwidth_gbs if bandwidth_gbs is not None else measured.bandwidth_gbs,
@@ -170,7 +161,7 @@ def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = N
                 "--peak-bandwidth" if bandwidth_gbs is not None else measured.bandwidth_source)
 
 
-# GB, for skipping a case estimated above twice the free memory
+# GB: a case estimated above twice the free memory is skipped
 GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144, "GH200 96GB HBM3": 96,
                  "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80, "A100 80GB SXM": 80,
                  "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24, "V100 PCIe": 16, "V100 SXM2": 16,

@@ -1,5 +1,4 @@
-"""The measurement policy: every threshold records, comparisons and recommendations are judged by, declared once;
-the texts that state them are made from these values (docs/verdicts.md)."""
+"""The measurement policy, declared once; the texts that state it are made from these values."""
 
 from __future__ import annotations
 
@@ -10,17 +9,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DevicePolicy:
-    """One kind of device's policy. Noise figures are standard deviations of log times."""
+    """Noise figures are standard deviations of log times (docs/verdicts.md)."""
 
-    precision: float  # half-width a window is sampled to; wider windows' part makes a record `noisy`
-    rounds: int  # windows per measurement when the suite sets none
-    refine: float  # re-timing budget after the rounds, a share of all measurements' budgets
-    window_noise: float  # one window's median around the run's: the prior of a record's windows
-    run_noise: float  # a run's median around the long run's, unseen by its windows
-    pace_noise: float  # the pace (median NEW/BASE) of two identical runs around 1
-    ratio_noise: float  # one measurement's log ratio around the pace: compare's prior
-    probe_noise: float | None  # the pace over the machine's probe (run.pace_probe); None: no probe
-    backend_noise: float  # one backend's mean log ratio around the pace, beyond its cases' spread
+    precision: float
+    rounds: int
+    refine: float
+    window_noise: float  # one window's median around the run's
+    run_noise: float  # a run's median around the long run's
+    pace_noise: float  # two identical runs' median NEW/BASE around 1
+    ratio_noise: float  # one log ratio around the pace
+    probe_noise: float | None  # None: no probe
+    backend_noise: float  # one backend's mean log ratio around the pace
     evidence: str
 
 
@@ -39,17 +38,15 @@ DEVICES: dict[str, DevicePolicy] = {
 }
 
 CONFIDENCE = 0.95
-# Prior weights against a record's own windows and a comparison's own ratios.
 PRIOR_WINDOWS = 4
 PRIOR_RATIOS = 8
-NOISE_THRESHOLD = 0.10  # IQR share of the median that makes a record without an interval noisy
+NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval noisy
 CHANGE_THRESHOLD = 0.10  # asv's default factor
-FAMILY_ALPHA = 0.05  # per rule, Bonferroni-corrected
+FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
 
 
 def device(name: str) -> DevicePolicy:
-    """An unknown device is held to a GPU's policy."""
     return DEVICES.get(name, DEVICES["cuda"])
 
 
@@ -58,7 +55,7 @@ def z(confidence: float = CONFIDENCE) -> float:
 
 
 def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
-    """Student's t two-sided quantile (Cornish-Fisher to 1/df²: within 0.3% from df 3 up)."""
+    """Cornish-Fisher to 1/df²: within 0.3% from df 3 up."""
     q = z(confidence)
     if not math.isfinite(df):
         return q
@@ -66,24 +63,20 @@ def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
 
 
 def run_to_run_noise(name: str, confidence: float = CONFIDENCE) -> float:
-    """Half-width of one window's median around the long-run median (a share of it)."""
     policy = device(name)
     return math.expm1(z(confidence) * math.hypot(policy.window_noise, policy.run_noise))
 
 
 def percent(value: float) -> str:
-    """0.1 → '10%', 0.015 → '1.5%'."""
     return f"{value * 100:.3g}%"
 
 
 def precision_words() -> str:
-    """'±10% on a CPU, ±1% on a GPU'."""
     names = {"cpu": "a CPU", "cuda": "a GPU"}
     return ", ".join(f"±{percent(p.precision)} on {names.get(d, d)}" for d, p in DEVICES.items())
 
 
 def timing_words() -> str:
-    """The report's legend."""
     return (f"Times are the median of the raw samples, in milliseconds per call, taken in windows (rounds) spread "
             f"over the run: a window's sampling stops once its samples' {percent(CONFIDENCE)} interval is within the "
             f"precision the suite asks (timing.precision; by default {precision_words()}), or its budget runs out "
@@ -105,7 +98,6 @@ def noisy_words() -> str:
 
 
 def policy_table() -> str:
-    """For the docs and `attnbench policy`."""
     lines = ["| device | precision | rounds | refine | window noise | run noise | pace noise | probe noise "
              "| ratio noise | backend noise | measured on |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, p in DEVICES.items():

@@ -1,9 +1,5 @@
-"""Quantized inputs (docs/suites.md "Quantized inputs"): how attnbench quantizes a case's canonical inputs, and the
-numerics a kernel declares so its accuracy bound can be emulated.
-
-A descale factor d gives x ≈ x_fp8 · d, one per granule: `tensor` (1, 1, 1, 1); `head` (B, KVH, 1, 1), Q's shared by
-its KV head's group (FlashAttention 3's and PyTorch's layout); `block` (B, H, S / block, 1).
-"""
+"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized inputs"),
+and the numerics a kernel declares so its accuracy bound can be emulated."""
 
 from __future__ import annotations
 
@@ -20,17 +16,14 @@ if TYPE_CHECKING:
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 assert set(FP8_MAX) == set(FP8_DTYPES)
 GRANULARITIES = ("tensor", "head", "block")
-# Backend.quantized's items beside "scale:<granularity>"
 EVERY_INPUT = frozenset(f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in FP8_DTYPES)
 
 
 def for_every_input(reason: str) -> dict[str, str]:
-    """Backend.quant_reasons of a backend that takes no quantized input."""
     return dict.fromkeys(sorted(EVERY_INPUT), reason)
 
 
 def q_format(case: Case) -> str | None:
-    """None when the queries stay in their dtype."""
     return case.dtype if case.dtype in FP8_DTYPES else None
 
 
@@ -39,12 +32,11 @@ def kv_format(case: Case) -> str | None:
 
 
 def original_dtype(case: Case) -> str:
-    """bf16 for an FP8 dtype, else the case's own."""
     return case.unquantized.dtype
 
 
 def requirement(case: Case) -> tuple[str, ...]:
-    """`qkv:<format>` or `kv:<format>`, and `scale:<granularity>`; () for an unquantized case."""
+    """`qkv:<format>` or `kv:<format>`, and `scale:<granularity>`."""
     if not case.quantized:
         return ()
     fmt = q_format(case)
@@ -65,7 +57,7 @@ def requirement_words(item: str, case: Case) -> str:
 
 
 def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str] | None = None) -> str | None:
-    """Why a backend cannot run `case`'s quantized inputs, or None; it is skipped, never run in bf16 instead."""
+    """None, or why the backend is skipped: never run in bf16 instead."""
     missing = [item for item in requirement(case) if item not in takes]
     if not missing:
         return None
@@ -79,29 +71,26 @@ def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str
 
 
 def element_bytes(case: Case) -> tuple[int, int, int]:
-    """Bytes per element of Q, of K and V, and of O."""
     original = DTYPE_BYTES[original_dtype(case)]
     return (1 if q_format(case) else original, 1 if kv_format(case) else original, original)
 
 
 @dataclass(frozen=True)
 class Scales:
-    """Descale factors (float32) in the module docstring's shapes; `q` None when the queries stay unquantized."""
+    """Float32 descale factors; `q` None when the queries stay unquantized."""
 
     granularity: str
     block: int | None
-    group: int  # query heads per KV head
+    group: int
     q: torch.Tensor | None
     k: torch.Tensor
     v: torch.Tensor
 
     def per_row(self, name: str) -> torch.Tensor:
-        """(B, H, S or 1, 1) factors of "q", "k" or "v"."""
         return expand(getattr(self, name), self.granularity, self.block, self.group if name == "q" else 1)
 
 
 def expand(descale: torch.Tensor, granularity: str, block: int | None, group: int) -> torch.Tensor:
-    """One factor per (batch, head, token)."""
     if granularity == "head":
         return descale.repeat_interleave(group, dim=1)
     if granularity == "block":
@@ -111,8 +100,6 @@ def expand(descale: torch.Tensor, granularity: str, block: int | None, group: in
 
 @dataclass(frozen=True)
 class Quantized:
-    """What every backend of a quantized case receives (canonical layout)."""
-
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -121,7 +108,7 @@ class Quantized:
 
 def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, group: int,
                fixed: float | None) -> torch.Tensor:
-    """Granule amax / the format's largest value (a zero granule: 1), or the fixed scale."""
+    """Granule amax over the format's largest value (a zero granule: 1), or the fixed scale."""
     import torch
 
     b, h, s, _ = x.shape
@@ -139,7 +126,7 @@ def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, g
 
 
 def quantize(x: torch.Tensor, fmt: str, descale: torch.Tensor) -> torch.Tensor:
-    """Saturated and rounded to nearest-even (PyTorch's cast)."""
+    """Saturated, nearest-even (PyTorch's cast)."""
     import torch
 
     limit = FP8_MAX[fmt]
@@ -147,14 +134,14 @@ def quantize(x: torch.Tensor, fmt: str, descale: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize(x: torch.Tensor, per_row: torch.Tensor) -> torch.Tensor:
-    """In float64: exact."""
+    """Exact in float64."""
     import torch
 
     return x.to(torch.float64) * per_row.to(torch.float64)
 
 
 def quantize_inputs(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Quantized:
-    """With `kv_shared`, V is K's first head_dim_v channels, with K's factors."""
+    """With `kv_shared`, V is K's first head_dim_v channels."""
     fmt_q, fmt_kv = q_format(case), kv_format(case)
     assert fmt_kv is not None and case.quant in GRANULARITIES, case.case_id
     gran, block, group, fixed = case.quant, case.quant_block, case.group_size, case.quant_scale
@@ -173,7 +160,7 @@ def quantize_inputs(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 
 def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """float64: what the kernel error is measured against."""
+    """What the kernel error is measured against."""
     import torch
 
     s = quantized.scales
@@ -182,7 +169,6 @@ def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.T
 
 
 def scheme(case: Case) -> dict[str, object]:
-    """`extra.quant_scheme`."""
     return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case), "granularity": case.quant,
             "block": case.quant_block, "scale": "amax" if case.quant_scale is None else case.quant_scale,
             "rounding": "nearest-even after dividing by the descale factor, saturated"}
@@ -190,9 +176,8 @@ def scheme(case: Case) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Numerics:
-    """How a kernel computes, as its emulated accuracy bound (verify.emulate) needs it. `p_format`: P's rounding
-    before P·V (after ×`p_scale`); `pv_block`: keys per partial P·V sum; `v_scale_after`: V's descale multiplies the
-    rounded output; `inputs`: "as-given" or "sage-int8" (SageAttention's per-block INT8 of Q and mean-subtracted K)."""
+    """How a kernel computes, for its emulated bound (verify.emulate). `inputs`: "as-given" or "sage-int8"
+    (SageAttention's per-block INT8 of Q and mean-subtracted K)."""
 
     source: str
     out_dtype: str = "bfloat16"
@@ -204,7 +189,6 @@ class Numerics:
     inputs: str = "as-given"
 
     def describe(self) -> str:
-        """`extra.bound_source`."""
         words = [f"emulation of {self.source}: "]
         words.append({"as-given": "the inputs as given (dequantized)",
                       "sage-int8": "Q and mean-subtracted K quantized to INT8 per block (128 Q / 64 K tokens)"}
@@ -220,6 +204,6 @@ class Numerics:
 
 
 def plain_numerics(case: Case) -> Numerics:
-    """Dequantized inputs in float32: naive-fp8's, and the yardstick of a backend that declares none."""
+    """naive-fp8's, and the yardstick of a backend that declares none."""
     return Numerics(source="dequantized inputs in float32 (naive-fp8)", out_dtype=original_dtype(case))
 

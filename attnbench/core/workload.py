@@ -1,6 +1,5 @@
-"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"): documents, ragged cache lengths,
-query positions, pages, ALiBi, the mask and bias. The reference and every adapter take them from here; random ones
-come from the case's layout seed, one stream each."""
+"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"), for the reference and every
+adapter; random ones from the case's layout seed."""
 
 from __future__ import annotations
 
@@ -18,16 +17,15 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# The axes given a meaning here; one declared only in axes.TABLE is skipped by every backend.
+# axes given a meaning here; another is skipped by every backend
 MEANT = ("documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared")
-# Where no key lives in a page: finite (a masked read is harmless) and far from randn data (a wrong lookup is loud).
+# in pages where no key lives: finite, and far from randn data so a wrong lookup is loud
 JUNK = 30.0
-SPARE_SHARE = 4  # spare pages: a quarter more, at least one
+SPARE_SHARE = 4
 
 
-# A document's queries are the last of its keys (bottom-right per document, as FlashAttention's varlen).
+# a document's queries are the last of its keys (FlashAttention's varlen)
 def doc_key_lens(case: Case) -> tuple[int, ...]:
-    """Its query count, or with a cached prefix doc_kv_lens."""
     assert case.doc_lens is not None
     return case.doc_kv_lens if case.doc_kv_lens is not None else case.doc_lens
 
@@ -41,18 +39,16 @@ def _concatenated(lens: tuple[int, ...], rows: int) -> tuple[int, ...]:
 
 
 def cu_seqlens(case: Case) -> tuple[int, ...]:
-    """0, then each document's query end over the batch, as varlen kernels take them."""
+    """0, then each document's query end, as varlen kernels take them."""
     assert case.doc_lens is not None
     return _concatenated(case.doc_lens, case.batch)
 
 
 def cu_seqlens_k(case: Case) -> tuple[int, ...]:
-    """The same for the documents' keys."""
     return _concatenated(doc_key_lens(case), case.batch)
 
 
 def doc_ids(case: Case) -> np.ndarray:
-    """The document of each of a row's queries."""
     import numpy as np
 
     assert case.doc_lens is not None
@@ -67,7 +63,7 @@ def key_doc_ids(case: Case) -> np.ndarray:
 
 
 def row_kv_lens(case: Case) -> tuple[int, ...]:
-    """One entry when every request has kv_seq_len keys, else one per request."""
+    """One entry when all are kv_seq_len, else one per request."""
     return case.kv_lens if case.kv_lens is not None else (case.kv_seq_len,)
 
 
@@ -77,8 +73,8 @@ def request_kv_lens(case: Case) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Pages:
-    """A pool of pages; request b's logical page p is `table[b][p]` (-1: none). Pool layout (num_pages, page_size,
-    kv_heads, head_dim): FlashAttention's paged `k_cache`, FlashInfer's NHD."""
+    """Request b's logical page p is `table[b][p]` (-1: none); pool (num_pages, page_size, kv_heads, head_dim):
+    FlashAttention's paged `k_cache`, FlashInfer's NHD."""
 
     page_size: int
     num_pages: int
@@ -88,7 +84,7 @@ class Pages:
 
 @functools.lru_cache(maxsize=64)
 def pages(case: Case) -> Pages:
-    """A seeded, shuffled page table (never the identity) with spare pages."""
+    """Seeded and shuffled, never the identity, with spare pages."""
     import numpy as np
 
     assert case.page_size is not None
@@ -97,7 +93,7 @@ def pages(case: Case) -> Pages:
     total = sum(need)
     num_pages = total + max(1, total // SPARE_SHARE)
     perm = np.random.default_rng([case.layout_seed, STREAM_PAGES, case.page_size]).permutation(num_pages)
-    if (perm[:total] == np.arange(total)).all():  # a contiguous table measures only the best case
+    if (perm[:total] == np.arange(total)).all():  # contiguous is only the best case
         perm[[0, total]] = perm[[total, 0]]
     width = -(-case.kv_seq_len // case.page_size)
     table, used = [], 0
@@ -108,7 +104,7 @@ def pages(case: Case) -> Pages:
 
 
 def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
-    """Canonical (B, KVH, Sk, D) into the pool, differentiably; unused slots hold JUNK."""
+    """Differentiable; unused slots hold JUNK."""
     import torch
 
     b, kvh, sk, d = x.shape
@@ -127,14 +123,14 @@ def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
 
 
 def table_tensor(layout: Pages, device: Any = None) -> torch.Tensor:
-    """Unused entries point at page 0 (their keys are masked)."""
+    """Unused entries point at page 0."""
     import torch
 
     return torch.tensor(layout.table, dtype=torch.long, device=device).clamp(min=0)
 
 
 def gather(pool: torch.Tensor, table: torch.Tensor, kv_seq_len: int) -> torch.Tensor:
-    """Back to canonical (B, KVH, Sk, D); positions past a request's length are masked."""
+    """Back to canonical (B, KVH, Sk, D)."""
     b, width = table.shape
     _, p, kvh, d = pool.shape
     return pool[table].reshape(b, width * p, kvh, d)[:, :kv_seq_len].transpose(1, 2)
@@ -145,7 +141,7 @@ def from_pages(pool: torch.Tensor, layout: Pages, kv_seq_len: int) -> torch.Tens
 
 
 def alibi_slopes(heads: int) -> tuple[float, ...]:
-    """2^(-8(h+1)/H), or for H not a power of two the paper's interleaving recipe."""
+    """2^(-8(h+1)/H), else the paper's recipe."""
 
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -157,20 +153,19 @@ def alibi_slopes(heads: int) -> tuple[float, ...]:
 
 
 def case_slopes(case: Case) -> tuple[float, ...]:
-    """Under tensor parallelism, rank 0's share: the model's first heads."""
+    """Under tensor parallelism, rank 0's share."""
     return alibi_slopes(case.heads * (case.tp or 1))[: case.heads]
 
 
 def window_bounds(pos: Any, causal: bool, window: int | None) -> tuple[Any, Any]:
-    """First and last key a query at `pos` may see (None: unbounded); docs/conventions.md "Causal is bottom-right
-    aligned" and "Window `W`"."""
+    """First and last key a query at `pos` may see (None: unbounded); docs/conventions.md."""
     first = None if window is None else pos - window
     last = pos if causal else None if window is None else pos + window
     return first, last
 
 
 def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | None) -> Any:
-    """True where query q_idx may see key k_idx, queries being the last positions (offset = Sk - Sq)."""
+    """The one predicate; queries are the last positions (offset = Sk - Sq)."""
     first, last = window_bounds(q_idx + offset, causal, window)
     keep = k_idx >= (0 if first is None else first)
     return keep if last is None else keep & (k_idx <= last)
@@ -178,7 +173,7 @@ def allowed(q_idx: Any, k_idx: Any, offset: int, causal: bool, window: int | Non
 
 @functools.lru_cache(maxsize=64)
 def query_positions(case: Case) -> np.ndarray:
-    """(R, Sq) int64: each query's position among its keys, which the mask and ALiBi measure from."""
+    """(R, Sq): each query's position among its keys."""
     import numpy as np
 
     if case.doc_lens is not None:
@@ -187,13 +182,13 @@ def query_positions(case: Case) -> np.ndarray:
     else:
         lens = np.array(row_kv_lens(case), dtype=np.int64)[:, None]
         pos = np.arange(case.seq_len, dtype=np.int64)[None, :] + (lens - case.seq_len)
-    pos.flags.writeable = False  # cached and shared
+    pos.flags.writeable = False  # cached
     return pos
 
 
 @functools.lru_cache(maxsize=64)
 def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """Inclusive [lo, hi] per query, (R, Sq) int64; R = 1, or batch with ragged lengths. lo > hi: no key."""
+    """Inclusive [lo, hi] per query, (R, Sq); R = 1, or batch when ragged. lo > hi: no key."""
     import numpy as np
 
     pos = query_positions(case)
@@ -207,13 +202,12 @@ def key_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
     first, last = window_bounds(pos, case.causal, case.window)
     lo = lo if first is None else np.maximum(lo, first)
     hi = hi if last is None else np.minimum(hi, last)
-    lo.flags.writeable = hi.flags.writeable = False  # cached and shared
+    lo.flags.writeable = hi.flags.writeable = False  # cached
     return lo, hi
 
 
 def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]:
-    """The mask as `fn(row, q_idx, k_idx)`, from docs/conventions.md directly (not key_ranges, so each checks the
-    other); within a document, positions count from its first query and first key."""
+    """`fn(row, q_idx, k_idx)` from docs/conventions.md directly, not key_ranges, so each checks the other."""
     import numpy as np
     import torch
 
@@ -238,7 +232,7 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
 
 
 def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
-    """The boolean (R, rows, Sk) mask, or None when nothing is masked."""
+    """(R, rows, Sk), or None when nothing is masked."""
     import torch
 
     if not has_mask(case):
@@ -251,7 +245,7 @@ def visibility(case: Case, rows: torch.Tensor | None = None, device: Any = None)
 
 def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
                dtype: Any = None) -> torch.Tensor | None:
-    """(R, H, rows, Sk) bias -slope_h·|pos - j| (pos from query_positions), or None."""
+    """(R, H, rows, Sk) ALiBi bias, or None."""
     import torch
 
     if not case.alibi:
@@ -264,7 +258,6 @@ def alibi_bias(case: Case, rows: torch.Tensor | None = None, device: Any = None,
 
 
 def mask(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> torch.Tensor | None:
-    """The dense case's (rows, Sk) mask, or None."""
     assert case.doc_lens is None and case.kv_lens is None, "a per-row mask: use visibility"
     full = visibility(case, rows, device)
     return None if full is None else full[0]
@@ -272,7 +265,7 @@ def mask(case: Case, rows: torch.Tensor | None = None, device: Any = None) -> to
 
 @functools.lru_cache(maxsize=4096)
 def visible_total(case: Case) -> int:
-    """Exact (query, key) pairs the mask lets through over the batch (docs/conventions.md's `visible`)."""
+    """docs/conventions.md's `visible` over the batch."""
     import numpy as np
 
     lo, hi = key_ranges(case)
@@ -281,7 +274,7 @@ def visible_total(case: Case) -> int:
 
 
 def visible_pairs(case: Case) -> int:
-    """Per batch row, rounded down with ragged lengths."""
+    """Per row, rounded down when ragged."""
     return visible_total(case) // case.batch
 
 
