@@ -1,5 +1,4 @@
-"""The correctness rule: err(backend) <= 2 * err(naive in the case's dtype) + floor(dtype) (docs/conventions.md
-"Correctness rule"). A row that sees no key must output zeros, as the float64 reference does."""
+"""The correctness rule: err(backend) <= 2 * err(naive in the case's dtype) + floor(dtype) (docs/conventions.md)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-# Keeps an exact float32 naive run from making the bound zero: ~1/10 of the half types' epsilon at 1.
+# keeps an exact float32 naive run from making the bound zero
 FLOOR = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
 NAMES = ("out", "dq", "dk", "dv")
-# Naive in the case's dtype off by more than this share of the reference's max |value|: the dtype cannot hold the
-# inputs' arithmetic (extra.naive_relative_error).
+# naive's error share above which the dtype cannot hold the inputs' arithmetic
 DTYPE_LIMITED = 0.1
 
 
@@ -26,8 +24,6 @@ class Answer:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The worst tensor (by error/bound) is reported."""
-
     passed: bool
     max_abs_error: float
     error_bound: float
@@ -37,13 +33,13 @@ class Verdict:
 
 
 def max_abs_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref|; infinite when x holds NaN or Inf."""
+    """Infinite when x holds NaN or Inf."""
     value = float((x.to(ref.dtype) - ref).abs().max())
     return value if math.isfinite(value) else math.inf
 
 
 def relative(error: float, ref: torch.Tensor) -> float | None:
-    """Over the reference's max |value|; None for an infinite error."""
+    """None for an infinite error."""
     scale = float(ref.abs().max()) if ref.numel() else 0.0
     if not math.isfinite(error):
         return None
@@ -51,10 +47,9 @@ def relative(error: float, ref: torch.Tensor) -> float | None:
 
 
 def naive_errors(ref: Answer, naive: Answer) -> dict[str, float]:
-    """Per tensor; the same for every backend of a case."""
+    """The same for every backend of a case."""
     import torch
 
-    # our invariant, not a user's error
     assert all(bool(torch.isfinite(t).all()) for t in (ref.out, *(ref.grads or ()))), "non-finite reference"
     errors = {"out": max_abs_error(naive.out, ref.out)}
     if ref.grads is not None and naive.grads is not None:
@@ -65,7 +60,7 @@ def naive_errors(ref: Answer, naive: Answer) -> dict[str, float]:
 
 def judge(answer: Answer, ref: Answer, naive: Answer, dtype: str,
           naive_err: dict[str, float] | None = None) -> Verdict:
-    """The rule on the output and, when present, dq, dk and dv; `naive_err` is naive_errors(ref, naive) if kept."""
+    """`naive_err`: naive_errors(ref, naive), when kept."""
     pairs = [("out", answer.out, ref.out, naive.out)]
     if ref.grads is not None and answer.grads is not None and naive.grads is not None:
         pairs += zip(NAMES[1:], answer.grads, ref.grads, naive.grads, strict=False)

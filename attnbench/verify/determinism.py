@@ -1,5 +1,5 @@
-"""`deterministic: true`: PyTorch's deterministic mode around each measurement, and the words of a backend's
-`Backend.deterministic` answer (docs/suites.md "Deterministic kernels")."""
+"""`deterministic: true` (docs/suites.md "Deterministic kernels"): PyTorch's deterministic mode, and the words of a
+backend's answer."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ def is_refusal(how: str) -> bool:
 
 
 def use_cublas_workspace() -> None:
-    """Before any cuBLAS call: deterministic mode refuses cuBLAS without a fixed workspace."""
+    """Deterministic mode refuses cuBLAS without a fixed workspace."""
     os.environ.setdefault(CUBLAS_VARIABLE, CUBLAS_DETERMINISTIC)
 
 
 @contextlib.contextmanager
 def deterministic_mode(on: bool) -> Iterator[None]:
-    """Deterministic mode while the block runs (when `on`); fill_uninitialized_memory off, to keep writes untimed."""
+    """fill_uninitialized_memory off: it would add a write to the timed call."""
     if not on:
         yield
         return
@@ -49,7 +49,6 @@ def deterministic_mode(on: bool) -> Iterator[None]:
 
 
 def torch_ops(case: Case, what: str = "PyTorch's own operations") -> str:
-    """The answer of a backend made of PyTorch operations with deterministic implementations."""
     if case.device != "cuda":
         return f"{NOT_APPLICABLE} ({what} on a CPU: no atomics)"
     return (f"{HONOURED} ({what} under torch.use_deterministic_algorithms(True), cuBLAS with "

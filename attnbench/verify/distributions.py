@@ -1,5 +1,4 @@
-"""The `inputs:` axis' seeded transforms of a case's randn draws, in float32 before the cast; each returns its
-parameters (`extra.inputs_params`). docs/conventions.md "Input distributions"."""
+"""The `inputs:` axis' seeded transforms of the randn draws (docs/conventions.md "Input distributions")."""
 
 from __future__ import annotations
 
@@ -14,10 +13,10 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-STREAM = 7  # seed stream of a transform's own choices
+STREAM = 7  # seed stream of a transform's choices
 OUTLIER_EVERY, OUTLIER_FACTOR = 16, 16.0
 SINK_SHIFT, SINK_LOGIT = 2.0, 10.0
-LARGE_QK = 32768.0  # half of float16's largest value
+LARGE_QK = 32768.0  # half of float16's max
 KEY_MEAN = 8.0
 NEAR_SPREAD = 1e-3
 DENORMAL_DIVISOR = 16.0
@@ -57,7 +56,7 @@ def sink(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -
 
 
 def max_qk(case: Case, q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> float:
-    """The largest |q·k| over a head's keys, masks aside, a block of query rows at a time."""
+    """Over a head's keys, masks aside."""
     b, g, kvh = case.batch, case.group_size, case.kv_heads
     grouped = q.reshape(b, kvh, g, case.seq_len, case.head_dim)
     kt = k.transpose(-2, -1).unsqueeze(2)
@@ -101,7 +100,7 @@ assert set(TRANSFORMS) == set(axes.INPUTS) - {"randn"}, "every distribution the 
 
 def transform(case: Case, q: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
-    """`v` is None where V is derived from K after the transform (kv_shared)."""
+    """`v` None: derived from K after the transform (kv_shared)."""
     if case.inputs is None:
         return (q, k, v), {}
     return TRANSFORMS[case.inputs](case, q, k, v)

@@ -1,6 +1,5 @@
-"""Accuracy beside speed: three error metrics, and the emulation of a kernel's declared numerics (core.quant.Numerics)
-that bounds its error. It applies the kernel's rounding points, not its tiling (the bound's factor of two absorbs a
-flash kernel's running max)."""
+"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding points,
+not its tiling."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ LOG2E = 1.44269504  # sageattn's sm_scale factor (quant_per_block.py)
 
 
 def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
-    """max |x − ref|, relative L2 and cosine, flattened in float64; NaN or Inf in x: inf, inf, 0."""
+    """NaN or Inf in x: inf, inf, 0."""
     import torch
 
     a, b = x.detach().to(torch.float64).flatten(), ref.detach().to(torch.float64).flatten()
@@ -37,7 +36,7 @@ def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
 
 
 def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Nearest-even, FP8 saturated as a kernel's conversion does, and back."""
+    """FP8 saturated, as a kernel's conversion does."""
     import torch
 
     from attnbench.core.quant import FP8_MAX
@@ -49,8 +48,7 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What sageattn 1.0.6 multiplies, float64 (core.py, quant_per_block.py): K less its mean (smooth_k), Q and K
-    INT8 per block with amax/127 factors, V in fp16; Q carries ×ln 2 so a natural softmax applies."""
+    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64; ×ln 2 in Q for a natural softmax."""
     import torch
 
     k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km`
@@ -71,15 +69,14 @@ def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numerics: Numerics,
             rows: torch.Tensor | None, score_scale: float, v_after: float | None = None) -> Answer:
-    """The kernel's output for the checked rows under `numerics`, masked and biased as the reference; `v_after`: V's
-    descale on the rounded output (FlashInfer's `out *= v_scale`)."""
+    """`v_after`: V's descale on the rounded output (FlashInfer's `out *= v_scale`)."""
     import torch
 
     acc = getattr(torch, numerics.accumulate)
-    acc = torch.float32 if acc == torch.float16 else acc  # fp16 accumulation: per block in _pv
+    acc = torch.float32 if acc == torch.float16 else acc  # fp16: per block in _pv
     out_dtype = getattr(torch, numerics.out_dtype)
     b, g, kvh, dv = case.batch, case.group_size, case.kv_heads, case.v_dim
-    k_acc, v_acc = k.to(acc).unsqueeze(2), v.to(acc).unsqueeze(2)  # (B, KVH, 1, Sk, D)
+    k_acc, v_acc = k.to(acc).unsqueeze(2), v.to(acc).unsqueeze(2)
     block = max(1, BLOCK_BYTES // max(1, b * case.heads * case.kv_seq_len * 8))
     row_ids = torch.arange(case.seq_len) if rows is None else rows
     outs = []
@@ -96,7 +93,7 @@ def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numer
         if keep is not None:
             s = s.masked_fill(~keep[:, None, None], float("-inf"))
         top = s.amax(dim=-1, keepdim=True)
-        p = torch.exp(s - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))  # masked: exp(-inf) = 0
+        p = torch.exp(s - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
         total = p.sum(dim=-1, keepdim=True)
         if numerics.p_format is not None:
             p = round_to(p * numerics.p_scale, numerics.p_format) / numerics.p_scale
@@ -110,7 +107,6 @@ def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numer
 
 
 def _pv(p: torch.Tensor, v: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-    """P·V whole, or per `pv_block` keys rounded to the accumulation dtype and summed in float32."""
     import torch
 
     if numerics.pv_block is None and numerics.accumulate != "float16":

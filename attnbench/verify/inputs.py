@@ -1,4 +1,4 @@
-"""Seeded inputs for a case, and the high-precision reference they are checked against."""
+"""Seeded inputs, and the float64 reference they are checked against."""
 
 from __future__ import annotations
 
@@ -17,17 +17,14 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# Above these (batch·head·query·key) pairs the forward check takes a seeded subset of rows and the backward none.
+# above these pairs: a seeded subset of rows, no backward check
 FULL_CHECK_PAIRS = {"cpu": 1 << 24, "cuda": 1 << 32}
 SUBSET_ROWS = 256
-# Bytes of scores per reference block: bounded memory at any length.
 BLOCK_BYTES = 1 << 28
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """Canonical (B, H, S, D) tensors and the upstream gradient."""
-
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -37,8 +34,7 @@ class Inputs:
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                     softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(QKᵀ/√d, masked) · V: scale, soft-cap, ALiBi bias, then the mask (docs/conventions.md). A row that
-    sees no key outputs zeros, never NaN: its finite scores stay, and its output is multiplied by zero."""
+    """Scale, soft-cap, ALiBi, mask (docs/conventions.md); a row that sees no key outputs zeros, never NaN."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if softcap is not None:
         scores = scores.div(softcap).tanh().mul(softcap)
@@ -58,8 +54,7 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def make_inputs(case: Case) -> Inputs:
-    """Seeded standard-normal Q, K, V (and dO) in the case's dtype and input distribution. VML's dispatch is settled
-    first (verify.vml)."""
+    """Settles VML's dispatch first (verify.vml)."""
     import torch
 
     vml.warm()
@@ -80,7 +75,7 @@ def make_inputs(case: Case) -> Inputs:
 
 
 def checked_rows(case: Case) -> torch.Tensor | None:
-    """None for all rows, else a seeded subset."""
+    """None for all rows."""
     import torch
 
     pairs = case.batch * case.heads * case.seq_len * case.kv_seq_len
@@ -88,7 +83,7 @@ def checked_rows(case: Case) -> torch.Tensor | None:
         return None
     gen = torch.Generator().manual_seed(case.seed + 1)
     middle = torch.randperm(case.seq_len - 2, generator=gen)[:SUBSET_ROWS] + 1
-    first_last = torch.tensor([0, case.seq_len - 1])  # the fewest and the most keys
+    first_last = torch.tensor([0, case.seq_len - 1])
     return torch.cat([first_last, middle]).sort().values
 
 
@@ -97,8 +92,7 @@ def grad_checkable(case: Case) -> bool:
 
 
 def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, with_grads: bool) -> Answer:
-    """Naive attention on `inputs` as given, a block of query rows at a time, K/V broadcast over each group; paged
-    K/V go through the page pool, outside any timing."""
+    """Naive attention on `inputs` as given, in blocks of query rows; pages round-trip outside any timing."""
     import torch
 
     assert not (with_grads and rows is not None), "gradients need every query row"
@@ -109,7 +103,7 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
     row_ids = torch.arange(case.seq_len) if rows is None else rows
     outs = []
     grads = [torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)] if with_grads else None
-    if grads is None:  # one pages' round trip for every chunk
+    if grads is None:
         with torch.no_grad():
             k_seen, v_seen = paged_round_trip(case, k, v)
     for chunk in row_ids.split(block):
@@ -134,7 +128,6 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
 
 
 def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
-    """The chunk's mask and ALiBi bias, shaped to broadcast over (B, KVH, G, rows, Sk) scores."""
     mask = workload.visibility(case, chunk, chunk.device)
     if mask is not None:
         mask = mask[:, None, None]
@@ -145,7 +138,6 @@ def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple
 
 
 def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V written into the page pool and gathered back; unchanged for an unpaged case."""
     if case.page_size is None:
         return k, v
     layout = workload.pages(case)
@@ -153,7 +145,7 @@ def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
 
 
 def upcast(inputs: Inputs) -> Inputs:
-    """float64 on every device: an fp32 reference on CUDA would be naive in fp32, its bound a bare floor."""
+    """float64 everywhere: an fp32 reference would be naive in fp32, its bound a bare floor."""
     import torch
 
     cast = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
@@ -161,13 +153,11 @@ def upcast(inputs: Inputs) -> Inputs:
 
 
 def reference(case: Case, inputs: Inputs, rows: torch.Tensor | None) -> Answer:
-    """Naive attention on the float64 inputs, in query blocks."""
     return blocked_attention(case, upcast(inputs), rows, with_grads=grad_checkable(case))
 
 
 class CaseData:
-    """What the backends of one case share, made when first needed; `reference_s`: seconds spent on the two
-    yardsticks (the run's summary line)."""
+    """What a case's backends share, made when first needed; `reference_s`: what checking cost."""
 
     def __init__(self, case: Case) -> None:
         self.case = case
@@ -189,7 +179,7 @@ class CaseData:
 
     @cached_property
     def naive(self) -> Answer:
-        """How much rounding the case's dtype must be allowed."""
+        """What rounding the case's dtype must be allowed."""
         inputs, rows = self.inputs, self.rows
         with self._timed():
             return blocked_attention(self.case, inputs, rows, grad_checkable(self.case))
@@ -203,8 +193,6 @@ class CaseData:
 
 
 class _Stopwatch:
-    """Adds a block's seconds to reference_s, synchronising CUDA."""
-
     def __init__(self, data: CaseData) -> None:
         self.data = data
 
@@ -213,7 +201,7 @@ class _Stopwatch:
         self.start = time.perf_counter()
 
     def __exit__(self, kind: type | None, *exc: object) -> None:
-        if kind is None:  # after a sticky CUDA error a synchronize would raise again
+        if kind is None:  # after a sticky CUDA error it would raise again
             synchronize(self.data.case.device)
         self.data.reference_s += time.perf_counter() - self.start
 

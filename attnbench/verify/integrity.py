@@ -1,6 +1,5 @@
-"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the work done.
-A violation is the record's `error`, never a timing. Each check is a handful of tensor operations, whatever the size.
-"""
+"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the work done;
+a violation is the record's `error`, never a timing."""
 
 from __future__ import annotations
 
@@ -13,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-JOIN_S = 2.0  # longest wait for threads the checked call left running
-SAMPLE = 4096  # output elements the stale-output check compares
-_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}  # raw bits without a copy
+JOIN_S = 2.0  # longest wait for threads the call left running
+SAMPLE = 4096
+_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """Torch's CPU work on this thread alone: waking the intra-op pool costs a time slice on a loaded machine."""
+    """Waking the intra-op pool costs a time slice on a loaded machine."""
     import torch
 
     threads = torch.get_num_threads()
@@ -38,12 +37,12 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def checksum(t: torch.Tensor) -> int:
-    """The sum of a tensor's raw bits: any changed element changes it."""
+    """Any changed element changes it."""
     return int(_bits(t).sum()) if t.numel() else 0
 
 
 def sign_flipped(t: torch.Tensor) -> torch.Tensor:
-    """`t` with every sign bit flipped (exact in every float format); a non-float tensor as it is."""
+    """Exact in every float format; a non-float tensor as it is."""
     if not t.is_floating_point():
         return t
     top = 0x80 if t.element_size() == 1 else -(1 << (8 * t.element_size() - 1))
@@ -51,7 +50,6 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
 
 
 def sample(t: torch.Tensor) -> torch.Tensor:
-    """Up to SAMPLE elements, evenly spread, as a new tensor."""
     import torch
 
     index = torch.linspace(0, t.numel() - 1, min(SAMPLE, t.numel()), device=t.device).long()
@@ -59,8 +57,7 @@ def sample(t: torch.Tensor) -> torch.Tensor:
 
 
 class Probe:
-    """One call on the inputs sign-flipped, in the timed call's grad mode (no recompile). The checked output is
-    sampled now, so a reused buffer is caught; in a forward mode this is the profiled call."""
+    """One call on sign-flipped inputs in the timed call's grad mode; in a forward mode, the profiled call."""
 
     def __init__(self, prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> None:
         self.prepared, self.grad = prepared, grad
@@ -77,7 +74,7 @@ class Probe:
             self.result = self.prepared.to_tensor(self.prepared.call(*self.flipped))
 
     def stale(self) -> bool:
-        """Whether the call on other inputs returned the first (nonzero) output again."""
+        """Whether other inputs gave the first (nonzero) output again."""
         import torch
 
         if self.result is None:
@@ -88,7 +85,6 @@ class Probe:
 
 
 def other_inputs(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> Probe | None:
-    """None where the call takes no floating input: nothing to change."""
     if not any(t.is_floating_point() for t in leaves):
         return None
     return Probe(prepared, leaves, grad, out)
@@ -99,8 +95,7 @@ def _storage(t: torch.Tensor) -> int:
 
 
 class Guard:
-    """One measurement's guards on the inputs (`canonical`) and the prepared `leaves` but those it writes by design
-    (Prepared.writes); views with one layout are checked once."""
+    """One measurement's guards on the inputs and the prepared `leaves` but Prepared.writes."""
 
     def __init__(self, canonical: Sequence[torch.Tensor], leaves: Sequence[torch.Tensor],
                  writes: Sequence[int] = ()) -> None:
@@ -120,7 +115,7 @@ class Guard:
         self.checks = ["inputs unchanged", "output not an input", "no work after return"]
 
     def returned(self, out: torch.Tensor) -> None:
-        """Where the call left threads running, an output changed before they end (at most JOIN_S) was written late."""
+        """An output changed before threads the call left end (at most JOIN_S) was written late."""
         started = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
         if not started:
             return
@@ -136,7 +131,6 @@ class Guard:
                              f"{len(started)} thread(s) it started"]
 
     def problems(self, out: torch.Tensor, other: Probe | None) -> list[str]:
-        """Every violation after the last call."""
         found = list(self.deferred)
         with one_thread():
             found += [f"the call wrote into its input {name} (its checksum changed)"

@@ -1,6 +1,5 @@
-"""A quantized case's shared data, and each backend's yardstick and accuracy fields (docs/results.md "Correctness"):
-the quantization error (`extra.quant_error`, the format's cost) is kept apart from the kernel error the verdict
-judges (`extra.kernel_error`, against the reference on the dequantized inputs)."""
+"""A quantized case's shared data, and each backend's yardstick and accuracy fields (docs/results.md
+"Correctness")."""
 
 from __future__ import annotations
 
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
 
 
 class QuantCaseData(CaseData):
-    """Originals (the unquantized twin's), the quantized tensors, both references and the emulations."""
-
     @cached_property
     def originals(self) -> Inputs:
         return make_inputs(self.case.unquantized)
@@ -42,7 +39,7 @@ class QuantCaseData(CaseData):
 
     @cached_property
     def inputs(self) -> Inputs:
-        """FP8 Q (or the original queries), K and V; `prepare` also gets `scales=`."""
+        """`prepare` also gets `scales=`."""
         q = self.quantized
         return Inputs(q.q, q.k, q.v, None)
 
@@ -64,7 +61,7 @@ class QuantCaseData(CaseData):
 
     @cached_property
     def naive(self) -> Answer:
-        """The plain emulation: the yardstick of a backend that declares no numerics."""
+        """The yardstick of a backend that declares no numerics."""
         return emulation(self, quant.plain_numerics(self.case))
 
     @cached_property
@@ -81,7 +78,6 @@ def prepare_kwargs(data: CaseData) -> dict[str, Any]:
 
 
 def emulation(data: CaseData, numerics: Numerics) -> Answer:
-    """Made once per case and numerics."""
     cache: dict[Numerics, Answer] = data.__dict__.setdefault("_emulations", {})
     if numerics not in cache:
         with data._timed():
@@ -98,7 +94,7 @@ def _emulate(data: CaseData, numerics: Numerics) -> Answer:
     if isinstance(data, QuantCaseData):
         q, k, v = data.dequantized.q, data.dequantized.k, data.dequantized.v
         v_after = None
-        if numerics.v_scale_after:  # stored V in the matmul, its factor on the rounded output
+        if numerics.v_scale_after:
             assert case.quant == "tensor", "a descale applied to the output is one per tensor"
             v, v_after = data.quantized.v.double(), float(data.quantized.scales.v.flatten()[0])
         return emulate(case, q, k, v, numerics, data.rows, scale, v_after)
@@ -107,8 +103,6 @@ def _emulate(data: CaseData, numerics: Numerics) -> Answer:
 
 @dataclass(frozen=True)
 class Yardstick:
-    """The answer whose error a backend may double, the dtype whose floor is added, the numerics emulated."""
-
     answer: Answer
     floor_dtype: str
     errors: dict[str, float] | None
@@ -116,7 +110,7 @@ class Yardstick:
 
 
 def yardstick(data: CaseData, backend: Any) -> Yardstick:
-    """Naive in the case's dtype, or the emulation of the declared (or plain, when quantized) numerics."""
+    """Naive in the case's dtype, or the emulation of the declared or plain numerics."""
     case = data.case
     numerics = backend.numerics(case)
     if numerics is None and not case.quantized:
@@ -126,19 +120,18 @@ def yardstick(data: CaseData, backend: Any) -> Yardstick:
 
 
 def recorded(errors: dict[str, float]) -> dict[str, float | None]:
-    """An infinite error becomes null (JSON has no infinity; `extra.nonfinite` says why)."""
+    """Infinite errors become null: JSON has no infinity."""
     return {name: value if math.isfinite(value) else None for name, value in errors.items()}
 
 
 def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.Tensor) -> dict[str, Any]:
-    """The record's accuracy fields."""
     extra: dict[str, Any] = {"kernel_error": recorded(metrics(answer.out, data.reference.out))}
     if isinstance(data, QuantCaseData):
         extra.update(quantized="attnbench", quant_scheme=quant.scheme(data.case), quant_error=data.quant_error,
                      error_vs_original=recorded(metrics(answer.out, data.original_reference.out)))
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
-    elif stick.errors is not None:  # how far the dtype itself is off
+    elif stick.errors is not None:
         relative = check.relative(stick.errors["out"], data.reference.out)
         extra.update(naive_relative_error=relative, dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
                      reference_scale=float(data.reference.out.abs().max()))

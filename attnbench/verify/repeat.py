@@ -1,6 +1,4 @@
-"""Repeatability: two calls on the same inputs compared byte for byte (NaNs with the same bits equal, ±0.0 not).
-A backend that returns one buffer every call is compared against one more call (`aliased`); `KeepFirst` reuses the
-timer's first call."""
+"""Repeatability: two calls on the same inputs compared byte for byte (same-bit NaNs equal, ±0.0 not)."""
 
 from __future__ import annotations
 
@@ -14,12 +12,12 @@ if TYPE_CHECKING:
 
     from attnbench.verify.check import Verdict
 
-CHUNK = 1 << 24  # elements compared in float64 at a time
+CHUNK = 1 << 24
 GRADS_UNCHECKED = "not compared: the gradients are compared only where they are checked (grad_checked is false)"
 
 
 class KeepFirst:
-    """The timed function, keeping its first call's result for the comparison after timing."""
+    """Keeps its first call's result for the comparison after timing."""
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
@@ -36,21 +34,18 @@ class KeepFirst:
 
 @dataclass(frozen=True)
 class Repeat:
-    """Where the bits differ, the largest |difference| and its tensor."""
-
     equal: bool
     max_diff: float = 0.0
     tensor: str | None = None
 
 
 def as_tensors(result: object) -> tuple[torch.Tensor, ...]:
-    """Detached tensors: a forward's output, or a backward's gradients."""
     items = result if isinstance(result, (tuple, list)) else (result,)
     return tuple(t.detach() for t in items)
 
 
 def aliased(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> bool:
-    """Whether two calls' results share memory (equal by construction)."""
+    """Shared memory: equal by construction."""
     def storage(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr() if t.numel() else 0
 
@@ -69,7 +64,7 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest |a - b| in float64: 0 for equal values (NaN included), infinite for one NaN or other shapes."""
+    """0 for equal values (NaN included); infinite for one NaN or other shapes."""
     if a.shape != b.shape:
         return math.inf
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
@@ -94,7 +89,6 @@ def compare(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor], names
 
 
 def worse(a: Repeat | None, b: Repeat) -> Repeat:
-    """The less repeatable of two comparisons (a None `a`: no earlier one)."""
     if a is None or a.equal:
         return b
     if b.equal:
@@ -103,7 +97,6 @@ def worse(a: Repeat | None, b: Repeat) -> Repeat:
 
 
 def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], note: str | None) -> dict[str, Any]:
-    """The record's `extra` entries for a comparison, or why nothing was compared."""
     if result is None:
         return {"repeat_note": note} if note else {}
     extra: dict[str, Any] = {"repeat_calls": list(calls), "repeat_tensors": list(names)}
@@ -114,7 +107,6 @@ def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], 
 
 
 def finite(value: float) -> float | None:
-    """None for an infinite value."""
     return value if math.isfinite(value) else None
 
 
@@ -124,7 +116,7 @@ def summary(verdict: Verdict) -> dict[str, Any]:
 
 
 def judged_extra(judged: list[tuple[str, Verdict]]) -> dict[str, Any]:
-    """`second_check` and `recheck` (`agreed`: the mismatch reproduced)."""
+    """`agreed`: the mismatch reproduced."""
     extra: dict[str, Any] = {}
     for label, verdict in judged[1:]:
         if label == "second":
@@ -135,8 +127,7 @@ def judged_extra(judged: list[tuple[str, Verdict]]) -> dict[str, Any]:
 
 
 def outcome(judged: list[tuple[str, Verdict]]) -> tuple[Verdict, str]:
-    """The worst failing judged call (by error over bound; the checked call first on a tie), else the checked one;
-    and what the mismatch reason adds."""
+    """The worst failing judged call, else the checked one; and what the mismatch reason adds."""
     failed = [(label, verdict) for label, verdict in judged if not verdict.passed]
     if not failed:
         return judged[0][1], ""
