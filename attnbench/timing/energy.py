@@ -1,5 +1,5 @@
-"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU (gpu.energy reads
-it), RAPL's per CPU package (read here). EnergyUnavailable says why no figure, in a `skipped` reason's words."""
+"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU, RAPL's per CPU
+package."""
 
 from __future__ import annotations
 
@@ -7,26 +7,26 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# NVML's counter steps every ~10-100 ms (undocumented), RAPL's about every ms: one second keeps a step under a tenth.
+# counters step every ~1-100 ms: one second keeps a step under a tenth
 MIN_LOOP_S = 1.0
 POWERCAP = Path("/sys/class/powercap")
 
 
 class EnergyUnavailable(Exception):
-    """No energy figure for this loop, and why."""
+    """No energy figure, and why (a `skipped` reason)."""
 
 
 @dataclass(frozen=True)
 class Zone:
     name: str  # "GPU 0", "package-0"
-    count: int  # since some origin (driver load, boot)
+    count: int
     wrap: int | None  # RAPL's max_energy_range_uj; None: never wraps
 
 
 @dataclass(frozen=True)
 class EnergyReading:
-    source: str  # "nvml" or "rapl"
-    unit_j: float  # joules per count: 1e-3 NVML, 1e-6 RAPL
+    source: str
+    unit_j: float  # joules per count
     zones: tuple[Zone, ...]
     min_loop_s: float = MIN_LOOP_S
 
@@ -39,11 +39,11 @@ class LoopEnergy:
     calls: int
     mj_per_call: float
     j_per_token: float | None
-    power_w: float  # average
+    power_w: float
 
 
 def joules_between(before: EnergyReading, after: EnergyReading) -> float:
-    """Summed over zones; one wrap is unwrapped, a counter gone back without one (a driver reload) refused."""
+    """One wrap is unwrapped; a counter gone back without one (a driver reload) is refused."""
     if [z.name for z in before.zones] != [z.name for z in after.zones] or before.unit_j != after.unit_j:
         raise ValueError(f"readings of different counters: {before.zones} and {after.zones}")
     counts = 0
@@ -60,8 +60,7 @@ def joules_between(before: EnergyReading, after: EnergyReading) -> float:
 
 def loop_energy(before: EnergyReading, after: EnergyReading, calls: int, seconds: float,
                 tokens_per_call: int | None = None) -> LoopEnergy:
-    """Energy per call (mJ), joules per token and average power (W); refused for a loop under MIN_LOOP_S or a
-    counter that did not move. `tokens_per_call`: batch × query length."""
+    """Refused for a loop under MIN_LOOP_S or a counter that did not move; `tokens_per_call`: batch × queries."""
     if calls < 1 or seconds <= 0:
         raise ValueError(f"a loop of {calls} calls in {seconds} s")
     if seconds < before.min_loop_s:
@@ -76,7 +75,7 @@ def loop_energy(before: EnergyReading, after: EnergyReading, calls: int, seconds
 
 
 def read_rapl(root: Path = POWERCAP) -> EnergyReading:
-    """The `intel-rapl:N` package zones (AMD's too); sub-zones and `psys` overlap the packages or lie outside."""
+    """The `intel-rapl:N` package zones; sub-zones and `psys` overlap them or lie outside."""
     if not root.is_dir():
         raise EnergyUnavailable(f"RAPL not readable: {root} does not exist (no powercap driver here: a VM, a "
                                 f"container without /sys, or not an x86 CPU)")

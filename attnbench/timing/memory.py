@@ -1,5 +1,4 @@
-"""Peak memory a call needs above what was allocated before it, read on a call that runs anyway
-(docs/conventions.md "Memory")."""
+"""Peak memory a call needs above what was allocated before it (docs/conventions.md "Memory")."""
 
 from __future__ import annotations
 
@@ -14,14 +13,12 @@ from typing import Any
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
-# A runtime with its own allocator: the resident high-water mark, reset by Linux `clear_refs`, less RSS before.
+# a runtime with its own allocator: the RSS high-water mark, reset by Linux `clear_refs`
 RSS_METHOD = "process peak RSS (/proc/self/status VmHWM, reset by clear_refs)"
 
 
 @dataclass
 class PeakCall:
-    """One call's result, its peak, the method, and its own time (ms) when given a clock."""
-
     result: Any
     peak: int
     method: str
@@ -30,10 +27,8 @@ class PeakCall:
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
                         clock: Callable[[], int] | None = None, rss: bool = False) -> PeakCall:
-    """Run `fn` once and measure its peak above the state before. Young garbage is collected before (unless
-    `collect=False`) and none during, so no earlier tensors are freed inside the call; a full collection would cost
-    too much with compiled graphs on the heap. `clock` (ns) times the call alone; `rss`: it allocates outside
-    PyTorch (Prepared.memory)."""
+    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
+    inside; `clock` (ns) times the call alone; `rss`: allocates outside PyTorch."""
     call_ms: list[float] = []
 
     def timed() -> Any:
@@ -66,7 +61,7 @@ def _no_collection() -> Iterator[None]:
 
 
 class PeakOnFirstCall:
-    """The timed function, measuring peak memory on its first call; the caller collects just before timing."""
+    """Measures peak memory on its first call."""
 
     def __init__(self, fn: Callable[[], object], device: str, rss: bool = False) -> None:
         self.fn = fn
@@ -102,7 +97,7 @@ def rss_available() -> bool:
 
 
 def _rss_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """RSS high-water mark during `fn` above RSS before, at page granularity, other threads included."""
+    """At page granularity, other threads included."""
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")
     before = _status_kb("VmRSS")
@@ -122,8 +117,8 @@ def _cuda_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def _cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """The highest running total of the profiler's CPU allocator events during `fn` (PyTorch keeps no CPU peak).
-    The autograd profiler's CPU mode avoids Kineto's slow first start; Kineto is the fallback."""
+    """The running total of the profiler's CPU allocator events (PyTorch keeps no CPU peak); the autograd
+    profiler's CPU mode avoids Kineto's slow first start."""
     legacy = _legacy_profiler()
     if legacy is None:
         return _kineto_cpu_peak(fn)
@@ -147,7 +142,6 @@ def _cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def _legacy_profiler() -> tuple[Callable, Callable, Any] | None:
-    """Where this torch still has it."""
     try:
         import torch.autograd as autograd
         from torch._C._profiler import (
@@ -166,7 +160,7 @@ def _kineto_cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():  # the profiler's C++ side logs each start and stop
+    with _quiet_stderr():  # C++ logs each start and stop
         prof.start()
     try:
         result = fn()
@@ -184,7 +178,7 @@ def _kineto_cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """fd 2 to /dev/null for a moment: C++ logging bypasses sys.stderr."""
+    """C++ logging bypasses sys.stderr."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -1,5 +1,5 @@
-"""Which kernels ran: one call under torch.profiler after the samples (its cost is setup). Every name is kept with
-its share of the call; where the profiler cannot run, `kernels` is None with a reason, never an empty list."""
+"""Which kernels ran: one call under torch.profiler after the samples; where it cannot run, `kernels` is None with
+a reason, never an empty list."""
 
 from __future__ import annotations
 
@@ -17,18 +17,14 @@ from typing import Any
 
 from attnbench.core import policy
 
-# Under this declared-kernel share a record is `overhead` (docs/results.md "Which kernel ran"): a fused call spends
-# well over 90% in its kernel, leaving room for dispatch and allocation.
+# declared kernels under this share of the call: `overhead` (docs/results.md "Which kernel ran")
 OVERHEAD_SHARE = 0.80
-# Another backend's kernels at or over the device's precision make a record `wrong_kernel`; under it they are crumbs.
+# other backends' kernels at or over the device's precision: `wrong_kernel`
 FOREIGN_SHARE = {name: device.precision for name, device in policy.DEVICES.items()}
-# What the overhead's reason calls the other work.
-# Names of the work a user of the kernel would not count as attention: what the overhead's reason calls it.
 OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),
               ("transpose", ("transpose", "permute")),
               ("mask construction", ("where", "isneginf", "tril", "triu", "logical", "arange", "fill_", "ge", "le")),
               ("allocation", ("empty", "zeros", "Memset", "memset")))
-# The profiled call's torch.profiler range; never counted as a kernel.
 LABEL_PREFIX = "attnbench: "
 PROFILED_CALL = LABEL_PREFIX + "profiled call"
 TORCH_PROFILER = "torch.profiler"
@@ -36,8 +32,6 @@ TORCH_PROFILER = "torch.profiler"
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel (CUDA) or op (CPU): its calls, time and share of the call."""
-
     name: str
     calls: int
     time_ms: float
@@ -49,15 +43,14 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Profile:
-    """The kernels sorted by time (None with `reason` where unseen), profiling's cost (setup), the profiler
-    (`source`), and what else it measured (`extra`)."""
+    """Kernels sorted by time (None with `reason`), profiling's cost (setup), and the profiler (`source`)."""
 
     kernels: tuple[Kernel, ...] | None
     reason: str | None = None
     profile_ms: float = 0.0
     source: str = TORCH_PROFILER
     extra: dict[str, Any] = field(default_factory=dict)
-    foreign: str | None = None  # CUDA kernels off the timed stream (foreign_streams)
+    foreign: str | None = None
 
     def names(self) -> list[str]:
         return [k.name for k in self.kernels or ()]
@@ -65,7 +58,7 @@ class Profile:
 
 def profile_call(fn: Callable[[], object], device: str, trace_path: str | None = None,
                  sync: Callable[[], None] | None = None, label: str = PROFILED_CALL) -> Profile:
-    """`fn` once under torch.profiler in a range named `label`; the Chrome trace to `trace_path` when given."""
+    """The Chrome trace to `trace_path` when given."""
     start = time.perf_counter()
     try:
         from torch.profiler import ProfilerActivity, profile, record_function
@@ -93,7 +86,7 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     return Profile(kernels, None, ms, foreign=foreign)
 
 
-# PyTorch's spin kernel (torch.cuda._sleep), launched on the timed stream right before the call.
+# torch.cuda._sleep, launched on the timed stream right before the call
 MARKER = "spin_kernel"
 
 
@@ -104,8 +97,7 @@ def _mark_stream() -> None:
 
 
 def foreign_streams(events: Any) -> str | None:
-    """CUDA kernels on a stream other than the marker's (`device_resource_id()`), which the timer's events do not
-    bracket; None when there are none or the marker was not seen."""
+    """CUDA kernels off the marker's stream, which the timer's events do not bracket."""
     kernels = [(e.name(), e.device_resource_id()) for e in events if str(e.device_type()).endswith("CUDA")]
     timed = next((stream for name, stream in kernels if MARKER in name), None)
     if timed is None:
@@ -118,13 +110,12 @@ def foreign_streams(events: Any) -> str | None:
 
 
 def warm_profiler() -> None:
-    """torch.profiler's first use imports torch._inductor (seconds): make it at a worker's start, outside any
-    measurement's --timeout."""
+    """The profiler's first use imports torch._inductor: at a worker's start, not inside a --timeout."""
     profile_call(lambda: None, "cpu")
 
 
 def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
-    """A runtime's own profiler (Prepared.profile), timed as setup; one that raises or sees nothing is a reason."""
+    """A runtime's own profiler (Prepared.profile), timed as setup."""
     start = time.perf_counter()
     try:
         profile = profiler()
@@ -138,7 +129,7 @@ def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
 
 
 def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
-    """key_averages() as kernels by time: device time on CUDA, self CPU time on CPU."""
+    """Device time on CUDA, self CPU time on CPU."""
     rows: list[tuple[str, int, float]] = []
     for event in events:
         if device == "cuda":
@@ -147,15 +138,13 @@ def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
             us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "device_time_total", 0.0))
         else:
             us = float(event.self_cpu_time_total)
-        # neither the call's own range nor the marker
         if us > 0 and not str(event.key).startswith(LABEL_PREFIX) and MARKER not in str(event.key):
             rows.append((str(event.key), int(event.count), us / 1e3))
     return kernels_from(rows)
 
 
 def join_traces(path: Path, parts: list[Path]) -> None:
-    """The parts (one process's sessions, one clock) joined into one Chrome trace, written atomically; parts
-    removed."""
+    """One process's traces (one clock) joined and written atomically; the parts removed."""
     joined: dict[str, Any] | None = None
     for part in parts:
         trace = json.loads(part.read_text())
@@ -173,7 +162,6 @@ def join_traces(path: Path, parts: list[Path]) -> None:
 
 
 def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:
-    """Sorted by time, each with its share of the total."""
     total = sum(ms for _, _, ms in rows)
     if total <= 0:
         return ()
@@ -182,7 +170,7 @@ def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:
 
 
 def matches(name: str, patterns: tuple[str, ...]) -> bool:
-    """Declared patterns are regular expressions, searched."""
+    """Regular expressions, searched."""
     return any(re.search(pattern, name) for pattern in patterns)
 
 
@@ -191,7 +179,6 @@ def attention_share(kernels: tuple[Kernel, ...], patterns: tuple[str, ...]) -> f
 
 
 def other_work(kernels: tuple[Kernel, ...], patterns: tuple[str, ...], most: int = 3) -> str:
-    """The largest other kernels, each with what it is."""
     parts = []
     for kernel in [k for k in kernels if not matches(k.name, patterns)][:most]:
         kind = next((word for word, names in OTHER_WORK if any(n in kernel.name for n in names)), None)
@@ -200,7 +187,7 @@ def other_work(kernels: tuple[Kernel, ...], patterns: tuple[str, ...], most: int
 
 
 def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per_replay: int) -> str | None:
-    """Why a graph replay is not the eager call; None when every eager kernel ran as often per captured call."""
+    """None when every eager kernel ran as often per captured call."""
     seen = {k.name: k.calls for k in replay}
     kept = sum(1 for k in eager if seen.get(k.name, 0) >= k.calls * calls_per_replay)
     if kept == len(eager):
@@ -211,9 +198,6 @@ def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per
 
 @dataclass(frozen=True)
 class KernelVerdict:
-    """`wrong_kernel` when no declared kernel ran or another backend's took FOREIGN_SHARE; `overhead` under
-    OVERHEAD_SHARE."""
-
     attention_share: float | None
     wrong_kernel: str | None = None
     overhead: str | None = None
@@ -221,7 +205,7 @@ class KernelVerdict:
 
 def foreign_share(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dict[str, tuple[str, ...]],
                   backend: str) -> tuple[str, float, list[Kernel]] | None:
-    """The other backend whose kernels (not also `own`) took the largest share: name, share, kernels; or None."""
+    """The other backend whose kernels (not also `own`) took the largest share, or None."""
     found: dict[str, list[Kernel]] = {}
     for name, patterns in others.items():
         if name != backend:
@@ -236,7 +220,7 @@ def foreign_share(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
 
 def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dict[str, tuple[str, ...]],
                   backend: str, device: str) -> KernelVerdict:
-    """A backend that declares no kernels gets no verdict (attention_share None)."""
+    """No declared kernels: no verdict."""
     if not own:
         return KernelVerdict(None)
     share = attention_share(kernels, own)
@@ -244,7 +228,7 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
     if not any(matches(k.name, own) for k in kernels):
         return KernelVerdict(share, f"none of {backend}'s declared kernels ran; ran {ran}")
     foreign = foreign_share(kernels, own, others, backend)
-    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # unknown device: a GPU's, as policy does
+    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # as policy does
     if foreign is not None and foreign[1] >= least:
         name, taken, theirs = foreign
         return KernelVerdict(share, f"{theirs[0].name} ({name}'s kernel{'s' if len(theirs) > 1 else ''}: "
@@ -257,11 +241,11 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
 
 @contextlib.contextmanager
 def kineto_banner_dropped() -> Iterator[None]:
-    """Kineto's "USDT:... ActivityProfilerHandler" start and stop lines dropped from fd 2; other output passed on."""
+    """Kineto's "USDT:" start and stop lines dropped from fd 2; other output passed on."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError):  # no real stderr (a test's capture)
+    except (OSError, ValueError):  # no real stderr
         yield
         return
     with tempfile.TemporaryFile() as caught:

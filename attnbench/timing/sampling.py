@@ -1,6 +1,5 @@
-"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler` batch by batch (`next_batch`,
-`add`), so warm-up and the stop rules are written once. Warm-up calls shown steady become samples; the interval is
-recomputed at geometrically growing checkpoints, O(n log n) in all."""
+"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules are
+written once."""
 
 from __future__ import annotations
 
@@ -13,14 +12,14 @@ from dataclasses import dataclass, field
 from attnbench.core.interval import median_interval, rank, samples_needed
 
 STOPS = ("precision", "budget", "max_samples")
-WARMUP_BATCH_MAX = 5  # calls per warm-up batch after the first
-GROWTH = 1.25  # checkpoint growth, at least
-MAX_GROWTH = 2.0  # and at most
+WARMUP_BATCH_MAX = 5
+GROWTH = 1.25  # interval checkpoints grow geometrically: O(n log n) checking
+MAX_GROWTH = 2.0
 
 
 @dataclass(frozen=True)
 class TimingSettings:
-    """Budgets in milliseconds of the call's own time, and the relative precision asked."""
+    """Budgets in ms of the call's own time."""
 
     warmup_ms: float = 50.0
     budget_ms: float = 300.0
@@ -28,11 +27,11 @@ class TimingSettings:
     max_samples: int = 1000
     precision: float = 0.01
     confidence: float = 0.95
-    warmed_ms: float = 0.0  # the same function's calls just before timing (a forward's check): count as warm-up
-    prior_ms: float | None = None  # that call by the timer's clock; may join the samples
-    energy_ms: float = 0.0  # the loop before the samples (run.sustain); 0: none
-    rounds: int = 1  # run.rounds: each round gets budget_ms / rounds
-    refine: float = 0.0  # re-timing budget after the rounds, a share of all budgets
+    warmed_ms: float = 0.0  # calls just before timing (a forward's check) count as warm-up
+    prior_ms: float | None = None  # that call's time, which may join the samples
+    energy_ms: float = 0.0  # run.sustain's loop; 0: none
+    rounds: int = 1
+    refine: float = 0.0
 
     def round_share(self) -> TimingSettings:
         if self.rounds <= 1:
@@ -41,12 +40,12 @@ class TimingSettings:
 
 
 class Samples(list):  # type: ignore[type-arg]
-    """The samples (ms), a list so `Timer.measure(...) -> list[float]` callers keep working, and how it went."""
+    """A list, so `Timer.measure(...) -> list[float]` callers keep working, and how it went."""
 
-    stop: str | None = None  # one of STOPS; None from a timer that does not say
+    stop: str | None = None  # one of STOPS, or None
     warmup_ms: float = 0.0
     warmup_calls: int = 0
-    steady: bool = False  # warm-up ended on two batches agreeing
+    steady: bool = False
     prior_joined: bool = False
 
     @classmethod
@@ -60,15 +59,15 @@ class Samples(list):  # type: ignore[type-arg]
 @dataclass
 class Sampler:
     settings: TimingSettings
-    cost: float = 1.0  # calls per sample (a graph replay of many); budgets are time actually spent
+    cost: float = 1.0  # calls per sample (a graph replay); budgets are time spent
     samples: list[float] = field(default_factory=list)
     discarded: list[float] = field(default_factory=list)
     warming: bool = True
     steady: bool = False
     stop: str | None = None
     _batches: list[list[float]] = field(default_factory=list)
-    _pending: list[float] = field(default_factory=list)  # the last warm-up batch, not yet known steady
-    _prior_pending: bool = False  # _pending holds the call before timing
+    _pending: list[float] = field(default_factory=list)  # the last warm-up batch, maybe steady
+    _prior_pending: bool = False
     _checkpoint: int = 0
 
     prior_joined: bool = False
@@ -89,12 +88,11 @@ class Sampler:
         return sum(self.samples) * self.cost
 
     def estimate_ms(self) -> float:
-        """Cost of a sample so far (ms): recent samples, else the last warm-up batch, else warmed_ms."""
+        """Recent samples, else the last warm-up batch, else warmed_ms."""
         recent = self.samples[-64:] or self._pending or (self._batches[-1] if self._batches else [])
         return statistics.median(recent) * self.cost if recent else self.settings.warmed_ms
 
     def next_batch(self) -> int:
-        """0 when the measurement is done."""
         if self.warming:
             if not self._batches:
                 return 1
@@ -133,7 +131,7 @@ class Sampler:
         last = self._batches[-1]
         keep = 1
         if agree and all(_agree(t, statistics.median(last), self.settings.precision) for t in self._batches[-2]):
-            keep = 2  # the batch before agreed too
+            keep = 2
         for batch in self._batches[:-keep] if agree else self._batches[:-1]:
             self.discarded.extend(batch)
         if agree:
@@ -141,7 +139,7 @@ class Sampler:
             self.samples.extend(steady[:self.settings.max_samples])
             self.discarded.extend(steady[self.settings.max_samples:])
             self._judge()
-        else:  # cut short by warmup_ms: the first samples will tell
+        else:  # cut short by warmup_ms
             self._pending = list(last)
 
     def _end_warm_up(self, steady: bool = False) -> None:
@@ -149,7 +147,7 @@ class Sampler:
         self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
 
     def _settle(self, times: list[float]) -> None:
-        """The last warm-up batch joins the samples if each call agrees with the first samples' median."""
+        """Steady calls of the last warm-up batch join the samples."""
         pending, self._pending = self._pending, []
         fits = len(self.samples) + len(pending) + len(times) <= self.settings.max_samples
         median = statistics.median(times)
@@ -189,7 +187,7 @@ def _agree(a: float, b: float, precision: float) -> bool:
 
 
 def rank_floor(confidence: float) -> int:
-    """Fewest samples whose order statistics bound the median (6 at 95%)."""
+    """6 at 95%."""
     n = 1
     while rank(n, confidence)[0] == 0:
         n += 1
@@ -197,7 +195,6 @@ def rank_floor(confidence: float) -> int:
 
 
 def run(sampler: Sampler, batch: Callable[[int], list[float]]) -> Samples:
-    """`batch(n)` runs n calls and returns their times (ms)."""
     while (count := sampler.next_batch()) > 0:
         sampler.add(batch(count))
     return sampler.result()

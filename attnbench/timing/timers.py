@@ -1,5 +1,4 @@
-"""Timers: a monotonic clock on CPU, CUDA events with the L2 cache cleared on CUDA (docs/conventions.md "Timing").
-Each times a batch of calls; how many and when to stop is timing.sampling's."""
+"""Timers (docs/conventions.md "Timing"); how many calls and when to stop is timing.sampling's."""
 
 from __future__ import annotations
 
@@ -17,11 +16,11 @@ if TYPE_CHECKING:
     import torch
 
 L2_FLUSH_BYTES = 256 << 20  # when the device reports no L2 size
-L2_FLUSH_FACTOR = 2  # nothing of the previous call survives
+L2_FLUSH_FACTOR = 2
 
 
 class Timer(Protocol):
-    """Returns per-call samples in ms; the built-in timers' `Samples` also say why sampling stopped."""
+    """Per-call samples in ms."""
 
     name: str
 
@@ -29,13 +28,13 @@ class Timer(Protocol):
 
 
 def one_sample(timer: object, fn: Callable[[], object]) -> Callable[[], object]:
-    """One call of `fn` made as `timer` makes each sample, for a trace; `fn` itself without a `sample`."""
+    """As `timer` makes each sample, for a trace."""
     sample = getattr(timer, "sample", None)
     return (lambda: sample(fn)) if callable(sample) else fn
 
 
 class ClockTimer:
-    """Wall time on a monotonic clock: CPU work is synchronous."""
+    """CPU work is synchronous: wall time is the call's."""
 
     name = "perf_counter"
 
@@ -53,7 +52,6 @@ class ClockTimer:
 
 
 def flush_bytes_for(device: Any) -> int:
-    """Twice the device's L2_cache_size, else L2_FLUSH_BYTES."""
     import torch
 
     dev = torch.device(device)
@@ -64,11 +62,8 @@ def flush_bytes_for(device: Any) -> int:
 
 
 class CudaEventTimer:
-    """CUDA events around each call, the L2 overwritten before each (as triton's do_bench), warm-up included.
-
-    A spin kernel (torch.cuda._sleep) lasting 1.5x the CPU's enqueue time of one iteration keeps the GPU busy while
-    the CPU enqueues the flush, the events and the call, so the events never time launch latency.
-    """
+    """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel 1.5x
+    the CPU's enqueue time keeps the events from timing launch latency."""
 
     name = "cuda-event"
     COVER_MAX_MS = 2.0  # a call that synchronises inside needs no cover
@@ -92,7 +87,6 @@ class CudaEventTimer:
         return getattr(self.torch.cuda, "_sleep", None) if self.cycles_per_ms else None
 
     def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any, end: Any) -> None:
-        """The launch-covering spin, the L2 flush, then the call between events."""
         if spin is not None and self.cover_ms > 0:
             spin(int(self.cover_ms * self.cycles_per_ms))
         if self.flush is not None:
@@ -102,7 +96,7 @@ class CudaEventTimer:
         end.record()
 
     def sample(self, fn: Callable[[], object]) -> float:
-        """One sample as `measure` makes them; not recorded."""
+        """Not recorded."""
         cuda = self.torch.cuda
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         self._enqueue(fn, self._spin(), start, end)
@@ -137,17 +131,16 @@ class CudaEventTimer:
 
 
 def cover_ms(host_s: float, factor: float, cap_ms: float) -> float:
-    """`factor` times the enqueue time plus 10 us, capped."""
+    """Plus 10 us, capped."""
     return min(cap_ms, host_s * 1e3 * factor + 0.01)
 
 
 def spin_cycles_per_ms(torch: Any) -> float:
-    """Cycles per ms of torch.cuda._sleep; 0 where torch has none."""
     spin = getattr(torch.cuda, "_sleep", None)
     if spin is None:
         return 0.0
     cycles = 1_000_000
-    spin(cycles)  # the first launch loads the kernel
+    spin(cycles)  # loads the kernel
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     spin(cycles)
@@ -158,13 +151,13 @@ def spin_cycles_per_ms(torch: Any) -> float:
 
 
 class CudaGraphTimer:
-    """Replays one CUDA graph of `calls` back-to-back forward calls and divides: no launch overhead, warm L2.
-    Warm-up runs on a side stream before capture, as torch.cuda.graphs requires."""
+    """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2; warm-up on a
+    side stream before capture, as torch.cuda.graphs requires."""
 
     name = "cuda-graph"
     modes = ("fwd",)
-    TARGET_MS = 1.0  # per replay, so event resolution does not matter
-    MAX_CALLS = 100  # each captured call keeps its output in the graph's pool
+    TARGET_MS = 1.0  # per replay
+    MAX_CALLS = 100  # each keeps its output in the graph's pool
 
     def __init__(self) -> None:
         import torch
@@ -203,15 +196,14 @@ class CudaGraphTimer:
             torch.cuda.synchronize()
             return [s.elapsed_time(e) / calls for s, e in zip(starts, ends, strict=False)]
 
-        # budgets count replays' time; a new graph warms up on its own replays
+        # a new graph warms up on its own replays
         samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)
-        # for one profiled replay (run.profiled)
+        # for run.profiled
         self.replay = (graph.replay, calls)
         return samples
 
 
 def graph_calls(call_ms: float, target_ms: float, most: int) -> int:
-    """Calls per graph for a replay of about `target_ms`, in 1..`most`."""
     if call_ms <= 0:
         return most
     return max(1, min(most, math.ceil(target_ms / call_ms)))
@@ -228,7 +220,6 @@ def check_timer(device: str, kind: str) -> None:
 
 
 def timer_modes(kind: str) -> tuple[str, ...] | None:
-    """None for every mode."""
     return CudaGraphTimer.modes if kind == "cuda-graph" else None
 
 
