@@ -1,5 +1,4 @@
-"""Which reader (NVML, else nvidia-smi), and a judged snapshot of each GPU for env.json; a failure to read is
-recorded under `error`, never raised to the run."""
+"""Which reader (NVML, else nvidia-smi), and a judged snapshot of each GPU for env.json."""
 
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ _READER_PROBLEM: str | None = None
 
 
 def default_reader() -> Reader:
-    """Made once per process."""
     global _READER, _READER_PROBLEM
     if _READER is not None:
         return _READER
@@ -67,7 +65,6 @@ def snapshot(gpu: GpuId, reader: Reader | None = None, holds_context: bool = Fal
 
 
 def gpu_states(reader: Reader | None = None, gpus: list[GpuId] | None = None) -> list[GpuState]:
-    """Every GPU torch can see."""
     if gpus is None:
         import torch
 

@@ -1,5 +1,4 @@
-"""What a measurement records about its GPU right after the timing (`throttled`, `extra`), and the span of those
-samples over a run, which env.json's idle snapshot cannot show."""
+"""What a measurement records about its GPU right after the timing, and those samples' span over a run."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from attnbench.gpu.state import REASONS, GpuId, GpuState, GpuStateError, torch_g
 
 @dataclass(frozen=True)
 class GpuSample:
-    """The GPU right after one timing."""
-
     sm_clock_mhz: int | None = None
     power_w: float | None = None
     clock_event_reasons: tuple[str, ...] | None = None

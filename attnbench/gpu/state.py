@@ -1,5 +1,5 @@
-"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it. An unreported value is
-None, with the reader's reason in `unavailable`; to_dict() is env.json's "gpu_state" entry."""
+"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported value is
+None, with the reader's reason in `unavailable`."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ THROTTLING_NAMES = tuple(name for bit, name in REASONS.items() if bit & THROTTLI
 
 
 class GpuStateError(Exception):
-    """The state of a GPU could not be read, and why."""
+    """Why a GPU's state could not be read."""
 
 
 def reason_names(mask: int | None) -> tuple[str, ...] | None:
