@@ -1,12 +1,4 @@
-"""The one table of sweep-axis facts: what a suite may write for each axis beyond the shape, what Case and a record
-hold for it, how it shows in the case id and the report, the dispatch feature it sets, and whether a backend must
-declare it (a workload axis or a mask kind) to be given a case that sets it.
-
-Everything else is derived from TABLE: the suite schema's fields and bounds (attnbench.sweep.schema), the cross of a
-block (attnbench.sweep.suite), Case's fields and id (attnbench.core.case), the record's fields and defaults
-(attnbench.records.results), the report's groups and the dispatch buckets (attnbench.report). What an axis means is
-attnbench.core.workload's; how a kernel takes it, each adapter's. Pure Python: the dispatch table reads it too.
-"""
+"""The one table of sweep-axis facts beyond the shape; schema, suite, Case, records and report derive from TABLE."""
 
 from __future__ import annotations
 
@@ -15,42 +7,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-# The table's functions take an attnbench.core.case.Case, which is built from the table: named here, not imported.
-Case = Any
+Case = Any  # core.case.Case, built from this table
 
-MAX_SEQ = 1 << 21  # 2M tokens: anything larger is a typo, not a benchmark
+MAX_SEQ = 1 << 21  # larger is a typo, not a benchmark
 MAX_HEADS = 1024
 MAX_HEAD_DIM = 1024
 MAX_BATCH = 1 << 16
 
 DTYPES = ("float32", "float16", "bfloat16")
-HALF_DTYPES = ("float16", "bfloat16")  # the 16-bit float dtypes fused GPU kernels take
-# The FP8 formats a case's Q/K/V (dtype) or its K/V cache alone (kv_dtype) may be quantized to (attnbench.core.quant).
+HALF_DTYPES = ("float16", "bfloat16")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, **{name: 1 for name in FP8_DTYPES}}
 DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8e4m3",
                "float8_e5m2": "fp8e5m2"}
 SCALE_WORDS = {"tensor": "per-tensor", "head": "per-head", "block": "per-block"}
-# The distributions a case's inputs may be drawn from (`inputs:`); randn is the default, and what each other one
-# models and with which parameters is attnbench.verify.distributions' (docs/conventions.md "Input distributions").
 INPUTS = ("randn", "outliers", "sink", "large_logits", "shifted_keys", "near_constant", "denormal")
 
-# The types of one value of an axis as a suite writes it.
 InputKind = Literal[INPUTS]  # type: ignore[valid-type]
 KvDtype = Literal["float8_e4m3fn", "float8_e5m2"]
-# `documents`: a count, or an explicit list whose items are a document's length (its queries, which are its keys) or
-# a [queries, keys] pair (a document with a cached prefix, FlashAttention's cu_seqlens_q / cu_seqlens_k); null for
-# one dense sequence per row.
 Documents = int | list[int | list[int]] | None
 Spread = Literal["equal", "random"]
-# `kv_lengths`: equal (every request has kv_seq_len keys), random (seeded), or an explicit list, one per request.
 KvLengths = Spread | list[int]
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field Case and the record hold for an axis, and its value in the dense case (a record leaves it out
-    there). `drawn`: filled from the case's seed (the actual lengths), so it varies with the lengths."""
+    """`drawn`: filled from the case's seed."""
 
     name: str
     annotation: str
@@ -60,19 +42,7 @@ class Field:
 
 @dataclass(frozen=True)
 class Axis:
-    """One sweep axis beyond the shape.
-
-    `value`: the type of one value in the suite (a pydantic annotation; "quant" names the schema's own model).
-    `default`: the suite's value when the axis is absent (the dense case). `bounds`: the inclusive range of a
-    numeric value; `positive`: any positive finite number. `fields`: what Case and the record hold (default: one
-    field named like the axis, None or False when not set). `to_case`: the Case field's value from the suite's value
-    and the combination (the other axes' values) — None where attnbench.sweep.suite expands the axis itself
-    (`expanded`). `fragment`: the case id's part for a case that sets it ('' when not set); `words`: the report's
-    words for a record or group setting it, long or short (None when not set). `feature`: the yes/no the dispatch
-    buckets tell apart and its words. `mapped`: a backend must declare the axis (Backend.workload_axes) to be given
-    a case setting it; `mask`: it is a kind of mask (Backend.mask_kinds), so a backend that does not declare it is
-    skipped by name, never run with the wrong mask.
-    """
+    """One sweep axis beyond the shape; a backend must declare a `mapped` or `mask` axis, or is skipped."""
 
     name: str
     value: Any
@@ -88,7 +58,7 @@ class Axis:
     feature_words: str = ""
     mapped: bool = False
     mask: bool = False
-    shape: bool = False  # one of Case's positional shape fields (causal, window): in every id and every key
+    shape: bool = False
 
     @property
     def case_fields(self) -> tuple[Field, ...]:
@@ -99,11 +69,10 @@ class Axis:
 
     @property
     def nullable(self) -> bool:
-        """A bare `name: null` in a suite is the one-value axis [null]."""
         return self.default is None
 
     def is_set(self, case: Any) -> bool:
-        """Whether `case` (a Case) sets the axis: any of its fields away from the dense case."""
+        """Any of its fields away from the dense case."""
         if self.mask and self.shape:
             return self.name == "window" and case.window is not None or self.name == "causal" and bool(case.causal)
         return any(getattr(case, f.name) != f.default for f in self.case_fields if not f.drawn)
@@ -121,8 +90,7 @@ def _annotation(value: Any) -> str:
 
 def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], str], words: Callable[[Any], str],
                 **facts: Any) -> Axis:
-    """An axis held in one field of its own name: its id fragment and short word are `fragment(value)`, its long
-    words `words(value)`, both only where the value is set (not None, not False)."""
+    """An axis held in one field of its name."""
     def fragment_of(case: Case) -> str:
         held = getattr(case, name)
         return "" if held is None or held is False else fragment(held)
@@ -136,7 +104,6 @@ def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], s
     return Axis(name, value, default, fragment=fragment_of, words=words_of, **facts)
 
 
-# ---- the axes that sweep/suite.py expands itself (several fields, drawn lengths, a quantization) -------------------
 def _documents_id(case: Case) -> str:
     if case.documents is None:
         return ""
@@ -146,13 +113,11 @@ def _documents_id(case: Case) -> str:
     return f"doc{case.documents}" + ("rand" if case.doc_lengths == "random" else "")
 
 
-# An explicit list longer than this in a case id is named by its count and a checksum instead: a serving batch's
-# 64 cache lengths would make an id (and the trace file named after it) longer than a file name may be.
-MAX_LISTED = 96
+MAX_LISTED = 96  # longer lists hash: ids name trace files
 
 
 def _listed(items: list[str]) -> str:
-    """Explicit lengths in a case id: joined by '+', or past MAX_LISTED characters '<count>x<crc32 of them>'."""
+    """'a+b+c', or '<count>x<crc32>' when long."""
     joined = "+".join(items)
     return joined if len(joined) <= MAX_LISTED else f"{len(items)}x{zlib.crc32(joined.encode()):08x}"
 
@@ -206,7 +171,6 @@ def _quant_words(shape: dict[str, Any], short: bool) -> str | None:
 
 
 TABLE: list[Axis] = [
-    # The mask kinds of the shape: Case's positional fields, words of their own in every id and title.
     Axis("causal", bool, False, fields=(), mask=True, shape=True),
     Axis("window", int | None, None, fields=(), bounds=(0, MAX_SEQ), mask=True, shape=True),
     Axis("documents", Documents, None, expanded=True, mapped=True, fragment=_documents_id, words=_documents_words,
@@ -214,7 +178,7 @@ TABLE: list[Axis] = [
          fields=(Field("documents", "int | None"), Field("doc_lengths", "str | None"),
                  Field("doc_lens", "tuple[int, ...] | None", drawn=True),
                  Field("doc_kv_lens", "tuple[int, ...] | None", drawn=True))),
-    Axis("doc_lengths", Spread, "equal", fields=(), expanded=True),  # how `documents` are drawn: its fields' own
+    Axis("doc_lengths", Spread, "equal", fields=(), expanded=True),
     Axis("kv_lengths", KvLengths, "equal", expanded=True, mapped=True, fragment=_kv_lengths_id,
          words=_kv_lengths_words, feature="ragged", feature_words="ragged KV lengths",
          fields=(Field("kv_lengths", "str | None"), Field("kv_lens", "tuple[int, ...] | None", drawn=True))),
@@ -229,7 +193,6 @@ TABLE: list[Axis] = [
                 to_case=lambda value, combo: None if value in (None, combo["head_dim"]) else value, mapped=True),
     simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
                 mapped=True, feature="kv_shared", feature_words="V shared with K"),
-    # tp changes only the head counts (attnbench.sweep.suite.tp_share): nothing for a backend to map.
     simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
                 to_case=lambda value, combo: None if value == 1 else value,
                 fields=(Field("tp", "int | None"),)),
@@ -239,7 +202,6 @@ TABLE: list[Axis] = [
     Axis("quant", "quant", None, expanded=True, fragment=_quant_id, words=_quant_words,
          fields=(Field("quant", "str | None"), Field("quant_block", "int | None"),
                  Field("quant_scale", "float | None"))),
-    # The values Q, K, V are drawn with: only the values change, so no backend has anything to map.
     simple_axis("inputs", InputKind, "randn", lambda kind: kind, lambda kind: f"{kind} inputs",
                 to_case=lambda value, combo: None if value == "randn" else value,
                 fields=(Field("inputs", "str | None"),),
@@ -248,27 +210,23 @@ TABLE: list[Axis] = [
 
 
 def axes(*, shape: bool | None = None) -> list[Axis]:
-    """The table's axes (read at call time, so a test may add one): all, or only the shape's (True) or the rest."""
+    """Read at call time, so a test may add one."""
     return [a for a in TABLE if shape is None or a.shape == shape]
 
 
 def case_fields() -> list[Field]:
-    """Case's and the record's fields beyond the shape, in table order."""
     return [f for a in axes(shape=False) for f in a.case_fields]
 
 
 def record_defaults() -> dict[str, Any]:
-    """Each workload field's value in the dense case: a record leaves it out there, and one without it has it."""
     return {f.name: f.default for f in case_fields()}
 
 
 def drawn_fields() -> tuple[str, ...]:
-    """The fields drawn from the case's seed (the actual lengths), beside the axes that ask for them."""
     return tuple(f.name for f in case_fields() if f.drawn)
 
 
 def mapped_axes() -> tuple[str, ...]:
-    """The axes a backend must declare to be given a case setting them (workload axes and mask kinds)."""
     return tuple(a.name for a in TABLE if a.mapped or a.mask)
 
 
@@ -277,27 +235,23 @@ def mask_kinds() -> tuple[str, ...]:
 
 
 def used_axes(case: Case) -> tuple[str, ...]:
-    """The declared axes `case` sets, in table order: what a backend must map to run it."""
     return tuple(a.name for a in TABLE if (a.mapped or a.mask) and a.is_set(case))
 
 
 def id_fragments(case: Case) -> str:
-    """The workload axes in the case id: '' for the dense case, so existing ids never change."""
+    """'' for the dense case: existing ids never change."""
     return "".join("-" + part for a in axes(shape=False) if a.fragment and (part := a.fragment(case)))
 
 
 def words_of(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """The axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
     return [w for a in axes(shape=False) if a.words and (w := a.words(shape, short))]
 
 
 def features() -> dict[str, str]:
-    """The dispatch buckets' yes/no features, each with its words (a count, page size or cap is not part of one)."""
     return {a.feature: a.feature_words for a in TABLE if a.feature}
 
 
 def feature_of(record: Any, name: str) -> bool:
-    """Whether a record (a records.record.Record) sets the axis behind dispatch feature `name`."""
     axis = next(a for a in TABLE if a.feature == name)
     field = axis.case_fields[0]
     value = getattr(record, field.name, field.default)

@@ -1,5 +1,4 @@
-"""How work is counted (docs/conventions.md "Work"): FLOPs from the exact visible pairs, the memory-traffic floor, and
-the analytic memory a kernel needs above its inputs. Every record, the forecast and the report count this way."""
+"""How work is counted (docs/conventions.md "Work")."""
 
 from __future__ import annotations
 
@@ -15,28 +14,22 @@ from attnbench.core.workload import key_ranges, visible_total
 if TYPE_CHECKING:
     from attnbench.core.case import Case
 
-# Backward = 2.5x forward, fwd_bwd = 3.5x: FlashAttention's benchmark accounting (docs/conventions.md).
-MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-# How many times each of (Q + K + V) and O's size is moved per mode (the traffic floor, docs/conventions.md "Work"):
-# fwd reads Q, K, V and writes O; bwd reads Q, K, V, O and dO and writes dQ, dK, dV; fwd_bwd does both.
-MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}
+MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}  # FlashAttention's accounting
+MODE_BYTE_FACTOR = {"fwd": (1, 1), "bwd": (2, 2), "fwd_bwd": (3, 3)}  # passes over Q + K + V, and O
 
 
 def forward_flops_per_pair(case: Case) -> int:
-    """FLOPs of one (query, key) pair in one head, forward: Q·Kᵀ (2·D) and P·V (2·Dv)."""
+    """Q·Kᵀ (2·D) and P·V (2·Dv)."""
     return 2 * (case.head_dim + case.v_dim)
 
 
 def flops(case: Case) -> int:
-    """FLOPs of the measured mode: 2·H·(D + Dv)·visible over the batch for forward (4·B·H·D·visible per row
-    when the head sizes agree), ×2.5 backward, ×3.5 fwd+bwd."""
     forward = case.heads * forward_flops_per_pair(case) * visible_total(case)
     return int(forward * MODE_FLOP_FACTOR[case.mode])
 
 
 def tensor_bytes(case: Case) -> dict[str, int]:
-    """Bytes of Q, K, V and O in the case's dtype (V and O with head_dim_v); a quantized case's FP8 tensors take one
-    byte an element, its output its original dtype's (attnbench.core.quant.element_bytes)."""
+    """FP8 tensors take one byte."""
     elem_q, elem_kv, elem_o = quant.element_bytes(case) if case.quantized else (DTYPE_BYTES[case.dtype],) * 3
     rows = case.batch * case.seq_len * case.heads
     keys = case.batch * case.kv_heads * case.kv_seq_len * elem_kv
@@ -45,32 +38,23 @@ def tensor_bytes(case: Case) -> dict[str, int]:
 
 
 def io_bytes(case: Case) -> int:
-    """Bytes of Q, K, V read and O written once: the memory traffic floor of one forward call."""
     return sum(tensor_bytes(case).values())
 
 
 def bytes_moved(case: Case) -> int:
-    """The memory traffic floor of the measured mode: every tensor read or written exactly once.
-
-    fwd: Q, K, V read, O written (io_bytes). bwd: Q, K, V, O and dO read, dQ, dK, dV written
-    (softmax statistics are a row each, left out). fwd_bwd: the two together. Only the K/V rows some
-    query may see count: a decode step with a window reads W + 1 keys of its cache, not all of it.
-    """
+    """The traffic floor of the measured mode, over the K/V rows some query sees."""
     sizes = tensor_bytes(case)
     kv = (sizes["k"] + sizes["v"]) * key_rows_read(case) // (case.batch * case.kv_seq_len)
     qkv, out = MODE_BYTE_FACTOR[case.mode]
     return qkv * (sizes["q"] + kv) + out * sizes["o"]
 
 
-# A materialising kernel's backward reads P, writes and reads dP, writes dS and reads it twice (for dQ and dK).
+# a materialising backward: reads P, writes and reads dP, writes dS, reads it twice
 SCORE_PASSES_BWD = 7
 
 
 def score_traffic(case: Case, memory: MemoryCost) -> int:
-    """Bytes a kernel that materialises the (Sq, Sk) scores moves through them, beyond the inputs' floor: each
-    score-sized buffer of its forward written once and read once, and SCORE_PASSES_BWD passes backward (0 for a
-    fused kernel). These, not Q, K and V, bound such a kernel: without them the roofline draws naive attention on
-    the compute-bound side."""
+    """Bytes a materialising kernel moves through its scores beyond the floor (0 when fused)."""
     if not memory.score_copies_fwd:
         return 0
     halves = memory.upcast_halves and case.dtype in HALF_DTYPES
@@ -81,8 +65,7 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
 
 
 def key_rows_read(case: Case) -> int:
-    """K/V rows (per KV head) read over the whole batch: the keys some query sees, or with pages, every row
-    of each page holding such a key (a kernel reads whole pages)."""
+    """With pages, every row of each page holding a seen key."""
     if case.page_size is None:
         return _seen_total(case)
     pages = _seen_pages(case)
@@ -98,7 +81,6 @@ def _seen_total(case: Case) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _seen_keys(case: Case) -> list[Any]:
-    """Per distinct row, a boolean over the keys: seen by some query (ranges marked with a difference array)."""
     import numpy as np
 
     lo, hi = key_ranges(case)
@@ -121,25 +103,20 @@ def _seen_pages(case: Case) -> list[set[int]]:
 
 @dataclass(frozen=True)
 class MemoryCost:
-    """What a kernel holds above its inputs, beside its output and gradients: a backend declares it (Backend.cost).
+    """What a kernel holds beyond inputs, output and gradients (Backend.cost); defaults: fused."""
 
-    The defaults are a fused kernel's: nothing score-sized. Fitted on the H200 runs (torch 2.11, bf16) where each
-    backend's peak was measured; tests/test_counting.py holds every `ok` record there within 1.5x of its estimate.
-    """
-
-    score_copies_fwd: float = 0.0  # (Sq, Sk) buffers alive at the forward's peak (scores and probabilities: 2)
-    score_copies_bwd: float = 0.0  # the same through forward and backward (P kept, dP and dS made: 4)
-    upcast_halves: bool = False  # fp16/bf16 inputs computed in float32: scores and a float32 copy of Q, K, V
-    expands_kv: bool = False  # K/V repeated per query head before the call (GQA/MQA)
-    bwd_workspace: float = 0.0  # Q-sized buffers the backward adds (an fp32 dQ accumulator is 2)
-    bwd_expands_kv: bool = False  # dK/dV computed per query head for GQA/MQA, then summed
+    score_copies_fwd: float = 0.0  # (Sq, Sk) buffers at the forward's peak
+    score_copies_bwd: float = 0.0
+    upcast_halves: bool = False  # fp16/bf16 computed in float32
+    expands_kv: bool = False  # K/V repeated per query head
+    bwd_workspace: float = 0.0  # Q-sized buffers
+    bwd_expands_kv: bool = False
 
 
 FUSED = MemoryCost()
 
 
 def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
-    """Analytic peak bytes above the inputs: the output (and gradients), plus what the kernel declares it holds."""
     sizes = tensor_bytes(case)
     elem = DTYPE_BYTES[case.dtype]
     expanded_kv = case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * elem
@@ -156,7 +133,7 @@ def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
     if copies:
         score_elem = 4 if halves else elem
         estimate += int(copies * case.batch * case.heads * case.seq_len * case.kv_seq_len * score_elem)
-    if halves:  # float32 copies of Q and of the (expanded) K and V the math runs on
+    if halves:  # float32 copies of Q, K, V
         kv = expanded_kv if memory.expands_kv and grouped else sizes["k"] + sizes["v"]
         estimate += 2 * (sizes["q"] + kv)
     return estimate

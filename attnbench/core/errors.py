@@ -1,10 +1,10 @@
-"""The only errors a user sees: each is caught once by the CLI, printed as one line, exit 2."""
+"""The errors a user sees: caught once by the CLI, printed as one line, exit 2."""
 
 from __future__ import annotations
 
 
 class AttnbenchError(Exception):
-    """A problem with what the user asked for (a suite, a path, a backend name)."""
+    """A problem with what the user asked for."""
 
 
 class SuiteError(AttnbenchError):
@@ -12,15 +12,15 @@ class SuiteError(AttnbenchError):
 
 
 class RegistryError(AttnbenchError):
-    """An unknown backend name, a duplicate registration, or a plugin that does not load."""
+    """An unknown backend, a duplicate registration, or a plugin that does not load."""
 
 
 class ResultsError(AttnbenchError):
-    """A results file or directory that is missing or is not attnbench's."""
+    """A missing results file or directory, or not attnbench's."""
 
 
 def did_you_mean(word: str, choices: list[str]) -> str:
-    """' (did you mean 'x'?)' for a near miss among `choices`, else ''."""
+    """' (did you mean 'x'?)' for a near miss, else ''."""
     import difflib
 
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)

@@ -1,11 +1,4 @@
-"""Statistics of raw samples: median, IQR and minimum, and a distribution-free confidence interval for the median
-from order statistics.
-
-For n independent samples of any continuous distribution, the count of samples below the true median is
-Binomial(n, 1/2). The interval [x_(k), x_(n-k+1)] (1-based order statistics) covers the median with
-probability 1 - 2·P(B <= k - 1); k is the largest rank keeping that at or above the confidence asked.
-No shape is assumed, so heavy tails and outliers (a preempted call) cost width, never coverage.
-"""
+"""Sample statistics and the distribution-free interval of the median (docs/conventions.md "Timing")."""
 
 from __future__ import annotations
 
@@ -16,24 +9,21 @@ from functools import lru_cache
 
 from attnbench.core import policy
 
-# The policy this module's statistics serve, declared in attnbench.core.policy.
 CONFIDENCE = policy.CONFIDENCE
 NOISE_THRESHOLD = policy.NOISE_THRESHOLD
 RUN_TO_RUN_NOISE = {name: policy.run_to_run_noise(name) for name in policy.DEVICES}
-EXACT_UP_TO = 1000  # exact binomial ranks up to this many samples; the normal approximation beyond
+EXACT_UP_TO = 1000  # exact binomial ranks; the normal approximation beyond
 
 
 @dataclass(frozen=True)
 class Interval:
-    """The median of some samples and the interval around it, at `level` confidence."""
-
     median: float
     low: float
     high: float
-    level: float  # the interval's actual coverage: >= the confidence asked, or less when too few samples
+    level: float  # actual coverage
 
     def half_width(self) -> float:
-        """The larger distance from the median to an end, relative to the median (0.01 = ±1%)."""
+        """Relative to the median."""
         if self.median <= 0:
             return math.inf if self.high > self.low else 0.0
         return max(self.median - self.low, self.high - self.median) / self.median
@@ -45,10 +35,7 @@ def _log_binom_pmf(n: int, i: int) -> float:
 
 @lru_cache(maxsize=4096)
 def rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
-    """(k, level): the 1-based lower rank of the median interval of n samples and its exact coverage.
-
-    k = 0 when n samples are too few for `confidence` (n < 6 at 95%): no order statistics reach it.
-    """
+    """(k, level): the 1-based lower rank and its coverage; k = 0 when n is too few."""
     alpha = 1.0 - confidence
     if n <= EXACT_UP_TO:
         tail, k = 0.0, 0
@@ -64,7 +51,7 @@ def rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
 
 
 def _z(confidence: float) -> float:
-    """The standard normal quantile for a two-sided `confidence` (inverse error function by bisection)."""
+    """By bisection."""
     target = confidence
     low, high = 0.0, 10.0
     for _ in range(80):
@@ -83,8 +70,7 @@ def median_of_sorted(ordered: list[float]) -> float:
 
 
 def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> Interval:
-    """The median and its distribution-free interval. With too few samples for `confidence`, the interval is
-    [min, max] and `level` says what that range covers (1 - 2^(1-n); 0 for one sample)."""
+    """Too few samples: [min, max] and its coverage."""
     if not samples:
         raise ValueError("no samples")
     ordered = sorted(samples)
@@ -98,9 +84,7 @@ def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> Int
 
 @dataclass(frozen=True)
 class RunInterval:
-    """A record's interval for the run's median (`interval`) and the part of its half-width that more windows would
-    narrow (`windows_part`, a share of the median): the rest is the device's run noise, which no window of a run
-    sees."""
+    """`windows_part`: the share of the half-width more windows would narrow."""
 
     interval: Interval
     windows_part: float
@@ -109,15 +93,8 @@ class RunInterval:
 
 def run_interval(samples: list[float], window_medians: list[float], device: str,
                  confidence: float = CONFIDENCE) -> RunInterval:
-    """The interval of a measurement's median as a run states it (docs/conventions.md, "Intervals").
-
-    The independent unit is the window: the samples of one round (or one re-timing) share that window's bias, so
-    their order-statistic interval (median_interval) holds only the window's median. The windows' medians spread
-    around the run's median; their log standard deviation, pooled with the device's window noise (PRIOR_WINDOWS
-    windows' worth), gives a Student-t half-width over √windows, never narrower than the samples' own interval.
-    The device's run noise is added in quadrature: what another run of the same suite would see and no window of
-    this one does. The point is the median of all samples.
-    """
+    """The window is the independent unit: the windows' log spread, pooled with the device's window noise, gives
+    a Student-t half-width, plus the device's run noise in quadrature."""
     own = policy.device(device)
     median = median_of_sorted(sorted(samples))
     logs = [math.log(m) for m in window_medians if m > 0]
@@ -138,8 +115,7 @@ def run_interval(samples: list[float], window_medians: list[float], device: str,
 
 
 def windows_needed(k: int, windows_part: float, precision: float) -> int:
-    """How many windows should bring the windows' part of the half-width from `windows_part` (at k windows) to
-    `precision`: it shrinks as 1/√windows."""
+    """The half-width shrinks as 1/√windows."""
     if windows_part <= precision or k == 0:
         return k
     if not math.isfinite(windows_part) or precision <= 0:
@@ -148,31 +124,26 @@ def windows_needed(k: int, windows_part: float, precision: float) -> int:
 
 
 def samples_needed(n: int, half_width: float, precision: float) -> int:
-    """How many samples should bring the interval's half-width from `half_width` (at n) to `precision`:
-    the width of an order-statistic interval shrinks as 1/sqrt(n)."""
+    """The half-width shrinks as 1/√n."""
     if half_width <= precision or n == 0:
         return n
-    if not math.isfinite(half_width) or precision <= 0:  # precision 0: sample to the budget, in doubling batches
+    if not math.isfinite(half_width) or precision <= 0:
         return 2 * n
     return math.ceil(n * (half_width / precision) ** 2)
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Statistics computed from raw samples."""
-
     median: float
     iqr: float
     minimum: float
 
     @property
     def noisy(self) -> bool:
-        """Whether the spread is too wide for the median to be trusted to NOISE_THRESHOLD."""
         return self.iqr > NOISE_THRESHOLD * self.median
 
 
 def summarize(samples: list[float]) -> Summary:
-    """Median, interquartile range and minimum of the samples (ms)."""
     if len(samples) >= 2:
         q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
     else:
@@ -180,26 +151,20 @@ def summarize(samples: list[float]) -> Summary:
     return Summary(statistics.median(samples), q3 - q1, min(samples))
 
 
-# Two modes: the sorted samples split by a gap wider than this share of the median ...
+# a gap over MODE_GAP of the median, with MODE_SHARE (and two) on each side
 MODE_GAP = 0.15
-# ... into two groups, each holding at least this share of the samples (and at least two of them).
 MODE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
 class Modes:
-    """Samples that fall into two groups apart: the lower group's median, the upper's, and the upper's share."""
-
     low: float
     high: float
     high_share: float
 
 
 def two_modes(samples: list[float]) -> Modes | None:
-    """The two groups of `samples` when the widest gap between neighbours in sorted order exceeds MODE_GAP of the
-    median and leaves at least MODE_SHARE of the samples (and two) on each side; None for one group. A GPU call
-    that sometimes waits for its launch (flex at 4K on an H200: 1.0 ms and 1.45 ms) shows this way while its IQR,
-    the upper group under a quarter of the samples, stays narrow."""
+    """Split at the widest gap, or None: a call that sometimes waits for its launch."""
     ordered = sorted(samples)
     n = len(ordered)
     least = max(2, math.ceil(MODE_SHARE * n))

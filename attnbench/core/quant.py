@@ -1,21 +1,5 @@
-"""Quantized inputs (docs/suites.md "Quantized inputs"): how attnbench quantizes a case's canonical inputs, and the numerics
-a kernel declares so that its accuracy bound can be emulated.
-
-A quantized case (an FP8 `dtype`: Q, K and V; or a `kv_dtype`: the K/V cache alone) starts from the inputs of its
-unquantized twin (`Case.unquantized`, the same seed), which attnbench quantizes itself, deterministically, so every
-backend of the case gets the same FP8 tensors and the same descale factors. A descale factor d turns a stored value
-back into the original's scale: x ≈ x_fp8 · d. The granule a factor covers:
-
-- `tensor`: one for each tensor, shape (1, 1, 1, 1);
-- `head`: one per (batch row, KV head), shape (B, KVH, 1, 1), for Q as well: the query heads that read one KV head
-  share it (FlashAttention 3's and PyTorch's (batch, kv_heads) descale layout, which every per-head kernel takes);
-- `block`: one per (batch row, head, block of `quant_block` tokens), shape (B, H, S / block, 1).
-
-Each factor is its granule's amax over the format's largest finite value (the amax lands on the largest value, the
-rest scale with it; a granule of zeros gets 1), or the suite's fixed `scale` for every granule (values beyond the
-format's range saturate). Stored values are the originals divided by their factor, rounded to the format (nearest,
-ties to even: PyTorch's cast).
-"""
+"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized inputs"),
+and the numerics a kernel declares so its accuracy bound can be emulated."""
 
 from __future__ import annotations
 
@@ -29,38 +13,30 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# The largest finite value of each format (torch.finfo(...).max).
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 assert set(FP8_MAX) == set(FP8_DTYPES)
 GRANULARITIES = ("tensor", "head", "block")
-# Every quantized input a backend may take (Backend.quantized's items beside "scale:<granularity>"): FP8 Q, K and V,
-# or an FP8 K/V cache, in each format.
 EVERY_INPUT = frozenset(f"{kind}:{fmt}" for kind in ("qkv", "kv") for fmt in FP8_DTYPES)
 
 
 def for_every_input(reason: str) -> dict[str, str]:
-    """`reason` for every quantized input (Backend.quant_reasons of a backend that takes none, in its own words)."""
     return dict.fromkeys(sorted(EVERY_INPUT), reason)
 
 
 def q_format(case: Case) -> str | None:
-    """The FP8 format of Q, or None when the queries stay in their dtype (an FP8 K/V cache, or no quantization)."""
     return case.dtype if case.dtype in FP8_DTYPES else None
 
 
 def kv_format(case: Case) -> str | None:
-    """The FP8 format of K and V, or None when the case is not quantized."""
     return case.dtype if case.dtype in FP8_DTYPES else case.kv_dtype
 
 
 def original_dtype(case: Case) -> str:
-    """The dtype of the case's original inputs: bf16 for an FP8 dtype, else the case's own (the queries')."""
     return case.unquantized.dtype
 
 
 def requirement(case: Case) -> tuple[str, ...]:
-    """What a backend must take to run a quantized case: `qkv:<format>` (Q, K and V in FP8) or `kv:<format>` (an FP8
-    K/V cache under queries of the case's dtype), and `scale:<granularity>`; () for an unquantized case."""
+    """`qkv:<format>` or `kv:<format>`, and `scale:<granularity>`."""
     if not case.quantized:
         return ()
     fmt = q_format(case)
@@ -73,7 +49,6 @@ SCALE_WORDS = {"tensor": "per-tensor", "head": "per-(batch, KV head)", "block": 
 
 
 def requirement_words(item: str, case: Case) -> str:
-    """One requirement in words, for a skip reason."""
     kind, _, value = item.partition(":")
     if kind == "scale":
         block = f" ({case.quant_block} tokens)" if value == "block" else ""
@@ -82,8 +57,7 @@ def requirement_words(item: str, case: Case) -> str:
 
 
 def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str] | None = None) -> str | None:
-    """Why a backend that takes `takes` cannot run `case`'s quantized inputs; None when it can (or the case is not
-    quantized). A backend is never handed an FP8 case it would run in bf16: it is skipped, saying what it lacks."""
+    """None, or why the backend is skipped: never run in bf16 instead."""
     missing = [item for item in requirement(case) if item not in takes]
     if not missing:
         return None
@@ -91,37 +65,32 @@ def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str
         if reasons and item in reasons:
             return reasons[item]
     if not any(item.startswith(("qkv:", "kv:")) for item in takes):
-        return f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); attnbench never runs an FP8 " \
-               "case in bf16 instead"
+        return f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); attnbench never runs " \
+               "an FP8 case in bf16 instead"
     return f"{name} does not take {' with '.join(requirement_words(m, case) for m in missing)}"
 
 
 def element_bytes(case: Case) -> tuple[int, int, int]:
-    """Bytes per element of Q, of K and V, and of O: one for FP8, the output in the original dtype."""
     original = DTYPE_BYTES[original_dtype(case)]
     return (1 if q_format(case) else original, 1 if kv_format(case) else original, original)
 
 
-# ---- quantizing --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Scales:
-    """A quantized case's descale factors (float32), in the canonical broadcast shapes the module docstring gives;
-    `q` is None when the queries are not quantized."""
+    """Float32 descale factors; `q` None when the queries stay unquantized."""
 
     granularity: str
     block: int | None
-    group: int  # query heads per KV head: Q's per-head factor is its KV head's group's
+    group: int
     q: torch.Tensor | None
     k: torch.Tensor
     v: torch.Tensor
 
     def per_row(self, name: str) -> torch.Tensor:
-        """The factor of `name` ("q", "k", "v") per (batch, head, token): (B, H, S or 1, 1), to multiply a tensor."""
         return expand(getattr(self, name), self.granularity, self.block, self.group if name == "q" else 1)
 
 
 def expand(descale: torch.Tensor, granularity: str, block: int | None, group: int) -> torch.Tensor:
-    """Factors in their granules' shape to one per (batch, head, token), broadcastable over a (B, H, S, D) tensor."""
     if granularity == "head":
         return descale.repeat_interleave(group, dim=1)
     if granularity == "block":
@@ -131,9 +100,6 @@ def expand(descale: torch.Tensor, granularity: str, block: int | None, group: in
 
 @dataclass(frozen=True)
 class Quantized:
-    """What every backend of a quantized case receives: Q (FP8, or the original queries), K and V in FP8 (canonical
-    layout), and their descale factors."""
-
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -142,7 +108,7 @@ class Quantized:
 
 def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, group: int,
                fixed: float | None) -> torch.Tensor:
-    """The descale factors of canonical (B, H, S, D) `x` for its granules (module docstring): amax / largest value."""
+    """Granule amax over the format's largest value (a zero granule: 1), or the fixed scale."""
     import torch
 
     b, h, s, _ = x.shape
@@ -160,7 +126,7 @@ def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, g
 
 
 def quantize(x: torch.Tensor, fmt: str, descale: torch.Tensor) -> torch.Tensor:
-    """`x` over its per-row descale factors, saturated to the format's range, rounded to the format."""
+    """Saturated, nearest-even (PyTorch's cast)."""
     import torch
 
     limit = FP8_MAX[fmt]
@@ -168,15 +134,14 @@ def quantize(x: torch.Tensor, fmt: str, descale: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize(x: torch.Tensor, per_row: torch.Tensor) -> torch.Tensor:
-    """Stored values times their factors, in float64 (exact: an FP8 value times a float32 factor)."""
+    """Exact in float64."""
     import torch
 
     return x.to(torch.float64) * per_row.to(torch.float64)
 
 
 def quantize_inputs(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Quantized:
-    """The case's original canonical inputs quantized as the case says (module docstring). With `kv_shared`, V stays
-    K's first head_dim_v channels: the stored V is K's, with K's factors."""
+    """With `kv_shared`, V is K's first head_dim_v channels."""
     fmt_q, fmt_kv = q_format(case), kv_format(case)
     assert fmt_kv is not None and case.quant in GRANULARITIES, case.case_id
     gran, block, group, fixed = case.quant, case.quant_block, case.group_size, case.quant_scale
@@ -195,7 +160,7 @@ def quantize_inputs(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 
 def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The values the quantized inputs stand for, float64: what the kernel error is measured against."""
+    """What the kernel error is measured against."""
     import torch
 
     s = quantized.scales
@@ -204,21 +169,15 @@ def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.T
 
 
 def scheme(case: Case) -> dict[str, object]:
-    """The quantization a record names (`extra.quant_scheme`)."""
     return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case), "granularity": case.quant,
             "block": case.quant_block, "scale": "amax" if case.quant_scale is None else case.quant_scale,
             "rounding": "nearest-even after dividing by the descale factor, saturated"}
 
 
-# ---- what a kernel declares --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Numerics:
-    """How a kernel computes, as far as its accuracy bound needs it (attnbench.verify.emulate applies it to the inputs the
-    kernel was given): the format P is rounded to before P·V (after multiplying it by `p_scale`), the matmuls'
-    accumulation dtype, P·V accumulated per `pv_block` keys in that dtype (then summed in float32), the output dtype,
-    whether V's per-tensor descale multiplies the rounded output (rounded again), and how the inputs reach the
-    matmuls ("as-given": the inputs, dequantized when attnbench quantized them; "sage-int8": SageAttention's own
-    per-block INT8 quantization of Q and of K after subtracting its mean). `source` says whose numerics these are."""
+    """How a kernel computes, for its emulated bound (verify.emulate). `inputs`: "as-given" or "sage-int8"
+    (SageAttention's per-block INT8 of Q and mean-subtracted K)."""
 
     source: str
     out_dtype: str = "bfloat16"
@@ -230,7 +189,6 @@ class Numerics:
     inputs: str = "as-given"
 
     def describe(self) -> str:
-        """The bound's source in words (`extra.bound_source`)."""
         words = [f"emulation of {self.source}: "]
         words.append({"as-given": "the inputs as given (dequantized)",
                       "sage-int8": "Q and mean-subtracted K quantized to INT8 per block (128 Q / 64 K tokens)"}
@@ -246,7 +204,6 @@ class Numerics:
 
 
 def plain_numerics(case: Case) -> Numerics:
-    """Dequantize, then float32 math with P unrounded, the output in the original dtype: naive-fp8's, and the
-    yardstick of a quantized case's backend that declares none."""
+    """naive-fp8's, and the yardstick of a backend that declares none."""
     return Numerics(source="dequantized inputs in float32 (naive-fp8)", out_dtype=original_dtype(case))
 

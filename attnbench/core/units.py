@@ -1,4 +1,4 @@
-"""How numbers are written for people (reports and terminal tables): times, bytes, lengths, ratios."""
+"""Numbers written for people: times, bytes, lengths, ratios."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ GIB = 1024**3
 
 
 def fmt_ms(value: float | None) -> str:
-    """A time in milliseconds with three significant digits."""
     if value is None or not math.isfinite(value):
         return "—"
     if value >= 100:
@@ -20,7 +19,6 @@ def fmt_ms(value: float | None) -> str:
 
 
 def fmt_bytes(value: float | None) -> str:
-    """Bytes as MiB or GiB."""
     if value is None:
         return "—"
     if value >= GIB:
@@ -31,44 +29,38 @@ def fmt_bytes(value: float | None) -> str:
 
 
 def bytes_unit(values: list[float]) -> tuple[int, str]:
-    """The unit one chart draws these byte counts in, chosen once from its data: GiB when even the smallest is at
-    least 1 GiB, else MiB (a tick of 5 MiB, not 0.005 GiB)."""
+    """GiB when even the smallest is at least 1 GiB, else MiB."""
     return (GIB, "GiB") if values and min(values) >= GIB else (MIB, "MiB")
 
 
 def throughput_unit(tflops: list[float]) -> tuple[float, str]:
-    """The unit one chart draws these TFLOP/s in, as (TFLOP/s per unit, name): GFLOP/s when all are under 1 TFLOP/s
-    (a tick of 80 GFLOP/s, not 0.08 TFLOP/s), else TFLOP/s."""
+    """(TFLOP/s per unit, name): GFLOP/s when all are under 1 TFLOP/s."""
     return (1.0, "TFLOP/s") if tflops and max(tflops) >= 1.0 else (1e-3, "GFLOP/s")
 
 
 def fmt_length(value: int) -> str:
-    """A sequence length, 8192 -> 8K, for axis ticks."""
     if value >= 1024 and value % 1024 == 0:
         return f"{value // 1024}K"
     return str(value)
 
 
 def fmt_ratio(value: float | None) -> str:
-    """A speed-up or slow-down factor."""
     if value is None or not math.isfinite(value):
         return "—"
     return f"{value:.2f}×"
 
 
 def fmt_float(value: float | None, digits: int = 3) -> str:
-    """A plain number with a few significant digits (errors, TFLOP/s)."""
     if value is None:
         return "—"
     return f"{value:.{digits}g}"
 
 
 def fmt_size(n: int) -> str:
-    """Bytes as GiB, or MiB below one GiB, in one decimal (skip reasons)."""
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
 
 
 def md_cell(text: Any) -> str:
-    """A table cell: HTML-escaped (GitHub renders inline HTML), pipes escaped, on one line."""
+    """HTML-escaped (GitHub renders HTML), pipes escaped, one line."""
     value = html.escape(str(text), quote=False).replace("|", "\\|")
     return " ".join(value.split())

@@ -1,7 +1,4 @@
-"""A GPU's state, and its span over a run's timings, in words: for doctor's lines and the report's header.
-
-Words only: what to do about a state (warnings, lock commands) is doctor's.
-"""
+"""A GPU's state, and its span over a run's timings, in words (doctor, the report's header); advice is doctor's."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ LOCK_WORDS = {True: "locked", False: "not locked", None: "perhaps not locked"}
 
 
 def describe(state: GpuState) -> str:
-    """One line of a GPU's state, 'GPU 0 state (nvml): SM clock …', for doctor and bug reports."""
+    """'GPU 0 state (nvml): SM clock …'."""
     if state.error:
         return f"GPU {state.index} state: unknown ({state.error})"
 
@@ -41,7 +38,7 @@ def describe(state: GpuState) -> str:
 
 
 def describe_span(span: RunSpan) -> str:
-    """The GPU over a run's timings in one line: 'SM clock 1695–1980 MHz · power … · clock events: …'."""
+    """'SM clock 1695–1980 MHz · power … · clock events: …'."""
     n = span.timings
     clock = (f"SM clock {_range(span.sm_clock_mhz, '{:.0f}')} MHz" if span.sm_clock_mhz else "SM clock not read")
     power = (f"power {_range(span.power_w, '{:.0f}')} W" if span.power_w else "power not recorded")

@@ -1,9 +1,5 @@
-"""NVML's total energy counter of a GPU as an EnergyReading, read before and after a loop of the timed call.
-
-The counter (nvmlDeviceGetTotalEnergyConsumption, Volta and later) counts the whole GPU's millijoules since the
-driver loaded, an unsigned 64-bit number that does not wrap in practice; a MIG slice reads its whole GPU's.
-attnbench.timing.energy.loop_energy turns two readings into energy per call.
-"""
+"""NVML's total energy counter (nvmlDeviceGetTotalEnergyConsumption: mJ since driver load, Volta and later; a MIG
+slice reads its whole GPU's) as an EnergyReading."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ from attnbench.timing.energy import EnergyReading, EnergyUnavailable, Zone
 
 
 def read_gpu_energy(gpu: GpuId, reader: Reader | None = None) -> EnergyReading:
-    """The GPU's energy counter now; EnergyUnavailable with the reason where there is none (no NVML, a GPU
-    before Volta, a driver that does not count)."""
+    """EnergyUnavailable with the reason where there is none."""
     try:
         reader = reader or default_reader()
     except GpuStateError as exc:

@@ -1,4 +1,4 @@
-"""Reading a GPU through NVML: pynvml (nvidia-ml-py) after nvmlInit, or in tests a fake with the same function names."""
+"""Reading a GPU through NVML: pynvml after nvmlInit, or a fake with the same names in tests."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ from typing import Any
 
 from attnbench.gpu.state import GpuId, GpuProcess, GpuState, GpuStateError, reason_names
 
-# NVML's enum values (nvml.h; the same in every pynvml), so that a fake NVML can be used in tests.
+# NVML's enum values (nvml.h), so a fake NVML works.
 NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 2, 0
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
 class NvmlReader:
-    """Reads GPUs through `lib`: pynvml after nvmlInit, or in tests a fake with the same function names."""
-
     def __init__(self, lib: Any) -> None:
         self.lib = lib
         self.error: type[BaseException] = getattr(lib, "NVMLError", Exception)
@@ -22,43 +20,53 @@ class NvmlReader:
         self._handles: dict[GpuId, tuple[Any, Any, str]] = {}
 
     def _handle(self, gpu: GpuId) -> tuple[Any, Any, str]:
-        """(the device's handle, its whole GPU's handle — not the same for a MIG slice, how it was matched)."""
+        """(device handle, whole GPU's handle — another for a MIG slice, how it was matched)."""
         if gpu in self._handles:
             return self._handles[gpu]
-        lib, handle, matched = self.lib, None, ""
-        for uuid in gpu.uuids():
-            try:
-                handle, matched = lib.nvmlDeviceGetHandleByUUID(uuid), "uuid"
-                break
-            except self.error:
-                continue
+        handle, matched = self._find(gpu)
+        whole, mig = self._whole(handle)
+        self._handles[gpu] = (handle, whole, matched + mig)
+        return self._handles[gpu]
+
+    def _find(self, gpu: GpuId) -> tuple[Any, str]:
+        """By UUID, else PCI bus id, else (neither known) physical index."""
+        lib = self.lib
+        handle, matched = self._by_uuid(gpu)
         if handle is None and gpu.pci_bus_id:
-            try:
-                handle, matched = lib.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id), "pci_bus_id"
-            except self.error:
-                pass
+            handle, matched = self._ask(lambda: lib.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id), "pci_bus_id")
         physical = gpu.physical_index()
         if handle is None and physical is not None and not gpu.uuid and not gpu.pci_bus_id:
-            try:
-                handle, matched = lib.nvmlDeviceGetHandleByIndex(physical), "index"
-            except self.error:
-                pass
+            handle, matched = self._ask(lambda: lib.nvmlDeviceGetHandleByIndex(physical), "index")
         if handle is None:
             raise GpuStateError(f"NVML has no GPU with torch device {gpu.index}'s UUID {gpu.uuid} "
                                 f"or PCI bus id {gpu.pci_bus_id}")
-        whole = handle
+        return handle, matched
+
+    def _by_uuid(self, gpu: GpuId) -> tuple[Any, str]:
+        for uuid in gpu.uuids():
+            try:
+                return self.lib.nvmlDeviceGetHandleByUUID(uuid), "uuid"
+            except self.error:
+                continue
+        return None, ""
+
+    def _ask(self, call: Callable[[], Any], matched: str) -> tuple[Any, str]:
         try:
-            if lib.nvmlDeviceIsMigDeviceHandle(handle):
-                whole = lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
-                matched += " (a MIG device)"
+            return call(), matched
+        except self.error:
+            return None, ""
+
+    def _whole(self, handle: Any) -> tuple[Any, str]:
+        """A MIG slice's whole GPU's handle and a note; the handle itself otherwise."""
+        try:
+            if self.lib.nvmlDeviceIsMigDeviceHandle(handle):
+                return self.lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle), " (a MIG device)"
         except self.error:
             pass
-        self._handles[gpu] = (handle, whole, matched)
-        return self._handles[gpu]
+        return handle, ""
 
     def read(self, gpu: GpuId, full: bool) -> GpuState:
-        """Everything NVML says about the GPU (`full`), or only what a measurement samples: the SM clock, power
-        draw, clock event reasons and compute processes."""
+        """Everything (`full`), or what a measurement samples: SM clock, power, clock events, processes."""
         lib = self.lib
         handle, whole, matched = self._handle(gpu)
         values: dict[str, Any] = {}
@@ -82,7 +90,7 @@ class NvmlReader:
             ask("pci_bus_id", lambda: lib.nvmlDeviceGetPciInfo(whole).busId, _text)
         ask("sm_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(whole, NVML_CLOCK_SM))
         if full:
-            # application clocks are set and shown for "graphics" (nvidia-smi -ac, clocks.applications.graphics)
+            # application clocks are set and shown for "graphics" (nvidia-smi -ac)
             ask("sm_clock_app_mhz", lambda: lib.nvmlDeviceGetApplicationsClock(whole, NVML_CLOCK_GRAPHICS))
             ask("sm_clock_max_mhz", lambda: lib.nvmlDeviceGetMaxClockInfo(whole, NVML_CLOCK_SM))
             ask("memory_clock_mhz", lambda: lib.nvmlDeviceGetClockInfo(whole, NVML_CLOCK_MEM))
@@ -107,7 +115,7 @@ class NvmlReader:
         try:
             name = _text(self.lib.nvmlSystemGetProcessName(process.pid))
         except self.error:
-            name = None  # another PID namespace, or no permission to see it
+            name = None  # another PID namespace, or no permission
         return GpuProcess(process.pid, name, getattr(process, "usedGpuMemory", None))
 
     def driver(self) -> str | None:
@@ -117,7 +125,7 @@ class NvmlReader:
             return None
 
     def energy_mj(self, gpu: GpuId) -> int:
-        """NVML's total energy counter: millijoules the whole GPU used since the driver loaded (Volta and later)."""
+        """Millijoules the whole GPU used since the driver loaded."""
         _, whole, _ = self._handle(gpu)
         try:
             return int(self.lib.nvmlDeviceGetTotalEnergyConsumption(whole))
@@ -127,5 +135,5 @@ class NvmlReader:
 
 
 def _text(value: Any) -> str:
-    """NVML strings: str in recent pynvml, bytes in old ones."""
+    """str in recent pynvml, bytes in old ones."""
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,8 +1,4 @@
-"""Which reader (NVML, else nvidia-smi), and a judged snapshot of each GPU a run may use, for env.json.
-
-Nothing here runs on CPU: callers ask only for CUDA devices. A failure to read is never raised to the run:
-the snapshot says why under `error`.
-"""
+"""Which reader (NVML, else nvidia-smi), and a judged snapshot of each GPU for env.json."""
 
 from __future__ import annotations
 
@@ -32,7 +28,6 @@ _READER_PROBLEM: str | None = None
 
 
 def default_reader() -> Reader:
-    """NVML when nvidia-ml-py and the driver's library load, else nvidia-smi; made once per process."""
     global _READER, _READER_PROBLEM
     if _READER is not None:
         return _READER
@@ -46,7 +41,7 @@ def default_reader() -> Reader:
         return _READER
     except ImportError:
         why = f"nvidia-ml-py is not installed ({INSTALL_HINT})"
-    except Exception as exc:  # pynvml.NVMLError: no libnvidia-ml, a driver/library mismatch
+    except Exception as exc:  # pynvml.NVMLError: no libnvidia-ml, a driver mismatch
         why = f"NVML did not start ({type(exc).__name__}: {exc})"
     if shutil.which("nvidia-smi"):
         _READER = SmiReader()
@@ -56,7 +51,7 @@ def default_reader() -> Reader:
 
 
 def snapshot(gpu: GpuId, reader: Reader | None = None, holds_context: bool = False) -> GpuState:
-    """Everything env.json records about one GPU, judged; on failure, the reason under `error`."""
+    """On failure, the reason under `error`."""
     source = driver = None
     try:
         reader = reader or default_reader()
@@ -65,12 +60,11 @@ def snapshot(gpu: GpuId, reader: Reader | None = None, holds_context: bool = Fal
         return judged(replace(state, driver=driver), os.getpid(), holds_context)
     except GpuStateError as exc:
         return GpuState(gpu.index, source=source, driver=driver, error=str(exc))
-    except Exception as exc:  # an NVML or driver surprise must not stop a run: it is recorded instead
+    except Exception as exc:  # a driver surprise is recorded, never stops a run
         return GpuState(gpu.index, source=source, driver=driver, error=f"{type(exc).__name__}: {exc}")
 
 
 def gpu_states(reader: Reader | None = None, gpus: list[GpuId] | None = None) -> list[GpuState]:
-    """The state of every GPU torch can see (the GPUs a run may use)."""
     if gpus is None:
         import torch
 
@@ -79,5 +73,5 @@ def gpu_states(reader: Reader | None = None, gpus: list[GpuId] | None = None) ->
 
 
 def env_fields(device: str) -> dict[str, Any]:
-    """env.json's "gpu_state" on CUDA (each GpuState.to_dict()); nothing at all on CPU."""
+    """env.json's "gpu_state" on CUDA; nothing on CPU."""
     return {"gpu_state": [state.to_dict() for state in gpu_states()]} if device == "cuda" else {}

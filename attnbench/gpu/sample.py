@@ -1,9 +1,4 @@
-"""What a measurement records about its GPU right after the timing, and what a run's records say together.
-
-Each CUDA record carries `throttled` and, in `extra`, `sm_clock_mhz`, `power_w`, `clock_event_reasons` and
-`other_gpu_processes` (or `gpu_state_error`). `run_span` reads them back from stored records: the clocks, power
-and clock events the GPU showed while the run was timing, which the idle snapshot in env.json cannot show.
-"""
+"""What a measurement records about its GPU right after the timing, and those samples' span over a run."""
 
 from __future__ import annotations
 
@@ -21,24 +16,20 @@ from attnbench.gpu.state import REASONS, GpuId, GpuState, GpuStateError, torch_g
 
 @dataclass(frozen=True)
 class GpuSample:
-    """The GPU right after one timing: its SM clock, power draw, clock event reasons, other processes, and
-    whether any of it made the timing not the GPU's own (`throttled`, attnbench.gpu.judge)."""
-
     sm_clock_mhz: int | None = None
     power_w: float | None = None
     clock_event_reasons: tuple[str, ...] | None = None
-    other_processes: int | None = None  # how many processes not this run's were on the GPU
+    other_processes: int | None = None  # not this run's
     throttled: bool | None = None
-    error: str | None = None  # nothing could be read, and why
+    error: str | None = None  # why nothing could be read
 
     @classmethod
     def of(cls, state: GpuState) -> GpuSample:
-        """The sample a judged (light) read gives."""
         return cls(state.sm_clock_mhz, state.power_draw_w, state.clock_event_reasons, state.other_process_count,
                    state.throttled)
 
     def record_fields(self) -> dict[str, Any]:
-        """The record's `throttled` and its `extra` entries (only `extra.gpu_state_error` when nothing was read)."""
+        """`throttled` and the `extra` entries (only `gpu_state_error` when nothing was read)."""
         if self.error is not None:
             return {"extra": {"gpu_state_error": self.error}}
         reasons = None if self.clock_event_reasons is None else list(self.clock_event_reasons)
@@ -48,7 +39,7 @@ class GpuSample:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> GpuSample | None:
-        """A stored record's sample; None for a record that has none (CPU, or not timed)."""
+        """None for a record without one (CPU, or not timed)."""
         extra = record.get("extra") or {}
         if "gpu_state_error" in extra:
             return cls(error=str(extra["gpu_state_error"]))
@@ -60,21 +51,20 @@ class GpuSample:
 
 
 def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> GpuSample:
-    """Read and judge the GPU right after a timing, from the measuring process (which holds a context on it);
-    the harness that started it, where it said it holds one there too, is not another process."""
+    """Read and judged from the measuring process; a harness that holds a context there is not another process."""
     try:
         state = (reader or default_reader()).read(gpu, full=False)
         state = judged(state, os.getpid(), holds_context=True, harness=harness_holds(gpu), parent_pid=os.getppid())
     except GpuStateError as exc:
         return GpuSample(error=str(exc))
-    except Exception as exc:  # never costs the measurement: the record says what could not be read
+    except Exception as exc:  # never costs the measurement
         return GpuSample(error=f"{type(exc).__name__}: {exc}")
     return GpuSample.of(state)
 
 
 def record_sample(fields: dict[str, Any], device: str, reader: Reader | None = None,
                   gpu: GpuId | None = None) -> None:
-    """Put a measurement's GPU sample into its record fields (`throttled`, and `extra`); nothing on CPU."""
+    """Nothing on CPU."""
     if device != "cuda":
         return
     if gpu is None:
@@ -89,20 +79,18 @@ def record_sample(fields: dict[str, Any], device: str, reader: Reader | None = N
 
 @dataclass(frozen=True)
 class RunSpan:
-    """The GPU over a run's timings, from the samples their records carry."""
-
-    gpu: str | None  # the record's extra.gpu (physical id or UUID) when the run used several GPUs
+    gpu: str | None  # extra.gpu when the run used several GPUs
     timings: int  # records with a sample (read or not)
     sm_clock_mhz: tuple[int, int] | None  # lowest and highest
-    power_w: tuple[float, float] | None  # lowest and highest; runs before attnbench recorded power have none
-    reasons: dict[str, int] = field(default_factory=dict)  # clock event reason -> timings that showed it
-    shared: int = 0  # timings with another process on the GPU
-    throttled: int = 0  # timings flagged throttled
-    unread: int = 0  # timings whose GPU state could not be read
+    power_w: tuple[float, float] | None
+    reasons: dict[str, int] = field(default_factory=dict)  # reason -> timings that showed it
+    shared: int = 0
+    throttled: int = 0
+    unread: int = 0
 
 
 def run_span(records: Iterable[dict[str, Any]]) -> list[RunSpan]:
-    """One RunSpan per GPU the records were timed on (one for a run on one GPU); empty when none has a sample."""
+    """One per GPU the records were timed on; empty when none has a sample."""
     by_gpu: dict[str | None, list[GpuSample]] = {}
     for record in records:
         sample = GpuSample.from_record(record)

@@ -1,7 +1,5 @@
-"""Reading a GPU by parsing `nvidia-smi --query-gpu` (where NVML's Python binding is not installed).
-
-The parsing is pure and tested on what nvidia-smi printed on an H200; only `run_nvidia_smi` runs anything.
-"""
+"""Reading a GPU by parsing `nvidia-smi --query-gpu`, where NVML's binding is missing; only `run_nvidia_smi` runs
+anything."""
 
 from __future__ import annotations
 
@@ -14,15 +12,13 @@ from typing import Any
 
 from attnbench.gpu.state import GpuId, GpuProcess, GpuState, GpuStateError, reason_names
 
-# The fields `nvidia-smi --query-gpu` is asked for; the reasons field was `clocks_throttle_reasons.active`
-# before driver 535, which is asked for when the new name is refused.
+# Before driver 535 the reasons field is SMI_OLD_REASONS, asked for when the new name is refused.
 SMI_FIELDS = ("index", "name", "uuid", "pci.bus_id", "clocks.current.sm", "clocks.current.memory",
               "clocks.applications.graphics", "clocks.applications.memory", "clocks.max.sm", "clocks.max.memory",
               "power.limit", "power.draw", "temperature.gpu", "persistence_mode", "ecc.mode.current",
               "mig.mode.current", "compute_mode", "clocks_event_reasons.active")
 SMI_OLD_REASONS = "clocks_throttle_reasons.active"
 SMI_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory"
-# GpuState's field -> the nvidia-smi field it comes from.
 SMI_KEYS = {"sm_clock_mhz": "clocks.current.sm", "sm_clock_app_mhz": "clocks.applications.graphics",
             "sm_clock_max_mhz": "clocks.max.sm", "memory_clock_mhz": "clocks.current.memory",
             "memory_clock_app_mhz": "clocks.applications.memory", "memory_clock_max_mhz": "clocks.max.memory",
@@ -32,7 +28,7 @@ SMI_KEYS = {"sm_clock_mhz": "clocks.current.sm", "sm_clock_app_mhz": "clocks.app
 
 
 def smi_value(text: str | None) -> str | None:
-    """One nvidia-smi CSV cell; None for '[N/A]', '[Not Supported]' and the like."""
+    """None for '[N/A]', '[Not Supported]' and the like."""
     if text is None:
         return None
     text = text.strip()
@@ -64,7 +60,7 @@ def smi_flag(text: str | None) -> bool | None:
 
 
 def parse_smi_csv(text: str) -> list[dict[str, str]]:
-    """nvidia-smi's `--format=csv` output as rows keyed by field name, units dropped from the header."""
+    """Rows keyed by field name, units dropped from the header."""
     rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
     if not rows:
         return []
@@ -73,8 +69,7 @@ def parse_smi_csv(text: str) -> list[dict[str, str]]:
 
 
 def state_from_smi(index: int, row: dict[str, str], apps: list[dict[str, str]] | None) -> GpuState:
-    """The state of torch's device `index` from its `--query-gpu` row and the `--query-compute-apps` rows
-    (None when they could not be listed)."""
+    """From the `--query-gpu` row and the `--query-compute-apps` rows (None: not listed)."""
     reasons_text = smi_value(row.get("clocks_event_reasons.active") or row.get(SMI_OLD_REASONS))
     mode = smi_value(row.get("compute_mode"))
     values: dict[str, Any] = {
@@ -106,7 +101,7 @@ def _mib(text: str | None) -> int | None:
 
 
 def run_nvidia_smi(args: list[str]) -> str:
-    """nvidia-smi's standard output for `args`; GpuStateError when it is missing or fails."""
+    """Standard output; GpuStateError when it is missing or fails."""
     try:
         out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -118,7 +113,7 @@ def run_nvidia_smi(args: list[str]) -> str:
 
 
 class SmiReader:
-    """Reads GPUs by parsing `nvidia-smi --query-gpu` (`run` is replaced by recorded outputs in tests)."""
+    """`run` is replaced by recorded outputs in tests."""
 
     def __init__(self, run: Callable[[list[str]], str] = run_nvidia_smi) -> None:
         self.run = run
@@ -131,11 +126,11 @@ class SmiReader:
         except GpuStateError as exc:
             if self.fields[-1] != SMI_FIELDS[-1] or "valid field" not in str(exc):
                 raise
-            self.fields = (*SMI_FIELDS[:-1], SMI_OLD_REASONS)  # a driver before 535
+            self.fields = (*SMI_FIELDS[:-1], SMI_OLD_REASONS)
             return self._query()
 
     def read(self, gpu: GpuId, full: bool) -> GpuState:
-        """The GPU's row, matched by UUID, then PCI address (by index only when torch knows neither)."""
+        """Matched by UUID, then PCI address, by index only when torch knows neither."""
         rows = self._query()
         row = (next((r for r in rows if r.get("uuid") in gpu.uuids()), None)
                or next((r for r in rows if gpu.pci_bus_id and (r.get("pci.bus_id") or "").upper()
@@ -151,12 +146,12 @@ class SmiReader:
         except GpuStateError:
             apps = None
         state = state_from_smi(gpu.index, row, apps)
-        if not full:  # what a measurement samples, as NVML's light read gives it
+        if not full:  # as NVML's light read gives it
             return GpuState(gpu.index, source=self.source, sm_clock_mhz=state.sm_clock_mhz,
                             power_draw_w=state.power_draw_w, clock_event_reasons=state.clock_event_reasons,
                             processes=state.processes)
         return replace(state, matched_by=matched)
 
     def driver(self) -> str | None:
-        """Not recorded from nvidia-smi (env.json's "driver" holds the version)."""
+        """Not recorded from nvidia-smi (env.json's "driver" holds it)."""
         return None

@@ -1,8 +1,5 @@
-"""What is known about one GPU: which one it is (GpuId), what it was doing (GpuState), who else was on it.
-
-A value a GPU does not report is None, with the reader's reason in `unavailable`. `GpuState.to_dict()` is
-env.json's "gpu_state" entry, key for key; `from_dict()` reads one back, from any attnbench version.
-"""
+"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported value is
+None, with the reader's reason in `unavailable`."""
 
 from __future__ import annotations
 
@@ -10,11 +7,11 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-# Clock event ("throttle") reasons: pynvml's nvmlClocksEventReason* bits (nvidia-ml-py 13.615; 0x200 and
-# 0x400 only as the deprecated nvmlClocksThrottleReason*), named as `nvidia-smi -q` names them.
+# pynvml's nvmlClocksEventReason* bits (nvidia-ml-py 13.615; 0x200, 0x400 only as the deprecated
+# nvmlClocksThrottleReason*), named as `nvidia-smi -q` names them.
 REASONS = {
     0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",  # also "user defined clocks": application clocks or clocks locked by -lgc
+    0x2: "applications_clocks_setting",  # also clocks locked by -lgc
     0x4: "sw_power_cap",
     0x8: "hw_slowdown",
     0x10: "sync_boost",
@@ -25,18 +22,17 @@ REASONS = {
     0x200: "board_limit",
     0x400: "reliability",
 }
-# Slowed down for heat or power: a timing taken under one of these is not the GPU's number. Idle, the
-# user's own clock settings, sync boost and display clocks are not throttling.
+# Heat or power: a timing under one is not the GPU's number.
 THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 THROTTLING_NAMES = tuple(name for bit, name in REASONS.items() if bit & THROTTLING)
 
 
 class GpuStateError(Exception):
-    """The state of a GPU could not be read; the message says why (no NVML, no nvidia-smi, no such GPU)."""
+    """Why a GPU's state could not be read."""
 
 
 def reason_names(mask: int | None) -> tuple[str, ...] | None:
-    """The names of the clock event reasons set in `mask`; unknown bits as 'unknown_0x…'."""
+    """Unknown bits as 'unknown_0x…'."""
     if mask is None:
         return None
     names = [name for bit, name in REASONS.items() if mask & bit]
@@ -46,14 +42,11 @@ def reason_names(mask: int | None) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class GpuId:
-    """Which physical GPU torch's device `index` is: the keys NVML and nvidia-smi know it by.
-
-    Matched by UUID first, then PCI bus id: torch's indices follow CUDA_VISIBLE_DEVICES and CUDA's
-    device order, NVML's and nvidia-smi's do not.
-    """
+    """Which physical GPU torch's device `index` is. Matched by UUID, then PCI bus id: torch's indices follow
+    CUDA_VISIBLE_DEVICES, NVML's do not."""
 
     index: int
-    uuid: str | None = None  # as torch gives it, with or without NVML's "GPU-"/"MIG-" prefix
+    uuid: str | None = None  # as torch gives it, with or without "GPU-"/"MIG-"
     pci_bus_id: str | None = None  # "00000000:00:06.0"
 
     def uuids(self) -> list[str]:
@@ -64,7 +57,7 @@ class GpuId:
         return [f"GPU-{self.uuid}", f"MIG-{self.uuid}"]
 
     def physical_index(self) -> int | None:
-        """The index nvidia-smi knows this GPU by, from CUDA_VISIBLE_DEVICES when it lists numbers."""
+        """nvidia-smi's index, from CUDA_VISIBLE_DEVICES when it lists numbers."""
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is None:
             return self.index
@@ -75,7 +68,7 @@ class GpuId:
 
 
 def torch_gpu(index: int) -> GpuId:
-    """The identity of torch's CUDA device `index` (its UUID and PCI address, where this torch has them)."""
+    """Its UUID and PCI address, where this torch has them."""
     import torch
 
     props = torch.cuda.get_device_properties(index)
@@ -88,7 +81,7 @@ def torch_gpu(index: int) -> GpuId:
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """A compute process NVML or nvidia-smi listed on the GPU (its pid as *they* see it: maybe another namespace's)."""
+    """A listed compute process; its pid as the reader sees it (maybe another namespace's)."""
 
     pid: int | None
     name: str | None = None
@@ -104,16 +97,12 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuState:
-    """One GPU's state as read (the reader's fields) and judged (attnbench.gpu.judge fills the rest).
+    """One GPU's state as read, and judged by gpu.judge; `processes` (this one included) is not stored."""
 
-    `processes` is every compute process the reader listed, this one included; it is not stored. The judged
-    fields say who of them are others, whether heat or power slowed the GPU and whether its clocks are locked.
-    """
-
-    index: int  # torch's device index
+    index: int  # torch's
     source: str | None = None  # "nvml" or "nvidia-smi"
     driver: str | None = None  # NVML only
-    nvml_index: int | None = None  # the index `nvidia-smi -i` takes
+    nvml_index: int | None = None  # what `nvidia-smi -i` takes
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
@@ -131,21 +120,21 @@ class GpuState:
     mig: bool | None = None
     compute_mode: str | None = None
     clock_event_reasons: tuple[str, ...] | None = None
-    matched_by: str | None = None  # "uuid", "pci_bus_id" or "index", and " (a MIG device)"
-    unavailable: dict[str, str] | None = None  # key -> the reader's words for why it has no value
-    processes: tuple[GpuProcess, ...] | None = None  # as listed, not stored
-    # judged (attnbench.gpu.judge.judged)
+    matched_by: str | None = None
+    unavailable: dict[str, str] | None = None  # key -> why no value
+    processes: tuple[GpuProcess, ...] | None = None
+    # judged
     other_processes: tuple[GpuProcess, ...] | None = None
-    pid_namespace_differs: bool = False  # the listed pids are another namespace's: others counted, not named
+    pid_namespace_differs: bool = False  # others counted, not named
     other_process_count: int | None = None
     throttle_reasons: tuple[str, ...] = ()
     throttled: bool | None = None
     clocks_locked: bool | None = None
     clocks_lock_evidence: str | None = None
-    error: str | None = None  # nothing could be read, and why
+    error: str | None = None  # why nothing could be read
 
     def to_dict(self) -> dict[str, Any]:
-        """env.json's "gpu_state" entry: the keys attnbench has always written, in its order."""
+        """The keys attnbench has always written, in its order."""
         head: dict[str, Any] = {"index": self.index}
         if self.source is not None:
             head["source"] = self.source
@@ -167,7 +156,7 @@ class GpuState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuState:
-        """A stored "gpu_state" entry (keys it lacks stay None; keys this version does not know are ignored)."""
+        """Missing keys stay None; unknown ones are ignored."""
         known = {f.name for f in fields(cls)} - {"processes", "other_processes", "clock_event_reasons",
                                                    "throttle_reasons", "unavailable"}
         values: dict[str, Any] = {key: data[key] for key in known if key in data}
@@ -181,7 +170,7 @@ class GpuState:
         return cls(**values)
 
 
-# The reader's fields from nvml_index to compute_mode, in the order env.json has always held them.
+# The reader's fields in env.json's order.
 READ_KEYS = ("nvml_index", "name", "uuid", "pci_bus_id", "sm_clock_mhz", "sm_clock_app_mhz", "sm_clock_max_mhz",
              "memory_clock_mhz", "memory_clock_app_mhz", "memory_clock_max_mhz", "power_limit_w", "power_draw_w",
              "temperature_c", "persistence_mode", "ecc", "mig", "compute_mode")

@@ -1,11 +1,6 @@
-"""A suite's `mix:` block: serving traffic (attnbench.sweep.traffic) as weighted cases on the existing paths.
-
-Each batch of the traffic becomes at most two cases, as a server splits it: its decodes (one query each) one paged
-ragged decode (`kv_lengths` explicit, `page_size`), its other requests (prefills, extends, empty sequences) one row of
-packed documents, each request a `[queries, keys]` document (the varlen path: `cu_seqlens_q` / `cu_seqlens_k`). A part
-no query of which sees a key is left out: it has nothing to time. Each case carries the batch's weight, so
-`recommend --mix` (attnbench.report.mix) can weigh the measured times as the traffic does.
-"""
+"""A suite's `mix:` block: serving traffic as weighted cases (docs/traffic.md). Each batch becomes at most two
+cases, as a server splits it: its decodes a paged ragged decode, its other requests one row of packed `[queries,
+keys]` documents (varlen); a part where no query sees a key is left out."""
 
 from __future__ import annotations
 
@@ -31,15 +26,14 @@ class _Strict(BaseModel):
 
 
 class Source(_Strict):
-    """One source of batches: `generate` (a length distribution), `vllm` (batch specs) or `flashinfer` (a workload
-    file, its path relative to the suite); `weight` multiplies the weight of every batch it gives."""
+    """`generate`, `vllm` or `flashinfer` (a path relative to the suite); `weight` multiplies its batches'."""
 
     generate: Literal[traffic.PATTERNS] | None = None  # type: ignore[valid-type]
     batch: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     seq_len: int | None = Field(default=None, ge=1, le=MAX_SEQ)
     decode_fraction: float = Field(default=0.0, ge=0, le=1)
     zero_fraction: float = Field(default=0.0, ge=0, le=1)
-    seeds: int = Field(default=1, ge=1, le=1000)  # batches drawn: one per seed 0..seeds-1
+    seeds: int = Field(default=1, ge=1, le=1000)  # one batch per seed 0..seeds-1
     vllm: str | list[str] | None = None
     flashinfer: str | None = None
     weight: float = Field(default=1.0, gt=0, le=1e12)
@@ -62,18 +56,18 @@ class Source(_Strict):
 
 
 class _Geometry(_Strict):
-    """One model's attention layer, as one GPU computes it: the shape every batch of the traffic runs at."""
+    """One model's attention layer as one GPU computes it."""
 
     heads: int = Field(ge=1, le=MAX_HEADS)
     kv_heads: int = Field(ge=1, le=MAX_HEADS)
     head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
     dtype: MixDtype = "bfloat16"
     causal: bool = True
-    page_size: int | None = Field(default=16, ge=1, le=MAX_SEQ)  # decode's paged cache; null: contiguous
+    page_size: int | None = Field(default=16, ge=1, le=MAX_SEQ)  # null: contiguous
 
 
 class MixCpu(_Strict):
-    """`mix.cpu`: the fields it sets replace the mix's when the run is on a CPU (smaller heads and traffic)."""
+    """`mix.cpu`: what it sets replaces the mix's on a CPU."""
 
     heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
     kv_heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
@@ -84,8 +78,6 @@ class MixCpu(_Strict):
 
 
 class Mix(_Geometry):
-    """The `mix:` block: the geometry, the sources of the traffic, and what a CPU replaces."""
-
     sources: list[Source] = Field(min_length=1)
     cpu: MixCpu | None = None
 
@@ -96,7 +88,6 @@ class Mix(_Geometry):
         return self
 
     def on(self, device: str) -> Mix:
-        """The mix in force on `device`: on a CPU, what `cpu:` sets replaces the rest."""
         if device != "cpu" or self.cpu is None:
             return self
         return Mix.model_validate({**self.model_dump(exclude={"cpu"}), **self.cpu.model_dump(exclude_unset=True)})
@@ -104,42 +95,41 @@ class Mix(_Geometry):
 
 @dataclass(frozen=True)
 class Part:
-    """A case of the traffic: one batch's prefill or decode part, with the batch's weight and where it came from."""
+    """One batch's prefill or decode part, with the batch's weight and source."""
 
     case: Case
     phase: str  # prefill or decode
     weight: float
-    requests: int  # of this part (an empty sequence counts: the server holds it)
-    tokens: int  # query tokens of this part
+    requests: int  # an empty sequence counts: the server holds it
+    tokens: int  # query tokens
     source: str
 
 
 @dataclass(frozen=True)
 class Traffic:
-    """A mix as cases: every batch (with its weight), and every part that has something to time."""
+    """Every batch (weighted), and every part with something to time."""
 
     batches: tuple[Batch, ...]
     parts: tuple[Part, ...]
 
     @property
     def requests(self) -> float:
-        """Requests the traffic holds, weighted: the denominator of a time per request."""
+        """Weighted: the denominator of a time per request."""
         return sum(b.weight * len(b.requests) for b in self.batches)
 
     @property
     def tokens(self) -> float:
-        """Query tokens the traffic holds, weighted: the denominator of a time per token."""
+        """Weighted: the denominator of a time per token."""
         return sum(b.weight * b.tokens for b in self.batches)
 
     @property
     def cases(self) -> list[Case]:
-        """The distinct cases to run, in the order their parts come."""
+        """Distinct, in their parts' order."""
         return list(dict.fromkeys(p.case for p in self.parts))
 
 
 def batches_of(mix: Mix, source: Source, folder: Path) -> list[Batch]:
-    """One source's batches, each weighted by the source's weight; a flashinfer file's definition must agree with
-    the geometry of `mix` (the mix as written: a CPU's `cpu:` shrinks it on purpose)."""
+    """Weighted; a flashinfer definition must match `mix` as written (a CPU's `cpu:` shrinks it on purpose)."""
     if source.generate is not None:
         assert source.batch is not None and source.seq_len is not None
         found = [Batch(traffic.generate(source.generate, source.batch, source.seq_len, source.decode_fraction,
@@ -156,10 +146,9 @@ def batches_of(mix: Mix, source: Source, folder: Path) -> list[Batch]:
 
 
 def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> None:
-    """A flashinfer-bench definition's geometry against the mix's: one traffic, one attention layer."""
     theirs = {"heads": definition.heads, "kv_heads": definition.kv_heads, "head_dim": definition.head_dim,
               "dtype": definition.dtype}
-    if not definition.decode:  # one query over its whole cache: causal or not, it sees every key
+    if not definition.decode:  # a decode query sees every key either way
         theirs["causal"] = definition.causal
     for name, value in theirs.items():
         if getattr(mix, name) != value:
@@ -168,8 +157,7 @@ def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> No
 
 
 def check_size(batch: Batch, where: str) -> None:
-    """A batch within the bounds of one case: its decodes one batch of at most MAX_BATCH requests, its other
-    requests' queries and keys each at most MAX_SEQ tokens in their one row."""
+    """At most MAX_BATCH decodes, and MAX_SEQ tokens in the other requests' one row."""
     decodes = sum(1 for q, _ in batch.requests if q == 1)
     queries = sum(q for q, _ in batch.requests if q != 1)
     keys = sum(k for q, k in batch.requests if q != 1)
@@ -180,7 +168,7 @@ def check_size(batch: Batch, where: str) -> None:
 
 
 def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
-    """The mix on `device` as batches and parts (cases with weights); `folder` is where relative paths start."""
+    """`folder`: where relative paths start."""
     here = mix.on(device)
     batches = [b for source in here.sources for b in batches_of(mix, source, folder)]
     for batch in batches:
@@ -199,7 +187,6 @@ def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
 
 
 def _case(mix: Mix, device: str, phase: str, requests: list[Request]) -> Case:
-    """The case of one part: decodes as a paged ragged decode batch, the rest as one row of packed documents."""
     shape = dict(device=device, dtype=mix.dtype, heads=mix.heads, kv_heads=mix.kv_heads, head_dim=mix.head_dim,
                  causal=mix.causal, window=None, mode="fwd")
     if phase == "decode":

@@ -1,5 +1,4 @@
-"""The suite file's schema: strict pydantic models of the YAML as written (extra keys forbidden, values bounded).
-attnbench.sweep.suite reads a file through them and expands it into Cases."""
+"""The suite file's strict schema (docs/suites.md); attnbench.sweep.suite expands it into Cases."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ KvHeads = Literal["heads"] | int
 
 
 def _as_list(value: Any) -> Any:
-    """Let a single value stand for a one-element axis (`causal: true` means `[true]`)."""
+    """A single value stands for a one-element axis."""
     return value if isinstance(value, list) else [value]
 
 
@@ -35,9 +34,8 @@ class _Strict(BaseModel):
 
 
 class Quant(_Strict):
-    """How attnbench quantizes a quantized case's inputs (attnbench.core.quant): one descale factor per tensor, per (batch
-    row, KV head), or per block of `block` tokens of each (batch row, head); each from its granule's amax (the amax
-    maps to the format's largest value), or one fixed descale factor `scale` for every tensor."""
+    """Descale factors per tensor, per (batch row, KV head) or per block, from each granule's amax or one fixed
+    `scale` (core.quant)."""
 
     granularity: Literal["tensor", "head", "block"] = "tensor"
     block: int | None = None
@@ -54,7 +52,7 @@ class Quant(_Strict):
         if isinstance(value, bool) or value == "amax":
             return value
         if isinstance(value, (int, float)):
-            if not 0 < value < float("inf"):  # NaN fails both comparisons
+            if not 0 < value < float("inf"):  # NaN fails too
                 raise ValueError(f"{value!r} is out of range; allowed: a positive finite descale factor, or amax")
             return float(value)
         return value
@@ -68,18 +66,14 @@ class Quant(_Strict):
 
 
 class _AxesRules(_Strict):
-    """The sweep axes; every list is crossed with every other. The shape's axes are written here; the rest (the
-    mask kinds and workload axes) come from attnbench.core.axes.TABLE, with their bounds (`_bounds`); the checks
-    below are those of the axes whose values are more than a number."""
+    """The sweep axes, every list crossed with every other; beyond the shape they come from core.axes.TABLE."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _one_value_lists(cls, value: Any, info: Any) -> Any:
-        """A single value stands for a one-element axis (`causal: true` means `[true]`); a bare `window: null` of
-        an axis whose values may be null is the one-value axis [null] (in a cpu: block too, where it once reached
-        the validators as None and crashed with a traceback)."""
+        """`causal: true` means `[true]`; a bare null of a nullable axis is [null], in a cpu: block too."""
         if info.field_name not in AXIS_NAMES:
-            return value  # a block's `cpu:`, the top-level block's `timing:`
+            return value  # a block's `cpu:`, `timing:`
         if info.field_name in NULLABLE:
             return [None] if value is None else _as_list(value)
         return value if value is None else _as_list(value)
@@ -87,7 +81,6 @@ class _AxesRules(_Strict):
     @field_validator("*")
     @classmethod
     def _bounds(cls, value: Any, info: Any) -> Any:
-        """The table's bounds of every value of a numeric axis (null aside)."""
         axis = BY_NAME.get(info.field_name)
         if axis is None or value is None:
             return value
@@ -117,7 +110,7 @@ class _AxesRules(_Strict):
     @field_validator("kv_lengths", mode="before", check_fields=False)
     @classmethod
     def _explicit_inside(cls, value: Any) -> Any:
-        """`kv_lengths: [4, 16, 24]` is three values of the axis, none of them allowed: say where the list goes."""
+        """A flat list of ints means explicit lengths written one level too high: say where it goes."""
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
                              f"random, or [[one length per request]]")
@@ -136,7 +129,7 @@ class _AxesRules(_Strict):
     @field_validator("batch", check_fields=False)
     @classmethod
     def _batch(cls, value: list[int] | None) -> list[int] | None:
-        return None if value is None else _bounded(value, 1, MAX_BATCH)  # None: a cpu: block that sets no batch
+        return None if value is None else _bounded(value, 1, MAX_BATCH)  # None: a cpu: block without batch
 
     @field_validator("seq_len", "kv_seq_len", check_fields=False)
     @classmethod
@@ -161,13 +154,11 @@ class _AxesRules(_Strict):
 
 
 
-# The shape's axes, then the table's: the mask kinds before `mode` and the workload axes after it (the order a suite's
-# keys are listed in its messages, and the order of the cross).
+# The shape's axes, then the mask kinds, `mode`, the workload axes: the order of messages and of the cross.
 SHAPE_AXES: dict[str, tuple[Any, Any]] = {
     "batch": (int, [1]), "seq_len": (int, ...), "kv_seq_len": (int, None), "heads": (int, ...),
     "kv_heads": (KvHeads, ["heads"]), "head_dim": (int, ...), "dtype": (Dtype, ["float32"]),
 }
-# The schema's own type for an axis whose values are a model of their own.
 OWN_TYPES: dict[str, Any] = {"quant": Quant | None}
 
 
@@ -201,7 +192,7 @@ Axes.__doc__ = _AxesRules.__doc__
 
 
 class _CpuRules(Axes):  # type: ignore[misc, valid-type]
-    """The `cpu:` block: the same axes, each optional, replacing the sweep's when the run is on a CPU."""
+    """The `cpu:` block: the same axes, optional, replacing the sweep's on a CPU."""
 
     @field_validator("batch", "heads", "head_dim")
     @classmethod
@@ -216,67 +207,41 @@ CpuAxes.__doc__ = _CpuRules.__doc__
 
 
 class Block(Axes):  # type: ignore[misc, valid-type]
-    """A sweep block (`sweep`, or an item of `also`): its axes, and optionally its own `cpu:` overrides, applied on
-    a CPU after the suite's top-level `cpu:` block (a decode block and a prefill block need different CPU sizes)."""
+    """`sweep` or an item of `also`, with optional `cpu:` overrides applied after the top-level ones."""
 
     cpu: CpuAxes | None = None
 
 
 class Timing(_Strict):
-    """How long to warm up and to measure each call, in milliseconds of the call's own time, and how precisely.
-
-    Sampling stops as soon as the median's 95% interval is within ±precision of it (0.01 = 1%; unset: the device's
-    own), or when
-    budget_ms of samples or max_samples is reached; warm-up stops once the call time is steady, or at warmup_ms.
-    """
+    """Warm-up and measuring budgets in ms of the call's own time, and the precision (docs/suites.md)."""
 
     warmup_ms: float = Field(default=50.0, ge=0, le=600_000)
     budget_ms: float = Field(default=300.0, gt=0, le=3_600_000)
     min_samples: int = Field(default=5, ge=1, le=100_000)
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
-    # Unset: the device's own (attnbench.core.policy).
-    precision: float | None = Field(default=None, gt=0, le=1)
-    # Wall-clock limit per measurement (the run's --timeout overrides it); needs a worker process.
-    timeout_s: float | None = Field(default=None, gt=0, le=86_400)
-    # The loop before the samples: at least this long, back to back, for the call's energy and, on CUDA, until the
-    # GPU's clock has settled at its sustained state (attnbench.run.sustain); 0 turns it off. Unset: 1000 on CUDA, off on a
-    # CPU (where it runs, if asked, only when RAPL's energy counter can be read: it needs at least 1000 ms).
-    energy_ms: float | None = Field(default=None, ge=0, le=60_000)
-    # Rounds the samples are taken in: the first with the checked call, each later one re-timing every measurement in
-    # shuffled order with its share of budget_ms (attnbench.run.rounds). Unset: the device's own (attnbench.core.policy).
-    rounds: int | None = Field(default=None, ge=1, le=100)
-    # After the rounds, re-time the measurements whose interval is still wider than ±precision, spending at most this
-    # share of the whole run's sampling budget (budget_ms × measurements). Unset: the device's own (attnbench.core.policy).
-    refine: float | None = Field(default=None, ge=0, le=100)
+    precision: float | None = Field(default=None, gt=0, le=1)  # unset: the device's own (core.policy)
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400)  # --timeout overrides it
+    energy_ms: float | None = Field(default=None, ge=0, le=60_000)  # run.sustain; unset: 1000 on CUDA, off on CPU
+    rounds: int | None = Field(default=None, ge=1, le=100)  # run.rounds; unset: the device's own
+    refine: float | None = Field(default=None, ge=0, le=100)  # a share of budget_ms × measurements; unset: policy
 
 
 class CpuBlock(CpuAxes):
-    """The top-level `cpu:` block: axes replacing the sweep's, and `timing:` fields replacing the suite's, when the
-    run is on a CPU (where a call takes seconds that takes milliseconds on a GPU: `min_samples: 1` there keeps a
-    4 s call from being made four times)."""
+    """The top-level `cpu:` block: axes and `timing:` fields replacing the suite's on a CPU."""
 
     timing: Timing | None = None
 
 
 class SuiteModel(_Strict):
-    """A suite file as written."""
-
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     device: Literal["auto", "cuda", "cpu"] = "auto"
     backends: list[str] | None = Field(default=None, min_length=1)
     timing: Timing = Timing()
-    # Ask every backend for its deterministic kernels (attnbench.verify.determinism): PyTorch's deterministic mode, the
-    # libraries' own switches; a backend that cannot honour it is skipped by name. `run --deterministic` sets it too.
-    deterministic: bool = False
+    deterministic: bool = False  # verify.determinism
     sweep: Block | None = None  # required unless the suite is a `mix`
-    # Further sweeps, each crossed on its own and run after `sweep`: axes that cannot meet in one cross (documents and
-    # ragged cache lengths exclude each other, random cache lengths need more keys than queries, explicit lengths
-    # add up to their own block's lengths) go in separate blocks.
-    also: list[Block] | None = Field(default=None, min_length=1)
+    also: list[Block] | None = Field(default=None, min_length=1)  # for axes that cannot meet in one cross
     cpu: CpuBlock | None = None
-    # Serving traffic as weighted cases (attnbench.sweep.mix): batches from a generator, vLLM batch specs or a
-    # flashinfer-bench workload file, each split into its prefill and decode parts on the existing paths.
-    mix: Mix | None = None
+    mix: Mix | None = None  # sweep.mix
 
     @model_validator(mode="after")
     def _something_to_run(self) -> SuiteModel:

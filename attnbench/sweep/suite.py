@@ -1,4 +1,4 @@
-"""The suite file: a strict YAML schema (pydantic) read at the edge, expanded into frozen Cases."""
+"""A suite file read through the strict schema at the edge and expanded into frozen Cases."""
 
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, S
 
 @dataclass(frozen=True)
 class Suite:
-    """A validated suite and the file it came from."""
-
     model: SuiteModel
     path: Path
     text: str
@@ -32,7 +30,7 @@ class Suite:
 
     @property
     def description(self) -> str:
-        """The first sentence of the file's opening comment, however many lines it spans (`attnbench suites`)."""
+        """The opening comment's first sentence (`attnbench suites`)."""
         lines = []
         for line in self.text.splitlines():
             if not line.startswith("#"):
@@ -44,13 +42,12 @@ class Suite:
         return text[:end]
 
     def _blocks(self) -> list[tuple[str, Block]]:
-        """The sweep blocks with their names for messages: `sweep`, then `also[i]`."""
+        """`sweep`, then `also[i]`, named for messages."""
         first = [] if self.model.sweep is None else [("sweep", self.model.sweep)]
         return [*first, *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
 
     def timing(self, device: str) -> Timing:
-        """The `timing:` in force on `device` (a resolved device): on a CPU, the fields the top-level `cpu:` block's
-        `timing:` sets replace the suite's."""
+        """On a CPU the top-level `cpu:` block's `timing:` fields replace the suite's; unset ones are the policy's."""
         timing = self.model.timing
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
@@ -60,7 +57,7 @@ class Suite:
         return timing.model_copy(update=own) if own else timing
 
     def _in_force(self, block: Block, device: str) -> Axes:
-        """A block's axes on `device`: on a CPU the top-level `cpu:` block replaces values, then the block's own."""
+        """On a CPU the top-level `cpu:` block replaces values, then the block's own."""
         axes = Axes.model_validate(block.model_dump(exclude={"cpu"}))
         if device == "cpu":
             for overrides in (self.model.cpu, block.cpu):
@@ -70,12 +67,10 @@ class Suite:
         return axes
 
     def axes(self, device: str) -> list[tuple[str, Axes]]:
-        """Each sweep block in force on `device`, with its name for messages: on a CPU the top-level `cpu:` block
-        replaces values in every block, then a block's own `cpu:` replaces values in that block."""
         return [(name, self._in_force(block, device)) for name, block in self._blocks()]
 
     def cases(self, device: str) -> list[Case]:
-        """Cross every axis of each block into the cases to run on `device` (a resolved device: "cpu" or "cuda")."""
+        """Every block's cross on a resolved device ("cpu" or "cuda"), then the mix's cases."""
         cases: list[Case] = []
         for name, block in self._blocks():
             key = name
@@ -89,14 +84,12 @@ class Suite:
         return cases
 
     def traffic(self, device: str) -> Traffic:
-        """The suite's `mix:` on `device` as weighted cases (attnbench.sweep.mix); refused when it has none."""
         if self.model.mix is None:
             raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with mix: (e.g. suites/mix.yaml)")
         return expand(self.model.mix, device, self.path.parent, f"{self.path}: mix")
 
     def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
-        """Every combination of the block's axes (dtype first, then the schema's order), each checked and made a Case:
-        the table's simple axes through their own `to_case`, the others by the functions below."""
+        """Every combination (dtype first, then the schema's order), checked and made a Case."""
         names = ["dtype", *(name for name in AXIS_FIELDS if name != "dtype")]
         lists = [getattr(axes, name) or [None] for name in names]
         check_quant_axes(f"{self.path}: {key}", axes)
@@ -122,8 +115,8 @@ class Suite:
                     f"(got head_dim {head_dim}, head_dim_v {combo['head_dim_v']}); allowed: e.g. head_dim 576, "
                     f"head_dim_v 512"
                 )
-            simple = {axis.name: (axis.to_case or _as_is)(combo[axis.name], combo) for axis in axis_table.axes(shape=False)
-                      if not axis.expanded}
+            simple = {axis.name: (axis.to_case or _as_is)(combo[axis.name], combo)
+                      for axis in axis_table.axes(shape=False) if not axis.expanded}
             case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo["causal"], combo["window"], mode,
                         **docs, **lengths, **simple,
                         **quant_fields(where, dtype, combo["kv_dtype"], combo["quant"], mode, seq, kv_seq))
@@ -137,8 +130,7 @@ def _as_is(value: Any, combo: dict[str, Any]) -> Any:
 
 
 def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
-    """One GPU's (heads, kv_heads) under tensor parallelism over `tp` GPUs: heads/tp query heads and
-    max(1, kv_heads/tp) KV heads (KV heads replicated when tp > kv_heads)."""
+    """One GPU's share: heads/tp query heads and max(1, kv_heads/tp) KV heads (replicated when tp > kv_heads)."""
     if tp == 1:
         return heads, kv_heads
     if heads % tp:
@@ -150,12 +142,12 @@ def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
 
 
 def refuse_nothing_visible(where: str, case: Case) -> None:
-    """A query that sees no key outputs zeros (docs/conventions.md), as the libraries run it; a case where no query sees any key
-    has nothing to measure and is refused. Only explicit lengths or fewer keys than queries can leave one empty."""
+    """A case where no query sees any key has nothing to measure."""
     explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
     if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:
         return
-    axis = "kv_lengths" if case.kv_lengths == "explicit" else "documents" if case.documents is not None else "kv_seq_len"
+    axis = ("kv_lengths" if case.kv_lengths == "explicit"
+            else "documents" if case.documents is not None else "kv_seq_len")
     lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
     raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
                      f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
@@ -164,10 +156,8 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
 
 def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
                  kv_seq: int) -> dict[str, Any]:
-    """Case's quantization fields for one combination, refusing what cannot be quantized (attnbench.core.quant).
-
-    Crossed with an unquantized dtype, `quant` has nothing to quantize and is left out (that combination is the
-    plain case, once); with an FP8 dtype, a `kv_dtype` of the same format adds nothing (K/V are FP8 already)."""
+    """Case's quantization fields. Beside an unquantized dtype `quant` is left out; an FP8 dtype's own kv_dtype
+    adds nothing."""
     if kv_dtype is not None and dtype in FP8_DTYPES:
         if kv_dtype != dtype:
             raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to {dtype} "
@@ -193,7 +183,7 @@ def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | No
 
 
 def check_quant_axes(where: str, axes: Axes) -> None:
-    """`quant` in a block with nothing to quantize (no FP8 dtype, no kv_dtype) is a mistake, said in one line."""
+    """`quant` with nothing to quantize is a mistake."""
     if any(q is not None for q in axes.quant) and not any(d in FP8_DTYPES for d in axes.dtype) \
             and not any(axes.kv_dtype):
         raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} with no "
@@ -201,12 +191,8 @@ def check_quant_axes(where: str, axes: Axes) -> None:
 
 
 def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
-    """Case's document fields for one combination, refusing what cannot be packed.
-
-    A count splits seq_len into documents (equal or random) and any cached prefix (kv_seq_len - seq_len) into equal
-    shares, one per document, added to its keys. An explicit list gives each document's length, or its
-    [queries, keys] pair; the queries must sum to seq_len and the keys to kv_seq_len.
-    """
+    """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives lengths
+    or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
     if documents is None:
         return {}
     if isinstance(documents, list):
@@ -233,9 +219,7 @@ def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int
 
 def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: int,
                      documents: Documents) -> dict[str, Any]:
-    """Case's cache-length fields: none for equal, seeded for random (in seq_len..kv_seq_len), or one explicit
-    length per request (0..kv_seq_len: a request's queries are the last of its keys, so those before its first
-    key see none)."""
+    """None for equal, seeded for random, or one explicit length per request (0..kv_seq_len)."""
     if kv_lengths == "equal":
         return {}
     if documents is not None:
@@ -262,14 +246,13 @@ STARTER = Path(__file__).parent.parent / "templates" / "starter.yaml"
 
 
 def packaged_suites() -> dict[str, Path]:
-    """The suites shipped inside the package, by name (the path under suites/ without .yaml: `long`,
-    `models/llama-3.1-8b`): `attnbench run long` needs no checkout."""
+    """By name, the path under suites/ without .yaml (`long`, `models/llama-3.1-8b`)."""
     folder = Path(__file__).parent.parent / "suites"
     return {p.relative_to(folder).with_suffix("").as_posix(): p for p in sorted(folder.rglob("*.yaml"))}
 
 
 def resolve_suite(path: Path | str) -> Path:
-    """A suite argument as a file: an existing path, else the name of a packaged suite."""
+    """An existing path, else a packaged suite's name."""
     path = Path(path)
     if path.exists():
         return path
@@ -277,9 +260,7 @@ def resolve_suite(path: Path | str) -> Path:
 
 
 def load_suite(path: Path | str, expand: bool = True) -> Suite:
-    """Read and validate a suite file (or packaged suite name); any problem raises SuiteError with one line.
-    `expand=False` checks the schema only, for a caller that reads the suite's fields, never its cases (doctor
-    reads the default suite's `backends`; expanding long.yaml's 1164 cases costs it most of a second)."""
+    """Any problem raises SuiteError in one line; `expand=False` checks the schema only (faster, for doctor)."""
     path = resolve_suite(path)
     if not path.exists():
         names = list(packaged_suites())
@@ -308,16 +289,15 @@ def load_suite(path: Path | str, expand: bool = True) -> Suite:
         raise SuiteError(f"{path}: {describe_validation_error(exc)}") from None
     suite = Suite(model=model, path=path, text=text)
     for device in ("cpu", "cuda") if expand else ():
-        suite.cases(device)  # combination errors surface now, before anything runs
+        suite.cases(device)  # combination errors surface before anything runs
     return suite
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """Every schema error as `field.path: problem; allowed: ...`, with a did-you-mean for near misses: the first
-    in full (a misspelt key explains most), the rest after it on the same line."""
+    """`field.path: problem; allowed: ...` with a did-you-mean: the first in full, the rest on the same line."""
     errors, seen = [], set()
     for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
-        if _field_path(error["loc"]) not in seen:  # a union's branches each report the same field: say it once
+        if _field_path(error["loc"]) not in seen:  # a union's branches report one field each
             seen.add(_field_path(error["loc"]))
             errors.append(error)
     first, rest = _describe_one(errors[0]), [_describe_one(e, allowed_list=False) for e in errors[1:]]
@@ -325,7 +305,6 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def _describe_one(error: Any, allowed_list: bool = True) -> str:
-    """One pydantic error as `field.path: problem` (with `; allowed: ...` when `allowed_list`)."""
     loc = _field_path(error["loc"])
     kind = error["type"]
     value = error.get("input")
@@ -353,7 +332,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         elif part in ("int", "bool", "str", "none", "literal['heads']", "float") or str(part).startswith("literal["):
-            continue  # pydantic's union-branch tags, not fields
+            continue  # union-branch tags
         else:
             path += ("." if path else "") + str(part)
     return path or "(top level)"
@@ -363,13 +342,12 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] = SuiteModel
     for part in loc:
         if isinstance(part, int):
-            continue  # an item of a list of blocks (`also`)
+            continue  # an item of `also`
         model = _model_in(model.model_fields[str(part)].annotation)
     return list(model.model_fields)
 
 
 def _model_in(annotation: Any) -> type[BaseModel]:
-    """The pydantic model an annotation holds (`Axes`, `CpuAxes | None`, `list[Axes] | None`)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()):

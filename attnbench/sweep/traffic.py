@@ -1,19 +1,6 @@
-"""Serving traffic in: batches of requests, each request a (queries, keys) pair, each batch with a weight.
-
-Three sources, each read as its own project writes it (docs/traffic.md cites the files read):
-
-- flashinfer-bench's workload files (flashinfer_bench/data/workload.py, trace.py; flashinfer_trace/workloads/): one
-  JSON object per line, `{"definition", "workload": {"uuid", "axes", "inputs"}, "solution", "evaluation"}`, the
-  `qo_indptr` / `kv_indptr` (and `kv_last_page_len` for pages of more than one token) in a safetensors blob whose
-  path is relative to the dataset's root; the geometry in the definition (definitions/{op_type}/{name}.json);
-- vLLM's batch-spec strings (benchmarks/attention_benchmarks/batch_spec.py): `(<count>?)q<q_len>(k?)(s<seq_len>(k?))?`
-  segments joined by `_`, `k` multiplying by 1024, seq_len defaulting to q_len;
-- FlashAttention's length distributions (benchmarks/benchmark_varlen_sched.py `_make_seqlens` and
-  `_override_random_subset`): constant, uniform, wide, longtail, bimodal, skew, skew_shuffled, then a share of the
-  requests made decodes (1 query, keys kept) and a share made empty (0 queries, 0 keys).
-
-Everything here is pure data; anything that cannot be read is a SuiteError of one line.
-"""
+"""Serving traffic in: batches of (queries, keys) requests, each batch weighted. Three sources, each read as its
+project writes it (docs/traffic.md cites the files): flashinfer-bench workload files, vLLM batch-spec strings, and
+FlashAttention's length distributions. Pure data; anything unreadable is a one-line SuiteError."""
 
 from __future__ import annotations
 
@@ -27,12 +14,12 @@ from typing import Any
 from attnbench.core.axes import MAX_BATCH, MAX_SEQ
 from attnbench.core.errors import SuiteError
 
-Request = tuple[int, int]  # (queries, keys): a request's new tokens and its whole sequence (cache included)
+Request = tuple[int, int]  # (new tokens, whole sequence with cache)
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch the server runs: its requests, how often the traffic holds it, and where it came from."""
+    """Its requests, how often the traffic holds it, and where it came from."""
 
     requests: tuple[Request, ...]
     weight: float
@@ -40,13 +27,12 @@ class Batch:
 
     @property
     def tokens(self) -> int:
-        """The batch's query tokens (what a server counts as processed)."""
+        """Query tokens: what a server counts as processed."""
         return sum(q for q, _ in self.requests)
 
 
 def merged(batches: list[Batch]) -> list[Batch]:
-    """Identical batches (the same requests in the same order) as one, their weights added: how often the traffic
-    holds each, in first-seen order."""
+    """Identical batches as one, weights added, in first-seen order."""
     held: dict[tuple[Request, ...], Batch] = {}
     for batch in batches:
         seen = held.get(batch.requests)
@@ -54,12 +40,11 @@ def merged(batches: list[Batch]) -> list[Batch]:
     return list(held.values())
 
 
-# ---- vLLM ---------------------------------------------------------------------------------------------------------
 VLLM_SEGMENT = re.compile(r"^(\d+)?q(\d+)(k?)(?:s(\d+)(k?))?$")
 
 
 def parse_vllm(spec: str) -> tuple[Request, ...]:
-    """vLLM's batch spec as its requests: "2q2k_32q1s1k" is two 2048-token prefills and 32 decodes over 1024 keys."""
+    """E.g. "2q2k_32q1s1k": two 2048-token prefills and 32 decodes over 1024 keys (`k` is ×1024)."""
     requests: list[Request] = []
     for segment in spec.split("_"):
         match = VLLM_SEGMENT.match(segment)
@@ -79,55 +64,75 @@ def parse_vllm(spec: str) -> tuple[Request, ...]:
     return tuple(requests)
 
 
-# ---- FlashAttention's length distributions --------------------------------------------------------------------------
 PATTERNS = ("constant", "uniform", "wide", "longtail", "bimodal", "skew", "skew_shuffled")
-STREAM_LENGTHS, STREAM_DECODE, STREAM_ZERO = 1, 2, 3  # separate draws, as FA seeds its decode and zero picks apart
+STREAM_LENGTHS, STREAM_DECODE, STREAM_ZERO = 1, 2, 3  # separate draws, as FA seeds them
 
 
 def generate(pattern: str, batch: int, seq_len: int, decode_fraction: float = 0.0, zero_fraction: float = 0.0,
              seed: int = 0) -> tuple[Request, ...]:
-    """One batch of `batch` requests with lengths drawn as FlashAttention's benchmark_varlen_sched.py draws them (from
-    numpy's generator, seeded, not torch's: the same rules, other draws); a prefill's keys are its queries."""
+    """Lengths drawn by benchmark_varlen_sched.py's rules from numpy's seeded generator (other draws than torch's);
+    then decode_fraction made decodes and zero_fraction empty. A prefill's keys are its queries."""
     import numpy as np
 
-    rng = np.random.default_rng([seed, STREAM_LENGTHS])
-    if pattern == "constant":
-        lens = [seq_len] * batch
-    elif pattern == "uniform":
-        lens = rng.integers(max(1, seq_len // 2), seq_len + 1, size=batch).tolist()
-    elif pattern == "wide":
-        lens = rng.integers(1, seq_len + 1, size=batch).tolist()
-    elif pattern == "longtail":  # most requests 1/16..1/8 of seq_len, one in eight the whole of it
-        lens = rng.integers(max(1, seq_len // 16), max(2, seq_len // 8), size=batch).tolist()
-        for i in rng.permutation(batch)[:max(1, batch // 8)].tolist():
-            lens[i] = seq_len
-    elif pattern == "bimodal":
-        lens = [seq_len if i % 2 == 0 else max(1, seq_len // 8) for i in range(batch)]
-    elif pattern in ("skew", "skew_shuffled"):
-        lens = [max(1, int(seq_len * i / max(1, batch - 1))) for i in range(batch)]
-        if pattern == "skew_shuffled":
-            lens = [lens[i] for i in rng.permutation(batch).tolist()]
-    else:
+    draw = LENGTHS.get(pattern)
+    if draw is None:
         raise SuiteError(f"generate: {pattern!r} is not a length distribution; allowed: {', '.join(PATTERNS)}")
+    lens = draw(np.random.default_rng([seed, STREAM_LENGTHS]), batch, seq_len)
     queries, keys = [int(n) for n in lens], [int(n) for n in lens]
     for i in _picked(batch, decode_fraction, [seed, STREAM_DECODE]):
-        queries[i] = 1  # a decode: one new token over the request's whole sequence
+        queries[i] = 1
     for i in _picked(batch, zero_fraction, [seed, STREAM_ZERO]):
         queries[i] = keys[i] = 0
     return tuple(zip(queries, keys, strict=False))
 
 
+def _constant(rng: Any, batch: int, seq_len: int) -> list[int]:
+    return [seq_len] * batch
+
+
+def _uniform(rng: Any, batch: int, seq_len: int) -> list[int]:
+    return rng.integers(max(1, seq_len // 2), seq_len + 1, size=batch).tolist()
+
+
+def _wide(rng: Any, batch: int, seq_len: int) -> list[int]:
+    return rng.integers(1, seq_len + 1, size=batch).tolist()
+
+
+def _longtail(rng: Any, batch: int, seq_len: int) -> list[int]:
+    """Most 1/16..1/8 of seq_len, one in eight all of it."""
+    lens = rng.integers(max(1, seq_len // 16), max(2, seq_len // 8), size=batch).tolist()
+    for i in rng.permutation(batch)[:max(1, batch // 8)].tolist():
+        lens[i] = seq_len
+    return lens
+
+
+def _bimodal(rng: Any, batch: int, seq_len: int) -> list[int]:
+    return [seq_len if i % 2 == 0 else max(1, seq_len // 8) for i in range(batch)]
+
+
+def _skew(rng: Any, batch: int, seq_len: int) -> list[int]:
+    return [max(1, int(seq_len * i / max(1, batch - 1))) for i in range(batch)]
+
+
+def _skew_shuffled(rng: Any, batch: int, seq_len: int) -> list[int]:
+    lens = _skew(rng, batch, seq_len)
+    return [lens[i] for i in rng.permutation(batch).tolist()]
+
+
+LENGTHS = {"constant": _constant, "uniform": _uniform, "wide": _wide, "longtail": _longtail, "bimodal": _bimodal,
+           "skew": _skew, "skew_shuffled": _skew_shuffled}
+assert tuple(LENGTHS) == PATTERNS
+
+
 def _picked(batch: int, fraction: float, seed: list[int]) -> list[int]:
-    """round(fraction × batch) requests picked at random (FlashAttention's _override_random_subset)."""
+    """FlashAttention's _override_random_subset."""
     import numpy as np
 
     count = int(round(fraction * batch))
     return np.random.default_rng(seed).permutation(batch)[:count].tolist() if count > 0 else []
 
 
-# ---- flashinfer-bench --------------------------------------------------------------------------------------------
-# The definitions attnbench reads (flashinfer_trace/definitions/gqa_ragged, gqa_paged): their name's prefix, whether
-# their requests are decodes (one query each, no qo_indptr), and whether their keys are in pages.
+# Definitions read (flashinfer_trace/definitions/gqa_*): name prefix -> (decode, paged)
 FLASHINFER_KINDS = {"gqa_ragged_prefill": (False, False), "gqa_paged_prefill": (False, True),
                     "gqa_paged_decode": (True, True)}
 SAFETENSORS_INTS = {"I32": "i", "I64": "q", "U32": "I", "U8": "B", "I16": "h"}
@@ -135,7 +140,7 @@ SAFETENSORS_INTS = {"I32": "i", "I64": "q", "U32": "I", "U8": "B", "I16": "h"}
 
 @dataclass(frozen=True)
 class Definition:
-    """What a flashinfer-bench definition fixes: the geometry one workload file's batches share."""
+    """The geometry one workload file's batches share."""
 
     name: str
     heads: int
@@ -148,8 +153,7 @@ class Definition:
 
 
 def read_safetensors(path: Path) -> dict[str, list[int]]:
-    """The integer tensors of a safetensors file, flattened: an 8-byte little-endian header size, a JSON header
-    naming each tensor's dtype, shape and byte range, then the bytes (the format's own specification)."""
+    """Integer tensors, flattened, per the format's spec: 8-byte header size, JSON header, bytes."""
     try:
         data = path.read_bytes()
         size = int.from_bytes(data[:8], "little")
@@ -171,7 +175,7 @@ def read_safetensors(path: Path) -> dict[str, list[int]]:
 
 
 def write_safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
-    """Integer vectors as an int32 safetensors file (what flashinfer-bench stores its indptr blobs as)."""
+    """Integer vectors as int32, as flashinfer-bench stores its indptr blobs."""
     header: dict[str, Any] = {}
     body = b""
     for key, values in tensors.items():
@@ -179,18 +183,17 @@ def write_safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
         header[key] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(body), len(body) + len(chunk)]}
         body += chunk
     text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the header is padded to 8 bytes, as the reference writer does
+    text += b" " * (-len(text) % 8)  # padded to 8 bytes, as the reference writer does
     path.write_bytes(len(text).to_bytes(8, "little") + text + body)
 
 
 def flashinfer_root(path: Path) -> Path:
-    """The dataset root of a workload file stored as flashinfer-trace stores it (workloads/{op_type}/{name}.jsonl):
-    blob paths and definitions are relative to it."""
+    """Root of a file under workloads/{op_type}/ (blob paths and definitions are relative to it)."""
     return path.parents[2] if len(path.parents) > 2 and path.parents[1].name == "workloads" else path.parent
 
 
 def read_definition(path: Path, name: str) -> Definition:
-    """The definition `name` of the workload file at `path` (definitions/{op_type}/{name}.json under its root)."""
+    """definitions/{op_type}/{name}.json under the file's root."""
     kind = next((k for k in FLASHINFER_KINDS if name.startswith(k + "_")), None)
     if kind is None:
         raise SuiteError(f"{path}: definition {name!r}: attnbench reads {', '.join(FLASHINFER_KINDS)} workloads")
@@ -208,8 +211,7 @@ def read_definition(path: Path, name: str) -> Definition:
 
 
 def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
-    """A flashinfer-bench workload (or trace) file's batches: one per workload uuid, identical batches merged with
-    their weights counted."""
+    """One batch per workload uuid, identical batches merged."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -226,7 +228,7 @@ def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
             uuid, axes, inputs = str(work["uuid"]), dict(work["axes"]), dict(work["inputs"])
         except (ValueError, KeyError, TypeError) as exc:
             raise SuiteError(f"{where}: not a flashinfer-bench workload ({type(exc).__name__}: {exc})") from None
-        if uuid in seen:  # a trace file holds a workload once per solution evaluated on it: count it once
+        if uuid in seen:  # a trace holds a workload once per solution
             continue
         seen.add(uuid)
         if definition is None:
@@ -243,7 +245,7 @@ def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
 
 def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: dict[str, Any],
               root: Path) -> tuple[Request, ...]:
-    """One workload's requests from its indptr blobs, checked against its own axes."""
+    """From its indptr blobs, checked against its own axes."""
     names = ["kv_indptr"] + ([] if definition.decode else ["qo_indptr"])
     if definition.page_size not in (None, 1):
         names.append("kv_last_page_len")
@@ -275,7 +277,7 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
 
 
 def _lengths(where: str, indptr: list[int], name: str) -> list[int]:
-    """The lengths an indptr (0, then each request's end) holds; refused unless it starts at 0 and never falls."""
+    """Refused unless it starts at 0 and never falls."""
     if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in zip(indptr, indptr[1:], strict=False)):
         raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, then "
                          "non-decreasing ends)")

@@ -1,10 +1,4 @@
-"""Peak memory a call needs above what was allocated before it, measured per device, on a call that runs anyway.
-
-No measurement costs a call of its own: on CUDA the peak is read around the timer's first warm-up call
-(peak statistics reset before it, read after); on a CPU, where only PyTorch's profiler sees the allocator,
-the profiled call is the correctness call when it is the timed call's twin (forward), else the first
-warm-up call. `PeakOnFirstCall` wraps the timed function for that.
-"""
+"""Peak memory a call needs above what was allocated before it (docs/conventions.md "Memory")."""
 
 from __future__ import annotations
 
@@ -19,16 +13,12 @@ from typing import Any
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
-# A runtime with its own allocator (JAX, ONNX Runtime, OpenVINO) and no peak statistic: the process's resident
-# high-water mark, reset just before the call (Linux `clear_refs`), less the resident memory then.
+# a runtime with its own allocator: the RSS high-water mark, reset by Linux `clear_refs`
 RSS_METHOD = "process peak RSS (/proc/self/status VmHWM, reset by clear_refs)"
 
 
 @dataclass
 class PeakCall:
-    """What one call measured for memory left: its result, the peak, the method, and its own time (ms) by the
-    clock it was given (None without one)."""
-
     result: Any
     peak: int
     method: str
@@ -37,15 +27,8 @@ class PeakCall:
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
                         clock: Callable[[], int] | None = None, rss: bool = False) -> PeakCall:
-    """Run `fn` once, returning its result and the peak bytes above the state before the call (PeakCall).
-
-    The young generations' garbage is collected before the call (unless the caller just did: `collect=False`),
-    and nothing during it, so no earlier measurement's tensors are freed inside the call. (The runner collects
-    everything between cases and after a failure; a full collection here, with a sweep's compiled graphs on
-    the heap, took 0.1 s per measurement.) With a `clock` (nanoseconds) the call's own time is read too, the
-    measuring around it left out. `rss`: the call allocates outside PyTorch (Prepared.memory), so the peak is the
-    process's resident memory's (RSS_METHOD).
-    """
+    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
+    inside; `clock` (ns) times the call alone; `rss`: allocates outside PyTorch."""
     call_ms: list[float] = []
 
     def timed() -> Any:
@@ -78,9 +61,7 @@ def _no_collection() -> Iterator[None]:
 
 
 class PeakOnFirstCall:
-    """The timed function, measuring peak memory on its first call (the timer's first warm-up call).
-
-    The caller collects garbage just before timing starts, so the first call only stops collection."""
+    """Measures peak memory on its first call."""
 
     def __init__(self, fn: Callable[[], object], device: str, rss: bool = False) -> None:
         self.fn = fn
@@ -106,7 +87,6 @@ def _status_kb(field: str) -> int:
 
 
 def rss_available() -> bool:
-    """Whether this process can reset and read its resident high-water mark (Linux)."""
     try:
         _status_kb("VmHWM")
         with open("/proc/self/clear_refs", "w") as refs:
@@ -117,9 +97,7 @@ def rss_available() -> bool:
 
 
 def _rss_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """The resident memory's high-water mark during `fn` above the resident memory before it (reset by writing 5 to
-    /proc/self/clear_refs). Pages the call touches that were already resident do not count: this is what the call
-    made the process hold, at page granularity, other threads' allocations included."""
+    """At page granularity, other threads included."""
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")
     before = _status_kb("VmRSS")
@@ -139,13 +117,8 @@ def _cuda_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def _cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """The highest running total of CPU allocations minus frees seen by PyTorch's profiler during `fn`.
-
-    PyTorch keeps no peak statistic for CPU memory, but its profiler records every allocation and
-    free made through its CPU allocator (`profile_memory=True`); summing them in time order gives
-    the live bytes the call added at each moment. The autograd profiler's plain CPU mode does this
-    without starting Kineto (whose first start costs about a second); Kineto is the fallback.
-    """
+    """The running total of the profiler's CPU allocator events (PyTorch keeps no CPU peak); the autograd
+    profiler's CPU mode avoids Kineto's slow first start."""
     legacy = _legacy_profiler()
     if legacy is None:
         return _kineto_cpu_peak(fn)
@@ -169,7 +142,6 @@ def _cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def _legacy_profiler() -> tuple[Callable, Callable, Any] | None:
-    """The autograd profiler's CPU mode with memory events, where this torch still has it."""
     try:
         import torch.autograd as autograd
         from torch._C._profiler import (
@@ -188,14 +160,15 @@ def _kineto_cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():  # the profiler's C++ side logs each start and stop to stderr
+    with _quiet_stderr():  # C++ logs each start and stop
         prof.start()
     try:
         result = fn()
     finally:
         with _quiet_stderr():
             prof.stop()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type().name == "CPU"]
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type().name == "CPU"]
     live = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         live += event.nbytes()
@@ -205,7 +178,7 @@ def _kineto_cpu_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null for a moment (C++ logging bypasses Python's sys.stderr)."""
+    """C++ logging bypasses sys.stderr."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -1,10 +1,5 @@
-"""Which kernels ran: one call of the timed function under torch.profiler, outside the timed samples.
-
-The profiled call is made after the samples (it never changes them; its cost is setup). On CUDA each kernel's device
-time is read (Kineto's kernel events); on CPU each op's self time. Every name is kept, sorted by time, with its share
-of the call, so a record says what ran, not only what was asked for. Where the profiler cannot run, `kernels` is
-None and `reason` says why: never an empty list that would read as "nothing ran".
-"""
+"""Which kernels ran: one call under torch.profiler after the samples; where it cannot run, `kernels` is None with
+a reason, never an empty list."""
 
 from __future__ import annotations
 
@@ -22,25 +17,14 @@ from typing import Any
 
 from attnbench.core import policy
 
-# The declared kernels' share of the call under which a record is flagged `overhead` (docs/results.md, "Which kernel
-# ran"): a fused kernel's own call spends well over 90% in it (the CPU flash kernel: 91-95%), so 80% leaves room for
-# the op's dispatch and output allocation and is crossed only when a fifth of the call is other work.
+# declared kernels under this share of the call: `overhead` (docs/results.md "Which kernel ran")
 OVERHEAD_SHARE = 0.80
-# The share of a call's device time that another backend's declared kernels must take, together, for the record to
-# be `wrong_kernel`, per device (docs/results.md, "Which kernel ran"): the precision a record's median is measured to
-# on that device (attnbench.core.policy: ±10% on a CPU, ±1% on a GPU). Under it, the record's time is the backend's
-# kernel's to within what the record claims anyway, so a crumb (a 0.2% GEMM inside a fused GPU call) is listed in
-# `kernels` and decides nothing; at or over it, the time is measurably another kernel's. What the committed CPU
-# profiles show (reports/cpu-Intel-Xeon-2core-quick, -long, -frameworks, -fp8: 198 profiled calls): no other
-# backend's kernel ran in any fused call, while a fallback of either pass of a fwd+bwd takes at least its share of
-# the FLOPs, 29% for the forward: far over either share.
+# other backends' kernels at or over the device's precision: `wrong_kernel`
 FOREIGN_SHARE = {name: device.precision for name, device in policy.DEVICES.items()}
-# Names of the work a user of the kernel would not count as attention: what the overhead's reason calls it.
 OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),
               ("transpose", ("transpose", "permute")),
               ("mask construction", ("where", "isneginf", "tril", "triu", "logical", "arange", "fill_", "ge", "le")),
               ("allocation", ("empty", "zeros", "Memset", "memset")))
-# How a trace names each profiled call (a torch.profiler range around it); never counted as a kernel.
 LABEL_PREFIX = "attnbench: "
 PROFILED_CALL = LABEL_PREFIX + "profiled call"
 TORCH_PROFILER = "torch.profiler"
@@ -48,8 +32,6 @@ TORCH_PROFILER = "torch.profiler"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel (CUDA) or op (CPU) of the profiled call: its calls, its time and its share of the call's time."""
-
     name: str
     calls: int
     time_ms: float
@@ -61,16 +43,14 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Profile:
-    """What the profiler saw in one call: the kernels sorted by time (None with `reason` where it could not see),
-    what profiling cost (`profile_ms`, counted as setup), which profiler saw them (`source`: torch.profiler, or a
-    runtime's own), and what else that profiler's call measured for the record's extra (`extra`)."""
+    """Kernels sorted by time (None with `reason`), profiling's cost (setup), and the profiler (`source`)."""
 
     kernels: tuple[Kernel, ...] | None
     reason: str | None = None
     profile_ms: float = 0.0
     source: str = TORCH_PROFILER
     extra: dict[str, Any] = field(default_factory=dict)
-    foreign: str | None = None  # CUDA kernels of the call that ran off the timed stream (foreign_streams)
+    foreign: str | None = None
 
     def names(self) -> list[str]:
         return [k.name for k in self.kernels or ()]
@@ -78,8 +58,7 @@ class Profile:
 
 def profile_call(fn: Callable[[], object], device: str, trace_path: str | None = None,
                  sync: Callable[[], None] | None = None, label: str = PROFILED_CALL) -> Profile:
-    """`fn` called once under torch.profiler (CPU, and CUDA where `device` is CUDA), inside a range named `label`;
-    the trace written to `trace_path` (Chrome's format) when given."""
+    """The Chrome trace to `trace_path` when given."""
     start = time.perf_counter()
     try:
         from torch.profiler import ProfilerActivity, profile, record_function
@@ -98,7 +77,7 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
         foreign = foreign_streams(prof.profiler.kineto_results.events()) if device == "cuda" else None
         if trace_path is not None:
             prof.export_chrome_trace(trace_path)
-    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failed measurement
+    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failure
         return Profile(None, f"the profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0],
                        (time.perf_counter() - start) * 1e3)
     ms = (time.perf_counter() - start) * 1e3
@@ -107,8 +86,7 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
     return Profile(kernels, None, ms, foreign=foreign)
 
 
-# The marker launched on the timed (current) stream right before the profiled call: PyTorch's spin kernel
-# (torch.cuda._sleep), whose stream is the one the timer's events are recorded on.
+# torch.cuda._sleep, launched on the timed stream right before the call
 MARKER = "spin_kernel"
 
 
@@ -119,9 +97,7 @@ def _mark_stream() -> None:
 
 
 def foreign_streams(events: Any) -> str | None:
-    """Which CUDA kernels of the profiled call ran on a stream other than the marker's (Kineto's device events:
-    `device_resource_id()` is a kernel's stream): the timer's events bracket the timed stream only, so work elsewhere
-    is not in the time. None when every kernel shares the marker's stream, or the marker was not seen."""
+    """CUDA kernels off the marker's stream, which the timer's events do not bracket."""
     kernels = [(e.name(), e.device_resource_id()) for e in events if str(e.device_type()).endswith("CUDA")]
     timed = next((stream for name, stream in kernels if MARKER in name), None)
     if timed is None:
@@ -134,19 +110,16 @@ def foreign_streams(events: Any) -> str | None:
 
 
 def warm_profiler() -> None:
-    """Profile nothing once, on the CPU: torch.profiler's first use in a process imports what it needs
-    (torch._inductor's config and all it imports: about 2.5 s on a 2-core VM), and a worker makes that first use
-    before its first measurement, so the cost is the worker's start, not inside a measurement's --timeout."""
+    """The profiler's first use imports torch._inductor: at a worker's start, not inside a --timeout."""
     profile_call(lambda: None, "cpu")
 
 
 def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
-    """A runtime's own profiler of one call (a backend's Prepared.profile: ONNX Runtime's session profiling,
-    OpenVINO's performance counters, JAX's profiler), timed as setup; one that raises, or sees nothing, is a reason."""
+    """A runtime's own profiler (Prepared.profile), timed as setup."""
     start = time.perf_counter()
     try:
         profile = profiler()
-    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failed measurement
+    except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failure
         profile = Profile(None, f"the runtime's profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0])
     ms = (time.perf_counter() - start) * 1e3
     if not profile.kernels:
@@ -156,8 +129,7 @@ def runtime_profile(profiler: Callable[[], Profile]) -> Profile:
 
 
 def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
-    """Profiler averages (torch.profiler's key_averages()) as kernels sorted by time: device kernels' device time on
-    CUDA, ops' self CPU time on CPU."""
+    """Device time on CUDA, self CPU time on CPU."""
     rows: list[tuple[str, int, float]] = []
     for event in events:
         if device == "cuda":
@@ -166,16 +138,13 @@ def kernels_of(events: Any, device: str) -> tuple[Kernel, ...]:
             us = float(getattr(event, "self_device_time_total", 0.0) or getattr(event, "device_time_total", 0.0))
         else:
             us = float(event.self_cpu_time_total)
-        # Neither the call's own range nor the marker on the timed stream is a kernel of the call.
         if us > 0 and not str(event.key).startswith(LABEL_PREFIX) and MARKER not in str(event.key):
             rows.append((str(event.key), int(event.count), us / 1e3))
     return kernels_from(rows)
 
 
 def join_traces(path: Path, parts: list[Path]) -> None:
-    """One Chrome trace at `path` holding every event of `parts` (traces of one process's profiler sessions, which
-    share its clock), written whole under a temporary name and renamed, so a kill never leaves half a trace; the
-    parts are removed."""
+    """One process's traces (one clock) joined and written atomically; the parts removed."""
     joined: dict[str, Any] | None = None
     for part in parts:
         trace = json.loads(part.read_text())
@@ -184,7 +153,7 @@ def join_traces(path: Path, parts: list[Path]) -> None:
         else:
             joined["traceEvents"] = [*joined.get("traceEvents", []), *trace.get("traceEvents", [])]
     if joined is not None:
-        joined["traceName"] = path.name  # the profiler names the part it wrote, by its full path
+        joined["traceName"] = path.name
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(joined))
     os.replace(tmp, path)
@@ -193,7 +162,6 @@ def join_traces(path: Path, parts: list[Path]) -> None:
 
 
 def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:
-    """(name, calls, time_ms) rows as kernels sorted by time, each with its share of the total."""
     total = sum(ms for _, _, ms in rows)
     if total <= 0:
         return ()
@@ -202,17 +170,15 @@ def kernels_from(rows: list[tuple[str, int, float]]) -> tuple[Kernel, ...]:
 
 
 def matches(name: str, patterns: tuple[str, ...]) -> bool:
-    """Whether a kernel's name matches any of a backend's declared patterns (regular expressions, searched)."""
+    """Regular expressions, searched."""
     return any(re.search(pattern, name) for pattern in patterns)
 
 
 def attention_share(kernels: tuple[Kernel, ...], patterns: tuple[str, ...]) -> float:
-    """The share of the call spent in kernels matching `patterns`."""
     return sum(k.share for k in kernels if matches(k.name, patterns))
 
 
 def other_work(kernels: tuple[Kernel, ...], patterns: tuple[str, ...], most: int = 3) -> str:
-    """What the call spent its time on besides the declared kernels: the largest others, each with what it is."""
     parts = []
     for kernel in [k for k in kernels if not matches(k.name, patterns)][:most]:
         kind = next((word for word, names in OTHER_WORK if any(n in kernel.name for n in names)), None)
@@ -221,8 +187,7 @@ def other_work(kernels: tuple[Kernel, ...], patterns: tuple[str, ...], most: int
 
 
 def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per_replay: int) -> str | None:
-    """Why a graph replay is not the eager call (kernels of one eager call vs one replay of `calls_per_replay`
-    captured calls); None when every eager kernel ran as often per call in the replay."""
+    """None when every eager kernel ran as often per captured call."""
     seen = {k.name: k.calls for k in replay}
     kept = sum(1 for k in eager if seen.get(k.name, 0) >= k.calls * calls_per_replay)
     if kept == len(eager):
@@ -233,10 +198,6 @@ def replay_lost(eager: tuple[Kernel, ...], replay: tuple[Kernel, ...], calls_per
 
 @dataclass(frozen=True)
 class KernelVerdict:
-    """What the profiled call says about the backend: `wrong_kernel` (a reason) when none of its declared kernels ran
-    or another backend's took at least FOREIGN_SHARE of the call; `overhead` (what the rest was) when its kernels are
-    under OVERHEAD_SHARE of the call."""
-
     attention_share: float | None
     wrong_kernel: str | None = None
     overhead: str | None = None
@@ -244,8 +205,7 @@ class KernelVerdict:
 
 def foreign_share(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dict[str, tuple[str, ...]],
                   backend: str) -> tuple[str, float, list[Kernel]] | None:
-    """The other backend whose declared kernels took the largest share of the call (kernels that are also the
-    backend's own left out): its name, that share and its kernels; None when no other backend's kernel ran."""
+    """The other backend whose kernels (not also `own`) took the largest share, or None."""
     found: dict[str, list[Kernel]] = {}
     for name, patterns in others.items():
         if name != backend:
@@ -260,8 +220,7 @@ def foreign_share(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
 
 def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dict[str, tuple[str, ...]],
                   backend: str, device: str) -> KernelVerdict:
-    """The verdict on a profiled call of `backend` on `device`, whose declared kernel patterns are `own`; `others`
-    holds every other backend's. A backend that declares none gets no verdict (attention_share None)."""
+    """No declared kernels: no verdict."""
     if not own:
         return KernelVerdict(None)
     share = attention_share(kernels, own)
@@ -269,27 +228,24 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
     if not any(matches(k.name, own) for k in kernels):
         return KernelVerdict(share, f"none of {backend}'s declared kernels ran; ran {ran}")
     foreign = foreign_share(kernels, own, others, backend)
-    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # an unknown device is held to a GPU's, as policy does
+    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # as policy does
     if foreign is not None and foreign[1] >= least:
         name, taken, theirs = foreign
         return KernelVerdict(share, f"{theirs[0].name} ({name}'s kernel{'s' if len(theirs) > 1 else ''}: "
                                     f"{taken:.0%} of the call, at least {least:.0%}) ran under {backend}; ran {ran}")
     if share < OVERHEAD_SHARE:
-        return KernelVerdict(share, overhead=f"declared kernels {share:.0%} of the call (under {OVERHEAD_SHARE:.0%}); "
-                                             f"the rest: {other_work(kernels, own)}")
+        return KernelVerdict(share, overhead=f"declared kernels {share:.0%} of the call (under "
+                                             f"{OVERHEAD_SHARE:.0%}); the rest: {other_work(kernels, own)}")
     return KernelVerdict(share)
 
 
 @contextlib.contextmanager
 def kineto_banner_dropped() -> Iterator[None]:
-    """The profiler's start and stop lines dropped from stderr (torch 2.13's Kineto writes
-    "USDT:<time> <pid> SyncActivityProfilerHandler.cpp:52] profiler_start" there, twice per profiled call, into every
-    run's progress), anything else written meanwhile passed on. File descriptor 2 goes to a temporary file while
-    the block runs."""
+    """Kineto's "USDT:" start and stop lines dropped from fd 2; other output passed on."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError):  # no real stderr (a test's capture): nothing to drop
+    except (OSError, ValueError):  # no real stderr
         yield
         return
     with tempfile.TemporaryFile() as caught:

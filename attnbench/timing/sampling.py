@@ -1,25 +1,5 @@
-"""When to stop: warm up until the call time is steady, then sample until the median is known.
-
-Every timer drives the same `Sampler`: it asks how many calls to run next (`next_batch`), runs and
-times them its own way (a clock around each call, CUDA events, graph replays), and hands the times back
-(`add`). The sampler decides everything else, so the stop rules are written once:
-
-- warm-up: batches of calls until two consecutive batch medians agree within the precision asked, or
-  `warmup_ms` of calls has been spent (at least one call either way). Calls already steady are not thrown
-  away: the batch that agreed with the one before it becomes the first samples (with that one too when each of
-  its calls agrees with the later batch's median), and a last warm-up batch cut short by `warmup_ms` (a slow
-  call's single warm-up call) joins them when each of its calls agrees with the median of the first batch of
-  samples. Only calls not shown steady are discarded. Calls of the same
-  function made before timing (`warmed_ms`: the runner's checked call of a forward) count toward
-  `warmup_ms`: when they cover it, warm-up is over before the first timed call, and that call, timed by the
-  same clock (`prior_ms`), joins the samples when it agrees with the first batch of them;
-- sampling: until the median's distribution-free 95% interval (attnbench.core.interval) is within
-  ±`precision` of it (`stop = "precision"`), or `budget_ms` of samples is spent (`"budget"`), or
-  `max_samples` is reached (`"max_samples"`) — never fewer than `min_samples`.
-
-The interval is recomputed only at checkpoints that grow the sample count geometrically, so checking
-costs O(n log n) in all.
-"""
+"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules are
+written once."""
 
 from __future__ import annotations
 
@@ -32,18 +12,14 @@ from dataclasses import dataclass, field
 from attnbench.core.interval import median_interval, rank, samples_needed
 
 STOPS = ("precision", "budget", "max_samples")
-WARMUP_BATCH_MAX = 5  # calls per warm-up batch after the first: enough for a median, small enough to stop early
-GROWTH = 1.25  # each sampling checkpoint has at least this many times the samples of the one before
-MAX_GROWTH = 2.0  # and at most this many (a too-hopeful prediction of the samples needed)
+WARMUP_BATCH_MAX = 5
+GROWTH = 1.25  # interval checkpoints grow geometrically: O(n log n) checking
+MAX_GROWTH = 2.0
 
 
 @dataclass(frozen=True)
 class TimingSettings:
-    """Warm-up and measuring budgets, in milliseconds of the measured call's own time, and the precision asked.
-
-    Sampling stops once the median's `confidence` interval is within ±`precision` of it (relative), or the
-    budget or `max_samples` runs out, never before `min_samples`.
-    """
+    """Budgets in ms of the call's own time."""
 
     warmup_ms: float = 50.0
     budget_ms: float = 300.0
@@ -51,39 +27,26 @@ class TimingSettings:
     max_samples: int = 1000
     precision: float = 0.01
     confidence: float = 0.95
-    # Time already spent calling the same function just before timing (the runner's checked call of a forward):
-    # it counts toward warmup_ms, so a slow call's check is its warm-up.
-    warmed_ms: float = 0.0
-    # That call's own time by the timer's clock (None when not comparable: another clock, or CUDA): if the
-    # warm-up is already covered, it joins the samples when it agrees with the first batch of them.
-    prior_ms: float | None = None
-    # The loop before the samples (attnbench.run.sustain): at least this long, back to back, read around by the energy
-    # counter; on CUDA until the GPU's clock settles. 0: no loop (a suite's timing says 1000 unless it sets it).
-    energy_ms: float = 0.0
-    # The rounds the samples are taken in (attnbench.run.rounds): each round's sampler gets budget_ms / rounds.
+    warmed_ms: float = 0.0  # calls just before timing (a forward's check) count as warm-up
+    prior_ms: float | None = None  # that call's time, which may join the samples
+    energy_ms: float = 0.0  # run.sustain's loop; 0: none
     rounds: int = 1
-    # The suite-level budget after the rounds: this share of every measurement's budget_ms together, spent re-timing
-    # the measurements whose interval is still wider than ±precision.
     refine: float = 0.0
 
     def round_share(self) -> TimingSettings:
-        """These settings for one round: its share of the budget."""
         if self.rounds <= 1:
             return self
         return dataclasses.replace(self, budget_ms=self.budget_ms / self.rounds)
 
 
 class Samples(list):  # type: ignore[type-arg]
-    """The timed samples (ms), as a plain list, carrying how the measurement went.
+    """A list, so `Timer.measure(...) -> list[float]` callers keep working, and how it went."""
 
-    A list so that anything written for `Timer.measure(...) -> list[float]` keeps working.
-    """
-
-    stop: str | None = None  # "precision", "budget" or "max_samples"; None from a timer that does not say
-    warmup_ms: float = 0.0  # time spent in warm-up calls, by the timer's own clock
+    stop: str | None = None  # one of STOPS, or None
+    warmup_ms: float = 0.0
     warmup_calls: int = 0
-    steady: bool = False  # whether warm-up ended because two batches agreed (not because warmup_ms ran out)
-    prior_joined: bool = False  # the call made before timing (the runner's checked call) is the first sample
+    steady: bool = False
+    prior_joined: bool = False
 
     @classmethod
     def of(cls, samples: list[float], stop: str | None, warmup_ms: float = 0.0, warmup_calls: int = 0,
@@ -95,29 +58,25 @@ class Samples(list):  # type: ignore[type-arg]
 
 @dataclass
 class Sampler:
-    """The stop rules of one measurement, fed batch by batch."""
-
     settings: TimingSettings
-    # Calls' worth of time per sample: a CUDA graph replay of `calls` calls yields one sample of a call's time
-    # but costs `calls` of them, and the budgets (warmup_ms, budget_ms) are time actually spent.
-    cost: float = 1.0
+    cost: float = 1.0  # calls per sample (a graph replay); budgets are time spent
     samples: list[float] = field(default_factory=list)
-    discarded: list[float] = field(default_factory=list)  # warm-up calls that were not steady
+    discarded: list[float] = field(default_factory=list)
     warming: bool = True
     steady: bool = False
     stop: str | None = None
-    _batches: list[list[float]] = field(default_factory=list)  # warm-up batches so far
-    _pending: list[float] = field(default_factory=list)  # the last warm-up batch, steady or not yet known
-    _prior_pending: bool = False  # _pending holds the call made before timing, not a timed call
+    _batches: list[list[float]] = field(default_factory=list)
+    _pending: list[float] = field(default_factory=list)  # the last warm-up batch, maybe steady
+    _prior_pending: bool = False
     _checkpoint: int = 0
 
-    prior_joined: bool = False  # the call made before timing (settings.prior_ms) became a sample
+    prior_joined: bool = False
 
     def __post_init__(self) -> None:
         warmed = self.settings.warmed_ms
-        if warmed > 0 and warmed >= self.settings.warmup_ms:  # the calls before timing were the warm-up
+        if warmed > 0 and warmed >= self.settings.warmup_ms:
             self._end_warm_up()
-            if self.settings.prior_ms is not None:  # and may be a sample: the first batch will tell
+            if self.settings.prior_ms is not None:
                 self._pending, self._prior_pending = [self.settings.prior_ms], True
 
     @property
@@ -129,13 +88,11 @@ class Sampler:
         return sum(self.samples) * self.cost
 
     def estimate_ms(self) -> float:
-        """What a sample costs as known so far (ms): the median of the latest samples, else of the last warm-up
-        batch, else the call made before timing (warmed_ms)."""
+        """Recent samples, else the last warm-up batch, else warmed_ms."""
         recent = self.samples[-64:] or self._pending or (self._batches[-1] if self._batches else [])
         return statistics.median(recent) * self.cost if recent else self.settings.warmed_ms
 
     def next_batch(self) -> int:
-        """How many calls to run (and time) next; 0 when the measurement is done."""
         if self.warming:
             if not self._batches:
                 return 1
@@ -153,7 +110,6 @@ class Sampler:
         return max(1, min(target, s.max_samples) - n)
 
     def add(self, times: list[float]) -> None:
-        """The times (ms) of the calls just run, in order."""
         if not times:
             return
         if self.warming:
@@ -175,15 +131,15 @@ class Sampler:
         last = self._batches[-1]
         keep = 1
         if agree and all(_agree(t, statistics.median(last), self.settings.precision) for t in self._batches[-2]):
-            keep = 2  # every call of the batch before agreed with the last one too: steady already
+            keep = 2
         for batch in self._batches[:-keep] if agree else self._batches[:-1]:
             self.discarded.extend(batch)
-        if agree:  # the last batch (and the one before, when each of its calls agrees) is steady: the first samples
+        if agree:
             steady = [t for batch in self._batches[-keep:] for t in batch]
             self.samples.extend(steady[:self.settings.max_samples])
             self.discarded.extend(steady[self.settings.max_samples:])
             self._judge()
-        else:  # cut short by warmup_ms: steady or not, the first samples will tell
+        else:  # cut short by warmup_ms
             self._pending = list(last)
 
     def _end_warm_up(self, steady: bool = False) -> None:
@@ -191,8 +147,7 @@ class Sampler:
         self._checkpoint = max(self.settings.min_samples, rank_floor(self.settings.confidence))
 
     def _settle(self, times: list[float]) -> None:
-        """The last warm-up batch joins the samples if each of its calls agrees with the median of the first
-        batch of samples (and they fit under max_samples); else it was warm-up after all."""
+        """Steady calls of the last warm-up batch join the samples."""
         pending, self._pending = self._pending, []
         fits = len(self.samples) + len(pending) + len(times) <= self.settings.max_samples
         median = statistics.median(times)
@@ -200,7 +155,7 @@ class Sampler:
         if fits and all(_agree(t, median, self.settings.precision) for t in pending):
             self.samples.extend(pending)
             self.prior_joined = prior
-        elif not prior:  # a call made before timing was no timed warm-up: nothing to count as discarded
+        elif not prior:
             self.discarded.extend(pending)
 
     def _judge(self) -> None:
@@ -228,12 +183,11 @@ class Sampler:
 
 
 def _agree(a: float, b: float, precision: float) -> bool:
-    """Two batch medians agree within the precision asked (relative to the earlier one)."""
     return abs(a - b) <= precision * b
 
 
 def rank_floor(confidence: float) -> int:
-    """The fewest samples whose order statistics can bound the median at `confidence` (6 at 95%)."""
+    """6 at 95%."""
     n = 1
     while rank(n, confidence)[0] == 0:
         n += 1
@@ -241,7 +195,6 @@ def rank_floor(confidence: float) -> int:
 
 
 def run(sampler: Sampler, batch: Callable[[int], list[float]]) -> Samples:
-    """Drive `sampler` with `batch(n)`, which runs n calls and returns their times (ms)."""
     while (count := sampler.next_batch()) > 0:
         sampler.add(batch(count))
     return sampler.result()

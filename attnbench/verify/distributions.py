@@ -1,8 +1,4 @@
-"""The input distributions of the `inputs:` axis (docs/conventions.md "Input distributions"): each a seeded transform
-of the case's own standard-normal draws, so a case with stress inputs starts from the very tensors its randn twin
-gets. The transforms work in float32, before the cast to the case's dtype; the float64 reference is computed from the
-cast tensors, as for randn. Each returns its parameters, which the record keeps (`extra.inputs_params`).
-"""
+"""The `inputs:` axis' seeded transforms of the randn draws (docs/conventions.md "Input distributions")."""
 
 from __future__ import annotations
 
@@ -17,22 +13,12 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# The seed stream of a transform's own choices (channels, directions), apart from the draws it transforms.
-STREAM = 7
-# outliers: one head-dim channel in OUTLIER_EVERY of K (at least one) scaled by OUTLIER_FACTOR, the same channels for
-# every key (the fixed key-outlier channels KV-cache quantization papers report).
+STREAM = 7  # seed stream of a transform's choices
 OUTLIER_EVERY, OUTLIER_FACTOR = 16, 16.0
-# sink: every query gains SINK_SHIFT along one direction u, and key 0 of every sequence is SINK_LOGIT·√d/SINK_SHIFT·u,
-# so its scaled score is SINK_LOGIT·(1 + (q·u)/SINK_SHIFT): about SINK_LOGIT above the others for most queries.
 SINK_SHIFT, SINK_LOGIT = 2.0, 10.0
-# large_logits: Q and K scaled by one factor so that the largest |q·k| over the case (before the 1/√d scale) is
-# LARGE_QK: half of float16's largest value, 65504.
-LARGE_QK = 32768.0
-# shifted_keys: every key gains one vector whose channels are ±KEY_MEAN (seeded signs).
+LARGE_QK = 32768.0  # half of float16's max
 KEY_MEAN = 8.0
-# near_constant: every key (and value) of a sequence is one shared vector plus NEAR_SPREAD times a standard normal.
 NEAR_SPREAD = 1e-3
-# denormal: Q and K times the dtype's smallest normal number over DENORMAL_DIVISOR (most values subnormal).
 DENORMAL_DIVISOR = 16.0
 
 Tensors = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor | None"]
@@ -70,8 +56,7 @@ def sink(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -
 
 
 def max_qk(case: Case, q: torch.Tensor, k: torch.Tensor, rows: int = 1024) -> float:
-    """The largest |q·k| over every (query, key) pair a query head's KV head offers, masks aside, a block of
-    query rows at a time."""
+    """Over a head's keys, masks aside."""
     b, g, kvh = case.batch, case.group_size, case.kv_heads
     grouped = q.reshape(b, kvh, g, case.seq_len, case.head_dim)
     kt = k.transpose(-2, -1).unsqueeze(2)
@@ -95,7 +80,7 @@ def shifted_keys(case: Case, q: torch.Tensor, k: torch.Tensor,
 def near_constant(case: Case, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
     def flat(t: torch.Tensor) -> torch.Tensor:
-        return t[..., :1, :] + NEAR_SPREAD * t  # the first row, shared, plus a small spread of the draws
+        return t[..., :1, :] + NEAR_SPREAD * t
 
     return (q, flat(k), None if v is None else flat(v)), {"spread": NEAR_SPREAD, "tensors": "k, v"}
 
@@ -115,8 +100,7 @@ assert set(TRANSFORMS) == set(axes.INPUTS) - {"randn"}, "every distribution the 
 
 def transform(case: Case, q: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
-    """The case's float32 draws in its distribution, and its parameters (randn: unchanged, none). `v` is None where V
-    is derived from K after the transform (absorbed MLA's kv_shared)."""
+    """`v` None: derived from K after the transform (kv_shared)."""
     if case.inputs is None:
         return (q, k, v), {}
     return TRANSFORMS[case.inputs](case, q, k, v)

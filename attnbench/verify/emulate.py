@@ -1,12 +1,5 @@
-"""Accuracy beside speed: the three error metrics, and the emulation of a kernel's declared numerics
-(attnbench.core.quant.Numerics) that bounds its error (docs/conventions.md: err(backend) <= 2·err(emulation) + floor).
-
-The emulation is naive attention in query blocks, like the reference, computed as the kernel declares: scores
-accumulated in its dtype, P = exp(s - rowmax) rounded to its P format (after ×p_scale), P·V accumulated in its dtype
-(per block of keys where it says so), divided by the row sum of the unrounded P, rounded to its output dtype. It
-applies the kernel's rounding points, not its tiling: a flash kernel's running max rounds P against a block's max,
-which the factor of two absorbs.
-"""
+"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding points,
+not its tiling."""
 
 from __future__ import annotations
 
@@ -23,15 +16,13 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Numerics
 
 METRICS = ("max_abs", "rel_l2", "cosine")
-# SageAttention 1.0.6's per-block INT8 quantization (quant_per_block.py per_block_int8: BLKQ=128, BLKK=64) and its
-# P·V blocks (attn_qk_int8_per_block.py: BLOCK_N = 64 keys, tl.dot(p, v, out_dtype=tl.float16)).
+# SageAttention 1.0.6: per_block_int8 (quant_per_block.py: BLKQ=128, BLKK=64); P·V per BLOCK_N=64 keys in fp16
 SAGE_BLOCK_Q, SAGE_BLOCK_K = 128, 64
-LOG2E = 1.44269504  # the constant sageattn multiplies sm_scale by (quant_per_block.py)
+LOG2E = 1.44269504  # sageattn's sm_scale factor (quant_per_block.py)
 
 
 def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
-    """max |x − ref|, ‖x − ref‖₂ / ‖ref‖₂ and the cosine similarity of x and ref (flattened), in float64; a NaN or
-    Inf in x makes the first two infinite and the cosine NaN-free 0."""
+    """NaN or Inf in x: inf, inf, 0."""
     import torch
 
     a, b = x.detach().to(torch.float64).flatten(), ref.detach().to(torch.float64).flatten()
@@ -45,7 +36,7 @@ def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
 
 
 def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """x rounded to `fmt` (nearest-even; FP8 saturated to its range, as a kernel's conversion does) and back."""
+    """FP8 saturated, as a kernel's conversion does."""
     import torch
 
     from attnbench.core.quant import FP8_MAX
@@ -57,13 +48,10 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What SageAttention 1.0.6's `sageattn` multiplies (core.py, quant_per_block.py), as float64 values: K less its
-    mean over the sequence (smooth_k, in K's dtype), Q·scale·log2(e) and K each quantized to INT8 per block of 128 / 64
-    tokens of a (batch, head) with the block's amax/127 as factor (x/f + 0.5·sign(x), truncated), and V in float16.
-    Scores from these are log2-based; they are returned ×ln 2 in Q so that a natural softmax applies."""
+    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64; ×ln 2 in Q for a natural softmax."""
     import torch
 
-    k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km` in K's own dtype
+    k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km`
 
     def int8_blocks(x: torch.Tensor, rows: int, factor: float) -> torch.Tensor:
         b, h, s, d = x.shape
@@ -72,7 +60,7 @@ def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         f = xf.abs().amax(dim=(-1, -2), keepdim=True) / 127.0
         f = torch.where(f > 0, f, torch.ones_like(f))
         scaled = xf / f
-        stored = (scaled + 0.5 * torch.where(scaled >= 0, 1.0, -1.0)).trunc()  # .to(tl.int8) truncates toward zero
+        stored = (scaled + 0.5 * torch.where(scaled >= 0, 1.0, -1.0)).trunc()  # .to(tl.int8) truncates
         return (stored.double() * f.double()).reshape(b, h, -1, d)[:, :, :s]
 
     q_values = int8_blocks(q, SAGE_BLOCK_Q, scale * LOG2E) * math.log(2.0)
@@ -81,16 +69,14 @@ def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numerics: Numerics,
             rows: torch.Tensor | None, score_scale: float, v_after: float | None = None) -> Answer:
-    """The kernel's output on canonical q, k, v (values it multiplies, any float dtype) for the checked rows, computed
-    with `numerics`; `v_after` is V's per-tensor descale applied to the rounded output (FlashInfer's `out *= v_scale`).
-    The case's mask, soft-cap and ALiBi bias apply as in the reference (attnbench.core.workload)."""
+    """`v_after`: V's descale on the rounded output (FlashInfer's `out *= v_scale`)."""
     import torch
 
     acc = getattr(torch, numerics.accumulate)
-    acc = torch.float32 if acc == torch.float16 else acc  # fp16 accumulation is emulated per P·V block below
+    acc = torch.float32 if acc == torch.float16 else acc  # fp16: per block in _pv
     out_dtype = getattr(torch, numerics.out_dtype)
     b, g, kvh, dv = case.batch, case.group_size, case.kv_heads, case.v_dim
-    k_acc, v_acc = k.to(acc).unsqueeze(2), v.to(acc).unsqueeze(2)  # (B, KVH, 1, Sk, D)
+    k_acc, v_acc = k.to(acc).unsqueeze(2), v.to(acc).unsqueeze(2)
     block = max(1, BLOCK_BYTES // max(1, b * case.heads * case.kv_seq_len * 8))
     row_ids = torch.arange(case.seq_len) if rows is None else rows
     outs = []
@@ -107,7 +93,7 @@ def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numer
         if keep is not None:
             s = s.masked_fill(~keep[:, None, None], float("-inf"))
         top = s.amax(dim=-1, keepdim=True)
-        p = torch.exp(s - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))  # masked: exp(-inf) = 0
+        p = torch.exp(s - torch.where(torch.isfinite(top), top, torch.zeros_like(top)))
         total = p.sum(dim=-1, keepdim=True)
         if numerics.p_format is not None:
             p = round_to(p * numerics.p_scale, numerics.p_format) / numerics.p_scale
@@ -121,8 +107,6 @@ def emulate(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, numer
 
 
 def _pv(p: torch.Tensor, v: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-    """P·V in the declared accumulation: whole rows at once, or per `pv_block` keys rounded to the accumulation dtype
-    (float16 for SageAttention 1.0.6) and summed in float32."""
     import torch
 
     if numerics.pv_block is None and numerics.accumulate != "float16":

@@ -1,4 +1,4 @@
-"""Seeded inputs for a case, and the high-precision reference they are checked against."""
+"""Seeded inputs, and the float64 reference they are checked against."""
 
 from __future__ import annotations
 
@@ -17,35 +17,24 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# Above these many (batch·head·query·key) pairs the forward check compares a seeded subset of query
-# rows and the backward check is skipped: the float64 reference on a CPU costs too much beyond them.
+# above these pairs: a seeded subset of rows, no backward check
 FULL_CHECK_PAIRS = {"cpu": 1 << 24, "cuda": 1 << 32}
 SUBSET_ROWS = 256
-# Bytes of scores one reference block may hold; keeps the reference's memory bounded at any length.
 BLOCK_BYTES = 1 << 28
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """The canonical (B, H, S, D) tensors every backend of a case receives, plus the upstream gradient."""
-
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     dout: torch.Tensor | None
-    # The input distribution's parameters (attnbench.verify.distributions); none for randn.
     params: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                     softcap: float | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(QKᵀ/√d, masked) · V, with K/V heads already matching Q's (or broadcastable to them).
-
-    docs/conventions.md's order: scale, then soft-capping c·tanh(s/c), then the ALiBi bias, then the mask. A query row
-    that sees no key outputs zeros (FlashAttention's convention, docs/conventions.md), never the NaN of a softmax over
-    nothing: such a row keeps its finite scores (no -inf fill), and its output, hence its gradients, are
-    multiplied by zero. Rows that see a key are untouched (a product with 1.0 is exact).
-    """
+    """Scale, soft-cap, ALiBi, mask (docs/conventions.md); a row that sees no key outputs zeros, never NaN."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if softcap is not None:
         scores = scores.div(softcap).tanh().mul(softcap)
@@ -53,7 +42,7 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         scores = scores + bias
     if mask is None:
         return scores.softmax(dim=-1) @ v
-    seen = mask.any(dim=-1, keepdim=True)  # per query row: does it see any key?
+    seen = mask.any(dim=-1, keepdim=True)
     scores = scores.masked_fill(~mask & seen, float("-inf"))
     return (scores.softmax(dim=-1) @ v) * seen
 
@@ -65,12 +54,7 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def make_inputs(case: Case) -> Inputs:
-    """Standard-normal Q, K, V (and dO for backward modes) in the case's dtype, from the case's seed, transformed into
-    the case's input distribution when it names one (attnbench.verify.distributions).
-
-    Every measurement starts here, so MKL VML's dispatch is settled here first (attnbench.verify.vml): otherwise the first
-    call of a VML function in the process, made on two threads at once, may run one thread's share at low accuracy.
-    """
+    """Settles VML's dispatch first (verify.vml)."""
     import torch
 
     vml.warm()
@@ -86,13 +70,12 @@ def make_inputs(case: Case) -> Inputs:
     dout = draw(case.heads, case.seq_len, case.v_dim).to(dtype) if case.needs_grad else None
     (q, k, v), params = distributions.transform(case, q, k, v)
     q, k = q.to(dtype), k.to(dtype)
-    # Absorbed MLA (kv_shared): V is K's first head_dim_v channels, as the kernels that run it take it.
     v = k[..., :case.v_dim].clone() if v is None else v.to(dtype)
     return Inputs(q, k, v, dout, params)
 
 
 def checked_rows(case: Case) -> torch.Tensor | None:
-    """The query rows the forward check compares: None for all of them, else a seeded subset."""
+    """None for all rows."""
     import torch
 
     pairs = case.batch * case.heads * case.seq_len * case.kv_seq_len
@@ -100,23 +83,16 @@ def checked_rows(case: Case) -> torch.Tensor | None:
         return None
     gen = torch.Generator().manual_seed(case.seed + 1)
     middle = torch.randperm(case.seq_len - 2, generator=gen)[:SUBSET_ROWS] + 1
-    first_last = torch.tensor([0, case.seq_len - 1])  # the rows that see the fewest and the most keys
+    first_last = torch.tensor([0, case.seq_len - 1])
     return torch.cat([first_last, middle]).sort().values
 
 
 def grad_checkable(case: Case) -> bool:
-    """Whether the backward check runs for this case (it needs the full reference backward)."""
     return case.needs_grad and checked_rows(case) is None
 
 
 def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, with_grads: bool) -> Answer:
-    """Naive attention on `inputs` as given (any dtype), a block of query rows at a time.
-
-    K/V are broadcast over each KV head's group of query heads, not copied. Memory stays within
-    BLOCK_BYTES of scores per block at any sequence length; grads need all rows (`rows` is None).
-    The workload's mask (documents, ragged lengths), soft-capping and ALiBi bias come from
-    attnbench.core.workload; paged K/V are stored in the page pool and gathered back here, outside any timing.
-    """
+    """Naive attention on `inputs` as given, in blocks of query rows; pages round-trip outside any timing."""
     import torch
 
     assert not (with_grads and rows is not None), "gradients need every query row"
@@ -127,7 +103,7 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
     row_ids = torch.arange(case.seq_len) if rows is None else rows
     outs = []
     grads = [torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)] if with_grads else None
-    if grads is None:  # the pages' round trip once for every chunk (with gradients, each chunk's leaves make their own)
+    if grads is None:
         with torch.no_grad():
             k_seen, v_seen = paged_round_trip(case, k, v)
     for chunk in row_ids.split(block):
@@ -152,8 +128,6 @@ def blocked_attention(case: Case, inputs: Inputs, rows: torch.Tensor | None, wit
 
 
 def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor | None, ...]:
-    """The chunk's (R, 1, 1, rows, Sk) visibility and (R, KVH, G, rows, Sk) ALiBi bias, shaped to broadcast over
-    (B, KVH, G, rows, Sk) scores; None where the case has none."""
     mask = workload.visibility(case, chunk, chunk.device)
     if mask is not None:
         mask = mask[:, None, None]
@@ -164,8 +138,6 @@ def _mask_and_bias(case: Case, chunk: torch.Tensor, dtype: torch.dtype) -> tuple
 
 
 def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V as a paged case stores them: written into the page pool and gathered back through the table
-    (the identity on every key a query may see); unchanged for an unpaged case."""
     if case.page_size is None:
         return k, v
     layout = workload.pages(case)
@@ -173,11 +145,7 @@ def paged_round_trip(case: Case, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
 
 
 def upcast(inputs: Inputs) -> Inputs:
-    """The inputs in the reference's precision: float64 on every device (docs/conventions.md's correctness rule).
-
-    An fp32 reference on CUDA would *be* naive in fp32: err(naive) = 0, the bound a bare floor, and a
-    correct kernel that computes fp32 on tensor cores (3xTF32) a mismatch at long sequences.
-    """
+    """float64 everywhere: an fp32 reference would be naive in fp32, its bound a bare floor."""
     import torch
 
     cast = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
@@ -185,16 +153,11 @@ def upcast(inputs: Inputs) -> Inputs:
 
 
 def reference(case: Case, inputs: Inputs, rows: torch.Tensor | None) -> Answer:
-    """docs/conventions.md's reference: naive attention on the inputs upcast to float64, computed in query blocks."""
     return blocked_attention(case, upcast(inputs), rows, with_grads=grad_checkable(case))
 
 
 class CaseData:
-    """Everything shared by the backends of one case, made once and only when first needed.
-
-    `reference_s` adds up the seconds spent on the reference and the naive run in the case's dtype (the
-    correctness rule's two yardsticks): what checking costs, shown in the run's summary line.
-    """
+    """What a case's backends share, made when first needed; `reference_s`: what checking cost."""
 
     def __init__(self, case: Case) -> None:
         self.case = case
@@ -216,14 +179,13 @@ class CaseData:
 
     @cached_property
     def naive(self) -> Answer:
-        """Naive attention in the case's own dtype: how much rounding that dtype must be allowed."""
+        """What rounding the case's dtype must be allowed."""
         inputs, rows = self.inputs, self.rows
         with self._timed():
             return blocked_attention(self.case, inputs, rows, grad_checkable(self.case))
 
     @cached_property
     def naive_errors(self) -> dict[str, float]:
-        """err(naive) per tensor against the reference: every backend's bound, computed once per case."""
         return naive_errors(self.reference, self.naive)
 
     def _timed(self) -> _Stopwatch:
@@ -231,8 +193,6 @@ class CaseData:
 
 
 class _Stopwatch:
-    """Adds the seconds of a `with` block to a CaseData's reference_s (synchronising CUDA at both ends)."""
-
     def __init__(self, data: CaseData) -> None:
         self.data = data
 
@@ -241,13 +201,12 @@ class _Stopwatch:
         self.start = time.perf_counter()
 
     def __exit__(self, kind: type | None, *exc: object) -> None:
-        if kind is None:  # after a failure (a sticky CUDA error) a synchronize would only raise again
+        if kind is None:  # after a sticky CUDA error it would raise again
             synchronize(self.data.case.device)
         self.data.reference_s += time.perf_counter() - self.start
 
 
 def synchronize(device: str) -> None:
-    """Wait for the device's queued work (CUDA); nothing on a CPU."""
     if device == "cuda":
         import torch
 

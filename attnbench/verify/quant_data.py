@@ -1,14 +1,5 @@
-"""A quantized case's shared data, and each backend's yardstick: what its output is judged against, and the accuracy
-fields its record carries (docs/suites.md "Quantized inputs", docs/results.md "Correctness").
-
-Two errors are kept apart for a case attnbench quantizes:
-- the quantization error: the float64 reference on the dequantized inputs against the float64 reference on the
-  original inputs — what the format costs, the same for every backend of the case (`extra.quant_error`);
-- the kernel error: the kernel's output against the float64 reference on the dequantized inputs — what the kernel
-  adds (`extra.kernel_error`), which the verdict judges.
-A backend that declares its numerics (Backend.numerics) is judged against an emulation of them on the inputs it was
-given; a quantized case's backend that declares none, against the plain emulation (dequantize, float32 math).
-"""
+"""A quantized case's shared data, and each backend's yardstick and accuracy fields (docs/results.md
+"Correctness")."""
 
 from __future__ import annotations
 
@@ -37,9 +28,6 @@ if TYPE_CHECKING:
 
 
 class QuantCaseData(CaseData):
-    """A quantized case's shared data: its original inputs (its unquantized twin's), the quantized tensors and scales
-    every backend receives, the references on the dequantized and on the original inputs, and the emulations."""
-
     @cached_property
     def originals(self) -> Inputs:
         return make_inputs(self.case.unquantized)
@@ -51,7 +39,7 @@ class QuantCaseData(CaseData):
 
     @cached_property
     def inputs(self) -> Inputs:
-        """What every backend's `prepare` receives (with `scales=`): FP8 Q (or the original queries), FP8 K and V."""
+        """`prepare` also gets `scales=`."""
         q = self.quantized
         return Inputs(q.q, q.k, q.v, None)
 
@@ -61,41 +49,35 @@ class QuantCaseData(CaseData):
 
     @cached_property
     def reference(self) -> Answer:
-        """The float64 reference on the dequantized inputs: the kernel error is measured against it."""
         inputs, rows = self.dequantized, self.rows
         with self._timed():
             return blocked_attention(self.case, inputs, rows, with_grads=False)
 
     @cached_property
     def original_reference(self) -> Answer:
-        """The float64 reference on the original inputs (the unquantized twin's reference)."""
         inputs, rows = self.originals, self.rows
         with self._timed():
             return reference(self.case.unquantized, inputs, rows)
 
     @cached_property
     def naive(self) -> Answer:
-        """The plain emulation (dequantize, float32 math): the yardstick of a backend that declares no numerics."""
+        """The yardstick of a backend that declares no numerics."""
         return emulation(self, quant.plain_numerics(self.case))
 
     @cached_property
     def quant_error(self) -> dict[str, float]:
-        """What the format costs: the reference on the dequantized inputs against the one on the originals."""
         return metrics(self.reference.out, self.original_reference.out)
 
 
 def case_data(case: Case) -> CaseData:
-    """The shared data of a case: a QuantCaseData for a quantized one."""
     return QuantCaseData(case) if case.quantized else CaseData(case)
 
 
 def prepare_kwargs(data: CaseData) -> dict[str, Any]:
-    """What `prepare` receives beside the canonical tensors: a quantized case's descale factors (`scales=`)."""
     return {"scales": data.quantized.scales} if isinstance(data, QuantCaseData) else {}
 
 
 def emulation(data: CaseData, numerics: Numerics) -> Answer:
-    """The emulation of `numerics` on the case's inputs (checked rows), made once per case and numerics."""
     cache: dict[Numerics, Answer] = data.__dict__.setdefault("_emulations", {})
     if numerics not in cache:
         with data._timed():
@@ -112,7 +94,7 @@ def _emulate(data: CaseData, numerics: Numerics) -> Answer:
     if isinstance(data, QuantCaseData):
         q, k, v = data.dequantized.q, data.dequantized.k, data.dequantized.v
         v_after = None
-        if numerics.v_scale_after:  # V's stored values in the matmul, its one factor on the rounded output
+        if numerics.v_scale_after:
             assert case.quant == "tensor", "a descale applied to the output is one per tensor"
             v, v_after = data.quantized.v.double(), float(data.quantized.scales.v.flatten()[0])
         return emulate(case, q, k, v, numerics, data.rows, scale, v_after)
@@ -121,9 +103,6 @@ def _emulate(data: CaseData, numerics: Numerics) -> Answer:
 
 @dataclass(frozen=True)
 class Yardstick:
-    """What a backend's answer is judged against: the answer of the low-precision computation whose error it may
-    double (naive in the case's dtype, or an emulation), the dtype whose floor is added, and the numerics emulated."""
-
     answer: Answer
     floor_dtype: str
     errors: dict[str, float] | None
@@ -131,8 +110,7 @@ class Yardstick:
 
 
 def yardstick(data: CaseData, backend: Any) -> Yardstick:
-    """The backend's yardstick: naive in the case's dtype (docs/conventions.md's rule), unless the case is quantized or the
-    backend declares numerics, when it is the emulation of those (or of the plain ones)."""
+    """Naive in the case's dtype, or the emulation of the declared or plain numerics."""
     case = data.case
     numerics = backend.numerics(case)
     if numerics is None and not case.quantized:
@@ -142,22 +120,18 @@ def yardstick(data: CaseData, backend: Any) -> Yardstick:
 
 
 def recorded(errors: dict[str, float]) -> dict[str, float | None]:
-    """`errors` as a record holds them: an infinite error (a NaN or an Inf in the answer) is null, as JSON has no
-    infinity and the record's `extra.nonfinite` says why."""
+    """Infinite errors become null: JSON has no infinity."""
     return {name: value if math.isfinite(value) else None for name, value in errors.items()}
 
 
 def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.Tensor) -> dict[str, Any]:
-    """The record's accuracy fields: the kernel error (every record), and for a case attnbench quantized its
-    quantization error, its error against the original inputs and its scheme; where an emulation gave the bound,
-    its source and the output dtype."""
     extra: dict[str, Any] = {"kernel_error": recorded(metrics(answer.out, data.reference.out))}
     if isinstance(data, QuantCaseData):
         extra.update(quantized="attnbench", quant_scheme=quant.scheme(data.case), quant_error=data.quant_error,
                      error_vs_original=recorded(metrics(answer.out, data.original_reference.out)))
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
-    elif stick.errors is not None:  # naive in the case's dtype: how far the dtype itself is off (verify.check)
+    elif stick.errors is not None:
         relative = check.relative(stick.errors["out"], data.reference.out)
         extra.update(naive_relative_error=relative, dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
                      reference_scale=float(data.reference.out.abs().max()))

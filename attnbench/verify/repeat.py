@@ -1,11 +1,4 @@
-"""Repeatability: two calls of a backend on the same inputs, compared bit for bit (docs/conventions.md "Correctness rule").
-
-Bit for bit means the raw bytes of each element: a NaN in the same place with the same bits is equal, while +0.0
-and -0.0 differ (two calls that differ only in the sign of a zero are not repeatable; their largest difference is
-then 0). A backend that returns one buffer for every call would compare a call with itself: where the two results share
-memory, the last call's result is copied and compared with one more call (`aliased`). The second call costs no call of its own where the timer makes one anyway: `KeepFirst` keeps the result of
-the timer's first call of the timed function, and the comparison is made after timing.
-"""
+"""Repeatability: two calls on the same inputs compared byte for byte (same-bit NaNs equal, ±0.0 not)."""
 
 from __future__ import annotations
 
@@ -19,17 +12,12 @@ if TYPE_CHECKING:
 
     from attnbench.verify.check import Verdict
 
-# Elements compared in float64 at a time when two results differ, so the comparison's memory stays bounded.
 CHUNK = 1 << 24
-# Why a backward mode's record has `repeatable: null`: its gradients are compared only where they are checked.
 GRADS_UNCHECKED = "not compared: the gradients are compared only where they are checked (grad_checked is false)"
 
 
 class KeepFirst:
-    """The timed function, keeping the result of its first call (the timer's first warm-up call) for the comparison.
-
-    It adds one Python call around each timed call on the host and holds one result until the comparison after
-    timing; the kernel, its inputs and what the timer times are unchanged."""
+    """Keeps its first call's result for the comparison after timing."""
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
@@ -46,22 +34,18 @@ class KeepFirst:
 
 @dataclass(frozen=True)
 class Repeat:
-    """Whether two calls gave the same bits; where not, the largest |difference| and the tensor it is in."""
-
     equal: bool
     max_diff: float = 0.0
     tensor: str | None = None
 
 
 def as_tensors(result: object) -> tuple[torch.Tensor, ...]:
-    """A call's result as a tuple of detached tensors: a forward's output, or a backward's gradients."""
     items = result if isinstance(result, (tuple, list)) else (result,)
     return tuple(t.detach() for t in items)
 
 
 def aliased(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> bool:
-    """Whether any tensor of one call's result shares memory with one of another's: a backend that hands back the
-    same buffer on every call, whose two results would be equal by construction."""
+    """Shared memory: equal by construction."""
     def storage(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr() if t.numel() else 0
 
@@ -70,7 +54,6 @@ def aliased(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> bo
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors hold the same bytes, element by element (same shape and dtype)."""
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -81,8 +64,7 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The largest |a - b| in float64: 0 where both hold the same value (NaN included), infinite where only one is
-    NaN or the shapes differ."""
+    """0 for equal values (NaN included); infinite for one NaN or other shapes."""
     if a.shape != b.shape:
         return math.inf
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
@@ -96,8 +78,8 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor], names: Sequence[str]) -> Repeat:
-    """Two calls' results, tensor by tensor: equal when every one is bitwise equal; else the largest difference."""
-    differing = [(max_difference(a, b), name) for a, b, name in zip(first, second, names, strict=False) if not bitwise_equal(a, b)]
+    differing = [(max_difference(a, b), name) for a, b, name in zip(first, second, names, strict=False)
+                 if not bitwise_equal(a, b)]
     if len(first) != len(second):
         differing.append((math.inf, "number of results"))
     if not differing:
@@ -107,7 +89,6 @@ def compare(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor], names
 
 
 def worse(a: Repeat | None, b: Repeat) -> Repeat:
-    """The less repeatable of two comparisons of the same first call (a None `a`: no earlier comparison)."""
     if a is None or a.equal:
         return b
     if b.equal:
@@ -116,8 +97,6 @@ def worse(a: Repeat | None, b: Repeat) -> Repeat:
 
 
 def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], note: str | None) -> dict[str, Any]:
-    """The record's `extra` entries for a comparison: the calls and tensors compared and, where they differed, the
-    largest difference and its tensor; where nothing was compared, why."""
     if result is None:
         return {"repeat_note": note} if note else {}
     extra: dict[str, Any] = {"repeat_calls": list(calls), "repeat_tensors": list(names)}
@@ -128,19 +107,16 @@ def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], 
 
 
 def finite(value: float) -> float | None:
-    """A number as a record stores it: None for an infinite one (a NaN or Inf in the output)."""
     return value if math.isfinite(value) else None
 
 
 def summary(verdict: Verdict) -> dict[str, Any]:
-    """One judged call, as the record's `extra` keeps it."""
     return {"passed": verdict.passed, "max_abs_error": finite(verdict.max_abs_error),
             "error_bound": verdict.error_bound, "worst": verdict.worst}
 
 
 def judged_extra(judged: list[tuple[str, Verdict]]) -> dict[str, Any]:
-    """`second_check` (the second call, judged where it differed from the checked one) and `recheck` (a mismatch
-    judged again on a fresh call; `agreed`: it failed again, the mismatch reproduced)."""
+    """`agreed`: the mismatch reproduced."""
     extra: dict[str, Any] = {}
     for label, verdict in judged[1:]:
         if label == "second":
@@ -151,9 +127,7 @@ def judged_extra(judged: list[tuple[str, Verdict]]) -> dict[str, Any]:
 
 
 def outcome(judged: list[tuple[str, Verdict]]) -> tuple[Verdict, str]:
-    """The verdict a record takes from its judged calls, (label, verdict) with the checked call first: the worst
-    failing one (by error over bound; the checked call on a tie), else the checked call's; and what the mismatch
-    reason adds: which call it was, and how the other judged calls went."""
+    """The worst failing judged call, else the checked one; and what the mismatch reason adds."""
     failed = [(label, verdict) for label, verdict in judged if not verdict.passed]
     if not failed:
         return judged[0][1], ""
