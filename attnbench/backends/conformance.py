@@ -103,13 +103,26 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
     Notes are what the signature cannot confirm: arguments that land in `*args` or `**kwargs`.
     """
     shown = f"{call.name}({parameter_list(sig)})"
-    params = sig.parameters
-    slots = [p for p in params.values() if p.kind in _POSITIONAL]
-    var_positional = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
-    var_keyword = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
     problems: list[Problem] = []
     notes: list[str] = []
+    _positional_problems(call, sig, shown, problems, notes)
+    _keyword_problems(call, sig, shown, problems, notes)
+    _missing_required(call, sig, shown, problems)
+    return problems, notes
 
+
+def _slots(sig: inspect.Signature) -> list[inspect.Parameter]:
+    return [p for p in sig.parameters.values() if p.kind in _POSITIONAL]
+
+
+def _var(sig: inspect.Signature, kind: Any) -> inspect.Parameter | None:
+    return next((p for p in sig.parameters.values() if p.kind is kind), None)
+
+
+def _positional_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
+                         problems: list[Problem], notes: list[str]) -> None:
+    slots = _slots(sig)
+    var_positional = _var(sig, inspect.Parameter.VAR_POSITIONAL)
     for index, name in enumerate(call.positional):
         where = f"positional argument {index + 1} ('{name}')"
         if index < len(slots):
@@ -121,17 +134,23 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
             continue
         else:
             there = f"the installed {shown} takes {len(slots)} positional argument{'s' * (len(slots) != 1)}"
-        moved = params.get(name)
-        if moved is None:
-            now = f"and no parameter '{name}'"
-        elif moved.kind is inspect.Parameter.KEYWORD_ONLY:
-            now = f"and '{name}' is keyword-only"
-        else:
-            now = f"and '{name}' at position {slots.index(moved) + 1}"
-        problems.append(Problem(name, f"{where} moved: {there}, {now}"))
+        problems.append(Problem(name, f"{where} moved: {there}, {_where_now(name, sig, slots)}"))
 
+
+def _where_now(name: str, sig: inspect.Signature, slots: list[inspect.Parameter]) -> str:
+    moved = sig.parameters.get(name)
+    if moved is None:
+        return f"and no parameter '{name}'"
+    if moved.kind is inspect.Parameter.KEYWORD_ONLY:
+        return f"and '{name}' is keyword-only"
+    return f"and '{name}' at position {slots.index(moved) + 1}"
+
+
+def _keyword_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
+                      problems: list[Problem], notes: list[str]) -> None:
+    var_keyword = _var(sig, inspect.Parameter.VAR_KEYWORD)
     for name in call.keywords:
-        p = params.get(name)
+        p = sig.parameters.get(name)
         if name in call.positional:
             problems.append(Problem(name, f"'{name}' is declared both by position and by keyword"))
         if p is not None and p.kind in _KEYWORD:
@@ -143,14 +162,15 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
         else:
             problems.append(Problem(name, f"keyword '{name}' is not a parameter of the installed {shown}"))
 
-    filled = {p.name for p in slots[: len(call.positional)]} | set(call.keywords)  # a moved one is reported above
-    for p in params.values():
+
+def _missing_required(call: LibraryCall, sig: inspect.Signature, shown: str, problems: list[Problem]) -> None:
+    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)  # a moved one: reported
+    for p in sig.parameters.values():
         required = p.default is inspect.Parameter.empty and p.kind not in (
             inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         if required and p.name not in filled and p.name not in {q.parameter for q in problems}:
             problems.append(Problem(p.name, f"the installed {shown} requires '{p.name}', "
                                             "which attnbench does not pass"))
-    return problems, notes
 
 
 def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
@@ -230,22 +250,18 @@ def _parameter_texts(text: str) -> list[str] | None:
     """The top-level comma-separated parameter texts of `(...)` at the start of `text`; None when it does not
     close. Brackets, quotes and pybind11's `<repr>` defaults are skipped over as one unit each."""
     assert text.startswith("(")
-    depth, quote, angle, current, parts = 0, "", 0, [], []
-    for _index, char in enumerate(text):
-        if quote:
-            current.append(char)
-            if char == quote:
-                quote = ""
+    depth, current, parts, index = 0, [], [], 0
+    while index < len(text):
+        char = text[index]
+        end = _unit_end(text, index, "".join(current))
+        if end == -1:
+            return None
+        if end is not None:
+            current.append(text[index:end])
+            index = end
             continue
-        if angle:
-            current.append(char)
-            angle += (char == "<") - (char == ">")
-            continue
-        if char in "\'\"":
-            quote = char
-        elif char == "<" and "".join(current).rstrip().endswith("="):
-            angle = 1
-        elif char in "([{":
+        index += 1
+        if char in "([{":
             depth += 1
             if depth == 1 and char == "(":
                 continue
@@ -253,15 +269,30 @@ def _parameter_texts(text: str) -> list[str] | None:
             depth -= 1
             if depth == 0:
                 tail = "".join(current).strip()
-                if tail:
-                    parts.append(tail)
-                return parts
+                return [*parts, tail] if tail else parts
         elif char == "," and depth == 1:
             parts.append("".join(current).strip())
             current = []
             continue
         current.append(char)
     return None
+
+
+def _unit_end(text: str, index: int, before: str) -> int | None:
+    """The end of a quoted string or a `<repr>` default (after `=`) opening at `index`: -1 when it never closes,
+    None when none opens there."""
+    char = text[index]
+    if char in "\'\"":
+        close = text.find(char, index + 1)
+        return -1 if close < 0 else close + 1
+    if char != "<" or not before.rstrip().endswith("="):
+        return None
+    depth = 0
+    for end in range(index, len(text)):
+        depth += (text[end] == "<") - (text[end] == ">")
+        if depth == 0:
+            return end + 1
+    return -1
 
 
 def _signature_of(params: list[str]) -> inspect.Signature | None:
@@ -316,10 +347,10 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         if call.optional:
             return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
         return CallVerdict(**base, state="mismatch", parameter=call.name,
-                       detail=f"the installed {call.module} has no {call.qualname}")
+                           detail=f"the installed {call.module} has no {call.qualname}")
     except Exception as exc:  # a library that fails to import in another way is not installed usably
         return CallVerdict(**base, state="n/a",
-                       detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
+                           detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
     try:
         signatures, source = installed_signatures(obj)
         # An overloaded binding fits when one of its overloads does; else the first one's problems are reported.
@@ -330,10 +361,10 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
     shown = f"{call.name}({parameter_list(sig)})"
     if problems:
         first = problems[0]
-        return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems), parameter=first.parameter,
-                       signature=shown, signature_source=source, notes=tuple(notes))
-    return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown, signature_source=source,
-                   notes=tuple(notes))
+        return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems),
+                           parameter=first.parameter, signature=shown, signature_source=source, notes=tuple(notes))
+    return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown,
+                       signature_source=source, notes=tuple(notes))
 
 
 def check_backend(backend: Backend) -> Conformance:
