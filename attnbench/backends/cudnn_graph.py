@@ -67,56 +67,77 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
     dtype = cudnn.data_type
     graph = cudnn.pygraph(io_data_type=getattr(dtype, spec.io), intermediate_data_type=dtype.FLOAT,
                           compute_data_type=dtype.FLOAT, handle=handle)
-    operands = dict(spec.operands)
-    tensors: dict[str, Any] = {}
-
-    def declare(role: str, operand: Operand) -> Any:
-        t = graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
-                         data_type=getattr(dtype, operand.dtype), name=role)
-        tensors[role] = t
-        return t
-
-    def shape_output(role: str, t: Any, operand: Operand) -> None:
-        t.set_output(True).set_dim(list(operand.dims)).set_stride(list(operand.strides))
-        t.set_data_type(getattr(dtype, operand.dtype))
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
-        tensors[role] = t
-
+    declared = _Declared(graph, dtype, dict(spec.operands))
     inputs = ("q", "k", "v", "o", "dO", "stats") if backward else ("q", "k", "v")
     outputs = ("q", "k", "v") if backward else ("o", "stats") if spec.training else ("o",)
-    used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
-    used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
-    for role, operand in operands.items():  # the runtime tensors first: the ragged ones point at them
-        if role in used:
-            declare(role, operand)
-    for role in inputs:
-        operand = operands["o" if role == "dO" else role]
-        t = declare(role, operand)
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
+    declared.inputs(inputs, outputs, backward)
     keywords = dict(spec.keywords)
     keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])
     if "use_padding_mask" in keywords:
-        keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
+        keywords["seq_len_q"], keywords["seq_len_kv"] = declared.tensors["seq_len_q"], declared.tensors["seq_len_kv"]
     if backward:
-        keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
-        if deterministic_asked():  # the run asked for determinism (attnbench.verify.determinism): the backward's own option
-            keywords["use_deterministic_algorithm"] = True
-        dq, dk, dv = graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
-        for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
-            shape_output(role, t, operands[role[1].lower()])
+        _sdpa_backward(declared, inputs, keywords)
     else:
-        if "k_table" in tensors:
-            keywords["paged_attention_k_table"] = tensors["k_table"]
-            keywords["paged_attention_v_table"] = tensors["v_table"]
-        o, stats = graph.sdpa(tensors["q"], tensors["k"], tensors["v"], name="sdpa",
-                              generate_stats=spec.training, **keywords)
-        shape_output("o", o, operands["o"])
-        if spec.training:
-            shape_output("stats", stats, operands["stats"])
+        _sdpa_forward(declared, spec.training, keywords)
     plan, plan_s, compile_s = pin_backend(cudnn, graph)
-    return Built(graph, tensors, plan, plan_s, compile_s)
+    return Built(graph, declared.tensors, plan, plan_s, compile_s)
+
+
+class _Declared:
+    """A graph's tensors by role, declared from the spec's operands."""
+
+    def __init__(self, graph: Any, dtype: Any, operands: dict[str, Operand]) -> None:
+        self.graph, self.dtype, self.operands = graph, dtype, operands
+        self.tensors: dict[str, Any] = {}
+
+    def declare(self, role: str, operand: Operand) -> Any:
+        t = self.graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
+                              data_type=getattr(self.dtype, operand.dtype), name=role)
+        self.tensors[role] = t
+        return t
+
+    def output(self, role: str, t: Any, operand: Operand) -> None:
+        t.set_output(True).set_dim(list(operand.dims)).set_stride(list(operand.strides))
+        t.set_data_type(getattr(self.dtype, operand.dtype))
+        if operand.ragged is not None:
+            t.set_ragged_offset(self.tensors[operand.ragged])
+        self.tensors[role] = t
+
+    def inputs(self, inputs: tuple[str, ...], outputs: tuple[str, ...], backward: bool) -> None:
+        """The runtime tensors the graph uses, then its inputs (the ragged ones point at runtime tensors)."""
+        operands = self.operands
+        used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
+        used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
+        for role, operand in operands.items():
+            if role in used:
+                self.declare(role, operand)
+        for role in inputs:
+            operand = operands["o" if role == "dO" else role]
+            t = self.declare(role, operand)
+            if operand.ragged is not None:
+                t.set_ragged_offset(self.tensors[operand.ragged])
+
+
+def _sdpa_backward(declared: _Declared, inputs: tuple[str, ...], keywords: dict[str, Any]) -> None:
+    keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
+    if deterministic_asked():  # attnbench.verify.determinism: the backward's own option
+        keywords["use_deterministic_algorithm"] = True
+    tensors = declared.tensors
+    dq, dk, dv = declared.graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
+    for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
+        declared.output(role, t, declared.operands[role[1].lower()])
+
+
+def _sdpa_forward(declared: _Declared, training: bool, keywords: dict[str, Any]) -> None:
+    tensors = declared.tensors
+    if "k_table" in tensors:
+        keywords["paged_attention_k_table"] = tensors["k_table"]
+        keywords["paged_attention_v_table"] = tensors["v_table"]
+    o, stats = declared.graph.sdpa(tensors["q"], tensors["k"], tensors["v"], name="sdpa",
+                                   generate_stats=training, **keywords)
+    declared.output("o", o, declared.operands["o"])
+    if training:
+        declared.output("stats", stats, declared.operands["stats"])
 
 
 def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
