@@ -192,30 +192,44 @@ class _Flash(Backend):
         return self.fp8_numerics if case.quantized else None
 
     def unsupported(self, case: Case) -> str | None:
+        checks = (self._dtype_reason, self._head_dim_reason, self._axis_reason, self._qv_form_reason,
+                  self._pages_reason)
+        return next((reason for check in checks if (reason := check(case))), None)
+
+    def _dtype_reason(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES and not case.quantized:  # `quantized` admitted the FP8 ones
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
+        return None
+
+    def _head_dim_reason(self, case: Case) -> str | None:
         qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
-        if qk_dim > MAX_HEAD_DIM:
-            return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"
-        for axis in case.workload_axes:
-            if axis in self.axis_reasons:
-                return self.axis_reasons[axis]
-        if case.kv_shared and "kv_shared" in self.workload_axes:
-            if case.needs_grad:
-                return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
-                        "share into dV (K_nope is V there), which the reference keeps apart")
-            if reason := self.qv_reason(case):
-                return reason
-        if case.page_size is not None and "page_size" in self.workload_axes and case.doc_lens is not None:
+        return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}" if qk_dim > MAX_HEAD_DIM else None
+
+    def _axis_reason(self, case: Case) -> str | None:
+        return next((self.axis_reasons[axis] for axis in case.workload_axes if axis in self.axis_reasons), None)
+
+    def _qv_form_reason(self, case: Case) -> str | None:
+        if not (case.kv_shared and "kv_shared" in self.workload_axes):
+            return None
+        if case.needs_grad:
+            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
+                    "share into dV (K_nope is V there), which the reference keeps apart")
+        return self.qv_reason(case)
+
+    def _pages_reason(self, case: Case) -> str | None:
+        if case.page_size is None:
+            return None
+        if "page_size" in self.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
-        if case.page_size is not None and self.varlen_pages and case.needs_grad:
+        if self.varlen_pages and case.needs_grad:
             return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
-        if case.page_size is not None and self.page_table_keyword is not None:
-            if case.needs_grad:
-                return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
-            if case.page_size % self.page_multiple:
-                return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
-                        f"(page_size {case.page_size})")
+        if self.page_table_keyword is None:
+            return None
+        if case.needs_grad:
+            return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
+        if case.page_size % self.page_multiple:
+            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
+                    f"(page_size {case.page_size})")
         return None
 
     def deterministic(self, case: Case) -> str:
