@@ -38,7 +38,7 @@ import importlib
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
@@ -215,38 +215,9 @@ class FlashInferBackend(Backend):
         return kernel_files() if installed_version(self.library) is not None else None
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in HALF_DTYPES:
-            return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
-        if case.needs_grad:
-            return "FlashInfer's attention is forward-only (no backward kernel)"
-        if reason := packing.documents_in_pages(case, "FlashInfer"):
-            return reason
-        if case.kv_shared and (reason := mla_reason(case)):
-            return reason
-        if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
-            return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
-                    "[1, page_size]): a request with an empty cache is not mapped")
-        if case.alibi:
-            if case.softcap is not None:
-                return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
-                        "attnbench does not run alibi with softcap on flashinfer")
-            if (case.tp or 1) > 1:
-                return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
-                        "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
-            if not case.causal and case.seq_len > 1:
-                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
-                        "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
-        if case.head_dim_v is not None and route(case) == "decode":
-            return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
-        if short := short_causal(case):
-            return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
-                    f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
-                    "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
-                    "'qo_len > kv_len and causal'; an empty cache is mapped")
-        if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
-            return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
-                    "expressible with more than one query per request")
-        return None
+        checks = (_dtype_reason, _grad_reason, _pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason,
+                  _window_reason)
+        return next((reason for check in checks if (reason := check(case))), None)
 
     def numerics(self, case: Case) -> Numerics | None:
         if not case.quantized:
@@ -265,67 +236,16 @@ class FlashInferBackend(Backend):
         common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
         if case.alibi:
             common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: docs/conventions.md's for these heads (unsupported)
-        device = q.device
-        plan_s = None
-        extra: dict[str, Any] = {}
         if how == "single":
-            single = fi.single_prefill_with_kv_cache
-            inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
-
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return single(q, k, v, kv_layout="NHD", **common, **scaled)
-
-            to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: out.transpose(0, 1)[None]  # noqa: E731
-            wrapper = None
+            planned = single_planned(fi, q, k, v, common, scaled)
         elif how == "ragged":
-            seqs = packing.varlen(case)
-            wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
-            start = time.perf_counter()
-            wrapper.plan(packing.int32(seqs.cu_q, device), packing.int32(seqs.cu_k, device), case.heads,
-                         case.kv_heads, case.head_dim, head_dim_vo=case.v_dim, q_data_type=q.dtype,
-                         kv_data_type=k.dtype, **common)
-            plan_s = synced(start, device)
-            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
-            run = wrapper.run
-
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return run(q, k, v, **scaled)
-
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+            planned = ragged_planned(fi, case, q, k, v, common, scaled)
         elif how == "mla":
-            wrapper, inputs, call, plan_s = mla_prepared(fi, case, q, k, v)
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+            planned = Planned(*mla_prepared(fi, case, q, k, v), lambda out: packing.unpack_out(out, case))
         else:
-            layout = workload.pages(case)
-            indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
-            pools = tuple(fp8.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
-            if self.kv_layout == "HND":
-                pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
-            if how == "decode":
-                wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
-                start = time.perf_counter()  # plan_ms: plan() alone, as for the ragged wrapper
-                decode_args = {key: value for key, value in common.items() if key != "causal"}
-                wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
-                             q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
-                q_in = q[:, :, 0]  # (B, H, D): one query per request
-            else:
-                seqs = packing.varlen(case)
-                wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
-                start = time.perf_counter()
-                wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
-                             case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
-                             kv_data_type=k.dtype, **common)
-                q_in = packing.pack_q(q)
-            plan_s = synced(start, device)
-            inputs = (q_in.contiguous(), *pools)
-            run = wrapper.run
-
-            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-                return run(q, (k_pool, v_pool), **scaled)
-
-            to_canonical = ((lambda out: out[:, :, None]) if how == "decode"  # (B, H, D) → (B, H, 1, D)
-                            else (lambda out: packing.unpack_out(out, case)))
-        extra["compile_s"] = warm_up(call, inputs, False)  # FlashInfer JIT-compiles a kernel at its first run
+            planned = paged_planned(fi, case, self.kv_layout, (q, k, v), common, scaled)
+        wrapper, inputs, call, plan_s, to_canonical = planned
+        extra: dict[str, Any] = {"compile_s": warm_up(call, inputs, False)}  # FlashInfer JIT-compiles at first run
         if plan_s is not None:
             extra["plan_ms"] = plan_s * 1e3
         chosen = getattr(wrapper, "_backend", None) if wrapper is not None else None
@@ -344,6 +264,64 @@ class FlashInferBackend(Backend):
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "flashinfer", REFUSALS, (RuntimeError, ValueError, NotImplementedError,
                                                              AssertionError))
+
+
+def _dtype_reason(case: Case) -> str | None:
+    if case.dtype not in HALF_DTYPES:
+        return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
+    return None
+
+
+def _grad_reason(case: Case) -> str | None:
+    return "FlashInfer's attention is forward-only (no backward kernel)" if case.needs_grad else None
+
+
+def _pages_reason(case: Case) -> str | None:
+    if reason := packing.documents_in_pages(case, "FlashInfer"):
+        return reason
+    if case.kv_shared and (reason := mla_reason(case)):
+        return reason
+    if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
+        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
+                "[1, page_size]): a request with an empty cache is not mapped")
+    return None
+
+
+def _alibi_reason(case: Case) -> str | None:
+    if not case.alibi:
+        return None
+    if case.softcap is not None:
+        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                "attnbench does not run alibi with softcap on flashinfer")
+    if (case.tp or 1) > 1:
+        return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
+                "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
+    if not case.causal and case.seq_len > 1:
+        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
+                "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
+    return None
+
+
+def _head_dim_v_reason(case: Case) -> str | None:
+    if case.head_dim_v is not None and route(case) == "decode":
+        return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
+    return None
+
+
+def _short_causal_reason(case: Case) -> str | None:
+    if short := short_causal(case):
+        return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
+                f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
+                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
+                "'qo_len > kv_len and causal'; an empty cache is mapped")
+    return None
+
+
+def _window_reason(case: Case) -> str | None:
+    if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
+        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
+                "expressible with more than one query per request")
+    return None
 
 
 def mla_reason(case: Case) -> str | None:
@@ -368,6 +346,84 @@ def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> 
             "kv_len_arr": packing.int32(workload.request_kv_lens(case), device), "num_heads": case.heads,
             "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim, "page_size": case.page_size,
             "causal": case.causal, "sm_scale": case.head_dim ** -0.5, "q_data_type": q_dtype, "kv_data_type": kv_dtype}
+
+
+class Planned(NamedTuple):
+    """An entry point made ready: its wrapper (None for single prefill), the run's inputs, the timed call, plan()'s
+    seconds and the output's way back to (B, H, S, D)."""
+
+    wrapper: Any
+    inputs: tuple[torch.Tensor, ...]
+    call: Callable[..., torch.Tensor]
+    plan_s: float | None
+    to_canonical: Callable[[torch.Tensor], torch.Tensor]
+
+
+def single_planned(fi: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
+                   scaled: dict[str, float]) -> Planned:
+    single = fi.single_prefill_with_kv_cache
+    inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return single(q, k, v, kv_layout="NHD", **common, **scaled)
+
+    return Planned(None, inputs, call, None, lambda out: out.transpose(0, 1)[None])
+
+
+def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
+                   scaled: dict[str, float]) -> Planned:
+    device = q.device
+    seqs = packing.varlen(case)
+    wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
+    start = time.perf_counter()
+    wrapper.plan(packing.int32(seqs.cu_q, device), packing.int32(seqs.cu_k, device), case.heads,
+                 case.kv_heads, case.head_dim, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                 kv_data_type=k.dtype, **common)
+    plan_s = synced(start, device)
+    inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
+    run = wrapper.run
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return run(q, k, v, **scaled)
+
+    return Planned(wrapper, inputs, call, plan_s, lambda out: packing.unpack_out(out, case))
+
+
+def paged_planned(fi: Any, case: Case, kv_layout: str, qkv: tuple[torch.Tensor, ...], common: dict[str, Any],
+                  scaled: dict[str, float]) -> Planned:
+    """The paged decode (one query per request) or paged prefill wrapper over the shared page table."""
+    q, k, v = qkv
+    device = q.device
+    layout = workload.pages(case)
+    indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
+    pools = tuple(fp8.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
+    if kv_layout == "HND":
+        pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
+    decode = route(case) == "decode"
+    if decode:
+        wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=kv_layout)
+        start = time.perf_counter()  # plan_ms: plan() alone, as for the ragged wrapper
+        decode_args = {key: value for key, value in common.items() if key != "causal"}
+        wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
+                     q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
+        q_in = q[:, :, 0]  # (B, H, D): one query per request
+    else:
+        seqs = packing.varlen(case)
+        wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=kv_layout)
+        start = time.perf_counter()
+        wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
+                     case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                     kv_data_type=k.dtype, **common)
+        q_in = packing.pack_q(q)
+    plan_s = synced(start, device)
+    run = wrapper.run
+
+    def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        return run(q, (k_pool, v_pool), **scaled)
+
+    to_canonical = ((lambda out: out[:, :, None]) if decode  # (B, H, D) → (B, H, 1, D)
+                    else (lambda out: packing.unpack_out(out, case)))
+    return Planned(wrapper, (q_in.contiguous(), *pools), call, plan_s, to_canonical)
 
 
 def mla_prepared(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor,
