@@ -77,6 +77,24 @@ def varlen_parameters() -> frozenset[str]:
         return frozenset()
 
 
+def paged_reason(case: Case) -> str | None:
+    """Why varlen_attn's block_table cannot run a paged `case`; None when it may (or the case has no pages)."""
+    if case.page_size is None:
+        return None
+    if case.doc_lens is not None:
+        return packing.documents_in_pages(case, "varlen_attn's block_table")
+    if case.needs_grad:
+        return "varlen_attn's block_table (paged KV) is inference-only: no backward"
+    missing = [name for name in PAGED_KEYWORDS if name not in varlen_parameters()]
+    if missing:
+        return (f"this torch's varlen_attn has no {', '.join(missing)} (a paged KV cache through block_table "
+                "arrived with torch 2.13's signature); attnbench does not map page_size onto it")
+    if case.page_size % FA2_PAGE_MULTIPLE:
+        return (f"varlen_attn pages through FlashAttention 2, which takes pages of a multiple of "
+                f"{FA2_PAGE_MULTIPLE} tokens (page_size {case.page_size})")
+    return None
+
+
 @register
 class SdpaVarlen(Backend):
     name = "sdpa-varlen"
@@ -115,19 +133,7 @@ class SdpaVarlen(Backend):
             return "varlen_attn has no ALiBi bias"
         if case.head_dim_v is not None:
             return "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)"
-        if case.page_size is not None:
-            if case.doc_lens is not None:
-                return packing.documents_in_pages(case, "varlen_attn's block_table")
-            if case.needs_grad:
-                return "varlen_attn's block_table (paged KV) is inference-only: no backward"
-            missing = [name for name in PAGED_KEYWORDS if name not in varlen_parameters()]
-            if missing:
-                return (f"this torch's varlen_attn has no {', '.join(missing)} (a paged KV cache through block_table "
-                        "arrived with torch 2.13's signature); attnbench does not map page_size onto it")
-            if case.page_size % FA2_PAGE_MULTIPLE:
-                return (f"varlen_attn pages through FlashAttention 2, which takes pages of a multiple of "
-                        f"{FA2_PAGE_MULTIPLE} tokens (page_size {case.page_size})")
-        return None
+        return paged_reason(case)
 
     def deterministic(self, case: Case) -> str:
         if not case.needs_grad:
