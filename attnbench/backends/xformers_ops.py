@@ -328,34 +328,8 @@ class XformersBackend(Backend):
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         ops = xformers_ops()
-        varlen = case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
-        padded = None
-        if case.page_size is not None:
-            bias = xformers_paged_bias(case, ops, q.device)
-            inputs = xformers_paged_layout(case, q, k, v)
-        elif varlen and needs_padded_keys(case):
-            inputs, padded = xformers_padded_layout(case, q, k, v)
-            bias = xformers_padded_bias(case, ops, padded, q.device)
-        elif varlen:
-            bias = xformers_varlen_bias(case, ops, q.device)
-            inputs = xformers_varlen_layout(case, q, k, v)
-        else:
-            bias = xformers_bias(case, ops)
-            inputs = xformers_layout(case, q, k, v)
-        try:
-            op = dispatch_fw(ops, *inputs, bias, needs_gradient=case.needs_grad)
-        except NotImplementedError as exc:
-            raise Unsupported(f"xformers: {condense(str(exc))}") from None
-        except AttributeError:
-            op = None  # private API gone: let xformers choose, and say that we could not ask
-        op_bw = None
-        if case.needs_grad and op is not None:
-            try:
-                op_bw = dispatch_bw(ops, *inputs, bias)
-            except NotImplementedError as exc:
-                raise Unsupported(f"xformers: {condense(str(exc))}") from None
-            except AttributeError:
-                op_bw = None  # private API gone: xformers chooses the backward op, unrecorded
+        bias, inputs, padded = biased_inputs(case, ops, q, k, v)
+        op, op_bw = dispatched_ops(ops, inputs, bias, case.needs_grad)
         mea = ops.memory_efficient_attention
         pinned = None if op is None else (op, op_bw)  # the ops we record are the ops that run
 
@@ -364,13 +338,6 @@ class XformersBackend(Backend):
 
         b, sq, h = case.batch, case.seq_len, case.heads
         five_d = inputs[0].dim() == 5
-        layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
-        if case.page_size is not None:
-            layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
-        elif padded is not None:
-            layout += f", {packing.varlen(case).sequences} sequences in one row, keys padded to {padded}"
-        elif varlen:
-            layout += f", {packing.varlen(case).sequences} sequences packed in one row"
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
         if case.needs_grad:
@@ -380,7 +347,7 @@ class XformersBackend(Backend):
             inputs=inputs,
             call=call,
             kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
-                    f"({layout}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
+                    f"({layout_words(case, five_d, padded)}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
             extra=fp32_math(case, inputs[0].device.type, cutlass),
             to_canonical=lambda out: out.reshape(b, sq, h, out.shape[-1]).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,
@@ -392,6 +359,52 @@ class XformersBackend(Backend):
         ):
             return f"xformers: {condense(str(exc))}"
         return None
+
+
+def is_varlen(case: Case) -> bool:
+    return case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
+
+
+def biased_inputs(case: Case, ops: Any, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...], int | None]:
+    """The attn_bias, the inputs in its layout, and the keys' padded length (None unless padded)."""
+    if case.page_size is not None:
+        return xformers_paged_bias(case, ops, q.device), xformers_paged_layout(case, q, k, v), None
+    if is_varlen(case) and needs_padded_keys(case):
+        inputs, padded = xformers_padded_layout(case, q, k, v)
+        return xformers_padded_bias(case, ops, padded, q.device), inputs, padded
+    if is_varlen(case):
+        return xformers_varlen_bias(case, ops, q.device), xformers_varlen_layout(case, q, k, v), None
+    return xformers_bias(case, ops), xformers_layout(case, q, k, v), None
+
+
+def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_grad: bool) -> tuple[Any, Any]:
+    """The forward and backward operators xformers' dispatcher picks; None where its private API is gone."""
+    try:
+        op = dispatch_fw(ops, *inputs, bias, needs_gradient=needs_grad)
+    except NotImplementedError as exc:
+        raise Unsupported(f"xformers: {condense(str(exc))}") from None
+    except AttributeError:
+        return None, None  # let xformers choose, and say that we could not ask
+    if not needs_grad:
+        return op, None
+    try:
+        return op, dispatch_bw(ops, *inputs, bias)
+    except NotImplementedError as exc:
+        raise Unsupported(f"xformers: {condense(str(exc))}") from None
+    except AttributeError:
+        return op, None  # xformers chooses the backward op, unrecorded
+
+
+def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
+    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
+    if case.page_size is not None:
+        layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
+    elif padded is not None:
+        layout += f", {packing.varlen(case).sequences} sequences in one row, keys padded to {padded}"
+    elif is_varlen(case):
+        layout += f", {packing.varlen(case).sequences} sequences packed in one row"
+    return layout
 
 
 # dispatch_fw's private calls; optional, since the adapter does without them when they are gone.
