@@ -1,19 +1,9 @@
-"""Each adapter's library calls held against the *installed* library's real signatures.
+"""Each adapter's declared library calls (`LibraryCall`) held against the installed library's signatures: every
+keyword still a keyword parameter, every positional argument still on its named parameter, nothing required left
+out. A mismatch is the backend's skip reason, naming the parameter, before any tensor is made.
 
-A backend module declares, next to its call, what the call passes (`LibraryCall`: which parameters by
-position, in order, and which by keyword); tests record each adapter's real calls and hold them equal to
-the declaration. This module reads the installed function's signature and checks the declaration against
-it: every keyword we pass is still a parameter that takes a keyword, every argument we pass by position
-still lands on the parameter of that name, and nothing the function requires is left out. A mismatch
-becomes the backend's `skipped` reason (naming the parameter) before any tensor is made, and a line of
-`attnbench doctor`, instead of a TypeError — or worse, a value bound to the wrong parameter — in the
-timed loop.
-
-Where `inspect.signature` cannot read a function (PyTorch's C++ builtins such as
-`F.scaled_dot_product_attention`), the signature comes from the ATen operator's schema, the text the
-Python binding is generated from (exact about keyword-only parameters), and failing that from the
-signature lines a binding generator writes into the docstring (PyTorch's, nanobind's and pybind11's, each
-overload).
+Where `inspect.signature` cannot read a C++ builtin, the signature comes from its ATen schema, else from the
+signature lines a binding generator (PyTorch, nanobind, pybind11) writes into the docstring.
 """
 
 from __future__ import annotations
@@ -40,15 +30,14 @@ class CallVerdict:
     call: str  # LibraryCall.spelled()
     state: str
     detail: str
-    parameter: str | None = None  # the parameter a mismatch is about
-    signature: str | None = None  # the installed signature, as read
+    parameter: str | None = None  # the one a mismatch is about
+    signature: str | None = None
     signature_source: str | None = None  # "inspect.signature", "aten schema ...", "docstring"
     notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Conformance:
-    """A backend's calls against the installed libraries, and its one-line summary."""
 
     state: str  # "ok", "mismatch", "n/a", "unchecked"
     summary: str
@@ -68,7 +57,6 @@ class Conformance:
 
 @dataclass(frozen=True)
 class Problem:
-    """One way a declared call no longer fits a signature."""
 
     parameter: str
     text: str
@@ -98,10 +86,7 @@ def parameter_list(sig: inspect.Signature) -> str:
 
 
 def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Problem], list[str]]:
-    """The problems of calling `sig` the way `call` declares (first the parameter, then why), and notes.
-
-    Notes are what the signature cannot confirm: arguments that land in `*args` or `**kwargs`.
-    """
+    """The problems of calling `sig` as `call` declares, and notes: arguments landing in `*args` or `**kwargs`."""
     shown = f"{call.name}({parameter_list(sig)})"
     problems: list[Problem] = []
     notes: list[str] = []
@@ -174,8 +159,7 @@ def _missing_required(call: LibraryCall, sig: inspect.Signature, shown: str, pro
 
 
 def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
-    """Every signature `obj` can be called with (a C++ binding may have several overloads) and where they were
-    read from; ValueError when there is none to read."""
+    """Every signature (overload) of `obj` and where it was read from; ValueError when there is none."""
     try:
         return [inspect.signature(obj)], "inspect.signature"
     except (ValueError, TypeError) as exc:
@@ -209,14 +193,8 @@ def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
 
 
 def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
-    """The signatures a builtin's docstring states, one per overload, read by their parameter names only.
-
-    The text a binding generator writes: PyTorch's `name(query, key, value, attn_mask=None) -> Tensor`;
-    nanobind's `name(self, q: mod.tensor, x: int = 0, /) -> list[...]`, one line per overload; pybind11's
-    `name(self: mod.cls, a: mod.enum = <enum.X: 0>) -> None`, whose overloads follow an `Overloaded function.`
-    line as `1. name(...)`. Types and defaults are not evaluated (pybind11 prints defaults as reprs that are
-    not Python), only whether a parameter has a default, and its kind.
-    """
+    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`, nanobind's
+    lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are read."""
     if not name:
         return []
     found = []
@@ -228,15 +206,14 @@ def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
             text = numbered[1]
         if not text.startswith(f"{name}("):
             continue
-        # A signature may wrap onto the next lines (PyTorch's does): read on until its parenthesis closes.
+        # PyTorch's may wrap: read on until the parenthesis closes.
         params = _parameter_texts(text[len(name):] + "".join(lines[index + 1:]))
         if params is None:
             continue
         signature = _signature_of(params)
         if signature is not None:
             found.append(signature)
-    # pybind11 opens an overloaded function's docstring with a catch-all `name(*args, **kwargs)`: the numbered
-    # overloads after it are the real signatures.
+    # pybind11 opens overloads with a catch-all `name(*args, **kwargs)`.
     real = [s for s in found if not _catch_all(s)]
     return real or found
 
@@ -296,7 +273,7 @@ def _unit_end(text: str, index: int, before: str) -> int | None:
 
 
 def _signature_of(params: list[str]) -> inspect.Signature | None:
-    """An inspect.Signature from parameter texts such as `q: mod.tensor`, `x: int = 0`, `*`, `/`, `**kw`."""
+    """An inspect.Signature from texts such as `q: mod.tensor`, `x: int = 0`, `*`, `/`, `**kw`."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     built: list[inspect.Parameter] = []
     for text in params:
@@ -321,7 +298,7 @@ def _signature_of(params: list[str]) -> inspect.Signature | None:
         built.append(inspect.Parameter(name, kind, default=default))
     try:
         return inspect.Signature(built)
-    except ValueError:  # e.g. a parameter without a default after one with: not a signature we can trust
+    except ValueError:  # e.g. a parameter without a default after one with
         return None
 
 
@@ -348,15 +325,15 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
             return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
         return CallVerdict(**base, state="mismatch", parameter=call.name,
                            detail=f"the installed {call.module} has no {call.qualname}")
-    except Exception as exc:  # a library that fails to import in another way is not installed usably
+    except Exception as exc:  # not installed usably
         return CallVerdict(**base, state="n/a",
                            detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
     try:
         signatures, source = installed_signatures(obj)
-        # An overloaded binding fits when one of its overloads does; else the first one's problems are reported.
+        # One fitting overload is enough; else the first one's problems.
         judged = [(sig, *check_signature(call, sig)) for sig in signatures]
         sig, problems, notes = next((j for j in judged if not j[1]), judged[0])
-    except Exception as exc:  # ValueError: nothing to read; anything else: a signature we cannot judge
+    except Exception as exc:  # nothing to read, or a signature we cannot judge
         return CallVerdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
     shown = f"{call.name}({parameter_list(sig)})"
     if problems:
@@ -371,7 +348,7 @@ def check_backend(backend: Backend) -> Conformance:
     """Every call `backend` declares, against what is installed here. Never raises."""
     try:
         calls = backend.library_calls()
-    except Exception as exc:  # a plugin's declaration that fails is not worth a crashed run
+    except Exception as exc:  # a plugin's failing declaration is not worth a crashed run
         return Conformance("unchecked", f"unchecked: {backend.name}.library_calls() raised {first_line(exc)}")
     if not calls:
         return Conformance("n/a", "n/a: no library call to check (plain PyTorch ops)")
@@ -382,7 +359,7 @@ def check_backend(backend: Backend) -> Conformance:
     checked = [v for v in verdicts if v.state == "ok"]
     missing = [v for v in verdicts if v.state == "n/a" and not _optional(calls, v)]
     unchecked = [v for v in verdicts if v.state == "unchecked"]
-    if missing and not checked:  # the import failure itself is in the verdict (and in availability's reason)
+    if missing and not checked:  # the import failure is in the verdict
         imported = not missing[0].detail.startswith("cannot import")
         return Conformance("n/a", f"n/a: {missing[0].detail}" if imported else f"n/a: {backend.library} not installed",
                            verdicts)
