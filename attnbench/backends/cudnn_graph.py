@@ -1,5 +1,4 @@
-"""cuDNN's SDPA graph built, pinned to cuDNN's own backend plan and run (attnbench.backends.cudnn's adapter calls
-these); built graphs are cached per shape within the process."""
+"""cuDNN's SDPA graph built, pinned to cuDNN's backend plan, cached per shape in the process, and run."""
 
 from __future__ import annotations
 
@@ -16,15 +15,13 @@ if TYPE_CHECKING:
 
 from attnbench.backends.cudnn_layout import Layout, Operand, Spec
 
-# The heuristic modes cuDNN's own SDPA samples and tests plan with.
+# The heuristic modes cuDNN's SDPA samples plan with.
 HEURISTICS = ("A", "FALLBACK")
-# Built graphs kept per process (each holds its cuDNN plans, not its workspace).
 CACHE_SIZE = 32
 
 
 @dataclass
 class Built:
-    """A built, pinned graph and its tensors by role."""
 
     graph: Any
     tensors: dict[str, Any]
@@ -42,15 +39,14 @@ def clear_cache() -> None:
 
 
 def deterministic_asked() -> bool:
-    """Whether this measurement runs under PyTorch's deterministic mode, set by attnbench.verify.determinism."""
+    """Whether PyTorch's deterministic mode is on (attnbench.verify.determinism)."""
     import torch
 
     return torch.are_deterministic_algorithms_enabled()
 
 
 def built(cudnn: Any, spec: Spec, backward: bool, handle: Any, device: Any) -> tuple[Built, bool]:
-    """The forward (or backward) graph for `spec`, from this process's cache or built now; and whether it was
-    cached."""
+    """The forward (or backward) graph for `spec`, cached per process; and whether it was cached."""
     key = (id(cudnn), str(device), id(handle), spec, backward, deterministic_asked() if backward else False)
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -84,7 +80,6 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
 
 
 class _Declared:
-    """A graph's tensors by role, declared from the spec's operands."""
 
     def __init__(self, graph: Any, dtype: Any, operands: dict[str, Operand]) -> None:
         self.graph, self.dtype, self.operands = graph, dtype, operands
@@ -104,7 +99,7 @@ class _Declared:
         self.tensors[role] = t
 
     def inputs(self, inputs: tuple[str, ...], outputs: tuple[str, ...], backward: bool) -> None:
-        """The runtime tensors the graph uses, then its inputs (the ragged ones point at runtime tensors)."""
+        """The runtime tensors first (ragged inputs point at them), then the inputs."""
         operands = self.operands
         used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
         used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
@@ -141,19 +136,15 @@ def _sdpa_forward(declared: _Declared, training: bool, keywords: dict[str, Any])
 
 
 def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
-    """Plan `graph` and pin the first of cuDNN's backend plans; build it. Returns its name, the seconds spent
-    planning and building.
-
-    The 1.32 frontend ranks its own Python engines in the same list (`selected_engine` is None for a backend
-    entry); a graph only they serve is not cuDNN's SDPA and is skipped with the backend's reason.
-    """
+    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines are
+    not cuDNN's SDPA); its name and the seconds planning and building."""
     start = time.perf_counter()
     graph.validate()
     graph.build_operation_graph()
     graph.create_execution_plans([getattr(cudnn.heur_mode, mode) for mode in HEURISTICS])
     count = graph.get_execution_plan_count()
     for index in range(count):
-        graph.select_plan(index)  # strict: build_plans raises instead of moving on to another plan
+        graph.select_plan(index)  # strict: build_plans raises
         if graph.selected_engine is None:
             break
     else:
@@ -168,10 +159,8 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
     return graph.get_plan_name_at_index(index), planned - start, time.perf_counter() - planned
 
 
-# ---- running them -------------------------------------------------------------------------------------------------
 class Runner:
-    """Executes the built graphs: the forward into a fresh output (and softmax stats when training), the backward
-    into fresh gradients. Nothing but `graph.execute` and the outputs' allocation happens per call."""
+    """Runs the built graphs into fresh outputs: `graph.execute` and the allocation only."""
 
     def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None, workspace: torch.Tensor,
                  handle: Any, padded: bool) -> None:
@@ -200,7 +189,7 @@ class Runner:
 
         assert self.bwd is not None
         t = self.bwd.tensors
-        # With a padding mask the keys past a request's length are not cuDNN's to write: their gradient is zero.
+        # With a padding mask cuDNN does not write keys past a request's length: zero gradients.
         alloc = torch.zeros_like if self.padded else torch.empty_like
         dq, dk, dv = torch.empty_like(q), alloc(k), alloc(v)
         pack = {**self.fixed_bwd, t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: out, t["dO"]: dout.contiguous(),
@@ -210,7 +199,7 @@ class Runner:
 
 
 def attention_function() -> Any:
-    """The autograd Function over a Runner: forward saves O and the softmax stats, backward runs sdpa_backward."""
+    """The autograd Function over a Runner: forward saves O and the stats, backward runs sdpa_backward."""
     import torch
 
     class CudnnSdpa(torch.autograd.Function):
@@ -233,7 +222,7 @@ _HANDLES: dict[tuple[int, str, int], Any] = {}
 
 
 def handle_for(cudnn: Any, device: Any) -> Any:
-    """A cuDNN handle on torch's current stream of `device` (CUDA events time that stream); None off CUDA."""
+    """A cuDNN handle on torch's current stream (the timed one); None off CUDA."""
     if getattr(device, "type", str(device)) != "cuda":
         return None
     import torch
