@@ -93,7 +93,8 @@ def build_fp8(cudnn: Any, spec: Spec, handle: Any) -> Built:
     if "use_padding_mask" in keywords:
         keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
     if "k_table" in tensors:
-        keywords["paged_attention_k_table"], keywords["paged_attention_v_table"] = tensors["k_table"], tensors["v_table"]
+        keywords["paged_attention_k_table"] = tensors["k_table"]
+        keywords["paged_attention_v_table"] = tensors["v_table"]
     o, _, amax_s, amax_o = graph.sdpa_fp8(*(tensors[r] for r in ("q", "k", "v", *FACTORS)), name="sdpa_fp8",
                                           generate_stats=False, **keywords)
     for role, t in (("o", o), ("amax_s", amax_s), ("amax_o", amax_o)):
@@ -131,7 +132,8 @@ class CudnnFp8Backend(CudnnBackend):
     quantized = frozenset({"qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"})
     quant_reasons = {
         **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                          "frontend's FP8 tests): per-head and per-block factors are not mapped") for g in ("head", "block")},
+                          "frontend's FP8 tests): per-head and per-block factors are not mapped")
+           for g in ("head", "block")},
         **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
                          "is not its input") for fmt in IO},
     }
