@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class Unsupported(Exception):
-    """Raised by a backend that cannot run a case here; the message is the reason recorded with `skipped`."""
+    """A backend cannot run a case here; the message is the `skipped` reason."""
 
 
 def _identity(out: torch.Tensor) -> torch.Tensor:
@@ -30,9 +30,8 @@ def _identity(out: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Prepared:
-    """A case made ready for one backend. `inputs`: native-layout tensors made from the canonical q, k, v by
-    differentiable ops (gradients map back); `call(*inputs)` is all that is timed; `to_canonical` gives (B, H, Sq, D).
-    """
+    """A case made ready: `inputs` in the kernel's layout (differentiable from q, k, v), `call(*inputs)` the only
+    timed thing, `to_canonical` back to (B, H, Sq, D)."""
 
     inputs: tuple[torch.Tensor, ...]
     call: Callable[..., torch.Tensor]
@@ -41,21 +40,18 @@ class Prepared:
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    # A non-PyTorch runtime: `to_tensor` makes its array a torch tensor (untimed); `memory` "rss" where it allocates
-    # outside PyTorch's allocator.
+    # Non-PyTorch runtimes: `to_tensor` (untimed), "rss" memory, their own profiler.
     to_tensor: Callable[[Any], Any] = _identity
     memory: str = "torch"
-    # Such a runtime's own profiler around one call (attnbench.timing.profile.Profile), for the record's `kernels`.
     profile: Callable[[], Any] | None = None
-    # Positions in `inputs` the library writes into by design (copies; the integrity guard skips them).
+    # Inputs the library writes into by design (copies, which the integrity guard skips).
     writes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class LibraryCall:
-    """A library function an adapter calls: the parameter names its positional arguments are meant for, in order,
-    and every keyword it may pass (held against the installed library by attnbench.backends.conformance).
-    `optional`: the adapter copes when the function is absent."""
+    """A library function an adapter calls: its positional parameters' names in order and every keyword it may pass
+    (see attnbench.backends.conformance); `optional`: the adapter copes without it."""
 
     module: str
     qualname: str
@@ -72,7 +68,6 @@ class LibraryCall:
         return self.qualname.rsplit(".", 1)[-1]
 
     def spelled(self) -> str:
-        """How we call it, e.g. `flash_attn_func(q, k, v, causal=, window_size=)`."""
         return f"{self.name}({', '.join([*self.positional, *(f'{k}=' for k in self.keywords)])})"
 
     def resolve(self) -> Any:
@@ -85,21 +80,20 @@ class LibraryCall:
 
 @dataclass(frozen=True, kw_only=True)
 class KernelCost:
-    """A kernel's cost on one device kind: the pairs it computes, its share of the matmul rate, and its passes of
-    the (Sq, Sk) scores through memory (0: fused). `pairs`: "visible" (masked blocks skipped), "causal" (the
-    triangle only), "dense", or "causal-flag" (the triangle when causal is the whole mask, else dense)."""
+    """A kernel's cost on one device kind. `pairs`: "visible" (masked blocks skipped), "causal" (triangle only),
+    "dense", or "causal-flag" (triangle when causal is the whole mask); score passes: 0 when fused."""
 
     pairs: str
     efficiency_fwd: float
     efficiency_bwd: float
     score_passes_fwd: float = 0.0
     score_passes_bwd: float = 0.0
-    calls: int = 1  # kernel launches per forward (launch overhead on a GPU)
+    calls: int = 1  # kernel launches per forward
 
 
 @dataclass(frozen=True)
 class Cost:
-    """A backend's cost model for the forecast and skip rule: per device kind, whether `prepare` compiles, memory."""
+    """A backend's cost model for the forecast and skip rule."""
 
     cpu: KernelCost = KernelCost(pairs="dense", efficiency_fwd=0.3, efficiency_bwd=0.2)
     cuda: KernelCost = KernelCost(pairs="visible", efficiency_fwd=0.3, efficiency_bwd=0.2)
@@ -111,7 +105,7 @@ class Cost:
 
 
 class Backend:
-    """An attention implementation. Subclasses set `name` and implement `prepare`."""
+    """An attention implementation: subclasses set `name` and implement `prepare` (docs/backends.md#plugins)."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
@@ -123,67 +117,61 @@ class Backend:
     mask_kinds: ClassVar[frozenset[str]] = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
     axis_reasons: ClassVar[dict[str, str]] = {}  # why not, in the library's terms, by axis or mask kind
     cost: ClassVar[Cost] = Cost()
-    # Quantized inputs prepare takes (attnbench.core.quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"),
-    # then with `scales=`; any other quantized case is skipped by name, never run in bf16.
+    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.
     quantized: ClassVar[frozenset[str]] = frozenset()
     quant_reasons: ClassVar[dict[str, str]] = {}
-    # Regular expressions for the attention kernel's profiler names, per device or "device:mode"; empty: no verdict.
+    # Profiler name patterns per device or "device:mode"; empty: no verdict.
     kernel_names: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
         return self.kernel_names.get(f"{device}:{mode}", self.kernel_names.get(device, ()))
 
     def version(self) -> str | None:
-        """The installed version of the backend's library, or None when it is not installed."""
         return installed_version(self.library)
 
     def availability(self, device: str) -> str | None:
-        """Why this backend cannot run at all on `device` ("cpu" or "cuda"); None when it can."""
+        """Why this backend cannot run at all on `device`; None when it can."""
         return None
 
     def kernels(self) -> dict[str, Any] | None:
-        """Where the library loads its compiled kernels from (`state`, `summary`), found without a GPU; None when
-        they come with its import."""
+        """Where the library loads compiled kernels from (`state`, `summary`); None: with its import."""
         return None
 
     def unsupported(self, case: Case) -> str | None:
-        """Why this backend cannot run `case`, known before any tensor exists; None when it may."""
+        """Why this backend cannot run `case`, before any tensor exists; None when it may."""
         return None
 
     def numerics(self, case: Case) -> Numerics | None:
-        """How the kernel computes `case` where it differs from the naive run in the case's dtype (P format and
-        accumulation, its own quantization), for attnbench.verify.emulate; None: the naive run."""
+        """How the kernel computes `case` where not as the naive run in its dtype (attnbench.verify.emulate)."""
         return None
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        """The library calls `prepare` makes (for attnbench.backends.conformance); () for plain PyTorch ops."""
+        """The library calls `prepare` makes; () for plain PyTorch ops."""
         return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        """Convert canonical (B, H, S, D) inputs to the kernel's layout and bind its arguments. A quantized case
-        gets the stored FP8 tensors and `scales=` (attnbench.core.quant.Scales)."""
+        """Canonical (B, H, S, D) inputs to the kernel's layout, arguments bound; quantized: FP8 tensors, `scales=`."""
         raise NotImplementedError
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        """The library's own refusal as a skip reason, when `exc` is one; None for a real error."""
+        """The library's own refusal as a skip reason; None for a real error."""
         return None
 
     def deterministic(self, case: Case) -> str:
-        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (then skipped).
-        The default refuses."""
+        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (skipped)."""
         return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
 
     def compile_key(self, case: Case) -> str | None:
-        """What a compile in `prepare` specialises on (one key, one kernel); None when it compiles nothing."""
+        """What a compile in `prepare` specialises on; None when it compiles nothing."""
         return None
 
     def compiles_before_sharing(self, case: Case) -> int | None:
-        """How many sequence lengths of one compile_key compile before one dynamic kernel serves all; None: one."""
+        """Lengths of one compile_key compiled before one dynamic kernel serves all; None: one each."""
         return None
 
     @property
     def materialises_scores(self) -> bool:
-        """Whether the kernel holds the full (Sq, Sk) score matrix: memory grows with seq_len²."""
+        """Whether the kernel holds the full (Sq, Sk) score matrix."""
         return self.cost.memory.score_copies_fwd > 0
 
     def bytes_moved(self, case: Case) -> int:
@@ -191,7 +179,6 @@ class Backend:
         return counting.bytes_moved(case) + counting.score_traffic(case, self.cost.memory)
 
     def estimate_memory(self, case: Case) -> int:
-        """Analytic bytes above the inputs (its declared MemoryCost)."""
         return counting.memory_estimate(case, self.cost.memory)
 
 
@@ -204,8 +191,8 @@ def installed_version(distribution: str) -> str | None:
 
 
 def module_owner(module: str, distribution: str) -> str | None:
-    """Why the importable `module` is not `distribution`'s own file (by its RECORD's sha256: flash-attn 2.8 ships a
-    `flash_attn/cute` prototype at flash-attn-4's path); None when it is, or when it is not importable."""
+    """Why importable `module` is not `distribution`'s file by its RECORD sha256 (flash-attn 2.8 ships a
+    `flash_attn/cute` prototype); None when it is, or is not importable."""
     import base64
     import hashlib
     import importlib.util
@@ -238,13 +225,13 @@ def module_owner(module: str, distribution: str) -> str | None:
 
 
 def refusal(backend: Backend, case: Case) -> str | None:
-    """Why `backend` cannot run `case`, from the case alone: quantization, `unsupported`, or an unmapped axis."""
+    """Why `backend` cannot run `case`: quantization, `unsupported`, or an unmapped axis."""
     return (quant.refusal(backend.name, backend.quantized, case, backend.quant_reasons) or backend.unsupported(case)
             or unmapped_axes(backend, case))
 
 
 def unmapped_axes(backend: Backend, case: Case) -> str | None:
-    """The skip reason for undeclared workload axes or mask kinds (`axis_reasons` first); None when none."""
+    """The skip reason for undeclared axes or mask kinds (`axis_reasons` first)."""
     missing = [axis for axis in case.workload_axes if axis not in backend.workload_axes]
     missing += [kind for kind in case.mask_kinds if kind not in backend.mask_kinds]
     if not missing:
@@ -262,8 +249,7 @@ def library_refusal(exc: BaseException, library: str, phrases: tuple[str, ...],
 
 
 def quiet_import(module: str) -> Any:
-    """`importlib.import_module(module)` without the library's import-time warnings and log lines (xformers built
-    for another torch logs six lines at every import)."""
+    """`importlib.import_module(module)` without the library's import-time warnings and logs."""
     import importlib
     import logging
 
@@ -279,7 +265,7 @@ def quiet_import(module: str) -> Any:
 
 
 def import_problem(load: Callable[[], Any], distribution: str, module: str) -> str | None:
-    """Why `load()` (a library's import) fails here, not installed or otherwise; None when it imports."""
+    """Why `load()` (a library's import) fails here; None when it imports."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -292,7 +278,7 @@ def import_problem(load: Callable[[], Any], distribution: str, module: str) -> s
 
 
 def device_problem(device: str, devices: tuple[str, ...], elsewhere: str) -> str | None:
-    """`elsewhere` off `devices`, or CUDA that torch does not see; None when it can run on `device`."""
+    """`elsewhere` off `devices`, or CUDA that torch does not see; else None."""
     if device not in devices:
         return elsewhere
     if device == "cuda":
@@ -304,13 +290,13 @@ def device_problem(device: str, devices: tuple[str, ...], elsewhere: str) -> str
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when the message is empty)."""
+    """The first line of an exception's message, else its type's name."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], backward: bool) -> float:
-    """Call (and backward) once on detached copies, so compilation stays out of the timed region; seconds."""
+    """Seconds of one call (and backward) on detached copies: compilation stays untimed."""
     import time
 
     import torch
@@ -327,7 +313,7 @@ def warm_up(call: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
 
 
 def expand_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
-    """Repeat each KV head for the query heads that read it (head h reads KV head h // group)."""
+    """Each KV head repeated for its query heads (head h reads KV head h // group)."""
     if case.kv_heads == case.heads:
         return t
     return t.repeat_interleave(case.group_size, dim=1)

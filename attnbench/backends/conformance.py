@@ -1,9 +1,5 @@
-"""Each adapter's declared library calls (`LibraryCall`) held against the installed library's signatures: every
-keyword still a keyword parameter, every positional argument still on its named parameter, nothing required left
-out. A mismatch is the backend's skip reason, naming the parameter, before any tensor is made.
-
-Where `inspect.signature` cannot read a C++ builtin, the signature comes from its ATen schema, else from the
-signature lines a binding generator (PyTorch, nanobind, pybind11) writes into the docstring.
+"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the docstring's
+signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ _KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_O
 
 @dataclass(frozen=True)
 class CallVerdict:
-    """One call against the installed library: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
+    """One call's state: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
 
     function: str  # module.qualname
     call: str  # LibraryCall.spelled()
@@ -63,7 +59,7 @@ class Problem:
 
 
 def parameter_list(sig: inspect.Signature) -> str:
-    """The parameter names of `sig` with `/` and `*` markers, without annotations or defaults."""
+    """`sig`'s parameter names with `/` and `*` markers."""
     parts: list[str] = []
     params = list(sig.parameters.values())
     star_done = False
@@ -174,7 +170,7 @@ def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
 
 
 def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
-    """A PyTorch builtin's signature from its ATen operator's schema (`torch.ops.aten.NAME.default`)."""
+    """A PyTorch builtin's signature from `torch.ops.aten.NAME.default`'s schema."""
     if not str(getattr(obj, "__module__", "") or "").startswith("torch"):
         return None
     name = getattr(obj, "__name__", None)
@@ -224,8 +220,8 @@ def _catch_all(signature: inspect.Signature) -> bool:
 
 
 def _parameter_texts(text: str) -> list[str] | None:
-    """The top-level comma-separated parameter texts of `(...)` at the start of `text`; None when it does not
-    close. Brackets, quotes and pybind11's `<repr>` defaults are skipped over as one unit each."""
+    """The top-level parameter texts of the `(...)` opening `text` (quotes, brackets, `<repr>` as units); None
+    when it does not close."""
     assert text.startswith("(")
     depth, current, parts, index = 0, [], [], 0
     while index < len(text):
@@ -256,8 +252,7 @@ def _parameter_texts(text: str) -> list[str] | None:
 
 
 def _unit_end(text: str, index: int, before: str) -> int | None:
-    """The end of a quoted string or a `<repr>` default (after `=`) opening at `index`: -1 when it never closes,
-    None when none opens there."""
+    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes; None: none opens."""
     char = text[index]
     if char in "\'\"":
         close = text.find(char, index + 1)
@@ -303,7 +298,6 @@ def _signature_of(params: list[str]) -> inspect.Signature | None:
 
 
 def _split_default(text: str) -> tuple[str, bool]:
-    """`name: type` and whether a top-level `=` gives the parameter a default."""
     depth = 0
     for index, char in enumerate(text):
         depth += (char in "([{") - (char in ")]}")
@@ -313,8 +307,7 @@ def _split_default(text: str) -> tuple[str, bool]:
 
 
 def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> CallVerdict:
-    """`call` against the installed library. Never raises: an import failure is `n/a`, an unreadable
-    signature `unchecked`; `resolve` replaces the import (tests)."""
+    """`call` against the installed library; never raises. `resolve` replaces the import (tests)."""
     base = dict(function=call.target, call=call.spelled())
     try:
         obj = (resolve or LibraryCall.resolve)(call)
@@ -345,7 +338,7 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
 
 
 def check_backend(backend: Backend) -> Conformance:
-    """Every call `backend` declares, against what is installed here. Never raises."""
+    """Every call `backend` declares, against what is installed; never raises."""
     try:
         calls = backend.library_calls()
     except Exception as exc:  # a plugin's failing declaration is not worth a crashed run

@@ -2,12 +2,10 @@
 Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h, test/python/sdpa/
 fp16_ref.py):
 
-- Tensors (B, H, S, D) by explicit strides over token-major (B, S, H, D) memory, as the ragged form needs; native GQA.
+- Tensors (B, H, S, D) by strides over token-major memory, as the ragged form needs; native GQA.
 - `diagonal_alignment=BOTTOM_RIGHT`: off = seq_len_kv − seq_len_q per sequence, as docs/conventions.md;
   `diagonal_band_right_bound=R` keeps j ≤ i + off + R (inclusive); `diagonal_band_left_bound=L` keeps
   j > i + off − L (exclusive: window W is L = W + 1).
-- Documents: a ragged graph, int64 `ragged_offset`s (cu_seqlens · heads · head_dim) with `use_padding_mask`;
-  a paged cache: `paged_attention_k_table` / `_v_table` int32 (B, 1, pages, 1), forward only.
 - ALiBi: `use_alibi_mask`, slope_h·(j − i) with the graph's heads' slopes (cudnn_frontend_utils.h get_alibi_slope),
   only with right_bound 0 and top-left, so mapped only where every sequence has Sq == Sk.
 - Pinned to the first of cuDNN's backend plans (the 1.32 frontend ranks its own CuTe DSL engines in the same list).

@@ -1,8 +1,6 @@
-"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer). Entry point by K/V (`route`):
-one dense sequence `single_prefill_with_kv_cache`; several contiguous ones `BatchPrefillWithRaggedKVCacheWrapper`;
-a paged cache `BatchDecodeWithPagedKVCacheWrapper` (one query) or `BatchPrefillWithPagedKVCacheWrapper`; absorbed MLA
-`mla.BatchMLAPagedAttentionWrapper`, scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh),
-with the flat plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
+"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by `route`.
+Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with the flat
+plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
 
 Causal is bottom-right per request (prefill.cuh: masked when kv_idx + qo_len > kv_len + q_idx), as
 docs/conventions.md; `window_left=W` keeps W keys before the diagonal, no right bound. `logits_soft_cap=c` is

@@ -25,14 +25,11 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# An eager block mask costs about 11 bytes a (query, key) pair (bool mask, int64 window arithmetic). Above
-# MASK_EAGER_LIMIT on a CPU, or MASK_FREE_SHARE of a GPU's free memory, create_block_mask is compiled instead
-# (slower to build at small sizes: see docs/backends.md#flex).
+# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled (docs/backends.md#flex).
 MASK_BYTES_PER_PAIR = 11
 MASK_EAGER_LIMIT = 256 << 20
 MASK_FREE_SHARE = 0.25
-# Each shape or mask_mod is a recompile; past Dynamo's limit (8) flex_attention silently runs eager. Counted per
-# process: a long sweep makes over a thousand.
+# Past Dynamo's recompile limit (8 per process) flex_attention silently runs eager; a sweep makes thousands.
 RECOMPILE_LIMIT = 1 << 16
 FLEX_Q_BLOCK = 128  # flex's default query block; a paged mask's KV block is one page
 _compiled: dict[bool, Callable[..., Any]] = {}
@@ -48,7 +45,6 @@ PAGED_ATTENTION_CALL = LibraryCall("torch.nn.attention.experimental._paged_atten
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
-    """torch.compile(flex_attention, dynamic=dynamic), made once per process."""
     if dynamic not in _compiled:
         import torch
         import torch._dynamo.config as dynamo_config
@@ -67,7 +63,7 @@ def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
 
 
 def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
-    """torch.compile(create_block_mask), as PyTorch recommends in place of its `_compile=True` flag."""
+    """torch.compile(create_block_mask), PyTorch's replacement for `_compile=True`."""
     if dynamic not in _compiled_mask:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
@@ -91,7 +87,6 @@ def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[...,
 
 
 def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None) -> bool:
-    """Whether the eager mask would be too large (MASK_EAGER_LIMIT on a CPU, MASK_FREE_SHARE of `free_bytes`)."""
     eager = case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR
     if device_type == "cuda" and free_bytes is not None:
         return eager > MASK_FREE_SHARE * free_bytes
@@ -99,7 +94,7 @@ def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None
 
 
 def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
-    """The case's block mask (None when unmasked), and `mask_build` ("compiled"/"eager") with `mask_build_s`."""
+    """The block mask (None when unmasked), with `mask_build` and `mask_build_s`."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -120,7 +115,7 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
 
 
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
-    """The mask_mod of documents or ragged cache lengths (workload.allowed_fn): sparsity follows the documents."""
+    """The mask_mod of documents or ragged cache lengths (workload.allowed_fn)."""
     predicate = workload.allowed_fn(case, device)
 
     def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -198,8 +193,7 @@ def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n
 
 
 def compile_counters() -> dict[str, float]:
-    """This process's compile counters so far (meanings in docs/backends.md#flex): FX graph cache misses and
-    bypasses, cache hits, C++ builds (`compile_file`) and `dynamo_s` (`_compile.compile_inner`)."""
+    """This process's compile counters so far (docs/backends.md#flex)."""
     from torch._dynamo.utils import compilation_time_metrics, counters
 
     builds = compilation_time_metrics.get("compile_file", [])
@@ -224,8 +218,7 @@ def score_words(case: Case) -> str:
 
 
 def inductor_cxx() -> tuple[str | None, ...]:
-    """Inductor's config.cpp.cxx; its default ($CXX, else g++ or clang++ on macOS) when torch._inductor is not
-    loaded, whose import costs a second."""
+    """Inductor's config.cpp.cxx, or its default when torch._inductor (a second to import) is not loaded."""
     import os
     import sys
 
@@ -280,8 +273,7 @@ class FlexBackend(Backend):
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
 
     def deterministic(self, case: Case) -> str:
-        """No atomics on our gradients: flex_attention_backward_grid gives each dQ and dK/dV block one program
-        (only a captured tensor's gradient uses atomics)."""
+        """No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program."""
         where = "Inductor's C++ kernel on a CPU" if case.device != "cuda" else (
             "its Triton backward computes each dQ and each dK/dV block in one program" if case.needs_grad
             else "its Triton forward computes each query block in one program")
@@ -362,12 +354,11 @@ class FlexDynamicBackend(FlexBackend):
         return compile_key(self.name, case, (case.offset,))
 
     def compiles_before_sharing(self, case: Case) -> int:
-        """Two with a block mask (Dynamo specialises its int lengths, then makes them dynamic), else one."""
+        """Two with a block mask (its int lengths specialised, then dynamic), else one."""
         return 2 if workload.has_mask(case) else 1
 
 
 def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
-    """What a flex compile specialises on: `lengths`, the other shapes, the mask, the grad mode, workload axes."""
     key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
     workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens", "kv_lens",

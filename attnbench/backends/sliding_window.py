@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# Query rows per block: each query pays for block + window keys; below 64 rows many tiny matmuls' overhead dominates.
+# Rows per block: each query pays block + window keys; below 64, tiny matmuls' overhead dominates.
 MIN_BLOCK = 64
 MAX_BLOCK = 128
 # The algorithm's revision, in every record's `kernel`: 2 sums the overlapping windows' dK/dV in float32.
@@ -56,7 +56,7 @@ class Blocking:
 
 def blocking(seq_len: int, kv_seq_len: int, window: int, causal: bool,
              block: int | None = None) -> tuple[int, int, int]:
-    """(block, blocks, span): query rows per block, how many blocks, and the keys each block's span covers."""
+    """(block, blocks, span)."""
     left = min(window, kv_seq_len + abs(kv_seq_len - seq_len))
     right = 0 if causal else left
     if block is None:
@@ -100,10 +100,9 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     kvh = k.shape[1]
     g = h // kvh
     t, nb, span = plan.block, plan.blocks, plan.span
-    # Query rows: pad to whole blocks, then fold each KV head's group into the block's rows.
     qp = F.pad(q, (0, 0, 0, nb * t - sq)) if nb * t != sq else q
     qb = qp.view(b, kvh, g, nb, t, d).transpose(2, 3).reshape(b, kvh, nb, g * t, d)
-    # Keys: only those some block can see, zero-padded so that block n's span starts at n·t.
+    # Keys some block can see, zero-padded so block n's span starts at n·t.
     kv_len = (nb - 1) * t + span
     tail = kv_len - plan.pad_front - (k.shape[2] - plan.first_key)
 
@@ -127,8 +126,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 def overlapping_windows(x: torch.Tensor, span: int, step: int) -> torch.Tensor:
-    """`x.unfold(2, span, step)` whose backward sums the windows' gradients in float32: autograd's sums in the
-    dtype, one bf16 rounding per window (over the bound), where a fused kernel rounds once."""
+    """`x.unfold(2, span, step)` whose backward sums in float32: in bf16, a rounding per window exceeds the bound."""
     return _WindowsFp32Grad.apply(x, span, step)
 
 
@@ -166,7 +164,7 @@ _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 
 def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The case's mask as `allowed(q_idx, k_idx)`; with documents workload.allowed_fn on clamped indices."""
+    """The case's mask as `allowed(q_idx, k_idx)`."""
     if case.doc_lens is None:
         return lambda q_idx, k_idx: workload.allowed(q_idx, k_idx, case.offset, case.causal, case.window)
     predicate = workload.allowed_fn(case, device)
@@ -186,8 +184,7 @@ class SlidingWindowBackend(Backend):
     workload_axes = frozenset({"documents"})
 
     def estimate_memory(self, case: Case) -> int:
-        """The band: scores and probabilities (B, H, Sq, span), four with backward; the K and V windows the matmuls
-        copy; the output and its reshaped copy; the gradients."""
+        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""
         block, blocks, span = blocking(case.seq_len, case.kv_seq_len, case.window or 0, case.causal)
         elem = DTYPE_BYTES[case.dtype]
         sizes = counting.tensor_bytes(case)

@@ -1,11 +1,7 @@
-"""`xformers`: memory_efficient_attention with the dispatcher's operator recorded (docs/backends.md#xformers).
-
-BMHK; GQA through 5-D BMGHK with K/V expanded, forward only (backward repeats K/V: kv_expanded). Masks are xformers'
-bottom-right bias classes (docs/conventions.md's alignment); their windows count the diagonal (W + 1). Packed
-sequences: `BlockDiagonalMask.from_seqlens` in one row; a two-sided window, or causal with fewer keys than queries
-(which BlockDiagonalCausalFromBottomRightMask refuses), over padded keys (packing.padded_kv), where
-`make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize() reads it (not its docstring's
-"at most wl + wr - 1 keys"). A paged cache: the pool in one row under `PagedBlockDiagonal*PaddedKeysMask`.
+"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers). BMHK; GQA
+as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows count the diagonal
+(W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize() reads it (not its
+docstring's "at most wl + wr - 1 keys").
 """
 
 from __future__ import annotations
@@ -229,8 +225,7 @@ class XformersBackend(Backend):
         return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
     def deterministic(self, case: Case) -> str:
-        """Under the mode the dispatcher refuses operators with IS_DETERMINISTIC = False (fa2B); cutlass's backward
-        runs with num_splits_key=1. None left: its refusal is the skip."""
+        """Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B)."""
         if not case.needs_grad:
             return "not applicable (xformers' forward operators are deterministic)"
         return "honoured (xformers' dispatcher picks only operators marked deterministic under the mode)"
@@ -369,14 +364,12 @@ DISPATCH_CALLS = (
 
 
 def dispatch_fw(ops: Any, q: Any, k: Any, v: Any, bias: Any, needs_gradient: bool) -> Any:
-    """The forward operator the dispatcher picks (private API)."""
     fmha = ops.fmha
     inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
     return fmha._dispatch_fw(inp, needs_gradient)
 
 
 def dispatch_bw(ops: Any, q: Any, k: Any, v: Any, bias: Any) -> Any:
-    """The backward operator the dispatcher picks."""
     fmha = ops.fmha
     inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
     return fmha._dispatch_bw(inp, varlen_lse_packed=None)
