@@ -1,19 +1,5 @@
-"""Each adapter's library calls held against the *installed* library's real signatures.
-
-A backend module declares, next to its call, what the call passes (`LibraryCall`: which parameters by
-position, in order, and which by keyword); tests record each adapter's real calls and hold them equal to
-the declaration. This module reads the installed function's signature and checks the declaration against
-it: every keyword we pass is still a parameter that takes a keyword, every argument we pass by position
-still lands on the parameter of that name, and nothing the function requires is left out. A mismatch
-becomes the backend's `skipped` reason (naming the parameter) before any tensor is made, and a line of
-`attnbench doctor`, instead of a TypeError — or worse, a value bound to the wrong parameter — in the
-timed loop.
-
-Where `inspect.signature` cannot read a function (PyTorch's C++ builtins such as
-`F.scaled_dot_product_attention`), the signature comes from the ATen operator's schema, the text the
-Python binding is generated from (exact about keyword-only parameters), and failing that from the
-signature lines a binding generator writes into the docstring (PyTorch's, nanobind's and pybind11's, each
-overload).
+"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the docstring's
+signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made.
 """
 
 from __future__ import annotations
@@ -34,21 +20,20 @@ _KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_O
 
 @dataclass(frozen=True)
 class CallVerdict:
-    """One call against the installed library: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
+    """One call's state: `ok`, `mismatch`, `n/a` (not installed) or `unchecked`."""
 
     function: str  # module.qualname
     call: str  # LibraryCall.spelled()
     state: str
     detail: str
-    parameter: str | None = None  # the parameter a mismatch is about
-    signature: str | None = None  # the installed signature, as read
+    parameter: str | None = None  # the one a mismatch is about
+    signature: str | None = None
     signature_source: str | None = None  # "inspect.signature", "aten schema ...", "docstring"
     notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Conformance:
-    """A backend's calls against the installed libraries, and its one-line summary."""
 
     state: str  # "ok", "mismatch", "n/a", "unchecked"
     summary: str
@@ -68,14 +53,13 @@ class Conformance:
 
 @dataclass(frozen=True)
 class Problem:
-    """One way a declared call no longer fits a signature."""
 
     parameter: str
     text: str
 
 
 def parameter_list(sig: inspect.Signature) -> str:
-    """The parameter names of `sig` with `/` and `*` markers, without annotations or defaults."""
+    """`sig`'s parameter names with `/` and `*` markers."""
     parts: list[str] = []
     params = list(sig.parameters.values())
     star_done = False
@@ -98,18 +82,28 @@ def parameter_list(sig: inspect.Signature) -> str:
 
 
 def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Problem], list[str]]:
-    """The problems of calling `sig` the way `call` declares (first the parameter, then why), and notes.
-
-    Notes are what the signature cannot confirm: arguments that land in `*args` or `**kwargs`.
-    """
+    """The problems of calling `sig` as `call` declares, and notes: arguments landing in `*args` or `**kwargs`."""
     shown = f"{call.name}({parameter_list(sig)})"
-    params = sig.parameters
-    slots = [p for p in params.values() if p.kind in _POSITIONAL]
-    var_positional = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
-    var_keyword = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
     problems: list[Problem] = []
     notes: list[str] = []
+    _positional_problems(call, sig, shown, problems, notes)
+    _keyword_problems(call, sig, shown, problems, notes)
+    _missing_required(call, sig, shown, problems)
+    return problems, notes
 
+
+def _slots(sig: inspect.Signature) -> list[inspect.Parameter]:
+    return [p for p in sig.parameters.values() if p.kind in _POSITIONAL]
+
+
+def _var(sig: inspect.Signature, kind: Any) -> inspect.Parameter | None:
+    return next((p for p in sig.parameters.values() if p.kind is kind), None)
+
+
+def _positional_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
+                         problems: list[Problem], notes: list[str]) -> None:
+    slots = _slots(sig)
+    var_positional = _var(sig, inspect.Parameter.VAR_POSITIONAL)
     for index, name in enumerate(call.positional):
         where = f"positional argument {index + 1} ('{name}')"
         if index < len(slots):
@@ -121,17 +115,23 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
             continue
         else:
             there = f"the installed {shown} takes {len(slots)} positional argument{'s' * (len(slots) != 1)}"
-        moved = params.get(name)
-        if moved is None:
-            now = f"and no parameter '{name}'"
-        elif moved.kind is inspect.Parameter.KEYWORD_ONLY:
-            now = f"and '{name}' is keyword-only"
-        else:
-            now = f"and '{name}' at position {slots.index(moved) + 1}"
-        problems.append(Problem(name, f"{where} moved: {there}, {now}"))
+        problems.append(Problem(name, f"{where} moved: {there}, {_where_now(name, sig, slots)}"))
 
+
+def _where_now(name: str, sig: inspect.Signature, slots: list[inspect.Parameter]) -> str:
+    moved = sig.parameters.get(name)
+    if moved is None:
+        return f"and no parameter '{name}'"
+    if moved.kind is inspect.Parameter.KEYWORD_ONLY:
+        return f"and '{name}' is keyword-only"
+    return f"and '{name}' at position {slots.index(moved) + 1}"
+
+
+def _keyword_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
+                      problems: list[Problem], notes: list[str]) -> None:
+    var_keyword = _var(sig, inspect.Parameter.VAR_KEYWORD)
     for name in call.keywords:
-        p = params.get(name)
+        p = sig.parameters.get(name)
         if name in call.positional:
             problems.append(Problem(name, f"'{name}' is declared both by position and by keyword"))
         if p is not None and p.kind in _KEYWORD:
@@ -143,19 +143,19 @@ def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Pro
         else:
             problems.append(Problem(name, f"keyword '{name}' is not a parameter of the installed {shown}"))
 
-    filled = {p.name for p in slots[: len(call.positional)]} | set(call.keywords)  # a moved one is reported above
-    for p in params.values():
+
+def _missing_required(call: LibraryCall, sig: inspect.Signature, shown: str, problems: list[Problem]) -> None:
+    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)  # a moved one: reported
+    for p in sig.parameters.values():
         required = p.default is inspect.Parameter.empty and p.kind not in (
             inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         if required and p.name not in filled and p.name not in {q.parameter for q in problems}:
             problems.append(Problem(p.name, f"the installed {shown} requires '{p.name}', "
                                             "which attnbench does not pass"))
-    return problems, notes
 
 
 def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
-    """Every signature `obj` can be called with (a C++ binding may have several overloads) and where they were
-    read from; ValueError when there is none to read."""
+    """Every signature (overload) of `obj` and where it was read from; ValueError when there is none."""
     try:
         return [inspect.signature(obj)], "inspect.signature"
     except (ValueError, TypeError) as exc:
@@ -170,7 +170,7 @@ def installed_signatures(obj: Any) -> tuple[list[inspect.Signature], str]:
 
 
 def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
-    """A PyTorch builtin's signature from its ATen operator's schema (`torch.ops.aten.NAME.default`)."""
+    """A PyTorch builtin's signature from `torch.ops.aten.NAME.default`'s schema."""
     if not str(getattr(obj, "__module__", "") or "").startswith("torch"):
         return None
     name = getattr(obj, "__name__", None)
@@ -189,14 +189,8 @@ def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
 
 
 def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
-    """The signatures a builtin's docstring states, one per overload, read by their parameter names only.
-
-    The text a binding generator writes: PyTorch's `name(query, key, value, attn_mask=None) -> Tensor`;
-    nanobind's `name(self, q: mod.tensor, x: int = 0, /) -> list[...]`, one line per overload; pybind11's
-    `name(self: mod.cls, a: mod.enum = <enum.X: 0>) -> None`, whose overloads follow an `Overloaded function.`
-    line as `1. name(...)`. Types and defaults are not evaluated (pybind11 prints defaults as reprs that are
-    not Python), only whether a parameter has a default, and its kind.
-    """
+    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`, nanobind's
+    lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are read."""
     if not name:
         return []
     found = []
@@ -208,15 +202,14 @@ def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
             text = numbered[1]
         if not text.startswith(f"{name}("):
             continue
-        # A signature may wrap onto the next lines (PyTorch's does): read on until its parenthesis closes.
+        # PyTorch's may wrap: read on until the parenthesis closes.
         params = _parameter_texts(text[len(name):] + "".join(lines[index + 1:]))
         if params is None:
             continue
         signature = _signature_of(params)
         if signature is not None:
             found.append(signature)
-    # pybind11 opens an overloaded function's docstring with a catch-all `name(*args, **kwargs)`: the numbered
-    # overloads after it are the real signatures.
+    # pybind11 opens overloads with a catch-all `name(*args, **kwargs)`.
     real = [s for s in found if not _catch_all(s)]
     return real or found
 
@@ -227,25 +220,21 @@ def _catch_all(signature: inspect.Signature) -> bool:
 
 
 def _parameter_texts(text: str) -> list[str] | None:
-    """The top-level comma-separated parameter texts of `(...)` at the start of `text`; None when it does not
-    close. Brackets, quotes and pybind11's `<repr>` defaults are skipped over as one unit each."""
+    """The top-level parameter texts of the `(...)` opening `text` (quotes, brackets, `<repr>` as units); None
+    when it does not close."""
     assert text.startswith("(")
-    depth, quote, angle, current, parts = 0, "", 0, [], []
-    for _index, char in enumerate(text):
-        if quote:
-            current.append(char)
-            if char == quote:
-                quote = ""
+    depth, current, parts, index = 0, [], [], 0
+    while index < len(text):
+        char = text[index]
+        end = _unit_end(text, index, "".join(current))
+        if end == -1:
+            return None
+        if end is not None:
+            current.append(text[index:end])
+            index = end
             continue
-        if angle:
-            current.append(char)
-            angle += (char == "<") - (char == ">")
-            continue
-        if char in "\'\"":
-            quote = char
-        elif char == "<" and "".join(current).rstrip().endswith("="):
-            angle = 1
-        elif char in "([{":
+        index += 1
+        if char in "([{":
             depth += 1
             if depth == 1 and char == "(":
                 continue
@@ -253,9 +242,7 @@ def _parameter_texts(text: str) -> list[str] | None:
             depth -= 1
             if depth == 0:
                 tail = "".join(current).strip()
-                if tail:
-                    parts.append(tail)
-                return parts
+                return [*parts, tail] if tail else parts
         elif char == "," and depth == 1:
             parts.append("".join(current).strip())
             current = []
@@ -264,8 +251,24 @@ def _parameter_texts(text: str) -> list[str] | None:
     return None
 
 
+def _unit_end(text: str, index: int, before: str) -> int | None:
+    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes; None: none opens."""
+    char = text[index]
+    if char in "\'\"":
+        close = text.find(char, index + 1)
+        return -1 if close < 0 else close + 1
+    if char != "<" or not before.rstrip().endswith("="):
+        return None
+    depth = 0
+    for end in range(index, len(text)):
+        depth += (text[end] == "<") - (text[end] == ">")
+        if depth == 0:
+            return end + 1
+    return -1
+
+
 def _signature_of(params: list[str]) -> inspect.Signature | None:
-    """An inspect.Signature from parameter texts such as `q: mod.tensor`, `x: int = 0`, `*`, `/`, `**kw`."""
+    """An inspect.Signature from texts such as `q: mod.tensor`, `x: int = 0`, `*`, `/`, `**kw`."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     built: list[inspect.Parameter] = []
     for text in params:
@@ -290,12 +293,11 @@ def _signature_of(params: list[str]) -> inspect.Signature | None:
         built.append(inspect.Parameter(name, kind, default=default))
     try:
         return inspect.Signature(built)
-    except ValueError:  # e.g. a parameter without a default after one with: not a signature we can trust
+    except ValueError:  # e.g. a parameter without a default after one with
         return None
 
 
 def _split_default(text: str) -> tuple[str, bool]:
-    """`name: type` and whether a top-level `=` gives the parameter a default."""
     depth = 0
     for index, char in enumerate(text):
         depth += (char in "([{") - (char in ")]}")
@@ -305,8 +307,7 @@ def _split_default(text: str) -> tuple[str, bool]:
 
 
 def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> CallVerdict:
-    """`call` against the installed library. Never raises: an import failure is `n/a`, an unreadable
-    signature `unchecked`; `resolve` replaces the import (tests)."""
+    """`call` against the installed library; never raises. `resolve` replaces the import (tests)."""
     base = dict(function=call.target, call=call.spelled())
     try:
         obj = (resolve or LibraryCall.resolve)(call)
@@ -316,31 +317,31 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         if call.optional:
             return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
         return CallVerdict(**base, state="mismatch", parameter=call.name,
-                       detail=f"the installed {call.module} has no {call.qualname}")
-    except Exception as exc:  # a library that fails to import in another way is not installed usably
+                           detail=f"the installed {call.module} has no {call.qualname}")
+    except Exception as exc:  # not installed usably
         return CallVerdict(**base, state="n/a",
-                       detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
+                           detail=f"{call.module} does not import ({type(exc).__name__}: {first_line(exc)})")
     try:
         signatures, source = installed_signatures(obj)
-        # An overloaded binding fits when one of its overloads does; else the first one's problems are reported.
+        # One fitting overload is enough; else the first one's problems.
         judged = [(sig, *check_signature(call, sig)) for sig in signatures]
         sig, problems, notes = next((j for j in judged if not j[1]), judged[0])
-    except Exception as exc:  # ValueError: nothing to read; anything else: a signature we cannot judge
+    except Exception as exc:  # nothing to read, or a signature we cannot judge
         return CallVerdict(**base, state="unchecked", detail=f"{call.target}: {first_line(exc)}")
     shown = f"{call.name}({parameter_list(sig)})"
     if problems:
         first = problems[0]
-        return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems), parameter=first.parameter,
-                       signature=shown, signature_source=source, notes=tuple(notes))
-    return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown, signature_source=source,
-                   notes=tuple(notes))
+        return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems),
+                           parameter=first.parameter, signature=shown, signature_source=source, notes=tuple(notes))
+    return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown,
+                       signature_source=source, notes=tuple(notes))
 
 
 def check_backend(backend: Backend) -> Conformance:
-    """Every call `backend` declares, against what is installed here. Never raises."""
+    """Every call `backend` declares, against what is installed; never raises."""
     try:
         calls = backend.library_calls()
-    except Exception as exc:  # a plugin's declaration that fails is not worth a crashed run
+    except Exception as exc:  # a plugin's failing declaration is not worth a crashed run
         return Conformance("unchecked", f"unchecked: {backend.name}.library_calls() raised {first_line(exc)}")
     if not calls:
         return Conformance("n/a", "n/a: no library call to check (plain PyTorch ops)")
@@ -351,7 +352,7 @@ def check_backend(backend: Backend) -> Conformance:
     checked = [v for v in verdicts if v.state == "ok"]
     missing = [v for v in verdicts if v.state == "n/a" and not _optional(calls, v)]
     unchecked = [v for v in verdicts if v.state == "unchecked"]
-    if missing and not checked:  # the import failure itself is in the verdict (and in availability's reason)
+    if missing and not checked:  # the import failure is in the verdict
         imported = not missing[0].detail.startswith("cannot import")
         return Conformance("n/a", f"n/a: {missing[0].detail}" if imported else f"n/a: {backend.library} not installed",
                            verdicts)

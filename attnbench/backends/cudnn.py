@@ -1,35 +1,14 @@
-"""`cudnn`: cuDNN's SDPA operation graph, built and run through cuDNN's own Python frontend (nvidia-cudnn-frontend).
+"""`cudnn`: cuDNN's SDPA graph through its own frontend (docs/backends.md#cudnn); `graph.execute` alone is timed.
+Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h, test/python/sdpa/
+fp16_ref.py):
 
-PyTorch's `sdpa-cudnn` reaches one slice of cuDNN's attention (dense, top-left causal, what SDPA's arguments say);
-this adapter builds the graph a cuDNN user builds (`cudnn.pygraph()`, `graph.sdpa(...)`, `graph.sdpa_backward(...)`)
-and times `graph.execute(variant_pack, workspace)` alone. What it maps, read from nvidia-cudnn-frontend 1.32.0
-(include/cudnn_frontend/utils/attn_score_modifiers.h sliding_window_mask, node/diagonal_band_mask.h,
-node/sdpa_support_surface.h; its test/python/sdpa/fp16_ref.py reference says the same):
-
-- Layout: the graph's tensors are (B, H, S, D) with explicit strides. attnbench hands them over token-major, (B, S, H,
-  D) in memory (strides (S·H·D, D, H·D, 1)): the layout a model holds and the one cuDNN's packed (ragged) form needs.
-  K/V keep their own heads (native GQA: query head h reads KV head h // (H/KVH), as cuDNN's reference expands them).
-- Masks: `diagonal_alignment=BOTTOM_RIGHT` aligns the diagonal per sequence at seq_len_kv − seq_len_q (docs/conventions.md's
-  off); `diagonal_band_right_bound=R` keeps keys j ≤ i + off + R (inclusive: causal is R = 0, a two-sided window
-  R = W); `diagonal_band_left_bound=L` keeps j > i + off − L (exclusive: L is a length counting the diagonal, so
-  docs/conventions.md's window W is L = W + 1).
-- Packed documents: a ragged (THD) graph, one cuDNN batch entry per document, each tensor's `ragged_offset` the
-  element offset of its sequences (cu_seqlens · heads · head_dim, int64) with `use_padding_mask` and per-sequence
-  `seq_len_q` / `seq_len_kv`. Ragged cache lengths: the contiguous (B, Sk) cache with `use_padding_mask` and each
-  request's `seq_len_kv`. A paged cache: `paged_attention_k_table` / `_v_table` (B, 1, pages, 1) int32 from the shared
-  shuffled table over the pool viewed as (pages, KVH, page_size, D), with `paged_attention_max_seq_len_kv`
-  (forward only: `sdpa_backward` has no page tables).
-- ALiBi: `use_alibi_mask` adds slope_h·(j − i) after the scale with the slopes of the graph's query heads
-  (cudnn_frontend_utils.h get_alibi_slope: the paper's recipe, docs/conventions.md's slopes for those heads). cuDNN takes it
-  only with right_bound 0 and refuses it with bottom-right alignment, so it runs top-left causal, which is docs/conventions.md's
-  mask (and, up to a per-query constant, its −slope·|i + off − j|) only where every sequence has as many queries as
-  keys: only there is it mapped.
-- No soft-cap (the graph has only a score_mod callback, which cuDNN refuses together with masks).
-
-Pinned: the 1.32 frontend ranks its own Python (CuTe DSL) engines beside cuDNN's backend plans; attnbench selects
-the first backend plan (`select_plan`, strict: a decline raises) so the record's kernel is cuDNN's, or the case is
-skipped with cuDNN's own reason. Building and planning the graph is setup (`extra.plan_ms`, `extra.compile_s`);
-graphs are cached per shape within the process.
+- Tensors (B, H, S, D) by strides over token-major memory, as the ragged form needs; native GQA.
+- `diagonal_alignment=BOTTOM_RIGHT`: off = seq_len_kv − seq_len_q per sequence, as docs/conventions.md;
+  `diagonal_band_right_bound=R` keeps j ≤ i + off + R (inclusive); `diagonal_band_left_bound=L` keeps
+  j > i + off − L (exclusive: window W is L = W + 1).
+- ALiBi: `use_alibi_mask`, slope_h·(j − i) with the graph's heads' slopes (cudnn_frontend_utils.h get_alibi_slope),
+  only with right_bound 0 and top-left, so mapped only where every sequence has Sq == Sk.
+- Pinned to the first of cuDNN's backend plans (the 1.32 frontend ranks its own CuTe DSL engines in the same list).
 """
 
 from __future__ import annotations
@@ -68,16 +47,12 @@ if TYPE_CHECKING:
 
 MODULE = "cudnn"
 BINDING = "cudnn._compiled_module"
-# The unified graph of nvidia-cudnn-frontend 1.32 (a ranked plan list over cuDNN's backend and the frontend's own
-# engines, `select_plan`, `selected_engine`) is what the pinning below relies on.
+# The ranked plan list with `select_plan` and `selected_engine` that pinning relies on.
 MIN_FRONTEND = (1, 32)
-# Bottom-right causal masks at any length need cuDNN 9.6 (sdpa_support_surface.h: below it, lengths must be
-# multiples of 64 and a window needs Sq == Sk).
+# Bottom-right causal masks at any length (sdpa_support_surface.h).
 MIN_BACKEND = 90600
 
-# What prepare's calls pass (attnbench.backends.conformance holds them against the installed frontend). The 1.32 pygraph's
-# sdpa / sdpa_backward capture every keyword and forward it, at lowering, to the C++ binding's methods of the same
-# name: the keywords are held against those (optional: absent where pygraph is itself the binding).
+# The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against those too.
 MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound", "use_alibi_mask")
 LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv")
 PAGED_KEYWORDS = ("paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")
@@ -112,8 +87,7 @@ GRAPH_CALLS = (
 
 
 def cudnn_module() -> Any:
-    """The `cudnn` module (looked up in sys.modules first, so a test can stand one in). torch is imported first: the
-    frontend finds the libcudnn torch loaded when it has none of its own."""
+    """The `cudnn` module, torch imported first (the frontend uses torch's libcudnn when it has none)."""
     import torch  # noqa: F401
 
     return importlib.import_module(MODULE)
@@ -122,9 +96,8 @@ def cudnn_module() -> Any:
 @register
 class CudnnBackend(Backend):
     name = "cudnn"
-    kernel_names = per_device(cuda=CUDNN_SDPA)  # the cuDNN frontend's SDPA engines
-    # By analogy with SDPA→cuDNN (the same cuDNN engines), not yet fitted: its forward reached 630 TFLOP/s at 16K on
-    # the H200, ~0.6 of the ~989 TFLOP/s dense bf16 peak; its backward ~0.45 (532 TFLOP/s fwd+bwd).
+    kernel_names = per_device(cuda=CUDNN_SDPA)
+    # By analogy with SDPA→cuDNN (the same engines), not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45))
     summary = ("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
                "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd")
@@ -135,8 +108,6 @@ class CudnnBackend(Backend):
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})
 
     def deterministic(self, case: Case) -> str:
-        """cuDNN's sdpa_backward takes use_deterministic_algorithm (passed when the run asks); the frontend has no such
-        option for the forward."""
         if not case.needs_grad:
             return "not applicable (cuDNN's frontend offers a deterministic option for sdpa_backward only)"
         return "honoured (sdpa_backward(use_deterministic_algorithm=True))"
@@ -164,7 +135,7 @@ class CudnnBackend(Backend):
                 return f"cuDNN's SDPA needs compute capability ≥ 8.0 (this GPU: {cap[0]}.{cap[1]})"
         try:
             backend = int(cudnn.backend_version())
-        except Exception as exc:  # noqa: BLE001 - RuntimeError "Unable to find symbol cudnnGetVersion": no libcudnn
+        except Exception as exc:  # noqa: BLE001 - no libcudnn
             return f"the cuDNN library does not load for the frontend ({first_line(exc)})"
         if backend < MIN_BACKEND:
             return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} (bottom-right "
@@ -188,8 +159,8 @@ class CudnnBackend(Backend):
             if not case.causal:
                 return "cuDNN takes ALiBi only with a causal mask (diagonal_band_right_bound must be 0)"
             if case.kv_lens is not None or (case.doc_lens is None and case.seq_len != case.kv_seq_len):
-                return ("cuDNN refuses ALiBi with bottom-right alignment, and its top-left causal mask is docs/conventions.md's "
-                        "only where every sequence has as many queries as keys")
+                return ("cuDNN refuses ALiBi with bottom-right alignment, and its top-left causal mask is "
+                        "docs/conventions.md's only where every sequence has as many queries as keys")
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
@@ -213,7 +184,7 @@ class CudnnBackend(Backend):
                 return runner.forward(q, k, v)[0]
 
         new = [b for b, cached in ((fwd, fwd_cached), (bwd, bwd_cached)) if b is not None and not cached]
-        first_call_s = warm_up(call, lay.inputs, case.needs_grad)  # any lazy work of a first execute, outside timing
+        first_call_s = warm_up(call, lay.inputs, case.needs_grad)  # a first execute's lazy work
         extra: dict[str, Any] = {
             "plan_ms": sum(b.plan_s for b in new) * 1e3,
             "compile_s": sum(b.compile_s for b in new) + first_call_s,
@@ -259,15 +230,13 @@ class CudnnBackend(Backend):
         return f"cudnn-frontend {cudnn.__version__} / cuDNN {backend} {name} ({', '.join(words)})"
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        """cuDNN's own refusal: the frontend raises cudnnGraphNotSupportedError for a graph it or the backend does
-        not support (anything else is an error)."""
         if any(cls.__name__ == "cudnnGraphNotSupportedError" for cls in type(exc).__mro__):
             return f"cuDNN refused: {first_line(exc)}"
         return None
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """(1, 32, 0) from "1.32.0" (a pre-release tail ignored)."""
+    """(1, 32, 0) from "1.32.0"."""
     parts = []
     for piece in version.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())

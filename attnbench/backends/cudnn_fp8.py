@@ -1,19 +1,7 @@
-"""`cudnn-fp8`: cuDNN's FP8 SDPA forward through its frontend (nvidia-cudnn-frontend 1.32, `graph.sdpa_fp8`), on
-attnbench's quantized inputs. The cudnn backend's layout and masks (attnbench.backends.cudnn_layout: dense, ragged,
-padded and paged routes, bottom-right alignment, windows), with what FP8 changes, read from the 1.32 wheel's
-`backend_graph.sdpa_fp8` binding and the frontend's FP8 test (test/python/sdpa/fp8.py, fp8_ref.py):
-
-- `sdpa_fp8(q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, ...)`: Q, K and V FP8_E4M3 or
-  FP8_E5M2; every factor a (1, 1, 1, 1) FLOAT tensor in the variant pack: one per tensor (attnbench's `tensor`
-  granularity only). Its bounds are `left_bound` / `right_bound` (diagonal_band_left_bound / _right_bound of sdpa:
-  the same attributes, set by the binding). It returns [O, Stats, Amax_S, Amax_O]; both amax are outputs bound to
-  float32 (1, 1, 1, 1) buffers.
-- P: the kernel multiplies P = exp(s − max) by scale_s, rounds it to the input's FP8 type and multiplies P·V by
-  descale_s and descale_v (fp8_ref.py). scale_s is what the frontend's test uses for an amax of 1
-  (helpers.get_fp8_scale_factor(1.0): 64 for e4m3, 8192 for e5m2), descale_s its inverse.
-- O: float16, the output type the frontend's FP8 forward tests pair with FP8 inputs (test_mhas_v2.py); scale_o 1
-  (get_fp8_scale_factor for a half type).
-Forward only here; the frontend's sdpa_fp8_backward is not mapped.
+"""`cudnn-fp8`: cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend 1.32 `graph.sdpa_fp8`; docs/backends.md#cudnn-fp8)
+over the cudnn backend's layouts and masks. From the binding and test/python/sdpa/fp8.py, fp8_ref.py: every factor a
+(1, 1, 1, 1) float tensor (per-tensor only); bounds named `left_bound` / `right_bound`; returns [O, Stats, Amax_S,
+Amax_O]; P·scale_s rounded to the input's FP8 type, P·V times descale_s and descale_v; O float16 (test_mhas_v2.py).
 """
 
 from __future__ import annotations
@@ -44,9 +32,9 @@ if TYPE_CHECKING:
 BINDING = "cudnn._compiled_module"
 IO = {"float8_e4m3fn": "FP8_E4M3", "float8_e5m2": "FP8_E5M2"}
 OUT = "HALF"
-# scale_s for P in each format: helpers.get_fp8_scale_factor(1.0, dtype) = largest power of two / 1 · 0.25.
+# scale_s: helpers.get_fp8_scale_factor(1.0, dtype).
 S_SCALE = {"float8_e4m3fn": 64.0, "float8_e5m2": 8192.0}
-# cuDNN 9.14: the frontend's FP8 SDPA test skips below it ("SDPA FP8 requires cuDNN 9.14.0 or higher").
+# The frontend's FP8 test: "SDPA FP8 requires cuDNN 9.14.0 or higher".
 MIN_FP8_BACKEND = 91400
 FACTORS = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
 AMAX = ("amax_s", "amax_o")
@@ -66,8 +54,7 @@ _CACHE: OrderedDict[tuple[Any, ...], Built] = OrderedDict()
 
 
 def fp8_spec(spec: Spec, fmt: str) -> Spec:
-    """The cudnn backend's spec for the same case, in FP8: Q, K and V in `fmt`, O float16, the factors' and amax
-    operands added, the window's keywords in sdpa_fp8's names."""
+    """The cudnn spec in FP8: Q, K, V in `fmt`, O float16, factor and amax operands, sdpa_fp8's bound names."""
     operands = dict(spec.operands)
     for role in ("q", "k", "v"):
         operands[role] = dataclasses.replace(operands[role], dtype=IO[fmt])
@@ -79,14 +66,14 @@ def fp8_spec(spec: Spec, fmt: str) -> Spec:
 
 
 def factor_values(scales: Scales, fmt: str) -> dict[str, float]:
-    """The six factors sdpa_fp8 reads, by operand: the case's per-tensor descales, P's scale and its inverse, O's 1."""
+    """The six factors by operand: the per-tensor descales, P's scale and its inverse, O's 1."""
     value = lambda t: float(t.reshape(()))  # noqa: E731
     return {"descale_q": value(scales.q), "descale_k": value(scales.k), "descale_v": value(scales.v),
             "descale_s": 1.0 / S_SCALE[fmt], "scale_s": S_SCALE[fmt], "scale_o": 1.0}
 
 
 def build_fp8(cudnn: Any, spec: Spec, handle: Any) -> Built:
-    """Declare the sdpa_fp8 graph of `spec`, plan it and pin cuDNN's backend (cudnn_graph.pin_backend)."""
+    """Declare the sdpa_fp8 graph of `spec`, plan it and pin cuDNN's backend."""
     dtype = cudnn.data_type
     graph = cudnn.pygraph(io_data_type=getattr(dtype, spec.io), intermediate_data_type=dtype.FLOAT,
                           compute_data_type=dtype.FLOAT, handle=handle)
@@ -94,7 +81,7 @@ def build_fp8(cudnn: Any, spec: Spec, handle: Any) -> Built:
     tensors: dict[str, Any] = {}
     used = {operands[r].ragged for r in ("q", "k", "v", "o")} - {None}
     used |= {"seq_len_q", "seq_len_kv", "k_table", "v_table", "q", "k", "v", *FACTORS}
-    for role, operand in operands.items():  # runtime tensors first (the ragged ones point at them), then Q, K, V
+    for role, operand in operands.items():  # runtime tensors first: ragged ones point at them
         if role in used:
             tensors[role] = graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
                                          data_type=getattr(dtype, operand.dtype), name=role)
@@ -106,7 +93,8 @@ def build_fp8(cudnn: Any, spec: Spec, handle: Any) -> Built:
     if "use_padding_mask" in keywords:
         keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
     if "k_table" in tensors:
-        keywords["paged_attention_k_table"], keywords["paged_attention_v_table"] = tensors["k_table"], tensors["v_table"]
+        keywords["paged_attention_k_table"] = tensors["k_table"]
+        keywords["paged_attention_v_table"] = tensors["v_table"]
     o, _, amax_s, amax_o = graph.sdpa_fp8(*(tensors[r] for r in ("q", "k", "v", *FACTORS)), name="sdpa_fp8",
                                           generate_stats=False, **keywords)
     for role, t in (("o", o), ("amax_s", amax_s), ("amax_o", amax_o)):
@@ -121,7 +109,7 @@ def build_fp8(cudnn: Any, spec: Spec, handle: Any) -> Built:
 
 
 def built_fp8(cudnn: Any, spec: Spec, handle: Any, device: Any) -> tuple[Built, bool]:
-    """The FP8 graph for `spec`, from this process's cache or built now; and whether it was cached."""
+    """The FP8 graph for `spec`, cached per process; and whether it was cached."""
     key = (id(cudnn), str(device), id(handle), spec)
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -144,7 +132,8 @@ class CudnnFp8Backend(CudnnBackend):
     quantized = frozenset({"qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"})
     quant_reasons = {
         **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                          "frontend's FP8 tests): per-head and per-block factors are not mapped") for g in ("head", "block")},
+                          "frontend's FP8 tests): per-head and per-block factors are not mapped")
+           for g in ("head", "block")},
         **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
                          "is not its input") for fmt in IO},
     }
@@ -189,8 +178,7 @@ class CudnnFp8Backend(CudnnBackend):
         assert scales is not None, "cudnn-fp8 runs quantized cases only"
         cudnn = cudnn_module()
         fmt = case.dtype
-        # The cudnn backend's layout of the same case (float32 copies through its packing and pages), stored back in
-        # FP8: exact both ways.
+        # The cudnn layout via float32 copies, stored back in FP8: exact both ways.
         lay = layout(case.unquantized, q.float(), k.float(), v.float())
         inputs = tuple(t.to(q.dtype) for t in lay.inputs)
         spec = fp8_spec(lay.spec, fmt)

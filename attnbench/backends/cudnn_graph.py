@@ -1,5 +1,4 @@
-"""cuDNN's SDPA graph built, pinned to cuDNN's own backend plan and run (attnbench.backends.cudnn's adapter calls
-these); built graphs are cached per shape within the process."""
+"""cuDNN's SDPA graph built, pinned to cuDNN's backend plan, cached per shape in the process, and run."""
 
 from __future__ import annotations
 
@@ -16,15 +15,13 @@ if TYPE_CHECKING:
 
 from attnbench.backends.cudnn_layout import Layout, Operand, Spec
 
-# The heuristic modes cuDNN's own SDPA samples and tests plan with.
+# The heuristic modes cuDNN's SDPA samples plan with.
 HEURISTICS = ("A", "FALLBACK")
-# Built graphs kept per process (each holds its cuDNN plans, not its workspace).
 CACHE_SIZE = 32
 
 
 @dataclass
 class Built:
-    """A built, pinned graph and its tensors by role."""
 
     graph: Any
     tensors: dict[str, Any]
@@ -42,15 +39,14 @@ def clear_cache() -> None:
 
 
 def deterministic_asked() -> bool:
-    """Whether this measurement runs under PyTorch's deterministic mode, set by attnbench.verify.determinism."""
+    """Whether PyTorch's deterministic mode is on (attnbench.verify.determinism)."""
     import torch
 
     return torch.are_deterministic_algorithms_enabled()
 
 
 def built(cudnn: Any, spec: Spec, backward: bool, handle: Any, device: Any) -> tuple[Built, bool]:
-    """The forward (or backward) graph for `spec`, from this process's cache or built now; and whether it was
-    cached."""
+    """The forward (or backward) graph for `spec`, cached per process; and whether it was cached."""
     key = (id(cudnn), str(device), id(handle), spec, backward, deterministic_asked() if backward else False)
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -67,72 +63,88 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
     dtype = cudnn.data_type
     graph = cudnn.pygraph(io_data_type=getattr(dtype, spec.io), intermediate_data_type=dtype.FLOAT,
                           compute_data_type=dtype.FLOAT, handle=handle)
-    operands = dict(spec.operands)
-    tensors: dict[str, Any] = {}
-
-    def declare(role: str, operand: Operand) -> Any:
-        t = graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
-                         data_type=getattr(dtype, operand.dtype), name=role)
-        tensors[role] = t
-        return t
-
-    def shape_output(role: str, t: Any, operand: Operand) -> None:
-        t.set_output(True).set_dim(list(operand.dims)).set_stride(list(operand.strides))
-        t.set_data_type(getattr(dtype, operand.dtype))
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
-        tensors[role] = t
-
+    declared = _Declared(graph, dtype, dict(spec.operands))
     inputs = ("q", "k", "v", "o", "dO", "stats") if backward else ("q", "k", "v")
     outputs = ("q", "k", "v") if backward else ("o", "stats") if spec.training else ("o",)
-    used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
-    used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
-    for role, operand in operands.items():  # the runtime tensors first: the ragged ones point at them
-        if role in used:
-            declare(role, operand)
-    for role in inputs:
-        operand = operands["o" if role == "dO" else role]
-        t = declare(role, operand)
-        if operand.ragged is not None:
-            t.set_ragged_offset(tensors[operand.ragged])
+    declared.inputs(inputs, outputs, backward)
     keywords = dict(spec.keywords)
     keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])
     if "use_padding_mask" in keywords:
-        keywords["seq_len_q"], keywords["seq_len_kv"] = tensors["seq_len_q"], tensors["seq_len_kv"]
+        keywords["seq_len_q"], keywords["seq_len_kv"] = declared.tensors["seq_len_q"], declared.tensors["seq_len_kv"]
     if backward:
-        keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
-        if deterministic_asked():  # the run asked for determinism (attnbench.verify.determinism): the backward's own option
-            keywords["use_deterministic_algorithm"] = True
-        dq, dk, dv = graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
-        for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
-            shape_output(role, t, operands[role[1].lower()])
+        _sdpa_backward(declared, inputs, keywords)
     else:
-        if "k_table" in tensors:
-            keywords["paged_attention_k_table"] = tensors["k_table"]
-            keywords["paged_attention_v_table"] = tensors["v_table"]
-        o, stats = graph.sdpa(tensors["q"], tensors["k"], tensors["v"], name="sdpa",
-                              generate_stats=spec.training, **keywords)
-        shape_output("o", o, operands["o"])
-        if spec.training:
-            shape_output("stats", stats, operands["stats"])
+        _sdpa_forward(declared, spec.training, keywords)
     plan, plan_s, compile_s = pin_backend(cudnn, graph)
-    return Built(graph, tensors, plan, plan_s, compile_s)
+    return Built(graph, declared.tensors, plan, plan_s, compile_s)
+
+
+class _Declared:
+
+    def __init__(self, graph: Any, dtype: Any, operands: dict[str, Operand]) -> None:
+        self.graph, self.dtype, self.operands = graph, dtype, operands
+        self.tensors: dict[str, Any] = {}
+
+    def declare(self, role: str, operand: Operand) -> Any:
+        t = self.graph.tensor(dim=list(operand.dims), stride=list(operand.strides),
+                              data_type=getattr(self.dtype, operand.dtype), name=role)
+        self.tensors[role] = t
+        return t
+
+    def output(self, role: str, t: Any, operand: Operand) -> None:
+        t.set_output(True).set_dim(list(operand.dims)).set_stride(list(operand.strides))
+        t.set_data_type(getattr(self.dtype, operand.dtype))
+        if operand.ragged is not None:
+            t.set_ragged_offset(self.tensors[operand.ragged])
+        self.tensors[role] = t
+
+    def inputs(self, inputs: tuple[str, ...], outputs: tuple[str, ...], backward: bool) -> None:
+        """The runtime tensors first (ragged inputs point at them), then the inputs."""
+        operands = self.operands
+        used = {operands["o" if r == "dO" else r].ragged for r in (*inputs, *outputs)} - {None}
+        used |= {"seq_len_q", "seq_len_kv"} | (set() if backward else {"k_table", "v_table"})
+        for role, operand in operands.items():
+            if role in used:
+                self.declare(role, operand)
+        for role in inputs:
+            operand = operands["o" if role == "dO" else role]
+            t = self.declare(role, operand)
+            if operand.ragged is not None:
+                t.set_ragged_offset(self.tensors[operand.ragged])
+
+
+def _sdpa_backward(declared: _Declared, inputs: tuple[str, ...], keywords: dict[str, Any]) -> None:
+    keywords.pop("paged_attention_max_seq_len_kv", None)  # unsupported() keeps pages out of backward
+    if deterministic_asked():  # attnbench.verify.determinism: the backward's own option
+        keywords["use_deterministic_algorithm"] = True
+    tensors = declared.tensors
+    dq, dk, dv = declared.graph.sdpa_backward(*(tensors[r] for r in inputs), name="sdpa_backward", **keywords)
+    for role, t in (("dQ", dq), ("dK", dk), ("dV", dv)):
+        declared.output(role, t, declared.operands[role[1].lower()])
+
+
+def _sdpa_forward(declared: _Declared, training: bool, keywords: dict[str, Any]) -> None:
+    tensors = declared.tensors
+    if "k_table" in tensors:
+        keywords["paged_attention_k_table"] = tensors["k_table"]
+        keywords["paged_attention_v_table"] = tensors["v_table"]
+    o, stats = declared.graph.sdpa(tensors["q"], tensors["k"], tensors["v"], name="sdpa",
+                                   generate_stats=training, **keywords)
+    declared.output("o", o, declared.operands["o"])
+    if training:
+        declared.output("stats", stats, declared.operands["stats"])
 
 
 def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
-    """Plan `graph` and pin the first of cuDNN's backend plans; build it. Returns its name, the seconds spent
-    planning and building.
-
-    The 1.32 frontend ranks its own Python engines in the same list (`selected_engine` is None for a backend
-    entry); a graph only they serve is not cuDNN's SDPA and is skipped with the backend's reason.
-    """
+    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines are
+    not cuDNN's SDPA); its name and the seconds planning and building."""
     start = time.perf_counter()
     graph.validate()
     graph.build_operation_graph()
     graph.create_execution_plans([getattr(cudnn.heur_mode, mode) for mode in HEURISTICS])
     count = graph.get_execution_plan_count()
     for index in range(count):
-        graph.select_plan(index)  # strict: build_plans raises instead of moving on to another plan
+        graph.select_plan(index)  # strict: build_plans raises
         if graph.selected_engine is None:
             break
     else:
@@ -147,10 +159,8 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
     return graph.get_plan_name_at_index(index), planned - start, time.perf_counter() - planned
 
 
-# ---- running them -------------------------------------------------------------------------------------------------
 class Runner:
-    """Executes the built graphs: the forward into a fresh output (and softmax stats when training), the backward
-    into fresh gradients. Nothing but `graph.execute` and the outputs' allocation happens per call."""
+    """Runs the built graphs into fresh outputs: `graph.execute` and the allocation only."""
 
     def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None, workspace: torch.Tensor,
                  handle: Any, padded: bool) -> None:
@@ -179,7 +189,7 @@ class Runner:
 
         assert self.bwd is not None
         t = self.bwd.tensors
-        # With a padding mask the keys past a request's length are not cuDNN's to write: their gradient is zero.
+        # With a padding mask cuDNN does not write keys past a request's length: zero gradients.
         alloc = torch.zeros_like if self.padded else torch.empty_like
         dq, dk, dv = torch.empty_like(q), alloc(k), alloc(v)
         pack = {**self.fixed_bwd, t["q"]: q, t["k"]: k, t["v"]: v, t["o"]: out, t["dO"]: dout.contiguous(),
@@ -189,7 +199,7 @@ class Runner:
 
 
 def attention_function() -> Any:
-    """The autograd Function over a Runner: forward saves O and the softmax stats, backward runs sdpa_backward."""
+    """The autograd Function over a Runner: forward saves O and the stats, backward runs sdpa_backward."""
     import torch
 
     class CudnnSdpa(torch.autograd.Function):
@@ -212,7 +222,7 @@ _HANDLES: dict[tuple[int, str, int], Any] = {}
 
 
 def handle_for(cudnn: Any, device: Any) -> Any:
-    """A cuDNN handle on torch's current stream of `device` (CUDA events time that stream); None off CUDA."""
+    """A cuDNN handle on torch's current stream (the timed one); None off CUDA."""
     if getattr(device, "type", str(device)) != "cuda":
         return None
     import torch

@@ -1,5 +1,5 @@
-"""How a case becomes cuDNN's SDPA graph: the masking keywords, and the tensors' dims, strides and ragged
-offsets for the dense, ragged, padded and paged routes (attnbench.backends.cudnn's docstring says what maps)."""
+"""A case as cuDNN's SDPA graph: masking keywords, dims, strides and ragged offsets per route (the mapping:
+attnbench.backends.cudnn)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,8 @@ if TYPE_CHECKING:
 DTYPES = {"float16": "HALF", "bfloat16": "BFLOAT16"}
 
 
-# ---- the mapping --------------------------------------------------------------------------------------------------
 def mask_arguments(case: Case) -> dict[str, Any]:
-    """cuDNN's masking keywords for docs/conventions.md's mask (the alignment by its enum member's name).
-
-    causal → right_bound 0; a window W → left_bound W + 1 (cuDNN's left bound is exclusive); without causal the
-    window is two-sided, right_bound W. Bottom-right alignment, except with ALiBi, which cuDNN takes top-left only
-    (unsupported() admits it only where top-left is the same mask).
-    """
+    """cuDNN's masking keywords (alignment by enum name): bottom-right, but top-left with ALiBi."""
     args: dict[str, Any] = {"diagonal_alignment": "TOP_LEFT" if case.alibi else "BOTTOM_RIGHT"}
     if case.causal:
         args["diagonal_band_right_bound"] = 0
@@ -45,13 +39,12 @@ def token_major_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def to_token_major(t: torch.Tensor) -> torch.Tensor:
-    """Canonical (B, H, S, D) to (B, S, H, D) memory, contiguous (a differentiable copy)."""
+    """Canonical (B, H, S, D) to contiguous (B, S, H, D) memory."""
     return t.transpose(1, 2).contiguous()
 
 
 def route(case: Case) -> str:
-    """How the case's sequences reach cuDNN: "paged", "ragged" (packed documents), "padded" (ragged cache lengths
-    in the contiguous cache) or "dense"."""
+    """"paged", "ragged" (documents), "padded" (ragged cache lengths) or "dense"."""
     if case.page_size is not None:
         return "paged"
     if case.doc_lens is not None:
@@ -63,8 +56,7 @@ def route(case: Case) -> str:
 
 @dataclass(frozen=True)
 class Operand:
-    """One tensor of the graph: its dims and strides as cuDNN reads them, its data type's name, and the name of
-    the operand holding its ragged offsets (None: not ragged)."""
+    """A graph tensor: dims, strides, data type name, and its ragged offsets' operand (None: not ragged)."""
 
     dims: tuple[int, ...]
     strides: tuple[int, ...]
@@ -74,8 +66,7 @@ class Operand:
 
 @dataclass(frozen=True)
 class Spec:
-    """Everything a built graph depends on (the cache key): operands by role, the keywords of the sdpa node.
-    Runtime values (lengths, offsets, page tables) are not in it: they travel in the variant pack."""
+    """A built graph's cache key: operands by role, the sdpa node's keywords (runtime values are not in it)."""
 
     io: str
     operands: tuple[tuple[str, Operand], ...]
@@ -91,8 +82,7 @@ class Spec:
 
 @dataclass
 class Layout:
-    """A case laid out for cuDNN: the spec, the native inputs, the runtime tensors of the variant pack, and how
-    outputs are allocated and turned back into canonical (B, H, Sq, Dv)."""
+    """A case laid out for cuDNN: spec, inputs, the variant pack's runtime tensors, output shapes and the way back."""
 
     spec: Spec
     inputs: tuple[torch.Tensor, ...]
@@ -104,7 +94,6 @@ class Layout:
 
 
 def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Layout:
-    """The graph's operands for `case` and its inputs in cuDNN's layout (made by differentiable ops)."""
 
     io = DTYPES[case.dtype]
     h, kvh, d, dv = case.heads, case.kv_heads, case.head_dim, case.v_dim
@@ -124,8 +113,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
     if how == "ragged":
         seqs = packing.varlen(case)
         n, sq, sk = seqs.sequences, seqs.max_q, seqs.max_k
-        # contiguous: packing's reshape is a view of the canonical memory where it can be (one batch row), and
-        # cuDNN reads memory at the declared strides, not the tensor's
+        # contiguous: cuDNN reads at the declared strides, and packing may return a view
         inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
         lens = tuple(b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False))
         lengths(lens, seqs.kv_lens)
@@ -177,11 +165,9 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
 
 
 def ragged_offsets(cu: tuple[int, ...], width: int, device: Any) -> torch.Tensor:
-    """cuDNN's ragged offsets: the element offset of each sequence's first token (cu_seqlens · elements per token),
-    (N + 1, 1, 1, 1) int64."""
+    """Each sequence's first element offset (cu_seqlens · elements per token), (N + 1, 1, 1, 1) int64."""
     import torch
 
     return torch.tensor([c * width for c in cu], dtype=torch.int64, device=device).view(-1, 1, 1, 1)
 
 
-# ---- building and pinning the graphs ------------------------------------------------------------------------------

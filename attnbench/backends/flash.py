@@ -1,34 +1,15 @@
-"""FlashAttention 2, 3 and 4: one mapping of docs/conventions.md's conventions onto their three entry points, three libraries.
+"""FlashAttention 2, 3 and 4 (docs/backends.md#flash-attn): (B, S, H, D), native GQA, causal and windows
+bottom-right as docs/conventions.md; fp16/bf16 on CUDA. Unbounded window side: -1 (FA2/FA3), None (FA4).
 
-All three take (batch, seq, heads, head_dim) with native MQA/GQA (K/V with fewer heads), align causal
-and windows bottom-right themselves, and accept only fp16/bf16 on CUDA. They differ in module, in how
-an unbounded window side is spelled (-1 for FA2/FA3, None for FA4), in what they return (FA4: (out, lse))
-and in when kernels are built (FA4 compiles at its first call, so prepare makes that call).
+Entry points: documents and ragged lengths → `flash_attn_varlen_func` (int32 cu_seqlens); a paged cache →
+`flash_attn_with_kvcache` (FA2 `block_table`, pages of a multiple of 256; FA3 `page_table`), FA4 →
+`flash_attn_varlen_func(page_table=, seqused_k=)` without `cu_seqlens_k` (refused with a page table); else
+`flash_attn_func`. `alibi_slopes` FA2 only, after the soft-cap.
 
-The workload axes choose the entry point: packed documents and ragged cache lengths go to
-`flash_attn_varlen_func` (tokens packed by attnbench.backends.packing, int32 cu_seqlens, bottom-right per
-sequence); a paged cache to `flash_attn_with_kvcache` (FA2 `block_table`, FA3 `page_table`, with `cache_seqlens`;
-inference only; FA2 takes pages of a multiple of 256 tokens), or for FA4, which has no such function, to
-`flash_attn_varlen_func` with `page_table` and `seqused_k` (and no `cu_seqlens_k`, which FA4 refuses with a page
-table); everything else to `flash_attn_func`. `softcap` is
-every library's; `alibi_slopes` FA2's only (−slope·|i + Sk − Sq − j|, after the soft-cap: docs/conventions.md's order);
-V with its own head size FA3's and FA4's (their kernels decide which pairs they take).
-
-Absorbed MLA (`kv_shared`: V is K's first head_dim_v channels) is FA3's and FA4's `qv` form, forward only: score =
-(q·k + qv·v)·softmax_scale over the same keys (hopper/flash_attn_interface.py; hopper/test_util.py's attention_ref
-adds einsum(qv, v) to the scores), so q and k are the rope channels (the last head_dim - head_dim_v), qv the
-query's latent channels (the first head_dim_v) and v the latent cache: q_nope·ckv + q_pe·kpe with V = ckv, as
-DeepSeek's absorbed decode computes it. The scale stays 1/sqrt(head_dim), which is the libraries' own default
-(head_dim_rope + head_dim_v)^-1/2 there. FA3 takes it on Hopper for a rope part <= 64 and head_dim_v >= 256
-(flash_api.cpp's q_v checks, its refusal is the skip reason); FA4 on Blackwell only, for 64/512, without a window
-or soft-cap (interface.py's asserts, some without a message, so checked before the call).
-
-FP8 (attnbench's quantized inputs): FA3 takes float8_e4m3fn Q, K and V with `q_descale`, `k_descale`, `v_descale`
-float32 of shape (batch, kv_heads) — per sequence for varlen (hopper/flash_api.cpp: "q_descale_,  // (b, h_k), not
-(b, h)", CHECK_SHAPE(q_descale, batch_size, num_heads_k)) — and returns bf16 ("FP8 inputs produce BF16 outputs",
-flash_attn_interface.py); its softmax rounds P·2^8 to e4m3 (hopper/softmax.h, Max_offset 8), its declared numerics.
-FA4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py asserts arch 10.x), and flash-attn-4 4.0.0b36's
-flash_attn_func takes no descale: attnbench maps no FP8 onto it.
+Absorbed MLA (`kv_shared`) is FA3's and FA4's `qv` form: score = (q·k + qv·v)·softmax_scale (hopper/test_util.py's
+attention_ref), q and k the rope channels, qv the query's latent ones, v the latent cache; the scale stays
+1/sqrt(head_dim). FP8: FA3 only, e4m3 with float32 (batch, kv_heads) descales (hopper/flash_api.cpp CHECK_SHAPE),
+bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h).
 """
 
 from __future__ import annotations
@@ -66,35 +47,25 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Scales
 
 MAX_HEAD_DIM = 256
-# Set by the Dockerfile to its FLASH_ATTN_2 build argument: "no" in an image that does not carry FlashAttention 2.
+# The Dockerfile's FLASH_ATTN_2 build argument: "no" in an image without FlashAttention 2.
 IMAGE_FLASH_ATTN_2 = "ATTNBENCH_IMAGE_FLASH_ATTN_2"
-# Phrases of the libraries' own input checks (RuntimeError in FA2/FA3's C++, AssertionError in FA4):
-# an exception carrying one is the library refusing the case, not a failure of ours.
+# Phrases of the libraries' own input checks (FA2/FA3 RuntimeError, FA4 AssertionError).
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
-# What `_Flash.prepare`'s call passes to every library's flash_attn_func: q, k, v by position, then
-# flash_window_args' keywords and softmax_scale (attnbench.backends.conformance holds these against the installed one).
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
-# flash_attn_func and flash_attn_varlen_func (not flash_attn_with_kvcache, inference only) also take `deterministic`:
-# their backward's deterministic path ("The forward pass is always deterministic", their docstrings). The adapter
-# passes it on every call, True when the run asked for determinism (attnbench.verify.determinism).
+# The backward's deterministic path, on flash_attn_func and flash_attn_varlen_func (not the inference-only kvcache).
 DETERMINISTIC_KEYWORD = "deterministic"
-# flash_attn_varlen_func(q, k, v, cu_seqlens_q=, ...): the offsets by keyword (FA4 puts `qv` before them).
+# Offsets by keyword: FA4 puts `qv` before them.
 VARLEN_FUNCTION = "flash_attn_varlen_func"
 VARLEN_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", *FLASH_KEYWORDS)
-# flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=, <page table>=, ...): no new K/V appended.
 KVCACHE_FUNCTION = "flash_attn_with_kvcache"
 KVCACHE_POSITIONAL = ("q", "k_cache", "v_cache")
 DESCALE_KEYWORDS = ("q_descale", "k_descale", "v_descale")
 
 
 def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
-    """`causal` and `window_size=(left, right)` for docs/conventions.md's mask; `unbounded` spells "no limit".
-
-    The libraries keep query i's keys in [i + off - left, i + off + right] with off = Sk - Sq (their
-    own bottom-right alignment, which is ours); `causal=True` forces right = 0. So: causal → (∞, ∞) with
-    causal; causal + window W → (W, 0) with causal; window W alone → (W, W); nothing → (∞, ∞).
-    """
+    """`causal` and `window_size=(left, right)`: keys [i + off − left, i + off + right], off = Sk − Sq, as
+    docs/conventions.md; `causal=True` forces right = 0. `unbounded` spells "no limit"."""
     if case.window is None:
         return {"causal": case.causal, "window_size": (unbounded, unbounded)}
     if case.causal:
@@ -103,49 +74,39 @@ def flash_window_args(case: Case, unbounded: int | None) -> dict[str, Any]:
 
 
 def qv_split(case: Case, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Absorbed MLA in the `qv` form: (q, k, qv) = the query's and the keys' rope channels (after the first
-    head_dim_v) and the query's latent channels (the first head_dim_v); V is passed as the latent cache itself."""
+    """The `qv` form's (q, k, qv): rope channels (after the first head_dim_v) and the query's latent ones."""
     dv = case.v_dim
     return q[..., dv:], k[..., dv:], q[..., :dv]
 
 
 def to_flash_layout(t: torch.Tensor) -> torch.Tensor:
-    """Canonical (B, H, S, D) to FlashAttention's (B, S, H, D), contiguous as a model would hold it."""
+    """(B, H, S, D) to a contiguous (B, S, H, D)."""
     return t.transpose(1, 2).contiguous()
 
 
 def from_flash_layout(out: torch.Tensor) -> torch.Tensor:
-    """FlashAttention's (B, Sq, H, D) output back to canonical (B, H, Sq, D)."""
     return out.transpose(1, 2)
 
 
 class _Flash(Backend):
-    """The shared adapter; subclasses name the module, the function and the library's spelling of ∞."""
 
     module: ClassVar[str]
     function: ClassVar[str] = "flash_attn_func"
     unbounded: ClassVar[int | None] = -1
     warm_call: ClassVar[bool] = False  # FA4 compiles its kernels at the first call
-    # FA4: `module` must be the library's own file (flash-attn 2.8 bundles an older flash_attn/cute).
-    owner_checked: ClassVar[bool] = False
+    owner_checked: ClassVar[bool] = False  # FA4: flash-attn 2.8 bundles an older flash_attn/cute
     min_capability: ClassVar[tuple[int, int]] = (8, 0)
-    # The devices the kernels run on; the adapter tests add "cpu" to run it against a stand-in module.
+    # Tests add "cpu" to run against a stand-in module.
     devices: ClassVar[tuple[str, ...]] = ("cuda",)
-    # The keywords of the score modifiers this library has (softcap; FA2 also alibi_slopes), passed when a case
-    # sets them; the keyword flash_attn_with_kvcache names its page table by (None: paging not mapped); the page
-    # sizes its paged cache takes (a multiple of this); and why it cannot run each axis it does not map.
     score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
-    page_table_keyword: ClassVar[str | None] = None
+    page_table_keyword: ClassVar[str | None] = None  # flash_attn_with_kvcache's; None: paging not mapped
     page_multiple: ClassVar[int] = 1
-    # FA4: pages through flash_attn_varlen_func(page_table=, seqused_k=) instead of flash_attn_with_kvcache.
-    varlen_pages: ClassVar[bool] = False
-    # Whether the library's entry points take `qv` (absorbed MLA, kv_shared: FA3's and FA4's).
+    varlen_pages: ClassVar[bool] = False  # FA4: pages through flash_attn_varlen_func
     takes_qv: ClassVar[bool] = False
 
     def qv_reason(self, case: Case) -> str | None:
         """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
         return None
-    # With quantized inputs: the numerics the library's FP8 forward declares (None: it takes none).
     fp8_numerics: ClassVar[Numerics | None] = None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
@@ -192,30 +153,44 @@ class _Flash(Backend):
         return self.fp8_numerics if case.quantized else None
 
     def unsupported(self, case: Case) -> str | None:
+        checks = (self._dtype_reason, self._head_dim_reason, self._axis_reason, self._qv_form_reason,
+                  self._pages_reason)
+        return next((reason for check in checks if (reason := check(case))), None)
+
+    def _dtype_reason(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES and not case.quantized:  # `quantized` admitted the FP8 ones
             return f"{case.dtype} is not supported (FlashAttention takes float16 or bfloat16)"
+        return None
+
+    def _head_dim_reason(self, case: Case) -> str | None:
         qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
-        if qk_dim > MAX_HEAD_DIM:
-            return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"
-        for axis in case.workload_axes:
-            if axis in self.axis_reasons:
-                return self.axis_reasons[axis]
-        if case.kv_shared and "kv_shared" in self.workload_axes:
-            if case.needs_grad:
-                return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
-                        "share into dV (K_nope is V there), which the reference keeps apart")
-            if reason := self.qv_reason(case):
-                return reason
-        if case.page_size is not None and "page_size" in self.workload_axes and case.doc_lens is not None:
+        return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}" if qk_dim > MAX_HEAD_DIM else None
+
+    def _axis_reason(self, case: Case) -> str | None:
+        return next((self.axis_reasons[axis] for axis in case.workload_axes if axis in self.axis_reasons), None)
+
+    def _qv_form_reason(self, case: Case) -> str | None:
+        if not (case.kv_shared and "kv_shared" in self.workload_axes):
+            return None
+        if case.needs_grad:
+            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
+                    "share into dV (K_nope is V there), which the reference keeps apart")
+        return self.qv_reason(case)
+
+    def _pages_reason(self, case: Case) -> str | None:
+        if case.page_size is None:
+            return None
+        if "page_size" in self.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
-        if case.page_size is not None and self.varlen_pages and case.needs_grad:
+        if self.varlen_pages and case.needs_grad:
             return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
-        if case.page_size is not None and self.page_table_keyword is not None:
-            if case.needs_grad:
-                return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
-            if case.page_size % self.page_multiple:
-                return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
-                        f"(page_size {case.page_size})")
+        if self.page_table_keyword is None:
+            return None
+        if case.needs_grad:
+            return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
+        if case.page_size % self.page_multiple:
+            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
+                    f"(page_size {case.page_size})")
         return None
 
     def deterministic(self, case: Case) -> str:
@@ -232,10 +207,9 @@ class _Flash(Backend):
         words = [f"causal={kwargs['causal']}", f"window_size={kwargs['window_size']}"]
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
         words += ["alibi_slopes"] if "alibi_slopes" in kwargs else []
-        # Set by attnbench.verify.determinism for the whole measurement when the run asks for it.
         deterministic = {DETERMINISTIC_KEYWORD: torch.are_deterministic_algorithms_enabled()}
         words += [f"{DETERMINISTIC_KEYWORD}=True"] if deterministic[DETERMINISTIC_KEYWORD] else []
-        latent: tuple[torch.Tensor, ...] = ()  # qv, the query's latent channels, as the call's fourth input
+        latent: tuple[torch.Tensor, ...] = ()  # qv, the call's fourth input
         if case.kv_shared:
             q, k, qv = qv_split(case, q, k)
             latent = (qv,)
@@ -246,8 +220,6 @@ class _Flash(Backend):
                          ", kv_heads)")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
-            # FA4: flash_attn_varlen_func(seqused_k=, page_table=); FA2/FA3: flash_attn_with_kvcache(cache_seqlens=,
-            # block_table= / page_table=).
             name = VARLEN_FUNCTION if self.varlen_pages else KVCACHE_FUNCTION
             lengths, table = ("seqused_k", "page_table") if self.varlen_pages else \
                 ("cache_seqlens", str(self.page_table_keyword))
@@ -298,15 +270,13 @@ class _Flash(Backend):
         )
 
     def _library_function(self, name: str) -> Callable[..., Any]:
-        """The library's `name`, or the case's skip reason when this build of it has none."""
         try:
             return self._function(name)
         except AttributeError:
             raise Unsupported(f"{self.library}: {self.module} has no {name}") from None
 
     def score_arguments(self, case: Case, device: Any) -> dict[str, Any]:
-        """`softcap` (c·tanh(s/c) on the scaled score) and `alibi_slopes` (fp32, one per query head: the case's
-        slopes, docs/conventions.md's), only when the case sets them, so a dense case's call is unchanged."""
+        """`softcap` and `alibi_slopes` (fp32, the case's), only when the case sets them."""
         import torch
 
         args: dict[str, Any] = {}
@@ -322,13 +292,11 @@ class _Flash(Backend):
 
 
 def qv_argument(latent: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
-    """`qv=` when the call was given the query's latent channels (absorbed MLA), else nothing."""
     return {"qv": latent[0]} if latent else {}
 
 
 def descale_arguments(case: Case, scales: Scales) -> dict[str, Any]:
-    """FA3's q_descale, k_descale, v_descale: float32 (batch, kv_heads), one row per sequence of a varlen call (its
-    batch is the packed sequences: a document's factors are its batch row's)."""
+    """FA3's q/k/v_descale: float32 (batch, kv_heads), a row per varlen sequence (a document's: its batch row's)."""
     factors = {f"{n}_descale": fp8.per_batch_kv_head(scales, n, case) for n in ("q", "k", "v")}
     if case.doc_lens is not None and case.page_size is None:
         rows = [row for row in range(case.batch) for _ in case.doc_lens]
@@ -337,7 +305,7 @@ def descale_arguments(case: Case, scales: Scales) -> dict[str, Any]:
 
 
 def output_of(result: Any) -> torch.Tensor:
-    """The attention output: FA4 and FA3 builds from before January 2025 return (out, lse), the rest out."""
+    """The output: FA4 and older FA3 builds return (out, lse)."""
     return result[0] if isinstance(result, (tuple, list)) else result
 
 
@@ -360,7 +328,7 @@ class FlashAttn2(_Flash):
         reason = super().availability(device)
         if reason is None or installed_version(self.library) is not None:
             return reason
-        # flash-attn-4 alone leaves `flash_attn` a namespace package (flash_attn/cute): importable, yet not FA2
+        # flash-attn-4 alone leaves `flash_attn` a namespace package
         try:
             package = importlib.import_module(self.module)
         except ImportError:
@@ -397,7 +365,7 @@ class FlashAttn3(_Flash):
     fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
                             p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
-    takes_qv = True  # rope <= 64 and head_dim_v >= 256 on Hopper: flash_api.cpp's own checks refuse the rest
+    takes_qv = True  # rope <= 64, head_dim_v >= 256 on Hopper: flash_api.cpp refuses the rest
 
     def deterministic(self, case: Case) -> str:
         if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
@@ -414,9 +382,6 @@ class FlashAttn4(_Flash):
     library = "flash-attn-4"
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
-    # Pages through flash_attn_varlen_func(page_table=, seqused_k=) (its fast path wants 128-token pages; others
-    # take a non-TMA path); V with its own head size as FA3 (SM90 takes 8..256 each; SM100 fewer pairs: its
-    # refusal is the skip reason).
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
     varlen_pages = True
     axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
@@ -429,8 +394,7 @@ class FlashAttn4(_Flash):
     takes_qv = True
 
     def qv_reason(self, case: Case) -> str | None:
-        """interface.py's qv asserts (Blackwell only, checked by the library with a message): head_dim_v == 512 and
-        a 64-channel rope part, no local window, no soft-cap."""
+        """interface.py's qv asserts, some without a message: rope 64, head_dim_v 512, no window, no soft-cap."""
         if (case.head_dim - case.v_dim, case.v_dim) != (64, 512):
             return (f"FlashAttention 4's qv form takes a 64-channel rope part and head_dim_v 512 (got "
                     f"{case.head_dim - case.v_dim}/{case.v_dim})")

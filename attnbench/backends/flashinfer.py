@@ -1,35 +1,12 @@
-"""`flashinfer`: FlashInfer's prefill and decode kernels (package flashinfer-python, CUDA only).
+"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by `route`.
+Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with the flat
+plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
 
-One case, one FlashInfer entry point, chosen by what the case's K/V look like:
-- one dense sequence (batch 1, no documents, no pages): `single_prefill_with_kv_cache`;
-- several sequences in contiguous K/V (batch > 1, documents, ragged cache lengths): `BatchPrefillWithRaggedKVCacheWrapper`
-  over the packed tokens, `qo_indptr` / `kv_indptr` from attnbench.backends.packing.varlen;
-- a paged cache: `BatchDecodeWithPagedKVCacheWrapper` for one query per request, else
-  `BatchPrefillWithPagedKVCacheWrapper`, with `kv_indptr` / `kv_indices` / `kv_last_page_len` from the shared page
-  table (packing.flashinfer_page_indices) and the pool in NHD (or HND) layout;
-- absorbed MLA (`kv_shared`, V is K's first head_dim_v channels) in a paged cache: `mla.BatchMLAPagedAttentionWrapper`,
-  whose scores are (q_nope·ckv + q_pe·kpe)·sm_scale and output P·ckv (include/flashinfer/attention/mla.cuh), causal
-  bottom-right per request (masked when kv_idx + qo_len > kv_len + q_idx): q_nope is the query's first head_dim_v
-  channels, q_pe the rest (flash.qv_split, as FA3's qv form), ckv the latent cache (V, one KV head) and kpe the keys'
-  rope channels, each its own (pages, page_size, dim) pool under the shared table, kv_len_arr each request's length.
-  plan() and run() are called with the flat keywords every FlashInfer since 0.2 takes (0.7.4 deprecates them in
-  favour of metadata=MLAPlanMetadata.csr(...) and query=/kv_cache= pairs, and still accepts them). It has no window,
-  soft-cap or ALiBi.
-
-FlashInfer aligns causal bottom-right per request (`prefill.cuh`: masked when kv_idx + qo_len > kv_len + q_idx),
-which is docs/conventions.md's; `window_left=W` keeps W keys before the diagonal, inclusive. It has no right window bound, so
-a two-sided window is skipped wherever it is not the same mask as a one-sided one. `logits_soft_cap=c` is
-c·tanh(s·sm_scale/c), docs/conventions.md's order. ALiBi is `pos_encoding_mode="ALIBI"` with FlashInfer's own slopes for the
-local heads (`get_alibi_slopes(H)`, the paper's recipe, docs/conventions.md's) and a signed bias slope·(kv_idx − q_idx), which
-differs from docs/conventions.md's −slope·|i + off − j| by a constant per query wherever no query sees a later key (causal,
-or one query per request): only there is it mapped. The wrappers' `plan()` runs in `prepare` (its time is extra.plan_ms) and a
-first call JIT-compiles the kernel there too (extra.compile_s), so the timed call is `run()` alone. Forward only.
-
-An FP8 K/V cache under bf16/fp16 queries (attnbench's `kv_dtype`): every entry point takes `k_scale` and `v_scale`,
-one float each, the factors that turn stored values back into K and V (decode.py / prefill.py: "The calibration
-scale of key for fp8 input"; applied as `sm_scale *= k_scale` and, after the kernel, `out *= v_scale` in the output
-dtype), with plan's `kv_data_type` the FP8 dtype. Per-tensor factors only. Its declared numerics: P in the queries'
-dtype for the tensor-core prefill kernels, float32 for the CUDA-core decode, and V's factor on the rounded output.
+Causal is bottom-right per request (prefill.cuh: masked when kv_idx + qo_len > kv_len + q_idx), as
+docs/conventions.md; `window_left=W` keeps W keys before the diagonal, no right bound. `logits_soft_cap=c` is
+c·tanh(s·sm_scale/c). ALiBi: `pos_encoding_mode="ALIBI"`, own slopes (`get_alibi_slopes(H)`, the conventions'), a
+signed bias slope·(kv_idx − q_idx), equal to ours only where no query sees a later key. FP8 K/V cache: `k_scale`,
+`v_scale` floats (decode.py / prefill.py: `sm_scale *= k_scale`, `out *= v_scale`), plan's `kv_data_type` FP8.
 """
 
 from __future__ import annotations
@@ -38,7 +15,7 @@ import importlib
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
@@ -68,17 +45,16 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Scales
 
 MODULE = "flashinfer"
-# FlashInfer's examples and tests allocate a 128 MB workspace (uint8); decode needs it zeroed.
+# As FlashInfer's examples: 128 MB of uint8, zeroed for decode.
 WORKSPACE_BYTES = 128 << 20
-# Phrases of FlashInfer's own input checks: an exception carrying one is the library refusing the case.
+# Phrases of FlashInfer's own input checks.
 REFUSALS = ("not supported", "Unsupported", "unsupported", "does not support", "must be", "only support",
             "NotImplemented", "should be", "Invalid")
-SCALE_ARGS = ("k_scale", "v_scale")  # run()'s (and single prefill's) FP8 K/V descale factors, floats
+SCALE_ARGS = ("k_scale", "v_scale")  # FP8 K/V descale factors, floats
 PLAN_ARGS = ("causal", "window_left", "logits_soft_cap", "sm_scale", "pos_encoding_mode", "q_data_type",
              "kv_data_type")
 
-# What prepare's calls pass (attnbench.backends.conformance holds them against the installed flashinfer). Methods are
-# declared with `self` first, as their unbound signatures read.
+# Methods are declared with `self` first, as their unbound signatures read.
 SINGLE_CALL = LibraryCall(MODULE, "single_prefill_with_kv_cache", positional=("q", "k", "v"),
                           keywords=("causal", "kv_layout", "sm_scale", "window_left", "logits_soft_cap",
                                     "pos_encoding_mode", *SCALE_ARGS))
@@ -104,7 +80,7 @@ PAGED_PREFILL_CALLS = (
 DECODE_CALLS = (
     LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
                 keywords=("kv_layout",)),
-    # plan() forwards its keywords through **kwargs to _plan_impl (flashinfer 0.7): both are held.
+    # plan() forwards **kwargs to _plan_impl (flashinfer 0.7): both are held.
     LibraryCall(MODULE, "BatchDecodeWithPagedKVCacheWrapper.plan",
                 positional=("self", "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads",
                             "head_dim", "page_size"),
@@ -129,18 +105,12 @@ MLA_CALLS = (
 
 
 def flashinfer_module() -> Any:
-    """The `flashinfer` module (looked up in sys.modules first, so a test can stand one in)."""
     return importlib.import_module(MODULE)
 
 
 def window_arguments(case: Case) -> dict[str, Any]:
-    """`causal` and `window_left` for docs/conventions.md's mask, where FlashInfer can express it.
-
-    causal → causal=True, window_left=-1; causal + W → window_left=W (inclusive: the query and the W keys before
-    it); no mask → causal=False. A two-sided window W without causal is the same mask as causal + W only when
-    every query is the last position of its keys (one query per request, no documents); unsupported() refuses
-    the other cases before this is called.
-    """
+    """`causal` and `window_left` (W keys before the query, inclusive). A two-sided W equals causal + W where every
+    query is its sequence's last position; unsupported() refuses the rest."""
     if case.window is None:
         return {"causal": case.causal, "window_left": -1}
     return {"causal": True, "window_left": case.window}
@@ -158,8 +128,7 @@ def route(case: Case) -> str:
 
 
 def short_causal(case: Case) -> tuple[int, int] | None:
-    """The first (queries, keys) of a causal sequence (a document, or a request over its cache) with keys but fewer
-    than its queries, which FlashInfer does not support; None when there is none (an empty cache is fine)."""
+    """The first (queries, keys) of a causal sequence with 0 < keys < queries, which FlashInfer does not take."""
     if not case.causal:
         return None
     pairs = (zip(case.doc_lens, workload.doc_key_lens(case), strict=False) if case.doc_lens is not None
@@ -171,7 +140,7 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 class FlashInferBackend(Backend):
     name = "flashinfer"
     kernel_names = per_device(cuda=FLASHINFER)
-    # FA2/FA3-class prefill kernels, by analogy, not yet fitted (forward only: no backward share).
+    # By analogy with FA2/FA3, not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
                "fp16/bf16, native GQA, forward only")
@@ -179,8 +148,7 @@ class FlashInferBackend(Backend):
     devices = ("cuda",)
     install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
     workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared"})
-    # The paged pool's layout: "NHD" (pages, page_size, KVH, D), as attnbench.core.workload stores it, or "HND".
-    kv_layout: ClassVar[str] = "NHD"
+    kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
     quantized = frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"})
     quant_reasons = {
         **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); its "
@@ -194,12 +162,11 @@ class FlashInferBackend(Backend):
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
 
     def deterministic(self, case: Case) -> str:
-        # No backward, no switch to set: plan() fixes how the keys are split for the planned shapes, so two calls
-        # run the same schedule; `repeatable` says whether they agreed.
+        # plan() fixes the split of the keys: two calls run one schedule.
         return "not applicable (forward only; FlashInfer's attention has no deterministic switch)"
 
     def availability(self, device: str) -> str | None:
-        # flashinfer has crashed at import on CPU-only torch builds: that is a reason too
+        # it has crashed at import on CPU-only torch builds
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
@@ -215,38 +182,9 @@ class FlashInferBackend(Backend):
         return kernel_files() if installed_version(self.library) is not None else None
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in HALF_DTYPES:
-            return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
-        if case.needs_grad:
-            return "FlashInfer's attention is forward-only (no backward kernel)"
-        if reason := packing.documents_in_pages(case, "FlashInfer"):
-            return reason
-        if case.kv_shared and (reason := mla_reason(case)):
-            return reason
-        if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
-            return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
-                    "[1, page_size]): a request with an empty cache is not mapped")
-        if case.alibi:
-            if case.softcap is not None:
-                return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
-                        "attnbench does not run alibi with softcap on flashinfer")
-            if (case.tp or 1) > 1:
-                return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
-                        "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
-            if not case.causal and case.seq_len > 1:
-                return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
-                        "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
-        if case.head_dim_v is not None and route(case) == "decode":
-            return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
-        if short := short_causal(case):
-            return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
-                    f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
-                    "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
-                    "'qo_len > kv_len and causal'; an empty cache is mapped")
-        if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
-            return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
-                    "expressible with more than one query per request")
-        return None
+        checks = (_dtype_reason, _grad_reason, _pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason,
+                  _window_reason)
+        return next((reason for check in checks if (reason := check(case))), None)
 
     def numerics(self, case: Case) -> Numerics | None:
         if not case.quantized:
@@ -259,73 +197,21 @@ class FlashInferBackend(Backend):
                 scales: Scales | None = None) -> Prepared:
         fi = flashinfer_module()
         how = route(case)
-        # An FP8 K/V cache's factors, at every run() (k_scale folds into sm_scale, v_scale multiplies the output)
         scaled = {} if scales is None else {name: fp8.per_tensor(scales, name[0]) for name in SCALE_ARGS}
         mask = window_arguments(case)
         common = {**mask, "logits_soft_cap": case.softcap, "sm_scale": case.head_dim ** -0.5}
         if case.alibi:
-            common["pos_encoding_mode"] = "ALIBI"  # FlashInfer's own slopes: docs/conventions.md's for these heads (unsupported)
-        device = q.device
-        plan_s = None
-        extra: dict[str, Any] = {}
+            common["pos_encoding_mode"] = "ALIBI"  # its own slopes: the conventions' for these heads
         if how == "single":
-            single = fi.single_prefill_with_kv_cache
-            inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
-
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return single(q, k, v, kv_layout="NHD", **common, **scaled)
-
-            to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: out.transpose(0, 1)[None]  # noqa: E731
-            wrapper = None
+            planned = single_planned(fi, q, k, v, common, scaled)
         elif how == "ragged":
-            seqs = packing.varlen(case)
-            wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
-            start = time.perf_counter()
-            wrapper.plan(packing.int32(seqs.cu_q, device), packing.int32(seqs.cu_k, device), case.heads,
-                         case.kv_heads, case.head_dim, head_dim_vo=case.v_dim, q_data_type=q.dtype,
-                         kv_data_type=k.dtype, **common)
-            plan_s = synced(start, device)
-            inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
-            run = wrapper.run
-
-            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                return run(q, k, v, **scaled)
-
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+            planned = ragged_planned(fi, case, q, k, v, common, scaled)
         elif how == "mla":
-            wrapper, inputs, call, plan_s = mla_prepared(fi, case, q, k, v)
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+            planned = Planned(*mla_prepared(fi, case, q, k, v), lambda out: packing.unpack_out(out, case))
         else:
-            layout = workload.pages(case)
-            indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
-            pools = tuple(fp8.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
-            if self.kv_layout == "HND":
-                pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
-            if how == "decode":
-                wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
-                start = time.perf_counter()  # plan_ms: plan() alone, as for the ragged wrapper
-                decode_args = {key: value for key, value in common.items() if key != "causal"}
-                wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
-                             q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
-                q_in = q[:, :, 0]  # (B, H, D): one query per request
-            else:
-                seqs = packing.varlen(case)
-                wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=self.kv_layout)
-                start = time.perf_counter()
-                wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
-                             case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
-                             kv_data_type=k.dtype, **common)
-                q_in = packing.pack_q(q)
-            plan_s = synced(start, device)
-            inputs = (q_in.contiguous(), *pools)
-            run = wrapper.run
-
-            def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-                return run(q, (k_pool, v_pool), **scaled)
-
-            to_canonical = ((lambda out: out[:, :, None]) if how == "decode"  # (B, H, D) → (B, H, 1, D)
-                            else (lambda out: packing.unpack_out(out, case)))
-        extra["compile_s"] = warm_up(call, inputs, False)  # FlashInfer JIT-compiles a kernel at its first run
+            planned = paged_planned(fi, case, self.kv_layout, (q, k, v), common, scaled)
+        wrapper, inputs, call, plan_s, to_canonical = planned
+        extra: dict[str, Any] = {"compile_s": warm_up(call, inputs, False)}  # JIT-compiled at its first run
         if plan_s is not None:
             extra["plan_ms"] = plan_s * 1e3
         chosen = getattr(wrapper, "_backend", None) if wrapper is not None else None
@@ -346,8 +232,65 @@ class FlashInferBackend(Backend):
                                                              AssertionError))
 
 
+def _dtype_reason(case: Case) -> str | None:
+    if case.dtype not in HALF_DTYPES:
+        return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
+    return None
+
+
+def _grad_reason(case: Case) -> str | None:
+    return "FlashInfer's attention is forward-only (no backward kernel)" if case.needs_grad else None
+
+
+def _pages_reason(case: Case) -> str | None:
+    if reason := packing.documents_in_pages(case, "FlashInfer"):
+        return reason
+    if case.kv_shared and (reason := mla_reason(case)):
+        return reason
+    if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
+        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
+                "[1, page_size]): a request with an empty cache is not mapped")
+    return None
+
+
+def _alibi_reason(case: Case) -> str | None:
+    if not case.alibi:
+        return None
+    if case.softcap is not None:
+        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                "attnbench does not run alibi with softcap on flashinfer")
+    if (case.tp or 1) > 1:
+        return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
+                "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
+    if not case.causal and case.seq_len > 1:
+        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
+                "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
+    return None
+
+
+def _head_dim_v_reason(case: Case) -> str | None:
+    if case.head_dim_v is not None and route(case) == "decode":
+        return "FlashInfer's paged decode takes one head_dim for K and V (head_dim_v needs its MLA wrapper)"
+    return None
+
+
+def _short_causal_reason(case: Case) -> str | None:
+    if short := short_causal(case):
+        return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
+                f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
+                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
+                "'qo_len > kv_len and causal'; an empty cache is mapped")
+    return None
+
+
+def _window_reason(case: Case) -> str | None:
+    if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
+        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
+                "expressible with more than one query per request")
+    return None
+
+
 def mla_reason(case: Case) -> str | None:
-    """Why FlashInfer's MLA wrapper cannot run a kv_shared case; None when it may."""
     if case.page_size is None:
         return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads a paged "
                 "ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
@@ -359,8 +302,7 @@ def mla_reason(case: Case) -> str | None:
 
 
 def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> dict[str, Any]:
-    """BatchMLAPagedAttentionWrapper.plan's keywords: the requests' query offsets, the shared page table in CSR form,
-    each request's length, the latent (ckv = head_dim_v) and rope (kpe) widths, causal, the case's scale."""
+    """BatchMLAPagedAttentionWrapper.plan's keywords: the page table in CSR form, ckv = head_dim_v, kpe the rest."""
     seqs = packing.varlen(case)
     indptr, indices, _ = packing.flashinfer_page_indices(workload.pages(case))
     return {"qo_indptr": packing.int32(seqs.cu_q, device), "kv_indptr": packing.int32(indptr, device),
@@ -370,16 +312,89 @@ def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> 
             "causal": case.causal, "sm_scale": case.head_dim ** -0.5, "q_data_type": q_dtype, "kv_data_type": kv_dtype}
 
 
+class Planned(NamedTuple):
+    wrapper: Any
+    inputs: tuple[torch.Tensor, ...]
+    call: Callable[..., torch.Tensor]
+    plan_s: float | None
+    to_canonical: Callable[[torch.Tensor], torch.Tensor]
+
+
+def single_planned(fi: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
+                   scaled: dict[str, float]) -> Planned:
+    single = fi.single_prefill_with_kv_cache
+    inputs = tuple(t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # (S, H, D): NHD
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return single(q, k, v, kv_layout="NHD", **common, **scaled)
+
+    return Planned(None, inputs, call, None, lambda out: out.transpose(0, 1)[None])
+
+
+def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
+                   scaled: dict[str, float]) -> Planned:
+    device = q.device
+    seqs = packing.varlen(case)
+    wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
+    start = time.perf_counter()
+    wrapper.plan(packing.int32(seqs.cu_q, device), packing.int32(seqs.cu_k, device), case.heads,
+                 case.kv_heads, case.head_dim, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                 kv_data_type=k.dtype, **common)
+    plan_s = synced(start, device)
+    inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case))
+    run = wrapper.run
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return run(q, k, v, **scaled)
+
+    return Planned(wrapper, inputs, call, plan_s, lambda out: packing.unpack_out(out, case))
+
+
+def paged_planned(fi: Any, case: Case, kv_layout: str, qkv: tuple[torch.Tensor, ...], common: dict[str, Any],
+                  scaled: dict[str, float]) -> Planned:
+    q, k, v = qkv
+    device = q.device
+    layout = workload.pages(case)
+    indptr, indices, last = (packing.int32(x, device) for x in packing.flashinfer_page_indices(layout))
+    pools = tuple(fp8.to_pages(t, layout) for t in (k, v))  # (pages, P, KVH, D): NHD
+    if kv_layout == "HND":
+        pools = tuple(packing.nhd_to_hnd(pool) for pool in pools)
+    decode = route(case) == "decode"
+    if decode:
+        wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(device), kv_layout=kv_layout)
+        start = time.perf_counter()
+        decode_args = {key: value for key, value in common.items() if key != "causal"}
+        wrapper.plan(indptr, indices, last, case.heads, case.kv_heads, case.head_dim, case.page_size,
+                     q_data_type=q.dtype, kv_data_type=k.dtype, **decode_args)
+        q_in = q[:, :, 0]  # (B, H, D): one query per request
+    else:
+        seqs = packing.varlen(case)
+        wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(device), kv_layout=kv_layout)
+        start = time.perf_counter()
+        wrapper.plan(packing.int32(seqs.cu_q, device), indptr, indices, last, case.heads, case.kv_heads,
+                     case.head_dim, case.page_size, head_dim_vo=case.v_dim, q_data_type=q.dtype,
+                     kv_data_type=k.dtype, **common)
+        q_in = packing.pack_q(q)
+    plan_s = synced(start, device)
+    run = wrapper.run
+
+    def call(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        return run(q, (k_pool, v_pool), **scaled)
+
+    to_canonical = ((lambda out: out[:, :, None]) if decode  # (B, H, D) → (B, H, 1, D)
+                    else (lambda out: packing.unpack_out(out, case)))
+    return Planned(wrapper, (q_in.contiguous(), *pools), call, plan_s, to_canonical)
+
+
 def mla_prepared(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...], Callable[..., torch.Tensor], float]:
-    """The planned MLA wrapper, the run's inputs (q_nope, q_pe, ckv pool, kpe pool), the timed call and plan's time."""
+    """The planned MLA wrapper, inputs (q_nope, q_pe, ckv pool, kpe pool), the call and plan's seconds."""
     layout = workload.pages(case)
     q_pe, k_pe, q_nope = qv_split(case, q, k)
     wrapper = fi.mla.BatchMLAPagedAttentionWrapper(workspace(q.device))
     start = time.perf_counter()
     wrapper.plan(**mla_plan_arguments(case, q.device, q.dtype, k.dtype))
     plan_s = synced(start, q.device)
-    # (pages, page_size, 1, dim) pools of the one latent KV head, as FlashInfer's (pages, page_size, dim) caches
     ckv, kpe = (workload.to_pages(t, layout)[:, :, 0].contiguous() for t in (v, k_pe))
     inputs = (packing.pack_q(q_nope).contiguous(), packing.pack_q(q_pe).contiguous(), ckv, kpe)
     run = wrapper.run
@@ -391,14 +406,13 @@ def mla_prepared(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor,
 
 
 def workspace(device: torch.device) -> torch.Tensor:
-    """FlashInfer's float workspace: 128 MB of uint8, zeroed (decode reads it before writing)."""
     import torch
 
     return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
 
 
 def synced(start: float, device: torch.device) -> float:
-    """Seconds since `start`, once the device has finished what was queued (plan() may copy to the GPU)."""
+    """Seconds since `start`, the device synchronised (plan() may copy to the GPU)."""
     import torch
 
     if device.type == "cuda":
@@ -407,7 +421,6 @@ def synced(start: float, device: torch.device) -> float:
 
 
 def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, chosen: Any) -> str:
-    """The entry point and its mask, soft-cap, layout and GQA, for the record's kernel field."""
     function = {"single": "single_prefill_with_kv_cache", "ragged": "BatchPrefillWithRaggedKVCacheWrapper",
                 "paged-prefill": "BatchPrefillWithPagedKVCacheWrapper",
                 "decode": "BatchDecodeWithPagedKVCacheWrapper", "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]

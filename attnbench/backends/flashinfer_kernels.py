@@ -1,4 +1,4 @@
-"""Where FlashInfer would load its compiled kernels from (attnbench.backends.flashinfer's `kernels`, `doctor`'s line)."""
+"""Where FlashInfer would load its compiled kernels from (the flashinfer backend's `kernels`, for `doctor`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ MODULE = "flashinfer"
 
 
 def nvcc_path(environ: Any = None) -> str | None:
-    """The nvcc FlashInfer's JIT would run, where it exists: FLASHINFER_NVCC, else $CUDA_HOME (or $CUDA_PATH)/bin/nvcc,
-    else the nvcc on PATH, else /usr/local/cuda/bin/nvcc (flashinfer/jit/cpp_ext.py: get_cuda_path and the ninja
-    file's `nvcc = $cuda_home/bin/nvcc`); None when there is none."""
+    """The nvcc FlashInfer's JIT would run (flashinfer/jit/cpp_ext.py get_cuda_path), or None."""
     import os
     import shutil
 
@@ -24,18 +22,9 @@ def nvcc_path(environ: Any = None) -> str | None:
 
 
 def kernel_files() -> dict[str, Any]:
-    """Where FlashInfer would load the kernels of attnbench's calls from, read from its own settings without a GPU.
-
-    Every entry point attnbench calls (single, ragged and paged prefill, decode, MLA) loads a compiled module through
-    flashinfer/jit/core.py's JitSpec.build_and_load: a precompiled (AOT) module from flashinfer/data/aot or an
-    installed flashinfer-jit-cache provider (jit/env.py: FLASHINFER_AOT_DIRS, get_aot_artifacts), else one compiled
-    earlier into FLASHINFER_JIT_DIR (under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer), else it is compiled there
-    and then with nvcc. flashinfer-cubin's cubins (FLASHINFER_CUBIN_DIR) are counted apart: they are the trtllm-gen
-    and GEMM kernels, loaded by modules that are themselves compiled the same way.
-
-    `state`: "precompiled", "jit" (nvcc is here), "jit-cache" (modules compiled earlier, no nvcc for others),
-    "absent" (none of these: a first call on a GPU fails) or "unknown" (flashinfer's settings cannot be read).
-    """
+    """Where FlashInfer would load our calls' kernels from, without a GPU (flashinfer/jit/core.py
+    JitSpec.build_and_load: AOT modules, else FLASHINFER_JIT_DIR, else nvcc; cubins counted apart). `state`:
+    "precompiled", "jit" (nvcc here), "jit-cache", "absent" (a first GPU call fails) or "unknown"."""
     from pathlib import Path
 
     try:

@@ -1,18 +1,7 @@
-"""`flex` and `flex-dynamic`: PyTorch's FlexAttention, compiled, with a block mask from docs/conventions.md's mask.
-
-flex_attention only runs fused under torch.compile (eager materialises every score). `prepare` triggers the
-compile with a warm call, so compilation is setup (extra.compile_s), never kernel time. Layout is canonical;
-GQA/MQA is enable_gqa.
-
-- `flex` compiles with dynamic=False: a kernel per shape, the one a fixed-shape model runs. Inductor
-  specialises it on the sequence lengths, among them whether they divide the 128-token block (IS_DIVISIBLE,
-  which drops the bounds checks on every load), so no two sequence lengths can share it.
-- `flex-dynamic` compiles with dynamic=True: one compile serves every sequence length of a case group (the
-  mask function sees only the offset, causal flag and window). That kernel cannot assume divisibility, so it
-  is a different, bounds-checked kernel: what a model that varies its sequence length runs.
-
-Either way the same graph is never compiled twice in a process (Dynamo's cache), and --cache-dir keeps
-Inductor's on-disk caches between runs, so a second run loads instead of compiling.
+"""`flex` and `flex-dynamic`: FlexAttention under torch.compile (eager materialises every score), with a block mask
+from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prepare`'s warm call compiles (setup).
+`flex` (dynamic=False): a kernel per shape, specialised on whether the lengths divide the 128-token block
+(IS_DIVISIBLE). `flex-dynamic` (dynamic=True): one bounds-checked kernel for every sequence length of a case group.
 """
 
 from __future__ import annotations
@@ -36,38 +25,26 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# A mask materialised eagerly costs about this many bytes per (query, key) pair (bool mask plus the
-# int64 index arithmetic of the window term): 12 GB at 32K tokens, 47 GB at 64K. Where that would take
-# more than MASK_EAGER_LIMIT bytes on a CPU, or more than MASK_FREE_SHARE of a GPU's free memory, the block
-# mask is built by a compiled create_block_mask, which never materialises it. Not always compiled: on an
-# H200 (torch 2.11) the compiled build took 19.5 s at 4K (first compile) and did not finish in 120 s at
-# 16K, where the eager one takes about a second.
+# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled (docs/backends.md#flex).
 MASK_BYTES_PER_PAIR = 11
 MASK_EAGER_LIMIT = 256 << 20
 MASK_FREE_SHARE = 0.25
-# Every case is a new shape (dynamic=False) or a new mask_mod, hence a recompile: without a higher
-# limit, torch._dynamo would silently fall back to eager flex_attention after 8 of them. The limit counts every
-# compile of flex_attention's frame in the process: suites/long.yaml's CUDA sweep alone makes 1,152 in its one
-# measuring worker, past the 1,024 this was.
+# Past Dynamo's recompile limit (8 per process) flex_attention silently runs eager; a sweep makes thousands.
 RECOMPILE_LIMIT = 1 << 16
 FLEX_Q_BLOCK = 128  # flex's default query block; a paged mask's KV block is one page
 _compiled: dict[bool, Callable[..., Any]] = {}
 _compiled_mask: dict[bool, Callable[..., Any]] = {}
-# What the calls below pass (attnbench.backends.conformance holds these against the installed torch):
-# FlexBackend.prepare's `flex(q, k, v, block_mask=, scale=, enable_gqa=)`, and flex_block_mask's call.
 FLEX_ATTENTION_CALL = LibraryCall("torch.nn.attention.flex_attention", "flex_attention",
                                   positional=("query", "key", "value"),
                                   keywords=("block_mask", "scale", "enable_gqa", "score_mod"))
 CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "create_block_mask",
                                      positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"),
                                      keywords=("device", "BLOCK_SIZE"))
-# paged_inputs: PagedAttention(n_pages, page_size, max_batch_size, device=), then its mask conversion.
 PAGED_ATTENTION_CALL = LibraryCall("torch.nn.attention.experimental._paged_attention", "PagedAttention",
                                    positional=("n_pages", "page_size", "max_batch_size"), keywords=("device",))
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
-    """torch.compile(flex_attention, dynamic=dynamic), made once per process."""
     if dynamic not in _compiled:
         import torch
         import torch._dynamo.config as dynamo_config
@@ -77,8 +54,7 @@ def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
                      "accumulated_cache_size_limit"):
             if hasattr(dynamo_config, name):
                 setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
-        # The compiled backward donates its saved buffers by default, which forbids retain_graph=True;
-        # the correctness check and the `bwd` mode reuse one forward graph, so keep the buffers.
+        # Donated buffers forbid retain_graph=True, which the check and the `bwd` mode need.
         import torch._functorch.config as functorch_config
 
         functorch_config.donated_buffer = False
@@ -87,7 +63,7 @@ def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
 
 
 def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
-    """torch.compile(create_block_mask), as PyTorch recommends in place of its `_compile=True` flag."""
+    """torch.compile(create_block_mask), PyTorch's replacement for `_compile=True`."""
     if dynamic not in _compiled_mask:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
@@ -99,10 +75,9 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 
 @functools.cache
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
-    """The mask_mod of docs/conventions.md's mask (attnbench.core.workload.allowed) for these three values, one function per distinct
-    mask. It never captures the Case, so a compile does not guard on sequence lengths; and the three values are
-    literals in its code, not closure cells: under dynamic=True Dynamo makes captured ints symbolic, which
-    Inductor's CPU flex template then fails to compile (torch 2.13), while literals stay constants."""
+    """The mask_mod of workload.allowed for these values, one function per mask. The values are literals, not
+    captured: Dynamo makes captured ints symbolic under dynamic=True, which Inductor's CPU template fails to compile
+    (torch 2.13); and no Case is captured, so a compile does not guard on lengths."""
     source = (f"def mask_mod(b, h, q_idx, kv_idx):\n"
               f"    return allowed(q_idx, kv_idx, {int(offset)!r}, {bool(causal)!r}, "
               f"{None if window is None else int(window)!r})\n")
@@ -112,8 +87,6 @@ def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[...,
 
 
 def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None) -> bool:
-    """Compile the block mask's construction once the eager mask would be large: above MASK_EAGER_LIMIT on
-    a CPU, above MASK_FREE_SHARE of the free memory on a GPU (`free_bytes`)."""
     eager = case.seq_len * case.kv_seq_len * MASK_BYTES_PER_PAIR
     if device_type == "cuda" and free_bytes is not None:
         return eager > MASK_FREE_SHARE * free_bytes
@@ -121,8 +94,7 @@ def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None
 
 
 def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
-    """create_block_mask from docs/conventions.md's mask (off = KV_LEN - Q_LEN, causal and window), None when unmasked,
-    and how it was built: `mask_build` ("compiled" or "eager") and `mask_build_s` (compile included)."""
+    """The block mask (None when unmasked), with `mask_build` and `mask_build_s`."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -130,7 +102,7 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
         return None, {}
     mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None and case.kv_lens is None
                 else workload_mask_mod(case, device))
-    rows = case.batch if case.kv_lens is not None else None  # ragged lengths: each request its own mask
+    rows = case.batch if case.kv_lens is not None else None  # ragged lengths: a mask per request
     kind = torch.device(device).type
     free = torch.cuda.mem_get_info(torch.device(device))[0] if kind == "cuda" else None
     compiled = mask_is_compiled(case, kind, free)
@@ -143,9 +115,7 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
 
 
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
-    """The mask_mod of a case with documents (each query inside its own document, causal and window counted from
-    the document's start) or ragged cache lengths (request b's queries are the last of its kv_lens[b] keys):
-    attnbench.core.workload's allowed_fn, so the block mask's sparsity follows the documents."""
+    """The mask_mod of documents or ragged cache lengths (workload.allowed_fn)."""
     predicate = workload.allowed_fn(case, device)
 
     def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -155,8 +125,7 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
 
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
-    """The score_mod of soft-capping (c·tanh(s/c) on the scaled score) then ALiBi (-slope_h·|i + off - j|, the
-    query's position from workload.query_positions: its request's offset, or inside its document), docs/conventions.md's
+    """Soft-cap c·tanh(s/c) then ALiBi −slope_h·|i − j| (i from workload.query_positions), docs/conventions.md's
     order; None when the case has neither."""
     import torch
 
@@ -179,10 +148,8 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
 
 def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
                  score_mod: Callable[..., Any] | None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-    """K and V stored in attnbench.core.workload's page pool, as PyTorch's PagedAttention keeps a cache
-    ((1, kv_heads, num_pages·page_size, d)), its page table set to the workload's (not its own allocator's),
-    and the logical block mask (KV blocks of one page) converted to physical pages; score_mod likewise.
-    All of it outside the timed call, as a server holds its cache and plans its mask before a decode step."""
+    """K and V as PyTorch's PagedAttention cache (1, kv_heads, num_pages·page_size, d) under the workload's page
+    table, the logical block mask (a page per KV block) and score_mod converted to physical pages; untimed."""
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask
@@ -197,7 +164,7 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
     start = time.perf_counter()
     paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))
-    table = torch.tensor(layout.table, dtype=torch.int64, device=device)  # (B, pages); -1: no page, as PagedAttention
+    table = torch.tensor(layout.table, dtype=torch.int64, device=device)  # (B, pages); -1: none, as PagedAttention
     width = table.shape[1]
     paged.page_table[:, :width] = table
     used = table >= 0
@@ -206,7 +173,6 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
     paged.physical_to_logical[rows[used], table[used]] = logical[used]
     logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
                                      device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
-    # No kv_len bound for PagedAttention to add: the mask_mod already stops each request at its own length.
     block_mask = paged.convert_logical_block_mask(logical_mask)
     if score_mod is not None:
         score_mod = paged.get_score_mod(score_mod)
@@ -217,12 +183,8 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
 
 def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, needs_grad: bool) -> None:
-    """Raise flex_attention's own refusal of these inputs (backward on a CPU, in torch 2.13) before any compile.
-
-    Inside torch.compile the same refusal is "an error suppressed during compilation": Dynamo then skips
-    flex_attention's frame for the rest of the process, and every later flex case would silently run the eager,
-    score-materialising flex_attention under a record that says compiled.
-    """
+    """Raise flex_attention's refusal (e.g. backward on a CPU) before compiling: inside torch.compile Dynamo
+    suppresses it and runs every later flex case eager."""
     import torch.nn.attention.flex_attention as flex_module
 
     validate = getattr(flex_module, "_validate_device", None)
@@ -231,13 +193,7 @@ def refuse_before_compiling(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n
 
 
 def compile_counters() -> dict[str, float]:
-    """So far in this process: graphs Dynamo traced, kernels Inductor compiled (an FX graph cache miss, or a bypass:
-    a graph the cache would not take is compiled all the same), compiled graphs loaded from the on-disk caches in
-    --cache-dir (AOTAutograd's, else Inductor's FX graph cache), C++ compiler runs (`cpp_builds`: a load whose
-    kernel library is missing from the cache builds it again; torch times each as `compile_file`) and their
-    seconds, and the seconds of torch.compile itself (`dynamo_s`: tracing, the cache lookup and load, or the
-    compile; torch's `_compile.compile_inner`), so that a record's compile_s splits into torch.compile's part and
-    the first call's."""
+    """This process's compile counters so far (docs/backends.md#flex)."""
     from torch._dynamo.utils import compilation_time_metrics, counters
 
     builds = compilation_time_metrics.get("compile_file", [])
@@ -251,21 +207,18 @@ def compile_counters() -> dict[str, float]:
 
 
 def counted_since(before: dict[str, float]) -> dict[str, float]:
-    """compile_counters() less `before`: what one prepare compiled, loaded and built (seconds to the millisecond)."""
+    """compile_counters() less `before` (seconds to the millisecond)."""
     return {name: (round(value - before[name], 3) if isinstance(value, float) else value - before[name])
             for name, value in compile_counters().items()}
 
 
 def score_words(case: Case) -> str:
-    """What the score_mod does, for the kernel field."""
     words = [f"softcap {case.softcap:g}"] if case.softcap is not None else []
     return "+".join(words + (["ALiBi"] if case.alibi else []))
 
 
 def inductor_cxx() -> tuple[str | None, ...]:
-    """The C++ compilers inductor's config names (config.cpp.cxx). Importing torch._inductor costs about a second
-    (it imports dynamo), so `list` and `doctor` read the default as torch/_inductor/config.py declares it, $CXX
-    else g++ (clang++ on macOS), unless inductor is loaded already (a run, or a test patching the config)."""
+    """Inductor's config.cpp.cxx, or its default when torch._inductor (a second to import) is not loaded."""
     import os
     import sys
 
@@ -278,9 +231,7 @@ def inductor_cxx() -> tuple[str | None, ...]:
 
 @functools.cache
 def cpu_build_tools_missing() -> str | None:
-    """Why torch.compile cannot build FlexAttention's CPU kernels here, or None. Inductor compiles them as C++
-    that includes Python.h, with the compiler its config names (g++, or $CXX): a machine or image without either
-    fails every flex case with InvalidCxxCompiler or CppCompileError. Checked once per process."""
+    """Why Inductor cannot build FlexAttention's CPU kernels (C++ including Python.h) here; None when it can."""
     import shutil
     import sysconfig
     from pathlib import Path
@@ -299,15 +250,12 @@ def cpu_build_tools_missing() -> str | None:
 @register
 class FlexBackend(Backend):
     name = "flex"
-    kernel_names = per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON)  # Inductor's generated kernel, its flex templates
+    kernel_names = per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON)
     cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
-    # Documents and ragged lengths in the mask_mod, soft-capping and ALiBi in a score_mod; V its own head size;
-    # paged K/V through PyTorch's PagedAttention (forward, without documents).
     workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size", "kv_shared"})
-    # FP8 through flex would be Triton's FP8 tl.dot on a GPU (descales in a score_mod); not mapped or tried yet.
     quant_reasons = for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an FP8 "
                                     "flex kernel; untried), and PyTorch's CPU flex has no FP8 path")
 
@@ -325,16 +273,13 @@ class FlexBackend(Backend):
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
 
     def deterministic(self, case: Case) -> str:
-        """Inductor's flex kernels have no atomics on the gradients attnbench asks for: the Triton backward computes
-        each dQ block and each dK/dV block (a KV head's whole group) in one program (flex_attention_backward_grid);
-        only gradients of tensors a score_mod captures are scattered with atomics, and none of ours need one."""
+        """No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program."""
         where = "Inductor's C++ kernel on a CPU" if case.device != "cuda" else (
             "its Triton backward computes each dQ and each dK/dV block in one program" if case.needs_grad
             else "its Triton forward computes each query block in one program")
         return f"not applicable (no atomics: {where})"
 
     def compile_key(self, case: Case) -> str:
-        """Every shape, the mask and the grad mode: a kernel per shape (dynamic=False)."""
         return compile_key(self.name, case, (case.seq_len, case.kv_seq_len))
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
@@ -356,13 +301,12 @@ class FlexBackend(Backend):
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa, **mods)
 
-        # Compiled in the grad mode that is timed (the runner checks in that mode too): grad mode is part
-        # of Dynamo's guards, so a call in the other mode would compile a second graph.
+        # Compiled in the timed grad mode: Dynamo guards on it.
         before = compile_counters()
         start = time.perf_counter()
         leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in (q, k, v))
         with torch.set_grad_enabled(case.needs_grad):
-            out = call(*leaves)  # compiles forward (and, below, backward) for this shape now
+            out = call(*leaves)
             if case.needs_grad:
                 torch.autograd.grad(out, leaves, torch.ones_like(out))
         if out.is_cuda:
@@ -371,23 +315,23 @@ class FlexBackend(Backend):
         compiled = counted_since(before)
         sparsity = None if block_mask is None else float(block_mask.sparsity())
         if sparsity is not None and not 0 <= sparsity <= 100:
-            sparsity = None  # torch reports nonsense (e.g. -10823%) when Q_LEN is below one 128-row block
+            sparsity = None  # torch's is out of range when Q_LEN is below one 128-row block
         where = "Inductor C++" if q.device.type == "cpu" else "Inductor Triton"
         return Prepared(
             inputs=(q, k, v),
             call=call,
             kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
                     f"{', block_mask' if block_mask is not None else ', no mask'}"
-                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}{', enable_gqa' if gqa else ''}"
+                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}"
+                    f"{', enable_gqa' if gqa else ''}"
                     f"{paged or ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        """FlexAttention's own refusals (unsupported dtype, shape or device) as the skip reason."""
         first = first_line(exc)
         if isinstance(exc, (TypeError, AttributeError, NameError, KeyError, IndexError)):
-            return None  # a bug of ours ("unsupported format string ..."), never a refusal to record as a skip
+            return None  # a bug of ours, never a refusal
         markers = ("not support", "NYI", "nsupported", "only supports")
         if isinstance(exc, NotImplementedError) or any(m in first for m in markers):
             return f"flex_attention refused: {first}"
@@ -397,31 +341,24 @@ class FlexBackend(Backend):
 @register
 class FlexDynamicBackend(FlexBackend):
     name = "flex-dynamic"
-    # Bounds-checked loads (IS_DIVISIBLE unknown) cost it a tenth on a GPU.
+    # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
     cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True)
     summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
                "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True
-    # Its mask_mod keeps the mask's values as literals (dynamic=True makes captured values symbolic); the
-    # workload's tensors (document ids, cache lengths, slopes) are captured, so they stay unmapped for now.
+    # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
     workload_axes = frozenset()
 
     def compile_key(self, case: Case) -> str:
-        """Once compiled for dynamic lengths, one kernel serves every sequence length of the same mask offset."""
         return compile_key(self.name, case, (case.offset,))
 
     def compiles_before_sharing(self, case: Case) -> int:
-        """How many sequence lengths are compiled before one kernel serves them all: with a block mask two (Dynamo
-        first specialises the mask's lengths, Python ints, then recompiles them as dynamic: automatic dynamic
-        shapes; one when the process has already seen other lengths), without one a single compile
-        (tests/test_backends_long.py shows both)."""
+        """Two with a block mask (its int lengths specialised, then dynamic), else one."""
         return 2 if workload.has_mask(case) else 1
 
 
 def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
-    """What a flex compile specialises on: the lengths given, every other shape, the mask and the grad mode; a
-    workload's mask_mod and score_mod are their own graph (the dense case's key stays as it was)."""
     key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
     workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens", "kv_lens",

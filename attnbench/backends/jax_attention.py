@@ -1,9 +1,6 @@
-"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla', the CPU path) and `jax-cudnn` (pinned to
-implementation='cudnn', so that where cuDNN cannot run the call raises and is skipped with JAX's reason, never
-falling back to XLA). The jit compile is setup; the timed call ends with `block_until_ready()` (dispatch is
-asynchronous). Which kernel ran comes from JAX's own profiler (jax.profiler) around one call after the samples: each
-HLO op the executable ran (its thunks' `hlo_op`), named with what its fused computation computes (the compiled HLO
-text's root op)."""
+"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla') and `jax-cudnn` (pinned to 'cudnn': a refusal
+is JAX's skip reason, never an XLA fallback). The timed call ends with `block_until_ready()`; kernels come from
+jax.profiler, each HLO op named by its fused computation's root op."""
 
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ if TYPE_CHECKING:
 
 JAX_CALL = LibraryCall("jax.nn", "dot_product_attention", positional=("query", "key", "value"),
                        keywords=("mask", "is_causal", "local_window_size", "implementation"))
-# The largest head dim JAX lets cuDNN's flash attention take (on Hopper and later; 128 before).
+# JAX's cap for cuDNN's flash attention (Hopper on; 128 before).
 CUDNN_MAX_HEAD_DIM = 256
 # One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if any.
 HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([\w\-]+)\(")
@@ -62,11 +59,8 @@ class _Jax(Backend):
         return self.implementation_refuses(case) or runtimes.unmapped(case, self.name)
 
     def implementation_refuses(self, case: Case) -> str | None:
-        """What the implementation refuses whatever the device, in JAX's words: XLA's CPU compiler has no float16
-        dot_general at the F16_F16_F32 precision dot_product_attention asks for float16 (jax/_src/nn/functions.py);
-        cuDNN's rules are in check_layout and check_is_flash_attention (jax/_src/cudnn/fused_attention_stablehlo.py)
-        and dot_product_attention (no right window without causal). Its 128 head-dim cap before Hopper depends on
-        the GPU, so it is left to JAX's refusal at compile."""
+        """Refusals in JAX's words: XLA's CPU compiler has no float16 dot at F16_F16_F32 (jax/_src/nn/functions.py);
+        cuDNN's from check_layout and check_is_flash_attention (jax/_src/cudnn/fused_attention_stablehlo.py)."""
         if self.implementation == "xla":
             if case.device == "cpu" and case.dtype == "float16":
                 return ("XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by "
@@ -87,9 +81,8 @@ class _Jax(Backend):
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:
-        """The keyword arguments for the conventions' (docs/conventions.md) mask, the boolean mask array (or None), and how it was given.
-        JAX's is_causal and local_window_size count from the top-left corner: they are the conventions' (docs/conventions.md) only when
-        Sq == Sk in one dense sequence; otherwise the mask is passed as a boolean array built here."""
+        """The mask's keywords, boolean array (or None), and how it was given. JAX's is_causal and local_window_size
+        are top-left: docs/conventions.md's only where Sq == Sk in one dense sequence."""
         kwargs: dict[str, Any] = {"implementation": self.implementation}
         keep = runtimes.keep_mask(case)
         if keep is None:
@@ -114,7 +107,7 @@ class _Jax(Backend):
         import torch
 
         kwargs, mask, how = self.arguments(case)
-        # BTNH / BSKH: a transpose of the canonical (B, H, S, D), copied into that layout outside the timed call.
+        # BTNH / BSKH, copied.
         device = jax.devices("cpu" if case.device == "cpu" else "gpu")[0]
         arrays = [jax.device_put(jax.dlpack.from_dlpack(t.detach().transpose(1, 2).contiguous()), device)
                   for t in (q, k, v)]
@@ -136,7 +129,7 @@ class _Jax(Backend):
                                  "runtime": f"jax {jax.__version__} {device.platform} ({device.device_kind})",
                                  "inputs": "jax arrays from DLPack (BTNH copy made outside the timed call)"}
         extra["threads_note"] = "XLA's CPU client uses its own thread pool (set at import, not per call)"
-        try:  # XLA's memory analysis: its temporary buffer holds the logits where they are materialised
+        try:  # XLA's temp buffer: the logits, where materialised
             extra["xla_temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
         except Exception:  # noqa: BLE001 - not every backend of XLA reports it
             pass
@@ -148,8 +141,7 @@ class _Jax(Backend):
 
 
 def hlo_labels(text: str) -> dict[str, str]:
-    """Each entry-computation instruction of the compiled HLO text by name, as "<name> (<what it computes>)": a
-    fusion's fused computation's root opcode (ynn_fusion.3 (dot)), a custom call's target, else its opcode."""
+    """Each entry instruction of the compiled HLO as "<name> (<root opcode, custom-call target or opcode>)"."""
     roots: dict[str, str] = {}
     entry: dict[str, tuple[str, str | None, str]] = {}
     computation, is_entry = "", False
@@ -173,8 +165,7 @@ def hlo_labels(text: str) -> dict[str, str]:
 
 
 def jax_profile(call: Any, labels: dict[str, str]) -> Any:
-    """One call under JAX's profiler: the time of each HLO op it ran (the events that carry an `hlo_op`), named by
-    `labels` (hlo_labels)."""
+    """One call under JAX's profiler: each HLO op's time (events with an `hlo_op`), named by `labels`."""
     import glob
     import os
     import tempfile
@@ -204,9 +195,7 @@ class JaxXla(_Jax):
     devices = ("cpu",)
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                 memory=MemoryCost(score_copies_fwd=2))
-    # XLA's CPU executable has no attention op: its math runs in YNNPACK fusions (ynn_fusion: the QK^T and PV dots,
-    # the softmax's reductions and exp, fused differently by size) and in fusions rooted in a dot, reduce,
-    # exponential or divide; the copies and transposes it fuses the scale and mask into are the rest.
+    # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential, divide.
     kernel_names = {"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}
 
 
@@ -216,5 +205,5 @@ class JaxCudnn(_Jax):
     summary = "jax.nn.dot_product_attention pinned to implementation='cudnn' (GPU; unverified here)"
     implementation = "cudnn"
     devices = ("cuda",)
-    kernel_names = per_device(cuda=JAX_CUDNN_FMHA)  # the cuDNN fused attention custom call JAX emits
+    kernel_names = per_device(cuda=JAX_CUDNN_FMHA)
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.45, efficiency_bwd=0.0))

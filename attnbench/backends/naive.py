@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @register
 class NaiveBackend(Backend):
     name = "naive"
-    # Scores and probabilities (forward); with backward P is kept and dP, dS made (H200: 4 score-sized buffers).
+    # Scores and probabilities; with backward P kept and dP, dS made.
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
                                score_passes_bwd=14.0, calls=6),
                 cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
@@ -33,13 +33,14 @@ class NaiveBackend(Backend):
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
 
     workload_axes = frozenset(workload.MEANT)
-    kernel_names = MATMUL_SOFTMAX  # its matmuls and softmax: the scale, the mask and copies are the rest
+    kernel_names = MATMUL_SOFTMAX
 
     def estimate_memory(self, case: Case) -> int:
-        """The scores and expanded K/V (its MemoryCost), and with pages the K and V gathered in the call."""
+        """Its MemoryCost, and with pages the K and V gathered in the call."""
         estimate = super().estimate_memory(case)
         if case.page_size is not None:
-            estimate += case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]
+            estimate += (case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
+                         * DTYPE_BYTES[case.dtype])
         return estimate
 
     def deterministic(self, case: Case) -> str:
@@ -60,7 +61,8 @@ class NaiveBackend(Backend):
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"torch {self.version()} matmul+softmax" + (f" ({', '.join(words + paged)})" if words + paged else ""),
+            kernel=(f"torch {self.version()} matmul+softmax"
+                    + (f" ({', '.join(words + paged)})" if words + paged else "")),
             kv_expanded=case.kv_heads != case.heads,
         )
 
@@ -69,9 +71,8 @@ def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
              to_pages: Callable[[torch.Tensor, workload.Pages], torch.Tensor] = workload.to_pages,
              ) -> tuple[tuple[torch.Tensor, ...], Callable[..., torch.Tensor], list[str]]:
-    """The inputs and call of a textbook `attend(q, k, v)` over K/V expanded per query head, and the words the kernel
-    label adds. With pages, K/V live in the page pool (`to_pages`) and the call gathers them through the table, as a
-    naive paged attention does: the gather is the user's work, timed with the kernel."""
+    """The inputs and call of `attend(q, k, v)` over expanded K/V, and the kernel label's words; with pages the call
+    gathers K/V from the pool (timed, as a naive paged attention does)."""
     if case.page_size is None:
         return (q, expand_kv(k, case), expand_kv(v, case)), attend, []
     layout = workload.pages(case)

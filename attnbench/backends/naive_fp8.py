@@ -1,10 +1,5 @@
-"""`naive-fp8`: the FP8 yardstick. attnbench's quantized inputs dequantized with their descale factors, then textbook
-attention in float32, the output in the original dtype — every format and scale granularity, every workload axis, on
-every device (a CPU included: it needs no FP8 arithmetic, only PyTorch's FP8 casts).
-
-It is what the quantized formats cost when nothing else is lost, and its numerics are the plain emulation a quantized
-case's backend is judged by when it declares none (attnbench.core.quant.plain_numerics). The timed call includes the
-dequantization: it is this kernel's work.
+"""`naive-fp8`: the FP8 yardstick: quantized inputs dequantized (timed), then textbook attention in float32, on every
+device; its numerics are attnbench.core.quant.plain_numerics.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ FLOAT32_BYTES = 4
 
 
 def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
-    """`name`'s ("q", "k", "v") descale factor for each row it multiplies: (B, H, S or 1, 1), K's and V's repeated
-    per query head where they are per KV head (K and V are expanded so)."""
+    """`name`'s descale factor per row it multiplies, (B, H, S or 1, 1), per query head."""
     factor = scales.per_row(name)
     return expand_kv(factor, case) if name != "q" and factor.shape[1] == case.kv_heads else factor
 
@@ -41,7 +35,7 @@ def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
 @register
 class NaiveFp8Backend(Backend):
     name = "naive-fp8"
-    # naive's, on float32 scores and dequantized float32 copies of Q, K and V (not yet fitted on a run).
+    # naive's, in float32 (not fitted).
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=40.0,
                                score_passes_bwd=0.0, calls=8),
                 cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
@@ -50,7 +44,7 @@ class NaiveFp8Backend(Backend):
     summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
                "attention in float32; every format and axis, on every device")
     quantized = EVERY_FORMAT
-    kernel_names = MATMUL_SOFTMAX  # its float32 matmuls and softmax: the dequantizing copies are the rest
+    kernel_names = MATMUL_SOFTMAX
     workload_axes = frozenset(workload.MEANT)
 
     def unsupported(self, case: Case) -> str | None:
@@ -66,13 +60,12 @@ class NaiveFp8Backend(Backend):
         return determinism.torch_ops(case, "dequantization, matmul, softmax and masking")
 
     def bytes_moved(self, case: Case) -> int:
-        """The inputs' floor, and the float32 scores and probabilities written and read once (two passes each)."""
+        """The inputs' floor and the float32 scores and probabilities, two passes each."""
         scores = case.batch * case.heads * case.seq_len * case.kv_seq_len * FLOAT32_BYTES
         return bytes_moved(case) + 4 * scores
 
     def estimate_memory(self, case: Case) -> int:
-        """The output, two float32 score-sized buffers, and float32 copies of Q and of K and V expanded per query head
-        (with pages, the gathered FP8 K and V too)."""
+        """The output, two float32 score buffers, float32 Q and expanded K, V (and gathered pages)."""
         sizes = tensor_bytes(case)
         rows = case.batch * case.heads
         scores = 2 * rows * case.seq_len * case.kv_seq_len * FLOAT32_BYTES

@@ -1,9 +1,6 @@
-"""ONNX Runtime's attention on its CPU execution provider: the standard `Attention` op (opset 23),
-`com.microsoft.MultiHeadAttention` and `com.microsoft.GroupQueryAttention`, each a one-node graph built with
-`onnx.helper`. Session creation is setup; the timed call runs the session over IOBinding with pre-placed OrtValues
-(no NumPy conversion or copy is timed); intra-op threads are the run's. Which kernel ran comes from ORT's own
-session profiling, on a second session made for it after the samples: each node's kernel is named "<op_name>
-(<provider>)" (its Node event's args), so each op's attention kernel is its own node on the CPU provider."""
+"""ONNX Runtime's CPU attention ops (docs/backends.md, "Runtimes beyond PyTorch"): `Attention` (opset 23),
+`com.microsoft.MultiHeadAttention` and `GroupQueryAttention`, each a one-node graph. The timed call runs the session
+over IOBinding with pre-placed OrtValues; kernels come from ORT's session profiling, "<op_name> (<provider>)"."""
 
 from __future__ import annotations
 
@@ -30,19 +27,16 @@ if TYPE_CHECKING:
     from attnbench.timing.profile import Profile
 
 MS = "com.microsoft"
-# The time of the session's run (its profile's model_run event) outside every node's kernel: a kernel of its own in
-# the record's `kernels`, so the op's share is its share of the whole run.
+# The session's run (model_run) outside every node: its own entry in `kernels`.
 SESSION_REST = "session run outside its nodes"
-# ORT's words when no kernel of an op takes the inputs (a dtype it does not register, an attribute it rejects).
 REFUSALS = ("Could not find an implementation", "NOT_IMPLEMENTED", "INVALID_ARGUMENT", "not supported")
 GQA = "ONNX Runtime's GroupQueryAttention"
-# The case dtypes the graphs can be built in: their tensors are NumPy arrays.
 NUMPY_DTYPES = ("float32", "float16")
-# Its rule for several queries after a cached prefix (group_query_attention_helper.h), which its query_seqlens input
-# lifts where the installed release has that input.
+# group_query_attention_helper.h; its query_seqlens input lifts it where the release has one.
 BATCH_RULE = "batch_size must be 1 when sequence_length > 1 and past context is given"
 CALLS = (
-    LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"), keywords=("providers",)),
+    LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"),
+                keywords=("providers",)),
     LibraryCall("onnxruntime", "OrtValue.ortvalue_from_numpy", positional=("numpy_obj",)),
     LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"), keywords=("domain",)),
 )
@@ -50,22 +44,20 @@ CALLS = (
 
 @dataclass(frozen=True)
 class OpSchema:
-    """What the installed ONNX Runtime's schema of a com.microsoft op declares: its inputs in order and its
-    attributes (they grow between releases: GroupQueryAttention's causal and query_seqlens are recent)."""
+    """A com.microsoft op's inputs in order and attributes, as the installed release declares them."""
 
     version: str
     inputs: tuple[str, ...]
     attributes: frozenset[str]
 
 
-# GroupQueryAttention's first seven inputs, which every release has: the schema where ONNX Runtime is not installed.
+# GroupQueryAttention's first seven inputs, which every release has.
 GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length")
 
 
 @functools.cache
 def contrib_schema(op: str) -> OpSchema:
-    """The installed ONNX Runtime's schema of com.microsoft `op` (GroupQueryAttention's oldest inputs and no
-    attribute where ONNX Runtime is not installed, so that a rule is never assumed lifted)."""
+    """The installed schema of com.microsoft `op`; without ONNX Runtime the oldest one (no rule assumed lifted)."""
     try:
         import onnxruntime
         from onnxruntime.capi import onnxruntime_pybind11_state as capi
@@ -79,15 +71,13 @@ def contrib_schema(op: str) -> OpSchema:
 
 
 class _Ort(Backend):
-    """One ONNX Runtime attention op on the CPU execution provider."""
 
     library = "onnxruntime"
     devices = ("cpu",)
     install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""
-    # The dtypes the op's CPU kernel registers (onnxruntime 1.32, by its session profile: for any other, ORT's
-    # graph runs the float32 kernel between Cast nodes it inserts, a different computation than the one asked).
+    # Registered by the op's CPU kernel (1.32); another dtype runs between inserted Cast nodes.
     kernel_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=3.0),
                 memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
@@ -103,7 +93,6 @@ class _Ort(Backend):
         return CALLS
 
     def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
-        """The op's own node, as ORT's session profiling names it ("Attention (CPUExecutionProvider)")."""
         return (rf"^{self.op} \(CPUExecutionProvider\)",) if device == "cpu" else ()
 
     def deterministic(self, case: Case) -> str:
@@ -112,7 +101,7 @@ class _Ort(Backend):
     def unsupported(self, case: Case) -> str | None:
         if case.needs_grad:
             return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
-        if case.dtype not in NUMPY_DTYPES:  # the graph's tensors are NumPy arrays, and NumPy has no bfloat16
+        if case.dtype not in NUMPY_DTYPES:  # NumPy has no bfloat16
             return f"attnbench maps float32 and float16 onto ONNX Runtime's {self.op} only, not {case.dtype}"
         if case.dtype not in self.kernel_dtypes:
             return (f"ONNX Runtime's CPU kernel of {self.op} registers {' and '.join(self.kernel_dtypes)} only, not "
@@ -122,10 +111,9 @@ class _Ort(Backend):
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "ONNX Runtime", REFUSALS, (Exception,))
 
-    # ---- what each op is given ---------------------------------------------------------------------------
     def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
-        """The named NumPy inputs, the node's attributes, how the mask was given, and whether K/V were expanded."""
+        """The named NumPy inputs, the node's attributes, how the mask was given, whether K/V were expanded."""
         raise NotImplementedError
 
     def output_shape(self, case: Case) -> tuple[int, ...]:
@@ -191,9 +179,7 @@ class _Ort(Backend):
                         profile=lambda: self.profile(case, model, inputs, threads))
 
     def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> Profile:
-        """ORT's session profiling of one call on a session made for it: each node's kernel ("<op> (<provider>)"),
-        its calls and time, the rest of the session's run beside them (SESSION_REST), and the call's measured peak
-        (whether it held a score matrix: the unfused path, or a tiled one)."""
+        """ORT's session profiling of one call on a session of its own: node kernels, SESSION_REST, the peak."""
         with tempfile.TemporaryDirectory() as folder:
             session = self.session(model, threads, folder)
             measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", rss=True)
@@ -217,7 +203,7 @@ class _Ort(Backend):
 
 
 def bshd(t: torch.Tensor) -> np.ndarray:
-    """(B, H, S, D) as ORT's contrib ops' (B, S, H·D), copied into that layout (outside the timed call)."""
+    """(B, H, S, D) as ORT's contrib ops' (B, S, H·D), copied."""
     b, h, s, d = t.shape
     return runtimes.as_numpy(t.transpose(1, 2).reshape(b, s, h * d))
 
@@ -250,7 +236,7 @@ class OrtAttention(_Ort):
                                           if case.kv_heads != case.heads else ""), False
 
     def mask_of(self, case: Case, keep: np.ndarray) -> np.ndarray:
-        """the conventions' (docs/conventions.md) mask as the op's boolean attn_mask, broadcast over heads ((R, 1, Sq, Sk))."""
+        """The mask as the op's boolean attn_mask, broadcast over heads (R, 1, Sq, Sk)."""
         return keep[:, None]
 
     def output_shape(self, case: Case) -> tuple[int, ...]:
@@ -287,16 +273,16 @@ class OrtMultiHeadAttention(_Ort):
         inputs = {"query": bshd(q), "key": bshd(expand_kv(k, case)), "value": bshd(expand_kv(v, case))}
         keep = runtimes.keep_mask(case)
         how = "no mask"
-        if keep is not None:  # additive attention_bias (B or 1, 1, Sq, Sk): the op's causal flag is not the conventions' (docs/conventions.md)
-            kind = np.dtype(case.dtype).type  # the op's attention_bias has the inputs' type
+        if keep is not None:  # additive (B or 1, 1, Sq, Sk): the op's causal flag is top-left
+            kind = np.dtype(case.dtype).type
             bias = np.where(keep, kind(0), kind(-np.inf))[:, None].astype(kind)
-            inputs = {**inputs, "bias": None, "key_padding_mask": None, "attention_bias": bias}  # type: ignore[dict-item]
+            inputs = {**inputs, "bias": None, "key_padding_mask": None,  # type: ignore[dict-item]
+                      "attention_bias": bias}
             how = "additive attention_bias"
         return ({n: a for n, a in inputs.items() if a is not None}, {"num_heads": case.heads},
                 how + (", K/V repeated per query head" if expanded else ""), expanded)
 
     def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
-        """The op's inputs are positional: an absent optional one is an empty name."""
         order = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias"]
         used = [n for n in order if n in inputs]
         last = order.index(used[-1])
@@ -316,8 +302,7 @@ class OrtGroupQueryAttention(_Ort):
     workload_axes = frozenset({"softcap"})
 
     def unsupported(self, case: Case) -> str | None:
-        """ONNX Runtime's own rules for the op (contrib_ops/cpu/bert/group_query_attention_helper.h and the op's
-        schema), in its words, before any tensor exists."""
+        """ORT's rules for the op, in its words (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""
         schema = contrib_schema(self.op)
         if case.head_dim % 8:
             return f"{GQA} refuses head_dim {case.head_dim}: \"head_size must be a multiple of 8\""
@@ -334,8 +319,7 @@ class OrtGroupQueryAttention(_Ort):
 
     @staticmethod
     def needs_query_seqlens(case: Case) -> bool:
-        """Whether the case is ONNX Runtime's batched chunk (batch > 1, several queries, keys before them), which
-        the op runs only when each entry's query count is given as its query_seqlens input."""
+        """Whether the case is ORT's batched chunk (batch > 1, several queries after keys): needs query_seqlens."""
         return case.batch > 1 and 1 < case.seq_len < case.kv_seq_len
 
     def extra_outputs(self) -> tuple[str, ...]:
@@ -345,7 +329,7 @@ class OrtGroupQueryAttention(_Ort):
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
         import numpy as np
 
-        past = case.kv_seq_len - case.seq_len  # bottom-right: the first keys are the cache, the rest are new
+        past = case.kv_seq_len - case.seq_len  # bottom-right: the first keys are the cache
         inputs = {"query": bshd(q), "key": bshd(k[:, :, past:]), "value": bshd(v[:, :, past:]),
                   "past_key": runtimes.as_numpy(k[:, :, :past]), "past_value": runtimes.as_numpy(v[:, :, :past]),
                   "seqlens_k": np.full((case.batch,), case.kv_seq_len - 1, dtype=np.int32),
@@ -354,7 +338,7 @@ class OrtGroupQueryAttention(_Ort):
         how = "causal" if case.causal else "causal 0"
         if not case.causal:
             attributes["causal"] = 0
-        if case.window is not None:  # it keeps the key at distance 0 and the W - 1 before it: the conventions' (docs/conventions.md) W is W + 1
+        if case.window is not None:  # keeps distance 0 and the W - 1 before: docs/conventions.md's W is W + 1
             attributes["local_window_size"] = self.window_of(case.window)
             how += f", local_window_size {attributes['local_window_size']}"
         if case.softcap is not None:
@@ -362,13 +346,12 @@ class OrtGroupQueryAttention(_Ort):
         if past:
             how += f", {past} keys as past K/V"
         if self.needs_query_seqlens(case) and "query_seqlens" in contrib_schema(self.op).inputs:
-            # the op's batched chunks: every entry's queries counted
             inputs["query_seqlens"] = np.full((case.batch,), case.seq_len, dtype=np.int32)
             how += f", query_seqlens {case.seq_len} per entry (its batched chunks)"
         return inputs, attributes, how, False
 
     def model_bytes(self, case: Case, inputs: dict[str, np.ndarray], attributes: dict[str, Any]) -> bytes:
-        """The op's inputs are positional, in its schema's order: an absent optional one is an empty name."""
+        """Positional inputs in the schema's order: an absent optional one is an empty name."""
         order = contrib_schema(self.op).inputs
         last = max(order.index(name) for name in inputs)
         return _positional_model(self, inputs, attributes, [n if n in inputs else "" for n in order[: last + 1]])

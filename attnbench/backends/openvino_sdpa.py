@@ -1,8 +1,6 @@
-"""OpenVINO's `ScaledDotProductAttention` op (opset13), compiled for its CPU plugin with the case's precision as the
-inference precision (the plugin would otherwise run float32 graphs in bf16 where the CPU has it). Compiling is setup;
-the timed call is one `infer()` of a request whose input tensors share the canonical tensors' memory. Which kernel
-ran comes from the plugin's performance counters (PERF_COUNT: each node's exec_type), on a second compiled model
-after the samples."""
+"""OpenVINO's `ScaledDotProductAttention` (opset13) on its CPU plugin, the case's dtype as inference precision (else
+float32 graphs run in bf16 where the CPU has it). The timed call is one `infer()` over shared input memory; kernels
+come from the plugin's PERF_COUNT exec_types."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ class OpenVinoSdpa(Backend):
     workload_axes = frozenset({"documents", "kv_lengths"})
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                 memory=MemoryCost(expands_kv=True))
-    # The SDPA node in the plugin's performance counters: its own node, which the CPU plugin runs as a Snippets
-    # "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Q scale (Multiply) and K transpose it splits off.
+    # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split off.
     kernel_names = {"cpu": (r"\(ScaledDotProductAttention\)$",)}
 
     def availability(self, device: str) -> str | None:
@@ -64,7 +61,7 @@ class OpenVinoSdpa(Backend):
         return runtimes.unmapped(case, self.name)
 
     def estimate_memory(self, case: Case) -> int:
-        """The declared cost's estimate, without the repeated K/V where one KV head is broadcast instead."""
+        """The declared estimate, without repeated K/V where one KV head is broadcast."""
         from dataclasses import replace
 
         from attnbench.core import counting
@@ -76,8 +73,7 @@ class OpenVinoSdpa(Backend):
         return library_refusal(exc, "OpenVINO", ("Check '", "not supported", "Unsupported"), (RuntimeError,))
 
     def mask_of(self, case: Case) -> tuple[Any, bool, str]:
-        """The boolean attention_mask (or None), the causal flag, and how: OpenVINO's causal counts from the top-left
-        corner (checked against the reference), so it is the conventions' (docs/conventions.md) only when Sq == Sk in one dense sequence."""
+        """The boolean attention_mask (or None), the causal flag, and how; OpenVINO's causal is top-left."""
         keep = runtimes.keep_mask(case)
         if keep is None:
             return None, False, "no mask"
@@ -95,7 +91,7 @@ class OpenVinoSdpa(Backend):
         expanded = broadcast_refused(case)
         tensors = [q, *((expand_kv(k, case), expand_kv(v, case)) if expanded else (k, v))]
         kind = ov.Type.bf16 if case.dtype == "bfloat16" else ov.Type.f32
-        # bf16 has no NumPy dtype: the tensors' bytes as int16, given to OpenVINO as bf16 (shared, not copied).
+        # bf16 has no NumPy dtype: int16 views given to OpenVINO as bf16.
         arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16" else t)
                   for t in tensors]
         params = [ops.parameter(list(a.shape), kind) for a in arrays]
@@ -110,8 +106,9 @@ class OpenVinoSdpa(Backend):
         compiled = core.compile_model(model, "CPU", config)
         request = compiled.create_infer_request()
         for index, (param, array) in enumerate(zip(params, arrays, strict=False)):
-            request.set_input_tensor(index, ov.Tensor(array, list(array.shape), param.get_element_type())
-                                     if case.dtype == "bfloat16" and index < 3 else ov.Tensor(array, shared_memory=True))
+            tensor = (ov.Tensor(array, list(array.shape), param.get_element_type())
+                      if case.dtype == "bfloat16" and index < 3 else ov.Tensor(array, shared_memory=True))
+            request.set_input_tensor(index, tensor)
 
         held = (arrays, tensors)  # the memory the request's input tensors share: kept alive with the call
 
@@ -137,18 +134,13 @@ class OpenVinoSdpa(Backend):
 
 
 def broadcast_refused(case: Case) -> bool:
-    """Whether K/V must be repeated per query head: the op broadcasts K/V's leading dimensions NumPy's way
-    (scaled_dot_product_attention_shape_inference.hpp: "Key input shape not compatible with other inputs"), so one
-    KV head (MQA) broadcasts over the query heads and runs in the plugin's fused SDPA node, while 2..heads-1 KV heads
-    do not broadcast. (A rank-5 (B, kv_heads, group, S, D) query would broadcast, but the CPU plugin then runs
-    separate MatMul and Softmax nodes, not the SDPA kernel a 4-D model gets.)"""
+    """Whether K/V must be repeated: the op broadcasts NumPy's way (scaled_dot_product_attention_shape_inference.hpp),
+    so one KV head broadcasts, 2..heads-1 do not (a rank-5 query would, off the fused SDPA node)."""
     return case.kv_heads not in (1, case.heads)
 
 
 def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> Profile:
-    """The CPU plugin's performance counters of one call (after a first, warm-up one) on a model compiled for them:
-    each executed node as "<node_type> <exec_type> (<node name>)", its number dropped (ScaledDotProductAttention_4:
-    the graph's own counter), with its time."""
+    """The plugin's counters of one warm call: "<node_type> <exec_type> (<node name>)", the name's counter dropped."""
     import openvino as ov
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})

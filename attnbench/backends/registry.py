@@ -18,9 +18,7 @@ ENTRY_POINT_GROUP = "attnbench.backends"
 
 
 def builtin_modules() -> list[str]:
-    """The modules of attnbench.backends, found by walking the package (a new adapter needs no list): importing
-    one runs its @register decorators, and is cheap (each imports its kernel library only inside its methods).
-    Not this module, nor `testing` (backends made to fail, which a plugin names: `attnbench.backends.testing:...`)."""
+    """The adapter modules of attnbench.backends, by walking the package (not this module, nor `testing`)."""
     import attnbench.backends as package
 
     return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)
@@ -32,7 +30,7 @@ B = TypeVar("B", bound=type[Backend])
 
 
 class Registry:
-    """Named backends. A target may be a Backend class, an instance, or a lazy "module:attr" string."""
+    """Named backends: a Backend class, an instance, or a lazy "module:attr" string."""
 
     def __init__(self) -> None:
         self._targets: dict[str, Target] = {}
@@ -40,13 +38,11 @@ class Registry:
         self._plugins: dict[str, list[str]] = {}
 
     def add(self, name: str, target: Target) -> None:
-        """Register `target` under `name`; a name is registered once."""
         if name in self._targets:
             raise RegistryError(f"backend {name!r} is already registered ({_describe(self._targets[name])})")
         self._targets[name] = target
 
     def register(self, cls: B) -> B:
-        """Class decorator: register a Backend subclass under its `name`."""
         self.add(cls.name, cls)
         return cls
 
@@ -66,8 +62,7 @@ class Registry:
         return self._loaded[name]
 
     def chosen(self, requested: list[str] | None, suite: Suite | None = None) -> list[str]:
-        """The backend names a run measures: `requested` (--backend), else the suite's `backends:`, else every
-        registered one; each must be known here (a suite's typo names its line)."""
+        """The backend names a run measures: `requested`, else the suite's, else every registered one; all known."""
         if requested is not None:
             names, where = requested, "--backend"
         elif suite is not None and suite.model.backends is not None:
@@ -92,10 +87,7 @@ class Registry:
                 self.add(entry.name, entry.value)
 
     def load_plugin(self, spec: str) -> list[str]:
-        """Import `module:attr` (a Backend class, instance, or list of them) and register it.
-
-        Loading the same spec again is a no-op, so one process can plan several runs with one plugin.
-        """
+        """Import `module:attr` (a Backend class, instance, or list) and register it; again: a no-op."""
         if spec in self._plugins:
             return self._plugins[spec]
         found = load_object(spec)
@@ -150,8 +142,7 @@ def default_registry(plugins: list[str] | None = None) -> Registry:
     """The registry with the built-in backends, installed entry points and the named plugins."""
     global _builtins_loaded
     if not _builtins_loaded:
-        # Where flash-attn-4 has a directory of its own (the GPU image), xformers.ops is imported before it joins
-        # sys.path: attnbench.backends.layout says why.
+        # flash-attn-4's own directory joins sys.path after xformers.ops (attnbench.backends.layout).
         from attnbench.backends.layout import add_flash_attn_4_path
 
         add_flash_attn_4_path()
@@ -165,8 +156,7 @@ def default_registry(plugins: list[str] | None = None) -> Registry:
 
 
 def declared_kernels(device: str, mode: str) -> dict[str, tuple[str, ...]]:
-    """Every built-in backend's declared attention kernel names on `device` in `mode` (Backend.kernel_names), by
-    backend: the kernel verdict asks whether a call ran another backend's kernel."""
+    """Every built-in backend's attention kernel names on `device` in `mode`, by backend."""
     registry = default_registry()
     found: dict[str, tuple[str, ...]] = {}
     for name in registry.names():

@@ -1,21 +1,8 @@
-"""`sage`: SageAttention 1.0.6 (`sageattention.sageattn`, Triton only), which quantizes bf16/fp16 inputs itself.
-
-Read from the 1.0.6 wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_causal].py):
-- `sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, smooth_k=True)`: HND is (batch, heads, seq,
-  head_dim), attnbench's canonical layout; K/V with fewer heads (query head h reads KV head h // (H / H_kv));
-  head_dim 64, 96 or 128; fp16, bf16 or fp32 in, the same dtype out.
-- its scheme: with smooth_k, K less its mean over the sequence (`k -= km`: in place, on the caller's tensor, so the
-  adapter hands it a copy of its own, made outside the timed call; subtracting one vector from every key leaves each
-  query's softmax unchanged, so repeated calls give the same answer); Q·sm_scale·log2(e) and K quantized to INT8 per
-  block of 128 / 64 tokens of each (batch, head), factor amax/127; Q·Kᵀ in INT8, exp2 softmax; P and V in float16,
-  P·V accumulated in float16 per block of 64 keys (tl.dot out_dtype float16) into a float32 sum.
-- `is_causal` is top-left and asserts qo_len == kv_len (docs/conventions.md's bottom-right mask is the same there); one query
-  over a cache sees every key, so it runs without the mask. No window, no varlen mapped here. Forward only.
-- The non-causal kernel loads keys past kv_len as zeros without masking their scores: with kv_len not a multiple of
-  64 those phantom keys take a share of every softmax. attnbench runs it as it is; the verdict says what it gives.
-
-It is judged against an emulation of that scheme (attnbench.verify.emulate.sage_inputs), not against naive bf16, and its
-record says `extra.quantized: internal` with the scheme.
+"""`sage`: SageAttention 1.0.6 `sageattn` (Triton), quantizing bf16/fp16 inputs itself (docs/backends.md#sage).
+Read from the wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_causal].py): HND layout (ours), native GQA,
+head_dim 64/96/128; `smooth_k` subtracts K's mean in place (`k -= km`: it gets its own copy; the softmax is
+unchanged); Q·sm_scale·log2(e) and K to INT8 per 128 / 64-token block (amax/127); P·V in float16 per 64 keys.
+`is_causal` is top-left and asserts qo_len == kv_len. Judged against attnbench.verify.emulate.sage_inputs.
 """
 
 from __future__ import annotations
@@ -59,13 +46,13 @@ REFUSALS = ("should be", "must be", "only", "Only")
 @register
 class SageBackend(Backend):
     name = "sage"
-    # A Triton INT8 flash kernel, by analogy, not yet fitted (forward only).
+    # By analogy, not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0))
     summary = ("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
                "from bf16/fp16; judged against its own scheme")
     library = "sageattention"
     devices = ("cuda",)
-    kernel_names = per_device(cuda=SAGE)  # its Triton attention kernel and its INT8 quantizer
+    kernel_names = per_device(cuda=SAGE)
     install_hint = "pip install sageattention==1.0.6  (Triton only)"
     quant_reasons = for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
                                     "inputs attnbench quantized")
@@ -121,7 +108,7 @@ class SageBackend(Backend):
             kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, smooth_k=True; "
                    f"INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} tokens, float16 P·V{gqa})",
             extra=extra,
-            writes=(1,),  # its own copy of K, smoothed in place by every call
+            writes=(1,),  # its own copy of K
         )
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:

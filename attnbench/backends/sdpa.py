@@ -32,21 +32,19 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
 
 NO_KERNEL = ("No available kernel", "No viable backend")
-# PyTorch warns, for each kernel in turn, "<kernel> kernel not used because:" and then that kernel's
-# reasons, one warning each; the kernels that sdpa_kernel switched off add "... has been runtime disabled".
+# PyTorch warns "<kernel> kernel not used because:", then that kernel's reasons, one warning each.
 KERNEL_HEADERS = {
     "EFFICIENT_ATTENTION": "memory efficient kernel not used because",
     "FLASH_ATTENTION": "flash attention kernel not used because",
     "CUDNN_ATTENTION": "cudnn attention kernel not used because",
 }
 TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)?\s*$")
-# PyTorch's FA3/FA4 flash implementations refuse with RuntimeError("FA3 flash_attention forward unsupported: ...").
+# RuntimeError("FA3 flash_attention forward unsupported: ...").
 IMPL_REFUSAL = re.compile(r"\bFA\d\b.*\bunsupported\b")
 
 
 def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
-    """The reasons PyTorch gave for `kernel` alone, without the "(Triggered internally at ...)" suffix
-    and the "has been runtime disabled" lines of the kernels that pinning switched off."""
+    """PyTorch's reasons for `kernel` alone, without "(Triggered internally at ...)" or "runtime disabled" lines."""
     groups: dict[str | None, list[str]] = {}
     current: str | None = None
     for message in messages:
@@ -60,18 +58,13 @@ def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
         groups.setdefault(current, []).append(text)
     own = groups.get(kernel) if kernel in KERNEL_HEADERS else [t for ts in groups.values() for t in ts]
     return list(dict.fromkeys(own or []))
-# What `_Sdpa.prepare`'s call passes: q, k, v by position, and every keyword mask_arguments may give.
 SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
                         positional=("query", "key", "value"), keywords=("enable_gqa", "is_causal", "attn_mask"))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
-    """SDPA keyword arguments for docs/conventions.md's mask, and how the mask was given (for the kernel field).
-
-    `is_causal=True` is top-left aligned, so it is used only when Sq == Sk; any other mask is passed as
-    an explicit additive mask built here, outside the timed call. (`causal_lower_right` is avoided: its
-    dispatch calls the flash and efficient ops directly, bypassing a pinned `sdpa_kernel`.)
-    """
+    """SDPA's mask keywords and how the mask was given. `is_causal` is top-left: only where Sq == Sk; else an
+    explicit additive mask, untimed (`causal_lower_right` would bypass a pinned `sdpa_kernel`)."""
     import torch
 
     kwargs: dict[str, Any] = {"enable_gqa": case.kv_heads != case.heads}
@@ -81,12 +74,12 @@ def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
     dense = case.doc_lens is None and case.kv_lens is None
     if case.causal and case.window is None and case.seq_len == case.kv_seq_len and dense and alibi is None:
         return {**kwargs, "is_causal": True}, "is_causal"
-    keep = workload.visibility(case, device=q.device)  # (R, Sq, Sk): documents and ragged lengths per row
+    keep = workload.visibility(case, device=q.device)  # (R, Sq, Sk)
     if keep is None:
         return {**kwargs, "attn_mask": alibi}, "explicit ALiBi bias"
     bias = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
     if dense:
-        bias = bias[0]  # one (Sq, Sk) mask, as before the workload axes
+        bias = bias[0]  # one (Sq, Sk) mask
     else:
         bias = bias[:, None]  # (R, 1, Sq, Sk) over (B, H, Sq, Sk)
     if alibi is not None:
@@ -95,18 +88,14 @@ def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
 
 
 class _Sdpa(Backend):
-    """`F.scaled_dot_product_attention`, optionally pinned to one kernel with `sdpa_kernel`."""
 
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
-    # What torch.use_deterministic_algorithms(True) does to the kernel on CUDA, (forward, backward); docs/suites.md
-    # names the PyTorch sources each answer was read in.
+    # (forward, backward) under torch.use_deterministic_algorithms(True) on CUDA; sources in docs/suites.md.
     cuda_determinism: ClassVar[tuple[str, str]] = (
         "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode)",
         "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs FA2's "
         "deterministic path, efficient's runs with num_splits_key=1)")
-    # With FLASH_ATTENTION: PyTorch's FA3/FA4 implementation to route it to (None: its built-in FA2).
-    flash_impl: ClassVar[str | None] = None
-    # Documents, ragged lengths and ALiBi become the explicit attn_mask; V may have its own head size.
+    flash_impl: ClassVar[str | None] = None  # FA3/FA4 to route FLASH_ATTENTION to; None: its built-in FA2
     workload_axes = frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})
 
     def unsupported(self, case: Case) -> str | None:
@@ -163,14 +152,13 @@ class _Sdpa(Backend):
         return f"PyTorch refused {self.kernel_name}: " + "; ".join(reasons or ["PyTorch gave no reason"])
 
 
-# The module each of PyTorch's flash implementations imports, and the distribution that must own it.
-FLASH_IMPL_MODULES = {"FA3": ("flash_attn_interface", "flash-attn-3"), "FA4": ("flash_attn.cute.interface", "flash-attn-4")}
+FLASH_IMPL_MODULES = {"FA3": ("flash_attn_interface", "flash-attn-3"),
+                      "FA4": ("flash_attn.cute.interface", "flash-attn-4")}  # imported module, owning distribution
 
 
 @contextmanager
 def flash_pinned(impl: str | None, pinned: list[Any]) -> Iterator[None]:
-    """SDPA pinned to FLASH_ATTENTION, routed to PyTorch's `impl` (FA3, FA4) or its default FA2 (None);
-    the default is restored afterwards, so no other backend runs on an implementation it did not ask for."""
+    """SDPA pinned to FLASH_ATTENTION on `impl` (None: FA2); the default is restored afterwards."""
     from torch.nn import attention
     from torch.nn.attention import sdpa_kernel
 
@@ -188,7 +176,6 @@ def flash_pinned(impl: str | None, pinned: list[Any]) -> Iterator[None]:
 
 
 def flash_impl_label(impl: str | None, device_type: str) -> str:
-    """Which flash implementation runs: PyTorch's CPU kernel, its built-in FA2, or an activated FA3/FA4."""
     if device_type != "cuda":
         return "(PyTorch's CPU flash kernel)"
     if impl is None:
@@ -200,7 +187,7 @@ def flash_impl_label(impl: str | None, device_type: str) -> str:
 
 @functools.cache
 def flash_impl_problem(impl: str) -> str | None:
-    """Why PyTorch cannot route SDPA's flash kernel to `impl` here (tried once: activated, then restored)."""
+    """Why PyTorch cannot route SDPA's flash kernel to `impl` here (activated once, then restored)."""
     import torch
     from torch.nn import attention
 
@@ -216,7 +203,7 @@ def flash_impl_problem(impl: str) -> str | None:
             return owner
     try:
         attention.activate_flash_attention_impl(impl)
-    except Exception as exc:  # PyTorch's own words: a missing module, kernels it does not find
+    except Exception as exc:  # PyTorch's own words
         return f"PyTorch cannot activate {impl}: {type(exc).__name__}: {first_line(exc)}"
     finally:
         attention.restore_flash_attention_impl(_raise_warn=False)
@@ -224,13 +211,13 @@ def flash_impl_problem(impl: str) -> str | None:
 
 
 def fp32_math(case: Case, device_type: str, cutlass_efficient: bool) -> dict[str, Any]:
-    """`fp32_math: 3xTF32` where a CUTLASS memory-efficient kernel computes float32 on tensor cores (sm80+,
-    OpMultiplyAddFastF32), so percent_of_peak judges it against the TF32 roof, not the CUDA-core rate."""
+    """`fp32_math: 3xTF32` where CUTLASS's memory-efficient kernel runs float32 on tensor cores
+    (OpMultiplyAddFastF32), so percent_of_peak uses the TF32 roof."""
     return {"fp32_math": "3xTF32"} if cutlass_efficient and case.dtype == "float32" and device_type == "cuda" else {}
 
 
 def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> tuple[Any, str]:
-    """Ask PyTorch which kernel it will pick, and pin that one so the timed call cannot drift."""
+    """The kernel PyTorch picks, pinned so the timed call cannot drift."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -246,15 +233,11 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
     return (lambda: sdpa_kernel([choice])), f"auto→{choice.name}"
 
 
-# SDPA's kernels on each device, from the libraries' tables (attnbench.backends.kernel_names): the CPU flash kernel
-# is the ATen op; on CUDA, PyTorch's FA2 copy, its memory-efficient (CUTLASS fmha) kernels, cuDNN's SDPA engines, and
-# through activate_flash_attention_impl FA3's and FA4's own.
 SDPA_FLASH = kernel_names.per_device(cpu=kernel_names.ATEN_CPU_FLASH, cuda=kernel_names.FLASH_ATTENTION_2)
 SDPA_EFFICIENT = kernel_names.per_device(cuda=kernel_names.CUTLASS_FMHA)
 SDPA_CUDNN = kernel_names.per_device(cuda=kernel_names.CUDNN_SDPA)
 FA3_KERNELS = kernel_names.per_device(cuda=kernel_names.FLASH_ATTENTION_3)
 FA4_KERNELS = kernel_names.per_device(cuda=kernel_names.FLASH_ATTENTION_4)
-# sdpa (auto) may choose any of its kernels, the math path included.
 SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN, FA3_KERNELS,
                                                          MATMUL_SOFTMAX) for p in names.get(device, ())))
             for device in ("cpu", "cuda")}
@@ -263,7 +246,7 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
 @register
 class SdpaAuto(_Sdpa):
     name = "sdpa"
-    # Its backward's workspace is the costlier of the kernels it may choose (FlashAttention's; cuDNN's on the H200).
+    # Backward workspace: the costliest kernel it may choose.
     cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
@@ -274,8 +257,7 @@ class SdpaAuto(_Sdpa):
 @register
 class SdpaMath(_Sdpa):
     name = "sdpa-math"
-    # PyTorch's math kernel computes fp16/bf16 in float32 (copies of Q, K, V; scores and softmax in float32) and
-    # expands K/V for GQA; on the H200 bf16 forward's peak was 4.5 half-precision score matrices, fwd_bwd's 8.
+    # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
                                score_passes_bwd=14.0, calls=6),
                 cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
@@ -292,8 +274,7 @@ class SdpaMath(_Sdpa):
 @register
 class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
-    # Backward, on the H200: four Q-sized buffers beyond the gradients (an fp32 dQ accumulator among them), and dK/dV
-    # per query head under GQA.
+    # Backward: four Q-sized buffers beyond the gradients (an fp32 dQ accumulator), dK/dV per query head under GQA.
     cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
                 cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
@@ -304,7 +285,7 @@ class SdpaFlash(_Sdpa):
                         "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
 
-# What flash_pinned and flash_impl_problem call to route SDPA's flash kernel (torch >= 2.11).
+# torch >= 2.11.
 FLASH_IMPL_CALLS = (
     LibraryCall("torch.nn.attention", "activate_flash_attention_impl", positional=("impl",)),
     LibraryCall("torch.nn.attention", "restore_flash_attention_impl", keywords=("_raise_warn",)),
@@ -313,10 +294,9 @@ FLASH_IMPL_CALLS = (
 
 
 class _SdpaFlashImpl(SdpaFlash):
-    """SDPA's flash kernel routed to one of PyTorch's FlashAttention implementations (activate_flash_attention_impl)."""
 
     devices = ("cuda",)
-    workload_axes = frozenset()  # FA3/FA4 take no attn_mask: documents and the rest need their own mapping
+    workload_axes = frozenset()  # FA3/FA4 take no attn_mask
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL, *FLASH_IMPL_CALLS)
@@ -366,7 +346,7 @@ class SdpaEfficient(_Sdpa):
     devices = ("cuda",)
 
 
-# sdp_utils.cpp's check_cudnn_deterministic: PyTorch's dispatcher drops cuDNN whenever the mode is on (not warn-only).
+# sdp_utils.cpp's check_cudnn_deterministic drops cuDNN whenever the mode is on.
 CUDNN_REFUSAL = ("refused: PyTorch does not run cuDNN SDPA under torch.use_deterministic_algorithms(True), forward "
                  "included (\"cuDNN SDPA is not deterministic\")")
 

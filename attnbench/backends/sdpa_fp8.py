@@ -1,15 +1,7 @@
-"""`sdpa-fp8`: PyTorch's quantized SDPA entry point, where the installed torch has one (checked by signature, not by
-version): `torch.nn.attention.experimental._scaled_dot_product_attention_quantized(query, key, value, is_causal,
-scale, q_descale, k_descale, v_descale, ...)`, in torch 2.13 (read from its source here: "FP8 scaled dot product
-attention using Flash Attention 3 ... only supports forward pass"). It calls
-`aten::_scaled_dot_product_flash_attention.quantized`, whose only kernel is the CUDA one PyTorch's FA3 implementation
-registers (torch/nn/attention/_fa3.py), so it needs `activate_flash_attention_impl("FA3")` and flash-attn-3 installed,
-a compute capability 9.x GPU, and float8_e4m3fn Q, K and V in (batch, heads, seq, head_dim) with float32 descales of
-shape (batch, kv_heads) (DescaleType.PER_HEAD, its only granularity). The output is bf16; its numerics are FA3's.
-
-torch 2.13's CPU build has the op's schema but no CPU kernel. torch 2.11 (the H200's) likely has the entry point:
-torchao's prototype FP8 attention imports it behind a "PyTorch 2.11+" gate and calls it as this adapter does (FA3
-activated, per-head descales); availability() finds out by looking for it, not by the version.
+"""`sdpa-fp8`: `torch.nn.attention.experimental._scaled_dot_product_attention_quantized` where the installed torch has
+it (found by signature; docs/backends.md#sdpa-fp8). It calls `aten::_scaled_dot_product_flash_attention.quantized`,
+whose one kernel is PyTorch's FA3 implementation (torch/nn/attention/_fa3.py): FA3 activated, compute capability 9.x,
+float8_e4m3fn (B, H, S, D) with float32 (batch, kv_heads) descales (DescaleType.PER_HEAD), bf16 out.
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ NUMERICS = Numerics(source="PyTorch's quantized SDPA on FlashAttention 3's FP8 f
 
 
 def entry_point() -> Any:
-    """The installed torch's quantized SDPA function (ImportError / AttributeError where it has none)."""
+    """The installed quantized SDPA function (ImportError / AttributeError where there is none)."""
     return getattr(importlib.import_module(MODULE), FUNCTION)
 
 
@@ -78,8 +70,9 @@ class SdpaFp8Backend(Backend):
             return f"torch {torch.__version__} has no quantized SDPA entry point ({MODULE}.{FUNCTION})"
         if "q_descale" not in parameters:
             return f"torch {torch.__version__}'s {FUNCTION} takes no q_descale"
-        problem = device_problem(device, self.devices, "needs CUDA (aten::_scaled_dot_product_flash_attention."
-                                 "quantized has no CPU kernel: its one kernel is PyTorch's FA3 implementation, on CUDA)")
+        problem = device_problem(device, self.devices,
+                                 "needs CUDA (aten::_scaled_dot_product_flash_attention.quantized has no CPU "
+                                 "kernel: its one kernel is PyTorch's FA3 implementation, on CUDA)")
         if problem:
             return problem
         cap = torch.cuda.get_device_capability()
@@ -93,16 +86,15 @@ class SdpaFp8Backend(Backend):
         if case.window is not None:
             return "PyTorch's quantized SDPA has no window (is_causal only)"
         if case.causal and case.seq_len != case.kv_seq_len:
-            return ("SDPA's is_causal is top-left, docs/conventions.md's causal mask only where seq_len == kv_seq_len, and this "
-                    "entry point takes no explicit mask")
+            return ("SDPA's is_causal is top-left, docs/conventions.md's causal mask only where "
+                    "seq_len == kv_seq_len, and this entry point takes no explicit mask")
         return None
 
     def numerics(self, case: Case) -> Numerics:
         return NUMERICS
 
     def deterministic(self, case: Case) -> str:
-        """Forward only, through PyTorch's FA3 route (torch/nn/attention/_fa3.py's _fa3_run_forward), which passes
-        num_splits=1 under torch.use_deterministic_algorithms(True)."""
+        """_fa3.py's _fa3_run_forward passes num_splits=1 under the mode."""
         if case.needs_grad:
             return "not applicable (attnbench runs PyTorch's quantized SDPA forward only)"
         return "honoured (PyTorch's FA3 route runs num_splits=1 under the mode)"

@@ -1,11 +1,8 @@
-"""`sliding-window`: our own local attention in PyTorch ops, with work and memory O(seq_len × window).
+"""`sliding-window`: our local attention in PyTorch ops, O(seq_len × window) work and memory.
 
-Queries are cut into blocks of `block` rows. With `off = Sk - Sq`, every query of block n sees only
-keys in one contiguous span of `block + W + W_right` keys (W_right = 0 causal, W two-sided), and
-consecutive blocks' spans are `block` keys apart: so K and V, padded at both ends, are viewed as
-overlapping windows (`unfold`, no copy) and each block is one small dense attention over its span,
-with the exact mask (`workload.allowed`, and "is a real key/query") applied inside it. MQA/GQA folds a
-KV head's group of query heads into the block's rows, so K/V are never copied per query head.
+Each block of `block` queries sees one span of `block + W + W_right` keys (W_right 0 causal, W two-sided), spans
+`block` apart: K and V, padded, are viewed as overlapping windows (`unfold`, no copy), and each block is a small
+dense attention under the exact mask. GQA folds a KV head's query group into the block's rows.
 """
 
 from __future__ import annotations
@@ -27,45 +24,39 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# Query rows per block, between these. Each query pays for block + window keys, so small blocks waste
-# less work; below 64 rows the per-block overhead of many tiny matmuls dominates. Measured on 2 CPU
-# cores at seq 16K, window 512: blocks of 64/128/256/512 rows took 574/540/570/700 ms.
+# Rows per block: each query pays block + window keys; below 64, tiny matmuls' overhead dominates.
 MIN_BLOCK = 64
 MAX_BLOCK = 128
-# The algorithm's revision, named in every record's `kernel` so that numbers of different algorithms are never taken
-# for one: 1 summed the overlapping windows' dK/dV in the input dtype (a bf16 dV 1.1-2.1x the bound on an H200);
-# 2 sums them in float32 (overlapping_windows).
+# The algorithm's revision, in every record's `kernel`: 2 sums the overlapping windows' dK/dV in float32.
 REVISION = 2
 
 
 @dataclass(frozen=True)
 class Blocking:
-    """The blocking of one (Sq, Sk, window) shape, and the (blocks, block, span) mask that goes with it."""
 
     seq_len: int
     kv_seq_len: int
     block: int  # query rows per block
     span: int  # keys each block sees: block + left + right
-    left: int  # the effective window to the left (clipped so it never exceeds what exists)
+    left: int  # the window to the left, clipped to what exists
     blocks: int
     drop: torch.Tensor  # bool (blocks, block, span): True where a row must NOT see a span position
-    # bool (blocks, block): the rows that see some key; None when every query does (a row that sees none
-    # outputs zeros, docs/conventions.md's convention, not an average over its span)
+    # bool (blocks, block): rows that see some key (the others output zeros); None when all do
     seen: torch.Tensor | None = None
 
     @property
     def pad_front(self) -> int:
-        """Zero keys in front of K: span position 0 of block 0 is key `off - left`."""
+        """Zero keys in front of K: block 0's span starts at key `off - left`."""
         return max(0, self.left - (self.kv_seq_len - self.seq_len))
 
     @property
     def first_key(self) -> int:
-        """The first real key any block can see."""
         return max(0, self.kv_seq_len - self.seq_len - self.left)
 
 
-def blocking(seq_len: int, kv_seq_len: int, window: int, causal: bool, block: int | None = None) -> tuple[int, int, int]:
-    """(block, blocks, span): query rows per block, how many blocks, and the keys each block's span covers."""
+def blocking(seq_len: int, kv_seq_len: int, window: int, causal: bool,
+             block: int | None = None) -> tuple[int, int, int]:
+    """(block, blocks, span)."""
     left = min(window, kv_seq_len + abs(kv_seq_len - seq_len))
     right = 0 if causal else left
     if block is None:
@@ -83,11 +74,8 @@ def plan_for(
     device: torch.device | str | None = None,
     block: int | None = None,
 ) -> Blocking:
-    """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)` (docs/conventions.md's mask).
-
-    A window wider than the keys changes nothing, so it is clipped to `Sk + |off|`: the span then
-    covers every key and the cost stays bounded by the case, not by the window's nominal size.
-    """
+    """Block the queries and build the in-span mask from `allowed(q_idx, k_idx)`; the window is clipped to
+    `Sk + |off|`, so the cost is bounded by the case."""
     import torch
 
     off = kv_seq_len - seq_len
@@ -104,10 +92,7 @@ def plan_for(
 
 
 def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Blocking) -> torch.Tensor:
-    """Local attention of canonical q (B, H, Sq, D) over k, v (B, KVH, Sk, D), H a multiple of KVH.
-
-    Memory and work are O(B·H·Sq·span); autograd through it keeps the same bound for backward.
-    """
+    """Local attention of q (B, H, Sq, D) over k, v (B, KVH, Sk, D); O(B·H·Sq·span), backward too."""
     import torch
     import torch.nn.functional as F
 
@@ -115,10 +100,9 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     kvh = k.shape[1]
     g = h // kvh
     t, nb, span = plan.block, plan.blocks, plan.span
-    # Query rows: pad to whole blocks, then fold each KV head's group into the block's rows.
     qp = F.pad(q, (0, 0, 0, nb * t - sq)) if nb * t != sq else q
     qb = qp.view(b, kvh, g, nb, t, d).transpose(2, 3).reshape(b, kvh, nb, g * t, d)
-    # Keys: only those some block can see, zero-padded so that block n's span starts at n·t.
+    # Keys some block can see, zero-padded so block n's span starts at n·t.
     kv_len = (nb - 1) * t + span
     tail = kv_len - plan.pad_front - (k.shape[2] - plan.first_key)
 
@@ -129,8 +113,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         return overlapping_windows(x, span, t)  # (B, KVH, nb, D, span): overlapping views, no copy
 
     kw, vw = windows(k), windows(v)
-    # In place on the fresh matmul output: autograd needs neither it nor its scaled form, so this is
-    # safe under backward too, and saves two score-sized buffers.
+    # In place: autograd needs neither form, and two score-sized buffers are saved.
     scores = (qb @ kw).div_(math.sqrt(d))  # (B, KVH, nb, g·t, span)
     # A row with no visible key (only padding rows) gets finite weights over zero keys, never NaN.
     scores.view(b, kvh, nb, g, t, span).masked_fill_(plan.drop[:, None], torch.finfo(q.dtype).min)
@@ -143,13 +126,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 def overlapping_windows(x: torch.Tensor, span: int, step: int) -> torch.Tensor:
-    """`x.unfold(2, span, step)`, whose backward sums the overlapping windows' gradients in float32.
-
-    Each key lies in about span/step windows. Autograd's own unfold backward adds their gradients in
-    the tensor's dtype, so in bfloat16 dK and dV carry one rounding per window (seen on an H200: dV
-    1.1-2.1x the correctness bound at window 1024); summing in float32 leaves one rounding, as a fused
-    kernel's would.
-    """
+    """`x.unfold(2, span, step)` whose backward sums in float32: in bf16, a rounding per window exceeds the bound."""
     return _WindowsFp32Grad.apply(x, span, step)
 
 
@@ -172,7 +149,7 @@ def _windows_function() -> type:
 
 
 class _LazyFunction:
-    """Builds the autograd.Function on first use, so importing this module does not import torch."""
+    """The autograd.Function built on first use: importing this module does not import torch."""
 
     def __init__(self, make: Callable[[], type]) -> None:
         self.make, self.fn = make, None
@@ -187,9 +164,7 @@ _WindowsFp32Grad = _LazyFunction(_windows_function)
 
 
 def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """docs/conventions.md's mask as `allowed(q_idx, k_idx)` for plan_for: the case's own, and with documents
-    attnbench.core.workload's allowed_fn ("the same document" too) on indices clamped into the sequence (plan_for
-    drops the ones outside it anyway)."""
+    """The case's mask as `allowed(q_idx, k_idx)`."""
     if case.doc_lens is None:
         return lambda q_idx, k_idx: workload.allowed(q_idx, k_idx, case.offset, case.causal, case.window)
     predicate = workload.allowed_fn(case, device)
@@ -200,19 +175,16 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 @register
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
-    kernel_names = MATMUL_SOFTMAX  # its blocks' matmuls and softmax; gathering the windows is the rest
+    kernel_names = MATMUL_SOFTMAX
     cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
                                score_passes_bwd=0.0, calls=8),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
                                 score_passes_bwd=0.0, calls=8))
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
-    # Packed documents: the window stays inside each document (the plan's in-span mask adds "same document").
     workload_axes = frozenset({"documents"})
 
     def estimate_memory(self, case: Case) -> int:
-        """The band, not the square: scores and probabilities (B, H, Sq, span), four such with backward; the K and V
-        windows the span matmuls copy, (B, KVH, blocks, span, D + Dv); the output and its reshaped copy; the gradients.
-        On the H200 (bf16, window 1024) this came within 1.25x of every measured peak."""
+        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""
         block, blocks, span = blocking(case.seq_len, case.kv_seq_len, case.window or 0, case.causal)
         elem = DTYPE_BYTES[case.dtype]
         sizes = counting.tensor_bytes(case)
@@ -231,8 +203,7 @@ class SlidingWindowBackend(Backend):
         return None
 
     def deterministic(self, case: Case) -> str:
-        # unfold's backward (the overlapping windows' gradients) is one of the operations PyTorch checks: where it has
-        # no deterministic CUDA implementation it raises, and the measurement is skipped naming it.
+        # unfold's backward raises where PyTorch has no deterministic implementation: the skip names it.
         return determinism.torch_ops(case, "matmul, softmax and unfold")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:

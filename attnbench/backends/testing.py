@@ -1,10 +1,6 @@
-"""A tiny backend that can be told to raise, run out of memory or answer wrongly — for tests and demos.
-
-Not registered by default; `--plugin attnbench.backends.testing:FAULTY` adds those three.
-`--plugin attnbench.backends.testing:CRASHING` adds faults that take the whole process with them
-(hang, exit, segfault): run those only with `--isolate`, where a worker process absorbs them.
-`--plugin attnbench.backends.testing:CHEATING` adds four that answer right and cheat the timing or the inputs (the
-integrity guards' planted cheats).
+"""Backends with planted faults, for tests and demos (not registered): `--plugin attnbench.backends.testing:FAULTY`
+(raise, out of memory, wrong), `:CRASHING` (hang, exit, segfault: only with `--isolate`), `:CHEATING` (cheats the
+integrity guards must catch).
 """
 
 from __future__ import annotations
@@ -113,12 +109,9 @@ LOG2E = 1.4426950408889634
 
 
 class CheatingBackend(Backend):
-    """Naive attention with a planted cheat the integrity guards must catch (docs/conventions.md "Integrity
-    guards"): "stale" (every call after the first returns the first call's output), "writes-query" (scales its
-    query tensor in place by log2(e) and back, which leaves some elements an ulp away), "overflow" (an exponent
-    without the row's maximum subtracted, in the inputs' dtype: Inf/Inf on large logits in fp16) or "side-stream"
-    (the work on a CUDA side stream, or on a CPU on a thread of its own, the output returned before it is
-    written)."""
+    """Naive attention with a planted cheat (docs/conventions.md "Integrity guards"): "stale" (the first output
+    again), "writes-query" (scales q in place and back, an ulp off), "overflow" (no max subtracted) or "side-stream"
+    (the output returned before another stream or thread writes it)."""
 
     cheat: ClassVar[str] = "stale"
     name = "cheat-stale"
@@ -152,8 +145,7 @@ class CheatingBackend(Backend):
 
 def _unshifted_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                        scale: float) -> torch.Tensor:
-    """softmax(s)·V as exp(s)·V / Σexp(s), with no maximum subtracted: exp overflows where a score passes the
-    dtype's log(max) (11.1 in fp16)."""
+    """exp(s)·V / Σexp(s), no maximum subtracted: overflows past the dtype's log(max) (11.1 in fp16)."""
     p = ((q @ k.transpose(-2, -1)) * scale).exp()
     if mask is not None:
         p = p.masked_fill(~mask, 0)
@@ -162,8 +154,7 @@ def _unshifted_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
 
 def _deferred(attend: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> torch.Tensor:
-    """The attention written into a fresh output after the call returns: on a CUDA side stream, or on a CPU by a
-    thread started here."""
+    """The attention written into a fresh output after the call returns (a CUDA side stream, or a thread)."""
     import threading
 
     import torch

@@ -1,24 +1,7 @@
-"""`xformers`: xformers.ops.memory_efficient_attention, with the operator its dispatcher picks recorded.
-
-Layout BMHK (batch, seq, heads, head_dim). MQA/GQA goes through xformers' 5-D BMGHK form
-(batch, seq, kv_heads, group, head_dim) with K/V `expand`ed, not copied; xformers supports that form
-for the forward pass only, so backward modes repeat K/V per query head (and say so: kv_expanded).
-Masks are xformers' bottom-right bias classes, which state docs/conventions.md's alignment themselves.
-
-Packed documents and ragged cache lengths run as one batch row of concatenated tokens (attnbench.backends.packing)
-under a block-diagonal bias built from the shared sequence lengths: `BlockDiagonalMask.from_seqlens(q, kv)`, made
-causal with `make_causal_from_bottomright()` (each block bottom-right: a sequence's queries are the last of its
-keys) or banded with `make_local_attention_from_bottomright(W + 1)` (xformers counts the diagonal in its window).
-Two shapes those contiguous-key biases cannot take go to xformers' padded-keys biases, each sequence's keys at the
-start of its own slot of `kv_padding` keys (packing.padded_kv): a two-sided window,
-`BlockDiagonalPaddedKeysMask.from_seqlens(q, pad, kv).make_local_attention(W, W)` (a
-BlockDiagonalLocalAttentionPaddedKeysMask: keys in [i + off - W, i + off + W] per block, inclusive, as its
-materialize() and flash.py's window_left/window_right read it, not its docstring's "at most wl + wr - 1 keys"); and,
-causal, a sequence with fewer keys than queries (BlockDiagonalCausalFromBottomRightMask raises ValueError for it,
-the padded BlockDiagonalCausal[LocalAttention|WithOffset]PaddedKeysMask takes it; its first queries see nothing and
-output zeros). A paged cache is the pool as one row `(1, pages·page_size, KVH, K)` under
-`PagedBlockDiagonal[CausalWithOffset]PaddedKeysMask` with the shared page table (forward only; xformers has no
-paged local window). xformers has no soft-capping and ALiBi only as a dense tensor: those are skipped by name.
+"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers). BMHK; GQA
+as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows count the diagonal
+(W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize() reads it (not its
+docstring's "at most wl + wr - 1 keys").
 """
 
 from __future__ import annotations
@@ -52,23 +35,20 @@ NO_OPERATOR = "No operator found"
 
 
 def xformers_ops() -> Any:
-    """The `xformers.ops` module (looked up in sys.modules first, so a test can stand one in), imported without its
-    load warning (the backend's reason names the torch its extension was built for: built_for)."""
+    """`xformers.ops`, imported without its load warning (built_for names the mismatch instead)."""
     return quiet_import("xformers.ops")
 
 
-# The bias classes xformers_bias constructs, with what it passes (attnbench.backends.conformance checks them).
 BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightMask"),
     LibraryCall("xformers.ops", "fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask",
-                positional=("_window_size",)),  # a dataclass field: its own name is private, we pass it by position
+                positional=("_window_size",)),  # a private dataclass field: passed by position
     LibraryCall("xformers.ops", "fmha.attn_bias.LocalAttentionFromBottomRightMask",
                 keywords=("window_left", "window_right")),
 )
 
 
-# The block-diagonal bias xformers_bias builds for documents and ragged cache lengths (methods are declared with
-# `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound).
+# Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound.
 VARLEN_BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens", positional=("q_seqlen", "kv_seqlen"),
                 keywords=("device",)),
@@ -78,7 +58,6 @@ VARLEN_BIAS_CALLS = (
 )
 
 
-# The padded-keys biases xformers_padded_bias builds (a two-sided window, or causal with fewer keys than queries).
 PADDED_BIAS_CALLS = (
     *(LibraryCall("xformers.ops", f"fmha.attn_bias.{name}.from_seqlens",
                   positional=("q_seqlen", "kv_padding", "kv_seqlen"), keywords=("device",))
@@ -97,9 +76,8 @@ PAGED_BIAS_CALLS = tuple(
 
 
 def built_for() -> str:
-    """" (its C++ extension was built for torch X; this is torch Y)" when the installed xformers was built for another
-    torch release than the one here (its cpp_lib.json, what xformers.info reports as build.torch_version); "" else.
-    xformers then loads no C++ operator, and its dispatcher refuses even the operators that call PyTorch's kernels."""
+    """" (its C++ extension was built for torch X; ...)" when cpp_lib.json names another torch release (xformers then
+    loads no C++ operator); "" else."""
     import importlib.util
     import json
     from pathlib import Path
@@ -118,8 +96,7 @@ def built_for() -> str:
 
 
 def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
-    """The paged block-diagonal attn_bias: request b's Sq queries against the first kv_lens[b] keys of its pages
-    (the shared table, int32, unused entries on a spare page), causal bottom-right (CausalWithOffset) or not."""
+    """The paged attn_bias over the shared table (int32, unused entries on a spare page)."""
     import torch
 
     layout = workload.pages(case)
@@ -130,8 +107,7 @@ def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
 
 
 def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Queries packed into one row (1, B·Sq, H, K) and each of K and V as its page pool in one row
-    (1, pages·page_size, KVH, K); BMGHK with the pool expanded over each group for GQA/MQA (forward only)."""
+    """Queries (1, B·Sq, H, K) and the K and V pools (1, pages·page_size, KVH, K); BMGHK for GQA."""
     layout = workload.pages(case)
     qp = packing.pack_q(q)[None]
     kp, vp = (workload.to_pages(t, layout).flatten(0, 1)[None] for t in (k, v))
@@ -139,13 +115,7 @@ def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch
 
 
 def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
-    """The block-diagonal attn_bias of a case with documents or ragged cache lengths: one block per document of
-    every row (or per request: its Sq queries, its own kv_lens[b] keys), from packing.varlen.
-
-    no mask → BlockDiagonalMask; causal → make_causal_from_bottomright(); causal + W →
-    make_local_attention_from_bottomright(W + 1) (keys at distance 0 … W). A two-sided window is refused by
-    XformersBackend.unsupported before this is called.
-    """
+    """The block-diagonal attn_bias of packed sequences (packing.varlen), bottom-right per block."""
     seqs = packing.varlen(case)
     q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
     block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
@@ -158,8 +128,7 @@ def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
 
 
 def needs_padded_keys(case: Case) -> bool:
-    """Whether a case's packed sequences need xformers' padded-keys biases: a two-sided window (no contiguous-key
-    block-diagonal bias has one), or a causal mask over a sequence with fewer keys than queries."""
+    """Whether packed sequences need padded keys: a two-sided window, or causal with fewer keys than queries."""
     if case.window is not None and not case.causal:
         return True
     seqs = packing.varlen(case)
@@ -168,16 +137,11 @@ def needs_padded_keys(case: Case) -> bool:
 
 
 def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
-    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`.
-
-    two-sided W → BlockDiagonalPaddedKeysMask(...).make_local_attention(W, W); causal →
-    BlockDiagonalCausalWithOffsetPaddedKeysMask (bottom-right per block); causal + W →
-    BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(..., W + 1) (the diagonal counts).
-    """
+    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`."""
     seqs = packing.varlen(case)
     q_lens, kv_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)], list(seqs.kv_lens)
     bias = ops.fmha.attn_bias
-    if case.causal and case.window is not None:  # no device parameter: xformers' default device, the query's
+    if case.causal and case.window is not None:  # no device parameter
         return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,
                                                                                         case.window + 1)
     if case.causal:
@@ -188,8 +152,7 @@ def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> 
 
 def xformers_padded_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
                            v: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int]:
-    """Queries packed in one BMHK row, K and V as padded keys in one row (packing.padded_kv), BMGHK for
-    forward-only GQA/MQA (K/V repeated per query head for backward); and the slot size."""
+    """Queries in one BMHK row, K and V as padded keys (BMGHK for forward GQA); and the slot size."""
     if case.kv_heads != case.heads and case.needs_grad:
         k, v = expand_kv(k, case), expand_kv(v, case)
     (kp, pad), (vp, _) = packing.padded_kv(k, case), packing.padded_kv(v, case)
@@ -198,8 +161,7 @@ def xformers_padded_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
 
 
 def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Canonical tensors packed into one BMHK row (1, tokens, heads, K), or BMGHK with K/V expanded over each group
-    for forward-only GQA/MQA; backward modes repeat K/V per query head before packing."""
+    """Canonical tensors packed into one BMHK row (1, tokens, heads, K), or BMGHK for forward GQA."""
     if case.kv_heads != case.heads and case.needs_grad:
         k, v = expand_kv(k, case), expand_kv(v, case)
     qp, kp, vp = packing.pack_q(q)[None], packing.pack_kv(k, case)[None], packing.pack_kv(v, case)[None]
@@ -207,8 +169,7 @@ def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torc
 
 
 def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """BMHK queries and KV-head K/V as BMGHK: (B, M, KVH, G, K), K/V `expand`ed over each group, not copied
-    (query head h = kv_head·G + i reads kv_head). xformers takes this form for the forward pass only."""
+    """BMGHK (B, M, KVH, G, K), K/V expanded over each group, not copied (head kv_head·G + i reads kv_head)."""
     g, kvh = case.group_size, case.kv_heads
     q5 = q.view(*q.shape[:2], kvh, g, q.shape[-1])
     k5, v5 = (t.unsqueeze(3).expand(*t.shape[:2], kvh, g, t.shape[-1]) for t in (k, v))
@@ -216,13 +177,7 @@ def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
-    """The attn_bias object for docs/conventions.md's mask, from `ops.fmha.attn_bias`; None when unmasked.
-
-    causal → LowerTriangularFromBottomRightMask (j <= i + off); causal + window W →
-    LowerTriangularFromBottomRightLocalAttentionMask(W + 1) (keys at distance 0 … W); window W alone →
-    LocalAttentionFromBottomRightMask(W, W) (i + off - W <= j <= i + off + W). Never LowerTriangularMask:
-    it is top-left aligned.
-    """
+    """The attn_bias of a dense case's mask, bottom-right (never LowerTriangularMask: top-left); None unmasked."""
     bias = ops.fmha.attn_bias
     if case.window is None:
         return bias.LowerTriangularFromBottomRightMask() if case.causal else None
@@ -232,22 +187,20 @@ def xformers_bias(case: Case, ops: Any) -> Any:
 
 
 def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Canonical tensors to BMHK, or BMGHK with K/V expanded over each group for forward-only GQA/MQA."""
     bmhk = lambda t: t.transpose(1, 2).contiguous()  # noqa: E731
     if case.kv_heads == case.heads:
         return bmhk(q), bmhk(k), bmhk(v)
-    if case.needs_grad:  # BMGHK is forward-only in xformers: repeat K/V per query head for real
+    if case.needs_grad:  # BMGHK is forward-only
         return bmhk(q), bmhk(expand_kv(k, case)), bmhk(expand_kv(v, case))
     return grouped(case, bmhk(q), bmhk(k), bmhk(v))
 
 
 def condense(text: str) -> str:
-    """xformers' multi-line refusal on one line, without its echo of the inputs (the record has the case)."""
+    """xformers' refusal on one line, without its echo of the inputs."""
     text = re.sub(r" with inputs:.*?(?=`[^`]+` is not supported)", ": ", text, flags=re.DOTALL)
     return re.sub(r"\s+", " ", text).strip()
 
 
-# prepare's timed call: mea(q, k, v, attn_bias=, scale=, op=).
 MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=("query", "key", "value"),
                        keywords=("attn_bias", "scale", "op"))
 
@@ -255,7 +208,7 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 @register
 class XformersBackend(Backend):
     name = "xformers"
-    # The ops its dispatcher may choose: CUTLASS fmha (xformers/csrc/attention/cuda/fmha), FlashAttention 2 and 3.
+    # The ops its dispatcher chooses among.
     kernel_names = per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30))
     summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
@@ -266,17 +219,13 @@ class XformersBackend(Backend):
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
-    # Documents and ragged cache lengths through block-diagonal biases (see the module's docstring).
     workload_axes = frozenset({"documents", "kv_lengths", "page_size"})
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
     def deterministic(self, case: Case) -> str:
-        """xformers' dispatcher, asked in `prepare` under the mode, refuses every operator marked non-deterministic
-        (IS_DETERMINISTIC = False: its flash backward, fa2B); its cutlass backward is PyTorch's
-        _efficient_attention_backward, which the mode runs with num_splits_key=1. No operator left: xformers' own
-        refusal, recorded as the skip."""
+        """Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B)."""
         if not case.needs_grad:
             return "not applicable (xformers' forward operators are deterministic)"
         return "honoured (xformers' dispatcher picks only operators marked deterministic under the mode)"
@@ -301,7 +250,6 @@ class XformersBackend(Backend):
         return self._availability[device]
 
     def _probe(self, device: str) -> str | None:
-        """Ask xformers' dispatcher about a tiny input on `device`: its refusal is the reason."""
         try:
             ops = xformers_ops()
         except ImportError as exc:
@@ -322,40 +270,14 @@ class XformersBackend(Backend):
         except NotImplementedError as exc:
             where = "CUDA-only: " if device != "cuda" else ""
             return f"{where}xformers has no operator for {device} inputs here{built_for()}: {condense(str(exc))}"
-        except AttributeError:  # the private dispatcher moved: judge by device alone
+        except AttributeError:  # the private dispatcher moved
             return None if device == "cuda" else "needs CUDA (xformers' attention operators are CUDA-only)"
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         ops = xformers_ops()
-        varlen = case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
-        padded = None
-        if case.page_size is not None:
-            bias = xformers_paged_bias(case, ops, q.device)
-            inputs = xformers_paged_layout(case, q, k, v)
-        elif varlen and needs_padded_keys(case):
-            inputs, padded = xformers_padded_layout(case, q, k, v)
-            bias = xformers_padded_bias(case, ops, padded, q.device)
-        elif varlen:
-            bias = xformers_varlen_bias(case, ops, q.device)
-            inputs = xformers_varlen_layout(case, q, k, v)
-        else:
-            bias = xformers_bias(case, ops)
-            inputs = xformers_layout(case, q, k, v)
-        try:
-            op = dispatch_fw(ops, *inputs, bias, needs_gradient=case.needs_grad)
-        except NotImplementedError as exc:
-            raise Unsupported(f"xformers: {condense(str(exc))}") from None
-        except AttributeError:
-            op = None  # private API gone: let xformers choose, and say that we could not ask
-        op_bw = None
-        if case.needs_grad and op is not None:
-            try:
-                op_bw = dispatch_bw(ops, *inputs, bias)
-            except NotImplementedError as exc:
-                raise Unsupported(f"xformers: {condense(str(exc))}") from None
-            except AttributeError:
-                op_bw = None  # private API gone: xformers chooses the backward op, unrecorded
+        bias, inputs, padded = biased_inputs(case, ops, q, k, v)
+        op, op_bw = dispatched_ops(ops, inputs, bias, case.needs_grad)
         mea = ops.memory_efficient_attention
         pinned = None if op is None else (op, op_bw)  # the ops we record are the ops that run
 
@@ -364,13 +286,6 @@ class XformersBackend(Backend):
 
         b, sq, h = case.batch, case.seq_len, case.heads
         five_d = inputs[0].dim() == 5
-        layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
-        if case.page_size is not None:
-            layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
-        elif padded is not None:
-            layout += f", {packing.varlen(case).sequences} sequences in one row, keys padded to {padded}"
-        elif varlen:
-            layout += f", {packing.varlen(case).sequences} sequences packed in one row"
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
         if case.needs_grad:
@@ -380,7 +295,7 @@ class XformersBackend(Backend):
             inputs=inputs,
             call=call,
             kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
-                    f"({layout}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
+                    f"({layout_words(case, five_d, padded)}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
             extra=fp32_math(case, inputs[0].device.type, cutlass),
             to_canonical=lambda out: out.reshape(b, sq, h, out.shape[-1]).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,
@@ -394,7 +309,52 @@ class XformersBackend(Backend):
         return None
 
 
-# dispatch_fw's private calls; optional, since the adapter does without them when they are gone.
+def is_varlen(case: Case) -> bool:
+    return case.doc_lens is not None or case.kv_lens is not None or case.page_size is not None
+
+
+def biased_inputs(case: Case, ops: Any, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...], int | None]:
+    """The attn_bias, the inputs in its layout, and the keys' padded length (None unless padded)."""
+    if case.page_size is not None:
+        return xformers_paged_bias(case, ops, q.device), xformers_paged_layout(case, q, k, v), None
+    if is_varlen(case) and needs_padded_keys(case):
+        inputs, padded = xformers_padded_layout(case, q, k, v)
+        return xformers_padded_bias(case, ops, padded, q.device), inputs, padded
+    if is_varlen(case):
+        return xformers_varlen_bias(case, ops, q.device), xformers_varlen_layout(case, q, k, v), None
+    return xformers_bias(case, ops), xformers_layout(case, q, k, v), None
+
+
+def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_grad: bool) -> tuple[Any, Any]:
+    """The forward and backward operators xformers' dispatcher picks; None where its private API is gone."""
+    try:
+        op = dispatch_fw(ops, *inputs, bias, needs_gradient=needs_grad)
+    except NotImplementedError as exc:
+        raise Unsupported(f"xformers: {condense(str(exc))}") from None
+    except AttributeError:
+        return None, None  # let xformers choose, and say that we could not ask
+    if not needs_grad:
+        return op, None
+    try:
+        return op, dispatch_bw(ops, *inputs, bias)
+    except NotImplementedError as exc:
+        raise Unsupported(f"xformers: {condense(str(exc))}") from None
+    except AttributeError:
+        return op, None  # xformers chooses the backward op, unrecorded
+
+
+def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
+    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
+    if case.page_size is not None:
+        layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
+    elif padded is not None:
+        layout += f", {packing.varlen(case).sequences} sequences in one row, keys padded to {padded}"
+    elif is_varlen(case):
+        layout += f", {packing.varlen(case).sequences} sequences packed in one row"
+    return layout
+
+
 DISPATCH_CALLS = (
     LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"), optional=True),
     LibraryCall("xformers.ops", "fmha._dispatch_fw", positional=("inp", "needs_gradient"), optional=True),
@@ -404,14 +364,12 @@ DISPATCH_CALLS = (
 
 
 def dispatch_fw(ops: Any, q: Any, k: Any, v: Any, bias: Any, needs_gradient: bool) -> Any:
-    """The forward operator xformers' dispatcher picks for these inputs (private API: may move)."""
     fmha = ops.fmha
     inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
     return fmha._dispatch_fw(inp, needs_gradient)
 
 
 def dispatch_bw(ops: Any, q: Any, k: Any, v: Any, bias: Any) -> Any:
-    """The backward operator xformers' dispatcher picks (as memory_efficient_attention does at its forward)."""
     fmha = ops.fmha
     inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias)
     return fmha._dispatch_bw(inp, varlen_lse_packed=None)
