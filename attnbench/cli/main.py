@@ -173,17 +173,11 @@ def run(
     from attnbench.run.shard import parse_shard
     from attnbench.run.tally import process_start, reference_line, timed_line
 
-    if plugin is None:
-        plugin = []
-    if backend is None:
-        backend = []
-    if force and resume is None:
-        raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
-                             "attnbench never overwrites results: choose a new --out")
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
     options = opts.run_options(
-        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
+        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout, oom_pruning=oom_pruning,
+        peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
         compile_workers=compile_workers, trace=trace)
@@ -273,10 +267,6 @@ def submit(
     from attnbench.cluster import submit as submission
     from attnbench.cluster.sbatch import SlurmOptions
 
-    if plugin is None:
-        plugin = []
-    if backend is None:
-        backend = []
     if ctx.args:  # unknown options are ours to report: one line, exit 2, like every other bad input
         from attnbench.core.errors import did_you_mean
 
@@ -287,8 +277,9 @@ def submit(
                              f"see attnbench submit --help (nothing was submitted)")
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
-        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
-                         deterministic, compile_workers=compile_workers))
+        opts.run_options(backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout,
+                         oom_pruning=oom_pruning, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth,
+                         timer=timer, deterministic=deterministic, compile_workers=compile_workers))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")

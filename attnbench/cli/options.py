@@ -51,13 +51,17 @@ Report = Annotated[bool, typer.Option(
                                  "later).")]
 
 
-def run_options(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
+def run_options(*, backend: list[str] | None, device: str | None, plugin: list[str] | None, isolate: bool | None,
                 timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
-                timer: str, deterministic: bool = False, *, devices: tuple[int, ...] | None = None,
+                timer: str, deterministic: bool, devices: tuple[int, ...] | None = None,
                 cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
                 force: bool = False, compile_workers: int | None = None, trace: bool = False) -> RunOptions:
-    """The shared options' values as the RunOptions a run (or each shard of a submission) is made with."""
+    """The shared options' values, by the names of the command's parameters, as the RunOptions a run (or each shard
+    of a submission) is made with."""
     from attnbench.run.options import RunOptions
 
-    return RunOptions(tuple(backends), device, tuple(plugins), isolate, timeout, oom_pruning, devices, peak_tflops,
-                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers, trace)
+    return RunOptions(backends=tuple(backend or ()), device=device, plugins=tuple(plugin or ()), isolate=isolate,
+                      timeout_s=timeout, oom_pruning=oom_pruning, devices=devices, peak_tflops=peak_tflops,
+                      peak_bandwidth_gbs=peak_bandwidth, timer=timer, cache_dir=cache_dir, shard=shard,
+                      resume=resume, force=force, deterministic=deterministic, compile_workers=compile_workers,
+                      trace=trace)

@@ -10,11 +10,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnbench.core.errors import AttnbenchError
+
 if TYPE_CHECKING:
     from attnbench.run.shard import Shard
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """How a suite is run: which backends on which device, in or out of process, with which limits and roofs."""
 
@@ -35,6 +37,14 @@ class RunOptions:
     deterministic: bool = False  # deterministic kernels only, whatever the suite says (attnbench.verify.determinism)
     compile_workers: int | None = None  # processes compiling ahead (attnbench.run.precompile); None: its default
     trace: bool = False  # one Chrome trace per measurement under traces/ (attnbench.run.profiled)
+
+    def __post_init__(self) -> None:
+        """The rules between the options themselves; those that need the suite are the session's."""
+        if self.force and not self.resume:
+            raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
+                                 "attnbench never overwrites results: choose a new --out")
+        if self.devices is not None and self.isolate is False:
+            raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
 
     def to_argv(self) -> list[str]:
         """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
