@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from attnbench.core.interval import run_interval, windows_needed
 from attnbench.run.heap import release_memory
-from attnbench.run.measure import InProcess, answer_of, timed_call
+from attnbench.run.measure import InProcess
 from attnbench.run.recording import case_of, pooled
+from attnbench.run.stages import answer_of, timed_call
 from attnbench.verify.quant_data import prepare_kwargs
 
 if TYPE_CHECKING:
