@@ -180,65 +180,82 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
     error can leave Dynamo skipping the backend's frame for the rest of that process."""
     result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
     start = time.perf_counter()
-    queue = deque(jobs)
-    lock = threading.Lock()
-    limit = max(JOB_TIMEOUT_S, timeout_s or 0.0)
-    live: list[ChildProcess] = []
+    pool = _Pool(jobs, result, max(JOB_TIMEOUT_S, timeout_s or 0.0), should_stop, on_done)
+    pool.run([PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {})) for slot in range(result.workers)])
+    result.wall_s = time.perf_counter() - start
+    return result
 
-    def note(done: JobResult) -> None:
-        with lock:
-            result.results.append(done)
-        if on_done is not None:
-            on_done(done)
 
-    def work(slot: int) -> None:
-        config = PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {}))
+class _Pool:
+    """The compile processes' shared queue and results, and the processes alive (killed on a second Ctrl-C)."""
+
+    def __init__(self, jobs: list[Job], result: PoolResult, limit: float, should_stop: Callable[[], bool],
+                 on_done: Callable[[JobResult], None] | None) -> None:
+        self.queue = deque(jobs)
+        self.result = result
+        self.limit = limit
+        self.should_stop = should_stop
+        self.on_done = on_done
+        self.lock = threading.Lock()
+        self.live: list[ChildProcess] = []
+
+    def run(self, configs: list[PoolConfig]) -> None:
+        """One thread per process, each driving its process until the queue is empty."""
+        threads = [threading.Thread(target=self.work, args=(config,), name=f"attnbench-compile-{slot}", daemon=True)
+                   for slot, config in enumerate(configs)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # a second Ctrl-C: no compile process outlives the run
+            self.queue.clear()
+            for worker in list(self.live):
+                worker.kill()
+            raise
+
+    def work(self, config: PoolConfig) -> None:
         worker: ChildProcess | None = None
-        while True:
-            with lock:
-                if should_stop():
-                    result.stopped = True
-                    queue.clear()
-                if not queue:
-                    break
-                job = queue.popleft()
+        while (job := self.next_job()) is not None:
             began = time.perf_counter()
-            try:
-                if worker is None:
-                    worker = ChildProcess.start(WORKER_COMMAND, config)
-                    with lock:
-                        live.append(worker)
-                worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
-                message = worker.receive(limit)
-            except (ChildDied, OSError) as died:  # it ended, or could not be started
-                message = ("done", "failed", 0, 0, f"compile process {died}")
-                if worker is not None:
-                    worker.kill()
-                worker = None
-            if message is None:
-                message = ("done", "failed", 0, 0, f"no result within {limit:g} s; the compile process was killed")
-            _, status, kernels, hits, reason = message
-            note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
+            worker, (_, status, kernels, hits, reason) = self.compile(worker, job, config)
+            self.note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
             if status == "failed" and worker is not None:  # a fresh process for the next job
                 worker.kill()
                 worker = None
         if worker is not None:
             worker.stop()
 
-    threads = [threading.Thread(target=work, args=(slot,), name=f"attnbench-compile-{slot}", daemon=True)
-               for slot in range(result.workers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:  # a second Ctrl-C: no compile process outlives the run
-        queue.clear()
-        for worker in list(live):
-            worker.kill()
-        raise
-    result.wall_s = time.perf_counter() - start
-    return result
+    def next_job(self) -> Job | None:
+        with self.lock:
+            if self.should_stop():
+                self.result.stopped = True
+                self.queue.clear()
+            return self.queue.popleft() if self.queue else None
+
+    def compile(self, worker: ChildProcess | None, job: Job, config: PoolConfig) -> tuple[ChildProcess | None, tuple]:
+        """`job` sent to `worker`, started first where there is none: the process (None once it has died) and its
+        answer."""
+        try:
+            if worker is None:
+                worker = ChildProcess.start(WORKER_COMMAND, config)
+                with self.lock:
+                    self.live.append(worker)
+            worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
+            message = worker.receive(self.limit)
+        except (ChildDied, OSError) as died:  # it ended, or could not be started
+            if worker is not None:
+                worker.kill()
+            return None, ("done", "failed", 0, 0, f"compile process {died}")
+        if message is None:
+            message = ("done", "failed", 0, 0, f"no result within {self.limit:g} s; the compile process was killed")
+        return worker, message
+
+    def note(self, done: JobResult) -> None:
+        with self.lock:
+            self.result.results.append(done)
+        if self.on_done is not None:
+            self.on_done(done)
 
 
 def worker_entry(fd: int) -> None:
