@@ -82,14 +82,19 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
     extra["sustain"] = {"ms": round(seconds * 1e3, 1), "calls": calls, "stopped": stopped,
                         "sm_clock_mhz": [clocks[0], clocks[-1]] if clocks else None}
     if before is not None:
-        try:
-            energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
-        except EnergyUnavailable as exc:
-            extra["energy_skipped"] = str(exc)
-        else:
-            extra.update(energy_mj=energy.mj_per_call, joules_per_token=energy.j_per_token,
-                         energy_power_w=energy.power_w, energy_source=energy.source, energy_throttled=throttled)
+        extra.update(_energy(before, read_energy, calls, seconds, tokens_per_call, throttled))
     return extra
+
+
+def _energy(before: EnergyReading, read_energy: Callable[[], EnergyReading], calls: int, seconds: float,
+            tokens_per_call: int, throttled: bool) -> dict[str, Any]:
+    """The loop's energy entries, from the counter read before it and now, or `energy_skipped` with why not."""
+    try:
+        energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
+    except EnergyUnavailable as exc:
+        return {"energy_skipped": str(exc)}
+    return {"energy_mj": energy.mj_per_call, "joules_per_token": energy.j_per_token, "energy_power_w": energy.power_w,
+            "energy_source": energy.source, "energy_throttled": throttled}
 
 
 def for_device(device: str) -> tuple[Callable[[], EnergyReading], Callable[[], GpuSample | None] | None,
