@@ -139,71 +139,93 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
                  after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
     """Rounds 2..settings.rounds, then the refining, on `records` in place (each replaced by its pooled record);
     `after_round` is given the records after each round that changed one."""
-    result = RoundsResult()
     chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
     if not chosen:
-        return result
-    history = {i: [_round_of(records[i].times_ms)] for i in chosen}
-    rng = random.Random(seed)
-    share = settings.round_share()
+        return RoundsResult()
+    rounds = _Rounds(records, chosen, backends, measurer, settings, info, random.Random(seed), should_stop, say)
+    for round_number in range(2, settings.rounds + 1):
+        if not rounds.round(round_number):
+            break
+        after_round(records)
+    while rounds.refine_pass():
+        after_round(records)
+    rounds.result.refine_s = rounds.spent_ms / 1e3
+    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
+    for i in unmade:
+        records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": rounds.history[i]})
+    if unmade:
+        after_round(records)
+    return rounds.result
 
-    def retime(i: int, timing: TimingSettings) -> float:
-        record = records[i]
-        backend = backends[record.backend]
-        left = settings.max_samples - len(record.times_ms)
+
+class _Rounds:
+    """The later rounds and the refining of one run's `chosen` records, each record's rounds so far (`history`), and
+    what they spent."""
+
+    def __init__(self, records: list[Record], chosen: list[int], backends: dict[str, Backend], measurer: Resampler,
+                 settings: TimingSettings, info: RunInfo, rng: random.Random, should_stop: Callable[[], bool],
+                 say: Callable[[str], None]) -> None:
+        self.records, self.chosen, self.backends, self.measurer = records, chosen, backends, measurer
+        self.settings, self.info, self.rng, self.should_stop, self.say = settings, info, rng, should_stop, say
+        self.history = {i: [_round_of(records[i].times_ms)] for i in chosen}
+        self.result = RoundsResult()
+        budget_ms = settings.refine * settings.budget_ms * len(chosen)
+        self.result.refine_budget_s = budget_ms / 1e3
+        self.budget_ms, self.spent_ms, self.passes = budget_ms, 0.0, 0
+
+    def round(self, round_number: int) -> bool:
+        """Round `round_number` over the records still due; False when none is, or the run is stopping."""
+        settings = self.settings
+        due = [i for i in self.chosen if due_again(self.records[i].times_ms, round_number, settings)]
+        if not due or self.should_stop():
+            return False
+        self.say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
+        share = settings.round_share()
+        for i in shuffled_by_case(due, self.records, self.rng):
+            if self.should_stop():
+                break
+            self.result.rounds_s += self.retime(i, share)
+            self.result.retimed += 1
+        return True
+
+    def refine_pass(self) -> bool:
+        """One pass of the refining over the records still too wide, the cheapest to settle first; False when there
+        is none to make (none wanting, the budget spent, the run stopping, MAX_REFINE passes) or it re-timed none."""
+        records, settings, budget_ms = self.records, self.settings, self.budget_ms
+        wanting = [i for i in self.chosen if records[i].noisy]
+        if self.passes >= MAX_REFINE or not wanting or self.spent_ms >= budget_ms or self.should_stop():
+            return False
+        self.passes += 1
+        cost = {i: lacking_ms(records[i], settings) for i in wanting}
+        wanting = sorted(shuffled_by_case(wanting, records, self.rng), key=cost.__getitem__)
+        self.say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
+                 f"({(budget_ms - self.spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
+        touched = False
+        for i in wanting:
+            left = budget_ms - self.spent_ms
+            if self.should_stop() or left < statistics.median(records[i].times_ms):
+                continue
+            ask = min(REFINE_ASK * settings.budget_ms, left, window_ms(records[i], settings))
+            self.spent_ms += self.retime(i, _refine_timing(settings, ask)) * 1e3
+            self.result.refined += 1
+            touched = True
+        return touched
+
+    def retime(self, i: int, timing: TimingSettings) -> float:
+        """One more round of record `i` under `timing`, pooled into it; the seconds its samples took."""
+        record = self.records[i]
+        backend = self.backends[record.backend]
+        left = self.settings.max_samples - len(record.times_ms)
         if left <= 0:
             return 0.0
-        new = measurer.resample(record, backend, dataclasses.replace(
+        new = self.measurer.resample(record, backend, dataclasses.replace(
             timing, max_samples=left, min_samples=min(timing.min_samples, left)))
         if not new:
             return 0.0
-        history[i].append(_round_of(new))
-        records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, settings, info, history[i])
+        self.history[i].append(_round_of(new))
+        self.records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, self.settings,
+                                 self.info, self.history[i])
         return sum(new) / 1e3
-
-    for round_number in range(2, settings.rounds + 1):
-        due = [i for i in chosen if due_again(records[i].times_ms, round_number, settings)]
-        if not due or should_stop():
-            break
-        say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
-        for i in shuffled_by_case(due, records, rng):
-            if should_stop():
-                break
-            result.rounds_s += retime(i, share)
-            result.retimed += 1
-        after_round(records)
-    budget_ms = settings.refine * settings.budget_ms * len(chosen)
-    result.refine_budget_s = budget_ms / 1e3
-    spent_ms = 0.0
-    for _ in range(MAX_REFINE):
-        wanting = [i for i in chosen if records[i].noisy]
-        if not wanting or spent_ms >= budget_ms or should_stop():
-            break
-        cost = {i: lacking_ms(records[i], settings) for i in wanting}
-        wanting = sorted(shuffled_by_case(wanting, records, rng), key=cost.__getitem__)  # the cheapest to settle first
-        say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
-            f"({(budget_ms - spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
-        touched = False
-        for i in wanting:
-            left = budget_ms - spent_ms
-            call_ms = statistics.median(records[i].times_ms)
-            if should_stop() or left < call_ms:
-                continue
-            ask = min(REFINE_ASK * settings.budget_ms, left, window_ms(records[i], settings))
-            spent = retime(i, _refine_timing(settings, ask)) * 1e3
-            spent_ms += spent
-            result.refined += 1
-            touched = True
-        if not touched:
-            break
-        after_round(records)
-    result.refine_s = spent_ms / 1e3
-    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
-    for i in unmade:
-        records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": history[i]})
-    if unmade:
-        after_round(records)
-    return result
 
 
 def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:
