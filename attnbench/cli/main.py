@@ -173,18 +173,13 @@ def run(
     from attnbench.run.shard import parse_shard
     from attnbench.run.tally import process_start, reference_line, timed_line
 
-    if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
-        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+    check_run_flags(out_dir, resume, estimate_gpu, dry_run)
     options = opts.run_options(
         backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout, oom_pruning=oom_pruning,
         peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
         compile_workers=compile_workers, trace=trace)
-    if resume is not None and not resume.is_dir():
-        raise AttnbenchError(f"--resume {resume}: no such run directory")
-    if estimate_gpu is not None and not dry_run:
-        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
     plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
         tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
@@ -217,6 +212,16 @@ def run(
     err.print(last, markup=False)
     if outcome.mismatches:
         raise typer.Exit(1)
+
+
+def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None, dry_run: bool) -> None:
+    """The rules between `run`'s flags that are not run options (those are RunOptions')."""
+    if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
+        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+    if resume is not None and not resume.is_dir():
+        raise AttnbenchError(f"--resume {resume}: no such run directory")
+    if estimate_gpu is not None and not dry_run:
+        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
 
 
 @app.command()
