@@ -81,7 +81,8 @@ def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for tools."),
     fresh: opts.FreshProbes = False,
 ) -> None:
-    """What this machine can run: devices, versions, every backend's reason and fix. Exit 1 if the default suite can't."""
+    """What this machine can run: devices, versions, every backend's reason and fix.
+    Exit 1 if the default suite can't."""
     import json
 
     from attnbench.cli.doctor import diagnose, format_text
@@ -325,7 +326,8 @@ def report(
     source: Path = typer.Argument(..., help="A run directory, or its results.jsonl."),
     out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
-    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else naive)."),
+    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else "
+                                                   "naive)."),
     peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
@@ -340,7 +342,8 @@ def report(
 @user_errors
 def compare(
     runs: list[Path] = typer.Argument(..., metavar="[BASE] NEW",
-                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with --against."),
+                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with "
+                                           "--against."),
     against: str | None = typer.Option(None, "--against", metavar="history",
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),

@@ -17,7 +17,8 @@ Plugins = Annotated[list[str], typer.Option("--plugin", help="Extra backend, as 
 Isolate = Annotated[bool | None, typer.Option(
     "--isolate/--no-isolate", help="Measure in a worker process that may crash (default: on for CUDA).")]
 Timeout = Annotated[float | None, typer.Option(
-    "--timeout", min=0.001, metavar="SECONDS", help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
+    "--timeout", min=0.001, metavar="SECONDS",
+    help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
 OomPruning = Annotated[bool, typer.Option(
     "--oom-pruning/--no-oom-pruning", help="After an oom, skip longer sequences of that backend and case group.")]
 PeakTflops = Annotated[float | None, typer.Option(
@@ -41,7 +42,8 @@ CompileWorkers = Annotated[int | None, typer.Option(
     help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
          "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]
 Timer = Annotated[str, typer.Option(
-    "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
+    "--timer", metavar="auto|cuda-graph",
+    help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
 Deterministic = Annotated[bool, typer.Option(
     "--deterministic", help="Deterministic kernels only, as the suite's `deterministic: true` (others are skipped).")]
 Trace = Annotated[bool, typer.Option(

@@ -201,7 +201,7 @@ def roof_budget_s() -> float:
 
 
 def roof_dtypes(cases: list[Case]) -> tuple[str, ...]:
-    """The dtypes a run's CPU cases compute in, each of which gets its matmul roof (FP8 inputs: their bf16 originals')."""
+    """The dtypes a run's CPU cases compute in, each with its matmul roof (FP8 inputs: their bf16 originals')."""
     return tuple(sorted({case.unquantized.dtype for case in cases if case.device == "cpu"}))
 
 
@@ -239,8 +239,9 @@ def matmul_roof(dtype: str, times: dict[int, list[float]]) -> MatmulRoof:
                       2 * size ** 3 / max(median, 1e-12) / 1e9)
 
 
-def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
-                  sizes: tuple[int, ...] = ROOF_SIZES, copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
+def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None,
+                  clock: Callable[[], float] = time.perf_counter, sizes: tuple[int, ...] = ROOF_SIZES,
+                  copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
     """This CPU's roofs on the run's thread count: per dtype the best repetition of n×n matmuls of `sizes`, and the
     best copy of `copy_bytes`; None with no dtype or a budget of 0."""
     import torch
@@ -261,13 +262,14 @@ def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock:
             call()  # the first call of a size picks and packs its kernel: not the roof
             calls[n] = call
             if clock() - first > budget / WARM_SHARE:
-                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half the budget
+                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half of it
         roofs.append(matmul_roof(dtype, timed_rounds(calls, budget, clock)))
         del calls
     src = torch.ones(copy_bytes // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)  # the first touch of dst's pages: not the roof
-    copies = timed_rounds({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock, min_rounds=3)["copy"]
+    copies = timed_rounds({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock,
+                          min_rounds=3)["copy"]
     del src, dst
     threads = torch.get_num_threads()
     return MeasuredRoofs(

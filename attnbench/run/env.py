@@ -23,7 +23,8 @@ def libraries() -> tuple[str, ...]:
     from attnbench.backends.registry import default_registry
 
     registry = default_registry()
-    return tuple(dict.fromkeys([*UNDERLYING[:2], *(registry.get(n).library for n in registry.names()), *UNDERLYING[2:]]))
+    libraries = (registry.get(name).library for name in registry.names())
+    return tuple(dict.fromkeys([*UNDERLYING[:2], *libraries, *UNDERLYING[2:]]))
 
 
 def cpu_only_torch() -> bool:

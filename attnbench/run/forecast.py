@@ -176,8 +176,8 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
     if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
         sample_ms -= CHECK_JOINS * t_ms
-    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on a CPU
-    # only where RAPL can be read, which the forecast does not assume.
+    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on
+    # a CPU only where RAPL can be read, which the forecast does not assume.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
     later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
     return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
@@ -245,7 +245,8 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 
     `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
     a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
-    the run's timer can time, as attnbench.run.skip takes them; `deterministic`: the run asks for deterministic kernels).
+    the run's timer can time, as attnbench.run.skip takes them; `deterministic`: the run asks for deterministic
+    kernels).
     With `compile_workers` (attnbench.run.precompile's pool) every other graph is compiled before the first measurement,
     `compile_workers` at a time: the phase costs a process start and the compiles' sum over the workers (at least the
     longest one), and each measurement a load.

@@ -31,8 +31,8 @@ class RunInfo:
     # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
     peak_tflops: float | None = None
     peak_bandwidth_gbs: float | None = None
-    # This device's own roofs, measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
-    # and a copy (GB/s). A record's extra.percent_of_measured_peak is against them, beside the datasheet's.
+    # This device's roofs measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
+    # and a copy (GB/s); a record's extra.percent_of_measured_peak is against them.
     measured_tflops: tuple[tuple[str, float], ...] = ()
     measured_bandwidth_gbs: float | None = None
     # A CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs): a CPU record's
@@ -54,7 +54,8 @@ def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: st
         reason = reason[: MAX_REASON - 1] + "…"
     return Record(
         run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
-        case_id=case.case_id, status=status, reason=reason, timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
+        case_id=case.case_id, status=status, reason=reason,
+        timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
         **case.fields(), **fields,
     )
 
