@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MODE_PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd_bwd": ("fwd", "bwd")}
 
-# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted, as above).
+# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted).
 CHECK_JOINS = 0.5
 # Relative spread of a call's samples (their coefficient of variation): how many samples the interval needs.
 NOISE = {"cpu": 0.03, "cuda": 0.01}
@@ -35,7 +35,7 @@ NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 @dataclass(frozen=True)
 class Overheads:
-    """Fixed costs of the harness, in seconds (fitted on the same runs as the kernels)."""
+    """Fixed costs of the harness, in seconds."""
 
     startup_s: float  # interpreter, imports, env.json: before the first measurement
     per_measurement_s: float  # prepare, check, record, progress: around every measurement that runs
@@ -48,18 +48,12 @@ class Overheads:
     compile_cached_s: float  # the same graph from inductor's on-disk cache
     backward_compile: float  # a forward-and-backward compile costs this many forward ones
     per_round_s: float  # a later round's re-timing of a measurement, beside its calls: prepare, progress
-    profiler_s: float  # torch.profiler's first session in a process (torch 2.13 imports torch._inductor there)
+    profiler_s: float  # torch.profiler's first session in a process (it imports torch._inductor)
 
 
-# compile_cached_s: benchmarks/flex_warm_load.py on the 2-core AMD EPYC development VM (torch 2.13, load 1.7-2.0):
-# torch.compile's part of a warm-cache flex prepare (`dynamo_s`: trace, cache lookup and load), median 0.147 s
-# (max 0.31 s) over 21 loads of 1K-2K shapes after each process's first (prepare's warm call, 0.02-0.11 s there, apart).
-# startup_s, per_measurement_s, per_round_s and profiler_s: an instrumented `run quick` and `run suites/long.yaml` (its
-# CPU block, an empty compile cache) on an idle 2-core Intel Xeon VM, torch 2.13 (2026-12-02): 3.4 s from the
-# interpreter's start to the first measurement; 25 ms around each first-round measurement and 10 ms around each
-# re-timing beside their calls; the profiler's first session 1.4 s.
+# Fitted on instrumented runs of `run quick` and suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
+# compile_cached_s is torch.compile's part of a warm-cache load, as benchmarks/flex_warm_load.py measures it.
 CPU_OVERHEADS = Overheads(3.4, 0.025, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.010, 1.4)
-# compile: the H200 run of suites/gpu-check.yaml (torch 2.11): compile_s 2.8 s forward, 4.2 s fwd_bwd.
 GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01, 1.5)
 
 

@@ -33,12 +33,11 @@ def frozen_heap() -> Iterator[None]:
 def release_memory(device: str, collect: bool = False) -> None:
     """Drop what a finished measurement left behind, so the next one starts from the same state.
 
-    Inside a frozen heap (frozen_heap) what survives a full collection between cases is the run's own state
-    (its records, modules a library imported late: torch.profiler's first session alone leaves some 117,000 objects),
-    and it is frozen too, so the next collection walks only what was made since (41-100 ms -> under 1 ms each)."""
+    Inside a frozen heap (frozen_heap) what survives a full collection is the run's own state, and it is frozen too,
+    so the next collection walks only what was made since."""
     if collect:
         gc.collect()
-        if _frozen:  # (a flag: gc.get_freeze_count() walks the frozen objects, 46 ms each time with torch imported)
+        if _frozen:  # a flag: gc.get_freeze_count() walks every frozen object
             gc.freeze()
     if device == "cuda":
         import torch

@@ -1,25 +1,13 @@
 """A measurement's samples taken in rounds spread over the run, then more where the interval is still too wide.
 
-The first round is the measurement itself (attnbench.run.measure): the checked call, memory, which kernel ran, and
-samples for its share of `budget_ms` (TimingSettings.round_share). Each later round walks every `ok` measurement again
-in a shuffled order (seeded by the run id, so a run can be repeated) and re-times it with another share: the same
-inputs prepared again, warmed up, timed (measure.resample). A call whose time wanders with the machine over seconds
-(a shared VM's) is then sampled in several windows of the run, so its median and interval hold that wander instead of
-one window's bias, and no backend is always timed right after the same neighbour (cases are shuffled, and each
-case's backends: a case's inputs are made once per round).
+The first round is the measurement itself (attnbench.run.measure), with its share of `budget_ms`. Each later round
+re-times every `ok` measurement still due (due_again), in an order shuffled by case and seeded by the run id: the
+same inputs prepared again, warmed up, timed. A call whose time wanders with the machine is then sampled in several
+windows of the run, and no backend is always timed right after the same neighbour.
 
-A later round re-times a measurement only while its samples so far cost less than the shares of the rounds up to
-that one (due_again): a 4 s call whose first sample spent the whole budget is not called again for a round.
-
-Then the suite-level budget (`refine`: a share of every measurement's budget_ms together): the measurements whose
-interval is still wider than ±precision (or that have too few samples for one) are re-timed in passes, each pass
-cheapest first (what the samples a measurement lacks should cost, lacking_ms), each re-timing for that cost but at
-most REFINE_ASK × budget_ms, until none is left, the budget is spent, or MAX_REFINE passes. Cheapest first brings the
-most measurements to the precision asked for the budget; one that would need more than is left keeps its wider
-interval, and says so (`noisy`).
-
-After every round the run's results file is rewritten whole, atomically (records.results.replace_records): a kill
-leaves the records of the last finished round, each complete, and `extra.rounds` says how many it holds.
+Then the suite-level budget (`refine`): the measurements still wider than ±precision are re-timed in passes, the
+cheapest to settle first (lacking_ms), until none is left, the budget is spent, or MAX_REFINE passes; one that would
+need more keeps its wider interval (`noisy`). After every round the results file is rewritten whole, atomically.
 """
 
 from __future__ import annotations
@@ -51,9 +39,8 @@ REFINE_ASK = 2  # one re-timing of the refining asks at most this many times bud
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
-    """One later round of a measurement already made (attnbench.run.rounds): the same inputs prepared again and the
-    same call timed, warm-up included, under `timing` (the round's share of the budget); nothing else is measured or
-    checked again (the first round checked the call's output, its memory and which kernel ran)."""
+    """One later round of a measurement already made: the same inputs prepared again and the same call timed,
+    warm-up included, under `timing`; nothing else is measured or checked again."""
     import torch
 
     case = data.case
@@ -74,8 +61,8 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
 
 
 class InProcessResampler:
-    """Later rounds in this process, by the run's own measurer (its timer, and its case data while consecutive
-    re-timings share a case); `between` is called before each re-timing (the run's pace probe)."""
+    """Later rounds in this process, by the run's own measurer; `between` is called before each re-timing (the run's
+    pace probe)."""
 
     def __init__(self, measurer: InProcess, between: Callable[[], None] | None = None) -> None:
         self.measurer = measurer
@@ -113,9 +100,8 @@ class RoundsResult:
 
 
 def due_again(samples: list[float], round_number: int, settings: TimingSettings) -> bool:
-    """Whether round `round_number` re-times a measurement whose samples so far are `samples`: while they cost less
-    than the shares of the rounds up to this one (a call slower than its share is not called again for a round), and
-    while they are fewer than max_samples."""
+    """Whether round `round_number` re-times a measurement: while its samples cost less than the shares of the rounds
+    up to this one, and are fewer than max_samples."""
     return len(samples) < settings.max_samples and sum(samples) < settings.budget_ms * round_number / settings.rounds
 
 
@@ -125,8 +111,7 @@ def window_ms(record: Record, settings: TimingSettings) -> float:
 
 
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
-    """What the windows a too-wide record lacks should cost (ms): from how the windows' part of its interval narrows
-    with more of them (core.interval.windows_needed)."""
+    """What the windows a too-wide record lacks should cost (ms) (core.interval.windows_needed)."""
     samples = list(record.times_ms or [])
     windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
     made = run_interval(samples, windows, record.device, settings.confidence)
@@ -229,8 +214,8 @@ class _Rounds:
 
 
 def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:
-    """`chosen` (indices of records) in a shuffled order of cases, each case's backends in a shuffled order: no backend
-    is always timed after the same neighbour, and a case's inputs are made once per round, not once per backend."""
+    """`chosen` (indices of records) in a shuffled order of cases, each case's backends shuffled: a case's inputs are
+    made once per round, not once per backend."""
     cases: dict[str, list[int]] = {}
     for i in chosen:
         cases.setdefault(f"{records[i].device}/{records[i].case_id}", []).append(i)

@@ -1,16 +1,13 @@
 """The loop before the samples: the timed call back to back, read around by the energy counter, and on CUDA until the
 GPU has reached its sustained state.
 
-What a GPU record means (docs/gpu.md, "Burst or sustained"): a GPU starts a burst of work at its boost clock and, as
-its power or heat limit engages, settles lower (on the H200, SDPA at 8K read 0.90 ms for its first ~150 ms and
-1.01-1.03 ms once `sw_power_cap` took the SM clock from 1980 to 1740 MHz). An adaptive sampler stops in either state,
-so two runs differed by up to 10%. attnbench measures the sustained state: before sampling, the call runs back to
-back for at least `energy_ms` and until the SM clock stops falling between two probes ~100 ms apart, at most
-SUSTAIN_FACTOR x `energy_ms`; what happened is recorded (`extra.sustain`). The clocks and settings are never changed.
+A GPU starts a burst of work at its boost clock and settles lower once its power or heat limit engages; an adaptive
+sampler may stop in either state. attnbench measures the sustained state (docs/gpu.md, "Burst or sustained"): the
+call runs back to back for at least `energy_ms` and until the SM clock stops falling between two probes, at most
+SUSTAIN_FACTOR x `energy_ms`, recorded in `extra.sustain`. The clocks and settings are never changed.
 
-The same loop gives the call's energy: NVML's total energy counter on CUDA, RAPL's on a CPU where readable (its
-counter needs a loop of at least a second). On a CPU without RAPL no loop is run: a CPU has no burst state to wait
-out, and the energy is `skipped` with the reason.
+The same loop gives the call's energy: NVML's counter on CUDA, RAPL's on a CPU where readable. On a CPU without RAPL
+no loop is run (a CPU has no burst state), and the energy is `skipped` with the reason.
 """
 
 from __future__ import annotations
