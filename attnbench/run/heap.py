@@ -14,9 +14,8 @@ _frozen = 0  # frozen_heap()s open in this process
 def frozen_heap() -> Iterator[None]:
     """Keep the objects alive before the run (torch, libraries, the plan) out of every garbage collection.
 
-    The runner collects garbage between cases; with torch imported a full collection walks some 200,000
-    objects (~0.1 s each time, an eighth of a CPU quick run). Garbage is collected first, so only live
-    objects are frozen, and the heap is unfrozen when the outermost one ends.
+    The runner collects garbage between cases, and with torch imported a full collection is slow. Garbage is
+    collected first, so only live objects are frozen; the heap is unfrozen when the outermost one ends.
     """
     global _frozen
     gc.collect()

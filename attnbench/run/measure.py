@@ -1,8 +1,7 @@
-"""One measurement: a backend on a case — skip, prepare, check, time, read memory and the GPU — into one record.
+"""One measurement: a backend on a case, skipped or run through the stages of attnbench.run.stages, into one record.
 
-`measure()` is the only place a measurement is made: `InProcess` calls it in this process, the isolated worker
-(attnbench.run.isolation) calls it through its own `InProcess`. Every outcome, a crash of the backend included,
-becomes a record; one failure never stops a sweep.
+`measure()` is the only place a measurement is made, in this process or in an isolated worker, both through
+`InProcess`. Every outcome, a crash of the backend included, becomes a record; one failure never stops a sweep.
 """
 
 from __future__ import annotations
@@ -138,8 +137,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 @dataclass(frozen=True)
 class Numbers:
-    """What the samples, the checked call and the memory read come to: the record's time fields, throughput, memory,
-    errors and percent of peak, and their `extra` entries."""
+    """The record's time fields, throughput, memory, errors and percent of peak, and their `extra` entries."""
 
     fields: dict[str, Any]
     extra: dict[str, Any]
@@ -187,8 +185,7 @@ def status_of(repeated: stage.Repeated, ran: Profiled) -> tuple[str, str | None]
 
 @dataclass
 class Progress:
-    """The stages a measurement has finished; the record's fields are assembled from them once, also when a later
-    stage raised (a failed measurement's record keeps what the earlier ones found)."""
+    """The stages a measurement has finished: a failed measurement's record keeps what the earlier ones found."""
 
     ready: stage.Ready | None = None
     sustained: stage.Sustained | None = None

@@ -82,11 +82,9 @@ def timing_fields(samples: list[float], settings: TimingSettings, device: str = 
                   window_medians: list[float] | None = None) -> dict[str, Any]:
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
-    The interval is the run's (core.interval.run_interval): from the medians of the windows the samples were taken
-    in (`window_medians`; one window, the samples' own median, when None), with the device's run noise, at the
-    confidence asked. `noisy` when the part of it more windows would narrow is wider than the precision asked, or
-    the samples are too few for an interval of their own and a single window (one 4 s call): the number is not known
-    as well as the suite wanted.
+    The interval is the run's (core.interval.run_interval), from the medians of the windows the samples were taken
+    in (`window_medians`; None: one window). `noisy` when the part of it more windows would narrow is wider than the
+    precision asked, or the samples are too few for an interval and there is one window.
     """
     stats = summarize(samples)
     windows = window_medians if window_medians else [stats.median]

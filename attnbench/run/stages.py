@@ -48,8 +48,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Ready:
-    """The backend's case made ready: its call, the canonical q, k, v and the backend's own inputs as leaves, and what
-    `prepare` reports for the record (`extra` with the setup time)."""
+    """The backend's case made ready, the canonical q, k, v, the backend's inputs as leaves, and `extra` with setup."""
 
     prepared: Prepared
     canonical: tuple[torch.Tensor, ...]
@@ -67,9 +66,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class Checked:
-    """The checked call: its output in the backend's layout, its answer in canonical layout and the verdict on it, dO
-    in the backend's layout, what the repeatability check compares (`native`), the yardstick; the timing settings,
-    with a forward's checked call counted as warm-up, and that call's peak memory."""
+    """The checked call's output (backend layout), answer (canonical layout), verdict and yardstick; dO in the backend's
+    layout; what the repeatability check compares; the timing with a forward's checked call as warm-up; its memory."""
 
     out_native: torch.Tensor
     answer: Answer
@@ -83,8 +81,7 @@ class Checked:
 
 @dataclass(frozen=True)
 class Calls:
-    """The timed call, and, where the checked call is not its twin (a backward mode), its first call reading the
-    peak memory."""
+    """The timed call, and its first call reading peak memory where the checked call is not its twin."""
 
     fn: Callable[[], object]
     first: PeakOnFirstCall | None
@@ -99,8 +96,7 @@ class Sustained:
 
 @dataclass(frozen=True)
 class Timed:
-    """The samples, the timer's first call kept for the repeatability check, and the GPU's state right after
-    (record fields, with `extra`: attnbench.gpu.sample.record_sample)."""
+    """The samples, the timer's first call kept for the repeatability check, and the GPU's state right after."""
 
     samples: list[float]
     kept: KeepFirst
@@ -109,8 +105,7 @@ class Timed:
 
 @dataclass(frozen=True)
 class Repeated:
-    """The worst verdict of the calls judged, the words a mismatch reason adds, and the record's `repeatable` and
-    `extra` entries."""
+    """The worst verdict of the calls judged, the words a mismatch reason adds, `repeatable` and its `extra`."""
 
     verdict: Verdict
     note: str
@@ -120,7 +115,7 @@ class Repeated:
 
 @dataclass(frozen=True)
 class Kernels:
-    """Which kernels the profiled call ran, and the integrity guards' checks and what they found broken."""
+    """The profiled call's kernels, and the integrity guards' checks and findings."""
 
     ran: Profiled
     checks: list[str]
@@ -147,9 +142,9 @@ def prepare(data: CaseData, backend: Backend) -> Ready:
 
 def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: Timer, timing: TimingSettings,
           caught: list[warnings.WarningMessage]) -> Checked:
-    """The checked call, judged against the reference. A forward's checked call is the timed call's twin: its peak
-    memory is the record's, and it is the first warm-up call. A backward mode's also maps gradients back, so its
-    peak comes from the first timed call instead (memory). No call is made for memory alone."""
+    """The checked call, judged against the reference. A forward's is the timed call's twin: its peak memory is the
+    record's and it is the first warm-up call. A backward mode's also maps gradients back, so the peak comes from the
+    first timed call instead. No call is made for memory alone."""
     import torch
 
     case, prepared, leaves = data.case, ready.prepared, ready.leaves
@@ -159,8 +154,7 @@ def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: T
         warnings.simplefilter("always")
         try:
             if case.mode == "fwd":
-                # By the timer's own clock where it has one (the CPU's): a checked call that agrees with the samples
-                # after it may join them (attnbench.timing.sampling).
+                # By the timer's clock where it has one: it may join the samples (attnbench.timing.sampling).
                 clock = getattr(timer, "clock", None)
                 start = time.perf_counter()
                 call = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock,
@@ -220,8 +214,8 @@ def memory(chosen: Calls, checked: Checked) -> Memory | None:
 
 def kernels(case: Case, backend: Backend, timer: Timer, trace_dir: Path | None, ready: Ready, checked: Checked,
             chosen: Calls, guard: Guard) -> Kernels:
-    """The profiled call, after the samples so they never see it, and the integrity guards. A forward's profiled call
-    is the guard's call on other inputs (attnbench.verify.integrity); a backward mode makes that one apart."""
+    """The profiled call, after the samples, and the integrity guards. A forward's profiled call is the guard's call
+    on other inputs (attnbench.verify.integrity)."""
     prepared = ready.prepared
     other = other_inputs(prepared, ready.leaves, case.needs_grad, checked.out_native)
     ran = profiled(other if case.mode == "fwd" and other is not None else chosen.fn, case, backend, timer,
@@ -231,10 +225,9 @@ def kernels(case: Case, backend: Backend, timer: Timer, trace_dir: Path | None, 
 
 
 def repeated(data: CaseData, ready: Ready, checked: Checked, kept: KeepFirst) -> Repeated:
-    """`repeatable`: the checked call against a second call on the same inputs, bit for bit — a forward's output, a
-    backward's gradients where they are checked. The second call is the timer's first (kept), else one untimed call
-    now. Where the two differ the second is judged too; a mismatch of either is judged once more on a fresh untimed
-    call. The record takes the worst verdict, so it does not hang on which call was checked."""
+    """`repeatable`: the checked call against a second call on the same inputs (the timer's first, else an untimed
+    one), bit for bit. Where they differ the second is judged too, and a mismatch once more on a fresh call; the
+    record takes the worst verdict, so it does not hang on which call was checked."""
     import torch
 
     case, prepared, canonical, leaves, native = data.case, ready.prepared, ready.canonical, ready.leaves, checked.native
