@@ -100,6 +100,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         del exc
         collect = True  # a traceback holds the failed call's tensors in cycles
     fields = {**work, **progress.fields()}
+    del progress  # its tensors are freed before release_memory, as a finished stage's locals were
     if settings.deterministic:  # what the backend says the mode did to it
         fields.setdefault("extra", {})["deterministic"] = backend.deterministic(case)
     if data.reference_s > reference_before:  # this measurement made the case's reference: say what it cost
