@@ -96,9 +96,8 @@ def calibrate(device: str) -> Machine:
 def calibrate_apart(device: str) -> Machine:
     """calibrate() in a child process, so the parent holds no CUDA context during the run.
 
-    A context left in the parent holds memory (the context, the caching allocator's blocks) that the measuring
-    workers then lack, and shows on the GPU as another process, which marks every record `throttled`. Where the
-    child cannot run (no interpreter to spawn), the calibration runs here.
+    A context in the parent holds memory the measuring workers lack, and shows as another process on the GPU
+    (every record `throttled`). Where no child can be started, it runs here.
     """
     import subprocess
     import sys
@@ -169,10 +168,8 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
     return machine
 
 
-# A CPU's roofs. Each repetition is short, and the roof is the best one: interference (another process, a busy
-# sibling core) only ever slows a repetition, so the fastest is the nearest to what the machine can do, where a mean
-# would be the load's figure. Sizes: the size at which the library's matmul is fastest differs by dtype (caches,
-# AMX tiles for bf16), so a few are taken in turn and the best of any is the roof.
+# A CPU's roofs: the best of short repetitions, since interference only ever slows one; over a few sizes, since the
+# fastest size differs by dtype (caches, AMX tiles for bf16).
 ROOF_SIZES = (512, 1024, 2048)
 ROOF_BUDGET_S = 0.8  # per dtype, for its matmuls; at least MIN_ROUNDS rounds whatever it costs
 COPY_BUDGET_S = 0.25

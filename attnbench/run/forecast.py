@@ -179,9 +179,8 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 
 def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
-    """What the later rounds change in a measurement's time (ms) beside sample_ms (attnbench.run.rounds): each round
-    that re-times it prepares again, makes a forward for a backward's dO and warms up before its share of the samples
-    (sample_ms / rounds, at least min_samples calls); a call too slow for its share is not re-timed."""
+    """What the later rounds (attnbench.run.rounds) add to a measurement's time (ms) beside sample_ms: each re-timing
+    prepares again, warms up, and makes a forward for a backward's dO."""
     if settings.rounds <= 1:
         return 0.0
     from attnbench.run.rounds import due_again
@@ -200,10 +199,9 @@ def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingS
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """What the suite-level budget should spend (s): for each measurement (case, backend, call ms) whose budget buys
-    fewer samples than an interval of ±precision needs at the device's NOISE, the samples it lacks (at most
-    settings.refine of every measurement's budget together), and each re-timing's own cost beside them (attnbench.run.
-    rounds: at most REFINE_ASK × budget_ms of samples each, after a warm-up call, and a forward for a backward's dO)."""
+    """What the suite-level budget should spend (s): the samples each measurement (case, backend, call ms) lacks for
+    an interval of ±precision at the device's NOISE, at most settings.refine of every budget together, and each
+    re-timing's own cost beside them (attnbench.run.rounds)."""
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.run.rounds import REFINE_ASK
@@ -237,13 +235,10 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
              compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
     """The forecast of measuring `tasks` (in order) on `machine`, report included, and `roofs_s` of roofs first.
 
-    `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
-    a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
-    the run's timer can time, as attnbench.run.skip takes them; `deterministic`: the run asks for deterministic
-    kernels).
-    With `compile_workers` (attnbench.run.precompile's pool) every other graph is compiled before the first measurement,
-    `compile_workers` at a time: the phase costs a process start and the compiles' sum over the workers (at least the
-    longest one), and each measurement a load.
+    `compiled`: the graphs inductor's cache already has (Backend.compile_key), each a load, not a compile. What the
+    run's skip rule refuses is priced as a skip (`timer_modes`, `deterministic`: as attnbench.run.skip takes them).
+    With `compile_workers` the other graphs are compiled first (attnbench.run.precompile): a process start and the
+    compiles' sum over the workers (at least the longest one), then a load per measurement.
     """
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())

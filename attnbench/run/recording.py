@@ -160,8 +160,7 @@ SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3
 
 
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """`setup_ms` (the whole of `prepare`, outside every timed call) and `setup_parts` (ms): the parts the backend
-    reported (block-mask build, compile, plan) and `other`, the rest (layout conversion, packing, page tables)."""
+    """`setup_ms` (the whole of `prepare`) and `setup_parts` (ms): the parts the backend reported and `other`."""
     parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
