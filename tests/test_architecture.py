@@ -136,16 +136,16 @@ def test_no_module_is_over_450_lines() -> None:
 # Callers of a backend's `prepare` that are not measurements, each with why. precompile.compile_job calls it in a
 # compile process before the run's first measurement, only to leave the compiled graph in the on-disk cache: its
 # tensors are thrown away, nothing there is checked, timed or recorded, and the measurement still makes its own
-# `prepare` in measure._measure (which then loads the graph, and counts that load as its setup).
+# `prepare` in stages.prepare (which then loads the graph, and counts that load as its setup).
 NOT_MEASUREMENTS = {"attnbench.run.precompile.compile_job": "compiles ahead; its result is only the on-disk cache",
-                    "attnbench.run.rounds.resample": "a later round of a measurement _measure made: it makes no "
+                    "attnbench.run.rounds.resample": "a later round of a measurement already made: it makes no "
                                                      "record, its samples join that one's"}
 
 
 def test_one_function_makes_a_measurement() -> None:
-    """`prepare` (a backend's case made ready for its kernel) is called in one place only: measure._measure, which
-    the in-process run and the isolated worker both reach through measure.InProcess; and, by name, by the callers in
-    NOT_MEASUREMENTS, which make no record."""
+    """`prepare` (a backend's case made ready for its kernel) is called in one place only: stages.prepare, the first
+    stage of measure.measure, which the in-process run and the isolated worker both reach through measure.InProcess;
+    and, by name, by the callers in NOT_MEASUREMENTS, which make no record."""
     callers = []
     for name, path in modules().items():
         if name.startswith("attnbench.backends."):
@@ -155,7 +155,7 @@ def test_one_function_makes_a_measurement() -> None:
             if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "prepare"
                    and "backend" in ast.unparse(c.func.value) for c in ast.walk(function)):
                 callers.append(f"{name}.{function.name}")
-    assert sorted(callers) == sorted(["attnbench.run.measure._measure", *NOT_MEASUREMENTS])
+    assert sorted(callers) == sorted(["attnbench.run.stages.prepare", *NOT_MEASUREMENTS])
     worker = (PACKAGE / "run" / "isolation.py").read_text(encoding="utf-8")
     assert "InProcess(" in worker and "_measure(" not in worker
     ahead = (PACKAGE / "run" / "precompile.py").read_text(encoding="utf-8")  # it makes no record and times nothing

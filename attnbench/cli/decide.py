@@ -16,7 +16,8 @@ from attnbench.core.errors import AttnbenchError
 @app.command()
 @user_errors
 def recommend(
-    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are pooled."),
+    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are "
+                                                "pooled."),
     out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
                                             help="Write the dispatch table as JSON (an existing file is refused)."),
     md: Path | None = typer.Option(None, "--md", metavar="FILE",

@@ -104,8 +104,7 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
 
 def sdpa_kernel_usability(device: str) -> dict[str, str]:
     """Whether SDPA's flash, efficient and cuDNN kernels accept a typical bf16 causal call here (MHA, and GQA
-    as enable_gqa), and why not. On an H200 the efficient kernel takes MHA and refuses GQA: one GQA probe
-    alone called it unusable."""
+    as enable_gqa), and why not: a kernel may take one and refuse the other."""
     if device != "cuda":
         return {kernel: "no: CUDA only" for kernel in SDPA_KERNELS}
     import torch

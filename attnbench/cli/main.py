@@ -81,7 +81,8 @@ def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for tools."),
     fresh: opts.FreshProbes = False,
 ) -> None:
-    """What this machine can run: devices, versions, every backend's reason and fix. Exit 1 if the default suite can't."""
+    """What this machine can run: devices, versions, every backend's reason and fix.
+    Exit 1 if the default suite can't."""
     import json
 
     from attnbench.cli.doctor import diagnose, format_text
@@ -173,24 +174,13 @@ def run(
     from attnbench.run.shard import parse_shard
     from attnbench.run.tally import process_start, reference_line, timed_line
 
-    if plugin is None:
-        plugin = []
-    if backend is None:
-        backend = []
-    if force and resume is None:
-        raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
-                             "attnbench never overwrites results: choose a new --out")
-    if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
-        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+    check_run_flags(out_dir, resume, estimate_gpu, dry_run)
     options = opts.run_options(
-        backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer, deterministic,
+        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout, oom_pruning=oom_pruning,
+        peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
         compile_workers=compile_workers, trace=trace)
-    if resume is not None and not resume.is_dir():
-        raise AttnbenchError(f"--resume {resume}: no such run directory")
-    if estimate_gpu is not None and not dry_run:
-        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
     plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
         tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
@@ -223,6 +213,16 @@ def run(
     err.print(last, markup=False)
     if outcome.mismatches:
         raise typer.Exit(1)
+
+
+def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None, dry_run: bool) -> None:
+    """The rules between `run`'s flags that are not run options (those are RunOptions')."""
+    if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
+        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+    if resume is not None and not resume.is_dir():
+        raise AttnbenchError(f"--resume {resume}: no such run directory")
+    if estimate_gpu is not None and not dry_run:
+        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
 
 
 @app.command()
@@ -273,10 +273,6 @@ def submit(
     from attnbench.cluster import submit as submission
     from attnbench.cluster.sbatch import SlurmOptions
 
-    if plugin is None:
-        plugin = []
-    if backend is None:
-        backend = []
     if ctx.args:  # unknown options are ours to report: one line, exit 2, like every other bad input
         from attnbench.core.errors import did_you_mean
 
@@ -287,8 +283,9 @@ def submit(
                              f"see attnbench submit --help (nothing was submitted)")
     request = submission.Request(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
-        opts.run_options(backend, device, plugin, isolate, timeout, oom_pruning, peak_tflops, peak_bandwidth, timer,
-                         deterministic, compile_workers=compile_workers))
+        opts.run_options(backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout,
+                         oom_pruning=oom_pruning, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth,
+                         timer=timer, deterministic=deterministic, compile_workers=compile_workers))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")
@@ -329,7 +326,8 @@ def report(
     source: Path = typer.Argument(..., help="A run directory, or its results.jsonl."),
     out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
-    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else naive)."),
+    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else "
+                                                   "naive)."),
     peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
@@ -344,7 +342,8 @@ def report(
 @user_errors
 def compare(
     runs: list[Path] = typer.Argument(..., metavar="[BASE] NEW",
-                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with --against."),
+                                      help="BASE and NEW run directories (or results.jsonl); NEW alone with "
+                                           "--against."),
     against: str | None = typer.Option(None, "--against", metavar="history",
                                           help="Compare NEW with the latest earlier run of its GPU in the history "
                                                "store (attnbench history add)."),

@@ -17,7 +17,8 @@ Plugins = Annotated[list[str], typer.Option("--plugin", help="Extra backend, as 
 Isolate = Annotated[bool | None, typer.Option(
     "--isolate/--no-isolate", help="Measure in a worker process that may crash (default: on for CUDA).")]
 Timeout = Annotated[float | None, typer.Option(
-    "--timeout", min=0.001, metavar="SECONDS", help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
+    "--timeout", min=0.001, metavar="SECONDS",
+    help="Kill a measurement after this long: `timeout` (turns --isolate on).")]
 OomPruning = Annotated[bool, typer.Option(
     "--oom-pruning/--no-oom-pruning", help="After an oom, skip longer sequences of that backend and case group.")]
 PeakTflops = Annotated[float | None, typer.Option(
@@ -41,7 +42,8 @@ CompileWorkers = Annotated[int | None, typer.Option(
     help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
          "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]
 Timer = Annotated[str, typer.Option(
-    "--timer", metavar="auto|cuda-graph", help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
+    "--timer", metavar="auto|cuda-graph",
+    help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
 Deterministic = Annotated[bool, typer.Option(
     "--deterministic", help="Deterministic kernels only, as the suite's `deterministic: true` (others are skipped).")]
 Trace = Annotated[bool, typer.Option(
@@ -51,13 +53,17 @@ Report = Annotated[bool, typer.Option(
                                  "later).")]
 
 
-def run_options(backends: list[str], device: str | None, plugins: list[str], isolate: bool | None,
+def run_options(*, backend: list[str] | None, device: str | None, plugin: list[str] | None, isolate: bool | None,
                 timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
-                timer: str, deterministic: bool = False, *, devices: tuple[int, ...] | None = None,
+                timer: str, deterministic: bool, devices: tuple[int, ...] | None = None,
                 cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
                 force: bool = False, compile_workers: int | None = None, trace: bool = False) -> RunOptions:
-    """The shared options' values as the RunOptions a run (or each shard of a submission) is made with."""
+    """The shared options' values, by the names of the command's parameters, as the RunOptions a run (or each shard
+    of a submission) is made with."""
     from attnbench.run.options import RunOptions
 
-    return RunOptions(tuple(backends), device, tuple(plugins), isolate, timeout, oom_pruning, devices, peak_tflops,
-                      peak_bandwidth, timer, cache_dir, shard, resume, force, deterministic, compile_workers, trace)
+    return RunOptions(backends=tuple(backend or ()), device=device, plugins=tuple(plugin or ()), isolate=isolate,
+                      timeout_s=timeout, oom_pruning=oom_pruning, devices=devices, peak_tflops=peak_tflops,
+                      peak_bandwidth_gbs=peak_bandwidth, timer=timer, cache_dir=cache_dir, shard=shard,
+                      resume=resume, force=force, deterministic=deterministic, compile_workers=compile_workers,
+                      trace=trace)

@@ -45,8 +45,9 @@ def fingerprint(device: str) -> str:
         return f"{path}:{st.st_mtime_ns}:{st.st_size}"
 
     sources = sorted(Path(package.__path__[0]).glob("*.py"))
-    parts = [attnbench.__version__, device, os.path.realpath(sys.executable), sys.version, *map(stamp, map(str, sources)),
-             *map(stamp, sys.path[1:]), *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
+    parts = [attnbench.__version__, device, os.path.realpath(sys.executable), sys.version,
+             *map(stamp, map(str, sources)), *map(stamp, sys.path[1:]),
+             *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
     parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
     parts.append(f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -64,7 +64,8 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
         table.add_row("refining (timing.refine)", "", "", fmt_duration(predicted.refine_s))
     if predicted.roofs_s:
         table.add_row("the CPU's roofs", "", "", fmt_duration(predicted.roofs_s))
-    table.add_row("startup and report", "", "", fmt_duration(predicted.fixed_s - predicted.refine_s - predicted.roofs_s))
+    startup_s = predicted.fixed_s - predicted.refine_s - predicted.roofs_s
+    table.add_row("startup and report", "", "", fmt_duration(startup_s))
     console.print(table)
     if predicted.compile_workers:
         compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs in "

@@ -1,10 +1,8 @@
 """The worker one side of an A/B runs in (attnbench.run.ab): a child process started with that side's Python, so it
 measures with that environment's torch, libraries and attnbench.
 
-It answers three messages over its socket (attnbench.run.child): ("env",) with its own environment's facts
-(attnbench.run.env.collect_env); ("measure", case fields, backend) with a measurement's first round, made as `run`
-makes it (checked, profiled, timed: attnbench.run.measure); ("resample", case fields, backend, timing) with one later
-round's samples (attnbench.run.rounds.resample), or none and the reason when the call failed.
+It answers ("env",) with its environment's facts, ("measure", case fields, backend) with a measurement's first round
+as `run` makes it, and ("resample", case fields, backend, timing) with one later round's samples, or none and why.
 """
 
 from __future__ import annotations

@@ -96,9 +96,8 @@ def calibrate(device: str) -> Machine:
 def calibrate_apart(device: str) -> Machine:
     """calibrate() in a child process, so the parent holds no CUDA context during the run.
 
-    A context left in the parent holds memory (the context, the caching allocator's blocks) that the measuring
-    workers then lack, and shows on the GPU as another process, which marks every record `throttled`. Where the
-    child cannot run (no interpreter to spawn), the calibration runs here.
+    A context in the parent holds memory the measuring workers lack, and shows as another process on the GPU
+    (every record `throttled`). Where no child can be started, it runs here.
     """
     import subprocess
     import sys
@@ -169,10 +168,8 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
     return machine
 
 
-# A CPU's roofs. Each repetition is short, and the roof is the best one: interference (another process, a busy
-# sibling core) only ever slows a repetition, so the fastest is the nearest to what the machine can do, where a mean
-# would be the load's figure. Sizes: the size at which the library's matmul is fastest differs by dtype (caches,
-# AMX tiles for bf16), so a few are taken in turn and the best of any is the roof.
+# A CPU's roofs: the best of short repetitions, since interference only ever slows one; over a few sizes, since the
+# fastest size differs by dtype (caches, AMX tiles for bf16).
 ROOF_SIZES = (512, 1024, 2048)
 ROOF_BUDGET_S = 0.8  # per dtype, for its matmuls; at least MIN_ROUNDS rounds whatever it costs
 COPY_BUDGET_S = 0.25
@@ -201,7 +198,7 @@ def roof_budget_s() -> float:
 
 
 def roof_dtypes(cases: list[Case]) -> tuple[str, ...]:
-    """The dtypes a run's CPU cases compute in, each of which gets its matmul roof (FP8 inputs: their bf16 originals')."""
+    """The dtypes a run's CPU cases compute in, each with its matmul roof (FP8 inputs: their bf16 originals')."""
     return tuple(sorted({case.unquantized.dtype for case in cases if case.device == "cpu"}))
 
 
@@ -239,8 +236,9 @@ def matmul_roof(dtype: str, times: dict[int, list[float]]) -> MatmulRoof:
                       2 * size ** 3 / max(median, 1e-12) / 1e9)
 
 
-def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
-                  sizes: tuple[int, ...] = ROOF_SIZES, copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
+def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None,
+                  clock: Callable[[], float] = time.perf_counter, sizes: tuple[int, ...] = ROOF_SIZES,
+                  copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
     """This CPU's roofs on the run's thread count: per dtype the best repetition of n×n matmuls of `sizes`, and the
     best copy of `copy_bytes`; None with no dtype or a budget of 0."""
     import torch
@@ -261,13 +259,14 @@ def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None, clock:
             call()  # the first call of a size picks and packs its kernel: not the roof
             calls[n] = call
             if clock() - first > budget / WARM_SHARE:
-                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half the budget
+                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half of it
         roofs.append(matmul_roof(dtype, timed_rounds(calls, budget, clock)))
         del calls
     src = torch.ones(copy_bytes // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)  # the first touch of dst's pages: not the roof
-    copies = timed_rounds({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock, min_rounds=3)["copy"]
+    copies = timed_rounds({"copy": lambda dst=dst, src=src: dst.copy_(src)}, min(COPY_BUDGET_S, budget), clock,
+                          min_rounds=3)["copy"]
     del src, dst
     threads = torch.get_num_threads()
     return MeasuredRoofs(

@@ -1,10 +1,9 @@
 """A child process that runs attnbench code and talks to its parent over a socket pair: the isolated measuring worker
 (attnbench.run.isolation) and the compile processes (attnbench.run.precompile).
 
-The parent starts `python -c COMMAND FD` (a subprocess rather than multiprocessing's spawn: spawn re-imports the
-parent's __main__, which breaks under any unguarded script that calls attnbench), and exchanges pickled messages with
-it (multiprocessing's Connection). Its stdout and stderr go to a file; a child that dies is described by its signal
-or exit code and the last lines it wrote there.
+The parent starts `python -c COMMAND FD` (not multiprocessing's spawn, which re-imports the parent's __main__) and
+exchanges pickled messages with it (multiprocessing's Connection). A child that dies is described by its signal or
+exit code and the last lines of its output.
 """
 
 from __future__ import annotations

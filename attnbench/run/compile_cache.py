@@ -1,14 +1,9 @@
 """Where torch.compile keeps what it compiled between runs: a directory the user can see and clear.
 
-Inductor's FX graph cache, autotune results and Triton kernels live under TORCHINDUCTOR_CACHE_DIR; attnbench
-points it at `<cache dir>/inductor` (default `$XDG_CACHE_HOME/attnbench`, else `~/.cache/attnbench`), so the
-second run of a suite loads flex's kernels instead of compiling them. Beside it, `compiled.json` lists the
-flex graphs attnbench has compiled there (per torch version), so a forecast knows which compiles are cached,
-and `calibration.json` keeps each device's throughput measurement.
-
-FlashInfer JIT-compiles its kernels with nvcc at first use and keeps them under $FLASHINFER_WORKSPACE_BASE/.cache/
-flashinfer (flashinfer/jit/env.py, read when flashinfer is imported; default the home directory): attnbench points
-it at `<cache dir>/flashinfer`, so the run's --cache-dir holds every compiled kernel and a second run loads them.
+TORCHINDUCTOR_CACHE_DIR points at `<cache dir>/inductor` and FLASHINFER_WORKSPACE_BASE (read when flashinfer is
+imported: flashinfer/jit/env.py) at `<cache dir>/flashinfer`, so a second run loads their kernels instead of
+compiling them. Beside them, `compiled.json` lists the graphs compiled there, per torch version (for the forecast),
+and `calibration.json` keeps each device's throughput.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ def libraries() -> tuple[str, ...]:
     from attnbench.backends.registry import default_registry
 
     registry = default_registry()
-    return tuple(dict.fromkeys([*UNDERLYING[:2], *(registry.get(n).library for n in registry.names()), *UNDERLYING[2:]]))
+    libraries = (registry.get(name).library for name in registry.names())
+    return tuple(dict.fromkeys([*UNDERLYING[:2], *libraries, *UNDERLYING[2:]]))
 
 
 def cpu_only_torch() -> bool:
-    """Whether the installed torch is a CPU-only build by its own version tag (2.13.0+cpu): CUDA can never be
-    available to it, which is known without importing it (a second or more of `attnbench list`)."""
+    """Whether the installed torch is a CPU-only build by its version tag (2.13.0+cpu), known without importing it."""
     try:
         return importlib.metadata.version("torch").endswith("+cpu")
     except importlib.metadata.PackageNotFoundError:
@@ -110,8 +110,7 @@ def git_commit() -> str | None:
 
 
 def torch_facts() -> dict[str, Any]:
-    """What the environment record takes from torch itself: its version, threads, CUDA and cuDNN builds and the
-    visible GPUs (importing torch: seconds on a small machine, which `doctor` keeps for a CPU installation)."""
+    """What the environment record takes from torch itself: version, threads, CUDA and cuDNN builds, visible GPUs."""
     import torch
 
     from attnbench.run.devices import physical_gpu

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MODE_PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd_bwd": ("fwd", "bwd")}
 
-# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted, as above).
+# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted).
 CHECK_JOINS = 0.5
 # Relative spread of a call's samples (their coefficient of variation): how many samples the interval needs.
 NOISE = {"cpu": 0.03, "cuda": 0.01}
@@ -35,7 +35,7 @@ NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 @dataclass(frozen=True)
 class Overheads:
-    """Fixed costs of the harness, in seconds (fitted on the same runs as the kernels)."""
+    """Fixed costs of the harness, in seconds."""
 
     startup_s: float  # interpreter, imports, env.json: before the first measurement
     per_measurement_s: float  # prepare, check, record, progress: around every measurement that runs
@@ -48,18 +48,12 @@ class Overheads:
     compile_cached_s: float  # the same graph from inductor's on-disk cache
     backward_compile: float  # a forward-and-backward compile costs this many forward ones
     per_round_s: float  # a later round's re-timing of a measurement, beside its calls: prepare, progress
-    profiler_s: float  # torch.profiler's first session in a process (torch 2.13 imports torch._inductor there)
+    profiler_s: float  # torch.profiler's first session in a process (it imports torch._inductor)
 
 
-# compile_cached_s: benchmarks/flex_warm_load.py on the 2-core AMD EPYC development VM (torch 2.13, load 1.7-2.0):
-# torch.compile's part of a warm-cache flex prepare (`dynamo_s`: trace, cache lookup and load), median 0.147 s
-# (max 0.31 s) over 21 loads of 1K-2K shapes after each process's first (prepare's warm call, 0.02-0.11 s there, apart).
-# startup_s, per_measurement_s, per_round_s and profiler_s: an instrumented `run quick` and `run suites/long.yaml` (its
-# CPU block, an empty compile cache) on an idle 2-core Intel Xeon VM, torch 2.13 (2026-12-02): 3.4 s from the
-# interpreter's start to the first measurement; 25 ms around each first-round measurement and 10 ms around each
-# re-timing beside their calls; the profiler's first session 1.4 s.
+# Fitted on instrumented runs of `run quick` and suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
+# compile_cached_s is torch.compile's part of a warm-cache load, as benchmarks/flex_warm_load.py measures it.
 CPU_OVERHEADS = Overheads(3.4, 0.025, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.010, 1.4)
-# compile: the H200 run of suites/gpu-check.yaml (torch 2.11): compile_s 2.8 s forward, 4.2 s fwd_bwd.
 GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01, 1.5)
 
 
@@ -176,8 +170,8 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
     if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
         sample_ms -= CHECK_JOINS * t_ms
-    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on a CPU
-    # only where RAPL can be read, which the forecast does not assume.
+    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on
+    # a CPU only where RAPL can be read, which the forecast does not assume.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
     later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
     return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
@@ -185,9 +179,8 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 
 def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
-    """What the later rounds change in a measurement's time (ms) beside sample_ms (attnbench.run.rounds): each round
-    that re-times it prepares again, makes a forward for a backward's dO and warms up before its share of the samples
-    (sample_ms / rounds, at least min_samples calls); a call too slow for its share is not re-timed."""
+    """What the later rounds (attnbench.run.rounds) add to a measurement's time (ms) beside sample_ms: each re-timing
+    prepares again, warms up, and makes a forward for a backward's dO."""
     if settings.rounds <= 1:
         return 0.0
     from attnbench.run.rounds import due_again
@@ -206,10 +199,9 @@ def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingS
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """What the suite-level budget should spend (s): for each measurement (case, backend, call ms) whose budget buys
-    fewer samples than an interval of ±precision needs at the device's NOISE, the samples it lacks (at most
-    settings.refine of every measurement's budget together), and each re-timing's own cost beside them (attnbench.run.
-    rounds: at most REFINE_ASK × budget_ms of samples each, after a warm-up call, and a forward for a backward's dO)."""
+    """What the suite-level budget should spend (s): the samples each measurement (case, backend, call ms) lacks for
+    an interval of ±precision at the device's NOISE, at most settings.refine of every budget together, and each
+    re-timing's own cost beside them (attnbench.run.rounds)."""
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.run.rounds import REFINE_ASK
@@ -243,12 +235,10 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
              compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
     """The forecast of measuring `tasks` (in order) on `machine`, report included, and `roofs_s` of roofs first.
 
-    `compiled` holds the graphs inductor's cache already has (Backend.compile_key), which cost a cache load, not
-    a compile. A measurement the run's skip rule refuses here is a skip, priced as such (`timer_modes`: the modes
-    the run's timer can time, as attnbench.run.skip takes them; `deterministic`: the run asks for deterministic kernels).
-    With `compile_workers` (attnbench.run.precompile's pool) every other graph is compiled before the first measurement,
-    `compile_workers` at a time: the phase costs a process start and the compiles' sum over the workers (at least the
-    longest one), and each measurement a load.
+    `compiled`: the graphs inductor's cache already has (Backend.compile_key), each a load, not a compile. What the
+    run's skip rule refuses is priced as a skip (`timer_modes`, `deterministic`: as attnbench.run.skip takes them).
+    With `compile_workers` the other graphs are compiled first (attnbench.run.precompile): a process start and the
+    compiles' sum over the workers (at least the longest one), then a load per measurement.
     """
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())

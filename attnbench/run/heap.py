@@ -14,9 +14,8 @@ _frozen = 0  # frozen_heap()s open in this process
 def frozen_heap() -> Iterator[None]:
     """Keep the objects alive before the run (torch, libraries, the plan) out of every garbage collection.
 
-    The runner collects garbage between cases; with torch imported a full collection walks some 200,000
-    objects (~0.1 s each time, an eighth of a CPU quick run). Garbage is collected first, so only live
-    objects are frozen, and the heap is unfrozen when the outermost one ends.
+    The runner collects garbage between cases, and with torch imported a full collection is slow. Garbage is
+    collected first, so only live objects are frozen; the heap is unfrozen when the outermost one ends.
     """
     global _frozen
     gc.collect()
@@ -33,12 +32,11 @@ def frozen_heap() -> Iterator[None]:
 def release_memory(device: str, collect: bool = False) -> None:
     """Drop what a finished measurement left behind, so the next one starts from the same state.
 
-    Inside a frozen heap (frozen_heap) what survives a full collection between cases is the run's own state
-    (its records, modules a library imported late: torch.profiler's first session alone leaves some 117,000 objects),
-    and it is frozen too, so the next collection walks only what was made since (41-100 ms -> under 1 ms each)."""
+    Inside a frozen heap (frozen_heap) what survives a full collection is the run's own state, and it is frozen too,
+    so the next collection walks only what was made since."""
     if collect:
         gc.collect()
-        if _frozen:  # (a flag: gc.get_freeze_count() walks the frozen objects, 46 ms each time with torch imported)
+        if _frozen:  # a flag: gc.get_freeze_count() walks every frozen object
             gc.freeze()
     if device == "cuda":
         import torch

@@ -1,11 +1,8 @@
 """Measurements in a worker process, so a segfault, an exit or a hang costs one record, not the run.
 
-The parent starts `python -c ...` with one end of a socket pair, and sends (case, backend name)
-pairs over it as pickled messages (multiprocessing's Connection). The worker rebuilds the
-registry (built-ins, entry points and the run's plugin specs), keeps the inputs and reference of the
-current case between backends, and answers with the record. A worker that dies is described by its
-signal or exit code and the last lines it wrote to stderr; one that passes the time limit is killed.
-Either way the next measurement starts a fresh worker.
+The worker (attnbench.run.child) rebuilds the registry with the run's plugins, keeps the current case's inputs and
+reference between backends, and answers each (case, backend name) with the record. One that dies or passes the time
+limit costs its measurement; the next one starts a fresh worker.
 """
 
 from __future__ import annotations

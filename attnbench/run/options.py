@@ -6,15 +6,18 @@ finishes it, and the SLURM scripts run each shard, both from `to_argv()`: no com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from attnbench.core.errors import AttnbenchError
 
 if TYPE_CHECKING:
     from attnbench.run.shard import Shard
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """How a suite is run: which backends on which device, in or out of process, with which limits and roofs."""
 
@@ -36,46 +39,61 @@ class RunOptions:
     compile_workers: int | None = None  # processes compiling ahead (attnbench.run.precompile); None: its default
     trace: bool = False  # one Chrome trace per measurement under traces/ (attnbench.run.profiled)
 
+    def __post_init__(self) -> None:
+        """The rules between the options themselves; those that need the suite are the session's."""
+        if self.force and not self.resume:
+            raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
+                                 "attnbench never overwrites results: choose a new --out")
+        if self.devices is not None and self.isolate is False:
+            raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
+
     def to_argv(self) -> list[str]:
         """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
-        words: list[str] = []
-        for name in self.backends:
-            words += ["--backend", name]
-        for spec in self.plugins:
-            words += ["--plugin", spec]
-        if self.device:
-            words += ["--device", self.device]
-        if self.isolate is not None:
-            words.append("--isolate" if self.isolate else "--no-isolate")
-        if self.timeout_s is not None:
-            words += ["--timeout", f"{self.timeout_s:g}"]
-        if not self.oom_pruning:
-            words.append("--no-oom-pruning")
-        if self.devices is not None:
-            words += ["--devices", ",".join(map(str, self.devices))]
-        if self.peak_tflops is not None:
-            words += ["--peak-tflops", f"{self.peak_tflops:g}"]
-        if self.peak_bandwidth_gbs is not None:
-            words += ["--peak-bandwidth", f"{self.peak_bandwidth_gbs:g}"]
-        if self.timer != "auto":
-            words += ["--timer", self.timer]
-        if self.deterministic:
-            words.append("--deterministic")
-        if self.shard is not None:
-            words += ["--shard", str(self.shard)]
-        if self.force:
-            words.append("--force")
-        if self.compile_workers is not None:
-            words += ["--compile-workers", str(self.compile_workers)]
-        if self.trace:
-            words.append("--trace")
-        if self.cache_dir is not None:  # this machine's compile cache: a resumed run loads what was compiled
-            words += ["--cache-dir", str(self.cache_dir)]
-        return words
+        return [word for name, words in ARGV for word in words(getattr(self, name))]
 
     def for_shards(self) -> RunOptions:
         """These choices as each SLURM shard takes them: the shard, resumption and cache are the script's own."""
         return replace(self, shard=None, resume=False, force=False, cache_dir=None, devices=None)
+
+
+def _each(flag: str) -> Callable[[tuple[str, ...]], list[str]]:
+    """A flag repeated before each of the option's values."""
+    return lambda values: [word for value in values for word in (flag, value)]
+
+
+def _valued(flag: str, render: Callable[[Any], str] = str, default: object = None) -> Callable[[Any], list[str]]:
+    """A flag and its value, left out at the option's default."""
+    return lambda value: [] if value == default else [flag, render(value)]
+
+
+def _switch(flag: str, on: bool = True) -> Callable[[bool], list[str]]:
+    """A flag alone, given when the option is `on`."""
+    return lambda value: [flag] if value == on else []
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+# Each option and its words, in the order to_argv gives them.
+ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
+    ("backends", _each("--backend")),
+    ("plugins", _each("--plugin")),
+    ("device", lambda device: ["--device", device] if device else []),
+    ("isolate", lambda isolate: [] if isolate is None else ["--isolate" if isolate else "--no-isolate"]),
+    ("timeout_s", _valued("--timeout", _number)),
+    ("oom_pruning", _switch("--no-oom-pruning", on=False)),
+    ("devices", _valued("--devices", lambda devices: ",".join(map(str, devices)))),
+    ("peak_tflops", _valued("--peak-tflops", _number)),
+    ("peak_bandwidth_gbs", _valued("--peak-bandwidth", _number)),
+    ("timer", _valued("--timer", default="auto")),
+    ("deterministic", _switch("--deterministic")),
+    ("shard", _valued("--shard")),
+    ("force", _switch("--force")),
+    ("compile_workers", _valued("--compile-workers")),
+    ("trace", _switch("--trace")),
+    ("cache_dir", _valued("--cache-dir")),  # this machine's compile cache: a resumed run loads what was compiled
+)
 
 
 def resume_command(suite: Path | str, directory: Path, options: RunOptions) -> str:

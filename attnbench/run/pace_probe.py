@@ -1,15 +1,13 @@
 """The machine's own pace through a run: one fixed workload timed in short windows between the run's measurements.
 
-Two runs of one suite on one machine differ as a whole by the machine's pace on the day: on a shared VM every kernel
-drifts together by 10-20% between runs a minute apart. From the kernels alone that drift cannot be told from a change
-that most of them share (three of four backends slower pull the median NEW/BASE ratio with them). A workload that no
+Two runs of one suite on one machine differ as a whole by the machine's pace on the day (on a shared machine every
+kernel drifts together), which the kernels alone cannot tell from a change most of them share. A workload that no
 backend, plugin or suite changes, timed all through both runs, measures the machine's part; `compare` divides it out
 when both runs carry it and ran the same software on the same machine (attnbench.report.change_rule).
 
 The workload is attention written out in torch's own operators (q·kᵀ, softmax, ·v) at one fixed shape in float32:
-close to what the measured calls do, and a function of torch and the machine only. It runs on the CPU; a GPU's pace
-between identical runs is two orders of magnitude steadier (core.policy), and a probe there would hold a CUDA context
-in the parent that the measuring workers lack.
+close to what the measured calls do, and a function of torch and the machine only. It runs on the CPU: a GPU's pace
+is far steadier (core.policy), and a probe there would hold a CUDA context in the parent.
 """
 
 from __future__ import annotations

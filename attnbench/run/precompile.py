@@ -1,23 +1,10 @@
 """The compile phase: every graph a run's measurements will compile, compiled first, in parallel, in worker processes.
 
-A backend whose `prepare` compiles (`Backend.cost.compiles`: flex, flex-dynamic) compiles one graph per
-`Backend.compile_key`. Without this phase the measuring process compiles them one after the other while the device
-waits (72 of the 108 minutes `--estimate-gpu H100` gave suites/long.yaml). With it, before the first measurement a
-pool of `--compile-workers` processes takes each distinct key not yet in the run's `--cache-dir`, builds the case's
-inputs and calls the backend's own `prepare` (which compiles and makes one warm call) in a fresh process that shares
-the run's TORCHINDUCTOR_CACHE_DIR. When the measurement's `prepare` runs, Inductor's FX graph cache and AOTAutograd's
-cache (and Triton's, under the same directory) hold the graph: it traces and loads instead of compiling
-(`extra.kernels_compiled` 0, `cache_hits` > 0); the load is its setup, `extra.compile_s`, as any compile was.
-
-Why a phase before the measurements, never beside them: on a CPU the compile processes would compete for the cores
-the timed calls run on; on a GPU each compile process's warm call runs a kernel on the GPU being timed, and a second
-process holding a context there flags every record as timed on a shared GPU. So the pool is done, and every process
-of it gone, before the first measurement starts. Nothing made in the pool is timed, checked or recorded: its tensors
-are thrown away; only the on-disk caches remain.
-
-What the phase did goes into env.json (`precompile`), and the seconds the pool spent on a record's graph into that
-record's `extra.precompile_s`. A compile that fails in the pool is not an error of the run: the measurement compiles
-itself, as without the pool, and records its own failure if it fails again.
+Each process calls the backend's own `prepare` on the case's inputs, sharing the run's TORCHINDUCTOR_CACHE_DIR, so
+that the measurement's `prepare` loads the graph instead of compiling it. The phase ends, every process gone, before
+the first measurement: a compile process would take the CPU's cores or a context on the GPU being timed. Nothing
+made here is timed, checked or recorded; a compile that fails here is compiled again by its measurement.
+(docs/run-time.md, "Compiling ahead")
 """
 
 from __future__ import annotations
@@ -39,11 +26,8 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
 
-# The default pool: a process per core this process may run on but one (left to the parent and the system), at most
-# this many (on a GPU server each holds a CUDA context and a case's tensors on the one GPU), and none where that
-# leaves fewer than two: one process compiling the graphs one after the other gains nothing over the measurement
-# compiling them itself. On the 2-core VM two processes gained nothing either (docs/run-time.md): each compile is
-# a C++ compiler's run, and two at once took twice as long each.
+# The default pool: a process per usable core but one, at most this many (each holds a CUDA context and a case's
+# tensors on the GPU), and none where that leaves fewer than two (one process gains nothing over the measurement).
 MAX_DEFAULT_WORKERS = 16
 # The pool size a GPU estimate (`--dry-run --estimate-gpu`) assumes when --compile-workers is not given.
 ESTIMATE_GPU_WORKERS = 16
@@ -104,10 +88,8 @@ def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
 
 
 def interleaved(jobs: list[Job]) -> list[Job]:
-    """Backward graphs go first (they take the longest to compile); within each kind, one job of each length in turn,
-    the longest first, otherwise in the run's order. A suite lists its lengths outermost, so in the run's order the
-    pool's processes would all hold the longest cases' tensors (and their eager block masks: 12 GB each at 32K) at
-    once; taken in turn, any few consecutive jobs hold as few of them as the mix allows."""
+    """One job of each length in turn, the longest first, otherwise in the run's order: in the run's order (lengths
+    outermost) the processes would all hold the longest cases' tensors and block masks at once."""
     buckets: dict[tuple[int, int], deque[Job]] = {}
     for job in jobs:
         buckets.setdefault((job.cases[0].seq_len, job.cases[0].kv_seq_len), deque()).append(job)
@@ -180,65 +162,82 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
     error can leave Dynamo skipping the backend's frame for the rest of that process."""
     result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
     start = time.perf_counter()
-    queue = deque(jobs)
-    lock = threading.Lock()
-    limit = max(JOB_TIMEOUT_S, timeout_s or 0.0)
-    live: list[ChildProcess] = []
+    pool = _Pool(jobs, result, max(JOB_TIMEOUT_S, timeout_s or 0.0), should_stop, on_done)
+    pool.run([PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {})) for slot in range(result.workers)])
+    result.wall_s = time.perf_counter() - start
+    return result
 
-    def note(done: JobResult) -> None:
-        with lock:
-            result.results.append(done)
-        if on_done is not None:
-            on_done(done)
 
-    def work(slot: int) -> None:
-        config = PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {}))
+class _Pool:
+    """The compile processes' shared queue and results, and the processes alive (killed on a second Ctrl-C)."""
+
+    def __init__(self, jobs: list[Job], result: PoolResult, limit: float, should_stop: Callable[[], bool],
+                 on_done: Callable[[JobResult], None] | None) -> None:
+        self.queue = deque(jobs)
+        self.result = result
+        self.limit = limit
+        self.should_stop = should_stop
+        self.on_done = on_done
+        self.lock = threading.Lock()
+        self.live: list[ChildProcess] = []
+
+    def run(self, configs: list[PoolConfig]) -> None:
+        """One thread per process, each driving its process until the queue is empty."""
+        threads = [threading.Thread(target=self.work, args=(config,), name=f"attnbench-compile-{slot}", daemon=True)
+                   for slot, config in enumerate(configs)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # a second Ctrl-C: no compile process outlives the run
+            self.queue.clear()
+            for worker in list(self.live):
+                worker.kill()
+            raise
+
+    def work(self, config: PoolConfig) -> None:
         worker: ChildProcess | None = None
-        while True:
-            with lock:
-                if should_stop():
-                    result.stopped = True
-                    queue.clear()
-                if not queue:
-                    break
-                job = queue.popleft()
+        while (job := self.next_job()) is not None:
             began = time.perf_counter()
-            try:
-                if worker is None:
-                    worker = ChildProcess.start(WORKER_COMMAND, config)
-                    with lock:
-                        live.append(worker)
-                worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
-                message = worker.receive(limit)
-            except (ChildDied, OSError) as died:  # it ended, or could not be started
-                message = ("done", "failed", 0, 0, f"compile process {died}")
-                if worker is not None:
-                    worker.kill()
-                worker = None
-            if message is None:
-                message = ("done", "failed", 0, 0, f"no result within {limit:g} s; the compile process was killed")
-            _, status, kernels, hits, reason = message
-            note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
+            worker, (_, status, kernels, hits, reason) = self.compile(worker, job, config)
+            self.note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
             if status == "failed" and worker is not None:  # a fresh process for the next job
                 worker.kill()
                 worker = None
         if worker is not None:
             worker.stop()
 
-    threads = [threading.Thread(target=work, args=(slot,), name=f"attnbench-compile-{slot}", daemon=True)
-               for slot in range(result.workers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:  # a second Ctrl-C: no compile process outlives the run
-        queue.clear()
-        for worker in list(live):
-            worker.kill()
-        raise
-    result.wall_s = time.perf_counter() - start
-    return result
+    def next_job(self) -> Job | None:
+        with self.lock:
+            if self.should_stop():
+                self.result.stopped = True
+                self.queue.clear()
+            return self.queue.popleft() if self.queue else None
+
+    def compile(self, worker: ChildProcess | None, job: Job, config: PoolConfig) -> tuple[ChildProcess | None, tuple]:
+        """`job` sent to `worker`, started first where there is none: the process (None once it has died) and its
+        answer."""
+        try:
+            if worker is None:
+                worker = ChildProcess.start(WORKER_COMMAND, config)
+                with self.lock:
+                    self.live.append(worker)
+            worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
+            message = worker.receive(self.limit)
+        except (ChildDied, OSError) as died:  # it ended, or could not be started
+            if worker is not None:
+                worker.kill()
+            return None, ("done", "failed", 0, 0, f"compile process {died}")
+        if message is None:
+            message = ("done", "failed", 0, 0, f"no result within {self.limit:g} s; the compile process was killed")
+        return worker, message
+
+    def note(self, done: JobResult) -> None:
+        with self.lock:
+            self.result.results.append(done)
+        if self.on_done is not None:
+            self.on_done(done)
 
 
 def worker_entry(fd: int) -> None:
@@ -260,9 +259,8 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
 
 
 def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None]:
-    """Call `backend.prepare` on each case's inputs as the measurement will (the same seeded tensors, the grad mode
-    the case times), so that the graph it compiles, and the key it is cached under, are the measurement's; keep
-    nothing but what the compile left on disk. (status, kernels compiled, cache hits, reason)."""
+    """`backend.prepare` on each case's inputs as the measurement makes them, so that the graph and its cache key are
+    the measurement's; nothing is kept but the cache on disk. (status, kernels compiled, cache hits, reason)."""
     from attnbench.backends.base import Unsupported, first_line, refusal
     from attnbench.backends.conformance import conformance_problem
     from attnbench.verify.inputs import make_inputs

@@ -1,12 +1,9 @@
 """The profiled call of a measurement (attnbench.timing.profile): which kernels ran, judged against what the backend
 declares, and, where the timer replays a CUDA graph, whether one replay ran the eager call's kernels.
 
-Made once after the samples, so the samples never see the profiler; its time is the record's setup ("profile").
-A backend whose call runs outside PyTorch (JAX, ONNX Runtime, OpenVINO) hands its runtime's own profiler instead
-(Prepared.profile): torch.profiler would see no op, so that profile is the record's `kernels`, judged the same way,
-and `kernels_source` names which profiler saw them. With --trace, one timed sample is profiled too, made the way the
-timer makes each (attnbench.timing.timers one_sample; under a graph timer, the profiled replay), and the trace holds
-both calls, each in a named range.
+Made once after the samples, so they never see the profiler; its time is setup ("profile"). A backend whose call
+runs outside PyTorch hands its runtime's own profiler (Prepared.profile), judged the same way (`kernels_source`).
+With --trace, one timed sample is profiled too (attnbench.timing.timers one_sample), each call in a named range.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ class RunInfo:
     # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
     peak_tflops: float | None = None
     peak_bandwidth_gbs: float | None = None
-    # This device's own roofs, measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
-    # and a copy (GB/s). A record's extra.percent_of_measured_peak is against them, beside the datasheet's.
+    # This device's roofs measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
+    # and a copy (GB/s); a record's extra.percent_of_measured_peak is against them.
     measured_tflops: tuple[tuple[str, float], ...] = ()
     measured_bandwidth_gbs: float | None = None
     # A CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs): a CPU record's
@@ -54,7 +54,8 @@ def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: st
         reason = reason[: MAX_REASON - 1] + "…"
     return Record(
         run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
-        case_id=case.case_id, status=status, reason=reason, timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
+        case_id=case.case_id, status=status, reason=reason,
+        timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
         **case.fields(), **fields,
     )
 
@@ -81,11 +82,9 @@ def timing_fields(samples: list[float], settings: TimingSettings, device: str = 
                   window_medians: list[float] | None = None) -> dict[str, Any]:
     """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
 
-    The interval is the run's (core.interval.run_interval): from the medians of the windows the samples were taken
-    in (`window_medians`; one window, the samples' own median, when None), with the device's run noise, at the
-    confidence asked. `noisy` when the part of it more windows would narrow is wider than the precision asked, or
-    the samples are too few for an interval of their own and a single window (one 4 s call): the number is not known
-    as well as the suite wanted.
+    The interval is the run's (core.interval.run_interval), from the medians of the windows the samples were taken
+    in (`window_medians`; None: one window). `noisy` when the part of it more windows would narrow is wider than the
+    precision asked, or the samples are too few for an interval and there is one window.
     """
     stats = summarize(samples)
     windows = window_medians if window_medians else [stats.median]
@@ -161,8 +160,7 @@ SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3
 
 
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """`setup_ms` (the whole of `prepare`, outside every timed call) and `setup_parts` (ms): the parts the backend
-    reported (block-mask build, compile, plan) and `other`, the rest (layout conversion, packing, page tables)."""
+    """`setup_ms` (the whole of `prepare`) and `setup_parts` (ms): the parts the backend reported and `other`."""
     parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}

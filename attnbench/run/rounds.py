@@ -1,25 +1,13 @@
 """A measurement's samples taken in rounds spread over the run, then more where the interval is still too wide.
 
-The first round is the measurement itself (attnbench.run.measure): the checked call, memory, which kernel ran, and
-samples for its share of `budget_ms` (TimingSettings.round_share). Each later round walks every `ok` measurement again
-in a shuffled order (seeded by the run id, so a run can be repeated) and re-times it with another share: the same
-inputs prepared again, warmed up, timed (measure.resample). A call whose time wanders with the machine over seconds
-(a shared VM's) is then sampled in several windows of the run, so its median and interval hold that wander instead of
-one window's bias, and no backend is always timed right after the same neighbour (cases are shuffled, and each
-case's backends: a case's inputs are made once per round).
+The first round is the measurement itself (attnbench.run.measure), with its share of `budget_ms`. Each later round
+re-times every `ok` measurement still due (due_again), in an order shuffled by case and seeded by the run id: the
+same inputs prepared again, warmed up, timed. A call whose time wanders with the machine is then sampled in several
+windows of the run, and no backend is always timed right after the same neighbour.
 
-A later round re-times a measurement only while its samples so far cost less than the shares of the rounds up to
-that one (due_again): a 4 s call whose first sample spent the whole budget is not called again for a round.
-
-Then the suite-level budget (`refine`: a share of every measurement's budget_ms together): the measurements whose
-interval is still wider than ±precision (or that have too few samples for one) are re-timed in passes, each pass
-cheapest first (what the samples a measurement lacks should cost, lacking_ms), each re-timing for that cost but at
-most REFINE_ASK × budget_ms, until none is left, the budget is spent, or MAX_REFINE passes. Cheapest first brings the
-most measurements to the precision asked for the budget; one that would need more than is left keeps its wider
-interval, and says so (`noisy`).
-
-After every round the run's results file is rewritten whole, atomically (records.results.replace_records): a kill
-leaves the records of the last finished round, each complete, and `extra.rounds` says how many it holds.
+Then the suite-level budget (`refine`): the measurements still wider than ±precision are re-timed in passes, the
+cheapest to settle first (lacking_ms), until none is left, the budget is spent, or MAX_REFINE passes; one that would
+need more keeps its wider interval (`noisy`). After every round the results file is rewritten whole, atomically.
 """
 
 from __future__ import annotations
@@ -34,8 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from attnbench.core.interval import run_interval, windows_needed
 from attnbench.run.heap import release_memory
-from attnbench.run.measure import InProcess, answer_of, timed_call
+from attnbench.run.measure import InProcess
 from attnbench.run.recording import case_of, pooled
+from attnbench.run.stages import answer_of, timed_call
 from attnbench.verify.quant_data import prepare_kwargs
 
 if TYPE_CHECKING:
@@ -50,9 +39,8 @@ REFINE_ASK = 2  # one re-timing of the refining asks at most this many times bud
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
-    """One later round of a measurement already made (attnbench.run.rounds): the same inputs prepared again and the
-    same call timed, warm-up included, under `timing` (the round's share of the budget); nothing else is measured or
-    checked again (the first round checked the call's output, its memory and which kernel ran)."""
+    """One later round of a measurement already made: the same inputs prepared again and the same call timed,
+    warm-up included, under `timing`; nothing else is measured or checked again."""
     import torch
 
     case = data.case
@@ -73,8 +61,8 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
 
 
 class InProcessResampler:
-    """Later rounds in this process, by the run's own measurer (its timer, and its case data while consecutive
-    re-timings share a case); `between` is called before each re-timing (the run's pace probe)."""
+    """Later rounds in this process, by the run's own measurer; `between` is called before each re-timing (the run's
+    pace probe)."""
 
     def __init__(self, measurer: InProcess, between: Callable[[], None] | None = None) -> None:
         self.measurer = measurer
@@ -112,9 +100,8 @@ class RoundsResult:
 
 
 def due_again(samples: list[float], round_number: int, settings: TimingSettings) -> bool:
-    """Whether round `round_number` re-times a measurement whose samples so far are `samples`: while they cost less
-    than the shares of the rounds up to this one (a call slower than its share is not called again for a round), and
-    while they are fewer than max_samples."""
+    """Whether round `round_number` re-times a measurement: while its samples cost less than the shares of the rounds
+    up to this one, and are fewer than max_samples."""
     return len(samples) < settings.max_samples and sum(samples) < settings.budget_ms * round_number / settings.rounds
 
 
@@ -124,8 +111,7 @@ def window_ms(record: Record, settings: TimingSettings) -> float:
 
 
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
-    """What the windows a too-wide record lacks should cost (ms): from how the windows' part of its interval narrows
-    with more of them (core.interval.windows_needed)."""
+    """What the windows a too-wide record lacks should cost (ms) (core.interval.windows_needed)."""
     samples = list(record.times_ms or [])
     windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
     made = run_interval(samples, windows, record.device, settings.confidence)
@@ -138,76 +124,98 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
                  after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
     """Rounds 2..settings.rounds, then the refining, on `records` in place (each replaced by its pooled record);
     `after_round` is given the records after each round that changed one."""
-    result = RoundsResult()
     chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
     if not chosen:
-        return result
-    history = {i: [_round_of(records[i].times_ms)] for i in chosen}
-    rng = random.Random(seed)
-    share = settings.round_share()
+        return RoundsResult()
+    rounds = _Rounds(records, chosen, backends, measurer, settings, info, random.Random(seed), should_stop, say)
+    for round_number in range(2, settings.rounds + 1):
+        if not rounds.round(round_number):
+            break
+        after_round(records)
+    while rounds.refine_pass():
+        after_round(records)
+    rounds.result.refine_s = rounds.spent_ms / 1e3
+    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
+    for i in unmade:
+        records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": rounds.history[i]})
+    if unmade:
+        after_round(records)
+    return rounds.result
 
-    def retime(i: int, timing: TimingSettings) -> float:
-        record = records[i]
-        backend = backends[record.backend]
-        left = settings.max_samples - len(record.times_ms)
+
+class _Rounds:
+    """The later rounds and the refining of one run's `chosen` records, each record's rounds so far (`history`), and
+    what they spent."""
+
+    def __init__(self, records: list[Record], chosen: list[int], backends: dict[str, Backend], measurer: Resampler,
+                 settings: TimingSettings, info: RunInfo, rng: random.Random, should_stop: Callable[[], bool],
+                 say: Callable[[str], None]) -> None:
+        self.records, self.chosen, self.backends, self.measurer = records, chosen, backends, measurer
+        self.settings, self.info, self.rng, self.should_stop, self.say = settings, info, rng, should_stop, say
+        self.history = {i: [_round_of(records[i].times_ms)] for i in chosen}
+        self.result = RoundsResult()
+        budget_ms = settings.refine * settings.budget_ms * len(chosen)
+        self.result.refine_budget_s = budget_ms / 1e3
+        self.budget_ms, self.spent_ms, self.passes = budget_ms, 0.0, 0
+
+    def round(self, round_number: int) -> bool:
+        """Round `round_number` over the records still due; False when none is, or the run is stopping."""
+        settings = self.settings
+        due = [i for i in self.chosen if due_again(self.records[i].times_ms, round_number, settings)]
+        if not due or self.should_stop():
+            return False
+        self.say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
+        share = settings.round_share()
+        for i in shuffled_by_case(due, self.records, self.rng):
+            if self.should_stop():
+                break
+            self.result.rounds_s += self.retime(i, share)
+            self.result.retimed += 1
+        return True
+
+    def refine_pass(self) -> bool:
+        """One pass of the refining over the records still too wide, the cheapest to settle first; False when there
+        is none to make (none wanting, the budget spent, the run stopping, MAX_REFINE passes) or it re-timed none."""
+        records, settings, budget_ms = self.records, self.settings, self.budget_ms
+        wanting = [i for i in self.chosen if records[i].noisy]
+        if self.passes >= MAX_REFINE or not wanting or self.spent_ms >= budget_ms or self.should_stop():
+            return False
+        self.passes += 1
+        cost = {i: lacking_ms(records[i], settings) for i in wanting}
+        wanting = sorted(shuffled_by_case(wanting, records, self.rng), key=cost.__getitem__)
+        self.say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
+                 f"({(budget_ms - self.spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
+        touched = False
+        for i in wanting:
+            left = budget_ms - self.spent_ms
+            if self.should_stop() or left < statistics.median(records[i].times_ms):
+                continue
+            ask = min(REFINE_ASK * settings.budget_ms, left, window_ms(records[i], settings))
+            self.spent_ms += self.retime(i, _refine_timing(settings, ask)) * 1e3
+            self.result.refined += 1
+            touched = True
+        return touched
+
+    def retime(self, i: int, timing: TimingSettings) -> float:
+        """One more round of record `i` under `timing`, pooled into it; the seconds its samples took."""
+        record = self.records[i]
+        backend = self.backends[record.backend]
+        left = self.settings.max_samples - len(record.times_ms)
         if left <= 0:
             return 0.0
-        new = measurer.resample(record, backend, dataclasses.replace(
+        new = self.measurer.resample(record, backend, dataclasses.replace(
             timing, max_samples=left, min_samples=min(timing.min_samples, left)))
         if not new:
             return 0.0
-        history[i].append(_round_of(new))
-        records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, settings, info, history[i])
+        self.history[i].append(_round_of(new))
+        self.records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, self.settings,
+                                 self.info, self.history[i])
         return sum(new) / 1e3
-
-    for round_number in range(2, settings.rounds + 1):
-        due = [i for i in chosen if due_again(records[i].times_ms, round_number, settings)]
-        if not due or should_stop():
-            break
-        say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
-        for i in shuffled_by_case(due, records, rng):
-            if should_stop():
-                break
-            result.rounds_s += retime(i, share)
-            result.retimed += 1
-        after_round(records)
-    budget_ms = settings.refine * settings.budget_ms * len(chosen)
-    result.refine_budget_s = budget_ms / 1e3
-    spent_ms = 0.0
-    for _ in range(MAX_REFINE):
-        wanting = [i for i in chosen if records[i].noisy]
-        if not wanting or spent_ms >= budget_ms or should_stop():
-            break
-        cost = {i: lacking_ms(records[i], settings) for i in wanting}
-        wanting = sorted(shuffled_by_case(wanting, records, rng), key=cost.__getitem__)  # the cheapest to settle first
-        say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
-            f"({(budget_ms - spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
-        touched = False
-        for i in wanting:
-            left = budget_ms - spent_ms
-            call_ms = statistics.median(records[i].times_ms)
-            if should_stop() or left < call_ms:
-                continue
-            ask = min(REFINE_ASK * settings.budget_ms, left, window_ms(records[i], settings))
-            spent = retime(i, _refine_timing(settings, ask)) * 1e3
-            spent_ms += spent
-            result.refined += 1
-            touched = True
-        if not touched:
-            break
-        after_round(records)
-    result.refine_s = spent_ms / 1e3
-    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
-    for i in unmade:
-        records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": history[i]})
-    if unmade:
-        after_round(records)
-    return result
 
 
 def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:
-    """`chosen` (indices of records) in a shuffled order of cases, each case's backends in a shuffled order: no backend
-    is always timed after the same neighbour, and a case's inputs are made once per round, not once per backend."""
+    """`chosen` (indices of records) in a shuffled order of cases, each case's backends shuffled: a case's inputs are
+    made once per round, not once per backend."""
     cases: dict[str, list[int]] = {}
     for i in chosen:
         cases.setdefault(f"{records[i].device}/{records[i].case_id}", []).append(i)

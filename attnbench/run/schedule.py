@@ -52,11 +52,9 @@ class Schedule:
     def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
         """Measure each (case, backend) by one measurer, or by several at once; every measurer is closed.
 
-        The one loop every run goes through. Tasks wait in a queue of whole cases (a case's backends stay
-        together, so its inputs and reference are made once); each measurer takes the next case when it is
-        free: one measurer (the usual run) takes them in order, several (one worker per GPU) share them.
-        After an `oom`, longer sequences of the same backend and case group are recorded `skipped` without
-        being tried (unless `oom_pruning` is off). Returns how many records were made before any stop.
+        Tasks wait in a queue of whole cases (a case's inputs and reference are made once); each measurer takes
+        the next case when free. After an `oom`, longer sequences of the same backend and case group are recorded
+        `skipped` untried (unless `oom_pruning` is off). Returns how many records were made before any stop.
         """
         measurers = measurers if isinstance(measurers, list) else [measurers]
         queue = TaskQueue(tasks)

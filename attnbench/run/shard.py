@@ -45,9 +45,8 @@ def parse_shard(text: str) -> Shard:
 def cost(case: Case, backend: Backend) -> int:
     """Estimated cost of one measurement: the case's FLOPs, weighted for backends that materialise scores.
 
-    It depends only on the case and the backend's class, never on this machine (not on installed
-    libraries), so every shard computes the same split. A kernel that does not exist for the case's
-    device at all (flash-attn on a CPU) is skipped at once and costs nothing.
+    It depends only on the case and the backend's class, never on this machine, so every shard computes the same
+    split; a kernel not made for the case's device costs nothing.
     """
     if case.device not in backend.devices:
         return 1

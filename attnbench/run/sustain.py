@@ -1,16 +1,13 @@
 """The loop before the samples: the timed call back to back, read around by the energy counter, and on CUDA until the
 GPU has reached its sustained state.
 
-What a GPU record means (docs/gpu.md, "Burst or sustained"): a GPU starts a burst of work at its boost clock and, as
-its power or heat limit engages, settles lower (on the H200, SDPA at 8K read 0.90 ms for its first ~150 ms and
-1.01-1.03 ms once `sw_power_cap` took the SM clock from 1980 to 1740 MHz). An adaptive sampler stops in either state,
-so two runs differed by up to 10%. attnbench measures the sustained state: before sampling, the call runs back to
-back for at least `energy_ms` and until the SM clock stops falling between two probes ~100 ms apart, at most
-SUSTAIN_FACTOR x `energy_ms`; what happened is recorded (`extra.sustain`). The clocks and settings are never changed.
+A GPU starts a burst of work at its boost clock and settles lower once its power or heat limit engages; an adaptive
+sampler may stop in either state. attnbench measures the sustained state (docs/gpu.md, "Burst or sustained"): the
+call runs back to back for at least `energy_ms` and until the SM clock stops falling between two probes, at most
+SUSTAIN_FACTOR x `energy_ms`, recorded in `extra.sustain`. The clocks and settings are never changed.
 
-The same loop gives the call's energy: NVML's total energy counter on CUDA, RAPL's on a CPU where readable (its
-counter needs a loop of at least a second). On a CPU without RAPL no loop is run: a CPU has no burst state to wait
-out, and the energy is `skipped` with the reason.
+The same loop gives the call's energy: NVML's counter on CUDA, RAPL's on a CPU where readable. On a CPU without RAPL
+no loop is run (a CPU has no burst state), and the energy is `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -82,14 +79,19 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
     extra["sustain"] = {"ms": round(seconds * 1e3, 1), "calls": calls, "stopped": stopped,
                         "sm_clock_mhz": [clocks[0], clocks[-1]] if clocks else None}
     if before is not None:
-        try:
-            energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
-        except EnergyUnavailable as exc:
-            extra["energy_skipped"] = str(exc)
-        else:
-            extra.update(energy_mj=energy.mj_per_call, joules_per_token=energy.j_per_token,
-                         energy_power_w=energy.power_w, energy_source=energy.source, energy_throttled=throttled)
+        extra.update(_energy(before, read_energy, calls, seconds, tokens_per_call, throttled))
     return extra
+
+
+def _energy(before: EnergyReading, read_energy: Callable[[], EnergyReading], calls: int, seconds: float,
+            tokens_per_call: int, throttled: bool) -> dict[str, Any]:
+    """The loop's energy entries, from the counter read before it and now, or `energy_skipped` with why not."""
+    try:
+        energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
+    except EnergyUnavailable as exc:
+        return {"energy_skipped": str(exc)}
+    return {"energy_mj": energy.mj_per_call, "joules_per_token": energy.j_per_token, "energy_power_w": energy.power_w,
+            "energy_source": energy.source, "energy_throttled": throttled}
 
 
 def for_device(device: str) -> tuple[Callable[[], EnergyReading], Callable[[], GpuSample | None] | None,

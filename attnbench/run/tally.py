@@ -37,8 +37,8 @@ class Tally:
     """Seconds of timed calls (samples, warm-up and the sustained-state loop, by the timers' own clocks) and of
     reference computation.
 
-    A forward's checked call is its first warm-up call (it counts toward `warmup_ms`, attnbench.timing.sampling): its own
-    time (`extra.check_call_ms`, by the timer's clock) is warm-up spent, unless it joined the samples (then it is
+    A forward's checked call is its first warm-up call (it counts toward `warmup_ms`, attnbench.timing.sampling): its
+    own time (`extra.check_call_ms`, by the timer's clock) is warm-up spent, unless it joined the samples (then it is
     one of `times_ms` already).
     """
 
@@ -48,7 +48,7 @@ class Tally:
     def add(self, record: Record) -> None:
         extra = record.extra
         check = 0.0 if extra.get("check_sampled") else float(extra.get("check_call_ms") or 0.0)
-        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)  # the loop before the samples (attnbench.run.sustain)
+        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)  # the loop before the samples (run.sustain)
         self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check + loop) / 1e3
         self.reference_s += float(record.extra.get("reference_s") or 0.0)
 
