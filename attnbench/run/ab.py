@@ -4,9 +4,9 @@ both sides alike.
 
 Round 1 measures every measurement on both sides as `run` does (checked, profiled, timed); every later round
 re-times the measurements `ok` on both sides, in a shuffled order of cases (attnbench.run.rounds.shuffled_by_case),
-each measurement's two sides back to back: A then B in odd rounds, B then A in even ones (A B B A A B ...), so
-neither side is always first. Each side's records (every round's samples pooled, extra.rounds naming each round)
-go to its own run folder, a/ and b/, with its own env.json; the pairs are judged by attnbench.report.ab.
+each measurement's two sides back to back, in alternating order (`order`) so neither side is always first. Each
+side's records (every round's samples pooled, extra.rounds naming each round) go to its own run folder, a/ and b/,
+with its own env.json; the pairs are judged by attnbench.report.ab.
 """
 
 from __future__ import annotations
@@ -265,8 +265,7 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
 
 
 def describe(ab: Ab) -> dict[str, Any]:
-    """What ab.json says of the A/B besides its verdicts: the suite, the rounds and their order, each side's Python,
-    variables and environment facts, and the order the measurements were made in."""
+    """What ab.json says of the A/B besides its verdicts."""
     return {
         "suite": ab.plan.suite.name, "device": ab.plan.device,
         "device_name": (ab.sides[0].facts.get("env") or {}).get("device_name", ab.plan.device),

@@ -151,8 +151,8 @@ def selected(plan: Plan, options: RunOptions) -> list[tuple[Case, Backend]]:
 
 def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast:
     """The run's forecast: its own measurements (its shard), workers, isolation and compile pool, priced on this
-    device's calibration (under a second, once per device and torch version) or, with `gpu`, that GPU's datasheet
-    row. The one prediction: `--dry-run` prints it and the run writes it to env.json and counts its ETA down."""
+    device's calibration or, with `gpu`, that GPU's datasheet row. The one prediction: `--dry-run` prints it and the
+    run writes it to env.json and counts its ETA down."""
     import torch
 
     mode = mode_of(plan, options, gpu)
@@ -198,8 +198,7 @@ class Started:
     mode: RunMode
     torch_version: str  # this process's, whatever a resumed run's env.json recorded before
     roofs: MeasuredRoofs | None = None  # a CPU's, measured at this run's (or this resumed part's) start
-    # The backends that cannot run on the device at all, with the reason each of their records will carry: named
-    # once before the first measurement, not on every progress line.
+    # The backends that cannot run on the device at all, and the reason their records carry (announced once).
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -219,8 +218,8 @@ def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
 
 def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, cache: Path,
               predicted: Forecast, errors: Console, roofs: MeasuredRoofs | None = None) -> Started:
-    """env.json written (a new run's, or a resumed run's with this part added, each with the roofs measured at its
-    start), and the measurements left."""
+    """env.json written (a new run's, or a resumed part's entry added, each with the roofs measured at its start),
+    and the measurements left."""
     env = collect_env(plan.device)
     torch_version = env["torch"]
     if options.resume:
@@ -343,7 +342,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     facts: dict = {}
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
-        with frozen_heap():  # as for the first round: a full collection between re-timings costs 0.1-0.2 s each
+        with frozen_heap():  # as for the first round: no full collection between re-timings
             done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
                                        lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
