@@ -9,7 +9,10 @@ from pathlib import Path
 from attnbench.records.results import key_of, load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
-from tests.test_shard import invoke, suite  # noqa: F401 - the shard suite fixture
+from tests import test_shard
+from tests.test_shard import invoke
+
+suite = test_shard.suite  # the shard suite's fixture, under its name here
 
 
 def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite: Path, tmp_path: Path) -> None:

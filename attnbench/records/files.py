@@ -24,12 +24,12 @@ def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[s
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary name and rename it, so a reader never sees half a file."""
+    """JSON, atomically (write_text_atomic): a reader never sees half a file."""
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text under a temporary name, fsync it and rename it into place: a kill leaves it whole or as it was,
+    """Text under a temporary name, fsynced and renamed into place: a kill leaves it whole or as it was,
     and a full disk is one user error with the file as it was."""
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -7,16 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import ResultsError
-from attnbench.records.results import (
-    ENV_FILE,
-    RESULTS_FILE,
-    Record,
-    load_records,
-    read_env,
-    refuse_existing,
-    write_json_atomic,
-    write_records_atomic,
-)
+from attnbench.records.folder import RunFolder
+from attnbench.records.results import Record, load_records, read_env
 
 
 @dataclass(frozen=True)
@@ -34,7 +26,8 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
     """
     if not sources:
         raise ResultsError("merge: name at least one run directory")
-    refuse_existing(out)
+    folder = RunFolder(out)
+    folder.refuse_existing()
     owners: dict[tuple, Path] = {}
     versions: dict[int, Path] = {}
     devices: dict[Any, Path] = {}
@@ -64,14 +57,14 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         listed = ", ".join(f"{name!r} ({p})" for name, p in devices.items())
         raise ResultsError(f"merge: runs on different devices: {listed}; their numbers do not belong in one report")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        folder.make()
         env = dict(envs[0][1])
         env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard"),
                                "roofs": e.get("roofs")} for p, e in envs]  # each shard's, its records' roofs
         # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
         # merge killed before it leaves a directory that the same merge may fill again.
-        write_json_atomic(out / ENV_FILE, env)
-        write_records_atomic(out / RESULTS_FILE, [r.to_dict() for r in merged])
+        folder.write_env(env)
+        folder.write_records(merged)
     except OSError as exc:
         raise ResultsError(f"{out}: cannot write the merged run ({exc.strerror})") from None
     return Merged(out, len(merged), len(sources))

@@ -69,7 +69,8 @@ class ResultsWriter:
         except OSError as exc:
             os.ftruncate(self._fd, size)  # never half a record: the file ends where the last whole record did
             raise ResultsError(f"{self.path}: cannot write a record ({exc.strerror}); the {count_lines(self.path)} "
-                               f"records before it are kept; make room and continue with --resume {self.path.parent}") from None
+                               f"records before it are kept; make room and continue with --resume "
+                               f"{self.path.parent}") from None
 
     def close(self) -> None:
         os.close(self._fd)
@@ -82,7 +83,6 @@ class ResultsWriter:
 
 
 def record_line(record: dict[str, Any]) -> str:
-    """One record as its line of results.jsonl."""
     return json.dumps(record, allow_nan=False) + "\n"
 
 
@@ -94,7 +94,7 @@ def refuse_existing(directory: Path, hint: str = "") -> None:
 
 
 def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    """Write a whole results file under a temporary name, fsync it and rename it into place."""
+    """A whole results file, atomically (a temporary name, fsync, rename)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as file:
         file.writelines(record_line(record) for record in records)
@@ -137,14 +137,16 @@ def results_path(path: Path) -> Path:
     if path.is_dir():
         path = path / RESULTS_FILE
     if not path.is_file():
-        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE}, or the file)")
+        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE}, "
+                           "or the file)")
     return path
 
 
 def load_records(path: Path, writing: bool = False) -> list[Record]:
-    """Every record of a results file or directory, upgraded to this schema (record.upgrade); a line that is not one (cut off, not UTF-8 or JSON, another schema,
-    a field missing or mistyped) is skipped and counted on stderr in one line; a file without one record is refused.
-    `writing`: a run may be writing the file now (`status` on a shard): an unfinished last line is left out quietly."""
+    """Every record of a results file or directory, upgraded to this schema (record.upgrade); a line that is not one
+    (cut off, not UTF-8 or JSON, another schema, a field missing or mistyped) is skipped and counted on stderr in one
+    line; a file without one record is refused. `writing`: a run may be writing the file now (`status` on a shard):
+    an unfinished last line is left out quietly."""
     file = results_path(path)
     records: list[dict[str, Any]] = []
     bad: list[tuple[int, str]] = []
@@ -199,7 +201,8 @@ def parse_line(raw: bytes) -> dict[str, Any] | str:
     if not _is_int(version) or version < 0:
         return f"schema_version {version!r} is not a version number"
     if version > SCHEMA_VERSION:
-        return f"schema_version {version} is newer than this attnbench understands ({SCHEMA_VERSION}); upgrade attnbench"
+        return (f"schema_version {version} is newer than this attnbench understands ({SCHEMA_VERSION}); "
+                "upgrade attnbench")
     return field_problem(record) or record
 
 
@@ -277,7 +280,8 @@ def read_env(path: Path) -> dict[str, Any]:
     env_file = results_path(path).parent / ENV_FILE
     if not env_file.is_file():
         return {}
-    env = read_json_object(env_file, str(env_file), "missing", "not an attnbench environment record (not a JSON object)")
+    env = read_json_object(env_file, str(env_file), "missing",
+                           "not an attnbench environment record (not a JSON object)")
     for name, kind in ENV_TYPES.items():
         value = env.get(name)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind

@@ -4,9 +4,9 @@ both sides alike.
 
 Round 1 measures every measurement on both sides as `run` does (checked, profiled, timed); every later round
 re-times the measurements `ok` on both sides, in a shuffled order of cases (attnbench.run.rounds.shuffled_by_case),
-each measurement's two sides back to back: A then B in odd rounds, B then A in even ones (A B B A A B ...), so
-neither side is always first. Each side's records (every round's samples pooled, extra.rounds naming each round)
-go to its own run folder, a/ and b/, with its own env.json; the pairs are judged by attnbench.report.ab.
+each measurement's two sides back to back, in alternating order (`order`) so neither side is always first. Each
+side's records (every round's samples pooled, extra.rounds naming each round) go to its own run folder, a/ and b/,
+with its own env.json; the pairs are judged by attnbench.report.ab.
 """
 
 from __future__ import annotations
@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import (
-    ENV_FILE,
-    RESULTS_FILE,
-    Record,
-    refuse_existing,
-    write_json_atomic,
-    write_records_atomic,
-)
+from attnbench.records.folder import RunFolder
+from attnbench.records.results import Record
 from attnbench.run.ab_worker import AB_WORKER_COMMAND
 from attnbench.run.child import ChildDied, ChildProcess
 from attnbench.run.isolation import WorkerConfig
@@ -232,16 +226,16 @@ def write_side(ab: Ab, side: Side) -> list[Record]:
             record = pooled(record, case_of(record), backends[record.backend], side.samples[key], ab.settings,
                             side.config.info, side.rounds[key])
         records.append(replace(record, extra={**record.extra, "ab": side.label}))
-    folder = ab.directory / side.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    write_records_atomic(folder / RESULTS_FILE, [r.to_dict() for r in records])
+    folder = RunFolder(ab.directory / side.folder)
+    folder.make()
+    folder.write_records(records)
     env = dict(side.facts.get("env") or {})
     env.update(run_id=side.run_id, suite_name=ab.plan.suite.name, suite_file=str(ab.plan.suite.path),
                suite_text=ab.plan.suite.text, timestamp=now(), plugins=list(ab.plan.plugins), isolated=True,
                timer="auto", ab={"side": side.label, "python": side.python, "env": side.env,
                                  "probe": side.facts.get("probe"), "failed_rounds": side.facts.get("failed_rounds", []),
                                  "worker_deaths": side.facts.get("worker_deaths", [])})
-    write_json_atomic(folder / ENV_FILE, env)
+    folder.write_env(env)
     return records
 
 
@@ -251,11 +245,12 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
     from attnbench.run.env import device_name
     from attnbench.run.session import settings_of
 
-    sides = tuple(Side(label, python, {**SAFE_PATH, **env}) for label, python, env in zip(SIDES, pythons, envs, strict=False))
+    sides = tuple(Side(label, python, {**SAFE_PATH, **env})
+                  for label, python, env in zip(SIDES, pythons, envs, strict=False))
     for side in sides:
         side.facts["probe"] = probe(side.label, side.python, side.env)
-    for folder in (directory / "a", directory / "b"):
-        refuse_existing(folder, hint=" (an A/B's side)")
+    for side in sides:
+        RunFolder(directory / side.folder).refuse_existing(hint=" (an A/B's side)")
     settings = replace(settings_of(plan.suite, plan.device), rounds=rounds, refine=0.0)
     name = device_name(plan.device)
     for side in sides:
@@ -270,8 +265,7 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
 
 
 def describe(ab: Ab) -> dict[str, Any]:
-    """What ab.json says of the A/B besides its verdicts: the suite, the rounds and their order, each side's Python,
-    variables and environment facts, and the order the measurements were made in."""
+    """What ab.json says of the A/B besides its verdicts."""
     return {
         "suite": ab.plan.suite.name, "device": ab.plan.device,
         "device_name": (ab.sides[0].facts.get("env") or {}).get("device_name", ab.plan.device),

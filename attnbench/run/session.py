@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Callable
@@ -14,17 +13,8 @@ from attnbench.backends.base import Backend
 from attnbench.backends.registry import default_registry
 from attnbench.core.case import Case
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import (
-    ENV_FILE,
-    RESULTS_FILE,
-    Record,
-    ResultsWriter,
-    key_of,
-    refuse_existing,
-    replace_records,
-    write_json_atomic,
-)
-from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
+from attnbench.records.folder import RunFolder
+from attnbench.records.results import Record, ResultsWriter, key_of, replace_records
 from attnbench.run import calibration, compile_cache, forecast, precompile, rounds
 from attnbench.run.devices import check_devices, worker_env
 from attnbench.run.env import collect_env, resolve_device
@@ -161,8 +151,8 @@ def selected(plan: Plan, options: RunOptions) -> list[tuple[Case, Backend]]:
 
 def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast:
     """The run's forecast: its own measurements (its shard), workers, isolation and compile pool, priced on this
-    device's calibration (under a second, once per device and torch version) or, with `gpu`, that GPU's datasheet
-    row. The one prediction: `--dry-run` prints it and the run writes it to env.json and counts its ETA down."""
+    device's calibration or, with `gpu`, that GPU's datasheet row. The one prediction: `--dry-run` prints it and the
+    run writes it to env.json and counts its ETA down."""
     import torch
 
     mode = mode_of(plan, options, gpu)
@@ -202,14 +192,13 @@ class Started:
 
     tasks: list[tuple[Case, Backend]]
     run_id: str
-    env: dict
+    folder: RunFolder  # its env.json as written
     predicted: Forecast
     cache: Path
     mode: RunMode
     torch_version: str  # this process's, whatever a resumed run's env.json recorded before
     roofs: MeasuredRoofs | None = None  # a CPU's, measured at this run's (or this resumed part's) start
-    # The backends that cannot run on the device at all, with the reason each of their records will carry: named
-    # once before the first measurement, not on every progress line.
+    # The backends that cannot run on the device at all, and the reason their records carry (announced once).
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -229,46 +218,44 @@ def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
 
 def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, cache: Path,
               predicted: Forecast, errors: Console, roofs: MeasuredRoofs | None = None) -> Started:
-    """env.json written (a new run's, or a resumed run's with this part added, each with the roofs measured at its
-    start), and the measurements left."""
-    results = directory / RESULTS_FILE
-    tasks = selected(plan, options)
+    """env.json written (a new run's, or a resumed part's entry added, each with the roofs measured at its start),
+    and the measurements left."""
     env = collect_env(plan.device)
     torch_version = env["torch"]
     if options.resume:
-        recorded = read_run_env(directory)
-        check_compatible(directory, recorded, env, plan.suite.name,
-                         str(options.shard) if options.shard else None, options.force)
-        if drop_cut_line(results):
-            errors.print(f"{results}: dropped a last line cut off when the run was killed")
-        done = done_keys(directory)
-        tasks = [task for task in tasks if task_key(*task) not in done]
-        run_id = recorded.get("run_id") or uuid.uuid4().hex[:12]
-        recorded.setdefault("resumed", []).append({"timestamp": now(), "measurements": len(tasks),
-                                                   "already_done": len(done), "env": env,
-                                                   "deterministic": mode.deterministic,
-                                                   "prediction": predicted.to_dict(),
-                                                   "roofs": roofs.to_dict() if roofs else None})
-        env = recorded
+        folder, tasks, done = resume_part(plan, options, directory, env, errors)
+        folder.add_part({"timestamp": now(), "measurements": len(tasks), "already_done": done, "env": env,
+                         "deterministic": mode.deterministic, "prediction": predicted.to_dict(),
+                         "roofs": roofs.to_dict() if roofs else None})
     else:
-        refuse_existing(directory, hint=f", or --resume {directory} to finish that run")
+        folder, tasks = RunFolder(directory), selected(plan, options)
+        folder.refuse_existing(hint=f", or --resume {directory} to finish that run")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            folder.make()
         except OSError as exc:
             raise AttnbenchError(f"{directory}: cannot create the output directory ({exc.strerror})") from None
-        run_id = uuid.uuid4().hex[:12]
-        env.update(run_id=run_id, suite_name=plan.suite.name, suite_file=str(plan.suite.path),
+        env.update(run_id=uuid.uuid4().hex[:12], suite_name=plan.suite.name, suite_file=str(plan.suite.path),
                    suite_text=plan.suite.text, timestamp=now(), plugins=list(plan.plugins),
                    shard=str(options.shard) if options.shard else None, isolated=mode.isolate,
                    timeout_s=mode.timeout_s, devices=list(options.devices) if options.devices is not None else None,
                    peak_tflops=options.peak_tflops, peak_bandwidth_gbs=options.peak_bandwidth_gbs,
                    timer=options.timer, cache_dir=str(cache), deterministic=mode.deterministic,
                    prediction=predicted.to_dict(), roofs=roofs.to_dict() if roofs else None)
-    try:
-        write_json_atomic(directory / ENV_FILE, env)
-    except OSError as exc:
-        raise AttnbenchError(f"{directory}: cannot write {ENV_FILE} ({exc.strerror})") from None
-    return Started(tasks, run_id, env, predicted, cache, mode, torch_version, roofs)
+        folder.write_env(env)
+    run_id = folder.env.get("run_id") or uuid.uuid4().hex[:12]
+    return Started(tasks, run_id, folder, predicted, cache, mode, torch_version, roofs)
+
+
+def resume_part(plan: Plan, options: RunOptions, directory: Path, env: dict,
+                errors: Console) -> tuple[RunFolder, list[tuple[Case, Backend]], int]:
+    """The run folder to resume (refused when recorded elsewhere), the measurements it still lacks, and how many
+    it holds."""
+    folder = RunFolder.resume(directory, env, plan.suite.name, str(options.shard) if options.shard else None,
+                              options.force)
+    if folder.drop_cut_line():
+        errors.print(f"{folder.results}: dropped a last line cut off when the run was killed")
+    done = folder.done_keys()
+    return folder, [task for task in selected(plan, options) if task_key(*task) not in done], len(done)
 
 
 def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, errors: Console) -> None:
@@ -282,7 +269,7 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
         how += f", one worker on each of devices {','.join(map(str, options.devices))}"
     how += ", deterministic kernels only" if mode.deterministic else ""
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
-                 f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.env['device_name']}, {how}) → "
+                 f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.folder.env['device_name']}, {how}) → "
                  f"{directory}; predicted {forecast.fmt_duration(run.predicted.total_s)}")
     if run.unavailable:
         errors.print("not on this machine (every measurement of theirs is recorded skipped, with this reason):",
@@ -329,13 +316,13 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     else:  # a GPU's are its calibration's, beside its datasheet's
         machine = calibration.cached_calibration(plan.device, run.cache)
         measured, bandwidth = tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs
-    info = RunInfo(run.run_id, plan.suite.name, run.env["device_name"], options.peak_tflops,
+    info = RunInfo(run.run_id, plan.suite.name, run.folder.env["device_name"], options.peak_tflops,
                    options.peak_bandwidth_gbs, measured, bandwidth, run.roofs)
     backends = {backend.name: backend for backend in plan.backends}
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
     probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
-    with ResultsWriter(directory / RESULTS_FILE) as writer, \
+    with ResultsWriter(run.folder.results) as writer, \
             ProgressListener(errors, len(run.tasks), eta, run.unavailable) as listener, frozen_heap():
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
@@ -352,19 +339,19 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         measurers = measurers_for(plan, options, run.mode, info, directory)
         measured = schedule.run(run.tasks, sink, measurers)
     settings = run.mode.settings
-    facts = run_facts(run, options)
+    facts: dict = {}
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
-        with frozen_heap():  # as for the first round: a full collection between re-timings costs 0.1-0.2 s each
+        with frozen_heap():  # as for the first round: no full collection between re-timings
             done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
-                                       lambda changed: replace_records(directory / RESULTS_FILE, changed),
+                                       lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
         facts["rounds"] = done.to_dict()
     if probe is not None and probe.windows_ms:
         probe.finish()
         facts["pace_probe"] = probe.to_dict()
-    if "rounds" in facts or "pace_probe" in facts:
-        write_json_atomic(directory / ENV_FILE, run.env)
+    if facts:
+        run.folder.note(**facts)
     return measured, records
 
 
@@ -383,14 +370,13 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
                           should_stop, mode.timeout_s)
     if ahead is not None:
-        run_facts(run, options)["precompile"] = ahead.to_dict()
-        write_json_atomic(directory / ENV_FILE, run.env)
+        run.folder.note(precompile=ahead.to_dict())
     measured, records = measure_all(plan, options, directory, run, ahead.compiled_keys() if ahead else {}, errors,
                                     should_stop)
-    return finish(plan, run, records, measured, directory)
+    return finish(plan, run, records, measured)
 
 
-def finish(plan: Plan, run: Started, records: list[Record], measured: int, directory: Path) -> Outcome:
+def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Outcome:
     """Note the graphs the measurements compiled in the cache's index, and sum the run up."""
     backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(run.cache, run.torch_version, (
@@ -399,12 +385,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int, direc
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
-                   directory / RESULTS_FILE, run.unavailable)
-
-
-def run_facts(run: Started, options: RunOptions) -> dict:
-    """Where this part of the run writes what it did in env.json: a resumed part's own entry, else the env itself."""
-    return run.env["resumed"][-1] if options.resume else run.env
+                   run.folder.results, run.unavailable)
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
@@ -437,16 +418,9 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
 
 
 def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
-    """Add what the run really took to env.json, beside its prediction: wall (report included), timed, reference."""
-    path = directory / ENV_FILE
-    try:
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return
-    actual = {"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),
-              "reference_s": round(outcome.tally.reference_s, 2), "measured": outcome.measured}
-    if env.get("resumed"):
-        env["resumed"][-1]["actual"] = actual
-    else:
-        env["actual"] = actual
-    write_json_atomic(path, env)
+    """Add what the run (or this resumed part) really took to env.json, beside its prediction: wall (report
+    included), timed, reference."""
+    folder = RunFolder.load(directory)
+    if folder is not None:
+        folder.note(actual={"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),
+                            "reference_s": round(outcome.tally.reference_s, 2), "measured": outcome.measured})
