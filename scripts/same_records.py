@@ -27,6 +27,8 @@ VOLATILE = {
     "run_id", "timestamp", "time_ms", "time_ms_iqr", "time_ms_min", "samples", "times_ms", "ci_low_ms",
     "ci_high_ms", "ci_level", "stop", "noisy", "tflops", "bandwidth_gbs", "percent_of_peak", "peak_memory_bytes",
     "throttled",
+    # the profile's shares of the call and what it says of the rest
+    "attention_share", "overhead",
 }
 # extra's measured entries (times of setup, warm-up, the checked call, compiles, the reference).
 VOLATILE_EXTRA = {
@@ -34,7 +36,10 @@ VOLATILE_EXTRA = {
     "check_call_ms", "compile_s", "reference_s", "plan_ms", "mask_build_s", "kernels_compiled", "launch_cover_us",
     "cache_hits", "compile_cache",
     # derived from the times: the share of the peak this run measured, and whether the samples split in two
-    "percent_of_measured_peak", "bimodal",
+    "percent_of_measured_peak", "bimodal", "rounds",
+    # the roof this run measured on the CPU (each run times its own), and the compile cache's work (a warm cache
+    # builds nothing)
+    "peak", "measured_peak", "peak_source", "cpp_builds", "cpp_build_s", "dynamo_s",
 }
 
 
@@ -56,6 +61,8 @@ def records(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
         extra = {k: v for k, v in record.pop("extra", {}).items() if k not in VOLATILE_EXTRA}
         kept = {k: v for k, v in record.items() if k not in VOLATILE}
         kept["extra"] = extra
+        if kept.get("kernels"):  # the profile's kernels: which ran and how often, not their times (nor their order)
+            kept["kernels"] = sorted((k["name"], k.get("calls")) for k in kept["kernels"])
         out[(record["case_id"], record["backend"])] = kept
     return out
 
