@@ -1,8 +1,4 @@
-"""A run's wall time before it starts (`run --dry-run`) and its ETA while it runs: one model (docs/run-time.md).
-
-Call times are the case's work over the device's throughput (attnbench.run.calibration) at each backend's declared
-efficiency (`Backend.cost`); skips follow the run's own rule (attnbench.run.skip).
-"""
+"""A run's wall time before it starts (`run --dry-run`) and its ETA: one model (docs/run-time.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 @dataclass(frozen=True)
 class Overheads:
-    """Fixed costs of the harness, in seconds."""
+    """In seconds."""
 
     startup_s: float  # before the first measurement
     per_measurement_s: float  # around every measurement that runs
@@ -40,7 +36,7 @@ class Overheads:
     per_case_s: float  # inputs, and freeing them
     worker_start_s: float  # an isolated run's worker process
     report_s: float
-    per_chart_s: float  # per case group
+    per_chart_s: float
     compile_s: float  # a cold flex compile of a forward
     compile_cached_s: float  # a load from inductor's on-disk cache
     backward_compile: float  # in forward compiles
@@ -72,7 +68,7 @@ def pairs(case: Case, kind: str) -> int:
 
 
 def call_s(case: Case, backend: Backend, machine: Machine, dtype: str | None = None) -> float:
-    """Seconds of one timed call, from the backend's declared cost on this kind of device."""
+    """Seconds of one timed call, from the backend's declared cost."""
     kernel = backend.cost.kernel(machine.device)
     dtype = dtype or case.dtype
     work = counting.forward_flops_per_pair(case) * pairs(case, kernel.pairs)
@@ -108,19 +104,17 @@ class TaskForecast:
 
 @dataclass
 class Forecast:
-    """Predicted seconds per measurement, per backend and in total."""
-
     machine: Machine
     tasks: list[TaskForecast] = field(default_factory=list)
     startup_s: float = 0.0
     report_s: float = 0.0
-    reference_s: float = 0.0  # included in the tasks' seconds
-    compile_s: float = 0.0  # likewise
-    precompile_s: float = 0.0  # attnbench.run.precompile
+    reference_s: float = 0.0  # part of the tasks' seconds, as compile_s
+    compile_s: float = 0.0
+    precompile_s: float = 0.0
     compile_workers: int = 0  # 0: no compile phase
-    refine_s: float = 0.0  # attnbench.run.rounds
+    refine_s: float = 0.0
     precompiled: int = 0
-    roofs_s: float = 0.0  # attnbench.run.calibration.measure_roofs
+    roofs_s: float = 0.0
 
     @property
     def fixed_s(self) -> float:
@@ -155,7 +149,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     t_ms = t * 1e3
     compile_s = compile_price(case, backend, overheads, compiled) if not shared else 0.0
     check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend, machine) if case.needs_grad else t
-    if case.needs_grad:  # a separate check; warm-up on timed calls
+    if case.needs_grad:
         warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
     else:  # the check is the first warm-up call (and, on a CPU, often the first sample)
         warm_ms = max(0.0, min(settings.warmup_ms - t_ms, 5 * t_ms))
@@ -164,7 +158,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
     if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
         sample_ms -= CHECK_JOINS * t_ms
-    # The sustain loop (attnbench.run.sustain) at its minimum: CUDA only, as RAPL on a CPU is not assumed.
+    # The sustain loop at its minimum, on CUDA only: RAPL on a CPU is not assumed.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
     later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
     return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
@@ -172,7 +166,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 
 def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
-    """Milliseconds the later rounds (attnbench.run.rounds) add beside sample_ms: each prepares, warms up again."""
+    """Milliseconds the later rounds add beside sample_ms."""
     if settings.rounds <= 1:
         return 0.0
     from attnbench.run.rounds import due_again
@@ -191,8 +185,7 @@ def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingS
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """Seconds the suite-level budget spends (attnbench.run.rounds): the samples each (case, backend, call ms) lacks
-    for ±precision, capped at settings.refine of all budgets, plus each re-timing's own cost."""
+    """Seconds the refining spends: the samples lacking for ±precision, at most settings.refine of all budgets."""
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.run.rounds import REFINE_ASK
@@ -212,7 +205,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
-    """Seconds of one compile (0 when prepare compiles nothing); `cached`: a load from inductor's on-disk cache."""
+    """Seconds of one compile; `cached`: a load from inductor's cache."""
     if not backend.cost.compiles:
         return 0.0
     per_graph = overheads.compile_cached_s if cached else overheads.compile_s
@@ -223,11 +216,8 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
              report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
              compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
-    """The forecast of measuring `tasks` in order on `machine`, report and `roofs_s` included.
-
-    `compiled`: graphs already in inductor's cache (Backend.compile_key). With `compile_workers` the other graphs are
-    compiled first (attnbench.run.precompile), then loaded per measurement.
-    """
+    """`compiled`: graphs already in inductor's cache (Backend.compile_key); with `compile_workers` the others are
+    compiled first (attnbench.run.precompile)."""
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())
     on_disk = set(compiled)

@@ -1,5 +1,5 @@
-"""One measurement, the only place one is made (in this process or an isolated worker, both through `InProcess`):
-skipped, or run through attnbench.run.stages, into one record. Every outcome, a crash included, becomes a record."""
+"""The one place a measurement is made (in this process or a worker, both through `InProcess`): every outcome, a
+crash included, becomes one record."""
 
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 
 def free_device_memory(device: str) -> int | None:
-    """Free bytes on the current CUDA device; None on a CPU (no limit is checked there)."""
     if device != "cuda":
         return None
     import torch
@@ -48,19 +47,16 @@ def free_device_memory(device: str) -> int | None:
 
 @dataclass(frozen=True)
 class Settings:
-    """How every measurement of a run is made, besides its timer."""
-
     info: RunInfo
     timing: TimingSettings = field(default_factory=TimingSettings)
     free_memory: Callable[[str], int | None] = free_device_memory
     # Checked once per run: the installed libraries do not change.
     conformance: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
-    deterministic: bool = False  # attnbench.verify.determinism
-    trace_dir: Path | None = None  # --trace (attnbench.run.profiled)
+    deterministic: bool = False
+    trace_dir: Path | None = None
 
 
 def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -> Facts:
-    """The skip rule's facts, read live."""
     # Conformance first: availability probes may call the library (xformers asks its dispatcher).
     if backend.name not in settings.conformance:
         settings.conformance[backend.name] = conformance_problem(backend)
@@ -109,11 +105,10 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings, progress: Progress,
              caught: list[warnings.WarningMessage]) -> tuple[str, str | None]:
-    """The stages in order, each kept in `progress`; the status and its reason."""
     case = data.case
     ready = progress.ready = stage.prepare(data, backend)
     guard = Guard(ready.canonical, ready.leaves, ready.prepared.writes)
-    timing = settings.timing.round_share()  # later rounds re-time it (attnbench.run.rounds)
+    timing = settings.timing.round_share()  # the first round's
     with ready.prepared.context():
         checked = stage.check(data, backend, ready, guard, timer, timing, caught)
         calls = stage.calls(case, ready, checked)

@@ -1,7 +1,5 @@
-"""The compile phase: each graph the run will compile, compiled first by the backend's `prepare` in worker processes
-sharing TORCHINDUCTOR_CACHE_DIR, so the measurement loads it. The phase ends before the first measurement, so no
-compile takes the timed cores or a context on the timed GPU. (docs/run-time.md, "Compiling ahead")
-"""
+"""The compile phase: each graph the run will compile, compiled by the backend's `prepare` in worker processes, all
+ended before the first measurement, which loads it (docs/run-time.md, "Compiling ahead")."""
 
 from __future__ import annotations
 
@@ -22,11 +20,10 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
 
-# The default pool: a process per usable core but one, at most this many (each holds a CUDA context and tensors).
+# Each process holds a CUDA context and a case's tensors.
 MAX_DEFAULT_WORKERS = 16
-# --compile-workers assumed by `--dry-run --estimate-gpu`.
 ESTIMATE_GPU_WORKERS = 16
-# A compile past this (or the run's longer --timeout) is abandoned and its process killed.
+# Past this (or a longer --timeout) a compile's process is killed.
 JOB_TIMEOUT_S = 900.0
 WORKER_COMMAND = "import sys; from attnbench.run.precompile import worker_entry; worker_entry(int(sys.argv[1]))"
 MAX_LISTED_FAILURES = 20  # in env.json; all are counted
@@ -47,8 +44,7 @@ def default_workers(cores: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class Job:
-    """One graph to compile: its key, backend and the cases whose `prepare` compiles it (for dynamic lengths, the
-    first `compiles_before_sharing` lengths)."""
+    """One graph to compile, and the cases whose `prepare` compiles it."""
 
     key: str
     backend: str
@@ -56,7 +52,7 @@ class Job:
 
 
 def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
-    """The distinct compile keys of `tasks` that the backend would run and `cached` lacks, backward graphs first."""
+    """The compile keys `cached` lacks, of cases the backend would run, backward graphs first."""
     from attnbench.backends.base import refusal
 
     cases: dict[str, list[Case]] = {}
@@ -115,7 +111,6 @@ class PoolResult:
     stopped: bool = False
 
     def compiled_keys(self) -> dict[str, float]:
-        """The keys now in the cache, with the pool's seconds on each."""
         return {r.job.key: r.seconds for r in self.results if r.status == "compiled"}
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,7 +130,7 @@ class PoolResult:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """Plain data, so it pickles (attnbench.run.child reads `device` and `env`)."""
+    """Plain data, so it pickles."""
 
     device: str
     plugins: tuple[str, ...] = ()
@@ -146,8 +141,8 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
                envs: list[dict[str, str]] | None = None, timeout_s: float | None = None,
                should_stop: Callable[[], bool] = lambda: False,
                on_done: Callable[[JobResult], None] | None = None) -> PoolResult:
-    """Compile `jobs` in `workers` processes; `envs`: each process's extra environment in turn. A process that dies,
-    times out or fails is replaced: a compile error can leave Dynamo skipping the backend's frame in that process."""
+    """`envs`: each process's extra environment, in turn. A failed process is replaced: a compile error can leave
+    Dynamo skipping the backend's frame."""
     result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
     start = time.perf_counter()
     pool = _Pool(jobs, result, max(JOB_TIMEOUT_S, timeout_s or 0.0), should_stop, on_done)
@@ -157,8 +152,6 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
 
 
 class _Pool:
-    """A shared queue; the live processes are killed on a second Ctrl-C."""
-
     def __init__(self, jobs: list[Job], result: PoolResult, limit: float, should_stop: Callable[[], bool],
                  on_done: Callable[[JobResult], None] | None) -> None:
         self.queue = deque(jobs)
@@ -203,7 +196,6 @@ class _Pool:
             return self.queue.popleft() if self.queue else None
 
     def compile(self, worker: ChildProcess | None, job: Job, config: PoolConfig) -> tuple[ChildProcess | None, tuple]:
-        """`job` sent to `worker` (started where None): the process (None once dead) and its answer."""
         try:
             if worker is None:
                 worker = ChildProcess.start(WORKER_COMMAND, config)
@@ -227,7 +219,6 @@ class _Pool:
 
 
 def worker_entry(fd: int) -> None:
-    """A compile process's start: its socket is `fd`."""
     child_main(fd, worker_main)
 
 
@@ -244,8 +235,7 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
 
 
 def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None]:
-    """`backend.prepare` on the measurement's own inputs, so the graph and cache key are the measurement's.
-    (status, kernels compiled, cache hits, reason)"""
+    """`backend.prepare` on the measurement's own inputs, so the graph and cache key are the measurement's."""
     from attnbench.backends.base import Unsupported, first_line, refusal
     from attnbench.backends.conformance import conformance_problem
     from attnbench.verify.inputs import make_inputs

@@ -27,13 +27,13 @@ class RunInfo:
     run_id: str
     suite: str
     device_name: str | None = None
-    # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
+    # --peak-tflops / --peak-bandwidth
     peak_tflops: float | None = None
     peak_bandwidth_gbs: float | None = None
-    # The calibration's roofs (TFLOP/s per dtype, GB/s), for extra.percent_of_measured_peak.
+    # The calibration's, for extra.percent_of_measured_peak.
     measured_tflops: tuple[tuple[str, float], ...] = ()
     measured_bandwidth_gbs: float | None = None
-    # A CPU's roofs, measured at the run's start: a CPU record's percent_of_peak is against them.
+    # A CPU's, measured at the run's start.
     roofs: MeasuredRoofs | None = None
 
 
@@ -62,13 +62,11 @@ def unmeasured(info: RunInfo, case: Case, backend: Backend, status: str, reason:
 
 
 def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
-    """What every record carries, measured or not."""
     return {"memory_estimate_bytes": backend.estimate_memory(case), "flops": counting.flops(case),
             "bytes_moved": backend.bytes_moved(case)}
 
 
 def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
-    """At the median time (docs/conventions.md "Work")."""
     seconds = median_ms * 1e-3
     return {"tflops": counting.flops(case) / seconds / 1e12,
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
@@ -76,8 +74,7 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
 
 def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu",
                   window_medians: list[float] | None = None) -> dict[str, Any]:
-    """The record's time fields from the raw samples. The interval is the run's (core.interval.run_interval), from
-    the medians of the windows the samples were taken in (`window_medians`; None: one window)."""
+    """The interval is the run's (core.interval.run_interval) over `window_medians` (None: one window)."""
     stats = summarize(samples)
     windows = window_medians if window_medians else [stats.median]
     made = run_interval(samples, windows, device, settings.confidence)
@@ -104,7 +101,7 @@ def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) 
 
 
 def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
-    """The timer's warm-up and its own details; `bimodal` where the samples fall into two groups apart."""
+    """Warm-up, the timer's details, and `bimodal`."""
     extra: dict[str, Any] = {}
     modes = two_modes(list(samples))
     if modes is not None:
@@ -118,9 +115,8 @@ def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
 
 def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
                     fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
-    """Percent of the device's roof, and the `extra` saying which roof and whence; `above_roof` over 100%, which only
-    a wrong roof allows. One query row is judged against bandwidth, the rest against the dtype's dense compute rate:
-    on CUDA the datasheet's, on a CPU the run's measured roofs. An override applies anywhere."""
+    """Percent of the roof (one query row: bandwidth; else the dtype's dense rate, on a CPU the run's measured
+    roofs), and the `extra` saying which and whence; `above_roof` over 100%, which only a wrong roof allows."""
     if case.device == "cpu":
         peak = roofs_peak(info.roofs, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
     else:
@@ -147,7 +143,7 @@ SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3
 
 
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """`setup_ms` (all of `prepare`) and `setup_parts` (ms): the backend's parts and `other`."""
+    """In ms: `setup_ms` is all of `prepare`."""
     parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
@@ -159,8 +155,7 @@ def now() -> str:
 
 def pooled(record: Record, case: Case, backend: Backend, samples: list[float], settings: TimingSettings,
            info: RunInfo, rounds: list[dict[str, Any]]) -> Record:
-    """`record` with its later rounds' samples joined to its own, everything derived from samples made again, and
-    `extra.rounds` (attnbench.run.rounds)."""
+    """`record` with its later rounds' samples joined, all derived from them made again."""
     import dataclasses
 
     fields = timing_fields(samples, settings, case.device, [r["median_ms"] for r in rounds])

@@ -1,10 +1,6 @@
-"""A measurement's samples taken in rounds spread over the run, then more where the interval is still too wide.
-
-Each later round re-times every `ok` measurement still due, in an order shuffled by case and seeded by the run id,
-so a call whose time wanders with the machine is sampled in several windows and no backend always follows the same
-neighbour. Then `refine` re-times those wider than ±precision, cheapest first, within the suite-level budget; one
-that needs more stays `noisy`. The results file is rewritten whole, atomically, after every round.
-"""
+"""A measurement's samples taken in rounds spread over the run, in an order shuffled by case and seeded by the run
+id, so a call whose time wanders with the machine is sampled in several windows; then `refine` re-times those still
+wider than ±precision, cheapest first, within the suite-level budget."""
 
 from __future__ import annotations
 
@@ -35,7 +31,7 @@ REFINE_ASK = 2  # a refining re-timing asks at most this many budget_ms
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
-    """One later round: the same inputs prepared again and the same call timed, warm-up included; nothing else."""
+    """The same inputs prepared again and the call timed, warm-up included; nothing else."""
     import torch
 
     case = data.case
@@ -79,8 +75,6 @@ class Resampler(Protocol):
 
 @dataclass
 class RoundsResult:
-    """Re-timings made, and the sampling they and the refining spent (s)."""
-
     retimed: int = 0
     rounds_s: float = 0.0
     refined: int = 0
@@ -103,7 +97,7 @@ def window_ms(record: Record, settings: TimingSettings) -> float:
 
 
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
-    """What the windows a too-wide record lacks cost (ms) (core.interval.windows_needed)."""
+    """What the windows a too-wide record lacks cost (ms)."""
     samples = list(record.times_ms or [])
     windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
     made = run_interval(samples, windows, record.device, settings.confidence)
@@ -114,7 +108,7 @@ def lacking_ms(record: Record, settings: TimingSettings) -> float:
 def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,
                  info: RunInfo, seed: str, should_stop: Callable[[], bool],
                  after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
-    """Rounds 2..settings.rounds, then the refining, replacing `records` by their pooled records in place."""
+    """Rounds 2..settings.rounds, then the refining, pooling `records` in place."""
     chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
     if not chosen:
         return RoundsResult()
@@ -148,7 +142,6 @@ class _Rounds:
         self.budget_ms, self.spent_ms, self.passes = budget_ms, 0.0, 0
 
     def round(self, round_number: int) -> bool:
-        """False when none is due, or the run is stopping."""
         settings = self.settings
         due = [i for i in self.chosen if due_again(self.records[i].times_ms, round_number, settings)]
         if not due or self.should_stop():
@@ -163,7 +156,7 @@ class _Rounds:
         return True
 
     def refine_pass(self) -> bool:
-        """One refining pass, cheapest first; False when there is nothing to do or it re-timed none."""
+        """False when it re-timed none."""
         records, settings, budget_ms = self.records, self.settings, self.budget_ms
         wanting = [i for i in self.chosen if records[i].noisy]
         if self.passes >= MAX_REFINE or not wanting or self.spent_ms >= budget_ms or self.should_stop():
@@ -185,7 +178,6 @@ class _Rounds:
         return touched
 
     def retime(self, i: int, timing: TimingSettings) -> float:
-        """Record `i` re-timed and pooled; the seconds its samples took."""
         record = self.records[i]
         backend = self.backends[record.backend]
         left = self.settings.max_samples - len(record.times_ms)

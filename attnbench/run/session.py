@@ -67,7 +67,7 @@ class Outcome:
     tally: Tally = field(default_factory=Tally)
     records: list[Record] = field(default_factory=list)
     results: Path | None = None
-    unavailable: dict[str, str] = field(default_factory=dict)  # Started.unavailable
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -78,7 +78,7 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
 
 
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
-    """Validate everything the run depends on, writing and running nothing. `estimate_gpu`: the device is cuda."""
+    """Validate everything the run depends on, writing and running nothing."""
     registry = default_registry(list(options.plugins))
     suite = load_suite(suite_path)
     names = registry.chosen(list(options.backends) or None, suite)
@@ -87,7 +87,6 @@ def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None)
 
 
 def task_key(case: Case, backend: Backend) -> tuple:
-    """The key its record will have (results.key_of)."""
     return key_of({**case.fields(), "backend": backend.name})
 
 
@@ -119,7 +118,7 @@ class RunMode:
 
 
 def mode_of(plan: Plan, options: RunOptions, gpu: str | None = None) -> RunMode:
-    """`gpu`: a dry run's estimate for a GPU that is not here (a GPU server's default compile pool)."""
+    """`gpu`: a dry run's estimate for a GPU that is not here."""
     timing = plan.suite.timing(plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
@@ -141,8 +140,7 @@ def selected(plan: Plan, options: RunOptions) -> list[tuple[Case, Backend]]:
 
 
 def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast:
-    """The one forecast of the run, on this device's calibration or `gpu`'s datasheet row: `--dry-run` prints it, the
-    run writes it to env.json and counts its ETA down."""
+    """The one forecast: `--dry-run` prints it, the run writes it to env.json and counts its ETA down."""
     import torch
 
     mode = mode_of(plan, options, gpu)
@@ -232,7 +230,6 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
 
 def resume_part(plan: Plan, options: RunOptions, directory: Path, env: dict,
                 errors: Console) -> tuple[RunFolder, list[tuple[Case, Backend]], int]:
-    """The folder to resume, the measurements it lacks, and how many it holds."""
     folder = RunFolder.resume(directory, env, plan.suite.name, str(options.shard) if options.shard else None,
                               options.force)
     if folder.drop_cut_line():
@@ -262,7 +259,7 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
 
 
 def unavailable_here(plan: Plan, tasks: list[tuple[Case, Backend]]) -> dict[str, str]:
-    """Backends that cannot run on the device at all, with the skip rule's reason (attnbench.run.skip)."""
+    """Backends that cannot run on the device at all, with the skip rule's reason."""
     from attnbench.backends.conformance import conformance_problem
 
     names = {backend.name for _, backend in tasks}
@@ -272,7 +269,6 @@ def unavailable_here(plan: Plan, tasks: list[tuple[Case, Backend]]) -> dict[str,
 
 
 def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo, directory: Path) -> list:
-    """One worker per --devices GPU, one isolated worker, or this process."""
     trace_dir = str(directory) if options.trace else None
     if options.devices is not None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -289,7 +285,6 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
 
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
                 errors: Console, should_stop: Callable[[], bool]) -> tuple[int, list[Record]]:
-    """Every measurement left, a results line each; how many were measured, and their records."""
     if plan.device == "cpu":  # a CPU's roofs are the run's measured ones
         measured = tuple((m.dtype, m.gflops / 1e3) for m in run.roofs.matmul) if run.roofs else ()
         bandwidth = run.roofs.copy_gbs if run.roofs else None
@@ -337,7 +332,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
 
 def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
             options: RunOptions | None = None) -> Outcome:
-    """Run the plan into `directory`; progress goes to `errors`, the tables are the caller's (attnbench.cli.tables)."""
+    """Run the plan into `directory`; progress goes to `errors`."""
     options = options or RunOptions()
     mode, cache = prepare(plan, options)
     predicted = predict(plan, options)
@@ -356,7 +351,6 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
 
 
 def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Outcome:
-    """Note the compiled graphs in the cache's index, and sum the run up."""
     backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(run.cache, run.torch_version, (
         key for r in records if "compile_s" in r.extra and r.backend in backends
@@ -370,8 +364,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
                   torch_version: str, errors: Console, should_stop: Callable[[], bool],
                   timeout_s: float | None) -> PoolResult | None:
-    """Compile the graphs the cache lacks before the first measurement (attnbench.run.precompile); None when
-    there is no pool or nothing to compile."""
+    """None when there is no pool or nothing to compile."""
     jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
     if not workers or not jobs:
         return None
