@@ -1,8 +1,5 @@
-"""A paired A/B of two Python environments (docs/ab.md): a worker in each (attnbench.run.ab_worker), their rounds
-interleaved so the machine's drift falls on both sides alike. Each later round re-times the measurements `ok` on both
-sides in a shuffled order of cases, each measurement's sides back to back in alternating order; each side's records
-go to its own run folder, a/ and b/.
-"""
+"""A paired A/B of two Python environments (docs/ab.md): a worker in each, their rounds interleaved so the machine's
+drift falls on both sides alike; each side's records go to its own run folder, a/ and b/."""
 
 from __future__ import annotations
 
@@ -34,7 +31,6 @@ if TYPE_CHECKING:
 SIDES = ("A", "B")
 # How long a side's Python may take to import torch and attnbench.
 PROBE_TIMEOUT_S = 120.0
-# What a side's Python must import, and the facts it prints.
 PROBE = ("import json, sys, torch, attnbench, attnbench.run.ab_worker; "
          "print(json.dumps({'executable': sys.executable, 'torch': torch.__version__, "
          "'attnbench': attnbench.__version__, 'attnbench_path': attnbench.__file__}))")
@@ -67,7 +63,6 @@ def order(rounds: int) -> list[tuple[str, str]]:
 
 
 def probe(label: str, python: str, env: dict[str, str]) -> dict[str, Any]:
-    """The side's Python's facts, or one line saying why it cannot measure."""
     flag = f"--{label.lower()} {python}"
     try:
         done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
@@ -174,7 +169,6 @@ def round_entry(number: int, samples: list[float]) -> dict[str, Any]:
 
 
 def run_ab(ab: Ab) -> dict[str, list[Record]]:
-    """Measure the plan on both sides; write a/ and b/; return each side's records."""
     rounds = ab.settings.rounds
     sequence = order(rounds)
     try:
@@ -208,7 +202,6 @@ def run_ab(ab: Ab) -> dict[str, list[Record]]:
 
 
 def write_side(ab: Ab, side: Side) -> list[Record]:
-    """The side's records (rounds pooled) and env.json, in its own run folder."""
     assert side.config is not None
     backends = {backend.name: backend for backend in ab.plan.backends}
     records = []

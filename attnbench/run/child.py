@@ -29,8 +29,6 @@ class ChildDied(Exception):
 
 
 class ChildProcess:
-    """One child process: its pipe, and the file its stderr goes to."""
-
     def __init__(self, process: subprocess.Popen, conn: Connection, stderr_path: Path) -> None:
         self.process = process
         self.conn = conn
@@ -38,8 +36,7 @@ class ChildProcess:
 
     @classmethod
     def start(cls, command: str, config: Any, python: str | None = None) -> ChildProcess:
-        """Start `python -c command FD`, send it ("config", config) and wait until it is ready. `python`: another
-        environment's interpreter (attnbench.run.ab), importing its own attnbench."""
+        """`python`: another environment's interpreter (attnbench.run.ab), importing its own attnbench."""
         fd, name = tempfile.mkstemp(prefix="attnbench-worker-", suffix=".log")
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -82,7 +79,6 @@ class ChildProcess:
             raise ChildDied(self.death()) from None
 
     def death(self) -> str:
-        """How the process ended, with the last lines of its stderr."""
         try:
             code = self.process.wait(10)
         except subprocess.TimeoutExpired:
@@ -133,8 +129,7 @@ class ChildProcess:
 
 
 def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:
-    """A child's start: its socket is `fd`, its first message the config. Ctrl-C is the parent's (it stops the child
-    between tasks); faulthandler puts a segfault's Python stack in the stderr tail."""
+    """Ctrl-C is the parent's (it stops the child between tasks); a segfault leaves its Python stack in stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     conn = Connection(fd)

@@ -17,7 +17,6 @@ UNDERLYING = ("torch", "triton", "numpy")
 
 
 def libraries() -> tuple[str, ...]:
-    """The underlying libraries and each registered backend's own, each once."""
     from attnbench.backends.registry import default_registry
 
     registry = default_registry()
@@ -91,7 +90,6 @@ def nvidia_driver() -> str | None:
 
 
 def git_commit() -> str | None:
-    """The attnbench checkout's commit, when it runs from one."""
     root = Path(attnbench.__file__).resolve().parent.parent
     if not (root / ".git").exists():
         return None
@@ -122,7 +120,7 @@ def torch_facts() -> dict[str, Any]:
 
 
 def collect_env(device: str, torch_part: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a reader needs to reproduce or compare a run; `torch_part`: torch_facts() if already known."""
+    """`torch_part`: torch_facts() if already known."""
     facts = torch_facts() if torch_part is None else torch_part
     gpus = facts["gpus"]
     return {
@@ -149,7 +147,6 @@ def collect_env(device: str, torch_part: dict[str, Any] | None = None) -> dict[s
 
 
 def slurm_job(environ: dict[str, str] | None = None) -> dict[str, str | None] | None:
-    """From SLURM's variables; None outside a job."""
     source = os.environ if environ is None else environ
     if "SLURM_JOB_ID" not in source:
         return None

@@ -37,13 +37,13 @@ class WorkerConfig:
 
 
 class Isolated:
-    """A Measurer in a long-lived worker, replaced after a crash or timeout."""
+    """A long-lived worker, replaced after a crash or timeout."""
 
     def __init__(self, config: WorkerConfig, timeout_s: float | None = None) -> None:
         self.config = config
         self.timeout_s = timeout_s
         self.worker: ChildProcess | None = None
-        self.started = 0  # workers started
+        self.started = 0
 
     def measure(self, case: Case, backend: Backend) -> Record:
         try:
@@ -86,7 +86,6 @@ def worker_entry(fd: int) -> None:
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
-    """Measure what the parent sends, with the in-process measurer, until it says stop or goes away."""
     import gc
 
     from attnbench.backends.registry import default_registry

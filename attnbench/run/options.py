@@ -36,7 +36,6 @@ class RunOptions:
     trace: bool = False
 
     def __post_init__(self) -> None:
-        """The rules between the options; those that need the suite are the session's."""
         if self.force and not self.resume:
             raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
                                  "attnbench never overwrites results: choose a new --out")
@@ -68,7 +67,6 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-# In the order to_argv gives them.
 ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
     ("backends", _each("--backend")),
     ("plugins", _each("--plugin")),
@@ -90,7 +88,6 @@ ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
 
 
 def resume_command(suite: Path | str, directory: Path, options: RunOptions) -> str:
-    """The `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
     return shlex.join(["attnbench", "run", str(suite), "--resume", str(directory),

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Profiled:
-    """The record's kernel fields, the wrong-kernel reason if any, and a runtime profiler's `extra`."""
-
     fields: dict[str, Any]
     wrong_kernel: str | None
     profile_ms: float
@@ -37,15 +35,13 @@ class Profiled:
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
-    """traces/<case_id>-<backend>.json in the run directory."""
     return directory / "traces" / f"{case.case_id}-{backend.name}.json"
 
 
 def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
              others: dict[str, tuple[str, ...]], trace_dir: Path | None = None,
              runtime: Callable[[], Profile] | None = None) -> Profiled:
-    """Profile one call of `fn` (and one replay of the timer's graph, where it keeps one). `runtime`: the backend's
-    own profiler, for work outside PyTorch that torch.profiler cannot see."""
+    """`runtime`: the backend's own profiler, for work outside PyTorch that torch.profiler cannot see."""
     if runtime is not None:
         profile = runtime_profile(runtime)
         fields, wrong = kernel_fields(profile, case, backend, others)
@@ -89,8 +85,7 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
 
 def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]
                   ) -> tuple[dict[str, Any], str | None]:
-    """A profile as the record's kernel fields, judged against the backend's declared kernels, and the wrong-kernel
-    reason if any."""
+    """Judged against the backend's declared kernels."""
     if profile.kernels is None:
         return {"kernels": None, "kernels_reason": profile.reason}, None
     fields: dict[str, Any] = {"kernels": [k.to_dict() for k in profile.kernels], "kernels_source": profile.source}

@@ -1,5 +1,5 @@
-"""The order measurements are made in: a queue of whole cases, one thread per measurer, OOM pruning. Holds no timer:
-the measurers (InProcess, Isolated) measure; each record goes to the sink as soon as it exists."""
+"""The order measurements are made in: a queue of whole cases, one thread per measurer, OOM pruning. Holds no
+timer."""
 
 from __future__ import annotations
 
@@ -21,16 +21,12 @@ Task = tuple["Case", "Backend"]
 
 
 class Listener(Protocol):
-    """The schedule prints nothing; the CLI draws progress from this."""
-
     def started(self, index: int, total: int, case: Case, backend: Backend) -> None: ...
 
     def finished(self, record: Record) -> None: ...
 
 
 class Measurer(Protocol):
-    """Measures in this process, or in a worker process that may die or hang."""
-
     def measure(self, case: Case, backend: Backend) -> Record: ...
 
     def close(self) -> None: ...
@@ -45,9 +41,8 @@ class Schedule:
     oom_pruning: bool = True
 
     def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
-        """Measure the tasks, each measurer taking the next whole case when free (a case's inputs and reference
-        are made once); after an `oom`, longer sequences of that backend and case group are skipped untried.
-        Every measurer is closed. Returns how many records were made."""
+        """Each measurer takes the next whole case (its inputs and reference are made once); after an `oom`, longer
+        sequences of that backend and case group are skipped untried. Returns how many records were made."""
         measurers = measurers if isinstance(measurers, list) else [measurers]
         queue = TaskQueue(tasks)
         pruner = OomPruner(self.oom_pruning)
@@ -87,7 +82,6 @@ class Schedule:
 
 
 class TaskQueue:
-    """Consecutive tasks of one case, taken one case at a time."""
 
     def __init__(self, tasks: list[Task]) -> None:
         self.groups: deque[list[Task]] = deque()
@@ -108,8 +102,7 @@ class TaskQueue:
 
 
 def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], queue: TaskQueue) -> None:
-    """`work` per measurer, each in a thread; a failure in one empties the queue and is raised here once the others
-    finish; a Ctrl-C while waiting kills every worker."""
+    """A failure in one thread empties the queue and is raised here once the others finish."""
     failures: list[BaseException] = []
 
     def guarded(one: Measurer) -> None:
@@ -157,7 +150,6 @@ class OomPruner:
 
 
 def longer_than(case: Case, limit: tuple[int, int]) -> bool:
-    """At least as long as the length that ran out of memory, and longer."""
     seq, kv = limit
     return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
 

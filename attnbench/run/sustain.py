@@ -1,8 +1,5 @@
 """The loop before the samples: the timed call back to back, read around by the energy counter, and on CUDA until the
-GPU has reached its sustained state (docs/gpu.md, "Burst or sustained"): at least `energy_ms`, until the SM clock
-stops falling, at most SUSTAIN_FACTOR x `energy_ms`. Clocks and settings are never changed. Energy: NVML on CUDA,
-RAPL on a CPU where readable; a CPU without RAPL runs no loop (it has no burst state).
-"""
+GPU's SM clock stops falling (docs/gpu.md, "Burst or sustained"). Clocks and settings are never changed."""
 
 from __future__ import annotations
 
@@ -32,9 +29,7 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
                    read_energy: Callable[[], EnergyReading], probe: Callable[[], GpuSample | None] | None = None,
                    sync: Callable[[], None] = lambda: None,
                    clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Run `fn` back to back for at least `min_s` and, where `probe` reads the GPU, until its SM clock stops falling;
-    the energy counter is read around the loop. Returns the record's `extra` entries: `sustain`, and the energy or
-    `energy_skipped` with the reason."""
+    """The record's `extra` entries: `sustain`, and the energy or `energy_skipped` with the reason."""
     extra: dict[str, Any] = {}
     try:
         before: EnergyReading | None = read_energy()
@@ -77,7 +72,6 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
 
 def _energy(before: EnergyReading, read_energy: Callable[[], EnergyReading], calls: int, seconds: float,
             tokens_per_call: int, throttled: bool) -> dict[str, Any]:
-    """The loop's energy entries, or `energy_skipped` with why not."""
     try:
         energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
     except EnergyUnavailable as exc:
