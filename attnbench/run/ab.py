@@ -40,7 +40,6 @@ SAFE_PATH = {"PYTHONSAFEPATH": "1"}
 
 @dataclass
 class Side:
-
     label: str
     python: str
     env: dict[str, str] = field(default_factory=dict)
@@ -97,7 +96,6 @@ def parse_env(values: list[str], flag: str) -> dict[str, str]:
 
 @dataclass
 class Ab:
-
     plan: Plan
     sides: tuple[Side, Side]
     settings: TimingSettings

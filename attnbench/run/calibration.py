@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Machine:
-
     device: str  # "cpu" or "cuda"
     name: str
     tflops: dict[str, float]  # matmul TFLOP/s by dtype

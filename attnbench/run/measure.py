@@ -127,7 +127,6 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 @dataclass(frozen=True)
 class Numbers:
-
     fields: dict[str, Any]
     extra: dict[str, Any]
 

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-
     backends: tuple[str, ...] = ()  # empty: the suite's (or every registered) backend
     device: str | None = None  # None: the suite's device
     plugins: tuple[str, ...] = ()

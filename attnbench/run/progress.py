@@ -29,7 +29,6 @@ PRIOR_S = 5.0
 
 
 class Eta:
-
     def __init__(self, forecast: Forecast | None, tasks: list[tuple[Case, Backend]], workers: int = 1) -> None:
         self.workers = max(1, workers)
         self.predicted: dict[tuple, float] = {}

@@ -23,7 +23,6 @@ MAX_REASON = 600
 
 @dataclass(frozen=True)
 class RunInfo:
-
     run_id: str
     suite: str
     device_name: str | None = None

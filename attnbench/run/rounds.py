@@ -69,7 +69,6 @@ class InProcessResampler:
 
 
 class Resampler(Protocol):
-
     def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]: ...
 
 
@@ -129,7 +128,6 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
 
 
 class _Rounds:
-
     def __init__(self, records: list[Record], chosen: list[int], backends: dict[str, Backend], measurer: Resampler,
                  settings: TimingSettings, info: RunInfo, rng: random.Random, should_stop: Callable[[], bool],
                  say: Callable[[str], None]) -> None:

@@ -34,7 +34,6 @@ class Measurer(Protocol):
 
 @dataclass
 class Schedule:
-
     info: RunInfo  # for the records of pruned measurements
     listener: Listener | None = None
     should_stop: Callable[[], bool] = lambda: False
@@ -82,7 +81,6 @@ class Schedule:
 
 
 class TaskQueue:
-
     def __init__(self, tasks: list[Task]) -> None:
         self.groups: deque[list[Task]] = deque()
         for case, backend in tasks:

@@ -47,7 +47,6 @@ DEFAULT_ENERGY_MS = {"cuda": 1000.0, "cpu": 0.0}
 
 @dataclass(frozen=True)
 class Plan:
-
     suite: Suite
     device: str
     cases: list[Case]
@@ -157,7 +156,6 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
 
 @dataclass(frozen=True)
 class DryRun:
-
     plan: Plan
     forecast: Forecast
     timing: Timing
@@ -173,7 +171,6 @@ def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
 
 @dataclass
 class Started:
-
     tasks: list[tuple[Case, Backend]]
     run_id: str
     folder: RunFolder

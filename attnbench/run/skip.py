@@ -20,7 +20,6 @@ MEMORY_SKIP_FACTOR = 2.0
 
 @dataclass(frozen=True)
 class Facts:
-
     conformance: str | None = None  # None when the adapter's calls fit the installed library
     availability: str | None = None
     free_memory: int | None = None  # bytes; None where no limit is checked (a CPU)

@@ -86,7 +86,6 @@ class Calls:
 
 @dataclass(frozen=True)
 class Sustained:
-
     extra: dict[str, Any]
 
 
@@ -101,7 +100,6 @@ class Timed:
 
 @dataclass(frozen=True)
 class Repeated:
-
     verdict: Verdict
     note: str
     repeatable: bool | None
@@ -110,7 +108,6 @@ class Repeated:
 
 @dataclass(frozen=True)
 class Kernels:
-
     ran: Profiled
     checks: list[str]
     broken: list[str]
