@@ -11,15 +11,15 @@ from attnbench.records.record import Record
 from attnbench.records.results import ENV_FILE, RESULTS_FILE, refuse_existing, write_records_atomic
 from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
 
-TRACES_DIR = "traces"  # --trace's (attnbench.run.profiled)
+TRACES_DIR = "traces"  # --trace's
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.md"
 CHARTS_DIR = "charts"
 
 
 class RunFolder:
-    """A run directory and its env.json as held here. `part`: where this part of the run notes what it did, a
-    resumed part's own entry, else the env itself."""
+    """A run directory and its env.json as held here. `part`: where this part of the run notes what it did (a
+    resumed part's own entry, else the env)."""
 
     def __init__(self, directory: Path, env: dict[str, Any] | None = None) -> None:
         self.directory = Path(directory)

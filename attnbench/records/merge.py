@@ -19,11 +19,8 @@ class Merged:
 
 
 def merge_runs(sources: list[Path], out: Path) -> Merged:
-    """Combine the records of `sources` into `out`; nothing is written unless every check passes.
-
-    Refused: a measurement key held by two sources (a shard run twice, or overlapping shards),
-    records of different schema versions, and runs on differently named devices.
-    """
+    """Combine the records of `sources` into `out`, writing nothing unless every check passes: refused are a key
+    held by two sources (overlapping shards), mixed schema versions, and differently named devices."""
     if not sources:
         raise ResultsError("merge: name at least one run directory")
     folder = RunFolder(out)
@@ -62,7 +59,7 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard"),
                                "roofs": e.get("roofs")} for p, e in envs]  # each shard's, its records' roofs
         # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
-        # merge killed before it leaves a directory that the same merge may fill again.
+        # killed merge leaves a directory the same merge may fill again.
         folder.write_env(env)
         folder.write_records(merged)
     except OSError as exc:

@@ -1,13 +1,5 @@
-"""A paired A/B of two Python environments in one run: the same suite measured by a worker in each (attnbench.run.
-ab_worker, started with that environment's Python), their rounds interleaved so that the machine's drift falls on
-both sides alike.
-
-Round 1 measures every measurement on both sides as `run` does (checked, profiled, timed); every later round
-re-times the measurements `ok` on both sides, in a shuffled order of cases (attnbench.run.rounds.shuffled_by_case),
-each measurement's two sides back to back, in alternating order (`order`) so neither side is always first. Each
-side's records (every round's samples pooled, extra.rounds naming each round) go to its own run folder, a/ and b/,
-with its own env.json; the pairs are judged by attnbench.report.ab.
-"""
+"""A paired A/B of two Python environments (docs/ab.md): a worker in each, their rounds interleaved so the machine's
+drift falls on both sides alike; each side's records go to its own run folder, a/ and b/."""
 
 from __future__ import annotations
 
@@ -37,20 +29,17 @@ if TYPE_CHECKING:
     from attnbench.timing.timers import TimingSettings
 
 SIDES = ("A", "B")
-# How long a side's Python may take to import torch and attnbench when it is checked, before it counts as broken.
+# How long a side's Python may take to import torch and attnbench.
 PROBE_TIMEOUT_S = 120.0
-# What a side's Python must import, and the facts it prints: the check that it can measure at all.
 PROBE = ("import json, sys, torch, attnbench, attnbench.run.ab_worker; "
          "print(json.dumps({'executable': sys.executable, 'torch': torch.__version__, "
          "'attnbench': attnbench.__version__, 'attnbench_path': attnbench.__file__}))")
-# A side's Python imports its own attnbench: not the one in the directory it is started from (Python 3.11+).
+# A side's Python imports its own attnbench, not the one in its working directory (Python 3.11+).
 SAFE_PATH = {"PYTHONSAFEPATH": "1"}
 
 
 @dataclass
 class Side:
-    """One environment: its label, its Python, the variables its worker gets, and what it measured."""
-
     label: str
     python: str
     env: dict[str, str] = field(default_factory=dict)
@@ -68,12 +57,11 @@ class Side:
 
 
 def order(rounds: int) -> list[tuple[str, str]]:
-    """The sides' order in each round: A B, then B A, and so on (A B B A A B ...)."""
+    """A B, then B A, and so on."""
     return [SIDES if r % 2 == 0 else SIDES[::-1] for r in range(rounds)]
 
 
 def probe(label: str, python: str, env: dict[str, str]) -> dict[str, Any]:
-    """The side's Python's torch and attnbench, or one line saying why it cannot measure."""
     flag = f"--{label.lower()} {python}"
     try:
         done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
@@ -97,7 +85,6 @@ def probe(label: str, python: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def parse_env(values: list[str], flag: str) -> dict[str, str]:
-    """`NAME=VALUE` options as a dict; one line naming the option for any other shape."""
     env = {}
     for value in values:
         name, sep, text = value.partition("=")
@@ -109,21 +96,18 @@ def parse_env(values: list[str], flag: str) -> dict[str, str]:
 
 @dataclass
 class Ab:
-    """An A/B in progress: the plan, both sides, the timing of each round, and where the output goes."""
-
     plan: Plan
     sides: tuple[Side, Side]
     settings: TimingSettings
     directory: Path
     say: Callable[[str], None]
     stopped: bool = False  # Ctrl-C: the rounds made so far are written and judged
-    sequence: list[str] = field(default_factory=list)  # 'round side backend case_id', in the order made
+    sequence: list[str] = field(default_factory=list)  # 'round side backend case_id', in order
 
     def side(self, label: str) -> Side:
         return self.sides[SIDES.index(label)]
 
     def start(self, side: Side) -> None:
-        """Start (or restart) the side's worker with its own Python."""
         assert side.config is not None
         try:
             side.worker = ChildProcess.start(AB_WORKER_COMMAND, side.config, python=side.python)
@@ -131,7 +115,7 @@ class Ab:
             raise AttnbenchError(f"--{side.folder} {side.python}: its worker process {died}") from None
 
     def ask(self, side: Side, message: tuple) -> tuple | None:
-        """Send the worker a message and wait for its answer; None (and a fresh worker next) when it died."""
+        """The worker's answer; None (and a fresh worker next) when it died."""
         if side.worker is None:
             self.start(side)
         assert side.worker is not None
@@ -176,14 +160,13 @@ class Ab:
 
 
 def round_entry(number: int, samples: list[float]) -> dict[str, Any]:
-    """A round as extra.rounds holds it, with its number: the pairs are matched on it (attnbench.report.ab)."""
+    """A round as extra.rounds holds it, numbered: attnbench.report.ab matches the pairs on it."""
     import statistics
 
     return {"round": number, "samples": len(samples), "median_ms": statistics.median(samples)}
 
 
 def run_ab(ab: Ab) -> dict[str, list[Record]]:
-    """Measure the plan on both sides, rounds interleaved; write a/ and b/; return each side's records."""
     rounds = ab.settings.rounds
     sequence = order(rounds)
     try:
@@ -217,7 +200,6 @@ def run_ab(ab: Ab) -> dict[str, list[Record]]:
 
 
 def write_side(ab: Ab, side: Side) -> list[Record]:
-    """The side's records (every round pooled) and its env.json, in its own run folder under the A/B's."""
     assert side.config is not None
     backends = {backend.name: backend for backend in ab.plan.backends}
     records = []
@@ -265,7 +247,6 @@ def make_ab(plan: Plan, pythons: tuple[str, str], envs: tuple[dict[str, str], di
 
 
 def describe(ab: Ab) -> dict[str, Any]:
-    """What ab.json says of the A/B besides its verdicts."""
     return {
         "suite": ab.plan.suite.name, "device": ab.plan.device,
         "device_name": (ab.sides[0].facts.get("env") or {}).get("device_name", ab.plan.device),
@@ -280,5 +261,5 @@ def describe(ab: Ab) -> dict[str, Any]:
     }
 
 
-# The environment facts ab.json repeats per side (each side's env.json holds them all).
+# Repeated per side in ab.json (each env.json holds them all).
 ENV_FACTS = ("torch", "attnbench", "git_commit", "python", "torch_threads", "libraries", "device_name")

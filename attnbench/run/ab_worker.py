@@ -1,9 +1,5 @@
-"""The worker one side of an A/B runs in (attnbench.run.ab): a child process started with that side's Python, so it
-measures with that environment's torch, libraries and attnbench.
-
-It answers ("env",) with its environment's facts, ("measure", case fields, backend) with a measurement's first round
-as `run` makes it, and ("resample", case fields, backend, timing) with one later round's samples, or none and why.
-"""
+"""One A/B side's worker (attnbench.run.ab), started with that side's Python so it measures with its torch,
+libraries and attnbench: answers "env", "measure" (a first round as `run` makes it) and "resample"."""
 
 from __future__ import annotations
 
@@ -15,17 +11,14 @@ from attnbench.run.child import child_main, requests
 if TYPE_CHECKING:
     from attnbench.run.isolation import WorkerConfig
 
-# The worker's start in the other environment's Python (attnbench.run.child.ChildProcess.start).
 AB_WORKER_COMMAND = "import sys; from attnbench.run.ab_worker import worker_entry; worker_entry(int(sys.argv[1]))"
 
 
 def worker_entry(fd: int) -> None:
-    """The worker process's start: its socket is `fd`; its first message is the WorkerConfig."""
     child_main(fd, worker_main)
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
-    """Measure and re-time what the parent sends, until it says stop or goes away."""
     from attnbench.backends.registry import default_registry
     from attnbench.core.case import Case
     from attnbench.run.env import collect_env
@@ -48,7 +41,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             case = Case(**fields)
             try:
                 samples, reason = resample(measurer.data_for(case), registry.get(name), measurer.timer, timing), None
-            except Exception as exc:  # noqa: BLE001 - a round that fails is one pair fewer, and says why
+            except Exception as exc:  # noqa: BLE001 - a failed round is one pair fewer, and says why
                 samples, reason = [], f"{type(exc).__name__}: {exc}"
             finally:
                 release_memory(case.device)

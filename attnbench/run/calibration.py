@@ -1,11 +1,6 @@
-"""The machine's speed, measured. Two figures with two jobs:
-
-- the throughput a forecast divides work by (calibrate): measured on this device in well under a second and kept
-  for an hour in the cache directory, or, for a GPU that is not here, a datasheet's row (attnbench.core.peaks),
-  labelled an estimate;
-- a CPU's roofs, which `percent_of_peak` divides by (measure_roofs): measured by every run at its start and never
-  cached, since a roof describes the run it was measured on.
-"""
+"""The machine's speed, measured: the throughput a forecast divides work by (calibrate, cached an hour; a datasheet's
+row for a GPU not here), and a CPU's roofs for `percent_of_peak` (measure_roofs, at every run's start, never cached:
+a roof describes the run it was measured on)."""
 
 from __future__ import annotations
 
@@ -26,17 +21,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Machine:
-    """The throughput a forecast divides work by: measured on this device, or a datasheet's."""
-
     device: str  # "cpu" or "cuda"
     name: str
     tflops: dict[str, float]  # matmul TFLOP/s by dtype
     bandwidth_gbs: float
     launch_ms: float  # fixed cost of one kernel call
-    source: str  # how the numbers were obtained, in words
-    estimate: bool = False  # True when no measurement on this device backs them (a datasheet row)
-    measured_at: float = 0.0  # time.time() of the calibration
-    memory_bytes: int | None = None  # free device memory (None on a CPU: no limit is checked there)
+    source: str  # in words
+    estimate: bool = False  # a datasheet row, no measurement
+    measured_at: float = 0.0  # time.time()
+    memory_bytes: int | None = None  # free device memory; None on a CPU
 
     def rate(self, dtype: str) -> float:
         return self.tflops.get(dtype) or self.tflops.get("float32") or min(self.tflops.values())
@@ -46,7 +39,7 @@ class Machine:
 
 
 def calibrate(device: str) -> Machine:
-    """Measure this device's matmul rate (fp32, fp64 and, on CUDA, half) and copy bandwidth in well under 1 s."""
+    """This device's matmul rate (fp32, fp64, on CUDA half) and copy bandwidth, in well under 1 s."""
     import torch
 
     from attnbench.run.env import device_name
@@ -56,8 +49,7 @@ def calibrate(device: str) -> Machine:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def per_call_ms(fn: Any, budget_s: float) -> float:
-        """Wall time per call over a window of back-to-back calls: on a machine shared with other jobs this is
-        the throughput the run will get, where a single call's best time would be the machine's alone."""
+        """Wall time per call over back-to-back calls: on a shared machine, the throughput the run will get."""
         fn()
         sync()
         calls = 0
@@ -94,11 +86,8 @@ def calibrate(device: str) -> Machine:
 
 
 def calibrate_apart(device: str) -> Machine:
-    """calibrate() in a child process, so the parent holds no CUDA context during the run.
-
-    A context in the parent holds memory the measuring workers lack, and shows as another process on the GPU
-    (every record `throttled`). Where no child can be started, it runs here.
-    """
+    """calibrate() in a child process: a CUDA context in the parent holds memory the workers lack and shows as
+    another process on the GPU (every record `throttled`). Runs here where no child can start."""
     import subprocess
     import sys
 
@@ -113,7 +102,7 @@ def calibrate_apart(device: str) -> Machine:
 
 
 def datasheet(gpu: str) -> Machine:
-    """A GPU that is not here, from attnbench.core.peaks' datasheet table: an estimate."""
+    """A GPU that is not here, from attnbench.core.peaks' datasheet table."""
     from attnbench.core.errors import AttnbenchError
     from attnbench.core.peaks import GPU_MEMORY_GB, PEAKS, _row
 
@@ -131,13 +120,12 @@ def datasheet(gpu: str) -> Machine:
                    memory_bytes=int(memory * 0.97e9) if memory else None)
 
 
-# A calibration is reused for this long: a machine's speed drifts (other jobs, clocks), the ETA corrects the rest.
+# A machine's speed drifts (other jobs, clocks); the ETA corrects the rest.
 CALIBRATION_TTL_S = 3600
 
 
 def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
-    """This device's calibration, measured at most every CALIBRATION_TTL_S per device name and torch version and
-    kept in the cache dir."""
+    """Calibrated at most every CALIBRATION_TTL_S per device name and torch version, kept in the cache dir."""
     import torch
 
     from attnbench.run.env import device_name
@@ -164,25 +152,23 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(stored, indent=1), encoding="utf-8")
         except OSError:
-            pass  # a read-only cache costs a calibration next time, nothing else
+            pass  # costs a calibration next time
     return machine
 
 
-# A CPU's roofs: the best of short repetitions, since interference only ever slows one; over a few sizes, since the
-# fastest size differs by dtype (caches, AMX tiles for bf16).
+# A CPU's roofs: the best of short repetitions, as interference only slows one; over a few sizes, as the fastest size
+# differs by dtype (caches, AMX tiles for bf16).
 ROOF_SIZES = (512, 1024, 2048)
-ROOF_BUDGET_S = 0.8  # per dtype, for its matmuls; at least MIN_ROUNDS rounds whatever it costs
+ROOF_BUDGET_S = 0.8  # per dtype; at least MIN_ROUNDS rounds whatever it costs
 COPY_BUDGET_S = 0.25
-COPY_BYTES = 1 << 26  # 64 MiB into 64 MiB: beyond private caches and most shared ones; 13 ms a copy at 10 GB/s
+COPY_BYTES = 1 << 26  # beyond private caches and most shared ones
 MIN_ROUNDS = 2
-# A size whose first call takes over budget / WARM_SHARE is the last tried: the next (twice n, 8× the work) would spend
-# over half the budget on its first call and MIN_ROUNDS rounds.
+# A size whose first call takes over budget / WARM_SHARE is the last tried: the next (8× the work) would not fit.
 WARM_SHARE = 8 * (MIN_ROUNDS + 1) * 2
-ROOF_BUDGET_VAR = "ATTNBENCH_ROOF_BUDGET_S"  # seconds per dtype instead of ROOF_BUDGET_S; 0 measures no roof
+ROOF_BUDGET_VAR = "ATTNBENCH_ROOF_BUDGET_S"  # overrides ROOF_BUDGET_S; 0 measures no roof
 
 
 def roof_budget_s() -> float:
-    """Seconds per dtype for the roofs' matmuls: ROOF_BUDGET_S, or $ATTNBENCH_ROOF_BUDGET_S (0: no roof measured)."""
     from attnbench.core.errors import AttnbenchError
 
     text = os.environ.get(ROOF_BUDGET_VAR)
@@ -198,20 +184,20 @@ def roof_budget_s() -> float:
 
 
 def roof_dtypes(cases: list[Case]) -> tuple[str, ...]:
-    """The dtypes a run's CPU cases compute in, each with its matmul roof (FP8 inputs: their bf16 originals')."""
+    """The dtypes of the run's CPU cases (FP8 inputs: their bf16 originals')."""
     return tuple(sorted({case.unquantized.dtype for case in cases if case.device == "cpu"}))
 
 
 def roofs_seconds(dtypes: tuple[str, ...]) -> float:
-    """What measuring the roofs of `dtypes` costs (for the forecast): each dtype's budget and the copy's."""
+    """The roofs' cost, for the forecast."""
     budget = roof_budget_s()
     return len(dtypes) * budget + COPY_BUDGET_S if dtypes and budget > 0 else 0.0
 
 
 def timed_rounds(calls: dict[Any, Callable[[], Any]], budget_s: float, clock: Callable[[], float],
                  min_rounds: int = MIN_ROUNDS) -> dict[Any, list[float]]:
-    """Seconds of each call, taken in turn (one round calls each once): `min_rounds` rounds, then on until `budget_s`
-    is spent, so that interference falls on every call alike. The clock is read once at the start and twice per call."""
+    """Seconds of each call, taken in turn so interference falls on all alike: `min_rounds` rounds, then on until
+    `budget_s` is spent."""
     times: dict[Any, list[float]] = {key: [] for key in calls}
     start = now = clock()
     rounds = 0
@@ -228,7 +214,7 @@ def timed_rounds(calls: dict[Any, Callable[[], Any]], budget_s: float, clock: Ca
 
 
 def matmul_roof(dtype: str, times: dict[int, list[float]]) -> MatmulRoof:
-    """The roof from each size's repetitions (seconds of an n×n matmul, 2n³ FLOPs): the best one of any size."""
+    """The best repetition of any size (seconds of an n×n matmul, 2n³ FLOPs)."""
     rates = {n: 2 * n ** 3 / max(min(ts), 1e-12) / 1e9 for n, ts in times.items() if ts}
     size = max(rates, key=lambda n: rates[n])
     median = sorted(times[size])[len(times[size]) // 2]
@@ -239,8 +225,7 @@ def matmul_roof(dtype: str, times: dict[int, list[float]]) -> MatmulRoof:
 def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None,
                   clock: Callable[[], float] = time.perf_counter, sizes: tuple[int, ...] = ROOF_SIZES,
                   copy_bytes: int = COPY_BYTES) -> MeasuredRoofs | None:
-    """This CPU's roofs on the run's thread count: per dtype the best repetition of n×n matmuls of `sizes`, and the
-    best copy of `copy_bytes`; None with no dtype or a budget of 0."""
+    """This CPU's roofs on the run's thread count; None with no dtype or a budget of 0."""
     import torch
 
     budget = roof_budget_s() if budget_s is None else budget_s
@@ -256,10 +241,10 @@ def measure_roofs(dtypes: tuple[str, ...], budget_s: float | None = None,
             def call(a=a, b=b, c=c):
                 return (torch.mm(a, b, out=c))
             first = clock()
-            call()  # the first call of a size picks and packs its kernel: not the roof
+            call()  # picks and packs its kernel: not the roof
             calls[n] = call
             if clock() - first > budget / WARM_SHARE:
-                break  # the next size (8× the work) would not fit its first call and MIN_ROUNDS rounds in half of it
+                break
         roofs.append(matmul_roof(dtype, timed_rounds(calls, budget, clock)))
         del calls
     src = torch.ones(copy_bytes // 4)

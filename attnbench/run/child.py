@@ -1,10 +1,5 @@
-"""A child process that runs attnbench code and talks to its parent over a socket pair: the isolated measuring worker
-(attnbench.run.isolation) and the compile processes (attnbench.run.precompile).
-
-The parent starts `python -c COMMAND FD` (not multiprocessing's spawn, which re-imports the parent's __main__) and
-exchanges pickled messages with it (multiprocessing's Connection). A child that dies is described by its signal or
-exit code and the last lines of its output.
-"""
+"""A child process over a socket pair, for the isolated worker and the compile processes: `python -c COMMAND FD`, not
+multiprocessing's spawn (which re-imports the parent's __main__), exchanging pickled messages."""
 
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from attnbench.gpu import harness
 
 STDERR_TAIL_LINES = 5
 STDERR_TAIL_CHARS = 400
-# How long a child may take to import torch and the backends before it counts as failed to start.
+# For importing torch and the backends.
 START_TIMEOUT_S = 300.0
 
 
@@ -34,8 +29,6 @@ class ChildDied(Exception):
 
 
 class ChildProcess:
-    """One child process: its pipe, and the file its stderr goes to."""
-
     def __init__(self, process: subprocess.Popen, conn: Connection, stderr_path: Path) -> None:
         self.process = process
         self.conn = conn
@@ -43,9 +36,7 @@ class ChildProcess:
 
     @classmethod
     def start(cls, command: str, config: Any, python: str | None = None) -> ChildProcess:
-        """Start `python -c command FD`, send it ("config", config) and wait for it to say it is ready. `config`
-        names the `device` and the child's extra `env`. `python`: another environment's interpreter (attnbench.run.ab),
-        which imports its own attnbench, not this process's; by default this process's, with this attnbench."""
+        """`python`: another environment's interpreter (attnbench.run.ab), importing its own attnbench."""
         fd, name = tempfile.mkstemp(prefix="attnbench-worker-", suffix=".log")
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -79,7 +70,7 @@ class ChildProcess:
             raise ChildDied(self.death()) from None
 
     def receive(self, timeout_s: float | None) -> Any:
-        """The worker's next message; None when `timeout_s` passes first; ChildDied when it ended."""
+        """None when `timeout_s` passes first; ChildDied when it ended."""
         try:
             if not self.conn.poll(timeout_s):
                 return None
@@ -88,7 +79,6 @@ class ChildProcess:
             raise ChildDied(self.death()) from None
 
     def death(self) -> str:
-        """How the process ended, with the last lines of its stderr."""
         try:
             code = self.process.wait(10)
         except subprocess.TimeoutExpired:
@@ -124,7 +114,6 @@ class ChildProcess:
         self._remove_log()
 
     def stop(self) -> None:
-        """Ask the worker to finish; kill it if it does not."""
         try:
             self.conn.send(("stop",))
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
@@ -140,8 +129,7 @@ class ChildProcess:
 
 
 def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:
-    """A child's start (the COMMAND's body): its socket is `fd` and its first message the config `main` runs with.
-    Ctrl-C is the parent's (it stops the child between tasks); a segfault leaves its Python stack in the stderr tail."""
+    """Ctrl-C is the parent's (it stops the child between tasks); a segfault leaves its Python stack in stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     conn = Connection(fd)
@@ -153,7 +141,6 @@ def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:
 
 
 def requests(conn: Connection) -> Iterator[tuple]:
-    """The parent's messages to a child, until it says stop or goes away."""
     while True:
         try:
             message = conn.recv()

@@ -1,10 +1,6 @@
-"""Where torch.compile keeps what it compiled between runs: a directory the user can see and clear.
-
-TORCHINDUCTOR_CACHE_DIR points at `<cache dir>/inductor` and FLASHINFER_WORKSPACE_BASE (read when flashinfer is
-imported: flashinfer/jit/env.py) at `<cache dir>/flashinfer`, so a second run loads their kernels instead of
-compiling them. Beside them, `compiled.json` lists the graphs compiled there, per torch version (for the forecast),
-and `calibration.json` keeps each device's throughput.
-"""
+"""Where torch.compile keeps what it compiled between runs, a directory the user can see and clear: inductor's cache,
+FlashInfer's JIT workspace (FLASHINFER_WORKSPACE_BASE, read at its import: flashinfer/jit/env.py), `compiled.json`
+(the graphs compiled there per torch version, for the forecast) and `calibration.json`."""
 
 from __future__ import annotations
 
@@ -21,15 +17,13 @@ LEDGER = "compiled.json"
 
 
 def default_dir() -> Path:
-    """$XDG_CACHE_HOME/attnbench, else ~/.cache/attnbench."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "attnbench"
 
 
 def use(directory: Path | None) -> Path:
-    """Make `directory` (default: default_dir()) the run's compile cache: inductor's caches and FlashInfer's JIT
-    workspace go under it, in this process and in every worker it starts (a FLASHINFER_WORKSPACE_BASE the user set
-    is kept unless --cache-dir names a directory). A directory that cannot be created is a user error."""
+    """Make `directory` (default: default_dir()) the compile cache of this process and every worker it starts; a
+    FLASHINFER_WORKSPACE_BASE the user set is kept unless --cache-dir is given."""
     chosen = Path(directory) if directory is not None else default_dir()
     try:
         (chosen / "inductor").mkdir(parents=True, exist_ok=True)
@@ -43,7 +37,7 @@ def use(directory: Path | None) -> Path:
 
 
 def compiled(directory: Path | None, torch_version: str) -> set[str]:
-    """The flex compile keys (attnbench.run.forecast.compile_key) already compiled into `directory` by this torch."""
+    """The compile keys (Backend.compile_key) already compiled into `directory` by this torch."""
     if directory is None:
         return set()
     try:
@@ -54,7 +48,7 @@ def compiled(directory: Path | None, torch_version: str) -> set[str]:
 
 
 def note_compiled(directory: Path | None, torch_version: str, keys: Iterable[str]) -> None:
-    """Add `keys` to the ledger (best effort: a read-only cache only costs a less accurate forecast)."""
+    """Add `keys` to the ledger; a read-only cache only costs a less accurate forecast."""
     if directory is None:
         return
     new = set(keys)

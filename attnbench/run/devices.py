@@ -6,7 +6,7 @@ from attnbench.core.errors import AttnbenchError
 
 
 def parse_devices(text: str) -> list[int]:
-    """'0,1,2,3' -> [0, 1, 2, 3]: distinct GPU indices, else a user error."""
+    """'0,1,2,3' -> [0, 1, 2, 3], else a user error."""
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -17,11 +17,8 @@ def parse_devices(text: str) -> list[int]:
 
 
 def physical_gpu(index: int, visible: str | None) -> str:
-    """The CUDA_VISIBLE_DEVICES entry that this process's GPU `index` is, so a child sees the same GPU.
-
-    Indices count the GPUs visible here: under SLURM or on a shared box with CUDA_VISIBLE_DEVICES=4,5,6,7,
-    index 0 is physical GPU 4 (or a UUID / MIG id, passed on as written), never physical GPU 0.
-    """
+    """The CUDA_VISIBLE_DEVICES entry of this process's GPU `index`, so a child sees the same GPU: with
+    CUDA_VISIBLE_DEVICES=4,5 index 0 is GPU 4 (or a UUID / MIG id, as written)."""
     if visible is None or not visible.strip():
         return str(index)
     entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
@@ -32,12 +29,11 @@ def physical_gpu(index: int, visible: str | None) -> str:
 
 
 def worker_env(index: int, visible: str | None) -> dict[str, str]:
-    """The environment of the worker that measures on visible GPU `index`: that GPU alone."""
     return {"CUDA_VISIBLE_DEVICES": physical_gpu(index, visible)}
 
 
 def check_devices(device: str, indices: list[int]) -> list[str]:
-    """The names of the chosen GPUs; a user error for an index that does not exist or for mixed models."""
+    """A user error for a missing index or mixed models."""
     if device != "cuda":
         return []
     import torch

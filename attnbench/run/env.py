@@ -1,4 +1,4 @@
-"""The environment a run happened in: devices, driver, library versions, git commit — for env.json."""
+"""The environment a run happened in, for env.json."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from typing import Any
 import attnbench
 from attnbench.gpu import read as gpu_read
 
-# Libraries whose versions matter to the numbers beside the backends' own (Backend.library), by distribution name:
-# PyTorch, the compiler its compiled kernels come from, and the inputs' generator.
+# Libraries whose versions matter beside the backends' own (Backend.library): PyTorch, its compiler, the inputs'.
 UNDERLYING = ("torch", "triton", "numpy")
 
 
 def libraries() -> tuple[str, ...]:
-    """Every library whose version env.json records: the underlying ones, then each registered backend's own, so a
-    new backend's library is recorded without being listed twice."""
     from attnbench.backends.registry import default_registry
 
     registry = default_registry()
@@ -28,7 +25,7 @@ def libraries() -> tuple[str, ...]:
 
 
 def cpu_only_torch() -> bool:
-    """Whether the installed torch is a CPU-only build by its version tag (2.13.0+cpu), known without importing it."""
+    """A CPU-only torch by its version tag (2.13.0+cpu), known without importing it."""
     try:
         return importlib.metadata.version("torch").endswith("+cpu")
     except importlib.metadata.PackageNotFoundError:
@@ -36,7 +33,7 @@ def cpu_only_torch() -> bool:
 
 
 def resolve_device(requested: str) -> str:
-    """"auto" -> "cuda" when a CUDA device is present, else "cpu"; "cuda" without one is a user error."""
+    """"auto": "cuda" when present, else "cpu"; "cuda" without one is a user error."""
     if requested == "cpu" or (requested == "auto" and cpu_only_torch()):
         return "cpu"
     import torch
@@ -54,7 +51,6 @@ def resolve_device(requested: str) -> str:
 
 
 def cpu_name() -> str:
-    """The CPU model, from /proc/cpuinfo where there is one."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -65,7 +61,6 @@ def cpu_name() -> str:
 
 
 def device_name(device: str) -> str:
-    """The GPU's name on CUDA, the CPU model otherwise."""
     if device == "cuda":
         import torch
 
@@ -95,7 +90,6 @@ def nvidia_driver() -> str | None:
 
 
 def git_commit() -> str | None:
-    """The commit of the attnbench checkout this runs from, when it runs from one."""
     root = Path(attnbench.__file__).resolve().parent.parent
     if not (root / ".git").exists():
         return None
@@ -110,7 +104,6 @@ def git_commit() -> str | None:
 
 
 def torch_facts() -> dict[str, Any]:
-    """What the environment record takes from torch itself: version, threads, CUDA and cuDNN builds, visible GPUs."""
     import torch
 
     from attnbench.run.devices import physical_gpu
@@ -127,8 +120,7 @@ def torch_facts() -> dict[str, Any]:
 
 
 def collect_env(device: str, torch_part: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything about this machine that a reader needs to reproduce or compare a run; `torch_part`: torch_facts()
-    as already known (asked now when None)."""
+    """`torch_part`: torch_facts() if already known."""
     facts = torch_facts() if torch_part is None else torch_part
     gpus = facts["gpus"]
     return {
@@ -150,12 +142,11 @@ def collect_env(device: str, torch_part: dict[str, Any] | None = None) -> dict[s
         "git_commit": git_commit(),
         "device": device,
         "device_name": device_name(device),
-        **gpu_read.env_fields(device),  # "gpu_state" per visible GPU on CUDA: clocks, power, modes, other processes
+        **gpu_read.env_fields(device),  # "gpu_state" per visible GPU on CUDA
     }
 
 
 def slurm_job(environ: dict[str, str] | None = None) -> dict[str, str | None] | None:
-    """The SLURM job, array job, array task and node this process runs in (from SLURM's variables); None outside."""
     source = os.environ if environ is None else environ
     if "SLURM_JOB_ID" not in source:
         return None

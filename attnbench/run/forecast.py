@@ -1,11 +1,4 @@
-"""A run's wall time before it starts (`run --dry-run`), and its ETA while it runs: one model for both.
-
-Each measurement costs the harness's own overhead, the backend's setup (a compile), the checked call, warm-up and
-samples as the sampler will take them, plus each case's reference. Call times come from the case's work (FLOPs,
-and the score matrix's bytes for kernels that materialise it) over the device's throughput (attnbench.run.calibration),
-at the efficiency each backend declares in its cost model (`Backend.cost`). What is skipped is decided by the run's
-own skip rule (attnbench.run.skip), so the forecast prices exactly what the run will do.
-"""
+"""A run's wall time before it starts (`run --dry-run`) and its ETA: one model (docs/run-time.md)."""
 
 from __future__ import annotations
 
@@ -27,38 +20,37 @@ if TYPE_CHECKING:
 
 MODE_PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd_bwd": ("fwd", "bwd")}
 
-# How often a slow CPU forward's checked call agrees with its samples and is one of them (fitted).
+# How often a slow CPU forward's checked call is also one of its samples (fitted).
 CHECK_JOINS = 0.5
-# Relative spread of a call's samples (their coefficient of variation): how many samples the interval needs.
+# Coefficient of variation of a call's samples: how many samples the interval needs.
 NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 
 @dataclass(frozen=True)
 class Overheads:
-    """Fixed costs of the harness, in seconds."""
+    """In seconds."""
 
-    startup_s: float  # interpreter, imports, env.json: before the first measurement
-    per_measurement_s: float  # prepare, check, record, progress: around every measurement that runs
-    per_skip_s: float  # a measurement recorded `skipped` before any tensor exists
+    startup_s: float  # before the first measurement
+    per_measurement_s: float  # around every measurement that runs
+    per_skip_s: float  # a measurement skipped before any tensor exists
     per_case_s: float  # inputs, and freeing them
-    worker_start_s: float  # an isolated run's worker process (imports torch again)
-    report_s: float  # the report: HTML, Markdown and the fixed charts
-    per_chart_s: float  # each case group's chart
-    compile_s: float  # one flex compile of a forward with a cold cache
-    compile_cached_s: float  # the same graph from inductor's on-disk cache
-    backward_compile: float  # a forward-and-backward compile costs this many forward ones
-    per_round_s: float  # a later round's re-timing of a measurement, beside its calls: prepare, progress
-    profiler_s: float  # torch.profiler's first session in a process (it imports torch._inductor)
+    worker_start_s: float  # an isolated run's worker process
+    report_s: float
+    per_chart_s: float
+    compile_s: float  # a cold flex compile of a forward
+    compile_cached_s: float  # a load from inductor's on-disk cache
+    backward_compile: float  # in forward compiles
+    per_round_s: float  # a later round's prepare and progress
+    profiler_s: float  # torch.profiler's first session in a process
 
 
-# Fitted on instrumented runs of `run quick` and suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
-# compile_cached_s is torch.compile's part of a warm-cache load, as benchmarks/flex_warm_load.py measures it.
+# Fitted on instrumented runs of `run quick`, suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
+# compile_cached_s by benchmarks/flex_warm_load.py.
 CPU_OVERHEADS = Overheads(3.4, 0.025, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.010, 1.4)
 GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01, 1.5)
 
 
 def element_bytes(dtype: str) -> int:
-    """Bytes per element of a case's dtype, or of the reference's float64."""
     return 8 if dtype == "float64" else DTYPE_BYTES[dtype]
 
 
@@ -76,8 +68,7 @@ def pairs(case: Case, kind: str) -> int:
 
 
 def call_s(case: Case, backend: Backend, machine: Machine, dtype: str | None = None) -> float:
-    """Predicted seconds of one timed call of `backend` on `case` (computed in `dtype`, default the case's), from the
-    backend's declared cost on this kind of device."""
+    """Seconds of one timed call, from the backend's declared cost."""
     kernel = backend.cost.kernel(machine.device)
     dtype = dtype or case.dtype
     work = counting.forward_flops_per_pair(case) * pairs(case, kernel.pairs)
@@ -95,8 +86,7 @@ def call_s(case: Case, backend: Backend, machine: Machine, dtype: str | None = N
 
 
 def reference_s(case: Case, machine: Machine) -> float:
-    """The case's reference (float64 naive on the checked rows, with gradients when they are checked) and the
-    naive run in the case's own dtype (attnbench.verify.inputs)."""
+    """Seconds of the case's references: float64 naive on the checked rows, and naive in the case's dtype."""
     from attnbench.verify.inputs import FULL_CHECK_PAIRS, SUBSET_ROWS, grad_checkable
 
     full = case.batch * case.heads * case.seq_len * case.kv_seq_len <= FULL_CHECK_PAIRS[case.device]
@@ -109,24 +99,22 @@ def reference_s(case: Case, machine: Machine) -> float:
 class TaskForecast:
     backend: str
     seconds: float
-    runs: bool  # False when the measurement is skipped before any tensor exists
+    runs: bool  # False: skipped before any tensor exists
 
 
 @dataclass
 class Forecast:
-    """Predicted seconds per measurement, per backend and in total."""
-
     machine: Machine
     tasks: list[TaskForecast] = field(default_factory=list)
-    startup_s: float = 0.0  # imports, env.json, an isolated run's worker
+    startup_s: float = 0.0
     report_s: float = 0.0
-    reference_s: float = 0.0  # included in the tasks' seconds (each case's first measurement)
-    compile_s: float = 0.0  # likewise: compiles, or cache loads, in the measurements' own setup
-    precompile_s: float = 0.0  # the compile phase before the first measurement (attnbench.run.precompile)
-    compile_workers: int = 0  # its processes; 0: no phase
-    refine_s: float = 0.0  # the suite-level budget's re-timings after the rounds (attnbench.run.rounds)
-    precompiled: int = 0  # graphs it compiles
-    roofs_s: float = 0.0  # a CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs)
+    reference_s: float = 0.0  # part of the tasks' seconds, as compile_s
+    compile_s: float = 0.0
+    precompile_s: float = 0.0
+    compile_workers: int = 0  # 0: no compile phase
+    refine_s: float = 0.0
+    precompiled: int = 0
+    roofs_s: float = 0.0
 
     @property
     def fixed_s(self) -> float:
@@ -155,13 +143,13 @@ class Forecast:
 
 def measurement_s(case: Case, backend: Backend, machine: Machine, settings: TimingSettings,
                   overheads: Overheads, compiled: bool, shared: bool = False) -> tuple[float, float]:
-    """(seconds, of which compile) of one measurement that runs: overhead, setup, the checked call, warm-up, samples.
-    `compiled`: its graph is in inductor's cache (a load); `shared`: a kernel already compiled serves it (nothing)."""
+    """(seconds, of which compile) of one measurement that runs. `compiled`: its graph is in inductor's cache;
+    `shared`: an already compiled kernel serves it."""
     t = call_s(case, backend, machine)
     t_ms = t * 1e3
     compile_s = compile_price(case, backend, overheads, compiled) if not shared else 0.0
     check = call_s(dataclasses.replace(case, mode="fwd_bwd"), backend, machine) if case.needs_grad else t
-    if case.needs_grad:  # a separate check; warm-up on timed calls
+    if case.needs_grad:
         warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
     else:  # the check is the first warm-up call (and, on a CPU, often the first sample)
         warm_ms = max(0.0, min(settings.warmup_ms - t_ms, 5 * t_ms))
@@ -170,8 +158,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
     if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
         sample_ms -= CHECK_JOINS * t_ms
-    # The sustained-state loop before the samples (attnbench.run.sustain), priced at its minimum: on CUDA always, on
-    # a CPU only where RAPL can be read, which the forecast does not assume.
+    # The sustain loop at its minimum, on CUDA only: RAPL on a CPU is not assumed.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
     later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
     return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
@@ -179,8 +166,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 
 def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
-    """What the later rounds (attnbench.run.rounds) add to a measurement's time (ms) beside sample_ms: each re-timing
-    prepares again, warms up, and makes a forward for a backward's dO."""
+    """Milliseconds the later rounds add beside sample_ms."""
     if settings.rounds <= 1:
         return 0.0
     from attnbench.run.rounds import due_again
@@ -193,15 +179,13 @@ def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingS
             break
         spent.append(share)
         extra += overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0)
-    # The samples are the rounds' shares made (a slow call's later rounds are not), in place of sample_ms.
+    # The rounds' shares replace sample_ms.
     return extra + sum(spent) - sample_ms
 
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """What the suite-level budget should spend (s): the samples each measurement (case, backend, call ms) lacks for
-    an interval of ±precision at the device's NOISE, at most settings.refine of every budget together, and each
-    re-timing's own cost beside them (attnbench.run.rounds)."""
+    """Seconds the refining spends: the samples lacking for ±precision, at most settings.refine of all budgets."""
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.run.rounds import REFINE_ASK
@@ -221,8 +205,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
-    """Seconds of one compile of `backend`'s graph for `case` (0 when its prepare compiles nothing): a cold compile, or
-    with `cached` a load from inductor's on-disk cache (the graph is still traced)."""
+    """Seconds of one compile; `cached`: a load from inductor's cache."""
     if not backend.cost.compiles:
         return 0.0
     per_graph = overheads.compile_cached_s if cached else overheads.compile_s
@@ -233,17 +216,12 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
              report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
              compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
-    """The forecast of measuring `tasks` (in order) on `machine`, report included, and `roofs_s` of roofs first.
-
-    `compiled`: the graphs inductor's cache already has (Backend.compile_key), each a load, not a compile. What the
-    run's skip rule refuses is priced as a skip (`timer_modes`, `deterministic`: as attnbench.run.skip takes them).
-    With `compile_workers` the other graphs are compiled first (attnbench.run.precompile): a process start and the
-    compiles' sum over the workers (at least the longest one), then a load per measurement.
-    """
+    """`compiled`: graphs already in inductor's cache (Backend.compile_key); with `compile_workers` the others are
+    compiled first (attnbench.run.precompile)."""
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
     compiled = set(compiled or ())
     on_disk = set(compiled)
-    ahead: list[float] = []  # the pool's compiles
+    ahead: list[float] = []
     result = Forecast(machine, roofs_s=roofs_s)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
@@ -258,11 +236,11 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
         key = backend.compile_key(case)
         shared, cached = False, key in compiled
         before_sharing = backend.compiles_before_sharing(case)
-        if key is not None and before_sharing is not None:  # its compiles before sharing are real unless cached
+        if key is not None and before_sharing is not None:
             lengths = dynamic_lengths.setdefault(key, set())
             lengths.add((case.seq_len, case.kv_seq_len))
             shared, cached = len(lengths) > before_sharing, key in on_disk
-        if compile_workers and key is not None and not shared and not cached:  # the pool compiles it first
+        if compile_workers and key is not None and not shared and not cached:
             ahead.append(compile_price(case, backend, overheads, False))
             cached = True
         seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared)
@@ -276,7 +254,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
         result.compile_s += compile_s
         result.tasks.append(TaskForecast(backend.name, seconds / max(1, workers), True))
         timed.append((case, backend, call_s(case, backend, machine) * 1e3))
-    if not isolate and workers == 1:  # the suite-level budget's re-timings, made in this process after the rounds
+    if not isolate and workers == 1:  # refine runs in this process only
         result.refine_s = refine_s(timed, settings, machine, overheads)
     result.startup_s = overheads.startup_s + (overheads.worker_start_s if isolate else 0.0) \
         + (overheads.profiler_s if timed else 0.0)
@@ -290,8 +268,8 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 
 def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str, ...] | None,
           conformance: dict[str, str | None], deterministic: bool = False) -> Facts:
-    """The skip rule's facts as the run will find them on `machine`. For a GPU that is not here (a datasheet
-    estimate) every backend made for CUDA is taken to be installed and conforming."""
+    """The skip rule's facts as the run will find them. On a datasheet estimate every CUDA backend is taken as
+    installed and conforming."""
     from attnbench.backends.conformance import conformance_problem
 
     if case.device not in backend.devices:
@@ -306,7 +284,6 @@ def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str
 
 
 def fmt_duration(seconds: float) -> str:
-    """Seconds as '42 s', '3.5 min' or '2.1 h'."""
     if seconds < 90:
         return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     if seconds < 5400:

@@ -1,5 +1,4 @@
-"""The run's heap: what it keeps out of garbage collection (frozen_heap), and what it frees between measurements
-(release_memory)."""
+"""What the run keeps out of garbage collection, and what it frees between measurements."""
 
 from __future__ import annotations
 
@@ -7,16 +6,13 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-_frozen = 0  # frozen_heap()s open in this process
+_frozen = 0  # frozen_heap()s open
 
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep the objects alive before the run (torch, libraries, the plan) out of every garbage collection.
-
-    The runner collects garbage between cases, and with torch imported a full collection is slow. Garbage is
-    collected first, so only live objects are frozen; the heap is unfrozen when the outermost one ends.
-    """
+    """Keep the objects alive before the run (torch, the plan) out of every collection: with torch imported a full
+    collection between cases is slow. Collected first, so only live objects are frozen."""
     global _frozen
     gc.collect()
     gc.freeze()
@@ -30,13 +26,11 @@ def frozen_heap() -> Iterator[None]:
 
 
 def release_memory(device: str, collect: bool = False) -> None:
-    """Drop what a finished measurement left behind, so the next one starts from the same state.
-
-    Inside a frozen heap (frozen_heap) what survives a full collection is the run's own state, and it is frozen too,
-    so the next collection walks only what was made since."""
+    """Drop what a measurement left behind, so the next starts from the same state. Inside frozen_heap, what
+    survives is frozen too, so the next collection walks only what was made since."""
     if collect:
         gc.collect()
-        if _frozen:  # a flag: gc.get_freeze_count() walks every frozen object
+        if _frozen:  # gc.get_freeze_count() walks every frozen object
             gc.freeze()
     if device == "cuda":
         import torch

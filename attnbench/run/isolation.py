@@ -1,9 +1,5 @@
-"""Measurements in a worker process, so a segfault, an exit or a hang costs one record, not the run.
-
-The worker (attnbench.run.child) rebuilds the registry with the run's plugins, keeps the current case's inputs and
-reference between backends, and answers each (case, backend name) with the record. One that dies or passes the time
-limit costs its measurement; the next one starts a fresh worker.
-"""
+"""Measurements in a worker process, so a segfault, an exit or a hang costs one record, not the run; the next
+measurement starts a fresh worker."""
 
 from __future__ import annotations
 
@@ -23,32 +19,31 @@ if TYPE_CHECKING:
     from attnbench.timing.timers import TimingSettings
     from attnbench.verify.inputs import CaseData
 
-# The worker's start (attnbench.run.child: a subprocess with one end of a socket pair).
 WORKER_COMMAND = "import sys; from attnbench.run.isolation import worker_entry; worker_entry(int(sys.argv[1]))"
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What a worker needs to rebuild the parent's measuring setup; plain data, so it pickles."""
+    """Plain data, so it pickles."""
 
     info: RunInfo
     device: str
     settings: TimingSettings
     plugins: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    timer: str = "auto"  # run --timer: the worker builds the same timer
-    deterministic: bool = False  # deterministic kernels only (attnbench.verify.determinism)
-    trace_dir: str | None = None  # --trace: the run directory (attnbench.run.profiled)
+    timer: str = "auto"
+    deterministic: bool = False
+    trace_dir: str | None = None
 
 
 class Isolated:
-    """A Measurer that runs each measurement in a long-lived worker, replaced after a crash or timeout."""
+    """A long-lived worker, replaced after a crash or timeout."""
 
     def __init__(self, config: WorkerConfig, timeout_s: float | None = None) -> None:
         self.config = config
         self.timeout_s = timeout_s
         self.worker: ChildProcess | None = None
-        self.started = 0  # workers started, for tests and the curious
+        self.started = 0
 
     def measure(self, case: Case, backend: Backend) -> Record:
         try:
@@ -72,7 +67,7 @@ class Isolated:
         return Record(**fields)
 
     def abort(self) -> None:
-        """Kill the worker now, mid-measurement if need be (a second Ctrl-C)."""
+        """A second Ctrl-C: kill the worker mid-measurement."""
         self._retire()
 
     def _retire(self) -> None:
@@ -87,13 +82,10 @@ class Isolated:
 
 
 def worker_entry(fd: int) -> None:
-    """The worker process's start: its socket is `fd`; its first message is the WorkerConfig."""
     child_main(fd, worker_main)
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
-    """The worker's loop: measure what the parent sends, with the same measurer an in-process run uses, until
-    the parent says stop or goes away."""
     import gc
 
     from attnbench.backends.registry import default_registry
@@ -104,25 +96,25 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
     registry = default_registry(list(config.plugins))
     gc.collect()
-    gc.freeze()  # this process lives for measuring: collections between cases skip torch's own objects
+    gc.freeze()  # collections between cases skip torch's own objects
     info = config.info
     if config.device == "cuda" and "CUDA_VISIBLE_DEVICES" in config.env:
         import dataclasses
 
         import torch
 
-        # The GPU this worker was given, not the parent's first: its name picks the peak for percent_of_peak.
+        # The GPU given, not the parent's first: its name picks the peak for percent_of_peak.
         info = dataclasses.replace(info, device_name=torch.cuda.get_device_name(0))
     measurer = InProcess(timer_for(config.device, config.timer),
                          Settings(info, config.settings, deterministic=config.deterministic,
                                   trace_dir=Path(config.trace_dir) if config.trace_dir else None))
-    warm_profiler()  # its one-time imports are the worker's start, never inside a measurement's time limit
+    warm_profiler()  # its one-time imports stay outside every time limit
     conn.send(("ready",))
 
     def started(current: CaseData) -> None:
-        try:  # the reference is ours, not the backend's: make it before the time limit starts
+        try:  # the reference is ours, not the backend's: made before the time limit starts
             _ = current.reference, current.naive
-        except Exception:  # noqa: BLE001 - the measurement meets the same failure and records it
+        except Exception:  # noqa: BLE001 - the measurement meets and records the same failure
             pass
         conn.send(("started",))
 
@@ -130,8 +122,8 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         _, fields, name = message
         case = Case(**fields)
         record = measurer.measure(case, registry.get(name), on_start=started)
-        if "CUDA_VISIBLE_DEVICES" in config.env:  # one worker per GPU: say which GPU measured this
-            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]  # its physical id (or UUID)
+        if "CUDA_VISIBLE_DEVICES" in config.env:
+            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]  # physical id or UUID
             record.extra["gpu_name"] = info.device_name
         retire = record.status == "error" and cuda_is_broken(case.device)
         conn.send(("record", record.to_dict(), retire))

@@ -1,8 +1,5 @@
-"""One measurement: a backend on a case, skipped or run through the stages of attnbench.run.stages, into one record.
-
-`measure()` is the only place a measurement is made, in this process or in an isolated worker, both through
-`InProcess`. Every outcome, a crash of the backend included, becomes a record; one failure never stops a sweep.
-"""
+"""The one place a measurement is made (in this process or a worker, both through `InProcess`): every outcome, a
+crash included, becomes one record."""
 
 from __future__ import annotations
 
@@ -41,7 +38,6 @@ if TYPE_CHECKING:
 
 
 def free_device_memory(device: str) -> int | None:
-    """Free bytes on the current CUDA device; None on a CPU (no limit is checked there)."""
     if device != "cuda":
         return None
     import torch
@@ -51,20 +47,17 @@ def free_device_memory(device: str) -> int | None:
 
 @dataclass(frozen=True)
 class Settings:
-    """How every measurement of a run is made, besides its timer: the run's shared fields and the timing asked."""
-
     info: RunInfo
     timing: TimingSettings = field(default_factory=TimingSettings)
     free_memory: Callable[[str], int | None] = free_device_memory
-    # Each backend's conformance verdict, by name, checked once per run: the installed libraries do not change.
+    # Checked once per run: the installed libraries do not change.
     conformance: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
-    deterministic: bool = False  # the run asks for deterministic kernels (attnbench.verify.determinism)
-    trace_dir: Path | None = None  # --trace: the run directory its traces/ go under (attnbench.run.profiled)
+    deterministic: bool = False
+    trace_dir: Path | None = None
 
 
 def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -> Facts:
-    """The skip rule's facts, read live in the measuring process."""
-    # Conformance first: availability probes may call the library themselves (xformers asks its dispatcher).
+    # Conformance first: availability probes may call the library (xformers asks its dispatcher).
     if backend.name not in settings.conformance:
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
@@ -74,11 +67,8 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             on_start: Callable[[CaseData], None] | None = None) -> Record:
-    """One measurement; every outcome, including a crash of the backend, becomes a record.
-
-    `on_start` is called once the measurement will really run (not skipped): a worker uses it to
-    make the case's reference first and to tell its parent that the time limit starts now.
-    """
+    """One measurement. `on_start` is called once it will really run: a worker makes the case's reference then and
+    starts its time limit."""
     case = data.case
     work = work_fields(case, backend)
     reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
@@ -100,14 +90,14 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         del exc
         collect = True  # a traceback holds the failed call's tensors in cycles
     fields = {**work, **progress.fields()}
-    del progress  # its tensors are freed before release_memory, as a finished stage's locals were
-    if settings.deterministic:  # what the backend says the mode did to it
+    del progress  # free its tensors before release_memory
+    if settings.deterministic:
         fields.setdefault("extra", {})["deterministic"] = backend.deterministic(case)
-    if data.reference_s > reference_before:  # this measurement made the case's reference: say what it cost
+    if data.reference_s > reference_before:  # this measurement made the case's reference
         fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
     try:
         release_memory(case.device, collect=collect)
-    except Exception as exc:  # noqa: BLE001 - a sticky CUDA error (illegal memory access) raises again here
+    except Exception as exc:  # noqa: BLE001 - a sticky CUDA error raises again here
         status = "error"
         reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
     return make_record(settings.info, case, backend.name, status, reason, fields, timer.name)
@@ -115,11 +105,10 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings, progress: Progress,
              caught: list[warnings.WarningMessage]) -> tuple[str, str | None]:
-    """The stages in order, each kept in `progress` as it finishes; the status and its reason."""
     case = data.case
     ready = progress.ready = stage.prepare(data, backend)
     guard = Guard(ready.canonical, ready.leaves, ready.prepared.writes)
-    timing = settings.timing.round_share()  # the first round's; the later ones re-time it (attnbench.run.rounds)
+    timing = settings.timing.round_share()  # the first round's
     with ready.prepared.context():
         checked = stage.check(data, backend, ready, guard, timer, timing, caught)
         calls = stage.calls(case, ready, checked)
@@ -129,7 +118,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         repeated = progress.repeated = stage.repeated(data, ready, checked, timed.kept)
         kernels = progress.kernels = stage.kernels(case, backend, timer, settings.trace_dir, ready, checked, calls,
                                                    guard)
-    if kernels.broken:  # the time is not of the work asked for: an error, never a timing
+    if kernels.broken:  # the time is not of the work asked for
         return "error", "integrity: " + "; ".join(kernels.broken)
     progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
                                progress.fields()["extra"])
@@ -138,15 +127,13 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 @dataclass(frozen=True)
 class Numbers:
-    """The record's time fields, throughput, memory, errors and percent of peak, and their `extra` entries."""
-
     fields: dict[str, Any]
     extra: dict[str, Any]
 
 
 def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, checked: stage.Checked,
             timed: stage.Timed, memory: stage.Memory, repeated: stage.Repeated, before: dict[str, Any]) -> Numbers:
-    """The record's numbers; `before`: the `extra` the earlier stages made (a backend's fp32_math picks the roof)."""
+    """`before`: the earlier stages' `extra` (a backend's fp32_math picks the roof)."""
     case, samples, verdict, timing = data.case, timed.samples, repeated.verdict, checked.timing
     fields = timing_fields(samples, settings.timing, case.device)
     fields.update(
@@ -157,13 +144,13 @@ def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, 
     )
     extra = timing_extra(samples, timer)
     if timing.warmed_ms:
-        extra["check_ms"] = timing.warmed_ms  # the checked call, which counted toward warmup_ms
-        extra["check_sampled"] = bool(getattr(samples, "prior_joined", False))  # and is a sample
+        extra["check_ms"] = timing.warmed_ms  # the checked call, counted toward warmup_ms
+        extra["check_sampled"] = bool(getattr(samples, "prior_joined", False))
         if timing.prior_ms is not None:
-            extra["check_call_ms"] = timing.prior_ms  # the call alone, by the timer's clock
+            extra["check_call_ms"] = timing.prior_ms  # by the timer's clock
     extra["errors"] = {name: finite(value) for name, value in verdict.errors.items()}
     if any(finite(value) is None for value in verdict.errors.values()):
-        extra["nonfinite"] = True  # NaN or Inf in the output (or a gradient): the error has no number
+        extra["nonfinite"] = True
     extra.update(accuracy_extra(data, checked.stick, checked.answer, checked.out_native))
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
                                                             settings.info, {**before, **extra}.get("fp32_math"))
@@ -172,7 +159,7 @@ def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, 
 
 
 def status_of(repeated: stage.Repeated, ran: Profiled) -> tuple[str, str | None]:
-    """ok, or why not: the answer did not match, or the call ran another backend's kernel (its time is kept)."""
+    """ok, or why not: a mismatch, or another backend's kernel ran (its time is kept)."""
     verdict = repeated.verdict
     if verdict.passed and not ran.wrong_kernel:
         return "ok", None
@@ -186,7 +173,7 @@ def status_of(repeated: stage.Repeated, ran: Profiled) -> tuple[str, str | None]
 
 @dataclass
 class Progress:
-    """The stages a measurement has finished: a failed measurement's record keeps what the earlier ones found."""
+    """The finished stages: a failed measurement's record keeps what they found."""
 
     ready: stage.Ready | None = None
     sustained: stage.Sustained | None = None
@@ -196,7 +183,6 @@ class Progress:
     numbers: Numbers | None = None
 
     def fields(self) -> dict[str, Any]:
-        """The record's fields (and `extra`) from the finished stages, in the order they ran."""
         if self.ready is None:
             return {}
         extra = dict(self.ready.extra)
@@ -225,10 +211,9 @@ class Progress:
 
 def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage],
              deterministic: bool = False) -> tuple[str, str]:
-    """Status and reason for an exception raised while measuring."""
     if is_oom(exc):
         return "oom", f"out of memory: {first_line(exc)}"
-    if deterministic and TORCH_REFUSAL in str(exc):  # an operation with no deterministic implementation
+    if deterministic and TORCH_REFUSAL in str(exc):
         return "skipped", f"deterministic asked, refused by PyTorch: {first_line(exc)}"
     reason = backend.skip_reason(exc, caught)
     if reason:
@@ -237,7 +222,6 @@ def classify(exc: BaseException, backend: Backend, caught: list[warnings.Warning
 
 
 def is_oom(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator's failure to allocate."""
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError):
@@ -248,24 +232,21 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def cuda_is_broken(device: str) -> bool:
-    """Whether a CUDA error has poisoned this process's context (every later call would fail too)."""
+    """Whether a sticky CUDA error has poisoned this process's context."""
     if device != "cuda":
         return False
     import torch
 
     try:
         torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001 - any failure here means the context is unusable
+    except Exception:  # noqa: BLE001 - any failure means the context is unusable
         return True
     return False
 
 
 class InProcess:
-    """Measures in this process, keeping one CaseData while consecutive tasks share a case.
-
-    After an error that broke the CUDA context (a sticky error: every later call would fail too), the
-    rest are recorded `skipped` with that reason; an isolated run replaces its worker instead.
-    """
+    """Measures in this process, keeping one CaseData while consecutive tasks share a case. After a sticky CUDA
+    error the rest are recorded `skipped`; an isolated run replaces its worker instead."""
 
     def __init__(self, timer: Timer, settings: Settings) -> None:
         self.timer = timer
@@ -285,7 +266,6 @@ class InProcess:
         return record
 
     def data_for(self, case: Case) -> CaseData:
-        """The case's data: the one kept while consecutive tasks share a case, else made anew."""
         if self.data is None or self.data.case != case:
             self._drop()
             self.data = case_data(case)
@@ -297,7 +277,7 @@ class InProcess:
             self.data = None
             try:
                 release_memory(device, collect=True)
-            except Exception:  # noqa: BLE001 - a broken context is found and recorded by the next measurement
+            except Exception:  # noqa: BLE001 - the next measurement finds and records it
                 pass
 
     def close(self) -> None:

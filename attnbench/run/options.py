@@ -1,8 +1,5 @@
-"""The choices of a run, shared by `run` and `submit`, and the one place they become a command line again.
-
-`run` makes a RunOptions from its flags; `submit` makes one for its shards; a stopped run prints the command that
-finishes it, and the SLURM scripts run each shard, both from `to_argv()`: no command line is rebuilt by hand.
-"""
+"""The choices of a run, shared by `run` and `submit`; `to_argv()` is the one place they become a command line again
+(a stopped run's resume command, each SLURM shard's)."""
 
 from __future__ import annotations
 
@@ -19,28 +16,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How a suite is run: which backends on which device, in or out of process, with which limits and roofs."""
-
     backends: tuple[str, ...] = ()  # empty: the suite's (or every registered) backend
     device: str | None = None  # None: the suite's device
     plugins: tuple[str, ...] = ()
-    isolate: bool | None = None  # None: on for CUDA runs and whenever there is a time limit
-    timeout_s: float | None = None  # None: the suite's timing.timeout_s
+    isolate: bool | None = None  # None: on for CUDA and with a time limit
+    timeout_s: float | None = None  # None: the suite's
     oom_pruning: bool = True
-    devices: tuple[int, ...] | None = None  # one worker per GPU index, sharing one queue of cases
-    peak_tflops: float | None = None  # roofs for percent_of_peak, in place of the datasheet table
+    devices: tuple[int, ...] | None = None  # one worker per GPU index, one queue of cases
+    peak_tflops: float | None = None  # in place of the datasheet table
     peak_bandwidth_gbs: float | None = None
-    timer: str = "auto"  # "cuda-graph": CudaGraphTimer in place of CUDA events
-    cache_dir: Path | None = None  # torch.compile's caches and attnbench's calibration; None: the default
+    timer: str = "auto"
+    cache_dir: Path | None = None  # compile caches and calibration; None: the default
     shard: Shard | None = None
-    resume: bool = False  # finish the run already in the output directory
-    force: bool = False  # with resume: continue even where env.json differs from this machine
-    deterministic: bool = False  # deterministic kernels only, whatever the suite says (attnbench.verify.determinism)
-    compile_workers: int | None = None  # processes compiling ahead (attnbench.run.precompile); None: its default
-    trace: bool = False  # one Chrome trace per measurement under traces/ (attnbench.run.profiled)
+    resume: bool = False
+    force: bool = False  # with resume: continue where env.json differs from this machine
+    deterministic: bool = False
+    compile_workers: int | None = None  # None: attnbench.run.precompile's default
+    trace: bool = False
 
     def __post_init__(self) -> None:
-        """The rules between the options themselves; those that need the suite are the session's."""
         if self.force and not self.resume:
             raise AttnbenchError("--force only applies with --resume (it relaxes the environment check); "
                                  "attnbench never overwrites results: choose a new --out")
@@ -48,26 +42,23 @@ class RunOptions:
             raise AttnbenchError("--devices: each GPU gets its own worker process; drop --no-isolate")
 
     def to_argv(self) -> list[str]:
-        """The `attnbench run` options that repeat these choices, defaults left out (no suite, no --out/--resume)."""
+        """The `attnbench run` options repeating these choices, defaults left out (no suite, --out or --resume)."""
         return [word for name, words in ARGV for word in words(getattr(self, name))]
 
     def for_shards(self) -> RunOptions:
-        """These choices as each SLURM shard takes them: the shard, resumption and cache are the script's own."""
+        """As each SLURM shard takes them: shard, resumption and cache are the script's own."""
         return replace(self, shard=None, resume=False, force=False, cache_dir=None, devices=None)
 
 
 def _each(flag: str) -> Callable[[tuple[str, ...]], list[str]]:
-    """A flag repeated before each of the option's values."""
     return lambda values: [word for value in values for word in (flag, value)]
 
 
 def _valued(flag: str, render: Callable[[Any], str] = str, default: object = None) -> Callable[[Any], list[str]]:
-    """A flag and its value, left out at the option's default."""
     return lambda value: [] if value == default else [flag, render(value)]
 
 
 def _switch(flag: str, on: bool = True) -> Callable[[bool], list[str]]:
-    """A flag alone, given when the option is `on`."""
     return lambda value: [flag] if value == on else []
 
 
@@ -75,7 +66,6 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-# Each option and its words, in the order to_argv gives them.
 ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
     ("backends", _each("--backend")),
     ("plugins", _each("--plugin")),
@@ -92,12 +82,11 @@ ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
     ("force", _switch("--force")),
     ("compile_workers", _valued("--compile-workers")),
     ("trace", _switch("--trace")),
-    ("cache_dir", _valued("--cache-dir")),  # this machine's compile cache: a resumed run loads what was compiled
+    ("cache_dir", _valued("--cache-dir")),  # a resumed run loads what was compiled
 )
 
 
 def resume_command(suite: Path | str, directory: Path, options: RunOptions) -> str:
-    """The exact `attnbench run` line that finishes an interrupted run with the same choices."""
     import shlex
 
     return shlex.join(["attnbench", "run", str(suite), "--resume", str(directory),

@@ -1,14 +1,7 @@
-"""The machine's own pace through a run: one fixed workload timed in short windows between the run's measurements.
-
-Two runs of one suite on one machine differ as a whole by the machine's pace on the day (on a shared machine every
-kernel drifts together), which the kernels alone cannot tell from a change most of them share. A workload that no
-backend, plugin or suite changes, timed all through both runs, measures the machine's part; `compare` divides it out
-when both runs carry it and ran the same software on the same machine (attnbench.report.change_rule).
-
-The workload is attention written out in torch's own operators (q·kᵀ, softmax, ·v) at one fixed shape in float32:
-close to what the measured calls do, and a function of torch and the machine only. It runs on the CPU: a GPU's pace
-is far steadier (core.policy), and a probe there would hold a CUDA context in the parent.
-"""
+"""The machine's own pace through a run: one fixed workload timed in short windows between measurements, so
+`compare` can divide out the machine's drift (attnbench.report.change_rule). Attention in torch's own operators at
+one shape, on the CPU: a GPU's pace is far steadier (core.policy), and a probe there would hold a CUDA context in
+the parent."""
 
 from __future__ import annotations
 
@@ -25,7 +18,7 @@ EVERY_S = 0.5  # the least time between two windows
 
 
 def reference_call() -> Callable[[], Any]:
-    """The probe's call on fixed inputs (seeded, so every run times the same numbers)."""
+    """Seeded, so every run times the same numbers."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -40,7 +33,7 @@ def reference_call() -> Callable[[], Any]:
 
 @dataclass
 class PaceProbe:
-    """Windows of the reference call, taken when `tick` is called at least EVERY_S after the last one."""
+    """A window when `tick` comes at least EVERY_S after the last."""
 
     windows_ms: list[float] = field(default_factory=list)
     clock: Callable[[], float] = time.perf_counter
@@ -48,7 +41,7 @@ class PaceProbe:
     _last: float = float("-inf")
 
     def tick(self) -> None:
-        """Time one window if EVERY_S has passed since the last: call it between two measurements, never inside one."""
+        """Call between two measurements, never inside one."""
         now = self.clock()
         if now - self._last < EVERY_S:
             return
@@ -56,7 +49,7 @@ class PaceProbe:
         self._last = self.clock()
 
     def finish(self) -> None:
-        """The last window, after the run's last measurement: a run of any length ends with two windows or more."""
+        """After the last measurement: every run ends with two windows or more."""
         if self.windows_ms:
             self.windows_ms.append(self.window())
 
@@ -75,6 +68,6 @@ class PaceProbe:
         return statistics.median(times)
 
     def to_dict(self) -> dict[str, Any]:
-        """What env.json's `pace_probe` holds: the workload in words, every window's median, and their median."""
+        """env.json's `pace_probe`."""
         return {"workload": WORKLOAD, "windows_ms": [round(w, 6) for w in self.windows_ms],
                 "median_ms": round(statistics.median(self.windows_ms), 6) if self.windows_ms else None}

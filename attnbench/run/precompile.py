@@ -1,11 +1,5 @@
-"""The compile phase: every graph a run's measurements will compile, compiled first, in parallel, in worker processes.
-
-Each process calls the backend's own `prepare` on the case's inputs, sharing the run's TORCHINDUCTOR_CACHE_DIR, so
-that the measurement's `prepare` loads the graph instead of compiling it. The phase ends, every process gone, before
-the first measurement: a compile process would take the CPU's cores or a context on the GPU being timed. Nothing
-made here is timed, checked or recorded; a compile that fails here is compiled again by its measurement.
-(docs/run-time.md, "Compiling ahead")
-"""
+"""The compile phase: each graph the run will compile, compiled by the backend's `prepare` in worker processes, all
+ended before the first measurement, which loads it (docs/run-time.md, "Compiling ahead")."""
 
 from __future__ import annotations
 
@@ -26,19 +20,16 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
 
-# The default pool: a process per usable core but one, at most this many (each holds a CUDA context and a case's
-# tensors on the GPU), and none where that leaves fewer than two (one process gains nothing over the measurement).
+# Each process holds a CUDA context and a case's tensors.
 MAX_DEFAULT_WORKERS = 16
-# The pool size a GPU estimate (`--dry-run --estimate-gpu`) assumes when --compile-workers is not given.
 ESTIMATE_GPU_WORKERS = 16
-# A compile that takes longer than this (or the run's --timeout, if longer) is abandoned: its process is killed.
+# Past this (or a longer --timeout) a compile's process is killed.
 JOB_TIMEOUT_S = 900.0
 WORKER_COMMAND = "import sys; from attnbench.run.precompile import worker_entry; worker_entry(int(sys.argv[1]))"
-MAX_LISTED_FAILURES = 20  # env.json lists this many failed compiles, and counts them all
+MAX_LISTED_FAILURES = 20  # in env.json; all are counted
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity), else the machine's count."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -46,15 +37,14 @@ def usable_cores() -> int:
 
 
 def default_workers(cores: int | None = None) -> int:
-    """--compile-workers when not given: min(cores - 1, 16), or 0 (no pool) where that is under 2."""
+    """--compile-workers when not given; 0 (no pool) where under 2."""
     count = min((usable_cores() if cores is None else cores) - 1, MAX_DEFAULT_WORKERS)
     return count if count >= 2 else 0
 
 
 @dataclass(frozen=True)
 class Job:
-    """One graph to compile ahead: a compile key, its backend and the cases whose `prepare` compiles it (one; for a
-    kernel compiled for dynamic lengths, the first `compiles_before_sharing` lengths, in the run's order)."""
+    """One graph to compile, and the cases whose `prepare` compiles it."""
 
     key: str
     backend: str
@@ -62,9 +52,7 @@ class Job:
 
 
 def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
-    """The distinct compile keys of `tasks` whose backend compiles and would run the case (attnbench.backends.base's
-    `refusal`), less those already in the cache (`cached`: the ledger of attnbench.run.compile_cache), in the order the
-    pool takes them (`interleaved`)."""
+    """The compile keys `cached` lacks, of cases the backend would run, backward graphs first."""
     from attnbench.backends.base import refusal
 
     cases: dict[str, list[Case]] = {}
@@ -88,8 +76,7 @@ def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
 
 
 def interleaved(jobs: list[Job]) -> list[Job]:
-    """One job of each length in turn, the longest first, otherwise in the run's order: in the run's order (lengths
-    outermost) the processes would all hold the longest cases' tensors and block masks at once."""
+    """One job per length in turn, longest first, so the processes do not all hold the longest cases at once."""
     buckets: dict[tuple[int, int], deque[Job]] = {}
     for job in jobs:
         buckets.setdefault((job.cases[0].seq_len, job.cases[0].kv_seq_len), deque()).append(job)
@@ -103,8 +90,7 @@ def interleaved(jobs: list[Job]) -> list[Job]:
 
 @dataclass
 class JobResult:
-    """What one job came to: `compiled` (kernels compiled or loaded), `skipped` (the backend refused the case:
-    the measurement will skip it too), `failed` (the measurement compiles it itself)."""
+    """`compiled`, `skipped` (the measurement skips it too) or `failed` (the measurement compiles it itself)."""
 
     job: Job
     status: str
@@ -116,7 +102,7 @@ class JobResult:
 
 @dataclass
 class PoolResult:
-    """The compile phase of a run, as env.json's `precompile` records it."""
+    """env.json's `precompile`."""
 
     workers: int
     jobs: int
@@ -125,7 +111,6 @@ class PoolResult:
     stopped: bool = False
 
     def compiled_keys(self) -> dict[str, float]:
-        """The keys now in the cache, with the seconds the pool spent on each."""
         return {r.job.key: r.seconds for r in self.results if r.status == "compiled"}
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +130,7 @@ class PoolResult:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """What a compile process needs (attnbench.run.child reads `device` and `env`); plain data, so it pickles."""
+    """Plain data, so it pickles."""
 
     device: str
     plugins: tuple[str, ...] = ()
@@ -156,10 +141,8 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
                envs: list[dict[str, str]] | None = None, timeout_s: float | None = None,
                should_stop: Callable[[], bool] = lambda: False,
                on_done: Callable[[JobResult], None] | None = None) -> PoolResult:
-    """Compile `jobs` in `workers` processes, each taking the next job when free; returns when every process has
-    ended. `envs`: each process's extra environment, in turn (one GPU each with --devices). A process that dies or
-    passes the time limit costs its job (`failed`) and is replaced; so is one after any failure, since a compile
-    error can leave Dynamo skipping the backend's frame for the rest of that process."""
+    """`envs`: each process's extra environment, in turn. A failed process is replaced: a compile error can leave
+    Dynamo skipping the backend's frame."""
     result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
     start = time.perf_counter()
     pool = _Pool(jobs, result, max(JOB_TIMEOUT_S, timeout_s or 0.0), should_stop, on_done)
@@ -169,8 +152,6 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
 
 
 class _Pool:
-    """The compile processes' shared queue and results, and the processes alive (killed on a second Ctrl-C)."""
-
     def __init__(self, jobs: list[Job], result: PoolResult, limit: float, should_stop: Callable[[], bool],
                  on_done: Callable[[JobResult], None] | None) -> None:
         self.queue = deque(jobs)
@@ -182,7 +163,6 @@ class _Pool:
         self.live: list[ChildProcess] = []
 
     def run(self, configs: list[PoolConfig]) -> None:
-        """One thread per process, each driving its process until the queue is empty."""
         threads = [threading.Thread(target=self.work, args=(config,), name=f"attnbench-compile-{slot}", daemon=True)
                    for slot, config in enumerate(configs)]
         for thread in threads:
@@ -202,7 +182,7 @@ class _Pool:
             began = time.perf_counter()
             worker, (_, status, kernels, hits, reason) = self.compile(worker, job, config)
             self.note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
-            if status == "failed" and worker is not None:  # a fresh process for the next job
+            if status == "failed" and worker is not None:
                 worker.kill()
                 worker = None
         if worker is not None:
@@ -216,8 +196,6 @@ class _Pool:
             return self.queue.popleft() if self.queue else None
 
     def compile(self, worker: ChildProcess | None, job: Job, config: PoolConfig) -> tuple[ChildProcess | None, tuple]:
-        """`job` sent to `worker`, started first where there is none: the process (None once it has died) and its
-        answer."""
         try:
             if worker is None:
                 worker = ChildProcess.start(WORKER_COMMAND, config)
@@ -225,7 +203,7 @@ class _Pool:
                     self.live.append(worker)
             worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
             message = worker.receive(self.limit)
-        except (ChildDied, OSError) as died:  # it ended, or could not be started
+        except (ChildDied, OSError) as died:
             if worker is not None:
                 worker.kill()
             return None, ("done", "failed", 0, 0, f"compile process {died}")
@@ -241,12 +219,10 @@ class _Pool:
 
 
 def worker_entry(fd: int) -> None:
-    """A compile process's start: its socket is `fd`; its first message is the PoolConfig."""
     child_main(fd, worker_main)
 
 
 def worker_main(conn: Connection, config: PoolConfig) -> None:
-    """Compile what the parent sends until it says stop or goes away."""
     from attnbench.backends.registry import default_registry
     from attnbench.core.case import Case
 
@@ -259,8 +235,7 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
 
 
 def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None]:
-    """`backend.prepare` on each case's inputs as the measurement makes them, so that the graph and its cache key are
-    the measurement's; nothing is kept but the cache on disk. (status, kernels compiled, cache hits, reason)."""
+    """`backend.prepare` on the measurement's own inputs, so the graph and cache key are the measurement's."""
     from attnbench.backends.base import Unsupported, first_line, refusal
     from attnbench.backends.conformance import conformance_problem
     from attnbench.verify.inputs import make_inputs
@@ -278,12 +253,12 @@ def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str
             hits += int(prepared.extra.get("cache_hits", 0))
         except Unsupported as exc:
             return "skipped", kernels, hits, str(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure here is the measurement's to meet and record
+        except Exception as exc:  # noqa: BLE001 - the measurement meets and records any failure
             reason = backend.skip_reason(exc, [])
             return ("skipped", kernels, hits, reason) if reason else (
                 "failed", kernels, hits, f"{type(exc).__name__}: {first_line(exc)}")
         finally:
-            inputs = canonical = prepared = None  # noqa: F841 - drop the case's tensors before the next
+            inputs = canonical = prepared = None  # noqa: F841 - free the case's tensors
             gc.collect()
             if case.device == "cuda":
                 import torch

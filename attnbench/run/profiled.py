@@ -1,10 +1,6 @@
-"""The profiled call of a measurement (attnbench.timing.profile): which kernels ran, judged against what the backend
-declares, and, where the timer replays a CUDA graph, whether one replay ran the eager call's kernels.
-
-Made once after the samples, so they never see the profiler; its time is setup ("profile"). A backend whose call
-runs outside PyTorch hands its runtime's own profiler (Prepared.profile), judged the same way (`kernels_source`).
-With --trace, one timed sample is profiled too (attnbench.timing.timers one_sample), each call in a named range.
-"""
+"""The profiled call of a measurement: which kernels ran, judged against what the backend declares, and whether a
+CUDA graph's replay ran the eager call's kernels. Made after the samples, so they never see the profiler; its time
+is setup ("profile")."""
 
 from __future__ import annotations
 
@@ -31,27 +27,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Profiled:
-    """The record's kernel fields and, where the call ran the wrong kernel, the reason its status says so; `extra`:
-    what a runtime's profiler measured besides (for the record's extra)."""
-
     fields: dict[str, Any]
     wrong_kernel: str | None
     profile_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
-    foreign: str | None = None  # kernels off the timed stream (attnbench.timing.profile.foreign_streams)
+    foreign: str | None = None  # kernels off the timed stream
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
-    """Where `--trace` writes a measurement's Chrome trace: traces/<case_id>-<backend>.json in the run directory."""
     return directory / "traces" / f"{case.case_id}-{backend.name}.json"
 
 
 def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
              others: dict[str, tuple[str, ...]], trace_dir: Path | None = None,
              runtime: Callable[[], Profile] | None = None) -> Profiled:
-    """Profile one call of the timed function `fn` (and one replay of the timer's graph, where it keeps one);
-    `others`: every backend's declared kernels (attnbench.backends.registry.declared_kernels); `runtime`: the
-    backend's own profiler of one call, used instead of torch.profiler (which cannot see that runtime's work)."""
+    """`runtime`: the backend's own profiler, for work outside PyTorch that torch.profiler cannot see."""
     if runtime is not None:
         profile = runtime_profile(runtime)
         fields, wrong = kernel_fields(profile, case, backend, others)
@@ -68,20 +58,20 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
         for part in parts:
             part.unlink(missing_ok=True)
         return Profiled(fields, None, spent, foreign=profile.foreign)
-    replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds): a graph timer's last graph
+    replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds)
     if replay is not None:
         run_graph, calls = replay
         graph = profile_call(run_graph, case.device, str(parts[1]) if parts else None, sync,
                              f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'graph')}: one replay of "
                              f"{calls} calls)")
         spent += graph.profile_ms
-        timer.replay = None  # type: ignore[attr-defined]  # the graph's memory goes back
+        timer.replay = None  # type: ignore[attr-defined]  # frees the graph's memory
         if graph.kernels is None:
             wrong = wrong or f"the graph replay could not be profiled ({graph.reason}): its time is not the call's"
         else:
             lost = replay_lost(_device_only(profile), graph.kernels, calls)
             wrong = wrong or lost
-    elif trace is not None:  # the second call: one sample made as the timer made them, after them all
+    elif trace is not None:  # one sample made as the timer made them
         sample = profile_call(one_sample(timer, fn), case.device, str(parts[1]), sync,
                               f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'timer')})")
         spent += sample.profile_ms
@@ -95,8 +85,7 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
 
 def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]
                   ) -> tuple[dict[str, Any], str | None]:
-    """A profile as the record's kernel fields (kernels, kernels_source or kernels_reason, attention_share,
-    overhead), judged against the backend's declared kernels; with the wrong-kernel reason, where there is one."""
+    """Judged against the backend's declared kernels."""
     if profile.kernels is None:
         return {"kernels": None, "kernels_reason": profile.reason}, None
     fields: dict[str, Any] = {"kernels": [k.to_dict() for k in profile.kernels], "kernels_source": profile.source}

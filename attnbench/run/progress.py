@@ -1,9 +1,5 @@
-"""Progress while a run measures: a bar with the current measurement and an ETA from the run's forecast.
-
-The ETA is the forecast's seconds for the measurements still to come (attnbench.run.forecast), scaled by how the
-finished ones compared with their forecast, so a machine faster or slower than the model corrects it as the
-run goes; the report's share is added at the end.
-"""
+"""Progress while a run measures: a bar and an ETA, the forecast of what is left scaled by how the finished
+measurements compared with their forecast."""
 
 from __future__ import annotations
 
@@ -28,13 +24,11 @@ if TYPE_CHECKING:
     from attnbench.records.results import Record
     from attnbench.run.forecast import Forecast
 
-# The first measurements say little about the rest: their correction is pulled toward 1 by this many seconds.
+# The first measurements say little: their correction is pulled toward 1 by this many seconds.
 PRIOR_S = 5.0
 
 
 class Eta:
-    """Seconds left: the forecast of what is left, times (actual / forecast) of what is done."""
-
     def __init__(self, forecast: Forecast | None, tasks: list[tuple[Case, Backend]], workers: int = 1) -> None:
         self.workers = max(1, workers)
         self.predicted: dict[tuple, float] = {}
@@ -42,7 +36,7 @@ class Eta:
             for (case, backend), task in zip(tasks, forecast.tasks, strict=False):
                 self.predicted[(case, backend.name)] = task.seconds * self.workers
         self.left = sum(self.predicted.values())
-        self.tail = forecast.report_s if forecast is not None else 0.0  # after the last measurement
+        self.tail = forecast.report_s if forecast is not None else 0.0
         self.done_predicted = self.done_actual = 0.0
         self.begun: dict[tuple, float] = {}
         self.lock = threading.Lock()
@@ -71,14 +65,14 @@ class Eta:
 
 
 class ProgressListener:
-    """A progress bar with the current measurement and an ETA on a terminal; one line each elsewhere."""
+    """A bar on a terminal; one line per measurement elsewhere."""
 
     def __init__(self, console: Console, total: int, eta: Eta | None = None,
                  unavailable: dict[str, str] | None = None) -> None:
         self.console = console
         self.total = total
         self.eta = eta
-        self.unavailable = unavailable or {}  # backends named once before the run: their skips print no line
+        self.unavailable = unavailable or {}  # announced once: their skips print no line
         self.live = console.is_terminal
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -113,7 +107,7 @@ class ProgressListener:
         self.progress.update(self.task, advance=1, eta=self._eta_text())
         done = int(self.progress.tasks[0].completed)
         if record.status == "skipped" and record.reason == self.unavailable.get(record.backend):
-            return  # said once, before the first measurement
+            return
         line = f"[{done}/{self.total}] {record.backend:<15} {record.case_id:<52} {status_text(record)}"
         if not self.live:
             self.console.print(line + (f"  (eta {self._eta_text()})" if self.eta is not None else ""),

@@ -1,5 +1,5 @@
-"""From a measurement's raw outcome to its record: what a run's records share, the numbers derived from the raw
-samples and the case (docs/results.md, "Counting work"), and the Record itself."""
+"""From a measurement's raw outcome to its record: what a run's records share, and the numbers derived from the
+samples and the case (docs/conventions.md "Work")."""
 
 from __future__ import annotations
 
@@ -23,25 +23,20 @@ MAX_REASON = 600
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What every record of one run shares."""
-
     run_id: str
     suite: str
     device_name: str | None = None
-    # --peak-tflops / --peak-bandwidth: roofs for percent_of_peak in place of the datasheet table.
+    # --peak-tflops / --peak-bandwidth
     peak_tflops: float | None = None
     peak_bandwidth_gbs: float | None = None
-    # This device's roofs measured by the run's calibration (attnbench.run.calibration): a matmul per dtype (TFLOP/s)
-    # and a copy (GB/s); a record's extra.percent_of_measured_peak is against them.
+    # The calibration's, for extra.percent_of_measured_peak.
     measured_tflops: tuple[tuple[str, float], ...] = ()
     measured_bandwidth_gbs: float | None = None
-    # A CPU's roofs, measured at the run's start (attnbench.run.calibration.measure_roofs): a CPU record's
-    # percent_of_peak is against them.
+    # A CPU's, measured at the run's start.
     roofs: MeasuredRoofs | None = None
 
 
 def case_of(record: Record) -> Case:
-    """The case a record measured."""
     from attnbench.core.case import Case
 
     return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
@@ -49,7 +44,7 @@ def case_of(record: Record) -> Case:
 
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
                 timer: str | None = None) -> Record:
-    """The record of one measurement; `timer` is named only where samples were taken (ok, mismatch)."""
+    """`timer` is named only where samples were taken."""
     if reason is not None and len(reason) > MAX_REASON:
         reason = reason[: MAX_REASON - 1] + "…"
     return Record(
@@ -61,18 +56,16 @@ def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: st
 
 
 def unmeasured(info: RunInfo, case: Case, backend: Backend, status: str, reason: str) -> Record:
-    """A record for a measurement that gave no numbers: skipped before it ran, or lost with a worker."""
+    """A record with no numbers: skipped before it ran, or lost with a worker."""
     return make_record(info, case, backend.name, status, reason, work_fields(case, backend))
 
 
 def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
-    """What every record carries whether or not it was measured: FLOPs, bytes and the memory estimate."""
     return {"memory_estimate_bytes": backend.estimate_memory(case), "flops": counting.flops(case),
             "bytes_moved": backend.bytes_moved(case)}
 
 
 def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
-    """Achieved TFLOP/s and GB/s at the median time (docs/conventions.md "Work")."""
     seconds = median_ms * 1e-3
     return {"tflops": counting.flops(case) / seconds / 1e12,
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
@@ -80,12 +73,7 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
 
 def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu",
                   window_medians: list[float] | None = None) -> dict[str, Any]:
-    """The record's time fields from the raw samples: median, IQR, minimum, the median's interval, why it stopped.
-
-    The interval is the run's (core.interval.run_interval), from the medians of the windows the samples were taken
-    in (`window_medians`; None: one window). `noisy` when the part of it more windows would narrow is wider than the
-    precision asked, or the samples are too few for an interval and there is one window.
-    """
+    """The interval is the run's (core.interval.run_interval) over `window_medians` (None: one window)."""
     stats = summarize(samples)
     windows = window_medians if window_medians else [stats.median]
     made = run_interval(samples, windows, device, settings.confidence)
@@ -100,7 +88,7 @@ def timing_fields(samples: list[float], settings: TimingSettings, device: str = 
 
 
 def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) -> str:
-    """Why sampling stopped: as the timer says, else as the samples show (a timer that returns a plain list)."""
+    """Why sampling stopped: as the timer says, else as the samples show."""
     stop = getattr(samples, "stop", None)
     if stop in STOPS:
         return stop
@@ -112,8 +100,7 @@ def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) 
 
 
 def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
-    """What the timer spent warming up (ms, calls, whether the call time settled) and its own details; and, where
-    the samples fall into two groups apart, `bimodal` (each group's median, the slower group's share)."""
+    """Warm-up, the timer's details, and `bimodal`."""
     extra: dict[str, Any] = {}
     modes = two_modes(list(samples))
     if modes is not None:
@@ -127,13 +114,8 @@ def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
 
 def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
                     fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
-    """Percent of the device's roof, and the `extra` entries saying which roof (peak_bound, peak) and whence
-    (peak_source); `above_roof` when the record is over 100% of it, which only a wrong roof allows.
-
-    Decode-like cases (one query row) are judged against memory bandwidth, the rest against the dense
-    compute rate for the dtype: on CUDA the datasheet table's, on a CPU the roofs the run measured at its start
-    (info.roofs). An override applies anywhere.
-    """
+    """Percent of the roof (one query row: bandwidth; else the dtype's dense rate, on a CPU the run's measured
+    roofs), and the `extra` saying which and whence; `above_roof` over 100%, which only a wrong roof allows."""
     if case.device == "cpu":
         peak = roofs_peak(info.roofs, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
     else:
@@ -155,12 +137,12 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
     return percent, extra
 
 
-# The one-time parts of a backend's setup its `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).
+# The one-time setup parts a backend's `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).
 SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3), ("plan", "plan_ms", 1.0))
 
 
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """`setup_ms` (the whole of `prepare`) and `setup_parts` (ms): the parts the backend reported and `other`."""
+    """In ms: `setup_ms` is all of `prepare`."""
     parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
@@ -172,9 +154,7 @@ def now() -> str:
 
 def pooled(record: Record, case: Case, backend: Backend, samples: list[float], settings: TimingSettings,
            info: RunInfo, rounds: list[dict[str, Any]]) -> Record:
-    """`record` with the samples of its later rounds (attnbench.run.rounds) joined to its own: every field derived
-    from the samples made again from all of them (the time fields, throughput, percent of peak, two groups), and
-    `extra.rounds`: each round's samples and median, in the order they were taken."""
+    """`record` with its later rounds' samples joined, all derived from them made again."""
     import dataclasses
 
     fields = timing_fields(samples, settings, case.device, [r["median_ms"] for r in rounds])

@@ -1,14 +1,6 @@
-"""A measurement's samples taken in rounds spread over the run, then more where the interval is still too wide.
-
-The first round is the measurement itself (attnbench.run.measure), with its share of `budget_ms`. Each later round
-re-times every `ok` measurement still due (due_again), in an order shuffled by case and seeded by the run id: the
-same inputs prepared again, warmed up, timed. A call whose time wanders with the machine is then sampled in several
-windows of the run, and no backend is always timed right after the same neighbour.
-
-Then the suite-level budget (`refine`): the measurements still wider than ±precision are re-timed in passes, the
-cheapest to settle first (lacking_ms), until none is left, the budget is spent, or MAX_REFINE passes; one that would
-need more keeps its wider interval (`noisy`). After every round the results file is rewritten whole, atomically.
-"""
+"""A measurement's samples taken in rounds spread over the run, in an order shuffled by case and seeded by the run
+id, so a call whose time wanders with the machine is sampled in several windows; then `refine` re-times those still
+wider than ±precision, cheapest first, within the suite-level budget."""
 
 from __future__ import annotations
 
@@ -34,13 +26,12 @@ if TYPE_CHECKING:
     from attnbench.timing.timers import Timer, TimingSettings
     from attnbench.verify.inputs import CaseData
 
-MAX_REFINE = 8  # passes of the suite-level budget after the rounds
-REFINE_ASK = 2  # one re-timing of the refining asks at most this many times budget_ms
+MAX_REFINE = 8  # refining passes
+REFINE_ASK = 2  # a refining re-timing asks at most this many budget_ms
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
-    """One later round of a measurement already made: the same inputs prepared again and the same call timed,
-    warm-up included, under `timing`; nothing else is measured or checked again."""
+    """The same inputs prepared again and the call timed, warm-up included; nothing else."""
     import torch
 
     case = data.case
@@ -50,19 +41,18 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
     leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
     timing = dataclasses.replace(timing, warmed_ms=0.0, prior_ms=None, energy_ms=0.0)
     with prepared.context(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the first round recorded what the backend warned
+        warnings.simplefilter("ignore")  # the first round recorded the backend's warnings
         with torch.set_grad_enabled(case.needs_grad):
             out_native = prepared.to_tensor(prepared.call(*leaves))
         dout_native = None
-        if case.mode != "fwd":  # dO in the backend's layout, as the first round made it
+        if case.mode != "fwd":
             _, dout_native, _ = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows, False)
         samples = timer.measure(timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
     return list(samples)
 
 
 class InProcessResampler:
-    """Later rounds in this process, by the run's own measurer; `between` is called before each re-timing (the run's
-    pace probe)."""
+    """`between` is called before each re-timing (the run's pace probe)."""
 
     def __init__(self, measurer: InProcess, between: Callable[[], None] | None = None) -> None:
         self.measurer = measurer
@@ -79,15 +69,11 @@ class InProcessResampler:
 
 
 class Resampler(Protocol):
-    """What a later round needs of the measurer: one more round of a measurement (measure.InProcess.resample)."""
-
     def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]: ...
 
 
 @dataclass
 class RoundsResult:
-    """What the later rounds did: how many re-timings, and the sampling they and the refining spent (s)."""
-
     retimed: int = 0
     rounds_s: float = 0.0
     refined: int = 0
@@ -100,18 +86,17 @@ class RoundsResult:
 
 
 def due_again(samples: list[float], round_number: int, settings: TimingSettings) -> bool:
-    """Whether round `round_number` re-times a measurement: while its samples cost less than the shares of the rounds
-    up to this one, and are fewer than max_samples."""
+    """While its samples cost less than the shares of the rounds so far, and are fewer than max_samples."""
     return len(samples) < settings.max_samples and sum(samples) < settings.budget_ms * round_number / settings.rounds
 
 
 def window_ms(record: Record, settings: TimingSettings) -> float:
-    """What one more window of a measurement costs (ms): a round's share of its budget, at least one call."""
+    """A round's share of the budget (ms), at least one call."""
     return max(settings.budget_ms / max(1, settings.rounds), statistics.median(record.times_ms))
 
 
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
-    """What the windows a too-wide record lacks should cost (ms) (core.interval.windows_needed)."""
+    """What the windows a too-wide record lacks cost (ms)."""
     samples = list(record.times_ms or [])
     windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
     made = run_interval(samples, windows, record.device, settings.confidence)
@@ -122,8 +107,7 @@ def lacking_ms(record: Record, settings: TimingSettings) -> float:
 def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,
                  info: RunInfo, seed: str, should_stop: Callable[[], bool],
                  after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
-    """Rounds 2..settings.rounds, then the refining, on `records` in place (each replaced by its pooled record);
-    `after_round` is given the records after each round that changed one."""
+    """Rounds 2..settings.rounds, then the refining, pooling `records` in place."""
     chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
     if not chosen:
         return RoundsResult()
@@ -135,7 +119,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
     while rounds.refine_pass():
         after_round(records)
     rounds.result.refine_s = rounds.spent_ms / 1e3
-    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round: says so
+    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round
     for i in unmade:
         records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": rounds.history[i]})
     if unmade:
@@ -144,9 +128,6 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
 
 
 class _Rounds:
-    """The later rounds and the refining of one run's `chosen` records, each record's rounds so far (`history`), and
-    what they spent."""
-
     def __init__(self, records: list[Record], chosen: list[int], backends: dict[str, Backend], measurer: Resampler,
                  settings: TimingSettings, info: RunInfo, rng: random.Random, should_stop: Callable[[], bool],
                  say: Callable[[str], None]) -> None:
@@ -159,7 +140,6 @@ class _Rounds:
         self.budget_ms, self.spent_ms, self.passes = budget_ms, 0.0, 0
 
     def round(self, round_number: int) -> bool:
-        """Round `round_number` over the records still due; False when none is, or the run is stopping."""
         settings = self.settings
         due = [i for i in self.chosen if due_again(self.records[i].times_ms, round_number, settings)]
         if not due or self.should_stop():
@@ -174,8 +154,7 @@ class _Rounds:
         return True
 
     def refine_pass(self) -> bool:
-        """One pass of the refining over the records still too wide, the cheapest to settle first; False when there
-        is none to make (none wanting, the budget spent, the run stopping, MAX_REFINE passes) or it re-timed none."""
+        """False when it re-timed none."""
         records, settings, budget_ms = self.records, self.settings, self.budget_ms
         wanting = [i for i in self.chosen if records[i].noisy]
         if self.passes >= MAX_REFINE or not wanting or self.spent_ms >= budget_ms or self.should_stop():
@@ -197,7 +176,6 @@ class _Rounds:
         return touched
 
     def retime(self, i: int, timing: TimingSettings) -> float:
-        """One more round of record `i` under `timing`, pooled into it; the seconds its samples took."""
         record = self.records[i]
         backend = self.backends[record.backend]
         left = self.settings.max_samples - len(record.times_ms)
@@ -214,8 +192,7 @@ class _Rounds:
 
 
 def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:
-    """`chosen` (indices of records) in a shuffled order of cases, each case's backends shuffled: a case's inputs are
-    made once per round, not once per backend."""
+    """Cases shuffled, each case's backends shuffled: a case's inputs are made once per round."""
     cases: dict[str, list[int]] = {}
     for i in chosen:
         cases.setdefault(f"{records[i].device}/{records[i].case_id}", []).append(i)

@@ -1,9 +1,5 @@
-"""The order measurements are made in: a queue of whole cases, one thread per measurer, OOM pruning. Holds no timer.
-
-A measurer (attnbench.run.measure.InProcess, or attnbench.run.isolation.Isolated around a worker process) makes each
-measurement; the schedule only decides which comes next, records what is pruned, and hands every record to the
-sink as soon as it exists.
-"""
+"""The order measurements are made in: a queue of whole cases, one thread per measurer, OOM pruning. Holds no
+timer."""
 
 from __future__ import annotations
 
@@ -25,16 +21,12 @@ Task = tuple["Case", "Backend"]
 
 
 class Listener(Protocol):
-    """Told about progress, so the CLI can draw it; the schedule itself prints nothing."""
-
     def started(self, index: int, total: int, case: Case, backend: Backend) -> None: ...
 
     def finished(self, record: Record) -> None: ...
 
 
 class Measurer(Protocol):
-    """Makes one measurement: in this process, or in a worker process that may die or hang."""
-
     def measure(self, case: Case, backend: Backend) -> Record: ...
 
     def close(self) -> None: ...
@@ -42,20 +34,14 @@ class Measurer(Protocol):
 
 @dataclass
 class Schedule:
-    """Runs (case, backend) tasks through measurers and hands each record to `sink` as soon as it exists."""
-
-    info: RunInfo  # for the records of measurements pruned without being tried
+    info: RunInfo  # for the records of pruned measurements
     listener: Listener | None = None
     should_stop: Callable[[], bool] = lambda: False
     oom_pruning: bool = True
 
     def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
-        """Measure each (case, backend) by one measurer, or by several at once; every measurer is closed.
-
-        Tasks wait in a queue of whole cases (a case's inputs and reference are made once); each measurer takes
-        the next case when free. After an `oom`, longer sequences of the same backend and case group are recorded
-        `skipped` untried (unless `oom_pruning` is off). Returns how many records were made before any stop.
-        """
+        """Each measurer takes the next whole case (its inputs and reference are made once); after an `oom`, longer
+        sequences of that backend and case group are skipped untried. Returns how many records were made."""
         measurers = measurers if isinstance(measurers, list) else [measurers]
         queue = TaskQueue(tasks)
         pruner = OomPruner(self.oom_pruning)
@@ -85,7 +71,7 @@ class Schedule:
         if len(measurers) == 1:
             try:
                 work(measurers[0])
-            except BaseException:  # a second Ctrl-C aborts: a worker is killed, not waited for
+            except BaseException:  # a second Ctrl-C: a worker is killed, not waited for
                 getattr(measurers[0], "abort", measurers[0].close)()
                 raise
             measurers[0].close()
@@ -95,8 +81,6 @@ class Schedule:
 
 
 class TaskQueue:
-    """The measurements still to make, as whole cases (consecutive tasks of one case), taken one case at a time."""
-
     def __init__(self, tasks: list[Task]) -> None:
         self.groups: deque[list[Task]] = deque()
         for case, backend in tasks:
@@ -116,17 +100,13 @@ class TaskQueue:
 
 
 def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], queue: TaskQueue) -> None:
-    """`work` once per measurer, each in its own thread, all feeding from `queue`; every measurer is closed.
-
-    A failure in one thread (an exception out of a measurer) empties the queue and is raised here once
-    the others finish; a Ctrl-C while waiting kills every worker before leaving.
-    """
+    """A failure in one thread empties the queue and is raised here once the others finish."""
     failures: list[BaseException] = []
 
     def guarded(one: Measurer) -> None:
         try:
             work(one)
-        except BaseException as exc:  # noqa: BLE001 - surfaced in the calling thread below
+        except BaseException as exc:  # noqa: BLE001 - raised in the calling thread below
             queue.clear()
             failures.append(exc)
         finally:
@@ -139,7 +119,7 @@ def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], que
     try:
         for thread in threads:
             thread.join()
-    except BaseException:  # a second Ctrl-C: stop every worker before leaving
+    except BaseException:  # a second Ctrl-C
         queue.clear()
         for one in measurers:
             getattr(one, "abort", one.close)()
@@ -149,14 +129,13 @@ def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], que
 
 
 class OomPruner:
-    """Remembers the shortest sequence each (backend, case group) ran out of memory at."""
+    """The shortest sequence each (backend, case group) ran out of memory at."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.limits: dict[tuple, tuple[int, int]] = {}
 
     def reason(self, case: Case, backend: Backend) -> str | None:
-        """Why (case, backend) is not worth trying after an earlier oom; None to try it."""
         limit = self.limits.get((backend.name, group_of(case)))
         if self.enabled and limit is not None and longer_than(case, limit):
             return pruning_reason(limit)
@@ -169,7 +148,6 @@ class OomPruner:
 
 
 def longer_than(case: Case, limit: tuple[int, int]) -> bool:
-    """Whether `case` is at least as long as the (seq_len, kv_seq_len) that ran out of memory, and longer."""
     seq, kv = limit
     return case.seq_len >= seq and case.kv_seq_len >= kv and (case.seq_len, case.kv_seq_len) != limit
 

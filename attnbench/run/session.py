@@ -41,15 +41,12 @@ if TYPE_CHECKING:
     from attnbench.sweep.schema import Timing
 
 
-# The sustained-state loop's length when a suite does not set timing.energy_ms: a GPU's burst state is waited out and
-# its energy read; a CPU has no burst state, and a loop of a seconds-long call would cost a run more than it tells.
+# timing.energy_ms's default: a GPU's burst state is waited out and its energy read; a CPU has no burst state.
 DEFAULT_ENERGY_MS = {"cuda": 1000.0, "cpu": 0.0}
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a run will do, decided before anything runs."""
-
     suite: Suite
     device: str
     cases: list[Case]
@@ -57,7 +54,6 @@ class Plan:
     plugins: tuple[str, ...] = ()
 
     def tasks(self) -> list[tuple[Case, Backend]]:
-        """Every (case, backend) measurement, case by case in suite order."""
         return [(case, backend) for case in self.cases for backend in self.backends]
 
 
@@ -69,12 +65,11 @@ class Outcome:
     stopped: bool
     tally: Tally = field(default_factory=Tally)
     records: list[Record] = field(default_factory=list)
-    results: Path | None = None  # the results file written
-    unavailable: dict[str, str] = field(default_factory=dict)  # Started.unavailable
+    results: Path | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
-    """The suite's `timing:` in force on `device` as the timers' settings."""
     t = suite.timing(device)
     energy_ms = t.energy_ms if t.energy_ms is not None else DEFAULT_ENERGY_MS.get(device, 0.0)
     return TimingSettings(t.warmup_ms, t.budget_ms, t.min_samples, t.max_samples, t.precision, energy_ms=energy_ms,
@@ -82,8 +77,7 @@ def settings_of(suite: Suite, device: str) -> TimingSettings:
 
 
 def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None) -> Plan:
-    """Validate everything the run depends on; nothing is written or run yet. With `estimate_gpu` (a dry run's
-    estimate for a GPU that is not here) the device is cuda, whatever this machine has."""
+    """Validate everything the run depends on, writing and running nothing."""
     registry = default_registry(list(options.plugins))
     suite = load_suite(suite_path)
     names = registry.chosen(list(options.backends) or None, suite)
@@ -92,17 +86,15 @@ def plan(suite_path: Path, options: RunOptions, estimate_gpu: str | None = None)
 
 
 def task_key(case: Case, backend: Backend) -> tuple:
-    """The key a measurement's record will have (results.key_of): case, backend and device."""
     return key_of({**case.fields(), "backend": backend.name})
 
 
 def wants_deterministic(plan: Plan, options: RunOptions) -> bool:
-    """Whether the run asks for deterministic kernels: `run --deterministic`, or the suite's `deterministic: true`."""
     return options.deterministic or plan.suite.model.deterministic
 
 
 def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None) -> bool:
-    """Whether measurements run in a worker process: asked for, or on CUDA, or needed for a time limit."""
+    """Whether measurements run in a worker process: asked for, on CUDA, or to enforce a time limit."""
     if timeout_s is not None and isolate is False:
         raise AttnbenchError(f"--timeout {timeout_s:g}: a time limit needs a worker process to kill; "
                              f"drop --no-isolate")
@@ -113,21 +105,19 @@ def resolve_isolation(device: str, isolate: bool | None, timeout_s: float | None
 
 @dataclass(frozen=True)
 class RunMode:
-    """How a run measures, decided from its plan and options before anything runs: the dry run's forecast and the
-    run's own come from the same one (predict)."""
+    """How a run measures; the dry run's forecast and the run's own both come from it."""
 
     timing: Timing
     settings: TimingSettings
     timeout_s: float | None
     isolate: bool
-    workers: int  # measurers side by side: one per --devices GPU, else one
+    workers: int  # one per --devices GPU, else one
     compile_workers: int
     deterministic: bool
 
 
 def mode_of(plan: Plan, options: RunOptions, gpu: str | None = None) -> RunMode:
-    """The run's timing, time limit, isolation, workers and compile pool; `gpu`: a dry run's estimate for a GPU that
-    is not here (a GPU server's default compile pool, not this machine's)."""
+    """`gpu`: a dry run's estimate for a GPU that is not here."""
     timing = plan.suite.timing(plan.device)
     timeout_s = options.timeout_s if options.timeout_s is not None else timing.timeout_s
     isolate = resolve_isolation(plan.device, options.isolate, timeout_s)
@@ -144,15 +134,12 @@ def mode_of(plan: Plan, options: RunOptions, gpu: str | None = None) -> RunMode:
 
 
 def selected(plan: Plan, options: RunOptions) -> list[tuple[Case, Backend]]:
-    """The measurements this run makes: the plan's, or its --shard's share."""
     tasks = plan.tasks()
     return select(tasks, options.shard) if options.shard is not None else tasks
 
 
 def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast:
-    """The run's forecast: its own measurements (its shard), workers, isolation and compile pool, priced on this
-    device's calibration or, with `gpu`, that GPU's datasheet row. The one prediction: `--dry-run` prints it and the
-    run writes it to env.json and counts its ETA down."""
+    """The one forecast: `--dry-run` prints it, the run writes it to env.json and counts its ETA down."""
     import torch
 
     mode = mode_of(plan, options, gpu)
@@ -169,17 +156,13 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
 
 @dataclass(frozen=True)
 class DryRun:
-    """What a run would do: its plan, its forecast, and the timing in force on its device."""
-
     plan: Plan
     forecast: Forecast
     timing: Timing
-    cpu_timing: bool  # the timing is the suite's cpu: block's
+    cpu_timing: bool  # the suite's cpu: block's timing
 
 
 def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
-    """The run's predicted wall time per backend, running nothing (predict); with `gpu` an estimate for a machine
-    that is not here, and says so."""
     timing = plan.suite.timing(plan.device)
     cpu = plan.suite.model.cpu
     return DryRun(plan, predict(plan, options, gpu), timing,
@@ -188,24 +171,21 @@ def dry_run(plan: Plan, options: RunOptions, gpu: str | None = None) -> DryRun:
 
 @dataclass
 class Started:
-    """A run once its env.json is written: the measurements left, its id and environment, its forecast."""
-
     tasks: list[tuple[Case, Backend]]
     run_id: str
-    folder: RunFolder  # its env.json as written
+    folder: RunFolder
     predicted: Forecast
     cache: Path
     mode: RunMode
-    torch_version: str  # this process's, whatever a resumed run's env.json recorded before
-    roofs: MeasuredRoofs | None = None  # a CPU's, measured at this run's (or this resumed part's) start
-    # The backends that cannot run on the device at all, and the reason their records carry (announced once).
+    torch_version: str  # this process's, whatever a resumed run recorded
+    roofs: MeasuredRoofs | None = None  # a CPU's, measured at this part's start
+    # Backends that cannot run on the device at all, with their skip reason (announced once).
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
-    """Everything checked and set before anything is written: the timer, the devices, the compile cache (before
-    any library is imported here or in a worker: FlashInfer reads where to JIT-compile at its import), cuBLAS's
-    workspace for deterministic kernels (before any cuBLAS call, the calibration's included; workers inherit it)."""
+    """Checks and settings made before anything is written: the compile cache before any library is imported
+    (FlashInfer reads its JIT folder at import), cuBLAS's workspace before any cuBLAS call (workers inherit it)."""
     check_timer(plan.device, options.timer)
     cache = compile_cache.use(options.cache_dir)
     mode = mode_of(plan, options)
@@ -218,8 +198,7 @@ def prepare(plan: Plan, options: RunOptions) -> tuple[RunMode, Path]:
 
 def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, cache: Path,
               predicted: Forecast, errors: Console, roofs: MeasuredRoofs | None = None) -> Started:
-    """env.json written (a new run's, or a resumed part's entry added, each with the roofs measured at its start),
-    and the measurements left."""
+    """env.json written (or a resumed part added), and the measurements left."""
     env = collect_env(plan.device)
     torch_version = env["torch"]
     if options.resume:
@@ -248,8 +227,6 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
 
 def resume_part(plan: Plan, options: RunOptions, directory: Path, env: dict,
                 errors: Console) -> tuple[RunFolder, list[tuple[Case, Backend]], int]:
-    """The run folder to resume (refused when recorded elsewhere), the measurements it still lacks, and how many
-    it holds."""
     folder = RunFolder.resume(directory, env, plan.suite.name, str(options.shard) if options.shard else None,
                               options.force)
     if folder.drop_cut_line():
@@ -259,7 +236,6 @@ def resume_part(plan: Plan, options: RunOptions, directory: Path, env: dict,
 
 
 def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, errors: Console) -> None:
-    """The run's first line: what it measures, where, how, and how long it should take."""
     mode = run.mode
     scope = f" (shard {options.shard})" if options.shard else ""
     scope += " (resuming: the rest of the run)" if options.resume else ""
@@ -280,8 +256,7 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
 
 
 def unavailable_here(plan: Plan, tasks: list[tuple[Case, Backend]]) -> dict[str, str]:
-    """The run's backends that cannot run on its device at all (calls that do not fit the installed library, not
-    installed, made for another device), each with the reason the skip rule (attnbench.run.skip) gives them first."""
+    """Backends that cannot run on the device at all, with the skip rule's reason."""
     from attnbench.backends.conformance import conformance_problem
 
     names = {backend.name for _, backend in tasks}
@@ -291,8 +266,6 @@ def unavailable_here(plan: Plan, tasks: list[tuple[Case, Backend]]) -> dict[str,
 
 
 def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo, directory: Path) -> list:
-    """Who measures: one worker per --devices GPU, one isolated worker, or this process (each writing traces under
-    `directory` with --trace)."""
     trace_dir = str(directory) if options.trace else None
     if options.devices is not None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -309,11 +282,10 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
 
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
                 errors: Console, should_stop: Callable[[], bool]) -> tuple[int, list[Record]]:
-    """Every measurement left, one results line each as it ends; how many were measured, and their records."""
-    if plan.device == "cpu":  # a CPU's own roofs are the run's measured ones
+    if plan.device == "cpu":  # a CPU's roofs are the run's measured ones
         measured = tuple((m.dtype, m.gflops / 1e3) for m in run.roofs.matmul) if run.roofs else ()
         bandwidth = run.roofs.copy_gbs if run.roofs else None
-    else:  # a GPU's are its calibration's, beside its datasheet's
+    else:  # a GPU's are its calibration's
         machine = calibration.cached_calibration(plan.device, run.cache)
         measured, bandwidth = tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs
     info = RunInfo(run.run_id, plan.suite.name, run.folder.env["device_name"], options.peak_tflops,
@@ -327,7 +299,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
 
         def sink(record: Record) -> None:
-            if precompiled and record.backend in backends:  # the pool's seconds on this graph, on its first record
+            if precompiled and record.backend in backends:  # the pool's seconds, on the graph's first record
                 seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
                 if seconds is not None:
                     record.extra["precompile_s"] = round(seconds, 3)
@@ -342,7 +314,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     facts: dict = {}
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
-        with frozen_heap():  # as for the first round: no full collection between re-timings
+        with frozen_heap():
             done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
                                        lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
@@ -357,12 +329,11 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
 
 def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
             options: RunOptions | None = None) -> Outcome:
-    """Run the plan into `directory`: env.json first, then one results line per measurement. Progress goes to
-    `errors` (stderr); the tables of what was measured are the caller's to print (attnbench.cli.tables)."""
+    """Run the plan into `directory`; progress goes to `errors`."""
     options = options or RunOptions()
     mode, cache = prepare(plan, options)
     predicted = predict(plan, options)
-    # A CPU run's roofs, measured before any worker or compile of the run's own is started beside them.
+    # Measured before any worker or compile of the run starts beside them.
     roofs = calibration.measure_roofs(calibration.roof_dtypes([case for case, _ in selected(plan, options)]))
     run = write_env(plan, options, directory, mode, cache, predicted, errors, roofs)
     run.unavailable = unavailable_here(plan, run.tasks)
@@ -377,7 +348,6 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
 
 
 def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Outcome:
-    """Note the graphs the measurements compiled in the cache's index, and sum the run up."""
     backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(run.cache, run.torch_version, (
         key for r in records if "compile_s" in r.extra and r.backend in backends
@@ -391,13 +361,12 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
                   torch_version: str, errors: Console, should_stop: Callable[[], bool],
                   timeout_s: float | None) -> PoolResult | None:
-    """Compile every graph the tasks will compile and the cache lacks, in `workers` processes, before the first
-    measurement (attnbench.run.precompile); None when there is no pool (0 workers) or nothing to compile."""
+    """None when there is no pool or nothing to compile."""
     jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
     if not workers or not jobs:
         return None
     envs = None
-    if options.devices is not None:  # spread over the run's GPUs, each process seeing one, as the measurers do
+    if options.devices is not None:  # one GPU per process, as the measurers
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         envs = [worker_env(index, visible) for index in options.devices]
     errors.print(f"compiling {len(jobs)} graph(s) ahead in {min(workers, len(jobs))} process(es) "
@@ -418,8 +387,7 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
 
 
 def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
-    """Add what the run (or this resumed part) really took to env.json, beside its prediction: wall (report
-    included), timed, reference."""
+    """Add what the run (or this part) took to env.json, beside its prediction."""
     folder = RunFolder.load(directory)
     if folder is not None:
         folder.note(actual={"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),

@@ -1,8 +1,5 @@
-"""Sharding: split a run's measurements into N deterministic parts of about equal estimated cost.
-
-Every machine computes the same split from the same suite, backends and shard count, so shard I of N
-can run anywhere (a SLURM array task, a Kubernetes indexed job) with no coordination.
-"""
+"""Sharding: a run's measurements split into N deterministic parts of about equal estimated cost, so shard I of N
+runs anywhere with no coordination."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
 
 Task = tuple["Case", "Backend"]
-# Backends that materialise the (Sq, Sk) scores move that much more memory per FLOP: weigh them so.
+# Backends that materialise the (Sq, Sk) scores move that much more memory per FLOP.
 MATERIALISING_FACTOR = 4
 
 
@@ -32,7 +29,6 @@ class Shard:
 
 
 def parse_shard(text: str) -> Shard:
-    """'I/N' with 0 <= I < N, else a user error."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not match:
         raise AttnbenchError(f"--shard {text!r}: expected I/N, e.g. 0/4 (I counts from 0)")
@@ -43,18 +39,15 @@ def parse_shard(text: str) -> Shard:
 
 
 def cost(case: Case, backend: Backend) -> int:
-    """Estimated cost of one measurement: the case's FLOPs, weighted for backends that materialise scores.
-
-    It depends only on the case and the backend's class, never on this machine, so every shard computes the same
-    split; a kernel not made for the case's device costs nothing.
-    """
+    """The case's FLOPs, weighted for backends that materialise scores; never this machine's, so every shard computes
+    the same split."""
     if case.device not in backend.devices:
         return 1
     return max(1, counting.flops(case)) * (MATERIALISING_FACTOR if backend.materialises_scores else 1)
 
 
 def assign(tasks: list[Task], count: int) -> list[int]:
-    """The shard of each task: greedy longest-processing-time (costliest first, to the lightest shard)."""
+    """Greedy longest-processing-time: costliest first, to the lightest shard."""
     order = sorted(range(len(tasks)), key=lambda i: -cost(*tasks[i]))  # stable: ties keep suite order
     loads = [0] * count
     owner = [0] * len(tasks)
@@ -66,6 +59,6 @@ def assign(tasks: list[Task], count: int) -> list[int]:
 
 
 def select(tasks: list[Task], shard: Shard) -> list[Task]:
-    """This shard's tasks, in suite order (so a worker reuses one case's inputs across its backends)."""
+    """In suite order, so a worker reuses one case's inputs across its backends."""
     owner = assign(tasks, shard.count)
     return [task for task, s in zip(tasks, owner, strict=False) if s == shard.index]

@@ -1,9 +1,5 @@
-"""The one rule that decides, before any tensor exists, that a measurement is recorded `skipped`, and why.
-
-A pure function of what is known about the backend, the case and the device: the measurement asks it with the
-live facts (this process's conformance check, the library's availability, the free device memory), the forecast
-with the same facts or a datasheet's, so that what the forecast prices as a skip is what the run skips.
-"""
+"""The one rule that skips a measurement before any tensor exists: a pure function that the run asks with live facts
+and the forecast with the same facts or a datasheet's, so the forecast prices what the run skips."""
 
 from __future__ import annotations
 
@@ -18,25 +14,22 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
 
-# A case whose analytic estimate exceeds free device memory by this factor is skipped without trying it.
+# Skipped untried when the analytic estimate exceeds free device memory by this factor.
 MEMORY_SKIP_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
 class Facts:
-    """What a skip depends on beyond the case and the backend's declarations."""
-
-    conformance: str | None = None  # the adapter's calls against the installed library: None when they fit
-    availability: str | None = None  # why the backend cannot run on the case's device at all
-    free_memory: int | None = None  # free bytes on the device; None where no limit is checked (a CPU)
-    timer_modes: tuple[str, ...] | None = None  # the modes the timer can time; None for every mode
+    conformance: str | None = None  # None when the adapter's calls fit the installed library
+    availability: str | None = None
+    free_memory: int | None = None  # bytes; None where no limit is checked (a CPU)
+    timer_modes: tuple[str, ...] | None = None  # None: every mode
     timer_name: str = ""
-    deterministic: bool = False  # the run asked for deterministic kernels (attnbench.verify.determinism)
+    deterministic: bool = False
 
 
 def why_skipped(case: Case, backend: Backend, facts: Facts) -> str | None:
-    """Why (case, backend) is not tried, in the order a user needs to hear it; None to try it. (Backend.skip_reason
-    is another question: whether an exception the library raised is its refusal.)"""
+    """Why (case, backend) is not tried, in the order a user needs to hear it; None to try it."""
     reason = facts.conformance or facts.availability or refusal(backend, case)
     if reason:
         return reason

@@ -1,8 +1,5 @@
-"""The stages of one measurement, in order: prepare, check, sustain, time, memory, repeat, kernels.
-
-Each stage takes what the ones before it returned and returns a frozen value; attnbench.run.measure runs them and
-assembles the record from those values once, also when a stage raised (the record keeps what the earlier ones found).
-"""
+"""The stages of one measurement, in order: prepare, check, sustain, time, memory, repeat, kernels. Each returns a
+frozen value; attnbench.run.measure assembles the record from them once, also when a stage raised."""
 
 from __future__ import annotations
 
@@ -48,7 +45,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Ready:
-    """The backend's case made ready, the canonical q, k, v, the backend's inputs as leaves, and `extra` with setup."""
+    """The backend's case made ready, its inputs as leaves, and `extra` with setup."""
 
     prepared: Prepared
     canonical: tuple[torch.Tensor, ...]
@@ -66,8 +63,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class Checked:
-    """The checked call's output (backend layout), answer (canonical layout), verdict and yardstick; dO in the backend's
-    layout; what the repeatability check compares; the timing with a forward's checked call as warm-up; its memory."""
+    """The checked call's output, answer, verdict and yardstick; dO in the backend's layout; what the repeatability
+    check compares; the timing (a forward's checked call is a warm-up); its memory."""
 
     out_native: torch.Tensor
     answer: Answer
@@ -89,8 +86,6 @@ class Calls:
 
 @dataclass(frozen=True)
 class Sustained:
-    """The record's `extra` entries of the loop before the samples (attnbench.run.sustain)."""
-
     extra: dict[str, Any]
 
 
@@ -105,8 +100,6 @@ class Timed:
 
 @dataclass(frozen=True)
 class Repeated:
-    """The worst verdict of the calls judged, the words a mismatch reason adds, `repeatable` and its `extra`."""
-
     verdict: Verdict
     note: str
     repeatable: bool | None
@@ -115,15 +108,13 @@ class Repeated:
 
 @dataclass(frozen=True)
 class Kernels:
-    """The profiled call's kernels, and the integrity guards' checks and findings."""
-
     ran: Profiled
     checks: list[str]
     broken: list[str]
 
 
 def prepare(data: CaseData, backend: Backend) -> Ready:
-    """The backend's `prepare` on the case's inputs, timed as setup (never as a sample)."""
+    """The backend's `prepare`, timed as setup."""
     import torch
 
     case = data.case
@@ -142,9 +133,8 @@ def prepare(data: CaseData, backend: Backend) -> Ready:
 
 def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: Timer, timing: TimingSettings,
           caught: list[warnings.WarningMessage]) -> Checked:
-    """The checked call, judged against the reference. A forward's is the timed call's twin: its peak memory is the
-    record's and it is the first warm-up call. A backward mode's also maps gradients back, so the peak comes from the
-    first timed call instead. No call is made for memory alone."""
+    """The checked call, judged against the reference. A forward's is the timed call's twin, so its peak memory is
+    the record's and it is the first warm-up call; a backward mode's peak comes from the first timed call."""
     import torch
 
     case, prepared, leaves = data.case, ready.prepared, ready.leaves
@@ -154,7 +144,7 @@ def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: T
         warnings.simplefilter("always")
         try:
             if case.mode == "fwd":
-                # By the timer's clock where it has one: it may join the samples (attnbench.timing.sampling).
+                # By the timer's clock: it may join the samples (attnbench.timing.sampling).
                 clock = getattr(timer, "clock", None)
                 start = time.perf_counter()
                 call = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock,
@@ -175,7 +165,6 @@ def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: T
 
 
 def calls(case: Case, ready: Ready, checked: Checked) -> Calls:
-    """The timed call for the case's mode, read for peak memory on its first call where the checked call was not."""
     fn = timed_call(case.mode, ready.prepared, ready.leaves, checked.out_native, checked.dout_native)
     if case.mode == "fwd":
         return Calls(fn, None)
@@ -185,7 +174,6 @@ def calls(case: Case, ready: Ready, checked: Checked) -> Calls:
 
 
 def sustained(case: Case, fn: Callable[[], object], timing: TimingSettings) -> Sustained:
-    """The sustained state and the call's energy, before the samples, where the timing asks for energy."""
     if not timing.energy_ms > 0:
         return Sustained({})
     read_energy, probe, sync = sustain.for_device(case.device)
@@ -203,19 +191,17 @@ def timed(case: Case, timer: Timer, chosen: Calls, checked: Checked) -> Timed:
 
 
 def memory(chosen: Calls, checked: Checked) -> Memory | None:
-    """The record's peak memory: the checked call's, or the timed call's first."""
     first = chosen.first
     if first is None:
         return checked.memory
-    if first.peak is None:  # a timer that never called fn (a test's scripted timer)
+    if first.peak is None:  # a timer that never called fn
         first()
     return Memory(first.peak, first.method)
 
 
 def kernels(case: Case, backend: Backend, timer: Timer, trace_dir: Path | None, ready: Ready, checked: Checked,
             chosen: Calls, guard: Guard) -> Kernels:
-    """The profiled call, after the samples, and the integrity guards. A forward's profiled call is the guard's call
-    on other inputs (attnbench.verify.integrity)."""
+    """The profiled call, after the samples, and the integrity guards (attnbench.verify.integrity)."""
     prepared = ready.prepared
     other = other_inputs(prepared, ready.leaves, case.needs_grad, checked.out_native)
     ran = profiled(other if case.mode == "fwd" and other is not None else chosen.fn, case, backend, timer,
@@ -225,9 +211,8 @@ def kernels(case: Case, backend: Backend, timer: Timer, trace_dir: Path | None, 
 
 
 def repeated(data: CaseData, ready: Ready, checked: Checked, kept: KeepFirst) -> Repeated:
-    """`repeatable`: the checked call against a second call on the same inputs (the timer's first, else an untimed
-    one), bit for bit. Where they differ the second is judged too, and a mismatch once more on a fresh call; the
-    record takes the worst verdict, so it does not hang on which call was checked."""
+    """`repeatable`: the checked call against a second call on the same inputs, bit for bit. Where they differ the
+    second is judged too, a mismatch once more on a fresh call, and the worst verdict is the record's."""
     import torch
 
     case, prepared, canonical, leaves, native = data.case, ready.prepared, ready.canonical, ready.leaves, checked.native
@@ -241,7 +226,7 @@ def repeated(data: CaseData, ready: Ready, checked: Checked, kept: KeepFirst) ->
     if native is not None:
         calls_made.append("timer's first call" if kept.called else "untimed call after timing")
         second = as_tensors(prepared.to_tensor(kept.result if kept.called else kept()))
-        if aliased(native, second):  # one buffer for every call: copy what the last call left, call once more
+        if aliased(native, second):  # one buffer for every call: copy it, call once more
             native, second = tuple(t.clone() for t in second), as_tensors(prepared.to_tensor(kept.fn()))
             calls_made = [f"last {'timed ' if kept.called else ''}call, copied (the backend returns one buffer every "
                           "call)", "untimed call after it"]
@@ -266,7 +251,7 @@ def repeated(data: CaseData, ready: Ready, checked: Checked, kept: KeepFirst) ->
 
 
 def finite(value: float) -> float | None:
-    """`value`, or None for an infinite error (a NaN or an Inf in the answer): JSON has no infinity."""
+    """`value`, or None for an infinite error: JSON has no infinity."""
     return value if math.isfinite(value) else None
 
 
@@ -280,11 +265,8 @@ def answer_of(
     with_grads: bool,
 ) -> tuple[Answer, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
     """The backend's output (and gradients) in canonical layout, dO in the backend's layout, and what the
-    repeatability check compares: the native output of a forward, the native gradients where they are checked.
-
-    Layout changes made in `prepare` were differentiable, so the chain rule maps the backend's
-    gradients back onto the canonical q, k, v (summing over expanded K/V heads, undoing transposes).
-    """
+    repeatability check compares. `prepare`'s layout changes are differentiable, so the chain rule maps gradients
+    back onto the canonical q, k, v."""
     import torch
 
     if dout is None:
@@ -305,8 +287,7 @@ def answer_of(
 
 def canonical_grads(prepared: Prepared, canonical: tuple[torch.Tensor, ...],
                     native_grads: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """Gradients of the backend's inputs mapped onto the canonical q, k, v (the layout graph is kept: a second
-    call's gradients are mapped the same way)."""
+    """Gradients mapped onto the canonical q, k, v; the graph is kept for a second call's."""
     import torch
 
     return torch.autograd.grad(prepared.inputs, canonical, native_grads, retain_graph=True)
@@ -319,7 +300,7 @@ def timed_call(
     out_native: torch.Tensor,
     dout_native: torch.Tensor | None,
 ) -> Callable[[], object]:
-    """The call a model would make, for the case's mode: forward, backward only, or both."""
+    """The call a model would make in the case's mode."""
     import torch
 
     if mode == "fwd":

@@ -1,14 +1,5 @@
 """The loop before the samples: the timed call back to back, read around by the energy counter, and on CUDA until the
-GPU has reached its sustained state.
-
-A GPU starts a burst of work at its boost clock and settles lower once its power or heat limit engages; an adaptive
-sampler may stop in either state. attnbench measures the sustained state (docs/gpu.md, "Burst or sustained"): the
-call runs back to back for at least `energy_ms` and until the SM clock stops falling between two probes, at most
-SUSTAIN_FACTOR x `energy_ms`, recorded in `extra.sustain`. The clocks and settings are never changed.
-
-The same loop gives the call's energy: NVML's counter on CUDA, RAPL's on a CPU where readable. On a CPU without RAPL
-no loop is run (a CPU has no burst state), and the energy is `skipped` with the reason.
-"""
+GPU's SM clock stops falling (docs/gpu.md, "Burst or sustained"). Clocks and settings are never changed."""
 
 from __future__ import annotations
 
@@ -24,11 +15,11 @@ if TYPE_CHECKING:
 # The loop stops at this many times its minimum even while the clock still falls.
 SUSTAIN_FACTOR = 5.0
 PROBE_S = 0.1  # seconds between two reads of the SM clock
-CLOCK_SLACK_MHZ = 15  # one step of the SM clock table (Hopper): a drop this small is not "falling"
+CLOCK_SLACK_MHZ = 15  # one step of the SM clock table (Hopper)
 
 
 def falling(clocks: list[float | None]) -> bool:
-    """Whether the SM clock fell between the last two probes (by more than one step of the clock table)."""
+    """Whether the SM clock fell between the last two probes by more than one step."""
     if len(clocks) < 2 or clocks[-1] is None or clocks[-2] is None:
         return False
     return clocks[-1] < clocks[-2] - CLOCK_SLACK_MHZ
@@ -38,18 +29,14 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
                    read_energy: Callable[[], EnergyReading], probe: Callable[[], GpuSample | None] | None = None,
                    sync: Callable[[], None] = lambda: None,
                    clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
-    """Run `fn` back to back for at least `min_s` and, where `probe` reads the GPU, until its SM clock stops falling
-    (at most SUSTAIN_FACTOR x `min_s`); the energy counter is read around the loop. Returns the record's `extra`
-    entries: `sustain` (how long, how many calls, the SM clock at the first and last probe, why it stopped) and the
-    energy (`energy_mj` per call, `joules_per_token`, `energy_power_w`, `energy_source`, `energy_throttled`), or
-    `energy_skipped` with the reason."""
+    """The record's `extra` entries: `sustain`, and the energy or `energy_skipped` with the reason."""
     extra: dict[str, Any] = {}
     try:
         before: EnergyReading | None = read_energy()
     except EnergyUnavailable as exc:
         before, extra["energy_skipped"] = None, str(exc)
     if before is None and probe is None:
-        return extra  # nothing to heat (a CPU) and nothing to read: no loop at all
+        return extra  # nothing to heat (a CPU) and nothing to read
     sync()
     start = clock()
     next_probe = start
@@ -58,7 +45,7 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
         fn()
         calls += 1
         now = clock()
-        if now < next_probe:  # the clock is read (and the loop's end decided) every PROBE_S
+        if now < next_probe:  # the clock is read, and the end decided, every PROBE_S
             continue
         sync()
         now = clock()
@@ -85,7 +72,6 @@ def sustained_loop(fn: Callable[[], object], *, min_s: float, tokens_per_call: i
 
 def _energy(before: EnergyReading, read_energy: Callable[[], EnergyReading], calls: int, seconds: float,
             tokens_per_call: int, throttled: bool) -> dict[str, Any]:
-    """The loop's energy entries, from the counter read before it and now, or `energy_skipped` with why not."""
     try:
         energy = loop_energy(before, read_energy(), calls, seconds, tokens_per_call)
     except EnergyUnavailable as exc:
@@ -96,7 +82,6 @@ def _energy(before: EnergyReading, read_energy: Callable[[], EnergyReading], cal
 
 def for_device(device: str) -> tuple[Callable[[], EnergyReading], Callable[[], GpuSample | None] | None,
                                       Callable[[], None]]:
-    """The energy reader, the GPU probe (None on a CPU) and the synchronisation of `device`."""
     if device != "cuda":
         from attnbench.timing.energy import read_rapl
 

@@ -1,4 +1,4 @@
-"""Where a run's wall time went: the timing it asked for, the reference, and the rest (the harness's overhead)."""
+"""Where a run's wall time went: the timing it asked for, the reference, and the harness's overhead."""
 
 from __future__ import annotations
 
@@ -13,11 +13,7 @@ if TYPE_CHECKING:
 
 
 def process_start() -> float:
-    """When this process started (time.time() seconds): imports and interpreter start count as wall time too.
-
-    Linux's /proc/self/stat gives the start in clock ticks after boot; elsewhere, the moment this module
-    was first imported stands in for it.
-    """
+    """When this process started (time.time() seconds), from /proc/self/stat; elsewhere, this module's import."""
     try:
         with open("/proc/self/stat", encoding="ascii") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -34,13 +30,8 @@ _IMPORTED = time.time()
 
 @dataclass
 class Tally:
-    """Seconds of timed calls (samples, warm-up and the sustained-state loop, by the timers' own clocks) and of
-    reference computation.
-
-    A forward's checked call is its first warm-up call (it counts toward `warmup_ms`, attnbench.timing.sampling): its
-    own time (`extra.check_call_ms`, by the timer's clock) is warm-up spent, unless it joined the samples (then it is
-    one of `times_ms` already).
-    """
+    """Seconds of timed calls (samples, warm-up, the sustain loop, by the timers' clocks) and of references. A
+    forward's checked call is warm-up spent (`extra.check_call_ms`) unless it joined the samples."""
 
     timed_s: float = 0.0
     reference_s: float = 0.0
@@ -48,7 +39,7 @@ class Tally:
     def add(self, record: Record) -> None:
         extra = record.extra
         check = 0.0 if extra.get("check_sampled") else float(extra.get("check_call_ms") or 0.0)
-        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)  # the loop before the samples (run.sustain)
+        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)
         self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check + loop) / 1e3
         self.reference_s += float(record.extra.get("reference_s") or 0.0)
 
@@ -61,12 +52,11 @@ class Tally:
 
 
 def reference_line(tally: Tally, wall_s: float) -> str:
-    """The summary line's reference cost: "reference: 12% of wall (4.1 s)"."""
     share = tally.reference_s / wall_s if wall_s > 0 else 0.0
     return f"reference: {share:.0%} of wall ({tally.reference_s:.1f} s)"
 
 
 def timed_line(tally: Tally, wall_s: float) -> str:
-    """The run's last line: "timed 3.1 s of 3.9 s wall (1.26x)": the timing asked for against everything."""
+    """The run's last line: "timed 3.1 s of 3.9 s wall (1.26x)"."""
     ratio = f" ({wall_s / tally.timed_s:.2f}x)" if tally.timed_s > 0 else ""
     return f"timed {tally.timed_s:.1f} s of {wall_s:.1f} s wall{ratio}"
