@@ -43,10 +43,8 @@ def ab(
     from attnbench.run import ab as paired
     from attnbench.run import session
 
-    if plugin is None:
-        plugin = []
-    if backend is None:
-        backend = []
+    plugin = plugin or []
+    backend = backend or []
     if rounds < min_pairs():
         raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))

@@ -28,8 +28,7 @@ def validate(
     from attnbench.backends.registry import default_registry
     from attnbench.sweep.suite import load_suite
 
-    if plugin is None:
-        plugin = []
+    plugin = plugin or []
     loaded = load_suite(suite)
     default_registry(plugin).chosen(None, loaded)
     for dev in [device] if device else ["cuda", "cpu"]:
@@ -52,8 +51,7 @@ def list_backends(
     from attnbench.run.compile_cache import default_dir
     from attnbench.run.env import resolve_device
 
-    if plugin is None:
-        plugin = []
+    plugin = plugin or []
     dev = resolve_device(device)
     probes = Probes(dev, default_dir(), fresh)
     if probes.first_call():
