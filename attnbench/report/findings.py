@@ -115,10 +115,12 @@ def fastest_line(group: CaseGroup) -> str | None:
         return f"{group.title()}: no backend produced a correct timing."
     timed_backends = {b for (b, _), r in cells.items() if usable_time(r) is not None}
     if len(timed_backends) == 1:  # "fastest" of one says nothing was compared
-        return f"{group.title()}: only {next(iter(timed_backends))} has a correct timing ({_spans([x for x, _ in winners], list(group.xs))})."
+        spans = _spans([x for x, _ in winners], list(group.xs))
+        return f"{group.title()}: only {next(iter(timed_backends))} has a correct timing ({spans})."
     only = {name for _, name in winners}
     if len(only) == 1 and len(winners) == len(group.xs) and len(winners) > 1:
-        return f"{group.title()}: {next(iter(only))} is fastest at every length ({fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])})."
+        span = f"{fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])}"
+        return f"{group.title()}: {next(iter(only))} is fastest at every length ({span})."
     return f"{group.title()}: fastest {_ranges(winners)}."
 
 
@@ -257,27 +259,31 @@ def packing_lines(timed: list[Record]) -> list[str]:
     return lines[:MAX_PACKING_LINES]
 
 
-def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str | None) -> Findings:
-    """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
-    found = Findings()
-    for r in records:
-        found.counts[r.status] = found.counts.get(r.status, 0) + 1
-    timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+def noise_lines(timed: list[Record]) -> list[str]:
+    """How many timings are noisy, and how many were taken on a throttled or shared GPU."""
+    lines = []
     noisy = sum(1 for r in timed if r.noisy)
     if noisy:
-        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
-                           "too few samples for one): marked ~ in the tables and drawn hollow.")
+        lines.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
+                     "too few samples for one): marked ~ in the tables and drawn hollow.")
     throttled = sum(1 for r in timed if r.throttled)
     if throttled:
-        found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
-                           "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
-                           "extra.other_gpu_processes): marked ! in the tables and drawn hollow; compare does not "
-                           "judge them.")
-    lines = [line for line in (fastest_line(g) for g in groups) if line]
-    found.fastest = lines[:MAX_GROUP_LINES]
-    if len(lines) > MAX_GROUP_LINES:
-        found.fastest.append(f"… and {len(lines) - MAX_GROUP_LINES} more case groups (see the tables).")
+        lines.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
+                     "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
+                     "extra.other_gpu_processes): marked ! in the tables and drawn hollow; compare does not "
+                     "judge them.")
+    return lines
 
+
+def fastest_lines(groups: list[CaseGroup]) -> list[str]:
+    lines = [line for line in (fastest_line(g) for g in groups) if line]
+    more = [f"… and {len(lines) - MAX_GROUP_LINES} more case groups (see the tables)."] \
+        if len(lines) > MAX_GROUP_LINES else []
+    return lines[:MAX_GROUP_LINES] + more
+
+
+def speedup_line(groups: list[CaseGroup], baseline: str | None) -> str:
+    """The largest speed-up over the baseline, or why there is none."""
     best: tuple[float, str, CaseGroup, int] | None = None
     for group in groups:
         for (backend, x), value in group_speedups(group, baseline).items():
@@ -285,42 +291,58 @@ def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str
                 best = (value, backend, group, x)
     if best is not None:
         value, backend, group, x = best
-        found.speedup.append(
-            f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
-            f"at {_length_words(group, x)}."
-        )
-    elif baseline is None:
-        found.speedup.append("No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline).")
-    else:
-        found.speedup.append(f"No other backend has a correct timing next to {baseline} on the same case.")
+        return (f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
+                f"at {_length_words(group, x)}.")
+    if baseline is None:
+        return "No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline)."
+    return f"No other backend has a correct timing next to {baseline} on the same case."
 
-    if groups:
-        longest = max(groups, key=lambda g: (g.xs[-1], len(g.records)))
-        x = longest.xs[-1]
-        parts = []
-        for (backend, xx), r in sorted(longest.by_backend_x().items()):
-            if xx != x:
-                continue
-            if r.status in TIMED and r.peak_memory_bytes is not None:
-                parts.append(f"{backend} {fmt_bytes(r.peak_memory_bytes)}")
-            elif r.status in TIMED:
-                parts.append(f"{backend} not measured")
-            elif r.status != Status.SKIPPED:  # an oom here is the finding; skips are listed below
-                parts.append(f"{backend} {r.status}")
-        found.memory.append(
-            f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
-            + "; ".join(parts) + "."
-        )
+
+def _memory_word(backend: str, r: Record) -> str | None:
+    if r.status in TIMED:
+        return f"{backend} {fmt_bytes(r.peak_memory_bytes)}" if r.peak_memory_bytes is not None \
+            else f"{backend} not measured"
+    if r.status != Status.SKIPPED:  # an oom here is the finding; skips are listed below
+        return f"{backend} {r.status}"
+    return None
+
+
+def memory_lines(groups: list[CaseGroup]) -> list[str]:
+    """Each backend's peak memory at the longest length of the group that reaches furthest."""
+    if not groups:
+        return []
+    longest = max(groups, key=lambda g: (g.xs[-1], len(g.records)))
+    x = longest.xs[-1]
+    words = (_memory_word(backend, r) for (backend, xx), r in sorted(longest.by_backend_x().items()) if xx == x)
+    parts = [w for w in words if w is not None]
+    return [f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
+            + "; ".join(parts) + "."]
+
+
+def kernel_lines(groups: list[CaseGroup], records: list[Record]) -> list[str]:
+    """Lengths whose fastest backend is flagged, backends with overhead, and unchecked kernels."""
+    flagged = flagged_fastest_lines(groups)
+    more = [f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose fastest backend is flagged (see the tables)."] \
+        if len(flagged) > MAX_GROUP_LINES else []
+    return flagged[:MAX_GROUP_LINES] + more + overhead_lines(records) + unchecked_lines(records)
+
+
+def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str | None) -> Findings:
+    """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
+    found = Findings()
+    for r in records:
+        found.counts[r.status] = found.counts.get(r.status, 0) + 1
+    timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+    found.noise = noise_lines(timed)
+    found.fastest = fastest_lines(groups)
+    found.speedup = [speedup_line(groups, baseline)]
+    found.memory = memory_lines(groups)
     found.packing = packing_lines(timed)
     found.roofs = roof_lines(records)
     found.dtype = dtype_lines(records)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
-    flagged = flagged_fastest_lines(groups)
-    found.kernels = flagged[:MAX_GROUP_LINES] + ([f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose "
-                                                  "fastest backend is flagged (see the tables)."]
-                                                 if len(flagged) > MAX_GROUP_LINES else [])
-    found.kernels += overhead_lines(records) + unchecked_lines(records)
+    found.kernels = kernel_lines(groups, records)
     found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
