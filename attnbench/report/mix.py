@@ -223,17 +223,23 @@ def to_markdown(result: MixResult) -> str:
     return "\n".join(lines)
 
 
-def _verdict(result: MixResult) -> list[str]:
-    lines = []
+def _best_line(result: MixResult) -> list[str]:
+    """The best single backend and the dispatch's gain over it."""
     best, gain = result.best, result.gain
-    if best is not None and gain is not None and set(result.dispatch.calls.values()) == {best.name}:
-        lines.append(f"- The dispatch calls `{best.name}`, the best single backend, on every part: no gain.")
-    elif best is not None and gain is not None:
-        lines.append(f"- Best single backend: `{best.name}`; the dispatch is {gain.value:.3g}× faster than it "
-                     f"[{gain.low:.3g}, {gain.high:.3g}]" + (" (the interval holds 1: not told apart)."
-                                                             if gain.low <= 1 <= gain.high else "."))
-    elif best is None:
-        lines.append("- No single backend has a clean number on every part of the traffic.")
+    if best is None:
+        return ["- No single backend has a clean number on every part of the traffic."]
+    if gain is None:
+        return []
+    if set(result.dispatch.calls.values()) == {best.name}:
+        return [f"- The dispatch calls `{best.name}`, the best single backend, on every part: no gain."]
+    return [f"- Best single backend: `{best.name}`; the dispatch is {gain.value:.3g}× faster than it "
+            f"[{gain.low:.3g}, {gain.high:.3g}]" + (" (the interval holds 1: not told apart)."
+                                                    if gain.low <= 1 <= gain.high else ".")]
+
+
+def _phase_lines(result: MixResult) -> list[str]:
+    """The fastest clean backend on each phase's parts alone."""
+    lines = []
     for phase in PHASES:
         ranked = sorted((t for t in result.totals if phase in t.phases and t.name not in result.flagged and not any(
             p.case.case_id in t.missing for p in result.traffic.parts if p.phase == phase)),
@@ -241,6 +247,11 @@ def _verdict(result: MixResult) -> list[str]:
         if ranked:
             span = ranked[0].phases[phase].over(result.traffic.requests)
             lines.append(f"- Fastest on the {phase} parts alone: `{ranked[0].name}`, {_span(span)} ms per request.")
+    return lines
+
+
+def _verdict(result: MixResult) -> list[str]:
+    lines = _best_line(result) + _phase_lines(result)
     called = sorted(set(result.dispatch.calls.values()))
     lines.append(f"- The dispatch calls {', '.join(f'`{b}`' for b in called) or 'nothing'}.")
     if result.dispatch.fallback:
