@@ -161,8 +161,8 @@ def _why(entries: list[Entry | None]) -> str:
     return "; ".join(whys) if whys else "no clean number"
 
 
-def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
-    """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
+def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> Decision:
+    """A bucket's undecided Decision: each backend's clean numbers, or why it is excluded."""
     first = next(iter(cases[0].values())).latest
     case_ids = [next(iter(c.values())).case_id for c in cases]
     decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
@@ -177,36 +177,45 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     decision.default_kernel = next((e.latest.kernel for e in default if e is not None), None)
-    rivals = _rivals(cases, decision, metric)
-    if len(decision.numbers) == 1 and rivals:  # one candidate, told apart from the rivals or not
-        alone = next(iter(decision.numbers))
-        decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
-        # A lone win is the one claim made with no clean rival beside it: it must hold beyond what the next run may
-        # move either number by, so both carry the run-to-run noise, in one run too.
-        close = [b for b, numbers in rivals.items()
-                 if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
-        if close:
-            decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
-                            f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
-        else:
-            decision.decision, decision.backend = "winner", alone
-            decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
-                            "its user pays)")
-        if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
-            decision.default_ratio = 1.0
-        else:
-            decision.default_why = _default_why(decision)
-        return decision
-    if len(decision.numbers) < 2:
-        alone = next(iter(decision.numbers), None)
-        decision.leader = alone
-        decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
-                        else "no backend has a clean number")
+    return decision
+
+
+def _decide_against_rivals(decision: Decision, rivals: dict[str, list[Number]]) -> Decision:
+    """One candidate, told apart from the flagged rivals or not."""
+    alone = next(iter(decision.numbers))
+    decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
+    # A lone win has no clean rival beside it: it must hold beyond the run-to-run noise on both numbers.
+    close = [b for b, numbers in rivals.items()
+             if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
+    if close:
+        decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
+                        f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
+    else:
+        decision.decision, decision.backend = "winner", alone
+        decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
+                        "its user pays)")
+    if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
+        decision.default_ratio = 1.0
+    else:
         decision.default_why = _default_why(decision)
-        if alone is not None:
-            decision.scores = {alone: 1.0}
-        return decision
-    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(len(cases))]
+    return decision
+
+
+def _decide_unopposed(decision: Decision) -> Decision:
+    """At most one clean candidate and no rival: nothing to tell apart."""
+    alone = next(iter(decision.numbers), None)
+    decision.leader = alone
+    decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
+                    else "no backend has a clean number")
+    decision.default_why = _default_why(decision)
+    if alone is not None:
+        decision.scores = {alone: 1.0}
+    return decision
+
+
+def _rank(decision: Decision, cases: int) -> str:
+    """Scores (geomean over the bucket's cases of each time over the best), tie and runner-up; returns the leader."""
+    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(cases)]
     decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
                        for b, numbers in decision.numbers.items()}
     ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
@@ -217,6 +226,11 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         runner = decision.runner_up = ranked[1]
         decision.runner_up_ratio = _ratio(decision.numbers[runner], lead)
         decision.margin = _margin(decision.numbers[runner], lead, decision.noise)
+    return leader
+
+
+def _contest(decision: Decision, cases: list[dict[str, Entry]], metric: Metric, lead: list[Number]) -> None:
+    """Excluded backends whose troubled number could still beat the leader's."""
     for i, case in enumerate(cases):
         for backend, entry in sorted(case.items()):
             troubled = entry.troubled
@@ -225,6 +239,9 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
                 else _band(lead[i], decision.noise)[1]
             if value is not None and backend not in decision.numbers and value <= top:
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
+
+
+def _settle(decision: Decision, leader: str) -> None:
     if decision.contested:
         decision.decision = "unsettled"
         names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
@@ -240,6 +257,19 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         decision.default_ratio = _ratio(decision.numbers[DEFAULT_BACKEND], decision.numbers[decision.backend])
     else:
         decision.default_why = _default_why(decision)
+
+
+def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
+    """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
+    decision = _candidates(cases, metric)
+    rivals = _rivals(cases, decision, metric)
+    if len(decision.numbers) == 1 and rivals:
+        return _decide_against_rivals(decision, rivals)
+    if len(decision.numbers) < 2:
+        return _decide_unopposed(decision)
+    leader = _rank(decision, len(cases))
+    _contest(decision, cases, metric, decision.numbers[leader])
+    _settle(decision, leader)
     return decision
 
 
