@@ -205,15 +205,37 @@ def roofs_of(env: dict[str, Any]) -> MeasuredRoofs | None:
         return None
 
 
+def _check_options(wanted: list[str], peak_tflops: float | None) -> None:
+    unknown = [f for f in wanted if f not in FORMATS]
+    if unknown or not wanted:
+        raise ResultsError(f"unknown report format(s) {', '.join(unknown) or '(none)'}: "
+                           f"choose from {', '.join(FORMATS)}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
+
+
+def _write_charts(out: Path, charts: list) -> list[Path]:
+    chart_dir = out / CHARTS_DIR
+    chart_dir.mkdir(exist_ok=True)
+    for stale in stale_charts(chart_dir):
+        stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
+    return [_write(chart_dir / chart.name, chart.png) for chart in charts]
+
+
+def _speedups(groups: list[CaseGroup], baseline: str | None) -> dict[Record, float]:
+    speedups: dict[Record, float] = {}
+    for group in groups:
+        cells = group.by_backend_x()
+        for key, value in group_speedups(group, baseline).items():
+            speedups[cells[key]] = value
+    return speedups
+
+
 def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[str] = FORMATS,
                   baseline: str | None = None, peak_tflops: float | None = None) -> list[Path]:
     """Read results from `source` (run directory or results.jsonl), write the report, return the written paths."""
     wanted = list(dict.fromkeys(formats))
-    unknown = [f for f in wanted if f not in FORMATS]
-    if unknown or not wanted:
-        raise ResultsError(f"unknown report format(s) {', '.join(unknown) or '(none)'}: choose from {', '.join(FORMATS)}")
-    if peak_tflops is not None and not peak_tflops > 0:
-        raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
+    _check_options(wanted, peak_tflops)
     source = Path(source)
     records = load_records(source)
     if not records:
@@ -238,18 +260,9 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     elif not kv_heads_families(groups):
         notes.append(NO_KV_FAMILY_NOTE)
     if "png" in wanted:
-        chart_dir = out / CHARTS_DIR
-        chart_dir.mkdir(exist_ok=True)
-        for stale in stale_charts(chart_dir):
-            stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
-        written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
+        written += _write_charts(out, charts)
     if "html" in wanted:
-        speedups: dict[Record, float] = {}
-        for group in groups:
-            cells = group.by_backend_x()
-            for key, value in group_speedups(group, baseline).items():
-                speedups[cells[key]] = value
-        page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
+        page = render_html(env, records, findings, charts, notes, _speedups(groups, baseline), baseline, WIDTH_PX,
                            recommendation_section(source, records, env), chart_files="png" in wanted,
                            trace_links=trace_links(records, results_path(source).parent, out))
         written.append(_write(out / "report.html", page.encode("utf-8")))
