@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
 from attnbench.report.groups import dtype_word, quant_words, shape_of
@@ -44,47 +46,50 @@ def sort_value(record: Record, key: str, speedup: float | None) -> str:
     return repr(float(raw))
 
 
+def _optional(value: float | None, show: Callable[[float], str]) -> str:
+    return show(value) if value is not None else ""
+
+
+def _percent_of_peak_text(record: Record) -> str:
+    if record.percent_of_peak is None:
+        return ""
+    above = (record.extra or {}).get("above_roof")
+    return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
+
+
+def _error_text(value: float | None) -> str:
+    return _optional(value, lambda v: fmt_float(v, 2))
+
+
+# The text of each column not shown as the record's raw field: f(record, speed-up).
+_DISPLAY: dict[str, Callable[[Record, float | None], str]] = {
+    # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
+    "dtype": lambda r, _: "\u00a0".join([dtype_word(r.dtype), *quant_words(shape_of(r), short=True)]),
+    "status": lambda r, _: status_text(r),
+    "rel_l2_original": lambda r, _: _error_text(rel_l2_original(r)),
+    "time_ms": lambda r, _: median_text(r),
+    "iqr": lambda r, _: _optional(r.time_ms_iqr, fmt_ms),
+    "interval": lambda r, _: interval_text(r),
+    "tflops": lambda r, _: _optional(r.tflops, fmt_float),
+    "bandwidth_gbs": lambda r, _: _optional(r.bandwidth_gbs, fmt_float),
+    "percent_of_peak": lambda r, _: _percent_of_peak_text(r),
+    "measured_percent": lambda r, _: _optional((r.extra or {}).get("percent_of_measured_peak"),
+                                               lambda v: f"{v:.1f}%"),
+    "speedup": lambda _, speedup: _optional(speedup, fmt_ratio),
+    "memory": lambda r, _: _optional(r.peak_memory_bytes, fmt_bytes),
+    "setup": lambda r, _: setup_text(r),
+    "max_abs_error": lambda r, _: _error_text(r.max_abs_error),
+    "error_bound": lambda r, _: _error_text(r.error_bound),
+    "causal": lambda r, _: "yes" if r.causal else "no",
+    "ran": lambda r, _: ran_text(r),
+}
+
+
 def display_value(record: Record, key: str, speedup: float | None) -> str:
     """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
-    if key == "dtype":  # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
-        return "\u00a0".join([dtype_word(record.dtype), *quant_words(shape_of(record), short=True)])
-    if key == "status":
-        return status_text(record)
-    if key == "rel_l2_original":
-        value = rel_l2_original(record)
-        return fmt_float(value, 2) if value is not None else ""
-    if key == "time_ms":
-        return median_text(record)
-    if key == "iqr":
-        return fmt_ms(record.time_ms_iqr) if record.time_ms_iqr is not None else ""
-    if key == "interval":
-        return interval_text(record)
-    if key == "tflops":
-        return fmt_float(record.tflops) if record.tflops is not None else ""
-    if key == "bandwidth_gbs":
-        return fmt_float(record.bandwidth_gbs) if record.bandwidth_gbs is not None else ""
-    if key == "percent_of_peak":
-        if record.percent_of_peak is None:
-            return ""
-        above = (record.extra or {}).get("above_roof")
-        return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
-    if key == "measured_percent":
-        value = (record.extra or {}).get("percent_of_measured_peak")
-        return f"{value:.1f}%" if value is not None else ""
-    if key == "speedup":
-        return fmt_ratio(speedup) if speedup is not None else ""
-    if key == "memory":
-        value = record.peak_memory_bytes
-        return fmt_bytes(value) if value is not None else ""
-    if key == "setup":
-        return setup_text(record)
-    if key in ("max_abs_error", "error_bound"):
-        value = getattr(record, key)
-        return fmt_float(value, 2) if value is not None else ""
-    if key == "causal":
-        return "yes" if record.causal else "no"
-    if key == "ran":
-        return ran_text(record)
+    show = _DISPLAY.get(key)
+    if show is not None:
+        return show(record, speedup)
     value = getattr(record, key, None)
     return "" if value is None else str(value)
 
