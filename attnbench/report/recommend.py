@@ -1,35 +1,8 @@
-"""Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied.
-
-The rules (docs/recommend.md says them for users):
-
-- a bucket is every case with one `attnbench.report.dispatch.Shape.bucket` (length bands of powers of two, and equal
-  heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
-  scale granularity is a bucket of its own, never pooled with the unquantized case);
-- candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
-  is `ok`; trouble gate: not throttled, repeatable, a backward's gradients checked: attnbench.report.pooling; a
-  noisy number counts with its wider interval);
-- the runs pooled are of one software (attnbench.report.pooling.same_software refuses the rest);
-- backends that ran the same kernel on every case of the bucket (`sdpa` dispatching to FLASH_ATTENTION and the
-  pinned `sdpa-flash`) are one candidate, named by the default when it is one of them, else by the first name:
-  timing one kernel twice under two names must not split or decide a bucket;
-- each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
-  candidate's figure on that case; the leader has the lowest score;
-- statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
-  leader's and apart from it; where the two numbers come from different runs, each interval first takes in the
-  device's run-to-run noise around its median (attnbench.core.interval.RUN_TO_RUN_NOISE). The tie set is the
-  leader and every candidate not told slower; the leader wins alone when the tie set is the leader alone;
-- a backend whose only number is troubled (throttled, or a backward with unchecked gradients) contests the bucket
-  when, on some case, its median is at or below the top of the leader's interval: it may be the faster one, so the
-  bucket is `unsettled`;
-- a lone candidate beside backends flagged `overhead` wins only when told faster than each with the run-to-run
-  noise on both numbers, in one run too: a win with no clean rival must hold in the next run;
-- a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
-  from anything, and the backends that would have been its rivals were not measured cleanly;
-- the backend to call: the winner; in a tie, `sdpa` when it is in the tie set (nothing measured says to leave
-  the framework's default), else the leader; nothing when unsettled or none;
-- the default's cost: sdpa's score over the chosen backend's (geometric mean of the per-case ratios), when sdpa
-  has a clean number on every case.
-"""
+"""Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied
+(the rules: docs/recommend.md). A candidate has a clean number on every case of its bucket (attnbench.report.pooling);
+backends that ran the same kernel on every case are one candidate; a candidate is told slower than the leader when
+its interval lies above and apart on every case, each widened by the device's run-to-run noise when the two numbers
+come from different runs."""
 
 from __future__ import annotations
 
@@ -91,7 +64,7 @@ class Decision:
     default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
     contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
-    noise: float = 0.0  # the device's run-to-run noise, added where two compared numbers come from different runs
+    noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
 
     @property
     def run_ids(self) -> list[str]:
@@ -129,23 +102,19 @@ def _ratio(mine: list[Number], theirs: list[Number]) -> float:
 
 
 def _band(n: Number, noise: float) -> tuple[float, float]:
-    """A number's interval with the device's run-to-run noise around its median taken in: what it claims beside a
-    number from another run (attnbench.core.interval.RUN_TO_RUN_NOISE, from the policy table: how far a median
-    wanders from the long-run median; the same band a record too short for an interval carries)."""
+    """A number's interval widened by the device's run-to-run noise around its median (RUN_TO_RUN_NOISE)."""
     return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
 
 
 def _pair(a: Number, b: Number, noise: float, always: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The two intervals to compare: as measured within one run, with the run-to-run noise added across runs (or
-    `always`)."""
+    """The two intervals to compare: as measured within one run, widened across runs (or `always`)."""
     if always or a.run_id != b.run_id:
         return _band(a, noise), _band(b, noise)
     return (a.low, a.high), (b.low, b.high)
 
 
 def _told_slower(mine: list[Number], leader: list[Number], noise: float = 0.0, always: bool = False) -> bool:
-    """On every case, this interval lies above the leader's and apart from it (each with the run-to-run noise added
-    where the two numbers come from different runs, or `always`)."""
+    """On every case, this interval lies above the leader's and apart from it (widened as _pair says)."""
     return all(apart(*_pair(a, b, noise, always)) and a.value > b.value for a, b in zip(mine, leader, strict=False))
 
 
@@ -274,9 +243,8 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
 
 
 def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -> dict[str, list[Number]]:
-    """The backends whose only number on every case of the bucket is flagged `overhead` (its declared kernels under
-    the threshold of its call, attnbench.timing.profile): never chosen, but their time is what a user of them pays,
-    so a candidate told faster than them on every case has been told apart from something."""
+    """Backends whose only number on every case is flagged `overhead`: never chosen, but what their user pays, so
+    a candidate told faster than them has been told apart from something."""
     found: dict[str, list[Number]] = {}
     for backend in sorted({b for c in cases for b in c} - set(decision.numbers)):
         entries = [c.get(backend) for c in cases]
@@ -288,16 +256,15 @@ def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -
 
 def ran_kernel(kernel: str | None) -> str | None:
     """The kernel a record says ran, without how it was asked for: 'torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION
-    (is_causal)' and 'torch 2.13.0+cpu sdpa FLASH_ATTENTION (PyTorch's CPU flash kernel) (is_causal)' are both
-    'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
+    (is_causal)' is 'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
     if not kernel:
         return None
     return kernel.replace("auto→", "").split(" (")[0].strip() or None
 
 
 def _merge_same_kernels(decision: Decision) -> None:
-    """One candidate per kernel: a backend whose numbers ran, case by case, the kernel another candidate's ran is
-    folded into it (the default's name kept) and listed as excluded, saying whose kernel it ran."""
+    """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it (the
+    default's name kept) and excluded, saying whose kernel it ran."""
     names = sorted(decision.numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
     for i, keep in enumerate(names):
         if keep not in decision.numbers:
