@@ -1,16 +1,9 @@
 """The paired statistics of an A/B (attnbench.run.ab): B's time over A's per measurement, per backend and overall,
-each with a distribution-free interval and a verdict.
+each with a distribution-free interval and a verdict (the rules: docs/ab.md).
 
-A measurement's rounds are taken in pairs, A's and B's back to back (A B, then B A, ...), so a pair shares the
-machine's state of that moment and its log ratio ln(B/A) cancels the drift that separates two runs. The unit is the
-pair: the estimate is the median of the pairs' log ratios and its interval the median's order-statistic interval
-(attnbench.core.interval.median_interval: a sign test, no shape assumed, so a preempted round costs width, never
-coverage). A backend's and the overall verdicts pool the pairs of their measurements: the cases are the suite's,
-fixed, and what varies from pair to pair is the noise.
-
-A verdict is `slower` (a regression: the interval excludes 1 and the estimate is at least 1 + threshold), `faster`
-(the mirror image), `within` (the interval excludes 1 but the change is under the threshold), or `unchanged` (the
-interval holds 1, or is too short for the confidence asked).
+A pair is A's and B's rounds back to back, so its log ratio cancels the drift between runs. The estimate is the
+median of the pairs' log ratios, its interval the median's order-statistic interval (a sign test: a preempted round
+costs width, never coverage). A backend's and the overall verdicts pool the pairs of their measurements.
 """
 
 from __future__ import annotations

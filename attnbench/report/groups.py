@@ -44,7 +44,6 @@ class CaseGroup:
 
     @property
     def backends(self) -> list[str]:
-        """The backends that have at least one record (any status) in this group."""
         return sorted({r.backend for r in self.records})
 
     def title(self) -> str:
@@ -55,7 +54,6 @@ class CaseGroup:
         return " · ".join(words)
 
     def x_label(self) -> str:
-        """Axis label for the varying length."""
         return "KV sequence length (tokens)" if self.x_field == "kv_seq_len" else "sequence length (tokens)"
 
     def slug(self) -> str:
@@ -77,8 +75,7 @@ class CaseGroup:
         return {(r.backend, int(getattr(r, self.x_field))): r for r in self.records}
 
     def skipped_everywhere(self) -> dict[str, list[str]]:
-        """The backends skipped at every length of the group, each with its distinct reasons: the chart draws them
-        not and the summary's table gives them no row, each naming them once instead."""
+        """The backends skipped at every length, each with its distinct reasons: named once, not drawn."""
         reasons: dict[str, list[str]] = {}
         ran: set[str] = set()
         for (backend, _), record in sorted(self.by_backend_x().items()):
@@ -90,7 +87,6 @@ class CaseGroup:
 
 
 def dtype_word(dtype: Any) -> str:
-    """Short dtype name: bfloat16 -> bf16."""
     return DTYPE_WORDS.get(str(dtype), str(dtype))
 
 
@@ -112,8 +108,7 @@ def shape_words(shape: dict[str, Any]) -> list[str]:
 
 
 def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand"), as
-    attnbench.core.axes declares each."""
+    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
     return axes.words_of(shape, short)
 
 
@@ -123,12 +118,11 @@ def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
 
 
 def shape_of(record: Record) -> dict[str, Any]:
-    """A record's case fields (its shape, lengths and workload axes) as the mapping the words above read."""
+    """A record's case fields (its shape, lengths and workload axes)."""
     return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
 
 
 def case_words(record: Record) -> str:
-    """One record's case in words, lengths included."""
     words = shape_words(shape_of(record))
     if record.seq_len == record.kv_seq_len:
         words.append(f"seq {record.seq_len}")
@@ -192,7 +186,6 @@ class KvHeadsFamily:
     records: list[Record]  # the records at that length
 
     def title(self) -> str:
-        """The family in words, without kv_heads."""
         heads = self.shape["heads"]
         words = shape_words({**self.shape, "kv_heads": heads})
         words = [f"{heads} query heads" if w == f"{heads} heads" else w for w in words]

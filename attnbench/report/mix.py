@@ -1,22 +1,7 @@
-"""What a traffic costs: the measured times of a mix's cases weighed as the traffic holds them (`recommend --mix`).
-
-For the suite's `mix:` (attnbench.sweep.mix) on the runs' device, each part p of the traffic (a batch's prefill or
-decode case, weight w_p) and each backend b with a clean number t_b(p) (the pooled number recommend decides from:
-attnbench.report.pooling):
-
-- a single backend's expected attention time per request is  sum_p w_p t_b(p) / R,  R = sum over batches of
-  weight x requests (empty sequences included), and per query token the same over T = sum of weight x query
-  tokens; a backend missing a clean number on some part has no total, and the part is named;
-- the dispatch calls, on each part, the backend recommend's table calls for its bucket; where the table calls none
-  (unsettled, none), the fastest clean median on that part, said so; a part no backend measured is named, and
-  leaves every total that needs it out;
-- the interval of a total is the sum of the parts' interval ends (every part at its low end, then every part at
-  its high end): it holds wherever each part's median lies in its own interval, so it is wider than a joint
-  interval at the records' level, never narrower;
-- the gain of dispatching is the best single backend's total over the dispatch's, its interval the ratio of the
-  far ends (best low / dispatch high, best high / dispatch low);
-- the prefill and decode shares are each phase's part of the total.
-"""
+"""What a traffic costs: the measured times of a mix's cases weighed as the traffic holds them (`recommend --mix`;
+the rules: docs/traffic.md). A total is sum_p w_p t_b(p) per request or per query token; its interval is the sum of
+the parts' interval ends, wider than a joint interval, never narrower; the dispatch calls recommend's backend on each
+part, else the fastest clean median there."""
 
 from __future__ import annotations
 
@@ -94,8 +79,8 @@ class MixResult:
 
     @property
     def gain(self) -> Span | None:
-        """The best single backend's time over the dispatch's. Its interval pairs the parts: where the dispatch
-        calls that same backend, one number stands on both sides (at its median); elsewhere the far ends."""
+        """The best single backend's time over the dispatch's. Where the dispatch calls that same backend, one
+        number stands on both sides; elsewhere the far ends pair."""
         best = self.best
         if best is None or not self.dispatch.complete:
             return None
@@ -118,8 +103,7 @@ def _plus(total: Span, number: Span, weight: float) -> Span:
 
 
 def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]:
-    """Each backend's clean number on one case: its median and interval; with `flagged`, the numbers flagged
-    `overhead` instead (its declared kernels under the threshold of its call: what its user pays, never chosen)."""
+    """Each backend's clean number on one case; with `flagged`, the numbers flagged `overhead` instead."""
     found = {}
     for backend, entry in entries.items():
         record = (entry.troubled if entry.why == "overhead" else None) if flagged else entry.clean
@@ -131,8 +115,8 @@ def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]
 
 
 def weigh(traffic: Traffic, measured: dict[str, dict[str, Span]], calls: dict[str, str]) -> MixResult:
-    """The totals of every backend and of the dispatch, from each part's numbers (`measured`: case id -> backend ->
-    number) and the backend recommend's table calls on each part's case (`calls`; absent: it calls none)."""
+    """The totals of every backend and of the dispatch (`measured`: case id -> backend -> number; `calls`: the
+    backend recommend's table calls on each case, absent when none)."""
     backends = sorted({b for found in measured.values() for b in found})
     totals = {b: Total(b) for b in backends}
     dispatch = Total(DISPATCH)
@@ -165,8 +149,8 @@ def _add(total: Total, part: Part, number: Span | None, case_id: str) -> None:
 
 
 def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] | None = None) -> MixResult:
-    """Load the runs and the suite's mix on their device, and weigh: what `recommend --mix SUITE` prints (with
-    `decisions`, recommend's own, already made from the same runs)."""
+    """Load the runs and the suite's mix on their device, and weigh (with `decisions`: recommend's, from the
+    same runs)."""
     runs = load_runs(paths)
     loaded = load_suite(suite)
     if loaded.model.mix is None:

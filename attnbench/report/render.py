@@ -63,9 +63,8 @@ def _cpu_count() -> int:
 
 
 def _die_with(parent: int) -> None:
-    """A chart worker's initializer: end when the process that started it ends. A SIGKILLed `attnbench report` (or
-    `merge`) otherwise left its workers alive for good, each blocked on the pool's pipes, which the other workers
-    still hold open. Linux: the kernel kills the worker (PR_SET_PDEATHSIG); a parent already gone is checked after."""
+    """A chart worker's initializer: end when the process that started it ends (PR_SET_PDEATHSIG; a parent already
+    gone is checked after), so a SIGKILLed `attnbench report` leaves no worker blocked on the pool's pipes."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -76,8 +75,7 @@ def _die_with(parent: int) -> None:
 
 
 def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
-    """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several (each
-    chart is independent, and matplotlib's drawing is most of a report's time)."""
+    """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several."""
     workers = min(_cpu_count(), 8, len(tasks) // 2)
     if len(tasks) >= PARALLEL_FROM and workers > 1:
         try:
@@ -90,7 +88,6 @@ def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
 
 @dataclass(frozen=True)
 class ChartInputs:
-    """What the charts are drawn from."""
 
     groups: list[CaseGroup]
     records: list[Record]
@@ -108,8 +105,8 @@ Drawn = tuple[str, str, Callable[..., Any], tuple]
 
 @dataclass(frozen=True)
 class ChartSpec:
-    """A kind of chart: `files`, the glob of every file it may write (what a re-render deletes first, so that no
-    chart of other results survives beside the new report), and `charts`, the ones these results get."""
+    """A kind of chart: `files`, the glob of every file it may write (deleted before a re-render), and `charts`, the
+    ones these results get."""
 
     files: str
     charts: Callable[[ChartInputs], list[Drawn]]
@@ -120,9 +117,7 @@ def _one(name: str, title: str, draw: Callable[..., Any], args: Callable[[ChartI
     return ChartSpec(name, lambda c: [(name, title, draw, args(c))] if wanted(c) else [])
 
 
-# The report's charts, in report order: the accuracy–speed frontiers first, where quantized formats were measured
-# (they compare the formats), then a chart per case group, MQA/GQA when some group varies kv_heads, the roofline,
-# correctness, setup costs and energy where records carry them.
+# The report's charts, in report order.
 CHART_SPECS: tuple[ChartSpec, ...] = (
     ChartSpec("frontier-*.png", lambda c: [(f"frontier-{i:02d}-{group.slug()}.png", group.title(), frontier_chart,
                                             (group, c.styles))
@@ -144,7 +139,6 @@ CHART_SPECS: tuple[ChartSpec, ...] = (
 
 
 def stale_charts(chart_dir: Path) -> list[Path]:
-    """Every file in `chart_dir` a chart spec may have written: a re-render deletes them before writing its own."""
     return sorted({path for spec in CHART_SPECS for path in chart_dir.glob(spec.files)})
 
 
@@ -162,8 +156,7 @@ def build_charts(groups: list[CaseGroup], records: list[Record], baseline: str |
 
 
 def recommendation_section(source: Path, records: list[Record], env: dict[str, Any]) -> dict[str, Any] | None:
-    """The report's Recommendation section (what `attnbench recommend` says of this run alone), or None when no
-    bucket had two backends with an ok timing to choose between."""
+    """What `attnbench recommend` says of this run alone, or None when no bucket had two backends to choose between."""
     from attnbench.report.dispatch_table import html_section
 
     run = run_of(source, records, env)
@@ -172,8 +165,7 @@ def recommendation_section(source: Path, records: list[Record], env: dict[str, A
 
 
 def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record, str]:
-    """Each record's --trace file (`trace`, relative to the run directory) as an address relative to the report's
-    directory, by record; only traces that exist. Relative, so a run folder that holds its report can move."""
+    """Each existing --trace file as an address relative to the report's directory, so a run folder can move."""
     links = {}
     for r in records:
         trace = r.trace
@@ -198,7 +190,7 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def roofs_of(env: dict[str, Any]) -> MeasuredRoofs | None:
-    """The roofs a CPU run measured at its start, from its env.json; None for a GPU's run or one from before them."""
+    """The roofs a CPU run measured at its start (env.json); None for a GPU's run."""
     try:
         return MeasuredRoofs.from_dict(env["roofs"]) if env.get("roofs") else None
     except (KeyError, TypeError):

@@ -95,9 +95,8 @@ def display_value(record: Record, key: str, speedup: float | None) -> str:
 
 
 def rel_l2_original(record: Record) -> float | None:
-    """The output's relative L2 error against the float64 reference on the original inputs (docs/results.md
-    "Accuracy of quantized kernels"): `extra.error_vs_original`, or where attnbench quantized nothing the kernel
-    error, which is measured against the originals there."""
+    """The output's relative L2 error against the float64 reference on the original inputs: `extra.error_vs_original`,
+    or where attnbench quantized nothing the kernel error (measured against the originals there)."""
     extra = record.extra or {}
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
@@ -105,10 +104,8 @@ def rel_l2_original(record: Record) -> float | None:
 
 
 def kernel_unchecked(record: Record) -> str | None:
-    """Why a measured record's kernels were never checked against its backend's declared names, or None when they
-    were (or the record was not measured): the profiler could not run or saw nothing (`kernels` null, with its
-    reason), the backend declares no names there (no `attention_share`), or the record predates profiling. Such a
-    record says nothing about which kernel ran: it is shown as unchecked, never as a kernel that passed."""
+    """Why a measured record's kernels were never checked against its backend's declared names, or None: such a
+    record is shown as unchecked, never as a kernel that passed."""
     if record.status not in MEASURED or record.status == Status.WRONG_KERNEL:
         return None
     if not record.kernels:  # read back without kernels: record.BEFORE_PROFILING
@@ -119,9 +116,8 @@ def kernel_unchecked(record: Record) -> str | None:
 
 
 def ran_text(record: Record, trace: bool = True) -> str:
-    """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
-    "unchecked" with why where the kernels were never judged, and (unless `trace` is False: the HTML table links it)
-    the --trace file beside the results (docs/results.md "Which kernel ran")."""
+    """The profiled call's top kernel and its share, "overhead", "unchecked" with why, and (unless `trace` is False:
+    the HTML table links it) the --trace file."""
     kernels = record.kernels
     unchecked = kernel_unchecked(record)
     if not kernels:
