@@ -17,7 +17,8 @@ def choose_baseline(records: Iterable[Record], requested: str | None) -> str | N
     present = sorted({r.backend for r in records})
     if requested is not None:
         if requested not in present:
-            raise ResultsError(f"baseline backend {requested!r} is not in these results (backends: {', '.join(present)})")
+            raise ResultsError(f"baseline backend {requested!r} is not in these results "
+                               f"(backends: {', '.join(present)})")
         return requested
     ran = {r.backend for r in records if r.status == Status.OK}
     for name in DEFAULT_BASELINES:

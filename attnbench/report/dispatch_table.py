@@ -27,8 +27,7 @@ SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a dispatch table, shipped in the package, with a bucket field for every feature the axis
-    table declares (the shipped file lists those known when it was written; a test holds it to the table)."""
+    """The JSON Schema of a dispatch table, with a bucket field for every feature the axis table declares."""
     data = json.loads(resources.files("attnbench.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
     bucket = data["$defs"]["bucket"]
     for name in FEATURES:
@@ -110,9 +109,8 @@ def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write a file that must not exist yet: an earlier table or summary is never overwritten, and a kill at any
-    moment leaves it whole or absent (written under a temporary name, fsynced, then linked into place, which fails
-    if the name was taken meanwhile)."""
+    """Write a file that must not exist yet; a kill at any moment leaves it whole or absent (a temporary name,
+    fsynced, then linked into place, which fails if the name was taken meanwhile)."""
     import os
     import tempfile
 
@@ -144,8 +142,7 @@ def write_new(path: Path, text: str) -> None:
 
 
 def ratio_text(value: float | None) -> str:
-    """A ratio, with more decimals the nearer it is to 1, where two would read as 1.00x: '1.0003×', '1.004×',
-    '3.50×'."""
+    """A ratio, with more decimals the nearer it is to 1: '1.0003×', '1.004×', '3.50×'."""
     if value is None:
         return "—"
     if 0.99 < value < 1.01:
@@ -225,7 +222,8 @@ def header(metric: Metric) -> tuple[str, ...]:
 
 def title(runs: list[Run], metric: Metric) -> str:
     """'NVIDIA H200 · 4 runs · ranked by time'."""
-    return f"{runs[0].device_name or runs[0].device} · {len(runs)} run{'s' if len(runs) != 1 else ''} · ranked by {metric.name}"
+    count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    return f"{runs[0].device_name or runs[0].device} · {count} · ranked by {metric.name}"
 
 
 def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> str:
@@ -260,4 +258,5 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
 def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
     """What report.html's Recommendation section shows (escaped by the template)."""
     return {"title": title(runs, metric), "header": header(metric),
-            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}
+            "rows": [{"decision": d.decision, "cells": row}
+                     for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}

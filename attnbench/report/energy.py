@@ -23,8 +23,7 @@ def energy_records(records: list[Record]) -> list[Record]:
 
 def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Figure:
     """Per case group, mJ per token (log) against sequence length (log2), one line per backend; a hollow point where
-    the loop ran throttled. Energy per token falls with length where the call amortises fixed costs, and a kernel that
-    does less work per token (a window, a sparse mask) draws lower."""
+    the loop ran throttled."""
     measured = [(g, energy_records(g.records)) for g in groups]
     measured = sorted([(g, rs) for g, rs in measured if rs], key=lambda item: -len(item[1]))[:MAX_PANELS]
     columns = 2 if len(measured) > 1 else 1

@@ -67,7 +67,9 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their {policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their "
+              f"{policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a "
+              "throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

@@ -64,8 +64,8 @@ class Match:
         return None
 
     def beyond_noise(self, pace: float = 1.0) -> bool:
-        """Whether the two medians are told apart, NEW's divided by `pace`: their intervals do not overlap (or, for
-        records without intervals, the medians differ by more than the two IQRs together)."""
+        """Whether the two medians are told apart, NEW's divided by `pace`: intervals apart (without intervals, the
+        medians differ by more than the two IQRs together)."""
         assert self.base_ms is not None and self.new_ms is not None
         if self.base_ci is not None and self.new_ci is not None:
             return apart((self.new_ci[0] / pace, self.new_ci[1] / pace), self.base_ci)
