@@ -28,7 +28,7 @@ def choose_baseline(records: Iterable[Record], requested: str | None) -> str | N
 
 
 def usable_time(record: Record | None, include_mismatch: bool = False) -> float | None:
-    """A record's median time if it may be compared (ok only, unless a chart wants flagged mismatches too)."""
+    """A record's median time if it may be compared (ok only, unless `include_mismatch`)."""
     allowed = TIMED if include_mismatch else (Status.OK,)
     if record is None or record.status not in allowed:
         return None

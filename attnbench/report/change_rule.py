@@ -16,7 +16,7 @@ MEDIAN_ERROR = math.sqrt(math.pi / 2)  # the median's standard error over the me
 
 
 def observed_spread(ratios: list[float]) -> float:
-    """The robust spread of the log ratios (1.4826 × their median absolute deviation); 0 for fewer than two."""
+    """The robust spread of the log ratios (1.4826 × their MAD); 0 for fewer than two."""
     if len(ratios) < 2:
         return 0.0
     logs = [math.log(r) for r in ratios]

@@ -28,8 +28,7 @@ from attnbench.report.plotting import (
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 
-# A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
-# line taking this share of the figure's height.
+# A group chart's title and skip note wrap at these many characters, each line this share of the figure's height.
 TITLE_CHARS, TITLE_LINE = 120, 0.03
 NOTE_CHARS, NOTE_LINE = 200, 0.018
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
@@ -37,8 +36,7 @@ FAILED = ("oom", "error", "timeout", "skipped")
 
 
 def _band(record: Record) -> tuple[float, float]:
-    """The band around a median: its interval (ci_low_ms, ci_high_ms), or for a record written before intervals,
-    the 25th and 75th percentile of the raw samples (median ± IQR/2 when only the summary is stored)."""
+    """The band around a median: its interval, else the samples' 25th and 75th percentile, else median ± IQR/2."""
     if record.ci_low_ms is not None and record.ci_high_ms is not None:
         return float(record.ci_low_ms), float(record.ci_high_ms)
     samples = record.times_ms or []
@@ -105,8 +103,7 @@ THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="
 
 def _mark_noisy(ax: Any, points: Iterable[tuple[str, int, Record]],
                 styles: dict[str, BackendStyle]) -> tuple[int, int]:
-    """Redraw each noisy or throttled point's marker hollow (points: backend, x, record); returns how many were
-    noisy and how many throttled."""
+    """Redraw each noisy or throttled point's marker hollow; returns how many were noisy and how many throttled."""
     noisy = throttled = 0
     for backend, x, record in points:
         if record.status in TIMED and record.time_ms \
@@ -149,8 +146,7 @@ def group_roof(group: CaseGroup) -> float | None:
 
 def _latency_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle],
                    levels: int) -> tuple[bool, int, int]:
-    """Median time with its interval shaded; returns whether anything was drawn, and the noisy and throttled
-    counts."""
+    """Median time with its interval shaded; returns whether anything was drawn, and the hollow counts."""
     cells = group.by_backend_x()
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: r.time_ms)
@@ -376,7 +372,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
     ax_scatter.set_ylabel("max |output − reference| (log)")
     ax_ratio.set_title("Error as a fraction of the bound (above 1 = mismatch)")
     ax_ratio.set_xticks(range(len(backends)))
-    # At 45°, anchored at their tick, neighbouring names stay apart even with a dozen backends in the panel.
+    # At 45°, anchored at their tick, neighbouring names stay apart.
     ax_ratio.set_xticklabels(backends, rotation=45, ha="right", rotation_mode="anchor")
     ax_ratio.set_xlim(-0.6, len(backends) - 0.4)
     ax_ratio.set_ylabel("max |error| / bound (log)")
@@ -394,7 +390,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
     handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
                for b in backends] + extra
     rows = figure_legend(fig, handles) if handles else 0
-    # From the bottom: the legend's rows, the notes, then the ratio panel's slanted names (as tall as the longest).
+    # From the bottom: the legend's rows, the notes, then the ratio panel's slanted names.
     height, label = fig.get_figheight() * DPI, max(map(len, backends), default=0) * 7.0 * 0.71 + 30
     notes_y = (8 + 24 * rows) / height
     if notes:
@@ -411,7 +407,7 @@ def setup_records(records: list[Record]) -> list[Record]:
 
 def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figure:
     """Each backend's one-time setup per case (left: ms; right: in calls of its own median time), a dot per
-    record and a bar at the backend's median: what a block mask, a compile or a plan costs before the first call."""
+    record and a bar at the backend's median."""
     rows = setup_records(records)
     backends = sorted({str(r.backend) for r in rows})
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.6 + 0.42 * max(1, len(backends))), dpi=DPI)

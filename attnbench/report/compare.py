@@ -1,5 +1,5 @@
 """compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures
-(the rules: attnbench.report.change_rule, docs/verdicts.md)."""
+(the rules: docs/verdicts.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from attnbench.report.match import Match
 
 @dataclass
 class Comparison:
-    """What changed from BASE to NEW (the rules: attnbench.report.change_rule)."""
+    """What changed from BASE to NEW (the rules: change_rule)."""
 
     base: str
     new: str
@@ -53,12 +53,12 @@ class Comparison:
 
     @property
     def spread(self) -> float:
-        """The log ratios' run-to-run spread, pooled with the device's ratio noise."""
+        """The log ratios' spread, pooled with the device's ratio noise."""
         return spread_of(self._ratios, self._device.ratio_noise)
 
     @cached_property
     def machine(self) -> MachinePace | None:
-        """The machine's own pace, when both runs timed it on one machine with the same software, not --absolute."""
+        """The machine's own pace, when both runs timed it on one machine and software, not --absolute."""
         if not self.relative or self.machine_notes or self.software_notes or self._device.probe_noise is None:
             return None
         return machine_pace(*self.probes)
@@ -78,7 +78,7 @@ class Comparison:
 
     @cached_property
     def judged(self) -> Pace | None:
-        """The kernels' pace (over the machine's own, where both runs timed it); None without ratios."""
+        """The kernels' pace (over the machine's own, where timed); None without ratios."""
         over = self._machine_value
         return judge_pace([r / over for r in self._ratios], self.spread, self._pace_noise, self.threshold)
 
@@ -89,14 +89,13 @@ class Comparison:
 
     @property
     def raw(self) -> bool:
-        """Ratios are judged raw with --absolute, across machines or software, or when the pace is itself a
-        finding."""
+        """Ratios are judged raw with --absolute, across machines or software, or when the pace is a finding."""
         return (not self.relative or bool(self.machine_notes) or bool(self.software_notes)
                 or self.judged is None or self.judged.finding)
 
     @property
     def judged_pace(self) -> float:
-        """What each ratio is divided by before it is judged: the pace, or judged raw the machine's pace (else 1)."""
+        """What each ratio is divided by before it is judged (raw: the machine's pace, else 1)."""
         return self._machine_value if self.raw or self.pace is None else self.pace
 
     @property
@@ -122,7 +121,7 @@ class Comparison:
 
     @property
     def pace_note(self) -> str | None:
-        """The run's pace in words, always, and how the ratios are judged."""
+        """The run's pace in words, and how the ratios are judged."""
         if self.judged is None:
             return None
         j, noise = self.judged, self._pace_noise
@@ -233,7 +232,6 @@ class Comparison:
 
     @property
     def improvements(self) -> list[Match]:
-        """Faster by the same rule."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
                 and self._departure(m) < 0]
 
@@ -253,12 +251,10 @@ class Comparison:
 
     @property
     def new_failures(self) -> list[Match]:
-        """Ran ok in BASE; oom, error, mismatch or timeout in NEW."""
         return [m for m in self.matches if m.base_status == "ok" and m.new_status in BAD_STATUSES]
 
     @property
     def turned_unrepeatable(self) -> list[Match]:
-        """Two calls agreed bit for bit in BASE and not in NEW."""
         return [m for m in self.matches if m.base_repeatable is True and m.new_repeatable is False]
 
     @property
@@ -268,7 +264,6 @@ class Comparison:
 
     @property
     def fixed(self) -> list[Match]:
-        """Failed in BASE (oom, error, mismatch or timeout); ok in NEW."""
         return [m for m in self.matches if m.base_status in BAD_STATUSES and m.new_status == "ok"]
 
     @property
@@ -334,7 +329,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
 
 def compare_records(base_records: list[Record], new_records: list[Record], base: str, new: str,
                     threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
+    """compare_runs on records already read; `base` and `new` name them."""
     versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
     base_index, new_index = _index(base_records), _index(new_records)
     shared = [k for k in base_index if k in new_index]

@@ -51,8 +51,7 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class Shape:
-    """One attention call as a model's layer knows it (heads after any tensor parallelism); `kv_seq_len` defaults
-    to `seq_len`, `head_dim_v` to `head_dim`."""
+    """One attention call as a model's layer knows it (heads after any tensor parallelism)."""
 
     seq_len: int
     heads: int
@@ -73,7 +72,7 @@ class Shape:
     kv_dtype: str | None = None  # an FP8 K/V cache under `dtype` queries
     quant: str | None = None  # the FP8 scales' granularity: tensor (the default when quantized), head or block
     quant_block: int | None = None  # tokens per scale with block scales (default 128)
-    # A feature declared after the ones above (attnbench.core.axes) is a keyword of its own, after them.
+    # A feature declared after the ones above (attnbench.core.axes) is a keyword after them.
     for _name in FEATURES:
         if _name not in __annotations__:
             __annotations__[_name] = "bool"
@@ -82,7 +81,6 @@ class Shape:
 
     @property
     def quantized(self) -> bool:
-        """Whether Q/K/V or the K/V cache is in an FP8 format."""
         return dtype_name(self.dtype).startswith("float8") or self.kv_dtype is not None
 
     def bucket(self) -> dict[str, Any]:
@@ -107,7 +105,6 @@ class Shape:
 
     @classmethod
     def of_record(cls, record: Record) -> Shape:
-        """The shape of a measurement record."""
         return cls(
             seq_len=int(record.seq_len), heads=int(record.heads), kv_heads=int(record.kv_heads),
             head_dim=int(record.head_dim), dtype=str(record.dtype), causal=bool(record.causal),
@@ -124,7 +121,7 @@ def bucket_key(bucket: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Choice:
-    """The backend to call, and the table row that says so (its decision, margin, tie set, default's cost)."""
+    """The backend to call, and the table row that says so."""
 
     backend: str
     row: dict[str, Any]
@@ -135,7 +132,7 @@ class Choice:
 
 
 class DispatchTable:
-    """A loaded dispatch table: its header (GPU, runs, schema) and its rows, one per bucket."""
+    """A loaded dispatch table: its header and its rows, one per bucket."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
@@ -151,7 +148,6 @@ class DispatchTable:
 
     @classmethod
     def load(cls, path: str | Path) -> DispatchTable:
-        """Read a table written by `attnbench recommend --out FILE`."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
@@ -160,18 +156,16 @@ class DispatchTable:
 
     @property
     def gpu(self) -> str | None:
-        """The device the table was measured on (a GPU's name, or the CPU's)."""
+        """The device the table was measured on."""
         return self.data.get("gpu")
 
     def lookup(self, *shape: Any, **fields: Any) -> dict[str, Any] | None:
-        """The row whose bucket holds the shape, whatever its decision. The shape is a Shape, or Shape's fields
-        in its order or by name."""
+        """The row whose bucket holds the shape (a Shape, or Shape's fields), whatever its decision."""
         one = shape[0] if len(shape) == 1 and isinstance(shape[0], Shape) and not fields else Shape(*shape, **fields)
         return self._by_key.get(bucket_key(one.bucket()))
 
     def choose(self, *shape: Any, **fields: Any) -> Choice | None:
-        """The backend to call for the shape (as `lookup` takes it), or None when the table has no decided row
-        for it: then keep the default."""
+        """The backend to call for the shape, or None when the table has no decided row for it."""
         row = self.lookup(*shape, **fields)
         if row is None or row.get("decision") not in ANSWERING or not row.get("backend"):
             return None

@@ -1,5 +1,4 @@
-"""Decisions as a user reads them: the dispatch table's JSON (its schema beside this file), Markdown, a terminal
-table, and the bucket in words."""
+"""Decisions as a user reads them: the dispatch table's JSON, Markdown, a terminal table, the bucket in words."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def band_words(band: list[int]) -> str:
 
 
 def bucket_words(bucket: dict[str, Any]) -> str:
-    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'
-    (a quantized one adds its K/V format and scales: 'K/V fp8e4m3 · per-head scales')."""
+    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'."""
     words = [dtype_word(bucket["dtype"]), "causal" if bucket["causal"] else "no mask"]
     if bucket["window"] is not None:
         words.append(f"window {bucket['window']}")
@@ -109,8 +107,7 @@ def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write a file that must not exist yet; a kill at any moment leaves it whole or absent (a temporary name,
-    fsynced, then linked into place, which fails if the name was taken meanwhile)."""
+    """Write a file that must not exist yet; a kill at any moment leaves it whole or absent."""
     import os
     import tempfile
 
@@ -210,7 +207,6 @@ HEADER = ("bucket", "decision", "call", "fastest clean", "runner-up", f"{DEFAULT
 
 
 def table_rows(decisions: list[Decision], metric: Metric) -> list[tuple[str, ...]]:
-    """The rows the terminal, Markdown and HTML tables share."""
     return [(bucket_words(d.bucket), d.decision, d.backend or "—", value_text(d, metric), runner_text(d),
              default_text(d), note_text(d, metric)) for d in decisions]
 
@@ -227,7 +223,6 @@ def title(runs: list[Run], metric: Metric) -> str:
 
 
 def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> str:
-    """The Markdown section (`recommend --md`)."""
     lines = [f"## Recommendation: {md_cell(title(runs, metric))}", "",
              "Per bucket of shapes: the fastest backend whose latest record is `ok`, measured untroubled (a "
              "backward's gradients checked), with its interval apart from every other candidate's (else a tie; two "
@@ -241,7 +236,7 @@ def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> s
 
 
 def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -> Table:
-    """A rich Table for the terminal (strings from the runs kept literal)."""
+    """A rich Table for the terminal (run strings kept literal)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -256,7 +251,6 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
 
 
 def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
-    """What report.html's Recommendation section shows (escaped by the template)."""
     return {"title": title(runs, metric), "header": header(metric),
             "rows": [{"decision": d.decision, "cells": row}
                      for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}

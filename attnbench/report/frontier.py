@@ -1,9 +1,7 @@
-"""Accuracy beside speed: the accuracy–speed frontier of each case measured in several formats, the FP8 speed-up over
-the same kernel family in its original dtype, and the findings when an FP8 kernel is not faster (docs/report.md).
-
-A frontier group is one case measured in every format at one length, its original inputs the same tensors
-(attnbench.core.case.Case.unquantized). A point is a record's median time and its output's relative L2 error against
-the float64 reference on the original inputs.
+"""Accuracy beside speed (docs/report.md): the accuracy–speed frontier of each case measured in several formats, the
+FP8 speed-up over the same kernel family in its original dtype, and the findings when an FP8 kernel is not faster.
+A point is a record's median time and its output's relative L2 error on the original inputs
+(attnbench.core.case.Case.unquantized).
 """
 
 from __future__ import annotations
@@ -113,8 +111,8 @@ def frontier_groups(records: list[Record]) -> list[FrontierGroup]:
 
 
 def speedups(records: list[Record]) -> list[tuple[Record, Record | None, Record | None]]:
-    """For each `ok` quantized record of a frontier: (it, its kernel family's `ok` record in the original format, the
-    fastest `ok` record in the original format), on the same case; None where absent."""
+    """For each `ok` quantized record: (it, its family's `ok` record in the original format, the fastest one in the
+    original format), None where absent."""
     found = []
     for r in records:
         if kind_of(r) == "original" or r.status != Status.OK:
@@ -128,8 +126,8 @@ def speedups(records: list[Record]) -> list[tuple[Record, Record | None, Record 
 
 
 def findings_lines(records: list[Record]) -> list[str]:
-    """Per case and length with quantized kernels: each one's speed over its own family in the original dtype, and
-    those not faster than the fastest kernel in the original dtype, with both errors."""
+    """Per case and length: each quantized kernel's speed over its family in the original dtype, and those not
+    faster than the fastest original-dtype kernel."""
     lines = []
     for group in frontier_groups(records):
         for length in group.lengths:
@@ -184,8 +182,8 @@ def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Figure:
-    """One panel per length (the longest MAX_PANELS): each backend and format a point at (median time, relative L2
-    error against the original inputs), both log; the frontier as a step line."""
+    """One panel per length (the longest MAX_PANELS): each backend and format at (median time, relative L2 error),
+    both log; the frontier as a step line."""
     lengths = group.lengths[-MAX_PANELS:]
     fig = Figure(figsize=(max(GROUP_FIGSIZE[0], 6.2 * len(lengths) + 0.8), 6.8), dpi=DPI)
     axes = fig.subplots(1, len(lengths), squeeze=False)[0]
@@ -267,8 +265,7 @@ def fmt_ratio(ratio: float) -> str:
 
 
 def _place_labels(fig: Figure, ax: Any, items: list[tuple[float, float, str]]) -> None:
-    """Each point's label to its right, moved past the labels already placed where they would overlap, with a thin
-    line back to its point when moved."""
+    """Each point's label to its right, moved past labels already placed, with a line back to its point."""
     box = ax.get_position()
     width_in, height_in = fig.get_figwidth() * box.width, fig.get_figheight() * box.height
     (x0, x1), (y0, y1) = (math.log10(v) for v in ax.get_xlim()), (math.log10(v) for v in ax.get_ylim())

@@ -13,12 +13,12 @@ from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
 from attnbench.core.case import DTYPE_SHORT
 from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, Status
 
-# A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
+# A failed point is never dropped: a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
-# The workload axes that stay fixed within a group too (the drawn lengths follow the lengths, so they do not).
+# The workload axes that stay fixed within a group too.
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
@@ -39,7 +39,6 @@ class CaseGroup:
 
     @property
     def xs(self) -> list[int]:
-        """The distinct lengths on the x axis, ascending."""
         return sorted({int(getattr(r, self.x_field)) for r in self.records})
 
     @property
@@ -57,7 +56,6 @@ class CaseGroup:
         return "KV sequence length (tokens)" if self.x_field == "kv_seq_len" else "sequence length (tokens)"
 
     def slug(self) -> str:
-        """A file-name-safe name for the group's chart."""
         s = self.shape
         parts = [
             dtype_word(s["dtype"]), "causal" if s["causal"] else "full",
@@ -91,7 +89,7 @@ def dtype_word(dtype: Any) -> str:
 
 
 def shape_words(shape: dict[str, Any]) -> list[str]:
-    """The fixed case fields of a group, as words for titles and headings."""
+    """The fixed case fields of a group, as words."""
     words = [dtype_word(shape["dtype"]), "causal" if shape["causal"] else "no mask"]
     if shape.get("window") is not None:
         words.append(f"window {shape['window']}")
@@ -118,7 +116,6 @@ def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
 
 
 def shape_of(record: Record) -> dict[str, Any]:
-    """A record's case fields (its shape, lengths and workload axes)."""
     return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
 
 
@@ -153,7 +150,7 @@ def group_records(records: Iterable[Record]) -> list[CaseGroup]:
         if len(q_lengths) > 1 and len(kv_lengths) == 1:
             groups.append(CaseGroup(shape, "seq_len", {"kv_seq_len": int(next(iter(kv_lengths)))}, members))
             continue
-        # Decode-like: the query length is fixed (split by it when several), the KV length varies.
+        # Decode-like: the query length is fixed, the KV length varies.
         for q in sorted(q_lengths):
             subset = [r for r in members if r.seq_len == q]
             groups.append(CaseGroup(shape, "kv_seq_len", {"seq_len": int(q)}, subset))
@@ -183,7 +180,7 @@ class KvHeadsFamily:
     shape: dict[str, Any]  # the shared fields; kv_heads is left out
     x_field: str
     length: int  # the longest length all of them measured (or the longest any measured)
-    records: list[Record]  # the records at that length
+    records: list[Record]
 
     def title(self) -> str:
         heads = self.shape["heads"]

@@ -291,7 +291,7 @@ def _environment() -> jinja2.Environment:
 
 
 def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
-    """The environment header as (label, value) pairs; missing keys are left out rather than guessed."""
+    """The environment header as (label, value) pairs; missing keys are left out."""
     rows: list[tuple[str, str]] = []
     device = env.get("device") or (records[0].device if records else None)
     gpus = env.get("gpus") or []
@@ -321,7 +321,7 @@ def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]
 
 
 def gpu_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
-    """Each GPU as read when the run started (env.json, usually idle) and as its records saw it while timing."""
+    """Each GPU as read when the run started and as its records saw it while timing."""
     rows = []
     states = [GpuState.from_dict(s) for s in env.get("gpu_state") or [] if isinstance(s, dict) and "index" in s]
     for state in states:

@@ -33,9 +33,8 @@ def _row(record: Record, x: int, speedup: float | None) -> list[str]:
 
 
 def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
-    """The Markdown lines of one group's table: one row per backend × length for the backends that ran at some
-    length, failures included; those skipped at every length are named once under it, with their reasons (the
-    chart says the same, and report.html's table keeps every record)."""
+    """The Markdown lines of one group's table: one row per backend × length, failures included; backends skipped at
+    every length are named once under it."""
     speedups = group_speedups(group, baseline)
     never = group.skipped_everywhere()
     header = [h.format(x="KV seq" if group.x_field == "kv_seq_len" else "seq") for h in TABLE_HEADER]

@@ -79,8 +79,8 @@ class MixResult:
 
     @property
     def gain(self) -> Span | None:
-        """The best single backend's time over the dispatch's. Where the dispatch calls that same backend, one
-        number stands on both sides; elsewhere the far ends pair."""
+        """The best single backend's time over the dispatch's; where the dispatch calls it, one number on both
+        sides, elsewhere the far ends."""
         best = self.best
         if best is None or not self.dispatch.complete:
             return None
@@ -115,8 +115,7 @@ def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]
 
 
 def weigh(traffic: Traffic, measured: dict[str, dict[str, Span]], calls: dict[str, str]) -> MixResult:
-    """The totals of every backend and of the dispatch (`measured`: case id -> backend -> number; `calls`: the
-    backend recommend's table calls on each case, absent when none)."""
+    """The totals of every backend and of the dispatch (`calls`: recommend's backend per case, absent for none)."""
     backends = sorted({b for found in measured.values() for b in found})
     totals = {b: Total(b) for b in backends}
     dispatch = Total(DISPATCH)
@@ -149,8 +148,7 @@ def _add(total: Total, part: Part, number: Span | None, case_id: str) -> None:
 
 
 def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] | None = None) -> MixResult:
-    """Load the runs and the suite's mix on their device, and weigh (with `decisions`: recommend's, from the
-    same runs)."""
+    """Load the runs and the suite's mix on their device, and weigh."""
     runs = load_runs(paths)
     loaded = load_suite(suite)
     if loaded.model.mix is None:
@@ -180,7 +178,6 @@ def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] 
     return result
 
 
-# ---- words --------------------------------------------------------------------------------------------------------
 def _span(span: Span, unit: float = 1.0, digits: int = 3) -> str:
     return (f"{span.value * unit:.{digits}g} [{span.low * unit:.{digits}g}, {span.high * unit:.{digits}g}]")
 

@@ -1,5 +1,5 @@
-"""How the report draws: the Agg canvas, the fixed style and size, deterministic PNG bytes, and the axis and legend
-helpers every chart shares."""
+"""How the report draws: the Agg canvas, a fixed style and size, deterministic PNG bytes, shared axis and legend
+helpers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import matplotlib
 
 if "matplotlib.pyplot" not in sys.modules:  # never switch the backend under a caller that already uses pyplot
-    matplotlib.use("Agg")  # we draw on Figure + the Agg canvas only, and never need a display
+    matplotlib.use("Agg")  # Figure + the Agg canvas only: no display
 
 import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
@@ -29,7 +29,7 @@ from matplotlib.ticker import (  # noqa: E402
 from attnbench.core.units import fmt_length  # noqa: E402
 
 DPI = 100
-GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
+GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI
 WIDTH_PX = int(GROUP_FIGSIZE[0] * DPI)
 # A fixed title height: else matplotlib measures every tick label to place each title.
 RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9.5, "axes.titley": 1.01,
@@ -138,6 +138,6 @@ def figure_legend(fig: Figure, handles: list[Line2D]) -> int:
 
 
 def render_chart(draw: Any, *args: Any) -> bytes:
-    """Draw a figure (`draw(*args)`) under the report's style and return it as deterministic PNG bytes."""
+    """Draw a figure (`draw(*args)`) under the report's style as deterministic PNG bytes."""
     with matplotlib.rc_context(RC):
         return _to_png(draw(*args))

@@ -40,8 +40,7 @@ class Metric:
         return None
 
     def interval(self, record: Record) -> tuple[float, float] | None:
-        """The record's median interval (from its samples when none was stored), or the energy counter's resolution
-        around the energy figure."""
+        """The record's median interval (from its samples when none was stored), or the energy resolution's."""
         if self.name == "energy":
             value = self.value(record)
             return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
@@ -67,13 +66,12 @@ METRICS = {"time": TIME, "energy": ENERGY}
 
 
 def software_of(env: dict[str, Any]) -> dict[str, Any]:
-    """What a run's timings depend on besides the machine: attnbench's version, then versions_of's."""
+    """What a run's timings depend on besides the machine."""
     return {"attnbench": env.get("attnbench"), **versions_of(env)} if env.get("attnbench") else versions_of(env)
 
 
 def same_software(runs: list[Run], what: str = "recommend") -> None:
-    """Refuse runs whose software differs in a version both name: the run-to-run noise bounds nothing across an
-    upgrade. A library installed in one run only is no difference."""
+    """Refuse runs whose software differs in a version both name: the run-to-run noise bounds nothing across one."""
     first = runs[0]
     mine = software_of(first.env)
     for run in runs[1:]:
@@ -162,8 +160,7 @@ def trouble(record: Record, metric: Metric) -> str | None:
     """Why an ok record's figure cannot decide anything, or None. A noisy record is not troubled (its interval is
     wider); an unrepeatable one is."""
     if record.kernel_trouble == "wrong kernel" or (record.kernel_trouble and record.mode not in BACKWARD):
-        # never chosen: its time is not (only) its kernel's. A backward's call also accumulates gradients, which its
-        # user pays too: its overhead flag is shown, not a gate.
+        # its time is not (only) its kernel's; a backward's overhead (gradients) is its user's too: shown, not a gate
         return record.kernel_trouble
     if record.mode in BACKWARD and record.grad_checked is False:
         # its time may be that of wrong gradients

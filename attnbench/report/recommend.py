@@ -1,8 +1,5 @@
 """Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied
-(the rules: docs/recommend.md). A candidate has a clean number on every case of its bucket (attnbench.report.pooling);
-backends that ran the same kernel on every case are one candidate; a candidate is told slower than the leader when
-its interval lies above and apart on every case, each widened by the device's run-to-run noise when the two numbers
-come from different runs."""
+(the rules: docs/recommend.md)."""
 
 from __future__ import annotations
 
@@ -243,8 +240,7 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
 
 
 def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -> dict[str, list[Number]]:
-    """Backends whose only number on every case is flagged `overhead`: never chosen, but what their user pays, so
-    a candidate told faster than them has been told apart from something."""
+    """Backends whose only number on every case is flagged `overhead`: never chosen, but a rival to tell apart."""
     found: dict[str, list[Number]] = {}
     for backend in sorted({b for c in cases for b in c} - set(decision.numbers)):
         entries = [c.get(backend) for c in cases]
@@ -263,8 +259,7 @@ def ran_kernel(kernel: str | None) -> str | None:
 
 
 def _merge_same_kernels(decision: Decision) -> None:
-    """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it (the
-    default's name kept) and excluded, saying whose kernel it ran."""
+    """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it."""
     names = sorted(decision.numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
     for i, keep in enumerate(names):
         if keep not in decision.numbers:

@@ -41,12 +41,12 @@ from attnbench.report.styles import BackendStyle, backend_styles
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends
-PARALLEL_FROM = 4  # charts; below this a (forked) process pool costs more to start than it saves
+PARALLEL_FROM = 4  # charts; below this a process pool costs more than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
 
 
 def chart_file_names(groups: list[CaseGroup]) -> list[str]:
-    """The PNG name of each group's chart, numbered so that names never collide and sort in report order."""
+    """The PNG name of each group's chart, numbered in report order."""
     return [f"group-{i:02d}-{group.slug()}.png" for i, group in enumerate(groups, start=1)]
 
 
@@ -63,12 +63,11 @@ def _cpu_count() -> int:
 
 
 def _die_with(parent: int) -> None:
-    """A chart worker's initializer: end when the process that started it ends (PR_SET_PDEATHSIG; a parent already
-    gone is checked after), so a SIGKILLed `attnbench report` leaves no worker blocked on the pool's pipes."""
+    """A chart worker's initializer: end when the process that started it ends, so a killed report leaves no worker."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # no prctl in this libc: the check below still runs
+        except (OSError, AttributeError):  # no prctl in this libc
             pass
     if os.getppid() != parent:
         os._exit(1)
@@ -81,7 +80,7 @@ def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
         try:
             with ProcessPoolExecutor(max_workers=workers, initializer=_die_with, initargs=(os.getpid(),)) as pool:
                 return list(pool.map(_png, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
-        except (OSError, BrokenProcessPool):  # no process support here (sandboxes): draw them one by one
+        except (OSError, BrokenProcessPool):  # no process support here (sandboxes)
             pass
     return [_png(task) for task in tasks]
 
@@ -99,14 +98,12 @@ class ChartInputs:
     roofs: MeasuredRoofs | None = None  # a CPU run's measured roofs (env.json's `roofs`)
 
 
-# One chart to draw: its file name, its title, and how it is drawn.
 Drawn = tuple[str, str, Callable[..., Any], tuple]
 
 
 @dataclass(frozen=True)
 class ChartSpec:
-    """A kind of chart: `files`, the glob of every file it may write (deleted before a re-render), and `charts`, the
-    ones these results get."""
+    """A kind of chart: `files`, the glob of every file it may write, and `charts`, the ones these results get."""
 
     files: str
     charts: Callable[[ChartInputs], list[Drawn]]
@@ -175,7 +172,7 @@ def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record,
 
 
 def _write(path: Path, data: bytes) -> Path:
-    """Write under a temporary name and rename into place; a full disk is one user error, the file as it was."""
+    """Write under a temporary name and rename into place; a full disk is one user error."""
     from attnbench.core.errors import ResultsError
 
     tmp = path.with_name(path.name + ".tmp")
@@ -210,7 +207,7 @@ def _write_charts(out: Path, charts: list) -> list[Path]:
     chart_dir = out / CHARTS_DIR
     chart_dir.mkdir(exist_ok=True)
     for stale in stale_charts(chart_dir):
-        stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
+        stale.unlink(missing_ok=True)  # a chart of other results would mislead
     return [_write(chart_dir / chart.name, chart.png) for chart in charts]
 
 
@@ -241,7 +238,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     findings = build_findings(groups, records, baseline)
     device_name = env.get("device_name") or next((r.device_name for r in records if r.device_name), None)
     if peak_tflops is None:
-        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops, when it was given one
+        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops
     peak_bandwidth_gbs = env.get("peak_bandwidth_gbs")
     written: list[Path] = []
     charts: list = []

@@ -23,9 +23,8 @@ CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case) if f.default is dat
 
 
 def bytes_of(record: Record) -> int | None:
-    """The record's bytes_moved. Recomputed from its case for records written before the field existed, and, for
-    records written before schema 2, with the score matrix's traffic of a backend that materialises it (the
-    registry's cost model): an old naive record would otherwise stand on the compute-bound side."""
+    """The record's bytes_moved, recomputed from its case where absent or from before schema 2 (then with the score
+    matrix's traffic of a backend that materialises it)."""
     stored = int(record.bytes_moved) if record.bytes_moved else None
     if stored is not None and record.schema_version >= 2:
         return stored
@@ -55,8 +54,7 @@ def roofline_points(records: list[Record]) -> list[tuple[str, float, float, bool
 
 def device_peaks(records: list[Record], device_name: str | None, peak_tflops: float | None,
                  peak_bandwidth_gbs: float | None, roofs: MeasuredRoofs | None = None) -> dict[str, Peak]:
-    """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name, or the
-    roofs a CPU run measured at its start."""
+    """The roofs per dtype: the overrides, else a CUDA device's datasheet row, or a CPU run's measured roofs."""
     cuda = any(r.device == "cuda" for r in records)
     dtypes = sorted({r.dtype for r in records if r.status in TIMED})
     if not cuda:

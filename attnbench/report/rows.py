@@ -8,11 +8,11 @@ from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
 from attnbench.report.groups import dtype_word, quant_words, shape_of
 
-# Marks a noisy median in every table (attnbench.core.policy.noisy_words says when).
+# Marks a noisy median (attnbench.core.policy.noisy_words).
 NOISY_MARK = "~"
-# Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
+# Marks a median timed on a throttled or shared GPU.
 THROTTLED_MARK = "!"
-# Marks the status of a record whose two calls on the same inputs gave different bits (repeatable: false).
+# Marks the status of a record whose two calls on the same inputs gave different bits.
 UNREPEATABLE_MARK = "≠"
 
 # (key, header, numeric?) for the full records table.
@@ -61,9 +61,9 @@ def _error_text(value: float | None) -> str:
     return _optional(value, lambda v: fmt_float(v, 2))
 
 
-# The text of each column not shown as the record's raw field: f(record, speed-up).
+# Each column not shown as the record's raw field: f(record, speed-up).
 _DISPLAY: dict[str, Callable[[Record, float | None], str]] = {
-    # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
+    # on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
     "dtype": lambda r, _: "\u00a0".join([dtype_word(r.dtype), *quant_words(shape_of(r), short=True)]),
     "status": lambda r, _: status_text(r),
     "rel_l2_original": lambda r, _: _error_text(rel_l2_original(r)),
@@ -95,8 +95,8 @@ def display_value(record: Record, key: str, speedup: float | None) -> str:
 
 
 def rel_l2_original(record: Record) -> float | None:
-    """The output's relative L2 error against the float64 reference on the original inputs: `extra.error_vs_original`,
-    or where attnbench quantized nothing the kernel error (measured against the originals there)."""
+    """The relative L2 error against the float64 reference on the original inputs (for an unquantized case, the
+    kernel error)."""
     extra = record.extra or {}
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
