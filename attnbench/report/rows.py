@@ -95,8 +95,8 @@ def display_value(record: Record, key: str, speedup: float | None) -> str:
 
 
 def rel_l2_original(record: Record) -> float | None:
-    """The relative L2 error against the float64 reference on the original inputs (for an unquantized case, the
-    kernel error)."""
+    """The relative L2 error against the float64 reference on the original inputs (where attnbench quantized
+    nothing, the kernel error)."""
     extra = record.extra or {}
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
