@@ -31,7 +31,7 @@ STATUSES = tuple(Status)
 MEASURED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL)
 # The statuses whose time is recorded (a mismatch's too).
 TIMED = (Status.OK, Status.MISMATCH)
-# A record read back without `kernels` was written before the profiled call existed.
+# `kernels_reason` of a record written before the profiled call.
 BEFORE_PROFILING = "written before profiling"
 KEY_FIELDS = (
     "backend", "device", "dtype", "batch", "seq_len", "kv_seq_len", "heads", "kv_heads",
@@ -77,7 +77,7 @@ class Record:
     samples: int = 0
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
-    # ci_source: "windows" (core.interval.run_interval); older records "samples" or "run-to-run noise".
+    # ci_source: "windows" (core.interval.run_interval), or in older records "samples" or "run-to-run noise".
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
     ci_level: float | None = None
@@ -90,7 +90,7 @@ class Record:
     tflops: float | None = None
     bytes_moved: int | None = None  # the mode's memory-traffic floor
     bandwidth_gbs: float | None = None  # in 1e9 bytes/s
-    percent_of_peak: float | None = None  # of the compute roof, or the bandwidth roof for decode
+    percent_of_peak: float | None = None  # of the compute roof (decode: the bandwidth roof)
     peak_memory_bytes: int | None = None
     memory_method: str | None = None
     memory_estimate_bytes: int | None = None
@@ -117,7 +117,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        """A stored record upgraded to this schema; schema_version stays the one it was written under."""
+        """A stored record upgraded to this schema (its schema_version kept)."""
         fields = dict(data)
         if "noisy" not in fields:
             fields["noisy"] = _spread(fields.get("time_ms"), fields.get("time_ms_iqr"))
@@ -189,7 +189,7 @@ _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
 
 
 def upgrade(lines: list[dict[str, Any]]) -> list[Record]:
-    """The records of one file's checked lines; a file whose timed version-1 records carry no interval is version 0."""
+    """One file's checked lines as records; timed version-1 records without an interval make the file version 0."""
     old = any(r["schema_version"] == 1 and r.get("status") in ("ok", "mismatch") and r.get("time_ms") is not None
               and "ci_low_ms" not in r for r in lines)
     return [Record.from_dict({**r, "schema_version": 0} if old and r["schema_version"] == 1 else r) for r in lines]
