@@ -1,9 +1,5 @@
-"""A SLURM submission's files: where they live, the scheduler options, and the two batch scripts.
-
-The scripts are plain bash a cluster user can read, edit and `sbatch` again by hand: one job array
-with a task per shard (each an `attnbench run --shard I/N`), and a merge job that runs once every
-task has ended.
-"""
+"""A SLURM submission's files: where they live, the scheduler options, and the two batch scripts (plain bash a
+user can read, edit and `sbatch` again: a job array with a task per shard, and a merge job after it)."""
 
 from __future__ import annotations
 
@@ -14,11 +10,11 @@ from pathlib import Path
 
 from attnbench.core.errors import AttnbenchError
 
-# The merge job reads JSON and draws a few charts: half an hour is plenty, and a short limit schedules sooner.
+# The merge job reads JSON and draws a few charts; a short limit schedules sooner.
 MERGE_TIME_S = 30 * 60
-# sbatch options that ask for GPUs or other generic resources (and any --gpu*): the shard array's only.
+# sbatch options that ask for GPUs or other generic resources: the shard array's only.
 GPU_OPTIONS = ("--gres", "-G", "--mem-per-gpu", "--cpus-per-gpu", "--tres-per-task")
-# sbatch options submit sets itself, and the option of `attnbench submit` to use instead (None: not settable).
+# sbatch options submit sets itself, and the `attnbench submit` option to use instead (None: not settable).
 OWNED = {"--array": None, "-a": None, "--output": None, "-o": None, "--error": None, "-e": None,
          "--dependency": None, "-d": None, "--open-mode": None, "--parsable": None, "--job-name": None,
          "-J": None, "--partition": "--partition", "-p": "--partition", "--time": "--time", "-t": "--time",
@@ -33,7 +29,7 @@ class SlurmOptions:
     time: str | None = None
     gpus_per_task: int | None = None
     account: str | None = None
-    extra: tuple[str, ...] = ()  # further sbatch options, each one word as sbatch reads it: --qos=high
+    extra: tuple[str, ...] = ()  # further sbatch options, each one word: --qos=high
 
     def requests_gpus(self) -> bool:
         return bool(self.gpus_per_task) or any(is_gpu_request(arg) for arg in self.extra)
@@ -41,7 +37,6 @@ class SlurmOptions:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a submission directory keeps each of its files."""
 
     root: Path
 
@@ -51,7 +46,7 @@ class Layout:
 
     @property
     def suite(self) -> Path:
-        """A copy of the suite as submitted: the tasks split this one, even if the original is edited."""
+        """A copy of the suite as submitted: the tasks split this one."""
         return self.slurm / "suite.yaml"
 
     @property
@@ -76,13 +71,13 @@ class Layout:
 
 @dataclass(frozen=True)
 class Batch:
-    """Everything the two scripts say: the run every shard makes, and how the scheduler should place it."""
+    """What the two scripts say: the run every shard makes, and how the scheduler should place it."""
 
     layout: Layout
-    python: str  # the interpreter that ran `attnbench submit`, so the tasks run the same installation
+    python: str  # the interpreter that ran `attnbench submit`
     shards: int
-    run_options: tuple[str, ...]  # `attnbench run` options after the suite, the same for every shard
-    name: str  # the job name
+    run_options: tuple[str, ...]  # `attnbench run` options after the suite
+    name: str
     slurm: SlurmOptions
     command: str  # the `attnbench submit` line that wrote the scripts
 
@@ -99,10 +94,7 @@ def is_gpu_request(arg: str) -> bool:
 
 
 def parse_time(text: str) -> int | None:
-    """A SLURM time limit in seconds (None for UNLIMITED); the forms sbatch accepts, else a user error.
-
-    minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds.
-    """
+    """A SLURM time limit in seconds (None for UNLIMITED) in a form sbatch accepts, else a user error."""
     if text.strip().upper() in ("UNLIMITED", "INFINITE"):
         return None
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
@@ -125,7 +117,7 @@ def hms(seconds: int) -> str:
 
 
 def merge_time(shard_time: str | None) -> str | None:
-    """The merge job's limit: the shards' own when shorter than MERGE_TIME_S, else MERGE_TIME_S; None if unset."""
+    """The merge job's limit: the shards' own when shorter than MERGE_TIME_S; None if unset."""
     if shard_time is None:
         return None
     seconds = parse_time(shard_time)
@@ -139,7 +131,7 @@ def check_root(root: Path) -> None:
 
 
 def check_options(options: SlurmOptions) -> None:
-    """Refuse what sbatch would refuse, or what would break the scripts, before anything is written."""
+    """Refuse what sbatch would refuse, or what would break the scripts."""
     for flag, value in (("--partition", options.partition), ("--account", options.account)):
         if value is not None and not re.fullmatch(r"[A-Za-z0-9_.,+@-]+", value):
             raise AttnbenchError(f"{flag} {value!r}: expected a SLURM name (letters, digits, . _ - , + @)")
@@ -157,7 +149,7 @@ def check_options(options: SlurmOptions) -> None:
 
 
 def directives(slurm: SlurmOptions, for_shards: bool) -> list[str]:
-    """The #SBATCH lines for the user's options: all of them for the shards; the merge job asks for no GPU."""
+    """The #SBATCH lines for the user's options; the merge job asks for no GPU."""
     lines = []
     if slurm.partition:
         lines.append(f"--partition={slurm.partition}")
@@ -173,7 +165,7 @@ def directives(slurm: SlurmOptions, for_shards: bool) -> list[str]:
 
 
 def array_script(batch: Batch) -> str:
-    """The job array: task I runs shard I/N into shardI/, resuming what that directory already holds."""
+    """The job array: task I runs shard I/N into shardI/, resuming it."""
     layout, n = batch.layout, batch.shards
     q = shlex.quote
     run = " ".join(q(word) for word in batch.run_options)
@@ -207,7 +199,7 @@ def array_script(batch: Batch) -> str:
 
 
 def merge_script(batch: Batch) -> str:
-    """The merge job: once every shard holds all its measurements, one results.jsonl and report in the root."""
+    """The merge job: one results.jsonl and report in the root once every shard is complete."""
     layout, n = batch.layout, batch.shards
     q = shlex.quote
     lines = [

@@ -1,5 +1,5 @@
-"""Where a submitted run stands: measurements done per shard (from the shard directories) and what the
-scheduler says of each task (sacct where accounting is on, squeue for jobs still queued or running)."""
+"""Where a submitted run stands: measurements done per shard, and what the scheduler (sacct, squeue) says of each
+task."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.records.results import RESULTS_FILE, load_records, read_json_object
 from attnbench.records.resume import done_keys
 
-# Runs a command and gives back its exit code and output; injectable so tests need no scheduler.
+# Runs a command and gives back its exit code and output; injectable for tests.
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STAGE_OUT")
 
@@ -26,7 +26,7 @@ class ShardProgress:
     index: int
     done: int
     planned: int
-    state: str | None  # the scheduler's word for the shard's latest task, where it knows one
+    state: str | None  # the scheduler's word for the shard's latest task
 
     @property
     def complete(self) -> bool:
@@ -44,7 +44,7 @@ def run_command(words: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The submission.json `attnbench submit` wrote into `root`; a user error when there is none."""
+    """The submission.json in `root`; a user error when there is none."""
     path = Layout(root).manifest
     name = path.relative_to(root)
     manifest = read_json_object(path, str(root), f"no {name} there; not a directory written by attnbench submit",
@@ -55,10 +55,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 
 def measurements_done(directory: Path) -> int:
-    """How many distinct measurements a shard directory holds (0 before its first record).
-
-    A running shard may be halfway through writing a line: that one is not counted yet, silently.
-    """
+    """How many distinct measurements a shard directory holds (a line being written is not counted)."""
     return len(done_keys(directory, writing=True)) if (directory / RESULTS_FILE).is_file() else 0
 
 
@@ -92,7 +89,7 @@ def parse_states(text: str) -> dict[str, str]:
 
 
 def scheduler_states(job_ids: list[str], run: Runner = run_command) -> dict[str, str]:
-    """The state of each job and array task: sacct's where accounting is on, squeue's for those still live."""
+    """The state of each job and array task: sacct's, and squeue's for those still live."""
     if not job_ids:
         return {}
     states: dict[str, str] = {}
@@ -107,7 +104,6 @@ def scheduler_states(job_ids: list[str], run: Runner = run_command) -> dict[str,
 
 
 def job_ids(manifest: dict[str, Any]) -> list[str]:
-    """Every job a submission record names: each array job and each merge job."""
     return [str(job) for entry in manifest.get("submissions", []) for job in (entry.get("array_job"),
                                                                                  entry.get("merge_job")) if job]
 
@@ -131,7 +127,6 @@ def shard_progress(root: Path, manifest: dict[str, Any], states: dict[str, str])
 
 
 def live_jobs(manifest: dict[str, Any], states: dict[str, str]) -> list[str]:
-    """Jobs of this submission that are still queued or running."""
     return sorted({job.split("_")[0] for job, state in states.items()
                    if state in ACTIVE and job.split("_")[0] in job_ids(manifest)})
 

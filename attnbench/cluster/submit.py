@@ -1,8 +1,5 @@
 """`attnbench submit`: a suite fanned out as a SLURM job array, one task per shard, and a merge job after it.
-
-Everything is decided and checked first (the suite, the backends, the shard split, the scheduler
-options); only then are the scripts written and handed to sbatch. Run again with the same command
-into the same directory, it resubmits only the shards that are not complete, and each resumes.
+Everything is checked before the scripts are written; the same command again resubmits the unfinished shards.
 """
 
 from __future__ import annotations
@@ -43,13 +40,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Request:
-    """What `attnbench submit` was asked: a suite, a shard count, the scheduler's options, each shard's run."""
+    """What `attnbench submit` was asked."""
 
     suite: Path
     shards: int
     out: Path | None
     slurm: SlurmOptions
-    run: RunOptions = field(default_factory=RunOptions)  # each shard's `attnbench run` choices
+    run: RunOptions = field(default_factory=RunOptions)
 
 
 @dataclass(frozen=True)
@@ -61,8 +58,8 @@ class Submission:
     device: str
     device_reason: str
     planned: tuple[int, ...]  # measurements in each shard
-    pending: tuple[int, ...]  # the shards to submit now: all of them, or the unfinished ones of an earlier submission
-    earlier: dict[str, Any] | None  # the submission record already in the directory, if any
+    pending: tuple[int, ...]  # the shards to submit now
+    earlier: dict[str, Any] | None  # an earlier submission record in the directory
 
     @property
     def layout(self) -> Layout:
@@ -70,7 +67,7 @@ class Submission:
 
 
 def shard_device(suite_device: str, requested: str | None, slurm: SlurmOptions) -> tuple[str, str]:
-    """The device every shard runs on, and why. Decided here: the node that submits may have no GPU."""
+    """The device every shard runs on, and why; decided here, where the node that submits may have no GPU."""
     if requested not in (None, "auto"):
         if requested not in ("cpu", "cuda"):
             raise AttnbenchError(f"--device {requested}: unknown device; allowed: auto, cpu, cuda")
@@ -83,7 +80,7 @@ def shard_device(suite_device: str, requested: str | None, slurm: SlurmOptions) 
 
 
 def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int, ...]:
-    """How many measurements each shard holds, split as `run --shard I/N` splits them on the nodes."""
+    """How many measurements each shard holds, split as `run --shard I/N` splits them."""
     from attnbench.backends.registry import default_registry
     from attnbench.run.shard import assign
 
@@ -98,7 +95,7 @@ def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int,
 
 
 def submit_command(request: Request, root: Path) -> str:
-    """The `attnbench submit` line that repeats this submission into `root` (and so resubmits what is unfinished)."""
+    """The `attnbench submit` line that repeats this submission into `root`."""
     suite = str(request.suite.absolute()) if request.suite.is_file() else str(request.suite)  # else a packaged name
     words = ["attnbench", "submit", suite, "--shards", str(request.shards), "--out", str(root)]
     slurm = request.slurm
@@ -115,7 +112,7 @@ def default_root(suite_name: str) -> Path:
 
 
 def prepare(request: Request, run: Runner = run_command) -> Submission:
-    """Check everything a submission depends on and decide what to submit; nothing is written yet."""
+    """Check everything a submission depends on and decide what to submit; nothing is written."""
     from attnbench.sweep.suite import load_suite
 
     if request.shards < 1:
@@ -144,7 +141,7 @@ def prepare(request: Request, run: Runner = run_command) -> Submission:
 
 def earlier_submission(layout: Layout, suite_text: str, batch: Batch,
                        planned: tuple[int, ...]) -> dict[str, Any] | None:
-    """The record of an earlier submission into this directory, when this one repeats it; else a user error."""
+    """The record of an earlier submission this one repeats; else a user error."""
     root = layout.root
     if (root / RESULTS_FILE).exists():
         raise AttnbenchError(f"--out {root}: already holds merged results ({RESULTS_FILE}); choose another --out")
@@ -165,7 +162,6 @@ def earlier_submission(layout: Layout, suite_text: str, batch: Batch,
 
 
 def write(submission: Submission) -> None:
-    """The suite's copy, the two scripts and the submission record; the log and shard folders' parent."""
     layout, batch = submission.layout, submission.batch
     try:
         layout.slurm.mkdir(parents=True, exist_ok=True)
@@ -226,7 +222,7 @@ def require_sbatch() -> None:
 
 
 def submit(submission: Submission, run: Runner = run_command) -> dict[str, Any]:
-    """Write the files, sbatch the array and then the merge job after it; each job id is recorded at once."""
+    """Write the files, sbatch the array and then the merge job; each job id is recorded at once."""
     write(submission)
     jobs: dict[str, Any] = {"timestamp": datetime.now().isoformat(timespec="seconds"),
                             "shards": list(submission.pending), "array_job": None, "merge_job": None}
@@ -244,7 +240,7 @@ def submit(submission: Submission, run: Runner = run_command) -> dict[str, Any]:
 
 
 def submitted_lines(submission: Submission, jobs: dict[str, Any]) -> list[str]:
-    """What submit prints once the jobs are in: their ids, where the results go, how to watch and rerun."""
+    """What submit prints once the jobs are in."""
     layout, n = submission.layout, submission.batch.shards
     ids = ",".join(str(j) for j in (jobs["array_job"], jobs["merge_job"]) if j)
     total = sum(submission.planned)

@@ -11,8 +11,7 @@ from attnbench.report.pooling import load_run
 
 
 def compare_with_history(new: Path, db: Path | None, threshold: float) -> Comparison:
-    """Compare the run at `new` with the latest run of the same device and GPU started before it that shares a
-    measurement with it (never `new` itself, whether or not the store holds it)."""
+    """Compare the run at `new` with the latest earlier run of its device and GPU that shares a measurement."""
     run = load_run(Path(new))
     with Store(db, create=False) as store:
         base = store.latest_comparable(run)

@@ -1,9 +1,4 @@
-"""`history plot`: one PNG per (GPU, case, backend) trend, drawn on matplotlib's Agg canvas.
-
-The runs are evenly spaced in time order (their start time and id under each), the median with its interval
-as an error bar; a noisy or throttled point is hollow, a failed run an ✕ at the bottom with its status; a
-dashed vertical line between two runs whose library versions differ, with the change written along it.
-"""
+"""`history plot`: one PNG per (GPU, case, backend) trend, drawn on matplotlib's Agg canvas (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -19,11 +14,11 @@ from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS
 FIGSIZE = (9.0, 5.0)  # 900 x 500 px at the report's DPI
 COLOR = "#1f77b4"
 CHANGE_COLOR = "#7b4173"
-CHANGE_CHARS = 60  # a version change's label wraps at this many characters up its line
+CHANGE_CHARS = 60  # a version change's label wraps here
 
 
 def file_name(trend: Trend) -> str:
-    """'NVIDIA_H200-cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd-sdpa.png': file-name-safe and unique per trend."""
+    """'NVIDIA_H200-cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd-sdpa.png': unique per trend."""
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"{trend.gpu}-{trend.case_id}-{trend.backend}") + ".png"
 
 
@@ -39,7 +34,6 @@ def change_positions(trend: Trend) -> list[tuple[float, str]]:
 
 
 def draw_trend(trend: Trend) -> Any:
-    """The figure of one trend."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
@@ -81,8 +75,7 @@ def draw_trend(trend: Trend) -> Any:
 
 
 def plot_trends(found: list[Trend], out_dir: Path) -> list[Path]:
-    """One PNG per trend with at least one timed run, written under `out_dir` (a file of the same name is
-    replaced: it is drawn from the store, which keeps the numbers)."""
+    """One PNG per trend with at least one timed run, under `out_dir` (a file of the same name is redrawn)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for trend in found:

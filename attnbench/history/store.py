@@ -1,10 +1,5 @@
-"""The history store: every added run's records and environment in one SQLite file (stdlib sqlite3).
-
-Where: `--db FILE`, else $XDG_DATA_HOME/attnbench/history.sqlite, else ~/.local/share/attnbench/history.sqlite.
-A run is keyed by its run_id and a record by (run_id, case_id, backend): adding the same records twice is a no-op,
-and a known run with records the store does not hold (or holds older: a resumed run) gets them. The store's schema
-version is in its `meta` table; a store written by a newer attnbench is refused, never altered.
-"""
+"""The history store: every added run's records and environment in one SQLite file (docs/history.md). A run is
+keyed by its run_id, a record by (run_id, case_id, backend); a store written by a newer attnbench is refused."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from attnbench.records.record import Record, upgrade
 from attnbench.report.pooling import Run, case_name, load_run, versions_of
 
 STORE_VERSION = 1
-# What each GPU's clock state was when the run started (env.json's gpu_state), kept beside the versions.
+# Each GPU's clock state when the run started (env.json's gpu_state).
 CLOCK_FIELDS = ("index", "name", "sm_clock_mhz", "sm_clock_app_mhz", "sm_clock_max_mhz", "clocks_locked",
                 "power_limit_w", "persistence_mode", "clock_event_reasons", "throttled")
 SCHEMA = """
@@ -57,14 +52,12 @@ CREATE INDEX records_by_pair ON records (case_id, backend);
 
 
 def default_path() -> Path:
-    """$XDG_DATA_HOME/attnbench/history.sqlite, else ~/.local/share/attnbench/history.sqlite."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "attnbench" / "history.sqlite"
 
 
 @dataclass(frozen=True)
 class StoredRun:
-    """A run as the store holds it."""
 
     run_id: str
     timestamp: str
@@ -83,19 +76,17 @@ class Added:
 
     run: Run
     added: bool  # False: the store already held this run_id
-    records: int  # records written: all of a new run's; of a known run, those it did not hold or held older
-    known: bool = False  # the store held this run_id before
+    records: int  # records written: those the store did not hold, or held older
+    known: bool = False
 
 
-# How long a command waits for another's write to the store to finish before it gives up (one line, exit 2).
+# How long a command waits for another's write before it gives up.
 BUSY_SECONDS = 60.0
 
 
 class Store:
-    """An open history store. Use as a context manager, or call close(). Every write is one immediate transaction
-    (the schema's creation included), so concurrent commands, threads or processes, serialise on the file's lock;
-    any damage SQLite reports becomes one user error naming the file and what PRAGMA integrity_check says, and a
-    store found damaged is never written to again by this Store."""
+    """An open history store (a context manager). Every write is one immediate transaction, so concurrent commands
+    serialise on the file's lock; any damage SQLite reports is one user error, and a damaged store is never written."""
 
     def __init__(self, path: Path | None = None, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_path()
@@ -105,7 +96,7 @@ class Store:
                                  f"`attnbench history add RUN_DIR...`")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level None: no implicit transactions; each write says BEGIN IMMEDIATE itself.
+            # no implicit transactions: each write says BEGIN IMMEDIATE itself
             self.db = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
         except OSError as exc:
             raise AttnbenchError(f"{self.path}: cannot open the history store ({exc.strerror})") from None
@@ -125,11 +116,11 @@ class Store:
 
     def _check_or_create(self) -> None:
         found = [str(row[0]) for row in self.db.execute("PRAGMA quick_check(5)")]
-        if found != ["ok"]:  # damage anywhere, even in pages this command would not read: refused before any use
+        if found != ["ok"]:  # damage anywhere is refused before any use
             raise sqlite3.DatabaseError("PRAGMA quick_check found damage")
         tables = self._tables()
         if not tables:
-            with self.write():  # a first use: whoever takes the lock first creates the schema, the others see it
+            with self.write():  # whoever takes the lock first creates the schema
                 if not self._tables():
                     for statement in SCHEMA.split(";\n"):  # not executescript: it would commit first
                         if statement.strip():
@@ -147,8 +138,7 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        """One immediate transaction: the write lock is taken before anything is read, so what is read inside
-        cannot change before it is written; committed whole, or rolled back whole."""
+        """One immediate transaction (the lock taken before anything is read), committed or rolled back whole."""
         if self.damaged:
             raise AttnbenchError(f"{self.path}: the history store was found damaged; nothing more is written to it")
         self.db.execute("BEGIN IMMEDIATE")
@@ -161,11 +151,11 @@ class Store:
         self.db.commit()
 
     def integrity(self) -> list[str]:
-        """What PRAGMA integrity_check says: ['ok'], or each problem it found (at most 5)."""
+        """PRAGMA integrity_check's ['ok'], or up to 5 problems."""
         try:
             check = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
             try:
-                # its first finding can begin '*** in database main ***' and a newline: each kept on one line
+                # each finding on one line, without '*** in database main ***'
                 return [" ".join(str(row[0]).replace("*** in database main ***", "").split())
                         for row in check.execute("PRAGMA integrity_check(5)")]
             finally:
@@ -174,7 +164,7 @@ class Store:
             return [str(exc)]
 
     def fault(self, exc: BaseException) -> AttnbenchError:
-        """The one user error for an exception SQLite (or a stored record) raised: busy, or damaged."""
+        """The one user error for an exception SQLite (or a stored record) raised."""
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
             return AttnbenchError(f"{self.path}: the history store stayed locked by another command for "
                                   f"{BUSY_SECONDS:.0f} s; nothing was written, try again")
@@ -186,7 +176,7 @@ class Store:
                               "another with --db")
 
     def check(self) -> tuple[int, int]:
-        """Run PRAGMA integrity_check; (runs, records) when the store is whole, one user error when not."""
+        """(runs, records) when PRAGMA integrity_check finds the store whole, else one user error."""
         found = self.integrity()
         if found != ["ok"]:
             self.damaged = True
@@ -206,18 +196,17 @@ class Store:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close()
-        # Whatever SQLite raised inside the block (a read of a damaged page, a record that is not JSON) is one line.
+        # Whatever SQLite raised inside the block is one line.
         if isinstance(exc, (sqlite3.DatabaseError, json.JSONDecodeError, UnicodeDecodeError)):
             raise self.fault(exc) from None
 
     def add(self, run: Run) -> Added:
-        """Add a run and its records. A run_id already held gets the records it did not hold, and those the run
-        holds newer (a resumed run); the same records again write nothing (the store was checked when opened)."""
+        """Add a run and the records the store does not hold, or holds older (a resumed run)."""
         env = run.env
         clocks = [{k: state.get(k) for k in CLOCK_FIELDS} for state in env.get("gpu_state") or []
                   if isinstance(state, dict)] or None
         latest: dict[tuple[str, str], Record] = {}
-        for record in run.records:  # a run that repeated a measurement: its last record stands for it
+        for record in run.records:  # a repeated measurement's last record stands for it
             latest[(case_name(record), record.backend)] = record
         lines = {key: json.dumps(r.to_dict()) for key, r in latest.items()}
         try:
@@ -251,23 +240,22 @@ class Store:
         return [StoredRun(*row[:7], json.loads(row[7]), json.loads(row[8]) if row[8] else None) for row in rows]
 
     def records(self, run_id: str) -> list[Record]:
-        """One run's records, as results.jsonl held them (upgraded as the loader does: record.upgrade)."""
+        """One run's records, upgraded as the loader does."""
         return upgrade([json.loads(row[0]) for row in
                         self.db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY rowid", (run_id,))])
 
     def env(self, run_id: str) -> dict[str, Any]:
-        """The env.json a stored run was added with ({} when it had none)."""
+        """The env.json a stored run was added with ({} when none)."""
         row = self.db.execute("SELECT env FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else {}
 
     def pairs(self) -> Iterator[tuple[str, str, str, str]]:
-        """(run_id, device_name, case_id, backend) of every stored record."""
         yield from self.db.execute("SELECT r.run_id, runs.device_name, r.case_id, r.backend FROM records r "
                                    "JOIN runs USING (run_id)")
 
     def latest_comparable(self, new: Run) -> StoredRun:
-        """The latest run before `new` on the same device and GPU that shares a measurement with it (never `new`
-        itself); one user error when there is none."""
+        """The latest run before `new` on the same device and GPU that shares a measurement with it; one user error
+        when there is none."""
         mine = {(case_name(r), r.backend) for r in new.records}
         for run in reversed(self.runs()):
             if run.run_id == new.run_id or run.timestamp >= new.timestamp:
@@ -284,12 +272,12 @@ class Store:
 
 
 def newer(record: Record, held: Record) -> bool:
-    """Whether a record measured no earlier than the one the store holds for its pair (a resumed run's redo)."""
+    """Whether a record measured no earlier than the one the store holds for its pair."""
     return str(record.timestamp or "") >= str(held.timestamp or "")
 
 
 def add_runs(paths: list[Path], db: Path | None = None) -> list[Added]:
-    """Load every run first (one user error, nothing written, when one is not a run), then add each."""
+    """Load every run first (nothing is written when one is not a run), then add each."""
     runs = [load_run(Path(p)) for p in paths]
     with Store(db) as store:
         return [store.add(run) for run in runs]

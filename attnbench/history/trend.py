@@ -1,5 +1,4 @@
-"""Trends from the history store: one (GPU, case, backend) over its dated runs, with library-version changes marked.
-`history show` prints them; `history plot` draws them (attnbench.history.plot)."""
+"""Trends from the history store: one (GPU, case, backend) over its dated runs, with library-version changes marked."""
 
 from __future__ import annotations
 
@@ -19,16 +18,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Point:
-    """One run's record of a (case, backend)."""
 
     run: StoredRun
     status: str
     time_ms: float | None
-    interval: tuple[float, float] | None  # stored, or computed from the samples of older records
+    interval: tuple[float, float] | None  # older records: from the samples
     noisy: bool
     throttled: bool
     kernel: str | None
-    changes: tuple[str, ...]  # versions that differ from the previous point's run: "torch 2.11.0 → 2.12.0"
+    changes: tuple[str, ...]  # versions that differ from the previous point's run
 
     @property
     def timed(self) -> bool:
@@ -51,7 +49,7 @@ class Trend:
 
 def version_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]:
     """Each version that differs, torch, CUDA, cuDNN and the driver first: 'torch 2.11.0 → 2.12.0',
-    'flash-attn 2.8.3 (new)', 'xformers 0.0.35 (removed)'."""
+    'flash-attn 2.8.3 (new)'."""
     changes = []
     for name in dict.fromkeys([*new, *old]):
         before, after = old.get(name), new.get(name)
@@ -63,8 +61,8 @@ def version_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]
 
 
 def matches(value: str, wanted: list[str]) -> bool:
-    """Whether a name passes the filters: any of them, each a glob over the whole name when it holds * ? or [
-    ('*-causal-fwd' leaves '-causal-fwd_bwd' out), else a substring; no filter lets everything through."""
+    """Whether a name passes the filters: any of them, each a glob over the whole name when it holds * ? or [, else a
+    substring."""
     if not wanted:
         return True
     value = value.lower()
@@ -74,7 +72,7 @@ def matches(value: str, wanted: list[str]) -> bool:
 
 def trends(store: Store, backends: list[str] | None = None, cases: list[str] | None = None,
            gpus: list[str] | None = None) -> list[Trend]:
-    """Every (GPU, case, backend) the filters let through (cases and GPUs: `matches`; backends by name)."""
+    """Every (GPU, case, backend) the filters let through."""
     runs = {run.run_id: run for run in store.runs()}
     found: dict[tuple[str, str, str], Trend] = {}
     query = "SELECT run_id, case_id, backend, record FROM records"
@@ -119,7 +117,7 @@ def step_text(previous: Point | None, point: Point) -> str:
 
 
 def trend_table(found: list[Trend], title: str) -> Table:
-    """One rich table: a section per (device, case, backend), a row per run (a CPU run names its CPU, not a GPU)."""
+    """One rich table: a section per (device, case, backend), a row per run."""
     from rich.table import Table
     from rich.text import Text
 
@@ -138,5 +136,6 @@ def trend_table(found: list[Trend], title: str) -> Table:
             if point.timed:
                 previous = point
         table.add_section()
-    table.caption = "~ noisy, ! throttled: not to be judged (see docs/results.md); '(apart)': the intervals do not overlap"
+    table.caption = ("~ noisy, ! throttled: not to be judged (see docs/results.md); '(apart)': the intervals do not "
+                     "overlap")
     return table

@@ -1,4 +1,4 @@
-"""Whole files written safely (a temporary name, fsync, rename) and JSON objects read back as one user error."""
+"""Whole files written safely and JSON objects read back as one user error."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from attnbench.core.errors import AttnbenchError, ResultsError
 
 
 def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[str, Any]:
-    """The JSON object in `path`; one user error, led by `label`, when it is missing, unreadable or not an object."""
+    """The JSON object in `path`; one user error, led by `label`, when missing, unreadable or not an object."""
     if not path.is_file():
         raise AttnbenchError(f"{label}: {missing}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, RecursionError) as exc:
         raise AttnbenchError(f"{label}: {path.name} cannot be read ({exc})") from None
     if not isinstance(data, dict):
         raise AttnbenchError(f"{label}: {wrong}")
@@ -24,13 +24,12 @@ def read_json_object(path: Path, label: str, missing: str, wrong: str) -> dict[s
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """JSON, atomically (write_text_atomic): a reader never sees half a file."""
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Text under a temporary name, fsynced and renamed into place: a kill leaves it whole or as it was,
-    and a full disk is one user error with the file as it was."""
+    """Write text under a temporary name, fsync it and rename it into place: a kill or a full disk leaves the file
+    as it was."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as file:
@@ -44,6 +43,5 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def count_lines(path: Path) -> int:
-    """How many complete lines a file holds."""
     with open(path, "rb") as file:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))

@@ -1,4 +1,4 @@
-"""The measurement record, the JSONL store it is appended to, and the loaders that read it back."""
+"""The JSONL store records are appended to, and the loaders that read it back."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import ResultsError
-from attnbench.records.files import (  # noqa: F401 - read_json_object and the writers are imported from here too
+from attnbench.records.files import (  # noqa: F401 - re-exported
     count_lines,
     read_json_object,
     write_json_atomic,
     write_text_atomic,
 )
-from attnbench.records.record import (  # noqa: F401 - the record's names are imported from here too
+from attnbench.records.record import (  # noqa: F401 - re-exported
     DRAWN_FIELDS,
     KEY_FIELDS,
     SCHEMA_VERSION,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
-# The env.json fields its readers use, and their JSON types (each may be null); `libraries` maps names to versions.
+# The env.json fields read and their JSON types (each may be null).
 ENV_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("run_id", "timestamp", "device", "device_name", "suite_name", "suite_file", "suite_text",
                      "git_commit", "torch", "cuda", "driver", "cpu", "platform", "python", "attnbench", "timer",
@@ -49,14 +49,12 @@ ENV_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 class ResultsWriter:
-    """Appends records to results.jsonl, written and fsynced one by one so a crash loses nothing. A record the
-    disk has no room for is taken back whole (the file cut to where it was), and the run stops with one line:
-    every record before it stays intact, and `--resume` carries on once there is room."""
+    """Appends records to results.jsonl, each fsynced; a record the disk has no room for is cut back off."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # unbuffered: nothing left to flush
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # unbuffered
 
     def append(self, record: Record) -> None:
         data = record_line(record.to_dict()).encode("utf-8")
@@ -67,7 +65,7 @@ class ResultsWriter:
                 view = view[os.write(self._fd, view):]
             os.fsync(self._fd)
         except OSError as exc:
-            os.ftruncate(self._fd, size)  # never half a record: the file ends where the last whole record did
+            os.ftruncate(self._fd, size)  # never half a record
             raise ResultsError(f"{self.path}: cannot write a record ({exc.strerror}); the {count_lines(self.path)} "
                                f"records before it are kept; make room and continue with --resume "
                                f"{self.path.parent}") from None
@@ -87,14 +85,13 @@ def record_line(record: dict[str, Any]) -> str:
 
 
 def refuse_existing(directory: Path, hint: str = "") -> None:
-    """A run never writes over earlier results: a directory holding a results file is refused."""
+    """Refuse a directory holding a results file: earlier results are never written over."""
     if (directory / RESULTS_FILE).exists():
         raise ResultsError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
                            f"results are kept{hint}")
 
 
 def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    """A whole results file, atomically (a temporary name, fsync, rename)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as file:
         file.writelines(record_line(record) for record in records)
@@ -104,11 +101,10 @@ def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def replace_records(path: Path, records: list[Record]) -> None:
-    """Rewrite the results file with `records` in place of the last line of the same measurement (key_of), every
-    other line kept as it was (an earlier part of a resumed run, a damaged line), atomically."""
+    """Rewrite the results file atomically with `records` in place of the last line of each measurement."""
     updated = {key_of(data): record_line(data) for data in (r.to_dict() for r in records)}
     lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
-    last: dict[tuple, int] = {}  # the line this run wrote for a key is its last: an earlier one is older, or damaged
+    last: dict[tuple, int] = {}  # a key's last line is this run's
     for i, line in enumerate(lines):
         try:
             key = key_of(json.loads(line))
@@ -132,7 +128,6 @@ def replace_records(path: Path, records: list[Record]) -> None:
 
 
 def results_path(path: Path) -> Path:
-    """The results.jsonl for a path that names either the file or its run directory."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -143,10 +138,8 @@ def results_path(path: Path) -> Path:
 
 
 def load_records(path: Path, writing: bool = False) -> list[Record]:
-    """Every record of a results file or directory, upgraded to this schema (record.upgrade); a line that is not one
-    (cut off, not UTF-8 or JSON, another schema, a field missing or mistyped) is skipped and counted on stderr in one
-    line; a file without one record is refused. `writing`: a run may be writing the file now (`status` on a shard):
-    an unfinished last line is left out quietly."""
+    """Every record of a results file or directory; a bad line is skipped and counted on stderr, a file without one
+    record refused. `writing`: an unfinished last line is left out quietly."""
     file = results_path(path)
     records: list[dict[str, Any]] = []
     bad: list[tuple[int, str]] = []
@@ -156,7 +149,7 @@ def load_records(path: Path, writing: bool = False) -> list[Record]:
                 continue
             record = parse_line(raw)
             if isinstance(record, str):
-                if not (writing and not raw.endswith(b"\n")):  # not the line a running shard is writing
+                if not (writing and not raw.endswith(b"\n")):
                     bad.append((number, record))
             else:
                 records.append(record)
@@ -169,7 +162,6 @@ def load_records(path: Path, writing: bool = False) -> list[Record]:
 
 
 def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:
-    """The one line that says which lines of `file` were skipped, and why the first was."""
     numbers = ", ".join(str(number) for number, _ in bad[:shown])
     rest = f" and {len(bad) - shown} more" if len(bad) > shown else ""
     return (f"skipped {len(bad)} bad line(s) of {file} (line{'s' if len(bad) > 1 else ''} {numbers}{rest}): "
@@ -177,13 +169,12 @@ def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str
 
 
 def parse_record(raw: bytes) -> Record | str:
-    """One line of results.jsonl as its record, or why it is not one."""
     line = parse_line(raw)
     return line if isinstance(line, str) else upgrade([line])[0]
 
 
 def parse_line(raw: bytes) -> dict[str, Any] | str:
-    """One line of results.jsonl as the JSON object of a record (its fields checked), or why it is not one."""
+    """One line of results.jsonl as a record's checked JSON object, or why it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -191,9 +182,9 @@ def parse_line(raw: bytes) -> dict[str, Any] | str:
     try:
         record = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        cut = text.lstrip().startswith("{") and not text.rstrip().endswith("}")  # the text ends inside the object
+        cut = text.lstrip().startswith("{") and not text.rstrip().endswith("}")
         return "a record cut off mid-write" if cut else f"not a JSON record ({exc.msg})"
-    except (ValueError, RecursionError) as exc:  # NaN or Infinity (never written), or nesting past Python's stack
+    except (ValueError, RecursionError) as exc:  # NaN or Infinity, or nesting past Python's stack
         return f"not a JSON record ({exc})"
     if not isinstance(record, dict) or "schema_version" not in record or "backend" not in record:
         return "not an attnbench record (no schema_version/backend)"
@@ -207,7 +198,6 @@ def parse_line(raw: bytes) -> dict[str, Any] | str:
 
 
 def field_problem(record: dict[str, Any]) -> str | None:
-    """Why a record's fields are not a Record's (one missing, or of the wrong type), or None."""
     for name, (kind, required) in _record_fields().items():
         if name not in record:
             if required:
@@ -215,7 +205,7 @@ def field_problem(record: dict[str, Any]) -> str | None:
         elif not _is_of(record[name], kind):
             return f"field {name}: {json.dumps(record[name])[:40]} is not {_type_words(kind)}"
     unknown = sorted(set(record) - set(_record_fields()))
-    if unknown:  # no schema this attnbench reads has it: another writer's line
+    if unknown:  # another writer's line
         return f"field {unknown[0][:40]} is not a field of a record"
     for name in SIZE_FIELDS:
         if record[name] < 1:
@@ -229,7 +219,6 @@ def field_problem(record: dict[str, Any]) -> str | None:
 
 @functools.cache
 def _record_fields() -> dict[str, tuple[Any, bool]]:
-    """Each Record field's type and whether a stored record must carry it (no default)."""
     hints = typing.get_type_hints(Record)
     return {f.name: (hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
             for f in dataclasses.fields(Record)}
@@ -240,14 +229,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_of(value: Any, kind: Any) -> bool:
-    """Whether a JSON value fits a Record field's type; an optional count may be any number (older runs wrote
-    some as floats)."""
+    """Whether a JSON value fits a Record field's type (an optional count may be a float)."""
     args = typing.get_args(kind)
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return any(_is_of(value, arg) if arg is not int else _is_of(value, float) for arg in args)
     if kind is type(None):
         return value is None
-    if kind is Status:  # any word here: field_problem names one that is not a status
+    if kind is Status:  # any word: field_problem names one that is not a status
         return isinstance(value, str)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -269,14 +257,13 @@ def _no_constant(name: str) -> Any:
 
 
 def load_results(path: Path) -> pd.DataFrame:
-    """Results as a pandas DataFrame, one row per record (the raw samples stay a list column)."""
     import pandas as pd
 
     return pd.DataFrame.from_records([r.to_dict() for r in load_records(path)])
 
 
 def read_env(path: Path) -> dict[str, Any]:
-    """The env.json beside a results file; empty when there is none, one user error when it is not a JSON object."""
+    """The env.json beside a results file; empty when there is none."""
     env_file = results_path(path).parent / ENV_FILE
     if not env_file.is_file():
         return {}

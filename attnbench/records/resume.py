@@ -1,4 +1,4 @@
-"""Resuming a run: which measurements a results directory already holds, and whether it may be continued here."""
+"""Resuming a run: the measurements a results directory holds, and whether it may be continued here."""
 
 from __future__ import annotations
 
@@ -14,19 +14,18 @@ from attnbench.records.results import (
     read_json_object,
 )
 
-# Libraries whose version changes the numbers: a run is only continued with the same ones.
+# Libraries whose version changes the numbers.
 PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")
 
 
 def read_run_env(directory: Path) -> dict[str, Any]:
-    """The env.json of a run directory to resume; a user error when there is none."""
     return read_json_object(directory / ENV_FILE, f"--resume {directory}",
                             f"no {ENV_FILE} there; not an attnbench run directory",
                             f"{ENV_FILE} is not an attnbench environment record")
 
 
 def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
-    """What differs between the machine a run started on and this one, among what changes the numbers."""
+    """What differs, among what changes the numbers, between the run's machine and this one."""
     diffs = []
     for name in ("device", "device_name"):
         if recorded.get(name) != here.get(name):
@@ -40,7 +39,7 @@ def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]
 
 def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, Any], suite_name: str,
                      shard: str | None, force: bool) -> None:
-    """Refuse to mix measurements from another machine, library set, suite or shard into one run (unless forced)."""
+    """Refuse measurements from another machine, library set, suite or shard in one run (unless forced)."""
     if recorded.get("shard") != shard:
         was = f"shard {recorded.get('shard')}" if recorded.get("shard") else "not sharded"
         asked = f"--shard {shard}" if shard else "no --shard"
@@ -57,15 +56,14 @@ def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, 
 
 
 def done_keys(directory: Path, writing: bool = False) -> set[tuple]:
-    """Keys of the measurements already recorded in `directory` (none when it has no results yet); `writing`: a run
-    may be writing it now (load_records)."""
+    """Keys of the measurements already recorded in `directory`."""
     if not (directory / RESULTS_FILE).is_file():
         return set()
     return {record.key for record in load_records(directory, writing)}
 
 
 def drop_cut_line(path: Path) -> bool:
-    """Remove a last line cut off by a crash, so appended records start on a line of their own."""
+    """Remove a last line cut off by a crash."""
     if not path.is_file():
         return False
     with open(path, "rb+") as file:

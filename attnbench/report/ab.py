@@ -1,16 +1,8 @@
 """The paired statistics of an A/B (attnbench.run.ab): B's time over A's per measurement, per backend and overall,
-each with a distribution-free interval and a verdict.
+each with a distribution-free interval and a verdict (the rules: docs/ab.md).
 
-A measurement's rounds are taken in pairs, A's and B's back to back (A B, then B A, ...), so a pair shares the
-machine's state of that moment and its log ratio ln(B/A) cancels the drift that separates two runs. The unit is the
-pair: the estimate is the median of the pairs' log ratios and its interval the median's order-statistic interval
-(attnbench.core.interval.median_interval: a sign test, no shape assumed, so a preempted round costs width, never
-coverage). A backend's and the overall verdicts pool the pairs of their measurements: the cases are the suite's,
-fixed, and what varies from pair to pair is the noise.
-
-A verdict is `slower` (a regression: the interval excludes 1 and the estimate is at least 1 + threshold), `faster`
-(the mirror image), `within` (the interval excludes 1 but the change is under the threshold), or `unchanged` (the
-interval holds 1, or is too short for the confidence asked).
+A pair is A's and B's rounds back to back, so its log ratio cancels the drift between runs; the estimate is the
+median of the pairs' log ratios, its interval the median's order-statistic interval (a sign test).
 """
 
 from __future__ import annotations
@@ -22,9 +14,9 @@ from typing import Any
 
 from attnbench.core.interval import CONFIDENCE, median_interval, rank
 
-# The smallest change an A/B calls a regression or an improvement (B/A beyond 1 ± this), when not asked otherwise.
+# The smallest change called a regression or an improvement (B/A beyond 1 ± this).
 DEFAULT_THRESHOLD = 0.05
-# B's statuses, where A's is `ok`, that mean B broke the measurement (a `skipped` B is listed, not judged).
+# B's statuses, where A's is `ok`, that mean B broke the measurement.
 BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom")
 VERDICTS = ("slower", "faster", "within", "unchanged")
 
@@ -146,7 +138,7 @@ class Unpaired:
 
 @dataclass(frozen=True)
 class AbResult:
-    """Every measurement paired and judged, each backend's and the overall verdicts, and what could not be paired."""
+    """Every measurement paired and judged, the per-backend and overall verdicts, and what could not be paired."""
 
     threshold: float
     confidence: float
@@ -178,7 +170,6 @@ def round_medians(record: Any) -> dict[int, float]:
 
 
 def log_ratios(a: Any, b: Any) -> list[float]:
-    """ln(B/A) for every round both records timed, in round order."""
     a_rounds, b_rounds = round_medians(a), round_medians(b)
     return [math.log(b_rounds[r] / a_rounds[r]) for r in sorted(a_rounds.keys() & b_rounds.keys())]
 
@@ -191,7 +182,7 @@ def judged(name: str, pairs: list[MeasurementPair], threshold: float, confidence
 
 def pair_up(a_records: Iterable[Any], b_records: Iterable[Any], threshold: float = DEFAULT_THRESHOLD,
             confidence: float = CONFIDENCE) -> AbResult:
-    """Pair A's and B's records of the same measurement (device, case, backend) and judge them."""
+    """Pair A's and B's records of the same measurement and judge them."""
     b_by_key = {(r.device, r.case_id, r.backend): r for r in b_records}
     measured: list[MeasurementPair] = []
     unpaired: list[Unpaired] = []

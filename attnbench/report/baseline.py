@@ -17,7 +17,8 @@ def choose_baseline(records: Iterable[Record], requested: str | None) -> str | N
     present = sorted({r.backend for r in records})
     if requested is not None:
         if requested not in present:
-            raise ResultsError(f"baseline backend {requested!r} is not in these results (backends: {', '.join(present)})")
+            raise ResultsError(f"baseline backend {requested!r} is not in these results "
+                               f"(backends: {', '.join(present)})")
         return requested
     ran = {r.backend for r in records if r.status == Status.OK}
     for name in DEFAULT_BASELINES:
@@ -27,7 +28,7 @@ def choose_baseline(records: Iterable[Record], requested: str | None) -> str | N
 
 
 def usable_time(record: Record | None, include_mismatch: bool = False) -> float | None:
-    """A record's median time if it may be compared (ok only, unless a chart wants flagged mismatches too)."""
+    """A record's median time if it may be compared (ok only, unless `include_mismatch`)."""
     allowed = TIMED if include_mismatch else (Status.OK,)
     if record is None or record.status not in allowed:
         return None

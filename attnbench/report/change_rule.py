@@ -1,29 +1,5 @@
 """When `compare` calls a change: the pace judged first, then each backend and each measurement against it.
-
-Two runs of one suite on one machine differ per measurement by the machine's wander between runs, which no
-within-run interval holds, and as a whole by the machine's pace on the day. Every threshold is in the policy table
-(attnbench.core.policy), measured per device on committed identical runs; docs/verdicts.md states the rules:
-
-- the pace (the median NEW/BASE ratio) is a finding when it is beyond the threshold and beyond what identical runs on
-  that device differ by (pace_noise, plus the median's own error): a shared slowdown fails the gate, never divided out;
-  when both runs timed the machine's own pace (attnbench.run.pace_probe) on one machine with the same software, the
-  kernels' pace is judged over the machine's (probe_noise, plus both medians' errors): the machine's drift is said,
-  and divided out, and what the kernels share beyond it is the finding;
-- ratios are judged against the pace only when it is not a finding and both runs are one machine with the same
-  software; otherwise raw (over the machine's pace where both runs timed it, else over 1), with the device's pace
-  (or probe) noise added to every error;
-- every backend's mean ratio wanders from the pace between identical runs by the device's backend noise beyond its
-  cases' own spread: it is added to the error of a backend's shift and of each of its measurements;
-- the spread a ratio is judged against is the ratios' robust spread pooled with the device's ratio noise
-  (PRIOR_RATIOS ratios' worth): with a few matches it leans on the device, with many on the runs; no count switches a
-  rule on or off;
-- one measurement changed: its log ratio departs from the pace judged against by more than bar(m) spreads, m the
-  ratios judged; one backend changed across the board: the mean of its log ratios departs by more than bar(b)
-  standard errors, b the backends judged. Both need the effect beyond the threshold, and a change is a regression
-  only when that same departure is a slowdown.
-
-A kernel changed when another set of kernels ran (kernel_change), never when the same ones traded places by time.
-"""
+The rules are docs/verdicts.md's; every threshold is in attnbench.core.policy."""
 
 from __future__ import annotations
 
@@ -40,8 +16,7 @@ MEDIAN_ERROR = math.sqrt(math.pi / 2)  # the median's standard error over the me
 
 
 def observed_spread(ratios: list[float]) -> float:
-    """The robust spread of the log ratios around their median (1.4826 × their median absolute deviation); 0 for
-    fewer than two."""
+    """The robust spread of the log ratios (1.4826 × their MAD); 0 for fewer than two."""
     if len(ratios) < 2:
         return 0.0
     logs = [math.log(r) for r in ratios]
@@ -50,16 +25,16 @@ def observed_spread(ratios: list[float]) -> float:
 
 
 def spread_of(ratios: list[float], prior: float) -> float:
-    """The ratios' spread pooled with `prior` (a device's ratio noise, or a run's spread) as PRIOR_RATIOS ratios of
-    it: sqrt((w·prior² + (n-1)·observed²) / (w + n - 1))."""
+    """The ratios' spread pooled with `prior` weighed as PRIOR_RATIOS ratios:
+    sqrt((w·prior² + (n-1)·observed²) / (w + n - 1))."""
     n = len(ratios)
     observed = observed_spread(ratios)
     return math.sqrt((PRIOR_RATIOS * prior ** 2 + max(0, n - 1) * observed ** 2) / (PRIOR_RATIOS + max(0, n - 1)))
 
 
 def bar(judged: int) -> float:
-    """How many spreads (or standard errors) a departure must exceed when `judged` are judged at once: the two-sided
-    normal quantile at FAMILY_ALPHA / judged (Bonferroni), at least that of one."""
+    """The spreads a departure must exceed with `judged` judged at once: the two-sided normal quantile at
+    FAMILY_ALPHA / judged (Bonferroni)."""
     return statistics.NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(1, judged)))
 
 
@@ -73,7 +48,7 @@ class Pace:
     """The run's pace and whether it is a finding: beyond the threshold and beyond `bar` × its error."""
 
     value: float  # the median NEW/BASE ratio
-    error: float  # its standard error in log: the device's pace noise and the median's own error
+    error: float  # standard error in log
     finding: bool
 
     @property
@@ -94,16 +69,15 @@ def judge_pace(ratios: list[float], spread: float, pace_noise: float, threshold:
 
 @dataclass(frozen=True)
 class MachinePace:
-    """The machine's own pace: NEW's median window of the reference workload over BASE's (attnbench.run.pace_probe),
-    with its standard error in log (each side's windows' robust spread over √windows, as a median's)."""
+    """NEW's median window of the reference workload over BASE's (attnbench.run.pace_probe), with its standard
+    error in log."""
 
     value: float
     error: float
 
 
 def machine_pace(base: dict[str, Any] | None, new: dict[str, Any] | None) -> MachinePace | None:
-    """The machine's pace from two runs' env.json `pace_probe`; None unless both timed the same workload in two
-    windows or more."""
+    """From two runs' env.json `pace_probe`; None unless both timed the same workload in two windows or more."""
     if not base or not new or base.get("workload") != new.get("workload"):
         return None
     sides = [[w for w in side.get("windows_ms") or [] if w and w > 0] for side in (base, new)]
@@ -116,8 +90,7 @@ def machine_pace(base: dict[str, Any] | None, new: dict[str, Any] | None) -> Mac
 
 @dataclass(frozen=True)
 class BackendShift:
-    """A backend's across-the-board change: the geometric mean of its ratios over its matched cases, divided by the
-    pace judged against; `changed` when it is beyond the threshold and beyond the noise (bar)."""
+    """A backend's across-the-board change: its ratios' geometric mean over the pace judged against."""
 
     backend: str
     geomean: float  # over the pace judged against
@@ -131,9 +104,8 @@ class BackendShift:
 
 def backend_shifts(ratios: dict[str, list[float]], judged_pace: float, spreads: dict[str, float], shared_noise: float,
                    threshold: float) -> list[BackendShift]:
-    """Each backend's shift (ratios: its matched cases' NEW/BASE; spreads: each one's spread), judged when it has
-    MIN_BACKEND_CASES: its mean log ratio against the pace judged against, with an error of spread / √cases and, when
-    ratios are judged raw, the device's pace noise (`shared_noise`)."""
+    """Each backend's shift, judged from MIN_BACKEND_CASES cases on, with an error of spread / √cases and
+    `shared_noise` (the device's pace noise when ratios are judged raw)."""
     judged = [b for b, values in ratios.items() if len(values) >= MIN_BACKEND_CASES]
     standard_errors = bar(len(judged))
     out = []
@@ -148,8 +120,7 @@ def backend_shifts(ratios: dict[str, list[float]], judged_pace: float, spreads: 
 
 def kernel_change(base: Record, new: Record) -> str | None:
     """"<backend> now runs K; no longer K'" when a kernel ran in one run's profiled call and not in the other's
-    (the largest first, three at most of each); None when the same kernels ran, in whatever order of time (two
-    close ones trade places from run to run), or one run did not profile (docs/results.md "Which kernel ran")."""
+    (three at most of each); None when the same kernels ran in any order, or one run did not profile."""
     before, after = base.kernels, new.kernels
     if not before or not after:
         return None

@@ -28,8 +28,7 @@ from attnbench.report.plotting import (
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 
-# A group chart's title and skip note wrap at these many characters (14 pt bold and 9 pt across 1300 px), each
-# line taking this share of the figure's height.
+# A group chart's title and skip note wrap at these many characters, each line this share of the figure's height.
 TITLE_CHARS, TITLE_LINE = 120, 0.03
 NOTE_CHARS, NOTE_LINE = 200, 0.018
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
@@ -37,8 +36,7 @@ FAILED = ("oom", "error", "timeout", "skipped")
 
 
 def _band(record: Record) -> tuple[float, float]:
-    """The band around a median: its interval (ci_low_ms, ci_high_ms), or for a record written before intervals,
-    the 25th and 75th percentile of the raw samples (median ± IQR/2 when only the summary is stored)."""
+    """The band around a median: its interval, else the samples' 25th and 75th percentile, else median ± IQR/2."""
     if record.ci_low_ms is not None and record.ci_high_ms is not None:
         return float(record.ci_low_ms), float(record.ci_high_ms)
     samples = record.times_ms or []
@@ -93,8 +91,8 @@ def _plot_series(ax: Any, xs: list[int], ys: list[float], flags: list[bool], sty
     ax.plot(xs, ys, color=style.color, marker=style.marker, markersize=6, linewidth=1.8, linestyle=linestyle, zorder=3)
     bad = [(x, y) for x, y, flag in zip(xs, ys, flags, strict=False) if flag]
     if bad:
-        ax.plot(*zip(*bad, strict=False), marker="o", markersize=14, markerfacecolor="none", markeredgecolor=MISMATCH_COLOR,
-                markeredgewidth=2.0, linestyle="none", zorder=4)
+        ax.plot(*zip(*bad, strict=False), marker="o", markersize=14, markerfacecolor="none",
+                markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
 
 
 NOISY_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="white", linestyle="none", markersize=7,
@@ -105,8 +103,7 @@ THROTTLED_HANDLE = Line2D([], [], color="#555555", marker="o", markerfacecolor="
 
 def _mark_noisy(ax: Any, points: Iterable[tuple[str, int, Record]],
                 styles: dict[str, BackendStyle]) -> tuple[int, int]:
-    """Redraw each noisy or throttled point's marker hollow (points: backend, x, record); returns how many were
-    noisy and how many throttled."""
+    """Redraw each noisy or throttled point's marker hollow; returns how many were noisy and how many throttled."""
     noisy = throttled = 0
     for backend, x, record in points:
         if record.status in TIMED and record.time_ms \
@@ -147,99 +144,91 @@ def group_roof(group: CaseGroup) -> float | None:
     return max(roofs) if roofs else None
 
 
-def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str | None,
-                peak_tflops: float | None, device_name: str | None) -> Figure:
-    """Four panels for one case group: latency, peak memory, TFLOP/s and speed-up, one line per backend."""
-    fig = Figure(figsize=GROUP_FIGSIZE, dpi=DPI)
-    (ax_time, ax_mem), (ax_tflops, ax_speed) = fig.subplots(2, 2)
+def _latency_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle],
+                   levels: int) -> tuple[bool, int, int]:
+    """Median time with its interval shaded; returns whether anything was drawn, and the hollow counts."""
     cells = group.by_backend_x()
-    # Backends skipped at every length get one line of text, not a row of marks in every panel.
-    never = list(group.skipped_everywhere())
-    xs, backends = group.xs, [b for b in group.backends if b not in never]
-    failures = [f for f in _failures(group) if f[1] not in never]
-    levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
-    statuses = {str(r.status) for r in group.records if r.backend not in never}
-
-    # Latency, with the median's interval shaded.
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: r.time_ms)
-        _plot_series(ax_time, px, py, flags, styles[backend])
+        _plot_series(ax, px, py, flags, styles[backend])
         if len(px) > 1:
             bands = [_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
                      for x, y in zip(px, py, strict=False)]
-            ax_time.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
-                                 alpha=0.18, linewidth=0, zorder=2)
+            ax.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
+                            alpha=0.18, linewidth=0, zorder=2)
     noisy_points, throttled_points = _mark_noisy(
-        ax_time, ((b, x, r) for (b, x), r in sorted(group.by_backend_x().items()) if b in backends), styles)
+        ax, ((b, x, r) for (b, x), r in sorted(group.by_backend_x().items()) if b in backends), styles)
     hollow = " or ".join(word for word, n in (("noisy", noisy_points), ("throttled", throttled_points)) if n)
     shaded = "its interval" if any(r.ci_low_ms is not None for r in group.records) else "IQR"
-    ax_time.set_title(f"Latency (median, {shaded} shaded; hollow = {hollow})" if hollow
-                      else f"Latency (median, {shaded} shaded)")
-    ax_time.set_ylabel("time per call (ms, log)")
-    any_time = _finish_y(ax_time, log=True, levels=levels)
+    ax.set_title(f"Latency (median, {shaded} shaded; hollow = {hollow})" if hollow
+                 else f"Latency (median, {shaded} shaded)")
+    ax.set_ylabel("time per call (ms, log)")
+    return _finish_y(ax, log=True, levels=levels), noisy_points, throttled_points
 
-    # Peak memory above the inputs: measured where available, the estimate (dashed) where not.
+
+def _memory_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle],
+                  levels: int) -> None:
+    """Peak memory above the inputs: measured where available, else the estimate, dashed."""
     measured = any(r.peak_memory_bytes for r in group.records)
     key = "peak_memory_bytes" if measured else "memory_estimate_bytes"
     values = [getattr(r, key) for r in group.records if getattr(r, key) and r.status in TIMED]
     unit, unit_name = bytes_unit(values)
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: (getattr(r, key) or 0) / unit)
-        _plot_series(ax_mem, px, py, flags, styles[backend], linestyle="-" if measured else "--")
-    ax_mem.set_title("Peak memory above inputs" + ("" if measured else " (estimate: not measured)"))
-    ax_mem.set_ylabel(f"peak memory ({unit_name}, log)")
-    _finish_y(ax_mem, log=True, levels=levels)
+        _plot_series(ax, px, py, flags, styles[backend], linestyle="-" if measured else "--")
+    ax.set_title("Peak memory above inputs" + ("" if measured else " (estimate: not measured)"))
+    ax.set_ylabel(f"peak memory ({unit_name}, log)")
+    _finish_y(ax, log=True, levels=levels)
 
-    # Achieved throughput (in GFLOP/s when all of it is under 1 TFLOP/s), with the device's peak as a dashed line
-    # when it is on the scale.
-    peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
-                                                        or group_roof(group))
+
+def _throughput_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle],
+                      levels: int, peak: float | None) -> None:
+    """Achieved throughput (GFLOP/s when all of it is under 1 TFLOP/s), the peak dashed when on the scale."""
     achieved = [float(r.tflops) for r in group.records if r.tflops and r.status in TIMED
                 and r.backend in backends]
     on_scale = bool(peak and achieved and max(achieved) >= 0.1 * peak)
     per_unit, flops_name = throughput_unit(achieved + ([peak] if on_scale and peak else []))
     for backend in backends:
         px, py, flags = _series(group, backend, lambda r: (r.tflops or 0) / per_unit)
-        _plot_series(ax_tflops, px, py, flags, styles[backend])
+        _plot_series(ax, px, py, flags, styles[backend])
     title = "Achieved throughput (no known peak for this device)"
     if peak and on_scale:
-        ax_tflops.plot(xs, [peak / per_unit] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
-        ax_tflops.axhline(peak / per_unit, color="black", linestyle="--", linewidth=1.2, zorder=1)
-        ax_tflops.annotate(f"peak {peak / per_unit:.4g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
-                           (0.01, peak / per_unit),
-                           xycoords=blended_transform_factory(ax_tflops.transAxes, ax_tflops.transData),
-                           xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
+        xs = group.xs
+        ax.plot(xs, [peak / per_unit] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
+        ax.axhline(peak / per_unit, color="black", linestyle="--", linewidth=1.2, zorder=1)
+        ax.annotate(f"peak {peak / per_unit:.4g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
+                    (0.01, peak / per_unit), xycoords=blended_transform_factory(ax.transAxes, ax.transData),
+                    xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
         title = "Achieved throughput"
     elif peak:
         title = f"Achieved throughput (peak {peak:g} TFLOP/s is off this scale: memory-bound)"
-    _finish_y(ax_tflops, log=False, levels=levels, bottom=0.0)
-    ax_tflops.set_title(title)
-    ax_tflops.set_ylabel(flops_name)
+    _finish_y(ax, log=False, levels=levels, bottom=0.0)
+    ax.set_title(title)
+    ax.set_ylabel(flops_name)
 
-    # Speed-up over the baseline backend (above 1 = faster than the baseline); mismatches drawn, flagged.
+
+def _speedup_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[str, BackendStyle],
+                   levels: int, baseline: str | None) -> None:
+    """Speed-up over the baseline (above 1 = faster); mismatches drawn, flagged."""
+    cells = group.by_backend_x()
     speedups = group_speedups(group, baseline, include_mismatch=True)
     for backend in backends:
         pts = sorted((x, s) for (b, x), s in speedups.items() if b == backend)
         if pts:
             flags = [cells[(backend, x)].status == Status.MISMATCH for x, _ in pts]
-            _plot_series(ax_speed, [p[0] for p in pts], [p[1] for p in pts], flags, styles[backend])
-    ax_speed.set_title(f"Speed-up over {baseline}" if baseline else "Speed-up (no baseline ran)")
-    ax_speed.set_ylabel(f"{baseline} time / backend time (×, log)" if baseline else "×")
-    if _finish_y(ax_speed, log=True, levels=levels):
-        ax_speed.axhline(1.0, color="black", linewidth=1.0, linestyle=":", zorder=1)
+            _plot_series(ax, [p[0] for p in pts], [p[1] for p in pts], flags, styles[backend])
+    ax.set_title(f"Speed-up over {baseline}" if baseline else "Speed-up (no baseline ran)")
+    ax.set_ylabel(f"{baseline} time / backend time (×, log)" if baseline else "×")
+    if _finish_y(ax, log=True, levels=levels):
+        ax.axhline(1.0, color="black", linewidth=1.0, linestyle=":", zorder=1)
     elif baseline:
-        empty_note(ax_speed, f"{baseline} has no ok result to compare with here")
+        empty_note(ax, f"{baseline} has no ok result to compare with here")
     else:
-        empty_note(ax_speed, "neither sdpa-math nor naive ran ok; pass a baseline")
+        empty_note(ax, "neither sdpa-math nor naive ran ok; pass a baseline")
 
-    for ax in (ax_time, ax_mem, ax_tflops, ax_speed):
-        log2_x(ax, xs, group.x_label())
-        _mark_failures(ax, failures, styles)
-    if not any_time:
-        for ax in (ax_time, ax_mem, ax_tflops):
-            empty_note(ax, "no successful measurement in this group")
 
-    # Long titles (a workload names its axes) and long skip lists wrap rather than run off the image's edges.
+def _group_headings(fig: Figure, group: CaseGroup, never: list[str]) -> float:
+    """The wrapped title and skip note; returns the top of the panels' area."""
     title = textwrap.wrap(group.title(), TITLE_CHARS) or [""]
     fig.suptitle("\n".join(title), fontsize=14, fontweight="bold", y=0.99, va="top")
     top = 0.99 - TITLE_LINE * len(title)
@@ -248,6 +237,35 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
                              NOTE_CHARS)
         fig.text(0.5, top - 0.004, "\n".join(note), ha="center", va="top", fontsize=9, color="#57606a")
         top -= NOTE_LINE * len(note) + 0.004
+    return top
+
+
+def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str | None,
+                peak_tflops: float | None, device_name: str | None) -> Figure:
+    """Four panels for one case group: latency, peak memory, TFLOP/s and speed-up, one line per backend."""
+    fig = Figure(figsize=GROUP_FIGSIZE, dpi=DPI)
+    (ax_time, ax_mem), (ax_tflops, ax_speed) = fig.subplots(2, 2)
+    # Backends skipped at every length get one line of text, not a row of marks in every panel.
+    never = list(group.skipped_everywhere())
+    xs, backends = group.xs, [b for b in group.backends if b not in never]
+    failures = [f for f in _failures(group) if f[1] not in never]
+    levels = max([sum(1 for f in failures if f[0] == x) for x in xs] + [0])
+    statuses = {str(r.status) for r in group.records if r.backend not in never}
+
+    any_time, noisy_points, throttled_points = _latency_panel(ax_time, group, backends, styles, levels)
+    _memory_panel(ax_mem, group, backends, styles, levels)
+    peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
+                                                        or group_roof(group))
+    _throughput_panel(ax_tflops, group, backends, styles, levels, peak)
+    _speedup_panel(ax_speed, group, backends, styles, levels, baseline)
+    for ax in (ax_time, ax_mem, ax_tflops, ax_speed):
+        log2_x(ax, xs, group.x_label())
+        _mark_failures(ax, failures, styles)
+    if not any_time:
+        for ax in (ax_time, ax_mem, ax_tflops):
+            empty_note(ax, "no successful measurement in this group")
+
+    top = _group_headings(fig, group, never)
     extra = [NOISY_HANDLE] * bool(noisy_points) + [THROTTLED_HANDLE] * bool(throttled_points)
     rows = figure_legend(fig, _legend_handles(backends, styles, statuses, extra))
     fig.subplots_adjust(left=0.07, right=0.98, top=top - 0.04, bottom=0.065 + 0.03 * rows,
@@ -329,7 +347,8 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
                       alpha=1.0 if bad else 0.75)
         bounds, errs = [p[0] for p in pts], [p[1] for p in pts]
         ax_scatter.plot(bounds, errs, **kwargs)
-        ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs, strict=False)], **kwargs)
+        ax_ratio.plot([backends.index(backend)] * len(pts), [e / b for b, e in zip(bounds, errs, strict=False)],
+                      **kwargs)
     unchecked_bad = [r for r in records if r.status == Status.MISMATCH and r not in checked]
     if checked:
         low = min(min(float(r.error_bound) for r in checked), floor)
@@ -353,7 +372,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
     ax_scatter.set_ylabel("max |output − reference| (log)")
     ax_ratio.set_title("Error as a fraction of the bound (above 1 = mismatch)")
     ax_ratio.set_xticks(range(len(backends)))
-    # At 45°, anchored at their tick, neighbouring names stay apart even with a dozen backends in the panel.
+    # At 45°, anchored at their tick, neighbouring names stay apart.
     ax_ratio.set_xticklabels(backends, rotation=45, ha="right", rotation_mode="anchor")
     ax_ratio.set_xlim(-0.6, len(backends) - 0.4)
     ax_ratio.set_ylabel("max |error| / bound (log)")
@@ -371,7 +390,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
     handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
                for b in backends] + extra
     rows = figure_legend(fig, handles) if handles else 0
-    # From the bottom: the legend's rows, the notes, then the ratio panel's slanted names (as tall as the longest).
+    # From the bottom: the legend's rows, the notes, then the ratio panel's slanted names.
     height, label = fig.get_figheight() * DPI, max(map(len, backends), default=0) * 7.0 * 0.71 + 30
     notes_y = (8 + 24 * rows) / height
     if notes:
@@ -388,7 +407,7 @@ def setup_records(records: list[Record]) -> list[Record]:
 
 def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figure:
     """Each backend's one-time setup per case (left: ms; right: in calls of its own median time), a dot per
-    record and a bar at the backend's median: what a block mask, a compile or a plan costs before the first call."""
+    record and a bar at the backend's median."""
     rows = setup_records(records)
     backends = sorted({str(r.backend) for r in rows})
     fig = Figure(figsize=(GROUP_FIGSIZE[0], 1.6 + 0.42 * max(1, len(backends))), dpi=DPI)

@@ -1,12 +1,5 @@
-"""compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures.
-
-A regression is a slow-down beyond the threshold and the run-to-run noise (attnbench.report.change_rule), whose two
-intervals for the median do not overlap; a shared slowdown of every kernel (the pace) beyond what identical runs differ
-by is one too. A measurement whose two calls agreed bit for bit in BASE and not
-in NEW turned non-repeatable: named, and a failure when NEW asked for deterministic kernels. Records written before
-intervals fall back to the older rule (the medians differ by more than the two IQRs), and one whose IQR is over 10%
-of its median is listed as noisy and never judged.
-"""
+"""compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures
+(the rules: docs/verdicts.md)."""
 
 from __future__ import annotations
 
@@ -39,7 +32,7 @@ from attnbench.report.match import Match
 
 @dataclass
 class Comparison:
-    """What changed from BASE to NEW (the rules: attnbench.report.change_rule)."""
+    """What changed from BASE to NEW (the rules: change_rule)."""
 
     base: str
     new: str
@@ -48,12 +41,11 @@ class Comparison:
     only_in_base: int = 0
     only_in_new: int = 0
     versions: tuple[int, int] = (0, 0)  # the record schema of BASE and of NEW
-    machine_notes: list[str] = field(default_factory=list)  # where the two runs' machines differ (env.json)
-    software_notes: list[str] = field(default_factory=list)  # where their software differs (env.json)
-    # False with --absolute: every ratio is judged raw, whatever the pace.
-    relative: bool = True
-    device: str = "cpu"  # the device the matched records ran on: whose noise figures apply (core.policy)
-    probes: tuple[dict | None, dict | None] = (None, None)  # each run's env.json pace_probe (run.pace_probe)
+    machine_notes: list[str] = field(default_factory=list)  # env.json differences
+    software_notes: list[str] = field(default_factory=list)
+    relative: bool = True  # False with --absolute: every ratio is judged raw
+    device: str = "cpu"  # whose noise figures apply (core.policy)
+    probes: tuple[dict | None, dict | None] = (None, None)  # each run's env.json pace_probe
 
     @cached_property
     def _ratios(self) -> list[float]:
@@ -61,20 +53,18 @@ class Comparison:
 
     @property
     def spread(self) -> float:
-        """The run-to-run spread of the log ratios around the pace, pooled with the device's ratio noise."""
+        """The log ratios' spread, pooled with the device's ratio noise."""
         return spread_of(self._ratios, self._device.ratio_noise)
 
     @cached_property
     def machine(self) -> MachinePace | None:
-        """The machine's own pace (change_rule.machine_pace), when ratios may be held to it: both runs timed it, on
-        one machine with the same software, and not --absolute."""
+        """The machine's own pace, when both runs timed it on one machine and software, not --absolute."""
         if not self.relative or self.machine_notes or self.software_notes or self._device.probe_noise is None:
             return None
         return machine_pace(*self.probes)
 
     @property
     def _machine_value(self) -> float:
-        """The machine's own pace, 1 where it is not held to (machine)."""
         return self.machine.value if self.machine else 1.0
 
     @property
@@ -83,14 +73,12 @@ class Comparison:
 
     @property
     def _pace_noise(self) -> float:
-        """What identical runs' pace differs by: over the machine's own pace, with its error, where both timed it."""
         dev = self._device
         return math.hypot(dev.probe_noise or 0.0, self.machine.error) if self.machine else dev.pace_noise
 
     @cached_property
     def judged(self) -> Pace | None:
-        """The kernels' pace (over the machine's own, where both runs timed it), judged against what identical runs on
-        this device differ by; None without ratios."""
+        """The kernels' pace (over the machine's own, where timed); None without ratios."""
         over = self._machine_value
         return judge_pace([r / over for r in self._ratios], self.spread, self._pace_noise, self.threshold)
 
@@ -101,26 +89,23 @@ class Comparison:
 
     @property
     def raw(self) -> bool:
-        """Whether ratios are judged raw: asked (--absolute), another machine or other software, or a pace that is
-        itself a finding (a shared shift is news, not the machine's day)."""
+        """Ratios are judged raw with --absolute, across machines or software, or when the pace is a finding."""
         return (not self.relative or bool(self.machine_notes) or bool(self.software_notes)
                 or self.judged is None or self.judged.finding)
 
     @property
     def judged_pace(self) -> float:
-        """What each ratio is divided by before it is judged: the pace when judging relative to it; raw, the machine's
-        own pace where both runs timed it, else 1."""
+        """What each ratio is divided by before it is judged (raw: the machine's pace, else 1)."""
         return self._machine_value if self.raw or self.pace is None else self.pace
 
     @property
     def _shared_noise(self) -> float:
-        """The noise every ratio carries beside its own: the device's backend noise, and, judged raw, the pace noise."""
+        """The device's backend noise, and judged raw the pace noise."""
         return math.hypot(self._device.backend_noise, self._pace_noise if self.raw else 0.0)
 
     @property
     def unshared(self) -> list[str]:
-        """When the pace is a finding: the backends judged across the board (MIN_BACKEND_CASES matched) whose own
-        geomean did not move with it beyond the threshold, so the shift is not every kernel's; else []."""
+        """When the pace is a finding: the backends judged across the board that did not move with it."""
         if self.judged is None or not self.judged.finding:
             return []
         up, over = self.judged.value > 1, self._machine_value
@@ -130,15 +115,13 @@ class Comparison:
 
     @property
     def pace_slower(self) -> bool:
-        """The pace is a finding, a slowdown, and every backend judged moved with it: every kernel together got
-        slower, which fails the gate. A pace pulled by some backends while another stayed put is not claimed as
-        shared: the backends that moved with it are the regressions (moved_with_pace), the others judged raw."""
+        """The pace is a slowdown finding and every backend judged moved with it: the gate fails."""
         return (self.judged is not None and self.judged.finding and self.judged.value > 1
                 and not self.unshared)
 
     @property
     def pace_note(self) -> str | None:
-        """The run's pace in words, always, and how the ratios are judged."""
+        """The run's pace in words, and how the ratios are judged."""
         if self.judged is None:
             return None
         j, noise = self.judged, self._pace_noise
@@ -148,7 +131,8 @@ class Comparison:
             said += (f"; the machine's own pace, a reference workload timed through both runs, was "
                      f"{self.machine.value:.3f}×, so the kernels ran at {j.value:.3f}× of it")
         said += (f"; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy"
-                 + (", with the reference's own error" if self.machine else "") + f"): {j.departure:.1f} errors from 1)")
+                 + (", with the reference's own error" if self.machine else "")
+                 + f"): {j.departure:.1f} errors from 1)")
         if j.finding and self.unshared:
             said += (": beyond the threshold and the noise, but not shared: " + ", ".join(self.unshared)
                      + (" did" if len(self.unshared) == 1 else " did each") + " not move with it, so no shared "
@@ -156,7 +140,8 @@ class Comparison:
                      + " moved with it, and every ratio is judged raw")
         elif j.finding:
             said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
-                     "noise, a finding" + (" that fails the gate" if j.value > 1 else "") + "; every ratio is judged raw")
+                     "noise, a finding" + (" that fails the gate" if j.value > 1 else "")
+                     + "; every ratio is judged raw")
         elif self.raw:
             said += ": every ratio is judged raw (" + ("--absolute" if not self.relative else
                                                       "another machine" if self.machine_notes else
@@ -167,8 +152,6 @@ class Comparison:
 
     @property
     def machine_warning(self) -> str | None:
-        """The first thing to say when BASE and NEW ran on different machines or software: their ratios mix a
-        change of kernel with a change of machine or of software."""
         notes = self.machine_notes + self.software_notes
         if not notes:
             return None
@@ -180,21 +163,18 @@ class Comparison:
 
     @property
     def version_note(self) -> str | None:
-        """What a reader must know when the two runs were written by different record schemas (times compare; bytes
-        and GB/s of materialising backends were counted differently before version 2)."""
         base, new = self.versions
         if base == new:
             return None
-        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses compare; "
-                "before version 2, bytes_moved left out the score matrix's traffic")
+        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses "
+                "compare; before version 2, bytes_moved left out the score matrix's traffic")
 
     def _departure(self, m: Match) -> float:
         """A match's log ratio over the pace judged against: > 0 slower, < 0 faster."""
         return math.log(m.ratio) - math.log(self.judged_pace)  # type: ignore[arg-type]
 
     def _changed(self, m: Match) -> bool:
-        """Beyond the threshold (either way) and beyond bar(m) of its backend's spread, with intervals that do not
-        overlap, once NEW is divided by the pace judged against."""
+        """Beyond the threshold and bar(m) of its backend's spread, intervals apart, once over the judged pace."""
         if m.ratio is None:
             return False
         pace = self.judged_pace
@@ -203,15 +183,12 @@ class Comparison:
             and abs(self._departure(m)) > self.case_bar * error
 
     def spread_of_backend(self, backend: str) -> float:
-        """The run-to-run spread a backend's ratios are judged against: its own ratios' spread pooled with the
-        run's, never less than the run's (a math path that allocates its scores wanders more between runs than a
-        fused kernel)."""
+        """A backend's ratios' spread pooled with the run's, never below the run's."""
         return max(self.spread, spread_of(self._ratios_by_backend.get(backend, []), self.spread))
 
     @property
     def case_bar(self) -> float:
-        """The spreads a measurement's ratio must depart from the pace by, among every matched ratio
-        (change_rule.bar)."""
+        """The spreads a measurement's ratio must depart from the pace by (change_rule.bar)."""
         return bar(len(self._ratios))
 
     @property
@@ -221,7 +198,6 @@ class Comparison:
 
     @cached_property
     def _ratios_by_backend(self) -> dict[str, list[float]]:
-        """Each backend's matched ratios (the matches are fixed once compared)."""
         ratios: dict[str, list[float]] = {}
         for m in self.matches:
             if m.ratio is not None:
@@ -230,9 +206,7 @@ class Comparison:
 
     @property
     def backend_shifts(self) -> list[BackendShift]:
-        """Each backend's geomean over its matched cases, judged as one across-the-board change
-        (change_rule.backend_shifts); when the pace is a finding, a backend that moved with it (beyond the threshold,
-        the same way) is changed too: the pace's own test, beyond the noise, stands for it."""
+        """Each backend's across-the-board shift; when the pace is a finding, those that moved with it are changed."""
         spreads = {b: self.spread_of_backend(b) for b in self._ratios_by_backend}
         shifts = backend_shifts(self._ratios_by_backend, self.judged_pace, spreads, self._shared_noise, self.threshold)
         moved = self.moved_with_pace
@@ -248,19 +222,16 @@ class Comparison:
 
     @property
     def backend_regressions(self) -> list[BackendShift]:
-        """Backends slower across the board, beyond the threshold and the noise."""
         return [b for b in self.backend_shifts if b.slower]
 
     @property
     def regressions(self) -> list[Match]:
-        """Slower beyond the threshold and the noise, the two intervals apart, once divided by the pace judged
-        against; neither side's samples spread wide, neither side throttled."""
+        """Slower beyond the threshold and the noise, the intervals apart; neither side noisy or throttled."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
                 and self._departure(m) > 0]
 
     @property
     def improvements(self) -> list[Match]:
-        """Faster by the same rule."""
         return [m for m in self.matches if self._changed(m) and not m.noisy and not m.throttled
                 and self._departure(m) < 0]
 
@@ -271,56 +242,47 @@ class Comparison:
 
     @property
     def throttled(self) -> list[Match]:
-        """Would be a regression or improvement, but BASE or NEW was timed on a throttled or shared GPU (and
-        neither is noisy, which lists it there): listed, never judged."""
+        """Would be a regression or improvement, but timed on a throttled or shared GPU: listed, never judged."""
         return [m for m in self.matches if self._changed(m) and m.throttled and not m.noisy]
 
     @property
     def throttled_anywhere(self) -> int:
-        """How many matched measurements had a throttled or shared GPU on either side, changed or not."""
         return sum(1 for m in self.matches if m.throttled)
 
     @property
     def new_failures(self) -> list[Match]:
-        """Ran ok in BASE; oom, error, mismatch or timeout in NEW."""
         return [m for m in self.matches if m.base_status == "ok" and m.new_status in BAD_STATUSES]
 
     @property
     def turned_unrepeatable(self) -> list[Match]:
-        """Two calls agreed bit for bit in BASE and not in NEW."""
         return [m for m in self.matches if m.base_repeatable is True and m.new_repeatable is False]
 
     @property
     def determinism_broken(self) -> list[Match]:
-        """Turned non-repeatable in a NEW run that asked for deterministic kernels: what the run was promised broke."""
+        """Turned non-repeatable where NEW asked for deterministic kernels."""
         return [m for m in self.turned_unrepeatable if m.new_deterministic]
 
     @property
     def fixed(self) -> list[Match]:
-        """Failed in BASE (oom, error, mismatch or timeout); ok in NEW."""
         return [m for m in self.matches if m.base_status in BAD_STATUSES and m.new_status == "ok"]
 
     @property
     def geomean_by_backend(self) -> dict[str, float]:
-        """Geometric mean of NEW/BASE per backend, over the cases both runs measured ok."""
         return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend.items())}
 
     @property
     def broke(self) -> bool:
-        """Something that no change of machine explains: a new failure, or determinism asked for and broken."""
+        """A new failure, or determinism broken: no change of machine explains it."""
         return bool(self.new_failures or self.determinism_broken)
 
     @property
     def should_fail(self) -> bool:
-        """True when the gate fails: a shared slowdown (the pace), a regression of a measurement or of a backend
-        across the board, a new failure, or a measurement that turned non-repeatable in a run that asked for
-        deterministic kernels."""
+        """A shared slowdown, a regression of a measurement or a backend, or something broke."""
         return bool(self.pace_slower or self.regressions or self.backend_regressions or self.broke)
 
     @property
     def exit_code(self) -> int:
-        """1 when something broke, or (one machine) the gate fails; 3 when the machines differ and nothing broke:
-        a kernel's change cannot be told from the machine's; else 0."""
+        """1 when something broke or the gate fails; 3 when the machines differ and nothing broke; else 0."""
         if self.broke:
             return 1
         if self.machine_notes:
@@ -336,15 +298,12 @@ def _schema(records: list[Record], path: Path) -> int:
 
 
 def _index(records: list[Record]) -> dict[tuple, Record]:
-    # A run that repeated a measurement: the last record of a key stands for it.
+    # The last record of a repeated measurement stands for it.
     return {r.key: r for r in records}
 
 
 def _unsteady(record: Record) -> bool:
-    """Not to be judged: a record without an interval whose samples spread wide. A record with an interval is judged
-    by it, however wide: it is the run's (its windows and the device's run noise, core.interval.run_interval), so a
-    wide spread widens it, and one wider than the precision asked still tells two medians apart when the intervals
-    do not overlap."""
+    """A record without an interval whose samples spread wide; one with an interval is judged by it, however wide."""
     return False if record.interval is not None else record.noisy
 
 
@@ -370,7 +329,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
 
 def compare_records(base_records: list[Record], new_records: list[Record], base: str, new: str,
                     threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """compare_runs on records already read (a history store's run, say); `base` and `new` name them."""
+    """compare_runs on records already read; `base` and `new` name them."""
     versions = (_schema(base_records, Path(base)), _schema(new_records, Path(new)))
     base_index, new_index = _index(base_records), _index(new_records)
     shared = [k for k in base_index if k in new_index]

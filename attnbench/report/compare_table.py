@@ -58,44 +58,65 @@ def comparison_table(comparison: Comparison) -> Table:
     return table
 
 
-def comparison_markdown(comparison: Comparison) -> str:
-    """The comparison as Markdown, for a pull request."""
+def _unjudged_words(comparison: Comparison) -> str:
+    return ((f", {len(comparison.noisy)} change(s) not judged: noisy" if comparison.noisy else "")
+            + (f", {len(comparison.throttled)} change(s) not judged: throttled GPU" if comparison.throttled else ""))
+
+
+def _unrepeatable_words(comparison: Comparison) -> str:
+    if not comparison.turned_unrepeatable:
+        return ""
+    asked = (f" ({len(comparison.determinism_broken)} asked for deterministic kernels)"
+             if comparison.determinism_broken else "")
+    return f", {len(comparison.turned_unrepeatable)} turned non-repeatable{asked}"
+
+
+def _verdict_line(comparison: Comparison) -> str:
+    verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[comparison.exit_code]
+    pace = "every kernel together slower (the pace), " if comparison.pace_slower else ""
+    wide = (f"{len(comparison.backend_regressions)} backend(s) slower across the board, "
+            if comparison.backend_regressions else "")
+    return (f"{verdict}: {pace}{len(comparison.regressions)} regression(s), {wide}"
+            f"{len(comparison.new_failures)} new failure(s), "
+            f"{len(comparison.improvements)} improvement(s), {len(comparison.fixed)} fixed"
+            + _unjudged_words(comparison) + _unrepeatable_words(comparison) + ".")
+
+
+def _header_lines(comparison: Comparison) -> list[str]:
     lines = [f"## attnbench compare: {md_cell(comparison.new)} vs {md_cell(comparison.base)}", ""]
     if comparison.machine_warning:
         lines += [f"**{md_cell(comparison.machine_warning)}**", ""]
     if comparison.pace_note:
         lines += [md_cell(comparison.pace_note) + ".", ""]
     lines.append(f"{len(comparison.matches)} matched measurements ({comparison.only_in_base} only in base, "
-                 f"{comparison.only_in_new} only in new); a change is beyond the threshold ({comparison.threshold:.0%}) with "
-                 "intervals of the median that do not overlap.")
-    lines.append("")
-    verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[comparison.exit_code]
-    lines.append(f"{verdict}: " + ("every kernel together slower (the pace), " if comparison.pace_slower else "")
-                 + f"{len(comparison.regressions)} regression(s), "
-                 + (f"{len(comparison.backend_regressions)} backend(s) slower across the board, "
-                    if comparison.backend_regressions else "")
-                 + f"{len(comparison.new_failures)} new failure(s), "
-                 f"{len(comparison.improvements)} improvement(s), {len(comparison.fixed)} fixed"
-                 + (f", {len(comparison.noisy)} change(s) not judged: noisy" if comparison.noisy else "")
-                 + (f", {len(comparison.throttled)} change(s) not judged: throttled GPU" if comparison.throttled else "")
-                 + (f", {len(comparison.turned_unrepeatable)} turned non-repeatable"
-                    + (f" ({len(comparison.determinism_broken)} asked for deterministic kernels)"
-                       if comparison.determinism_broken else "") if comparison.turned_unrepeatable else "")
-                 + ".")
+                 f"{comparison.only_in_new} only in new); a change is beyond the threshold "
+                 f"({comparison.threshold:.0%}) with intervals of the median that do not overlap.")
+    lines += ["", _verdict_line(comparison)]
     if comparison.throttled_anywhere:
         lines += ["", f"{comparison.throttled_anywhere} matched measurement(s) were timed on a throttled or shared GPU "
                       "(heat or power slowed it, or another process was on it) in base or new: never judged a "
                       "regression or an improvement."]
-    lines += ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
+    return lines
+
+
+def _geomean_lines(comparison: Comparison) -> list[str]:
+    lines = ["", "| backend | geomean new/base | cases |", "|---|---|---|"]
     counts: dict[str, int] = {}
     for m in comparison.matches:
         if m.ratio is not None:
             counts[m.backend] = counts.get(m.backend, 0) + 1
     for backend, value in comparison.geomean_by_backend.items():
         lines.append(f"| {md_cell(backend)} | {value:.3f}× | {counts[backend]} |")
+    return lines
+
+
+def _change_lines(comparison: Comparison) -> list[str]:
+    """Regressions (per backend across the board first), improvements, and the changes not judged."""
+    noisy = f"Noisy (samples spread over {policy.percent(policy.NOISE_THRESHOLD)} of the median: not judged)"
     sections = (("Regressions", comparison.regressions), ("Improvements", comparison.improvements),
-                (f"Noisy (samples spread over {policy.percent(policy.NOISE_THRESHOLD)} of the median: not judged)", comparison.noisy),
+                (noisy, comparison.noisy),
                 ("Throttled GPU (heat, power or another process: not judged)", comparison.throttled))
+    lines: list[str] = []
     for title, items in sections:
         wide = comparison.backend_regressions if title == "Regressions" else []
         if items or wide:
@@ -108,20 +129,40 @@ def comparison_markdown(comparison: Comparison) -> str:
                 note = m.unjudged_note()
                 lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.side('base'))} "
                              f"| {md_cell(m.side('new'))} | {md_cell(m.ratio_words(comparison.judged_pace))}{note} |")
-    if comparison.turned_unrepeatable:
-        lines += ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
-                  "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
-        for m in comparison.turned_unrepeatable:
-            lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
-                         f"| {'yes: fails' if m.new_deterministic else 'no'} |")
+    return lines
+
+
+def _unrepeatable_lines(comparison: Comparison) -> list[str]:
+    if not comparison.turned_unrepeatable:
+        return []
+    lines = ["", "### Turned non-repeatable (two calls on the same inputs gave different bits)", "",
+             "| backend | case | new: difference between two calls | deterministic asked |", "|---|---|---|---|"]
+    for m in comparison.turned_unrepeatable:
+        lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {md_cell(m.new_repeat)} "
+                     f"| {'yes: fails' if m.new_deterministic else 'no'} |")
+    return lines
+
+
+def _kernel_change_lines(comparison: Comparison) -> list[str]:
     changed = [f"- {md_cell(m.kernel_change)} ({md_cell(m.case)})" for m in comparison.matches if m.kernel_change]
-    if changed:
-        lines += ["", "### Kernel changed (a kernel ran in one run's profiled call and not in the other's)", "",
-                  *changed]
+    if not changed:
+        return []
+    return ["", "### Kernel changed (a kernel ran in one run's profiled call and not in the other's)", "", *changed]
+
+
+def _status_lines(comparison: Comparison) -> list[str]:
+    lines: list[str] = []
     for title, items in (("New failures", comparison.new_failures), ("Fixed", comparison.fixed)):
         if items:
             lines += ["", f"### {title}", "", "| backend | case | base | new | reason |", "|---|---|---|---|---|"]
             for m in items:
                 lines.append(f"| {md_cell(m.backend)} | {md_cell(m.case)} | {m.base_status} | {m.new_status} "
                              f"| {md_cell(m.new_reason or '')} |")
+    return lines
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """The comparison as Markdown, for a pull request."""
+    lines = (_header_lines(comparison) + _geomean_lines(comparison) + _change_lines(comparison)
+             + _unrepeatable_lines(comparison) + _kernel_change_lines(comparison) + _status_lines(comparison))
     return "\n".join(lines) + "\n"

@@ -1,19 +1,11 @@
 """Which attention backend to call for a shape, from a dispatch table written by `attnbench recommend --out`.
-
-Pure Python and json (no torch), so a model's attention layer or a serving config can import it:
-
-    from attnbench.dispatch import DispatchTable
+Pure Python and json (no torch), so model code can import it (docs/recommend.md):
 
     table = DispatchTable.load("h200-dispatch.json")
     choice = table.choose(seq_len=6000, heads=16, kv_heads=4, head_dim=128, dtype="bf16", causal=True)
-    backend = choice.backend if choice else "sdpa"  # None: nothing measured says to leave the default
 
-A shape falls in a row's bucket when its query and KV lengths lie in the row's length bands (powers of two:
-a length n is in [2^k, 2^(k+1)) for the k with 2^k <= n) and every other field is equal. `choose` answers only
-from that row, and only when its decision is `winner` or `tie`; any other shape gets None, never the nearest
-bucket's backend, which was not timed on the shape asked. `lookup` returns the matching row whatever its
-decision, to see why there is no choice. The table's format is docs/recommend.md's; `Shape.bucket` is the one
-definition of a bucket, used by `recommend` to write the table and here to read it.
+`choose` answers only from the row of the shape's own bucket, and only a `winner` or `tie`; else None (keep the
+default). `Shape.bucket` is the one definition of a bucket, for writing the table and reading it.
 """
 
 from __future__ import annotations
@@ -30,9 +22,7 @@ from attnbench.records.record import Record
 
 SCHEMA_NAME = "attnbench-dispatch"
 SCHEMA_VERSION = 2  # 2: buckets tell quantized formats apart (kv_dtype, quant, quant_block)
-# The workload kinds a bucket tells apart (each a yes/no: the documents' count, page size or softcap value are not
-# part of the bucket; attnbench.core.axes declares each with its axis), and the decisions a row can hold; choose()
-# answers from the first two only.
+# The workload kinds a bucket tells apart, each a yes/no (attnbench.core.axes); choose() answers from ANSWERING only.
 FEATURES = tuple(axes.features())
 DECISIONS = ("winner", "tie", "unsettled", "none")
 ANSWERING = ("winner", "tie")
@@ -61,8 +51,7 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class Shape:
-    """One attention call as a model's layer knows it; `kv_seq_len` defaults to `seq_len`, `head_dim_v` to
-    `head_dim`. `heads` and `kv_heads` are what this GPU computes (after any tensor parallelism)."""
+    """One attention call as a model's layer knows it (heads after any tensor parallelism)."""
 
     seq_len: int
     heads: int
@@ -83,7 +72,7 @@ class Shape:
     kv_dtype: str | None = None  # an FP8 K/V cache under `dtype` queries
     quant: str | None = None  # the FP8 scales' granularity: tensor (the default when quantized), head or block
     quant_block: int | None = None  # tokens per scale with block scales (default 128)
-    # A feature declared after the ones above (attnbench.core.axes) is a keyword of its own, after them.
+    # A feature declared after the ones above (attnbench.core.axes) is a keyword after them.
     for _name in FEATURES:
         if _name not in __annotations__:
             __annotations__[_name] = "bool"
@@ -92,7 +81,6 @@ class Shape:
 
     @property
     def quantized(self) -> bool:
-        """Whether Q/K/V or the K/V cache is in an FP8 format."""
         return dtype_name(self.dtype).startswith("float8") or self.kv_dtype is not None
 
     def bucket(self) -> dict[str, Any]:
@@ -117,7 +105,6 @@ class Shape:
 
     @classmethod
     def of_record(cls, record: Record) -> Shape:
-        """The shape of a measurement record."""
         return cls(
             seq_len=int(record.seq_len), heads=int(record.heads), kv_heads=int(record.kv_heads),
             head_dim=int(record.head_dim), dtype=str(record.dtype), causal=bool(record.causal),
@@ -134,7 +121,7 @@ def bucket_key(bucket: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Choice:
-    """The backend to call, and the table row that says so (its decision, margin, tie set, default's cost)."""
+    """The backend to call, and the table row that says so."""
 
     backend: str
     row: dict[str, Any]
@@ -145,7 +132,7 @@ class Choice:
 
 
 class DispatchTable:
-    """A loaded dispatch table: its header (GPU, runs, schema) and its rows, one per bucket."""
+    """A loaded dispatch table: its header and its rows, one per bucket."""
 
     def __init__(self, data: dict[str, Any]) -> None:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
@@ -155,14 +142,12 @@ class DispatchTable:
                                 f"{SCHEMA_VERSION}; write the table again with `attnbench recommend`")
         self.data = data
         self.rows: list[dict[str, Any]] = list(data.get("rows") or [])
-        # A feature declared after the table was written is one its shapes did not have (a table of randn runs
-        # has no stress_inputs): absent, it is False, so the table's buckets still match.
+        # A feature declared after the table was written is absent there: False, so its buckets still match.
         unset = dict.fromkeys(FEATURES, False)
         self._by_key = {bucket_key({**unset, **row["bucket"]}): row for row in self.rows}
 
     @classmethod
     def load(cls, path: str | Path) -> DispatchTable:
-        """Read a table written by `attnbench recommend --out FILE`."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
@@ -171,24 +156,22 @@ class DispatchTable:
 
     @property
     def gpu(self) -> str | None:
-        """The device the table was measured on (a GPU's name, or the CPU's)."""
+        """The device the table was measured on."""
         return self.data.get("gpu")
 
     def lookup(self, *shape: Any, **fields: Any) -> dict[str, Any] | None:
-        """The row whose bucket holds the shape, whatever its decision. The shape is a Shape, or Shape's fields
-        in its order or by name: lookup(4096, 16, 4, 128, "bf16", causal=True, window=None, mode="fwd")."""
+        """The row whose bucket holds the shape (a Shape, or Shape's fields), whatever its decision."""
         one = shape[0] if len(shape) == 1 and isinstance(shape[0], Shape) and not fields else Shape(*shape, **fields)
         return self._by_key.get(bucket_key(one.bucket()))
 
     def choose(self, *shape: Any, **fields: Any) -> Choice | None:
-        """The backend to call for the shape (as `lookup` takes it), or None when the table has no decided row
-        for it (an unmeasured shape, no two clean timings, or an unsettled one): then keep the default."""
+        """The backend to call for the shape, or None when the table has no decided row for it."""
         row = self.lookup(*shape, **fields)
         if row is None or row.get("decision") not in ANSWERING or not row.get("backend"):
             return None
         return Choice(str(row["backend"]), row)
 
     def shapes(self) -> list[dict[str, Any]]:
-        """Every row's bucket predicate (for a caller that lists what the table covers)."""
+        """Every row's bucket predicate."""
         return [dict(row["bucket"]) for row in self.rows]
 

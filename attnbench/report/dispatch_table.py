@@ -1,5 +1,4 @@
-"""Decisions as a user reads them: the dispatch table's JSON (its schema beside this file), Markdown, a terminal
-table, and the bucket in words."""
+"""Decisions as a user reads them: the dispatch table's JSON, Markdown, a terminal table, the bucket in words."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a dispatch table, shipped in the package, with a bucket field for every feature the axis
-    table declares (the shipped file lists those known when it was written; a test holds it to the table)."""
+    """The JSON Schema of a dispatch table, with a bucket field for every feature the axis table declares."""
     data = json.loads(resources.files("attnbench.report").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
     bucket = data["$defs"]["bucket"]
     for name in FEATURES:
@@ -44,8 +42,7 @@ def band_words(band: list[int]) -> str:
 
 
 def bucket_words(bucket: dict[str, Any]) -> str:
-    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'
-    (a quantized one adds its K/V format and scales: 'K/V fp8e4m3 · per-head scales')."""
+    """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'."""
     words = [dtype_word(bucket["dtype"]), "causal" if bucket["causal"] else "no mask"]
     if bucket["window"] is not None:
         words.append(f"window {bucket['window']}")
@@ -110,9 +107,7 @@ def to_json(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write a file that must not exist yet: an earlier table or summary is never overwritten, and a kill at any
-    moment leaves it whole or absent (written under a temporary name, fsynced, then linked into place, which fails
-    if the name was taken meanwhile)."""
+    """Write a file that must not exist yet; a kill at any moment leaves it whole or absent."""
     import os
     import tempfile
 
@@ -144,8 +139,7 @@ def write_new(path: Path, text: str) -> None:
 
 
 def ratio_text(value: float | None) -> str:
-    """A ratio, with more decimals the nearer it is to 1, where two would read as 1.00x: '1.0003×', '1.004×',
-    '3.50×'."""
+    """A ratio, with more decimals the nearer it is to 1: '1.0003×', '1.004×', '3.50×'."""
     if value is None:
         return "—"
     if 0.99 < value < 1.01:
@@ -213,7 +207,6 @@ HEADER = ("bucket", "decision", "call", "fastest clean", "runner-up", f"{DEFAULT
 
 
 def table_rows(decisions: list[Decision], metric: Metric) -> list[tuple[str, ...]]:
-    """The rows the terminal, Markdown and HTML tables share."""
     return [(bucket_words(d.bucket), d.decision, d.backend or "—", value_text(d, metric), runner_text(d),
              default_text(d), note_text(d, metric)) for d in decisions]
 
@@ -225,11 +218,11 @@ def header(metric: Metric) -> tuple[str, ...]:
 
 def title(runs: list[Run], metric: Metric) -> str:
     """'NVIDIA H200 · 4 runs · ranked by time'."""
-    return f"{runs[0].device_name or runs[0].device} · {len(runs)} run{'s' if len(runs) != 1 else ''} · ranked by {metric.name}"
+    count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    return f"{runs[0].device_name or runs[0].device} · {count} · ranked by {metric.name}"
 
 
 def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> str:
-    """The Markdown section (`recommend --md`)."""
     lines = [f"## Recommendation: {md_cell(title(runs, metric))}", "",
              "Per bucket of shapes: the fastest backend whose latest record is `ok`, measured untroubled (a "
              "backward's gradients checked), with its interval apart from every other candidate's (else a tie; two "
@@ -243,7 +236,7 @@ def to_markdown(decisions: list[Decision], runs: list[Run], metric: Metric) -> s
 
 
 def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -> Table:
-    """A rich Table for the terminal (strings from the runs kept literal)."""
+    """A rich Table for the terminal (run strings kept literal)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -258,6 +251,6 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
 
 
 def html_section(decisions: list[Decision], runs: list[Run], metric: Metric) -> dict[str, Any]:
-    """What report.html's Recommendation section shows (escaped by the template)."""
     return {"title": title(runs, metric), "header": header(metric),
-            "rows": [{"decision": d.decision, "cells": row} for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}
+            "rows": [{"decision": d.decision, "cells": row}
+                     for d, row in zip(decisions, table_rows(decisions, metric), strict=False)]}

@@ -1,5 +1,5 @@
-"""The energy chart: joules per token against sequence length, one line per backend and panel per case group, from
-the records' `extra.joules_per_token` (attnbench.run.sustain's loop); drawn only when some record carries it."""
+"""The energy chart: joules per token against sequence length, from the records' `extra.joules_per_token`
+(attnbench.run.sustain's loop)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from attnbench.report.groups import CaseGroup
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, empty_note, figure_legend, log2_x
 from attnbench.report.styles import BackendStyle
 
-MAX_PANELS = 6  # the case groups drawn (the ones with the most measured points first)
+MAX_PANELS = 6  # the case groups with the most measured points
 
 
 def energy_records(records: list[Record]) -> list[Record]:
@@ -23,8 +23,7 @@ def energy_records(records: list[Record]) -> list[Record]:
 
 def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Figure:
     """Per case group, mJ per token (log) against sequence length (log2), one line per backend; a hollow point where
-    the loop ran throttled. Energy per token falls with length where the call amortises fixed costs, and a kernel that
-    does less work per token (a window, a sparse mask) draws lower."""
+    the loop ran throttled."""
     measured = [(g, energy_records(g.records)) for g in groups]
     measured = sorted([(g, rs) for g, rs in measured if rs], key=lambda item: -len(item[1]))[:MAX_PANELS]
     columns = 2 if len(measured) > 1 else 1
@@ -33,7 +32,7 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     seen: dict[str, BackendStyle] = {}
     for ax, (group, rs) in zip(axes, measured, strict=False):
-        field = group.x_field  # the query length, or the KV length of a decode group
+        field = group.x_field
         lengths = sorted({int(getattr(r, field)) for r in rs})
         for backend in sorted({r.backend for r in rs}):
             mine = sorted((r for r in rs if r.backend == backend), key=lambda r: getattr(r, field))

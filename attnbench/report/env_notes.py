@@ -1,5 +1,5 @@
-"""What two runs' env.json say differs: the machine (another machine's numbers are not this one's) and the software
-(a change of software is a change a gate exists to see). compare and compare --against history say it first."""
+"""What two runs' env.json say differs: the machine and the software. compare and compare --against history say it
+first."""
 
 from __future__ import annotations
 
@@ -7,16 +7,14 @@ from typing import Any
 
 # What env.json says of the machine: two runs that differ here are not one machine's numbers.
 MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count")
-# What it says of the software and its settings (the kernel libraries' versions come from `libraries`): two runs that
-# differ here are judged raw, since a change of software is a change a gate exists to see.
+# Software and its settings (kernel libraries' versions come from `libraries`): a difference is judged raw.
 SOFTWARE_KEYS = ("attnbench", "git_commit", "python", "torch", "torch_threads", "cuda", "cudnn", "driver")
 
 
 def env_differences(base_env: dict[str, Any], new_env: dict[str, Any], keys: tuple[str, ...],
                     libraries: bool = False) -> list[str]:
-    """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that two runs'
-    env.json state and disagree on. A fact one side does not state (no env.json, a damaged one) is unknown, never a
-    difference: a run cannot be called another machine's on a missing line."""
+    """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that both runs'
+    env.json state and disagree on; a fact one side does not state is unknown, never a difference."""
     found = [f"{key}: {base_env.get(key)} vs {new_env.get(key)}" for key in keys
              if base_env.get(key) is not None and new_env.get(key) is not None and base_env[key] != new_env[key]]
     base_libs, new_libs = base_env.get("libraries"), new_env.get("libraries")
@@ -33,6 +31,5 @@ def machine_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> li
 
 
 def software_differences(base_env: dict[str, Any], new_env: dict[str, Any]) -> list[str]:
-    """Where two runs' software and its settings differ: attnbench and its commit, Python, torch and its threads,
-    CUDA, cuDNN, the driver, every kernel library."""
+    """Where two runs' software and its settings differ."""
     return env_differences(base_env, new_env, SOFTWARE_KEYS, libraries=True)

@@ -13,18 +13,16 @@ from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
 from attnbench.report.recommend import ran_kernel
 from attnbench.report.rows import kernel_unchecked
 
-# Packed documents, and their drawn lengths.
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
-# The fields that make two records the same case apart from its documents.
+# The fields that make two records the same case but for its documents.
 CASE_KEYS = tuple(k for k in (*KEY_FIELDS, *WORKLOAD_DEFAULTS) if k != "backend" and k not in DOCUMENT_FIELDS)
 MAX_GROUP_LINES = 12  # "fastest per length" lines; the tables hold every group
-MAX_QUANTIZED_LINES = 16  # FP8 speed-up and "not faster" lines
+MAX_QUANTIZED_LINES = 16
 SHOWN_CASES = 3  # cases named per failure line
-MAX_DTYPE_LINES = 8  # cases the dtype cannot hold, named one by one
-MAX_REPEAT_LINES = 8  # non-repeatable records named one by one; the tables mark every one
-DETERMINISTIC_SKIP = "deterministic asked"
-# Where an `overhead` text names the rest of the call (attnbench.timing.profile.judge_kernels writes it).
-OVERHEAD_REST = "the rest: "  # how a refusal's skip reason begins (attnbench.run.skip, attnbench.run.measure)
+MAX_DTYPE_LINES = 8
+MAX_REPEAT_LINES = 8
+DETERMINISTIC_SKIP = "deterministic asked"  # how a refusal's skip reason begins (attnbench.run.skip, run.measure)
+OVERHEAD_REST = "the rest: "  # where an `overhead` text names the rest of the call (timing.profile.judge_kernels)
 
 
 @dataclass
@@ -39,7 +37,7 @@ class Failure:
 
     @property
     def cases_text(self) -> str:
-        """How many cases, naming the first few (the records table lists every one), or that it was every case."""
+        """How many cases, naming the first few, or that it was every case."""
         count = f"{len(self.cases)} case{'s' if len(self.cases) != 1 else ''}"
         if self.every and len(self.cases) > 1:
             return f"every case, {count}"
@@ -55,15 +53,15 @@ class Findings:
     fastest: list[str] = field(default_factory=list)
     speedup: list[str] = field(default_factory=list)
     memory: list[str] = field(default_factory=list)
-    packing: list[str] = field(default_factory=list)  # packed documents against one sequence, same backend
-    quantized: list[str] = field(default_factory=list)  # FP8 speed-ups, and FP8 kernels not faster (report.frontier)
-    noise: list[str] = field(default_factory=list)  # how many timings are noisy, when any are
+    packing: list[str] = field(default_factory=list)  # packed documents against one sequence
+    quantized: list[str] = field(default_factory=list)  # report.frontier's lines
+    noise: list[str] = field(default_factory=list)
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
-    # lengths whose fastest backend is flagged, then every record flagged `overhead`: what the rest of its call was
+    # flagged fastest lengths, then every record flagged `overhead`
     kernels: list[str] = field(default_factory=list)
-    roofs: list[str] = field(default_factory=list)  # records above 100% of their roof: the roof is wrong
-    dtype: list[str] = field(default_factory=list)  # cases whose dtype cannot hold their inputs (extra.dtype_limited)
-    failures: list[Failure] = field(default_factory=list)  # every mismatch and error, with its reason
+    roofs: list[str] = field(default_factory=list)  # records above 100% of their roof
+    dtype: list[str] = field(default_factory=list)  # cases whose dtype cannot hold their inputs
+    failures: list[Failure] = field(default_factory=list)  # mismatch, error, wrong_kernel
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -89,7 +87,7 @@ def _span(first: int, last: int) -> str:
 
 
 def _spans(xs: list[int], every: list[int]) -> str:
-    """The lengths timed, as one span when they are consecutive lengths of the group: "256–512", else "1K, 4K"."""
+    """The lengths timed, as one span when consecutive in the group ("256–512"), else "1K, 4K"."""
     start = every.index(xs[0])
     if every[start:start + len(xs)] == xs:
         return _span(xs[0], xs[-1])
@@ -115,17 +113,18 @@ def fastest_line(group: CaseGroup) -> str | None:
         return f"{group.title()}: no backend produced a correct timing."
     timed_backends = {b for (b, _), r in cells.items() if usable_time(r) is not None}
     if len(timed_backends) == 1:  # "fastest" of one says nothing was compared
-        return f"{group.title()}: only {next(iter(timed_backends))} has a correct timing ({_spans([x for x, _ in winners], list(group.xs))})."
+        spans = _spans([x for x, _ in winners], list(group.xs))
+        return f"{group.title()}: only {next(iter(timed_backends))} has a correct timing ({spans})."
     only = {name for _, name in winners}
     if len(only) == 1 and len(winners) == len(group.xs) and len(winners) > 1:
-        return f"{group.title()}: {next(iter(only))} is fastest at every length ({fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])})."
+        span = f"{fmt_length(group.xs[0])}–{fmt_length(group.xs[-1])}"
+        return f"{group.title()}: {next(iter(only))} is fastest at every length ({span})."
     return f"{group.title()}: fastest {_ranges(winners)}."
 
 
 def flagged_fastest_lines(groups: list[CaseGroup]) -> list[str]:
     """Each length where the fastest backend's time is not its attention kernel's alone: the fastest ok record is
-    flagged `overhead` (how much of its call was other work, and what), or a `wrong_kernel` record was faster than
-    every ok one (its time is another kernel's)."""
+    flagged `overhead`, or a `wrong_kernel` record was faster than every ok one."""
     lines = []
     for group in groups:
         cells = group.by_backend_x()
@@ -160,8 +159,7 @@ def _group_failures(records: list[Record], statuses: tuple[str, ...]) -> list[Fa
 
 
 def repeat_lines(records: list[Record]) -> list[str]:
-    """How many compared records were not repeatable, each of them (up to MAX_REPEAT_LINES) with its tensor and
-    largest difference, and, when the run asked for deterministic kernels, what the backends made of it."""
+    """The compared records that were not repeatable, and what the backends made of a deterministic request."""
     compared = [r for r in records if r.repeatable is not None]
     differed = [r for r in compared if r.unrepeatable]
     lines = []
@@ -191,9 +189,8 @@ MAX_ROOF_LINES = 8  # records above their roof named one by one; the tables show
 
 
 def roof_lines(records: list[Record]) -> list[str]:
-    """Every timed record above 100% of its roof (extra.above_roof), named: no kernel outruns the machine, so the
-    roof is what is wrong — a measured one taken under load or on too small a matmul, or a datasheet row or option
-    below this device."""
+    """Every timed record above 100% of its roof (extra.above_roof): no kernel outruns the machine, so the roof is
+    wrong."""
     above = [r for r in records if r.status in TIMED and (r.extra or {}).get("above_roof")]
     lines = []
     for r in above[:MAX_ROOF_LINES]:
@@ -208,10 +205,8 @@ def roof_lines(records: list[Record]) -> list[str]:
 
 
 def dtype_lines(records: list[Record]) -> list[str]:
-    """Each case where naive attention in the case's own dtype is far off the float64 reference
-    (extra.dtype_limited): the dtype cannot hold its inputs, so a pass there says "no worse than twice the dtype",
-    and each backend's error is given as a share of the reference's scale instead (docs/conventions.md "Input
-    distributions")."""
+    """Each case whose dtype cannot hold its inputs (extra.dtype_limited): naive in the case's dtype is far off the
+    float64 reference, so each backend's error is given as a share of the reference's scale."""
     cases: dict[str, list[Record]] = {}
     for r in records:
         if r.status in TIMED and (r.extra or {}).get("dtype_limited"):
@@ -231,9 +226,7 @@ def dtype_lines(records: list[Record]) -> list[str]:
 
 
 def packing_lines(timed: list[Record]) -> list[str]:
-    """For each backend timed on packed documents and on the same case as one sequence, where their intervals do
-    not overlap: how their times compare (block-sparse kernels skip what crosses a boundary; a dense kernel given
-    the mask does all the work)."""
+    """Each backend's time on packed documents against one sequence of the same case, where the intervals are apart."""
     def key(r: Record) -> tuple:
         return tuple(str(getattr(r, k)) for k in CASE_KEYS)
 
@@ -257,27 +250,31 @@ def packing_lines(timed: list[Record]) -> list[str]:
     return lines[:MAX_PACKING_LINES]
 
 
-def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str | None) -> Findings:
-    """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
-    found = Findings()
-    for r in records:
-        found.counts[r.status] = found.counts.get(r.status, 0) + 1
-    timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+def noise_lines(timed: list[Record]) -> list[str]:
+    """How many timings are noisy, and how many were taken on a throttled or shared GPU."""
+    lines = []
     noisy = sum(1 for r in timed if r.noisy)
     if noisy:
-        found.noise.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
-                           "too few samples for one): marked ~ in the tables and drawn hollow.")
+        lines.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
+                     "too few samples for one): marked ~ in the tables and drawn hollow.")
     throttled = sum(1 for r in timed if r.throttled)
     if throttled:
-        found.noise.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
-                           "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
-                           "extra.other_gpu_processes): marked ! in the tables and drawn hollow; compare does not "
-                           "judge them.")
-    lines = [line for line in (fastest_line(g) for g in groups) if line]
-    found.fastest = lines[:MAX_GROUP_LINES]
-    if len(lines) > MAX_GROUP_LINES:
-        found.fastest.append(f"… and {len(lines) - MAX_GROUP_LINES} more case groups (see the tables).")
+        lines.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
+                     "power slowed its clock, or another process was on it: extra.clock_event_reasons, "
+                     "extra.other_gpu_processes): marked ! in the tables and drawn hollow; compare does not "
+                     "judge them.")
+    return lines
 
+
+def fastest_lines(groups: list[CaseGroup]) -> list[str]:
+    lines = [line for line in (fastest_line(g) for g in groups) if line]
+    more = [f"… and {len(lines) - MAX_GROUP_LINES} more case groups (see the tables)."] \
+        if len(lines) > MAX_GROUP_LINES else []
+    return lines[:MAX_GROUP_LINES] + more
+
+
+def speedup_line(groups: list[CaseGroup], baseline: str | None) -> str:
+    """The largest speed-up over the baseline, or why there is none."""
     best: tuple[float, str, CaseGroup, int] | None = None
     for group in groups:
         for (backend, x), value in group_speedups(group, baseline).items():
@@ -285,50 +282,65 @@ def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str
                 best = (value, backend, group, x)
     if best is not None:
         value, backend, group, x = best
-        found.speedup.append(
-            f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
-            f"at {_length_words(group, x)}."
-        )
-    elif baseline is None:
-        found.speedup.append("No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline).")
-    else:
-        found.speedup.append(f"No other backend has a correct timing next to {baseline} on the same case.")
+        return (f"Largest speed-up over {baseline}: {backend} is {value:.2f}× faster on {group.title()} "
+                f"at {_length_words(group, x)}.")
+    if baseline is None:
+        return "No speed-up is given: neither sdpa-math nor naive ran ok (choose a baseline)."
+    return f"No other backend has a correct timing next to {baseline} on the same case."
 
-    if groups:
-        longest = max(groups, key=lambda g: (g.xs[-1], len(g.records)))
-        x = longest.xs[-1]
-        parts = []
-        for (backend, xx), r in sorted(longest.by_backend_x().items()):
-            if xx != x:
-                continue
-            if r.status in TIMED and r.peak_memory_bytes is not None:
-                parts.append(f"{backend} {fmt_bytes(r.peak_memory_bytes)}")
-            elif r.status in TIMED:
-                parts.append(f"{backend} not measured")
-            elif r.status != Status.SKIPPED:  # an oom here is the finding; skips are listed below
-                parts.append(f"{backend} {r.status}")
-        found.memory.append(
-            f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
-            + "; ".join(parts) + "."
-        )
+
+def _memory_word(backend: str, r: Record) -> str | None:
+    if r.status in TIMED:
+        return f"{backend} {fmt_bytes(r.peak_memory_bytes)}" if r.peak_memory_bytes is not None \
+            else f"{backend} not measured"
+    if r.status != Status.SKIPPED:  # an oom here is the finding; skips are listed below
+        return f"{backend} {r.status}"
+    return None
+
+
+def memory_lines(groups: list[CaseGroup]) -> list[str]:
+    """Each backend's peak memory at the longest length of the group that reaches furthest."""
+    if not groups:
+        return []
+    longest = max(groups, key=lambda g: (g.xs[-1], len(g.records)))
+    x = longest.xs[-1]
+    words = (_memory_word(backend, r) for (backend, xx), r in sorted(longest.by_backend_x().items()) if xx == x)
+    parts = [w for w in words if w is not None]
+    return [f"Peak memory at the longest length ({_length_words(longest, x)}, {longest.title()}): "
+            + "; ".join(parts) + "."]
+
+
+def kernel_lines(groups: list[CaseGroup], records: list[Record]) -> list[str]:
+    """Lengths whose fastest backend is flagged, backends with overhead, and unchecked kernels."""
+    flagged = flagged_fastest_lines(groups)
+    more = [f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose fastest backend is flagged (see the tables)."] \
+        if len(flagged) > MAX_GROUP_LINES else []
+    return flagged[:MAX_GROUP_LINES] + more + overhead_lines(records) + unchecked_lines(records)
+
+
+def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str | None) -> Findings:
+    """Fastest backend per length, the largest speed-up over the baseline, memory at the longest length, failures."""
+    found = Findings()
+    for r in records:
+        found.counts[r.status] = found.counts.get(r.status, 0) + 1
+    timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+    found.noise = noise_lines(timed)
+    found.fastest = fastest_lines(groups)
+    found.speedup = [speedup_line(groups, baseline)]
+    found.memory = memory_lines(groups)
     found.packing = packing_lines(timed)
     found.roofs = roof_lines(records)
     found.dtype = dtype_lines(records)
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
-    flagged = flagged_fastest_lines(groups)
-    found.kernels = flagged[:MAX_GROUP_LINES] + ([f"… and {len(flagged) - MAX_GROUP_LINES} more lengths whose "
-                                                  "fastest backend is flagged (see the tables)."]
-                                                 if len(flagged) > MAX_GROUP_LINES else [])
-    found.kernels += overhead_lines(records) + unchecked_lines(records)
+    found.kernels = kernel_lines(groups, records)
     found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
 
 
 def overhead_lines(records: list[Record]) -> list[str]:
-    """One line per backend with records flagged `overhead`: how many, the share its declared kernels took, and what
-    the rest of the call was most often (each record's own words are in the table)."""
+    """One line per backend flagged `overhead`: how many, its kernels' share, and what the rest of the call was."""
     by: dict[str, list[Record]] = {}
     for r in records:
         if r.overhead:
@@ -353,9 +365,7 @@ def overhead_lines(records: list[Record]) -> list[str]:
 
 
 def unchecked_lines(records: list[Record], most: int = 5) -> list[str]:
-    """One line per reason measured records' kernels were never checked (a profiler that failed or saw nothing, no
-    declared names, a record from before profiling), naming each backend with how many of its measured records: such
-    a record is no evidence of which kernel ran, so it is named here and never counted as checked."""
+    """One line per reason kernels were never checked, naming each backend with how many records."""
     by: dict[str, dict[str, int]] = {}
     for r in records:
         why = kernel_unchecked(r)

@@ -1,12 +1,7 @@
-"""Accuracy beside speed: the accuracy–speed frontier of each case measured in several formats, the FP8 speed-up over
-the same kernel family in its original dtype, and the findings when an FP8 kernel is not faster.
-
-A frontier group is one case measured in every format at one length: the records that share every case field but
-the dtype and the quantization fields, and whose original inputs are the same tensors (an FP8 case's originals are
-its bf16 twin's: attnbench.core.case.Case.unquantized). Each record is a point: its median time, and its output's relative
-L2 error against the float64 reference on the ORIGINAL inputs (`extra.error_vs_original`, or for an unquantized case
-`extra.kernel_error`, the same thing there) — what a user of that format gets, the format's cost and the kernel's
-together.
+"""Accuracy beside speed (docs/report.md): the accuracy–speed frontier of each case measured in several formats, the
+FP8 speed-up over the same kernel family in its original dtype, and the findings when an FP8 kernel is not faster.
+A point is a record's median time and its output's relative L2 error on the original inputs
+(attnbench.core.case.Case.unquantized).
 """
 
 from __future__ import annotations
@@ -116,8 +111,8 @@ def frontier_groups(records: list[Record]) -> list[FrontierGroup]:
 
 
 def speedups(records: list[Record]) -> list[tuple[Record, Record | None, Record | None]]:
-    """For each `ok` quantized record of a frontier: (it, the same kernel family's `ok` record in the original format
-    on the same case, the fastest `ok` record in the original format on the same case), each None where absent."""
+    """For each `ok` quantized record: (it, its family's `ok` record in the original format, the fastest one in the
+    original format), None where absent."""
     found = []
     for r in records:
         if kind_of(r) == "original" or r.status != Status.OK:
@@ -131,9 +126,8 @@ def speedups(records: list[Record]) -> list[tuple[Record, Record | None, Record 
 
 
 def findings_lines(records: list[Record]) -> list[str]:
-    """Per case and length with quantized kernels: each one's speed over its own kernel family in the original dtype,
-    and which of them are not faster than the fastest kernel in the original dtype (judged by the medians'
-    intervals where both have one), with both errors against the original inputs."""
+    """Per case and length: each quantized kernel's speed over its family in the original dtype, and those not
+    faster than the fastest original-dtype kernel."""
     lines = []
     for group in frontier_groups(records):
         for length in group.lengths:
@@ -188,9 +182,8 @@ def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Figure:
-    """One panel per length (the longest MAX_PANELS): each backend and format a point at (median time, relative L2
-    error against the original inputs), both log, labelled; the frontier as a step line; a mismatch ringed in red,
-    a noisy or throttled timing hollow."""
+    """One panel per length (the longest MAX_PANELS): each backend and format at (median time, relative L2 error),
+    both log; the frontier as a step line."""
     lengths = group.lengths[-MAX_PANELS:]
     fig = Figure(figsize=(max(GROUP_FIGSIZE[0], 6.2 * len(lengths) + 0.8), 6.8), dpi=DPI)
     axes = fig.subplots(1, len(lengths), squeeze=False)[0]
@@ -236,7 +229,8 @@ def frontier_chart(group: FrontierGroup, styles: dict[str, BackendStyle]) -> Fig
         handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
                               markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch"))
     if drawn_front:
-        handles.append(Line2D([], [], color="#57606a", linestyle="--", label="frontier (none faster and more accurate)"))
+        handles.append(Line2D([], [], color="#57606a", linestyle="--",
+                              label="frontier (none faster and more accurate)"))
     ncol = len(handles) if len(handles) <= 6 else math.ceil(len(handles) / 2)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.005))
     rows = math.ceil(len(handles) / ncol)
@@ -271,8 +265,7 @@ def fmt_ratio(ratio: float) -> str:
 
 
 def _place_labels(fig: Figure, ax: Any, items: list[tuple[float, float, str]]) -> None:
-    """Each point's label to its right, moved down (or up) past the labels already placed where they would overlap,
-    with a thin line back to its point when moved."""
+    """Each point's label to its right, moved past labels already placed, with a line back to its point."""
     box = ax.get_position()
     width_in, height_in = fig.get_figwidth() * box.width, fig.get_figheight() * box.height
     (x0, x1), (y0, y1) = (math.log10(v) for v in ax.get_xlim()), (math.log10(v) for v in ax.get_ylim())
@@ -292,7 +285,8 @@ def _place_labels(fig: Figure, ax: Any, items: list[tuple[float, float, str]]) -
         left = fx + 12 / 72 / width_in
         top = fy + h / 2
         for _ in range(60):
-            clash = [p for p in placed if left < p[0] + p[2] and p[0] < left + w and top > p[1] - p[3] and top - h < p[1]
+            clash = [p for p in placed
+                     if left < p[0] + p[2] and p[0] < left + w and top > p[1] - p[3] and top - h < p[1]
                      and not (abs(p[0] + p[2] / 2 - fx) < 1e-9 and abs(p[1] - p[3] / 2 - fy) < 1e-9)]
             if not clash:
                 break
@@ -310,8 +304,7 @@ FORMAT_LABELS = {"original": "original dtype", "qkv": "FP8 Q, K, V", "kv": "FP8 
 
 
 def _pad_log(ax: Any, values: list[float], axis: str = "x", right: float = 1.6) -> None:
-    """A log axis spanning the values with room around them (on the right, for the points' labels), ticked at 1-2-5
-    steps with plain numbers (0.02, not 2×10⁻²)."""
+    """A log axis spanning the values with room around them, ticked at 1-2-5 steps with plain numbers."""
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     values = [v for v in values if v > 0]
     if not values:

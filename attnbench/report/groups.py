@@ -13,12 +13,12 @@ from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
 from attnbench.core.case import DTYPE_SHORT
 from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, Status
 
-# A failed point is never dropped: these statuses get a marker on the chart and a row in the table.
+# A failed point is never dropped: a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
-# The workload axes that stay fixed within a group too (the drawn lengths follow the lengths, so they do not).
+# The workload axes that stay fixed within a group too.
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
@@ -39,12 +39,10 @@ class CaseGroup:
 
     @property
     def xs(self) -> list[int]:
-        """The distinct lengths on the x axis, ascending."""
         return sorted({int(getattr(r, self.x_field)) for r in self.records})
 
     @property
     def backends(self) -> list[str]:
-        """The backends that have at least one record (any status) in this group."""
         return sorted({r.backend for r in self.records})
 
     def title(self) -> str:
@@ -55,11 +53,9 @@ class CaseGroup:
         return " · ".join(words)
 
     def x_label(self) -> str:
-        """Axis label for the varying length."""
         return "KV sequence length (tokens)" if self.x_field == "kv_seq_len" else "sequence length (tokens)"
 
     def slug(self) -> str:
-        """A file-name-safe name for the group's chart."""
         s = self.shape
         parts = [
             dtype_word(s["dtype"]), "causal" if s["causal"] else "full",
@@ -77,8 +73,7 @@ class CaseGroup:
         return {(r.backend, int(getattr(r, self.x_field))): r for r in self.records}
 
     def skipped_everywhere(self) -> dict[str, list[str]]:
-        """The backends skipped at every length of the group, each with its distinct reasons: the chart draws them
-        not and the summary's table gives them no row, each naming them once instead."""
+        """The backends skipped at every length, each with its distinct reasons: named once, not drawn."""
         reasons: dict[str, list[str]] = {}
         ran: set[str] = set()
         for (backend, _), record in sorted(self.by_backend_x().items()):
@@ -90,12 +85,11 @@ class CaseGroup:
 
 
 def dtype_word(dtype: Any) -> str:
-    """Short dtype name: bfloat16 -> bf16."""
     return DTYPE_WORDS.get(str(dtype), str(dtype))
 
 
 def shape_words(shape: dict[str, Any]) -> list[str]:
-    """The fixed case fields of a group, as words for titles and headings."""
+    """The fixed case fields of a group, as words."""
     words = [dtype_word(shape["dtype"]), "causal" if shape["causal"] else "no mask"]
     if shape.get("window") is not None:
         words.append(f"window {shape['window']}")
@@ -112,8 +106,7 @@ def shape_words(shape: dict[str, Any]) -> list[str]:
 
 
 def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand"), as
-    attnbench.core.axes declares each."""
+    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
     return axes.words_of(shape, short)
 
 
@@ -123,12 +116,10 @@ def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
 
 
 def shape_of(record: Record) -> dict[str, Any]:
-    """A record's case fields (its shape, lengths and workload axes) as the mapping the words above read."""
     return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
 
 
 def case_words(record: Record) -> str:
-    """One record's case in words, lengths included."""
     words = shape_words(shape_of(record))
     if record.seq_len == record.kv_seq_len:
         words.append(f"seq {record.seq_len}")
@@ -159,7 +150,7 @@ def group_records(records: Iterable[Record]) -> list[CaseGroup]:
         if len(q_lengths) > 1 and len(kv_lengths) == 1:
             groups.append(CaseGroup(shape, "seq_len", {"kv_seq_len": int(next(iter(kv_lengths)))}, members))
             continue
-        # Decode-like: the query length is fixed (split by it when several), the KV length varies.
+        # Decode-like: the query length is fixed, the KV length varies.
         for q in sorted(q_lengths):
             subset = [r for r in members if r.seq_len == q]
             groups.append(CaseGroup(shape, "kv_seq_len", {"seq_len": int(q)}, subset))
@@ -189,10 +180,9 @@ class KvHeadsFamily:
     shape: dict[str, Any]  # the shared fields; kv_heads is left out
     x_field: str
     length: int  # the longest length all of them measured (or the longest any measured)
-    records: list[Record]  # the records at that length
+    records: list[Record]
 
     def title(self) -> str:
-        """The family in words, without kv_heads."""
         heads = self.shape["heads"]
         words = shape_words({**self.shape, "kv_heads": heads})
         words = [f"{heads} query heads" if w == f"{heads} heads" else w for w in words]

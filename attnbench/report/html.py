@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from typing import Any
 
 import jinja2
@@ -19,8 +20,7 @@ from attnbench.report.findings import Findings
 from attnbench.report.plotting import Chart
 from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
 
-# Rows of the records table drawn at a time: sorting and filtering run over every record in the page's script, and a
-# page of 100,000 records stays responsive (docs/report.md).
+# Rows of the records table drawn at a time; the page's script sorts and filters over every record.
 PAGE_ROWS = 100
 _HOW_TO_READ = (
     "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
@@ -58,7 +58,8 @@ def how_to_read() -> tuple[str, ...]:
     """The report's legend, its statements of policy made from the policy table."""
     return tuple(line.replace("{timing}", policy.timing_words() + " ") for line in _HOW_TO_READ)
 
-TEMPLATE = r"""<!DOCTYPE html>
+# A line ending in a backslash continues on the next, its indentation dropped.
+_TEMPLATE = r"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -84,7 +85,8 @@ TEMPLATE = r"""<!DOCTYPE html>
   th[data-dir="asc"]::after { content: " ▲"; } th[data-dir="desc"]::after { content: " ▼"; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
   td.reason { min-width: 260px; max-width: 420px; overflow-wrap: anywhere; }
-  td.reason div { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; line-clamp: 3; overflow: hidden; }
+  td.reason div { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; line-clamp: 3; \
+      overflow: hidden; }
   td.why { color: #57606a; white-space: normal; overflow-wrap: anywhere; }
   .pager button { font: inherit; padding: 0 6px; }
   td.kernel, td.ran { color: #57606a; white-space: nowrap; } td.backend { white-space: nowrap; }
@@ -109,7 +111,8 @@ TEMPLATE = r"""<!DOCTYPE html>
 {% for f in findings.failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
   {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
 {% endfor %}
-{% for f in findings.other_failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
+{% for f in findings.other_failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> \
+    <b>{{ f.backend }}</b>:
   {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
 {% endfor %}
 {% if not findings.failures %}<li>No mismatches and no errors.</li>{% endif %}
@@ -118,13 +121,15 @@ TEMPLATE = r"""<!DOCTYPE html>
 <h2 id="recommendation">Recommendation</h2>
 <p class="note">{{ recommendation.title }}. Per bucket of shapes (sequence lengths in power-of-two bands), the backend
 to call: the fastest whose record is ok, timed neither throttled nor noisy, with its interval apart from every other
-candidate's (else a named tie, keeping sdpa when it is in it); <i>unsettled</i> when a throttled or noisy timing may be
+candidate's (else a named tie, keeping sdpa when it is in it); <i>unsettled</i> when a throttled or noisy \
+    timing may be
 faster. The last columns give PyTorch's own choice (sdpa) against the backend to call, and what could not be judged.
 <code>attnbench recommend DIR --out dispatch.json</code> writes it as a dispatch table.</p>
 <div class="scroll"><table class="recommend">
 <thead><tr>{% for column in recommendation.header %}<th>{{ column }}</th>{% endfor %}</tr></thead>
 <tbody>
-{% for row in recommendation.rows %}<tr class="dec-{{ row.decision }}">{% for cell in row.cells %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% for row in recommendation.rows %}<tr class="dec-{{ row.decision }}">{% for cell in row.cells %}\
+    <td>{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}</tbody>
 </table></div>
 {% endif %}
@@ -140,7 +145,9 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 {% endfor %}
 {% for chart in charts %}<figure id="chart-{{ chart.name }}">
 <img alt="{{ chart.title }}" width="{{ chart_width }}" src="data:image/png;base64,{{ chart.b64 }}">
-<figcaption>{{ chart.title }} — {% if chart_files %}<a href="charts/{{ chart.name }}">charts/{{ chart.name }}</a>{% else %}charts/{{ chart.name }}{% endif %}</figcaption>
+<figcaption>{{ chart.title }} — {% if chart_files %}\
+    <a href="charts/{{ chart.name }}">charts/{{ chart.name }}</a>{% else %}\
+    charts/{{ chart.name }}{% endif %}</figcaption>
 </figure>
 {% endfor %}
 
@@ -150,17 +157,21 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 <select data-filter="{{ key }}"><option value="">all</option>
 {% for option in options %}<option value="{{ option }}">{{ option }}</option>{% endfor %}
 </select></label>
-{% endfor %}<span class="note">showing <span id="shown">{{ rows | length }}</span> of {{ rows | length }}; click a header to sort</span>
+{% endfor %}<span class="note">showing <span id="shown">{{ rows | length }}</span> of {{ rows | length }}; \
+    click a header to sort</span>
 <span class="pager"><button type="button" id="page-prev">‹ previous</button> page <span id="page-at">1 of 1</span>
 <button type="button" id="page-next">next ›</button> ({{ page_rows }} rows a page)</span>
 </div>
 <div class="scroll"><table id="records">
-<thead><tr>{% for key, header, numeric in columns %}<th data-key="{{ key }}" data-type="{{ "num" if numeric else "text" }}">{{ header }}</th>{% endfor %}</tr></thead>
+<thead><tr>{% for key, header, numeric in columns %}\
+    <th data-key="{{ key }}" data-type="{{ "num" if numeric else "text" }}">{{ header }}</th>{% endfor %}</tr></thead>
 <tbody></tbody>
 </table></div>
-<noscript><p class="note">The records table is drawn by the page's script; summary.md holds them as text.</p></noscript>
+<noscript><p class="note">The records table is drawn by the page's script; summary.md holds them as \
+    text.</p></noscript>
 <script type="application/json" id="records-data">{{ rows_json }}</script>
-<p class="note">Generated by attnbench {{ env.attnbench or "" }} from stored results; nothing was re-run to draw this page.</p>
+<p class="note">Generated by attnbench {{ env.attnbench or "" }} from stored results; nothing was re-run to \
+    draw this page.</p>
 <script>
 (function () {
   // Every record is in records-data; sorting and filtering run over all of them, and one page of rows is drawn.
@@ -170,14 +181,17 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
   Array.prototype.forEach.call(heads, function (th) { keys.push(th.dataset.key); });
   var statusAt = keys.indexOf("status"), reasonAt = keys.indexOf("reason");
   var filters = document.querySelectorAll("select[data-filter]");
-  function text(cell) { return cell === null ? "" : typeof cell === "string" ? cell : Array.isArray(cell) ? cell[0] : cell.t; }
+  function text(cell) { return cell === null ? "" : typeof cell === "string" ? cell : Array.isArray(cell) ? \
+      cell[0] : cell.t; }
   function cellElement(r, i) {
     var td = document.createElement("td"), cell = r[3][i], key = keys[i];
-    if (heads[i].dataset.type === "num") { td.className = "num"; td.dataset.v = cell === null || cell[1] === null ? "" : cell[1]; }
+    if (heads[i].dataset.type === "num") { td.className = "num"; td.dataset.v = cell === null || cell[1] === \
+        null ? "" : cell[1]; }
     else if (key === "reason") { td.className = "reason"; td.title = text(cell); }
     else if (key === "kernel" || key === "ran" || key === "backend") { td.className = key; td.title = text(cell); }
     else if (key === "status") { td.className = "st st-" + r[2]; }
-    if (key === "reason") { var div = document.createElement("div"); div.textContent = text(cell); td.appendChild(div); }
+    if (key === "reason") { var div = document.createElement("div"); div.textContent = text(cell); \
+        td.appendChild(div); }
     else if (cell !== null && cell.href) {  // the top kernel, and a link to its --trace file
       var a = document.createElement("a"); a.className = "trace"; a.href = cell.href; a.textContent = cell.label;
       td.appendChild(document.createTextNode(cell.t + " · ")); td.appendChild(a);
@@ -187,7 +201,8 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
   }
   function rowElement(r) {
     var tr = document.createElement("tr");
-    tr.className = r[2] !== "ok" ? "bad" : ""; tr.dataset.backend = r[0]; tr.dataset.dtype = r[1]; tr.dataset.status = r[2];
+    tr.className = r[2] !== "ok" ? "bad" : ""; tr.dataset.backend = r[0]; tr.dataset.dtype = r[1]; \
+        tr.dataset.status = r[2];
     var measured = r[3].slice(statusAt + 1, reasonAt).some(function (cell) { return text(cell) !== ""; });
     for (var i = 0; i < keys.length; i++) {
       if (!measured && i === statusAt + 1 && reasonAt > i) {  // nothing measured: the reason fills the empty columns
@@ -216,7 +231,8 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
   }
   function applyFilters() {
     matched = all.filter(function (r) {
-      return Array.prototype.every.call(filters, function (f) { return !f.value || r[FIELD[f.dataset.filter]] === f.value; });
+      return Array.prototype.every.call(filters, function (f) { return !f.value || r[FIELD[f.dataset.filter]] \
+          === f.value; });
     });
     page = 0; draw();
   }
@@ -233,7 +249,8 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
         if (!num) return text(cell).toLowerCase();
         return cell === null || cell[1] === null ? (dir === "asc" ? Infinity : -Infinity) : cell[1];
       }
-      all.sort(function (a, b) { var x = key(a), y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (dir === "asc" ? 1 : -1); });
+      all.sort(function (a, b) { var x = key(a), y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (dir === \
+          "asc" ? 1 : -1); });
       applyFilters();
     });
   });
@@ -243,12 +260,12 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 </body>
 </html>
 """
+TEMPLATE = re.sub(r"\\\n\s*", "", _TEMPLATE)
 
 
 def table_row(record: Record, speedup: float | None, trace_href: str | None = None) -> list[Any]:
-    """One record as the page's script reads it: [backend, dtype, status, cells], a cell being its text, or for a
-    numeric column [text, the number it sorts by or null], or null when empty; with `trace_href` the top-kernel cell
-    is {t: its text, href, label: the trace's name}, which the script draws as a link."""
+    """One record as the page's script reads it: [backend, dtype, status, cells]; a cell is its text, for a numeric
+    column [text, sort number or null], null when empty, or with `trace_href` the top kernel's {t, href, label}."""
     cells: list[Any] = []
     for key, _, numeric in COLUMNS:
         if key == "ran" and trace_href is not None:
@@ -274,7 +291,7 @@ def _environment() -> jinja2.Environment:
 
 
 def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
-    """The environment header as (label, value) pairs; missing keys are left out rather than guessed."""
+    """The environment header as (label, value) pairs; missing keys are left out."""
     rows: list[tuple[str, str]] = []
     device = env.get("device") or (records[0].device if records else None)
     gpus = env.get("gpus") or []
@@ -285,7 +302,8 @@ def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]
             rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
         rows += gpu_rows(env, records)
     else:
-        rows.append(("CPU", str(env.get("cpu") or env.get("device_name") or (records[0].device_name if records else "?"))))
+        cpu = env.get("cpu") or env.get("device_name") or (records[0].device_name if records else "?")
+        rows.append(("CPU", str(cpu)))
     versions = [f"torch {env['torch']}"] if env.get("torch") else []
     for name, version in sorted((env.get("libraries") or {}).items()):
         if name == "torch" and versions:  # env.json lists torch among the libraries too: name it once
@@ -303,7 +321,7 @@ def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]
 
 
 def gpu_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
-    """Each GPU as read when the run started (env.json, usually idle) and as its records saw it while timing."""
+    """Each GPU as read when the run started and as its records saw it while timing."""
     rows = []
     states = [GpuState.from_dict(s) for s in env.get("gpu_state") or [] if isinstance(s, dict) and "index" in s]
     for state in states:
@@ -320,10 +338,8 @@ def render_html(env: dict[str, Any], records: list[Record], findings: Findings, 
                 chart_notes: list[str], speedups: dict[Record, float], baseline: str | None, chart_width: int,
                 recommendation: dict[str, Any] | None = None, chart_files: bool = False,
                 trace_links: dict[Record, str] | None = None) -> str:
-    """The page as a string. `speedups` maps a record to its speed-up over the baseline; `recommendation` is
-    the Recommendation section (dispatch_table.html_section), left out when None; `chart_files`: the charts were
-    also written as charts/*.png beside the page, so each caption links to its file; `trace_links` maps a record
-    to its --trace file's address relative to the page, for each trace that exists."""
+    """The page as a string. `recommendation`: dispatch_table.html_section, or None; `chart_files`: captions link
+    to charts/*.png beside the page; `trace_links`: each record's --trace file, relative to the page."""
     links = trace_links or {}
     rows = [table_row(r, speedups.get(r), links.get(r)) for r in records]
     filters = [

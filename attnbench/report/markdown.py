@@ -33,9 +33,8 @@ def _row(record: Record, x: int, speedup: float | None) -> list[str]:
 
 
 def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
-    """The Markdown lines of one group's table: one row per backend × length for the backends that ran at some
-    length, failures included; those skipped at every length are named once under it, with their reasons (the
-    chart says the same, and report.html's table keeps every record)."""
+    """The Markdown lines of one group's table: one row per backend × length, failures included; backends skipped at
+    every length are named once under it."""
     speedups = group_speedups(group, baseline)
     never = group.skipped_everywhere()
     header = [h.format(x="KV seq" if group.x_field == "kv_seq_len" else "seq") for h in TABLE_HEADER]
@@ -67,7 +66,9 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     if facts_line:
         lines += [facts_line, ""]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(findings.counts.items()))
-    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their {policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
+    lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their "
+              f"{policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a "
+              "throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
     lines += ["### Findings", ""]
     lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
     for failure in findings.failures + findings.other_failures:

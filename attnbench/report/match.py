@@ -1,4 +1,4 @@
-"""Match: one measurement present in both runs of a comparison, with each side's median, interval and status."""
+"""Match: one measurement present in both runs of a comparison."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from attnbench.records.record import apart
 
 @dataclass
 class Match:
-    """One measurement present in both runs."""
 
     key: tuple
     backend: str
@@ -30,13 +29,13 @@ class Match:
     new_ci: tuple[float, float] | None = None
     base_repeatable: bool | None = None  # the record's `repeatable`: None where not compared
     new_repeatable: bool | None = None
-    new_deterministic: bool = False  # NEW was measured with deterministic kernels asked for (extra.deterministic)
+    new_deterministic: bool = False  # NEW asked for deterministic kernels (extra.deterministic)
     new_repeat: str = ""  # NEW's difference between its two calls, in words
-    kernel_change: str | None = None  # "X now runs K; no longer K'": another set of kernels ran (kernel_change)
+    kernel_change: str | None = None  # "X now runs K; no longer K'" (change_rule.kernel_change)
 
     @property
     def noisy(self) -> bool:
-        """Either side is a record without an interval whose samples spread wide: shown, never judged."""
+        """Either side is a record without an interval whose samples spread wide: never judged."""
         return self.base_noisy or self.new_noisy
 
     def noise_words(self) -> str:  # "base", "new" or "base and new"
@@ -58,21 +57,20 @@ class Match:
 
     @property
     def ratio(self) -> float | None:
-        """NEW / BASE median time, when both ran ok."""
         if self.base_status == "ok" and self.new_status == "ok" and self.base_ms and self.new_ms:
             return self.new_ms / self.base_ms
         return None
 
     def beyond_noise(self, pace: float = 1.0) -> bool:
-        """Whether the two medians are told apart, NEW's divided by `pace`: their intervals do not overlap (or, for
-        records without intervals, the medians differ by more than the two IQRs together)."""
+        """Whether the two medians are told apart, NEW's divided by `pace`: intervals apart, or without intervals
+        more than the two IQRs."""
         assert self.base_ms is not None and self.new_ms is not None
         if self.base_ci is not None and self.new_ci is not None:
             return apart((self.new_ci[0] / pace, self.new_ci[1] / pace), self.base_ci)
         return abs(self.new_ms / pace - self.base_ms) > self.base_iqr + self.new_iqr / pace
 
     def ratio_words(self, pace: float = 1.0) -> str:
-        """'1.031×' (with ', 0.953× of the pace' when judged against a pace), or '' when either side did not run ok."""
+        """'1.031×' (with ', 0.953× of the pace' when judged against one), or '' when either side did not run ok."""
         if self.ratio is None:
             return ""
         return f"{self.ratio:.3f}×" + (f" ({self.ratio / pace:.3f}× of the pace)" if pace != 1.0 else "")

@@ -1,22 +1,7 @@
-"""What a traffic costs: the measured times of a mix's cases weighed as the traffic holds them (`recommend --mix`).
-
-For the suite's `mix:` (attnbench.sweep.mix) on the runs' device, each part p of the traffic (a batch's prefill or
-decode case, weight w_p) and each backend b with a clean number t_b(p) (the pooled number recommend decides from:
-attnbench.report.pooling):
-
-- a single backend's expected attention time per request is  sum_p w_p t_b(p) / R,  R = sum over batches of
-  weight x requests (empty sequences included), and per query token the same over T = sum of weight x query
-  tokens; a backend missing a clean number on some part has no total, and the part is named;
-- the dispatch calls, on each part, the backend recommend's table calls for its bucket; where the table calls none
-  (unsettled, none), the fastest clean median on that part, said so; a part no backend measured is named, and
-  leaves every total that needs it out;
-- the interval of a total is the sum of the parts' interval ends (every part at its low end, then every part at
-  its high end): it holds wherever each part's median lies in its own interval, so it is wider than a joint
-  interval at the records' level, never narrower;
-- the gain of dispatching is the best single backend's total over the dispatch's, its interval the ratio of the
-  far ends (best low / dispatch high, best high / dispatch low);
-- the prefill and decode shares are each phase's part of the total.
-"""
+"""What a traffic costs: the measured times of a mix's cases weighed as the traffic holds them (`recommend --mix`;
+the rules: docs/traffic.md). A total is sum_p w_p t_b(p) per request or per query token; its interval is the sum of
+the parts' interval ends, wider than a joint interval, never narrower; the dispatch calls recommend's backend on each
+part, else the fastest clean median there."""
 
 from __future__ import annotations
 
@@ -94,8 +79,8 @@ class MixResult:
 
     @property
     def gain(self) -> Span | None:
-        """The best single backend's time over the dispatch's. Its interval pairs the parts: where the dispatch
-        calls that same backend, one number stands on both sides (at its median); elsewhere the far ends."""
+        """The best single backend's time over the dispatch's; where the dispatch calls it, one number on both
+        sides, elsewhere the far ends."""
         best = self.best
         if best is None or not self.dispatch.complete:
             return None
@@ -118,8 +103,7 @@ def _plus(total: Span, number: Span, weight: float) -> Span:
 
 
 def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]:
-    """Each backend's clean number on one case: its median and interval; with `flagged`, the numbers flagged
-    `overhead` instead (its declared kernels under the threshold of its call: what its user pays, never chosen)."""
+    """Each backend's clean number on one case; with `flagged`, the numbers flagged `overhead` instead."""
     found = {}
     for backend, entry in entries.items():
         record = (entry.troubled if entry.why == "overhead" else None) if flagged else entry.clean
@@ -131,8 +115,7 @@ def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]
 
 
 def weigh(traffic: Traffic, measured: dict[str, dict[str, Span]], calls: dict[str, str]) -> MixResult:
-    """The totals of every backend and of the dispatch, from each part's numbers (`measured`: case id -> backend ->
-    number) and the backend recommend's table calls on each part's case (`calls`; absent: it calls none)."""
+    """The totals of every backend and of the dispatch (`calls`: recommend's backend per case, absent for none)."""
     backends = sorted({b for found in measured.values() for b in found})
     totals = {b: Total(b) for b in backends}
     dispatch = Total(DISPATCH)
@@ -165,8 +148,7 @@ def _add(total: Total, part: Part, number: Span | None, case_id: str) -> None:
 
 
 def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] | None = None) -> MixResult:
-    """Load the runs and the suite's mix on their device, and weigh: what `recommend --mix SUITE` prints (with
-    `decisions`, recommend's own, already made from the same runs)."""
+    """Load the runs and the suite's mix on their device, and weigh."""
     runs = load_runs(paths)
     loaded = load_suite(suite)
     if loaded.model.mix is None:
@@ -196,7 +178,6 @@ def mix_of_runs(paths: list[Path], suite: Path | str, decisions: list[Decision] 
     return result
 
 
-# ---- words --------------------------------------------------------------------------------------------------------
 def _span(span: Span, unit: float = 1.0, digits: int = 3) -> str:
     return (f"{span.value * unit:.{digits}g} [{span.low * unit:.{digits}g}, {span.high * unit:.{digits}g}]")
 
@@ -223,17 +204,23 @@ def to_markdown(result: MixResult) -> str:
     return "\n".join(lines)
 
 
-def _verdict(result: MixResult) -> list[str]:
-    lines = []
+def _best_line(result: MixResult) -> list[str]:
+    """The best single backend and the dispatch's gain over it."""
     best, gain = result.best, result.gain
-    if best is not None and gain is not None and set(result.dispatch.calls.values()) == {best.name}:
-        lines.append(f"- The dispatch calls `{best.name}`, the best single backend, on every part: no gain.")
-    elif best is not None and gain is not None:
-        lines.append(f"- Best single backend: `{best.name}`; the dispatch is {gain.value:.3g}× faster than it "
-                     f"[{gain.low:.3g}, {gain.high:.3g}]" + (" (the interval holds 1: not told apart)."
-                                                             if gain.low <= 1 <= gain.high else "."))
-    elif best is None:
-        lines.append("- No single backend has a clean number on every part of the traffic.")
+    if best is None:
+        return ["- No single backend has a clean number on every part of the traffic."]
+    if gain is None:
+        return []
+    if set(result.dispatch.calls.values()) == {best.name}:
+        return [f"- The dispatch calls `{best.name}`, the best single backend, on every part: no gain."]
+    return [f"- Best single backend: `{best.name}`; the dispatch is {gain.value:.3g}× faster than it "
+            f"[{gain.low:.3g}, {gain.high:.3g}]" + (" (the interval holds 1: not told apart)."
+                                                    if gain.low <= 1 <= gain.high else ".")]
+
+
+def _phase_lines(result: MixResult) -> list[str]:
+    """The fastest clean backend on each phase's parts alone."""
+    lines = []
     for phase in PHASES:
         ranked = sorted((t for t in result.totals if phase in t.phases and t.name not in result.flagged and not any(
             p.case.case_id in t.missing for p in result.traffic.parts if p.phase == phase)),
@@ -241,6 +228,11 @@ def _verdict(result: MixResult) -> list[str]:
         if ranked:
             span = ranked[0].phases[phase].over(result.traffic.requests)
             lines.append(f"- Fastest on the {phase} parts alone: `{ranked[0].name}`, {_span(span)} ms per request.")
+    return lines
+
+
+def _verdict(result: MixResult) -> list[str]:
+    lines = _best_line(result) + _phase_lines(result)
     called = sorted(set(result.dispatch.calls.values()))
     lines.append(f"- The dispatch calls {', '.join(f'`{b}`' for b in called) or 'nothing'}.")
     if result.dispatch.fallback:

@@ -1,5 +1,5 @@
-"""How the report draws: the Agg canvas, the fixed style and size, deterministic PNG bytes, and the axis and legend
-helpers every chart shares."""
+"""How the report draws: the Agg canvas, a fixed style and size, deterministic PNG bytes, shared axis and legend
+helpers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import matplotlib
 
 if "matplotlib.pyplot" not in sys.modules:  # never switch the backend under a caller that already uses pyplot
-    matplotlib.use("Agg")  # we draw on Figure + the Agg canvas only, and never need a display
+    matplotlib.use("Agg")  # Figure + the Agg canvas only: no display
 
 import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
@@ -29,10 +29,9 @@ from matplotlib.ticker import (  # noqa: E402
 from attnbench.core.units import fmt_length  # noqa: E402
 
 DPI = 100
-GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI, four panels readable at 100% zoom
+GROUP_FIGSIZE = (13.0, 9.5)  # inches: 1300 x 950 px at DPI
 WIDTH_PX = int(GROUP_FIGSIZE[0] * DPI)
-# A fixed title height: left to itself matplotlib measures every tick label to place each title (a third
-# of the render time).
+# A fixed title height: else matplotlib measures every tick label to place each title.
 RC = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9.5, "axes.titley": 1.01,
       "axes.grid": True, "grid.alpha": 0.3, "font.family": "DejaVu Sans"}
 
@@ -74,10 +73,8 @@ def plain_number(value: float, _: Any = None) -> str:
 
 
 def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> bool:
-    """Scale the y axis to the data and leave an empty band at the bottom for `levels` rows of failure marks.
-
-    Returns whether the panel had any data.
-    """
+    """Scale the y axis to the data and leave an empty band at the bottom for `levels` rows of failure marks;
+    returns whether the panel had any data."""
     lows, highs = [], []
     for line in ax.lines:
         if line.get_transform() != ax.transData:
@@ -110,12 +107,12 @@ def _finish_y(ax: Any, log: bool, levels: int, bottom: float | None = None) -> b
         low -= 0.04 * span
         low = (low - band * high) / (1 - band)
         ax.set_ylim(10**low, 10**high)
-        # Ticks at 1-2-5 steps read better than powers of ten with unlabeled minor ticks, and are cheaper to draw.
+        # Ticks at 1-2-5 steps, cheaper to draw than minor ticks.
         decades = high - low
-        # Under half a decade (speed-ups of 0.85-1.25x) the 1-1.5-2 steps would leave one labelled tick: finer ones.
+        # Under half a decade (speed-ups of 0.85-1.25x) finer steps, else only one tick would be labelled.
         subs = FINE_SUBS if decades <= 0.5 else (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0) if decades <= 1 \
             else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,)
-        # Within a fifth of a decade even those are too sparse: evenly spaced ticks (0.95, 1, 1.05) read best.
+        # Within a fifth of a decade, evenly spaced ticks (0.95, 1, 1.05).
         ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]) if decades <= 0.2
                                    else LogLocator(subs=subs))
         ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
@@ -141,6 +138,6 @@ def figure_legend(fig: Figure, handles: list[Line2D]) -> int:
 
 
 def render_chart(draw: Any, *args: Any) -> bytes:
-    """Draw a figure (`draw(*args)`) under the report's style and return it as deterministic PNG bytes."""
+    """Draw a figure (`draw(*args)`) under the report's style as deterministic PNG bytes."""
     with matplotlib.rc_context(RC):
         return _to_png(draw(*args))

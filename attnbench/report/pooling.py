@@ -1,23 +1,6 @@
-"""Runs of one device pooled into one entry per (case, backend): what `recommend` decides from.
-
-How several runs are pooled (docs/recommend.md, "Several runs"):
-
-- runs are ordered by when they started (env.json's `timestamp`, else their first record's);
-- a pair's latest record decides whether the backend is in: a backend whose latest record is not `ok` is out,
-  whatever it did before (a mismatch fixed in a later run is in; an `ok` broken by a later run is out);
-- its number is that of its latest `ok` record measured untroubled: not throttled, repeatable, with an interval
-  (a noisy one counts with its wider interval; one with too few samples for an interval, with the device's
-  run-to-run noise: attnbench.core.interval.RUN_TO_RUN_NOISE)
-  and a value of the metric ranked by. An older clean record stands in for newer troubled ones; a pair with none
-  keeps its latest `ok` record as `troubled`, which can never win and is named in the output;
-- samples are never pooled across runs: two runs' samples differ by more than sampling noise (clock state, L2
-  policy, the harness's version), and one interval over both would claim a precision neither run had; where
-  recommend compares two numbers from different runs, each carries the device's run-to-run noise
-  (attnbench.report.recommend);
-- runs of different software (attnbench, torch, CUDA, cuDNN, the driver, a library both have) are refused: the
-  run-to-run noise bounds nothing across an upgrade;
-- a backward whose gradients were not checked (`grad_checked: false`) is troubled: it never decides a bucket.
-"""
+"""Runs of one device pooled into one entry per (case, backend): what `recommend` decides from (the rules:
+docs/recommend.md, "Several runs"). The latest record decides whether a backend is in, its latest untroubled `ok`
+record gives its number; samples are never pooled across runs, and runs of different software are refused."""
 
 from __future__ import annotations
 
@@ -30,12 +13,10 @@ from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interva
 from attnbench.records.record import Record, Status
 from attnbench.records.results import load_records, read_env
 
-# Energy per call has no interval (one loop of the timed call, read from a counter): it is taken as known to the
-# counter's resolution, which attnbench.timing.energy's one-second loop keeps under a tenth of what is measured.
+# Energy per call has no interval: it is taken as known to the counter's resolution (attnbench.timing.energy).
 ENERGY_RESOLUTION = 0.10
 BACKWARD = ("bwd", "fwd_bwd")  # modes whose profiled call also zeroes and accumulates gradients
-# The versions env.json records at its top level (torch's full build name, CUDA, cuDNN, the driver); the other
-# libraries come from its `libraries`.
+# env.json's top-level versions; the other libraries come from its `libraries`.
 VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
 
 
@@ -54,20 +35,19 @@ class Metric:
         extra = record.extra or {}
         if extra.get("energy_mj") is not None:
             return float(extra["energy_mj"])
-        if extra.get("joules_per_token") is not None:  # tokens per call: batch x query length (attnbench.timing.energy)
+        if extra.get("joules_per_token") is not None:  # tokens per call: batch × query length
             return float(extra["joules_per_token"]) * 1e3 * int(record.batch) * int(record.seq_len)
         return None
 
     def interval(self, record: Record) -> tuple[float, float] | None:
-        """The figure's interval: the record's median interval (computed from its samples for records written
-        before intervals were stored), or the energy counter's resolution around the energy figure."""
+        """The record's median interval (from its samples when none was stored), or the energy resolution's."""
         if self.name == "energy":
             value = self.value(record)
             return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
         stored = record.interval
         level = record.ci_level
         if stored is not None and level is not None and level < CONFIDENCE and record.ci_source is None:
-            # written before ci_source: the span of under 6 samples (one sample: zero width) is no interval
+            # written before ci_source: the span of under 6 samples is no interval
             noise = RUN_TO_RUN_NOISE.get(str(record.device), RUN_TO_RUN_NOISE["cpu"])
             median = float(record.time_ms)
             return median * (1 - noise), median * (1 + noise)
@@ -86,16 +66,12 @@ METRICS = {"time": TIME, "energy": ENERGY}
 
 
 def software_of(env: dict[str, Any]) -> dict[str, Any]:
-    """What a run's timings depend on besides the machine: attnbench's version, then versions_of's (torch's build,
-    CUDA, cuDNN, the driver, every library installed)."""
+    """What a run's timings depend on besides the machine."""
     return {"attnbench": env.get("attnbench"), **versions_of(env)} if env.get("attnbench") else versions_of(env)
 
 
 def same_software(runs: list[Run], what: str = "recommend") -> None:
-    """Refuse (one line) runs whose software differs in a version both name: the run-to-run noise is measured between
-    runs of the same software and bounds nothing across an upgrade (a torch or driver change can move every kernel
-    by more: compare's case), so one table pools one software's runs. A library installed in one run only is no
-    difference: its backend's numbers come from that run alone."""
+    """Refuse runs whose software differs in a version both name: the run-to-run noise bounds nothing across one."""
     first = runs[0]
     mine = software_of(first.env)
     for run in runs[1:]:
@@ -181,19 +157,13 @@ class Entry:
 
 
 def trouble(record: Record, metric: Metric) -> str | None:
-    """Why an ok record's figure cannot decide anything (a backward whose gradients were not checked, throttled, not
-    repeatable, no figure, no interval), or None.
-
-    A noisy record is not troubled: its interval is wider (or, with too few samples, the device's run-to-run noise),
-    and a wide interval decides less on its own. Two calls that gave different bits are: the kernel the record
-    timed is not the one a user can count on."""
+    """Why an ok record's figure cannot decide anything, or None. A noisy record is not troubled (its interval is
+    wider); an unrepeatable one is."""
     if record.kernel_trouble == "wrong kernel" or (record.kernel_trouble and record.mode not in BACKWARD):
-        # never chosen: its time is not (only) its kernel's. A backward's profiled call also zeroes and accumulates
-        # gradients, work its user does too, so its overhead flag is shown, not a gate.
+        # its time is not (only) its kernel's; a backward's overhead (gradients) is its user's too: shown, not a gate
         return record.kernel_trouble
     if record.mode in BACKWARD and record.grad_checked is False:
-        # a backward never compared with the reference (above the size the check covers): its time may be that of
-        # wrong gradients, so it decides no backward bucket and is named as unchecked
+        # its time may be that of wrong gradients
         return "gradients unchecked"
     if record.throttled:
         return "throttled"
@@ -218,12 +188,12 @@ def case_key(record: Record) -> tuple:
 
 
 def case_name(record: Record) -> str:
-    """A record's case as a name: its case_id (older records without one: their key's fields, joined)."""
+    """A record's case as a name: its case_id, else its key's fields joined."""
     return str(record.case_id or "-".join(str(v) for v in record.case_key))
 
 
 def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]]:
-    """Each case's entries by backend, following the pooling rule above (`runs` oldest first)."""
+    """Each case's entries by backend, following the pooling rule (`runs` oldest first)."""
     history: dict[tuple, dict[str, list[Record]]] = {}
     for run in runs:
         for record in run.records:

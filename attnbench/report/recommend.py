@@ -1,35 +1,5 @@
-"""Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied.
-
-The rules (docs/recommend.md says them for users):
-
-- a bucket is every case with one `attnbench.report.dispatch.Shape.bucket` (length bands of powers of two, and equal
-  heads, head sizes, dtype, mask, window, workload kinds, mode and quantized format: an FP8 K/V cache and each
-  scale granularity is a bucket of its own, never pooled with the unquantized case);
-- candidates are the backends with a clean number on every case of the bucket (accuracy gate: the latest record
-  is `ok`; trouble gate: not throttled, repeatable, a backward's gradients checked: attnbench.report.pooling; a
-  noisy number counts with its wider interval);
-- the runs pooled are of one software (attnbench.report.pooling.same_software refuses the rest);
-- backends that ran the same kernel on every case of the bucket (`sdpa` dispatching to FLASH_ATTENTION and the
-  pinned `sdpa-flash`) are one candidate, named by the default when it is one of them, else by the first name:
-  timing one kernel twice under two names must not split or decide a bucket;
-- each candidate's score is the geometric mean, over the bucket's cases, of its figure over the best
-  candidate's figure on that case; the leader has the lowest score;
-- statistical gate: a candidate is told slower than the leader when, on every case, its interval lies above the
-  leader's and apart from it; where the two numbers come from different runs, each interval first takes in the
-  device's run-to-run noise around its median (attnbench.core.interval.RUN_TO_RUN_NOISE). The tie set is the
-  leader and every candidate not told slower; the leader wins alone when the tie set is the leader alone;
-- a backend whose only number is troubled (throttled, or a backward with unchecked gradients) contests the bucket
-  when, on some case, its median is at or below the top of the leader's interval: it may be the faster one, so the
-  bucket is `unsettled`;
-- a lone candidate beside backends flagged `overhead` wins only when told faster than each with the run-to-run
-  noise on both numbers, in one run too: a win with no clean rival must hold in the next run;
-- a bucket with fewer than two candidates decides nothing (`none`): a lone candidate has not been told apart
-  from anything, and the backends that would have been its rivals were not measured cleanly;
-- the backend to call: the winner; in a tie, `sdpa` when it is in the tie set (nothing measured says to leave
-  the framework's default), else the leader; nothing when unsettled or none;
-- the default's cost: sdpa's score over the chosen backend's (geometric mean of the per-case ratios), when sdpa
-  has a clean number on every case.
-"""
+"""Pooled measurements in, one decision per bucket of shapes out: which backend to call, with the gates applied
+(the rules: docs/recommend.md)."""
 
 from __future__ import annotations
 
@@ -91,7 +61,7 @@ class Decision:
     default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
     contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
-    noise: float = 0.0  # the device's run-to-run noise, added where two compared numbers come from different runs
+    noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
 
     @property
     def run_ids(self) -> list[str]:
@@ -129,23 +99,19 @@ def _ratio(mine: list[Number], theirs: list[Number]) -> float:
 
 
 def _band(n: Number, noise: float) -> tuple[float, float]:
-    """A number's interval with the device's run-to-run noise around its median taken in: what it claims beside a
-    number from another run (attnbench.core.interval.RUN_TO_RUN_NOISE, from the policy table: how far a median
-    wanders from the long-run median; the same band a record too short for an interval carries)."""
+    """A number's interval widened by the device's run-to-run noise around its median (RUN_TO_RUN_NOISE)."""
     return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
 
 
 def _pair(a: Number, b: Number, noise: float, always: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The two intervals to compare: as measured within one run, with the run-to-run noise added across runs (or
-    `always`)."""
+    """The two intervals to compare: as measured within one run, widened across runs (or `always`)."""
     if always or a.run_id != b.run_id:
         return _band(a, noise), _band(b, noise)
     return (a.low, a.high), (b.low, b.high)
 
 
 def _told_slower(mine: list[Number], leader: list[Number], noise: float = 0.0, always: bool = False) -> bool:
-    """On every case, this interval lies above the leader's and apart from it (each with the run-to-run noise added
-    where the two numbers come from different runs, or `always`)."""
+    """On every case, this interval lies above the leader's and apart from it (widened as _pair says)."""
     return all(apart(*_pair(a, b, noise, always)) and a.value > b.value for a, b in zip(mine, leader, strict=False))
 
 
@@ -161,8 +127,8 @@ def _why(entries: list[Entry | None]) -> str:
     return "; ".join(whys) if whys else "no clean number"
 
 
-def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
-    """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
+def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> Decision:
+    """A bucket's undecided Decision: each backend's clean numbers, or why it is excluded."""
     first = next(iter(cases[0].values())).latest
     case_ids = [next(iter(c.values())).case_id for c in cases]
     decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
@@ -177,36 +143,45 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
     _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     decision.default_kernel = next((e.latest.kernel for e in default if e is not None), None)
-    rivals = _rivals(cases, decision, metric)
-    if len(decision.numbers) == 1 and rivals:  # one candidate, told apart from the rivals or not
-        alone = next(iter(decision.numbers))
-        decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
-        # A lone win is the one claim made with no clean rival beside it: it must hold beyond what the next run may
-        # move either number by, so both carry the run-to-run noise, in one run too.
-        close = [b for b, numbers in rivals.items()
-                 if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
-        if close:
-            decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
-                            f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
-        else:
-            decision.decision, decision.backend = "winner", alone
-            decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
-                            "its user pays)")
-        if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
-            decision.default_ratio = 1.0
-        else:
-            decision.default_why = _default_why(decision)
-        return decision
-    if len(decision.numbers) < 2:
-        alone = next(iter(decision.numbers), None)
-        decision.leader = alone
-        decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
-                        else "no backend has a clean number")
+    return decision
+
+
+def _decide_against_rivals(decision: Decision, rivals: dict[str, list[Number]]) -> Decision:
+    """One candidate, told apart from the flagged rivals or not."""
+    alone = next(iter(decision.numbers))
+    decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
+    # A lone win has no clean rival beside it: it must hold beyond the run-to-run noise on both numbers.
+    close = [b for b, numbers in rivals.items()
+             if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
+    if close:
+        decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
+                        f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
+    else:
+        decision.decision, decision.backend = "winner", alone
+        decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
+                        "its user pays)")
+    if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
+        decision.default_ratio = 1.0
+    else:
         decision.default_why = _default_why(decision)
-        if alone is not None:
-            decision.scores = {alone: 1.0}
-        return decision
-    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(len(cases))]
+    return decision
+
+
+def _decide_unopposed(decision: Decision) -> Decision:
+    """At most one clean candidate and no rival: nothing to tell apart."""
+    alone = next(iter(decision.numbers), None)
+    decision.leader = alone
+    decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
+                    else "no backend has a clean number")
+    decision.default_why = _default_why(decision)
+    if alone is not None:
+        decision.scores = {alone: 1.0}
+    return decision
+
+
+def _rank(decision: Decision, cases: int) -> str:
+    """Scores (geomean over the bucket's cases of each time over the best), tie and runner-up; returns the leader."""
+    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(cases)]
     decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
                        for b, numbers in decision.numbers.items()}
     ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
@@ -217,6 +192,11 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         runner = decision.runner_up = ranked[1]
         decision.runner_up_ratio = _ratio(decision.numbers[runner], lead)
         decision.margin = _margin(decision.numbers[runner], lead, decision.noise)
+    return leader
+
+
+def _contest(decision: Decision, cases: list[dict[str, Entry]], metric: Metric, lead: list[Number]) -> None:
+    """Excluded backends whose troubled number could still beat the leader's."""
     for i, case in enumerate(cases):
         for backend, entry in sorted(case.items()):
             troubled = entry.troubled
@@ -225,6 +205,9 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
                 else _band(lead[i], decision.noise)[1]
             if value is not None and backend not in decision.numbers and value <= top:
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
+
+
+def _settle(decision: Decision, leader: str) -> None:
     if decision.contested:
         decision.decision = "unsettled"
         names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
@@ -240,13 +223,24 @@ def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decis
         decision.default_ratio = _ratio(decision.numbers[DEFAULT_BACKEND], decision.numbers[decision.backend])
     else:
         decision.default_why = _default_why(decision)
+
+
+def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
+    """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
+    decision = _candidates(cases, metric)
+    rivals = _rivals(cases, decision, metric)
+    if len(decision.numbers) == 1 and rivals:
+        return _decide_against_rivals(decision, rivals)
+    if len(decision.numbers) < 2:
+        return _decide_unopposed(decision)
+    leader = _rank(decision, len(cases))
+    _contest(decision, cases, metric, decision.numbers[leader])
+    _settle(decision, leader)
     return decision
 
 
 def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -> dict[str, list[Number]]:
-    """The backends whose only number on every case of the bucket is flagged `overhead` (its declared kernels under
-    the threshold of its call, attnbench.timing.profile): never chosen, but their time is what a user of them pays,
-    so a candidate told faster than them on every case has been told apart from something."""
+    """Backends whose only number on every case is flagged `overhead`: never chosen, but a rival to tell apart."""
     found: dict[str, list[Number]] = {}
     for backend in sorted({b for c in cases for b in c} - set(decision.numbers)):
         entries = [c.get(backend) for c in cases]
@@ -258,16 +252,14 @@ def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -
 
 def ran_kernel(kernel: str | None) -> str | None:
     """The kernel a record says ran, without how it was asked for: 'torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION
-    (is_causal)' and 'torch 2.13.0+cpu sdpa FLASH_ATTENTION (PyTorch's CPU flash kernel) (is_causal)' are both
-    'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
+    (is_causal)' is 'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
     if not kernel:
         return None
     return kernel.replace("auto→", "").split(" (")[0].strip() or None
 
 
 def _merge_same_kernels(decision: Decision) -> None:
-    """One candidate per kernel: a backend whose numbers ran, case by case, the kernel another candidate's ran is
-    folded into it (the default's name kept) and listed as excluded, saying whose kernel it ran."""
+    """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it."""
     names = sorted(decision.numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
     for i, keep in enumerate(names):
         if keep not in decision.numbers:

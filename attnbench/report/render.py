@@ -41,12 +41,12 @@ from attnbench.report.styles import BackendStyle, backend_styles
 FORMATS = ("html", "png", "md")
 CHARTS_DIR = "charts"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends
-PARALLEL_FROM = 4  # charts; below this a (forked) process pool costs more to start than it saves
+PARALLEL_FROM = 4  # charts; below this a process pool costs more than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
 
 
 def chart_file_names(groups: list[CaseGroup]) -> list[str]:
-    """The PNG name of each group's chart, numbered so that names never collide and sort in report order."""
+    """The PNG name of each group's chart, numbered in report order."""
     return [f"group-{i:02d}-{group.slug()}.png" for i, group in enumerate(groups, start=1)]
 
 
@@ -63,34 +63,30 @@ def _cpu_count() -> int:
 
 
 def _die_with(parent: int) -> None:
-    """A chart worker's initializer: end when the process that started it ends. A SIGKILLed `attnbench report` (or
-    `merge`) otherwise left its workers alive for good, each blocked on the pool's pipes, which the other workers
-    still hold open. Linux: the kernel kills the worker (PR_SET_PDEATHSIG); a parent already gone is checked after."""
+    """A chart worker's initializer: end when the process that started it ends, so a killed report leaves no worker."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # no prctl in this libc: the check below still runs
+        except (OSError, AttributeError):  # no prctl in this libc
             pass
     if os.getppid() != parent:
         os._exit(1)
 
 
 def _pngs(tasks: list[tuple[Any, tuple]]) -> list[bytes]:
-    """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several (each
-    chart is independent, and matplotlib's drawing is most of a report's time)."""
+    """Each chart as PNG bytes, in task order; in worker processes, one per core, when there are several."""
     workers = min(_cpu_count(), 8, len(tasks) // 2)
     if len(tasks) >= PARALLEL_FROM and workers > 1:
         try:
             with ProcessPoolExecutor(max_workers=workers, initializer=_die_with, initargs=(os.getpid(),)) as pool:
                 return list(pool.map(_png, tasks, chunksize=max(1, len(tasks) // (4 * workers))))
-        except (OSError, BrokenProcessPool):  # no process support here (sandboxes): draw them one by one
+        except (OSError, BrokenProcessPool):  # no process support here (sandboxes)
             pass
     return [_png(task) for task in tasks]
 
 
 @dataclass(frozen=True)
 class ChartInputs:
-    """What the charts are drawn from."""
 
     groups: list[CaseGroup]
     records: list[Record]
@@ -102,14 +98,12 @@ class ChartInputs:
     roofs: MeasuredRoofs | None = None  # a CPU run's measured roofs (env.json's `roofs`)
 
 
-# One chart to draw: its file name, its title, and how it is drawn.
 Drawn = tuple[str, str, Callable[..., Any], tuple]
 
 
 @dataclass(frozen=True)
 class ChartSpec:
-    """A kind of chart: `files`, the glob of every file it may write (what a re-render deletes first, so that no
-    chart of other results survives beside the new report), and `charts`, the ones these results get."""
+    """A kind of chart: `files`, the glob of every file it may write, and `charts`, the ones these results get."""
 
     files: str
     charts: Callable[[ChartInputs], list[Drawn]]
@@ -120,9 +114,7 @@ def _one(name: str, title: str, draw: Callable[..., Any], args: Callable[[ChartI
     return ChartSpec(name, lambda c: [(name, title, draw, args(c))] if wanted(c) else [])
 
 
-# The report's charts, in report order: the accuracy–speed frontiers first, where quantized formats were measured
-# (they compare the formats), then a chart per case group, MQA/GQA when some group varies kv_heads, the roofline,
-# correctness, setup costs and energy where records carry them.
+# The report's charts, in report order.
 CHART_SPECS: tuple[ChartSpec, ...] = (
     ChartSpec("frontier-*.png", lambda c: [(f"frontier-{i:02d}-{group.slug()}.png", group.title(), frontier_chart,
                                             (group, c.styles))
@@ -144,7 +136,6 @@ CHART_SPECS: tuple[ChartSpec, ...] = (
 
 
 def stale_charts(chart_dir: Path) -> list[Path]:
-    """Every file in `chart_dir` a chart spec may have written: a re-render deletes them before writing its own."""
     return sorted({path for spec in CHART_SPECS for path in chart_dir.glob(spec.files)})
 
 
@@ -162,8 +153,7 @@ def build_charts(groups: list[CaseGroup], records: list[Record], baseline: str |
 
 
 def recommendation_section(source: Path, records: list[Record], env: dict[str, Any]) -> dict[str, Any] | None:
-    """The report's Recommendation section (what `attnbench recommend` says of this run alone), or None when no
-    bucket had two backends with an ok timing to choose between."""
+    """What `attnbench recommend` says of this run alone, or None when no bucket had two backends to choose between."""
     from attnbench.report.dispatch_table import html_section
 
     run = run_of(source, records, env)
@@ -172,8 +162,7 @@ def recommendation_section(source: Path, records: list[Record], env: dict[str, A
 
 
 def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record, str]:
-    """Each record's --trace file (`trace`, relative to the run directory) as an address relative to the report's
-    directory, by record; only traces that exist. Relative, so a run folder that holds its report can move."""
+    """Each existing --trace file as an address relative to the report's directory, so a run folder can move."""
     links = {}
     for r in records:
         trace = r.trace
@@ -183,7 +172,7 @@ def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record,
 
 
 def _write(path: Path, data: bytes) -> Path:
-    """Write under a temporary name and rename into place; a full disk is one user error, the file as it was."""
+    """Write under a temporary name and rename into place; a full disk is one user error."""
     from attnbench.core.errors import ResultsError
 
     tmp = path.with_name(path.name + ".tmp")
@@ -198,22 +187,44 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 def roofs_of(env: dict[str, Any]) -> MeasuredRoofs | None:
-    """The roofs a CPU run measured at its start, from its env.json; None for a GPU's run or one from before them."""
+    """The roofs a CPU run measured at its start (env.json); None for a GPU's run."""
     try:
         return MeasuredRoofs.from_dict(env["roofs"]) if env.get("roofs") else None
     except (KeyError, TypeError):
         return None
 
 
+def _check_options(wanted: list[str], peak_tflops: float | None) -> None:
+    unknown = [f for f in wanted if f not in FORMATS]
+    if unknown or not wanted:
+        raise ResultsError(f"unknown report format(s) {', '.join(unknown) or '(none)'}: "
+                           f"choose from {', '.join(FORMATS)}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
+
+
+def _write_charts(out: Path, charts: list) -> list[Path]:
+    chart_dir = out / CHARTS_DIR
+    chart_dir.mkdir(exist_ok=True)
+    for stale in stale_charts(chart_dir):
+        stale.unlink(missing_ok=True)  # a chart of other results would mislead
+    return [_write(chart_dir / chart.name, chart.png) for chart in charts]
+
+
+def _speedups(groups: list[CaseGroup], baseline: str | None) -> dict[Record, float]:
+    speedups: dict[Record, float] = {}
+    for group in groups:
+        cells = group.by_backend_x()
+        for key, value in group_speedups(group, baseline).items():
+            speedups[cells[key]] = value
+    return speedups
+
+
 def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[str] = FORMATS,
                   baseline: str | None = None, peak_tflops: float | None = None) -> list[Path]:
     """Read results from `source` (run directory or results.jsonl), write the report, return the written paths."""
     wanted = list(dict.fromkeys(formats))
-    unknown = [f for f in wanted if f not in FORMATS]
-    if unknown or not wanted:
-        raise ResultsError(f"unknown report format(s) {', '.join(unknown) or '(none)'}: choose from {', '.join(FORMATS)}")
-    if peak_tflops is not None and not peak_tflops > 0:
-        raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
+    _check_options(wanted, peak_tflops)
     source = Path(source)
     records = load_records(source)
     if not records:
@@ -227,7 +238,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     findings = build_findings(groups, records, baseline)
     device_name = env.get("device_name") or next((r.device_name for r in records if r.device_name), None)
     if peak_tflops is None:
-        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops, when it was given one
+        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops
     peak_bandwidth_gbs = env.get("peak_bandwidth_gbs")
     written: list[Path] = []
     charts: list = []
@@ -238,18 +249,9 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     elif not kv_heads_families(groups):
         notes.append(NO_KV_FAMILY_NOTE)
     if "png" in wanted:
-        chart_dir = out / CHARTS_DIR
-        chart_dir.mkdir(exist_ok=True)
-        for stale in stale_charts(chart_dir):
-            stale.unlink(missing_ok=True)  # a chart from an earlier render of other results would mislead
-        written += [_write(chart_dir / chart.name, chart.png) for chart in charts]
+        written += _write_charts(out, charts)
     if "html" in wanted:
-        speedups: dict[Record, float] = {}
-        for group in groups:
-            cells = group.by_backend_x()
-            for key, value in group_speedups(group, baseline).items():
-                speedups[cells[key]] = value
-        page = render_html(env, records, findings, charts, notes, speedups, baseline, WIDTH_PX,
+        page = render_html(env, records, findings, charts, notes, _speedups(groups, baseline), baseline, WIDTH_PX,
                            recommendation_section(source, records, env), chart_files="png" in wanted,
                            trace_links=trace_links(records, results_path(source).parent, out))
         written.append(_write(out / "report.html", page.encode("utf-8")))

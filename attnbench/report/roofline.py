@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -22,9 +23,8 @@ CASE_FIELDS = tuple(f.name for f in dataclasses.fields(Case) if f.default is dat
 
 
 def bytes_of(record: Record) -> int | None:
-    """The record's bytes_moved. Recomputed from its case for records written before the field existed, and, for
-    records written before schema 2, with the score matrix's traffic of a backend that materialises it (the
-    registry's cost model): an old naive record would otherwise stand on the compute-bound side."""
+    """The record's bytes_moved, recomputed from its case where absent or from before schema 2 (then with the score
+    matrix's traffic of a backend that materialises it)."""
     stored = int(record.bytes_moved) if record.bytes_moved else None
     if stored is not None and record.schema_version >= 2:
         return stored
@@ -54,8 +54,7 @@ def roofline_points(records: list[Record]) -> list[tuple[str, float, float, bool
 
 def device_peaks(records: list[Record], device_name: str | None, peak_tflops: float | None,
                  peak_bandwidth_gbs: float | None, roofs: MeasuredRoofs | None = None) -> dict[str, Peak]:
-    """The roofs per dtype measured: from the overrides, else the datasheet table for a CUDA device's name, or the
-    roofs a CPU run measured at its start."""
+    """The roofs per dtype: the overrides, else a CUDA device's datasheet row, or a CPU run's measured roofs."""
     cuda = any(r.device == "cuda" for r in records)
     dtypes = sorted({r.dtype for r in records if r.status in TIMED})
     if not cuda:
@@ -75,6 +74,69 @@ def bandwidth_of(peaks: dict[str, Peak]) -> float | None:
     return next((p.bandwidth_gbs for p in peaks.values() if p.bandwidth_gbs), None)
 
 
+def _plot_points(ax: Any, points: list, backends: list[str], styles: dict[str, BackendStyle]) -> None:
+    for backend in backends:
+        mine = [p for p in points if p[0] == backend]
+        style = styles[backend]
+        ax.plot([p[1] for p in mine], [p[2] for p in mine], marker=style.marker, color=style.color, linestyle="none",
+                markersize=7, alpha=0.85, zorder=3)
+        bad = [p for p in mine if p[3]]
+        if bad:
+            ax.plot([p[1] for p in bad], [p[2] for p in bad], marker="o", markersize=14, markerfacecolor="none",
+                    markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
+
+
+def _compute_roofs(ax: Any, peaks: dict[str, Peak], lo: float, hi: float, per_unit: float) -> list[str]:
+    """Each compute roof from its ridge point on; fp16 and bf16 usually share one roof: one line, one label."""
+    drawn = []
+    by_value: dict[float, list[str]] = {}
+    sources: dict[float, str | None] = {}
+    for dtype, peak in peaks.items():
+        if peak.tflops:
+            by_value.setdefault(peak.tflops, []).append(dtype_word(dtype))
+            sources[peak.tflops] = peak.tflops_source
+    for value, words in by_value.items():
+        ridge = value * 1e3 / bandwidth_of(peaks) if bandwidth_of(peaks) else lo
+        ax.plot([ridge, hi], [value / per_unit] * 2, color="black", linestyle="--", linewidth=1.3, zorder=2)
+        ax.annotate(f"{'/'.join(words)} {roof_words(value, sources[value])}", (hi, value / per_unit),
+                    xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom", fontsize=9)
+        drawn.append("compute")
+    return drawn
+
+
+def _bandwidth_roof(ax: Any, peaks: dict[str, Peak], lo: float, ys: list[float], per_unit: float) -> list[str]:
+    """The bandwidth slope, up to the FLOPs per byte where it reaches the highest roof."""
+    bandwidth = bandwidth_of(peaks)
+    if not bandwidth:
+        return []
+    top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * per_unit * 3
+    end = top * 1e3 / bandwidth
+    ax.plot([lo, end], [bandwidth * lo / 1e3 / per_unit, top / per_unit], color="black", linestyle="-.",
+            linewidth=1.3, zorder=2)
+    ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3 / per_unit), xytext=(4, 6),
+                textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
+    return ["bandwidth"]
+
+
+def _title(where: str, drawn: list[str]) -> str:
+    if not drawn:
+        return f"Roofline on {where} (no known peaks for this device: roofs not drawn; pass --peak-tflops)"
+    title = f"Roofline on {where}: " + " and ".join(dict.fromkeys(drawn)) + " roof drawn"
+    missing = [r for r in ("compute", "bandwidth") if r not in drawn]
+    if missing:
+        title += f" ({missing[0]} peak not known)"
+    return title
+
+
+def _legend(fig: Figure, points: list, backends: list[str], styles: dict[str, BackendStyle]) -> int:
+    handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
+               for b in backends]
+    if any(p[3] for p in points):
+        handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
+                              markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch (time flagged)"))
+    return figure_legend(fig, handles) if handles else 0
+
+
 def roofline_chart(records: list[Record], styles: dict[str, BackendStyle], device_name: str | None,
                    peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None,
                    roofs: MeasuredRoofs | None = None) -> Figure:
@@ -87,41 +149,12 @@ def roofline_chart(records: list[Record], styles: dict[str, BackendStyle], devic
     # One unit for the whole chart: GFLOP/s when every point and every compute roof is under 1 TFLOP/s.
     per_unit, unit_name = throughput_unit([p[2] for p in points] + [p.tflops for p in peaks.values() if p.tflops])
     points = [(b, x, y / per_unit, bad) for b, x, y, bad in points]
-    for backend in backends:
-        mine = [p for p in points if p[0] == backend]
-        style = styles[backend]
-        ax.plot([p[1] for p in mine], [p[2] for p in mine], marker=style.marker, color=style.color, linestyle="none",
-                markersize=7, alpha=0.85, zorder=3)
-        bad = [p for p in mine if p[3]]
-        if bad:
-            ax.plot([p[1] for p in bad], [p[2] for p in bad], marker="o", markersize=14, markerfacecolor="none",
-                    markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, linestyle="none", zorder=4)
+    _plot_points(ax, points, backends, styles)
     xs = [p[1] for p in points] or [1.0, 100.0]
     ys = [p[2] for p in points] or [1e-3, 1.0]
     ridges = [p.ridge for p in peaks.values() if p.ridge]
     lo, hi = min(xs + ridges) / 3, max(xs + ridges) * 3
-    roofs = []
-    bandwidth = bandwidth_of(peaks)
-    by_value: dict[float, list[str]] = {}  # fp16 and bf16 usually share one roof: one line, one label
-    sources: dict[float, str | None] = {}
-    for dtype, peak in peaks.items():
-        if peak.tflops:
-            by_value.setdefault(peak.tflops, []).append(dtype_word(dtype))
-            sources[peak.tflops] = peak.tflops_source
-    for value, words in by_value.items():
-        ridge = value * 1e3 / bandwidth_of(peaks) if bandwidth_of(peaks) else lo
-        ax.plot([ridge, hi], [value / per_unit] * 2, color="black", linestyle="--", linewidth=1.3, zorder=2)
-        ax.annotate(f"{'/'.join(words)} {roof_words(value, sources[value])}", (hi, value / per_unit),
-                    xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom", fontsize=9)
-        roofs.append("compute")
-    if bandwidth:
-        top = max((p.tflops or 0) for p in peaks.values()) or max(ys) * per_unit * 3
-        end = top * 1e3 / bandwidth  # the FLOPs per byte where the slope reaches the highest roof
-        ax.plot([lo, end], [bandwidth * lo / 1e3 / per_unit, top / per_unit], color="black", linestyle="-.",
-                linewidth=1.3, zorder=2)
-        ax.annotate(f"memory {bandwidth:.4g} GB/s", (lo, bandwidth * lo / 1e3 / per_unit), xytext=(4, 6),
-                    textcoords="offset points", ha="left", va="bottom", fontsize=9, rotation=0)
-        roofs.append("bandwidth")
+    drawn = _compute_roofs(ax, peaks, lo, hi, per_unit) + _bandwidth_roof(ax, peaks, lo, ys, per_unit)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -130,23 +163,10 @@ def roofline_chart(records: list[Record], styles: dict[str, BackendStyle], devic
         axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved, log)")
     ax.set_ylabel(f"achieved {unit_name} (log)")
-    where = device_name or "this device"
     if not points:
         ax.text(0.5, 0.5, "no measurement with work and bytes to place", transform=ax.transAxes, ha="center")
-    if roofs:
-        title = f"Roofline on {where}: " + " and ".join(dict.fromkeys(roofs)) + " roof drawn"
-        missing = [r for r in ("compute", "bandwidth") if r not in roofs]
-        if missing:
-            title += f" ({missing[0]} peak not known)"
-    else:
-        title = f"Roofline on {where} (no known peaks for this device: roofs not drawn; pass --peak-tflops)"
-    ax.set_title(title)
+    ax.set_title(_title(device_name or "this device", drawn))
     fig.suptitle("Roofline: how close each measurement runs to the device's roofs", fontsize=14, fontweight="bold")
-    handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linestyle="none", label=b)
-               for b in backends]
-    if any(p[3] for p in points):
-        handles.append(Line2D([], [], marker="o", markersize=12, markerfacecolor="none", linestyle="none",
-                              markeredgecolor=MISMATCH_COLOR, markeredgewidth=2.0, label="mismatch (time flagged)"))
-    rows = figure_legend(fig, handles) if handles else 0
+    rows = _legend(fig, points, backends, styles)
     fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.12 + 0.04 * rows)
     return fig

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
 from attnbench.report.groups import dtype_word, quant_words, shape_of
 
-# Marks a noisy median in every table (attnbench.core.policy.noisy_words says when).
+# Marks a noisy median (attnbench.core.policy.noisy_words).
 NOISY_MARK = "~"
-# Marks a median timed on a throttled or shared GPU (heat or power slowed it, or another process was on it).
+# Marks a median timed on a throttled or shared GPU.
 THROTTLED_MARK = "!"
-# Marks the status of a record whose two calls on the same inputs gave different bits (repeatable: false).
+# Marks the status of a record whose two calls on the same inputs gave different bits.
 UNREPEATABLE_MARK = "≠"
 
 # (key, header, numeric?) for the full records table.
@@ -44,55 +46,57 @@ def sort_value(record: Record, key: str, speedup: float | None) -> str:
     return repr(float(raw))
 
 
+def _optional(value: float | None, show: Callable[[float], str]) -> str:
+    return show(value) if value is not None else ""
+
+
+def _percent_of_peak_text(record: Record) -> str:
+    if record.percent_of_peak is None:
+        return ""
+    above = (record.extra or {}).get("above_roof")
+    return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
+
+
+def _error_text(value: float | None) -> str:
+    return _optional(value, lambda v: fmt_float(v, 2))
+
+
+# Each column not shown as the record's raw field: f(record, speed-up).
+_DISPLAY: dict[str, Callable[[Record, float | None], str]] = {
+    # on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
+    "dtype": lambda r, _: "\u00a0".join([dtype_word(r.dtype), *quant_words(shape_of(r), short=True)]),
+    "status": lambda r, _: status_text(r),
+    "rel_l2_original": lambda r, _: _error_text(rel_l2_original(r)),
+    "time_ms": lambda r, _: median_text(r),
+    "iqr": lambda r, _: _optional(r.time_ms_iqr, fmt_ms),
+    "interval": lambda r, _: interval_text(r),
+    "tflops": lambda r, _: _optional(r.tflops, fmt_float),
+    "bandwidth_gbs": lambda r, _: _optional(r.bandwidth_gbs, fmt_float),
+    "percent_of_peak": lambda r, _: _percent_of_peak_text(r),
+    "measured_percent": lambda r, _: _optional((r.extra or {}).get("percent_of_measured_peak"),
+                                               lambda v: f"{v:.1f}%"),
+    "speedup": lambda _, speedup: _optional(speedup, fmt_ratio),
+    "memory": lambda r, _: _optional(r.peak_memory_bytes, fmt_bytes),
+    "setup": lambda r, _: setup_text(r),
+    "max_abs_error": lambda r, _: _error_text(r.max_abs_error),
+    "error_bound": lambda r, _: _error_text(r.error_bound),
+    "causal": lambda r, _: "yes" if r.causal else "no",
+    "ran": lambda r, _: ran_text(r),
+}
+
+
 def display_value(record: Record, key: str, speedup: float | None) -> str:
     """The text a reader sees in a cell (raw strings from the run stay raw here; templates escape them)."""
-    if key == "dtype":  # a quantized case's format, on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
-        return "\u00a0".join([dtype_word(record.dtype), *quant_words(shape_of(record), short=True)])
-    if key == "status":
-        return status_text(record)
-    if key == "rel_l2_original":
-        value = rel_l2_original(record)
-        return fmt_float(value, 2) if value is not None else ""
-    if key == "time_ms":
-        return median_text(record)
-    if key == "iqr":
-        return fmt_ms(record.time_ms_iqr) if record.time_ms_iqr is not None else ""
-    if key == "interval":
-        return interval_text(record)
-    if key == "tflops":
-        return fmt_float(record.tflops) if record.tflops is not None else ""
-    if key == "bandwidth_gbs":
-        return fmt_float(record.bandwidth_gbs) if record.bandwidth_gbs is not None else ""
-    if key == "percent_of_peak":
-        if record.percent_of_peak is None:
-            return ""
-        above = (record.extra or {}).get("above_roof")
-        return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
-    if key == "measured_percent":
-        value = (record.extra or {}).get("percent_of_measured_peak")
-        return f"{value:.1f}%" if value is not None else ""
-    if key == "speedup":
-        return fmt_ratio(speedup) if speedup is not None else ""
-    if key == "memory":
-        value = record.peak_memory_bytes
-        return fmt_bytes(value) if value is not None else ""
-    if key == "setup":
-        return setup_text(record)
-    if key in ("max_abs_error", "error_bound"):
-        value = getattr(record, key)
-        return fmt_float(value, 2) if value is not None else ""
-    if key == "causal":
-        return "yes" if record.causal else "no"
-    if key == "ran":
-        return ran_text(record)
+    show = _DISPLAY.get(key)
+    if show is not None:
+        return show(record, speedup)
     value = getattr(record, key, None)
     return "" if value is None else str(value)
 
 
 def rel_l2_original(record: Record) -> float | None:
-    """The output's relative L2 error against the float64 reference on the original inputs (docs/results.md
-    "Accuracy of quantized kernels"): `extra.error_vs_original`, or where attnbench quantized nothing the kernel
-    error, which is measured against the originals there."""
+    """The relative L2 error against the float64 reference on the original inputs (where attnbench quantized
+    nothing, the kernel error)."""
     extra = record.extra or {}
     metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
                                                  else extra.get("kernel_error"))
@@ -100,10 +104,8 @@ def rel_l2_original(record: Record) -> float | None:
 
 
 def kernel_unchecked(record: Record) -> str | None:
-    """Why a measured record's kernels were never checked against its backend's declared names, or None when they
-    were (or the record was not measured): the profiler could not run or saw nothing (`kernels` null, with its
-    reason), the backend declares no names there (no `attention_share`), or the record predates profiling. Such a
-    record says nothing about which kernel ran: it is shown as unchecked, never as a kernel that passed."""
+    """Why a measured record's kernels were never checked against its backend's declared names, or None: such a
+    record is shown as unchecked, never as a kernel that passed."""
     if record.status not in MEASURED or record.status == Status.WRONG_KERNEL:
         return None
     if not record.kernels:  # read back without kernels: record.BEFORE_PROFILING
@@ -114,9 +116,8 @@ def kernel_unchecked(record: Record) -> str | None:
 
 
 def ran_text(record: Record, trace: bool = True) -> str:
-    """The profiled call's top kernel and its share, "overhead" when the declared kernels were under the threshold,
-    "unchecked" with why where the kernels were never judged, and (unless `trace` is False: the HTML table links it)
-    the --trace file beside the results (docs/results.md "Which kernel ran")."""
+    """The profiled call's top kernel and its share, "overhead", "unchecked" with why, and (unless `trace` is False:
+    the HTML table links it) the --trace file."""
     kernels = record.kernels
     unchecked = kernel_unchecked(record)
     if not kernels:
