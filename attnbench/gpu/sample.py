@@ -62,19 +62,27 @@ def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> GpuSample:
     return GpuSample.of(state)
 
 
-def record_sample(fields: dict[str, Any], device: str, reader: Reader | None = None,
-                  gpu: GpuId | None = None) -> None:
-    """Nothing on CPU."""
+def sampled_parts(device: str, reader: Reader | None = None, gpu: GpuId | None = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's fields (`throttled`) and `extra` entries of the GPU's state now; nothing on CPU."""
     if device != "cuda":
-        return
+        return {}, {}
     if gpu is None:
         import torch
 
         gpu = torch_gpu(torch.cuda.current_device())
     sample = measurement_sample(gpu, reader).record_fields()
-    fields.setdefault("extra", {}).update(sample["extra"])
-    if "throttled" in sample:
-        fields["throttled"] = sample["throttled"]
+    extra = sample.pop("extra")
+    return sample, extra
+
+
+def record_sample(fields: dict[str, Any], device: str, reader: Reader | None = None,
+                  gpu: GpuId | None = None) -> None:
+    """`sampled_parts` written into a record's fields."""
+    top, extra = sampled_parts(device, reader, gpu)
+    if extra:
+        fields.setdefault("extra", {}).update(extra)
+    fields.update(top)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     if kernels.broken:  # the time is not of the work asked for
         return "error", "integrity: " + "; ".join(kernels.broken)
     progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
-                               progress.fields()["extra"])
+                               progress.parts()[1])
     return status_of(repeated, kernels.ran)
 
 
@@ -185,14 +185,19 @@ class Progress:
     def fields(self) -> dict[str, Any]:
         if self.ready is None:
             return {}
+        fields, extra = self.parts()
+        return {**fields, "extra": extra}
+
+    def parts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The record's fields the finished stages found, and its extra entries."""
+        assert self.ready is not None
         extra = dict(self.ready.extra)
-        fields: dict[str, Any] = {"kernel": self.ready.prepared.kernel, "kv_expanded": self.ready.prepared.kv_expanded,
-                                  "extra": extra}
+        fields: dict[str, Any] = {"kernel": self.ready.prepared.kernel, "kv_expanded": self.ready.prepared.kv_expanded}
         if self.sustained is not None:
             extra.update(self.sustained.extra)
         if self.timed is not None:
-            extra.update(self.timed.gpu.get("extra", {}))
-            fields.update({name: value for name, value in self.timed.gpu.items() if name != "extra"})
+            extra.update(self.timed.gpu_extra)
+            fields.update(self.timed.gpu)
         if self.repeated is not None:
             fields["repeatable"] = self.repeated.repeatable
             extra.update(self.repeated.extra)
@@ -206,7 +211,7 @@ class Progress:
         if self.numbers is not None:
             fields.update(self.numbers.fields)
             extra.update(self.numbers.extra)
-        return fields
+        return fields, extra
 
 
 def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage],

@@ -95,7 +95,8 @@ class Timed:
 
     samples: list[float]
     kept: KeepFirst
-    gpu: dict[str, Any]
+    gpu: dict[str, Any]  # the record's fields of the GPU's state
+    gpu_extra: dict[str, Any]  # and its extra entries
 
 
 @dataclass(frozen=True)
@@ -185,9 +186,8 @@ def timed(case: Case, timer: Timer, chosen: Calls, checked: Checked) -> Timed:
     """The samples; the GPU's clocks, throttling and other processes read right after them."""
     kept = KeepFirst(chosen.first or chosen.fn)  # the second call the repeatability check compares
     samples = timer.measure(kept if checked.native is not None else chosen.first or chosen.fn, checked.timing)
-    gpu: dict[str, Any] = {}
-    gpu_sample.record_sample(gpu, case.device)
-    return Timed(samples, kept, gpu)
+    gpu, gpu_extra = gpu_sample.sampled_parts(case.device)
+    return Timed(samples, kept, gpu, gpu_extra)
 
 
 def memory(chosen: Calls, checked: Checked) -> Memory | None:
