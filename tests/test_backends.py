@@ -10,7 +10,7 @@ from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.core import workload
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
 MASKS = [(False, None), (True, None), (True, 16), (False, 16), (True, 0)]

@@ -11,8 +11,8 @@ from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
 from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.records.results import Record
-from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
+from tests.helpers import make_case, measure_one
 
 
 def case(dtype="float32", sq=64, sk=None, heads=4, kv_heads=4, causal=True, window=8, mode="fwd", batch=1, d=16,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnbench.core import counting, workload
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 @pytest.mark.parametrize("seq, kv, causal, window", [

@@ -17,7 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from attnbench.core import counting, workload
 from attnbench.core.case import Case  # noqa: E402
-from tests.conftest import make_case  # noqa: E402
+from tests.helpers import make_case  # noqa: E402
 
 settings.register_profile("attnbench", max_examples=150, deadline=None, database=None)
 settings.load_profile("attnbench")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
-from tests.conftest import assert_kernels_named
+from tests.helpers import assert_kernels_named
 
 ROOT = Path(__file__).parent.parent
 TINY = """\

@@ -40,7 +40,7 @@ from attnbench.backends.xformers_ops import (
     XformersBackend,
 )
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def recorded(name: str) -> types.ModuleType:

@@ -23,7 +23,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import loaded, make_case
+from tests.helpers import loaded, make_case
 
 
 class LoadedClock:

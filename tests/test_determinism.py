@@ -24,7 +24,7 @@ from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
 from attnbench.verify.inputs import CaseData
-from tests.conftest import ONE_SAMPLE, make_case
+from tests.helpers import ONE_SAMPLE, make_case
 
 ASKED = Settings(RunInfo("r", "t"), ONE_SAMPLE, deterministic=True)
 

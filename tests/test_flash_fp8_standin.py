@@ -21,8 +21,8 @@ import attnbench.backends.flash as flash
 from attnbench.backends.base import refusal
 from attnbench.backends.flash import FlashAttn3, FlashAttn4
 from attnbench.core.case import Case
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
 from tests.fp8_inputs import distinct_scales
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 
 E4M3 = torch.float8_e4m3fn
 

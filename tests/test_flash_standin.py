@@ -32,7 +32,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import (
+from tests.helpers import (
     Phases,
     PhaseTimer,
     assert_sabotage_caught,

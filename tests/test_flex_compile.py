@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def shape(seq: int, **overrides: object):  # type: ignore[no-untyped-def]

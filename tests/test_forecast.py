@@ -18,7 +18,7 @@ from attnbench.run import forecast
 from attnbench.run.calibration import Machine
 from attnbench.run.progress import Eta
 from attnbench.timing.timers import TimingSettings
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = Machine("cpu", "test CPU", {"float32": 0.1, "float64": 0.05, "float16": 0.025, "bfloat16": 0.025},

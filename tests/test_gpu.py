@@ -13,8 +13,8 @@ import pytest
 from attnbench.backends.registry import default_registry
 from attnbench.run.measure import Settings, measure
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
+from tests.helpers import make_case, measure_one
 
 SDPA = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 GRID = list(itertools.product(["bfloat16", "float16"], [(True, None), (False, None), (True, 64)],

@@ -13,7 +13,7 @@ from attnbench.records.results import Record, load_records
 from attnbench.run.isolation import Isolated, WorkerConfig
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from tests.conftest import ONE_SAMPLE, make_case
+from tests.helpers import ONE_SAMPLE, make_case
 
 PLUGINS = ("attnbench.backends.testing:FAULTY", "attnbench.backends.testing:CRASHING")
 SUITE = """\

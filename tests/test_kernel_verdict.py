@@ -252,7 +252,7 @@ def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -
 
 # ---- the issue's CPU "done when": every ok record names its kernels, and the right ones -------------------------
 def test_the_done_when_check_fails_on_a_record_that_names_no_kernel_or_the_wrong_one() -> None:
-    from tests.conftest import CPU_FLASH, assert_kernels_named
+    from tests.helpers import CPU_FLASH, assert_kernels_named
 
     def rec(backend: str, top: str, share: float | None = 0.9) -> dict:  # type: ignore[type-arg]
         return {"status": "ok", "backend": backend, "case_id": "c", "mode": "fwd", "attention_share": share,
@@ -301,7 +301,7 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     """The long block's CPU backends at a short length (what this leaves out: docs/verified.md)."""
     from attnbench.run.measure import InProcess
     from attnbench.run.schedule import Schedule
-    from tests.conftest import ONE_SAMPLE, assert_kernels_named
+    from tests.helpers import ONE_SAMPLE, assert_kernels_named
 
     registry = default_registry()
     tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]
@@ -321,7 +321,7 @@ def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8
     from pathlib import Path
 
     from attnbench.records.results import load_records
-    from tests.conftest import assert_kernels_named
+    from tests.helpers import assert_kernels_named
 
     records = load_records(Path(__file__).parents[1] / "reports" / "cpu-Intel-Xeon-2core-long")
     assert_kernels_named(records)

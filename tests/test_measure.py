@@ -15,7 +15,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.inputs import CaseData
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
+from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
 
 def test_record_fields_follow_the_guide(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def peaks(name: str) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from attnbench.run.recording import RunInfo, unmeasured
 from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings
 from attnbench.verify.inputs import CaseData, naive_attention
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 class FakeMeasurer:

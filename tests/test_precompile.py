@@ -12,7 +12,7 @@ from rich.console import Console
 from attnbench.backends.registry import default_registry
 from attnbench.run import precompile, session
 from attnbench.run.options import RunOptions, resume_command
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 PLUGIN = "tests.compile_faults:PLANTED"
 

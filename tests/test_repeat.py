@@ -19,7 +19,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.verify.repeat import bitwise_equal, compare, max_difference
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
+from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
 
 
 class Flaky(Backend):

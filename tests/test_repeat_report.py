@@ -17,7 +17,7 @@ from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
-from tests.conftest import make_case, run_cases
+from tests.helpers import make_case, run_cases
 from tests.test_repeat import flaky
 
 DATA = Path(__file__).parent / "data"

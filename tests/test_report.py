@@ -27,7 +27,7 @@ from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
 from attnbench.report.styles import backend_styles
-from tests.conftest import loaded
+from tests.helpers import loaded
 
 DATA = Path(__file__).parent / "data"
 GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))

@@ -15,7 +15,7 @@ import pytest
 from attnbench.report import html
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS, display_value
-from tests.conftest import loaded
+from tests.helpers import loaded
 
 DATA = Path(__file__).parent / "data"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -25,7 +25,7 @@ from attnbench.report.frontier import (
 from attnbench.report.plotting import render_chart
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
-from tests.conftest import loaded
+from tests.helpers import loaded
 from tests.test_report import a_record, write_run
 
 RUN = Path(__file__).parent / "data" / "fp8-cpu"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 RUNTIMES = ("jax", "onnxruntime", "onnxruntime-mha", "onnxruntime-gqa", "openvino")
 CASES = {

@@ -22,7 +22,7 @@ from attnbench.backends.sage import SageBackend
 from attnbench.core.case import Case
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import case_data
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 
 BLKQ, BLKK = 128, 64
 

@@ -13,7 +13,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer, TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 class ScriptClock:

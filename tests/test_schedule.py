@@ -12,7 +12,7 @@ from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.records.results import SCHEMA_VERSION, Record, load_records
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from tests.conftest import make_case, run_cases, run_into
+from tests.helpers import make_case, run_cases, run_into
 
 
 def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from attnbench.backends.base import module_owner
 from attnbench.backends.flash import output_of
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 # The warnings PyTorch 2.11 gave on an H200 for one call pinned to one kernel, in order (windowed MHA
 # pinned to FLASH; GQA pinned to EFFICIENT). The cuDNN block is as sdp_utils.cpp words it.

@@ -21,7 +21,7 @@ import attnbench.backends.sdpa_varlen as adapter
 from attnbench.backends.conformance import check_backend
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
 from attnbench.core import workload
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 
 
 def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-untyped-def]

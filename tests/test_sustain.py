@@ -107,7 +107,7 @@ def test_a_measurement_records_the_loop_and_its_energy(monkeypatch: pytest.Monke
     from attnbench.run.tally import Tally
     from attnbench.timing.timers import ClockTimer, TimingSettings
     from attnbench.verify.inputs import CaseData
-    from tests.conftest import make_case
+    from tests.helpers import make_case
 
     meter = {"mj": 0}
 

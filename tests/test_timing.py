@@ -25,7 +25,7 @@ from attnbench.timing.timers import (
     timer_for,
 )
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None:

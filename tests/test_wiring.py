@@ -21,7 +21,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer, TimingSettings
 from attnbench.verify.inputs import CaseData, naive_attention
-from tests.conftest import ScriptedTimer, make_case
+from tests.helpers import ScriptedTimer, make_case
 
 SPREAD = [4.0, 1.0, 3.0, 10.0, 2.0]  # sorted 1 2 3 4 10: median 3, inclusive quartiles 2 and 4, minimum 1
 

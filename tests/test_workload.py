@@ -11,7 +11,7 @@ from attnbench.core import case as case_mod
 from attnbench.core import counting, workload
 from attnbench.core.case import Case
 from attnbench.records.results import Record, key_of
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 # ---- documents ----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.inputs import CaseData, naive_attention
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")
 AXES = {
