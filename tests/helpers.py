@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
 from attnbench.records.record import upgrade
@@ -32,7 +34,8 @@ def make_case(**overrides: object) -> Case:
 
 def measure_one(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
     """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
-    return measure(data or case_data(case), backend, timer_for(case.device), Settings(RunInfo("test", "test"), ONE_SAMPLE))
+    return measure(data or case_data(case), backend, timer_for(case.device),
+                   Settings(RunInfo("test", "test"), ONE_SAMPLE))
 
 
 def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record], None], timer: Any = None,
@@ -152,3 +155,17 @@ def loaded(lines: list[dict[str, Any]]) -> list[Record]:
     """Records as the loader reads these stored lines (attnbench.records.record.upgrade): how a test that writes a
     record's JSON by hand hands it to a reader."""
     return upgrade([dict(line) for line in lines])
+
+
+# ---- the stand-ins' shared arithmetic (each library's own semantics stay in its stand-in)
+def band_keep(sq: int, sk: int, left: int | None, right: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The keys query row i keeps, bottom-right aligned (row i sits at key i + sk - sq): i - left <= j <= i + right,
+    a None bound unbounded. Returns the (sq, sk) mask and the row and key indices it was built from."""
+    i = torch.arange(sq)[:, None] + (sk - sq)
+    j = torch.arange(sk)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if left is not None:
+        keep &= j >= i - left
+    if right is not None:
+        keep &= j <= i + right
+    return keep, i, j
