@@ -13,21 +13,27 @@ ARGS ?=
 
 setup: $(VENV)/.installed
 
-# `setup` installs what a run needs (attnbench and its dependencies); `test` adds the test extra on top, in the
-# same environment (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise,
-# e.g. xformers), so a newcomer's `make bench` installs none of them.
-$(VENV)/.installed: pyproject.toml
+# `setup` installs what a run needs (attnbench and its dependencies); `test` installs attnbench with the test extra
+# (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise, e.g. xformers) in one
+# pip call, so a newcomer's `make bench` installs none of them and a fresh clone's `make test` builds the editable
+# install and resolves the dependencies once.
+define new_venv
 	$(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "no NVIDIA driver found: installing a CPU build of torch ($(TORCH_CPU_SPEC))"; \
 		$(BIN)/pip install --quiet $(TORCH_CPU_SPEC); \
 	fi
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(new_venv)
 	$(BIN)/pip install --quiet -e .
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml
+	$(new_venv)
 	$(BIN)/pip install --quiet -e '.[test]'
-	@touch $@
+	@touch $@ $(VENV)/.installed
 
 bench: setup
 	$(BIN)/attnbench run $(SUITE) $(ARGS)
