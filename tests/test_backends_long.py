@@ -153,8 +153,8 @@ def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flex
     mask that takes two compiles (the mask's lengths are Python ints: Dynamo specialises them at first, and on
     the second length recompiles them as dynamic; at once where the process has seen other lengths of flex
     before), from the third length on nothing is traced or compiled; without a mask the first compile (or the
-    first two, where an earlier case left the lengths specialised) serves every length. flex (dynamic=False) specialises on every
-    shape and compiles each length's own, faster, kernel: the trade the pair measures, and why `flex` cannot
+    first two, where an earlier case left the lengths specialised) serves every length. flex (dynamic=False) specialises
+    on every shape and compiles each length's own, faster, kernel: the trade the pair measures, and why `flex` cannot
     share. A fresh inductor cache, so that no earlier run's kernel is what is found."""
     from attnbench.backends.flex import FlexDynamicBackend
 
@@ -193,7 +193,8 @@ def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch)
     assert how["mask_build"] == "compiled"
     from torch.nn.attention.flex_attention import create_block_mask
 
-    eager = create_block_mask(lambda b, h, q, k: workload.allowed(q, k, c.offset, c.causal, c.window), None, None, 256, 256, device="cpu")
+    eager = create_block_mask(lambda b, h, q, k: workload.allowed(q, k, c.offset, c.causal, c.window), None, None,
+                              256, 256, device="cpu")
     assert torch.equal(block_mask.kv_num_blocks, eager.kv_num_blocks)
     assert torch.equal(block_mask.kv_indices, eager.kv_indices)
     assert block_mask.sparsity() == eager.sparsity()

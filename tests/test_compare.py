@@ -360,7 +360,8 @@ def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path:
 @pytest.mark.parametrize("keep", [None, 3, 7, 8])
 def test_a_three_percent_jitter_passes_at_any_count_of_matches(tmp_path: Path, keep: int | None) -> None:
     result = compare_runs(edited(tmp_path / "base", keep=keep), edited(tmp_path / "new", jitter(0.03), keep=keep))
-    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, comparison_markdown(result)
+    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, \
+        comparison_markdown(result)
 
 
 @pytest.mark.parametrize("keep", [3, 7, 8, None])

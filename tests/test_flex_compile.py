@@ -59,7 +59,8 @@ def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
 # 0.15 s median, 0.31 s max (21 loads at 1K-2K); a compile of the same shapes took 3.1-3.4 s.
 WARM_LOAD_MAX_S = 1.0
 WARM_SHAPES = [dict(device="cpu", dtype="float32", batch=1, seq_len=1024, kv_seq_len=1024, heads=8, kv_heads=kv,
-                    head_dim=64, causal=True, window=window, mode="fwd") for kv, window in ((8, None), (8, 256), (2, 256))]
+                    head_dim=64, causal=True, window=window, mode="fwd")
+               for kv, window in ((8, None), (8, 256), (2, 256))]
 
 
 def prepare_costs(cases: list[dict]) -> list[dict]:
@@ -91,7 +92,8 @@ def costs_in_fresh_process(cache: Path) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="session")  # not module: a worker running another module's test between the two would compile again
+# session, not module: a worker running another module's test between the two would compile again
+@pytest.fixture(scope="session")
 def cold_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     """WARM_SHAPES compiled once, in a fresh process, into an empty cache: the cache and that process's costs (the
     two tests below start from it; one cold compile of the three shapes costs minutes on two busy cores)."""

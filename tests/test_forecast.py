@@ -70,7 +70,8 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     cold = forecast.forecast([(case, flex)], settings, CPU, report=False)
     warm = forecast.forecast([(case, flex)], settings, CPU, report=False,
                              compiled={flex.compile_key(case)})
-    assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s and warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
+    assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s
+    assert warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
     assert cold.total_s - warm.total_s == pytest.approx(cold.compile_s - warm.compile_s)
     skipped = forecast.forecast([(case, registry.get("sdpa-cudnn"))], settings, CPU, report=False)
     assert not skipped.tasks[0].runs and skipped.tasks[0].seconds < 0.01

@@ -47,7 +47,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip(reason)
     point = tmp_path / "disk"
     point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(point)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(point)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:

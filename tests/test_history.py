@@ -142,8 +142,8 @@ def test_a_library_change_is_marked_in_show_and_in_the_plot(store: Path, tmp_pat
     assert change_positions(trend) == [(3.5, "torch 2.11.0+cu130 → 2.12.0+cu130; flash-attn 2.8.3 (new)")]
     shown = invoke("history", "show", "--db", db, *("--backend", "sdpa-cudnn"), "--case", PAIR["cases"][0])
     assert "torch 2.11.0+cu130 → 2.12.0+cu130" in shown.output
-    plotted = invoke("history", "plot", "--db", db, "--backend", "sdpa-cudnn", "--case", "*-s16384-h16-kv16-d128-causal-fwd*",
-                     "--out", tmp_path / "plots")
+    plotted = invoke("history", "plot", "--db", db, "--backend", "sdpa-cudnn",
+                     "--case", "*-s16384-h16-kv16-d128-causal-fwd*", "--out", tmp_path / "plots")
     assert plotted.exit_code == 0 and "wrote 2 PNGs" in plotted.output  # fwd and fwd_bwd
     with Image.open(tmp_path / "plots" / file_name(trend)) as image:
         assert image.size == (900, 500)

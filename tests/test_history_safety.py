@@ -124,7 +124,8 @@ def test_check_says_ok_with_the_size_of_a_whole_store(tmp_path: Path) -> None:
     db = tmp_path / "whole.sqlite"
     add_runs(RUNS[:2], db)
     result = invoke("history", "check", "--db", db)
-    assert result.exit_code == 0 and f"{db}: ok (2 runs, {pairs_of(RUNS[0]) + pairs_of(RUNS[1])} records)" in result.output
+    records = pairs_of(RUNS[0]) + pairs_of(RUNS[1])
+    assert result.exit_code == 0 and f"{db}: ok (2 runs, {records} records)" in result.output
     assert invoke("history", "check", "--db", tmp_path / "none.sqlite").exit_code == 2
 
 

@@ -347,7 +347,8 @@ def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_plan
 
     clean = check(Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / "clean" / "run")))
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert clean.stdout.splitlines()[-1] == "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
+    assert clean.stdout.splitlines()[-1] == \
+        "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
 
     def planted(name: str, change) -> str:  # type: ignore[no-untyped-def]
         run = Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / name / "run"))
@@ -429,7 +430,8 @@ def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
         verdict = rejudge(r)
         assert verdict.wrong_kernel is None, (r["backend"], r["case_id"], verdict.wrong_kernel)
         if r["backend"] == "naive-fp8":
-            assert r.get("attention_share") is None and verdict.overhead is not None and "aten::copy_" in verdict.overhead
+            assert r.get("attention_share") is None
+            assert verdict.overhead is not None and "aten::copy_" in verdict.overhead
             continue
         assert round(verdict.attention_share, 4) == r["attention_share"], (r["backend"], r["case_id"])
         assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
@@ -497,8 +499,9 @@ def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> N
     assert "Kernels unchecked (the profiler saw no op in the call): jax 13 of 13, onnxruntime 13 of 13, " \
            "onnxruntime-gqa 7 of 7, onnxruntime-mha 13 of 13, openvino 13 of 13." in lines
     # The overhead line counts profiled records only: the failed one is not among them.
-    copies = dataclasses.replace(flash, attention_share=0.55,
-                                 overhead="declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)")
+    copies = dataclasses.replace(
+        flash, attention_share=0.55,
+        overhead="declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)")
     assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
                                                 "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
 

@@ -131,8 +131,9 @@ def test_report_killed_anywhere_leaves_each_file_whole_or_absent(tmp_path: Path)
 
 def test_recommend_killed_anywhere_leaves_its_table_whole_or_absent(tmp_path: Path) -> None:
     run = ROOT / "reports" / "NVIDIA-H200-20261130-012712" / "run"
-    duration = full_run(command("recommend", run, "--out", tmp_path / "complete.json", "--md", tmp_path / "complete.md"))
-    complete = {"table.json": (tmp_path / "complete.json").read_bytes(), "table.md": (tmp_path / "complete.md").read_bytes()}
+    json_out, md_out = tmp_path / "complete.json", tmp_path / "complete.md"
+    duration = full_run(command("recommend", run, "--out", json_out, "--md", md_out))
+    complete = {"table.json": json_out.read_bytes(), "table.md": md_out.read_bytes()}
     for i, after in enumerate(moments(duration, 3)):
         out = tmp_path / f"killed{i}"
         out.mkdir()

@@ -6,10 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from attnbench.records.results import key_of, load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
-from tests.test_shard import invoke, suite  # noqa: F401 - the shard suite fixture
+from tests.test_shard import SUITE, invoke
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    """tests/test_shard.py's suite: 18 measurements (six cases, three backends)."""
+    path = tmp_path / "shards.yaml"
+    path.write_text(SUITE)
+    return path
 
 
 def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite: Path, tmp_path: Path) -> None:

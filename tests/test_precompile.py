@@ -1,5 +1,6 @@
-"""The compile phase (attnbench.run.precompile): which graphs it compiles, that a failure there costs nothing but the head
-start, and that after it a flex measurement loads its graph instead of compiling it, its record otherwise the same."""
+"""The compile phase (attnbench.run.precompile): which graphs it compiles, that a failure there costs nothing but the
+head start, and that after it a flex measurement loads its graph instead of compiling it, its record otherwise the
+same."""
 
 from __future__ import annotations
 

@@ -172,11 +172,13 @@ def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: di
     assert len(tables) == len(groups)
     for group in groups:
         table = tables[group.title()]
-        never = {r["backend"] for r in group.records} - {r["backend"] for r in group.records if r["status"] != "skipped"}
+        timed = {r["backend"] for r in group.records if r["status"] != "skipped"}
+        never = {r["backend"] for r in group.records} - timed
         rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
         got = sorted((cells[0].lstrip("| "), int(cells[1])) for cells in rows)
         assert got == sorted(key for key in group.by_backend_x() if key[0] not in never)
-        named = re.findall(r"^- (\S+): (.*)$", table.split("Skipped at every length:")[-1], re.MULTILINE) if never else []
+        skipped = table.split("Skipped at every length:")[-1]
+        named = re.findall(r"^- (\S+): (.*)$", skipped, re.MULTILINE) if never else []
         assert sorted(name for name, _ in named) == sorted(never), group.title()
         for name, reasons in named:
             assert all(html.escape(r["reason"], quote=False) in reasons for r in group.records if r["backend"] == name)
@@ -213,7 +215,8 @@ def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
     lone = [a_record(backend="naive-fp8", seq_len=s, kv_seq_len=s) for s in (256, 512, 1024)]
     lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", reason="needs CUDA", time_ms=None)
              for s in (256, 512, 1024)]
-    assert fastest_line(group_records(loaded(lone))[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
+    assert fastest_line(group_records(loaded(lone))[0]) == \
+        "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
     gap = [r for r in lone if r["seq_len"] != 512 or r["backend"] != "naive-fp8"]
     assert fastest_line(group_records(loaded(gap))[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
     both = lone + [a_record(backend="naive", seq_len=512, kv_seq_len=512, time_ms=2.0)]
@@ -248,8 +251,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
                         tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
                for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
     paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
-    assert sorted(p.name for p in paths if p.suffix == ".png") == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png",
-                                                                   "roofline.png"]
+    assert sorted(p.name for p in paths if p.suffix == ".png") == [
+        "correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png"]
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     for record in records:
         assert record["reason"] in page
@@ -259,8 +262,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
 
 def test_a_single_case_run_renders(tmp_path: Path) -> None:
     paths = render_report(write_run(tmp_path / "run", [a_record()]), tmp_path / "out", formats=("png", "md"))
-    assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png",
-                                             "summary.md"]
+    assert sorted(p.name for p in paths) == [
+        "correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png", "summary.md"]
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert "| sdpa | 512 | ok | 1 (IQR 0.05) |" in md  # a record without an interval shows its IQR
 
@@ -371,7 +374,8 @@ def large_run(directory: Path, n: int) -> Path:
                 records.append(a_record(backend=b, dtype=dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                         causal=causal, mode=mode, batch=batch, seq_len=s, kv_seq_len=s, device="cuda",
                                         status=status, reason="out of memory" if status != "ok" else None,
-                                        time_ms=s / 1000 * (1 + backends.index(b)), times_ms=[1.0 + k / 10 for k in range(10)]))
+                                        time_ms=s / 1000 * (1 + backends.index(b)),
+                                        times_ms=[1.0 + k / 10 for k in range(10)]))
         i += 1
     return write_run(directory, records[:n], {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"})
 
@@ -383,7 +387,8 @@ def render_cost(source: Path, out: Path) -> tuple[float, float, list[Path]]:
     paths = render_report(source, out)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=False)), wall, paths
+    cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=False))
+    return cpu, wall, paths
 
 
 @pytest.mark.slow
@@ -463,7 +468,8 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     from tests.fake_smi import H200, smi
 
     throttled = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, device="cuda", throttled=True,
-                         extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"], "other_gpu_processes": 0})
+                         extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"],
+                                "other_gpu_processes": 0})
     records = [a_record(device="cuda", throttled=False), throttled]
     out = write_run(tmp_path / "run", records, env={"device": "cuda", "gpus": [{"name": "NVIDIA H200"}],
                                                     "gpu_state": [snapshot(H200, SmiReader(smi())).to_dict()]})
@@ -472,7 +478,8 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     assert "| !2 (IQR 0.05) |" in md and "| 1 (IQR 0.05) |" in md  # records without an interval show their IQR
     assert "1 of 2 timings were taken on a throttled or shared GPU" in md
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "!2" in cell_texts(page) and "GPU 0 before the run (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
+    assert "!2" in cell_texts(page) and "GPU 0 before the run (nvidia-smi)" in page
+    assert "SM clock 345 MHz (application 1980" in page
     assert "GPU 0 while timing" in page and "SM clock 1500 MHz" in page  # the one record that has a sample
     assert "clocks not locked" in page
     fig = group_chart(group_records(loaded(records))[0], backend_styles(["sdpa"]), None, None, None)
@@ -687,7 +694,8 @@ def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
     assert [line for line in found.kernels if line.startswith("copies: ")] == [
         "copies: overhead in 2 of 2 profiled records; its declared kernels 55% of the call; the rest most often "
         "aten::copy_ (copy)."]
-    assert [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"] == [("claims-flash", 1)] * 2
+    wrong = [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"]
+    assert wrong == [("claims-flash", 1)] * 2
 
 
 def test_the_records_table_links_each_trace_that_exists_relative_to_the_page(tmp_path: Path) -> None:
@@ -738,7 +746,8 @@ def test_a_failure_at_every_case_says_so_instead_of_naming_cases() -> None:
     from attnbench.report.findings import build_findings
 
     records = load_records(DATA / "cpu-run")
-    found = {(f.backend, f.status): f for f in build_findings(group_records(records), records, "sdpa-math").other_failures}
+    findings = build_findings(group_records(records), records, "sdpa-math")
+    found = {(f.backend, f.status): f for f in findings.other_failures}
     cases = {r["case_id"] for r in records}
     for (backend, status), failure in found.items():
         hit = {r["case_id"] for r in records if r["backend"] == backend and r["status"] == status

@@ -79,13 +79,15 @@ def visible_rows(browser: Any) -> list[Any]:
 # record that measured nothing), else its text.
 CELL_AT = """function cellAt(row, i) { var at = 0;
   for (var c = 0; c < row.cells.length; c++) { var cell = row.cells[c];
-    if (i < at + cell.colSpan) return cell.classList.contains('why') ? '' : (cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent);
+    if (i < at + cell.colSpan)
+      return cell.classList.contains('why') ? '' : (cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent);
     at += cell.colSpan; } return ''; }"""
 
 
 def page_values(browser: Any, i: int) -> list[str]:
     return browser.execute_script(CELL_AT + f"; return Array.prototype.map.call("
-                                  f"document.getElementById('records').tBodies[0].rows, function (r) {{ return cellAt(r, {i}); }})")
+                                  f"document.getElementById('records').tBodies[0].rows, "
+                                  f"function (r) {{ return cellAt(r, {i}); }})")
 
 
 def every_page(browser: Any, read: Any) -> list[Any]:
@@ -137,7 +139,8 @@ def check_filters(browser: Any, records: list[dict[str, Any]]) -> None:
         choose(browser, "backend", choice[0])
         choose(browser, "dtype", choice[1])
         backends = every_page(browser, lambda: [row.get_attribute("data-backend") for row in visible_rows(browser)])
-        assert len(backends) == expected, f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(backends)} rows shown"
+        assert len(backends) == expected, \
+            f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(backends)} rows shown"
         assert int(browser.find_element("id", "shown").text) == expected
         if choice[0]:
             assert set(backends) == {backend}

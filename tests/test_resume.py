@@ -129,7 +129,8 @@ def test_force_without_resume_never_overwrites(suite: Path, tmp_path: Path) -> N
 
 
 def test_resume_keeps_a_shard_to_its_own_part(suite: Path, tmp_path: Path) -> None:
-    suite.write_text(suite.read_text().replace("budget_ms: 200", "budget_ms: 1").replace("warmup_ms: 5", "warmup_ms: 0"))
+    text = suite.read_text()
+    suite.write_text(text.replace("budget_ms: 200", "budget_ms: 1").replace("warmup_ms: 5", "warmup_ms: 0"))
     out = tmp_path / "shard0"
     assert CliRunner().invoke(app, ["run", str(suite), "--shard", "0/2", "--out", str(out)]).exit_code == 0
     before = len(load_records(out))

@@ -112,7 +112,8 @@ def test_jax_cudnn_is_not_applicable_on_a_cpu() -> None:
 
 # ---- planted wrong mappings are each a mismatch ---------------------------------------------------------------
 def _top_left(self, case):  # type: ignore[no-untyped-def]
-    """The runtime's own causal flag used as if it were the conventions' (docs/conventions.md) when Sq != Sk (the top-left bug)."""
+    """The runtime's own causal flag used as if it were the conventions' (docs/conventions.md) when Sq != Sk (the
+    top-left bug)."""
     return True
 
 

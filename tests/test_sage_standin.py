@@ -129,7 +129,8 @@ def test_sage_gives_the_answer_of_its_scheme_through_the_standin(standin: types.
 
 
 def test_its_error_is_more_than_bf16s_yet_within_its_own_bound(standin: types.ModuleType) -> None:
-    """The INT8 scheme costs accuracy: sage would fail docs/conventions.md's bf16 bound that naive sets, and passes its own."""
+    """The INT8 scheme costs accuracy: sage would fail docs/conventions.md's bf16 bound that naive sets, and passes its
+    own."""
     c = CASES["causal-gqa"]
     data = case_data(c)
     record = measure_one(c, SageBackend(), data)

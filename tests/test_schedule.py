@@ -44,7 +44,8 @@ def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> N
 
 
 def test_a_cut_last_line_loads_with_one_line_saying_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_into(tmp_path / "results.jsonl", [make_case()], [default_registry().get("naive"), default_registry().get("sdpa")])
+    registry = default_registry()
+    run_into(tmp_path / "results.jsonl", [make_case()], [registry.get("naive"), registry.get("sdpa")])
     path = tmp_path / "results.jsonl"
     text = path.read_text()
     path.write_text(text + text.splitlines()[0][:40])

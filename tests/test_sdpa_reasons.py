@@ -54,7 +54,8 @@ def test_only_the_pinned_kernels_reasons_are_kept() -> None:
     assert len(efficient) == 1 and efficient[0].startswith("For dense input, both fused kernels require")
     assert efficient[0].endswith("passing them into the kernel.")
     # cuDNN speaks last: its reason used to be cut off at 600 characters behind the others
-    assert pinned_kernel_reasons("CUDNN_ATTENTION", CUDNN_REFUSED) == ["cuDNN requires a head dimension of at most 128."]
+    assert pinned_kernel_reasons("CUDNN_ATTENTION", CUDNN_REFUSED) == [
+        "cuDNN requires a head dimension of at most 128."]
 
 
 def test_auto_sdpa_keeps_every_kernels_reason_without_noise() -> None:

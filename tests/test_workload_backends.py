@@ -270,8 +270,8 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
 
     settings = TimingSettings(warmup_ms=20, budget_ms=200, min_samples=5)
     shape = dict(device="cpu", dtype="float32", seq_len=4096, heads=2, kv_heads=2, head_dim=64, causal=True)
-    one, packed = (measure(CaseData(make_case(**shape, **docs)),
-                                                                              FlexBackend(), ClockTimer(), Settings(RunInfo("p", "t"), settings))
+    one, packed = (measure(CaseData(make_case(**shape, **docs)), FlexBackend(), ClockTimer(),
+                           Settings(RunInfo("p", "t"), settings))
                    for docs in ({}, {"documents": 16}))
     assert one.status == packed.status == "ok", (one.reason, packed.reason)
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"]
@@ -306,8 +306,8 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
 
 
 def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
-    """Absorbed MLA decode (docs/conventions.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
-    passed as its own tensor), a backend that does not map the axis skips it by name."""
+    """Absorbed MLA decode (docs/conventions.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it
+    (V passed as its own tensor), a backend that does not map the axis skips it by name."""
     from attnbench.verify.inputs import make_inputs
 
     case = make_case(batch=2, seq_len=1, kv_seq_len=96, heads=4, kv_heads=1, head_dim=48, head_dim_v=32,
