@@ -14,9 +14,9 @@ ARGS ?=
 setup: $(VENV)/.installed
 
 # `setup` installs what a run needs (attnbench and its dependencies); `test` installs attnbench with the test extra
-# (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise, e.g. xformers) in one
-# pip call, so a newcomer's `make bench` installs none of them and a fresh clone's `make test` builds the editable
-# install and resolves the dependencies once.
+# (pytest and its plugins, ruff, mkdocs, and the libraries whose real refusals the tests exercise, e.g. xformers)
+# in one pip call, so a newcomer's `make bench` installs none of them and a fresh clone's `make test` builds the
+# editable install and resolves the dependencies once.
 define new_venv
 	$(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
@@ -41,11 +41,12 @@ bench: setup
 quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
-# The tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and the
-# built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
+# The lint, the tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and
+# the built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
 # core; tests that must share a worker name an xdist_group), then the few marked `serial` alone, because they
 # compare real timings that a second busy core would disturb.
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check attnbench scripts tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 	$(BIN)/hadolint Dockerfile
