@@ -44,9 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def one_thread_per_worker() -> None:
     """Under pytest-xdist with more than one worker, each worker (and every process it starts) computes on one
     thread. Each worker's OpenMP would otherwise start a thread per core, and threads that spin at OpenMP's barriers
-    while another worker's hold the cores make every op many times slower: two copies of two standin test modules
-    took 61 s side by side where one thread each took 9 s, on two cores. The `serial` pass is not a worker pass and
-    keeps torch's own count."""
+    while another worker's hold the cores make every op many times slower. The `serial` pass is not a worker pass
+    and keeps torch's own count."""
     import os
 
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
@@ -63,8 +62,8 @@ def _compile_cache_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run made in a test points this process's compile caches at its --cache-dir (attnbench.run.compile_cache.use
     sets the environment): put them back after it (monkeypatch restores the value it was given here), so a later
     test's compile does not land in that test's folder, and a later test's subprocess does not repeat the one-time
-    work a fresh folder costs (Inductor's probe of the CPU's vector ISAs, about 10 s on two cores, is kept in the
-    folder). pytest_configure sets both."""
+    work a fresh folder costs (Inductor's probe of the CPU's vector ISAs, seconds, is kept in the folder).
+    pytest_configure sets both."""
     import os
 
     from attnbench.run.compile_cache import FLASHINFER_ENV, INDUCTOR_ENV
@@ -89,8 +88,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The `slow` tests first (otherwise in collection order), so that on make test's workers the longest start
-    early and short ones even out the end: collected last, the workloads suite's 53 s run began at 417 s of a 477 s
-    pass, and the other worker idled for its last 35 s. Then, without CUDA, the `gpu` tests skip."""
+    early and short ones even out the end, instead of one worker's long test ending the pass while the other idles.
+    Then, without CUDA, the `gpu` tests skip."""
     import torch
 
     items.sort(key=lambda item: "slow" not in item.keywords)  # stable: the rest keep their order
