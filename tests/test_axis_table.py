@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attnbench.core import axes
 from attnbench.report import dispatch, dispatch_table
 
@@ -118,6 +120,7 @@ def test_an_axis_declared_in_the_table_alone_reaches_every_place_and_is_skipped_
     assert skips["sdpa"] == "attnbench does not map bias_kind onto sdpa yet"
 
 
+@pytest.mark.slow
 def test_a_backend_that_ignores_a_new_mask_kind_is_skipped_not_run(tmp_path: Path) -> None:
     (tmp_path / "toy.yaml").write_text(SUITE)
     (tmp_path / "planted.py").write_text(PLANTED)

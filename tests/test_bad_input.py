@@ -121,6 +121,7 @@ def test_cuda_without_cuda(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     """--debug lets the user error escape as Python's traceback on stderr; without it, one line and exit 2."""
     import subprocess

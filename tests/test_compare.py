@@ -378,6 +378,7 @@ def probe(median: float, windows: int = 20) -> dict:
             "median_ms": median}
 
 
+@pytest.mark.slow
 def test_a_machine_that_drifted_with_every_kernel_passes_and_says_how_far(tmp_path: Path) -> None:
     base = edited(tmp_path / "base", env={"pace_probe": probe(1.0)})
     new = edited(tmp_path / "new", 1.18, env={"pace_probe": probe(1.18)})

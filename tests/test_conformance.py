@@ -350,6 +350,7 @@ def test_sdpa_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     spy.assert_declared(SDPA_CALL)
 
 
+@pytest.mark.slow
 def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.attention.flex_attention as fa
 
@@ -416,6 +417,7 @@ def flash_cases(backend: flash._Flash) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow
 def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
     spies: dict[str, Spy] = {}
     for backend, module, none_unbounded, qv in ((FlashAttn2(), "flash_attn", False, None),
@@ -468,6 +470,7 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
 
 # --- doctor -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.functional as F
 
@@ -583,6 +586,7 @@ RUNTIME_CALLS = {"jax": ("jax.nn", "dot_product_attention"),
                  "onnxruntime": ("onnx.helper", "make_node")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNTIME_CALLS))
 def test_the_installed_runtimes_signatures_are_the_recorded_ones(name: str) -> None:
     """The recorded copy is what the installed version states (parameter names, kinds and which have defaults)."""

@@ -75,6 +75,7 @@ def test_measured_roofs_are_on_the_runs_threads_and_never_below_their_own_median
     assert measure_roofs(("float32",), budget_s=0) is None  # a budget of 0 measures none
 
 
+@pytest.mark.slow
 def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ROOF_BUDGET_VAR, "0.05")

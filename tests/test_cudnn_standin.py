@@ -505,6 +505,7 @@ def test_kernel_names_the_versions_the_mask_the_layout_and_the_plan(standin: Sta
     assert "(top-left causal, alibi, native GQA 6/3" in record.kernel
 
 
+@pytest.mark.slow
 def test_the_keywords_passed_are_the_declared_ones(standin: StandinState) -> None:
     """Every keyword the adapter passes sdpa / sdpa_backward is in its LibraryCall declaration (the stand-in has
     already refused any the real 1.32 binding lacks)."""

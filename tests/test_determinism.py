@@ -219,6 +219,7 @@ sweep: {seq_len: [32], heads: [2], head_dim: [16], causal: [true]}
 """
 
 
+@pytest.mark.slow
 def test_the_suite_option_and_the_run_flag_ask_for_it(tmp_path: Path) -> None:
     plain = tmp_path / "det.yaml"
     plain.write_text(SUITE)

@@ -453,6 +453,7 @@ def expected_axis_skip(name: str, c: Case) -> str | None:
     return next((rules[axis] for axis in c.workload_axes if axis in rules), None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
 @pytest.mark.parametrize("name", list(AXIS_CASES))
 def test_each_workload_axis_matches_the_reference_or_skips_by_name(standins, adapter, name: str) -> None:

@@ -16,6 +16,7 @@ def shape(seq: int, **overrides: object):  # type: ignore[no-untyped-def]
     return make_case(seq_len=seq, heads=3, kv_heads=3, head_dim=16, causal=True, window=40, **overrides)
 
 
+@pytest.mark.slow
 def test_two_cases_differing_only_in_sequence_length_share_one_flex_dynamic_compile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing on disk to load
@@ -30,6 +31,7 @@ def test_two_cases_differing_only_in_sequence_length_share_one_flex_dynamic_comp
         assert max(record.times_ms) < record.extra["compile_s"] * 1e3 or record is second
 
 
+@pytest.mark.slow
 def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """dynamic=False specialises on the lengths (and on their divisibility by the 128-token block): a new
@@ -43,6 +45,7 @@ def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
     assert records[1].extra["kernels_compiled"] >= 1 and records[2].extra["kernels_compiled"] == 0
 
 
+@pytest.mark.slow
 def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
     """FlexAttention refuses backward on a CPU. Refused inside torch.compile, Dynamo would skip flex_attention for
     the rest of the process, and later cases would run eager under a record saying compiled: the refusal is

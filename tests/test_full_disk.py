@@ -62,6 +62,7 @@ def attnbench(*args: object) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_one_line_and_keeps_every_record(small_disk: Path, tmp_path: Path) -> None:
     suite = tmp_path / "tiny.yaml"
     suite.write_text(SUITE)

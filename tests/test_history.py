@@ -53,6 +53,7 @@ def newer_torch(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_the_committed_reports_are_the_first_history(store: Path) -> None:
     assert len(COMMITTED) == 12
     with Store(store, create=False) as held:
@@ -155,6 +156,7 @@ def test_version_changes_name_what_was_installed_and_removed() -> None:
     assert version_changes({"torch": "2.11"}, {"torch": "2.11"}) == ()
 
 
+@pytest.mark.slow
 def test_plot_skips_pairs_never_timed_and_refuses_when_nothing_is(store: Path, tmp_path: Path) -> None:
     result = invoke("history", "plot", "--db", store, "--backend", "flash-attn", "--out", tmp_path / "p")
     assert result.exit_code == 2 and "no timed record" in result.output  # skipped on every run: not installed

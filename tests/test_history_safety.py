@@ -62,6 +62,7 @@ def race(paths: list[Path], runs_per_worker: list[list[Path]]) -> list[list[Any]
     return [outcomes[i] for i in range(len(workers))]
 
 
+@pytest.mark.slow
 def test_first_uses_of_a_new_store_from_many_processes_all_succeed(tmp_path: Path) -> None:
     paths = [tmp_path / f"fresh{i}.sqlite" for i in range(12)]
     small = RUNS[0]
@@ -77,6 +78,7 @@ def test_first_uses_of_a_new_store_from_many_processes_all_succeed(tmp_path: Pat
         assert sorted(worker[i][0] for worker in outcomes) == [(False, 0)] * (WORKERS - 1) + [(True, pairs_of(small))]
 
 
+@pytest.mark.slow
 def test_the_same_run_and_different_runs_added_at_once_all_land(tmp_path: Path) -> None:
     paths = [tmp_path / f"store{i}.sqlite" for i in range(4)]
     for path in paths:  # an existing store: the race is in the adds, not the schema

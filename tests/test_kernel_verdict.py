@@ -330,6 +330,7 @@ def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8
     assert {r["backend"] for r in ok} == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}
 
 
+@pytest.mark.slow
 def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_planted_fault(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """scripts/check_kernel_names.py (gpu-check.sh's step: every backend's records and traces against its declared
     names), run here on the recorded CPU run with traces, then on copies with one fault planted each."""
@@ -372,6 +373,7 @@ def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_plan
     assert "is not a Chrome trace" in planted("cut", lambda run, r: (run / r["trace"]).write_text("{\"traceEv"))
 
 
+@pytest.mark.slow
 def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_everything_else_does() -> None:
     """torch 2.13's Kineto writes "USDT:... profiler_start" to stderr twice per profiled call: into every run's
     progress. A real profiled call in a fresh process, with a line of the call's own written meanwhile."""

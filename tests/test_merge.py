@@ -37,6 +37,7 @@ def suite(shard_runs: tuple[Path, Path], tmp_path: Path) -> Path:
     return suite
 
 
+@pytest.mark.slow
 def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite: Path, tmp_path: Path) -> None:
     for i in range(2):
         assert json.loads((tmp_path / f"s{i}" / "env.json").read_text())["shard"] == f"{i}/2"
@@ -58,6 +59,7 @@ def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite:
     assert again.exit_code == 2 and "already holds results.jsonl" in again.output
 
 
+@pytest.mark.slow
 def test_merge_refuses_mixed_devices_and_schema_versions(suite: Path, tmp_path: Path) -> None:
     env_file = tmp_path / "s1" / "env.json"
     env = json.loads(env_file.read_text())

@@ -102,6 +102,7 @@ def test_a_cpu_has_no_datasheet_peak_but_its_measured_one() -> None:
     assert record.extra["percent_of_measured_peak"] == pytest.approx(100 * record.tflops / 0.05)
 
 
+@pytest.mark.slow
 def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
     """--peak-tflops / --peak-bandwidth travel in RunInfo to the worker process and into every record and env.json."""
     import json

@@ -59,6 +59,7 @@ def test_the_pool_takes_one_length_after_another_the_longest_first_so_few_long_c
         ("fwd", 64, 4)]
 
 
+@pytest.mark.slow
 def test_a_failed_compile_costs_its_job_only_and_the_next_runs_in_a_fresh_process() -> None:
     planted = default_registry([PLUGIN]).get("planted-compile")
     cases = [make_case(seq_len=s) for s in (32, 40, 48, 64)]  # raises, refused, its process exits, compiles

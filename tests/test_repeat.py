@@ -90,6 +90,7 @@ def test_bitwise_means_the_bytes_same_nans_equal_signed_zeros_not() -> None:
 
 # ---- every record -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_record_carries_repeatable(tmp_path: Path) -> None:
     """True where two calls agreed, null where nothing was compared (a skip; a backward whose gradients are not
     checked), on every line of results.jsonl."""

@@ -88,6 +88,7 @@ def cell_texts(page: str) -> set[str]:
     return {cell if isinstance(cell, str) else cell[0] for row in table_rows(page) for cell in row[3] if cell}
 
 
+@pytest.mark.slow
 def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     out = rendered["out"]
     on_disk = sorted(p for p in out.rglob("*") if p.is_file())
@@ -95,6 +96,7 @@ def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     assert out / "report.html" in on_disk and out / "summary.md" in on_disk
 
 
+@pytest.mark.slow
 def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     for backend in {r["backend"] for r in rendered["records"]}:
@@ -109,6 +111,7 @@ def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: di
             assert record["reason"] in texts, record["reason"]
 
 
+@pytest.mark.slow
 def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(rendered: dict[str, Any]) -> None:
     """A 400-character skip reason would make its row ten lines tall: the cell is clamped to three lines and
     carries the whole reason as its title (the tooltip), so a skipped row is as short as an ok one."""
@@ -120,6 +123,7 @@ def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(
     assert 'td.className = "reason"; td.title = text(cell);' in page and "-webkit-line-clamp: 3" in page
 
 
+@pytest.mark.slow
 def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
@@ -128,6 +132,7 @@ def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     assert len(images) == len(list((rendered["out"] / "charts").glob("*.png")))
 
 
+@pytest.mark.slow
 def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
     env = json.loads((DATA / rendered["name"] / "env.json").read_text())
     page = rendered["html"]
@@ -223,6 +228,7 @@ def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
     assert fastest_line(group_records(loaded(both))[0]).endswith(": naive-fp8 is fastest at every length (256–1K).")
 
 
+@pytest.mark.slow
 def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>"
     records = [a_record(seq_len=s, kv_seq_len=s) for s in (256, 512)]
@@ -238,6 +244,7 @@ def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
     assert evil not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
 
 
+@pytest.mark.slow
 def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
     first = render_report(DATA / "gpu-like", tmp_path / "a")
     second = render_report(DATA / "gpu-like", tmp_path / "b")
@@ -410,6 +417,7 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install chromium)")
 def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
     render_report(DATA / "gpu-like", tmp_path / "out", formats=("html",))
@@ -431,6 +439,7 @@ def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
     assert sum(histogram[:200]) > 0.01 * 1400 * 2400  # a good share of the page is drawn on
 
 
+@pytest.mark.slow
 def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path: Path) -> None:
     noisy = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, time_ms_iqr=0.5, times_ms=[1.6, 2.0, 2.4],
                      noisy=True, ci_low_ms=1.6, ci_high_ms=2.4)
@@ -462,6 +471,7 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert "noisy: interval wider than asked, or under 6 samples" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+@pytest.mark.slow
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
     from attnbench.gpu.read import snapshot
     from attnbench.gpu.smi import SmiReader
@@ -507,6 +517,7 @@ def test_the_header_shows_the_gpu_before_the_run_and_while_timing_as_the_h200_re
     assert not [label for label in cpu if label.startswith("GPU")]
 
 
+@pytest.mark.slow
 def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:
     from attnbench.report.roofline import roofline_chart, roofline_points
 
@@ -529,6 +540,7 @@ def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_p
     assert "no known peaks" in cpu.axes[0].get_title() and not cpu.axes[0].texts
 
 
+@pytest.mark.slow
 def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
     """A flex-like record's setup (mostly compile) and an SDPA one's: the table names the largest part, the chart
     is drawn at the report's width; a run whose records carry no setup (older runs) gets no such chart."""
@@ -546,6 +558,7 @@ def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
     assert not any(p.name == "setup.png" for p in older)
 
 
+@pytest.mark.slow
 def test_packed_documents_are_compared_with_one_sequence_in_the_findings(tmp_path: Path) -> None:
     """The same backend and case with 16 packed documents and as one sequence: the findings say how much packing
     saves (flex skips the blocks across boundaries), in both the HTML and summary.md; a backend whose two
@@ -608,6 +621,7 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
             assert bytes_of(r) / (r["time_ms"] * 1e-3) < 4.8e12
 
 
+@pytest.mark.slow
 def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> None:
     """A run whose records carry joules per token gets charts/energy.png (its values planted here: 50 W over each
     call, as a loop's counter would give); one without gets none."""
@@ -632,6 +646,7 @@ def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> 
     assert not (plain / "charts" / "energy.png").exists()
 
 
+@pytest.mark.slow
 def test_rerendering_another_run_into_the_same_folder_leaves_no_chart_of_the_old_one(tmp_path: Path) -> None:
     """A run with every kind of chart (setup costs, energy, several groups, an MQA/GQA family) rendered into a
     folder, then a one-record run into the same one: only the new run's charts are left beside its report."""
@@ -698,6 +713,7 @@ def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
     assert wrong == [("claims-flash", 1)] * 2
 
 
+@pytest.mark.slow
 def test_the_records_table_links_each_trace_that_exists_relative_to_the_page(tmp_path: Path) -> None:
     traced = a_record(backend="sdpa-flash", case_id="c1", trace="traces/c1-sdpa-flash.json",
                       kernels=[{"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "calls": 1,

@@ -182,6 +182,7 @@ def check_report(browser: Any, run: Path, out: Path) -> None:
     check_console(browser)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", sorted({DATA / "cpu-run", largest_run()}), ids=lambda p: p.name)
 def test_report_sorts_filters_and_loads_offline(browser: Any, run: Path, tmp_path: Path) -> None:
     check_report(browser, run, tmp_path / "out")
@@ -196,6 +197,7 @@ PLANTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defect", PLANTED)
 def test_a_planted_defect_fails_the_browser_check(browser: Any, defect: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,6 +221,7 @@ def check_trace_links(browser: Any, run: Path) -> None:
         assert json.loads(target.read_text())["traceEvents"], f"{href} holds no trace"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defect", [None, "absolute link"])
 def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_path: Path, defect: str | None,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,6 +260,7 @@ def many_records(out: Path, copies: int) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path: Path) -> None:
     run = many_records(tmp_path / "run", 7)
     records = load(run)
@@ -285,6 +289,7 @@ def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path:
     check_console(browser)
 
 
+@pytest.mark.slow
 def test_a_skipped_row_is_one_line_with_its_reason_on_screen(browser: Any, tmp_path: Path) -> None:
     run = DATA / "cpu-run"
     skipped = [r for r in load(run) if r["status"] == "skipped"]

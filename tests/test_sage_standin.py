@@ -190,6 +190,7 @@ SABOTAGES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SABOTAGES))
 def test_standin_catches_a_wrong_mapping(standin: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
                                          name: str) -> None:

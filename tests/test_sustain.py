@@ -99,6 +99,7 @@ def test_a_cpu_without_rapl_runs_no_loop_at_all() -> None:
     assert extra == {"energy_skipped": "RAPL not readable: /sys/class/powercap does not exist"} and calls == []
 
 
+@pytest.mark.slow
 def test_a_measurement_records_the_loop_and_its_energy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Through measure(): the loop runs before the samples with the timed call, and the record carries what it gave;
     the run's last line counts the loop as timed work."""
