@@ -9,7 +9,7 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 SUITE ?= suites/long.yaml
 ARGS ?=
 
-.PHONY: setup bench test quick clean mutation fuzz
+.PHONY: setup bench test check quick clean mutation fuzz
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,12 @@ test: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
+
+# The inner loop, in about a minute: the lint, then every test not marked `slow` (over a second or so: a real suite,
+# a subprocess, a compile, a browser), `serial` or `slurm`, on every core, stopping at the first failure.
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check attnbench scripts tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -x -m "not slow and not serial and not slurm"
 
 # The readers' fuzz tests (tests/test_fuzz_readers.py) with new random examples, FUZZ_EXAMPLES of each (make test
 # runs 20 of each, the same every time); FUZZ_CHARTS=1 draws the report's charts too (about 2 s of CPU a report).
