@@ -9,25 +9,31 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 SUITE ?= suites/long.yaml
 ARGS ?=
 
-.PHONY: setup bench test quick clean mutation fuzz
+.PHONY: setup bench test check quick clean mutation fuzz
 
 setup: $(VENV)/.installed
 
-# `setup` installs what a run needs (attnbench and its dependencies); `test` adds the test extra on top, in the
-# same environment (pytest and its plugins, mkdocs, and the libraries whose real refusals the tests exercise,
-# e.g. xformers), so a newcomer's `make bench` installs none of them.
-$(VENV)/.installed: pyproject.toml
+# `setup` installs what a run needs (attnbench and its dependencies); `test` installs attnbench with the test extra
+# (pytest and its plugins, ruff, mkdocs, and the libraries whose real refusals the tests exercise, e.g. xformers)
+# in one pip call, so a newcomer's `make bench` installs none of them and a fresh clone's `make test` builds the
+# editable install and resolves the dependencies once.
+define new_venv
 	$(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 		echo "no NVIDIA driver found: installing a CPU build of torch ($(TORCH_CPU_SPEC))"; \
 		$(BIN)/pip install --quiet $(TORCH_CPU_SPEC); \
 	fi
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(new_venv)
 	$(BIN)/pip install --quiet -e .
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml
+	$(new_venv)
 	$(BIN)/pip install --quiet -e '.[test]'
-	@touch $@
+	@touch $@ $(VENV)/.installed
 
 bench: setup
 	$(BIN)/attnbench run $(SUITE) $(ARGS)
@@ -35,16 +41,23 @@ bench: setup
 quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
-# The tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and the
-# built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
+# The lint, the tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and
+# the built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
 # core; tests that must share a worker name an xdist_group), then the few marked `serial` alone, because they
 # compare real timings that a second busy core would disturb.
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check attnbench scripts tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
+
+# The inner loop, in about a minute: the lint, then every test not marked `slow` (over a second or so: a real suite,
+# a subprocess, a compile, a browser), `serial` or `slurm`, on every core, stopping at the first failure.
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check attnbench scripts tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -x -m "not slow and not serial and not slurm"
 
 # The readers' fuzz tests (tests/test_fuzz_readers.py) with new random examples, FUZZ_EXAMPLES of each (make test
 # runs 20 of each, the same every time); FUZZ_CHARTS=1 draws the report's charts too (about 2 s of CPU a report).

@@ -107,7 +107,8 @@ class FakeNvml:
 
     def nvmlDeviceGetApplicationsClock(self, handle: str, clock: int) -> int:
         self._whole(handle, "nvmlDeviceGetApplicationsClock")
-        return self._answer("nvmlDeviceGetApplicationsClock", {0: self.values["app_sm"], 2: self.values["app_mem"]}[clock])
+        clocks = {0: self.values["app_sm"], 2: self.values["app_mem"]}
+        return self._answer("nvmlDeviceGetApplicationsClock", clocks[clock])
 
     def nvmlDeviceGetMaxClockInfo(self, handle: str, clock: int) -> int:
         self._whole(handle, "nvmlDeviceGetMaxClockInfo")

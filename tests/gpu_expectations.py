@@ -4,9 +4,10 @@ A backend listed here for a case may not skip it: `skipped` (its library's refus
 The lists hold only what the libraries document and a real run has shown:
 - every generation: `naive`, `sdpa`, `sdpa-math` (plain PyTorch ops) and `sliding-window` on windowed cases
   (attnbench's own code in PyTorch ops);
-- sm80 to sm90 (Ampere, Ada, Hopper): `flex` (PyTorch's own, compiled by Inductor to Triton); fp16/bf16: `sdpa-flash` where SDPA gets no explicit mask (no mask, or
-  causal with Sq == Sk): PyTorch's flash kernel takes no attn_mask; `sdpa-efficient` on MHA cases: for GQA it
-  refuses, "both fused kernels require query, key and value to have the same num_heads" (H200, torch 2.11);
+- sm80 to sm90 (Ampere, Ada, Hopper): `flex` (PyTorch's own, compiled by Inductor to Triton); fp16/bf16:
+  `sdpa-flash` where SDPA gets no explicit mask (no mask, or causal with Sq == Sk): PyTorch's flash kernel takes no
+  attn_mask; `sdpa-efficient` on MHA cases: for GQA it refuses, "both fused kernels require query, key and value to
+  have the same num_heads" (H200, torch 2.11);
   `flash-attn` (FlashAttention 2) when installed;
 - sm90 (Hopper) only: `sdpa-cudnn` on bf16 MHA self-attention (Sq == Sk) cases, with or without a mask, as the
   H200 run showed; `flash-attn-3` when installed (built for Hopper); `cudnn` (cuDNN's own frontend) when installed,
@@ -20,6 +21,8 @@ generations not named here (Volta/Turing, Blackwell) until a run there shows wha
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from attnbench.core import workload
 from attnbench.core.case import Case
@@ -41,22 +44,29 @@ def must_be_ok(name: str, case: Case, capability: tuple[int, int]) -> bool:
         return True
     if name == "sliding-window":
         return case.window is not None
-    ampere_to_hopper = (8, 0) <= capability < (10, 0)
-    hopper = capability[0] == 9
-    half = case.dtype in HALF
-    mha = case.kv_heads == case.heads
-    if name == "flex":
-        return ampere_to_hopper
-    if name == "sdpa-flash":
-        return ampere_to_hopper and half and not sdpa_explicit_mask(case)
-    if name == "sdpa-efficient":
-        return ampere_to_hopper and half and mha
-    if name == "sdpa-cudnn":
-        return hopper and case.dtype == "bfloat16" and mha and case.seq_len == case.kv_seq_len
-    if name == "flash-attn":
-        return ampere_to_hopper and half
-    if name == "flash-attn-3":
-        return hopper and half
-    if name == "cudnn":
-        return hopper and half and not case.workload_axes
-    return False
+    rule = BY_GENERATION.get(name)
+    return rule is not None and rule(case, capability)
+
+
+def _ampere_to_hopper(capability: tuple[int, int]) -> bool:
+    return (8, 0) <= capability < (10, 0)
+
+
+def _hopper(capability: tuple[int, int]) -> bool:
+    return capability[0] == 9
+
+
+def _mha(case: Case) -> bool:
+    return case.kv_heads == case.heads
+
+
+# The backends that must be `ok` on some generations only: whether on this case at this compute capability.
+BY_GENERATION: dict[str, Callable[[Case, tuple[int, int]], bool]] = {
+    "flex": lambda c, cap: _ampere_to_hopper(cap),
+    "sdpa-flash": lambda c, cap: _ampere_to_hopper(cap) and c.dtype in HALF and not sdpa_explicit_mask(c),
+    "sdpa-efficient": lambda c, cap: _ampere_to_hopper(cap) and c.dtype in HALF and _mha(c),
+    "sdpa-cudnn": lambda c, cap: _hopper(cap) and c.dtype == "bfloat16" and _mha(c) and c.seq_len == c.kv_seq_len,
+    "flash-attn": lambda c, cap: _ampere_to_hopper(cap) and c.dtype in HALF,
+    "flash-attn-3": lambda c, cap: _hopper(cap) and c.dtype in HALF,
+    "cudnn": lambda c, cap: _hopper(cap) and c.dtype in HALF and not c.workload_axes,
+}

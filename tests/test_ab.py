@@ -95,6 +95,7 @@ def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path:
     assert "B slower by" in (out / "ab.md").read_text() and (out / "ab.html").exists()
 
 
+@pytest.mark.slow
 def test_a_python_that_cannot_import_torch_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bare = tmp_path / "bare"
     venv.create(bare, with_pip=False)  # a real interpreter, without torch or attnbench
@@ -107,6 +108,7 @@ def test_a_python_that_cannot_import_torch_is_one_line_and_exit_2(tmp_path: Path
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["--b", "/no/such/python"], "no such Python executable"),
     (["--b", sys.executable, "--rounds", "5"], "at least 6 rounds"),

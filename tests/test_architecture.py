@@ -14,6 +14,8 @@ import ast
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
 MAX_LAYERS = 8
 MAX_LINES = 450
@@ -95,6 +97,7 @@ def folder_graph() -> dict[str, frozenset[str]]:
     return {name: frozenset(ts) for name, ts in edges.items()}
 
 
+@pytest.mark.slow
 def test_the_import_graph_has_no_cycle_types_included() -> None:
     assert layers()
     pairs = sorted({tuple(sorted((a, b))) for a, ts in import_graph(True).items() for b in ts
@@ -103,6 +106,7 @@ def test_the_import_graph_has_no_cycle_types_included() -> None:
     assert layers(import_graph(True))
 
 
+@pytest.mark.slow
 def test_the_subpackages_have_no_cycle_no_import_up_and_at_most_eight_layers() -> None:
     graph = folder_graph()
     depth = layers(graph, allowed=lambda a, b: False)  # asserts there is no cycle, types included
@@ -118,6 +122,7 @@ def test_at_most_twelve_modules_sit_directly_under_the_package() -> None:
     assert len(top) <= MAX_TOP, top
 
 
+@pytest.mark.slow
 def test_no_import_points_up_a_layer_but_the_registrys_decorator() -> None:
     depth = layers()
     upward = [(a, b) for a, targets in import_graph().items() for b in targets

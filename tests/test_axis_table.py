@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attnbench.core import axes
 from attnbench.report import dispatch, dispatch_table
 
@@ -118,13 +120,16 @@ def test_an_axis_declared_in_the_table_alone_reaches_every_place_and_is_skipped_
     assert skips["sdpa"] == "attnbench does not map bias_kind onto sdpa yet"
 
 
+@pytest.mark.slow
 def test_a_backend_that_ignores_a_new_mask_kind_is_skipped_not_run(tmp_path: Path) -> None:
     (tmp_path / "toy.yaml").write_text(SUITE)
     (tmp_path / "planted.py").write_text(PLANTED)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    code = DECLARE + "import runpy, sys; sys.argv = ['attnbench', *sys.argv[1:]]; runpy.run_module('attnbench', run_name='__main__')"
+    code = DECLARE + ("import runpy, sys; sys.argv = ['attnbench', *sys.argv[1:]]; "
+                      "runpy.run_module('attnbench', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code, "run", str(tmp_path / "toy.yaml"), "--out",
-                           str(tmp_path / "out"), "--plugin", "planted:Planted"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                           str(tmp_path / "out"), "--plugin", "planted:Planted"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     by = {(r["case_id"].split("-d16-causal")[1], r["backend"]): r for r in records}

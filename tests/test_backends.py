@@ -10,7 +10,7 @@ from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.core import workload
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 CPU_BACKENDS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
 MASKS = [(False, None), (True, None), (True, 16), (False, 16), (True, 0)]
@@ -19,6 +19,7 @@ SHAPES = [(64, 64), (16, 80), (1, 96)]  # self-attention, Sq < Sk (prefill with 
 GRID = list(itertools.product(["float32", "bfloat16"], MASKS, HEADS, SHAPES, ["fwd", "bwd"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, mask, heads, shape, mode", GRID,
                          ids=[f"{d}-{'causal' if m[0] else 'full'}-w{m[1]}-h{h[0]}kv{h[1]}-s{s[0]}kv{s[1]}-{mode}"
                               for d, m, h, s, mode in GRID])
@@ -43,6 +44,7 @@ def test_cuda_only_sdpa_kernels_skip_on_cpu_with_reason(name: str, kernel: str) 
     assert record.reason == f"needs CUDA (PyTorch has no CPU implementation of {kernel})"
 
 
+@pytest.mark.slow
 def test_sdpa_records_the_kernel_pytorch_picked() -> None:
     record = measure_one(make_case(causal=True), default_registry().get("sdpa"))
     assert "auto→FLASH_ATTENTION" in record.kernel and "is_causal" in record.kernel
@@ -83,6 +85,7 @@ def test_the_check_catches_a_top_left_causal_mask() -> None:
     assert record.time_ms is not None, "a mismatch still reports its time, flagged"
 
 
+@pytest.mark.slow
 def test_the_check_catches_a_window_off_by_one() -> None:
     assert measure_one(make_case(causal=True, window=8), WindowOffByOne()).status == "mismatch"
 

@@ -11,8 +11,8 @@ from attnbench.backends.sliding_window import SlidingWindowBackend, plan_for
 from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.records.results import Record
-from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
+from tests.helpers import make_case, measure_one
 
 
 def case(dtype="float32", sq=64, sk=None, heads=4, kv_heads=4, causal=True, window=8, mode="fwd", batch=1, d=16,
@@ -56,6 +56,7 @@ def test_sliding_window_matches_reference(c: Case) -> None:
         assert record.grad_checked
 
 
+@pytest.mark.slow
 def test_sliding_window_bf16_gradients_sum_overlapping_windows_in_float32() -> None:
     """A key lies in ~9 windows here: summed in bf16, dV erred 1.3x the bound (as on an H200); in fp32 it passes."""
     record = measure_one(case(dtype="bfloat16", sq=1024, heads=8, kv_heads=8, d=128, window=1024, mode="fwd_bwd"),
@@ -126,6 +127,7 @@ FLEX_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", FLEX_CASES, ids=lambda c: c.case_id)
 def test_flex_matches_reference(c: Case) -> None:
     record = measure_one(c, FlexBackend())
@@ -136,6 +138,7 @@ def test_flex_matches_reference(c: Case) -> None:
         assert record.extra["sparsity_percent"] == 25.0
 
 
+@pytest.mark.slow
 def test_flex_forward_compiles_one_graph_and_records_how_its_mask_was_built() -> None:
     """The check runs in the timed grad mode, so no second compile (grad mode is in Dynamo's guards)."""
     from torch._dynamo.utils import counters
@@ -153,8 +156,8 @@ def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flex
     mask that takes two compiles (the mask's lengths are Python ints: Dynamo specialises them at first, and on
     the second length recompiles them as dynamic; at once where the process has seen other lengths of flex
     before), from the third length on nothing is traced or compiled; without a mask the first compile (or the
-    first two, where an earlier case left the lengths specialised) serves every length. flex (dynamic=False) specialises on every
-    shape and compiles each length's own, faster, kernel: the trade the pair measures, and why `flex` cannot
+    first two, where an earlier case left the lengths specialised) serves every length. flex (dynamic=False) specialises
+    on every shape and compiles each length's own, faster, kernel: the trade the pair measures, and why `flex` cannot
     share. A fresh inductor cache, so that no earlier run's kernel is what is found."""
     from attnbench.backends.flex import FlexDynamicBackend
 
@@ -172,6 +175,7 @@ def test_cases_differing_only_in_length_share_flex_dynamics_compile_but_not_flex
     assert compiled(FlexBackend(), True, (320, 448, 576)) == [(1, 1)] * 3  # one kernel per shape
 
 
+@pytest.mark.slow
 def test_flex_backward_keeps_its_buffers_for_retained_graphs() -> None:
     """On CUDA, a compiled backward that donates buffers refuses retain_graph=True (every flex fwd_bwd
     record on the first H200 run was that error); the check and `bwd` timing need retain_graph."""
@@ -183,6 +187,7 @@ def test_flex_backward_keeps_its_buffers_for_retained_graphs() -> None:
     assert functorch_config.donated_buffer is False
 
 
+@pytest.mark.slow
 def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above the eager limit (12 GB at 32K tokens, eagerly) the mask comes from a compiled create_block_mask."""
     import attnbench.backends.flex as flex
@@ -193,7 +198,8 @@ def test_flex_builds_large_block_masks_compiled(monkeypatch: pytest.MonkeyPatch)
     assert how["mask_build"] == "compiled"
     from torch.nn.attention.flex_attention import create_block_mask
 
-    eager = create_block_mask(lambda b, h, q, k: workload.allowed(q, k, c.offset, c.causal, c.window), None, None, 256, 256, device="cpu")
+    eager = create_block_mask(lambda b, h, q, k: workload.allowed(q, k, c.offset, c.causal, c.window), None, None,
+                              256, 256, device="cpu")
     assert torch.equal(block_mask.kv_num_blocks, eager.kv_num_blocks)
     assert torch.equal(block_mask.kv_indices, eager.kv_indices)
     assert block_mask.sparsity() == eager.sparsity()

@@ -81,7 +81,8 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
         "sweep.documents: the documents' keys [30, 16] sum to 46, not kv_seq_len 40; allowed: [queries, keys] pairs"),
     "cache lengths not one per request": (suite_with(GOOD + "  batch: [2]\n  kv_lengths: [[4, 8, 16]]\n"),
                                           "sweep.kv_lengths: 3 cache lengths [4, 8, 16] for batch 2"),
-    "misspelt workload axis in also": (suite_with(GOOD + "also:\n  - {seq_len: 8, heads: 4, head_dim: 16, softcaps: 5}\n"),
+    "misspelt workload axis in also": (suite_with(GOOD + "also:\n"
+                                                  "  - {seq_len: 8, heads: 4, head_dim: 16, softcaps: 5}\n"),
                                        "also[0].softcaps: unknown key (did you mean 'softcap'?)"),
     "a key holding a newline (shown escaped, on one line)": (suite_with(GOOD + '"x\\ny": 1\n'), "x\\ny: unknown key"),
     "unknown dtype": (suite_with(GOOD + "  dtype: [float8]\n"),
@@ -120,6 +121,7 @@ def test_cuda_without_cuda(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     """--debug lets the user error escape as Python's traceback on stderr; without it, one line and exit 2."""
     import subprocess

@@ -90,6 +90,7 @@ def test_report_skips_and_counts(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "summary.md").read_text() == (tmp_path / "clean" / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_merge_skips_and_counts(tmp_path: Path) -> None:
     run, good = damaged(tmp_path)
     result = invoke(["merge", run, "--out", tmp_path / "merged"])
@@ -125,6 +126,7 @@ def test_history_add_skips_and_counts(tmp_path: Path) -> None:
     assert result.stdout.split(": ")[-1] == clean.stdout.split(": ")[-1] == "12 records\n"  # one per (case, backend)
 
 
+@pytest.mark.slow
 def test_resume_skips_and_counts_and_measures_what_the_bad_lines_held(tmp_path: Path) -> None:
     suite = tmp_path / "s.yaml"
     suite.write_text("name: b\ndevice: cpu\nbackends: [naive]\ntiming: {warmup_ms: 0, budget_ms: 1, min_samples: 1, "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnbench.core import counting, workload
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 @pytest.mark.parametrize("seq, kv, causal, window", [
@@ -31,11 +31,12 @@ def test_bottom_right_causal_and_window_by_hand() -> None:
 def test_flops_hand_computed() -> None:
     full = make_case(batch=2, heads=4, head_dim=32, seq_len=64)
     assert counting.flops(full) == 4 * 2 * 4 * 32 * 64 * 64
-    causal = make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True)
+    tiny = dict(batch=1, heads=1, head_dim=8, seq_len=4, causal=True)
+    causal = make_case(**tiny)
     assert workload.visible_pairs(causal) == 1 + 2 + 3 + 4
     assert counting.flops(causal) == 4 * 8 * 10
-    assert counting.flops(make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="bwd")) == 4 * 8 * 10 * 2.5
-    assert counting.flops(make_case(batch=1, heads=1, head_dim=8, seq_len=4, causal=True, mode="fwd_bwd")) == 4 * 8 * 10 * 3.5
+    assert counting.flops(make_case(**tiny, mode="bwd")) == 4 * 8 * 10 * 2.5
+    assert counting.flops(make_case(**tiny, mode="fwd_bwd")) == 4 * 8 * 10 * 3.5
 
 
 def test_decode_causal_sees_the_whole_cache() -> None:

@@ -15,9 +15,9 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from attnbench.core import counting, workload
+from attnbench.core import counting, workload  # noqa: E402
 from attnbench.core.case import Case  # noqa: E402
-from tests.conftest import make_case  # noqa: E402
+from tests.helpers import make_case  # noqa: E402
 
 settings.register_profile("attnbench", max_examples=150, deadline=None, database=None)
 settings.load_profile("attnbench")
@@ -71,7 +71,8 @@ def test_key_ranges_are_each_rows_first_and_last_visible_key(case: Case) -> None
 @given(cases())
 def test_key_rows_read_counts_the_keys_some_query_sees(case: Case) -> None:
     grid = brute(case)
-    assert counting.key_rows_read(case) // case.batch == sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len))
+    seen = sum(any(grid[i][j] for i in range(case.seq_len)) for j in range(case.kv_seq_len))
+    assert counting.key_rows_read(case) // case.batch == seen
 
 
 @given(cases())

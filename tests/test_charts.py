@@ -14,7 +14,7 @@ from attnbench.report.charts import correctness_chart, group_chart
 from attnbench.report.groups import group_records
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import backend_styles
-from tests.conftest import loaded
+from tests.helpers import loaded
 from tests.test_report import a_record
 
 LENGTHS = (1024, 2048, 4096)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
-from tests.conftest import assert_kernels_named
+from tests.helpers import assert_kernels_named
 
 ROOT = Path(__file__).parent.parent
 TINY = """\
@@ -79,6 +79,7 @@ def test_cuda_on_a_cpu_machine_is_a_user_error(tiny: Path) -> None:
     assert result.exit_code == 2 and "no CUDA device is available" in result.output
 
 
+@pytest.mark.slow
 def test_list_shows_every_backend_with_availability() -> None:
     result = CliRunner().invoke(app, ["list", "--device", "cpu"], terminal_width=200)
     assert result.exit_code == 0
@@ -95,6 +96,7 @@ def test_dry_run_prints_cases_and_runs_nothing(tiny: Path) -> None:
     assert not (tiny.parent / "o").exists()
 
 
+@pytest.mark.slow
 def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None:
     out = tiny.parent / "run"
     result = invoke("run", tiny, "--out", out)
@@ -114,6 +116,7 @@ def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None
     assert len(load_records(out)) == 12, "earlier results are untouched"
 
 
+@pytest.mark.slow
 def test_no_report_writes_the_records_and_leaves_the_rendering_to_report(tiny: Path) -> None:
     out = tiny.parent / "bare"
     result = invoke("run", tiny, "--out", out, "--no-report", "--backend", "naive")
@@ -122,6 +125,7 @@ def test_no_report_writes_the_records_and_leaves_the_rendering_to_report(tiny: P
     assert invoke("report", out).exit_code == 0 and (out / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_a_mismatch_makes_run_exit_1_after_writing_everything(tiny: Path) -> None:
     out = tiny.parent / "bad"
     result = invoke("run", tiny, "--out", out, "--plugin", "attnbench.backends.testing:FAULTY",
@@ -191,6 +195,7 @@ def test_ctrl_c_stops_after_the_current_measurement_and_keeps_results(tmp_path: 
     assert "stopped after" in stderr and "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_report_rerenders_the_same_charts_byte_for_byte(tiny: Path) -> None:
     out = tiny.parent / "run"
     assert invoke("run", tiny, "--out", out).exit_code == 0

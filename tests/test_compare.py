@@ -360,7 +360,8 @@ def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path:
 @pytest.mark.parametrize("keep", [None, 3, 7, 8])
 def test_a_three_percent_jitter_passes_at_any_count_of_matches(tmp_path: Path, keep: int | None) -> None:
     result = compare_runs(edited(tmp_path / "base", keep=keep), edited(tmp_path / "new", jitter(0.03), keep=keep))
-    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, comparison_markdown(result)
+    assert result.exit_code == 0 and not result.regressions and not result.backend_regressions, \
+        comparison_markdown(result)
 
 
 @pytest.mark.parametrize("keep", [3, 7, 8, None])
@@ -377,6 +378,7 @@ def probe(median: float, windows: int = 20) -> dict:
             "median_ms": median}
 
 
+@pytest.mark.slow
 def test_a_machine_that_drifted_with_every_kernel_passes_and_says_how_far(tmp_path: Path) -> None:
     base = edited(tmp_path / "base", env={"pace_probe": probe(1.0)})
     new = edited(tmp_path / "new", 1.18, env={"pace_probe": probe(1.18)})

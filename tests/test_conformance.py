@@ -39,8 +39,9 @@ from attnbench.backends.xformers_ops import (
     MEA_CALL,
     XformersBackend,
 )
+from attnbench.core.case import Case
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def recorded(name: str) -> types.ModuleType:
@@ -349,12 +350,14 @@ def test_sdpa_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     spy.assert_declared(SDPA_CALL)
 
 
+@pytest.mark.slow
 def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.attention.flex_attention as fa
 
     attention, block_mask = Spy(fa.flex_attention), Spy(fa.create_block_mask)
     monkeypatch.setattr(fa, "create_block_mask", block_mask)
-    monkeypatch.setattr(flex, "compiled_flex_attention", lambda dynamic=False: attention)  # eager: tiny cases, no compile
+    # eager: tiny cases, no compile
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda dynamic=False: attention)
     for c in (make_case(seq_len=32, heads=2, kv_heads=1, causal=True, window=4),
               make_case(seq_len=32, heads=2, kv_heads=2),
               make_case(seq_len=32, heads=2, kv_heads=2, causal=True, documents=2, softcap=5.0),  # score_mod
@@ -366,7 +369,9 @@ def test_flex_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatch) -
     block_mask.assert_declared(CREATE_BLOCK_MASK_CALL)
 
 
-def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+def flash_standin_spies(backend: flash._Flash, module: str, none_unbounded: bool, qv: str | None,
+                        monkeypatch: pytest.MonkeyPatch) -> dict[str, Spy]:
+    """Install the flash stand-ins as `module`'s entry points that `backend` calls, each behind a spy."""
     from tests.test_flash_fp8_standin import make_fa3
     from tests.test_flash_standin import (
         standin_flash_attn_func,
@@ -374,44 +379,54 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
         standin_varlen_func,
     )
 
+    functions = {"flash_attn_func": standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded, qv_rule=qv),
+                 "flash_attn_varlen_func": standin_varlen_func(none_unbounded, none_unbounded, qv_rule=qv)}
+    if backend.page_table_keyword is not None:
+        functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.page_table_keyword,
+                                                                    backend.page_multiple, qv_rule=qv)
+    if backend.fp8_numerics is not None:  # FP8 inputs go to the FP8 stand-in (tests/test_flash_fp8_standin.py)
+        fp8_module = make_fa3()
+        functions = {name: either(fn, getattr(fp8_module, name)) for name, fn in functions.items()}
+    spies = {f"{module}.{name}": Spy(fn) for name, fn in functions.items()}
+    monkeypatch.setitem(sys.modules, module, fake_module(module, **{name: spies[f"{module}.{name}"]
+                                                                    for name in functions}))
+    return spies
+
+
+def flash_cases(backend: flash._Flash) -> list[Case]:
+    """Each entry point `backend` has, with every score modifier it maps: dense, packed documents, a paged cache,
+    absorbed MLA (qv) and FP8 where it takes them."""
+    base = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=2, head_dim=16)
+    scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.workload_axes else {})}
+    cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
+             make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
+    if backend.page_table_keyword is not None or backend.varlen_pages:
+        cases.append(make_case(**base, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random",
+                               page_size=backend.page_multiple * 16 if backend.page_multiple == 1
+                               else backend.page_multiple, **scores))
+    if backend.takes_qv:  # absorbed MLA through each entry point: dense, packed documents, a paged cache
+        latent = 512 if isinstance(backend, FlashAttn4) else 256
+        mla = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=1, head_dim=latent + 64, head_dim_v=latent,
+                   kv_shared=True)
+        cases += [make_case(**mla, seq_len=8), make_case(**mla, seq_len=12, documents=2),
+                  make_case(**mla, batch=2, seq_len=1, kv_seq_len=40, kv_lengths="random", page_size=16)]
+    if backend.fp8_numerics is not None:
+        fp8 = {**base, "dtype": "float8_e4m3fn", "quant": "head"}
+        cases += [make_case(**fp8, seq_len=32), make_case(**fp8, seq_len=32, documents=3),
+                  make_case(**fp8, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random", page_size=16)]
+    return cases
+
+
+@pytest.mark.slow
+def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
     spies: dict[str, Spy] = {}
     for backend, module, none_unbounded, qv in ((FlashAttn2(), "flash_attn", False, None),
                                                 (FlashAttn3(), "flash_attn_interface", False, "fa3"),
                                                 (FlashAttn4(), "flash_attn.cute", True, "fa4")):
-        functions = {"flash_attn_func": standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded,
-                                                                qv_rule=qv),
-                     "flash_attn_varlen_func": standin_varlen_func(none_unbounded, none_unbounded, qv_rule=qv)}
-        if backend.page_table_keyword is not None:
-            functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.page_table_keyword,
-                                                                        backend.page_multiple, qv_rule=qv)
-        if backend.fp8_numerics is not None:  # FP8 inputs go to the FP8 stand-in (tests/test_flash_fp8_standin.py)
-            fp8_module = make_fa3()
-            functions = {name: either(fn, getattr(fp8_module, name)) for name, fn in functions.items()}
-        for name, fn in functions.items():
-            spies[f"{module}.{name}"] = Spy(fn)
-        monkeypatch.setitem(sys.modules, module, fake_module(module, **{name: spies[f"{module}.{name}"]
-                                                                        for name in functions}))
+        spies |= flash_standin_spies(backend, module, none_unbounded, qv, monkeypatch)
     monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
-    base = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=2, head_dim=16)
     for backend in (FlashAttn2(), FlashAttn3(), FlashAttn4()):
-        scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.workload_axes else {})}
-        cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
-                 make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
-        if backend.page_table_keyword is not None or backend.varlen_pages:
-            cases.append(make_case(**base, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random",
-                                   page_size=backend.page_multiple * 16 if backend.page_multiple == 1
-                                   else backend.page_multiple, **scores))
-        if backend.takes_qv:  # absorbed MLA through each entry point: dense, packed documents, a paged cache
-            latent = 512 if isinstance(backend, FlashAttn4) else 256
-            mla = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=1, head_dim=latent + 64, head_dim_v=latent,
-                       kv_shared=True)
-            cases += [make_case(**mla, seq_len=8), make_case(**mla, seq_len=12, documents=2),
-                      make_case(**mla, batch=2, seq_len=1, kv_seq_len=40, kv_lengths="random", page_size=16)]
-        if backend.fp8_numerics is not None:
-            fp8 = {**base, "dtype": "float8_e4m3fn", "quant": "head"}
-            cases += [make_case(**fp8, seq_len=32), make_case(**fp8, seq_len=32, documents=3),
-                      make_case(**fp8, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random", page_size=16)]
-        for c in cases:
+        for c in flash_cases(backend):
             record = measure_one(c, backend)
             assert record.status == "ok", (backend.name, c.case_id, record.reason)
         for call in backend.library_calls():
@@ -455,6 +470,7 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
 
 # --- doctor -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_doctor_has_a_conformance_line_per_backend_and_says_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.nn.functional as F
 
@@ -565,10 +581,12 @@ def test_a_docstring_that_states_no_signature_is_none() -> None:
 
 
 # --- the runtimes beyond PyTorch: their installed signatures, and the recorded ones ------------------------------
-RUNTIME_CALLS = {"jax": ("jax.nn", "dot_product_attention"), "openvino": ("openvino.opset13", "scaled_dot_product_attention"),
+RUNTIME_CALLS = {"jax": ("jax.nn", "dot_product_attention"),
+                 "openvino": ("openvino.opset13", "scaled_dot_product_attention"),
                  "onnxruntime": ("onnx.helper", "make_node")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNTIME_CALLS))
 def test_the_installed_runtimes_signatures_are_the_recorded_ones(name: str) -> None:
     """The recorded copy is what the installed version states (parameter names, kinds and which have defaults)."""

@@ -11,7 +11,7 @@ import pytest
 from attnbench.backends.registry import default_registry
 from attnbench.core import counting
 from attnbench.core.case import Case
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

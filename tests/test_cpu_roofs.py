@@ -23,7 +23,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import loaded, make_case
+from tests.helpers import loaded, make_case
 
 
 class LoadedClock:
@@ -75,8 +75,9 @@ def test_measured_roofs_are_on_the_runs_threads_and_never_below_their_own_median
     assert measure_roofs(("float32",), budget_s=0) is None  # a budget of 0 measures none
 
 
-def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.slow
+def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ROOF_BUDGET_VAR, "0.05")
     suite = tmp_path / "roofs.yaml"
     suite.write_text("name: roofs\ndevice: cpu\nbackends: [naive, sdpa-flash, sdpa-math]\n"

@@ -16,8 +16,8 @@ from attnbench.backends.base import refusal
 from attnbench.backends.cudnn_fp8 import FP8_KEYWORDS, CudnnFp8Backend
 from attnbench.backends.cudnn_layout import route
 from attnbench.core.case import Case
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
 from tests.fp8_inputs import distinct_scales
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 from tests.test_cudnn_standin import StandinState, make_cudnn
 
 

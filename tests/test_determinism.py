@@ -24,7 +24,7 @@ from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
 from attnbench.verify.inputs import CaseData
-from tests.conftest import ONE_SAMPLE, make_case
+from tests.helpers import ONE_SAMPLE, make_case
 
 ASKED = Settings(RunInfo("r", "t"), ONE_SAMPLE, deterministic=True)
 
@@ -109,7 +109,8 @@ CUDA_ANSWERS = {
     "flashinfer": (NOT_APPLICABLE, NOT_APPLICABLE), "sliding-window": (HONOURED, HONOURED),
     "cudnn": (NOT_APPLICABLE, HONOURED), "naive-fp8": (HONOURED, HONOURED), "sdpa-fp8": (HONOURED, NOT_APPLICABLE),
     "cudnn-fp8": (NOT_APPLICABLE, NOT_APPLICABLE), "sage": (NOT_APPLICABLE, NOT_APPLICABLE),
-    "jax": (NOT_APPLICABLE, NOT_APPLICABLE), "jax-cudnn": (REFUSED, REFUSED), "onnxruntime": (NOT_APPLICABLE, NOT_APPLICABLE),
+    "jax": (NOT_APPLICABLE, NOT_APPLICABLE), "jax-cudnn": (REFUSED, REFUSED),
+    "onnxruntime": (NOT_APPLICABLE, NOT_APPLICABLE),
     "onnxruntime-mha": (NOT_APPLICABLE, NOT_APPLICABLE), "onnxruntime-gqa": (NOT_APPLICABLE, NOT_APPLICABLE),
     "openvino": (NOT_APPLICABLE, NOT_APPLICABLE),
 }
@@ -218,6 +219,7 @@ sweep: {seq_len: [32], heads: [2], head_dim: [16], causal: [true]}
 """
 
 
+@pytest.mark.slow
 def test_the_suite_option_and_the_run_flag_ask_for_it(tmp_path: Path) -> None:
     plain = tmp_path / "det.yaml"
     plain.write_text(SUITE)

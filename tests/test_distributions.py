@@ -12,7 +12,7 @@ import torch
 from attnbench.core import axes
 from attnbench.verify import distributions as dist
 from attnbench.verify.inputs import CaseData, make_inputs
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 def _old_randn(case) -> tuple[torch.Tensor, ...]:  # type: ignore[no-untyped-def]

@@ -8,6 +8,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 README_LIMIT_BYTES = 5_000
@@ -40,6 +42,7 @@ def test_cli_reference_has_every_command_and_no_terminal_escapes() -> None:
     assert reference.render() == text  # deterministic: the same twice, whatever the terminal
 
 
+@pytest.mark.slow
 def test_check_mode_fails_on_a_stale_page_and_names_the_command(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     reference = load_cli_reference()
     stale = tmp_path / "cli.md"

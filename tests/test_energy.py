@@ -1,5 +1,5 @@
-"""attnbench.timing.energy: energy per call from two counter readings (wrap, reset, a loop too short), and RAPL's counters
-read from a sysfs tree laid out as the kernel lays out /sys/class/powercap."""
+"""attnbench.timing.energy: energy per call from two counter readings (wrap, reset, a loop too short), and RAPL's
+counters read from a sysfs tree laid out as the kernel lays out /sys/class/powercap."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ tells "the dtype cannot hold this" from "this kernel breaks here" (docs/conventi
 from __future__ import annotations
 
 from attnbench.report.findings import build_findings
-from tests.conftest import loaded, make_case, measure_one
+from tests.helpers import loaded, make_case, measure_one
 
 
 def test_a_case_the_dtype_cannot_hold_is_named_with_each_backends_share_of_the_scale() -> None:

@@ -1,7 +1,7 @@
 """FlashAttention 3's FP8 forward through the flash-attn-3 adapter, against a stand-in `flash_attn_interface`.
 
-The stand-in is written from flash-attention's hopper/ sources, not from attnbench.core.quant: Q, K and V float8_e4m3fn in
-(batch, seqlen, heads, head_dim); q_descale, k_descale, v_descale float32 of shape (batch_size, num_heads_k) — the
+The stand-in is written from flash-attention's hopper/ sources, not from attnbench.core.quant: Q, K and V float8_e4m3fn
+in (batch, seqlen, heads, head_dim); q_descale, k_descale, v_descale float32 of shape (batch_size, num_heads_k) — the
 varlen batch being the packed sequences (flash_api.cpp CHECK_SHAPE(q_descale, batch_size, num_heads_k)) — read at
 [b, h // (H / H_k)]; the scores are Q·Kᵀ · softmax_scale · q_descale · k_descale; P = exp(s − max) · 2^8 rounded to
 e4m3 (softmax.h Max_offset 8) times V, times v_descale over the row sum of the unrounded P · 2^8; the output bf16
@@ -21,8 +21,8 @@ import attnbench.backends.flash as flash
 from attnbench.backends.base import refusal
 from attnbench.backends.flash import FlashAttn3, FlashAttn4
 from attnbench.core.case import Case
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
 from tests.fp8_inputs import distinct_scales
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 
 E4M3 = torch.float8_e4m3fn
 

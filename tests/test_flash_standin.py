@@ -32,10 +32,11 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import (
+from tests.helpers import (
     Phases,
     PhaseTimer,
     assert_sabotage_caught,
+    band_keep,
     make_case,
     measure_one,
 )
@@ -54,35 +55,35 @@ def check_qv(rule: str | None, d: int, dv: int, window_size: tuple) -> None:  # 
         assert window_size == (None, None), "local not yet supported with qv"
 
 
+def refuse_flash_inputs(q, k, v, qv, qv_rule: str | None, window_size) -> None:  # type: ignore[no-untyped-def]
+    """The library's refusals before any arithmetic: dtype, head grouping, and a qv call's own rules."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+    if q.shape[2] % k.shape[2]:
+        raise RuntimeError("Number of heads in key/value must divide number of heads in query")
+    if qv is not None:
+        check_qv(qv_rule, q.shape[3], v.shape[-1], tuple(window_size))
+        if qv.shape != (*q.shape[:-1], v.shape[-1]):
+            raise RuntimeError("qv must have shape (batch_size, seqlen, nheads, headdim_v)")
+
+
 def standin_flash_attn_func(none_is_unbounded: bool, returns_lse: bool, calls: list[int] | None = None,
                             qv_rule: str | None = None):
     """A flash_attn_func with the library's documented semantics, computed with explicit masks on CPU."""
+
+    def bound(x: int | None) -> int | None:
+        """The library's unbounded side (None for FA3/FA4, negative for FA2) as None."""
+        return None if (x is None if none_is_unbounded else x < 0) else x
 
     def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                         softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, qv=None, **kw):
         if calls is not None:
             calls.append(1)
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+        refuse_flash_inputs(q, k, v, qv, qv_rule, window_size)
         batch, sq, heads, d = q.shape
         sk, kv_heads = k.shape[1], k.shape[2]
-        if heads % kv_heads:
-            raise RuntimeError("Number of heads in key/value must divide number of heads in query")
-        if qv is not None:
-            check_qv(qv_rule, d, v.shape[-1], tuple(window_size))
-            if qv.shape != (*q.shape[:-1], v.shape[-1]):
-                raise RuntimeError("qv must have shape (batch_size, seqlen, nheads, headdim_v)")
         left, right = window_size
-        if causal:
-            right = 0
-        unbounded = (lambda x: x is None) if none_is_unbounded else (lambda x: x < 0)
-        i = torch.arange(sq)[:, None] + (sk - sq)
-        j = torch.arange(sk)[None, :]
-        keep = torch.ones(sq, sk, dtype=torch.bool)
-        if not unbounded(left):
-            keep &= j >= i - left
-        if not unbounded(right):
-            keep &= j <= i + right
+        keep, i, j = band_keep(sq, sk, bound(left), 0 if causal else bound(right))
         scale = (d + (0 if qv is None else qv.shape[-1])) ** -0.5 if softmax_scale is None else softmax_scale
         qh = q.float().permute(0, 2, 1, 3)  # (B, H, Sq, D)
         kh = k.float().repeat_interleave(heads // kv_heads, dim=2).permute(0, 2, 1, 3)
@@ -452,6 +453,7 @@ def expected_axis_skip(name: str, c: Case) -> str | None:
     return next((rules[axis] for axis in c.workload_axes if axis in rules), None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
 @pytest.mark.parametrize("name", list(AXIS_CASES))
 def test_each_workload_axis_matches_the_reference_or_skips_by_name(standins, adapter, name: str) -> None:
@@ -531,8 +533,8 @@ def _score_sabotage(kind: str):  # type: ignore[no-untyped-def]
 
 
 FLASH_AXIS_SABOTAGES = {
-    "document-boundary-off-by-one": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-off-by-one")),
-                                     AXIS_CASES["documents"]),
+    "document-boundary-off-by-one": (
+        lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-off-by-one")), AXIS_CASES["documents"]),
     "cu-seqlens-k-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),
                                   AXIS_CASES["ragged-kv"]),
     "document-keys-from-queries": (lambda mp: mp.setattr(packing, "varlen", _wrong("packing", "varlen:cu-k-from-q")),

@@ -1,8 +1,8 @@
 """The FlashInfer adapter against a stand-in `flashinfer` module that implements FlashInfer's documented semantics.
 
 The stand-in is written from FlashInfer's docstrings and kernels (flashinfer-python 0.7.4: prefill.py, decode.py,
-include/flashinfer/attention/variants.cuh), not from attnbench.core.workload: per request, queries are the last qo_len of
-kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left keeps kv_idx + qo_len + window_left >=
+include/flashinfer/attention/variants.cuh), not from attnbench.core.workload: per request, queries are the last qo_len
+of kv_len positions; causal masks kv_idx + qo_len > kv_len + qo_idx; window_left keeps kv_idx + qo_len + window_left >=
 kv_len + qo_idx; logits_soft_cap is c·tanh(s·sm_scale/c); request b's keys are its pages
 kv_indices[kv_indptr[b]:kv_indptr[b+1]] read in order, (pages - 1)·page_size + kv_last_page_len[b] tokens; a paged
 cache is a (k, v) tuple in NHD (pages, page_size, H, D) or HND (pages, H, page_size, D); index tensors are int32;
@@ -38,7 +38,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import (
+from tests.helpers import (
     Phases,
     PhaseTimer,
     assert_sabotage_caught,
@@ -150,8 +150,161 @@ def paged_rows(pool: torch.Tensor, kv_layout: str, pages: list[int], last: int) 
     return torch.cat(chunks)[: (len(pages) - 1) * page_size + last]
 
 
+class Logged:
+    """A stand-in class that notes its calls: make_flashinfer subclasses it with the stand-in's `log` and `phases`."""
+
+    log: list[tuple[str, str]]
+    phases: Phases | None
+
+    def phase(self) -> str:
+        return self.phases.phase if self.phases else "?"
+
+
+def single_prefill(q, k, v, causal, kv_layout, pos_encoding_mode, sm_scale, window_left, logits_soft_cap, k_scale,
+                  v_scale):  # type: ignore[no-untyped-def]
+    """single_prefill_with_kv_cache's arithmetic (the stand-in's own signature is the library's)."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError("Unsupported dtype")
+    if kv_layout == "HND":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI", k_scale,
+                  v_scale)
+
+
+class RaggedWrapper(Logged):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
+        self.planned, self.kv_layout = Planned(self.log, self.phases, "ragged"), kv_layout
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
+             **kw):  # type: ignore[no-untyped-def]
+        self.planned.note("plan")
+        need_int32(qo_indptr, kv_indptr)
+        self.qo, self.kv = qo_indptr.tolist(), kv_indptr.tolist()
+        self.planned.mask(head_dim=head_dim_qk, **kw)
+
+    def run(self, q, k, v, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+        a = self.planned.check_run(q, k, k_scale, v_scale)
+        outs = [attend(q[self.qo[b]:self.qo[b + 1]], k[self.kv[b]:self.kv[b + 1]], v[self.kv[b]:self.kv[b + 1]],
+                       a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"], k_scale, v_scale)
+                for b in range(len(self.qo) - 1)]
+        return torch.cat(outs)
+
+
+class PagedWrapper(Logged):
+    kind = "paged"
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
+        self.planned, self.kv_layout = Planned(self.log, self.phases, self.kind), kv_layout
+
+    def keep_pages(self, indptr, indices, last_page_len, page_size):  # type: ignore[no-untyped-def]
+        need_int32(indptr, indices, last_page_len)
+        self.indptr, self.indices, self.last = indptr.tolist(), indices.tolist(), last_page_len.tolist()
+        self.page_size = page_size
+
+    def request_kv(self, cache, b):  # type: ignore[no-untyped-def]
+        k_pool, v_pool = cache
+        size = k_pool.shape[2] if self.kv_layout == "HND" else k_pool.shape[1]
+        if size != self.page_size:
+            raise ValueError(f"page_size {self.page_size} does not match the cache's {size}")
+        pages = self.indices[self.indptr[b]:self.indptr[b + 1]]
+        return (paged_rows(k_pool, self.kv_layout, pages, self.last[b]),
+                paged_rows(v_pool, self.kv_layout, pages, self.last[b]))
+
+
+class PagedPrefillWrapper(PagedWrapper):
+    kind = "paged-prefill"
+
+    def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+             num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, **kw):  # type: ignore[no-untyped-def]
+        self.planned.note("plan")
+        need_int32(qo_indptr)
+        self.qo = qo_indptr.tolist()
+        self.keep_pages(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
+        self.planned.mask(head_dim=head_dim_qk, **kw)
+
+    def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+        a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
+        outs = []
+        for b in range(len(self.qo) - 1):
+            k, v = self.request_kv(paged_kv_cache, b)
+            outs.append(attend(q[self.qo[b]:self.qo[b + 1]], k, v, a["causal"], a["window_left"], a["cap"],
+                               a["scale"], a["alibi"], k_scale, v_scale))
+        return torch.cat(outs)
+
+
+class PagedDecodeWrapper(PagedWrapper):
+    kind = "decode"
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+             *deprecated, **kw):  # type: ignore[no-untyped-def]
+        self.planned.note("plan")
+        if deprecated:
+            raise AssertionError("the adapter passed plan's options by position")
+        self.keep_pages(indptr, indices, last_page_len, page_size)
+        self.planned.mask(head_dim=head_dim, **kw)
+
+    def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
+        a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
+        outs = []
+        for b in range(len(self.indptr) - 1):
+            k, v = self.request_kv(paged_kv_cache, b)
+            outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"],
+                               k_scale, v_scale))
+        return torch.cat(outs)  # (B, H, D)
+
+
+class MLAWrapper(Logged):
+    def __init__(self, float_workspace_buffer, use_cuda_graph=False, **kw):  # type: ignore[no-untyped-def]
+        self.args: dict | None = None
+
+    def plan(self, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, num_heads=None,
+             head_dim_ckv=None, head_dim_kpe=None, page_size=None, causal=None, sm_scale=None, q_data_type=None,
+             kv_data_type=None, use_profiler=False, **kw):  # type: ignore[no-untyped-def]
+        self.log.append(("mla.plan", self.phase()))
+        need_int32(qo_indptr, kv_indptr, kv_indices, kv_len_arr)
+        self.args = dict(qo=qo_indptr.tolist(), indptr=kv_indptr.tolist(), indices=kv_indices.tolist(),
+                         lens=kv_len_arr.tolist(), heads=num_heads, widths=(head_dim_ckv, head_dim_kpe),
+                         page=page_size, causal=causal, scale=sm_scale, q_dtype=q_data_type)
+
+    def check_run(self, q_nope, q_pe, ckv_cache, kpe_cache) -> dict:  # type: ignore[no-untyped-def]
+        """run()'s refusals: before plan(), a dtype or the split widths other than planned, a wrong cache layout."""
+        a = self.args
+        if a is None:
+            raise RuntimeError("plan() must be called before run()")
+        if q_nope.dtype != a["q_dtype"]:
+            raise ValueError(f"q_nope.dtype={q_nope.dtype} does not match the planned q_data_type")
+        if (q_nope.shape[-1], q_pe.shape[-1]) != a["widths"] or (ckv_cache.shape[-1], kpe_cache.shape[-1]) != a[
+                "widths"]:
+            raise ValueError("split query last dimensions do not match planned widths.")
+        if ckv_cache.dim() != 3 or ckv_cache.shape[1] != a["page"] or q_nope.shape[1] != a["heads"]:
+            raise ValueError("ckv_cache must be (pages, page_size, head_dim_ckv) and q (tokens, num_heads, ...)")
+        return a
+
+    def run(self, q_nope=None, q_pe=None, ckv_cache=None, kpe_cache=None, out=None, lse=None,
+            return_lse=False, **kw):  # type: ignore[no-untyped-def]
+        self.log.append(("mla.run", self.phase()))
+        a = self.check_run(q_nope, q_pe, ckv_cache, kpe_cache)
+        outs = []
+        for b in range(len(a["qo"]) - 1):
+            qn, qp = (t[a["qo"][b]:a["qo"][b + 1]].float() for t in (q_nope, q_pe))
+            pages, n = a["indices"][a["indptr"][b]:a["indptr"][b + 1]], a["lens"][b]
+            ckv, kpe = (torch.cat([t[p] for p in pages])[:n].float() for t in (ckv_cache, kpe_cache))
+            s = (torch.einsum("qhd,kd->hqk", qn, ckv) + torch.einsum("qhd,kd->hqk", qp, kpe)) * a["scale"]
+            qo_len = qn.shape[0]
+            refuse_short_causal(qo_len, n, a["causal"])
+            if a["causal"]:
+                q_idx, kv_idx = torch.arange(qo_len)[:, None], torch.arange(n)[None, :]
+                s = s.masked_fill(kv_idx + qo_len > n + q_idx, float("-inf"))
+            p_ = torch.nan_to_num(s.softmax(-1), nan=0.0)
+            outs.append(torch.einsum("hqk,kd->qhd", p_, ckv).to(q_nope.dtype))
+        return torch.cat(outs)
+
+
 def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) -> types.ModuleType:
+    """The stand-in `flashinfer` module; every call it takes is noted in `log` with the phase it came in."""
     module = types.ModuleType("flashinfer")
+    bound = {"log": log, "phases": phases}
 
     def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None, o_dtype=None,
                                      custom_mask=None, packed_custom_mask=None, causal=False, kv_layout="NHD",
@@ -159,138 +312,16 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
                                      window_left=-1, logits_soft_cap=None, k_scale=None, v_scale=None,
                                      **kw):  # type: ignore[no-untyped-def]
         log.append(("single", phases.phase if phases else "?"))
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError("Unsupported dtype")
-        if kv_layout == "HND":
-            k, v = k.transpose(0, 1), v.transpose(0, 1)
-        scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-        return attend(q, k, v, causal, window_left, logits_soft_cap, scale, pos_encoding_mode == "ALIBI", k_scale,
-                      v_scale)
+        return single_prefill(q, k, v, causal, kv_layout, pos_encoding_mode, sm_scale, window_left, logits_soft_cap,
+                              k_scale, v_scale)
 
-    class BatchPrefillWithRaggedKVCacheWrapper:
-        def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
-            self.planned, self.kv_layout = Planned(log, phases, "ragged"), kv_layout
-
-        def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
-                 **kw):  # type: ignore[no-untyped-def]
-            self.planned.note("plan")
-            need_int32(qo_indptr, kv_indptr)
-            self.qo, self.kv = qo_indptr.tolist(), kv_indptr.tolist()
-            self.planned.mask(head_dim=head_dim_qk, **kw)
-
-        def run(self, q, k, v, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q, k, k_scale, v_scale)
-            outs = [attend(q[self.qo[b]:self.qo[b + 1]], k[self.kv[b]:self.kv[b + 1]], v[self.kv[b]:self.kv[b + 1]],
-                           a["causal"], a["window_left"], a["cap"], a["scale"], a["alibi"], k_scale, v_scale)
-                    for b in range(len(self.qo) - 1)]
-            return torch.cat(outs)
-
-    class _Paged:
-        kind = "paged"
-
-        def __init__(self, float_workspace_buffer, kv_layout="NHD", **kw):  # type: ignore[no-untyped-def]
-            self.planned, self.kv_layout = Planned(log, phases, self.kind), kv_layout
-
-        def keep_pages(self, indptr, indices, last_page_len, page_size):  # type: ignore[no-untyped-def]
-            need_int32(indptr, indices, last_page_len)
-            self.indptr, self.indices, self.last = indptr.tolist(), indices.tolist(), last_page_len.tolist()
-            self.page_size = page_size
-
-        def request_kv(self, cache, b):  # type: ignore[no-untyped-def]
-            k_pool, v_pool = cache
-            size = k_pool.shape[2] if self.kv_layout == "HND" else k_pool.shape[1]
-            if size != self.page_size:
-                raise ValueError(f"page_size {self.page_size} does not match the cache's {size}")
-            pages = self.indices[self.indptr[b]:self.indptr[b + 1]]
-            return (paged_rows(k_pool, self.kv_layout, pages, self.last[b]),
-                    paged_rows(v_pool, self.kv_layout, pages, self.last[b]))
-
-    class BatchPrefillWithPagedKVCacheWrapper(_Paged):
-        kind = "paged-prefill"
-
-        def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
-                 num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, **kw):  # type: ignore[no-untyped-def]
-            self.planned.note("plan")
-            need_int32(qo_indptr)
-            self.qo = qo_indptr.tolist()
-            self.keep_pages(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
-            self.planned.mask(head_dim=head_dim_qk, **kw)
-
-        def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
-            outs = []
-            for b in range(len(self.qo) - 1):
-                k, v = self.request_kv(paged_kv_cache, b)
-                outs.append(attend(q[self.qo[b]:self.qo[b + 1]], k, v, a["causal"], a["window_left"], a["cap"],
-                                   a["scale"], a["alibi"], k_scale, v_scale))
-            return torch.cat(outs)
-
-    class BatchDecodeWithPagedKVCacheWrapper(_Paged):
-        kind = "decode"
-
-        def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
-                 *deprecated, **kw):  # type: ignore[no-untyped-def]
-            self.planned.note("plan")
-            if deprecated:
-                raise AssertionError("the adapter passed plan's options by position")
-            self.keep_pages(indptr, indices, last_page_len, page_size)
-            self.planned.mask(head_dim=head_dim, **kw)
-
-        def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, **kw):  # type: ignore[no-untyped-def]
-            a = self.planned.check_run(q, paged_kv_cache[0], k_scale, v_scale)
-            outs = []
-            for b in range(len(self.indptr) - 1):
-                k, v = self.request_kv(paged_kv_cache, b)
-                outs.append(attend(q[b:b + 1], k, v, False, a["window_left"], a["cap"], a["scale"], a["alibi"],
-                                   k_scale, v_scale))
-            return torch.cat(outs)  # (B, H, D)
-
-    class BatchMLAPagedAttentionWrapper:
-        def __init__(self, float_workspace_buffer, use_cuda_graph=False, **kw):  # type: ignore[no-untyped-def]
-            self.args: dict | None = None
-
-        def plan(self, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, num_heads=None,
-                 head_dim_ckv=None, head_dim_kpe=None, page_size=None, causal=None, sm_scale=None, q_data_type=None,
-                 kv_data_type=None, use_profiler=False, **kw):  # type: ignore[no-untyped-def]
-            log.append(("mla.plan", phases.phase if phases else "?"))
-            need_int32(qo_indptr, kv_indptr, kv_indices, kv_len_arr)
-            self.args = dict(qo=qo_indptr.tolist(), indptr=kv_indptr.tolist(), indices=kv_indices.tolist(),
-                             lens=kv_len_arr.tolist(), heads=num_heads, widths=(head_dim_ckv, head_dim_kpe),
-                             page=page_size, causal=causal, scale=sm_scale, q_dtype=q_data_type)
-
-        def run(self, q_nope=None, q_pe=None, ckv_cache=None, kpe_cache=None, out=None, lse=None,
-                return_lse=False, **kw):  # type: ignore[no-untyped-def]
-            log.append(("mla.run", phases.phase if phases else "?"))
-            a = self.args
-            if a is None:
-                raise RuntimeError("plan() must be called before run()")
-            if q_nope.dtype != a["q_dtype"]:
-                raise ValueError(f"q_nope.dtype={q_nope.dtype} does not match the planned q_data_type")
-            if (q_nope.shape[-1], q_pe.shape[-1]) != a["widths"] or (ckv_cache.shape[-1], kpe_cache.shape[-1]) != a[
-                    "widths"]:
-                raise ValueError("split query last dimensions do not match planned widths.")
-            if ckv_cache.dim() != 3 or ckv_cache.shape[1] != a["page"] or q_nope.shape[1] != a["heads"]:
-                raise ValueError("ckv_cache must be (pages, page_size, head_dim_ckv) and q (tokens, num_heads, ...)")
-            outs = []
-            for b in range(len(a["qo"]) - 1):
-                qn, qp = (t[a["qo"][b]:a["qo"][b + 1]].float() for t in (q_nope, q_pe))
-                pages, n = a["indices"][a["indptr"][b]:a["indptr"][b + 1]], a["lens"][b]
-                ckv, kpe = (torch.cat([t[p] for p in pages])[:n].float() for t in (ckv_cache, kpe_cache))
-                s = (torch.einsum("qhd,kd->hqk", qn, ckv) + torch.einsum("qhd,kd->hqk", qp, kpe)) * a["scale"]
-                qo_len = qn.shape[0]
-                refuse_short_causal(qo_len, n, a["causal"])
-                if a["causal"]:
-                    q_idx, kv_idx = torch.arange(qo_len)[:, None], torch.arange(n)[None, :]
-                    s = s.masked_fill(kv_idx + qo_len > n + q_idx, float("-inf"))
-                p_ = torch.nan_to_num(s.softmax(-1), nan=0.0)
-                outs.append(torch.einsum("hqk,kd->qhd", p_, ckv).to(q_nope.dtype))
-            return torch.cat(outs)
-
-    module.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=BatchMLAPagedAttentionWrapper)
+    mla = type("BatchMLAPagedAttentionWrapper", (MLAWrapper,), bound)
+    module.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=mla)
     module.single_prefill_with_kv_cache = single_prefill_with_kv_cache
-    module.BatchPrefillWithRaggedKVCacheWrapper = BatchPrefillWithRaggedKVCacheWrapper
-    module.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
-    module.BatchDecodeWithPagedKVCacheWrapper = BatchDecodeWithPagedKVCacheWrapper
+    module.BatchPrefillWithRaggedKVCacheWrapper = type("BatchPrefillWithRaggedKVCacheWrapper", (RaggedWrapper,), bound)
+    module.BatchPrefillWithPagedKVCacheWrapper = type("BatchPrefillWithPagedKVCacheWrapper", (PagedPrefillWrapper,),
+                                                      bound)
+    module.BatchDecodeWithPagedKVCacheWrapper = type("BatchDecodeWithPagedKVCacheWrapper", (PagedDecodeWrapper,), bound)
     return module
 
 
@@ -348,7 +379,8 @@ CASES = {
     "documents-prefix": (case(kv_seq_len=80, documents=3, heads=4, kv_heads=2), "ragged"),
     "documents-prefix-pairs-window": (case(kv_seq_len=50, documents=4, doc_lengths="explicit",
                                            doc_lens=(20, 0, 16, 12), doc_kv_lens=(24, 6, 20, 0), window=5), "ragged"),
-    "empty-cache-causal": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(8, 0, 24)), "ragged"),
+    "empty-cache-causal": (case(batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit", kv_lens=(8, 0, 24)),
+                           "ragged"),
     "short-caches-full": (case(causal=False, batch=3, seq_len=8, kv_seq_len=24, kv_lengths="explicit",
                                kv_lens=(4, 0, 24)), "ragged"),
 }
@@ -459,8 +491,9 @@ SABOTAGES = {
                           CASES["documents-random-window"][0]),
     "document-boundary-off-by-one": (lambda mp: mp.setattr(packing, "varlen", _wrong_varlen(packing.varlen)),
                                      CASES["documents"][0]),
-    "softcap-dropped": (lambda mp: mp.setattr(FlashInferBackend, "prepare", _without_softcap(FlashInferBackend.prepare)),
-                        case(softcap=0.5)),
+    "softcap-dropped": (
+        lambda mp: mp.setattr(FlashInferBackend, "prepare", _without_softcap(FlashInferBackend.prepare)),
+        case(softcap=0.5)),
 }
 
 
@@ -658,7 +691,8 @@ MLA_CASES = {
     "decode-ragged": mla(batch=3, seq_len=1, kv_seq_len=60, kv_lengths="random"),
     "decode-full-last-page": mla(batch=2, seq_len=1, kv_seq_len=32),
     "prefill-with-cache-causal": mla(batch=2, seq_len=6, kv_seq_len=40, kv_lengths="random"),
-    "cache-as-long-as-queries-causal": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(4, 17, 40)),
+    "cache-as-long-as-queries-causal": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit",
+                                           kv_lens=(4, 17, 40)),
     "short-caches-full": mla(batch=3, seq_len=4, kv_seq_len=40, kv_lengths="explicit", kv_lens=(2, 17, 40),
                              causal=False),
     "prefill-full": mla(batch=2, seq_len=5, kv_seq_len=30, kv_lengths="random", causal=False, page_size=7),

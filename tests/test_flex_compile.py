@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def shape(seq: int, **overrides: object):  # type: ignore[no-untyped-def]
@@ -16,6 +16,7 @@ def shape(seq: int, **overrides: object):  # type: ignore[no-untyped-def]
     return make_case(seq_len=seq, heads=3, kv_heads=3, head_dim=16, causal=True, window=40, **overrides)
 
 
+@pytest.mark.slow
 def test_two_cases_differing_only_in_sequence_length_share_one_flex_dynamic_compile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing on disk to load
@@ -30,6 +31,7 @@ def test_two_cases_differing_only_in_sequence_length_share_one_flex_dynamic_comp
         assert max(record.times_ms) < record.extra["compile_s"] * 1e3 or record is second
 
 
+@pytest.mark.slow
 def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """dynamic=False specialises on the lengths (and on their divisibility by the 128-token block): a new
@@ -43,6 +45,7 @@ def test_static_flex_compiles_each_length_and_reuses_only_the_same_shape(
     assert records[1].extra["kernels_compiled"] >= 1 and records[2].extra["kernels_compiled"] == 0
 
 
+@pytest.mark.slow
 def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
     """FlexAttention refuses backward on a CPU. Refused inside torch.compile, Dynamo would skip flex_attention for
     the rest of the process, and later cases would run eager under a record saying compiled: the refusal is
@@ -59,7 +62,8 @@ def test_a_refused_cpu_backward_leaves_later_flex_cases_compiled() -> None:
 # 0.15 s median, 0.31 s max (21 loads at 1K-2K); a compile of the same shapes took 3.1-3.4 s.
 WARM_LOAD_MAX_S = 1.0
 WARM_SHAPES = [dict(device="cpu", dtype="float32", batch=1, seq_len=1024, kv_seq_len=1024, heads=8, kv_heads=kv,
-                    head_dim=64, causal=True, window=window, mode="fwd") for kv, window in ((8, None), (8, 256), (2, 256))]
+                    head_dim=64, causal=True, window=window, mode="fwd")
+               for kv, window in ((8, None), (8, 256), (2, 256))]
 
 
 def prepare_costs(cases: list[dict]) -> list[dict]:
@@ -91,7 +95,8 @@ def costs_in_fresh_process(cache: Path) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="session")  # not module: a worker running another module's test between the two would compile again
+# session, not module: a worker running another module's test between the two would compile again
+@pytest.fixture(scope="session")
 def cold_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     """WARM_SHAPES compiled once, in a fresh process, into an empty cache: the cache and that process's costs (the
     two tests below start from it; one cold compile of the three shapes costs minutes on two busy cores)."""

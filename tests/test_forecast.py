@@ -18,13 +18,14 @@ from attnbench.run import forecast
 from attnbench.run.calibration import Machine
 from attnbench.run.progress import Eta
 from attnbench.timing.timers import TimingSettings
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = Machine("cpu", "test CPU", {"float32": 0.1, "float64": 0.05, "float16": 0.025, "bfloat16": 0.025},
               20.0, 0.003, "given")
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_prediction_per_backend_and_in_total(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", "quick", "--dry-run", "--cache-dir", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
@@ -44,6 +45,7 @@ def test_dry_run_prints_the_prediction_per_backend_and_in_total(tmp_path: Path) 
     assert "timing on cpu (with the cpu: block's timing):" in long and "1 to 1000 samples" in long
 
 
+@pytest.mark.slow
 def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "H100",
                                       "--cache-dir", str(tmp_path)])
@@ -70,7 +72,8 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     cold = forecast.forecast([(case, flex)], settings, CPU, report=False)
     warm = forecast.forecast([(case, flex)], settings, CPU, report=False,
                              compiled={flex.compile_key(case)})
-    assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s and warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
+    assert cold.compile_s == forecast.CPU_OVERHEADS.compile_s
+    assert warm.compile_s == forecast.CPU_OVERHEADS.compile_cached_s
     assert cold.total_s - warm.total_s == pytest.approx(cold.compile_s - warm.compile_s)
     skipped = forecast.forecast([(case, registry.get("sdpa-cudnn"))], settings, CPU, report=False)
     assert not skipped.tasks[0].runs and skipped.tasks[0].seconds < 0.01
@@ -147,6 +150,7 @@ def test_the_prediction_for_the_long_cpu_block_is_within_2x_of_its_wall_time(tmp
     assert 0.5 <= actual / predicted <= 2.0, (predicted, actual)
 
 
+@pytest.mark.slow
 def test_calibration_apart_runs_in_a_child_process_and_returns_its_measurement() -> None:
     """On CUDA the calibration runs in a child, so the parent holds no context (nor memory) on the GPU the
     workers measure on; the child's numbers come back whole."""

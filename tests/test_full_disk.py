@@ -47,7 +47,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip(reason)
     point = tmp_path / "disk"
     point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(point)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(point)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -61,6 +62,7 @@ def attnbench(*args: object) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_one_line_and_keeps_every_record(small_disk: Path, tmp_path: Path) -> None:
     suite = tmp_path / "tiny.yaml"
     suite.write_text(SUITE)

@@ -91,6 +91,7 @@ def invoke(args: list[Any]) -> Any:
     return result
 
 
+@pytest.mark.slow
 @FUZZ
 @given(suite=suite_like(), raw=st.none() | st.binary(max_size=60))
 @example(suite={"name": "f", "sweep": None, "cpu": {"batch": None}}, raw=None)  # found by make fuzz: a TypeError
@@ -165,6 +166,7 @@ def kept_whole_lines(run: Path, whole: set[int]) -> None:
         assert same(Record.from_dict(json.loads(LINES[i]))) in records
 
 
+@pytest.mark.slow
 @FUZZ
 @given(edit_list=edits)
 def test_damaged_results_through_every_reader(tmp_path_factory: pytest.TempPathFactory,
@@ -213,6 +215,7 @@ env_damage = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(env=env_damage)
 def test_damaged_env_json(tmp_path_factory: pytest.TempPathFactory, env: bytes | None) -> None:

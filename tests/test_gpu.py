@@ -13,8 +13,8 @@ import pytest
 from attnbench.backends.registry import default_registry
 from attnbench.run.measure import Settings, measure
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
+from tests.helpers import make_case, measure_one
 
 SDPA = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 GRID = list(itertools.product(["bfloat16", "float16"], [(True, None), (False, None), (True, 64)],
@@ -77,7 +77,7 @@ def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
 
     for seq in (256, 8192):  # a short (< 50 µs) and a long (> 0.5 ms at 32 heads) kernel
         q = torch.randn(1, 32, seq, 128, device="cuda", dtype=torch.bfloat16)
-        fn = lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True)  # noqa: E731
+        fn = lambda q=q: F.scaled_dot_product_attention(q, q, q, is_causal=True)  # noqa: E731
         # Both timers must see the GPU in the same power state. On an H200 (2026-11-30) the 8K call read 0.90 ms
         # for its first 150 ms from idle, then 1.03 ms once the power cap lowered the SM clock from 1980 to 1740
         # MHz: ours, stopping early at the precision asked, read 0.903 where do_bench's 500 ms read 1.004. So
@@ -171,11 +171,11 @@ def test_cuda_peak_memory_from_the_checked_call_equals_a_separate_measurement() 
         q, k, v = (torch.randn(1, 8, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=mode != "fwd")
                    for _ in range(3))
         if mode == "fwd":
-            def alone() -> object:
+            def alone(q=q, k=k, v=v) -> object:  # type: ignore[no-untyped-def]
                 with torch.no_grad():
                     return naive_attention(q, k, v, None)
         else:
-            def alone() -> object:
+            def alone(q=q, k=k, v=v) -> object:  # type: ignore[no-untyped-def]
                 out = naive_attention(q, k, v, None)
                 return torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
         alone()
@@ -242,6 +242,7 @@ def test_flex_at_4k_is_one_group_of_samples_now_that_the_launch_is_covered() -> 
     case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=4, head_dim=128, causal=True,
                      mode="fwd_bwd")
     timing = TimingSettings(warmup_ms=50, budget_ms=300, min_samples=24)  # as many samples as the H200 run took
-    record = measure(CaseData(case), default_registry().get("flex"), CudaEventTimer(), Settings(RunInfo("f", "t"), timing))
+    record = measure(CaseData(case), default_registry().get("flex"), CudaEventTimer(),
+                     Settings(RunInfo("f", "t"), timing))
     assert record.status == "ok" and record.samples >= 24, record.reason
     assert "bimodal" not in record.extra, (record.extra.get("bimodal"), record.extra.get("launch_cover_us"))

@@ -66,6 +66,7 @@ def wheels(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_batches_join_and_install_every_wheel(wheels: Path, tmp_path: Path) -> None:
     result = cut(wheels, "0.1")
     assert result.returncode == 0, result.stderr

@@ -22,7 +22,8 @@ def test_the_counter_read_around_a_loop_gives_energy_per_call() -> None:
 
 
 def test_without_an_nvml_counter_the_reason_is_given() -> None:
-    with pytest.raises(EnergyUnavailable, match=r"read through NVML, not nvidia-smi \(pip install 'attnbench\[nvml\]'\)"):
+    why = r"read through NVML, not nvidia-smi \(pip install 'attnbench\[nvml\]'\)"
+    with pytest.raises(EnergyUnavailable, match=why):
         read_gpu_energy(H200, SmiReader(smi()))
     with pytest.raises(EnergyUnavailable, match="no energy counter for this GPU"):
         read_gpu_energy(H200, NvmlReader(FakeNvml(unsupported={"nvmlDeviceGetTotalEnergyConsumption"})))

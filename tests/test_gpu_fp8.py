@@ -9,8 +9,8 @@ import torch
 
 from attnbench.backends.registry import default_registry
 from attnbench.verify.quant_data import case_data
-from tests.conftest import make_case, measure_one
 from tests.gpu_expectations import must_be_ok
+from tests.helpers import make_case, measure_one
 
 BASE = dict(device="cuda", causal=True, heads=8, kv_heads=2, head_dim=128, seq_len=1024)
 CASES = [

@@ -38,7 +38,8 @@ BITS = {name: bit for bit, name in REASONS.items()}
     (0x0, (), False),
     (0x41, ("gpu_idle", "hw_thermal_slowdown"), True),
 ])
-def test_a_measurement_is_throttled_only_by_heat_or_power(reasons: int, names: tuple[str, ...], throttled: bool) -> None:
+def test_a_measurement_is_throttled_only_by_heat_or_power(reasons: int, names: tuple[str, ...],
+                                                          throttled: bool) -> None:
     sample = measurement_sample(H200, NvmlReader(FakeNvml(reasons=reasons)))
     assert (sample.throttled, sample.sm_clock_mhz, sample.clock_event_reasons, sample.other_processes) == (
         throttled, 1980, names, 0)

@@ -9,8 +9,8 @@ import pytest
 from attnbench.gpu import read
 from attnbench.gpu.sample import measurement_sample
 from attnbench.gpu.smi import SmiReader
-from tests.conftest import make_case, measure_one
 from tests.fake_smi import H200, smi
+from tests.helpers import make_case, measure_one
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from attnbench.core.peaks import peak_for
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo, percent_of_peak
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 @pytest.mark.parametrize(("name", "bandwidth", "label"), [
@@ -57,7 +57,7 @@ def test_sdpa_efficient_says_how_it_computes_fp32_on_cuda_only() -> None:
 
 def test_xformers_records_and_pins_its_backward_operator_too(monkeypatch: pytest.MonkeyPatch) -> None:
     from attnbench.backends.xformers_ops import XformersBackend
-    from tests.conftest import measure_one
+    from tests.helpers import measure_one
     from tests.test_xformers import _standin_module
 
     class StandinBwOp:
@@ -123,7 +123,7 @@ def test_a_sticky_cuda_error_is_recorded_and_the_rest_say_why_they_did_not_run(m
     from attnbench.backends.testing import Raising
     from attnbench.run.measure import InProcess
     from attnbench.run.recording import RunInfo
-    from tests.conftest import ONE_SAMPLE
+    from tests.helpers import ONE_SAMPLE
 
     def sticky(device: str, collect: bool = False) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -152,7 +152,7 @@ def _cuda_case(**overrides: object):  # type: ignore[no-untyped-def]
 @pytest.mark.gpu
 def test_flex_forward_backward_runs_on_cuda() -> None:
     from attnbench.backends.registry import default_registry
-    from tests.conftest import measure_one
+    from tests.helpers import measure_one
 
     record = measure_one(_cuda_case(window=256, kv_heads=2, mode="fwd_bwd"), default_registry().get("flex"))
     assert record.status == "ok", record.reason
@@ -162,7 +162,7 @@ def test_flex_forward_backward_runs_on_cuda() -> None:
 @pytest.mark.gpu
 def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
     from attnbench.backends.registry import default_registry
-    from tests.conftest import measure_one
+    from tests.helpers import measure_one
 
     record = measure_one(_cuda_case(seq_len=4096, heads=16, kv_heads=4, window=1024, mode="fwd_bwd"),
                      default_registry().get("sliding-window"))
@@ -172,7 +172,7 @@ def test_sliding_window_bf16_backward_passes_at_window_1024_on_cuda() -> None:
 @pytest.mark.gpu
 def test_sdpa_flash_names_its_implementation_and_its_own_refusal_on_cuda() -> None:
     from attnbench.backends.registry import default_registry
-    from tests.conftest import measure_one
+    from tests.helpers import measure_one
 
     flash = default_registry().get("sdpa-flash")
     ok = measure_one(_cuda_case(), flash)
@@ -191,7 +191,7 @@ def test_sdpa_efficient_fp32_is_judged_against_a_roof_it_can_reach() -> None:
     from attnbench.run.recording import RunInfo
     from attnbench.timing.timers import CudaEventTimer
     from attnbench.verify.inputs import CaseData
-    from tests.conftest import ONE_SAMPLE
+    from tests.helpers import ONE_SAMPLE
 
     record = measure(CaseData(_cuda_case(dtype="float32", seq_len=4096)), default_registry().get("sdpa-efficient"),
                      CudaEventTimer(), Settings(RunInfo("r", "t", torch.cuda.get_device_name(0)), ONE_SAMPLE))

@@ -58,7 +58,8 @@ def test_a_stored_state_keeps_other_processes_and_a_read_error() -> None:
     state = GpuState.from_dict(shared)
     assert state.other_processes == (GpuProcess(4242, "python", 1 << 30),) and state.pid_namespace_differs
     assert state.throttle_reasons == ("sw_power_cap",) and state.to_dict()["pid_namespace_differs"] is True
-    failed = {"index": 0, "source": "nvml", "driver": "580.159.04", "error": "NVML has no GPU with torch device 0's UUID"}
+    failed = {"index": 0, "source": "nvml", "driver": "580.159.04",
+              "error": "NVML has no GPU with torch device 0's UUID"}
     assert GpuState.from_dict(failed).to_dict() == failed
     assert GpuState.from_dict({"index": 0, "error": "no NVML"}).to_dict() == {"index": 0, "error": "no NVML"}
 

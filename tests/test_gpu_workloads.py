@@ -16,7 +16,7 @@ import torch
 
 from attnbench.backends.registry import default_registry
 from attnbench.core.case import Case
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def gpu_case(**overrides) -> Case:  # type: ignore[no-untyped-def]

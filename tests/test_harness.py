@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from attnbench.history.store import default_path
 from attnbench.run.compile_cache import default_dir
@@ -29,13 +28,6 @@ def test_caches_and_history_point_at_a_temporary_folder_in_tests_and_their_subpr
     for where in [default_dir(), default_path(), *map(Path, child)]:
         assert temp in where.resolve().parents, where
         assert not any(home in where.parents for home in real), where
-
-
-def test_make_test_runs_the_suite_on_every_core_and_the_test_extra_carries_xdist() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    assert "-n auto" in makefile
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(dep.startswith("pytest-xdist") for dep in extras["test"])
 
 
 @pytest.mark.xdist_group("harness-group")

@@ -53,6 +53,7 @@ def newer_torch(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_the_committed_reports_are_the_first_history(store: Path) -> None:
     assert len(COMMITTED) == 12
     with Store(store, create=False) as held:
@@ -142,8 +143,8 @@ def test_a_library_change_is_marked_in_show_and_in_the_plot(store: Path, tmp_pat
     assert change_positions(trend) == [(3.5, "torch 2.11.0+cu130 → 2.12.0+cu130; flash-attn 2.8.3 (new)")]
     shown = invoke("history", "show", "--db", db, *("--backend", "sdpa-cudnn"), "--case", PAIR["cases"][0])
     assert "torch 2.11.0+cu130 → 2.12.0+cu130" in shown.output
-    plotted = invoke("history", "plot", "--db", db, "--backend", "sdpa-cudnn", "--case", "*-s16384-h16-kv16-d128-causal-fwd*",
-                     "--out", tmp_path / "plots")
+    plotted = invoke("history", "plot", "--db", db, "--backend", "sdpa-cudnn",
+                     "--case", "*-s16384-h16-kv16-d128-causal-fwd*", "--out", tmp_path / "plots")
     assert plotted.exit_code == 0 and "wrote 2 PNGs" in plotted.output  # fwd and fwd_bwd
     with Image.open(tmp_path / "plots" / file_name(trend)) as image:
         assert image.size == (900, 500)
@@ -155,6 +156,7 @@ def test_version_changes_name_what_was_installed_and_removed() -> None:
     assert version_changes({"torch": "2.11"}, {"torch": "2.11"}) == ()
 
 
+@pytest.mark.slow
 def test_plot_skips_pairs_never_timed_and_refuses_when_nothing_is(store: Path, tmp_path: Path) -> None:
     result = invoke("history", "plot", "--db", store, "--backend", "flash-attn", "--out", tmp_path / "p")
     assert result.exit_code == 2 and "no timed record" in result.output  # skipped on every run: not installed

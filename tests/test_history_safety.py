@@ -62,6 +62,7 @@ def race(paths: list[Path], runs_per_worker: list[list[Path]]) -> list[list[Any]
     return [outcomes[i] for i in range(len(workers))]
 
 
+@pytest.mark.slow
 def test_first_uses_of_a_new_store_from_many_processes_all_succeed(tmp_path: Path) -> None:
     paths = [tmp_path / f"fresh{i}.sqlite" for i in range(12)]
     small = RUNS[0]
@@ -77,6 +78,7 @@ def test_first_uses_of_a_new_store_from_many_processes_all_succeed(tmp_path: Pat
         assert sorted(worker[i][0] for worker in outcomes) == [(False, 0)] * (WORKERS - 1) + [(True, pairs_of(small))]
 
 
+@pytest.mark.slow
 def test_the_same_run_and_different_runs_added_at_once_all_land(tmp_path: Path) -> None:
     paths = [tmp_path / f"store{i}.sqlite" for i in range(4)]
     for path in paths:  # an existing store: the race is in the adds, not the schema
@@ -124,7 +126,8 @@ def test_check_says_ok_with_the_size_of_a_whole_store(tmp_path: Path) -> None:
     db = tmp_path / "whole.sqlite"
     add_runs(RUNS[:2], db)
     result = invoke("history", "check", "--db", db)
-    assert result.exit_code == 0 and f"{db}: ok (2 runs, {pairs_of(RUNS[0]) + pairs_of(RUNS[1])} records)" in result.output
+    records = pairs_of(RUNS[0]) + pairs_of(RUNS[1])
+    assert result.exit_code == 0 and f"{db}: ok (2 runs, {records} records)" in result.output
     assert invoke("history", "check", "--db", tmp_path / "none.sqlite").exit_code == 2
 
 

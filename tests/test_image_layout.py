@@ -24,7 +24,8 @@ XFORMERS_OPS = "import importlib.util\nFOUND_FLASH_ATTN = importlib.util.find_sp
 
 
 def flash_attn_4_dir(root: Path) -> Path:
-    """A directory laid out as `pip install --target` leaves flash-attn-4: flash_attn/cute, no flash_attn/__init__.py."""
+    """A directory laid out as `pip install --target` leaves flash-attn-4: flash_attn/cute, no
+    flash_attn/__init__.py."""
     (root / "flash_attn" / "cute").mkdir(parents=True)
     (root / "flash_attn" / "cute" / "__init__.py").write_text("FLASH_ATTN_4 = True\n")
     return root
@@ -112,7 +113,8 @@ def test_flashinfer_kernels_absent_without_a_precompiled_module_or_nvcc(tmp_path
     assert kernel_files()["state"] == "jit" and FlashInferBackend().availability("cuda") is None
 
 
-def test_flashinfer_kernels_precompiled_by_a_jit_cache_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flashinfer_kernels_precompiled_by_a_jit_cache_provider(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     provider = types.SimpleNamespace(distribution="flashinfer-jit-cache-sm90a", version="0.7.2.post1+cu129",
                                      cuda_architectures=frozenset({"sm90a"}), jit_cache_dir=tmp_path / "provider")
     flashinfer_env(monkeypatch, tmp_path, (provider,))

@@ -12,7 +12,7 @@ from attnbench.backends import testing
 from attnbench.backends.registry import default_registry
 from attnbench.timing.profile import foreign_streams
 from attnbench.verify.integrity import checksum, sample, sign_flipped
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])

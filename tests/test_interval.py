@@ -9,7 +9,8 @@ from attnbench.core import policy
 from attnbench.core.interval import median_interval, run_interval, windows_needed
 
 
-def simulated_run(rng: random.Random, windows: int, per_window: int, window_bias: float) -> tuple[list[float], list[float]]:
+def simulated_run(rng: random.Random, windows: int, per_window: int,
+                  window_bias: float) -> tuple[list[float], list[float]]:
     """One run's samples of a call whose long-run median is 1: the run's own offset (the device's run noise), each
     window's bias (`window_bias`, log s.d.), and 5% of noise per call."""
     run = rng.gauss(0, policy.device("cpu").run_noise)

@@ -13,7 +13,7 @@ from attnbench.records.results import Record, load_records
 from attnbench.run.isolation import Isolated, WorkerConfig
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from tests.conftest import ONE_SAMPLE, make_case
+from tests.helpers import ONE_SAMPLE, make_case
 
 PLUGINS = ("attnbench.backends.testing:FAULTY", "attnbench.backends.testing:CRASHING")
 SUITE = """\
@@ -56,6 +56,7 @@ def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) ->
         assert records[name]["case_id"] == "cpu-fp32-b1-s32-h2-kv2-d16-full-fwd"
 
 
+@pytest.mark.slow
 def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() -> None:
     registry = default_registry(list(PLUGINS))
     info = RunInfo("r", "unit", "cpu")
@@ -70,6 +71,7 @@ def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() 
     assert records[4].seq_len == 48 and records[4].backend == "sdpa"
 
 
+@pytest.mark.slow
 def test_a_fresh_workers_first_measurement_does_not_pay_the_profilers_first_use() -> None:
     """torch.profiler's first use in a process imports torch._inductor (about 2.5 s on a 2-core VM, 9 s without
     byte-compiled modules): inside the time limit, a tiny case's first measurement in each fresh worker timed out
@@ -93,6 +95,7 @@ def test_a_time_limit_without_isolation_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_devices_share_one_queue_of_cases_and_one_results_file(tmp_path: Path) -> None:
     """On a CPU the "devices" are fake (CUDA_VISIBLE_DEVICES is set for each worker and unused): what this
     checks is the dispatch: one worker per device, every measurement once, one results file."""
@@ -113,6 +116,7 @@ def test_devices_share_one_queue_of_cases_and_one_results_file(tmp_path: Path) -
     assert set().union(*by_case.values()) == {"0", "1"}, "both workers took cases"
 
 
+@pytest.mark.slow
 def test_devices_are_the_visible_gpus_not_physical_indices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under CUDA_VISIBLE_DEVICES=4,5 (SLURM, a shared box), --devices 0,1 measures on physical 4 and 5."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")

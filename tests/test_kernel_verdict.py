@@ -252,7 +252,7 @@ def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -
 
 # ---- the issue's CPU "done when": every ok record names its kernels, and the right ones -------------------------
 def test_the_done_when_check_fails_on_a_record_that_names_no_kernel_or_the_wrong_one() -> None:
-    from tests.conftest import CPU_FLASH, assert_kernels_named
+    from tests.helpers import CPU_FLASH, assert_kernels_named
 
     def rec(backend: str, top: str, share: float | None = 0.9) -> dict:  # type: ignore[type-arg]
         return {"status": "ok", "backend": backend, "case_id": "c", "mode": "fwd", "attention_share": share,
@@ -301,7 +301,7 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     """The long block's CPU backends at a short length (what this leaves out: docs/verified.md)."""
     from attnbench.run.measure import InProcess
     from attnbench.run.schedule import Schedule
-    from tests.conftest import ONE_SAMPLE, assert_kernels_named
+    from tests.helpers import ONE_SAMPLE, assert_kernels_named
 
     registry = default_registry()
     tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]
@@ -321,7 +321,7 @@ def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8
     from pathlib import Path
 
     from attnbench.records.results import load_records
-    from tests.conftest import assert_kernels_named
+    from tests.helpers import assert_kernels_named
 
     records = load_records(Path(__file__).parents[1] / "reports" / "cpu-Intel-Xeon-2core-long")
     assert_kernels_named(records)
@@ -330,6 +330,7 @@ def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8
     assert {r["backend"] for r in ok} == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}
 
 
+@pytest.mark.slow
 def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_planted_fault(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """scripts/check_kernel_names.py (gpu-check.sh's step: every backend's records and traces against its declared
     names), run here on the recorded CPU run with traces, then on copies with one fault planted each."""
@@ -347,7 +348,8 @@ def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_plan
 
     clean = check(Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / "clean" / "run")))
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert clean.stdout.splitlines()[-1] == "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
+    assert clean.stdout.splitlines()[-1] == \
+        "kernel names: 3 backends checked (3 records, 3 traces), 0 unchecked, 0 problems"
 
     def planted(name: str, change) -> str:  # type: ignore[no-untyped-def]
         run = Path(shutil.copytree(root / "tests" / "data" / "trace-run", tmp_path / name / "run"))
@@ -371,6 +373,7 @@ def test_the_gpu_checks_kernel_name_step_passes_a_traced_run_and_names_each_plan
     assert "is not a Chrome trace" in planted("cut", lambda run, r: (run / r["trace"]).write_text("{\"traceEv"))
 
 
+@pytest.mark.slow
 def test_the_profilers_start_and_stop_lines_never_reach_the_runs_stderr_and_everything_else_does() -> None:
     """torch 2.13's Kineto writes "USDT:... profiler_start" to stderr twice per profiled call: into every run's
     progress. A real profiled call in a fresh process, with a line of the call's own written meanwhile."""
@@ -429,7 +432,8 @@ def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
         verdict = rejudge(r)
         assert verdict.wrong_kernel is None, (r["backend"], r["case_id"], verdict.wrong_kernel)
         if r["backend"] == "naive-fp8":
-            assert r.get("attention_share") is None and verdict.overhead is not None and "aten::copy_" in verdict.overhead
+            assert r.get("attention_share") is None
+            assert verdict.overhead is not None and "aten::copy_" in verdict.overhead
             continue
         assert round(verdict.attention_share, 4) == r["attention_share"], (r["backend"], r["case_id"])
         assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
@@ -497,8 +501,9 @@ def test_a_failed_profile_is_shown_unchecked_and_never_counted_as_checked() -> N
     assert "Kernels unchecked (the profiler saw no op in the call): jax 13 of 13, onnxruntime 13 of 13, " \
            "onnxruntime-gqa 7 of 7, onnxruntime-mha 13 of 13, openvino 13 of 13." in lines
     # The overhead line counts profiled records only: the failed one is not among them.
-    copies = dataclasses.replace(flash, attention_share=0.55,
-                                 overhead="declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)")
+    copies = dataclasses.replace(
+        flash, attention_share=0.55,
+        overhead="declared kernels 55% of the call (under 80%); the rest: aten::copy_ 45% (copy)")
     assert overhead_lines([copies, failed]) == ["sdpa-flash: overhead in 1 of 1 profiled records; its declared "
                                                 "kernels 55% of the call; the rest most often aten::copy_ (copy)."]
 

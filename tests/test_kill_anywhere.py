@@ -103,6 +103,7 @@ def shards(tmp_path: Path) -> list[Path]:
     return folders
 
 
+@pytest.mark.slow
 def test_merge_killed_anywhere_leaves_the_merged_run_whole_or_absent(tmp_path: Path) -> None:
     sources = shards(tmp_path)
     duration = full_run(command("merge", *sources, "--out", tmp_path / "complete"))
@@ -119,6 +120,7 @@ def test_merge_killed_anywhere_leaves_the_merged_run_whole_or_absent(tmp_path: P
             assert outputs(out) == complete
 
 
+@pytest.mark.slow
 def test_report_killed_anywhere_leaves_each_file_whole_or_absent(tmp_path: Path) -> None:
     duration = full_run(command("report", RUN, "--out", tmp_path / "complete"))
     complete = outputs(tmp_path / "complete")
@@ -129,10 +131,12 @@ def test_report_killed_anywhere_leaves_each_file_whole_or_absent(tmp_path: Path)
         whole_or_absent(outputs(out) if out.exists() else {}, complete)
 
 
+@pytest.mark.slow
 def test_recommend_killed_anywhere_leaves_its_table_whole_or_absent(tmp_path: Path) -> None:
     run = ROOT / "reports" / "NVIDIA-H200-20261130-012712" / "run"
-    duration = full_run(command("recommend", run, "--out", tmp_path / "complete.json", "--md", tmp_path / "complete.md"))
-    complete = {"table.json": (tmp_path / "complete.json").read_bytes(), "table.md": (tmp_path / "complete.md").read_bytes()}
+    json_out, md_out = tmp_path / "complete.json", tmp_path / "complete.md"
+    duration = full_run(command("recommend", run, "--out", json_out, "--md", md_out))
+    complete = {"table.json": json_out.read_bytes(), "table.md": md_out.read_bytes()}
     for i, after in enumerate(moments(duration, 3)):
         out = tmp_path / f"killed{i}"
         out.mkdir()
@@ -145,6 +149,7 @@ def test_recommend_killed_anywhere_leaves_its_table_whole_or_absent(tmp_path: Pa
             assert (out / "table.json").read_bytes() == complete["table.json"]
 
 
+@pytest.mark.slow
 def test_history_add_killed_anywhere_leaves_the_run_held_whole_or_not_at_all(tmp_path: Path) -> None:
     runs = [ROOT / "reports" / "NVIDIA-H200-first-run" / "run", ROOT / "reports" / "cpu-AMD-EPYC-2core-long"]
     pairs = {load_records(r)[0]["run_id"]: len({(x["case_id"], x["backend"]) for x in load_records(r)}) for r in runs}

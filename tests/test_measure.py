@@ -15,7 +15,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.inputs import CaseData
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_into
+from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_into
 
 
 def test_record_fields_follow_the_guide(tmp_path: Path) -> None:
@@ -39,7 +39,8 @@ def test_record_fields_follow_the_guide(tmp_path: Path) -> None:
 def test_a_case_far_beyond_free_device_memory_is_skipped_with_the_estimate() -> None:
     naive = default_registry().get("naive")
     case = make_case(seq_len=256)  # naive: scores and probabilities, 2 x 4 x 256² fp32, plus the output: 2.1 MiB
-    record = measure(CaseData(case), naive, ClockTimer(), Settings(RunInfo("r", "unit"), ONE_SAMPLE, lambda device: 1 << 19))
+    record = measure(CaseData(case), naive, ClockTimer(),
+                     Settings(RunInfo("r", "unit"), ONE_SAMPLE, lambda device: 1 << 19))
     assert record.status == "skipped" and record.time_ms is None
     assert record.reason == "estimated memory 2.1 MiB exceeds 2x the free device memory 0.5 MiB; not tried"
     roomy = Settings(RunInfo("r", "unit"), ONE_SAMPLE, lambda device: 2 << 20)
@@ -81,7 +82,8 @@ def test_setup_is_the_whole_prepare_with_the_parts_the_backend_reports() -> None
             prepared.extra["compile_s"] = 0.01
             return prepared
 
-    record = measure(CaseData(make_case()), SlowToPrepare(), ScriptedTimer([1.0] * 5), Settings(RunInfo("s", "t"), ONE_SAMPLE))
+    record = measure(CaseData(make_case()), SlowToPrepare(), ScriptedTimer([1.0] * 5),
+                     Settings(RunInfo("s", "t"), ONE_SAMPLE))
     assert record.status == "ok", record.reason
     setup, parts = record.extra["setup_ms"], record.extra["setup_parts"]
     profile = parts["profile"]  # the profiled call after the samples is setup too (attnbench.run.profiled)

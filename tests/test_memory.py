@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def peaks(name: str) -> tuple[int, int]:
@@ -14,6 +16,7 @@ def peaks(name: str) -> tuple[int, int]:
     return small.peak_memory_bytes, large.peak_memory_bytes
 
 
+@pytest.mark.slow
 def test_naive_memory_grows_with_the_square_of_seq_len() -> None:
     small, large = peaks("naive")
     assert 3.6 <= large / small <= 4.2
@@ -21,6 +24,7 @@ def test_naive_memory_grows_with_the_square_of_seq_len() -> None:
     assert large >= 2 * 4 * 2048 * 2048 * 4
 
 
+@pytest.mark.slow
 def test_fused_cpu_kernel_memory_grows_linearly() -> None:
     small, large = peaks("sdpa-flash")
     assert large / small <= 2.5

@@ -4,21 +4,42 @@ mixed devices and mixed schema versions are refused with nothing written."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from attnbench.records.results import key_of, load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
-from tests import test_shard
-from tests.test_shard import invoke
-
-suite = test_shard.suite  # the shard suite's fixture, under its name here
+from tests.test_shard import SUITE, invoke
 
 
+@pytest.fixture(scope="module")
+def shard_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """tests/test_shard.py's suite (18 measurements: six cases, three backends) run once as shards 0/2 and 1/2, into
+    s0 and s1 of the folder returned with the suite; each test merges its own copies."""
+    runs = tmp_path_factory.mktemp("shard-runs")
+    suite = runs / "shards.yaml"
+    suite.write_text(SUITE)
+    for i in range(2):
+        result = invoke("run", suite, "--shard", f"{i}/2", "--out", runs / f"s{i}")
+        assert result.exit_code == 0, result.output
+    return suite, runs
+
+
+@pytest.fixture
+def suite(shard_runs: tuple[Path, Path], tmp_path: Path) -> Path:
+    """The shard suite, its two shard runs copied into this test's s0 and s1."""
+    suite, runs = shard_runs
+    for i in range(2):
+        shutil.copytree(runs / f"s{i}", tmp_path / f"s{i}")
+    return suite
+
+
+@pytest.mark.slow
 def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite: Path, tmp_path: Path) -> None:
     for i in range(2):
-        result = invoke("run", suite, "--shard", f"{i}/2", "--out", tmp_path / f"s{i}")
-        assert result.exit_code == 0, result.output
         assert json.loads((tmp_path / f"s{i}" / "env.json").read_text())["shard"] == f"{i}/2"
     sizes = [len(load_records(tmp_path / f"s{i}")) for i in range(2)]
     assert sum(sizes) == 18 and min(sizes) > 0
@@ -38,9 +59,8 @@ def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite:
     assert again.exit_code == 2 and "already holds results.jsonl" in again.output
 
 
+@pytest.mark.slow
 def test_merge_refuses_mixed_devices_and_schema_versions(suite: Path, tmp_path: Path) -> None:
-    for i in range(2):
-        assert invoke("run", suite, "--shard", f"{i}/2", "--out", tmp_path / f"s{i}").exit_code == 0
     env_file = tmp_path / "s1" / "env.json"
     env = json.loads(env_file.read_text())
     env_file.write_text(json.dumps({**env, "device_name": "NVIDIA H100 80GB HBM3"}))

@@ -17,7 +17,7 @@ from attnbench.run.calibration import Machine
 from attnbench.run.forecast import forecast
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import naive_attention
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 PLUGIN = "tests.test_new_backend:QueryBlocks"
 

@@ -21,7 +21,7 @@ from attnbench.run.recording import RunInfo, unmeasured
 from attnbench.run.schedule import Schedule
 from attnbench.timing.timers import ClockTimer, TimingSettings
 from attnbench.verify.inputs import CaseData, naive_attention
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 class FakeMeasurer:
@@ -68,6 +68,7 @@ def test_several_measurers_share_one_queue_of_whole_cases_and_one_oom_pruner() -
     assert pruned[(2, 64)] == pruned[(4, 64)] == "oom at seq_len 16; longer sequences not tried"
 
 
+@pytest.mark.slow
 def test_a_run_on_several_gpus_goes_through_the_one_loop_with_a_worker_per_gpu(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -120,6 +121,7 @@ def test_help_does_not_import_torch() -> None:
     assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
 
 
+@pytest.mark.slow
 def test_list_on_cpu_imports_no_compiler_stack_and_prints_no_library_warning() -> None:
     """`attnbench list` answers in about a second: torch, never dynamo or inductor (a second more each; flex's
     compiler check and sdpa-varlen's device check need neither). xformers (left out here: importing it pulls dynamo
@@ -139,6 +141,7 @@ def test_list_on_cpu_imports_no_compiler_stack_and_prints_no_library_warning() -
     assert inductor_cxx() == tuple(config.cpp.cxx)  # the default read without inductor is inductor's own
 
 
+@pytest.mark.slow
 def test_xformers_load_warning_is_held_back() -> None:
     code = "from attnbench.backends.xformers_ops import XformersBackend; print(XformersBackend().availability('cpu'))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
@@ -147,6 +150,7 @@ def test_xformers_load_warning_is_held_back() -> None:
     assert "WARNING[XFORMERS]" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_packaged_suites_run_by_name_and_are_listed(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["suites"])
     assert result.exit_code == 0
@@ -199,6 +203,7 @@ def test_doctor_on_a_gpu_without_flash_attn_says_how_to_fix_it(monkeypatch) -> N
     assert any("not ready" in line and "flash-attn" in line for line in doctor.format_text(diagnosis))
 
 
+@pytest.mark.slow
 def test_decode_suite_is_packaged_one_query_over_a_kv_cache() -> None:
     from attnbench.sweep.suite import load_suite
 

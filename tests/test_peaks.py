@@ -11,7 +11,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 ONE_MS = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
 
@@ -95,12 +95,14 @@ def test_a_cpu_has_no_datasheet_peak_but_its_measured_one() -> None:
     record = measure_with(make_case(), RunInfo("r", "t", "Intel(R) Xeon(R) CPU"))
     assert record.status == "ok" and record.percent_of_peak is None and record.extra["peak_source"] is None
     assert "percent_of_measured_peak" not in record.extra  # no calibration given
-    calibrated = RunInfo("r", "t", "Intel(R) Xeon(R) CPU", measured_tflops=(("float32", 0.05),), measured_bandwidth_gbs=9.0)
+    calibrated = RunInfo("r", "t", "Intel(R) Xeon(R) CPU", measured_tflops=(("float32", 0.05),),
+                         measured_bandwidth_gbs=9.0)
     record = measure_with(make_case(), calibrated)
     assert record.extra["measured_peak"] == 0.05
     assert record.extra["percent_of_measured_peak"] == pytest.approx(100 * record.tflops / 0.05)
 
 
+@pytest.mark.slow
 def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
     """--peak-tflops / --peak-bandwidth travel in RunInfo to the worker process and into every record and env.json."""
     import json
@@ -112,7 +114,8 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
     from attnbench.records.results import load_records
 
     suite = Path(str(tmp_path)) / "peaks.yaml"
-    suite.write_text("name: peaks\ndevice: cpu\nbackends: [naive]\ntiming: {warmup_ms: 0, budget_ms: 1, min_samples: 2}\n"
+    suite.write_text("name: peaks\ndevice: cpu\nbackends: [naive]\n"
+                     "timing: {warmup_ms: 0, budget_ms: 1, min_samples: 2}\n"
                      "sweep: {seq_len: [1, 32], kv_seq_len: [64], heads: [2], head_dim: [16]}\n")
     out = Path(str(tmp_path)) / "out"
     result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--isolate", "--peak-tflops", "0.5",

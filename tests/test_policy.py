@@ -22,6 +22,7 @@ def test_the_report_states_the_precision_the_device_is_held_to() -> None:
     assert "±10% on a CPU, ±1% on a GPU" in legend and "±1% by default" not in legend
 
 
+@pytest.mark.slow
 def test_a_changed_constant_changes_every_text_that_states_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cpu = dataclasses.replace(policy.DEVICES["cpu"], precision=0.07)
     monkeypatch.setitem(policy.DEVICES, "cpu", cpu)

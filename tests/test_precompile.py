@@ -1,5 +1,6 @@
-"""The compile phase (attnbench.run.precompile): which graphs it compiles, that a failure there costs nothing but the head
-start, and that after it a flex measurement loads its graph instead of compiling it, its record otherwise the same."""
+"""The compile phase (attnbench.run.precompile): which graphs it compiles, that a failure there costs nothing but the
+head start, and that after it a flex measurement loads its graph instead of compiling it, its record otherwise the
+same."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from attnbench.backends.registry import default_registry
 from attnbench.run import precompile, session
 from attnbench.run.options import RunOptions, resume_command
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 PLUGIN = "tests.compile_faults:PLANTED"
 
@@ -58,6 +59,7 @@ def test_the_pool_takes_one_length_after_another_the_longest_first_so_few_long_c
         ("fwd", 64, 4)]
 
 
+@pytest.mark.slow
 def test_a_failed_compile_costs_its_job_only_and_the_next_runs_in_a_fresh_process() -> None:
     planted = default_registry([PLUGIN]).get("planted-compile")
     cases = [make_case(seq_len=s) for s in (32, 40, 48, 64)]  # raises, refused, its process exits, compiles

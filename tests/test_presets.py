@@ -23,6 +23,7 @@ MODELS = {
 DECODE = {"deepseek-v3": (128, 1, 576, 512)}  # absorbed MLA: one latent KV head
 
 
+@pytest.mark.slow
 def test_every_model_preset_is_packaged_and_listed() -> None:
     assert {name for name in packaged_suites() if name.startswith("models/")} == {f"models/{m}" for m in MODELS}
     listed = CliRunner().invoke(app, ["suites"])

@@ -32,6 +32,7 @@ def list_in_a_new_process(cache: Path, *extra: str, command: str = "list") -> tu
     return text, eval(imported)  # noqa: S307 - our own print of a list of str
 
 
+@pytest.mark.slow
 def test_a_second_list_imports_no_kernel_runtime_and_prints_the_same_table(tmp_path: Path) -> None:
     first, imported_first = list_in_a_new_process(tmp_path)
     installed = [m for m in ("jax", "onnxruntime", "openvino") if importlib.util.find_spec(m) is not None]
@@ -44,6 +45,7 @@ def test_a_second_list_imports_no_kernel_runtime_and_prints_the_same_table(tmp_p
     assert table[-1].startswith("backend probes: reused from") and "--fresh asks again" in table[-1]
 
 
+@pytest.mark.slow
 def test_a_second_doctor_imports_neither_torch_nor_a_kernel_runtime_and_says_the_same(tmp_path: Path) -> None:
     """torch's version, threads and CUDA build are kept with the backends' answers for a CPU installation."""
     first, imported_first = list_in_a_new_process(tmp_path, command="doctor")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).parent.parent / "docs" / "python.md"
 
 
@@ -11,6 +13,7 @@ def blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", PAGE.read_text(encoding="utf-8"), flags=re.S | re.M)
 
 
+@pytest.mark.slow
 def test_every_python_snippet_on_the_page_runs() -> None:
     found = blocks()
     assert len(found) == 3, "docs/python.md should hold its three snippets (run, load, choose)"

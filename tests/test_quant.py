@@ -15,7 +15,7 @@ from attnbench.core import quant
 from attnbench.sweep.suite import load_suite
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import QuantCaseData, case_data
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 
 def fp8_case(**overrides: object):  # type: ignore[no-untyped-def]
@@ -247,8 +247,8 @@ def _sabotage(kind: str):  # type: ignore[no-untyped-def]
     ("heads-reversed", fp8_case(quant="head")),
 ])
 def test_naive_fp8_catches_its_own_wrong_factor_mapping(monkeypatch: pytest.MonkeyPatch, kind: str, c) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import assert_sabotage_caught
     from tests.fp8_inputs import distinct_scales
+    from tests.helpers import assert_sabotage_caught
 
     distinct_scales(monkeypatch, block=c.quant_block)
     assert_sabotage_caught(c, lambda: default_registry().get("naive-fp8"), _sabotage(kind), monkeypatch)

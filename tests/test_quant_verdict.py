@@ -23,7 +23,7 @@ from attnbench.core.quant import Numerics
 from attnbench.verify.emulate import metrics
 from attnbench.verify.inputs import naive_attention
 from attnbench.verify.quant_data import QuantCaseData, case_data, emulation
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 FLOOR_BF16 = 1e-3
 EVERY = frozenset({f"{k}:{f}" for k in ("qkv", "kv") for f in ("float8_e4m3fn", "float8_e5m2")}

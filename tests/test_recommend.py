@@ -303,6 +303,7 @@ def test_the_dispatch_helper_imports_without_torch() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
 
 
+@pytest.mark.slow
 def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_path: Path) -> None:
     from attnbench.report.render import render_report
 

@@ -77,6 +77,7 @@ def test_no_reader_outside_the_records_package_reads_a_record_field_by_string_ke
     assert not offenders, "read the record's attribute instead:\n" + "\n".join(offenders)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", committed_runs(), ids=lambda p: str(p.parent.relative_to(ROOT / "reports")))
 def test_every_committed_run_loads_into_the_record_and_writes_back_what_it_held(path: Path) -> None:
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -37,7 +37,8 @@ def test_lazy_string_target_loads_on_first_use() -> None:
 
 def test_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     point = importlib.metadata.EntryPoint("third-party", "attnbench.backends.testing:Raising", "attnbench.backends")
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [point] if group == "attnbench.backends" else [])
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [point] if group == "attnbench.backends" else [])
     registry = Registry()
     registry.load_entry_points()
     assert registry.names() == ["third-party"]

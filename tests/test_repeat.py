@@ -19,7 +19,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.verify.repeat import bitwise_equal, compare, max_difference
-from tests.conftest import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
+from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
 
 
 class Flaky(Backend):
@@ -90,6 +90,7 @@ def test_bitwise_means_the_bytes_same_nans_equal_signed_zeros_not() -> None:
 
 # ---- every record -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_record_carries_repeatable(tmp_path: Path) -> None:
     """True where two calls agreed, null where nothing was compared (a skip; a backward whose gradients are not
     checked), on every line of results.jsonl."""

@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from attnbench.backends.registry import default_registry
@@ -17,7 +18,7 @@ from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
-from tests.conftest import make_case, run_cases
+from tests.helpers import make_case, run_cases
 from tests.test_repeat import flaky
 
 DATA = Path(__file__).parent / "data"
@@ -34,6 +35,7 @@ def small_run(directory: Path, deterministic: bool = False) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_the_report_names_each_non_repeatable_record_and_marks_it(tmp_path: Path) -> None:
     run = small_run(tmp_path / "run")
     render_report(run, formats=("html", "md"))
@@ -53,6 +55,7 @@ def test_the_report_names_each_non_repeatable_record_and_marks_it(tmp_path: Path
     assert {row[0] for row in rows if row[3][status] == "ok ≠"} == {"flaky"}
 
 
+@pytest.mark.slow
 def test_deterministic_runs_say_what_the_backends_made_of_it(tmp_path: Path) -> None:
     run = small_run(tmp_path / "run")
     lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]

@@ -27,7 +27,7 @@ from attnbench.report.plotting import DPI, GROUP_FIGSIZE
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
 from attnbench.report.styles import backend_styles
-from tests.conftest import loaded
+from tests.helpers import loaded
 
 DATA = Path(__file__).parent / "data"
 GROUP_PX = (int(GROUP_FIGSIZE[0] * DPI), int(GROUP_FIGSIZE[1] * DPI))
@@ -88,6 +88,7 @@ def cell_texts(page: str) -> set[str]:
     return {cell if isinstance(cell, str) else cell[0] for row in table_rows(page) for cell in row[3] if cell}
 
 
+@pytest.mark.slow
 def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     out = rendered["out"]
     on_disk = sorted(p for p in out.rglob("*") if p.is_file())
@@ -95,6 +96,7 @@ def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     assert out / "report.html" in on_disk and out / "summary.md" in on_disk
 
 
+@pytest.mark.slow
 def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     for backend in {r["backend"] for r in rendered["records"]}:
@@ -109,6 +111,7 @@ def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: di
             assert record["reason"] in texts, record["reason"]
 
 
+@pytest.mark.slow
 def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(rendered: dict[str, Any]) -> None:
     """A 400-character skip reason would make its row ten lines tall: the cell is clamped to three lines and
     carries the whole reason as its title (the tooltip), so a skipped row is as short as an ok one."""
@@ -120,6 +123,7 @@ def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(
     assert 'td.className = "reason"; td.title = text(cell);' in page and "-webkit-line-clamp: 3" in page
 
 
+@pytest.mark.slow
 def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
@@ -128,6 +132,7 @@ def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     assert len(images) == len(list((rendered["out"] / "charts").glob("*.png")))
 
 
+@pytest.mark.slow
 def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
     env = json.loads((DATA / rendered["name"] / "env.json").read_text())
     page = rendered["html"]
@@ -172,11 +177,13 @@ def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: di
     assert len(tables) == len(groups)
     for group in groups:
         table = tables[group.title()]
-        never = {r["backend"] for r in group.records} - {r["backend"] for r in group.records if r["status"] != "skipped"}
+        timed = {r["backend"] for r in group.records if r["status"] != "skipped"}
+        never = {r["backend"] for r in group.records} - timed
         rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
         got = sorted((cells[0].lstrip("| "), int(cells[1])) for cells in rows)
         assert got == sorted(key for key in group.by_backend_x() if key[0] not in never)
-        named = re.findall(r"^- (\S+): (.*)$", table.split("Skipped at every length:")[-1], re.MULTILINE) if never else []
+        skipped = table.split("Skipped at every length:")[-1]
+        named = re.findall(r"^- (\S+): (.*)$", skipped, re.MULTILINE) if never else []
         assert sorted(name for name, _ in named) == sorted(never), group.title()
         for name, reasons in named:
             assert all(html.escape(r["reason"], quote=False) in reasons for r in group.records if r["backend"] == name)
@@ -213,13 +220,15 @@ def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
     lone = [a_record(backend="naive-fp8", seq_len=s, kv_seq_len=s) for s in (256, 512, 1024)]
     lone += [a_record(backend="sdpa", seq_len=s, kv_seq_len=s, status="skipped", reason="needs CUDA", time_ms=None)
              for s in (256, 512, 1024)]
-    assert fastest_line(group_records(loaded(lone))[0]) == "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
+    assert fastest_line(group_records(loaded(lone))[0]) == \
+        "fp32 · no mask · 8 heads · d=64 · fwd · cpu: only naive-fp8 has a correct timing (256–1K)."
     gap = [r for r in lone if r["seq_len"] != 512 or r["backend"] != "naive-fp8"]
     assert fastest_line(group_records(loaded(gap))[0]).endswith("only naive-fp8 has a correct timing (256, 1K).")
     both = lone + [a_record(backend="naive", seq_len=512, kv_seq_len=512, time_ms=2.0)]
     assert fastest_line(group_records(loaded(both))[0]).endswith(": naive-fp8 is fastest at every length (256–1K).")
 
 
+@pytest.mark.slow
 def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>"
     records = [a_record(seq_len=s, kv_seq_len=s) for s in (256, 512)]
@@ -235,6 +244,7 @@ def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
     assert evil not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
 
 
+@pytest.mark.slow
 def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
     first = render_report(DATA / "gpu-like", tmp_path / "a")
     second = render_report(DATA / "gpu-like", tmp_path / "b")
@@ -248,8 +258,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
                         tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
                for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
     paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
-    assert sorted(p.name for p in paths if p.suffix == ".png") == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png",
-                                                                   "roofline.png"]
+    assert sorted(p.name for p in paths if p.suffix == ".png") == [
+        "correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png"]
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     for record in records:
         assert record["reason"] in page
@@ -259,8 +269,8 @@ def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
 
 def test_a_single_case_run_renders(tmp_path: Path) -> None:
     paths = render_report(write_run(tmp_path / "run", [a_record()]), tmp_path / "out", formats=("png", "md"))
-    assert sorted(p.name for p in paths) == ["correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png",
-                                             "summary.md"]
+    assert sorted(p.name for p in paths) == [
+        "correctness.png", "group-01-cpu-fp32-full-h8-kv8-d64-fwd.png", "roofline.png", "summary.md"]
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert "| sdpa | 512 | ok | 1 (IQR 0.05) |" in md  # a record without an interval shows its IQR
 
@@ -371,7 +381,8 @@ def large_run(directory: Path, n: int) -> Path:
                 records.append(a_record(backend=b, dtype=dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                         causal=causal, mode=mode, batch=batch, seq_len=s, kv_seq_len=s, device="cuda",
                                         status=status, reason="out of memory" if status != "ok" else None,
-                                        time_ms=s / 1000 * (1 + backends.index(b)), times_ms=[1.0 + k / 10 for k in range(10)]))
+                                        time_ms=s / 1000 * (1 + backends.index(b)),
+                                        times_ms=[1.0 + k / 10 for k in range(10)]))
         i += 1
     return write_run(directory, records[:n], {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"})
 
@@ -383,7 +394,8 @@ def render_cost(source: Path, out: Path) -> tuple[float, float, list[Path]]:
     paths = render_report(source, out)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=False)), wall, paths
+    cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=False))
+    return cpu, wall, paths
 
 
 @pytest.mark.slow
@@ -405,6 +417,7 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install chromium)")
 def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
     render_report(DATA / "gpu-like", tmp_path / "out", formats=("html",))
@@ -426,6 +439,7 @@ def test_report_html_renders_in_a_headless_browser(tmp_path: Path) -> None:
     assert sum(histogram[:200]) > 0.01 * 1400 * 2400  # a good share of the page is drawn on
 
 
+@pytest.mark.slow
 def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path: Path) -> None:
     noisy = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, time_ms_iqr=0.5, times_ms=[1.6, 2.0, 2.4],
                      noisy=True, ci_low_ms=1.6, ci_high_ms=2.4)
@@ -457,13 +471,15 @@ def test_a_noisy_point_is_hollow_in_the_chart_and_marked_in_the_tables(tmp_path:
     assert "noisy: interval wider than asked, or under 6 samples" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+@pytest.mark.slow
 def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page(tmp_path: Path) -> None:
     from attnbench.gpu.read import snapshot
     from attnbench.gpu.smi import SmiReader
     from tests.fake_smi import H200, smi
 
     throttled = a_record(seq_len=1024, kv_seq_len=1024, time_ms=2.0, device="cuda", throttled=True,
-                         extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"], "other_gpu_processes": 0})
+                         extra={"sm_clock_mhz": 1500, "clock_event_reasons": ["sw_power_cap"],
+                                "other_gpu_processes": 0})
     records = [a_record(device="cuda", throttled=False), throttled]
     out = write_run(tmp_path / "run", records, env={"device": "cuda", "gpus": [{"name": "NVIDIA H200"}],
                                                     "gpu_state": [snapshot(H200, SmiReader(smi())).to_dict()]})
@@ -472,7 +488,8 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
     assert "| !2 (IQR 0.05) |" in md and "| 1 (IQR 0.05) |" in md  # records without an interval show their IQR
     assert "1 of 2 timings were taken on a throttled or shared GPU" in md
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "!2" in cell_texts(page) and "GPU 0 before the run (nvidia-smi)" in page and "SM clock 345 MHz (application 1980" in page
+    assert "!2" in cell_texts(page) and "GPU 0 before the run (nvidia-smi)" in page
+    assert "SM clock 345 MHz (application 1980" in page
     assert "GPU 0 while timing" in page and "SM clock 1500 MHz" in page  # the one record that has a sample
     assert "clocks not locked" in page
     fig = group_chart(group_records(loaded(records))[0], backend_styles(["sdpa"]), None, None, None)
@@ -500,6 +517,7 @@ def test_the_header_shows_the_gpu_before_the_run_and_while_timing_as_the_h200_re
     assert not [label for label in cpu if label.startswith("GPU")]
 
 
+@pytest.mark.slow
 def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_path: Path) -> None:
     from attnbench.report.roofline import roofline_chart, roofline_points
 
@@ -522,6 +540,7 @@ def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_p
     assert "no known peaks" in cpu.axes[0].get_title() and not cpu.axes[0].texts
 
 
+@pytest.mark.slow
 def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
     """A flex-like record's setup (mostly compile) and an SDPA one's: the table names the largest part, the chart
     is drawn at the report's width; a run whose records carry no setup (older runs) gets no such chart."""
@@ -539,6 +558,7 @@ def test_setup_cost_has_a_table_column_and_a_chart(tmp_path: Path) -> None:
     assert not any(p.name == "setup.png" for p in older)
 
 
+@pytest.mark.slow
 def test_packed_documents_are_compared_with_one_sequence_in_the_findings(tmp_path: Path) -> None:
     """The same backend and case with 16 packed documents and as one sequence: the findings say how much packing
     saves (flex skips the blocks across boundaries), in both the HTML and summary.md; a backend whose two
@@ -601,6 +621,7 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
             assert bytes_of(r) / (r["time_ms"] * 1e-3) < 4.8e12
 
 
+@pytest.mark.slow
 def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> None:
     """A run whose records carry joules per token gets charts/energy.png (its values planted here: 50 W over each
     call, as a loop's counter would give); one without gets none."""
@@ -625,6 +646,7 @@ def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> 
     assert not (plain / "charts" / "energy.png").exists()
 
 
+@pytest.mark.slow
 def test_rerendering_another_run_into_the_same_folder_leaves_no_chart_of_the_old_one(tmp_path: Path) -> None:
     """A run with every kind of chart (setup costs, energy, several groups, an MQA/GQA family) rendered into a
     folder, then a one-record run into the same one: only the new run's charts are left beside its report."""
@@ -687,9 +709,11 @@ def test_findings_name_each_length_whose_fastest_backend_is_flagged() -> None:
     assert [line for line in found.kernels if line.startswith("copies: ")] == [
         "copies: overhead in 2 of 2 profiled records; its declared kernels 55% of the call; the rest most often "
         "aten::copy_ (copy)."]
-    assert [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"] == [("claims-flash", 1)] * 2
+    wrong = [(f.backend, len(f.cases)) for f in found.failures if f.status == "wrong_kernel"]
+    assert wrong == [("claims-flash", 1)] * 2
 
 
+@pytest.mark.slow
 def test_the_records_table_links_each_trace_that_exists_relative_to_the_page(tmp_path: Path) -> None:
     traced = a_record(backend="sdpa-flash", case_id="c1", trace="traces/c1-sdpa-flash.json",
                       kernels=[{"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "calls": 1,
@@ -738,7 +762,8 @@ def test_a_failure_at_every_case_says_so_instead_of_naming_cases() -> None:
     from attnbench.report.findings import build_findings
 
     records = load_records(DATA / "cpu-run")
-    found = {(f.backend, f.status): f for f in build_findings(group_records(records), records, "sdpa-math").other_failures}
+    findings = build_findings(group_records(records), records, "sdpa-math")
+    found = {(f.backend, f.status): f for f in findings.other_failures}
     cases = {r["case_id"] for r in records}
     for (backend, status), failure in found.items():
         hit = {r["case_id"] for r in records if r["backend"] == backend and r["status"] == status

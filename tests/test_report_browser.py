@@ -15,7 +15,7 @@ import pytest
 from attnbench.report import html
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS, display_value
-from tests.conftest import loaded
+from tests.helpers import loaded
 
 DATA = Path(__file__).parent / "data"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -79,13 +79,15 @@ def visible_rows(browser: Any) -> list[Any]:
 # record that measured nothing), else its text.
 CELL_AT = """function cellAt(row, i) { var at = 0;
   for (var c = 0; c < row.cells.length; c++) { var cell = row.cells[c];
-    if (i < at + cell.colSpan) return cell.classList.contains('why') ? '' : (cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent);
+    if (i < at + cell.colSpan)
+      return cell.classList.contains('why') ? '' : (cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent);
     at += cell.colSpan; } return ''; }"""
 
 
 def page_values(browser: Any, i: int) -> list[str]:
     return browser.execute_script(CELL_AT + f"; return Array.prototype.map.call("
-                                  f"document.getElementById('records').tBodies[0].rows, function (r) {{ return cellAt(r, {i}); }})")
+                                  f"document.getElementById('records').tBodies[0].rows, "
+                                  f"function (r) {{ return cellAt(r, {i}); }})")
 
 
 def every_page(browser: Any, read: Any) -> list[Any]:
@@ -137,7 +139,8 @@ def check_filters(browser: Any, records: list[dict[str, Any]]) -> None:
         choose(browser, "backend", choice[0])
         choose(browser, "dtype", choice[1])
         backends = every_page(browser, lambda: [row.get_attribute("data-backend") for row in visible_rows(browser)])
-        assert len(backends) == expected, f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(backends)} rows shown"
+        assert len(backends) == expected, \
+            f"filter backend={choice[0]!r} dtype={choice[1]!r}: {len(backends)} rows shown"
         assert int(browser.find_element("id", "shown").text) == expected
         if choice[0]:
             assert set(backends) == {backend}
@@ -179,6 +182,7 @@ def check_report(browser: Any, run: Path, out: Path) -> None:
     check_console(browser)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", sorted({DATA / "cpu-run", largest_run()}), ids=lambda p: p.name)
 def test_report_sorts_filters_and_loads_offline(browser: Any, run: Path, tmp_path: Path) -> None:
     check_report(browser, run, tmp_path / "out")
@@ -193,6 +197,7 @@ PLANTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defect", PLANTED)
 def test_a_planted_defect_fails_the_browser_check(browser: Any, defect: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,6 +221,7 @@ def check_trace_links(browser: Any, run: Path) -> None:
         assert json.loads(target.read_text())["traceEvents"], f"{href} holds no trace"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defect", [None, "absolute link"])
 def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_path: Path, defect: str | None,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +260,14 @@ def many_records(out: Path, copies: int) -> Path:
     return out
 
 
-def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records table's pages, sort and filter. The charts are left out of this report (drawing them is most of
+    its render; the other browser tests load reports with their charts)."""
+    from attnbench.report import render
+
+    monkeypatch.setattr(render, "build_charts", lambda groups, *args: ([], []))
     run = many_records(tmp_path / "run", 7)
     records = load(run)
     assert len(records) > 2 * html.PAGE_ROWS
@@ -282,6 +295,7 @@ def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path:
     check_console(browser)
 
 
+@pytest.mark.slow
 def test_a_skipped_row_is_one_line_with_its_reason_on_screen(browser: Any, tmp_path: Path) -> None:
     run = DATA / "cpu-run"
     skipped = [r for r in load(run) if r["status"] == "skipped"]

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PIL import Image
 
 from attnbench.records.results import load_records
@@ -25,7 +26,7 @@ from attnbench.report.frontier import (
 from attnbench.report.plotting import render_chart
 from attnbench.report.render import render_report
 from attnbench.report.styles import backend_styles
-from tests.conftest import loaded
+from tests.helpers import loaded
 from tests.test_report import a_record, write_run
 
 RUN = Path(__file__).parent / "data" / "fp8-cpu"
@@ -57,6 +58,7 @@ def test_the_y_axis_is_the_error_against_the_original_inputs() -> None:
             assert error_vs_original(r) == extra["kernel_error"]["rel_l2"]
 
 
+@pytest.mark.slow
 def test_the_chart_is_drawn_and_repeatable() -> None:
     groups = frontier_groups(load_records(RUN))
     styles = backend_styles(r["backend"] for g in groups for r in g.records)
@@ -110,6 +112,7 @@ def test_pareto_keeps_what_nothing_beats_on_both() -> None:
         (0.5, 0.2), (1.0, 0.1), (2.0, 0.01), (4.0, 0.001)]
 
 
+@pytest.mark.slow
 def test_the_report_puts_the_frontiers_first(tmp_path: Path) -> None:
     render_report(RUN, tmp_path)
     page = (tmp_path / "report.html").read_text(encoding="utf-8")

@@ -101,6 +101,7 @@ def test_ctrl_c_prints_the_command_that_finishes_the_run(suite: Path, tmp_path: 
     assert sorted(key_of(r) for r in load_records(out)) == planned_keys(suite)
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_device_or_library_set_unless_forced(suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     fast = suite.read_text().replace("budget_ms: 200", "budget_ms: 1").replace("[64, 96, 128, 160, 192]", "[32]")
@@ -128,9 +129,10 @@ def test_force_without_resume_never_overwrites(suite: Path, tmp_path: Path) -> N
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_resume_keeps_a_shard_to_its_own_part(suite: Path, tmp_path: Path) -> None:
-    suite.write_text(suite.read_text().replace("budget_ms: 200", "budget_ms: 1")
-                     .replace("warmup_ms: 5", "warmup_ms: 0"))
+    text = suite.read_text()
+    suite.write_text(text.replace("budget_ms: 200", "budget_ms: 1").replace("warmup_ms: 5", "warmup_ms: 0"))
     out = tmp_path / "shard0"
     assert CliRunner().invoke(app, ["run", str(suite), "--shard", "0/2", "--out", str(out)]).exit_code == 0
     before = len(load_records(out))

@@ -43,6 +43,7 @@ def run(tmp_path: Path, suite: str = SUITE) -> tuple[list[dict], dict]:
     return records, json.loads((out / "env.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_ok_record_pools_its_three_rounds_and_every_field_comes_from_all_of_them(tmp_path: Path) -> None:
     records, env = run(tmp_path)
     ok = [r for r in records if r["status"] == "ok"]
@@ -95,6 +96,7 @@ def backends() -> dict:
     return {b.name: b for b in registry.resolve(["naive", "sdpa"])}
 
 
+@pytest.mark.slow
 def test_each_later_round_walks_the_measurements_in_its_own_shuffled_order_repeatable_by_the_run_id(
         tmp_path: Path) -> None:
     records = [dataclasses.replace(r, times_ms=[0.5]) for r in stored(tmp_path)]  # every one due in every round
@@ -112,6 +114,7 @@ def test_each_later_round_walks_the_measurements_in_its_own_shuffled_order_repea
     assert walks[0] == walks[1]  # the run id seeds it
 
 
+@pytest.mark.slow
 def test_a_call_slower_than_its_share_is_not_re_timed_and_max_samples_holds(tmp_path: Path) -> None:
     records = stored(tmp_path)
     slow = dataclasses.replace(records[0], times_ms=[40.0])  # a 40 ms call: a 30 ms budget's first round spent it
@@ -124,6 +127,7 @@ def test_a_call_slower_than_its_share_is_not_re_timed_and_max_samples_holds(tmp_
     assert not rounds.due_again([40.0], 2, settings) and rounds.due_again([5.0], 2, settings)
 
 
+@pytest.mark.slow
 def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_wide(tmp_path: Path) -> None:
     records = stored(tmp_path)
     wide = [dataclasses.replace(r, noisy=True, times_ms=[1.0, 2.0, 3.0]) for r in records[:4]]
@@ -137,6 +141,7 @@ def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_
     assert done.refine_budget_s == 0.5 * 10 * 8 / 1e3 and 0 < done.refine_s <= done.refine_budget_s + 1e-3
 
 
+@pytest.mark.slow
 def test_the_results_file_is_rewritten_with_the_pooled_records_and_every_other_line_kept(tmp_path: Path) -> None:
     records = stored(tmp_path)
     path = tmp_path / "results.jsonl"
@@ -150,6 +155,7 @@ def test_the_results_file_is_rewritten_with_the_pooled_records_and_every_other_l
     assert not path.with_name("results.jsonl.tmp").exists()
 
 
+@pytest.mark.slow
 def test_the_rewrite_replaces_the_last_line_of_a_measurement_and_keeps_an_older_one(tmp_path: Path) -> None:
     """A resumed run measures again what a damaged line held and appends it: the later rounds replace what they
     wrote, never the damaged line before it (which would hold the measurement twice)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.backends.registry import default_registry
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 RUNTIMES = ("jax", "onnxruntime", "onnxruntime-mha", "onnxruntime-gqa", "openvino")
 CASES = {
@@ -25,6 +25,7 @@ def _installed(name: str) -> None:
     pytest.importorskip(module)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(CASES))
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_each_runtime_matches_the_reference(name: str, shape: str) -> None:
@@ -49,6 +50,7 @@ def test_each_runtime_matches_the_reference(name: str, shape: str) -> None:
         assert SESSION_REST in {k["name"] for k in record.kernels}, record.kernels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNTIMES)
 def test_the_top_kernel_is_the_runtimes_attention_op(name: str) -> None:
     """On a case large enough for the attention to outweigh the layout work, the profile's top kernel is the one the
@@ -77,6 +79,7 @@ PLANTED = {"onnxruntime": ("GroupQueryAttention", "Attention (CPUExecutionProvid
            "jax": ("custom-call __cudnn", "fusion")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PLANTED))
 def test_a_runtime_that_lacks_its_declared_kernel_is_wrong_kernel(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(name)
@@ -112,7 +115,8 @@ def test_jax_cudnn_is_not_applicable_on_a_cpu() -> None:
 
 # ---- planted wrong mappings are each a mismatch ---------------------------------------------------------------
 def _top_left(self, case):  # type: ignore[no-untyped-def]
-    """The runtime's own causal flag used as if it were the conventions' (docs/conventions.md) when Sq != Sk (the top-left bug)."""
+    """The runtime's own causal flag used as if it were the conventions' (docs/conventions.md) when Sq != Sk (the
+    top-left bug)."""
     return True
 
 
@@ -180,6 +184,7 @@ def _asked_anyway(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(backend, "implementation_refuses", lambda self, case: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", list(LIBRARY_RULES))
 def test_a_case_the_library_refuses_is_skipped_in_its_words(rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
     name, shape, words = LIBRARY_RULES[rule]
@@ -211,6 +216,7 @@ def test_gqa_runs_a_batched_chunk_through_query_seqlens(window: int | None) -> N
     assert "query_seqlens 192 per entry" in record.kernel and "128 keys as past K/V" in record.kernel, record.kernel
 
 
+@pytest.mark.slow
 def test_gqa_without_query_seqlens_skips_a_batched_chunk_with_onnx_runtimes_rule(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A release whose op has no query_seqlens input (onnxruntime < 1.32) refuses the batched chunk: skipped with
@@ -264,6 +270,7 @@ def test_openvino_broadcasts_one_kv_head_and_repeats_a_group() -> None:
     assert gqa.status == "ok" and gqa.kv_expanded is True, gqa.reason
 
 
+@pytest.mark.slow
 def test_openvino_refuses_unbroadcastable_kv_heads(monkeypatch: pytest.MonkeyPatch) -> None:
     import attnbench.backends.openvino_sdpa as ov_mod
 

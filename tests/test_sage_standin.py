@@ -22,7 +22,7 @@ from attnbench.backends.sage import SageBackend
 from attnbench.core.case import Case
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import case_data
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 
 BLKQ, BLKK = 128, 64
 
@@ -129,7 +129,8 @@ def test_sage_gives_the_answer_of_its_scheme_through_the_standin(standin: types.
 
 
 def test_its_error_is_more_than_bf16s_yet_within_its_own_bound(standin: types.ModuleType) -> None:
-    """The INT8 scheme costs accuracy: sage would fail docs/conventions.md's bf16 bound that naive sets, and passes its own."""
+    """The INT8 scheme costs accuracy: sage would fail docs/conventions.md's bf16 bound that naive sets, and passes its
+    own."""
     c = CASES["causal-gqa"]
     data = case_data(c)
     record = measure_one(c, SageBackend(), data)
@@ -189,6 +190,7 @@ SABOTAGES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SABOTAGES))
 def test_standin_catches_a_wrong_mapping(standin: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
                                          name: str) -> None:

@@ -13,7 +13,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer, TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 class ScriptClock:
@@ -132,7 +132,8 @@ def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
 def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     clock = ScriptClock(lambda i: 1.0 if i % 2 else 1.5)
     record = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(clock),
-                     Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01)))
+                     Settings(RunInfo("r", "t"),
+                              TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3, precision=0.01)))
     assert record.status == "ok" and record.stop == "budget"
     interval = median_interval(record.times_ms)
     # the run's interval holds the samples' own (one window) and the device's run noise around it
@@ -144,7 +145,8 @@ def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
     assert record.extra["warmup_calls"] == 0 and record.extra["check_ms"] > 0
     assert clock.calls == record.samples + (0 if record.extra["check_sampled"] else 1)
 
-    calm = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(ScriptClock(lambda i: 1.0)),
+    calm = measure(CaseData(make_case(seq_len=32)), default_registry().get("naive"),
+                   ClockTimer(ScriptClock(lambda i: 1.0)),
                    Settings(RunInfo("r", "t"), TimingSettings(warmup_ms=0, budget_ms=30, min_samples=3)))
     # steady samples stop at the precision, yet one window of a CPU run does not know the run's median to ±1%
     assert calm.stop == "precision" and calm.noisy and calm.ci_low_ms < 1.0 < calm.ci_high_ms
@@ -155,11 +157,14 @@ def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_c
     settings = TimingSettings(warmup_ms=5, budget_ms=0, min_samples=3, max_samples=3)
     clock = ScriptClock(lambda i: 10.0 if i == 0 else 2.0)  # the first timed call is cold
     backward = measure(
-        CaseData(make_case(seq_len=32, mode="fwd_bwd")), naive, ClockTimer(clock), Settings(RunInfo("r", "t"), settings))
-    assert backward.extra["warmup_calls"] >= 1 and backward.times_ms == [2.0, 2.0, 2.0] and "check_ms" not in backward.extra
+        CaseData(make_case(seq_len=32, mode="fwd_bwd")), naive, ClockTimer(clock),
+        Settings(RunInfo("r", "t"), settings))
+    assert backward.extra["warmup_calls"] >= 1 and backward.times_ms == [2.0, 2.0, 2.0]
+    assert "check_ms" not in backward.extra
     slow = dataclasses.replace(settings, warmup_ms=0.001)  # any checked call takes longer than 1 µs
     forward = measure(
-        CaseData(make_case(seq_len=32)), naive, ClockTimer(ScriptClock(lambda i: 2.0)), Settings(RunInfo("r", "t"), slow))
+        CaseData(make_case(seq_len=32)), naive, ClockTimer(ScriptClock(lambda i: 2.0)),
+        Settings(RunInfo("r", "t"), slow))
     assert forward.extra["warmup_calls"] == 0 and forward.times_ms == [2.0, 2.0, 2.0]
 
 
@@ -172,7 +177,8 @@ def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> N
             return [1.0] * 8
 
     record = measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"), Plain(), Settings(RunInfo("r", "t"), TimingSettings()))
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), Plain(),
+        Settings(RunInfo("r", "t"), TimingSettings()))
     assert record.stop == "precision" and record.ci_low_ms < 1.0 < record.ci_high_ms
     assert "warmup_calls" not in record.extra
 
@@ -185,12 +191,14 @@ def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> No
     clock = ScriptClock(lambda i: 2.0)
     settings = TimingSettings(warmup_ms=0.001, budget_ms=0, min_samples=3, max_samples=3)
     record = measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(clock), Settings(RunInfo("r", "t"), settings))
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(clock),
+        Settings(RunInfo("r", "t"), settings))
     assert record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and clock.calls == 3
     assert record.memory_method == "torch.profiler CPU allocator events" and record.peak_memory_bytes > 0
     cold = ScriptClock(lambda i: 9.0 if i == 0 else 2.0)  # the checked call was slower: not a sample
     record = measure(
-        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(cold), Settings(RunInfo("r", "t"), settings))
+        CaseData(make_case(seq_len=32)), default_registry().get("naive"), ClockTimer(cold),
+        Settings(RunInfo("r", "t"), settings))
     assert not record.extra["check_sampled"] and record.times_ms == [2.0, 2.0, 2.0] and cold.calls == 4
 
 
@@ -205,7 +213,8 @@ def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> 
 
     path = Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run" / "results.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    (flex,) = [r for r in records if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
+    (flex,) = [r for r in records
+               if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
     assert not flex["noisy"]
     modes = timing_extra(flex["times_ms"], object())["bimodal"]
     assert 0.99 < modes["low_ms"] < 1.02 and 1.4 < modes["high_ms"] < 1.6 and modes["high_share"] == round(5 / 24, 3)

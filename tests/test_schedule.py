@@ -12,9 +12,10 @@ from attnbench.backends.testing import OutOfMemory, Raising, Wrong
 from attnbench.records.results import SCHEMA_VERSION, Record, load_records
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from tests.conftest import make_case, run_cases, run_into
+from tests.helpers import make_case, run_cases, run_into
 
 
+@pytest.mark.slow
 def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     naive = default_registry().get("naive")
     cases = [make_case(causal=True), make_case(causal=True, kv_heads=1, mode="fwd_bwd")]
@@ -34,6 +35,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert all(r["schema_version"] == SCHEMA_VERSION and r["run_id"] == "r1" for r in stored)
 
 
+@pytest.mark.slow
 def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> None:
     naive, sdpa = default_registry().get("naive"), default_registry().get("sdpa")
     made: list[int] = []
@@ -43,8 +45,10 @@ def test_stop_request_finishes_the_current_measurement_only(tmp_path: Path) -> N
     assert len(load_records(tmp_path)) == 3
 
 
+@pytest.mark.slow
 def test_a_cut_last_line_loads_with_one_line_saying_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_into(tmp_path / "results.jsonl", [make_case()], [default_registry().get("naive"), default_registry().get("sdpa")])
+    registry = default_registry()
+    run_into(tmp_path / "results.jsonl", [make_case()], [registry.get("naive"), registry.get("sdpa")])
     path = tmp_path / "results.jsonl"
     text = path.read_text()
     path.write_text(text + text.splitlines()[0][:40])
@@ -54,6 +58,7 @@ def test_a_cut_last_line_loads_with_one_line_saying_so(tmp_path: Path, capsys: p
     assert "skipped 1 bad line(s)" in said and "(line 3): a record cut off mid-write" in said
 
 
+@pytest.mark.slow
 def test_after_an_oom_longer_sequences_of_that_backend_and_group_are_skipped() -> None:
     naive = default_registry().get("naive")
     cases = [make_case(seq_len=s) for s in (32, 64, 128)] + [make_case(seq_len=64, causal=True)]
@@ -85,6 +90,7 @@ class Progress:
         self.lines.append(("finished", record.seq_len, record.backend, record.status))
 
 
+@pytest.mark.slow
 def test_listener_hears_each_measurement_in_order_and_the_count_is_returned() -> None:
     naive = default_registry().get("naive")
     progress = Progress()

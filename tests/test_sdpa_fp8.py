@@ -14,8 +14,8 @@ import attnbench.backends.sdpa_fp8 as sdpa_fp8
 from attnbench.backends.base import refusal
 from attnbench.backends.conformance import check_backend
 from attnbench.backends.sdpa_fp8 import SdpaFp8Backend
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
 from tests.fp8_inputs import distinct_scales
+from tests.helpers import assert_sabotage_caught, make_case, measure_one
 from tests.test_flash_fp8_standin import attend
 
 

@@ -13,7 +13,7 @@ from attnbench.backends.base import module_owner
 from attnbench.backends.flash import output_of
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import flash_impl_problem, pinned_kernel_reasons
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 # The warnings PyTorch 2.11 gave on an H200 for one call pinned to one kernel, in order (windowed MHA
 # pinned to FLASH; GQA pinned to EFFICIENT). The cuDNN block is as sdp_utils.cpp words it.
@@ -54,7 +54,8 @@ def test_only_the_pinned_kernels_reasons_are_kept() -> None:
     assert len(efficient) == 1 and efficient[0].startswith("For dense input, both fused kernels require")
     assert efficient[0].endswith("passing them into the kernel.")
     # cuDNN speaks last: its reason used to be cut off at 600 characters behind the others
-    assert pinned_kernel_reasons("CUDNN_ATTENTION", CUDNN_REFUSED) == ["cuDNN requires a head dimension of at most 128."]
+    assert pinned_kernel_reasons("CUDNN_ATTENTION", CUDNN_REFUSED) == [
+        "cuDNN requires a head dimension of at most 128."]
 
 
 def test_auto_sdpa_keeps_every_kernels_reason_without_noise() -> None:

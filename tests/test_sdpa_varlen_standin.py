@@ -21,7 +21,37 @@ import attnbench.backends.sdpa_varlen as adapter
 from attnbench.backends.conformance import check_backend
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
 from attnbench.core import workload
-from tests.conftest import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import assert_sabotage_caught, band_keep, make_case, measure_one
+
+
+def refuse_varlen_inputs(query, key, cu_seq_q, cu_seq_k, enable_gqa, seqused_k,
+                         block_table) -> None:  # type: ignore[no-untyped-def]
+    """varlen_attn's refusals before any arithmetic, and the int32 index tensors it reads as such."""
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+    for t in (cu_seq_q, cu_seq_k, seqused_k, block_table):
+        if t is not None and t.dtype != torch.int32:
+            raise TypeError("cu_seqlens and block_table must have dtype int32")  # our bug, never a refusal
+    if block_table is not None and seqused_k is None:
+        raise TypeError("block_table requires seqused_k")
+    hk = key.size(2) if block_table is not None else key.size(1)
+    if not enable_gqa and query.size(1) != hk:
+        raise ValueError("Expect query and key/value to have the same number of heads")
+
+
+def sequence_kv(key, value, cu_seq_k, seqused_k, block_table, i):  # type: ignore[no-untyped-def]
+    """Sequence i's keys and values: its pages of the pool (block_table), or its packed span cut to seqused_k."""
+    if block_table is not None:
+        n, size = int(seqused_k[i]), key.shape[1]
+        pages = block_table[i, : -(-n // size)].tolist()
+        k = torch.cat([key[p] for p in pages] or [key[0, :0]])[:n]  # seqused_k 0: no key
+        v = torch.cat([value[p] for p in pages] or [value[0, :0]])[:n]
+        return k, v
+    ck = cu_seq_k.tolist()
+    k, v = key[ck[i]:ck[i + 1]], value[ck[i]:ck[i + 1]]
+    if seqused_k is not None:
+        k, v = k[: int(seqused_k[i])], v[: int(seqused_k[i])]
+    return k, v
 
 
 def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-untyped-def]
@@ -30,45 +60,20 @@ def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-unt
                     num_splits=None):  # type: ignore[no-untyped-def]
         if calls is not None:
             calls.append({"window_size": window_size, "enable_gqa": enable_gqa, "paged": block_table is not None})
-        if query.dtype not in (torch.float16, torch.bfloat16):
-            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
-        for t in (cu_seq_q, cu_seq_k, seqused_k, block_table):
-            if t is not None and t.dtype != torch.int32:
-                raise TypeError("cu_seqlens and block_table must have dtype int32")  # our bug, never a refusal
-        if block_table is not None and seqused_k is None:
-            raise TypeError("block_table requires seqused_k")
+        refuse_varlen_inputs(query, key, cu_seq_q, cu_seq_k, enable_gqa, seqused_k, block_table)
         hq = query.size(1)
         hk = key.size(2) if block_table is not None else key.size(1)
-        if not enable_gqa and hq != hk:
-            raise ValueError("Expect query and key/value to have the same number of heads")
-        is_causal = window_size == (-1, 0)
-        left, right = window_size
-        if is_causal:
-            right = 0
+        left, right = window_size  # (-1, 0) is causal; a negative side is unbounded
         scale_ = query.shape[-1] ** -0.5 if scale is None else scale
-        cq, ck = cu_seq_q.tolist(), cu_seq_k.tolist()
+        cq = cu_seq_q.tolist()
         outs = []
         for i in range(len(cq) - 1):
             q = query[cq[i]:cq[i + 1]]
-            if block_table is not None:
-                n, size = int(seqused_k[i]), key.shape[1]
-                pages = block_table[i, : -(-n // size)].tolist()
-                k = torch.cat([key[p] for p in pages] or [key[0, :0]])[:n]  # seqused_k 0: no key
-                v = torch.cat([value[p] for p in pages] or [value[0, :0]])[:n]
-            else:
-                k, v = key[ck[i]:ck[i + 1]], value[ck[i]:ck[i + 1]]
-                if seqused_k is not None:
-                    k, v = k[: int(seqused_k[i])], v[: int(seqused_k[i])]
+            k, v = sequence_kv(key, value, cu_seq_k, seqused_k, block_table, i)
             sq, sk = q.shape[0], k.shape[0]
             if sq > max_q or sk > max_k:
                 raise AssertionError("max_q/max_k smaller than a sequence: the kernel would skip rows")
-            r = torch.arange(sq)[:, None] + (sk - sq)
-            j = torch.arange(sk)[None, :]
-            keep = torch.ones(sq, sk, dtype=torch.bool)
-            if left >= 0:
-                keep &= j >= r - left
-            if right >= 0:
-                keep &= j <= r + right
+            keep, _, _ = band_keep(sq, sk, left if left >= 0 else None, right if right >= 0 else None)
             kh = k.float().repeat_interleave(hq // hk, dim=1)
             vh = v.float().repeat_interleave(hq // hk, dim=1)
             s = torch.einsum("qhd,khd->hqk", q.float(), kh) * scale_

@@ -55,6 +55,7 @@ def test_the_dry_run_forecasts_every_task_and_the_cpu_timing(suite: Path, tmp_pa
     assert dry.forecast.total_s > 0 and not dry.cpu_timing and dry.timing.min_samples == 1
 
 
+@pytest.mark.slow
 def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(suite: Path, tmp_path: Path) -> None:
     plan = session.plan(suite, RunOptions())
     quiet = Console(file=open("/dev/null", "w"))
@@ -71,6 +72,7 @@ def test_execute_writes_env_first_then_every_record_and_refuses_an_existing_run(
     assert len((out / "results.jsonl").read_text().splitlines()) == 4  # the earlier results are untouched
 
 
+@pytest.mark.slow
 def test_a_backend_that_cannot_run_here_is_named_once_before_the_first_measurement(tmp_path: Path) -> None:
     """sdpa-cudnn needs CUDA: its reason is printed once before the progress, none of its two skips prints a
     progress line or a row in the final tables, and every one of them is still recorded with that reason."""

@@ -88,6 +88,7 @@ def merged_keys(out: Path) -> Counter:
     return Counter(key_of(r) for r in load_records(out))
 
 
+@pytest.mark.slow
 def test_submit_fans_out_merges_and_finishes_a_cancelled_shard(cluster: slurm_cluster.Cluster,
                                                                tmp_path: Path) -> None:
     deadline = time.monotonic() + TIME_LIMIT_S

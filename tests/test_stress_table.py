@@ -31,7 +31,8 @@ def test_a_cell_shows_the_worst_status_its_largest_share_of_the_bound_and_a_dtyp
     ])
     row = next(line for line in table.splitlines() if line.startswith("| k |"))
     cells = [c.strip() for c in row.strip("|").split("|")][2:]
-    by = dict(zip(("randn", "outliers", "sink", "large_logits", "shifted_keys", "near_constant", "denormal"), cells, strict=False))
+    kinds = ("randn", "outliers", "sink", "large_logits", "shifted_keys", "near_constant", "denormal")
+    by = dict(zip(kinds, cells, strict=False))
     assert by == {"randn": "—", "outliers": "mismatch NaN", "sink": "mismatch 3.00", "large_logits": "ok 0.10 †",
                   "shifted_keys": "—", "near_constant": "—", "denormal": "—"}
     assert "- `k` on `cpu-fp16-sink`: mismatch, why" in table

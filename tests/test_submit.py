@@ -134,7 +134,8 @@ def fill(shard: Path, measurements: int) -> None:
     shard.mkdir(parents=True, exist_ok=True)
     (shard / "env.json").write_text("{}")
     model = json.loads((Path(__file__).parent / "data" / "cpu-run" / "results.jsonl").read_text().splitlines()[0])
-    lines = [json.dumps({**model, "seq_len": n + 1, "kv_seq_len": n + 1, "case_id": f"c{n}"}) for n in range(measurements)]
+    lines = [json.dumps({**model, "seq_len": n + 1, "kv_seq_len": n + 1, "case_id": f"c{n}"})
+             for n in range(measurements)]
     (shard / "results.jsonl").write_text("".join(line + "\n" for line in lines))
 
 

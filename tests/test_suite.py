@@ -269,7 +269,8 @@ def test_a_bare_null_in_the_cpu_block_never_crashes(tmp_path: Path, key: str) ->
 def test_a_blocks_own_cpu_block_applies_after_the_suites(tmp_path: Path) -> None:
     """A prefill block and a decode block need different CPU sizes: each block's `cpu:` replaces values in that
     block only, after the top-level `cpu:` (which replaces values in every block)."""
-    text = ("name: b\nsweep:\n  seq_len: [8192]\n  heads: 8\n  head_dim: 64\n  causal: true\n  cpu:\n    seq_len: [256]\n"
+    text = ("name: b\nsweep:\n  seq_len: [8192]\n  heads: 8\n  head_dim: 64\n  causal: true\n"
+            "  cpu:\n    seq_len: [256]\n"
             "also:\n  - seq_len: 1\n    kv_seq_len: [65536]\n    heads: 8\n    head_dim: 64\n    causal: true\n"
             "    cpu:\n      kv_seq_len: [512]\ncpu:\n  dtype: [float32]\n")
     suite = load_suite(write(tmp_path, text))
@@ -281,7 +282,8 @@ def test_a_blocks_own_cpu_block_applies_after_the_suites(tmp_path: Path) -> None
 
 
 def test_kv_shared_needs_a_smaller_v_head(tmp_path: Path) -> None:
-    text = "name: k\nsweep:\n  seq_len: 1\n  kv_seq_len: 64\n  heads: 4\n  kv_heads: 1\n  head_dim: 64\n  kv_shared: true\n"
+    text = ("name: k\nsweep:\n  seq_len: 1\n  kv_seq_len: 64\n  heads: 4\n  kv_heads: 1\n  head_dim: 64\n"
+            "  kv_shared: true\n")
     message = refused(tmp_path, text)
     assert "kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim" in message
     cases = load_suite(write(tmp_path, text + "  head_dim_v: 48\n")).cases("cpu")
@@ -307,6 +309,7 @@ def test_the_cpu_block_timing_replaces_only_the_fields_it_sets_and_only_on_a_cpu
 def test_the_run_takes_the_cpu_timing(tmp_path: Path) -> None:
     from attnbench.run.session import settings_of
 
-    suite = load_suite(write(tmp_path, BASE + "timing: {min_samples: 4, precision: 0.02}\ncpu:\n  timing: {min_samples: 1}\n"))
+    suite = load_suite(write(tmp_path, BASE + "timing: {min_samples: 4, precision: 0.02}\n"
+                                              "cpu:\n  timing: {min_samples: 1}\n"))
     assert (settings_of(suite, "cpu").min_samples, settings_of(suite, "cpu").precision) == (1, 0.02)
     assert settings_of(suite, "cuda").min_samples == 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 def test_the_run_summary_marks_a_throttled_median() -> None:

@@ -25,7 +25,7 @@ from attnbench.timing.timers import (
     timer_for,
 )
 from attnbench.verify.inputs import CaseData
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None:
@@ -169,10 +169,12 @@ def test_a_wide_spread_is_flagged_noisy_and_a_tight_one_is_not(monkeypatch: pyte
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=8, max_samples=8, precision=0.05)
     case = make_case(seq_len=32)
     naive = default_registry().get("naive")
-    noisy = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])), Settings(RunInfo("r", "t"), settings))
+    noisy = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.0, 1.5, 2.0])),
+                    Settings(RunInfo("r", "t"), settings))
     assert noisy.status == "ok" and noisy.noisy
     assert noisy.time_ms_iqr > 0.1 * noisy.time_ms
-    steady = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.02, 1.04])), Settings(RunInfo("r", "t"), settings))
+    steady = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.02, 1.04])),
+                     Settings(RunInfo("r", "t"), settings))
     assert steady.status == "ok" and not steady.noisy
     assert not summarize([1.0, 1.0, 1.1, 1.1]).noisy and summarize([1.0, 1.0, 1.3, 1.3]).noisy
     narrow_iqr = measure(CaseData(case), naive, ClockTimer(SpreadClock([1.0, 1.02, 1.04])), Settings(

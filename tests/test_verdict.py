@@ -20,7 +20,7 @@ from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.verify.check import FLOOR, judge, max_abs_error
 from attnbench.verify.inputs import Answer, CaseData, naive_attention
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 # docs/conventions.md's floors, written out: changing the package's values must fail these tests.
 FLOORS = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}

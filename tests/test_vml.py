@@ -81,7 +81,8 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if compiler is None or not torch.backends.mkl.is_available() or not sys.platform.startswith("linux"):
         pytest.skip("needs Linux, a C compiler and a torch built with MKL")
     source = SHIM_HEAD + "".join(SHIM_FN.format(name=f"vm{p}{fn}", t=t, factor=factor)
-                                 for p, t, factor in (("s", "float", "1.0 + 1.0 / 4096"), ("d", "double", "1.0 - 1.0 / 67108864"))
+                                 for p, t, factor in (("s", "float", "1.0 + 1.0 / 4096"),
+                                                      ("d", "double", "1.0 - 1.0 / 67108864"))
                                  for fn in VML)
     directory = tmp_path_factory.mktemp("vml-shim")
     (directory / "shim.c").write_text(source)
@@ -94,8 +95,8 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_a_soft_capped_case_makes_no_first_vml_call(shim: Path) -> None:
     """naive on a soft-capped float32 case, alone in a fresh process: its checked call, the reference and naive's own
-    yardstick all call tanh; each must come after the function's first call, which only attnbench.verify.vml's one-element
-    warm-up may make. Before the warm-up, the checked call was the first float32 tanh: `mismatch`."""
+    yardstick all call tanh; each must come after the function's first call, which only attnbench.verify.vml's
+    one-element warm-up may make. Before the warm-up, the checked call was the first float32 tanh: `mismatch`."""
     env = dict(os.environ, LD_PRELOAD=str(shim), PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(shim)], capture_output=True, text=True, timeout=300,
                           env=env, cwd=REPO)

@@ -1,4 +1,5 @@
-"""The workload axes' shared structures (attnbench.core.workload) and their counting, read from docs/conventions.md's words."""
+"""The workload axes' shared structures (attnbench.core.workload) and their counting, read from docs/conventions.md's
+words."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from attnbench.core import case as case_mod
 from attnbench.core import counting, workload
 from attnbench.core.case import Case
 from attnbench.records.results import Record, key_of
-from tests.conftest import make_case
+from tests.helpers import make_case
 
 
 # ---- documents ----------------------------------------------------------------------------------------
@@ -36,8 +37,8 @@ def test_cu_seqlens_concatenate_every_rows_documents() -> None:
 
 
 def brute_force(case: Case) -> list[list[list[bool]]]:
-    """docs/conventions.md's visibility, word for word, per batch row: documents (each its q_len_d queries, the last of its
-    k_len_d keys, positions counted from its start), ragged lengths, causal and window."""
+    """docs/conventions.md's visibility, word for word, per batch row: documents (each its q_len_d queries, the last of
+    its k_len_d keys, positions counted from its start), ragged lengths, causal and window."""
     def spans(lens: tuple[int, ...]) -> list[tuple[int, int]]:
         starts = [sum(lens[:n]) for n in range(len(lens))]
         return [(start, start + length) for start, length in zip(starts, lens, strict=False)]
@@ -123,7 +124,8 @@ def test_flops_count_both_head_sizes_and_every_request() -> None:
     assert workload.visible_total(case) == visible
     assert counting.flops(case) == 2 * 4 * (32 + 16) * visible
     dense = make_case(causal=True)
-    assert counting.flops(dense) == 4 * dense.batch * dense.heads * dense.head_dim * workload.visible_pairs(dense)  # unchanged
+    # unchanged
+    assert counting.flops(dense) == 4 * dense.batch * dense.heads * dense.head_dim * workload.visible_pairs(dense)
 
 
 def test_documents_cut_the_work_of_a_causal_row() -> None:
@@ -259,7 +261,8 @@ def test_report_groups_keep_workloads_apart_and_name_them() -> None:
 
 
 def test_pages_and_score_modifiers_keep_the_same_documents_and_requests() -> None:
-    """docs/suites.md "Workloads": pages change only the storage; so the drawn lengths are those of the same case without them."""
+    """docs/suites.md "Workloads": pages change only the storage; so the drawn lengths are those of the same case
+    without them."""
     ragged = dict(seq_len=1, kv_seq_len=512, batch=4, kv_lengths="random", causal=True)
     plain = make_case(**ragged)
     for extra in ({"page_size": 64}, {"softcap": 30.0}, {"alibi": True}, {"mode": "bwd"}, {"dtype": "bfloat16"}):
@@ -335,8 +338,8 @@ def test_zero_length_documents_and_empty_caches_count_nothing() -> None:
 
 
 def test_a_query_with_no_key_outputs_zeros_and_passes_no_gradient() -> None:
-    """docs/conventions.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference and in
-    naive attention on any dtype, never NaN; its gradients are zero, the other rows' untouched."""
+    """docs/conventions.md: a row that sees no key outputs zeros (FlashAttention's convention), in the float64 reference
+    and in naive attention on any dtype, never NaN; its gradients are zero, the other rows' untouched."""
     from attnbench.verify.inputs import blocked_attention, make_inputs, naive_attention, upcast
 
     case = make_case(seq_len=8, kv_seq_len=24, batch=3, kv_lengths="explicit", kv_lens=(4, 0, 24), causal=True,

@@ -14,7 +14,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.inputs import CaseData, naive_attention
-from tests.conftest import make_case, measure_one
+from tests.helpers import make_case, measure_one
 
 CPU = ("naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window")
 AXES = {
@@ -68,6 +68,7 @@ def expected_skip(name: str, case) -> str | None:  # type: ignore[no-untyped-def
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
 @pytest.mark.parametrize("axis", list(AXES))
@@ -87,6 +88,7 @@ def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dty
             assert record.status == "skipped" and skip in record.reason, (name, record.status, record.reason)
 
 
+@pytest.mark.slow
 def test_flex_block_sparsity_follows_the_documents() -> None:
     registry = default_registry()
     one = measure_one(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1), registry.get("flex"))
@@ -262,6 +264,7 @@ def test_a_python_bug_in_flex_is_an_error_not_a_skip() -> None:
     assert flex.skip_reason(refusal, []) == "flex_attention refused: FlexAttention does not support backward on CPU"
 
 
+@pytest.mark.slow
 def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
     """Block sparsity pays: 16 equal documents in a 4K-token row leave flex 1/16 of the causal blocks, so the
     packed case must be measured faster than the one-sequence case (README: 9.3x at 16K on this CPU)."""
@@ -270,14 +273,15 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
 
     settings = TimingSettings(warmup_ms=20, budget_ms=200, min_samples=5)
     shape = dict(device="cpu", dtype="float32", seq_len=4096, heads=2, kv_heads=2, head_dim=64, causal=True)
-    one, packed = (measure(CaseData(make_case(**shape, **docs)),
-                                                                              FlexBackend(), ClockTimer(), Settings(RunInfo("p", "t"), settings))
+    one, packed = (measure(CaseData(make_case(**shape, **docs)), FlexBackend(), ClockTimer(),
+                           Settings(RunInfo("p", "t"), settings))
                    for docs in ({}, {"documents": 16}))
     assert one.status == packed.status == "ok", (one.reason, packed.reason)
     assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"]
     assert packed.time_ms < 0.5 * one.time_ms, (packed.time_ms, one.time_ms)
 
 
+@pytest.mark.slow
 def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caught(monkeypatch) -> None:
     """flex reads K/V from the shared page pool through PyTorch's PagedAttention, with the workload's shuffled
     table: a ragged decode batch with soft-capping matches the reference; K/V stored under a table whose first
@@ -305,9 +309,10 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
     assert "forward only" in measure_one(backward, FlexBackend()).reason
 
 
+@pytest.mark.slow
 def test_kv_shared_v_is_ks_first_channels_and_the_cpu_backends_run_it() -> None:
-    """Absorbed MLA decode (docs/conventions.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it (V
-    passed as its own tensor), a backend that does not map the axis skips it by name."""
+    """Absorbed MLA decode (docs/conventions.md): V is the first head_dim_v channels of K; naive, SDPA and flex run it
+    (V passed as its own tensor), a backend that does not map the axis skips it by name."""
     from attnbench.verify.inputs import make_inputs
 
     case = make_case(batch=2, seq_len=1, kv_seq_len=96, heads=4, kv_heads=1, head_dim=48, head_dim_v=32,

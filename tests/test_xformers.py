@@ -7,7 +7,8 @@ definitions with shift = Sk - Sq:
   LowerTriangularFromBottomRightMask: j <= i + shift;
   LowerTriangularFromBottomRightLocalAttentionMask(window_size): j <= i + shift and
       i + shift - j < window_size (window_size > 0);
-  LocalAttentionFromBottomRightMask(window_left, window_right): i + shift - window_left <= j <= i + shift + window_right.
+  LocalAttentionFromBottomRightMask(window_left, window_right):
+      i + shift - window_left <= j <= i + shift + window_right.
 A query row whose bias lets no key through outputs zeros: what xformers' flash operators return (FlashAttention's
 convention) and PyTorch's cutlass kernel since it stopped answering NaN there (pytorch/pytorch#133882).
 The block-diagonal, padded-keys and paged biases are xformers' own classes, materialised.
@@ -32,7 +33,7 @@ from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
-from tests.conftest import (
+from tests.helpers import (
     Phases,
     PhaseTimer,
     assert_sabotage_caught,
@@ -151,7 +152,8 @@ def _standin_module() -> types.ModuleType:
                      "BlockDiagonalCausalLocalAttentionPaddedKeysMask"):
             setattr(attn_bias, name, getattr(real, name))
         attn_bias.PagedBlockDiagonalPaddedKeysMask = real.PagedBlockDiagonalPaddedKeysMask
-        attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask = real.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask
+        attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask = (
+            real.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask)
     ops.fmha = types.SimpleNamespace(attn_bias=attn_bias, Inputs=Inputs, _dispatch_fw=_dispatch_fw)
     ops.ran = []  # (phase, forward op NAME) of every call
     ops.phase = lambda: ""  # a test points this at its Phases
@@ -353,7 +355,8 @@ def test_the_reason_names_the_torch_the_installed_xformers_was_built_for() -> No
     if torch.__version__.startswith("2.10."):
         assert built_for() == ""
     else:
-        assert built_for() == f" (its C++ extension was built for torch 2.10.0+cu128; this is torch {torch.__version__})"
+        assert built_for() == \
+            f" (its C++ extension was built for torch 2.10.0+cu128; this is torch {torch.__version__})"
 
 
 # ---- the stand-in's masks and the adapter's biases against the real xformers ------------------
@@ -396,7 +399,8 @@ def test_standin_biases_are_the_real_ones(name: str, shape: tuple[int, int]) -> 
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=str)
 @pytest.mark.parametrize("causal, window", [(True, None), (True, 0), (True, 3), (False, 0), (False, 4), (True, 100)])
 def test_adapters_real_bias_is_the_cases_mask(shape: tuple[int, int], causal: bool, window: int | None) -> None:
-    """xformers_bias with the real library's classes, materialised, keeps exactly the pairs docs/conventions.md's mask keeps."""
+    """xformers_bias with the real library's classes, materialised, keeps exactly the pairs docs/conventions.md's mask
+    keeps."""
     sq, sk = shape
     c = case(sq=sq, sk=sk, causal=causal, window=window)
     bias = xf.xformers_bias(c, types.SimpleNamespace(fmha=types.SimpleNamespace(attn_bias=real_attn_bias())))
@@ -427,8 +431,8 @@ VARLEN_CASES = {
 
 
 def expected_packed_keep(c: Case) -> torch.Tensor:
-    """docs/conventions.md's mask of `c` (attnbench.core.workload.visibility, one block per batch row) laid out over the packed
-    tokens: row b's queries against row b's own keys, nothing across rows."""
+    """docs/conventions.md's mask of `c` (attnbench.core.workload.visibility, one block per batch row) laid out over the
+    packed tokens: row b's queries against row b's own keys, nothing across rows."""
     from attnbench.core import workload
 
     rows = workload.visibility(c)
@@ -543,8 +547,8 @@ CONTIGUOUS_CASES = {
 
 
 def expected_padded_keep(c: Case) -> torch.Tensor:
-    """docs/conventions.md's mask (attnbench.core.workload.visibility) laid over padded keys: sequence i (a document of a row, or a
-    request) owns key slots [i·pad, i·pad + k_i), its key t at i·pad + t; nothing else is visible."""
+    """docs/conventions.md's mask (attnbench.core.workload.visibility) laid over padded keys: sequence i (a document of
+    a row, or a request) owns key slots [i·pad, i·pad + k_i), its key t at i·pad + t; nothing else is visible."""
     rows = workload.visibility(c)
     rows = torch.ones(1, c.seq_len, c.kv_seq_len, dtype=torch.bool) if rows is None else rows
     if c.doc_lens is None:
@@ -736,8 +740,9 @@ REAL_PAGED_BIAS = xf.xformers_paged_bias
 
 
 PAGED_SABOTAGES = {
-    "paged-rows-swapped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_rows_swapped(xf.xformers_paged_bias)),
-                           PAGED_CASES["paged-prefill-causal"]),
+    "paged-rows-swapped": (
+        lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_rows_swapped(xf.xformers_paged_bias)),
+        PAGED_CASES["paged-prefill-causal"]),
     "paged-causal-dropped": (lambda mp: mp.setattr(xf, "xformers_paged_bias", _paged_not_causal),
                              PAGED_CASES["paged-prefill-causal"]),
 }

@@ -15,8 +15,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from attnbench.interval import median_interval  # noqa: E402
-from attnbench.results import Record  # noqa: E402
+from attnbench.core.interval import median_interval  # noqa: E402
+from attnbench.records.results import Record  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TIMESTAMP = "2025-01-15T12:00:00+00:00"
@@ -73,7 +73,8 @@ def record(run_id: str, suite: str, device: str, device_name: str, backend: str,
         if memory is not None else None, memory_estimate_bytes=estimate, max_abs_error=error if checked else None,
         error_bound=bound if checked else None, rows_checked=case["seq_len"] if checked else None,
         grad_checked=checked and case["mode"] != "fwd", kv_expanded=backend in ("naive", "sdpa-math") and
-        case["kv_heads"] != case["heads"], case_id="{dtype}-s{seq_len}-k{kv_seq_len}-h{heads}-kv{kv_heads}".format(**case),
+        case["kv_heads"] != case["heads"],
+        case_id="{dtype}-s{seq_len}-k{kv_seq_len}-h{heads}-kv{kv_heads}".format(**case),
         **case, **fields,
     ).to_dict()
 
@@ -91,7 +92,8 @@ def env_for(run_id: str, device: str, device_name: str, gpus: list[dict[str, Any
     """A synthetic env.json: the keys the runner writes."""
     return {
         "attnbench": "0.1.0", "python": "3.11.9", "platform": "Linux-6.8-x86_64 (synthetic)",
-        "cpu": "Intel(R) Xeon(R) Platinum 8480+ (synthetic)", "torch": "2.5.1+cu124" if device == "cuda" else "2.5.1+cpu",
+        "cpu": "Intel(R) Xeon(R) Platinum 8480+ (synthetic)",
+        "torch": "2.5.1+cu124" if device == "cuda" else "2.5.1+cpu",
         "cuda": "12.4" if device == "cuda" else None, "cudnn": 90100 if device == "cuda" else None,
         "gpu_count": len(gpus), "gpus": gpus, "driver": "550.90.07" if device == "cuda" else None,
         "libraries": {"flash_attn": None, "xformers": "0.0.28.post3" if device == "cuda" else None, "triton": "3.1.0"},
@@ -105,6 +107,21 @@ def case_of(dtype: str, seq: int, kv_seq: int, heads: int, kv_heads: int, head_d
             mode: str = "fwd", batch: int = 1, window: int | None = None, device: str = "cuda") -> dict[str, Any]:
     return dict(device=device, dtype=dtype, batch=batch, seq_len=seq, kv_seq_len=kv_seq, heads=heads,
                 kv_heads=kv_heads, head_dim=head_dim, causal=causal, window=window, mode=mode)
+
+
+def planted_gpu_fault(backend: str, dtype: str, kv_heads: int, seq: int, kw: dict[str, Any]) -> dict[str, Any]:
+    """gpu_like's planted statuses: each a record's keywords in place of (or on top of) its `ok` ones."""
+    if backend == "naive" and seq == 8192:
+        return dict(status="oom", reason="CUDA out of memory: tried to allocate 8.00 GiB (synthetic)")
+    if backend == "sdpa-flash" and dtype == "bfloat16" and kv_heads == 8 and seq == 4096:
+        return dict(status="error", reason="RuntimeError: CUDA error: an illegal memory access was "
+                                           "encountered (synthetic)")
+    if backend == "xformers" and dtype == "float16" and kv_heads == 8 and seq == 2048:
+        return {**kw, "status": "mismatch", "error": 0.031,
+                "reason": "max_abs_error 0.031 > bound 0.0078 on output (synthetic)"}
+    if backend == "sdpa-math" and dtype == "float16" and kv_heads == 32 and seq == 8192:
+        return dict(status="timeout", reason="exceeded the 60 s per-case budget (synthetic)")
+    return kw
 
 
 def gpu_like() -> None:
@@ -127,16 +144,7 @@ def gpu_like() -> None:
                     mem = quad if backend in ("naive", "sdpa-math") else 32 * seq * 128 * 2 * 2 + 4 * 32 * seq
                     err, bound = rng.uniform(1e-3, 3e-3), 7.8e-3
                     kw: dict[str, Any] = dict(time_ms=t, rng=rng, memory=mem, error=err, bound=bound)
-                    if backend == "naive" and seq == 8192:
-                        kw = dict(status="oom", reason="CUDA out of memory: tried to allocate 8.00 GiB (synthetic)")
-                    elif backend == "sdpa-flash" and dtype == "bfloat16" and kv_heads == 8 and seq == 4096:
-                        kw = dict(status="error", reason="RuntimeError: CUDA error: an illegal memory access was "
-                                                         "encountered (synthetic)")
-                    elif backend == "xformers" and dtype == "float16" and kv_heads == 8 and seq == 2048:
-                        kw.update(status="mismatch", error=0.031,
-                                  reason="max_abs_error 0.031 > bound 0.0078 on output (synthetic)")
-                    elif backend == "sdpa-math" and dtype == "float16" and kv_heads == 32 and seq == 8192:
-                        kw = dict(status="timeout", reason="exceeded the 60 s per-case budget (synthetic)")
+                    kw = planted_gpu_fault(backend, dtype, kv_heads, seq, kw)
                     records.append(record(run_id, suite, "cuda", name, backend, case, **kw))
     for kv_seq in (1024, 2048, 4096, 8192):  # decode: one query against a growing KV cache
         case = case_of("bfloat16", 1, kv_seq, 32, 8, mode="fwd", causal=True)

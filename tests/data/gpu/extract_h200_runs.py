@@ -1,10 +1,10 @@
 """Write h200-runs.json: what the two H200 runs of 2026-11-30 recorded about their GPU (run from the repo root:
 python tests/data/gpu/extract_h200_runs.py). Rerunning rewrites the same bytes.
 
-Per run: env.json's "gpu_state" (read before the run, idle), `attnbench doctor --json`'s GPU state and advice, and, for every timed record, the GPU sample
-taken right after its timing (`throttled` and the `extra` fields). Every record says `throttled: true` with
-one other process: the run's own parent held a CUDA context (xformers' probe), and the workers counted it.
-The process lists and pids themselves were not recorded, only that count.
+Per run: env.json's "gpu_state" (read before the run, idle), `attnbench doctor --json`'s GPU state and advice, and, for
+every timed record, the GPU sample taken right after its timing (`throttled` and the `extra` fields). Every record says
+`throttled: true` with one other process: the run's own parent held a CUDA context (xformers' probe), and the workers
+counted it. The process lists and pids themselves were not recorded, only that count.
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""Shared test helpers: a fast runner, a case factory, timers that script or tell their samples, and the checks
+several test modules share. Fixtures and pytest hooks stay in tests/conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attnbench.backends.base import Backend
+from attnbench.core.case import Case
+from attnbench.records.record import upgrade
+from attnbench.records.results import Record
+from attnbench.run.measure import InProcess, Settings, measure
+from attnbench.run.recording import RunInfo
+from attnbench.run.schedule import Schedule
+from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
+from attnbench.verify.inputs import CaseData
+from attnbench.verify.quant_data import case_data
+
+ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
+
+
+def make_case(**overrides: object) -> Case:
+    """A small CPU case; any field can be overridden."""
+    fields: dict[str, object] = dict(device="cpu", dtype="float32", batch=1, seq_len=64, kv_seq_len=None, heads=4,
+                                     kv_heads=4, head_dim=32, causal=False, window=None, mode="fwd")
+    fields.update(overrides)
+    if fields["kv_seq_len"] is None:
+        fields["kv_seq_len"] = fields["seq_len"]
+    return Case(**fields)  # type: ignore[arg-type]
+
+
+def measure_one(case: Case, backend: Backend, data: CaseData | None = None) -> Record:
+    """One measurement with a single timed sample, on the case's device's own timer (CUDA events on a GPU)."""
+    return measure(data or case_data(case), backend, timer_for(case.device),
+                   Settings(RunInfo("test", "test"), ONE_SAMPLE))
+
+
+def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record], None], timer: Any = None,
+              timing: TimingSettings = ONE_SAMPLE, **schedule: Any) -> int:
+    """Every backend on every case, in this process, through the run's one loop (attnbench.run.schedule)."""
+    info = RunInfo("r1", "unit")
+    return Schedule(info, **schedule).run([(case, backend) for case in cases for backend in backends], sink,
+                                          InProcess(timer or ClockTimer(), Settings(info, timing)))
+
+
+def run_into(path: Any, cases: list[Case], backends: list[Backend], should_stop: Callable[[], bool] = lambda: False,
+             timer: Any = None) -> list[Record]:
+    """run_cases with every record appended to the results file at `path` as it comes, as a run writes them."""
+    from attnbench.records.results import ResultsWriter
+
+    records: list[Record] = []
+    with ResultsWriter(path) as writer:
+        def sink(record: Record) -> None:
+            writer.append(record)
+            records.append(record)
+
+        run_cases(cases, backends, sink, timer, should_stop=should_stop)
+    return records
+
+
+def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotage: Callable[[Any], None],
+                           monkeypatch: Any) -> None:
+    """A backend's mapping runs `ok` on `c` until `sabotage(monkeypatch)` breaks it; then the check calls it a
+    `mismatch` (a stand-in's adapter tests: each wrong mapping is caught)."""
+    assert measure_one(c, make_backend()).status == "ok"
+    sabotage(monkeypatch)
+    record = measure_one(c, make_backend())
+    assert record.status == "mismatch", (record.status, record.reason)
+
+
+class ScriptedTimer:
+    """A timer that calls the timed function once per sample and reports the samples it was given (ms)."""
+
+    name = "scripted"
+
+    def __init__(self, samples: list[float]) -> None:
+        self.samples = list(samples)
+        self.calls = 0
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        for _ in self.samples:
+            fn()
+            self.calls += 1
+        return list(self.samples)
+
+
+class Phases:
+    """Which part of a measurement is running: "prepare", "check", "timed" or "after" (memory, cleanup).
+
+    `PhaseTimer` sets "timed" while the timer runs; a test wraps a backend's `prepare` with `during_prepare`.
+    Stand-ins read `phase` to say where each of their calls happened.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "check"
+
+    def during_prepare(self, prepare: Callable[..., object]) -> Callable[..., object]:
+        def wrapped(*args: object, **kwargs: object) -> object:
+            self.phase = "prepare"
+            try:
+                return prepare(*args, **kwargs)
+            finally:
+                self.phase = "check"
+        return wrapped
+
+
+class PhaseTimer(ClockTimer):
+    """The CPU clock timer, telling `phases` while it is timing."""
+
+    def __init__(self, phases: Phases) -> None:
+        super().__init__()
+        self.phases = phases
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+        self.phases.phase = "timed"
+        try:
+            return super().measure(fn, settings)
+        finally:
+            self.phases.phase = "after"
+
+
+# ---- the profiled call of every ok record (issue 31's CPU "done when": tests/test_kernel_verdict.py, test_cli.py)
+CPU_FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"  # its backward is ..._for_cpu_backward
+FLEX_GENERATED = "## Call CompiledFxGraph"  # Inductor's range around the C++ kernel it generated (backends/flex.py)
+
+
+def assert_kernels_named(records: list[dict[str, Any]]) -> None:
+    """Every ok record carries a non-empty `kernels` list and an `attention_share`; sdpa-flash's top kernel is the
+    CPU flash kernel and sdpa-math's is not; flex's is its generated kernel. In fwd_bwd, sdpa-flash's flash forward
+    and backward both ran, and nothing of the math path: its top kernel there may be the gradients' `aten::fill_`
+    (first touch of fresh buffers: 40-60% of one call at 256 tokens on a busy 2-core CPU, docs/results.md)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    assert ok
+    for r in ok:
+        where = f"{r['backend']} on {r['case_id']}"
+        assert r.get("kernels") and all(k["name"] and k["calls"] >= 1 for k in r["kernels"]), where
+        assert isinstance(r.get("attention_share"), float) and 0 < r["attention_share"] <= 1, where
+        top = r["kernels"][0]["name"]
+        names = {k["name"] for k in r["kernels"]}
+        if r["backend"] == "sdpa-flash" and r["mode"] == "fwd":
+            assert top.startswith(CPU_FLASH), where
+        if r["backend"] == "sdpa-flash" and r["mode"] == "fwd_bwd":
+            assert {CPU_FLASH, CPU_FLASH + "_backward"} <= names, where
+            assert not names & {"aten::bmm", "aten::_softmax"}, where
+        if r["backend"] == "sdpa-math":
+            assert "flash" not in top and not any(k["name"].startswith(CPU_FLASH) for k in r["kernels"]), where
+        if r["backend"] == "flex":
+            assert top.startswith(FLEX_GENERATED), where
+
+
+def loaded(lines: list[dict[str, Any]]) -> list[Record]:
+    """Records as the loader reads these stored lines (attnbench.records.record.upgrade): how a test that writes a
+    record's JSON by hand hands it to a reader."""
+    return upgrade([dict(line) for line in lines])
+
+
+# ---- the stand-ins' shared arithmetic (each library's own semantics stay in its stand-in)
+def band_keep(sq: int, sk: int, left: int | None, right: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The keys query row i keeps, bottom-right aligned (row i sits at key i + sk - sq): i - left <= j <= i + right,
+    a None bound unbounded. Returns the (sq, sk) mask and the row and key indices it was built from."""
+    i = torch.arange(sq)[:, None] + (sk - sq)
+    j = torch.arange(sk)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if left is not None:
+        keep &= j >= i - left
+    if right is not None:
+        keep &= j <= i + right
+    return keep, i, j
