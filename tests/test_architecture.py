@@ -1,7 +1,8 @@
 """The shape of the code: the import graph of attnbench/ has no cycle and no import points up a layer but the
 registry's decorator; between its subpackages (the folders are the layers) there is no cycle and no import pointing
-up, types included, and at most MAX_LAYERS layers; no module is over MAX_LINES lines, at most MAX_TOP modules sit
-directly under attnbench/, and one function makes a measurement.
+up, types included, and at most MAX_LAYERS layers; comments and docstrings are at most MAX_PROSE of the package's
+characters, at most MAX_TOP modules sit directly under attnbench/, and one function makes a measurement. (Style and
+complexity are ruff's, in `make test`.)
 
 Imports are read from the source (module-level and inside functions alike). Between modules, those under
 `if TYPE_CHECKING:` are types only and do not count; between subpackages they count too. A layer is the length of
@@ -11,6 +12,8 @@ the longest chain of imports below it.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from functools import cache
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
 MAX_LAYERS = 8
-MAX_LINES = 450
+MAX_PROSE = 0.15  # pyperf's source is 6% prose, tritonbench's 15%, asv's 18% by this count
 MAX_TOP = 12
 
 
@@ -132,10 +135,26 @@ def test_no_import_points_up_a_layer_but_the_registrys_decorator() -> None:
     assert any(is_upward_allowed(a, b) and depth[b] >= depth[a] for a, ts in import_graph().items() for b in ts)
 
 
-def test_no_module_is_over_450_lines() -> None:
-    long = {name: n for name, path in modules().items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert long == {}
+def prose_characters(source: str) -> int:
+    """The characters of `source`'s comments and docstrings (module, class and function ones, quotes included)."""
+    tree = ast.parse(source)
+    comments = sum(len(t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                   if t.type == tokenize.COMMENT)
+    docstrings = sum(len(ast.get_source_segment(source, node.body[0]) or "") for node in ast.walk(tree)
+                     if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and ast.get_docstring(node, clean=False) is not None)
+    return comments + docstrings
+
+
+def test_prose_counts_comments_and_docstrings_only() -> None:
+    source = '"""Doc."""\n\n\ndef f() -> int:\n    """Two."""\n    return 1  # one\n\n\nx = "not prose"\n'
+    assert prose_characters(source) == len('"""Doc."""') + len('"""Two."""') + len("# one")
+
+
+def test_comments_and_docstrings_are_at_most_15_percent_of_the_package() -> None:
+    sources = [path.read_text(encoding="utf-8") for path in modules().values()]
+    share = sum(map(prose_characters, sources)) / sum(map(len, sources))
+    assert share <= MAX_PROSE, f"comments and docstrings are {share:.1%} of attnbench/'s characters"
 
 
 # Callers of a backend's `prepare` that are not measurements, each with why. precompile.compile_job calls it in a
