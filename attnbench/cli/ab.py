@@ -48,7 +48,9 @@ def ab(
     if rounds < min_pairs():
         raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))
-    plan = session.plan(suite, opts.run_options(backend, device, plugin, True, None, True, None, None, "auto"))
+    plan = session.plan(suite, opts.run_options(
+        backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True, peak_tflops=None,
+        peak_bandwidth=None, timer="auto", deterministic=False))
     directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     start = time.time()
     load = {"start": round(os.getloadavg()[0], 2)}
