@@ -27,19 +27,25 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, errors: str = "strict", failure: str = "") -> None:
     """Write text under a temporary name, fsync it and rename it into place: a kill or a full disk leaves the file
-    as it was."""
+    as it was. A failure is one ResultsError, `failure` its words after the path."""
+    write_bytes_atomic(path, text.encode("utf-8", errors), failure)
+
+
+def write_bytes_atomic(path: Path, data: bytes, failure: str = "") -> None:
+    """`write_text_atomic` for bytes: the one place a file is replaced whole."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            file.write(text)
+        with open(tmp, "wb") as file:
+            file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); it is left as it was") from None
+        words = failure or "it is left as it was"
+        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); {words}") from None
 
 
 def count_lines(path: Path) -> int:

@@ -92,12 +92,7 @@ def refuse_existing(directory: Path, hint: str = "") -> None:
 
 
 def write_records_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.writelines(record_line(record) for record in records)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(record_line(record) for record in records))
 
 
 def replace_records(path: Path, records: list[Record]) -> None:
@@ -114,17 +109,9 @@ def replace_records(path: Path, records: list[Record]) -> None:
             last[key] = i
     for key, i in last.items():
         lines[i] = updated[key]
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as file:
-            file.write("".join(lines))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultsError(f"{path}: cannot rewrite it with the later rounds' samples ({exc.strerror}); it holds "
-                           "the records of the last round written, each whole") from None
+    write_text_atomic(path, "".join(lines), errors="surrogateescape",
+                      failure="it holds the records of the last round written, each whole (not the later rounds' "
+                              "samples)")
 
 
 def results_path(path: Path) -> Path:

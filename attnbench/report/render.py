@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
+from attnbench.records.files import write_bytes_atomic
 from attnbench.records.record import Record
 from attnbench.records.results import load_records, read_env, results_path
 from attnbench.report.baseline import choose_baseline, group_speedups
@@ -172,17 +173,8 @@ def trace_links(records: list[Record], run_dir: Path, out: Path) -> dict[Record,
 
 
 def _write(path: Path, data: bytes) -> Path:
-    """Write under a temporary name and rename into place; a full disk is one user error."""
-    from attnbench.core.errors import ResultsError
-
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultsError(f"{path}: cannot be written ({exc.strerror}); the results are intact, make room and "
-                           f"write the report again with `attnbench report`") from None
+    write_bytes_atomic(path, data, "the results are intact, make room and write the report again with "
+                                   "`attnbench report`")
     return path
 
 

@@ -4,12 +4,14 @@ FlashInfer's JIT workspace (FLASHINFER_WORKSPACE_BASE, read at its import: flash
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from attnbench.core.errors import AttnbenchError
+from attnbench.core.errors import AttnbenchError, ResultsError
+from attnbench.records.files import write_text_atomic
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 FLASHINFER_ENV = "FLASHINFER_WORKSPACE_BASE"
@@ -62,9 +64,5 @@ def note_compiled(directory: Path | None, torch_version: str, keys: Iterable[str
     if not isinstance(data, dict):
         data = {}
     data[torch_version] = sorted(set(data.get(torch_version, [])) | new)
-    try:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(ResultsError):  # a cache that cannot be written only costs the next run a compile
+        write_text_atomic(path, json.dumps(data, indent=1))

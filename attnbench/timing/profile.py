@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core import policy
+from attnbench.records.files import write_text_atomic
 
 # declared kernels under this share of the call: `overhead` (docs/results.md "Which kernel ran")
 OVERHEAD_SHARE = 0.80
@@ -154,9 +155,7 @@ def join_traces(path: Path, parts: list[Path]) -> None:
             joined["traceEvents"] = [*joined.get("traceEvents", []), *trace.get("traceEvents", [])]
     if joined is not None:
         joined["traceName"] = path.name
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(joined))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(joined))
     for part in parts:
         part.unlink(missing_ok=True)
 
