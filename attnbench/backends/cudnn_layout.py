@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import packing
@@ -115,7 +116,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
         n, sq, sk = seqs.sequences, seqs.max_q, seqs.max_k
         # contiguous: cuDNN reads at the declared strides, and packing may return a view
         inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
-        lens = tuple(b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False))
+        lens = tuple(b - a for a, b in pairwise(seqs.cu_q))
         lengths(lens, seqs.kv_lens)
         keywords["max_total_seq_len_q"], keywords["max_total_seq_len_kv"] = seqs.cu_q[-1], seqs.cu_k[-1]
         for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d), ("v", seqs.cu_k, kvh * dv),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import packing
@@ -117,7 +118,7 @@ def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch
 def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
     """The block-diagonal attn_bias of packed sequences (packing.varlen), bottom-right per block."""
     seqs = packing.varlen(case)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
+    q_lens = [b - a for a, b in pairwise(seqs.cu_q)]
     block = ops.fmha.attn_bias.BlockDiagonalMask.from_seqlens(q_lens, list(seqs.kv_lens), device=device)
     if not case.causal:
         assert case.window is None, "a two-sided window has no block-diagonal form over contiguous keys"
@@ -132,14 +133,14 @@ def needs_padded_keys(case: Case) -> bool:
     if case.window is not None and not case.causal:
         return True
     seqs = packing.varlen(case)
-    q_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)]
+    q_lens = [b - a for a, b in pairwise(seqs.cu_q)]
     return case.causal and any(k < q for q, k in zip(q_lens, seqs.kv_lens, strict=False))
 
 
 def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
     """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`."""
     seqs = packing.varlen(case)
-    q_lens, kv_lens = [b - a for a, b in zip(seqs.cu_q, seqs.cu_q[1:], strict=False)], list(seqs.kv_lens)
+    q_lens, kv_lens = [b - a for a, b in pairwise(seqs.cu_q)], list(seqs.kv_lens)
     bias = ops.fmha.attn_bias
     if case.causal and case.window is not None:  # no device parameter
         return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,

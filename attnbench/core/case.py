@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from attnbench.core import axes
@@ -28,7 +29,7 @@ def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
     rng = np.random.default_rng([seed, STREAM_DOCS])
     cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
     bounds = [0, *(int(c) for c in cuts), seq_len]
-    return tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    return tuple(b - a for a, b in pairwise(bounds))
 
 
 def random_kv_lens(batch: int, seq_len: int, kv_seq_len: int, seed: int) -> tuple[int, ...]:

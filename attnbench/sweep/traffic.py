@@ -8,6 +8,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +279,7 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
 
 def _lengths(where: str, indptr: list[int], name: str) -> list[int]:
     """Refused unless it starts at 0 and never falls."""
-    if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in zip(indptr, indptr[1:], strict=False)):
+    if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in pairwise(indptr)):
         raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, then "
                          "non-decreasing ends)")
-    return [b - a for a, b in zip(indptr, indptr[1:], strict=False)]
+    return [b - a for a, b in pairwise(indptr)]
