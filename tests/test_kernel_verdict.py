@@ -14,7 +14,7 @@ from attnbench.backends.sdpa import SDPA_FLASH
 from attnbench.core.case import Case
 from attnbench.records.record import Record
 from attnbench.report.compare_table import comparison_markdown
-from attnbench.run import measure as measure_module
+from attnbench.run import stages as stages_module
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import ClockTimer, TimingSettings
@@ -154,7 +154,7 @@ def test_profiling_leaves_the_samples_as_they_were(monkeypatch: pytest.MonkeyPat
     clock = lambda: calls[0] ** 2 * 1_000_000  # noqa: E731 - call n lasts 2n-1 ms
     with_profile = run(Counting(), ClockTimer(clock))
     calls[0] = 0
-    monkeypatch.setattr(measure_module, "profiled", lambda *a, **k: _unprofiled())
+    monkeypatch.setattr(stages_module, "profiled", lambda *a, **k: _unprofiled())
     without = run(Counting(), ClockTimer(clock))
     assert with_profile.kernels and without.kernels is None
     assert with_profile.times_ms == without.times_ms and with_profile.time_ms == without.time_ms
