@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -156,3 +157,18 @@ def signal_name(number: int) -> str:
         return f"{signal.Signals(number).name} ({number})"
     except ValueError:
         return str(number)
+
+
+def join_threads(target: Callable[[Any], None], items: list[Any], name: str, on_interrupt: Callable[[], None]) -> None:
+    """`target(item)` for each item on its own daemon thread, joined; on an interrupt while joining (a second
+    Ctrl-C), `on_interrupt()` runs before it is raised again."""
+    threads = [threading.Thread(target=target, args=(item,), name=f"{name}-{i}", daemon=True)
+               for i, item in enumerate(items)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        on_interrupt()
+        raise

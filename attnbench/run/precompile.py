@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attnbench.run.child import ChildDied, ChildProcess, child_main, requests
+from attnbench.run.child import ChildDied, ChildProcess, child_main, join_threads, requests
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -163,18 +163,13 @@ class _Pool:
         self.live: list[ChildProcess] = []
 
     def run(self, configs: list[PoolConfig]) -> None:
-        threads = [threading.Thread(target=self.work, args=(config,), name=f"attnbench-compile-{slot}", daemon=True)
-                   for slot, config in enumerate(configs)]
-        for thread in threads:
-            thread.start()
-        try:
-            for thread in threads:
-                thread.join()
-        except BaseException:  # a second Ctrl-C: no compile process outlives the run
-            self.queue.clear()
-            for worker in list(self.live):
-                worker.kill()
-            raise
+        join_threads(self.work, configs, "attnbench-compile", self.stop)
+
+    def stop(self) -> None:
+        """No compile process outlives the run."""
+        self.queue.clear()
+        for worker in list(self.live):
+            worker.kill()
 
     def work(self, config: PoolConfig) -> None:
         worker: ChildProcess | None = None

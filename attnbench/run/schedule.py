@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from attnbench.core.case import group_of
+from attnbench.run.child import join_threads
 from attnbench.run.recording import RunInfo, unmeasured
 
 if TYPE_CHECKING:
@@ -112,18 +113,12 @@ def run_threads(work: Callable[[Measurer], None], measurers: list[Measurer], que
         finally:
             one.close()
 
-    threads = [threading.Thread(target=guarded, args=(m,), name=f"attnbench-measurer-{i}", daemon=True)
-               for i, m in enumerate(measurers)]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:  # a second Ctrl-C
+    def stop() -> None:
         queue.clear()
         for one in measurers:
             getattr(one, "abort", one.close)()
-        raise
+
+    join_threads(guarded, measurers, "attnbench-measurer", stop)
     if failures:
         raise failures[0]
 
