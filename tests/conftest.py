@@ -3,6 +3,8 @@ first and the `gpu` marker's skip. Shared helpers live in tests/helpers.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 # Where attnbench keeps state between runs, read from the environment by the code and by every subprocess a test
@@ -13,6 +15,7 @@ import pytest
 STATE_HOMES = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "FLASHINFER_WORKSPACE_BASE")
 _saved_homes: dict[str, str | None] = {}
 STATE_ROOT = pytest.StashKey[str]()
+SHARED_INDUCTOR = "ATTNBENCH_TEST_INDUCTOR_CACHE"  # set by the controlling process, inherited by its xdist workers
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,8 +40,23 @@ def pytest_configure(config: pytest.Config) -> None:
     from attnbench.run.compile_cache import INDUCTOR_ENV, default_dir
 
     _saved_homes[INDUCTOR_ENV] = os.environ.get(INDUCTOR_ENV)
-    os.environ[INDUCTOR_ENV] = str(default_dir() / "inductor")
+    os.environ[INDUCTOR_ENV] = str(shared_inductor_cache(root, default_dir() / "inductor"))
     one_thread_per_worker()
+
+
+def shared_inductor_cache(root: str, inductor: Path) -> Path:
+    """`inductor` (where this process's runs keep Inductor's cache) as a link to one folder that every xdist worker
+    shares, made by the controlling process before it starts them: a graph one worker compiled loads in the other.
+    Inductor writes each cache entry whole and then renames it, so two writers never leave a torn one. The tests
+    that need a cold cache give --cache-dir a folder of their own."""
+    import os
+
+    _saved_homes.setdefault(SHARED_INDUCTOR, os.environ.get(SHARED_INDUCTOR))
+    shared = Path(os.environ.setdefault(SHARED_INDUCTOR, os.path.join(root, "inductor-shared")))
+    shared.mkdir(parents=True, exist_ok=True)
+    inductor.parent.mkdir(parents=True, exist_ok=True)
+    inductor.symlink_to(shared, target_is_directory=True)
+    return inductor
 
 
 def one_thread_per_worker() -> None:
