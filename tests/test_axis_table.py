@@ -128,7 +128,7 @@ def test_a_backend_that_ignores_a_new_mask_kind_is_skipped_not_run(tmp_path: Pat
     code = DECLARE + ("import runpy, sys; sys.argv = ['attnbench', *sys.argv[1:]]; "
                       "runpy.run_module('attnbench', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code, "run", str(tmp_path / "toy.yaml"), "--out",
-                           str(tmp_path / "out"), "--plugin", "planted:Planted"],
+                           str(tmp_path / "out"), "--no-report", "--plugin", "planted:Planted"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]

@@ -132,12 +132,12 @@ def test_resume_skips_and_counts_and_measures_what_the_bad_lines_held(tmp_path: 
     suite.write_text("name: b\ndevice: cpu\nbackends: [naive]\ntiming: {warmup_ms: 0, budget_ms: 1, min_samples: 1, "
                      "max_samples: 1}\nsweep:\n  seq_len: [16, 24, 32]\n  heads: [2]\n  head_dim: [8]\n")
     out = tmp_path / "run"
-    assert invoke(["run", suite, "--out", out]).exit_code == 0
+    assert invoke(["run", suite, "--out", out, "--no-report"]).exit_code == 0
     lines = (out / "results.jsonl").read_bytes().splitlines(keepends=True)
     assert len(lines) == 3
     lines[1] = lines[1][:-1].replace(b'"status"', b'"statut"') + b"\n"  # the second measurement's line: no status
     (out / "results.jsonl").write_bytes(b"".join(lines))
-    result = invoke(["run", suite, "--resume", out])
+    result = invoke(["run", suite, "--resume", out, "--no-report"])
     assert result.exit_code == 0, result.output
     assert f"skipped 1 bad line(s) of {out / 'results.jsonl'} (line 2): field status is missing" in result.stderr
     records = load_records(out)

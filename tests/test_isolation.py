@@ -34,7 +34,7 @@ def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) ->
     suite.write_text(SUITE)
     names = ["faulty-raise", "faulty-oom", "faulty-hang", "faulty-exit", "faulty-segfault", "faulty-wrong",
              "naive", "sdpa"]
-    args = ["run", str(suite), "--out", str(tmp_path / "out")]
+    args = ["run", str(suite), "--out", str(tmp_path / "out"), "--no-report"]
     for spec in PLUGINS:
         args += ["--plugin", spec]
     for name in names:
@@ -102,7 +102,7 @@ def test_devices_share_one_queue_of_cases_and_one_results_file(tmp_path: Path) -
     suite = tmp_path / "four.yaml"
     suite.write_text(SUITE.replace("seq_len: [32]", "seq_len: [16, 32, 48, 64]").replace(", timeout_s: 3", ""))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--devices", "0,1",
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-report", "--devices", "0,1",
                                       "--backend", "naive", "--backend", "sdpa"])
     assert result.exit_code == 0, result.output
     records = load_records(out)
@@ -123,6 +123,7 @@ def test_devices_are_the_visible_gpus_not_physical_indices(tmp_path: Path, monke
     suite = tmp_path / "two.yaml"
     suite.write_text(SUITE.replace("seq_len: [32]", "seq_len: [16, 32]").replace(", timeout_s: 3", ""))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--devices", "0,1", "--backend", "naive"])
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-report", "--devices", "0,1",
+                                      "--backend", "naive"])
     assert result.exit_code == 0, result.output
     assert {r["extra"]["gpu"] for r in load_records(out)} == {"4", "5"}

@@ -23,7 +23,7 @@ def shard_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     suite = runs / "shards.yaml"
     suite.write_text(SUITE)
     for i in range(2):
-        result = invoke("run", suite, "--shard", f"{i}/2", "--out", runs / f"s{i}")
+        result = invoke("run", suite, "--shard", f"{i}/2", "--out", runs / f"s{i}", "--no-report")
         assert result.exit_code == 0, result.output
     return suite, runs
 

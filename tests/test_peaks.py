@@ -118,8 +118,8 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
                      "timing: {warmup_ms: 0, budget_ms: 1, min_samples: 2}\n"
                      "sweep: {seq_len: [1, 32], kv_seq_len: [64], heads: [2], head_dim: [16]}\n")
     out = Path(str(tmp_path)) / "out"
-    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--isolate", "--peak-tflops", "0.5",
-                                      "--peak-bandwidth", "20"])
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-report", "--isolate",
+                                      "--peak-tflops", "0.5", "--peak-bandwidth", "20"])
     assert result.exit_code == 0, result.output
     records = {r["seq_len"]: r for r in load_records(out)}
     assert records[32]["percent_of_peak"] == pytest.approx(100 * records[32]["tflops"] / 0.5)

@@ -106,7 +106,7 @@ def test_resume_refuses_another_device_or_library_set_unless_forced(suite: Path,
     out = tmp_path / "run"
     fast = suite.read_text().replace("budget_ms: 200", "budget_ms: 1").replace("[64, 96, 128, 160, 192]", "[32]")
     suite.write_text(fast)
-    assert CliRunner().invoke(app, ["run", str(suite), "--out", str(out)]).exit_code == 0
+    assert CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-report"]).exit_code == 0
     env_file = out / "env.json"
     env = json.loads(env_file.read_text())
     env_file.write_text(json.dumps({**env, "device_name": "NVIDIA H100 80GB HBM3",
@@ -118,7 +118,7 @@ def test_resume_refuses_another_device_or_library_set_unless_forced(suite: Path,
     assert "device_name 'NVIDIA H100 80GB HBM3' there" in refused.output and "torch 2.5.1 there" in refused.output
     assert "--force" in refused.output
     assert len(load_records(out)) == 1, "nothing appended when refused"
-    forced = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out), "--force"])
+    forced = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out), "--force", "--no-report"])
     assert forced.exit_code == 0, forced.output
     assert sorted(key_of(r) for r in load_records(out)) == planned_keys(suite)
 
@@ -134,7 +134,8 @@ def test_resume_keeps_a_shard_to_its_own_part(suite: Path, tmp_path: Path) -> No
     text = suite.read_text()
     suite.write_text(text.replace("budget_ms: 200", "budget_ms: 1").replace("warmup_ms: 5", "warmup_ms: 0"))
     out = tmp_path / "shard0"
-    assert CliRunner().invoke(app, ["run", str(suite), "--shard", "0/2", "--out", str(out)]).exit_code == 0
+    shard = CliRunner().invoke(app, ["run", str(suite), "--shard", "0/2", "--out", str(out), "--no-report"])
+    assert shard.exit_code == 0
     before = len(load_records(out))
     whole = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out)])
     assert whole.exit_code == 2
