@@ -7,7 +7,7 @@ import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,6 +139,9 @@ class Capabilities:
         return self.kernel_names.get(f"{device}:{mode}", self.kernel_names.get(device, ()))
 
 
+CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
+
+
 class Backend:
     """An attention implementation: subclasses set `name`, declare `capabilities` and implement `prepare`
     (docs/backends.md#plugins)."""
@@ -149,6 +152,13 @@ class Backend:
     install_hint: ClassVar[str | None] = None  # for `doctor`
     capabilities: ClassVar[Capabilities] = Capabilities()
     cost: ClassVar[Cost] = Cost()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in CAPABILITY_FIELDS:
+            if name in vars(cls):
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__} sets {name}: declare {name} in "
+                                "capabilities = Capabilities(...) (docs/backends.md#plugins)")
 
     def version(self) -> str | None:
         return installed_version(self.library)
