@@ -3,7 +3,7 @@
     python scripts/check_kernel_names.py DIR [--device cuda]
 
 DIR is a run directory or a folder of them (scripts/gpu-check.sh's). For every record measured on the device
-(`ok`, `mismatch`, `wrong_kernel`) of a backend that declares kernel names there (Backend.kernel_names):
+(`ok`, `mismatch`, `wrong_kernel`) of a backend that declares kernel names there (Backend.capabilities.kernel_names):
 `wrong_kernel` fails, `kernels: null` fails (the profiler saw nothing of what it declares), and where the run wrote
 traces (`run --trace`), the record's trace must be JSON holding the profiled call and the timed sample, and an
 event named like a declared kernel. Backends that declare no names on the device are listed as unchecked. The last
@@ -31,7 +31,7 @@ SAMPLE = LABEL_PREFIX + "timed sample"
 def declared(backend: str, device: str, mode: str) -> tuple[str, ...]:
     """The backend's declared kernel name patterns on `device` in `mode`; () for one this checkout does not know."""
     try:
-        return default_registry().get(backend).attention_kernels(device, mode)
+        return default_registry().get(backend).capabilities.attention_kernels(device, mode)
     except Exception:  # noqa: BLE001 - a plugin's backend: nothing declared here
         return ()
 

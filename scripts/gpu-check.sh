@@ -99,7 +99,7 @@ print(round(float(m[1]) * {"s": 1, "min": 60, "h": 3600}[m[2]] * 1.31) if m else
   tail -n 3 "$dir/$suite.log"
 done
 # Which kernel ran: every CUDA backend's profiled kernels, in every suite's records and gpu-check's traces, against the
-# names it declares (Backend.kernel_names). A wrong_kernel record, a measured record with no kernels, or a trace
+# names it declares (Capabilities.kernel_names). A wrong_kernel record, a measured record with no kernels, or a trace
 # without the profiled call, the timed sample and a declared kernel fails the check; backends that declare no CUDA
 # names are listed as unchecked.
 "$PY" scripts/check_kernel_names.py "$dir" --device "$device" > "$dir/kernel-names.log" 2>&1 || status=1

@@ -43,6 +43,8 @@ sweep:
 """
 
 PLANTED = """
+import dataclasses
+
 from attnbench.backends.base import Backend
 from attnbench.backends.naive import NaiveBackend
 
@@ -51,7 +53,8 @@ class Planted(NaiveBackend):
     '''Maps every workload axis there is (the toy one too) and ignores the mask kind it never heard of.'''
 
     name = "planted"
-    workload_axes = frozenset(NaiveBackend.workload_axes | {"bias_kind"})
+    capabilities = dataclasses.replace(NaiveBackend.capabilities,
+                                       workload_axes=NaiveBackend.capabilities.workload_axes | {"bias_kind"})
 """
 
 CHECK = """

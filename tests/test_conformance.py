@@ -9,6 +9,7 @@ through a spy, equal to its declaration, so that changing a call without its dec
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 import attnbench.backends.flash as flash
 import attnbench.backends.flex as flex
+from attnbench.backends.base import Backend
 from attnbench.backends.conformance import (
     LibraryCall,
     check_backend,
@@ -54,6 +56,12 @@ def fake_module(name: str, **functions: object) -> types.ModuleType:
     for attr, fn in functions.items():
         setattr(module, attr, fn)
     return module
+
+
+def on_cpu_too(monkeypatch: pytest.MonkeyPatch, *classes: type[Backend]) -> None:
+    """Backends given "cpu" too, to run against a stand-in module."""
+    for cls in classes:
+        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
 
 
 def problems_of(call: LibraryCall, fn: object) -> list[tuple[str, str]]:
@@ -271,7 +279,7 @@ def test_runner_skips_a_backend_whose_library_renamed_a_keyword(monkeypatch: pyt
         raise AssertionError("must not be called")
 
     monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
-    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    on_cpu_too(monkeypatch, FlashAttn2)
     data = CaseData(make_case(dtype="bfloat16", causal=True, window=8))
     record = measure_one(data.case, FlashAttn2(), data)
     assert record.status == "skipped"
@@ -306,7 +314,7 @@ def test_runner_skips_xformers_when_a_bias_class_moves_the_parameter_we_pass(mon
     moved = LowerTriangularFromBottomRightLocalAttentionMask
     ops.fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = moved
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
-    monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
+    on_cpu_too(monkeypatch, XformersBackend)
     record = measure_one(make_case(causal=False), XformersBackend())  # even a case that needs no window
     assert record.status == "skipped"
     assert "positional argument 1 ('_window_size') moved" in record.reason
@@ -397,7 +405,7 @@ def flash_cases(backend: flash._Flash) -> list[Case]:
     """Each entry point `backend` has, with every score modifier it maps: dense, packed documents, a paged cache,
     absorbed MLA (qv) and FP8 where it takes them."""
     base = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=2, head_dim=16)
-    scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.workload_axes else {})}
+    scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.capabilities.workload_axes else {})}
     cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
              make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
     if backend.page_table_keyword is not None or backend.varlen_pages:
@@ -424,7 +432,7 @@ def test_flash_adapters_pass_exactly_what_they_declare(monkeypatch: pytest.Monke
                                                 (FlashAttn3(), "flash_attn_interface", False, "fa3"),
                                                 (FlashAttn4(), "flash_attn.cute", True, "fa4")):
         spies |= flash_standin_spies(backend, module, none_unbounded, qv, monkeypatch)
-    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    on_cpu_too(monkeypatch, FlashAttn2, FlashAttn3, FlashAttn4)
     for backend in (FlashAttn2(), FlashAttn3(), FlashAttn4()):
         for c in flash_cases(backend):
             record = measure_one(c, backend)
@@ -459,7 +467,7 @@ def test_xformers_passes_exactly_what_it_declares(monkeypatch: pytest.MonkeyPatc
     spies["_dispatch_bw"] = Spy(_dispatch_bw)
     ops.fmha._dispatch_bw = spies["_dispatch_bw"]
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
-    monkeypatch.setattr(XformersBackend, "devices", ("cpu", "cuda"))
+    on_cpu_too(monkeypatch, XformersBackend)
     monkeypatch.setattr(XformersBackend, "availability", lambda self, device: None)
     for c in (make_case(causal=True), make_case(causal=True, window=4), make_case(window=4), make_case(),
               make_case(causal=True, mode="fwd_bwd")):

@@ -4,6 +4,7 @@ FP8 Q, K, V and six (1, 1, 1, 1) factors, P·scale_s rounded to the input's FP8 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -25,7 +26,8 @@ from tests.test_cudnn_standin import StandinState, make_cudnn
 def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnFp8Backend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(CudnnFp8Backend, "capabilities",
+                        dataclasses.replace(CudnnFp8Backend.capabilities, devices=("cpu", "cuda")))
     distinct_scales(monkeypatch)
     cudnn_graph.clear_cache()
     cudnn_fp8.clear_cache()

@@ -431,7 +431,8 @@ def make_cudnn(state: StandinState) -> types.ModuleType:
 def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(CudnnBackend, "capabilities",
+                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
     cudnn_graph.clear_cache()
     yield state
     cudnn_graph.clear_cache()
@@ -489,7 +490,7 @@ def test_adapter_gives_the_reference_answer_through_the_standin(standin: Standin
 def test_every_mapped_axis_runs_ok_through_the_standin() -> None:
     """Each workload axis the adapter declares is run (and checked) by a case above."""
     covered = {axis for c, _ in CASES.values() for axis in c.workload_axes}
-    assert covered == set(CudnnBackend.workload_axes)
+    assert covered == set(CudnnBackend.capabilities.workload_axes)
     assert {mode for c, _ in CASES.values() for mode in [c.mode]} == {"fwd", "bwd", "fwd_bwd"}
 
 
@@ -535,7 +536,8 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
     phases = Phases()
     state = StandinState(phases)
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(CudnnBackend, "capabilities",
+                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
     monkeypatch.setattr(CudnnBackend, "prepare", phases.during_prepare(CudnnBackend.prepare))
     cudnn_graph.clear_cache()
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
@@ -559,7 +561,8 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
 def test_a_graph_only_the_frontends_engines_take_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     state = StandinState(backend_declines=True)
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(CudnnBackend, "capabilities",
+                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
     cudnn_graph.clear_cache()
     record = measure_one(case(), CudnnBackend())
     assert record.status == "skipped"
@@ -775,7 +778,8 @@ def test_availability_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
                                                    "attnbench maps")
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(StandinState()))
     assert CudnnBackend().availability("cpu") == "needs CUDA (cuDNN's SDPA has no CPU engine)"
-    monkeypatch.setattr(CudnnBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(CudnnBackend, "capabilities",
+                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
 
     def no_library() -> int:
         raise RuntimeError("Unable to find symbol cudnnGetVersion")

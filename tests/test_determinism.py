@@ -3,6 +3,7 @@ not applicable, refused), a refusal skipped before anything runs, and the option
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -91,7 +92,7 @@ def test_every_backend_that_runs_on_a_cpu_needs_nothing_there() -> None:
     registry = default_registry()
     for name in built_in(registry):
         backend = registry.get(name)
-        if "cpu" in backend.devices:
+        if "cpu" in backend.capabilities.devices:
             for mode in ("fwd", "fwd_bwd"):
                 assert backend.deterministic(make_case(mode=mode)).startswith(f"{NOT_APPLICABLE} ("), name
 
@@ -200,7 +201,8 @@ def test_flash_attention_gets_deterministic_true_in_the_mode(monkeypatch: pytest
         return inner(*args, deterministic=deterministic, **kwargs)
 
     monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
-    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
+        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
     case = make_case(dtype="bfloat16", mode="fwd_bwd", causal=True)
     record = measured(case, flash.FlashAttn2())
     assert record.status == "ok", record.reason

@@ -10,6 +10,7 @@ e4m3 (softmax.h Max_offset 8) times V, times v_descale over the row sum of the u
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 from typing import Any
@@ -107,7 +108,8 @@ def make_fa3() -> types.ModuleType:
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flash_attn_interface", make_fa3())
-    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
+        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
     distinct_scales(monkeypatch)
 
 

@@ -17,6 +17,7 @@ and no local window (interface.py, the head sizes without a message); FA2 has no
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import types
@@ -194,7 +195,8 @@ def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     monkeypatch.setitem(sys.modules, "flash_attn", fa2)
     monkeypatch.setitem(sys.modules, "flash_attn_interface", fa3)
     monkeypatch.setitem(sys.modules, "flash_attn.cute", fa4)
-    monkeypatch.setattr(flash._Flash, "devices", ("cpu", "cuda"))
+    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
+        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
     return calls
 
 

@@ -22,6 +22,7 @@ nothing left outputs zeros, and the output is P·ckv (tokens, H, ckv).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 
@@ -330,7 +331,8 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Install the stand-in `flashinfer` and let the adapter run on CPU; returns the log of its calls."""
     log: list[tuple[str, str]] = []
     monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log))
-    monkeypatch.setattr(FlashInferBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(FlashInferBackend, "capabilities",
+                        dataclasses.replace(FlashInferBackend.capabilities, devices=("cpu", "cuda")))
     monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
     return log
 
@@ -420,7 +422,8 @@ def test_kernel_field_names_the_entry_point_and_its_mask(standin) -> None:
 def test_plan_runs_in_prepare_and_only_run_is_timed(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     phases, log = Phases(), []
     monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log, phases))
-    monkeypatch.setattr(FlashInferBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(FlashInferBackend, "capabilities",
+                        dataclasses.replace(FlashInferBackend.capabilities, devices=("cpu", "cuda")))
     monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
     monkeypatch.setattr(FlashInferBackend, "prepare", phases.during_prepare(FlashInferBackend.prepare))
     c = {"decode": CASES["decode"][0], "paged-prefill": CASES["paged-prefill"][0], "ragged": CASES["documents"][0]}[how]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.backends import kernel_names
-from attnbench.backends.base import Backend
+from attnbench.backends.base import Backend, Capabilities
 from attnbench.backends.registry import Registry, builtin_modules, default_registry
 from attnbench.timing.profile import matches
 
@@ -68,8 +68,9 @@ def undeclared(registry: Registry) -> list[str]:
     missing = []
     for name in registry.names():
         backend = registry.get(name)
-        missing += [f"{name} {device}:{mode}" for device in backend.devices for mode in MODES
-                    if not backend.attention_kernels(device, mode)]
+        caps = backend.capabilities
+        missing += [f"{name} {device}:{mode}" for device in caps.devices for mode in MODES
+                    if not caps.attention_kernels(device, mode)]
     return missing
 
 
@@ -94,7 +95,7 @@ def test_a_backend_that_declares_no_kernels_is_named() -> None:
 
     class OnlyCpu(Backend):
         name = "only-cpu"
-        kernel_names = kernel_names.per_device(cpu=kernel_names.ATEN_CPU_FLASH)
+        capabilities = Capabilities(kernel_names=kernel_names.per_device(cpu=kernel_names.ATEN_CPU_FLASH))
 
     registry = Registry()
     registry.register(Silent)
@@ -106,8 +107,8 @@ def test_a_backend_that_declares_no_kernels_is_named() -> None:
 @pytest.mark.parametrize("name", sorted(CLAIMED_BY), ids=lambda n: n[:40])
 def test_each_library_claims_its_own_kernels_and_no_other_librarys(name: str) -> None:
     registry = shipped()
-    claimed = {b for b in registry.names() if "cuda" in registry.get(b).devices
-               and matches(name, registry.get(b).attention_kernels("cuda", "fwd"))}
+    caps = {b: registry.get(b).capabilities for b in registry.names()}
+    claimed = {b for b, c in caps.items() if "cuda" in c.devices and matches(name, c.attention_kernels("cuda", "fwd"))}
     assert claimed == CLAIMED_BY[name]
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.base import Backend, Capabilities, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.backends.sdpa import SDPA_FLASH
 from attnbench.core.case import Case
@@ -34,7 +34,7 @@ def run(backend: Backend, timer: object = None, c: Case | None = None, settings:
 class _Sdpa(Backend):
     """SDPA with causal=True, bound to the kernel the subclass's call picks."""
 
-    kernel_names = SDPA_FLASH
+    capabilities = Capabilities(kernel_names=SDPA_FLASH)
 
     def deterministic(self, c: Case) -> str:
         return "honoured (plain PyTorch ops on a CPU)"
@@ -179,7 +179,7 @@ def test_trace_is_written_as_chrome_json_holding_the_profiled_call_and_one_timed
     read = subprocess.run([sys.executable, "-m", "json.tool", str(trace)], capture_output=True, text=True)
     assert read.returncode == 0, read.stderr
     events = json.loads(read.stdout)["traceEvents"]
-    declared = backend.attention_kernels("cpu", "fwd")
+    declared = backend.capabilities.attention_kernels("cpu", "fwd")
     ranges = {e["name"]: e for e in events if str(e.get("name", "")).startswith("attnbench: ")}
     assert set(ranges) == {"attnbench: profiled call", "attnbench: timed sample (perf_counter)"}
     for label, span in ranges.items():  # each call ran the declared kernel inside its own range
@@ -418,7 +418,7 @@ def rejudge(record: dict, extra: tuple[tuple[str, float], ...] = (), device: str
     whole = total / (1 - sum(share for _, share in extra))  # the call with the planted kernels in it
     rows += [(name, 1, whole * share) for name, share in extra]
     device = device or record["device"]
-    own = default_registry().get(record["backend"]).attention_kernels(device, record["mode"])
+    own = default_registry().get(record["backend"]).capabilities.attention_kernels(device, record["mode"])
     return judge_kernels(kernels_from(rows), own, declared_kernels(device, record["mode"]), record["backend"], device)
 
 

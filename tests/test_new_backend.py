@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
+from attnbench.backends.base import CAPABILITY_FIELDS, Backend, Cost, KernelCost, Prepared
 from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.run.calibration import Machine
@@ -65,6 +65,14 @@ def test_the_forecast_prices_a_new_backend_by_the_cost_model_it_declares() -> No
     quicker = type("Quicker", (QueryBlocks,), {"cost": faster})()
     assert declared.tasks[0].runs and declared.by_backend()["query-blocks"] > 0
     assert forecast([(case, quicker)], settings, machine, report=False).total_s < declared.total_s
+
+
+@pytest.mark.parametrize("field", CAPABILITY_FIELDS)
+def test_a_plugin_that_sets_a_capability_outside_capabilities_fails_at_its_class(field: str) -> None:
+    """An old-style plugin's `workload_axes = ...` would be read by nothing: its class statement raises instead."""
+    with pytest.raises(TypeError, match=rf"OldStyle sets {field}: declare {field} in capabilities = "
+                                        r"Capabilities\(\.\.\.\) \(docs/backends\.md#plugins\)$"):
+        type("OldStyle", (QueryBlocks,), {"name": "old-style", field: frozenset()})
 
 
 @pytest.mark.slow

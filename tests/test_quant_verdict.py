@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from attnbench.backends.base import Backend, Prepared
+from attnbench.backends.base import Backend, Capabilities, Prepared
 from attnbench.backends.registry import default_registry
 from attnbench.core import quant, workload
 from attnbench.core.case import Case
@@ -45,7 +45,7 @@ class Planted(Backend):
     the smallest-magnitude element of a middle row before the one rounding to bf16."""
 
     name = "planted"
-    quantized = EVERY
+    capabilities = Capabilities(quantized=EVERY)
 
     def __init__(self, numerics: Numerics | None, size: float = 0.0) -> None:
         self._numerics, self.size = numerics, size

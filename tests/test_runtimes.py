@@ -3,6 +3,8 @@ axis, skipped by name where the runtime cannot express a case, and a mismatch fo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from attnbench.backends.registry import default_registry
@@ -63,7 +65,7 @@ def test_the_top_kernel_is_the_runtimes_attention_op(name: str) -> None:
     # 1K tokens: at 512 OpenVINO's separate scaling Multiply took 54% of one profiled call on a busy 2-core VM
     record = measure_one(make_case(causal=True, seq_len=1024, heads=8, kv_heads=2, head_dim=64), backend)
     assert record.status == "ok", record.reason
-    declared = backend.attention_kernels("cpu", "fwd")
+    declared = backend.capabilities.attention_kernels("cpu", "fwd")
     if name == "jax":
         assert sum(k["name"].endswith("(dot)") for k in record.kernels) == 2, record.kernels
         return
@@ -85,7 +87,8 @@ def test_a_runtime_that_lacks_its_declared_kernel_is_wrong_kernel(name: str, mon
     _installed(name)
     backend = default_registry().get(name)
     declared, ran = PLANTED[name]
-    monkeypatch.setattr(type(backend), "attention_kernels", lambda self, device, mode: (declared,))
+    monkeypatch.setattr(type(backend), "capabilities",
+                        dataclasses.replace(backend.capabilities, kernel_names={"cpu": (declared,)}))
     record = measure_one(make_case(causal=True, heads=4, kv_heads=2), backend)
     assert record.status == "wrong_kernel", (record.status, record.reason)
     assert f"none of {name}'s declared kernels ran" in record.reason and ran in record.reason, record.reason

@@ -8,6 +8,7 @@ past kv_len as 0. The output is in the inputs' dtype."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import types
@@ -98,7 +99,8 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = types.ModuleType("sageattention")
     module.sageattn = sageattn
     monkeypatch.setitem(sys.modules, "sageattention", module)
-    monkeypatch.setattr(SageBackend, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(SageBackend, "capabilities",
+                        dataclasses.replace(SageBackend.capabilities, devices=("cpu", "cuda")))
     return module
 
 
@@ -170,7 +172,7 @@ def test_what_sage_does_not_take_is_skipped_by_name(c: Case, words: str) -> None
 def test_sage_is_said_to_need_a_gpu_where_it_is_installed(standin: types.ModuleType,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Installed (the stand-in, here without the CPU it is given to run on), on a CPU: the reason names the device.
-    monkeypatch.setattr(SageBackend, "devices", ("cuda",))
+    monkeypatch.setattr(SageBackend, "capabilities", dataclasses.replace(SageBackend.capabilities, devices=("cuda",)))
     assert SageBackend().availability("cpu") == "needs CUDA (SageAttention's kernels are Triton's, for a GPU)"
 
 

@@ -10,6 +10,7 @@ query r of a sequence with sq queries and sk keys keeps keys in [r + sk - sq - l
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 
@@ -89,7 +90,8 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     calls: list[dict] = []
     module = importlib.import_module("torch.nn.attention.varlen")
     monkeypatch.setattr(module, "varlen_attn", standin_varlen_attn(calls))
-    monkeypatch.setattr(SdpaVarlen, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(SdpaVarlen, "capabilities",
+                        dataclasses.replace(SdpaVarlen.capabilities, devices=("cpu", "cuda")))
     return calls
 
 
@@ -246,7 +248,8 @@ def test_gqa_without_enable_gqa_in_the_signature_passes_fewer_heads_natively(mon
                      enable_gqa=True, seqused_k=seqused_k)
 
     monkeypatch.setattr(importlib.import_module("torch.nn.attention.varlen"), "varlen_attn", varlen_attn)
-    monkeypatch.setattr(SdpaVarlen, "devices", ("cpu", "cuda"))
+    monkeypatch.setattr(SdpaVarlen, "capabilities",
+                        dataclasses.replace(SdpaVarlen.capabilities, devices=("cpu", "cuda")))
     record = measure_one(CASES["documents-random-window-gqa"], SdpaVarlen())
     assert record.status == "ok", record.reason
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.backends.base import Backend, Prepared, expand_kv, unmapped_axes
+from attnbench.backends.base import Backend, Capabilities, Prepared, expand_kv, unmapped_axes
 from attnbench.backends.registry import default_registry
 from attnbench.core import case as case_mod
 from attnbench.core import workload
@@ -113,7 +113,7 @@ class DocumentOffByOne(Backend):
     """Naive attention whose document boundaries are one token late (the first document takes the next's first)."""
 
     name = "documents-off-by-one"
-    workload_axes = frozenset(case_mod.AXES)
+    capabilities = Capabilities(workload_axes=frozenset(case_mod.AXES))
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         from dataclasses import replace
@@ -129,7 +129,7 @@ class WrongPageLookup(Backend):
     """Naive paged attention that reads logical page p from the physical page of p + 1 (wrapping)."""
 
     name = "wrong-page-lookup"
-    workload_axes = frozenset(case_mod.AXES)
+    capabilities = Capabilities(workload_axes=frozenset(case_mod.AXES))
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         layout = workload.pages(case)
@@ -147,7 +147,7 @@ class SoftcapAfterSoftmax(Backend):
     """Soft-capping applied to the probabilities instead of the scores."""
 
     name = "softcap-after-softmax"
-    workload_axes = frozenset(case_mod.AXES)
+    capabilities = Capabilities(workload_axes=frozenset(case_mod.AXES))
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]
         import math
@@ -170,7 +170,7 @@ class EmptyRows(Backend):
     filled with the dtype's lowest finite value (a uniform average over the masked keys), as kernels have done."""
 
     name = "empty-rows"
-    workload_axes = frozenset(case_mod.AXES)
+    capabilities = Capabilities(workload_axes=frozenset(case_mod.AXES))
     fill = "nan"
 
     def prepare(self, case, q, k, v) -> Prepared:  # type: ignore[no-untyped-def]

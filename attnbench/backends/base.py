@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.core import axes, counting, quant
@@ -104,27 +105,60 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
+def _shape_mask_kinds() -> frozenset[str]:
+    return frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
+
+
+def _frozen_map(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What a backend can run and how its kernels are recognised. A case using a workload axis, mask kind or
+    quantized input not declared here is skipped by name, never run wrong."""
+
+    devices: tuple[str, ...] = ("cpu", "cuda")  # elsewhere "not applicable", not "missing"
+    workload_axes: frozenset[str] = frozenset()
+    mask_kinds: frozenset[str] = field(default_factory=_shape_mask_kinds)
+    # Why not, in the library's terms, by axis or mask kind.
+    axis_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.
+    quantized: frozenset[str] = frozenset()
+    quant_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Profiler name patterns per device or "device:mode"; empty: no verdict.
+    kernel_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for name, freeze in (("devices", tuple), ("workload_axes", frozenset), ("mask_kinds", frozenset),
+                             ("quantized", frozenset), ("axis_reasons", _frozen_map),
+                             ("quant_reasons", _frozen_map), ("kernel_names", _frozen_map)):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+
+    def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
+        return self.kernel_names.get(f"{device}:{mode}", self.kernel_names.get(device, ()))
+
+
+CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
+
+
 class Backend:
-    """An attention implementation: subclasses set `name` and implement `prepare` (docs/backends.md#plugins)."""
+    """An attention implementation: subclasses set `name`, declare `capabilities` and implement `prepare`
+    (docs/backends.md#plugins)."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     library: ClassVar[str] = "torch"  # the distribution whose version is recorded
-    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # elsewhere "not applicable", not "missing"
     install_hint: ClassVar[str | None] = None  # for `doctor`
-    # The workload axes and mask kinds prepare maps; a case using another is skipped by name, never run wrong.
-    workload_axes: ClassVar[frozenset[str]] = frozenset()
-    mask_kinds: ClassVar[frozenset[str]] = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
-    axis_reasons: ClassVar[dict[str, str]] = {}  # why not, in the library's terms, by axis or mask kind
+    capabilities: ClassVar[Capabilities] = Capabilities()
     cost: ClassVar[Cost] = Cost()
-    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.
-    quantized: ClassVar[frozenset[str]] = frozenset()
-    quant_reasons: ClassVar[dict[str, str]] = {}
-    # Profiler name patterns per device or "device:mode"; empty: no verdict.
-    kernel_names: ClassVar[dict[str, tuple[str, ...]]] = {}
 
-    def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
-        return self.kernel_names.get(f"{device}:{mode}", self.kernel_names.get(device, ()))
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in CAPABILITY_FIELDS:
+            if name in vars(cls):
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__} sets {name}: declare {name} in "
+                                "capabilities = Capabilities(...) (docs/backends.md#plugins)")
 
     def version(self) -> str | None:
         return installed_version(self.library)
@@ -226,17 +260,19 @@ def module_owner(module: str, distribution: str) -> str | None:
 
 def refusal(backend: Backend, case: Case) -> str | None:
     """Why `backend` cannot run `case`: quantization, `unsupported`, or an unmapped axis."""
-    return (quant.refusal(backend.name, backend.quantized, case, backend.quant_reasons) or backend.unsupported(case)
+    caps = backend.capabilities
+    return (quant.refusal(backend.name, caps.quantized, case, caps.quant_reasons) or backend.unsupported(case)
             or unmapped_axes(backend, case))
 
 
 def unmapped_axes(backend: Backend, case: Case) -> str | None:
     """The skip reason for undeclared axes or mask kinds (`axis_reasons` first)."""
-    missing = [axis for axis in case.workload_axes if axis not in backend.workload_axes]
-    missing += [kind for kind in case.mask_kinds if kind not in backend.mask_kinds]
+    caps = backend.capabilities
+    missing = [axis for axis in case.workload_axes if axis not in caps.workload_axes]
+    missing += [kind for kind in case.mask_kinds if kind not in caps.mask_kinds]
     if not missing:
         return None
-    reasons = [backend.axis_reasons[axis] for axis in missing if axis in backend.axis_reasons]
+    reasons = [caps.axis_reasons[axis] for axis in missing if axis in caps.axis_reasons]
     return reasons[0] if reasons else f"attnbench does not map {', '.join(missing)} onto {backend.name} yet"
 
 

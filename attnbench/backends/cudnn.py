@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -96,16 +97,16 @@ def cudnn_module() -> Any:
 @register
 class CudnnBackend(Backend):
     name = "cudnn"
-    kernel_names = per_device(cuda=CUDNN_SDPA)
     # By analogy with SDPA→cuDNN (the same engines), not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45))
     summary = ("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
                "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd")
     library = "nvidia-cudnn-frontend"
-    devices = ("cuda",)
     install_hint = ("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
                     "a CUDA build of torch)")
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})
+    capabilities = Capabilities(
+        devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
+        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"}))
 
     def deterministic(self, case: Case) -> str:
         if not case.needs_grad:
@@ -124,7 +125,7 @@ class CudnnBackend(Backend):
         if version_tuple(version) < MIN_FRONTEND:
             need = ".".join(map(str, MIN_FRONTEND))
             return f"nvidia-cudnn-frontend {version} is older than {need}, whose graph API attnbench maps"
-        problem = device_problem(device, self.devices, "needs CUDA (cuDNN's SDPA has no CPU engine)")
+        problem = device_problem(device, self.capabilities.devices, "needs CUDA (cuDNN's SDPA has no CPU engine)")
         if problem:
             return problem
         import torch

@@ -14,6 +14,7 @@ bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import warnings
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -97,7 +99,7 @@ class _Flash(Backend):
     owner_checked: ClassVar[bool] = False  # FA4: flash-attn 2.8 bundles an older flash_attn/cute
     min_capability: ClassVar[tuple[int, int]] = (8, 0)
     # Tests add "cpu" to run against a stand-in module.
-    devices: ClassVar[tuple[str, ...]] = ("cuda",)
+    capabilities = Capabilities(devices=("cuda",))
     score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
     page_table_keyword: ClassVar[str | None] = None  # flash_attn_with_kvcache's; None: paging not mapped
     page_multiple: ClassVar[int] = 1
@@ -137,7 +139,7 @@ class _Flash(Backend):
             problem = module_owner(self.module, self.library)
             if problem:
                 return problem
-        problem = device_problem(device, self.devices, "needs CUDA (FlashAttention has no CPU kernel)")
+        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashAttention has no CPU kernel)")
         if problem:
             return problem
         if device == "cuda":
@@ -167,10 +169,11 @@ class _Flash(Backend):
         return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}" if qk_dim > MAX_HEAD_DIM else None
 
     def _axis_reason(self, case: Case) -> str | None:
-        return next((self.axis_reasons[axis] for axis in case.workload_axes if axis in self.axis_reasons), None)
+        reasons = self.capabilities.axis_reasons
+        return next((reasons[axis] for axis in case.workload_axes if axis in reasons), None)
 
     def _qv_form_reason(self, case: Case) -> str | None:
-        if not (case.kv_shared and "kv_shared" in self.workload_axes):
+        if not (case.kv_shared and "kv_shared" in self.capabilities.workload_axes):
             return None
         if case.needs_grad:
             return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
@@ -180,7 +183,7 @@ class _Flash(Backend):
     def _pages_reason(self, case: Case) -> str | None:
         if case.page_size is None:
             return None
-        if "page_size" in self.workload_axes and case.doc_lens is not None:
+        if "page_size" in self.capabilities.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
         if self.varlen_pages and case.needs_grad:
             return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
@@ -312,17 +315,18 @@ def output_of(result: Any) -> torch.Tensor:
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
-    kernel_names = per_device(cuda=FLASH_ATTENTION_2)
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
     module = "flash_attn"
     install_hint = "pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"})
+    capabilities = dataclasses.replace(
+        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
+        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
+        axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"})
     score_keywords = ("softcap", "alibi_slopes")
     page_table_keyword = "block_table"
     page_multiple = 256  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
-    axis_reasons = {"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}
 
     def availability(self, device: str) -> str | None:
         reason = super().availability(device)
@@ -345,23 +349,24 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
-    kernel_names = per_device(cuda=FLASH_ATTENTION_3)
     cost = Cost(cuda=fp8.FA3_KERNEL)
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
     module = "flash_attn_interface"
     install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
+    capabilities = dataclasses.replace(
+        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
+        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+        axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
+        quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+        quant_reasons={
+            "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
+            "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+            "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+            "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
+                            "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
+        })
     page_table_keyword = "page_table"
-    axis_reasons = {"alibi": "FlashAttention 3 has no alibi_slopes"}
-    quantized = frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"})
-    quant_reasons = {
-        "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
-        "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-        "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-        "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp CHECK_SHAPE("
-                        "q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
-    }
     fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
                             p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
@@ -376,18 +381,19 @@ class FlashAttn3(_Flash):
 @register
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
-    kernel_names = per_device(cuda=FLASH_ATTENTION_4)
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"
     module = "flash_attn.cute"
     install_hint = "pip install flash-attn-4"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"})
+    capabilities = dataclasses.replace(
+        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
+        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+        axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
+        quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
+                                      "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
+                                      "descale: attnbench maps no FP8 onto it"))
     varlen_pages = True
-    axis_reasons = {"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"}
-    quant_reasons = for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
-                                    "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
-                                    "descale: attnbench maps no FP8 onto it")
     unbounded = None
     warm_call = True
     owner_checked = True

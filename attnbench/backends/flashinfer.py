@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -139,24 +140,25 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
-    kernel_names = per_device(cuda=FLASHINFER)
     # By analogy with FA2/FA3, not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
                "fp16/bf16, native GQA, forward only")
     library = "flashinfer-python"
-    devices = ("cuda",)
     install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v", "kv_shared"})
     kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
-    quantized = frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"})
-    quant_reasons = {
-        **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); its "
-                          "FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped yet")
-           for fmt in ("float8_e4m3fn", "float8_e5m2")},
-        **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out *= "
-                          "v_scale): per-tensor factors only") for g in ("head", "block")},
-    }
+    capabilities = Capabilities(
+        devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
+        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
+                                 "kv_shared"}),
+        quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
+        quant_reasons={
+            **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); "
+                              "its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped "
+                              "yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
+            **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out "
+                              "*= v_scale): per-tensor factors only") for g in ("head", "block")},
+        })
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
@@ -170,7 +172,7 @@ class FlashInferBackend(Backend):
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
-        problem = device_problem(device, self.devices, "needs CUDA (FlashInfer has no CPU kernels)")
+        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashInfer has no CPU kernels)")
         if problem or device != "cuda":
             return problem
         kernels = kernel_files()

@@ -6,13 +6,14 @@ from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prep
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, first_line
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
 from attnbench.backends.registry import register
@@ -250,14 +251,16 @@ def cpu_build_tools_missing() -> str | None:
 @register
 class FlexBackend(Backend):
     name = "flex"
-    kernel_names = per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON)
     cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True)
     summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
     dynamic: bool = False
-    workload_axes = frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size", "kv_shared"})
-    quant_reasons = for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an FP8 "
-                                    "flex kernel; untried), and PyTorch's CPU flex has no FP8 path")
+    capabilities = Capabilities(
+        kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
+        workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
+                                 "kv_shared"}),
+        quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
+                                      "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path"))
 
     def availability(self, device: str) -> str | None:
         return cpu_build_tools_missing() if device == "cpu" else None
@@ -348,7 +351,7 @@ class FlexDynamicBackend(FlexBackend):
                "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
     dynamic = True
     # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
-    workload_axes = frozenset()
+    capabilities = dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset())
 
     def compile_key(self, case: Case) -> str:
         return compile_key(self.name, case, (case.offset,))

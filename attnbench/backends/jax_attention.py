@@ -4,12 +4,13 @@ jax.profiler, each HLO op named by its fused computation's root op."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
@@ -34,12 +35,13 @@ class _Jax(Backend):
     library = "jax"
     install_hint = "pip install 'attnbench[jax]'"
     implementation: ClassVar[str]
-    workload_axes = frozenset({"documents", "kv_lengths"})
+    capabilities = Capabilities(workload_axes=frozenset({"documents", "kv_lengths"}))
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
 
-        return (device_problem(device, self.devices, f"JAX's {self.implementation} attention does not run on {device}")
+        return (device_problem(device, self.capabilities.devices,
+                               f"JAX's {self.implementation} attention does not run on {device}")
                 or import_problem(lambda: __import__("jax"), "jax", "jax"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -192,11 +194,11 @@ class JaxXla(_Jax):
     name = "jax"
     summary = "jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)"
     implementation = "xla"
-    devices = ("cpu",)
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                 memory=MemoryCost(score_copies_fwd=2))
     # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential, divide.
-    kernel_names = {"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}
+    capabilities = dataclasses.replace(_Jax.capabilities, devices=("cpu",),
+                                       kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")})
 
 
 @register
@@ -204,6 +206,6 @@ class JaxCudnn(_Jax):
     name = "jax-cudnn"
     summary = "jax.nn.dot_product_attention pinned to implementation='cudnn' (GPU; unverified here)"
     implementation = "cudnn"
-    devices = ("cuda",)
-    kernel_names = per_device(cuda=JAX_CUDNN_FMHA)
+    capabilities = dataclasses.replace(_Jax.capabilities, devices=("cuda",),
+                                       kernel_names=per_device(cuda=JAX_CUDNN_FMHA))
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.45, efficiency_bwd=0.0))

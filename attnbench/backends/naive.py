@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
 from attnbench.core import workload
@@ -32,8 +32,7 @@ class NaiveBackend(Backend):
                 memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True))
     summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
 
-    workload_axes = frozenset(workload.MEANT)
-    kernel_names = MATMUL_SOFTMAX
+    capabilities = Capabilities(workload_axes=frozenset(workload.MEANT), kernel_names=MATMUL_SOFTMAX)
 
     def estimate_memory(self, case: Case) -> int:
         """Its MemoryCost, and with pages the K and V gathered in the call."""

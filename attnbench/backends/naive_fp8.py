@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnbench.backends import fp8
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.naive import laid_out
 from attnbench.backends.registry import register
@@ -43,9 +43,8 @@ class NaiveFp8Backend(Backend):
                 memory=MemoryCost(score_copies_fwd=2, expands_kv=True))
     summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
                "attention in float32; every format and axis, on every device")
-    quantized = EVERY_FORMAT
-    kernel_names = MATMUL_SOFTMAX
-    workload_axes = frozenset(workload.MEANT)
+    capabilities = Capabilities(quantized=EVERY_FORMAT, kernel_names=MATMUL_SOFTMAX,
+                                workload_axes=frozenset(workload.MEANT))
 
     def unsupported(self, case: Case) -> str | None:
         if not case.quantized:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
 from attnbench.core.counting import MemoryCost
@@ -70,10 +70,16 @@ def contrib_schema(op: str) -> OpSchema:
     return OpSchema(onnxruntime.__version__, GQA_INPUTS, frozenset())
 
 
+def op_capabilities(op: str, workload_axes: set[str]) -> Capabilities:
+    """An ONNX Runtime backend's capabilities: CPU only, its op's node the attention kernel."""
+    return Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
+                        kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)})
+
+
 class _Ort(Backend):
 
     library = "onnxruntime"
-    devices = ("cpu",)
+    capabilities = Capabilities(devices=("cpu",))
     install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""
@@ -85,15 +91,13 @@ class _Ort(Backend):
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
 
-        return (device_problem(device, self.devices, "ONNX Runtime's CUDA provider is not mapped yet (CPU only)")
+        return (device_problem(device, self.capabilities.devices,
+                               "ONNX Runtime's CUDA provider is not mapped yet (CPU only)")
                 or import_problem(lambda: __import__("onnxruntime"), "onnxruntime", "onnxruntime")
                 or import_problem(lambda: __import__("onnx"), "onnx", "onnx"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return CALLS
-
-    def attention_kernels(self, device: str, mode: str) -> tuple[str, ...]:
-        return (rf"^{self.op} \(CPUExecutionProvider\)",) if device == "cpu" else ()
 
     def deterministic(self, case: Case) -> str:
         return runtimes.deterministic("ONNX Runtime", case)
@@ -213,7 +217,7 @@ class OrtAttention(_Ort):
     name = "onnxruntime"
     summary = "ONNX Runtime's standard Attention op (opset 23), CPU execution provider; materialises the scores"
     op = "Attention"
-    workload_axes = frozenset({"softcap", "documents", "kv_lengths"})
+    capabilities = op_capabilities(op, {"softcap", "documents", "kv_lengths"})
 
     def unsupported(self, case: Case) -> str | None:
         return super().unsupported(case)
@@ -256,7 +260,7 @@ class OrtMultiHeadAttention(_Ort):
     kernel_dtypes = ("float32",)
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                 memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
-    workload_axes = frozenset({"documents", "kv_lengths"})
+    capabilities = op_capabilities(op, {"documents", "kv_lengths"})
 
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:
@@ -299,7 +303,7 @@ class OrtGroupQueryAttention(_Ort):
     domain = MS
     cost = Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
                 memory=MemoryCost(score_copies_fwd=1))
-    workload_axes = frozenset({"softcap"})
+    capabilities = op_capabilities(op, {"softcap"})
 
     def unsupported(self, case: Case) -> str | None:
         """ORT's rules for the op, in its words (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""

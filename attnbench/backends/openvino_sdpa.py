@@ -9,7 +9,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared, expand_kv, library_refusal
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
 from attnbench.core.counting import MemoryCost
@@ -31,18 +31,18 @@ class OpenVinoSdpa(Backend):
     summary = ("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
                "broadcast for MQA")
     library = "openvino"
-    devices = ("cpu",)
     install_hint = "pip install 'attnbench[openvino]'"
-    workload_axes = frozenset({"documents", "kv_lengths"})
     cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                 memory=MemoryCost(expands_kv=True))
-    # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split off.
-    kernel_names = {"cpu": (r"\(ScaledDotProductAttention\)$",)}
+    capabilities = Capabilities(
+        devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
+        # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split off.
+        kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)})
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
 
-        return (device_problem(device, self.devices, "attnbench maps OpenVINO's CPU plugin only")
+        return (device_problem(device, self.capabilities.devices, "attnbench maps OpenVINO's CPU plugin only")
                 or import_problem(lambda: __import__("openvino"), "openvino", "openvino"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -51,11 +52,11 @@ class SageBackend(Backend):
     summary = ("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
                "from bf16/fp16; judged against its own scheme")
     library = "sageattention"
-    devices = ("cuda",)
-    kernel_names = per_device(cuda=SAGE)
     install_hint = "pip install sageattention==1.0.6  (Triton only)"
-    quant_reasons = for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                    "inputs attnbench quantized")
+    capabilities = Capabilities(
+        devices=("cuda",), kernel_names=per_device(cuda=SAGE),
+        quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
+                                      "inputs attnbench quantized"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SAGE_CALL,)
@@ -64,7 +65,8 @@ class SageBackend(Backend):
         problem = import_problem(lambda: importlib.import_module(MODULE), "sageattention", MODULE)
         if problem:
             return problem
-        return device_problem(device, self.devices, "needs CUDA (SageAttention's kernels are Triton's, for a GPU)")
+        return device_problem(device, self.capabilities.devices,
+                              "needs CUDA (SageAttention's kernels are Triton's, for a GPU)")
 
     def unsupported(self, case: Case) -> str | None:
         if case.dtype not in HALF_DTYPES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import kernel_names
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -96,7 +98,8 @@ class _Sdpa(Backend):
         "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs FA2's "
         "deterministic path, efficient's runs with num_splits_key=1)")
     flash_impl: ClassVar[str | None] = None  # FA3/FA4 to route FLASH_ATTENTION to; None: its built-in FA2
-    workload_axes = frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})
+    capabilities = Capabilities(
+        workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"}))
 
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:
@@ -107,7 +110,7 @@ class _Sdpa(Backend):
         return None
 
     def availability(self, device: str) -> str | None:
-        if device not in self.devices:
+        if device not in self.capabilities.devices:
             return f"needs CUDA (PyTorch has no CPU implementation of {self.kernel_name})"
         return None
 
@@ -251,7 +254,7 @@ class SdpaAuto(_Sdpa):
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
-    kernel_names = SDPA_ANY
+    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY)
 
 
 @register
@@ -265,7 +268,7 @@ class SdpaMath(_Sdpa):
                 memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
     summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
     kernel_name = "MATH"
-    kernel_names = MATMUL_SOFTMAX
+    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX)
 
     def deterministic(self, case: Case) -> str:
         return determinism.torch_ops(case, "SDPA's MATH composite of PyTorch operations")
@@ -280,7 +283,7 @@ class SdpaFlash(_Sdpa):
                 memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
-    kernel_names = SDPA_FLASH
+    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH)
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
@@ -295,8 +298,8 @@ FLASH_IMPL_CALLS = (
 
 class _SdpaFlashImpl(SdpaFlash):
 
-    devices = ("cuda",)
-    workload_axes = frozenset()  # FA3/FA4 take no attn_mask
+    # FA3/FA4 take no attn_mask.
+    capabilities = dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset())
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL, *FLASH_IMPL_CALLS)
@@ -314,7 +317,7 @@ class SdpaFlashFa3(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
     flash_impl = "FA3"
-    kernel_names = FA3_KERNELS
+    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS)
     cuda_determinism = ("honoured (PyTorch's FA3 route runs num_splits=1 under the mode)",
                         "honoured (PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode)")
     install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
@@ -326,7 +329,7 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
-    kernel_names = FA4_KERNELS
+    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS)
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
     install_hint = "pip install flash-attn-4"
@@ -339,11 +342,10 @@ class SdpaEfficient(_Sdpa):
                 memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
     summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
     kernel_name = "EFFICIENT_ATTENTION"
-    kernel_names = SDPA_EFFICIENT
+    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT)
     cuda_determinism = ("not applicable (the memory-efficient forward is deterministic)",
                         "honoured (PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: "
                         "no split keys, no atomics)")
-    devices = ("cuda",)
 
 
 # sdp_utils.cpp's check_cudnn_deterministic drops cuDNN whenever the mode is on.
@@ -358,6 +360,5 @@ class SdpaCudnn(_Sdpa):
                 memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
     summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
     kernel_name = "CUDNN_ATTENTION"
-    kernel_names = SDPA_CUDNN
+    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_CUDNN)
     cuda_determinism = (CUDNN_REFUSAL, CUDNN_REFUSAL)
-    devices = ("cuda",)

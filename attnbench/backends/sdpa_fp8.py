@@ -12,7 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import fp8
-from attnbench.backends.base import Backend, Cost, Prepared, device_problem, first_line
+from attnbench.backends.base import Backend, Capabilities, Cost, Prepared, device_problem, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_3, per_device
 from attnbench.backends.registry import register
@@ -48,15 +48,16 @@ class SdpaFp8Backend(Backend):
     cost = Cost(cuda=fp8.FA3_KERNEL)  # the same kernel as flash-attn-3
     summary = ("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
                "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it")
-    devices = ("cuda",)
-    kernel_names = per_device(cuda=FLASH_ATTENTION_3)  # its one kernel is FA3's FP8 forward
-    quantized = frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"})
-    quant_reasons = {
-        "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",
-        "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only (DescaleType.PER_HEAD)",
-        **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under bf16 "
-                        "queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
-    }
+    capabilities = Capabilities(
+        devices=("cuda",),
+        kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
+        quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+        quant_reasons={
+            "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",
+            "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only (DescaleType.PER_HEAD)",
+            **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
+                            "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
+        })
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (LibraryCall(MODULE, FUNCTION, positional=("query", "key", "value"), keywords=KEYWORDS),)
@@ -70,7 +71,7 @@ class SdpaFp8Backend(Backend):
             return f"torch {torch.__version__} has no quantized SDPA entry point ({MODULE}.{FUNCTION})"
         if "q_descale" not in parameters:
             return f"torch {torch.__version__}'s {FUNCTION} takes no q_descale"
-        problem = device_problem(device, self.devices,
+        problem = device_problem(device, self.capabilities.devices,
                                  "needs CUDA (aten::_scaled_dot_product_flash_attention.quantized has no CPU "
                                  "kernel: its one kernel is PyTorch's FA3 implementation, on CUDA)")
         if problem:

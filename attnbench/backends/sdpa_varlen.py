@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    Capabilities,
     Cost,
     KernelCost,
     Prepared,
@@ -82,13 +83,12 @@ def paged_reason(case: Case) -> str | None:
 @register
 class SdpaVarlen(Backend):
     name = "sdpa-varlen"
-    kernel_names = per_device(cuda=FLASH_ATTENTION_2)
     # By analogy with sdpa-flash, not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
     summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
                "paged KV through block_table; fp16/bf16, CUDA")
-    devices = ("cuda",)
-    workload_axes = frozenset({"documents", "kv_lengths", "page_size"})
+    capabilities = Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
+                                workload_axes=frozenset({"documents", "kv_lengths", "page_size"}))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (VARLEN_CALL,)
@@ -96,14 +96,14 @@ class SdpaVarlen(Backend):
     def availability(self, device: str) -> str | None:
         import torch
 
-        if device not in self.devices:  # before importing dynamo
-            return device_problem(device, self.devices,
+        if device not in self.capabilities.devices:  # before importing dynamo
+            return device_problem(device, self.capabilities.devices,
                                   "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
         try:
             varlen_function()
         except (ImportError, AttributeError):
             return f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (added in torch 2.10)"
-        return device_problem(device, self.devices,
+        return device_problem(device, self.capabilities.devices,
                               "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 
     def unsupported(self, case: Case) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnbench.backends.base import Backend, Cost, KernelCost, Prepared
+from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
 from attnbench.core import counting, workload
@@ -175,13 +175,12 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 @register
 class SlidingWindowBackend(Backend):
     name = "sliding-window"
-    kernel_names = MATMUL_SOFTMAX
     cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
                                score_passes_bwd=0.0, calls=8),
                 cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
                                 score_passes_bwd=0.0, calls=8))
     summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
-    workload_axes = frozenset({"documents"})
+    capabilities = Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX)
 
     def estimate_memory(self, case: Case) -> int:
         """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""

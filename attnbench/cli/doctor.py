@@ -84,10 +84,10 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
         reason = probes.availability(backend)
         if reason is None:
             state = "ok"
-        elif device not in backend.devices:
+        elif device not in backend.capabilities.devices:
             state = "n/a"
             if "CUDA" not in reason:
-                reason = f"{' and '.join(backend.devices)} only; {reason}"
+                reason = f"{' and '.join(backend.capabilities.devices)} only; {reason}"
         else:
             state = "missing"
         fix = backend.install_hint if state == "missing" and backend.version() is None else None

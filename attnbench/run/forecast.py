@@ -272,7 +272,7 @@ def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str
     installed and conforming."""
     from attnbench.backends.conformance import conformance_problem
 
-    if case.device not in backend.devices:
+    if case.device not in backend.capabilities.devices:
         return Facts(availability=f"{backend.name} is not made for {case.device}")
     if machine.estimate:
         return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic)

@@ -89,8 +89,8 @@ def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[s
     if profile.kernels is None:
         return {"kernels": None, "kernels_reason": profile.reason}, None
     fields: dict[str, Any] = {"kernels": [k.to_dict() for k in profile.kernels], "kernels_source": profile.source}
-    verdict = judge_kernels(profile.kernels, backend.attention_kernels(case.device, case.mode), others, backend.name,
-                            case.device)
+    declared = backend.capabilities.attention_kernels(case.device, case.mode)
+    verdict = judge_kernels(profile.kernels, declared, others, backend.name, case.device)
     fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
     if verdict.overhead:
         fields["overhead"] = verdict.overhead

@@ -41,7 +41,7 @@ def parse_shard(text: str) -> Shard:
 def cost(case: Case, backend: Backend) -> int:
     """The case's FLOPs, weighted for backends that materialise scores; never this machine's, so every shard computes
     the same split."""
-    if case.device not in backend.devices:
+    if case.device not in backend.capabilities.devices:
         return 1
     return max(1, counting.flops(case)) * (MATERIALISING_FACTOR if backend.materialises_scores else 1)
 
