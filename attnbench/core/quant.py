@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from attnbench.core.case import DTYPE_BYTES, FP8_DTYPES
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
 
     from attnbench.core.case import Case
@@ -56,7 +58,7 @@ def requirement_words(item: str, case: Case) -> str:
     return REQUIREMENT_WORDS[kind].format(value, case.dtype)
 
 
-def refusal(name: str, takes: frozenset[str], case: Case, reasons: dict[str, str] | None = None) -> str | None:
+def refusal(name: str, takes: frozenset[str], case: Case, reasons: Mapping[str, str] | None = None) -> str | None:
     """None, or why the backend is skipped: never run in bf16 instead."""
     missing = [item for item in requirement(case) if item not in takes]
     if not missing:
