@@ -41,12 +41,14 @@ def test_a_test_that_names_an_xdist_group_is_scheduled_as_one(request: pytest.Fi
 
 
 def test_a_test_compiles_into_its_workers_cache_and_a_run_in_a_test_leaves_it_there(tmp_path: Path) -> None:
-    """Inductor's cache in a test is the worker's $XDG_CACHE_HOME/attnbench/inductor, not torch's default in /tmp
-    that the user's own compiles share; a run with --cache-dir points it elsewhere only until the test ends
-    (conftest.py's _compile_cache_restored), which the next test checks by finding it back."""
+    """Inductor's cache in a test is the worker's $XDG_CACHE_HOME/attnbench/inductor (a link to the folder the
+    workers share), not torch's default in /tmp that the user's own compiles share; a run with --cache-dir points it
+    elsewhere only until the test ends (conftest.py's _compile_cache_restored), which the next test checks by
+    finding it back."""
     from attnbench.run import compile_cache
 
-    assert os.environ[compile_cache.INDUCTOR_ENV] == str(default_dir() / "inductor")
+    assert Path(os.environ[compile_cache.INDUCTOR_ENV]).resolve() == (default_dir() / "inductor").resolve()
+    assert str(default_dir().resolve()) not in str((default_dir() / "inductor").resolve())  # the shared folder
     compile_cache.use(tmp_path / "elsewhere")
     assert os.environ[compile_cache.INDUCTOR_ENV] == str((tmp_path / "elsewhere" / "inductor").resolve())
 
@@ -54,7 +56,7 @@ def test_a_test_compiles_into_its_workers_cache_and_a_run_in_a_test_leaves_it_th
 def test_the_compile_cache_is_the_workers_again_after_a_test_moved_it() -> None:
     from attnbench.run import compile_cache
 
-    assert os.environ[compile_cache.INDUCTOR_ENV] == str(default_dir() / "inductor")
+    assert Path(os.environ[compile_cache.INDUCTOR_ENV]).resolve() == (default_dir() / "inductor").resolve()
 
 
 def test_a_worker_of_a_parallel_pass_computes_on_one_thread() -> None:
