@@ -17,6 +17,7 @@ from urllib.parse import quote
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
 from attnbench.records.files import write_bytes_atomic
+from attnbench.records.folder import RunFolder
 from attnbench.records.record import Record
 from attnbench.records.results import load_records, read_env, results_path
 from attnbench.report.baseline import choose_baseline, group_speedups
@@ -40,7 +41,6 @@ from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
 
 FORMATS = ("html", "png", "md")
-CHARTS_DIR = "charts"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends
 PARALLEL_FROM = 4  # charts; below this a process pool costs more than it saves
 NO_KV_FAMILY_NOTE = "No MQA/GQA chart: no case group varies kv_heads with everything else fixed."
@@ -195,8 +195,8 @@ def _check_options(wanted: list[str], peak_tflops: float | None) -> None:
         raise ResultsError(f"peak TFLOP/s must be a positive number, got {peak_tflops}")
 
 
-def _write_charts(out: Path, charts: list) -> list[Path]:
-    chart_dir = out / CHARTS_DIR
+def _write_charts(out: RunFolder, charts: list) -> list[Path]:
+    chart_dir = out.charts
     chart_dir.mkdir(exist_ok=True)
     for stale in stale_charts(chart_dir):
         stale.unlink(missing_ok=True)  # a chart of other results would mislead
@@ -222,8 +222,8 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     if not records:
         raise ResultsError(f"{results_path(source)}: holds no records, so there is nothing to report")
     env = read_env(source)
-    out = Path(out_dir) if out_dir is not None else results_path(source).parent
-    out.mkdir(parents=True, exist_ok=True)
+    out = RunFolder(Path(out_dir) if out_dir is not None else results_path(source).parent)
+    out.directory.mkdir(parents=True, exist_ok=True)
 
     baseline = choose_baseline(records, baseline)
     groups = group_records(records)
@@ -245,9 +245,9 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     if "html" in wanted:
         page = render_html(env, records, findings, charts, notes, _speedups(groups, baseline), baseline, WIDTH_PX,
                            recommendation_section(source, records, env), chart_files="png" in wanted,
-                           trace_links=trace_links(records, results_path(source).parent, out))
-        written.append(_write(out / "report.html", page.encode("utf-8")))
+                           trace_links=trace_links(records, results_path(source).parent, out.directory))
+        written.append(_write(out.report, page.encode("utf-8")))
     if "md" in wanted:
         text = render_markdown(env, groups, findings, baseline, notes)
-        written.append(_write(out / "summary.md", text.encode("utf-8")))
+        written.append(_write(out.summary, text.encode("utf-8")))
     return written

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attnbench.records.folder import RunFolder
 from attnbench.timing.profile import (
     LABEL_PREFIX,
     Profile,
@@ -35,7 +36,7 @@ class Profiled:
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
-    return directory / "traces" / f"{case.case_id}-{backend.name}.json"
+    return RunFolder(directory).traces / f"{case.case_id}-{backend.name}.json"
 
 
 def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
