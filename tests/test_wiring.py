@@ -60,14 +60,11 @@ def test_decode_percent_of_peak_is_against_bandwidth() -> None:
     assert record.extra["peak_bound"] == "memory"
 
 
-# ---- the noise flag: IQR > 10% of the median --------------------------------------------------
-# Seven samples: the fewest past six, so the median has a 95% interval (the extremes, at 98.4%), ±5% here.
-AT_THRESHOLD = [9.5, 9.5, 9.5, 10.0, 10.5, 10.5, 10.5]  # median 10, IQR exactly 1.0 = 10% of it
-JUST_ABOVE = [9.5, 9.5, 9.5, 10.0, 10.5078125, 10.5078125, 10.5078125]  # IQR 1.0078125: 10.08%
-
-
-def test_noise_threshold_is_ten_percent() -> None:
-    assert NOISE_THRESHOLD == 0.10
+# ---- the noise flag: an IQR over NOISE_THRESHOLD of the median ------------------------------
+# Seven samples: the fewest past six, so the median has a 95% interval (the extremes, at 98.4%).
+HALF_IQR = NOISE_THRESHOLD * 10.0 / 2  # 0.5 at a 10% threshold: exact in binary
+AT_THRESHOLD = [10.0 - HALF_IQR] * 3 + [10.0] + [10.0 + HALF_IQR] * 3  # median 10, IQR exactly the threshold's
+JUST_ABOVE = AT_THRESHOLD[:4] + [10.0 + HALF_IQR + 0.0078125] * 3  # IQR just over it
 
 
 def test_noise_flag_at_exactly_the_threshold_and_just_above(monkeypatch: pytest.MonkeyPatch) -> None:
