@@ -12,11 +12,13 @@ import pytest
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
 from tests.helpers import Measured, Standin, assert_sabotage_caught, measure_one
+from tests.test_cudnn_fp8_standin import STANDIN as CUDNN_FP8
+from tests.test_cudnn_standin import STANDIN as CUDNN
 from tests.test_flash_fp8_standin import STANDIN as FLASH_FP8
 from tests.test_sage_standin import STANDIN as SAGE
 from tests.test_sdpa_varlen_standin import STANDIN as SDPA_VARLEN
 
-STANDINS: tuple[Standin, ...] = (FLASH_FP8, SAGE, SDPA_VARLEN)
+STANDINS: tuple[Standin, ...] = (CUDNN, CUDNN_FP8, FLASH_FP8, SAGE, SDPA_VARLEN)
 
 
 def case_runs() -> list[Any]:
