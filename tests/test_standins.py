@@ -15,10 +15,12 @@ from tests.helpers import Measured, Standin, assert_sabotage_caught, measure_one
 from tests.test_cudnn_fp8_standin import STANDIN as CUDNN_FP8
 from tests.test_cudnn_standin import STANDIN as CUDNN
 from tests.test_flash_fp8_standin import STANDIN as FLASH_FP8
+from tests.test_flash_standin import QV_STANDIN as FLASH_QV
+from tests.test_flash_standin import STANDIN as FLASH
 from tests.test_sage_standin import STANDIN as SAGE
 from tests.test_sdpa_varlen_standin import STANDIN as SDPA_VARLEN
 
-STANDINS: tuple[Standin, ...] = (CUDNN, CUDNN_FP8, FLASH_FP8, SAGE, SDPA_VARLEN)
+STANDINS: tuple[Standin, ...] = (CUDNN, CUDNN_FP8, FLASH, FLASH_QV, FLASH_FP8, SAGE, SDPA_VARLEN)
 
 
 def case_runs() -> list[Any]:
