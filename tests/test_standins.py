@@ -17,10 +17,14 @@ from tests.test_cudnn_standin import STANDIN as CUDNN
 from tests.test_flash_fp8_standin import STANDIN as FLASH_FP8
 from tests.test_flash_standin import QV_STANDIN as FLASH_QV
 from tests.test_flash_standin import STANDIN as FLASH
+from tests.test_flashinfer_standin import FP8_STANDIN as FLASHINFER_FP8
+from tests.test_flashinfer_standin import MLA_STANDIN as FLASHINFER_MLA
+from tests.test_flashinfer_standin import STANDIN as FLASHINFER
 from tests.test_sage_standin import STANDIN as SAGE
 from tests.test_sdpa_varlen_standin import STANDIN as SDPA_VARLEN
 
-STANDINS: tuple[Standin, ...] = (CUDNN, CUDNN_FP8, FLASH, FLASH_QV, FLASH_FP8, SAGE, SDPA_VARLEN)
+STANDINS: tuple[Standin, ...] = (CUDNN, CUDNN_FP8, FLASH, FLASH_QV, FLASH_FP8, FLASHINFER, FLASHINFER_MLA,
+                                 FLASHINFER_FP8, SAGE, SDPA_VARLEN)
 
 
 def case_runs() -> list[Any]:
