@@ -35,6 +35,7 @@ def case_runs() -> list[Any]:
 
 
 def sabotage_runs() -> list[Any]:
+    """(contract, sabotage name) for every sabotage a contract declares."""
     return [pytest.param(standin, name, marks=standin.sabotage_marks, id=f"{standin.name}-{name}")
             for standin in STANDINS for name in standin.sabotages]
 
@@ -56,9 +57,11 @@ def test_the_standin_catches_a_wrong_mapping(monkeypatch: pytest.MonkeyPatch, st
 
 
 @pytest.mark.parametrize("standin", STANDINS, ids=lambda standin: standin.name)
-def test_every_standin_runs_a_case_and_catches_a_sabotage(standin: Standin) -> None:
+def test_every_standin_has_a_case_to_pass_and_a_sabotage_to_catch(standin: Standin) -> None:
     """A stand-in with no case checks no mapping, and one with no sabotage has never shown it can fail one."""
-    assert standin.backends and standin.cases and standin.sabotages
+    assert standin.backends, f"{standin.name} drives no backend"
+    assert standin.cases, f"{standin.name} has no case"
+    assert standin.sabotages, f"{standin.name} has no sabotage"
 
 
 def test_every_contract_a_standin_file_declares_is_run_here() -> None:
@@ -66,5 +69,6 @@ def test_every_contract_a_standin_file_declares_is_run_here() -> None:
     declared = {value.name for path in Path(__file__).parent.glob("test_*_standin.py")
                 for value in vars(importlib.import_module(f"tests.{path.stem}")).values() if isinstance(value, Standin)}
     names = [standin.name for standin in STANDINS]
-    assert len(names) == len(set(names))  # a name is every id's prefix
-    assert declared == set(names)
+    assert len(names) == len(set(names)), names  # a name begins each of its tests' ids
+    assert declared - set(names) == set(), "declared in a stand-in file, never run"
+    assert set(names) - declared == set(), "run, but declared in no stand-in file"
