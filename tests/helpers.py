@@ -3,9 +3,12 @@ several test modules share. Fixtures and pytest hooks stay in tests/conftest.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+import pytest
 import torch
 
 from attnbench.backends.base import Backend
@@ -69,6 +72,48 @@ def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotag
     sabotage(monkeypatch)
     record = measure_one(c, make_backend())
     assert record.status == "mismatch", (record.status, record.reason)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One case measured through a stand-in, as a contract's `check` reads it."""
+
+    name: str
+    case: Case
+    backend: type[Backend]
+    record: Record
+    recorded: Any  # what the contract's install returned: the stand-in's log of calls, where it keeps one
+
+
+Sabotage = Callable[[pytest.MonkeyPatch], None]
+
+
+@dataclass(frozen=True)
+class Standin:
+    """A library's stand-in as a contract: once installed, each case runs `ok` through each backend and meets
+    `check`, and each sabotage turns its `ok` case into a `mismatch`. tests/test_standins.py runs every contract."""
+
+    name: str
+    install: Callable[[pytest.MonkeyPatch], Any]  # puts the stand-in in place; returns what `check` reads
+    backends: tuple[type[Backend], ...]  # each case runs on each; every sabotage breaks the first
+    cases: Mapping[str, Case | Mapping[type[Backend], Case]]  # name → the case, or the case each backend runs
+    sabotages: Mapping[str, tuple[Sabotage, Case]]  # name → (what breaks the mapping, the case that shows it)
+    check: Callable[[Measured], None]  # the library's own assertions on an `ok` record
+    case_marks: tuple[pytest.MarkDecorator, ...] = ()
+    sabotage_marks: tuple[pytest.MarkDecorator, ...] = ()
+
+    def __post_init__(self) -> None:
+        per_backend = [name for name, c in self.cases.items() if not isinstance(c, Case)
+                       and set(c) != set(self.backends)]
+        if per_backend:
+            raise ValueError(f"{self.name}: cases {per_backend} name other backends than {self.backends}")
+        object.__setattr__(self, "cases", MappingProxyType(dict(self.cases)))
+        object.__setattr__(self, "sabotages", MappingProxyType(dict(self.sabotages)))
+
+    def runs(self) -> list[tuple[str, type[Backend], Case]]:
+        """Every (case name, backend, case) the contract measures."""
+        return [(name, backend, c if isinstance(c, Case) else c[backend])
+                for name, c in self.cases.items() for backend in self.backends]
 
 
 class ScriptedTimer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -18,21 +19,26 @@ from attnbench.backends.cudnn_fp8 import FP8_KEYWORDS, CudnnFp8Backend
 from attnbench.backends.cudnn_layout import route
 from attnbench.core.case import Case
 from tests.fp8_inputs import distinct_scales
-from tests.helpers import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import Measured, Sabotage, Standin, make_case, measure_one
 from tests.test_cudnn_standin import StandinState, make_cudnn
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+def install(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+    """The stand-in `cudnn` in place, the adapter allowed onto the CPU and a distinct scale for each tensor; returns
+    what the stand-in saw. Both graph caches are empty ones of this test's (monkeypatch puts the real ones back)."""
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
     monkeypatch.setattr(CudnnFp8Backend, "capabilities",
                         dataclasses.replace(CudnnFp8Backend.capabilities, devices=("cpu", "cuda")))
     distinct_scales(monkeypatch)
-    cudnn_graph.clear_cache()
-    cudnn_fp8.clear_cache()
-    yield state
-    cudnn_fp8.clear_cache()
+    monkeypatch.setattr(cudnn_graph, "_CACHE", OrderedDict())
+    monkeypatch.setattr(cudnn_fp8, "_CACHE", OrderedDict())
+    return state
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+    return install(monkeypatch)
 
 
 def case(**overrides: Any) -> Case:
@@ -56,16 +62,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_cudnn_fp8_gives_the_reference_answer_through_the_standin(standin: StandinState, name: str) -> None:
-    c, expected = CASES[name]
-    assert route(c) == expected
-    record = measure_one(c, CudnnFp8Backend())
-    assert record.status == "ok", record.reason
+def check(measured: Measured) -> None:
+    """The case takes the route its table names; attnbench quantized, cuDNN answered in fp16 through its backend's
+    plan, and the bound and the kernel name P's scale for the case's FP8 type."""
+    c, record = measured.case, measured.record
+    assert route(c) == CASES[measured.name][1]
     assert record.extra["out_dtype"] == "float16" and record.extra["quantized"] == "attnbench"
     scale = {"float8_e4m3fn": "64", "float8_e5m2": "8192"}[c.dtype]
     assert record.extra["bound_source"].startswith(f"emulation of cuDNN's FP8 SDPA (P·{scale} to {c.dtype}")
-    assert {what for what, _ in standin.log if what.startswith("execute:")} == {"execute:eng7_k2=1_k3=0"}
+    assert {what for what, _ in measured.recorded.log if what.startswith("execute:")} == {"execute:eng7_k2=1_k3=0"}
     assert record.kernel.startswith(f"cudnn-frontend 1.32.0 / cuDNN 9.19.0 sdpa_fp8 ({c.dtype}, per-tensor "
                                     f"descales, scale_s {scale}, float16 out, ")
 
@@ -108,7 +113,7 @@ def _left_bound_exclusive_as_inclusive(real):  # type: ignore[no-untyped-def]
     return wrong
 
 
-SABOTAGES = {
+WRONG_MAPPINGS = {
     "q-descale-for-k": (_factors(lambda f: {**f, "descale_k": f["descale_q"]}), "dense-causal"),
     "k-and-v-descales-swapped": (_factors(lambda f: {**f, "descale_k": f["descale_v"], "descale_v": f["descale_k"]}),
                                  "e5m2-full-gqa"),
@@ -121,16 +126,18 @@ SABOTAGES = {
 }
 
 
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_fp8_mapping(standin: StandinState, monkeypatch: pytest.MonkeyPatch,
-                                             name: str) -> None:
-    sabotage, which = SABOTAGES[name]
 
+def _fresh(sabotage: Sabotage) -> Sabotage:
+    """The sabotage, then the FP8 graphs built so far forgotten: the case's graph is rebuilt with it in place."""
     def fresh(mp: pytest.MonkeyPatch) -> None:
         sabotage(mp)
-        cudnn_fp8.clear_cache()  # the graph of the case is rebuilt with the sabotage in place
+        cudnn_fp8.clear_cache()
+    return fresh
 
-    assert_sabotage_caught(CASES[which][0], CudnnFp8Backend, fresh, monkeypatch)
+
+SABOTAGES = {name: (_fresh(sabotage), CASES[which][0]) for name, (sabotage, which) in WRONG_MAPPINGS.items()}
+STANDIN = Standin(name="cudnn-fp8", install=install, backends=(CudnnFp8Backend,),
+                  cases={name: c for name, (c, _) in CASES.items()}, sabotages=SABOTAGES, check=check)
 
 
 def test_calls_match_cudnn_frontend_1_32_0s_sdpa_fp8(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,7 @@ import importlib
 import math
 import sys
 import types
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -52,9 +53,11 @@ from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import (
+    Measured,
     Phases,
     PhaseTimer,
-    assert_sabotage_caught,
+    Sabotage,
+    Standin,
     make_case,
     measure_one,
 )
@@ -427,15 +430,21 @@ def make_cudnn(state: StandinState) -> types.ModuleType:
     return module
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+def install(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+    """The stand-in `cudnn` in place and the adapter allowed onto the CPU; returns what the stand-in saw. The graph
+    cache is an empty one of this test's (monkeypatch puts the real one back), so no graph built on another `cudnn`
+    module is found here, and none built here outlives the test."""
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
     monkeypatch.setattr(CudnnBackend, "capabilities",
                         dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
-    cudnn_graph.clear_cache()
-    yield state
-    cudnn_graph.clear_cache()
+    monkeypatch.setattr(cudnn_graph, "_CACHE", OrderedDict())
+    return state
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> StandinState:
+    return install(monkeypatch)
 
 
 def case(**overrides: Any):  # type: ignore[no-untyped-def]
@@ -472,15 +481,14 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_adapter_gives_the_reference_answer_through_the_standin(standin: StandinState, name: str) -> None:
-    c, expected_route = CASES[name]
-    assert route(c) == expected_route
-    record = measure_one(c, CudnnBackend())
-    assert record.status == "ok", record.reason
+def check(measured: Measured) -> None:
+    """The case takes the route its table names, K/V keep their heads, the gradients are checked where the case has
+    them, and only cuDNN's backend plan ran, its planning and compile times each their own part of the setup."""
+    c, record = measured.case, measured.record
+    assert route(c) == CASES[measured.name][1]
     assert record.kv_expanded is False  # native GQA
     assert record.grad_checked == c.needs_grad
-    ran = {what for what, _ in standin.log if what.startswith("execute:")}
+    ran = {what for what, _ in measured.recorded.log if what.startswith("execute:")}
     assert ran == {"execute:eng7_k2=1_k3=0"}  # cuDNN's backend plan, never the frontend's engine ranked first
     assert record.extra["cudnn_plan"] == "eng7_k2=1_k3=0"
     assert record.extra["setup_parts"]["plan"] == record.extra["plan_ms"]
@@ -661,7 +669,7 @@ def _backward_without_window(real):  # type: ignore[no-untyped-def]
     return wrong
 
 
-SABOTAGES = {
+WRONG_MAPPINGS = {
     # the token-major buffers declared with head-major strides: S == H so only the values tell
     "layout-strides": (lambda mp: mp.setattr(cudnn_layout, "token_major_strides", _head_major_strides),
                        case(seq_len=8, heads=8, kv_heads=8)),
@@ -697,15 +705,18 @@ SABOTAGES = {
 }
 
 
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_mapping(standin: StandinState, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = SABOTAGES[name]
 
-    def sabotage_and_forget(mp):  # type: ignore[no-untyped-def]
+def _and_forget(sabotage: Sabotage) -> Sabotage:
+    """The sabotage, then the graphs built so far forgotten: the sabotaged mapping builds its own."""
+    def sabotage_and_forget(mp: pytest.MonkeyPatch) -> None:
         sabotage(mp)
-        cudnn_graph.clear_cache()  # the sabotaged mapping builds its own graph
+        cudnn_graph.clear_cache()
+    return sabotage_and_forget
 
-    assert_sabotage_caught(c, CudnnBackend, sabotage_and_forget, monkeypatch)
+
+SABOTAGES = {name: (_and_forget(sabotage), c) for name, (sabotage, c) in WRONG_MAPPINGS.items()}
+STANDIN = Standin(name="cudnn", install=install, backends=(CudnnBackend,),
+                  cases={name: c for name, (c, _) in CASES.items()}, sabotages=SABOTAGES, check=check)
 
 
 def test_the_full_last_page_case_has_one() -> None:

@@ -34,9 +34,10 @@ from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import (
+    Measured,
     Phases,
     PhaseTimer,
-    assert_sabotage_caught,
+    Standin,
     band_keep,
     make_case,
     measure_one,
@@ -176,9 +177,9 @@ def standin_kvcache_func(table_keyword: str, page_multiple: int, calls: list[str
     return flash_attn_with_kvcache
 
 
-@pytest.fixture
-def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
-    """Install flash_attn, flash_attn_interface and flash_attn.cute stand-ins; let the adapters run on CPU."""
+def install(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Install flash_attn, flash_attn_interface and flash_attn.cute stand-ins; let the adapters run on CPU. Returns
+    each library's calls: 1 for flash_attn_func, "varlen" and "kvcache" for the others."""
     calls: dict[str, list[int]] = {"fa2": [], "fa3": [], "fa4": []}
     fa2 = types.ModuleType("flash_attn")
     fa2.flash_attn_func = standin_flash_attn_func(False, False, calls["fa2"])
@@ -200,6 +201,9 @@ def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     return calls
 
 
+@pytest.fixture
+def standins(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    return install(monkeypatch)
 
 
 def case(dtype="bfloat16", sq=48, sk=None, heads=4, kv_heads=4, causal=True, window=None, mode="fwd", d=16) -> Case:
@@ -208,24 +212,20 @@ def case(dtype="bfloat16", sq=48, sk=None, heads=4, kv_heads=4, causal=True, win
                      kv_heads=kv_heads, head_dim=d, causal=causal, window=window, mode=mode)
 
 
-CASES = [
-    case(causal=False),
-    case(causal=True),
-    case(causal=True, sq=20, sk=70, heads=4, kv_heads=1, mode="fwd_bwd"),
-    case(causal=True, window=5, sq=40, heads=6, kv_heads=2, dtype="float16"),
-    case(causal=True, window=0, sq=30, sk=50, mode="fwd_bwd"),
-    case(causal=False, window=6, sq=30, sk=45, heads=4, kv_heads=2, mode="fwd_bwd"),
-    case(causal=True, window=3, sq=1, sk=64, heads=8, kv_heads=2),
-]
+CASES = {
+    "full": case(causal=False),
+    "causal": case(causal=True),
+    "causal-mqa-prefill-with-cache-fwd-bwd": case(causal=True, sq=20, sk=70, heads=4, kv_heads=1, mode="fwd_bwd"),
+    "window-gqa-fp16": case(causal=True, window=5, sq=40, heads=6, kv_heads=2, dtype="float16"),
+    "window-0-prefill-with-cache-fwd-bwd": case(causal=True, window=0, sq=30, sk=50, mode="fwd_bwd"),
+    "two-sided-window-gqa-fwd-bwd": case(causal=False, window=6, sq=30, sk=45, heads=4, kv_heads=2, mode="fwd_bwd"),
+    "decode-window-gqa": case(causal=True, window=3, sq=1, sk=64, heads=8, kv_heads=2),
+}
 ADAPTERS = [FlashAttn2, FlashAttn3, FlashAttn4]
 
 
-@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
-@pytest.mark.parametrize("c", CASES, ids=lambda c: c.case_id)
-def test_adapter_gives_the_reference_answer_through_the_standin(standins, adapter, c: Case) -> None:
-    record = measure_one(c, adapter())
-    assert record.status == "ok", record.reason
-    assert record.kv_expanded is False  # native GQA: K/V go in with their own heads
+def check(measured: Measured) -> None:
+    assert measured.record.kv_expanded is False  # native GQA: K/V go in with their own heads
 
 
 def test_kernel_field_names_the_call_and_its_window(standins) -> None:
@@ -313,11 +313,6 @@ SABOTAGES = {
                               case(causal=True, sq=8, heads=8, kv_heads=8)),
 }
 
-
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_mapping(standins, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = SABOTAGES[name]
-    assert_sabotage_caught(c, FlashAttn2, sabotage, monkeypatch)
 
 
 def test_fa4_spelling_of_unbounded_matters(standins, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -553,12 +548,10 @@ FLASH_AXIS_SABOTAGES = {
                                         axis_case(alibi=True, heads=2, kv_heads=1, tp=4)),
 }
 
-
-@pytest.mark.parametrize("name", list(FLASH_AXIS_SABOTAGES))
-def test_standin_catches_a_wrong_axis_mapping(standins, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = FLASH_AXIS_SABOTAGES[name]
-    assert_sabotage_caught(c, FlashAttn2, sabotage, monkeypatch)
-
+# Every case runs on all three adapters; each window, layout and workload-axis sabotage breaks FlashAttention 2's.
+STANDIN = Standin(name="flash", install=install, backends=(FlashAttn2, FlashAttn3, FlashAttn4), cases=CASES,
+                  sabotages={**SABOTAGES, **FLASH_AXIS_SABOTAGES}, check=check)
+assert len(STANDIN.sabotages) == len(SABOTAGES) + len(FLASH_AXIS_SABOTAGES)  # no name hides another
 
 
 def test_fa4_pages_through_varlen_with_page_table(standins) -> None:
@@ -597,13 +590,8 @@ QV_CASES = {
 QV_LATENT = {FlashAttn3: 256, FlashAttn4: 512}  # FA3: head_dim_v >= 256; FA4: exactly 512
 
 
-@pytest.mark.parametrize("adapter", [FlashAttn3, FlashAttn4], ids=lambda a: a.name)
-@pytest.mark.parametrize("name", list(QV_CASES))
-def test_kv_shared_runs_through_the_qv_form(standins, adapter, name: str) -> None:
-    c = mla_case(QV_LATENT[adapter], **QV_CASES[name])
-    record = measure_one(c, adapter())
-    assert record.status == "ok", record.reason
-    assert f"qv: rope 64, latent {QV_LATENT[adapter]}" in record.kernel
+def check_qv_record(measured: Measured) -> None:
+    assert f"qv: rope 64, latent {QV_LATENT[measured.backend]}" in measured.record.kernel
 
 
 def test_kv_shared_reasons() -> None:
@@ -667,7 +655,8 @@ def _scaled_by_rope(prepare):  # type: ignore[no-untyped-def]
     return wrong
 
 
-@pytest.mark.parametrize("name", list(QV_SABOTAGES))
-def test_standin_catches_a_wrong_qv_mapping(standins, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = QV_SABOTAGES[name]
-    assert_sabotage_caught(c, FlashAttn3, sabotage, monkeypatch)
+# kv_shared through the qv form: each adapter at the latent width it takes; the sabotages break FlashAttention 3's.
+QV_STANDIN = Standin(name="flash-qv", install=install, backends=(FlashAttn3, FlashAttn4),
+                     cases={name: {adapter: mla_case(latent, **fields) for adapter, latent in QV_LATENT.items()}
+                            for name, fields in QV_CASES.items()},
+                     sabotages=QV_SABOTAGES, check=check_qv_record)

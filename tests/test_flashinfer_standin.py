@@ -40,9 +40,10 @@ from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import (
+    Measured,
     Phases,
     PhaseTimer,
-    assert_sabotage_caught,
+    Standin,
     make_case,
     measure_one,
 )
@@ -326,8 +327,7 @@ def make_flashinfer(log: list[tuple[str, str]], phases: Phases | None = None) ->
     return module
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+def install(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Install the stand-in `flashinfer` and let the adapter run on CPU; returns the log of its calls."""
     log: list[tuple[str, str]] = []
     monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log))
@@ -335,6 +335,11 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
                         dataclasses.replace(FlashInferBackend.capabilities, devices=("cpu", "cuda")))
     monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
     return log
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    return install(monkeypatch)
 
 
 def case(**overrides):  # type: ignore[no-untyped-def]
@@ -388,14 +393,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: str) -> None:
-    c, expected_route = CASES[name]
-    assert route(c) == expected_route
-    record = measure_one(c, FlashInferBackend())
-    assert record.status == "ok", record.reason
+def check(measured: Measured) -> None:
+    """The case takes the route its table names and that entry point alone ran, with K/V's own heads; plan()'s time
+    is its own part of the setup."""
+    record, expected_route = measured.record, CASES[measured.name][1]
+    assert route(measured.case) == expected_route
     assert record.kv_expanded is False  # native GQA
-    called = {what.split(".")[0] for what, _ in standin}
+    called = {what.split(".")[0] for what, _ in measured.recorded}
     assert called == {expected_route}  # the entry point the route names is the one that ran
     if expected_route != "single":  # plan() is setup, outside the timed call, and its own part of it
         assert record.extra["plan_ms"] >= 0 and record.extra["setup_parts"]["plan"] == record.extra["plan_ms"]
@@ -507,11 +511,8 @@ def _without_softcap(prepare):  # type: ignore[no-untyped-def]
         return prepare(self, replace(c, softcap=None), q, k, v)
     return wrong
 
-
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = SABOTAGES[name]
-    assert_sabotage_caught(c, FlashInferBackend, sabotage, monkeypatch)
+STANDIN = Standin(name="flashinfer", install=install, backends=(FlashInferBackend,),
+                  cases={name: c for name, (c, _) in CASES.items()}, sabotages=SABOTAGES, check=check)
 
 
 def test_the_full_last_page_case_has_one() -> None:
@@ -709,13 +710,11 @@ def test_a_short_cache_causal_through_the_mla_wrapper_is_refused_by_name(standin
     assert standin == []  # never planned nor run
 
 
-@pytest.mark.parametrize("name", list(MLA_CASES))
-def test_kv_shared_runs_through_the_mla_wrapper(standin, name: str) -> None:
-    c = MLA_CASES[name]
-    assert route(c) == "mla"
-    record = measure_one(c, FlashInferBackend())
-    assert record.status == "ok", record.reason
-    assert {what for what, _ in standin} == {"mla.plan", "mla.run"}
+def check_mla(measured: Measured) -> None:
+    """kv_shared goes through the MLA wrapper alone, planned and run, and the kernel names its widths."""
+    record = measured.record
+    assert route(measured.case) == "mla"
+    assert {what for what, _ in measured.recorded} == {"mla.plan", "mla.run"}
     assert "mla.BatchMLAPagedAttentionWrapper(causal=" in record.kernel and "ckv 512 + kpe 64" in record.kernel
     assert record.extra["plan_ms"] >= 0
 
@@ -766,11 +765,8 @@ MLA_SABOTAGES = {
                                                  _wrong_indices("table-not-shuffled")), MLA_CASES["decode-ragged"]),
 }
 
-
-@pytest.mark.parametrize("name", list(MLA_SABOTAGES))
-def test_standin_catches_a_wrong_mla_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = MLA_SABOTAGES[name]
-    assert_sabotage_caught(c, FlashInferBackend, sabotage, monkeypatch)
+MLA_STANDIN = Standin(name="flashinfer-mla", install=install, backends=(FlashInferBackend,), cases=MLA_CASES,
+                      sabotages=MLA_SABOTAGES, check=check_mla)
 
 
 def test_mla_calls_pass_exactly_what_they_declare(standin, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -808,21 +804,26 @@ FP8_CASES = {
 }
 
 
-@pytest.fixture
-def fp8_standin(standin, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def install_fp8(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The stand-in, with a distinct scale for each tensor; returns the log of its calls."""
     from tests.fp8_inputs import distinct_scales
 
+    log = install(monkeypatch)
     distinct_scales(monkeypatch)
-    return standin
+    return log
 
 
-@pytest.mark.parametrize("name", list(FP8_CASES))
-def test_an_fp8_kv_cache_gives_the_reference_answer_through_the_standin(fp8_standin, name: str) -> None:
-    c, expected_route = FP8_CASES[name]
+@pytest.fixture
+def fp8_standin(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    return install_fp8(monkeypatch)
+
+
+def check_fp8(measured: Measured) -> None:
+    """The case takes the route its table names and that entry point alone ran; the kernel and the bound name the
+    FP8 cache's scales, and the output keeps the queries' dtype."""
+    c, record, expected_route = measured.case, measured.record, FP8_CASES[measured.name][1]
     assert route(c) == expected_route
-    record = measure_one(c, FlashInferBackend())
-    assert record.status == "ok", record.reason
-    assert {what.split(".")[0] for what, _ in fp8_standin} == {expected_route}
+    assert {what.split(".")[0] for what, _ in measured.recorded} == {expected_route}
     assert f"with {c.kv_dtype} K/V, k_scale" in record.kernel
     source = record.extra["bound_source"]
     assert source.startswith("emulation of FlashInfer's FP8 K/V cache") and "times V's descale" in source
@@ -863,8 +864,8 @@ FP8_SABOTAGES = {
     "scale-not-descale": (_scales(lambda real, s, n: 1.0 / real(s, n)), "ragged-e5m2-gqa"),
 }
 
-
-@pytest.mark.parametrize("name", list(FP8_SABOTAGES))
-def test_standin_catches_a_wrong_fp8_scale_mapping(fp8_standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, which = FP8_SABOTAGES[name]
-    assert_sabotage_caught(FP8_CASES[which][0], FlashInferBackend, sabotage, monkeypatch)
+FP8_STANDIN = Standin(name="flashinfer-fp8", install=install_fp8, backends=(FlashInferBackend,),
+                      cases={name: c for name, (c, _) in FP8_CASES.items()},
+                      sabotages={name: (sabotage, FP8_CASES[which][0])
+                                 for name, (sabotage, which) in FP8_SABOTAGES.items()},
+                      check=check_fp8)

@@ -23,7 +23,7 @@ from attnbench.backends.sage import SageBackend
 from attnbench.core.case import Case
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import case_data
-from tests.helpers import assert_sabotage_caught, make_case, measure_one
+from tests.helpers import Measured, Standin, make_case, measure_one
 
 BLKQ, BLKK = 128, 64
 
@@ -94,14 +94,19 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, smoot
     return out.to(dtype)
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+def install(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The stand-in `sageattention` in place, and the adapter allowed onto the CPU."""
     module = types.ModuleType("sageattention")
     module.sageattn = sageattn
     monkeypatch.setitem(sys.modules, "sageattention", module)
     monkeypatch.setattr(SageBackend, "capabilities",
                         dataclasses.replace(SageBackend.capabilities, devices=("cpu", "cuda")))
     return module
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    return install(monkeypatch)
 
 
 def case(**overrides: Any) -> Case:
@@ -119,10 +124,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_sage_gives_the_answer_of_its_scheme_through_the_standin(standin: types.ModuleType, name: str) -> None:
-    record = measure_one(CASES[name], SageBackend())
-    assert record.status == "ok", record.reason
+def check(measured: Measured) -> None:
+    """An ok record says sage quantized internally, by its own scheme, and names the call."""
+    record = measured.record
     extra = record.extra
     assert extra["quantized"] == "internal" and extra["quant_scheme"]["k"].startswith("INT8 per block of 64 tokens")
     assert extra["bound_source"].startswith("emulation of SageAttention 1.0.6")
@@ -191,13 +195,8 @@ SABOTAGES = {
     "scale-without-sqrt": (_kwargs(lambda kw: {**kw, "sm_scale": kw["sm_scale"] ** 2}), CASES["full-fp16"]),
 }
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_mapping(standin: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
-                                         name: str) -> None:
-    sabotage, c = SABOTAGES[name]
-    assert_sabotage_caught(c, SageBackend, sabotage, monkeypatch)
+STANDIN = Standin(name="sage", install=install, backends=(SageBackend,), cases=CASES, sabotages=SABOTAGES, check=check,
+                  sabotage_marks=(pytest.mark.slow,))  # each sabotage measures through sage's emulation twice: seconds
 
 
 def test_calls_match_sageattention_1_0_6(monkeypatch: pytest.MonkeyPatch) -> None:

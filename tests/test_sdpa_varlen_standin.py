@@ -22,7 +22,7 @@ import attnbench.backends.sdpa_varlen as adapter
 from attnbench.backends.conformance import check_backend
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
 from attnbench.core import workload
-from tests.helpers import assert_sabotage_caught, band_keep, make_case, measure_one
+from tests.helpers import Measured, Standin, band_keep, make_case, measure_one
 
 
 def refuse_varlen_inputs(query, key, cu_seq_q, cu_seq_k, enable_gqa, seqused_k,
@@ -85,14 +85,19 @@ def standin_varlen_attn(calls: list[dict] | None = None):  # type: ignore[no-unt
     return varlen_attn
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+def install(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The stand-in varlen_attn in place of torch's, and the adapter allowed onto the CPU; returns its calls."""
     calls: list[dict] = []
     module = importlib.import_module("torch.nn.attention.varlen")
     monkeypatch.setattr(module, "varlen_attn", standin_varlen_attn(calls))
     monkeypatch.setattr(SdpaVarlen, "capabilities",
                         dataclasses.replace(SdpaVarlen.capabilities, devices=("cpu", "cuda")))
     return calls
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    return install(monkeypatch)
 
 
 def case(**overrides):  # type: ignore[no-untyped-def]
@@ -126,15 +131,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_adapter_gives_the_reference_answer_through_the_standin(standin, name: str) -> None:
-    c = CASES[name]
-    record = measure_one(c, SdpaVarlen())
-    assert record.status == "ok", record.reason
-    assert record.grad_checked == c.needs_grad
-    assert standin[-1]["paged"] == (c.page_size is not None)
-    assert standin[-1]["enable_gqa"] == (c.kv_heads != c.heads)
-    assert isinstance(standin[-1]["window_size"], tuple)  # varlen_attn compares it with a tuple
+def check(measured: Measured) -> None:
+    """The gradients are checked where the case has them; the last call is paged and GQA exactly as the case is."""
+    c, last = measured.case, measured.recorded[-1]
+    assert measured.record.grad_checked == c.needs_grad
+    assert last["paged"] == (c.page_size is not None)
+    assert last["enable_gqa"] == (c.kv_heads != c.heads)
+    assert isinstance(last["window_size"], tuple)  # varlen_attn compares it with a tuple
 
 
 def test_window_spelling() -> None:
@@ -205,11 +208,8 @@ SABOTAGES = {
                          CASES["documents-random-window-gqa"]),
 }
 
-
-@pytest.mark.parametrize("name", list(SABOTAGES))
-def test_standin_catches_a_wrong_mapping(standin, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    sabotage, c = SABOTAGES[name]
-    assert_sabotage_caught(c, SdpaVarlen, sabotage, monkeypatch)
+STANDIN = Standin(name="sdpa-varlen", install=install, backends=(SdpaVarlen,), cases=CASES, sabotages=SABOTAGES,
+                  check=check)
 
 
 # ---- reasons and the installed signature ----------------------------------------------------------------------
