@@ -161,8 +161,9 @@ def test_ctrl_c_stops_and_writes_and_judges_the_rounds_made(tmp_path: Path) -> N
         if line.startswith("round 3 of 60"):
             process.send_signal(signal.SIGINT)
             break
-    process.stderr.read()
+    rest = process.stderr.read()
     assert process.wait(120) == 130
+    assert "stopping after the current measurement" in rest and "stopped: writing and judging" in rest
     summary = json.loads((out / "ab.json").read_text())
     pairs = [m["pairs"] for m in summary["result"]["measurements"]]
     assert len(pairs) == 2 and all(2 <= n < 60 for n in pairs)  # the rounds made before the stop, paired

@@ -38,6 +38,7 @@ def ab(
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
+    from attnbench.cli.main import StopFlag
     from attnbench.report.ab import pair_up
     from attnbench.report.ab_text import write_summary
     from attnbench.run import ab as paired
@@ -62,7 +63,9 @@ def ab(
     for side in run.sides:
         probe = side.facts["probe"]
         say(f"{side.label}: {side.python}: torch {probe['torch']}, attnbench {probe['attnbench']}")
-    records = paired.run_ab(run)
+    stop = StopFlag()
+    with stop.installed():
+        records = paired.run_ab(run, stop.is_set)
     load["end"] = round(os.getloadavg()[0], 2)
     result = pair_up(records["A"], records["B"], threshold)
     summary = {**paired.describe(run), "wall_s": round(time.time() - start, 1), "load": load,

@@ -166,37 +166,58 @@ def round_entry(number: int, samples: list[float]) -> dict[str, Any]:
     return {"round": number, "samples": len(samples), "median_ms": statistics.median(samples)}
 
 
-def run_ab(ab: Ab) -> dict[str, list[Record]]:
-    rounds = ab.settings.rounds
-    sequence = order(rounds)
+def run_ab(ab: Ab, should_stop: Callable[[], bool] = lambda: False) -> dict[str, list[Record]]:
+    """Both sides' rounds, interleaved; `should_stop` (the first Ctrl-C) ends them between two measurements' rounds,
+    a KeyboardInterrupt (the second) at once, dropping the round under way. Either way the rounds made are written."""
     try:
         for side in ab.sides:
             ab.start(side)
             answer = ab.ask(side, ("env",))
             side.facts["env"] = answer[1] if answer else None
-        tasks = ab.plan.tasks()
-        ab.say(f"round 1 of {rounds}: measuring {len(tasks)} measurement(s) on both sides, {'/'.join(sequence[0])}")
-        for case, backend in tasks:
-            ab.first_round(case, backend, sequence[0])
-        a, b = ab.sides
-        keys = [k for k, record in a.records.items()  # the measurements both sides could time
-                if record.status == "ok" and record.times_ms and b.records[k].status == "ok"]
-        rng = random.Random(a.run_id + b.run_id)
-        for number in range(2, rounds + 1):
-            ab.say(f"round {number} of {rounds}: re-timing {len(keys)} measurement(s) on both sides, "
-                   f"{'/'.join(sequence[number - 1])}, in shuffled order")
-            records = [a.records[k] for k in keys]
-            for i in shuffled_by_case(list(range(len(keys))), records, rng):
-                ab.later_round(keys[i], number, sequence[number - 1])
+        keys = first_rounds(ab, should_stop)
+        later_rounds(ab, keys, should_stop)
     except KeyboardInterrupt:  # the workers are in sessions of their own: Ctrl-C reaches this process only
         ab.stopped = True
-        ab.say("stopped: writing and judging the rounds made so far (the one under way is dropped)")
     finally:
         for side in ab.sides:
             if side.worker is not None:
                 side.worker.stop()
                 side.worker = None
+    if ab.stopped or should_stop():
+        ab.stopped = True
+        ab.say("stopped: writing and judging the rounds made so far")
     return {side.label: write_side(ab, side) for side in ab.sides}
+
+
+def first_rounds(ab: Ab, should_stop: Callable[[], bool]) -> list[tuple]:
+    """Round 1 of every measurement; the keys of those both sides could time."""
+    tasks, first = ab.plan.tasks(), order(ab.settings.rounds)[0]
+    ab.say(f"round 1 of {ab.settings.rounds}: measuring {len(tasks)} measurement(s) on both sides, {'/'.join(first)}")
+    for case, backend in tasks:
+        if should_stop():
+            break
+        ab.first_round(case, backend, first)
+    a, b = ab.sides
+    return [k for k, record in a.records.items()
+            if record.status == "ok" and record.times_ms and b.records[k].status == "ok"]
+
+
+def later_rounds(ab: Ab, keys: list[tuple], should_stop: Callable[[], bool]) -> None:
+    """Rounds 2 and on, each re-timing every key on both sides in an order shuffled by case."""
+    rounds = ab.settings.rounds
+    sequence = order(rounds)
+    a, b = ab.sides
+    rng = random.Random(a.run_id + b.run_id)
+    for number in range(2, rounds + 1):
+        if should_stop():
+            return
+        ab.say(f"round {number} of {rounds}: re-timing {len(keys)} measurement(s) on both sides, "
+               f"{'/'.join(sequence[number - 1])}, in shuffled order")
+        records = [a.records[k] for k in keys]
+        for i in shuffled_by_case(list(range(len(keys))), records, rng):
+            if should_stop():
+                return
+            ab.later_round(keys[i], number, sequence[number - 1])
 
 
 def write_side(ab: Ab, side: Side) -> list[Record]:
