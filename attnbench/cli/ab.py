@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import options as opts
-from attnbench.cli.app import app, err, out, user_errors
+from attnbench.cli.app import StopFlag, app, err, out, user_errors
 from attnbench.core.errors import AttnbenchError
 from attnbench.report.ab import DEFAULT_THRESHOLD, min_pairs
 
@@ -38,7 +38,6 @@ def ab(
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
-    from attnbench.cli.main import StopFlag
     from attnbench.report.ab import pair_up
     from attnbench.report.ab_text import write_summary
     from attnbench.run import ab as paired

@@ -1,9 +1,11 @@
 """The command line's one Typer app and what every command module shares: the consoles, the user-error wrapper
-(one line, exit 2), --version and --debug. attnbench.cli.main and attnbench.cli.decide add their commands to it."""
+(one line, exit 2), the Ctrl-C stop flag, --version and --debug. attnbench.cli.main and attnbench.cli.decide add
+their commands to it."""
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -63,3 +65,33 @@ def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors."),
 ) -> None:
     state["debug"] = debug
+
+
+class StopFlag:
+    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current measurement; twice aborts."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._set:
+            raise KeyboardInterrupt
+        self._set = True
+        err.print("\nstopping after the current measurement (press Ctrl-C again to abort now)")
+
+    def installed(self) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope() -> Any:
+            previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield self
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        return scope()

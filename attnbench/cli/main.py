@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from attnbench.cli import options as opts
-from attnbench.cli.app import app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
+from attnbench.cli.app import StopFlag, app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
 
@@ -397,36 +395,6 @@ def parse_fraction(text: str) -> float:
     if not 0 <= value <= 10:
         raise AttnbenchError(f"--threshold {text!r}: out of range; allowed: 0% to 1000%")
     return value
-
-
-class StopFlag:
-    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop after the current measurement; twice aborts."""
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self._set:
-            raise KeyboardInterrupt
-        self._set = True
-        err.print("\nstopping after the current measurement (press Ctrl-C again to abort now)")
-
-    def installed(self) -> Any:
-        import contextlib
-
-        @contextlib.contextmanager
-        def scope() -> Any:
-            previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield self
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-        return scope()
 
 
 # recommend and history live in their own module, which adds them to the app: imported last, they come after compare
