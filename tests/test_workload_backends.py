@@ -242,7 +242,8 @@ def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # 
     from attnbench.records.results import load_records
 
     out = tmp_path / "workloads"
-    proc = subprocess.run([sys.executable, "-m", "attnbench", "run", "workloads", "--out", str(out), "--device", "cpu"],
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "run", "workloads", "--out", str(out), "--device", "cpu",
+                           "--no-report"],  # the records are what it reads
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = load_records(out)
