@@ -4,7 +4,7 @@ several test modules share. Fixtures and pytest hooks stay in tests/conftest.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -62,6 +62,12 @@ def run_into(path: Any, cases: list[Case], backends: list[Backend], should_stop:
 
         run_cases(cases, backends, sink, timer, should_stop=should_stop)
     return records
+
+
+def on_cpu_too(monkeypatch: pytest.MonkeyPatch, *classes: type[Backend]) -> None:
+    """Backends given "cpu" too, to run against a stand-in module."""
+    for cls in classes:
+        monkeypatch.setattr(cls, "capabilities", replace(cls.capabilities, devices=("cpu", "cuda")))
 
 
 def assert_sabotage_caught(c: Case, make_backend: Callable[[], Backend], sabotage: Callable[[Any], None],

@@ -9,7 +9,6 @@ through a spy, equal to its declaration, so that changing a call without its dec
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import sys
@@ -19,7 +18,6 @@ import pytest
 
 import attnbench.backends.flash as flash
 import attnbench.backends.flex as flex
-from attnbench.backends.base import Backend
 from attnbench.backends.conformance import (
     LibraryCall,
     check_backend,
@@ -43,7 +41,7 @@ from attnbench.backends.xformers_ops import (
 )
 from attnbench.core.case import Case
 from attnbench.verify.inputs import CaseData
-from tests.helpers import make_case, measure_one
+from tests.helpers import make_case, measure_one, on_cpu_too
 
 
 def recorded(name: str) -> types.ModuleType:
@@ -56,12 +54,6 @@ def fake_module(name: str, **functions: object) -> types.ModuleType:
     for attr, fn in functions.items():
         setattr(module, attr, fn)
     return module
-
-
-def on_cpu_too(monkeypatch: pytest.MonkeyPatch, *classes: type[Backend]) -> None:
-    """Backends given "cpu" too, to run against a stand-in module."""
-    for cls in classes:
-        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
 
 
 def problems_of(call: LibraryCall, fn: object) -> list[tuple[str, str]]:

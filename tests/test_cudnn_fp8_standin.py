@@ -4,7 +4,6 @@ FP8 Q, K, V and six (1, 1, 1, 1) factors, P·scale_s rounded to the input's FP8 
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections import OrderedDict
 from typing import Any
@@ -19,7 +18,7 @@ from attnbench.backends.cudnn_fp8 import FP8_KEYWORDS, CudnnFp8Backend
 from attnbench.backends.cudnn_layout import route
 from attnbench.core.case import Case
 from tests.fp8_inputs import distinct_scales
-from tests.helpers import Measured, Sabotage, Standin, make_case, measure_one
+from tests.helpers import Measured, Sabotage, Standin, make_case, measure_one, on_cpu_too
 from tests.test_cudnn_standin import StandinState, make_cudnn
 
 
@@ -28,8 +27,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> StandinState:
     what the stand-in saw. Both graph caches are empty ones of this test's (monkeypatch puts the real ones back)."""
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnFp8Backend, "capabilities",
-                        dataclasses.replace(CudnnFp8Backend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, CudnnFp8Backend)
     distinct_scales(monkeypatch)
     monkeypatch.setattr(cudnn_graph, "_CACHE", OrderedDict())
     monkeypatch.setattr(cudnn_fp8, "_CACHE", OrderedDict())

@@ -60,6 +60,7 @@ from tests.helpers import (
     Standin,
     make_case,
     measure_one,
+    on_cpu_too,
 )
 
 FIXTURE = "tests.signatures.cudnn_frontend_1_32_0"
@@ -436,8 +437,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> StandinState:
     module is found here, and none built here outlives the test."""
     state = StandinState()
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "capabilities",
-                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, CudnnBackend)
     monkeypatch.setattr(cudnn_graph, "_CACHE", OrderedDict())
     return state
 
@@ -544,8 +544,7 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
     phases = Phases()
     state = StandinState(phases)
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "capabilities",
-                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, CudnnBackend)
     monkeypatch.setattr(CudnnBackend, "prepare", phases.during_prepare(CudnnBackend.prepare))
     cudnn_graph.clear_cache()
     settings = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
@@ -569,8 +568,7 @@ def test_graphs_are_built_in_prepare_and_only_execute_is_timed(monkeypatch: pyte
 def test_a_graph_only_the_frontends_engines_take_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     state = StandinState(backend_declines=True)
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(state))
-    monkeypatch.setattr(CudnnBackend, "capabilities",
-                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, CudnnBackend)
     cudnn_graph.clear_cache()
     record = measure_one(case(), CudnnBackend())
     assert record.status == "skipped"
@@ -789,8 +787,7 @@ def test_availability_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
                                                    "attnbench maps")
     monkeypatch.setitem(sys.modules, "cudnn", make_cudnn(StandinState()))
     assert CudnnBackend().availability("cpu") == "needs CUDA (cuDNN's SDPA has no CPU engine)"
-    monkeypatch.setattr(CudnnBackend, "capabilities",
-                        dataclasses.replace(CudnnBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, CudnnBackend)
 
     def no_library() -> int:
         raise RuntimeError("Unable to find symbol cudnnGetVersion")

@@ -3,7 +3,6 @@ not applicable, refused), a refusal skipped before anything runs, and the option
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.determinism import HONOURED, NOT_APPLICABLE, REFUSED
 from attnbench.verify.inputs import CaseData
-from tests.helpers import ONE_SAMPLE, make_case
+from tests.helpers import ONE_SAMPLE, make_case, on_cpu_too
 
 ASKED = Settings(RunInfo("r", "t"), ONE_SAMPLE, deterministic=True)
 
@@ -201,8 +200,7 @@ def test_flash_attention_gets_deterministic_true_in_the_mode(monkeypatch: pytest
         return inner(*args, deterministic=deterministic, **kwargs)
 
     monkeypatch.setitem(sys.modules, "flash_attn", fake_module("flash_attn", flash_attn_func=flash_attn_func))
-    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
-        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4)
     case = make_case(dtype="bfloat16", mode="fwd_bwd", causal=True)
     record = measured(case, flash.FlashAttn2())
     assert record.status == "ok", record.reason

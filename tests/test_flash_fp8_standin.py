@@ -10,7 +10,6 @@ e4m3 (softmax.h Max_offset 8) times V, times v_descale over the row sum of the u
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 from typing import Any
@@ -23,7 +22,7 @@ from attnbench.backends.base import refusal
 from attnbench.backends.flash import FlashAttn3, FlashAttn4
 from attnbench.core.case import Case
 from tests.fp8_inputs import distinct_scales
-from tests.helpers import Measured, Standin, make_case, measure_one
+from tests.helpers import Measured, Standin, make_case, measure_one, on_cpu_too
 
 E4M3 = torch.float8_e4m3fn
 
@@ -108,8 +107,7 @@ def make_fa3() -> types.ModuleType:
 def install(monkeypatch: pytest.MonkeyPatch) -> None:
     """FA3's stand-in in place, the adapters allowed onto the CPU, and a distinct scale for each tensor."""
     monkeypatch.setitem(sys.modules, "flash_attn_interface", make_fa3())
-    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
-        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4)
     distinct_scales(monkeypatch)
 
 

@@ -17,7 +17,6 @@ and no local window (interface.py, the head sizes without a message); FA2 has no
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 import types
@@ -41,6 +40,7 @@ from tests.helpers import (
     band_keep,
     make_case,
     measure_one,
+    on_cpu_too,
 )
 
 
@@ -196,8 +196,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     monkeypatch.setitem(sys.modules, "flash_attn", fa2)
     monkeypatch.setitem(sys.modules, "flash_attn_interface", fa3)
     monkeypatch.setitem(sys.modules, "flash_attn.cute", fa4)
-    for cls in (flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4):
-        monkeypatch.setattr(cls, "capabilities", dataclasses.replace(cls.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, flash.FlashAttn2, flash.FlashAttn3, flash.FlashAttn4)
     return calls
 
 

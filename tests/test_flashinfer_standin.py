@@ -22,7 +22,6 @@ nothing left outputs zeros, and the output is P·ckv (tokens, H, ckv).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 
@@ -46,6 +45,7 @@ from tests.helpers import (
     Standin,
     make_case,
     measure_one,
+    on_cpu_too,
 )
 
 
@@ -331,8 +331,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Install the stand-in `flashinfer` and let the adapter run on CPU; returns the log of its calls."""
     log: list[tuple[str, str]] = []
     monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log))
-    monkeypatch.setattr(FlashInferBackend, "capabilities",
-                        dataclasses.replace(FlashInferBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, FlashInferBackend)
     monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
     return log
 
@@ -426,8 +425,7 @@ def test_kernel_field_names_the_entry_point_and_its_mask(standin) -> None:
 def test_plan_runs_in_prepare_and_only_run_is_timed(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     phases, log = Phases(), []
     monkeypatch.setitem(sys.modules, "flashinfer", make_flashinfer(log, phases))
-    monkeypatch.setattr(FlashInferBackend, "capabilities",
-                        dataclasses.replace(FlashInferBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, FlashInferBackend)
     monkeypatch.setattr(fi_adapter, "WORKSPACE_BYTES", 1024)
     monkeypatch.setattr(FlashInferBackend, "prepare", phases.during_prepare(FlashInferBackend.prepare))
     c = {"decode": CASES["decode"][0], "paged-prefill": CASES["paged-prefill"][0], "ragged": CASES["documents"][0]}[how]

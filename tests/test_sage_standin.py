@@ -23,7 +23,7 @@ from attnbench.backends.sage import SageBackend
 from attnbench.core.case import Case
 from attnbench.verify.inputs import make_inputs
 from attnbench.verify.quant_data import case_data
-from tests.helpers import Measured, Standin, make_case, measure_one
+from tests.helpers import Measured, Standin, make_case, measure_one, on_cpu_too
 
 BLKQ, BLKK = 128, 64
 
@@ -99,8 +99,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = types.ModuleType("sageattention")
     module.sageattn = sageattn
     monkeypatch.setitem(sys.modules, "sageattention", module)
-    monkeypatch.setattr(SageBackend, "capabilities",
-                        dataclasses.replace(SageBackend.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, SageBackend)
     return module
 
 

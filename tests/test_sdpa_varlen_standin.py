@@ -10,7 +10,6 @@ query r of a sequence with sq queries and sk keys keeps keys in [r + sk - sq - l
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 
@@ -22,7 +21,7 @@ import attnbench.backends.sdpa_varlen as adapter
 from attnbench.backends.conformance import check_backend
 from attnbench.backends.sdpa_varlen import SdpaVarlen, varlen_window
 from attnbench.core import workload
-from tests.helpers import Measured, Standin, band_keep, make_case, measure_one
+from tests.helpers import Measured, Standin, band_keep, make_case, measure_one, on_cpu_too
 
 
 def refuse_varlen_inputs(query, key, cu_seq_q, cu_seq_k, enable_gqa, seqused_k,
@@ -90,8 +89,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     calls: list[dict] = []
     module = importlib.import_module("torch.nn.attention.varlen")
     monkeypatch.setattr(module, "varlen_attn", standin_varlen_attn(calls))
-    monkeypatch.setattr(SdpaVarlen, "capabilities",
-                        dataclasses.replace(SdpaVarlen.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, SdpaVarlen)
     return calls
 
 
@@ -248,8 +246,7 @@ def test_gqa_without_enable_gqa_in_the_signature_passes_fewer_heads_natively(mon
                      enable_gqa=True, seqused_k=seqused_k)
 
     monkeypatch.setattr(importlib.import_module("torch.nn.attention.varlen"), "varlen_attn", varlen_attn)
-    monkeypatch.setattr(SdpaVarlen, "capabilities",
-                        dataclasses.replace(SdpaVarlen.capabilities, devices=("cpu", "cuda")))
+    on_cpu_too(monkeypatch, SdpaVarlen)
     record = measure_one(CASES["documents-random-window-gqa"], SdpaVarlen())
     assert record.status == "ok", record.reason
 
