@@ -105,8 +105,7 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
-def _shape_mask_kinds() -> frozenset[str]:
-    return frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
+SHAPE_MASK_KINDS = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)  # a backend maps these by default
 
 
 def _frozen_map(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,7 +119,7 @@ class Capabilities:
 
     devices: tuple[str, ...] = ("cpu", "cuda")  # elsewhere "not applicable", not "missing"
     workload_axes: frozenset[str] = frozenset()
-    mask_kinds: frozenset[str] = field(default_factory=_shape_mask_kinds)
+    mask_kinds: frozenset[str] = SHAPE_MASK_KINDS
     # Why not, in the library's terms, by axis or mask kind.
     axis_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.

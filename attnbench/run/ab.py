@@ -183,8 +183,8 @@ def run_ab(ab: Ab, should_stop: Callable[[], bool] = lambda: False) -> dict[str,
             if side.worker is not None:
                 side.worker.stop()
                 side.worker = None
-    if ab.stopped or should_stop():
-        ab.stopped = True
+    ab.stopped = ab.stopped or should_stop()
+    if ab.stopped:
         ab.say("stopped: writing and judging the rounds made so far")
     return {side.label: write_side(ab, side) for side in ab.sides}
 
