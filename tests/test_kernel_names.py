@@ -133,3 +133,11 @@ def test_each_pattern_is_declared_once() -> None:
         repeated = [p for p in patterns if f'r"{p}"' in text]
         assert repeated == [], module.name
         assert not re.search(r"r\"(flash_fwd|flash_bwd|triton_tem|fmha_cutlass|cudnn_generated)", text), module.name
+
+
+def test_a_modes_own_patterns_serve_that_mode_and_the_devices_serve_the_others() -> None:
+    """A plugin whose backward runs other kernels declares them under "cuda:bwd"; its forward keeps "cuda"'s."""
+    caps = Capabilities(kernel_names={"cuda": ("flash_fwd",), "cuda:bwd": ("flash_bwd",)})
+    assert caps.attention_kernels("cuda", "bwd") == ("flash_bwd",)
+    assert caps.attention_kernels("cuda", "fwd") == caps.attention_kernels("cuda", "fwd_bwd") == ("flash_fwd",)
+    assert caps.attention_kernels("cpu", "bwd") == ()
