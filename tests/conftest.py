@@ -16,6 +16,10 @@ STATE_HOMES = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "FLASHINFER_WORKSPACE_BASE")
 _saved_homes: dict[str, str | None] = {}
 STATE_ROOT = pytest.StashKey[str]()
 SHARED_INDUCTOR = "ATTNBENCH_TEST_INDUCTOR_CACHE"  # set by the controlling process, inherited by its xdist workers
+# Inductor's vector ISAs come from the CPU's flags, without its check that the C++ compiler builds and loads each
+# (three g++ builds, about 14 s, in every process that compiles with an empty Inductor cache, and a dlopen subprocess
+# per ISA in every other): the same ISAs with Debian's g++, and the flex tests' cold caches stop paying for it.
+VEC_ISA_OK = "TORCHINDUCTOR_VEC_ISA_OK"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     test is collected: the tests never read or write the user's real cache, so a calibration measured while the
     tests load the machine never becomes the figure a later `attnbench run` divides by, and no worker sees another's.
     A run made in a test measures no CPU roof (about a second per dtype, in every run): the tests of the roofs ask
-    for one (attnbench.run.calibration.ROOF_BUDGET_VAR)."""
+    for one (attnbench.run.calibration.ROOF_BUDGET_VAR). Inductor skips its vector ISA check (VEC_ISA_OK)."""
     import os
     import tempfile
 
@@ -31,6 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _saved_homes[ROOF_BUDGET_VAR] = os.environ.get(ROOF_BUDGET_VAR)
     os.environ[ROOF_BUDGET_VAR] = "0"
+    _saved_homes[VEC_ISA_OK] = os.environ.get(VEC_ISA_OK)
+    os.environ[VEC_ISA_OK] = "1"
 
     root = tempfile.mkdtemp(prefix="attnbench-test-state-")
     config.stash[STATE_ROOT] = root
