@@ -95,54 +95,47 @@ def test_submit_fans_out_merges_and_finishes_a_cancelled_shard(cluster: slurm_cl
     suite = tmp_path / "fanout.yaml"
     suite.write_text(SUITE)
 
-    # 1. Three shards and the merge, left alone; sbatch takes every kind of option submit writes.
-    first = tmp_path / "first"
-    array, merge, _ = submitted(attnbench(cluster, "submit", suite, "--shards", 3, "--out", first,
-                                          "--partition", "debug", "--time", "10:00", "--account", "ci",
-                                          "--sbatch-arg=--comment=attnbench-test").stdout)
-    assert "#SBATCH --comment=attnbench-test" in (first / "slurm" / "shards.sbatch").read_text()
-    expected = one_machine_keys(suite, tmp_path / "one-machine")  # measured while the cluster works
+    # 1. Three shards and the merge, sbatch taking every kind of option submit writes; the busiest shard is cancelled
+    #    after its first measurement, so the merge finds it incomplete and prints the command that finishes it.
+    out = tmp_path / "run"
+    output = attnbench(cluster, "submit", suite, "--shards", 3, "--out", out, "--partition", "debug",
+                       "--time", "10:00", "--account", "ci", "--sbatch-arg=--comment=attnbench-test").stdout
+    array, merge, printed = submitted(output)
+    assert "#SBATCH --comment=attnbench-test" in (out / "slurm" / "shards.sbatch").read_text()
+    planned = json.loads((out / "slurm" / "submission.json").read_text())["planned"]
+    busiest = planned.index(max(planned))
+    results = out / f"shard{busiest}" / "results.jsonl"
+    while not (results.is_file() and results.read_text().count("\n") >= 1):
+        assert time.monotonic() < deadline, f"shard {busiest} never recorded a measurement"
+        time.sleep(0.05)
+    cluster.run("scancel", f"{array}_{busiest}")
+    expected = one_machine_keys(suite, tmp_path / "one-machine")  # measured while the other shards work
     assert len(expected) == 18 and set(expected.values()) == {1}
     cluster.wait_gone(merge, deadline)
-    assert merged_keys(first) == expected, (first / "logs" / "merge.out").read_text()
-    assert (first / "report.html").is_file()
+    done = len(load_records(out / f"shard{busiest}"))
+    assert 1 <= done < planned[busiest], f"the cancel came too late to leave shard {busiest} unfinished"
+    assert not (out / "results.jsonl").exists(), "an incomplete run is not merged"
+    log = (out / "logs" / "merge.out").read_text()
+    assert f"shard(s) {busiest} ({done} of {planned[busiest]}) lack measurements" in log, log
+    assert f"Rerun just those shards with: {printed}" in log, log
     for shard in range(3):
-        env = json.loads((first / f"shard{shard}" / "env.json").read_text())
+        env = json.loads((out / f"shard{shard}" / "env.json").read_text())
         assert env["shard"] == f"{shard}/3"
         assert env["slurm"] == {"job_id": env["slurm"]["job_id"], "array_job_id": array,
                                 "array_task_id": str(shard), "node": cluster.node}
         assert env["slurm"]["job_id"].isdigit()
 
-    # 2. The same, with the busiest shard cancelled after its first measurement.
-    second = tmp_path / "second"
-    output = attnbench(cluster, "submit", suite, "--shards", 3, "--out", second).stdout
-    array, merge, printed = submitted(output)
-    planned = json.loads((second / "slurm" / "submission.json").read_text())["planned"]
-    busiest = planned.index(max(planned))
-    results = second / f"shard{busiest}" / "results.jsonl"
-    while not (results.is_file() and results.read_text().count("\n") >= 1):
-        assert time.monotonic() < deadline, f"shard {busiest} never recorded a measurement"
-        time.sleep(0.05)
-    cluster.run("scancel", f"{array}_{busiest}")
-    cluster.wait_gone(merge, deadline)
-    done = len(load_records(second / f"shard{busiest}"))
-    assert 1 <= done < planned[busiest], f"the cancel came too late to leave shard {busiest} unfinished"
-    assert not (second / "results.jsonl").exists(), "an incomplete run is not merged"
-    log = (second / "logs" / "merge.out").read_text()
-    assert f"shard(s) {busiest} ({done} of {planned[busiest]}) lack measurements" in log, log
-    assert f"Rerun just those shards with: {printed}" in log, log
-
-    # 3. The printed command resubmits just that shard, which resumes; the merge is exact again.
+    # 2. The printed command resubmits just that shard, which resumes; the merge is exact again.
     words = shlex.split(printed)
     assert words[0] == "attnbench"
     output = attnbench(cluster, *words[1:]).stdout
     array, merge, _ = submitted(output)
     assert f"submitted job {array}: array {busiest} of 3 shards" in output, output
     cluster.wait_gone(merge, deadline)
-    assert merged_keys(second) == expected, (second / "logs" / "merge.out").read_text()
-    assert (second / "report.html").is_file()
-    env = json.loads((second / f"shard{busiest}" / "env.json").read_text())
+    assert merged_keys(out) == expected, (out / "logs" / "merge.out").read_text()
+    assert (out / "report.html").is_file()
+    env = json.loads((out / f"shard{busiest}" / "env.json").read_text())
     assert env["resumed"][-1]["env"]["slurm"]["array_job_id"] == array
     assert env["resumed"][-1]["already_done"] == done
-    status = attnbench(cluster, "status", second).stdout
+    status = attnbench(cluster, "status", out).stdout
     assert "18 of 18 measurements done" in status and "merged: 18 records" in status, status
