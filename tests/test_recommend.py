@@ -18,6 +18,7 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
 from attnbench.report.dispatch import DispatchTable, Shape, length_band
+from attnbench.report.pooling import TIME
 from attnbench.report.recommend import Decision, recommend_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,8 +84,7 @@ def test_the_committed_h200_runs_name_a_winner_or_a_tie_with_the_gates_applied(h
     dense = row_for(h200, seq_len=16384, kv_heads=16)
     assert (dense.decision, dense.backend, dense.leader, dense.contested) == ("winner", "sdpa", "sdpa", [])
     assert dense.margin == pytest.approx(1.3855, rel=1e-3)
-    assert ("sdpa-cudnn", "ran the kernel sdpa ran (torch 2.11.0 sdpa CUDNN_ATTENTION): one candidate, sdpa") \
-        in dense.excluded
+    assert ("sdpa-cudnn", "same kernel as sdpa, one candidate: torch 2.11.0 sdpa CUDNN_ATTENTION") in dense.excluded
     # At 16K fwd+bwd the same kernel under two names was a tie before; it is the default, alone, now.
     one = row_for(h200, seq_len=16384, kv_heads=16, mode="fwd_bwd")
     assert (one.decision, one.backend, one.tie) == ("winner", "sdpa", ["sdpa"])
@@ -180,6 +180,9 @@ def test_one_kernel_under_two_names_is_one_candidate(tmp_path: Path) -> None:
                                                 "(is_causal)"),
              record("sdpa-math", 2.0, kernel="torch 2.13.0+cpu sdpa MATH (is_causal)"))
     assert (d.decision, d.backend, sorted(d.numbers)) == ("winner", "sdpa", ["sdpa", "sdpa-math"])
+    # the table's note says which candidate the twin was folded into (an 80-character cut once left it out)
+    assert "sdpa-flash: same kernel as sdpa, one candidate: torch 2.13.0+cpu sdpa FLASH_ATTENTION" in \
+        dispatch_table.note_text(d, TIME)
 
 
 def test_a_lone_clean_backend_decides_nothing(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 SCHEMA_FILE = "dispatch.schema.json"
 FEATURE_WORDS = axes.features()
 SHOWN_EXCLUSIONS = 3  # per row in the tables; the JSON lists every one
+NOTE_CHARS = 80  # an exclusion's reason in a table row; longer ones end in "…" (the JSON keeps it whole)
 
 
 def schema() -> dict[str, Any]:
@@ -197,7 +198,7 @@ def note_text(decision: Decision, metric: Metric) -> str:
     notable = [(b, why) for b, why in decision.excluded
                if not why.startswith("skipped") and b not in {c for c, _, _ in decision.contested}]
     for backend, why in notable[:SHOWN_EXCLUSIONS]:
-        notes.append(f"{backend}: {why[:80]}")
+        notes.append(f"{backend}: {why if len(why) <= NOTE_CHARS else why[:NOTE_CHARS - 1] + '…'}")
     if len(notable) > SHOWN_EXCLUSIONS:
         notes.append(f"{len(notable) - SHOWN_EXCLUSIONS} more excluded (see the JSON)")
     return "; ".join(notes)

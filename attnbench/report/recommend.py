@@ -270,7 +270,7 @@ def _merge_same_kernels(decision: Decision) -> None:
         for other in names[i + 1:]:
             if other in decision.numbers and [ran_kernel(n.kernel) for n in decision.numbers[other]] == mine:
                 del decision.numbers[other]
-                decision.excluded.append((other, f"ran the kernel {keep} ran ({mine[0]}): one candidate, {keep}"))
+                decision.excluded.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
 
 
 def _default_why(decision: Decision) -> str:
