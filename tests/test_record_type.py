@@ -129,3 +129,16 @@ def test_a_line_without_the_noise_flag_gets_it_from_its_spread() -> None:
     del line["noisy"]
     assert Record.from_dict({**line, "time_ms": 1.0, "time_ms_iqr": 0.5}).noisy is True
     assert Record.from_dict({**line, "time_ms": 1.0, "time_ms_iqr": 0.01}).noisy is False
+
+
+def test_a_long_reason_is_cut_to_its_limit_and_says_so() -> None:
+    """A library's refusal can run to pages; the record keeps MAX_REASON characters, the last one "…"."""
+    from attnbench.run.recording import MAX_REASON, RunInfo, make_record
+    from tests.helpers import make_case
+
+    def reason_of(reason: str) -> str | None:
+        return make_record(RunInfo("r", "t"), make_case(), "naive", "skipped", reason, {}).reason
+
+    long = "x" * (MAX_REASON + 50)
+    assert reason_of(long) == "x" * (MAX_REASON - 1) + "…"
+    assert reason_of("x" * MAX_REASON) == "x" * MAX_REASON

@@ -1,4 +1,4 @@
-"""Numbers written for people: times, bytes, lengths, ratios."""
+"""Numbers and texts written for people: times, bytes, lengths, ratios, cut texts."""
 
 from __future__ import annotations
 
@@ -64,3 +64,8 @@ def md_cell(text: Any) -> str:
     """HTML-escaped (GitHub renders HTML), pipes escaped, one line."""
     value = html.escape(str(text), quote=False).replace("|", "\\|")
     return " ".join(value.split())
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text`, or its first `limit - 1` characters and "…" when it is longer than `limit`."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -11,7 +11,7 @@ from attnbench import __version__
 from attnbench.core import axes
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
-from attnbench.core.units import fmt_length, fmt_ratio, md_cell
+from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.pooling import Metric, Run, versions_of
@@ -198,7 +198,7 @@ def note_text(decision: Decision, metric: Metric) -> str:
     notable = [(b, why) for b, why in decision.excluded
                if not why.startswith("skipped") and b not in {c for c, _, _ in decision.contested}]
     for backend, why in notable[:SHOWN_EXCLUSIONS]:
-        notes.append(f"{backend}: {why if len(why) <= NOTE_CHARS else why[:NOTE_CHARS - 1] + '…'}")
+        notes.append(f"{backend}: {clipped(why, NOTE_CHARS)}")
     if len(notable) > SHOWN_EXCLUSIONS:
         notes.append(f"{len(notable) - SHOWN_EXCLUSIONS} more excluded (see the JSON)")
     return "; ".join(notes)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.core import counting
 from attnbench.core.interval import Interval, median_interval, run_interval, summarize, two_modes
 from attnbench.core.peaks import MeasuredRoofs, peak_for, roofs_peak
+from attnbench.core.units import clipped
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
 from attnbench.timing.timers import TimingSettings
@@ -45,8 +46,8 @@ def case_of(record: Record) -> Case:
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
                 timer: str | None = None) -> Record:
     """`timer` is named only where samples were taken."""
-    if reason is not None and len(reason) > MAX_REASON:
-        reason = reason[: MAX_REASON - 1] + "…"
+    if reason is not None:
+        reason = clipped(reason, MAX_REASON)
     return Record(
         run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
         case_id=case.case_id, status=status, reason=reason,
