@@ -4,11 +4,12 @@ their commands to it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -82,16 +83,12 @@ class StopFlag:
         self._set = True
         err.print("\nstopping after the current measurement (press Ctrl-C again to abort now)")
 
-    def installed(self) -> Any:
-        import contextlib
-
-        @contextlib.contextmanager
-        def scope() -> Any:
-            previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield self
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-        return scope()
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        """Its handlers in place for a `with` block; the previous ones back after it."""
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
