@@ -17,8 +17,8 @@ _saved_homes: dict[str, str | None] = {}
 STATE_ROOT = pytest.StashKey[str]()
 SHARED_INDUCTOR = "ATTNBENCH_TEST_INDUCTOR_CACHE"  # set by the controlling process, inherited by its xdist workers
 # Inductor's vector ISAs come from the CPU's flags, without its check that the C++ compiler builds and loads each
-# (three g++ builds, about 14 s, in every process that compiles with an empty Inductor cache, and a dlopen subprocess
-# per ISA in every other): the same ISAs with Debian's g++, and the flex tests' cold caches stop paying for it.
+# (12 s of g++ builds in a process with an empty Inductor cache, 2 s with the flag, whose AVX-512 bf16 and VNNI
+# checks still build; a dlopen subprocess per ISA in every other): the same ISAs with Debian's g++.
 VEC_ISA_OK = "TORCHINDUCTOR_VEC_ISA_OK"
 
 
