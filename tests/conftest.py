@@ -113,13 +113,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The `slow` tests first (otherwise in collection order), so that on make test's workers the longest start
     early and short ones even out the end, instead of one worker's long test ending the pass while the other idles.
-    Then, without CUDA, the `gpu` tests skip."""
+    Every `serial` test's file must say `pytest.mark.serial` (serial_files_found_by_name). Then, without CUDA, the
+    `gpu` tests skip."""
     import torch
 
     items.sort(key=lambda item: "slow" not in item.keywords)  # stable: the rest keep their order
+    serial_files_found_by_name(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu-check.sh on one)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def serial_files_found_by_name(items: list[pytest.Item]) -> None:
+    """make test's serial pass collects only the files whose text says `pytest.mark.serial` (a grep, so it skips
+    collecting the rest): a serial test marked any other way would run in neither pass, so it stops the session."""
+    for path in sorted({item.path for item in items if item.get_closest_marker("serial")}):
+        if "pytest.mark.serial" not in path.read_text(encoding="utf-8"):
+            raise pytest.UsageError(f"{path.name} marks a test serial without the words pytest.mark.serial, so make "
+                                    "test's serial pass would not collect it: write @pytest.mark.serial")
