@@ -88,15 +88,6 @@ def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dty
             assert record.status == "skipped" and skip in record.reason, (name, record.status, record.reason)
 
 
-@pytest.mark.slow
-def test_flex_block_sparsity_follows_the_documents() -> None:
-    registry = default_registry()
-    one = measure_one(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1), registry.get("flex"))
-    packed = measure_one(make_case(seq_len=1024, causal=True, heads=1, kv_heads=1, documents=8), registry.get("flex"))
-    assert one.status == packed.status == "ok"
-    assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"] + 30
-
-
 # (flash-attn 2/3/4, xformers, flashinfer and sdpa-varlen map some axes: their own stand-in tests hold what each
 # maps and the reason for each it does not.)
 @pytest.mark.parametrize("name", ["sdpa-flash-fa3",
@@ -267,8 +258,9 @@ def test_a_python_bug_in_flex_is_an_error_not_a_skip() -> None:
 
 @pytest.mark.slow
 def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
-    """Block sparsity pays: 16 equal documents in a 4K-token row leave flex 1/16 of the causal blocks, so the
-    packed case must be measured faster than the one-sequence case (README: 9.3x at 16K on this CPU)."""
+    """Block sparsity follows the documents and pays: 16 equal documents in a 4K-token row leave flex 1/16 of the
+    causal blocks (the record's sparsity says so), so the packed case must be measured faster than the one-sequence
+    case (README: 9.3x at 16K on this CPU)."""
     from attnbench.backends.flex import FlexBackend
     from attnbench.timing.timers import TimingSettings
 
@@ -278,7 +270,7 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
                            Settings(RunInfo("p", "t"), settings))
                    for docs in ({}, {"documents": 16}))
     assert one.status == packed.status == "ok", (one.reason, packed.reason)
-    assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"]
+    assert packed.extra["sparsity_percent"] > one.extra["sparsity_percent"] + 30  # 95% against 48% here
     assert packed.time_ms < 0.5 * one.time_ms, (packed.time_ms, one.time_ms)
 
 
