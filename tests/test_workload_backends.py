@@ -12,6 +12,7 @@ from attnbench.core import case as case_mod
 from attnbench.core import workload
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
+from attnbench.sweep.suite import load_suite
 from attnbench.timing.timers import ClockTimer
 from attnbench.verify.inputs import CaseData, naive_attention
 from tests.helpers import make_case, measure_one
@@ -42,6 +43,21 @@ AXES = {
 }
 # The axes flex is also checked on in bfloat16 (the others in float32 only: every flex case is a compile).
 BF16_FLEX = ("ragged", "everything")
+
+
+def structure(case: case_mod.Case) -> tuple:
+    """What a case asks of flex's masks and graph, sizes aside: its axes, mask kinds, dtype and mode, and each edge
+    the cases above plant (a decode step, keys beyond the queries, an empty document or cache, documents with key
+    lengths of their own)."""
+    return (case.workload_axes, case.mask_kinds, case.dtype, case.mode, case.seq_len == 1,
+            case.kv_seq_len > case.seq_len, 0 in (case.doc_lens or ()), case.doc_kv_lens is not None,
+            0 in (case.kv_lens or ()))
+
+
+# flex compiles every case (seconds each). Where a case of the workloads suite has an axis's structure, the suite's
+# run (test_the_workloads_suite_runs_with_nothing_mismatched, at sizes of several 128-token blocks) checks flex on
+# it, and the per-axis test does not compile it again.
+IN_WORKLOADS_SUITE = frozenset(structure(case) for case in load_suite("workloads").cases("cpu"))
 # What each backend may skip, and the words of its reason (anything else must be ok).
 SKIPS = {
     "sdpa": {"softcap": "SDPA has no soft-capping", "page_size": "SDPA reads contiguous K/V"},
@@ -77,7 +93,8 @@ def test_cpu_backends_match_the_reference_on_each_axis(axis: str, mode: str, dty
     data = CaseData(case)
     registry = default_registry()
     for name in CPU:
-        if name == "flex" and (mode == "bwd" or (dtype == "bfloat16" and axis not in BF16_FLEX)):
+        if name == "flex" and (mode == "bwd" or (dtype == "bfloat16" and axis not in BF16_FLEX)
+                               or structure(case) in IN_WORKLOADS_SUITE):
             continue  # FlexAttention has no CPU backward (a skip tested elsewhere); each compile costs seconds
         record = measure_one(case, registry.get(name), data)
         skip = expected_skip(name, case)
@@ -226,7 +243,8 @@ def test_the_check_catches_softcap_after_the_softmax() -> None:
 
 @pytest.mark.slow
 def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`attnbench run workloads` on this CPU: every record ok or skipped with a reason, each backend ok somewhere."""
+    """`attnbench run workloads` on this CPU: every record ok or skipped with a reason, each backend ok somewhere,
+    flex ok on every case (the per-axis test leaves the axes of these cases to this run: IN_WORKLOADS_SUITE)."""
     import subprocess
     import sys
 
@@ -241,6 +259,8 @@ def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # 
     assert {r["status"] for r in records} <= {"ok", "skipped"}
     assert all(r["reason"] for r in records if r["status"] == "skipped")
     assert {r["backend"] for r in records if r["status"] == "ok"} == set(CPU)
+    flex = [r for r in records if r["backend"] == "flex"]
+    assert len(flex) == len(load_suite("workloads").cases("cpu")) and all(r["status"] == "ok" for r in flex)
     axes = {axis for r in records if r["status"] == "ok" for axis in
             ("doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp") if axis in r}
     assert axes == {"doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp"}
