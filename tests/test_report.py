@@ -65,6 +65,12 @@ def a_record(**overrides: Any) -> dict[str, Any]:
     return record
 
 
+def renders(test: Any) -> Any:
+    """A test of the `rendered` runs: slow (the fixture renders three reports), and all of them on one xdist worker
+    so that each run is rendered once (spread over both workers, the fixture rendered 7 times in a full pass)."""
+    return pytest.mark.slow(pytest.mark.xdist_group("rendered-runs")(test))
+
+
 @pytest.fixture(scope="module", params=RUNS, ids=[r[0] for r in RUNS])
 def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each committed run rendered once into a fresh directory."""
@@ -88,7 +94,7 @@ def cell_texts(page: str) -> set[str]:
     return {cell if isinstance(cell, str) else cell[0] for row in table_rows(page) for cell in row[3] if cell}
 
 
-@pytest.mark.slow
+@renders
 def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     out = rendered["out"]
     on_disk = sorted(p for p in out.rglob("*") if p.is_file())
@@ -96,7 +102,7 @@ def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
     assert out / "report.html" in on_disk and out / "summary.md" in on_disk
 
 
-@pytest.mark.slow
+@renders
 def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     for backend in {r["backend"] for r in rendered["records"]}:
@@ -111,7 +117,7 @@ def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: di
             assert record["reason"] in texts, record["reason"]
 
 
-@pytest.mark.slow
+@renders
 def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(rendered: dict[str, Any]) -> None:
     """A 400-character skip reason would make its row ten lines tall: the cell is clamped to three lines and
     carries the whole reason as its title (the tooltip), so a skipped row is as short as an ok one."""
@@ -123,7 +129,7 @@ def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(
     assert 'td.className = "reason"; td.title = text(cell);' in page and "-webkit-line-clamp: 3" in page
 
 
-@pytest.mark.slow
+@renders
 def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
@@ -132,7 +138,7 @@ def test_html_is_self_contained(rendered: dict[str, Any]) -> None:
     assert len(images) == len(list((rendered["out"] / "charts").glob("*.png")))
 
 
-@pytest.mark.slow
+@renders
 def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
     env = json.loads((DATA / rendered["name"] / "env.json").read_text())
     page = rendered["html"]
@@ -145,6 +151,7 @@ def test_html_header_names_the_environment(rendered: dict[str, Any]) -> None:
         assert "<dt>CPU</dt>" in page
 
 
+@renders
 def test_one_png_per_case_group_plus_summary_figures(rendered: dict[str, Any]) -> None:
     names = sorted(p.name for p in (rendered["out"] / "charts").glob("*.png"))
     groups = [n for n in names if n.startswith("group-")]
@@ -155,6 +162,7 @@ def test_one_png_per_case_group_plus_summary_figures(rendered: dict[str, Any]) -
         assert "No MQA/GQA chart" in rendered["html"]
 
 
+@renders
 def test_pngs_decode_at_the_expected_size(rendered: dict[str, Any]) -> None:
     for path in (rendered["out"] / "charts").glob("*.png"):
         with Image.open(path) as image:
@@ -168,6 +176,7 @@ def test_pngs_decode_at_the_expected_size(rendered: dict[str, Any]) -> None:
             assert height == round((3.9 * rows + 1.3) * DPI)
 
 
+@renders
 def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: dict[str, Any]) -> None:
     """Each group's table has one row per length of each backend that ran at some length (failures included); a
     backend skipped at every length has no row and is named once under the table, with its reason."""
@@ -199,6 +208,7 @@ def test_a_cpu_run_names_its_cuda_only_backends_once_per_group() -> None:
             assert f"| {backend} |" not in text and text.count(f"- {backend}: needs CUDA") == 1, text
 
 
+@renders
 def test_findings_name_the_failures(rendered: dict[str, Any]) -> None:
     md = rendered["md"]
     for record in rendered["records"]:
