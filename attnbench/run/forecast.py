@@ -26,7 +26,7 @@ CHECK_JOINS = 0.5
 NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Overheads:
     """In seconds."""
 
@@ -46,8 +46,12 @@ class Overheads:
 
 # Fitted on instrumented runs of `run quick`, suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
 # compile_cached_s by benchmarks/flex_warm_load.py.
-CPU_OVERHEADS = Overheads(3.4, 0.025, 0.001, 0.01, 3.0, 0.6, 0.12, 6.0, 0.15, 2.0, 0.010, 1.4)
-GPU_OVERHEADS = Overheads(6.0, 0.06, 0.001, 0.05, 8.0, 1.5, 0.35, 3.0, 0.6, 1.5, 0.01, 1.5)
+CPU_OVERHEADS = Overheads(startup_s=3.4, per_measurement_s=0.025, per_skip_s=0.001, per_case_s=0.01,
+                          worker_start_s=3.0, report_s=0.6, per_chart_s=0.12, compile_s=6.0, compile_cached_s=0.15,
+                          backward_compile=2.0, per_round_s=0.010, profiler_s=1.4)
+GPU_OVERHEADS = Overheads(startup_s=6.0, per_measurement_s=0.06, per_skip_s=0.001, per_case_s=0.05,
+                          worker_start_s=8.0, report_s=1.5, per_chart_s=0.35, compile_s=3.0, compile_cached_s=0.6,
+                          backward_compile=1.5, per_round_s=0.01, profiler_s=1.5)
 
 
 def element_bytes(dtype: str) -> int:
