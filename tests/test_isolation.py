@@ -73,9 +73,8 @@ def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() 
 
 @pytest.mark.slow
 def test_a_fresh_workers_first_measurement_does_not_pay_the_profilers_first_use() -> None:
-    """torch.profiler's first use in a process imports torch._inductor (about 2.5 s on a 2-core VM, 9 s without
-    byte-compiled modules): inside the time limit, a tiny case's first measurement in each fresh worker timed out
-    at 3 s. The worker makes that first use before it says it is ready."""
+    """A fresh worker's first measurement pays no one-time cost of the profiler inside its time limit: the worker
+    opens the profiler's first session (Kineto's start; CUPTI's on a GPU) before it says it is ready."""
     registry = default_registry([])
     info = RunInfo("r", "unit", "cpu")
     isolated = Isolated(WorkerConfig(info, "cpu", ONE_SAMPLE), timeout_s=60)
