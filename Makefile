@@ -51,12 +51,11 @@ quick: setup
 # The lint, the tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and
 # the built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
 # core; tests that must share a worker name an xdist_group), then the few marked `serial` alone, because they
-# compare real timings that a second busy core would disturb. The serial pass collects only the files that hold a
-# serial test (collecting every file to find three took 11 s).
+# compare real timings that a second busy core would disturb (tests/conftest.py collects only their files).
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check attnbench scripts tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not serial"
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial $$(grep -l "pytest.mark.serial" tests/test_*.py)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python

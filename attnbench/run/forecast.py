@@ -45,9 +45,7 @@ class Overheads:
 
 
 # Fitted on instrumented runs of `run quick`, suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
-# compile_cached_s by benchmarks/flex_warm_load.py; the CPU's profiler_s and worker_start_s since the profiler
-# session stopped importing Inductor (attnbench.timing.profile.profile_call) by a fresh process's first session
-# and the worker starts measured before and after it.
+# compile_cached_s by benchmarks/flex_warm_load.py; the CPU's profiler_s by a fresh process's first profile_call.
 CPU_OVERHEADS = Overheads(startup_s=3.4, per_measurement_s=0.025, per_skip_s=0.001, per_case_s=0.01,
                           worker_start_s=1.3, report_s=0.6, per_chart_s=0.12, compile_s=6.0, compile_cached_s=0.15,
                           backward_compile=2.0, per_round_s=0.010, profiler_s=0.01)
