@@ -8,11 +8,15 @@ BIN := $(VENV)/bin
 TORCH_CPU_SPEC ?= torch==2.13.0
 SUITE ?= suites/long.yaml
 ARGS ?=
-# pip compiles every installed module to bytecode one file at a time; compileall does it on every core afterwards
-# (a fresh `make test` install took 77 s instead of 117 s on 2 cores). The few files that are not valid Python 3.11
-# (torch ships samples of newer syntax) are left as pip leaves them.
+# pip compiles every installed module to bytecode one file at a time; `setup` compiles site-packages on every core
+# afterwards, so that attnbench run outside make finds the bytecode even where PYTHONDONTWRITEBYTECODE is set. The few
+# files that are not valid Python 3.11 (torch ships samples of newer syntax) are left as pip leaves them.
 PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
 COMPILE_SITE = $(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+# make's own commands write the bytecode of each module they import, whatever the environment says: the test install
+# compiles nothing ahead (a test session imports about 40% of site-packages' bytecode), and no process compiles
+# attnbench's sources or rewrites the test modules' asserts again where an earlier one did.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup bench test check quick clean mutation fuzz
 
@@ -39,7 +43,6 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-test: pyproject.toml
 	$(new_venv)
 	$(PIP_INSTALL) -e '.[test]'
-	$(COMPILE_SITE)
 	@touch $@ $(VENV)/.installed
 
 bench: setup
