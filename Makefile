@@ -51,17 +51,17 @@ bench: setup
 quick: setup
 	$(BIN)/attnbench run suites/quick.yaml $(ARGS)
 
-# The lint, the tests, the Dockerfile lint, the manual (docs/) built strictly so a broken link or anchor fails, and
-# the built wheel installed and run in a fresh environment. The tests run on every core (pytest-xdist, one worker per
-# core; tests that must share a worker name an xdist_group), then the few marked `serial` alone, because they
-# compare real timings that a second busy core would disturb (tests/conftest.py collects only their files).
+# The lint, the tests (the built wheel installed and run in a fresh environment among them, tests/test_packaging.py),
+# the Dockerfile lint and the manual (docs/) built strictly so a broken link or anchor fails. The tests run on every
+# core (pytest-xdist, one worker per core; tests that must share a worker name an xdist_group), then the few marked
+# `serial` alone, because they compare real timings that a second busy core would disturb (tests/conftest.py
+# collects only their files).
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check attnbench scripts tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
 	$(BIN)/hadolint Dockerfile
 	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
-	TORCH_CPU_SPEC="$(TORCH_CPU_SPEC)" scripts/check-package.sh $(BIN)/python
 
 # The inner loop, in about a minute: the lint, then every test not marked `slow` (over a second or so: a real suite,
 # a subprocess, a compile, a browser), `serial` or `slurm`, on every core, stopping at the first failure.

@@ -1,5 +1,6 @@
-"""What ships: the Dockerfile's pins agree with pyproject's extras, the CLI starts without torch,
-packaged suites and the starter suite, and `doctor` telling the truth on this machine."""
+"""What ships: the built wheel, installed alone, runs outside the checkout; the Dockerfile's pins agree with
+pyproject's extras, the CLI starts without torch, packaged suites and the starter suite, and `doctor` telling the
+truth on this machine."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ from typer.testing import CliRunner
 from attnbench.cli.main import app
 
 ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_alone_runs_a_shard_outside_the_checkout() -> None:
+    """scripts/check-package.sh with this Python: the wheel built from the checkout, installed into a fresh
+    environment that borrows its dependencies, answers --version, list, suites, a shard of the packaged quick suite
+    and recommend from outside the checkout (the script's own asserts say which step failed)."""
+    proc = subprocess.run(["scripts/check-package.sh", sys.executable], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("wheel OK"), proc.stdout[-2000:]
 
 
 def dockerfile_args() -> dict[str, str]:
