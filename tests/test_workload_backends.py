@@ -297,12 +297,13 @@ def test_flex_on_packed_documents_is_faster_than_on_one_sequence() -> None:
 @pytest.mark.slow
 def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caught(monkeypatch) -> None:
     """flex reads K/V from the shared page pool through PyTorch's PagedAttention, with the workload's shuffled
-    table: a ragged decode batch with soft-capping matches the reference; K/V stored under a table whose first
-    two requests are swapped (what a wrong page lookup reads) is a mismatch."""
+    table: a ragged decode batch with soft-capping matches the reference; the same batch read under a table whose
+    first two requests (of equal length) are swapped, what a wrong page lookup reads, is a mismatch (the same graph:
+    the table is data)."""
     from attnbench.backends.flex import FlexBackend
 
     ragged = make_case(batch=4, seq_len=1, kv_seq_len=300, heads=4, kv_heads=2, head_dim=32, causal=True,
-                       page_size=16, kv_lengths="random", softcap=30.0)
+                       page_size=16, kv_lengths="explicit", kv_lens=(300, 300, 121, 37), softcap=30.0)
     record = measure_one(ragged, FlexBackend())
     assert record.status == "ok", record.reason
     assert "PagedAttention (pages of 16)" in record.kernel and "paged" in record.extra["mask_build"]
@@ -315,8 +316,7 @@ def test_flex_runs_paged_caches_through_pagedattention_and_a_wrong_table_is_caug
         return original(self, block_mask, batch_idx, kv_len)
 
     monkeypatch.setattr(PagedAttention, "convert_logical_block_mask", swapped)
-    equal = make_case(batch=2, seq_len=1, kv_seq_len=256, heads=4, kv_heads=2, head_dim=32, causal=True, page_size=16)
-    assert measure_one(equal, FlexBackend()).status == "mismatch"
+    assert measure_one(ragged, FlexBackend()).status == "mismatch"
     backward = make_case(batch=2, seq_len=8, kv_seq_len=64, heads=2, kv_heads=2, head_dim=16, causal=True,
                          page_size=16, mode="fwd_bwd")
     assert "forward only" in measure_one(backward, FlexBackend()).reason
