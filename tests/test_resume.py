@@ -85,13 +85,18 @@ def test_resume_after_sigkill_completes_exactly_the_missing_measurements(suite: 
 
 
 @pytest.mark.slow
-def test_ctrl_c_prints_the_command_that_finishes_the_run(suite: Path, tmp_path: Path) -> None:
+def test_ctrl_c_stops_after_the_current_measurement_and_prints_the_command_that_finishes_the_run(
+        suite: Path, tmp_path: Path) -> None:
+    """Ctrl-C stops `attnbench run` (exit 130) with every finished measurement on disk and fewer than planned, says
+    so without a traceback, and prints the command that finishes the run; that command does."""
     out = tmp_path / "stopped"
     proc = start(suite, out)
     wait_for_records(out, 2, proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
+    assert "stopped after" in stderr and "Traceback" not in stderr
+    assert 2 <= len(load_records(out)) < len(planned_keys(suite))
     (line,) = [line for line in stderr.splitlines() if line.startswith("to finish the run: ")]
     command = shlex.split(line.removeprefix("to finish the run: "))
     assert command == ["attnbench", "run", str(suite), "--resume", str(out)]
