@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from attnbench.report import html
+from attnbench.report import html, render
 from attnbench.report.render import build_charts, render_report
 from attnbench.report.rows import COLUMNS, display_value
 from tests.helpers import loaded
@@ -212,8 +212,6 @@ def charts_drawn_once(*args: Any) -> Any:
 @pytest.mark.parametrize("defect", PLANTED)
 def test_a_planted_defect_fails_the_browser_check(browser: Any, defect: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnbench.report import render
-
     old, new, message = PLANTED[defect]
     assert old in html.TEMPLATE, f"the template no longer holds {old!r}: update the planted defect"
     monkeypatch.setattr(html, "TEMPLATE", html.TEMPLATE.replace(old, new))
@@ -241,8 +239,6 @@ def test_every_trace_link_resolves_after_the_run_folder_moves(browser: Any, tmp_
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The report written beside its results (as `attnbench run --trace` does), then the folder moved: each link is
     relative, so it still opens its trace; a link written as an absolute path would point at the old place."""
-    from attnbench.report import render
-
     run = Path(shutil.copytree(DATA / "trace-run", tmp_path / "run"))
     if defect:
         monkeypatch.setattr(render, "trace_links", lambda records, run_dir, out: {
@@ -279,8 +275,6 @@ def test_pages_of_rows_sort_and_filter_over_every_record(browser: Any, tmp_path:
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The records table's pages, sort and filter. The charts are left out of this report (drawing them is most of
     its render; the other browser tests load reports with their charts)."""
-    from attnbench.report import render
-
     monkeypatch.setattr(render, "build_charts", lambda groups, *args: ([], []))
     run = many_records(tmp_path / "run", 7)
     records = load(run)
