@@ -14,7 +14,10 @@ def blocks() -> list[str]:
 
 
 @pytest.mark.slow
-def test_every_python_snippet_on_the_page_runs() -> None:
+def test_every_python_snippet_on_the_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's mkdtemp() lands in the test's folder
     found = blocks()
     assert len(found) == 3, "docs/python.md should hold its three snippets (run, load, choose)"
     namespace: dict[str, object] = {}
