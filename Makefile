@@ -12,14 +12,14 @@ ARGS ?=
 # afterwards, so that attnbench run outside make finds the bytecode even where PYTHONDONTWRITEBYTECODE is set. The few
 # files that are not valid Python 3.11 (torch ships samples of newer syntax) are left as pip leaves them.
 PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
-COMPILE_SITE = $(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+# $(call compile_site,FOLDER): the bytecode of site-packages' FOLDER (all of site-packages when empty), on every core
+compile_site = $(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/$(1)" || true
 # make's own commands write the bytecode of each module they import, whatever the environment says: no process
 # compiles attnbench's sources or rewrites the test modules' asserts again where an earlier one did. The test install
 # compiles torch alone ahead, on every core (every test process imports it, and the first ones start together, each
 # compiling the same modules); the rest of site-packages, about 60% of it unread by a test session, is compiled as
 # imported.
 unexport PYTHONDONTWRITEBYTECODE
-COMPILE_TORCH = $(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')" >/dev/null || true
 # The tests' temporary files (their runs, Inductor's caches and compiled kernels, the wheel's environment) live in
 # memory where /dev/shm has 4 GiB free, so the tests do not wait for a disk (docs/development.md has the figures);
 # elsewhere they go where TMPDIR says.
@@ -47,13 +47,13 @@ endef
 $(VENV)/.installed: pyproject.toml
 	$(new_venv)
 	$(PIP_INSTALL) -e .
-	$(COMPILE_SITE)
+	$(call compile_site,)
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml
 	$(new_venv)
 	$(PIP_INSTALL) -e '.[test]'
-	$(COMPILE_TORCH)
+	$(call compile_site,torch)
 	@touch $@ $(VENV)/.installed
 
 bench: setup

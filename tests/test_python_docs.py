@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,6 @@ def blocks() -> list[str]:
 
 @pytest.mark.slow
 def test_every_python_snippet_on_the_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's mkdtemp() lands in the test's folder
     found = blocks()
     assert len(found) == 3, "docs/python.md should hold its three snippets (run, load, choose)"
