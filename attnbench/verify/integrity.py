@@ -49,11 +49,20 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
     return (_bits(t) ^ top).view(t.dtype)
 
 
-def sample(t: torch.Tensor) -> torch.Tensor:
+def sample_index(numel: int, device: Any = "cpu") -> torch.Tensor:
+    """SAMPLE evenly spread flat positions, the first and the last among them, computed in int64: a float32 index
+    (linspace) is exact only below 2^24 and reads past the end of a 2^25-element output."""
     import torch
 
-    index = torch.linspace(0, t.numel() - 1, min(SAMPLE, t.numel()), device=t.device).long()
-    return t.detach().take(index)
+    count = min(SAMPLE, numel)
+    if count <= 1:
+        return torch.zeros(count, dtype=torch.int64, device=device)
+    steps = torch.arange(count, dtype=torch.int64, device=device)
+    return steps * (numel - 1) // (count - 1)
+
+
+def sample(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().take(sample_index(t.numel(), t.device))
 
 
 class Probe:
