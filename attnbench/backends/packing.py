@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from attnbench.backends.base import Unsupported
 from attnbench.core import workload
 
 if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
+
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,16 @@ def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:
 
 
 def int32(values: Any, device: Any) -> torch.Tensor:
-    """An int32 tensor: varlen and paged kernels' offsets and tables (int64 raises or misreads)."""
+    """An int32 tensor: varlen and paged kernels' offsets and tables (int64 raises or misreads); a value past int32
+    is the case's skip reason, never a wrapped offset."""
     import torch
 
-    return torch.tensor(values, dtype=torch.int32, device=device)
+    flat = [int(v) for v in values]
+    largest = max(flat, default=0)
+    if largest > INT32_MAX:
+        raise Unsupported(f"the library takes int32 offsets and page indices; this case needs {largest} "
+                          f"(int32 holds at most {INT32_MAX})")
+    return torch.tensor(flat, dtype=torch.int32, device=device)
 
 
 def block_table(layout: workload.Pages, device: Any) -> torch.Tensor:
