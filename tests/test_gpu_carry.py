@@ -1,7 +1,8 @@
-"""Carrying wheels to the lent GPU machine in batches (scripts/gpu_wheels.py cuts, scripts/gpu-carry.sh joins and
-installs), run here on small wheels made for the test: each call sees only its own batch, a wheel larger than a
-batch comes back byte for byte, and wheels that share a top-level folder (cutlass-dsl's -libs-base and -libs-cu13
-share `nvidia_cutlass_dsl/`) are installed together, none of their files lost."""
+"""Carrying attnbench's libraries to the lent GPU machine (scripts/gpu_wheels.py installs the wheels into a site for
+that machine, packs and cuts it; scripts/gpu-carry.sh joins, checks and unpacks it; scripts/gpu-site makes it a site
+directory), run here on small wheels made for the test: each call sees only its own batch, the site is whole only
+after the last one, wheels that share a top-level folder (cutlass-dsl's -libs-base and -libs-cu13 share
+`nvidia_cutlass_dsl/`) keep every file, and a package reached only through a .pth file imports."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def make_wheel(folder: Path, name: str, files: dict[str, bytes], requires: tuple
 
 
 def cut(out: Path, batch_mib: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_wheels.py"), str(out), "0", batch_mib],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_wheels.py"), "cut", str(out), "0", batch_mib],
+                          capture_output=True, text=True, timeout=300)
 
 
 def carry(n: int, out: Path, machine: Path) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,7 @@ def carry(n: int, out: Path, machine: Path) -> subprocess.CompletedProcess[str]:
     shutil.rmtree(wheels, ignore_errors=True)
     shutil.copytree(out / f"batch{n}", wheels / f"batch{n}")
     env = {**os.environ, "WHEELS": str(wheels), "GPU_CARRY_STAGE": str(machine / "stage"),
-           "GPU_CHECK_SITE": str(machine / "site"), "PYTHON": sys.executable, "PIP_NO_INDEX": "1"}
+           "GPU_CHECK_SITE": str(machine / "site"), "PYTHON": sys.executable}
     return subprocess.run(["bash", str(ROOT / "scripts" / "gpu-carry.sh"), str(n)], capture_output=True, text=True,
                           env=env, timeout=300)
 
@@ -56,49 +57,53 @@ def carry(n: int, out: Path, machine: Path) -> subprocess.CompletedProcess[str]:
 def wheels(tmp_path: Path) -> Path:
     out = tmp_path / "whl"
     (out / "download").mkdir(parents=True)
-    # ~60 KB each: no 0.1 MiB batch holds both, so the two halves of `alpha/` arrive in different calls
-    make_wheel(out / "download", "alpha-libs-base", {"alpha/__init__.py": b"", "alpha/base.bin": os.urandom(60_000)})
+    # both install into alpha/; the -libs-base wheel reaches alpha_dsl only through its .pth file, as cutlass-dsl does
+    make_wheel(out / "download", "alpha-libs-base", {
+        "alpha/__init__.py": b"", "alpha/base.bin": os.urandom(60_000),
+        "alpha/dsl_packages/alpha_dsl/__init__.py": b"NAME = 'reached through the .pth file'\n",
+        "alpha_dsl_packages.pth": b"import sys, os, alpha; sys.path.insert(0, os.path.join(alpha.__path__[0], "
+                                  b"'dsl_packages'))\n"})
     make_wheel(out / "download", "alpha-libs-cu13", {"alpha/cu13.bin": os.urandom(60_000)},
                requires=("alpha-libs-base",))
-    big = os.urandom(300_000)  # incompressible: the wheel stays ~300 KB, three 0.1 MiB batches' worth
+    big = os.urandom(300_000)  # incompressible: the archive stays ~420 KB, four to five 0.1 MiB batches' worth
     make_wheel(out / "download", "big-kernels", {"big_kernels/__init__.py": b"", "big_kernels/blob.bin": big},
                requires=("torch>=2.10", "numpy"))
     return out
 
 
 @pytest.mark.slow
-def test_batches_join_and_install_every_wheel(wheels: Path, tmp_path: Path) -> None:
+def test_the_site_arrives_whole_after_the_last_batch_and_its_pth_files_are_read(wheels: Path, tmp_path: Path) -> None:
     result = cut(wheels, "0.1")
     assert result.returncode == 0, result.stderr
     batches = sorted(wheels.glob("batch*"))
-    assert len(batches) >= 3
-    limit = int(0.1 * (1 << 20))
-    for batch in batches:  # each under the limit, and no batch holds two parts of one wheel
-        payload = [p for p in batch.iterdir() if p.name != "manifest.tsv"]
-        assert sum(p.stat().st_size for p in payload) <= limit
-        owners = [p.name.split(".whl.part")[0] for p in payload if ".whl.part" in p.name]
-        assert len(owners) == len(set(owners))
-    alpha = [b.name for b in batches for p in b.iterdir() if p.name.startswith("alpha_libs")]
-    assert len(alpha) == 2 and alpha[0] != alpha[1]  # the shared folder's two wheels in two batches
-    big = next((wheels / "download").glob("big_kernels-*.whl"))
-    assert "travels in 3 parts" in result.stdout and big.name in result.stdout
+    assert len(batches) >= 4
+    for batch in batches:  # one part each, under the limit
+        (part,) = [p for p in batch.iterdir() if p.name != "manifest.tsv"]
+        assert part.stat().st_size <= int(0.1 * (1 << 20))
     machine = tmp_path / "machine"
     for n in range(1, len(batches) + 1):
         done = carry(n, wheels, machine)
         assert done.returncode == 0, done.stderr
         if n < len(batches):
-            assert "still missing" in done.stdout and not (machine / "site").exists()  # nothing installed yet
-    assert f"installed 3 wheels into {machine / 'site'}" in done.stdout
-    assert (machine / "stage" / big.name).read_bytes() == big.read_bytes()  # re-joined byte for byte
+            assert f"{n} of {len(batches)} parts" in done.stdout and not (machine / "site").exists()
+    assert f"3 distributions) into {machine / 'site'}" in done.stdout
     site = machine / "site"
     assert (site / "alpha" / "base.bin").is_file() and (site / "alpha" / "cu13.bin").is_file()  # both wheels' files
-    assert (site / "big_kernels" / "blob.bin").stat().st_size == 300_000
+    blob = next((wheels / "site").rglob("blob.bin")).read_bytes()
+    assert (site / "big_kernels" / "blob.bin").read_bytes() == blob and len(blob) == 300_000
+    probe = "import alpha_dsl; print(alpha_dsl.NAME)"
+    bare = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert bare.returncode != 0 and "No module named 'alpha_dsl'" in bare.stderr  # a PYTHONPATH folder: no .pth read
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scripts' / 'gpu-site'}:{site}", "GPU_CHECK_SITE": str(site)}
+    read = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert read.stdout.strip() == "reached through the .pth file", read.stderr
 
 
 def test_a_part_that_changed_on_the_way_is_refused(wheels: Path, tmp_path: Path) -> None:
     assert cut(wheels, "0.1").returncode == 0
     batches = sorted(wheels.glob("batch*"))
-    part = next(p for p in batches[0].iterdir() if ".whl.part" in p.name)
+    part = next(p for p in batches[0].iterdir() if ".part" in p.name)
     data = bytearray(part.read_bytes())
     data[100] ^= 0xFF
     part.write_bytes(bytes(data))
@@ -124,14 +129,25 @@ def test_a_wheel_that_does_not_fit_the_machine_is_named(wheels: Path, requires: 
 def test_a_marker_for_another_python_is_not_a_requirement(wheels: Path) -> None:
     make_wheel(wheels / "download", "old-python-shim", {"shim/__init__.py": b""},
                ('backports.strenum; python_version < "3.11"',))
-    result = cut(wheels, "0.1")
-    assert result.returncode == 0, result.stderr
+    needs = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_wheels.py"), "needs", str(wheels)],
+                           capture_output=True, text=True, timeout=60)
+    assert needs.returncode == 0 and needs.stdout.strip() == "", needs.stdout
 
 
-def test_the_manifest_names_each_wheels_digest(wheels: Path) -> None:
+def test_what_is_fetched_is_the_test_extra_and_dependencies_the_machine_lacks() -> None:
+    """From pyproject.toml, not a hand list: jsonschema (recommend's schema tests) and pydantic are fetched; pytest,
+    hypothesis and jax are the machine's; xformers and the lint and docs tools are not carried, each with a reason."""
+    wanted = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_wheels.py"), "want"], capture_output=True,
+                            text=True, timeout=60).stdout.split()
+    names = {w.split("=")[0].split(">")[0].split("<")[0] for w in wanted}
+    assert {"jsonschema", "pydantic", "flash-attn-4", "flashinfer-python"} <= names
+    assert not names & {"pytest", "hypothesis", "jax", "xformers", "ruff", "mkdocs", "torch"}
+
+
+def test_the_manifest_names_the_archives_digest(wheels: Path) -> None:
     assert cut(wheels, "0.1").returncode == 0
-    rows = [line.split("\t") for line in (wheels / "manifest.tsv").read_text().splitlines()[1:]]
-    for name, digest, size, _parts in rows:
-        wheel = wheels / "download" / name
-        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == digest and int(size) == wheel.stat().st_size
-    assert {int(parts) for *_, parts in rows} == {0, 3}
+    (row,) = [line.split("\t") for line in (wheels / "manifest.tsv").read_text().splitlines()[1:]]
+    name, digest, size, parts = row
+    archive = wheels / name
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == digest and int(size) == archive.stat().st_size
+    assert int(parts) == len(list(wheels.glob("batch*")))
