@@ -5,6 +5,8 @@ declarations against recorded copies of the signatures of libraries that do not 
 (tests/signatures/: flash-attn 2.8.3, FlashAttention 3, flash-attn-4 4.0.0b36, torch 2.11's flex), with
 renamed and moved parameters that must be reported by name; and each adapter's real calls, recorded
 through a spy, equal to its declaration, so that changing a call without its declaration fails here.
+What a call returns is held too: torch 2.11's FA4 route unpacks two values from flash-attn-4's forward, which
+returns two in 4.0.0b18 and five in 4.0.0b36 (both recorded from their wheels).
 """
 
 from __future__ import annotations
@@ -16,14 +18,21 @@ import types
 
 import pytest
 
+import attnbench.backends.conformance as conformance_module
 import attnbench.backends.flash as flash
 import attnbench.backends.flex as flex
 from attnbench.backends.conformance import (
     LibraryCall,
+    Returns,
+    Unpack,
+    UnpackedCall,
     check_backend,
     check_call,
     check_signature,
+    conformance_problem,
     installed_signatures,
+    returns_of,
+    unpacks_of,
 )
 from attnbench.backends.flash import FlashAttn2, FlashAttn3, FlashAttn4
 from attnbench.backends.flex import (
@@ -32,7 +41,7 @@ from attnbench.backends.flex import (
     FlexBackend,
 )
 from attnbench.backends.registry import default_registry
-from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaMath
+from attnbench.backends.sdpa import SDPA_CALL, SdpaAuto, SdpaFlashFa4, SdpaMath
 from attnbench.backends.xformers_ops import (
     BIAS_CALLS,
     DISPATCH_CALLS,
@@ -611,3 +620,158 @@ def test_a_runtime_signature_without_a_keyword_attnbench_passes_is_a_mismatch_na
     monkeypatch.setitem(sys.modules, "jax.nn", types.SimpleNamespace(dot_product_attention=dot_product_attention))
     conformance = check_backend(default_registry().get("jax"))
     assert conformance.state == "mismatch" and conformance.problem.parameter == "local_window_size"
+
+
+# --- what a call returns: its return statements (else its annotation) against how its caller unpacks it -------------
+
+FA4_RECORDED = "flash_attn_cute_4_0_0b36"
+ROUTE_MODULE = "torch.nn.attention._fa4"
+
+
+def fa4_fwd_b19(q, k, v, softmax_scale=None, causal=False, window_size_left=None, window_size_right=None,
+                return_lse=False, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, out=None):  # type: ignore[no-untyped-def]
+    return out, lse, p, row_max  # noqa: F821 - 4.0.0b19 to b27: four values under a two-value annotation
+
+
+fa4_fwd_b19.__annotations__["return"] = "Tuple[torch.Tensor, torch.Tensor]"
+
+
+def with_route(monkeypatch: pytest.MonkeyPatch, fwd: object, fa4: str = FA4_RECORDED) -> None:
+    """flash-attn-4's interface with `fwd` as `_flash_attn_fwd` (the recorded `fa4`'s `_flash_attn_bwd`), called by
+    torch 2.11.0's route as recorded."""
+    bwd = recorded(fa4)._flash_attn_bwd
+    module = fake_module("flash_attn.cute.interface", _flash_attn_fwd=fwd, _flash_attn_bwd=bwd)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute.interface", module)
+    monkeypatch.setitem(sys.modules, ROUTE_MODULE, recorded("torch_2_11_fa4"))
+    monkeypatch.setattr(conformance_module, "installed_as",
+                        {ROUTE_MODULE: "torch 2.11.0+cu130", "flash_attn.cute.interface": "flash-attn-4"}.get)
+
+
+def test_torch_2_11s_fa4_route_does_not_fit_flash_attn_4_0_0b36_as_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_route(monkeypatch, recorded(FA4_RECORDED)._flash_attn_fwd)
+    conformance = check_backend(SdpaFlashFa4())
+    assert conformance.state == "mismatch"
+    fwd, bwd = conformance.verdicts[-2:]
+    assert (fwd.state, fwd.parameter, fwd.caller) == ("mismatch", "return", f"{ROUTE_MODULE}._fa4_run_forward")
+    assert fwd.detail == (
+        "torch 2.11.0+cu130's torch.nn.attention._fa4._fa4_run_forward unpacks 2 values from "
+        "flash_attn.cute.interface._flash_attn_fwd, which returns 5 in flash-attn-4 (return (out, lse, None, None, "
+        "None); return (out, lse, p, row_max, o_lo))")
+    # the backward fits: three values, or four with a learnable sink, which torch never passes
+    assert bwd.state == "ok" and bwd.notes == ("what it returns: ok: returns 3 or 4, unpacked into 3 values",)
+    assert conformance_problem(SdpaFlashFa4()) == (
+        f"the installed libraries do not fit each other: {fwd.detail}; install versions that agree")
+
+
+def test_conformance_fails_when_a_librarys_return_arity_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash-attn-4 4.0.0b18 returned (out, lse), as torch 2.11 unpacks it; 4.0.0b19 returned four values while still
+    annotating two (the return statements are read first)."""
+    b18 = recorded("flash_attn_cute_4_0_0b18")
+    with_route(monkeypatch, b18._flash_attn_fwd, "flash_attn_cute_4_0_0b18")
+    conformance = check_backend(SdpaFlashFa4())
+    assert conformance.state == "ok", conformance.summary
+    assert [v.notes for v in conformance.verdicts[-2:]] == [("what it returns: ok: returns 2, unpacked into 2 values",),
+                                                            ("what it returns: ok: returns 3, unpacked into 3 values",)]
+    with_route(monkeypatch, fa4_fwd_b19, "flash_attn_cute_4_0_0b18")
+    conformance = check_backend(SdpaFlashFa4())
+    assert conformance.state == "mismatch"
+    assert "which returns 4 in flash-attn-4 (return (out, lse, p, row_max))" in conformance.summary
+
+
+def test_a_value_count_attnbench_unpacks_is_held_like_a_callers() -> None:
+    def f(q):  # type: ignore[no-untyped-def]
+        return q, q, q
+
+    verdict = check_call(UnpackedCall("m", "f", positional=("q",), unpacks=2), resolve=lambda call: f)
+    assert (verdict.state, verdict.caller) == ("mismatch", None)
+    assert verdict.detail == ("attnbench unpacks 2 values from m.f, which returns 3 in the installed m "
+                              "(return (q, q, q))")
+    assert check_call(UnpackedCall("m", "f", positional=("q",), unpacks=3), resolve=lambda call: f).state == "ok"
+
+
+def returning(annotation: object) -> object:
+    """A function whose only word on what it returns is its return annotation."""
+    def f(x):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    f.__annotations__["return"] = annotation
+    return f
+
+
+def test_what_a_function_returns_is_read_from_its_statements_then_its_annotation() -> None:
+    import typing
+
+    assert returns_of(returning("Tuple[torch.Tensor, torch.Tensor]")) == Returns(
+        frozenset({2}), True, "annotated -> Tuple[torch.Tensor, torch.Tensor]")
+    evaluated = typing.Tuple[int, int, int]  # noqa: UP006 - flash-attn-4's own spelling, evaluated at its import
+    assert returns_of(returning(evaluated)).counts == {3}
+    assert returns_of(returning("tuple[torch.Tensor, ...]")) is None
+    assert returns_of(returning("Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]")).counts == {1, 2}
+    assert returns_of(returning(typing.Optional[tuple[int, int]])).counts == {1, 2}  # noqa: UP045 - likewise
+    assert returns_of(returning("tuple[int, int] | None")).counts == {1, 2}
+    assert returns_of(returning("list[torch.Tensor]")) is None
+
+    def opaque(x):  # type: ignore[no-untyped-def]
+        return helper(x)  # noqa: F821
+
+    def partly(x):  # type: ignore[no-untyped-def]
+        if x:
+            return x, x
+
+        def inner():  # type: ignore[no-untyped-def]
+            return x, x, x, x  # not partly's own
+
+        return helper(inner)  # noqa: F821
+
+    assert returns_of(opaque) is None
+    assert returns_of(partly) == Returns(frozenset({2}), False, "return (x, x)")  # one return unread
+    verdict = check_call(UnpackedCall("m", "partly", positional=("x",), unpacks=3), resolve=lambda call: partly)
+    assert verdict.state == "ok" and verdict.notes[0].startswith("what it returns: unchecked: attnbench unpacks 3")
+
+
+def test_a_caller_that_unpacks_with_a_star_does_not_unpack_or_is_absent_fits() -> None:
+    def five(q):  # type: ignore[no-untyped-def]
+        return q, q, q, q, q
+
+    def starred(q):  # type: ignore[no-untyped-def]
+        out, lse, *rest = lib.five(q)  # noqa: F821
+        return out
+
+    def whole(q):  # type: ignore[no-untyped-def]
+        result = lib.five(q)  # noqa: F821
+        return result[0]
+
+    assert unpacks_of(starred, "five") == [Unpack(2, starred=True)] and unpacks_of(whole, "five") == []
+    for caller, note in ((starred, "ok: returns 5, unpacked into at least 2 values"),
+                         (whole, "ok: m.caller does not unpack what five returns"),
+                         (None, "n/a: absent.caller is absent (ModuleNotFoundError): nothing here makes this call")):
+        declared = LibraryCall("absent" if caller is None else "m", "caller")
+        call = UnpackedCall("m", "five", positional=("q",), unpacks=2, caller=declared)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(sys.modules, "m", fake_module("m", caller=caller, five=five))
+            verdict = check_call(call)
+        assert (verdict.state, verdict.notes) == ("ok", (f"what it returns: {note}",))
+
+
+def test_the_installed_torch_still_unpacks_two_values_from_flash_attn_4() -> None:
+    route = pytest.importorskip(ROUTE_MODULE)
+    assert unpacks_of(route._fa4_run_forward, "_flash_attn_fwd") == [Unpack(2)]
+    assert unpacks_of(route._fa4_run_backward, "_flash_attn_bwd") == [Unpack(3)]
+
+
+def test_the_recorder_keeps_parameters_annotations_returns_and_unpacking() -> None:
+    from tests.signatures.record import record
+
+    source = ("import functools\n\n@functools.cache\ndef f(q: Tensor, k=None, *, flag: bool = False) -> Tuple[A, B]:\n"
+              "    '''doc'''\n    a, b = lib.g(q)\n    c = lib.g(k)\n    if flag:\n        return a, b\n"
+              "    def h():\n        return 1, 2, 3\n    return (a, b) if c else (a, b, c)\n\n"
+              "def f(q):\n    return q\n")
+    assert record(source, "f") == "def f(q):\n    raise NotImplementedError('recorded signature only')\n" \
+                                  "    return q  # line 15\n"  # the last definition, as Python binds it
+    first = source.split("\ndef f(q):")[0]
+    assert record(first, "f", frozenset({"g"})) == (
+        "def f(q: Tensor, k=None, *, flag: bool=False) -> Tuple[A, B]:\n"
+        "    raise NotImplementedError('recorded signature only')\n"
+        "    a, b = lib.g(q)  # line 6\n"
+        "    return (a, b)  # line 9\n"
+        "    return (a, b) if c else (a, b, c)  # line 12\n")

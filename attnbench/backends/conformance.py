@@ -1,15 +1,24 @@
 """Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the docstring's
-signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made.
+signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made. An `UnpackedCall`
+is also held against what the installed function returns: the tuple lengths of its own return statements (else its
+return annotation) against how many names its caller unpacks the result into.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import LibraryCall, first_line  # noqa: F401 - LibraryCall: what a backend declares
+from attnbench.backends.base import (  # noqa: F401 - LibraryCall: what a backend declares
+    LibraryCall,
+    first_line,
+    installed_version,
+    module_owner,
+)
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -30,6 +39,17 @@ class CallVerdict:
     signature: str | None = None
     signature_source: str | None = None  # "inspect.signature", "aten schema ...", "docstring"
     notes: tuple[str, ...] = ()
+    caller: str | None = None  # the library function that makes the call, where it is not attnbench
+
+
+@dataclass(frozen=True)
+class UnpackedCall(LibraryCall):
+    """A call whose result is unpacked into `unpacks` names: by attnbench, or by `caller`, another library's function
+    making the call on attnbench's behalf, whose installed source says how many names it unpacks into (`unpacks` is
+    what its recorded version does, used where that source cannot be read)."""
+
+    unpacks: int = 1
+    caller: LibraryCall | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +67,7 @@ class Conformance:
         return {"state": self.state, "summary": self.summary,
                 "calls": [{"function": v.function, "call": v.call, "state": v.state, "detail": v.detail,
                            "parameter": v.parameter, "signature": v.signature,
-                           "signature_source": v.signature_source, "notes": list(v.notes)}
+                           "signature_source": v.signature_source, "notes": list(v.notes), "caller": v.caller}
                           for v in self.verdicts]}
 
 
@@ -306,6 +326,192 @@ def _split_default(text: str) -> tuple[str, bool]:
     return text, False
 
 
+# --- what a call returns ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Returns:
+    """How many values a function returns: `counts`, the tuple lengths read; `whole`, every return was read;
+    `shown`, what was read, in the library's own words."""
+
+    counts: frozenset[int]
+    whole: bool
+    shown: str
+
+
+@dataclass(frozen=True)
+class Unpack:
+    """An assignment unpacking a call's result into `count` names (`starred`: `a, b, *rest =`, at least `count`)."""
+
+    count: int
+    starred: bool = False
+
+    def fits(self, counts: frozenset[int]) -> bool:
+        return self.count in counts or (self.starred and any(n >= self.count for n in counts))
+
+    def __str__(self) -> str:
+        return f"{'at least ' * self.starred}{self.count} value{'s' * (self.count != 1)}"
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _definition(obj: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """`obj`'s own definition, parsed from its source; None when there is no source to read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(obj))))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _own_returns(function: ast.AST) -> list[ast.Return]:
+    """The return statements of `function` itself, in order, not those of the functions it defines."""
+    found, stack = [], list(ast.iter_child_nodes(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        elif not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda node: node.lineno)
+
+
+def _tuple_lengths(value: ast.expr | None) -> frozenset[int] | None:
+    """The lengths of the tuple `value` builds (`a if c else b` of tuples: either); None: not a tuple we can count."""
+    if isinstance(value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in value.elts):
+        return frozenset({len(value.elts)})
+    if isinstance(value, ast.IfExp):
+        body, orelse = _tuple_lengths(value.body), _tuple_lengths(value.orelse)
+        return body | orelse if body is not None and orelse is not None else None
+    return None
+
+
+def _dotted_tail(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+_SINGLE = frozenset({"Tensor", "None", "int", "float", "bool", "str"})
+
+
+def _annotation_lengths(node: ast.expr) -> frozenset[int] | None:
+    """The lengths an annotation allows: `Tuple[a, b]` 2, `Union`/`Optional`/`|` each member's, a tensor 1; None for
+    `Tuple[X, ...]` or anything else."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union((node.left, node.right))
+    if isinstance(node, ast.Constant) and node.value is None:
+        return frozenset({1})
+    if not isinstance(node, ast.Subscript):
+        return frozenset({1}) if _dotted_tail(node) in _SINGLE else None
+    kind = _dotted_tail(node.value)
+    members = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+    if kind in ("Tuple", "tuple"):
+        ellipsis = any(isinstance(m, ast.Constant) and m.value is Ellipsis for m in members)
+        return None if ellipsis else frozenset({len(members)})
+    if kind == "Optional":
+        return _union((*members, ast.Constant(None)))
+    return _union(members) if kind == "Union" else None
+
+
+def _union(members: tuple[ast.expr, ...] | list[ast.expr]) -> frozenset[int] | None:
+    lengths = [_annotation_lengths(m) for m in members]
+    return None if any(n is None for n in lengths) else frozenset().union(*lengths)  # type: ignore[arg-type]
+
+
+def _return_annotation(obj: Any) -> str | None:
+    try:
+        annotation = inspect.signature(obj).return_annotation
+    except (ValueError, TypeError):
+        return None
+    if annotation is inspect.Signature.empty:
+        return None
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+
+
+def returns_of(obj: Any) -> Returns | None:
+    """What `obj` returns, read from its own return statements (an annotation can lag behind them: flash-attn-4
+    4.0.0b19 annotated two values and returned four), else from its return annotation; None when neither says."""
+    function = _definition(obj)
+    statements = _own_returns(function) if function is not None else []
+    read = [(r, _tuple_lengths(r.value)) for r in statements]
+    counted = [(r, n) for r, n in read if n is not None]
+    if counted:
+        shown = "; ".join(dict.fromkeys(ast.unparse(r) for r, _ in counted))
+        return Returns(frozenset().union(*(n for _, n in counted)), len(counted) == len(read), shown)
+    annotation = _return_annotation(obj)
+    try:
+        counts = _annotation_lengths(ast.parse(annotation, mode="eval").body) if annotation else None
+    except SyntaxError:
+        counts = None
+    return Returns(counts, True, f"annotated -> {annotation}") if counts else None
+
+
+def unpacks_of(caller: Any, callee: str) -> list[Unpack] | None:
+    """How `caller`'s source unpacks the results of its calls to a function named `callee` (none: it does not);
+    None when its source cannot be read."""
+    function = _definition(caller)
+    if function is None:
+        return None
+    found = []
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and _dotted_tail(node.value.func) == callee):
+            continue
+        for target in node.targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                starred = any(isinstance(e, ast.Starred) for e in target.elts)
+                found.append(Unpack(len(target.elts) - starred, starred))
+    return found
+
+
+def installed_as(module: str) -> str:
+    """The distribution and version that installed `module` ("flash-attn-4 4.0.0b36"), else "the installed TOP"."""
+    import importlib.metadata
+
+    top = module.partition(".")[0]
+    names = list(dict.fromkeys(importlib.metadata.packages_distributions().get(top, [])))
+    if len(names) > 1:  # a shared namespace (flash_attn): the one whose file it is
+        names = [name for name in names if module_owner(module, name) is None] or names
+    versions = [f"{name} {installed_version(name)}" for name in names if installed_version(name)]
+    return " / ".join(versions) or f"the installed {top}"
+
+
+def _counts_text(counts: frozenset[int]) -> str:
+    return " or ".join(str(n) for n in sorted(counts))
+
+
+def check_returns(call: UnpackedCall, obj: Any) -> tuple[str, str]:
+    """(state, detail) of unpacking what the installed `obj` returns as `call` declares: `ok`, `mismatch`, or
+    `unchecked` where a return or the caller could not be read; `n/a` where the caller is not installed."""
+    read: list[Unpack] | None = None
+    if call.caller is not None:
+        try:
+            caller = call.caller.resolve()
+        except Exception as exc:  # noqa: BLE001 - no such caller here: nothing makes this call
+            return "n/a", f"{call.caller.target} is absent ({type(exc).__name__}): nothing here makes this call"
+        read = unpacks_of(caller, call.name)
+        if read == []:
+            return "ok", f"{call.caller.target} does not unpack what {call.name} returns"
+    unpacks = read or [Unpack(call.unpacks)]
+    returns = returns_of(obj)
+    if returns is None:
+        return "unchecked", f"what {call.target} returns is unread (no return statement or annotation says)"
+    bad = next((u for u in unpacks if not u.fits(returns.counts)), None)
+    if bad is None:
+        return "ok", f"returns {_counts_text(returns.counts)}, unpacked into {unpacks[0]}"
+    detail = (f"{_unpacker(call, read)} unpacks {bad} from {call.target}, which returns "
+              f"{_counts_text(returns.counts)} in {installed_as(call.module)} ({returns.shown})")
+    return ("mismatch" if returns.whole else "unchecked"), detail
+
+
+def _unpacker(call: UnpackedCall, read: list[Unpack] | None) -> str:
+    """Who unpacks `call`'s result, in words: attnbench, or the caller with its library's version."""
+    if call.caller is None:
+        return "attnbench"
+    unread = " (its source unread: as its recorded version does)" if read is None else ""
+    return f"{installed_as(call.caller.module)}'s {call.caller.target}{unread}"
+
+
 def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None = None) -> CallVerdict:
     """`call` against the installed library; never raises. `resolve` replaces the import (tests)."""
     base = dict(function=call.target, call=call.spelled())
@@ -333,6 +539,13 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         first = problems[0]
         return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems),
                            parameter=first.parameter, signature=shown, signature_source=source, notes=tuple(notes))
+    if isinstance(call, UnpackedCall):
+        state, detail = check_returns(call, obj)
+        if state == "mismatch":
+            return CallVerdict(**base, state="mismatch", detail=detail, parameter="return", signature=shown,
+                               signature_source=source, notes=tuple(notes),
+                               caller=call.caller.target if call.caller else None)
+        notes.append(f"what it returns: {state}: {detail}")
     return CallVerdict(**base, state="ok", detail=f"{call.spelled()} matches", signature=shown,
                        signature_source=source, notes=tuple(notes))
 
@@ -377,6 +590,8 @@ def conformance_problem(backend: Backend) -> str | None:
     problem = conformance.problem
     if problem is None:
         return None
+    if problem.caller is not None:  # two libraries disagree; attnbench's own call is not the one at fault
+        return f"the installed libraries do not fit each other: {problem.detail}; install versions that agree"
     version = backend.version()
     installed = f"{backend.library} {version}" if version else backend.library
     return (f"adapter does not match the installed {installed}: {problem.detail} "

@@ -21,7 +21,7 @@ from attnbench.backends.base import (
     installed_version,
     module_owner,
 )
-from attnbench.backends.conformance import LibraryCall
+from attnbench.backends.conformance import LibraryCall, UnpackedCall
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
 from attnbench.core import workload
@@ -296,13 +296,29 @@ FLASH_IMPL_CALLS = (
 )
 
 
+# What torch's FA4 route (torch/nn/attention/_fa4.py) passes to flash-attn-4 and unpacks from it, as torch 2.11.0
+# writes it: `out, lse = module._flash_attn_fwd(...)` (line 206), `dq, dk, dv = module._flash_attn_bwd(...)` (line
+# 226). Conformance reads the installed torch's own unpacking and the installed flash-attn-4's return statements.
+_FA4_ROUTE = "torch.nn.attention._fa4"
+FA4_ROUTE_CALLS = (
+    UnpackedCall("flash_attn.cute.interface", "_flash_attn_fwd", positional=("q", "k", "v"),
+                 keywords=("softmax_scale", "causal", "window_size_left", "window_size_right", "return_lse",
+                           "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "out"),
+                 optional=True, unpacks=2, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_forward")),
+    UnpackedCall("flash_attn.cute.interface", "_flash_attn_bwd", positional=("q", "k", "v", "out", "dout", "lse"),
+                 keywords=("softmax_scale", "causal", "cu_seqlens_q", "cu_seqlens_k", "deterministic"),
+                 optional=True, unpacks=3, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_backward")),
+)
+
+
 class _SdpaFlashImpl(SdpaFlash):
 
     # FA3/FA4 take no attn_mask.
     capabilities = dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset())
+    route_calls: ClassVar[tuple[LibraryCall, ...]] = ()  # what PyTorch's route calls in the implementation's library
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (SDPA_CALL, *FLASH_IMPL_CALLS)
+        return (SDPA_CALL, *FLASH_IMPL_CALLS, *self.route_calls)
 
     def availability(self, device: str) -> str | None:
         if device != "cuda":
@@ -330,6 +346,7 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
     flash_impl = "FA4"
     capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS)
+    route_calls = FA4_ROUTE_CALLS
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
     install_hint = "pip install flash-attn-4"
