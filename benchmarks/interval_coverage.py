@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from attnbench.core.interval import median_interval  # noqa: E402
 from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.core.policy import MIN_BACKEND_CASES  # noqa: E402
-from attnbench.records.results import read_env  # noqa: E402
+from attnbench.records.results import read_env, stored_results  # noqa: E402
 from attnbench.report.change_rule import machine_pace, observed_spread  # noqa: E402
 
 
@@ -45,21 +45,21 @@ def run_batch(out: Path, runs: int, suite: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for i in range(1, runs + 1):
         target = out / f"run-{i}"
-        if (target / "results.jsonl").exists():
+        if stored_results(target) is not None:
             continue
         subprocess.run([sys.executable, "-m", "attnbench", "run", suite, "--out", str(target), "--no-report"], check=True,
                        stdout=subprocess.DEVNULL)
 
 
 def run_folders(folders: list[Path]) -> list[Path]:
-    """The runs named: a folder holding a run (its results.jsonl, or run/results.jsonl) is one; any other, its
+    """The runs named: a folder holding a run (its results, plain or compressed, or run/'s) is one; any other, its
     run-<i> folders in order."""
     found: list[Path] = []
     for folder in folders:
-        if (folder / "results.jsonl").exists() or (folder / "run" / "results.jsonl").exists():
-            found.append(folder if (folder / "results.jsonl").exists() else folder / "run")
+        if stored_results(folder) is not None or stored_results(folder / "run") is not None:
+            found.append(folder if stored_results(folder) is not None else folder / "run")
         else:
-            found += sorted((p.parent for p in folder.glob("run-*/results.jsonl")),
+            found += sorted((p for p in folder.glob("run-*") if stored_results(p) is not None),
                             key=lambda p: int(p.name.split("-")[1]))
     return found
 

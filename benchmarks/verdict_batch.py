@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnbench.backends.naive import NaiveBackend  # noqa: E402
 from attnbench.backends.sdpa import SdpaAuto, SdpaFlash, SdpaMath  # noqa: E402
+from attnbench.records.results import stored_results  # noqa: E402
 
 SLOWDOWN_ENV = "PLANTED_SLOWDOWN"  # "planted-flash=0.15,planted-sdpa=0.25": each backend's share of its own time
 PLANTED = ("planted-naive", "planted-sdpa", "planted-math", "planted-flash")
@@ -140,7 +141,7 @@ def take(folder: Path, repeats: int) -> None:
     for k in range(repeats + 1):
         for kind in KINDS if k < repeats else ("I",):
             target = folder / f"{kind}{k}"
-            if not (target / "results.jsonl").exists():
+            if stored_results(target) is None:
                 run(target, kind)
 
 
@@ -150,7 +151,7 @@ def identical(folder: Path, repeats: int, gap_s: float) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(repeats):
         target = folder / f"I{k}"
-        if not (target / "results.jsonl").exists():
+        if stored_results(target) is None:
             if k:
                 time.sleep(gap_s)
             run(target, "I")

@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from attnbench.backends.registry import default_registry  # noqa: E402
+from attnbench.records.results import stored_lines, stored_results  # noqa: E402
 from attnbench.report.rows import MEASURED  # noqa: E402
 from attnbench.timing.profile import LABEL_PREFIX, PROFILED_CALL  # noqa: E402
 
@@ -68,8 +69,8 @@ def check(root: Path, device: str) -> tuple[list[str], int, int]:
     unchecked: dict[str, int] = {}
     skipped: set[str] = set()
     bad: list[str] = []
-    for results in sorted({*root.glob("results.jsonl"), *root.glob("*/results.jsonl")}):
-        records = [json.loads(line) for line in results.read_text().splitlines()]
+    for results in sorted(filter(None, map(stored_results, [root, *root.glob("*")]))):
+        records = stored_lines(results)
         for r in (r for r in records if r.get("device") == device):
             backend = r["backend"]
             if r["status"] not in MEASURED:

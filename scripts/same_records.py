@@ -14,13 +14,16 @@ case's fields, memory estimates, rows checked — must be identical.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's reader, whichever two are compared
+
+from attnbench.records.results import stored_lines  # noqa: E402
 
 # Measured times and what follows from them; identifiers of the run.
 VOLATILE = {
@@ -56,8 +59,7 @@ def run(checkout: Path, suite: str, out: Path, cache: Path) -> Path:
 def records(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """The run's records by (case_id, backend), volatile fields removed."""
     out = {}
-    for line in (directory / "results.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
+    for record in stored_lines(directory):
         extra = {k: v for k, v in record.pop("extra", {}).items() if k not in VOLATILE_EXTRA}
         kept = {k: v for k, v in record.items() if k not in VOLATILE}
         kept["extra"] = extra

@@ -7,12 +7,13 @@ attnbench.verify.check.DTYPE_LIMITED of the reference's scale (the dtype cannot 
 wide); `—` is a skip (every record of the cell skipped). The lines after the table name each record that is not
 `ok` or skipped, with its case id and reason.
 
-    python scripts/stress_table.py reports/cpu-AMD-EPYC-2core-stress/results.jsonl
+    python scripts/stress_table.py reports/cpu-AMD-EPYC-2core-stress
+
+The argument is a run directory or its results file (results.jsonl, or a committed run's results.jsonl.gz).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnbench.core.axes import DTYPE_SHORT, INPUTS  # noqa: E402
+from attnbench.records.results import stored_lines  # noqa: E402
 from attnbench.verify.check import DTYPE_LIMITED  # noqa: E402
 
 # Worse first: the status a cell shows when its records differ.
@@ -59,9 +61,7 @@ def table(records: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    path = Path(sys.argv[1])
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    sys.stdout.write(table(records))
+    sys.stdout.write(table(stored_lines(Path(sys.argv[1]))))
 
 
 if __name__ == "__main__":

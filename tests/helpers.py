@@ -3,8 +3,11 @@ several test modules share. Fixtures and pytest hooks stay in tests/conftest.py.
 
 from __future__ import annotations
 
+import fnmatch
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
@@ -14,7 +17,7 @@ import torch
 from attnbench.backends.base import Backend
 from attnbench.core.case import Case
 from attnbench.records.record import upgrade
-from attnbench.records.results import Record
+from attnbench.records.results import COMPRESSED_RESULTS_FILE, RESULTS_FILE, Record
 from attnbench.run.measure import InProcess, Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
@@ -22,6 +25,8 @@ from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
 from attnbench.verify.inputs import CaseData
 from attnbench.verify.quant_data import case_data
 
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports"
 ONE_SAMPLE = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=1, max_samples=1)
 
 
@@ -220,3 +225,26 @@ def band_keep(sq: int, sk: int, left: int | None, right: int | None) -> tuple[to
     if right is not None:
         keep &= j <= i + right
     return keep, i, j
+
+
+def committed_runs(*patterns: str) -> list[Path]:
+    """The run directories committed under reports/ (git's list of files; a copy without .git: what reports/ holds)
+    whose path below reports/ matches one of `patterns` (glob words a level each, `**` any levels; every run when
+    none), whether their results are compressed or not."""
+    names = (RESULTS_FILE, COMPRESSED_RESULTS_FILE)
+    if (ROOT / ".git").exists():
+        listed = subprocess.run(["git", "ls-files", "-z", "reports"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.split("\0")
+        files = [PurePosixPath(f) for f in listed if PurePosixPath(f).name in names]
+    else:
+        files = [PurePosixPath(p.relative_to(ROOT).as_posix()) for name in names for p in REPORTS.rglob(name)]
+    runs = {f.parent.relative_to("reports") for f in files}
+    return sorted(REPORTS / run for run in runs if any(_matches(run.parts, p.split("/")) for p in patterns or ["**"]))
+
+
+def _matches(parts: tuple[str, ...], words: list[str]) -> bool:
+    if not words:
+        return not parts
+    if words[0] == "**":
+        return any(_matches(parts[i:], words[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], words[0]) and _matches(parts[1:], words[1:])

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from attnbench.core.errors import ResultsError
+from attnbench.records.results import stored_lines
 from attnbench.report.change_rule import machine_pace
 from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
@@ -312,7 +313,7 @@ def edited(target: Path, factor: object = 1.0, env: dict | None = None, keep: in
     number, or a function of (backend, index among ok records); only the first `keep` ok records when given, and
     env.json updated with `env`."""
     target.mkdir()
-    records = [json.loads(line) for line in (QUICK / "results.jsonl").read_text().splitlines()]
+    records = stored_lines(QUICK)
     ok = [r for r in records if r["status"] == "ok"][:keep]
     for i, record in enumerate(ok):
         f = factor(record["backend"], i) if callable(factor) else factor

@@ -3,23 +3,17 @@ the committed H200 runs has a memory estimate within 1.5x of its measured peak."
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from attnbench.backends.registry import default_registry
 from attnbench.core import counting
 from attnbench.core.case import Case
-from tests.helpers import make_case
-
-REPORTS = Path(__file__).resolve().parents[1] / "reports"
+from attnbench.records.results import stored_lines
+from tests.helpers import committed_runs, make_case
 
 
 def h200_records() -> list[dict]:
-    records = []
-    for path in sorted(REPORTS.glob("NVIDIA-H200-*/**/results.jsonl")):
-        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [record for run in committed_runs("NVIDIA-H200-*/**") for record in stored_lines(run)]
     return [r for r in records if r["status"] == "ok" and r.get("peak_memory_bytes")]
 
 

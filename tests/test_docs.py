@@ -70,6 +70,19 @@ def test_readme_links_land_on_files_that_exist() -> None:
     assert [t for t in local if not (ROOT / t).exists()] == []
 
 
+def test_every_file_of_a_committed_run_the_manual_names_is_in_the_tree() -> None:
+    """A path the manual or the README names inside a committed run's folder under reports/ (the records a figure
+    comes from, a log, a calibration) is there; a pattern (`<suite>`, `*`, `…`, `$VAR`) names no one file."""
+    runs = {p.name for p in (ROOT / "reports").iterdir() if p.is_dir()}
+    missing = []
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
+        for cited in re.findall(r"reports/[\w.*<>…$/-]+", page.read_text(encoding="utf-8")):
+            path = cited.rstrip(".,;:")
+            if re.fullmatch(r"reports/[\w./-]+", path) and path.split("/")[1] in runs and not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert missing == [], "not in the tree (reports/README.md says what a committed run keeps)"
+
+
 def test_every_page_is_in_the_manuals_navigation() -> None:
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     listed = set(re.findall(r":\s*([\w./-]+\.md)\s*$", config, flags=re.MULTILINE))

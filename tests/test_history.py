@@ -18,11 +18,11 @@ from attnbench.history.plot import change_positions, file_name
 from attnbench.history.store import Store, add_runs, default_path
 from attnbench.history.trend import trends, version_changes
 from attnbench.records.results import load_records
+from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-# Every committed run, wherever its results.jsonl lies: reports/*/ (CPU) and reports/*/run/ (H200).
-COMMITTED = sorted({p.parent for p in (ROOT / "reports").glob("*/results.jsonl")}
-                   | {p.parent for p in (ROOT / "reports").glob("*/run/results.jsonl")})
+# Every committed run at the top of reports/ (CPU) or in a run/ folder there (H200).
+COMMITTED = committed_runs("*", "*/run")
 H200_LAST = ROOT / "reports" / "NVIDIA-H200-20261130-012712" / "run"
 H200_FIRST = ROOT / "reports" / "NVIDIA-H200-first-run" / "run"
 PAIR = dict(backends=["sdpa-cudnn"], cases=["*-s16384-h16-kv16-d128-causal-fwd"])  # a glob: not fwd_bwd

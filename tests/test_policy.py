@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.core import policy
+from attnbench.records.results import open_results, results_path
 from attnbench.report.html import how_to_read
 from attnbench.report.render import render_report
 
@@ -33,8 +34,9 @@ def test_a_changed_constant_changes_every_text_that_states_it(monkeypatch: pytes
     assert "| cpu | ±7% |" in policy.policy_table()
     out = tmp_path / "run"
     out.mkdir()
-    for name in ("results.jsonl", "env.json"):
-        (out / name).write_bytes((QUICK / name).read_bytes())
+    with open_results(results_path(QUICK)) as results:
+        (out / "results.jsonl").write_bytes(results.read())
+    (out / "env.json").write_bytes((QUICK / "env.json").read_bytes())
     render_report(out)
     assert "IQR over 13% of the median" in (out / "summary.md").read_text()
 

@@ -17,12 +17,14 @@ from attnbench.cli.main import app
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
+from attnbench.records.results import results_path, stored_lines
 from attnbench.report.dispatch import DispatchTable, Shape, length_band
 from attnbench.report.pooling import TIME
 from attnbench.report.recommend import Decision, recommend_runs
+from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
-H200 = sorted(p.parent for p in (ROOT / "reports").glob("NVIDIA-H200-*/run/results.jsonl"))
+H200 = committed_runs("NVIDIA-H200-*/run")
 CPU = ROOT / "reports" / "cpu-AMD-EPYC-2core-long"
 
 
@@ -290,7 +292,7 @@ def test_mixing_an_h200_run_with_a_cpu_run_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_same_run_twice_is_refused() -> None:
-    result = invoke(H200[0], H200[0] / "results.jsonl")
+    result = invoke(H200[0], results_path(H200[0]))
     assert result.exit_code == 2 and "are the same run" in result.output
 
 
@@ -343,7 +345,7 @@ LONG_FWD_BWD = "cuda-bf16-b1-s16384-h16-kv16-d128-causal-fwd_bwd"
 def edited_run(directory: Path, source: Path, edit: Any) -> Path:
     """A committed run copied with `edit(record)` applied to each of its records (env.json kept)."""
     directory.mkdir(parents=True)
-    records = [json.loads(line) for line in (source / "results.jsonl").read_text().splitlines()]
+    records = stored_lines(source)
     (directory / "results.jsonl").write_text("".join(json.dumps(edit(r) or r) + "\n" for r in records))
     (directory / "env.json").write_text((source / "env.json").read_text())
     return directory

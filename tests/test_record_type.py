@@ -7,13 +7,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from attnbench.records.record import BEFORE_PROFILING, Record, Status, upgrade
-from attnbench.records.results import load_records
+from attnbench.records.results import load_records, stored_lines
+from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {f.name for f in dataclasses.fields(Record)}
@@ -25,11 +25,6 @@ SCANNED = ("report", "history", "cli", "cluster", "run")
 # record is built from before it exists (fields), and the facts of an A/B side (facts).
 NOT_RECORDS = {"env", "run.env", "recorded", "shape", "s", "self.shape", "group.shape", "fam.shape", "g.shape",
                "bucket", "data", "row", "summary", "u", "m", "manifest", "fields", "facts"}
-
-
-def committed_runs() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "reports"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [ROOT / line for line in listed.stdout.split() if line.endswith("results.jsonl")]
 
 
 def string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
@@ -78,9 +73,9 @@ def test_no_reader_outside_the_records_package_reads_a_record_field_by_string_ke
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", committed_runs(), ids=lambda p: str(p.parent.relative_to(ROOT / "reports")))
+@pytest.mark.parametrize("path", committed_runs(), ids=lambda p: str(p.relative_to(ROOT / "reports")))
 def test_every_committed_run_loads_into_the_record_and_writes_back_what_it_held(path: Path) -> None:
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = stored_lines(path)
     records = load_records(path)
     assert len(records) == len(lines) and all(isinstance(r, Record) for r in records)
     relabelled = {r.schema_version for r in records} != {line["schema_version"] for line in lines}

@@ -19,7 +19,7 @@ from PIL import (
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import peak_tflops_for
-from attnbench.records.results import load_records
+from attnbench.records.results import load_records, stored_lines
 from attnbench.report.charts import group_chart
 from attnbench.report.findings import fastest_line
 from attnbench.report.groups import group_records, kv_heads_families
@@ -637,8 +637,8 @@ def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> 
     call, as a loop's counter would give); one without gets none."""
     import json
 
-    source = DATA.parents[1] / "reports" / "cpu-AMD-EPYC-2core-long" / "results.jsonl"
-    records = [json.loads(line) for line in source.read_text().splitlines()]
+    source = DATA.parents[1] / "reports" / "cpu-AMD-EPYC-2core-long"
+    records = stored_lines(source)
     for r in records:
         if r["status"] == "ok":
             joules = 50.0 * r["time_ms"] / 1e3
@@ -651,7 +651,7 @@ def test_the_energy_chart_is_drawn_when_records_carry_energy(tmp_path: Path) -> 
     assert "Energy per token" in (run / "report.html").read_text()
     plain = tmp_path / "plain"
     plain.mkdir()
-    (plain / "results.jsonl").write_text(source.read_text())
+    (plain / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stored_lines(source)))
     render_report(plain)
     assert not (plain / "charts" / "energy.png").exists()
 

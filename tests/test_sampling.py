@@ -205,14 +205,13 @@ def test_a_slow_forwards_checked_call_is_its_first_sample_when_it_agrees() -> No
 def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> None:
     """flex fwd_bwd at 4K (16 heads, 4 KV heads) on the H200: 19 samples near 1.0 ms and 5 at 1.45-1.6 ms. The IQR
     stays under 10% (not noisy), but the record now says the samples fall into two groups."""
-    import json
     from pathlib import Path
 
     from attnbench.core.interval import two_modes
+    from attnbench.records.results import stored_lines
     from attnbench.run.recording import timing_extra
 
-    path = Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run" / "results.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = stored_lines(Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
     (flex,) = [r for r in records
                if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
     assert not flex["noisy"]

@@ -4,11 +4,12 @@ of the committed CPU run (reports/cpu-AMD-EPYC-2core-stress) as the script print
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
+from attnbench.records.results import stored_lines
+
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "reports" / "cpu-AMD-EPYC-2core-stress" / "results.jsonl"
+RUN = ROOT / "reports" / "cpu-AMD-EPYC-2core-stress"
 
 
 def _script():  # type: ignore[no-untyped-def]
@@ -39,6 +40,6 @@ def test_a_cell_shows_the_worst_status_its_largest_share_of_the_bound_and_a_dtyp
 
 
 def test_the_manual_holds_the_committed_runs_table() -> None:
-    records = [json.loads(line) for line in RUN.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = stored_lines(RUN)
     docs = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert _script().table(records) in docs

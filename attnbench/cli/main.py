@@ -319,8 +319,10 @@ def status(
 @app.command()
 @user_errors
 def report(
-    source: Path = typer.Argument(..., help="A run directory, or its results.jsonl."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results)."),
+    source: Path = typer.Argument(..., help="A run directory, or its results.jsonl (or a committed run's "
+                                            "results.jsonl.gz)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results; for "
+                                                             "compressed results, their folder's rendered/)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
     baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else "
                                                    "naive)."),

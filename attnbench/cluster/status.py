@@ -13,7 +13,7 @@ from typing import Any
 
 from attnbench.cluster.sbatch import Layout
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import RESULTS_FILE, load_records, read_json_object
+from attnbench.records.results import load_records, read_json_object, stored_results
 from attnbench.records.resume import done_keys
 
 # Runs a command and gives back its exit code and output; injectable for tests.
@@ -56,7 +56,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 def measurements_done(directory: Path) -> int:
     """How many distinct measurements a shard directory holds (a line being written is not counted)."""
-    return len(done_keys(directory, writing=True)) if (directory / RESULTS_FILE).is_file() else 0
+    return len(done_keys(directory, writing=True))
 
 
 def expand_indices(text: str) -> list[int]:
@@ -143,10 +143,10 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
         where = f"{p.state} (job {task})" if p.state else f"job {task}" if task else "not submitted"
         lines.append(f"  shard {p.index}: {p.done:>5} of {p.planned:<5} {'complete' if p.complete else '':<9}"
                      f"{where}  {Layout(root).shard(p.index)}")
-    merged = root / RESULTS_FILE
+    merged = stored_results(root)
     merge_job = next((str(e["merge_job"]) for e in reversed(manifest.get("submissions", []))
                       if e.get("merge_job")), None)
-    if merged.is_file():
+    if merged is not None:
         lines.append(f"  merged: {len(load_records(root))} records in {merged}, report {root / 'report.html'}")
     elif merge_job:
         state = states.get(merge_job)

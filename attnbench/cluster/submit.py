@@ -31,7 +31,7 @@ from attnbench.cluster.status import (
     shard_progress,
 )
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import RESULTS_FILE, write_json_atomic
+from attnbench.records.results import RESULTS_FILE, stored_results, write_json_atomic
 from attnbench.run.options import RunOptions
 
 if TYPE_CHECKING:
@@ -143,8 +143,9 @@ def earlier_submission(layout: Layout, suite_text: str, batch: Batch,
                        planned: tuple[int, ...]) -> dict[str, Any] | None:
     """The record of an earlier submission this one repeats; else a user error."""
     root = layout.root
-    if (root / RESULTS_FILE).exists():
-        raise AttnbenchError(f"--out {root}: already holds merged results ({RESULTS_FILE}); choose another --out")
+    merged = stored_results(root)
+    if merged is not None:
+        raise AttnbenchError(f"--out {root}: already holds merged results ({merged.name}); choose another --out")
     if not layout.manifest.is_file():
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise AttnbenchError(f"--out {root}: exists and was not written by attnbench submit; choose another")

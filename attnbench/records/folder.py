@@ -8,13 +8,26 @@ from typing import Any
 
 from attnbench.records.files import write_json_atomic
 from attnbench.records.record import Record
-from attnbench.records.results import ENV_FILE, RESULTS_FILE, refuse_existing, write_records_atomic
-from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env
+from attnbench.records.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    is_compressed,
+    refuse_existing,
+    write_records_atomic,
+)
+from attnbench.records.resume import check_compatible, done_keys, drop_cut_line, read_run_env, refuse_compressed
 
 TRACES_DIR = "traces"  # --trace's
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.md"
 CHARTS_DIR = "charts"
+RENDERED_DIR = "rendered"  # a compressed run's report, unless --out says where
+
+
+def report_directory(results: Path) -> Path:
+    """Where `attnbench report` writes unless told: beside a run's results.jsonl; in a compressed run's rendered/,
+    so that what was committed with it (its summary.md) stays as it was taken."""
+    return results.parent / RENDERED_DIR if is_compressed(results) else results.parent
 
 
 class RunFolder:
@@ -31,6 +44,7 @@ class RunFolder:
 
     @property
     def results(self) -> Path:
+        """Where this run's records are written (results.jsonl, never the compressed file)."""
         return self.directory / RESULTS_FILE
 
     @property
@@ -56,7 +70,9 @@ class RunFolder:
     @classmethod
     def resume(cls, directory: Path, here: dict[str, Any], suite_name: str, shard: str | None,
                force: bool) -> RunFolder:
-        """The run in `directory`, refused when recorded elsewhere (check_compatible)."""
+        """The run in `directory`, refused when compressed (refuse_compressed) or recorded elsewhere
+        (check_compatible)."""
+        refuse_compressed(Path(directory))
         folder = cls(directory, read_run_env(Path(directory)))
         check_compatible(folder.directory, folder.env, here, suite_name, shard, force)
         return folder

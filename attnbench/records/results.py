@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import sys
 import types
 import typing
+import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from attnbench.core.errors import ResultsError
 from attnbench.records.files import (  # noqa: F401 - re-exported
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RESULTS_FILE = "results.jsonl"
+# A committed run's results, gzip-compressed: read wherever results.jsonl is absent, never written or resumed
+# (docs/results.md "Compressed runs").
+COMPRESSED_RESULTS_FILE = RESULTS_FILE + ".gz"
 ENV_FILE = "env.json"
 # The env.json fields read and their JSON types (each may be null).
 ENV_TYPES: dict[str, tuple[type, ...]] = {
@@ -86,8 +91,9 @@ def record_line(record: dict[str, Any]) -> str:
 
 def refuse_existing(directory: Path, hint: str = "") -> None:
     """Refuse a directory holding a results file: earlier results are never written over."""
-    if (directory / RESULTS_FILE).exists():
-        raise ResultsError(f"{directory}: already holds {RESULTS_FILE}; choose another --out so earlier "
+    held = stored_results(directory)
+    if held is not None:
+        raise ResultsError(f"{directory}: already holds {held.name}; choose another --out so earlier "
                            f"results are kept{hint}")
 
 
@@ -114,14 +120,42 @@ def replace_records(path: Path, records: list[Record]) -> None:
                               "samples)")
 
 
+def stored_results(directory: Path) -> Path | None:
+    """The results file a run directory holds: results.jsonl where there is one (a live run writes it), else a
+    committed run's results.jsonl.gz; None when neither."""
+    for name in (RESULTS_FILE, COMPRESSED_RESULTS_FILE):
+        if (Path(directory) / name).is_file():
+            return Path(directory) / name
+    return None
+
+
+def is_compressed(path: Path) -> bool:
+    """Whether a results file is gzip-compressed (read-only evidence), by its name."""
+    return Path(path).name.endswith(".gz")
+
+
 def results_path(path: Path) -> Path:
+    """The results file of a run directory (stored_results), or `path` itself when it names a file."""
     path = Path(path)
     if path.is_dir():
-        path = path / RESULTS_FILE
+        path = stored_results(path) or path / RESULTS_FILE
     if not path.is_file():
-        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE}, "
-                           "or the file)")
+        raise ResultsError(f"{path}: no attnbench results here (expected a directory holding {RESULTS_FILE} or "
+                           f"{COMPRESSED_RESULTS_FILE}, or the file)")
     return path
+
+
+def open_results(path: Path) -> IO[bytes]:
+    """A results file's lines as bytes, uncompressed where it is gzip."""
+    return gzip.open(path, "rb") if is_compressed(path) else open(path, "rb")
+
+
+def stored_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON object of each line of a run's results file as stored (no check, no upgrade): for scripts and tests
+    that read a file's own words."""
+    file = results_path(path)
+    with open_results(file) as lines:
+        return [json.loads(line) for line in lines if line.strip()]
 
 
 def load_records(path: Path, writing: bool = False) -> list[Record]:
@@ -130,16 +164,19 @@ def load_records(path: Path, writing: bool = False) -> list[Record]:
     file = results_path(path)
     records: list[dict[str, Any]] = []
     bad: list[tuple[int, str]] = []
-    with open(file, "rb") as lines:
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            record = parse_line(raw)
-            if isinstance(record, str):
-                if not (writing and not raw.endswith(b"\n")):
-                    bad.append((number, record))
-            else:
-                records.append(record)
+    try:
+        with open_results(file) as lines:
+            for number, raw in enumerate(lines, start=1):
+                if not raw.strip():
+                    continue
+                record = parse_line(raw)
+                if isinstance(record, str):
+                    if not (writing and not raw.endswith(b"\n")):
+                        bad.append((number, record))
+                else:
+                    records.append(record)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip's: not gzip, cut short, corrupt
+        raise ResultsError(f"{file}: cannot be read ({exc or type(exc).__name__})") from None
     if bad and not records:
         more = f" (and {len(bad) - 1} more bad line(s))" if len(bad) > 1 else ""
         raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")

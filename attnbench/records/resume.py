@@ -9,9 +9,10 @@ from typing import Any
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.results import (
     ENV_FILE,
-    RESULTS_FILE,
+    is_compressed,
     load_records,
     read_json_object,
+    stored_results,
 )
 
 # Libraries whose version changes the numbers.
@@ -22,6 +23,14 @@ def read_run_env(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / ENV_FILE, f"--resume {directory}",
                             f"no {ENV_FILE} there; not an attnbench run directory",
                             f"{ENV_FILE} is not an attnbench environment record")
+
+
+def refuse_compressed(directory: Path) -> None:
+    """A run whose results are compressed is committed evidence: read, never continued."""
+    held = stored_results(directory)
+    if held is not None and is_compressed(held):
+        raise AttnbenchError(f"--resume {directory}: its results are compressed ({held.name}), a committed run kept "
+                             f"read-only; to continue it, decompress them beside it first (gunzip -k {held})")
 
 
 def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
@@ -57,7 +66,7 @@ def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, 
 
 def done_keys(directory: Path, writing: bool = False) -> set[tuple]:
     """Keys of the measurements already recorded in `directory`."""
-    if not (directory / RESULTS_FILE).is_file():
+    if stored_results(directory) is None:
         return set()
     return {record.key for record in load_records(directory, writing)}
 

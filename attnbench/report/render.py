@@ -17,7 +17,7 @@ from urllib.parse import quote
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
 from attnbench.records.files import write_bytes_atomic
-from attnbench.records.folder import RunFolder
+from attnbench.records.folder import RunFolder, report_directory
 from attnbench.records.record import Record
 from attnbench.records.results import load_records, read_env, results_path
 from attnbench.report.baseline import choose_baseline, group_speedups
@@ -214,7 +214,8 @@ def _speedups(groups: list[CaseGroup], baseline: str | None) -> dict[Record, flo
 
 def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[str] = FORMATS,
                   baseline: str | None = None, peak_tflops: float | None = None) -> list[Path]:
-    """Read results from `source` (run directory or results.jsonl), write the report, return the written paths."""
+    """Read results from `source` (a run directory or its results file), write the report (by default where
+    report_directory says), return the written paths. The results and env.json are only read."""
     wanted = list(dict.fromkeys(formats))
     _check_options(wanted, peak_tflops)
     source = Path(source)
@@ -222,7 +223,7 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     if not records:
         raise ResultsError(f"{results_path(source)}: holds no records, so there is nothing to report")
     env = read_env(source)
-    out = RunFolder(Path(out_dir) if out_dir is not None else results_path(source).parent)
+    out = RunFolder(Path(out_dir) if out_dir is not None else report_directory(results_path(source)))
     out.directory.mkdir(parents=True, exist_ok=True)
 
     baseline = choose_baseline(records, baseline)

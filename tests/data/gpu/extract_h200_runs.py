@@ -10,7 +10,12 @@ counted it. The process lists and pids themselves were not recorded, only that c
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run from the repo root without installing
+
+from attnbench.records.results import stored_lines  # noqa: E402
 
 RUNS = ("NVIDIA-H200-20261130-012030", "NVIDIA-H200-20261130-012712")
 SAMPLED = ("sm_clock_mhz", "clock_event_reasons", "other_gpu_processes")
@@ -21,7 +26,7 @@ def main() -> None:
     for run in RUNS:
         directory = Path("reports") / run / "run"
         env = json.loads((directory / "env.json").read_text())
-        records = [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines() if line]
+        records = stored_lines(directory)
         doctor = json.loads((directory.parent / "doctor.json").read_text())
         out["runs"][run] = {
             "gpu_state": env["gpu_state"],
