@@ -19,6 +19,7 @@ from attnbench.backends.base import Unsupported
 from attnbench.backends.registry import default_registry
 from attnbench.core import counting, workload
 from attnbench.core.case import Case
+from attnbench.records.results import stored_lines
 from attnbench.sweep.suite import load_suite, packaged_suites
 from attnbench.verify import integrity
 from attnbench.verify.inputs import SUBSET_ROWS, checked_rows
@@ -51,8 +52,7 @@ def test_a_small_output_is_sampled_whole() -> None:
 
 
 def h200_records(folder: str) -> list[dict]:
-    path = H200_RUN / folder / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return stored_lines(H200_RUN / folder)
 
 
 def case_of(record: dict) -> Case:
