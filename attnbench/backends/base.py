@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
     from attnbench.core.quant import Numerics
+    from attnbench.timing.memory import DeviceStats
 
 
 class Unsupported(Exception):
@@ -41,9 +42,10 @@ class Prepared:
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    # Non-PyTorch runtimes: `to_tensor` (untimed), "rss" memory, their own profiler.
+    # Non-PyTorch runtimes: `to_tensor` (untimed), their own profiler, and memory: "rss" on the host, on a GPU the
+    # runtime's DeviceStats (attnbench.timing.memory).
     to_tensor: Callable[[Any], Any] = _identity
-    memory: str = "torch"
+    memory: str | DeviceStats = "torch"
     profile: Callable[[], Any] | None = None
     # Inputs the library writes into by design (copies, which the integrity guard skips).
     writes: tuple[int, ...] = ()

@@ -16,6 +16,7 @@ from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
+from attnbench.timing.memory import DeviceStats
 
 if TYPE_CHECKING:
     import torch
@@ -136,10 +137,13 @@ class _Jax(Backend):
         except Exception:  # noqa: BLE001 - not every backend of XLA reports it
             pass
         labels = hlo_labels(compiled.as_text())
+        # On a GPU, XLA's allocator's own accounting: host RSS is not device memory.
+        memory = "rss" if case.device == "cpu" else DeviceStats(device.memory_stats, f"jax {jax.__version__} "
+                                                                "Device.memory_stats()")
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=lambda out: out.transpose(1, 2),
                         kernel=f"jax {jax.__version__} dot_product_attention implementation={self.implementation!r} "
                                f"({how}{', GQA native' if case.kv_heads != case.heads else ''})",
-                        memory="rss", extra=extra, profile=lambda: jax_profile(call, labels))
+                        memory=memory, extra=extra, profile=lambda: jax_profile(call, labels))
 
 
 def hlo_labels(text: str) -> dict[str, str]:

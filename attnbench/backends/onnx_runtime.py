@@ -186,7 +186,7 @@ class _Ort(Backend):
         """ORT's session profiling of one call on a session of its own: node kernels, SESSION_REST, the peak."""
         with tempfile.TemporaryDirectory() as folder:
             session = self.session(model, threads, folder)
-            measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", rss=True)
+            measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", memory="rss")
             path = session.end_profiling()
             with open(path) as trace:
                 events = json.load(trace)

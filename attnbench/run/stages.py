@@ -149,7 +149,7 @@ def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: T
                 clock = getattr(timer, "clock", None)
                 start = time.perf_counter()
                 call = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock,
-                                           rss=prepared.memory == "rss")
+                                           memory=prepared.memory)
                 out_native, memory = prepared.to_tensor(call.result), Memory(call.peak, call.method)
                 timing = dataclasses.replace(timing, warmed_ms=(time.perf_counter() - start) * 1e3,
                                              prior_ms=call.call_ms)
@@ -169,7 +169,7 @@ def calls(case: Case, ready: Ready, checked: Checked) -> Calls:
     fn = timed_call(case.mode, ready.prepared, ready.leaves, checked.out_native, checked.dout_native)
     if case.mode == "fwd":
         return Calls(fn, None)
-    first = PeakOnFirstCall(fn, case.device, rss=ready.prepared.memory == "rss")
+    first = PeakOnFirstCall(fn, case.device, memory=ready.prepared.memory)
     gc.collect(1)  # no garbage the first call would free may be counted in its "before"
     return Calls(fn, first)
 
@@ -194,7 +194,7 @@ def memory(chosen: Calls, checked: Checked) -> Memory | None:
     first = chosen.first
     if first is None:
         return checked.memory
-    if first.peak is None:  # a timer that never called fn
+    if first.method is None:  # a timer that never called fn
         first()
     return Memory(first.peak, first.method)
 

@@ -6,7 +6,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,20 +15,36 @@ YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
 # a runtime with its own allocator: the RSS high-water mark, reset by Linux `clear_refs`
 RSS_METHOD = "process peak RSS (/proc/self/status VmHWM, reset by clear_refs)"
+# a runtime on a GPU without device accounting
+NO_DEVICE_METHOD = "none: host RSS is not device memory, and this runtime gives no device accounting"
+RAISED = "peak_bytes_in_use, raised by the call, less bytes_in_use before it"
+HIDDEN = ("none: the call stayed under an earlier high-water mark (peak_bytes_in_use has no reset), so its own peak "
+          "is unknown")
+UNREPORTED = "none: it reports no peak_bytes_in_use"
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """A runtime's own accounting of a device's memory (JAX: `Device.memory_stats()`): `read` returns its
+    `bytes_in_use` and `peak_bytes_in_use`, or None."""
+
+    read: Callable[[], Mapping[str, int] | None]
+    source: str  # how the record names it
 
 
 @dataclass
 class PeakCall:
     result: Any
-    peak: int
+    peak: int | None
     method: str
     call_ms: float | None = None
 
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
-                        clock: Callable[[], int] | None = None, rss: bool = False) -> PeakCall:
+                        clock: Callable[[], int] | None = None, memory: str | DeviceStats = "torch") -> PeakCall:
     """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
-    inside; `clock` (ns) times the call alone; `rss`: allocates outside PyTorch."""
+    inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates outside
+    PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""
     call_ms: list[float] = []
 
     def timed() -> Any:
@@ -42,11 +58,33 @@ def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True
     if collect:
         gc.collect(YOUNG)
     with _no_collection():
-        if rss and rss_available():
-            result, peak = _rss_peak(timed)
-            return PeakCall(result, peak, RSS_METHOD, call_ms[0] if call_ms else None)
-        result, peak = _cuda_peak(timed) if device == "cuda" else _cpu_peak(timed)
-    return PeakCall(result, peak, CUDA_METHOD if device == "cuda" else CPU_METHOD, call_ms[0] if call_ms else None)
+        result, peak, method = _peak(timed, device, memory)
+    return PeakCall(result, peak, method, call_ms[0] if call_ms else None)
+
+
+def _peak(fn: Callable[[], Any], device: str, memory: str | DeviceStats) -> tuple[Any, int | None, str]:
+    if isinstance(memory, DeviceStats):
+        return _device_stats_peak(fn, memory)
+    if memory == "rss" and device == "cuda":
+        return fn(), None, NO_DEVICE_METHOD
+    if memory == "rss" and rss_available():
+        return (*_rss_peak(fn), RSS_METHOD)
+    if device == "cuda":
+        return (*_cuda_peak(fn), CUDA_METHOD)
+    return (*_cpu_peak(fn), CPU_METHOD)
+
+
+def _device_stats_peak(fn: Callable[[], Any], stats: DeviceStats) -> tuple[Any, int | None, str]:
+    """The call's peak where it raised the device's high-water mark; unknown where it stayed under an earlier one
+    (the mark has no reset), never guessed. `fn` returns once the device's work is done."""
+    before = stats.read() or {}
+    result = fn()
+    after = stats.read() or {}
+    if not {"bytes_in_use", "peak_bytes_in_use"} <= before.keys() or "peak_bytes_in_use" not in after:
+        return result, None, f"{stats.source}: {UNREPORTED}"
+    if after["peak_bytes_in_use"] > before["peak_bytes_in_use"]:
+        return result, after["peak_bytes_in_use"] - before["bytes_in_use"], f"{stats.source} {RAISED}"
+    return result, None, f"{stats.source}: {HIDDEN}"
 
 
 @contextlib.contextmanager
@@ -63,17 +101,17 @@ def _no_collection() -> Iterator[None]:
 class PeakOnFirstCall:
     """Measures peak memory on its first call."""
 
-    def __init__(self, fn: Callable[[], object], device: str, rss: bool = False) -> None:
+    def __init__(self, fn: Callable[[], object], device: str, memory: str | DeviceStats = "torch") -> None:
         self.fn = fn
         self.device = device
-        self.rss = rss
+        self.memory = memory
         self.peak: int | None = None
-        self.method: str | None = None
+        self.method: str | None = None  # set by the first call
 
     def __call__(self) -> object:
-        if self.peak is not None:
+        if self.method is not None:
             return self.fn()
-        measured = call_measuring_peak(self.fn, self.device, collect=False, rss=self.rss)
+        measured = call_measuring_peak(self.fn, self.device, collect=False, memory=self.memory)
         self.peak, self.method = measured.peak, measured.method
         return measured.result
 
