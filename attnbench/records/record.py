@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.core import axes
+from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
 
 # Versions the loader reads: docs/results.md, "Schema versions".
@@ -117,8 +118,11 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
-        """A stored record upgraded to this schema (its schema_version kept)."""
+        """A stored record upgraded to this schema (its schema_version kept); a GPU peak read from host RSS is no
+        device memory: dropped, its method saying so."""
         fields = dict(data)
+        if host_peak_on_gpu(fields.get("device"), fields.get("memory_method")):
+            fields.update(peak_memory_bytes=None, memory_method=STORED_RSS_ON_GPU)
         if "noisy" not in fields:
             fields["noisy"] = _spread(fields.get("time_ms"), fields.get("time_ms_iqr"))
         if "kernels" not in fields and fields.get("kernels_reason") is None:

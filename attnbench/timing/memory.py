@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from attnbench.core.memory_methods import RSS_METHOD
+
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
 YOUNG = 1  # gc generations 0 and 1
 CPU_METHOD = "torch.profiler CPU allocator events"
-# a runtime with its own allocator: the RSS high-water mark, reset by Linux `clear_refs`
-RSS_METHOD = "process peak RSS (/proc/self/status VmHWM, reset by clear_refs)"
 # a runtime on a GPU without device accounting
 NO_DEVICE_METHOD = "none: host RSS is not device memory, and this runtime gives no device accounting"
 RAISED = "peak_bytes_in_use, raised by the call, less bytes_in_use before it"
