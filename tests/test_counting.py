@@ -14,11 +14,19 @@ from attnbench.records.results import load_records
 from tests.helpers import REPORTS, committed_runs, make_case
 
 DEC4 = REPORTS / "NVIDIA-H200-20261204-c671d98"
+MIB = 1 << 20
 
 
 def h200_records() -> list[Record]:
     records = [record for run in committed_runs("NVIDIA-H200-*/**") for record in load_records(run)]
     return [r for r in records if r.status == "ok" and r.peak_memory_bytes]
+
+
+def measured(folder: str, backend: str, case_id: str) -> tuple[Case, int]:
+    """A committed H200 record's case and measured peak."""
+    record = next(r for r in load_records(DEC4 / folder)
+                  if r.backend == backend and r.case_id == case_id and r.status == "ok")
+    return case_of(record), record.peak_memory_bytes
 
 
 def case_of(record: Record) -> Case:
@@ -45,6 +53,18 @@ def test_a_gpu_peak_read_from_host_rss_is_read_back_as_no_measurement() -> None:
     device's. Read back, the peak is null and the method says why."""
     jax = [r for r in load_records(DEC4 / "check") if r.backend == "jax-cudnn" and r.time_ms]
     assert jax and all(r.peak_memory_bytes is None and r.memory_method == STORED_RSS_ON_GPU for r in jax)
+
+
+def test_flash_attn_4s_backward_holds_float32_dq_and_per_kv_head_dk_dv_accumulators() -> None:
+    """flash-attn-4 fwd+bwd at GQA 16/4 on the H200: 88.75 MiB, against 40 estimated as fused. _flash_attn_bwd holds
+    a float32 dq_accum (32 MiB) and, with several query heads per KV head, float32 dk_accum and dv_accum per KV
+    head (16 MiB); without GQA no accumulators for dK and dV."""
+    case, measured_peak = measured("fa4", "flash-attn-4", "cuda-bf16-b1-s4096-h16-kv4-d128-causal-fwd_bwd")
+    assert estimate("flash-attn-4", case) == 88 * MIB
+    assert 0.99 <= estimate("flash-attn-4", case) / measured_peak <= 1.0  # dpsum, lse_log2 and the lse aside
+    mha = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True,
+                    mode="fwd_bwd")
+    assert estimate("flash-attn-4", mha) == (16 + 48 + 32) * MIB
 
 
 def test_the_math_kernel_upcasts_halves_and_does_not_fit_an_h200_at_32k() -> None:

@@ -40,6 +40,7 @@ from attnbench.backends.kernel_names import FLASH_ATTENTION_2, FLASH_ATTENTION_3
 from attnbench.backends.registry import register
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.counting import MemoryCost
 from attnbench.core.quant import Numerics, for_every_input
 
 if TYPE_CHECKING:
@@ -315,7 +316,10 @@ def output_of(result: Any) -> torch.Tensor:
 @register
 class FlashAttn2(_Flash):
     name = "flash-attn"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
+    # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
+    # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True))
     summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
     library = "flash-attn"
     module = "flash_attn"
@@ -349,7 +353,9 @@ class FlashAttn2(_Flash):
 @register
 class FlashAttn3(_Flash):
     name = "flash-attn-3"
-    cost = Cost(cuda=fp8.FA3_KERNEL)
+    # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
+    # head.
+    cost = Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
     summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
     library = "flash-attn-3"
     module = "flash_attn_interface"
@@ -381,7 +387,11 @@ class FlashAttn3(_Flash):
 @register
 class FlashAttn4(_Flash):
     name = "flash-attn-4"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45))
+    # Backward (flash_attn/cute/interface.py _flash_attn_bwd): a float32 `dq_accum` (batch, heads,
+    # seqlen_q_rounded · head_dim_rounded); under GQA (qhead_per_kvhead > 1, `dKV_postprocess`) float32
+    # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
+                memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
     summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
     library = "flash-attn-4"
     module = "flash_attn.cute"

@@ -277,10 +277,12 @@ class SdpaMath(_Sdpa):
 @register
 class SdpaFlash(_Sdpa):
     name = "sdpa-flash"
-    # Backward: four Q-sized buffers beyond the gradients (an fp32 dQ accumulator), dK/dV per query head under GQA.
+    # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd): `grad_out.contiguous()`
+    # and `out.contiguous()` copy both (SDPA hands them over transposed), a float32 `dq_accum`, and under GQA
+    # `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
     cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
                 cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
-                memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
+                memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True))
     summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
     kernel_name = "FLASH_ATTENTION"
     capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH)

@@ -109,31 +109,48 @@ class MemoryCost:
     score_copies_bwd: float = 0.0
     upcast_halves: bool = False  # fp16/bf16 computed in float32
     expands_kv: bool = False  # K/V repeated per query head
-    bwd_workspace: float = 0.0  # Q-sized buffers
-    bwd_expands_kv: bool = False
+    bwd_workspace: float = 0.0  # Q-sized buffers in the case's dtype
+    bwd_expands_kv: bool = False  # dK, dV per query head in the case's dtype under GQA, summed after
+    bwd_dq_accum: bool = False  # a float32 dQ accumulator of Q's shape
+    bwd_dkv_accum: bool = False  # float32 dK, dV accumulators of K's and V's shape under GQA
+    bwd_out_copies: int = 0  # O-sized copies the backward makes (dO, O made contiguous)
 
 
 FUSED = MemoryCost()
+FLOAT32_BYTES = 4
 
 
 def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
     sizes = tensor_bytes(case)
-    elem = DTYPE_BYTES[case.dtype]
-    expanded_kv = case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * elem
-    grouped = case.kv_heads != case.heads
-    estimate = sizes["o"]
-    if memory.expands_kv and grouped:
-        estimate += expanded_kv
+    estimate = sizes["o"] + (expanded_kv_bytes(case) if memory.expands_kv else 0)
     if case.needs_grad:
-        estimate += sizes["q"] + sizes["k"] + sizes["v"] + memory.bwd_workspace * sizes["q"]
-        if memory.bwd_expands_kv and grouped:
-            estimate += expanded_kv
+        estimate += sizes["q"] + sizes["k"] + sizes["v"] + backward_workspace(case, memory)
     halves = memory.upcast_halves and case.dtype in HALF_DTYPES
     copies = memory.score_copies_bwd if case.needs_grad else memory.score_copies_fwd
     if copies:
-        score_elem = 4 if halves else elem
+        score_elem = FLOAT32_BYTES if halves else DTYPE_BYTES[case.dtype]
         estimate += int(copies * case.batch * case.heads * case.seq_len * case.kv_seq_len * score_elem)
     if halves:  # float32 copies of Q, K, V
-        kv = expanded_kv if memory.expands_kv and grouped else sizes["k"] + sizes["v"]
+        kv = expanded_kv_bytes(case) if memory.expands_kv and case.kv_heads != case.heads else sizes["k"] + sizes["v"]
         estimate += 2 * (sizes["q"] + kv)
     return estimate
+
+
+def expanded_kv_bytes(case: Case) -> int:
+    """K and V repeated per query head, in the case's dtype; 0 without GQA."""
+    if case.kv_heads == case.heads:
+        return 0
+    return case.batch * case.heads * case.kv_seq_len * (case.head_dim + case.v_dim) * DTYPE_BYTES[case.dtype]
+
+
+def backward_workspace(case: Case, memory: MemoryCost) -> int:
+    """What a backward holds beyond dQ, dK and dV."""
+    sizes = tensor_bytes(case)
+    held = memory.bwd_workspace * sizes["q"] + memory.bwd_out_copies * sizes["o"]
+    if memory.bwd_dq_accum:
+        held += FLOAT32_BYTES * case.batch * case.heads * case.seq_len * case.head_dim
+    if memory.bwd_expands_kv:
+        held += expanded_kv_bytes(case)
+    if memory.bwd_dkv_accum and case.kv_heads != case.heads:
+        held += FLOAT32_BYTES * case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
+    return int(held)
