@@ -55,6 +55,34 @@ def test_a_gpu_peak_read_from_host_rss_is_read_back_as_no_measurement() -> None:
     assert jax and all(r.peak_memory_bytes is None and r.memory_method == STORED_RSS_ON_GPU for r in jax)
 
 
+@pytest.mark.parametrize("kv_heads", [16, 4])
+def test_varlen_backward_counts_dq_accum_its_padding_and_the_output_copy(kv_heads: int) -> None:
+    """sdpa-varlen fwd+bwd on the H200: 114 MiB at 16 KV heads, 122 MiB at 4, against 64 and 40 estimated as fused.
+    mha_varlen_bwd holds a float32 dq_accum of (total_q + 128) rows and, under GQA, dK/dV per query head;
+    _flash_attention_backward copies the output, strided as the packed query (one request)."""
+    case, measured_peak = measured("check", "sdpa-varlen", f"cuda-bf16-b1-s4096-h16-kv{kv_heads}-d128-causal-fwd_bwd")
+    sizes = counting.tensor_bytes(case)
+    grads = sizes["q"] + sizes["k"] + sizes["v"]
+    dq_accum = (4096 + 128) * 16 * 128 * 4
+    expanded = 0 if kv_heads == 16 else 2 * 4096 * 16 * 128 * 2
+    assert estimate("sdpa-varlen", case) == 2 * sizes["o"] + grads + dq_accum + expanded
+    assert 0.98 <= estimate("sdpa-varlen", case) / measured_peak <= 1.0  # lse and softmax_d, 0.75 MiB, aside
+
+
+def test_varlen_pads_dq_accum_per_document_and_copies_no_contiguous_output() -> None:
+    """32 documents of 128 tokens pad dq_accum by 128 rows each (31 more than one sequence: 31 MiB at 16 x 128); two
+    requests pack into a contiguous query, so the output needs no copy."""
+    one = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True,
+                    mode="fwd_bwd")
+    docs = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True,
+                     mode="fwd_bwd", doc_lens=(128,) * 32)
+    assert estimate("sdpa-varlen", docs) - estimate("sdpa-varlen", one) == 31 * 128 * 16 * 128 * 4
+    two = make_case(device="cuda", dtype="bfloat16", batch=2, seq_len=4096, heads=16, kv_heads=16, head_dim=128,
+                    causal=True, mode="fwd_bwd")
+    assert estimate("sdpa-varlen", two) == 2 * (estimate("sdpa-varlen", one) - 16 * MIB - 128 * 16 * 128 * 4) \
+        + 2 * 128 * 16 * 128 * 4
+
+
 def test_flash_attn_4s_backward_holds_float32_dq_and_per_kv_head_dk_dv_accumulators() -> None:
     """flash-attn-4 fwd+bwd at GQA 16/4 on the H200: 88.75 MiB, against 40 estimated as fused. _flash_attn_bwd holds
     a float32 dq_accum (32 MiB) and, with several query heads per KV head, float32 dk_accum and dv_accum per KV

@@ -24,6 +24,7 @@ from attnbench.backends.kernel_names import FLASH_ATTENTION_2, per_device
 from attnbench.backends.registry import register
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.counting import FLOAT32_BYTES, MemoryCost, tensor_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -34,6 +35,8 @@ MODULE = "torch.nn.attention.varlen"
 MAX_HEAD_DIM = 256
 # FA2's paged KV cache page multiple (aten flash_api.cpp).
 FA2_PAGE_MULTIPLE = 256
+# mha_varlen_bwd's dq_accum: (total_q + 128 · sequences) rows, 128 apart between sequences.
+DQ_ACCUM_PAD_ROWS = 128
 # Its keyword-only tail differs between torch builds: keywords only some cases need are looked up per case.
 VARLEN_CALL = LibraryCall(MODULE, "varlen_attn",
                           positional=("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k"),
@@ -83,8 +86,10 @@ def paged_reason(case: Case) -> str | None:
 @register
 class SdpaVarlen(Backend):
     name = "sdpa-varlen"
-    # By analogy with sdpa-flash, not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35))
+    # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward → flash_api.cpp
+    # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
+    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True))
     summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
                "paged KV through block_table; fp16/bf16, CUDA")
     capabilities = Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
@@ -118,6 +123,18 @@ class SdpaVarlen(Backend):
         if case.head_dim_v is not None:
             return "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)"
         return paged_reason(case)
+
+    def estimate_memory(self, case: Case) -> int:
+        """Its MemoryCost, and with a backward what mha_varlen_bwd and the packing add: `dq_accum`'s
+        DQ_ACCUM_PAD_ROWS rows per sequence, and the copy `out.contiguous()` in _flash_attention_backward makes where
+        the packed query is a strided view (one request: pack_q's reshape of a transpose), whose strides the output
+        keeps (mha_varlen_fwd: `out = at::empty_like(q_padded)`)."""
+        estimate = super().estimate_memory(case)
+        if not case.needs_grad:
+            return estimate
+        padding = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences * case.heads * case.head_dim * FLOAT32_BYTES
+        strided = case.batch == 1 and case.heads > 1
+        return estimate + padding + (tensor_bytes(case)["o"] if strided else 0)
 
     def deterministic(self, case: Case) -> str:
         if not case.needs_grad:
