@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.backends.registry import default_registry
+from attnbench.backends.sage import mean_workspace
 from attnbench.core import counting
 from attnbench.core.case import Case
 from attnbench.core.memory_methods import STORED_RSS_ON_GPU
@@ -53,6 +54,31 @@ def test_a_gpu_peak_read_from_host_rss_is_read_back_as_no_measurement() -> None:
     device's. Read back, the peak is null and the method says why."""
     jax = [r for r in load_records(DEC4 / "check") if r.backend == "jax-cudnn" and r.time_ms]
     assert jax and all(r.peak_memory_bytes is None and r.memory_method == STORED_RSS_ON_GPU for r in jax)
+
+
+@pytest.mark.parametrize("case_id, peak", [("cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd", 64 * MIB + 4096),
+                                           ("cuda-bf16-b1-s4096-h16-kv4-d128-causal-fwd", 30 * MIB + 4096)])
+def test_sage_holds_the_larger_of_smooth_ks_mean_and_its_quantized_copies(case_id: str, peak: int) -> None:
+    """On the H200 sage's peak was 64 MiB at 16 KV heads, 4x its output: smooth_k's `k.mean` reduced across 64
+    blocks per output in a float32 buffer (Reduce.cuh: 4 B x 2048 outputs x 64 x 32 x 4); at 4 KV heads the mean's
+    buffer is 16 MiB, and the INT8 Q, K, float16 V and the output (30 MiB) are the peak."""
+    case, measured_peak = measured("check", "sage", case_id)
+    assert abs(estimate("sage", case) - measured_peak) <= 512  # the mean's semaphores, 512 B
+    assert estimate("sage", case) == peak
+    assert mean_workspace(2048, 4096) == 64 * MIB and mean_workspace(512, 4096) == 16 * MIB
+
+
+def test_sages_mean_buffer_is_capped_by_one_resident_grid_and_absent_when_short() -> None:
+    """At 16K the mean's blocks per output stop at one resident grid of an H200 (132 SMs x 16): 132 MiB, not the
+    256 MiB 16 values per thread would ask; below 1024 keys a block reduces each output alone."""
+    assert mean_workspace(2048, 16384) == 132 * MIB
+    assert mean_workspace(2048, 512) == 0
+    fp16 = make_case(device="cuda", dtype="float16", seq_len=16384, heads=16, kv_heads=16, head_dim=128, causal=True)
+    bf16 = make_case(device="cuda", dtype="bfloat16", seq_len=16384, heads=16, kv_heads=16, head_dim=128, causal=True)
+    km = 16 * 128 * 2
+    assert estimate("sage", fp16) == km + 132 * MIB  # V stays float16: the mean's buffer is the peak
+    scales = 4 * (16 * 16384 // 128 + 16 * 16384 // 64)
+    assert estimate("sage", bf16) == km + (64 + 32 + 32 + 64) * MIB + scales  # V to float16, INT8 Q and K, output
 
 
 @pytest.mark.parametrize("kv_heads", [16, 4])

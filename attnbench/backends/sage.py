@@ -25,7 +25,8 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import SAGE, per_device
 from attnbench.backends.registry import register
-from attnbench.core.axes import HALF_DTYPES
+from attnbench.core.axes import DTYPE_BYTES, HALF_DTYPES
+from attnbench.core.counting import FLOAT32_BYTES, tensor_bytes
 from attnbench.core.quant import Numerics, for_every_input
 from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
 
@@ -42,6 +43,28 @@ SCHEME = {"by": "kernel", "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled
           "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
           "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
 REFUSALS = ("should be", "must be", "only", "Only")
+# torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's `k.mean(dim=seq)`
+# meets it: outputs vectorised by 4 (head_dim % 4 == 0) over 512 threads, at most one resident grid (16 blocks of 128
+# threads on each of an H100's or H200's 132 SMs).
+REDUCE_VEC = 4
+REDUCE_THREADS = 512 // REDUCE_VEC
+RESIDENT_BLOCKS = 132 * 2048 // REDUCE_THREADS
+
+
+def mean_workspace(outputs: int, reduced: int) -> int:
+    """Bytes of the float32 buffer in which torch's CUDA mean over a strided dimension combines its blocks:
+    Reduce.cuh's global_memory_size, 4 · outputs · ctas_per_output · block.x · output_vec_size; 0 when one block
+    reduces each output."""
+    wide = min(1 << ((outputs // REDUCE_VEC).bit_length() - 1), REDUCE_THREADS)
+    high = min(1 << (reduced.bit_length() - 1), REDUCE_THREADS)
+    height = min(high, REDUCE_THREADS // min(wide, 32))
+    width = min(wide, REDUCE_THREADS // height)
+    per_thread = -(-reduced // height)  # the warps split the reduction when each keeps 16 values (or 256)
+    grid = -(-(outputs // REDUCE_VEC) // width)
+    if reduced < min(height * 16, 256) or per_thread < 256 or grid > RESIDENT_BLOCKS:
+        return 0
+    ctas = max(min(-(-RESIDENT_BLOCKS // grid), -(-per_thread // 16)), -(-per_thread // 256))
+    return FLOAT32_BYTES * outputs * ctas * width * REDUCE_VEC if ctas > 1 else 0
 
 
 @register
@@ -86,6 +109,20 @@ class SageBackend(Backend):
         return Numerics(source="SageAttention 1.0.6 (INT8 Q·Kᵀ per block, smoothed K; float16 P·V)",
                         p_format="float16", accumulate="float16", pv_block=SAGE_BLOCK_K, inputs="sage-int8",
                         out_dtype=case.dtype)
+
+    def estimate_memory(self, case: Case) -> int:
+        """The larger of sageattn's two moments (core.py), with `km = k.mean(dim=seq_dim, keepdim=True)` held through
+        both: the mean's cross-block buffer (mean_workspace), then V in float16 (`v.to(torch.float16)` from
+        bfloat16), INT8 Q and K with float32 scales per 128 / 64-token block (quant_per_block.py per_block_int8) and
+        the output (`torch.empty(q.shape, dtype=output_dtype)`)."""
+        keys = case.batch * case.kv_heads * case.kv_seq_len
+        queries = case.batch * case.heads * case.seq_len
+        km = case.batch * case.kv_heads * case.head_dim * DTYPE_BYTES[case.dtype]
+        mean = mean_workspace(case.batch * case.kv_heads * case.head_dim, case.kv_seq_len)
+        v16 = 0 if case.dtype == "float16" else keys * case.v_dim * 2
+        scales = FLOAT32_BYTES * (-(-queries // SAGE_BLOCK_Q) + -(-keys // SAGE_BLOCK_K))
+        quantized = v16 + (queries + keys) * case.head_dim + scales + tensor_bytes(case)["o"]
+        return km + max(mean, quantized)
 
     def deterministic(self, case: Case) -> str:
         return ("not applicable (forward only: sageattn's Triton forward reduces each query block in one program, "
