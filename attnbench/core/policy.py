@@ -44,6 +44,12 @@ NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval nois
 CHANGE_THRESHOLD = 0.10  # asv's default factor
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
+# CUDA events beside the host's time per call (attnbench.timing.bracket), set from how the launch cover works, before
+# any record was judged by them: a call that holds the host while its events see under a tenth of it did not run its
+# work where the events are; and events within twice the time of an empty pair (two events back to back after the
+# spin) bracketed nothing.
+EVENTS_SHARE = 0.10
+EMPTY_PAIR_FACTOR = 2.0
 
 
 def device(name: str) -> DevicePolicy:
@@ -110,3 +116,12 @@ def policy_table() -> str:
                   f"rule that two identical runs raise one; a backend's across-the-board shift needs "
                   f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios."]
     return "\n".join(lines)
+
+
+def bracket_words() -> str:
+    """The rule that judges a CUDA record's events against its host time, as docs/conventions.md states it."""
+    return (f"A call whose events saw under {percent(EVENTS_SHARE)} of the host's time per call is judged: declared "
+            f"to run in its own runtime, the record says so in `extra.off_stream` (its time is the host's); "
+            f"undeclared, and its events within {EMPTY_PAIR_FACTOR:g}x an empty pair's time (two events back to back "
+            "after the spin), the events bracketed nothing: the record is `error` (integrity) with both times, and "
+            "its backend is to declare `Capabilities(runs_on=\"own-runtime\")`.")
