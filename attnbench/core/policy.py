@@ -44,10 +44,10 @@ NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval nois
 CHANGE_THRESHOLD = 0.10  # asv's default factor
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
-# CUDA events beside the host's time per call (attnbench.timing.bracket), set from how the launch cover works, before
-# any record was judged by them: a call that holds the host while its events see under a tenth of it did not run its
-# work where the events are; and events within twice the time of an empty pair (two events back to back after the
-# spin) bracketed nothing.
+# CUDA events beside the host's time per call (attnbench.timing.bracket), set from how the launch cover works, not
+# fitted: events that saw under a tenth of the host's time saw little of the call (a call slow to enqueue a short
+# kernel, or one whose work runs elsewhere); within twice an empty pair's time (two events back to back behind the
+# spin) they bracketed nothing, as any kernel between them adds its own.
 EVENTS_SHARE = 0.10
 EMPTY_PAIR_FACTOR = 2.0
 
@@ -120,8 +120,8 @@ def policy_table() -> str:
 
 def bracket_words() -> str:
     """The rule that judges a CUDA record's events against its host time, as docs/conventions.md states it."""
-    return (f"A call whose events saw under {percent(EVENTS_SHARE)} of the host's time per call is judged: declared "
-            f"to run in its own runtime, the record says so in `extra.off_stream` (its time is the host's); "
-            f"undeclared, and its events within {EMPTY_PAIR_FACTOR:g}x an empty pair's time (two events back to back "
-            "after the spin), the events bracketed nothing: the record is `error` (integrity) with both times, and "
-            "its backend is to declare `Capabilities(runs_on=\"own-runtime\")`.")
+    return (f"A call whose events saw under {percent(EVENTS_SHARE)} of the host's time per call is judged. Declared "
+            "to run in its own runtime, its record notes it in `extra.off_stream` (the time is the host's). "
+            f"Undeclared, with its events within {EMPTY_PAIR_FACTOR:g}x an empty pair's time, the events bracketed "
+            "nothing: the record is `error` (integrity), both times in its reason, and its backend is to declare "
+            "`Capabilities(runs_on=\"own-runtime\")`.")
