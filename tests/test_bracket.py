@@ -26,6 +26,7 @@ from tests.cuda_timeline import Flush, Timeline
 from tests.helpers import make_case
 
 H200 = Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261204-c671d98"
+TIMER_RUN = H200.parent / "NVIDIA-H200-20261204-timer"  # the timer per runtime on the same GPU that day
 CASE = "cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd"
 RUNTIMES = ("jax", "jax-cudnn", "onnxruntime", "onnxruntime-mha", "onnxruntime-gqa", "openvino")
 SETTINGS = TimingSettings(warmup_ms=0, budget_ms=5, min_samples=6, max_samples=50)
@@ -140,6 +141,48 @@ def test_the_rule_on_every_committed_h200_record_flags_jax_cudnns_and_no_other()
         if problem:
             flagged.add((r.backend, r.case_id))
     assert len(records) == 82 and {b for b, _ in flagged} == {"jax-cudnn"} and len(flagged) == 4
+
+
+def test_the_timer_per_runtime_on_the_h200() -> None:
+    """reports/NVIDIA-H200-20261204-timer: jax-cudnn timed on the host, 2.3-2.4x sdpa-cudnn's events, never under them,
+    its events within the empty pair beside it (noted; the same clocks undeclared would err); in one process the old
+    path's events read the empty pair (the rule errs them) and the host timer agrees with 50 calls back to back
+    within 15% (its L2 flush and synchronize before each call aside); and sdpa-cudnn's asynchronous call, timed as
+    if it blocked, read 0.019 ms for a 0.154 ms kernel: declared so, the rule errs it."""
+    records = {(r.backend, r.kv_heads): r for r in load_records(TIMER_RUN / "timer-check")}
+    for kv in (16, 4):
+        jax, sdpa = records["jax-cudnn", kv], records["sdpa-cudnn", kv]
+        assert (jax.status, jax.timer, sdpa.status, sdpa.timer) == ("ok", "host (blocking call)", "ok", "cuda-event")
+        assert 2 < jax.time_ms / sdpa.time_ms < 2.6 and sdpa.time_ms == pytest.approx(0.155, abs=0.001)
+        seen = Bracket(jax.extra["host_ms"], jax.extra["events_ms"], jax.extra["events_empty_ms"])
+        assert seen.host_ms == jax.time_ms and seen.events_ms <= seen.empty_ms
+        assert judged(seen, OWN_RUNTIME) == (None, jax.extra["off_stream"])
+        assert judged(seen, TORCH_STREAM)[0] is not None
+        assert judged(Bracket(sdpa.extra["host_ms"], sdpa.time_ms, sdpa.extra["events_empty_ms"]),
+                      TORCH_STREAM) == (None, None)
+    compare = json.loads((TIMER_RUN / "compare.json").read_text())
+    for row in compare.values():
+        old_ms, old = row["jax-cudnn events"]
+        assert old_ms <= 2 * old["events_empty_ms"] and old_ms < 0.002
+        assert "they bracketed nothing" in judged(Bracket(old["host_ms"], old["events_ms"], old["events_empty_ms"]),
+                                                  TORCH_STREAM)[0]
+        assert abs(row["jax-cudnn host"][0] / row["jax-cudnn loop ms"] - 1) < 0.15
+        early_ms, early = row["sdpa-cudnn host"]
+        assert early_ms < 0.15 * row["sdpa-cudnn loop ms"]
+        problem, _ = judged(Bracket(early["host_ms"], early["events_ms"], early["events_empty_ms"]), OWN_RUNTIME)
+        assert problem is not None and problem.startswith("the call, declared to block, returned before its work")
+
+
+def test_a_call_declared_to_block_that_returns_early_is_an_error() -> None:
+    """A backend declaring its own runtime whose call only enqueues on torch's stream: the host's clock reads the
+    launch (4 us) of a 152 us kernel; the events behind the spin see the kernel, far over the host's time."""
+    line, events, kernel_ns = timeline()
+    record = measure(CaseData(make_case(seq_len=32)), simulated(OWN_RUNTIME, lambda: line.torch_kernel(kernel_ns)),
+                     events, Settings(RunInfo("r", "t"), SETTINGS))
+    assert record.status == "error" and record.time_ms is None
+    assert record.reason == ("integrity: the call, declared to block, returned before its work was done: the events on "
+                             "torch's stream saw 153 us, over 2x the 4 us it held the host (a call that enqueues on "
+                             "torch's stream declares Capabilities(runs_on=\"torch-stream\"))")
 
 
 class SimulatedCall(Backend):

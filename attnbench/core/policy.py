@@ -50,6 +50,10 @@ MIN_BACKEND_CASES = 3
 # spin) they bracketed nothing, as any kernel between them adds its own.
 EVENTS_SHARE = 0.10
 EMPTY_PAIR_FACTOR = 2.0
+# A call declared to block whose events saw over this many times the host's time per call returned before its work
+# on torch's stream was done: the host's clock missed that work (an event pair adds a microsecond, not a factor).
+# Added after the H200 timer run (reports/NVIDIA-H200-20261204-timer), whose early returns read 7x and more.
+EARLY_RETURN_FACTOR = 2.0
 
 
 def device(name: str) -> DevicePolicy:
@@ -124,4 +128,6 @@ def bracket_words() -> str:
             "to run in its own runtime, its record notes it in `extra.off_stream` (the time is the host's). "
             f"Undeclared, with its events within {EMPTY_PAIR_FACTOR:g}x an empty pair's time, the events bracketed "
             "nothing: the record is `error` (integrity), both times in its reason, and its backend is to declare "
-            "`Capabilities(runs_on=\"own-runtime\")`.")
+            "`Capabilities(runs_on=\"own-runtime\")`. Declared, with its events over "
+            f"{EARLY_RETURN_FACTOR:g}x the host's time, the call returned before its work on torch's stream was done "
+            "and the host's clock missed it: an integrity `error` too.")

@@ -46,9 +46,17 @@ def us(ms: float) -> str:
 
 
 def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | None]:
-    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted; an
+    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted, and one
+    whose events saw far more than it held the host is a problem (it returned before its work was done); an
     undeclared one whose events bracketed nothing while it held the host is a problem (its time is of no work)."""
-    if bracket is None or bracket.share >= policy.EVENTS_SHARE:
+    if bracket is None:
+        return None, None
+    if runs_on == OWN_RUNTIME and bracket.share > policy.EARLY_RETURN_FACTOR:
+        return (f"the call, declared to block, returned before its work was done: the events on torch's stream saw "
+                f"{us(bracket.events_ms)}, over {policy.EARLY_RETURN_FACTOR:g}x the {us(bracket.host_ms)} it held "
+                f"the host (a call that enqueues on torch's stream declares Capabilities(runs_on=\"{TORCH_STREAM}\"))"
+                ), None
+    if bracket.share >= policy.EVENTS_SHARE:
         return None, None
     if runs_on == OWN_RUNTIME:
         return None, f"{bracket.saw()}: its work runs in its own runtime, as declared; the time is the host's"
