@@ -275,3 +275,33 @@ def test_flex_at_4k_is_one_group_of_samples_now_that_the_launch_is_covered() -> 
                      Settings(RunInfo("f", "t"), timing))
     assert record.status == "ok" and record.samples >= 24, record.reason
     assert "bimodal" not in record.extra, (record.extra.get("bimodal"), record.extra.get("launch_cover_us"))
+
+
+@pytest.mark.gpu
+def test_jax_cudnn_is_timed_on_the_host_and_an_undeclared_runtime_is_an_error() -> None:
+    """On the H200 (2026-12-04) jax-cudnn's events, behind the spin on torch's stream, read 1.25-2.0 us for a case
+    cuDNN's kernel takes 152 us. Declared to run in its own runtime, it is timed on the host around its blocking
+    call: never under sdpa-cudnn's events on the same case, its own events beside it seeing almost nothing (noted);
+    the same backend undeclared is an integrity error naming both times."""
+    import dataclasses
+
+    from attnbench.run.recording import RunInfo
+    from attnbench.timing.bracket import TORCH_STREAM
+    from attnbench.timing.timers import CudaEventTimer, TimingSettings
+
+    jax = default_registry().get("jax-cudnn")
+    if jax.availability("cuda"):
+        pytest.skip(jax.availability("cuda"))
+    case = make_case(device="cuda", dtype="bfloat16", seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True)
+    data, timer = CaseData(case), CudaEventTimer()
+    settings = Settings(RunInfo("j", "t"), TimingSettings(warmup_ms=25, budget_ms=200))
+    sdpa = measure(data, default_registry().get("sdpa-cudnn"), timer, settings)
+    record = measure(data, jax, timer, settings)
+    assert sdpa.status == "ok" and sdpa.timer == "cuda-event" and "off_stream" not in sdpa.extra, sdpa.reason
+    assert record.status == "ok" and record.timer == "host (blocking call)", record.reason
+    assert record.time_ms >= 0.9 * sdpa.time_ms, (record.time_ms, sdpa.time_ms, record.extra)
+    assert "as declared" in record.extra["off_stream"], record.extra
+    declared = dataclasses.replace(jax.capabilities, runs_on=TORCH_STREAM)
+    undeclared = type("Undeclared", (type(jax),), {"capabilities": declared})()
+    broken = measure(data, undeclared, timer, settings)
+    assert broken.status == "error" and "they bracketed nothing" in broken.reason, (broken.reason, broken.extra)

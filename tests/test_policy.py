@@ -63,3 +63,15 @@ def test_the_verdicts_page_shows_the_table_in_force() -> None:
     page = (Path(__file__).parents[1] / "docs" / "verdicts.md").read_text(encoding="utf-8")
     shown = page.split("<!-- policy-table")[1].split("-->", 1)[1].split("<!-- /policy-table -->")[0].strip()
     assert shown == policy.policy_table()
+
+
+def test_the_conventions_state_the_events_rule_in_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/conventions.md's statement of the events-against-host rule is the one the code judges by; a changed
+    share or factor changes the text (and fails here until the page follows)."""
+    page = (Path(__file__).parents[1] / "docs" / "conventions.md").read_text(encoding="utf-8")
+    shown = " ".join(page.split("<!-- bracket-rule -->")[1].split("<!-- /bracket-rule -->")[0].split())
+    assert shown == policy.bracket_words()
+    assert "under 10% of the host's time" in shown and "within 2x an empty pair's time" in shown
+    monkeypatch.setattr(policy, "EVENTS_SHARE", 0.2)
+    monkeypatch.setattr(policy, "EMPTY_PAIR_FACTOR", 3.0)
+    assert "under 20% of the host's time" in policy.bracket_words() and "within 3x" in policy.bracket_words()

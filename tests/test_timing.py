@@ -294,6 +294,7 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: FakeGraph(self))
         monkeypatch.setattr(torch.cuda, "graph", self.graph)
         monkeypatch.setattr(timing.time, "perf_counter", lambda: self.now / 1e3)
+        monkeypatch.setattr(timing.time, "perf_counter_ns", lambda: round(self.now * 1e6))
 
 
 class FakeFlush:
@@ -420,7 +421,9 @@ def test_a_gpu_spin_before_each_call_covers_the_cpus_enqueue_time(monkeypatch: p
     assert samples == [2.0, 2.0, 2.0]
     assert cuda.log[:5] == ["call", "spin 2000", "flush", "call", "spin 2000"]  # the probe call, then the batch
     assert cuda.log.count("spin 2000") == cuda.log.count("flush") == 3
-    assert timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES, "launch_cover_us": 2000.0}
+    # each call's host time (its enqueue: here the call's 2 ms) beside its events'
+    assert timer.extra == {"l2_flush_bytes": timing.L2_FLUSH_BYTES, "launch_cover_us": 2000.0, "host_ms": 2.0,
+                           "events_ms": 2.0}
     assert timing.cover_ms(20e-6, 1.5, 2.0) == pytest.approx(0.04)  # a 20 us enqueue gets a 40 us spin
 
 

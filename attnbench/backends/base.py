@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.core import axes, counting, quant
 from attnbench.core.counting import FUSED, MemoryCost
+from attnbench.timing.bracket import TORCH_STREAM, WORK_PLACES
 
 if TYPE_CHECKING:
     import torch
@@ -129,8 +130,13 @@ class Capabilities:
     quant_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Profiler name patterns per device or "device:mode"; empty: no verdict.
     kernel_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # Where the call's work runs: on torch's current stream, which CUDA events time, or in a runtime of its own that
+    # returns when the work is done (OWN_RUNTIME: JAX, ONNX Runtime, OpenVINO), timed on the host around the call.
+    runs_on: str = TORCH_STREAM
 
     def __post_init__(self) -> None:
+        if self.runs_on not in WORK_PLACES:
+            raise ValueError(f"Capabilities(runs_on={self.runs_on!r}): one of {', '.join(WORK_PLACES)}")
         for name, freeze in (("devices", tuple), ("workload_axes", frozenset), ("mask_kinds", frozenset),
                              ("quantized", frozenset), ("axis_reasons", _frozen_map),
                              ("quant_reasons", _frozen_map), ("kernel_names", _frozen_map)):

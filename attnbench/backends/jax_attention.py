@@ -16,6 +16,7 @@ from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
+from attnbench.timing.bracket import OWN_RUNTIME
 from attnbench.timing.memory import DeviceStats
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ class _Jax(Backend):
     library = "jax"
     install_hint = "pip install 'attnbench[jax]'"
     implementation: ClassVar[str]
-    capabilities = Capabilities(workload_axes=frozenset({"documents", "kv_lengths"}))
+    # XLA runs the call on its own stream; block_until_ready returns when it is done.
+    capabilities = Capabilities(workload_axes=frozenset({"documents", "kv_lengths"}), runs_on=OWN_RUNTIME)
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem

@@ -17,6 +17,7 @@ from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Pre
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
 from attnbench.core.counting import MemoryCost
+from attnbench.timing.bracket import OWN_RUNTIME
 from attnbench.timing.memory import call_measuring_peak
 
 if TYPE_CHECKING:
@@ -71,15 +72,16 @@ def contrib_schema(op: str) -> OpSchema:
 
 
 def op_capabilities(op: str, workload_axes: set[str]) -> Capabilities:
-    """An ONNX Runtime backend's capabilities: CPU only, its op's node the attention kernel."""
+    """An ONNX Runtime backend's capabilities: CPU only, its op's node the attention kernel, its work in the
+    session's run (the CUDA provider's on a stream of its own unless given torch's)."""
     return Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
-                        kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)})
+                        kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)}, runs_on=OWN_RUNTIME)
 
 
 class _Ort(Backend):
 
     library = "onnxruntime"
-    capabilities = Capabilities(devices=("cpu",))
+    capabilities = Capabilities(devices=("cpu",), runs_on=OWN_RUNTIME)
     install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""

@@ -13,6 +13,7 @@ from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Pre
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
 from attnbench.core.counting import MemoryCost
+from attnbench.timing.bracket import OWN_RUNTIME
 
 if TYPE_CHECKING:
     import torch
@@ -37,7 +38,7 @@ class OpenVinoSdpa(Backend):
     capabilities = Capabilities(
         devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
         # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split off.
-        kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)})
+        kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)}, runs_on=OWN_RUNTIME)
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem

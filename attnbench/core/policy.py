@@ -44,6 +44,16 @@ NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval nois
 CHANGE_THRESHOLD = 0.10  # asv's default factor
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
+# CUDA events beside the host's time per call (attnbench.timing.bracket), set from how the launch cover works, not
+# fitted: events that saw under a tenth of the host's time saw little of the call (a call slow to enqueue a short
+# kernel, or one whose work runs elsewhere); within twice an empty pair's time (two events back to back behind the
+# spin) they bracketed nothing, as any kernel between them adds its own.
+EVENTS_SHARE = 0.10
+EMPTY_PAIR_FACTOR = 2.0
+# A call declared to block whose events saw over this many times the host's time per call returned before its work
+# on torch's stream was done: the host's clock missed that work (an event pair adds a microsecond, not a factor).
+# Added after the H200 timer run (reports/NVIDIA-H200-20261204-timer), whose early returns read 7x and more.
+EARLY_RETURN_FACTOR = 2.0
 
 
 def device(name: str) -> DevicePolicy:
@@ -110,3 +120,14 @@ def policy_table() -> str:
                   f"rule that two identical runs raise one; a backend's across-the-board shift needs "
                   f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios."]
     return "\n".join(lines)
+
+
+def bracket_words() -> str:
+    """The rule that judges a CUDA record's events against its host time, as docs/conventions.md states it."""
+    return (f"A call whose events saw under {percent(EVENTS_SHARE)} of the host's time per call is judged. Declared "
+            "to run in its own runtime, its record notes it in `extra.off_stream` (the time is the host's). "
+            f"Undeclared, with its events within {EMPTY_PAIR_FACTOR:g}x an empty pair's time, the events bracketed "
+            "nothing: the record is `error` (integrity), both times in its reason, and its backend is to declare "
+            "`Capabilities(runs_on=\"own-runtime\")`. Declared, with its events over "
+            f"{EARLY_RETURN_FACTOR:g}x the host's time, the call returned before its work on torch's stream was done "
+            "and the host's clock missed it: an integrity `error` too.")

@@ -219,7 +219,7 @@ def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bo
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
              report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
-             compile_workers: int = 0, roofs_s: float = 0.0) -> Forecast:
+             compile_workers: int = 0, roofs_s: float = 0.0, timer_runs_on: tuple[str, ...] | None = None) -> Forecast:
     """`compiled`: graphs already in inductor's cache (Backend.compile_key); with `compile_workers` the others are
     compiled first (attnbench.run.precompile)."""
     overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
@@ -234,7 +234,8 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     conformance: dict[str, str | None] = {}
     for case, backend in tasks:
         groups.add(group_of(case))
-        if why_skipped(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic)):
+        if why_skipped(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic,
+                                            timer_runs_on)):
             result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
             continue
         key = backend.compile_key(case)
@@ -271,7 +272,8 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 
 
 def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str, ...] | None,
-          conformance: dict[str, str | None], deterministic: bool = False) -> Facts:
+          conformance: dict[str, str | None], deterministic: bool = False,
+          timer_runs_on: tuple[str, ...] | None = None) -> Facts:
     """The skip rule's facts as the run will find them. On a datasheet estimate every CUDA backend is taken as
     installed and conforming."""
     from attnbench.backends.conformance import conformance_problem
@@ -279,12 +281,13 @@ def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str
     if case.device not in backend.capabilities.devices:
         return Facts(availability=f"{backend.name} is not made for {case.device}")
     if machine.estimate:
-        return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic)
+        return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic,
+                     timer_runs_on=timer_runs_on)
     if backend.name not in conformance:
         conformance[backend.name] = conformance_problem(backend)
     problem = conformance[backend.name]
     return Facts(problem, None if problem else backend.availability(case.device), machine.memory_bytes, timer_modes,
-                 deterministic=deterministic)
+                 deterministic=deterministic, timer_runs_on=timer_runs_on)
 
 
 def fmt_duration(seconds: float) -> str:

@@ -26,7 +26,7 @@ from attnbench.run.recording import (
 )
 from attnbench.run.skip import Facts, why_skipped
 from attnbench.run.stages import finite
-from attnbench.timing.timers import Timer, TimingSettings
+from attnbench.timing.timers import Timer, TimingSettings, timer_for_work
 from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.verify.inputs import CaseData
 from attnbench.verify.integrity import Guard
@@ -62,7 +62,8 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
     return Facts(conformance, None if conformance else backend.availability(case.device),
-                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic)
+                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic,
+                 getattr(timer, "runs_on", None))
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
@@ -70,6 +71,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     """One measurement. `on_start` is called once it will really run: a worker makes the case's reference then and
     starts its time limit."""
     case = data.case
+    timer = timer_for_work(timer, backend.capabilities.runs_on)
     work = work_fields(case, backend)
     reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
@@ -113,13 +115,14 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         checked = stage.check(data, backend, ready, guard, timer, timing, caught)
         calls = stage.calls(case, ready, checked)
         progress.sustained = stage.sustained(case, calls.fn, checked.timing)
-        timed = progress.timed = stage.timed(case, timer, calls, checked)
+        timed = progress.timed = stage.timed(case, backend, timer, calls, checked)
         memory = stage.memory(calls, checked)
         repeated = progress.repeated = stage.repeated(data, ready, checked, timed.kept)
         kernels = progress.kernels = stage.kernels(case, backend, timer, settings.trace_dir, ready, checked, calls,
                                                    guard)
-    if kernels.broken:  # the time is not of the work asked for
-        return "error", "integrity: " + "; ".join(kernels.broken)
+    broken = kernels.broken + ([timed.off_stream] if timed.off_stream else [])
+    if broken:  # the time is not of the work asked for
+        return "error", "integrity: " + "; ".join(broken)
     progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
                                progress.parts()[1])
     return status_of(repeated, kernels.ran)
@@ -196,7 +199,7 @@ class Progress:
         if self.sustained is not None:
             extra.update(self.sustained.extra)
         if self.timed is not None:
-            extra.update(self.timed.gpu_extra)
+            extra.update(self.timed.gpu_extra, **self.timed.events)
             fields.update(self.timed.gpu)
         if self.repeated is not None:
             fields["repeatable"] = self.repeated.repeatable

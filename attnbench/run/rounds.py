@@ -17,6 +17,7 @@ from attnbench.run.heap import release_memory
 from attnbench.run.measure import InProcess
 from attnbench.run.recording import case_of, pooled
 from attnbench.run.stages import answer_of, timed_call
+from attnbench.timing.timers import timer_for_work
 from attnbench.verify.quant_data import prepare_kwargs
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
         dout_native = None
         if case.mode != "fwd":
             _, dout_native, _ = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows, False)
-        samples = timer.measure(timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
+        samples = timer_for_work(timer, backend.capabilities.runs_on).measure(
+            timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
     return list(samples)
 
 

@@ -29,7 +29,7 @@ from attnbench.run.schedule import Schedule
 from attnbench.run.shard import select
 from attnbench.run.tally import Tally
 from attnbench.sweep.suite import Suite, load_suite
-from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes
+from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes, timer_runs_on
 from attnbench.verify.determinism import use_cublas_workspace
 
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
     return forecast.forecast(tasks, mode.settings, machine, isolate=mode.isolate,
                              workers=mode.workers, compiled=compile_cache.compiled(cache, torch.__version__),
                              timer_modes=timer_modes(options.timer), deterministic=mode.deterministic,
+                             timer_runs_on=timer_runs_on(options.timer),
                              compile_workers=mode.compile_workers,
                              roofs_s=0.0 if gpu else calibration.roofs_seconds(
                                  calibration.roof_dtypes([case for case, _ in tasks])))

@@ -26,6 +26,7 @@ class Facts:
     timer_modes: tuple[str, ...] | None = None  # None: every mode
     timer_name: str = ""
     deterministic: bool = False
+    timer_runs_on: tuple[str, ...] | None = None  # where work it can time runs (Capabilities.runs_on); None: anywhere
 
 
 def why_skipped(case: Case, backend: Backend, facts: Facts) -> str | None:
@@ -37,6 +38,9 @@ def why_skipped(case: Case, backend: Backend, facts: Facts) -> str | None:
         return f"deterministic asked, {how}"
     if facts.timer_modes is not None and case.mode not in facts.timer_modes:
         return f"the {facts.timer_name} timer times {'/'.join(facts.timer_modes)} only, not {case.mode}"
+    if facts.timer_runs_on is not None and backend.capabilities.runs_on not in facts.timer_runs_on:
+        return (f"the {facts.timer_name} timer times work on torch's stream only; {backend.name}'s runs in "
+                "its own runtime")
     estimate = backend.estimate_memory(case)
     if facts.free_memory is not None and estimate > MEMORY_SKIP_FACTOR * facts.free_memory:
         return (f"estimated memory {fmt_size(estimate)} exceeds {MEMORY_SKIP_FACTOR:g}x the free device "

@@ -19,6 +19,7 @@ from attnbench.gpu import sample as gpu_sample
 from attnbench.run import sustain
 from attnbench.run.profiled import Profiled, profiled
 from attnbench.run.recording import setup_fields
+from attnbench.timing.bracket import Bracket, judged
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.timing.timers import Timer, TimingSettings
 from attnbench.verify.check import NAMES, Verdict, judge
@@ -97,6 +98,8 @@ class Timed:
     kept: KeepFirst
     gpu: dict[str, Any]  # the record's fields of the GPU's state
     gpu_extra: dict[str, Any]  # and its extra entries
+    events: dict[str, Any] = dataclasses.field(default_factory=dict)  # the host's time beside the events', a note
+    off_stream: str | None = None  # the events bracketed none of the call's work: its time is of nothing
 
 
 @dataclass(frozen=True)
@@ -182,12 +185,16 @@ def sustained(case: Case, fn: Callable[[], object], timing: TimingSettings) -> S
                                             sync=sync, tokens_per_call=case.batch * case.seq_len))
 
 
-def timed(case: Case, timer: Timer, chosen: Calls, checked: Checked) -> Timed:
-    """The samples; the GPU's clocks, throttling and other processes read right after them."""
+def timed(case: Case, backend: Backend, timer: Timer, chosen: Calls, checked: Checked) -> Timed:
+    """The samples; the GPU's clocks, throttling and other processes read right after them; on CUDA the events
+    judged against the host's time (attnbench.timing.bracket)."""
     kept = KeepFirst(chosen.first or chosen.fn)  # the second call the repeatability check compares
     samples = timer.measure(kept if checked.native is not None else chosen.first or chosen.fn, checked.timing)
     gpu, gpu_extra = gpu_sample.sampled_parts(case.device)
-    return Timed(samples, kept, gpu, gpu_extra)
+    bracket: Bracket | None = getattr(timer, "bracket", None)
+    problem, note = judged(bracket, backend.capabilities.runs_on)
+    events = {**(bracket.extra() if bracket is not None else {}), **({"off_stream": note} if note else {})}
+    return Timed(samples, kept, gpu, gpu_extra, events, problem)
 
 
 def memory(chosen: Calls, checked: Checked) -> Memory | None:
