@@ -34,11 +34,13 @@ def test_a_recorded_h200_measurement_is_split_into_phases_by_its_own_fields() ->
     assert phases["prepare"] == pytest.approx((parts["mask_build"] + parts["other"]) / 1e3)
     assert phases["profile"] == pytest.approx(parts["profile"] / 1e3)
     assert phases["samples"] == pytest.approx(sum(flex.times_ms) / 1e3)
-    assert set(phases) <= {"samples", "warmup", "compile", "prepare", "profile"}
+    assert set(phases) <= {"samples", "warmup", "compile", "prepare", "profile", "check"}
+    assert phases["check"] == pytest.approx(flex.extra["check_ms"] / 1e3)  # a forward's checked call, before phases_ms
     tally = Tally.of(records)
     assert tally.phases["samples"] == pytest.approx(1.27, abs=0.01)
     assert sum(tally.phases[p] for p in ("compile", "prepare", "profile")) == pytest.approx(66.27, abs=0.01)
     assert tally.phases["reference"] == pytest.approx(6.21, abs=0.01)
+    assert tally.phases["check"] == pytest.approx(10.32, abs=0.01)
 
 
 def test_the_timer_phase_is_its_stage_less_its_samples_and_a_sampled_check_counts_once() -> None:

@@ -150,7 +150,7 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
     return forecast.forecast(tasks, mode.settings, machine, isolate=mode.isolate,
                              workers=mode.workers, compiled=compile_cache.compiled(cache, torch.__version__),
                              timer_modes=timer_modes(options.timer), deterministic=mode.deterministic,
-                             compile_workers=mode.compile_workers,
+                             compile_workers=mode.compile_workers, trace=options.trace,
                              roofs_s=0.0 if gpu else calibration.roofs_seconds(
                                  calibration.roof_dtypes([case for case, _ in tasks])))
 

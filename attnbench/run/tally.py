@@ -101,9 +101,15 @@ def record_phases(record: Record) -> dict[str, float]:
     out = {"samples": samples, "warmup": warmup,
            "sustain": float((extra.get("sustain") or {}).get("ms") or 0.0) / 1e3,
            "reference": float(extra.get("reference_s") or 0.0)}
-    for part, ms in (extra.get("setup_parts") or {}).items():
+    parts = extra.get("setup_parts")
+    if parts is None:  # written before setup_parts: what prepare reported
+        parts = {p: float(extra[k]) * 1e3 for p, k in (("compile", "compile_s"), ("mask_build", "mask_build_s"))
+                 if extra.get(k) is not None}
+    for part, ms in parts.items():
         phase = SETUP_PHASES.get(part, "prepare")
         out[phase] = out.get(phase, 0.0) + float(ms) / 1e3
+    if "phases_ms" not in extra and extra.get("check_ms"):  # written before phases_ms: a forward's checked call
+        out["check"] = float(extra["check_ms"]) / 1e3
     for phase, ms in (extra.get("phases_ms") or {}).items():
         out[phase] = out.get(phase, 0.0) + float(ms) / 1e3
     if "check" in out and extra.get("check_sampled"):  # the checked call is a sample too
