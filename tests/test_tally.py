@@ -98,3 +98,11 @@ def test_a_cpu_runs_phases_sum_to_its_wall_but_a_stated_remainder(tmp_path: Path
     assert said and float(said[1]) == pytest.approx(done["wall_s"], abs=0.051), proc.stderr[-500:]
     assert float(said[3]) == pytest.approx(rest, abs=0.06)
     assert f"worker start {phases['worker_start']:.1f} s" in said[2]
+
+
+def test_the_manual_names_every_phase_as_the_code_does_and_the_bound_on_what_they_leave() -> None:
+    text = (ROOT / "docs" / "run-time.md").read_text()
+    section = text.split("## Where the time goes", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+) \|$", section, flags=re.M))
+    assert rows == PHASES
+    assert f"held under {UNATTRIBUTED_CPU:.0%} of the\nwall" in section

@@ -44,7 +44,7 @@ PHASES: dict[str, str] = {
     "compile": "compiles and cache loads inside measurements",
     "memory": "the call that reads a backward's peak memory when the timer did not make it",
     "repeat": "the repeatability check's calls and comparison",
-    "guards": "the integrity guards: the call on other inputs and the checks after it",
+    "guards": "the integrity guards around the profiled call: other inputs made, and their checks",
     "profile": "the profiled call",
     "trace": "--trace's traced sample and the trace files written",
     "release": "freeing a measurement's memory after it",
@@ -158,7 +158,8 @@ def actual(tally: Tally, run: Phases, wall_s: float, measured: int, workers: int
     holds."""
     phases = wall_phases(tally, run.seconds, workers)
     return {"wall_s": round(wall_s, 2), "timed_s": round(tally.timed_s, 2), "reference_s": round(tally.reference_s, 2),
-            "measured": measured, "phases_s": {name: round(seconds, 3) for name, seconds in phases.items()},
+            "measured": measured,
+            "phases_s": {name: round(seconds, 3) for name, seconds in phases.items() if round(seconds, 3)},
             "phase_counts": dict(run.counts), "workers": workers,
             "unattributed_s": round(wall_s - sum(phases.values()), 2)}
 
