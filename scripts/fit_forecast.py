@@ -92,8 +92,13 @@ def measured(record: Record) -> bool:
     return bool(record.times_ms)
 
 
-def spent(record: Record) -> float:
-    return sum(record_phases(record).values())
+# A measurement's phases the forecast prices by their own terms; the rest (the timer's flushes, the repeatability
+# check, the guards, the release, the inputs) is the harness's, fitted per measurement and per case.
+PRICED = ("samples", "warmup", "sustain", "reference", "compile", "prepare", "check", "profile", "trace")
+
+
+def spent(record: Record, only: tuple[str, ...] | None = None) -> float:
+    return sum(s for name, s in record_phases(record).items() if only is None or name in only)
 
 
 @dataclass(frozen=True)
@@ -134,15 +139,15 @@ def restart_costs(run: Run) -> list[float]:
 
 
 def harness_fit(run: Run) -> tuple[float, float, float]:
-    """(per measured record, per other record, per new case): least squares of each gap beyond its record's phases,
-    over the gaps that hold no worker start."""
+    """(per measured record, per other record, per new case): least squares of each gap beyond its record's PRICED
+    phases, over the gaps that hold no worker start."""
     rows, gaps = [], []
     for i in range(1, len(run.records)):
         record, before = run.records[i], run.records[i - 1]
         if ends_worker(before):
             continue
         rows.append([measured(record), not measured(record), record.case_id != before.case_id])
-        gaps.append(run.times[i] - run.times[i - 1] - spent(record))
+        gaps.append(run.times[i] - run.times[i - 1] - spent(record, PRICED))
     coef = np.linalg.lstsq(np.array(rows, dtype=float), np.array(gaps), rcond=None)[0]
     return tuple(max(0.0, float(c)) for c in coef)  # type: ignore[return-value]
 
@@ -191,20 +196,30 @@ def reference_scale(run: Run, machine: calibration.Machine) -> float:
     return round(recorded / model, 2)
 
 
+def starts(run: Run) -> tuple[float, float]:
+    """(startup, a worker's start): as the run timed them where it did, else from its timestamps (startup: the
+    wall less the records' span and the forecast's report; a start: the restarts' median)."""
+    timed, counts = run.env["actual"].get("phases_s") or {}, run.env["actual"].get("phase_counts") or {}
+    if counts.get("worker_start"):
+        return (sum(timed.get(name, 0.0) for name in ("startup", "calibration", "env")),
+                timed["worker_start"] / counts["worker_start"])
+    kept = forecast.GPU_OVERHEADS
+    report = kept.report_s + kept.per_chart_s * len({group_of(case_of(r)) for r in run.records})
+    return run.wall_s - (run.times[-1] - run.written) - report, statistics.median(restart_costs(run))
+
+
 def fit(run: Run) -> forecast.Overheads:
     """GPU_OVERHEADS from one run's records (those in KEPT aside)."""
     machine = calibration.datasheet(GPU)
     kept = forecast.GPU_OVERHEADS
     per_measurement, per_skip, per_case = harness_fit(run)
-    restarts = restart_costs(run)
+    startup, worker_start = starts(run)
     measured_count = sum(map(measured, run.records))
     phases = [record_phases(r) for r in run.records if measured(r)]
-    report = kept.report_s + kept.per_chart_s * len({group_of(case_of(r)) for r in run.records})
-    span = run.times[-1] - run.written
     return forecast.Overheads(
-        startup_s=round(run.wall_s - span - report, 2), per_measurement_s=round(per_measurement, 3),
+        startup_s=round(startup, 2), per_measurement_s=round(per_measurement, 3),
         per_skip_s=round(per_skip, 3), per_case_s=round(per_case, 3),
-        worker_start_s=round(statistics.median(restarts), 2), profiler_s=0.0, **compiles(run),
+        worker_start_s=round(worker_start, 2), profiler_s=0.0, **compiles(run),
         **{name: getattr(kept, name) for name in KEPT},
         profile_s=round(sum(p.get("profile", 0.0) for p in phases) / measured_count, 3),
         trace_s=round(sum(p.get("trace", 0.0) for p in phases) / measured_count, 3),

@@ -77,10 +77,11 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
                     sync()
         kernels = kernels_of(prof.key_averages(), device)
         foreign = foreign_streams(prof.kineto_results.events()) if device == "cuda" else None
-        exported = time.perf_counter()
+        export_ms = 0.0
         if trace_path is not None:
+            exported = time.perf_counter()
             prof.export_chrome_trace(trace_path)
-        export_ms = (time.perf_counter() - exported) * 1e3
+            export_ms = (time.perf_counter() - exported) * 1e3
     except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failure
         return Profile(None, f"the profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0],
                        (time.perf_counter() - start) * 1e3)
