@@ -110,7 +110,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
 
 def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings, progress: Progress,
              caught: list[warnings.WarningMessage], phases: Phases) -> tuple[str, str | None]:
-    """`phases`: the stages' seconds that the record's other fields do not hold (tally.RECORD_MS)."""
+    """`phases`: the stages' seconds that the record's other fields do not hold (its `extra.phases_ms`)."""
     case = data.case
     ready = progress.ready = stage.prepare(data, backend)
     guard = Guard(ready.canonical, ready.leaves, ready.prepared.writes)

@@ -30,7 +30,7 @@ def process_start() -> float:
 _IMPORTED = time.time()
 
 # The phases of a run (docs/run-time.md "Where the time goes"): name, what it holds. Those of a measurement come
-# from its record (RECORD_PHASES); the run's own are timed by the run (session, cli).
+# from its record (record_phases); the run's own are timed by the run (session, cli).
 PHASES: dict[str, str] = {
     "samples": "the timed samples, by the timer's clock",
     "warmup": "the warm-up calls thrown away, by the timer's clock",
@@ -59,8 +59,6 @@ PHASES: dict[str, str] = {
     "report": "the summary tables and the report",
 }
 
-# Measured in the worker per measurement, kept in the record's `extra.phases_ms` (those its other fields lack).
-RECORD_MS = ("inputs", "check", "timer", "memory", "repeat", "guards", "release")
 # The record's `extra.setup_parts` entries, by phase.
 SETUP_PHASES = {"mask_build": "prepare", "plan": "prepare", "other": "prepare", "compile": "compile",
                 "profile": "profile", "trace": "trace"}
