@@ -73,16 +73,18 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     starts its time limit."""
     case = data.case
     work = work_fields(case, backend)
-    reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
+    phases = Phases()
+    with phases.timing("availability"):  # a library's first import in this process is here
+        reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
-        return make_record(settings.info, case, backend.name, "skipped", reason, work)
+        return make_record(settings.info, case, backend.name, "skipped", reason,
+                           {**work, "extra": {"phases_ms": phases.ms()}})
     reference_before = data.reference_s
     if on_start is not None:
         on_start(data)
     caught: list[warnings.WarningMessage] = []
     collect = False
     progress = Progress()
-    phases = Phases()
     try:
         with deterministic_mode(settings.deterministic):
             status, reason = _measure(data, backend, timer, settings, progress, caught, phases)

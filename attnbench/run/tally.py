@@ -39,6 +39,7 @@ PHASES: dict[str, str] = {
     "sustain": "the sustained-state loop before the samples",
     "reference": "the case's float64 reference and its naive run in the case's dtype",
     "inputs": "the case's seeded inputs",
+    "availability": "whether the backend runs here: its library imported and its calls checked, once a process",
     "check": "the checked call, its gradients and its judgement against the reference",
     "prepare": "a backend's prepare beside its compile: masks, plans, layouts",
     "compile": "compiles and cache loads inside measurements",
