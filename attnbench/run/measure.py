@@ -138,8 +138,9 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         phases.add("guards", max(0.0, phases.clock() - began - (ran.profile_ms + ran.trace_ms) / 1e3))
     if kernels.broken:  # the time is not of the work asked for
         return "error", "integrity: " + "; ".join(kernels.broken)
-    progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
-                               progress.parts()[1])
+    with phases.timing("statistics"):
+        progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
+                                   progress.parts()[1])
     return status_of(repeated, kernels.ran)
 
 

@@ -305,7 +305,8 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
                 seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
                 if seconds is not None:
                     record.extra["precompile_s"] = round(seconds, 3)
-            writer.append(record)
+            with phases.timing("records"):
+                writer.append(record)
             records.append(record)
             if probe is not None:
                 with phases.timing("pace"):

@@ -49,6 +49,8 @@ PHASES: dict[str, str] = {
     "profile": "the profiled call",
     "trace": "--trace's traced sample and the trace files written",
     "release": "freeing a measurement's memory after it",
+    "statistics": "a record's numbers from its samples: the interval, throughput, errors, peak share",
+    "records": "each record written to results.jsonl",
     "rounds": "later rounds and refining, beside their samples",
     "pace": "the pace probe's windows between measurements (CPU)",
     "worker_start": "starting worker processes: interpreter, imports, CUDA context, the profiler's first session",
