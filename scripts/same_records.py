@@ -33,11 +33,11 @@ VOLATILE = {
     # the profile's shares of the call and what it says of the rest
     "attention_share", "overhead",
 }
-# extra's measured entries (times of setup, warm-up, the checked call, compiles, the reference).
+# extra's measured entries (times of setup, warm-up, the checked call, compiles, the reference, each stage).
 VOLATILE_EXTRA = {
     "setup_ms", "setup_parts", "warmup_ms", "warmup_calls", "warmup_steady", "check_ms", "check_sampled",
     "check_call_ms", "compile_s", "reference_s", "plan_ms", "mask_build_s", "kernels_compiled", "launch_cover_us",
-    "cache_hits", "compile_cache",
+    "cache_hits", "compile_cache", "phases_ms",
     # derived from the times: the share of the peak this run measured, and whether the samples split in two
     "percent_of_measured_peak", "bimodal", "rounds",
     # the roof this run measured on the CPU (each run times its own), and the compile cache's work (a warm cache

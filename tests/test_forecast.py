@@ -54,7 +54,9 @@ def test_dry_run_estimates_a_gpu_that_is_not_here_from_the_datasheet_and_says_so
     assert "datasheet: H100 SXM (989 TFLOP/s dense fp16/bf16, 3350 GB/s, 80 GB)" in result.output
     assert "1152 cases × 12 backends on cuda" in result.output
     # a GPU server's default pool compiles flex's 1,152 static graphs ahead; each measurement loads its own
-    assert "compiles ahead 4.6 min (1152 graphs in 16 processes, --compile-workers), loading them 14.4 min" in (
+    assert "compiles ahead 26.3 min (1152 graphs in 16 processes, --compile-workers), loading them 20.8 min" in (
+        " ".join(result.output.split()))
+    assert "overheads fitted by scripts/fit_forecast.py on reports/NVIDIA-H200-20261204-c671d98/check" in (
         " ".join(result.output.split()))
     unknown = CliRunner().invoke(app, ["run", "long", "--dry-run", "--estimate-gpu", "Voodoo5"])
     assert unknown.exit_code == 2 and "--estimate-gpu Voodoo5: not in the datasheet table" in unknown.output
@@ -161,3 +163,69 @@ def test_calibration_apart_runs_in_a_child_process_and_returns_its_measurement()
     assert machine.device == "cpu" and not machine.estimate
     assert machine.tflops["float32"] > 0 and machine.bandwidth_gbs > 0
     assert "measured on this CPU" in machine.source
+
+
+def _fit_script():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    if "fit_forecast" not in sys.modules:  # its dataclasses look their module up there
+        spec = importlib.util.spec_from_file_location("fit_forecast", ROOT / "scripts" / "fit_forecast.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["fit_forecast"] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules["fit_forecast"]
+
+
+def test_the_gpu_overheads_are_the_fit_of_the_committed_h200_records() -> None:
+    """GPU_OVERHEADS is what scripts/fit_forecast.py fits on the H200 check run of 2026-12-04, not numbers set by
+    hand; each measured worker restart, the pool's compiles and the loads are read from those records."""
+    fit = _fit_script()
+    run = fit.load(fit.FIT_RUN)
+    assert fit.fit(run) == forecast.GPU_OVERHEADS
+    assert forecast.GPU_OVERHEADS.basis.endswith("reports/NVIDIA-H200-20261204-c671d98/check")
+    assert [round(s, 1) for s in fit.restart_costs(run)] == [5.4, 5.4, 4.4, 5.0, 4.4, 9.4, 6.2, 5.6, 6.0]
+    assert forecast.GPU_OVERHEADS.worker_start_s == 5.42  # their median
+
+
+def test_the_committed_h200_check_runs_wall_is_attributed_to_its_phases() -> None:
+    """228 s for 1.3 s of samples: the compile phase, ten worker starts (nine after a sticky CUDA error), the
+    measurements' setup, startup and report; what the records cannot split is named as estimated."""
+    fit = _fit_script()
+    run = fit.load(fit.FIT_RUN)
+    where = fit.attribute(run)
+    assert where.rest(run.wall_s) == pytest.approx(0.0, abs=1e-6)  # the harness's share is the remainder
+    phases = {name: round(seconds, 1) for name, seconds in where.phases.items()}
+    assert phases["compile_ahead"] == 47.1 and phases["samples"] == 1.3 and phases["startup_and_report"] == 21.1
+    assert phases["worker_start"] == 58.1
+    assert where.phases["compile"] + where.phases["prepare"] == pytest.approx(63.55, abs=0.1)
+    assert phases["harness"] == pytest.approx(17.6, abs=0.1)
+    assert set(where.estimated) == {"startup_and_report", "worker_start", "harness"}
+
+
+def test_the_forecast_of_the_h200_check_runs_4k_measurements_is_within_1_25x_of_their_wall() -> None:
+    """The rule (scripts/fit_forecast.py), declared before the validation runs were forecast: fitted on the check
+    run, the forecast of its 184 4K measurements (as --dry-run --estimate-gpu H200 makes it, with the backends that
+    machine lacked skipped) within 1.25x of their wall; the FA4 run's 4K part, never fitted on, within 1.5x. The
+    whole check run is longer than its forecast by what its failures cost: nine workers replaced after a sticky
+    CUDA error and the setup of the measurements that then failed."""
+    fit = _fit_script()
+    check = fit.load(fit.FIT_RUN)
+    predicted, wall = fit.check(fit.part(check))
+    assert len(fit.part(check).records) == 184 and wall == pytest.approx(143.05, abs=0.01)
+    assert 1 / 1.25 <= wall / predicted <= 1.25, (predicted, wall)
+    predicted, wall = fit.check(fit.part(fit.load(fit.VALIDATION[0])))
+    assert 1 / 1.5 <= wall / predicted <= 1.5, (predicted, wall)
+    predicted, wall = fit.check(check)
+    failed = sum(fit.restart_costs(check)) + sum(
+        r.extra.get("setup_ms", 0.0) / 1e3 for r in check.records if r.status == "error")
+    assert wall - predicted == pytest.approx(failed, rel=0.1), (predicted, wall, failed)
+
+
+def test_the_forecast_of_the_2026_11_30_h200_runs_leans_long_by_what_the_harness_added_since() -> None:
+    """Not an independent check: the forecast of these runs, whole, came within 1.5x only after the compile phase's
+    price was split from a measurement's (which keeps its earlier fit on these runs) and their timing dropped the
+    sustained-state loop they predate. It leans long: the harness profiles and guards every measurement since."""
+    fit = _fit_script()
+    for name in fit.VALIDATION[1:]:
+        predicted, wall = fit.check(fit.load(name))
+        assert 1 / 1.5 <= wall / predicted < 1.0, (name, predicted, wall)

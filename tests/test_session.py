@@ -132,7 +132,7 @@ def test_the_dry_run_and_the_runs_own_forecast_agree(options: RunOptions, tmp_pa
     alone = session.dry_run(plan, RunOptions(cache_dir=tmp_path / "cache")).forecast
     seen = {}
 
-    def spy(plan, options, directory, run, precompiled, errors, should_stop):  # the measurements themselves aside
+    def spy(plan, options, directory, run, precompiled, errors, should_stop, phases):  # the measurements aside
         seen.update(predicted=run.predicted, workers=run.mode.workers, isolate=run.mode.isolate, tasks=run.tasks)
         return 0, []
 

@@ -168,7 +168,7 @@ def run(
     from attnbench.run.devices import parse_devices
     from attnbench.run.options import resume_command
     from attnbench.run.shard import parse_shard
-    from attnbench.run.tally import process_start, reference_line, timed_line
+    from attnbench.run.tally import Phases, process_start, reference_line, timed_line, wall_line, wall_phases
 
     check_run_flags(out_dir, resume, estimate_gpu, dry_run)
     options = opts.run_options(
@@ -186,17 +186,21 @@ def run(
     directory = resume or out_dir or (
         Path("reports") / f"{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}{shard_tag}")
     stop = StopFlag()
+    phases = Phases()
+    phases.add("startup", time.time() - process_start())
     with stop.installed():
-        outcome = session.execute(plan, directory, err, stop.is_set, options)
-    tables.print_summary(outcome.records, out, outcome.unavailable)
-    err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
-    if outcome.measured and report:
-        from attnbench.report.render import render_report
+        outcome = session.execute(plan, directory, err, stop.is_set, options, phases)
+    with phases.timing("report"):
+        tables.print_summary(outcome.records, out, outcome.unavailable)
+        err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
+        if outcome.measured and report:
+            from attnbench.report.render import render_report
 
-        written = render_report(directory)
-        err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
+            written = render_report(directory)
+            err.print(f"report: {directory / 'report.html'} ({len(written)} files)")
     wall_s = time.time() - process_start()
-    session.record_actual(directory, outcome, wall_s)
+    session.record_actual(directory, outcome, wall_s, phases)
+    err.print(wall_line(wall_phases(outcome.tally, phases.seconds, outcome.workers), wall_s), markup=False)
     last = timed_line(outcome.tally, wall_s)
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")

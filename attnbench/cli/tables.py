@@ -75,8 +75,8 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
         compiles = f"flex compiles {fmt_duration(predicted.compile_s)}"
     console.print(f"of which references {fmt_duration(predicted.reference_s)}, {compiles}; "
                   f"throughput {predicted.machine.source}"
-                  + ("; every backend made for CUDA taken as installed" if predicted.machine.estimate else ""),
-                  markup=False)
+                  + ("; every backend made for CUDA taken as installed" if predicted.machine.estimate else "")
+                  + (f"; overheads {predicted.basis}" if predicted.basis else ""), markup=False)
 
 
 def print_summary(records: list[Record], console: Console, unavailable: dict[str, str] | None = None) -> None:

@@ -26,9 +26,13 @@ CHECK_JOINS = 0.5
 NOISE = {"cpu": 0.03, "cuda": 0.01}
 
 
+# A backend's kind, for what its measurements cost beside the call (kind_of).
+KINDS = ("torch", "library", "compiled")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Overheads:
-    """In seconds."""
+    """In seconds; `basis` says where the numbers come from."""
 
     startup_s: float  # before the first measurement
     per_measurement_s: float  # around every measurement that runs
@@ -37,21 +41,47 @@ class Overheads:
     worker_start_s: float  # an isolated run's worker process
     report_s: float
     per_chart_s: float
-    compile_s: float  # a cold flex compile of a forward
+    compile_s: float  # a cold flex compile of a forward, in its measurement
     compile_cached_s: float  # a load from inductor's on-disk cache
     backward_compile: float  # in forward compiles
+    backward_load: float  # in forward loads
+    pool_compile_s: float  # a forward's compile in the compile phase, its processes side by side
+    pool_backward: float  # in forward compiles there
     per_round_s: float  # a later round's prepare and progress
     profiler_s: float  # torch.profiler's first session in a process
+    profile_s: float = 0.0  # the profiled call of each measurement that runs, beside per_measurement_s
+    trace_s: float = 0.0  # with --trace, its traced sample and files
+    setup_s: dict[str, float] = field(default_factory=dict)  # by KINDS: prepare and first calls beside compiles
+    reference_scale: float = 1.0  # the references' seconds against reference_s's
+    basis: str = ""
 
 
-# Fitted on instrumented runs of `run quick`, suites/long.yaml (CPU) and suites/gpu-check.yaml (GPU);
-# compile_cached_s by benchmarks/flex_warm_load.py; the CPU's profiler_s by a fresh process's first profile_call.
+def kind_of(backend: Backend) -> str:
+    """"compiled" (torch.compile), "torch" (PyTorch's own kernels), "library" (another library's, with its plans
+    and JIT)."""
+    if backend.cost.compiles:
+        return "compiled"
+    return "torch" if backend.library == "torch" else "library"
+
+
+# Fitted on instrumented runs of `run quick` and suites/long.yaml; compile_cached_s by benchmarks/flex_warm_load.py;
+# the profiler's first session by a fresh process's first profile_call.
 CPU_OVERHEADS = Overheads(startup_s=3.4, per_measurement_s=0.025, per_skip_s=0.001, per_case_s=0.01,
                           worker_start_s=1.3, report_s=0.6, per_chart_s=0.12, compile_s=6.0, compile_cached_s=0.15,
-                          backward_compile=2.0, per_round_s=0.010, profiler_s=0.01)
-GPU_OVERHEADS = Overheads(startup_s=6.0, per_measurement_s=0.06, per_skip_s=0.001, per_case_s=0.05,
-                          worker_start_s=8.0, report_s=1.5, per_chart_s=0.35, compile_s=3.0, compile_cached_s=0.6,
-                          backward_compile=1.5, per_round_s=0.01, profiler_s=1.5)
+                          backward_compile=2.0, backward_load=2.0, pool_compile_s=6.0, pool_backward=2.0,
+                          per_round_s=0.010, profiler_s=0.01,
+                          basis="fitted on instrumented CPU runs of suites/quick.yaml and suites/long.yaml")
+# The GPU's report_s, per_chart_s, per_round_s and a compile in a measurement (compile_s, backward_compile) are
+# the 2026-11-30 H200 runs'; the rest is written by scripts/fit_forecast.py from the records its basis names
+# (tests/test_forecast.py fits them again).
+# fitted: begin
+GPU_OVERHEADS = Overheads(startup_s=16.75, per_measurement_s=0.06, per_skip_s=0.07, per_case_s=0.678,
+                          worker_start_s=5.42, report_s=1.5, per_chart_s=0.35, compile_s=3.0, compile_cached_s=1.751,
+                          backward_compile=1.5, backward_load=0.24, pool_compile_s=5.38, pool_backward=7.11,
+                          per_round_s=0.01, profiler_s=0.0, profile_s=0.033, trace_s=0.0,
+                          setup_s={"torch": 0.199, "library": 1.022, "compiled": 0.314}, reference_scale=2.56,
+                          basis="fitted by scripts/fit_forecast.py on reports/NVIDIA-H200-20261204-c671d98/check")
+# fitted: end
 
 
 def element_bytes(dtype: str) -> int:
@@ -119,6 +149,7 @@ class Forecast:
     refine_s: float = 0.0
     precompiled: int = 0
     roofs_s: float = 0.0
+    basis: str = ""  # the overheads'
 
     @property
     def fixed_s(self) -> float:
@@ -142,13 +173,14 @@ class Forecast:
                 "precompiled": self.precompiled, "refine_s": round(self.refine_s, 2),
                 "by_backend_s": {k: round(v, 2) for k, v in self.by_backend().items()},
                 "measurements": len(self.tasks), "measured": sum(t.runs for t in self.tasks),
-                "machine": self.machine.to_dict(), "estimate": self.machine.estimate}
+                "machine": self.machine.to_dict(), "estimate": self.machine.estimate, "basis": self.basis}
 
 
 def measurement_s(case: Case, backend: Backend, machine: Machine, settings: TimingSettings,
-                  overheads: Overheads, compiled: bool, shared: bool = False) -> tuple[float, float]:
+                  overheads: Overheads, compiled: bool, shared: bool = False, trace: bool = False
+                  ) -> tuple[float, float]:
     """(seconds, of which compile) of one measurement that runs. `compiled`: its graph is in inductor's cache;
-    `shared`: an already compiled kernel serves it."""
+    `shared`: an already compiled kernel serves it; `trace`: --trace."""
     t = call_s(case, backend, machine)
     t_ms = t * 1e3
     compile_s = compile_price(case, backend, overheads, compiled) if not shared else 0.0
@@ -165,8 +197,9 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
     # The sustain loop at its minimum, on CUDA only: RAPL on a CPU is not assumed.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
     later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
-    return (overheads.per_measurement_s + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3,
-            compile_s)
+    beside = (overheads.per_measurement_s + overheads.profile_s + (overheads.trace_s if trace else 0.0)
+              + overheads.setup_s.get(kind_of(backend), 0.0))
+    return beside + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3, compile_s
 
 
 def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
@@ -208,25 +241,31 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
     return (spent + (beside * spent / lacking if lacking else 0.0)) / 1e3
 
 
-def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool) -> float:
-    """Seconds of one compile; `cached`: a load from inductor's cache."""
+def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool, pool: bool = False) -> float:
+    """Seconds of one compile; `cached`: a load from inductor's cache; `pool`: a compile in the compile phase."""
     if not backend.cost.compiles:
         return 0.0
-    per_graph = overheads.compile_cached_s if cached else overheads.compile_s
-    return per_graph * (overheads.backward_compile if case.needs_grad else 1)
+    if cached:
+        return overheads.compile_cached_s * (overheads.backward_load if case.needs_grad else 1)
+    if pool:
+        return overheads.pool_compile_s * (overheads.pool_backward if case.needs_grad else 1)
+    return overheads.compile_s * (overheads.backward_compile if case.needs_grad else 1)
 
 
 def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machine: Machine, *,
              isolate: bool = False, workers: int = 1, compiled: set[str] | None = None,
              report: bool = True, timer_modes: tuple[str, ...] | None = None, deterministic: bool = False,
-             compile_workers: int = 0, roofs_s: float = 0.0, timer_runs_on: tuple[str, ...] | None = None) -> Forecast:
+             compile_workers: int = 0, roofs_s: float = 0.0, trace: bool = False,
+             absent: dict[str, str] | None = None, overheads: Overheads | None = None,
+             timer_runs_on: tuple[str, ...] | None = None) -> Forecast:
     """`compiled`: graphs already in inductor's cache (Backend.compile_key); with `compile_workers` the others are
-    compiled first (attnbench.run.precompile)."""
-    overheads = GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS
+    compiled first (attnbench.run.precompile). `absent`: backends known not installed, with the reason (a GPU
+    estimate takes every other as installed); `overheads`: the device's own unless given."""
+    overheads = overheads or (GPU_OVERHEADS if machine.device == "cuda" else CPU_OVERHEADS)
     compiled = set(compiled or ())
     on_disk = set(compiled)
     ahead: list[float] = []
-    result = Forecast(machine, roofs_s=roofs_s)
+    result = Forecast(machine, roofs_s=roofs_s, basis=overheads.basis)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
     dynamic_lengths: dict[str, set[tuple[int, int]]] = {}
@@ -234,7 +273,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     conformance: dict[str, str | None] = {}
     for case, backend in tasks:
         groups.add(group_of(case))
-        if why_skipped(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic,
+        if why_skipped(case, backend, facts(case, backend, machine, timer_modes, conformance, deterministic, absent,
                                             timer_runs_on)):
             result.tasks.append(TaskForecast(backend.name, overheads.per_skip_s, False))
             continue
@@ -246,14 +285,14 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
             lengths.add((case.seq_len, case.kv_seq_len))
             shared, cached = len(lengths) > before_sharing, key in on_disk
         if compile_workers and key is not None and not shared and not cached:
-            ahead.append(compile_price(case, backend, overheads, False))
+            ahead.append(compile_price(case, backend, overheads, False, pool=True))
             cached = True
-        seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared)
+        seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared, trace)
         if key is not None:
             compiled.add(key)
         if case not in seen_cases:
             seen_cases.add(case)
-            ref = reference_s(case, machine)
+            ref = reference_s(case, machine) * overheads.reference_scale
             result.reference_s += ref
             seconds += ref + overheads.per_case_s
         result.compile_s += compile_s
@@ -272,14 +311,16 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
 
 
 def facts(case: Case, backend: Backend, machine: Machine, timer_modes: tuple[str, ...] | None,
-          conformance: dict[str, str | None], deterministic: bool = False,
+          conformance: dict[str, str | None], deterministic: bool = False, absent: dict[str, str] | None = None,
           timer_runs_on: tuple[str, ...] | None = None) -> Facts:
-    """The skip rule's facts as the run will find them. On a datasheet estimate every CUDA backend is taken as
-    installed and conforming."""
+    """The skip rule's facts as the run will find them. On a datasheet estimate every CUDA backend but those
+    `absent` is taken as installed and conforming."""
     from attnbench.backends.conformance import conformance_problem
 
     if case.device not in backend.capabilities.devices:
         return Facts(availability=f"{backend.name} is not made for {case.device}")
+    if absent and backend.name in absent:
+        return Facts(availability=absent[backend.name])
     if machine.estimate:
         return Facts(free_memory=machine.memory_bytes, timer_modes=timer_modes, deterministic=deterministic,
                      timer_runs_on=timer_runs_on)

@@ -3,6 +3,7 @@ measurement starts a fresh worker."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -44,11 +45,17 @@ class Isolated:
         self.timeout_s = timeout_s
         self.worker: ChildProcess | None = None
         self.started = 0
+        self.start_s = 0.0  # the workers' starts, until each said it was ready
+        self.stop_s = 0.0  # waiting for the last one to exit
 
     def measure(self, case: Case, backend: Backend) -> Record:
         try:
             if self.worker is None:
-                self.worker = ChildProcess.start(WORKER_COMMAND, self.config)
+                began = time.perf_counter()
+                try:
+                    self.worker = ChildProcess.start(WORKER_COMMAND, self.config)
+                finally:
+                    self.start_s += time.perf_counter() - began
                 self.started += 1
             self.worker.send(("measure", case.fields(), backend.name))
             message = self.worker.receive(None)
@@ -77,7 +84,9 @@ class Isolated:
 
     def close(self) -> None:
         if self.worker is not None:
+            began = time.perf_counter()
             self.worker.stop()
+            self.stop_s += time.perf_counter() - began
             self.worker = None
 
 

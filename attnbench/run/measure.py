@@ -3,6 +3,7 @@ crash included, becomes one record."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from attnbench.run.recording import (
 )
 from attnbench.run.skip import Facts, why_skipped
 from attnbench.run.stages import finite
+from attnbench.run.tally import Phases
 from attnbench.timing.timers import Timer, TimingSettings, timer_for_work
 from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.verify.inputs import CaseData
@@ -73,9 +75,12 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     case = data.case
     timer = timer_for_work(timer, backend.capabilities.runs_on)
     work = work_fields(case, backend)
-    reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
+    phases = Phases()
+    with phases.timing("availability"):  # a library's first import in this process is here
+        reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
-        return make_record(settings.info, case, backend.name, "skipped", reason, work)
+        return make_record(settings.info, case, backend.name, "skipped", reason,
+                           {**work, "extra": {"phases_ms": phases.ms()}})
     reference_before = data.reference_s
     if on_start is not None:
         on_start(data)
@@ -84,7 +89,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     progress = Progress()
     try:
         with deterministic_mode(settings.deterministic):
-            status, reason = _measure(data, backend, timer, settings, progress, caught)
+            status, reason = _measure(data, backend, timer, settings, progress, caught, phases)
     except Unsupported as exc:
         status, reason = "skipped", str(exc)
     except Exception as exc:  # a backend may fail in any way; the sweep goes on
@@ -98,33 +103,47 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     if data.reference_s > reference_before:  # this measurement made the case's reference
         fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
     try:
-        release_memory(case.device, collect=collect)
+        with phases.timing("release"):
+            release_memory(case.device, collect=collect)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error raises again here
         status = "error"
         reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
+    fields.setdefault("extra", {})["phases_ms"] = phases.ms()
     return make_record(settings.info, case, backend.name, status, reason, fields, timer.name)
 
 
 def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings, progress: Progress,
-             caught: list[warnings.WarningMessage]) -> tuple[str, str | None]:
+             caught: list[warnings.WarningMessage], phases: Phases) -> tuple[str, str | None]:
+    """`phases`: the stages' seconds that the record's other fields do not hold (its `extra.phases_ms`)."""
     case = data.case
     ready = progress.ready = stage.prepare(data, backend)
     guard = Guard(ready.canonical, ready.leaves, ready.prepared.writes)
     timing = settings.timing.round_share()  # the first round's
     with ready.prepared.context():
-        checked = stage.check(data, backend, ready, guard, timer, timing, caught)
-        calls = stage.calls(case, ready, checked)
+        began, reference_s = phases.clock(), data.reference_s
+        try:
+            checked = stage.check(data, backend, ready, guard, timer, timing, caught)
+            calls = stage.calls(case, ready, checked)
+        finally:  # in this process the check makes the case's reference if none did before: that is `reference_s`
+            phases.add("check", phases.clock() - began - (data.reference_s - reference_s))
         progress.sustained = stage.sustained(case, calls.fn, checked.timing)
-        timed = progress.timed = stage.timed(case, backend, timer, calls, checked)
-        memory = stage.memory(calls, checked)
-        repeated = progress.repeated = stage.repeated(data, ready, checked, timed.kept)
+        with phases.timing("timer"):
+            timed = progress.timed = stage.timed(case, backend, timer, calls, checked)
+        with phases.timing("memory"):
+            memory = stage.memory(calls, checked)
+        with phases.timing("repeat"):
+            repeated = progress.repeated = stage.repeated(data, ready, checked, timed.kept)
+        began = phases.clock()
         kernels = progress.kernels = stage.kernels(case, backend, timer, settings.trace_dir, ready, checked, calls,
                                                    guard)
+        ran = kernels.ran  # the stage is the profiled (and traced) call and the guards around it
+        phases.add("guards", max(0.0, phases.clock() - began - (ran.profile_ms + ran.trace_ms) / 1e3))
     broken = kernels.broken + ([timed.off_stream] if timed.off_stream else [])
     if broken:  # the time is not of the work asked for
         return "error", "integrity: " + "; ".join(broken)
-    progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
-                               progress.parts()[1])
+    with phases.timing("statistics"):
+        progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
+                                   progress.parts()[1])
     return status_of(repeated, kernels.ran)
 
 
@@ -208,8 +227,9 @@ class Progress:
             ran = self.kernels.ran
             fields.update(ran.fields)
             extra.update(ran.extra)
-            extra["setup_ms"] += ran.profile_ms
-            extra["setup_parts"] = {**extra["setup_parts"], "profile": ran.profile_ms}
+            extra["setup_ms"] += ran.profile_ms + ran.trace_ms
+            extra["setup_parts"] = {**extra["setup_parts"], "profile": ran.profile_ms,
+                                    **({"trace": ran.trace_ms} if ran.trace_ms else {})}
             extra["integrity"] = self.kernels.checks
         if self.numbers is not None:
             fields.update(self.numbers.fields)
@@ -266,7 +286,12 @@ class InProcess:
                 on_start: Callable[[CaseData], None] | None = None) -> Record:
         if self.broken:
             return unmeasured(self.settings.info, case, backend, "skipped", self.broken)
-        record = measure(self.data_for(case), backend, self.timer, self.settings, on_start)
+        began, made = time.perf_counter(), self.data is None or self.data.case != case
+        data = self.data_for(case)
+        inputs_ms = (time.perf_counter() - began) * 1e3
+        record = measure(data, backend, self.timer, self.settings, on_start)
+        if made:  # the case's inputs, on the record of its first measurement (as its reference)
+            record.extra.setdefault("phases_ms", {})["inputs"] = round(inputs_ms, 3)
         if record.status == "error" and cuda_is_broken(case.device):
             self.data = None
             self.broken = (f"not run: {record.backend} on {record.case_id} broke this process's CUDA context "

@@ -1,9 +1,10 @@
 """The profiled call of a measurement: which kernels ran, judged against what the backend declares, and whether a
 CUDA graph's replay ran the eager call's kernels. Made after the samples, so they never see the profiler; its time
-is setup ("profile")."""
+is setup ("profile", and with --trace "trace": the traced sample and the trace written)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class Profiled:
     profile_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
     foreign: str | None = None  # kernels off the timed stream
+    trace_ms: float = 0.0
 
 
 def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
@@ -54,18 +56,18 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
         trace.parent.mkdir(parents=True, exist_ok=True)
     profile = profile_call(fn, case.device, str(parts[0]) if parts else None, sync)
     fields, wrong = kernel_fields(profile, case, backend, others)
-    spent = profile.profile_ms
+    spent, traced = profile.profile_ms - profile.export_ms, profile.export_ms
     if profile.kernels is None:
         for part in parts:
             part.unlink(missing_ok=True)
-        return Profiled(fields, None, spent, foreign=profile.foreign)
+        return Profiled(fields, None, spent, foreign=profile.foreign, trace_ms=traced)
     replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds)
     if replay is not None:
         run_graph, calls = replay
         graph = profile_call(run_graph, case.device, str(parts[1]) if parts else None, sync,
                              f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'graph')}: one replay of "
                              f"{calls} calls)")
-        spent += graph.profile_ms
+        spent, traced = spent + graph.profile_ms - graph.export_ms, traced + graph.export_ms
         timer.replay = None  # type: ignore[attr-defined]  # frees the graph's memory
         if graph.kernels is None:
             wrong = wrong or f"the graph replay could not be profiled ({graph.reason}): its time is not the call's"
@@ -75,13 +77,15 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
     elif trace is not None:  # one sample made as the timer made them
         sample = profile_call(one_sample(timer, fn), case.device, str(parts[1]), sync,
                               f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'timer')})")
-        spent += sample.profile_ms
+        traced += sample.profile_ms
     if trace is not None:
+        joined = time.perf_counter()
         written = [part for part in parts if part.exists()]
         if written:
             join_traces(trace, written)
             fields["trace"] = f"traces/{trace.name}"
-    return Profiled(fields, wrong, spent, foreign=profile.foreign)
+        traced += (time.perf_counter() - joined) * 1e3
+    return Profiled(fields, wrong, spent, foreign=profile.foreign, trace_ms=traced)
 
 
 def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]

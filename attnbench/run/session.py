@@ -27,7 +27,7 @@ from attnbench.run.progress import Eta, ProgressListener
 from attnbench.run.recording import RunInfo, case_of, now
 from attnbench.run.schedule import Schedule
 from attnbench.run.shard import select
-from attnbench.run.tally import Tally
+from attnbench.run.tally import Phases, Tally, actual
 from attnbench.sweep.suite import Suite, load_suite
 from attnbench.timing.timers import TimingSettings, check_timer, timer_for, timer_modes, timer_runs_on
 from attnbench.verify.determinism import use_cublas_workspace
@@ -67,6 +67,7 @@ class Outcome:
     records: list[Record] = field(default_factory=list)
     results: Path | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    workers: int = 1  # measuring side by side (--devices)
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -150,7 +151,7 @@ def predict(plan: Plan, options: RunOptions, gpu: str | None = None) -> Forecast
                              workers=mode.workers, compiled=compile_cache.compiled(cache, torch.__version__),
                              timer_modes=timer_modes(options.timer), deterministic=mode.deterministic,
                              timer_runs_on=timer_runs_on(options.timer),
-                             compile_workers=mode.compile_workers,
+                             compile_workers=mode.compile_workers, trace=options.trace,
                              roofs_s=0.0 if gpu else calibration.roofs_seconds(
                                  calibration.roof_dtypes([case for case, _ in tasks])))
 
@@ -282,7 +283,8 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
 
 
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
-                errors: Console, should_stop: Callable[[], bool]) -> tuple[int, list[Record]]:
+                errors: Console, should_stop: Callable[[], bool], phases: Phases) -> tuple[int, list[Record]]:
+    """Adds the workers' starts and the later rounds to `phases`."""
     if plan.device == "cpu":  # a CPU's roofs are the run's measured ones
         measured = tuple((m.dtype, m.gflops / 1e3) for m in run.roofs.matmul) if run.roofs else ()
         bandwidth = run.roofs.copy_gbs if run.roofs else None
@@ -304,21 +306,31 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
                 seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
                 if seconds is not None:
                     record.extra["precompile_s"] = round(seconds, 3)
-            writer.append(record)
+            with phases.timing("records"):
+                writer.append(record)
             records.append(record)
             if probe is not None:
-                probe.tick()
+                with phases.timing("pace"):
+                    probe.tick()
 
         measurers = measurers_for(plan, options, run.mode, info, directory)
         measured = schedule.run(run.tasks, sink, measurers)
+    starts = [m for m in measurers if isinstance(m, Isolated)]
+    if starts:
+        # Side by side (--devices) they start together: their mean start is the wall's.
+        phases.add("worker_start", sum(m.start_s for m in starts) / len(starts), sum(m.started for m in starts))
+        phases.add("worker_stop", sum(m.stop_s for m in starts) / len(starts))
     settings = run.mode.settings
     facts: dict = {}
     if (settings.rounds > 1 or settings.refine > 0) and isinstance(measurers[0], InProcess) and records:
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
+        sampled_s, began = Tally.of(records).phases.get("samples", 0.0), phases.clock()
         with frozen_heap():
             done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
                                        lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
+        added_s = Tally.of(records).phases.get("samples", 0.0) - sampled_s  # the records' samples hold them
+        phases.add("rounds", max(0.0, phases.clock() - began - added_s))
         facts["rounds"] = done.to_dict()
     if probe is not None and probe.windows_ms:
         probe.finish()
@@ -329,22 +341,27 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
 
 
 def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[[], bool],
-            options: RunOptions | None = None) -> Outcome:
-    """Run the plan into `directory`; progress goes to `errors`."""
+            options: RunOptions | None = None, phases: Phases | None = None) -> Outcome:
+    """Run the plan into `directory`; progress goes to `errors`; the run's own phases (tally.PHASES) to `phases`."""
     options = options or RunOptions()
-    mode, cache = prepare(plan, options)
-    predicted = predict(plan, options)
-    # Measured before any worker or compile of the run starts beside them.
-    roofs = calibration.measure_roofs(calibration.roof_dtypes([case for case, _ in selected(plan, options)]))
-    run = write_env(plan, options, directory, mode, cache, predicted, errors, roofs)
-    run.unavailable = unavailable_here(plan, run.tasks)
-    announce(plan, options, directory, run, errors)
-    ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
-                          should_stop, mode.timeout_s)
+    phases = phases if phases is not None else Phases()
+    with phases.timing("env"):
+        mode, cache = prepare(plan, options)
+    with phases.timing("calibration"):
+        calibration.cached_calibration(plan.device, cache)  # the forecast's, read back from the cache there
+        # Measured before any worker or compile of the run starts beside them.
+        roofs = calibration.measure_roofs(calibration.roof_dtypes([case for case, _ in selected(plan, options)]))
+    with phases.timing("env"):
+        run = write_env(plan, options, directory, mode, cache, predict(plan, options), errors, roofs)
+        run.unavailable = unavailable_here(plan, run.tasks)
+        announce(plan, options, directory, run, errors)
+    with phases.timing("compile_ahead"):
+        ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
+                              should_stop, mode.timeout_s)
     if ahead is not None:
         run.folder.note(precompile=ahead.to_dict())
     measured, records = measure_all(plan, options, directory, run, ahead.compiled_keys() if ahead else {}, errors,
-                                    should_stop)
+                                    should_stop, phases)
     return finish(plan, run, records, measured)
 
 
@@ -356,7 +373,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
-                   run.folder.results, run.unavailable)
+                   run.folder.results, run.unavailable, run.mode.workers)
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
@@ -387,9 +404,8 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
     return ahead
 
 
-def record_actual(directory: Path, outcome: Outcome, wall_s: float) -> None:
-    """Add what the run (or this part) took to env.json, beside its prediction."""
+def record_actual(directory: Path, outcome: Outcome, wall_s: float, phases: Phases | None = None) -> None:
+    """Add what the run (or this part) took to env.json, beside its prediction: `phases`, the run's own."""
     folder = RunFolder.load(directory)
     if folder is not None:
-        folder.note(actual={"wall_s": round(wall_s, 2), "timed_s": round(outcome.tally.timed_s, 2),
-                            "reference_s": round(outcome.tally.reference_s, 2), "measured": outcome.measured})
+        folder.note(actual=actual(outcome.tally, phases or Phases(), wall_s, outcome.measured, outcome.workers))

@@ -48,10 +48,11 @@ class Profile:
 
     kernels: tuple[Kernel, ...] | None
     reason: str | None = None
-    profile_ms: float = 0.0
+    profile_ms: float = 0.0  # the trace's export included
     source: str = TORCH_PROFILER
     extra: dict[str, Any] = field(default_factory=dict)
     foreign: str | None = None
+    export_ms: float = 0.0  # the Chrome trace written
 
     def names(self) -> list[str]:
         return [k.name for k in self.kernels or ()]
@@ -76,15 +77,19 @@ def profile_call(fn: Callable[[], object], device: str, trace_path: str | None =
                     sync()
         kernels = kernels_of(prof.key_averages(), device)
         foreign = foreign_streams(prof.kineto_results.events()) if device == "cuda" else None
+        export_ms = 0.0
         if trace_path is not None:
+            exported = time.perf_counter()
             prof.export_chrome_trace(trace_path)
+            export_ms = (time.perf_counter() - exported) * 1e3
     except Exception as exc:  # noqa: BLE001 - a profiler that cannot run is a reason, never a failure
         return Profile(None, f"the profiler could not run: {type(exc).__name__}: {exc}".splitlines()[0],
                        (time.perf_counter() - start) * 1e3)
     ms = (time.perf_counter() - start) * 1e3
     if not kernels:
-        return Profile(None, f"the profiler saw no {'CUDA kernel' if device == 'cuda' else 'op'} in the call", ms)
-    return Profile(kernels, None, ms, foreign=foreign)
+        return Profile(None, f"the profiler saw no {'CUDA kernel' if device == 'cuda' else 'op'} in the call", ms,
+                       export_ms=export_ms)
+    return Profile(kernels, None, ms, foreign=foreign, export_ms=export_ms)
 
 
 # torch.cuda._sleep, launched on the timed stream right before the call
