@@ -44,6 +44,12 @@ NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval nois
 CHANGE_THRESHOLD = 0.10  # asv's default factor
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
+# A timing whose FLOP rate or bandwidth is over this many times its GPU's datasheet roof is a broken measurement
+# (status implausible), never a fast kernel. What a real kernel may add over a datasheet roof: twice the 16-bit rate
+# by computing in 8 bits inside (SageAttention's INT8), twice a GeForce card's listed rate by accumulating in fp16,
+# a clock above the datasheet's, an output still in L2 when the timer stops (at most twice the bytes): about 3× at
+# the worst; 4× leaves room, and a timer that misses the work reads tens of times over (docs/verdicts.md).
+PLAUSIBLE_MARGIN = 4.0
 
 
 def device(name: str) -> DevicePolicy:
@@ -108,5 +114,7 @@ def policy_table() -> str:
     lines += ["", f"Intervals are stated at {percent(CONFIDENCE)}; compare judges changes of at least "
                   f"{percent(CHANGE_THRESHOLD)} (unless asked otherwise) with a {percent(FAMILY_ALPHA)} chance per "
                   f"rule that two identical runs raise one; a backend's across-the-board shift needs "
-                  f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios."]
+                  f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios. "
+                  f"A GPU timing over {PLAUSIBLE_MARGIN:g}× its datasheet's compute or bandwidth roof is "
+                  "`implausible`: a broken measurement, never ranked."]
     return "\n".join(lines)
