@@ -67,6 +67,12 @@ class Outcome:
     records: list[Record] = field(default_factory=list)
     results: Path | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    implausible: int = 0  # timed faster than the GPU can run: a broken measurement
+
+    @property
+    def failed(self) -> bool:
+        """A mismatch or a broken timing: the run exits 1."""
+        return bool(self.mismatches or self.implausible)
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -355,7 +361,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
-                   run.folder.results, run.unavailable)
+                   run.folder.results, run.unavailable, sum(r.status == "implausible" for r in records))
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
