@@ -204,6 +204,9 @@ def run(
     last = timed_line(outcome.tally, wall_s)
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
+    if outcome.implausible:
+        err.print(f"[bold red]{outcome.implausible} measurement(s) timed faster than the GPU can run: their timing is "
+                  "broken (status implausible)[/]")
     if outcome.stopped:
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
@@ -211,7 +214,7 @@ def run(
         err.print(last, markup=False)
         raise typer.Exit(130)
     err.print(last, markup=False)
-    if outcome.mismatches:
+    if outcome.failed:
         raise typer.Exit(1)
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from attnbench.run.session import DryRun
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "magenta", "skipped": "yellow",
-                "timeout": "red"}
+                "timeout": "red", "wrong_kernel": "red", "implausible": "bold red"}
 
 
 def print_dry_run(dry: DryRun, console: Console) -> None:

@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from attnbench.core import policy
 from attnbench.core.case import FP8_DTYPES
 
 # (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from the
@@ -104,6 +105,58 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
         "--peak-tflops" if tflops is not None else (tflops_label if table_tflops else None),
         "--peak-bandwidth" if bandwidth_gbs is not None else (label if table_bw else None),
     )
+
+
+def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:
+    """The fastest a kernel on `dtype` may run by the device's datasheet row, never a user's or a measured roof: the
+    dtype's dense rate (float32: TF32's where the device has it, as fp32 matmuls may run on TF32 tensor cores) and
+    the memory bandwidth."""
+    row = _row(device_name)
+    if row is None:
+        return Peak()
+    tflops = (row[5] or row[3]) if dtype in FULL else peak_tflops_for(device_name, dtype)
+    label = f"datasheet: {row[0]}"
+    return Peak(tflops, row[4], label if tflops else None, label if row[4] else None)
+
+
+def beyond_datasheet(device_name: str | None, dtype: str, tflops: float | None,
+                     bandwidth_gbs: float | None) -> dict[str, float]:
+    """How many times its datasheet roof each rate reached, for each over the policy's PLAUSIBLE_MARGIN times it
+    ({"compute": 34.0, "memory": 6.8}); empty when both are within, or the device has no row."""
+    ceiling = datasheet_ceiling(device_name, dtype)
+    rates = (("compute", tflops, ceiling.tflops), ("memory", bandwidth_gbs, ceiling.bandwidth_gbs))
+    return {kind: rate / roof for kind, rate, roof in rates if rate is not None and roof
+            and rate > policy.PLAUSIBLE_MARGIN * roof}
+
+
+def times_words(low: float, high: float | None = None) -> str:
+    """"34×", or a range "24×–54×"."""
+    words = f"{low:.2g}×"
+    return words if high is None or f"{high:.2g}×" == words else f"{words}–{high:.2g}×"
+
+
+def beyond_words(device_name: str | None, dtype: str, compute: str | None, memory: str | None,
+                 what: str = "the timing is") -> str | None:
+    """Why a timing `compute` and `memory` times ("34×") its datasheet's roofs is broken, not fast (None: the
+    device has no row)."""
+    row = _row(device_name)
+    if row is None:
+        return None
+    ceiling = datasheet_ceiling(device_name, dtype)
+    parts = [f"{compute} the {_rate_words(row, dtype)} of the {row[0]} ({ceiling.tflops:g} TFLOP/s)"] if compute else []
+    if memory:
+        whose = "its" if compute else f"the {row[0]}'s"
+        parts.append(f"{memory} {whose} bandwidth ({ceiling.bandwidth_gbs:g} GB/s)")
+    return (f"faster than the GPU can run: {' and '.join(parts)} by its datasheet; no kernel beats a datasheet roof "
+            f"by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
+
+
+def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None], dtype: str) -> str:
+    if dtype in FP8_DTYPES:
+        return "dense FP8 rate"
+    if dtype in FULL:
+        return "TF32 rate" if row[5] else "float32 rate"
+    return f"dense {dtype} rate"
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,12 @@ EMPTY_PAIR_FACTOR = 2.0
 # on torch's stream was done: the host's clock missed that work (an event pair adds a microsecond, not a factor).
 # Added after the H200 timer run (reports/NVIDIA-H200-20261204-timer), whose early returns read 7x and more.
 EARLY_RETURN_FACTOR = 2.0
+# A timing whose FLOP rate or bandwidth is over this many times its GPU's datasheet roof is a broken measurement
+# (status implausible), never a fast kernel. What a real kernel may add over a datasheet roof: twice the 16-bit rate
+# by computing in 8 bits inside (SageAttention's INT8), twice a GeForce card's listed rate by accumulating in fp16,
+# a clock above the datasheet's, an output still in L2 when the timer stops (at most twice the bytes): about 3× at
+# the worst; 4× leaves room, and a timer that misses the work reads tens of times over (docs/verdicts.md).
+PLAUSIBLE_MARGIN = 4.0
 
 
 def device(name: str) -> DevicePolicy:
@@ -118,7 +124,9 @@ def policy_table() -> str:
     lines += ["", f"Intervals are stated at {percent(CONFIDENCE)}; compare judges changes of at least "
                   f"{percent(CHANGE_THRESHOLD)} (unless asked otherwise) with a {percent(FAMILY_ALPHA)} chance per "
                   f"rule that two identical runs raise one; a backend's across-the-board shift needs "
-                  f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios."]
+                  f"{MIN_BACKEND_CASES} matched cases; priors weigh {PRIOR_WINDOWS} windows and {PRIOR_RATIOS} ratios. "
+                  f"A GPU timing over {PLAUSIBLE_MARGIN:g}× its datasheet's compute or bandwidth roof is "
+                  "`implausible`: a broken measurement, never ranked."]
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnbench.core import axes
+from attnbench.core import axes, peaks
 from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
 
@@ -25,13 +25,16 @@ class Status(enum.StrEnum):
     MISMATCH = "mismatch"
     TIMEOUT = "timeout"
     WRONG_KERNEL = "wrong_kernel"
+    IMPLAUSIBLE = "implausible"
 
 
 STATUSES = tuple(Status)
 # The statuses whose call ran.
-MEASURED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL)
+MEASURED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL, Status.IMPLAUSIBLE)
 # The statuses whose time is recorded (a mismatch's too).
 TIMED = (Status.OK, Status.MISMATCH)
+# The statuses whose time is judged against the GPU's datasheet (judged).
+JUDGED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL)
 # `kernels_reason` of a record written before the profiled call.
 BEFORE_PROFILING = "written before profiling"
 KEY_FIELDS = (
@@ -127,7 +130,7 @@ class Record:
             fields["noisy"] = _spread(fields.get("time_ms"), fields.get("time_ms_iqr"))
         if "kernels" not in fields and fields.get("kernels_reason") is None:
             fields["kernels_reason"] = BEFORE_PROFILING
-        return cls(**fields)
+        return judged(cls(**fields))
 
     def to_dict(self) -> dict[str, Any]:
         """The record as stored on one line of results.jsonl."""
@@ -190,6 +193,26 @@ class Record:
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
+
+
+def judged(record: Record) -> Record:
+    """`record` with its time held to physics: a GPU timing over the policy's margin beyond its datasheet's compute
+    or bandwidth roof is `implausible` (`extra.implausible`: how many times each roof it read, and `was`, the
+    verdict it replaces, kept in the reason too); every other record as it is. The run applies it as a record is
+    made, the loader as one is read, so a run written before it reads right."""
+    if record.device != "cuda" or record.status not in JUDGED:
+        return record
+    over = peaks.beyond_datasheet(record.device_name, record.dtype, record.tflops, record.bandwidth_gbs)
+    if not over:
+        return record
+    words = {kind: peaks.times_words(times) for kind, times in over.items()}
+    reason = str(peaks.beyond_words(record.device_name, record.dtype, words.get("compute"), words.get("memory")))
+    found: dict[str, Any] = {kind: round(times, 2) for kind, times in over.items()}
+    if record.status != Status.OK:
+        reason += f"; and {record.status}: {record.reason}"
+        found["was"] = str(record.status)
+    return dataclasses.replace(record, status=Status.IMPLAUSIBLE, reason=reason,
+                               extra={**record.extra, "implausible": found})
 
 
 def upgrade(lines: list[dict[str, Any]]) -> list[Record]:

@@ -17,7 +17,7 @@ from attnbench.core.interval import CONFIDENCE, median_interval, rank
 # The smallest change called a regression or an improvement (B/A beyond 1 ± this).
 DEFAULT_THRESHOLD = 0.05
 # B's statuses, where A's is `ok`, that mean B broke the measurement.
-BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom")
+BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
 VERDICTS = ("slower", "faster", "within", "unchanged")
 
 

@@ -32,7 +32,8 @@ from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 TITLE_CHARS, TITLE_LINE = 120, 0.03
 NOTE_CHARS, NOTE_LINE = 200, 0.018
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
-FAILED = ("oom", "error", "timeout", "skipped")
+# Drawn as an X: no time, or (implausible) one beyond the GPU's datasheet, which is no measurement.
+FAILED = ("oom", "error", "timeout", "skipped", "implausible")
 
 
 def _band(record: Record) -> tuple[float, float]:
@@ -127,7 +128,7 @@ def _failures(group: CaseGroup) -> list[tuple[int, str, str]]:
 def _legend_handles(backends: list[str], styles: dict[str, BackendStyle], statuses: set[str],
                     extra: list[Line2D] | None = None) -> list[Line2D]:
     handles = [Line2D([], [], color=styles[b].color, marker=styles[b].marker, linewidth=1.8, label=b) for b in backends]
-    failed = [STATUS_LABELS[s] for s in ("oom", "error", "timeout", "skipped") if s in statuses]
+    failed = [STATUS_LABELS[s] for s in FAILED if s in statuses]
     if failed:
         handles.append(Line2D([], [], color="#777777", marker="X", markeredgecolor="black", linestyle="none",
                               markersize=9, label="no result: " + " / ".join(failed)))

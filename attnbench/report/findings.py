@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from attnbench.core.peaks import beyond_words, times_words
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
 from attnbench.report.baseline import group_speedups, usable_time
@@ -61,7 +62,7 @@ class Findings:
     kernels: list[str] = field(default_factory=list)
     roofs: list[str] = field(default_factory=list)  # records above 100% of their roof
     dtype: list[str] = field(default_factory=list)  # cases whose dtype cannot hold their inputs
-    failures: list[Failure] = field(default_factory=list)  # mismatch, error, wrong_kernel
+    failures: list[Failure] = field(default_factory=list)  # implausible, mismatch, error, wrong_kernel
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -156,6 +157,30 @@ def _group_failures(records: list[Record], statuses: tuple[str, ...]) -> list[Fa
             key = (str(r.backend), str(r.status), str(r.reason or "no reason recorded"))
             grouped.setdefault(key, []).append(case_words(r))
     return [Failure(b, s, reason, cases, set(cases) == every) for (b, s, reason), cases in sorted(grouped.items())]
+
+
+def implausible_failures(records: list[Record]) -> list[Failure]:
+    """The implausible records, one Failure per backend and cause (device, dtype, the roofs passed, the verdict
+    replaced), whose reason spans how far over each roof they read."""
+    grouped: dict[tuple[str, str, str, tuple[str, ...], str], list[Record]] = {}
+    for r in records:
+        if r.status == Status.IMPLAUSIBLE:
+            found = (r.extra or {}).get("implausible") or {}
+            kinds = tuple(k for k in ("compute", "memory") if k in found)
+            key = (str(r.backend), str(r.device_name), str(r.dtype), kinds, str(found.get("was", "")))
+            grouped.setdefault(key, []).append(r)
+    every = {case_words(r) for r in records}
+    failures = []
+    for (backend, device_name, dtype, kinds, was), members in sorted(grouped.items()):
+        spans = {k: times_words(min(float(r.extra["implausible"][k]) for r in members),
+                                max(float(r.extra["implausible"][k]) for r in members)) for k in kinds}
+        what = "these timings are" if len(members) > 1 else "the timing is"
+        words = beyond_words(device_name, dtype, spans.get("compute"), spans.get("memory"), what) if kinds else None
+        reason = (f"{words}, never ranked" + (f"; each was {was} too (reasons in the table)" if was else "")
+                  if words else str(members[0].reason or "no reason recorded"))
+        cases = [case_words(r) for r in members]
+        failures.append(Failure(backend, str(Status.IMPLAUSIBLE), reason, cases, set(cases) == every))
+    return failures
 
 
 def repeat_lines(records: list[Record]) -> list[str]:
@@ -334,7 +359,7 @@ def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str
     found.repeat = repeat_lines(records)
     found.quantized = findings_lines(records)[:MAX_QUANTIZED_LINES]
     found.kernels = kernel_lines(groups, records)
-    found.failures = _group_failures(records, ("mismatch", "error", "wrong_kernel"))
+    found.failures = implausible_failures(records) + _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
     return found
 

@@ -15,7 +15,7 @@ from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, St
 
 # A failed point is never dropped: a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
-BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel")
+BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel", "implausible")
 # What stays fixed within a group (the sequence lengths are what vary).
 SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
 # The workload axes that stay fixed within a group too.

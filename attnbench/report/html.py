@@ -24,7 +24,10 @@ from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
 PAGE_ROWS = 100
 _HOW_TO_READ = (
     "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
-    "is shown, flagged, and never used for speed-ups); oom — ran out of device memory; error — the backend raised; "
+    "is shown, flagged, and never used for speed-ups); wrong_kernel — the profiled call ran another kernel than "
+    "the backend's (its time is kept, never charted or used); implausible — timed faster than the GPU can run, over "
+    "{margin}× its datasheet's compute or bandwidth roof: the timing is broken, not the kernel fast, so it is never "
+    "ranked, charted or used for speed-ups; oom — ran out of device memory; error — the backend raised; "
     "timeout — exceeded the time budget; skipped — the backend does not support this case (the reason says why). "
     "A failed point is drawn as an X at the bottom of each chart panel with its status beside it.",
     "{timing}"
@@ -47,7 +50,8 @@ _HOW_TO_READ = (
     "over the median time. % of peak is TFLOP/s over the device's compute roof — a GPU's datasheet dense peak, a "
     "CPU's roof measured at the run's start (the best of short matmul repetitions in the dtype) — or, for decode "
     "(one query row), GB/s over its bandwidth roof (the datasheet's, or the best of a CPU's copies); over 100% says "
-    "the roof is wrong, and the findings name the record. % of measured is the same against this device's own "
+    "the roof is wrong, and the findings name the record, unless it is over {margin}× a datasheet's: then the "
+    "timing is (implausible). % of measured is the same against this device's own "
     "matmul and copy (a GPU's calibration); the roofline chart puts both roofs together.",
     "Peak memory is what the call allocated above its inputs, as measured; speed-up is the baseline's median time "
     "divided by the backend's, on the same case.",
@@ -56,7 +60,9 @@ _HOW_TO_READ = (
 
 def how_to_read() -> tuple[str, ...]:
     """The report's legend, its statements of policy made from the policy table."""
-    return tuple(line.replace("{timing}", policy.timing_words() + " ") for line in _HOW_TO_READ)
+    margin = f"{policy.PLAUSIBLE_MARGIN:g}"
+    return tuple(line.replace("{timing}", policy.timing_words() + " ").replace("{margin}", margin)
+                 for line in _HOW_TO_READ)
 
 # A line ending in a backslash continues on the next, its indentation dropped.
 _TEMPLATE = r"""<!DOCTYPE html>
@@ -73,7 +79,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
          padding: 10px 14px; border-radius: 6px; }
   .env dt { font-weight: 600; } .env dd { margin: 0; font-family: ui-monospace, monospace; font-size: 13px; }
   ul.findings li { margin: 3px 0; } .st { font-weight: 600; padding: 0 4px; border-radius: 3px; }
-  .st-ok { color: #1a7f37; } .st-mismatch { background: #ffebe9; color: #cf222e; }
+  .st-ok { color: #1a7f37; } .st-mismatch, .st-implausible { background: #ffebe9; color: #cf222e; }
   .st-error, .st-oom, .st-timeout { background: #fff1e5; color: #953800; } .st-skipped { color: #57606a; }
   .cases { color: #57606a; font-size: 12.5px; }
   figure { margin: 18px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }

@@ -53,6 +53,8 @@ def _optional(value: float | None, show: Callable[[float], str]) -> str:
 def _percent_of_peak_text(record: Record) -> str:
     if record.percent_of_peak is None:
         return ""
+    if record.status == Status.IMPLAUSIBLE:  # beyond the datasheet: records.record.judged
+        return f"{record.percent_of_peak:.1f}% (beyond physics: the timing is broken)"
     above = (record.extra or {}).get("above_roof")
     return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
 

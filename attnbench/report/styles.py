@@ -13,7 +13,7 @@ PALETTE = (
 MARKERS = ("o", "s", "^", "D", "v", "P", "h", "<", ">", "p", "8", "d")
 MISMATCH_COLOR = "#d62728"
 STATUS_LABELS = {"oom": "OOM", "error": "error", "timeout": "timeout", "skipped": "skipped", "mismatch": "mismatch",
-                 "wrong_kernel": "wrong kernel"}
+                 "wrong_kernel": "wrong kernel", "implausible": "implausible"}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from attnbench.core import counting
 from attnbench.core.interval import Interval, median_interval, run_interval, summarize, two_modes
 from attnbench.core.peaks import MeasuredRoofs, peak_for, roofs_peak
 from attnbench.core.units import clipped
+from attnbench.records.record import judged
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
 from attnbench.timing.timers import TimingSettings
@@ -45,15 +46,16 @@ def case_of(record: Record) -> Case:
 
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
                 timer: str | None = None) -> Record:
-    """`timer` is named only where samples were taken."""
+    """`timer` is named only where samples were taken; a timing beyond the GPU's datasheet is `implausible`
+    (records.record.judged)."""
     if reason is not None:
         reason = clipped(reason, MAX_REASON)
-    return Record(
+    return judged(Record(
         run_id=info.run_id, suite=info.suite, timestamp=now(), backend=backend, device_name=info.device_name,
         case_id=case.case_id, status=status, reason=reason,
         timer=timer if status in ("ok", "mismatch", "wrong_kernel") else None,
         **case.fields(), **fields,
-    )
+    ))
 
 
 def unmeasured(info: RunInfo, case: Case, backend: Backend, status: str, reason: str) -> Record:
@@ -116,7 +118,8 @@ def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
 def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunInfo,
                     fp32_math: str | None = None) -> tuple[float | None, dict[str, Any]]:
     """Percent of the roof (one query row: bandwidth; else the dtype's dense rate, on a CPU the run's measured
-    roofs), and the `extra` saying which and whence; `above_roof` over 100%, which only a wrong roof allows."""
+    roofs), and the `extra` saying which and whence; `above_roof` over 100%, which a wrong roof allows (far over a
+    datasheet's, the timing is wrong: records.record.judged)."""
     if case.device == "cpu":
         peak = roofs_peak(info.roofs, case.dtype, info.peak_tflops, info.peak_bandwidth_gbs)
     else:
@@ -155,7 +158,7 @@ def now() -> str:
 
 def pooled(record: Record, case: Case, backend: Backend, samples: list[float], settings: TimingSettings,
            info: RunInfo, rounds: list[dict[str, Any]]) -> Record:
-    """`record` with its later rounds' samples joined, all derived from them made again."""
+    """`record` with its later rounds' samples joined, all derived from them made again (its plausibility too)."""
     import dataclasses
 
     fields = timing_fields(samples, settings, case.device, [r["median_ms"] for r in rounds])
@@ -166,5 +169,5 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"], info,
                                                             extra.get("fp32_math"))
     extra.update(peak_extra, rounds=rounds)
-    return dataclasses.replace(record, **fields, extra=extra)
+    return judged(dataclasses.replace(record, **fields, extra=extra))
 

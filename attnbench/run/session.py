@@ -68,6 +68,12 @@ class Outcome:
     results: Path | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
     workers: int = 1  # measuring side by side (--devices)
+    implausible: int = 0  # timed faster than the GPU can run: a broken measurement
+
+    @property
+    def failed(self) -> bool:
+        """A mismatch or a broken timing: the run exits 1."""
+        return bool(self.mismatches or self.implausible)
 
 
 def settings_of(suite: Suite, device: str) -> TimingSettings:
@@ -373,7 +379,8 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,
-                   run.folder.results, run.unavailable, run.mode.workers)
+                   run.folder.results, run.unavailable, run.mode.workers,
+                   sum(r.status == "implausible" for r in records))
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
