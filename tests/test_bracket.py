@@ -58,7 +58,7 @@ def timeline() -> tuple[Timeline, CudaEventTimer, int]:
 
 def test_the_recorded_values_the_replay_is_built_from() -> None:
     found = h200()
-    assert found["jax"].timer == "cuda-event" and found["jax"].status == "ok"
+    assert found["jax"].timer == "cuda-event" and found["jax"].status == "implausible"  # stored ok, read back judged
     assert min(found["jax"].times_ms) == pytest.approx(0.001248) and found["jax"].time_ms < 0.0021
     assert found["do_bench_ms"] == pytest.approx(0.152064, abs=1e-6)
     assert found["sdpa"].time_ms == pytest.approx(0.1548, abs=1e-4) and found["sdpa"].kernels[0]["share"] > 0.99
