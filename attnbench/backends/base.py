@@ -95,6 +95,16 @@ class KernelCost:
     calls: int = 1  # kernel launches per forward
 
 
+@dataclass(frozen=True, kw_only=True)
+class LibraryCompile:
+    """A library's own JIT compile (FlashInfer's nvcc modules) in place of Inductor's: its seconds, and a cache of its
+    own that attnbench's ledger (compiled.json) cannot vouch for (another GPU, another version), so the compile phase
+    takes its keys every run (docs/run-time.md, "Compiling ahead")."""
+
+    cold_s: float  # one compile key's modules built
+    cached_s: float  # loaded from the library's cache
+
+
 @dataclass(frozen=True)
 class Cost:
     """A backend's cost model for the forecast and skip rule."""
@@ -103,6 +113,7 @@ class Cost:
     cuda: KernelCost = KernelCost(pairs="visible", efficiency_fwd=0.3, efficiency_bwd=0.2)
     compiles: bool = False
     memory: MemoryCost = FUSED  # held above its inputs
+    jit: LibraryCompile | None = None  # None: torch.compile's, priced by the forecast's overheads
 
     def kernel(self, device: str) -> KernelCost:
         return self.cuda if device == "cuda" else self.cpu
@@ -208,6 +219,11 @@ class Backend:
 
     def compiles_before_sharing(self, case: Case) -> int | None:
         """Lengths of one compile_key compiled before one dynamic kernel serves all; None: one each."""
+        return None
+
+    def compiling(self) -> str | None:
+        """What `prepare` is compiling in this process at this moment, in words ("FlashInfer's JIT compile of M"), for
+        a compile stopped at its budget; None when not known. Asked from another thread while `prepare` runs."""
         return None
 
     @property
