@@ -1,8 +1,12 @@
-"""Where FlashInfer would load its compiled kernels from (the flashinfer backend's `kernels`, for `doctor`)."""
+"""Where FlashInfer would load its compiled kernels from (the flashinfer backend's `kernels`, for `doctor`), and which
+JIT modules a call built or loaded (flashinfer/jit/core.py: each generated module's JitSpec is registered in
+`jit_spec_registry` before `build_and_load` runs ninja; its library is FLASHINFER_JIT_DIR/<name>/<name>.so)."""
 
 from __future__ import annotations
 
 import importlib
+import sys
+import time
 from typing import Any
 
 MODULE = "flashinfer"
@@ -60,3 +64,57 @@ def kernel_files() -> dict[str, Any]:
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
                        f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
                        f"fails{cubin_note}"}
+
+
+def registered() -> dict[str, Any]:
+    """The JitSpecs FlashInfer generated in this process, by module name; {} where it keeps no registry. Reads only
+    an imported flashinfer (safe from another thread)."""
+    core = sys.modules.get(f"{MODULE}.jit.core")
+    try:
+        return dict(core.jit_spec_registry.get_all_specs()) if core is not None else {}
+    except Exception:  # noqa: BLE001 - a flashinfer whose registry moved: nothing known
+        return {}
+
+
+def library_mtime(spec: Any) -> float | None:
+    """When the module's library (AOT or JIT) was written; None when there is none."""
+    try:
+        return spec.get_library_path().stat().st_mtime
+    except (OSError, AttributeError):
+        return None
+
+
+def compiling_now() -> str | None:
+    """The module this process is building now: the last one generated whose library does not exist yet."""
+    unbuilt = [name for name, spec in registered().items() if library_mtime(spec) is None]
+    return unbuilt[-1] if unbuilt else None
+
+
+class JitWatch:
+    """The modules a stretch of code used first in this process, each built (its library written since the watch
+    began) or loaded (from FlashInfer's cache or its AOT modules)."""
+
+    def __init__(self) -> None:
+        self.readable = f"{MODULE}.jit.core" in sys.modules and hasattr(sys.modules[f"{MODULE}.jit.core"],
+                                                                         "jit_spec_registry")
+        self.before = set(registered())
+        self.started = time.time()
+
+    def split(self) -> tuple[list[str], list[str]]:
+        """(built, loaded), in the order they were generated."""
+        built: list[str] = []
+        loaded: list[str] = []
+        for name, spec in registered().items():
+            if name in self.before:
+                continue
+            written = library_mtime(spec)
+            if written is not None:
+                (built if written >= self.started else loaded).append(name)
+        return built, loaded
+
+    def extra(self) -> dict[str, Any]:
+        """The record's counters: kernels_compiled, cache_hits and the modules' names (nothing where unreadable)."""
+        if not self.readable:
+            return {}
+        built, loaded = self.split()
+        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built, "jit_loaded": loaded}
