@@ -97,12 +97,11 @@ class KernelCost:
 
 @dataclass(frozen=True, kw_only=True)
 class LibraryCompile:
-    """A library's own JIT compile (FlashInfer's nvcc modules) in place of Inductor's: its seconds, and a cache of its
-    own that attnbench's ledger (compiled.json) cannot vouch for (another GPU, another version), so the compile phase
-    takes its keys every run (docs/run-time.md, "Compiling ahead")."""
+    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the pool every
+    run. Seconds of one key built, and loaded."""
 
-    cold_s: float  # one compile key's modules built
-    cached_s: float  # loaded from the library's cache
+    cold_s: float
+    cached_s: float
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class Cost:
     cuda: KernelCost = KernelCost(pairs="visible", efficiency_fwd=0.3, efficiency_bwd=0.2)
     compiles: bool = False
     memory: MemoryCost = FUSED  # held above its inputs
-    jit: LibraryCompile | None = None  # None: torch.compile's, priced by the forecast's overheads
+    jit: LibraryCompile | None = None  # None: torch.compile's
 
     def kernel(self, device: str) -> KernelCost:
         return self.cuda if device == "cuda" else self.cpu
@@ -222,8 +221,7 @@ class Backend:
         return None
 
     def compiling(self) -> str | None:
-        """What `prepare` is compiling in this process at this moment, in words ("FlashInfer's JIT compile of M"), for
-        a compile stopped at its budget; None when not known. Asked from another thread while `prepare` runs."""
+        """What `prepare` is compiling now, in words, for a compile stopped at its budget (asked from a thread)."""
         return None
 
     @property

@@ -49,8 +49,7 @@ if TYPE_CHECKING:
 MODULE = "flashinfer"
 # As FlashInfer's examples: 128 MB of uint8, zeroed for decode.
 WORKSPACE_BYTES = 128 << 20
-# One compile key's JIT modules built with nvcc 13.0 on the H200 (2026-12-04, 16 cores, five modules at once): a
-# prefill module (FA3) 97-112 s, a decode module about 23 s; loaded from the cache by a measurement, 16-47 ms.
+# A key's modules built on the H200 (docs/run-time.md, "Compiling ahead"), and loaded.
 JIT_COLD_S = 100.0
 JIT_CACHED_S = 0.05
 # Phrases of FlashInfer's own input checks.
@@ -145,7 +144,7 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 @register
 class FlashInferBackend(Backend):
     name = "flashinfer"
-    # Kernels by analogy with FA2/FA3, not fitted; its JIT modules are compiled ahead (docs/run-time.md).
+    # Kernels by analogy with FA2/FA3, not fitted.
     cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
                 jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S))
     summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
@@ -195,9 +194,7 @@ class FlashInferBackend(Backend):
         return next((reason for check in checks if (reason := check(case))), None)
 
     def compile_key(self, case: Case) -> str:
-        """What FlashInfer's JIT modules specialise on (flashinfer/jit/attention/modules.py get_*_uri: the entry
-        point, dtypes, head dims, positional encoding, whether a window and a soft-cap are used); lengths, heads,
-        causality and the page layout are arguments of the one module."""
+        """What a JIT module specialises on (flashinfer/jit/attention/modules.py get_*_uri)."""
         return "|".join(str(part) for part in (
             f"{self.name} {self.version()}", case.device, route(case), case.dtype, case.kv_dtype or case.dtype,
             case.head_dim, case.v_dim, f"alibi={case.alibi}", f"window={case.window is not None}",
@@ -217,7 +214,7 @@ class FlashInferBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scales: Scales | None = None) -> Prepared:
         fi = flashinfer_module()
-        watch = JitWatch()  # the modules this call builds or loads
+        watch = JitWatch()
         how = route(case)
         scaled = {} if scales is None else {name: fp8.per_tensor(scales, name[0]) for name in SCALE_ARGS}
         mask = window_arguments(case)
@@ -234,7 +231,7 @@ class FlashInferBackend(Backend):
             planned = paged_planned(fi, case, self.kv_layout, (q, k, v), common, scaled)
         wrapper, inputs, call, plan_s, to_canonical = planned
         built_in_plan = bool(watch.split()[0])  # a batch wrapper's plan() builds its module
-        extra: dict[str, Any] = {"compile_s": warm_up(call, inputs, False)}  # a first run builds or loads its module
+        extra: dict[str, Any] = {"compile_s": warm_up(call, inputs, False)}
         if plan_s is not None and built_in_plan:
             extra["compile_s"] += plan_s
         elif plan_s is not None:

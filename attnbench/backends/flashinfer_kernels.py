@@ -1,6 +1,5 @@
-"""Where FlashInfer would load its compiled kernels from (the flashinfer backend's `kernels`, for `doctor`), and which
-JIT modules a call built or loaded (flashinfer/jit/core.py: each generated module's JitSpec is registered in
-`jit_spec_registry` before `build_and_load` runs ninja; its library is FLASHINFER_JIT_DIR/<name>/<name>.so)."""
+"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or loaded
+(flashinfer/jit/core.py `jit_spec_registry`)."""
 
 from __future__ import annotations
 
@@ -67,17 +66,16 @@ def kernel_files() -> dict[str, Any]:
 
 
 def registered() -> dict[str, Any]:
-    """The JitSpecs FlashInfer generated in this process, by module name; {} where it keeps no registry. Reads only
-    an imported flashinfer (safe from another thread)."""
+    """The JitSpecs an imported flashinfer generated in this process, by module name."""
     core = sys.modules.get(f"{MODULE}.jit.core")
     try:
         return dict(core.jit_spec_registry.get_all_specs()) if core is not None else {}
-    except Exception:  # noqa: BLE001 - a flashinfer whose registry moved: nothing known
+    except Exception:  # noqa: BLE001 - a registry that moved
         return {}
 
 
 def library_mtime(spec: Any) -> float | None:
-    """When the module's library (AOT or JIT) was written; None when there is none."""
+    """When the module's library was written; None: not yet."""
     try:
         return spec.get_library_path().stat().st_mtime
     except (OSError, AttributeError):
@@ -85,14 +83,13 @@ def library_mtime(spec: Any) -> float | None:
 
 
 def compiling_now() -> str | None:
-    """The module this process is building now: the last one generated whose library does not exist yet."""
+    """The last module generated whose library does not exist yet."""
     unbuilt = [name for name, spec in registered().items() if library_mtime(spec) is None]
     return unbuilt[-1] if unbuilt else None
 
 
 class JitWatch:
-    """The modules a stretch of code used first in this process, each built (its library written since the watch
-    began) or loaded (from FlashInfer's cache or its AOT modules)."""
+    """The modules a stretch of code used first in this process: built (written since) or loaded."""
 
     def __init__(self) -> None:
         self.readable = f"{MODULE}.jit.core" in sys.modules and hasattr(sys.modules[f"{MODULE}.jit.core"],
@@ -101,7 +98,6 @@ class JitWatch:
         self.started = time.time()
 
     def split(self) -> tuple[list[str], list[str]]:
-        """(built, loaded), in the order they were generated."""
         built: list[str] = []
         loaded: list[str] = []
         for name, spec in registered().items():
@@ -113,7 +109,6 @@ class JitWatch:
         return built, loaded
 
     def extra(self) -> dict[str, Any]:
-        """The record's counters: kernels_compiled, cache_hits and the modules' names (nothing where unreadable)."""
         if not self.readable:
             return {}
         built, loaded = self.split()

@@ -109,8 +109,7 @@ class ChildProcess:
         return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
     def kill(self) -> None:
-        """The child and every process of its session: a compiler it started would go on taking the cores the
-        measurements time (ninja puts each command in a process group of its own, so its nvcc outlives a killpg)."""
+        """The child and its whole session: ninja puts each nvcc in a process group of its own."""
         for pid in (self.process.pid, *session_members(self.process.pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -134,7 +133,7 @@ class ChildProcess:
 
 
 def session_members(session: int) -> list[int]:
-    """The processes whose session is `session` (Linux's /proc; none found elsewhere)."""
+    """The processes in `session` (Linux's /proc)."""
     members = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:

@@ -242,8 +242,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool, pool: bool = False) -> float:
-    """Seconds of one compile; `cached`: a load from inductor's cache, or a library's own (cost.jit); `pool`: a
-    compile in the compile phase."""
+    """Seconds of one compile; `cached`: a load from a cache; `pool`: a compile in the compile phase."""
     if not backend.cost.compiles:
         return 0.0
     if backend.cost.jit is not None:
@@ -288,7 +287,6 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
             lengths = dynamic_lengths.setdefault(key, set())
             lengths.add((case.seq_len, case.kv_seq_len))
             shared, cached = len(lengths) > before_sharing, key in on_disk
-        # a library's own cache (cost.jit) is checked by the pool every run, once per key
         fresh = not cached if backend.cost.jit is None else key not in queued
         if compile_workers and key is not None and not shared and fresh:
             ahead.append(compile_price(case, backend, overheads, cached, pool=True))

@@ -32,7 +32,7 @@ class RunOptions:
     force: bool = False  # with resume: continue where env.json differs from this machine
     deterministic: bool = False
     compile_workers: int | None = None  # None: attnbench.run.precompile's default
-    compile_timeout_s: float | None = None  # each compile job's budget; None: attnbench.run.precompile's default
+    compile_timeout_s: float | None = None  # None: precompile's default
     trace: bool = False
 
     def __post_init__(self) -> None:

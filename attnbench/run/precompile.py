@@ -1,6 +1,5 @@
-"""The compile phase: each graph or JIT module the run will compile, compiled by the backend's `prepare` in worker
-processes, all ended before the first measurement, which loads it; a compile past its budget (--compile-timeout) is
-killed and its measurements are recorded skipped, never timed out (docs/run-time.md, "Compiling ahead")."""
+"""The compile phase: each graph or JIT module the run will compile, compiled by the measurement's `prepare` in
+worker processes within a budget, all ended before the first measurement (docs/run-time.md, "Compiling ahead")."""
 
 from __future__ import annotations
 
@@ -25,9 +24,7 @@ if TYPE_CHECKING:
 # Each process holds a CUDA context and a case's tensors.
 MAX_DEFAULT_WORKERS = 16
 ESTIMATE_GPU_WORKERS = 16
-# A compile job's budget unless --compile-timeout says: past it the process (and its compilers) is killed.
-JOB_TIMEOUT_S = 900.0
-# How often a compile process says what it is compiling, for the reason of a compile stopped at its budget.
+JOB_TIMEOUT_S = 900.0  # unless --compile-timeout
 NOTE_EVERY_S = 0.5
 WORKER_COMMAND = "import sys; from attnbench.run.precompile import worker_entry; worker_entry(int(sys.argv[1]))"
 MAX_LISTED_FAILURES = 20  # in env.json; all are counted
@@ -66,7 +63,6 @@ def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
         if not backend.cost.compiles:
             continue
         key = backend.compile_key(case)
-        # A library's own cache (cost.jit) is checked by the pool itself: the ledger cannot vouch for it.
         if key is None or (key in cached and backend.cost.jit is None) or refusal(backend, case):
             continue
         group = cases.setdefault(key, [])
@@ -96,8 +92,7 @@ def interleaved(jobs: list[Job]) -> list[Job]:
 @dataclass
 class JobResult:
     """`compiled`, `skipped` (the measurement skips it too), `failed` (the measurement compiles it itself) or
-    `timed_out` (past the budget: its measurements are recorded skipped with `reason`). `modules`: the JIT modules
-    it built, where the backend names them."""
+    `timed_out` (its measurements are skipped)."""
 
     job: Job
     status: str
@@ -114,7 +109,7 @@ class PoolResult:
 
     workers: int
     jobs: int
-    limit_s: float = JOB_TIMEOUT_S  # each job's budget
+    limit_s: float = JOB_TIMEOUT_S
     results: list[JobResult] = field(default_factory=list)
     wall_s: float = 0.0
     stopped: bool = False
@@ -123,7 +118,7 @@ class PoolResult:
         return {r.job.key: r.seconds for r in self.results if r.status == "compiled"}
 
     def over_budget(self) -> dict[str, str]:
-        """Each compile key stopped at its budget, with the reason its measurements are skipped."""
+        """Each key stopped at its budget, with its reason."""
         return {r.job.key: r.reason or "" for r in self.results if r.status == "timed_out"}
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,8 +153,8 @@ def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, .
                envs: list[dict[str, str]] | None = None, limit_s: float | None = None,
                should_stop: Callable[[], bool] = lambda: False,
                on_done: Callable[[JobResult], None] | None = None) -> PoolResult:
-    """`envs`: each process's extra environment, in turn; `limit_s`: each job's budget (None: JOB_TIMEOUT_S). A failed
-    process is replaced: a compile error can leave Dynamo skipping the backend's frame."""
+    """`envs`: each process's extra environment, in turn; `limit_s`: each job's budget. A failed process is
+    replaced: a compile error can leave Dynamo skipping the backend's frame."""
     result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs),
                         limit_s=JOB_TIMEOUT_S if limit_s is None else limit_s)
     start = time.perf_counter()
@@ -220,14 +215,14 @@ class _Pool:
             if worker is not None:
                 worker.kill()
             return None, ("done", "failed", 0, 0, f"compile process {died}", ())
-        if message is None:  # killed by the caller, with every compiler it started
+        if message is None:
             what = compiling or f"the compile ahead of {job.backend} {job.cases[0].case_id}"
             message = ("done", "timed_out", 0, 0, f"{what} did not finish within {self.limit:g} s, the compile "
                                                   "phase's limit (--compile-timeout)", ())
         return worker, message
 
     def answer(self, worker: ChildProcess) -> tuple[tuple | None, str | None]:
-        """The job's result, or None past the budget; and the last thing the process said it was compiling."""
+        """The job's result (None past the budget), and what the process last said it compiled."""
         deadline = time.monotonic() + self.limit
         compiling = None
         while (message := worker.receive(max(0.0, deadline - time.monotonic()))) is not None:
@@ -263,8 +258,7 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
 
 @contextmanager
 def saying_what_compiles(conn: Connection, backend: Backend) -> Iterator[None]:
-    """While the job runs, a thread sends ("compiling", words) whenever `backend.compiling()` changes, so a job
-    killed at its budget is named by what it was compiling; the thread ends before the job's result is sent."""
+    """A thread sends ("compiling", words) as `backend.compiling()` changes, until the job ends."""
     finished = threading.Event()
 
     def watch() -> None:
@@ -285,9 +279,8 @@ def saying_what_compiles(conn: Connection, backend: Backend) -> Iterator[None]:
 
 
 def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None, tuple[str, ...]]:
-    """The measurement's own `prepare` (attnbench.run.stages) on its own inputs, FP8 tensors and scales included, so
-    the graph, the JIT modules and the cache keys are the measurement's: (status, kernels compiled, cache hits,
-    reason, the JIT modules built)."""
+    """The measurement's own `prepare` on its own inputs (FP8 ones with their scales): (status, kernels compiled,
+    cache hits, reason, JIT modules built)."""
     from attnbench.backends.base import Unsupported, first_line, refusal
     from attnbench.backends.conformance import conformance_problem
     from attnbench.run.stages import prepare

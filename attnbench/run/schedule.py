@@ -39,7 +39,7 @@ class Schedule:
     listener: Listener | None = None
     should_stop: Callable[[], bool] = lambda: False
     oom_pruning: bool = True
-    # Why a measurement is skipped untried for want of what the compile phase could not build, or None.
+    # Why a measurement is skipped for what the compile phase could not build.
     not_built: Callable[[Case, Backend], str | None] = lambda case, backend: None
 
     def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
