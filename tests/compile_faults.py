@@ -1,10 +1,12 @@
 """A plugin backend for tests/test_precompile.py whose `prepare` "compiles" (cost.compiles, one key per length) and
-fails by the case's length: 32 raises, 48 ends its process (exit code 3), 40 is refused; any other length is fine.
+fails by the case's length: 32 raises, 48 ends its process (exit code 3), 40 is refused, 56 hangs in a compiler of its
+own (a child `sleep HUNG_S`, as nvcc under ninja); any other length is fine.
 A module of its own, so the compile processes import it without pytest."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -14,6 +16,8 @@ if TYPE_CHECKING:
     import torch
 
     from attnbench.core.case import Case
+
+HUNG_S = "27.1828"  # a `sleep` of this many seconds is the hung compiler
 
 
 class PlantedCompile(Backend):
@@ -31,6 +35,8 @@ class PlantedCompile(Backend):
         if case.seq_len == 48:
             print("planted exit while compiling", file=sys.stderr, flush=True)
             os._exit(3)
+        if case.seq_len == 56:
+            subprocess.run(["sleep", HUNG_S], check=True, process_group=0)  # its own group, as ninja's commands
         return Prepared(inputs=(q, k, v), call=lambda q, k, v: q, kernel="planted",
                         extra={"kernels_compiled": 1, "cache_hits": 0, "compile_s": 0.0})
 

@@ -157,12 +157,11 @@ def test_comments_and_docstrings_are_at_most_15_percent_of_the_package() -> None
     assert share <= MAX_PROSE, f"comments and docstrings are {share:.1%} of attnbench/'s characters"
 
 
-# Callers of a backend's `prepare` that are not measurements, each with why. precompile.compile_job calls it in a
-# compile process before the run's first measurement, only to leave the compiled graph in the on-disk cache: its
-# tensors are thrown away, nothing there is checked, timed or recorded, and the measurement still makes its own
-# `prepare` in stages.prepare (which then loads the graph, and counts that load as its setup).
-NOT_MEASUREMENTS = {"attnbench.run.precompile.compile_job": "compiles ahead; its result is only the on-disk cache",
-                    "attnbench.run.rounds.resample": "a later round of a measurement already made: it makes no "
+# Callers of a backend's `prepare` that are not measurements, each with why. (precompile.compile_job goes through
+# stages.prepare itself, in a compile process before the run's first measurement, only to leave the compiled graph
+# or JIT module in the on-disk cache: nothing there is checked, timed or recorded, and the measurement still makes
+# its own `prepare`, which then loads it and counts that load as its setup.)
+NOT_MEASUREMENTS = {"attnbench.run.rounds.resample": "a later round of a measurement already made: it makes no "
                                                      "record, its samples join that one's"}
 
 

@@ -23,10 +23,11 @@ def test_the_default_pool_is_a_process_per_core_but_one_at_most_16_and_none_on_t
 
 
 def test_the_option_travels_with_the_run_options_to_a_resumed_run_and_a_shard() -> None:
-    options = RunOptions(compile_workers=4)
-    assert options.to_argv() == ["--compile-workers", "4"] and RunOptions().to_argv() == []
-    assert resume_command("long", Path("out"), options).endswith("--compile-workers 4")
-    assert options.for_shards().compile_workers == 4
+    options = RunOptions(compile_workers=4, compile_timeout_s=300)
+    assert options.to_argv() == ["--compile-workers", "4", "--compile-timeout", "300"]
+    assert RunOptions().to_argv() == []
+    assert resume_command("long", Path("out"), options).endswith("--compile-workers 4 --compile-timeout 300")
+    assert (options.for_shards().compile_workers, options.for_shards().compile_timeout_s) == (4, 300)
 
 
 def test_the_jobs_are_the_distinct_compile_keys_not_yet_cached_backward_first() -> None:
@@ -79,6 +80,41 @@ def test_a_failed_compile_costs_its_job_only_and_the_next_runs_in_a_fresh_proces
         1, 4, 1, 2, 1)
     assert [f["case_id"] for f in summary["failures"]] == [cases[2].case_id, cases[0].case_id]
     assert list(result.compiled_keys()) == ["planted|64"]
+
+
+def hung_compilers() -> list[int]:
+    """Processes running compile_faults' hung compiler (`sleep HUNG_S`)."""
+    from tests.compile_faults import HUNG_S
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep",
+                                                                                               HUNG_S.encode()]:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_compile_past_its_budget_is_killed_with_its_compiler_and_its_key_is_kept_from_the_measurement() -> None:
+    """The job's process and the compiler it started are killed at the budget (not at --timeout); the job is
+    `timed_out`, its reason names the limit, and over_budget() hands its key to the measurement, which skips it."""
+    planted = default_registry([PLUGIN]).get("planted-compile")
+    jobs = precompile.jobs_of([(make_case(seq_len=s), planted) for s in (56, 64)], set())
+    result = precompile.precompile(jobs, 1, "cpu", (PLUGIN,), limit_s=4)
+    by_length = {r.job.cases[0].seq_len: r for r in result.results}
+    assert by_length[56].status == "timed_out" and by_length[64].status == "compiled"
+    assert by_length[56].seconds < 20
+    hung = by_length[56].job.cases[0].case_id
+    assert by_length[56].reason == (f"the compile ahead of planted-compile {hung} did not finish within 4 s, the "
+                                    "compile phase's limit (--compile-timeout)")
+    assert hung_compilers() == []
+    assert result.over_budget() == {"planted|56": by_length[56].reason}
+    summary = result.to_dict()
+    assert (summary["timed_out"], summary["failed"], summary["limit_s"]) == (1, 0, 4)
+    assert summary["failures"][0]["reason"] == by_length[56].reason
 
 
 def test_a_stop_before_the_phase_starts_no_process() -> None:

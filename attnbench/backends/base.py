@@ -95,6 +95,15 @@ class KernelCost:
     calls: int = 1  # kernel launches per forward
 
 
+@dataclass(frozen=True, kw_only=True)
+class LibraryCompile:
+    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the pool every
+    run. Seconds of one key built, and loaded."""
+
+    cold_s: float
+    cached_s: float
+
+
 @dataclass(frozen=True)
 class Cost:
     """A backend's cost model for the forecast and skip rule."""
@@ -103,6 +112,7 @@ class Cost:
     cuda: KernelCost = KernelCost(pairs="visible", efficiency_fwd=0.3, efficiency_bwd=0.2)
     compiles: bool = False
     memory: MemoryCost = FUSED  # held above its inputs
+    jit: LibraryCompile | None = None  # None: torch.compile's
 
     def kernel(self, device: str) -> KernelCost:
         return self.cuda if device == "cuda" else self.cpu
@@ -208,6 +218,10 @@ class Backend:
 
     def compiles_before_sharing(self, case: Case) -> int | None:
         """Lengths of one compile_key compiled before one dynamic kernel serves all; None: one each."""
+        return None
+
+    def compiling(self) -> str | None:
+        """What `prepare` is compiling now, in words, for a compile stopped at its budget (asked from a thread)."""
         return None
 
     @property

@@ -1,8 +1,11 @@
-"""Where FlashInfer would load its compiled kernels from (the flashinfer backend's `kernels`, for `doctor`)."""
+"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or loaded
+(flashinfer/jit/core.py `jit_spec_registry`)."""
 
 from __future__ import annotations
 
 import importlib
+import sys
+import time
 from typing import Any
 
 MODULE = "flashinfer"
@@ -60,3 +63,53 @@ def kernel_files() -> dict[str, Any]:
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
                        f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
                        f"fails{cubin_note}"}
+
+
+def registered() -> dict[str, Any]:
+    """The JitSpecs an imported flashinfer generated in this process, by module name."""
+    core = sys.modules.get(f"{MODULE}.jit.core")
+    try:
+        return dict(core.jit_spec_registry.get_all_specs()) if core is not None else {}
+    except Exception:  # noqa: BLE001 - a registry that moved
+        return {}
+
+
+def library_mtime(spec: Any) -> float | None:
+    """When the module's library was written; None: not yet."""
+    try:
+        return spec.get_library_path().stat().st_mtime
+    except (OSError, AttributeError):
+        return None
+
+
+def compiling_now() -> str | None:
+    """The last module generated whose library does not exist yet."""
+    unbuilt = [name for name, spec in registered().items() if library_mtime(spec) is None]
+    return unbuilt[-1] if unbuilt else None
+
+
+class JitWatch:
+    """The modules a stretch of code used first in this process: built (written since) or loaded."""
+
+    def __init__(self) -> None:
+        self.readable = f"{MODULE}.jit.core" in sys.modules and hasattr(sys.modules[f"{MODULE}.jit.core"],
+                                                                         "jit_spec_registry")
+        self.before = set(registered())
+        self.started = time.time()
+
+    def split(self) -> tuple[list[str], list[str]]:
+        built: list[str] = []
+        loaded: list[str] = []
+        for name, spec in registered().items():
+            if name in self.before:
+                continue
+            written = library_mtime(spec)
+            if written is not None:
+                (built if written >= self.started else loaded).append(name)
+        return built, loaded
+
+    def extra(self) -> dict[str, Any]:
+        if not self.readable:
+            return {}
+        built, loaded = self.split()
+        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built, "jit_loaded": loaded}

@@ -159,6 +159,7 @@ def run(
                                                     "the datasheet table (with 16 compile workers unless "
                                                     "--compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
+    compile_timeout: opts.CompileTimeout = None,
     trace: opts.Trace = False,
     report: opts.Report = True,
 ) -> None:
@@ -176,7 +177,7 @@ def run(
         peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
         devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
         shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
-        compile_workers=compile_workers, trace=trace)
+        compile_workers=compile_workers, compile_timeout=compile_timeout, trace=trace)
     plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
         tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
@@ -271,6 +272,7 @@ def submit(
     timer: opts.Timer = "auto",
     deterministic: opts.Deterministic = False,
     compile_workers: opts.CompileWorkers = None,
+    compile_timeout: opts.CompileTimeout = None,
 ) -> None:
     """Run a suite on a SLURM cluster: a job array with one task per shard, then a merge job and its report."""
     from attnbench.cluster import submit as submission
@@ -288,7 +290,8 @@ def submit(
         suite, shards, out_dir, SlurmOptions(partition, time, gpus_per_task, account, tuple(sbatch_arg)),
         opts.run_options(backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout,
                          oom_pruning=oom_pruning, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth,
-                         timer=timer, deterministic=deterministic, compile_workers=compile_workers))
+                         timer=timer, deterministic=deterministic, compile_workers=compile_workers,
+                         compile_timeout=compile_timeout))
     prepared = submission.prepare(request)
     if dry_run:
         out.print(submission.dry_run_text(prepared), markup=False, end="")

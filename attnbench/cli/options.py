@@ -39,8 +39,13 @@ FreshProbes = Annotated[bool, typer.Option(
     "--fresh", help="Ask every backend again (import its library) instead of reusing this installation's answers.")]
 CompileWorkers = Annotated[int | None, typer.Option(
     "--compile-workers", min=0, metavar="N",
-    help="Compile torch.compile graphs (flex) ahead in N processes before the first measurement; 0: compile each "
-         "in its measurement (default: one per core but one, at most 16; 0 on 2 cores).")]
+    help="Compile torch.compile graphs (flex) and FlashInfer's JIT modules ahead in N processes before the first "
+         "measurement; 0: compile each in its measurement (default: one per core but one, at most 16; 0 on 2 "
+         "cores).")]
+CompileTimeout = Annotated[float | None, typer.Option(
+    "--compile-timeout", min=1, metavar="SECONDS",
+    help="Each compile ahead (a flex graph, FlashInfer's JIT modules) may take this long; past it its process is "
+         "killed and its measurements are recorded skipped with the reason, never timed out (default 900).")]
 Timer = Annotated[str, typer.Option(
     "--timer", metavar="auto|cuda-graph",
     help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]
@@ -57,7 +62,8 @@ def run_options(*, backend: list[str] | None, device: str | None, plugin: list[s
                 timeout: float | None, oom_pruning: bool, peak_tflops: float | None, peak_bandwidth: float | None,
                 timer: str, deterministic: bool, devices: tuple[int, ...] | None = None,
                 cache_dir: Path | None = None, shard: Shard | None = None, resume: bool = False,
-                force: bool = False, compile_workers: int | None = None, trace: bool = False) -> RunOptions:
+                force: bool = False, compile_workers: int | None = None, compile_timeout: float | None = None,
+                trace: bool = False) -> RunOptions:
     """The shared options' values, by the names of the command's parameters, as the RunOptions a run (or each shard
     of a submission) is made with."""
     from attnbench.run.options import RunOptions
@@ -66,4 +72,4 @@ def run_options(*, backend: list[str] | None, device: str | None, plugin: list[s
                       timeout_s=timeout, oom_pruning=oom_pruning, devices=devices, peak_tflops=peak_tflops,
                       peak_bandwidth_gbs=peak_bandwidth, timer=timer, cache_dir=cache_dir, shard=shard,
                       resume=resume, force=force, deterministic=deterministic, compile_workers=compile_workers,
-                      trace=trace)
+                      compile_timeout_s=compile_timeout, trace=trace)

@@ -3,6 +3,7 @@ multiprocessing's spawn (which re-imports the parent's __main__), exchanging pic
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -108,8 +109,10 @@ class ChildProcess:
         return tail if len(tail) <= STDERR_TAIL_CHARS else "…" + tail[-STDERR_TAIL_CHARS:]
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        """The child and its whole session: ninja puts each nvcc in a process group of its own."""
+        for pid in (self.process.pid, *session_members(self.process.pid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self.process.wait()
         self.conn.close()
         self._remove_log()
@@ -127,6 +130,19 @@ class ChildProcess:
 
     def _remove_log(self) -> None:
         self.stderr_path.unlink(missing_ok=True)
+
+
+def session_members(session: int) -> list[int]:
+    """The processes in `session` (Linux's /proc)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(session) and entry.name != str(session):
+            members.append(int(entry.name))
+    return members
 
 
 def child_main(fd: int, main: Callable[[Connection, Any], None]) -> None:

@@ -242,9 +242,11 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
 
 
 def compile_price(case: Case, backend: Backend, overheads: Overheads, cached: bool, pool: bool = False) -> float:
-    """Seconds of one compile; `cached`: a load from inductor's cache; `pool`: a compile in the compile phase."""
+    """Seconds of one compile; `cached`: a load from a cache; `pool`: a compile in the compile phase."""
     if not backend.cost.compiles:
         return 0.0
+    if backend.cost.jit is not None:
+        return backend.cost.jit.cached_s if cached else backend.cost.jit.cold_s
     if cached:
         return overheads.compile_cached_s * (overheads.backward_load if case.needs_grad else 1)
     if pool:
@@ -265,6 +267,7 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
     compiled = set(compiled or ())
     on_disk = set(compiled)
     ahead: list[float] = []
+    queued: set[str] = set()
     result = Forecast(machine, roofs_s=roofs_s, basis=overheads.basis)
     seen_cases: set[Case] = set()
     groups: set[tuple] = set()
@@ -284,8 +287,10 @@ def forecast(tasks: list[tuple[Case, Backend]], settings: TimingSettings, machin
             lengths = dynamic_lengths.setdefault(key, set())
             lengths.add((case.seq_len, case.kv_seq_len))
             shared, cached = len(lengths) > before_sharing, key in on_disk
-        if compile_workers and key is not None and not shared and not cached:
-            ahead.append(compile_price(case, backend, overheads, False, pool=True))
+        fresh = not cached if backend.cost.jit is None else key not in queued
+        if compile_workers and key is not None and not shared and fresh:
+            ahead.append(compile_price(case, backend, overheads, cached, pool=True))
+            queued.add(key)
             cached = True
         seconds, compile_s = measurement_s(case, backend, machine, settings, overheads, cached, shared, trace)
         if key is not None:

@@ -32,6 +32,7 @@ class RunOptions:
     force: bool = False  # with resume: continue where env.json differs from this machine
     deterministic: bool = False
     compile_workers: int | None = None  # None: attnbench.run.precompile's default
+    compile_timeout_s: float | None = None  # None: precompile's default
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -81,6 +82,7 @@ ARGV: tuple[tuple[str, Callable[[Any], list[str]]], ...] = (
     ("shard", _valued("--shard")),
     ("force", _switch("--force")),
     ("compile_workers", _valued("--compile-workers")),
+    ("compile_timeout_s", _valued("--compile-timeout", _number)),
     ("trace", _switch("--trace")),
     ("cache_dir", _valued("--cache-dir")),  # a resumed run loads what was compiled
 )

@@ -1,5 +1,5 @@
-"""The compile phase: each graph the run will compile, compiled by the backend's `prepare` in worker processes, all
-ended before the first measurement, which loads it (docs/run-time.md, "Compiling ahead")."""
+"""The compile phase: each graph or JIT module the run will compile, compiled by the measurement's `prepare` in
+worker processes within a budget, all ended before the first measurement (docs/run-time.md, "Compiling ahead")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 # Each process holds a CUDA context and a case's tensors.
 MAX_DEFAULT_WORKERS = 16
 ESTIMATE_GPU_WORKERS = 16
-# Past this (or a longer --timeout) a compile's process is killed.
-JOB_TIMEOUT_S = 900.0
+JOB_TIMEOUT_S = 900.0  # unless --compile-timeout
+NOTE_EVERY_S = 0.5
 WORKER_COMMAND = "import sys; from attnbench.run.precompile import worker_entry; worker_entry(int(sys.argv[1]))"
 MAX_LISTED_FAILURES = 20  # in env.json; all are counted
 
@@ -62,7 +63,7 @@ def jobs_of(tasks: list[tuple[Case, Backend]], cached: set[str]) -> list[Job]:
         if not backend.cost.compiles:
             continue
         key = backend.compile_key(case)
-        if key is None or key in cached or refusal(backend, case):
+        if key is None or (key in cached and backend.cost.jit is None) or refusal(backend, case):
             continue
         group = cases.setdefault(key, [])
         backends[key] = backend.name
@@ -90,7 +91,8 @@ def interleaved(jobs: list[Job]) -> list[Job]:
 
 @dataclass
 class JobResult:
-    """`compiled`, `skipped` (the measurement skips it too) or `failed` (the measurement compiles it itself)."""
+    """`compiled`, `skipped` (the measurement skips it too), `failed` (the measurement compiles it itself) or
+    `timed_out` (its measurements are skipped)."""
 
     job: Job
     status: str
@@ -98,6 +100,7 @@ class JobResult:
     kernels_compiled: int = 0
     cache_hits: int = 0
     reason: str | None = None
+    modules: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,6 +109,7 @@ class PoolResult:
 
     workers: int
     jobs: int
+    limit_s: float = JOB_TIMEOUT_S
     results: list[JobResult] = field(default_factory=list)
     wall_s: float = 0.0
     stopped: bool = False
@@ -113,18 +117,26 @@ class PoolResult:
     def compiled_keys(self) -> dict[str, float]:
         return {r.job.key: r.seconds for r in self.results if r.status == "compiled"}
 
+    def over_budget(self) -> dict[str, str]:
+        """Each key stopped at its budget, with its reason."""
+        return {r.job.key: r.reason or "" for r in self.results if r.status == "timed_out"}
+
     def to_dict(self) -> dict[str, Any]:
-        failed = [r for r in self.results if r.status == "failed"]
+        failed = [r for r in self.results if r.status in ("failed", "timed_out")]
         return {
-            "workers": self.workers, "jobs": self.jobs, "wall_s": round(self.wall_s, 2),
+            "workers": self.workers, "jobs": self.jobs, "limit_s": self.limit_s, "wall_s": round(self.wall_s, 2),
             "compiled": sum(r.status == "compiled" for r in self.results),
             "skipped": sum(r.status == "skipped" for r in self.results),
-            "failed": len(failed), "not_done": self.jobs - len(self.results), "stopped": self.stopped,
+            "failed": sum(r.status == "failed" for r in self.results),
+            "timed_out": sum(r.status == "timed_out" for r in self.results),
+            "not_done": self.jobs - len(self.results), "stopped": self.stopped,
             "kernels_compiled": sum(r.kernels_compiled for r in self.results),
             "cache_hits": sum(r.cache_hits for r in self.results),
             "compile_s_sum": round(sum(r.seconds for r in self.results), 2),
             "failures": [{"backend": r.job.backend, "case_id": r.job.cases[0].case_id, "reason": r.reason}
                          for r in failed[:MAX_LISTED_FAILURES]],
+            "modules": [{"backend": r.job.backend, "case_id": r.job.cases[0].case_id, "built": list(r.modules),
+                         "s": round(r.seconds, 2)} for r in self.results if r.modules],
         }
 
 
@@ -138,14 +150,15 @@ class PoolConfig:
 
 
 def precompile(jobs: list[Job], workers: int, device: str, plugins: tuple[str, ...] = (),
-               envs: list[dict[str, str]] | None = None, timeout_s: float | None = None,
+               envs: list[dict[str, str]] | None = None, limit_s: float | None = None,
                should_stop: Callable[[], bool] = lambda: False,
                on_done: Callable[[JobResult], None] | None = None) -> PoolResult:
-    """`envs`: each process's extra environment, in turn. A failed process is replaced: a compile error can leave
-    Dynamo skipping the backend's frame."""
-    result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs))
+    """`envs`: each process's extra environment, in turn; `limit_s`: each job's budget. A failed process is
+    replaced: a compile error can leave Dynamo skipping the backend's frame."""
+    result = PoolResult(workers=min(workers, len(jobs)), jobs=len(jobs),
+                        limit_s=JOB_TIMEOUT_S if limit_s is None else limit_s)
     start = time.perf_counter()
-    pool = _Pool(jobs, result, max(JOB_TIMEOUT_S, timeout_s or 0.0), should_stop, on_done)
+    pool = _Pool(jobs, result, result.limit_s, should_stop, on_done)
     pool.run([PoolConfig(device, plugins, (envs[slot % len(envs)] if envs else {})) for slot in range(result.workers)])
     result.wall_s = time.perf_counter() - start
     return result
@@ -175,9 +188,9 @@ class _Pool:
         worker: ChildProcess | None = None
         while (job := self.next_job()) is not None:
             began = time.perf_counter()
-            worker, (_, status, kernels, hits, reason) = self.compile(worker, job, config)
-            self.note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason))
-            if status == "failed" and worker is not None:
+            worker, (_, status, kernels, hits, reason, modules) = self.compile(worker, job, config)
+            self.note(JobResult(job, status, time.perf_counter() - began, kernels, hits, reason, tuple(modules)))
+            if status in ("failed", "timed_out") and worker is not None:
                 worker.kill()
                 worker = None
         if worker is not None:
@@ -197,14 +210,26 @@ class _Pool:
                 with self.lock:
                     self.live.append(worker)
             worker.send(("compile", job.backend, [case.fields() for case in job.cases]))
-            message = worker.receive(self.limit)
+            message, compiling = self.answer(worker)
         except (ChildDied, OSError) as died:
             if worker is not None:
                 worker.kill()
-            return None, ("done", "failed", 0, 0, f"compile process {died}")
+            return None, ("done", "failed", 0, 0, f"compile process {died}", ())
         if message is None:
-            message = ("done", "failed", 0, 0, f"no result within {self.limit:g} s; the compile process was killed")
+            what = compiling or f"the compile ahead of {job.backend} {job.cases[0].case_id}"
+            message = ("done", "timed_out", 0, 0, f"{what} did not finish within {self.limit:g} s, the compile "
+                                                  "phase's limit (--compile-timeout)", ())
         return worker, message
+
+    def answer(self, worker: ChildProcess) -> tuple[tuple | None, str | None]:
+        """The job's result (None past the budget), and what the process last said it compiled."""
+        deadline = time.monotonic() + self.limit
+        compiling = None
+        while (message := worker.receive(max(0.0, deadline - time.monotonic()))) is not None:
+            if message[0] != "compiling":
+                return message, compiling
+            compiling = message[1]
+        return None, compiling
 
     def note(self, done: JobResult) -> None:
         with self.lock:
@@ -225,39 +250,64 @@ def worker_main(conn: Connection, config: PoolConfig) -> None:
     conn.send(("ready",))
     for message in requests(conn):
         _, name, cases = message
-        status, kernels, hits, reason = compile_job(registry.get(name), [Case(**fields) for fields in cases])
-        conn.send(("done", status, kernels, hits, reason))
+        backend = registry.get(name)
+        with saying_what_compiles(conn, backend):
+            done = compile_job(backend, [Case(**fields) for fields in cases])
+        conn.send(("done", *done))
 
 
-def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None]:
-    """`backend.prepare` on the measurement's own inputs, so the graph and cache key are the measurement's."""
+@contextmanager
+def saying_what_compiles(conn: Connection, backend: Backend) -> Iterator[None]:
+    """A thread sends ("compiling", words) as `backend.compiling()` changes, until the job ends."""
+    finished = threading.Event()
+
+    def watch() -> None:
+        said = None
+        while not finished.wait(NOTE_EVERY_S):
+            now = backend.compiling()
+            if now and now != said:
+                conn.send(("compiling", now))
+                said = now
+
+    thread = threading.Thread(target=watch, name="attnbench-compiling", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        thread.join()
+
+
+def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str | None, tuple[str, ...]]:
+    """The measurement's own `prepare` on its own inputs (FP8 ones with their scales): (status, kernels compiled,
+    cache hits, reason, JIT modules built)."""
     from attnbench.backends.base import Unsupported, first_line, refusal
     from attnbench.backends.conformance import conformance_problem
-    from attnbench.verify.inputs import make_inputs
+    from attnbench.run.stages import prepare
+    from attnbench.verify.quant_data import case_data
 
     kernels = hits = 0
+    modules: list[str] = []
     for case in cases:
         why = conformance_problem(backend) or backend.availability(case.device) or refusal(backend, case)
         if why:
-            return "skipped", kernels, hits, why
+            return "skipped", kernels, hits, why, tuple(modules)
         try:
-            inputs = make_inputs(case)
-            canonical = tuple(t.detach().requires_grad_(case.needs_grad) for t in (inputs.q, inputs.k, inputs.v))
-            prepared = backend.prepare(case, *canonical)
-            kernels += int(prepared.extra.get("kernels_compiled", 0))
-            hits += int(prepared.extra.get("cache_hits", 0))
+            extra = prepare(case_data(case), backend).extra
+            kernels += int(extra.get("kernels_compiled", 0))
+            hits += int(extra.get("cache_hits", 0))
+            modules += extra.get("jit_built", [])
         except Unsupported as exc:
-            return "skipped", kernels, hits, str(exc)
+            return "skipped", kernels, hits, str(exc), tuple(modules)
         except Exception as exc:  # noqa: BLE001 - the measurement meets and records any failure
             reason = backend.skip_reason(exc, [])
-            return ("skipped", kernels, hits, reason) if reason else (
-                "failed", kernels, hits, f"{type(exc).__name__}: {first_line(exc)}")
+            return ("skipped", kernels, hits, reason, tuple(modules)) if reason else (
+                "failed", kernels, hits, f"{type(exc).__name__}: {first_line(exc)}", tuple(modules))
         finally:
-            inputs = canonical = prepared = None  # noqa: F841 - free the case's tensors
-            gc.collect()
+            gc.collect()  # the case's tensors
             if case.device == "cuda":
                 import torch
 
                 torch.cuda.empty_cache()
-    return "compiled", kernels, hits, None
+    return "compiled", kernels, hits, None, tuple(modules)
 

@@ -39,6 +39,8 @@ class Schedule:
     listener: Listener | None = None
     should_stop: Callable[[], bool] = lambda: False
     oom_pruning: bool = True
+    # Why a measurement is skipped for what the compile phase could not build.
+    not_built: Callable[[Case, Backend], str | None] = lambda case, backend: None
 
     def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
         """Each measurer takes the next whole case (its inputs and reference are made once); after an `oom`, longer
@@ -59,7 +61,7 @@ class Schedule:
                             return
                         if self.listener:
                             self.listener.started(done, len(tasks), case, backend)
-                        reason = pruner.reason(case, backend)
+                        reason = self.not_built(case, backend) or pruner.reason(case, backend)
                     record = (unmeasured(self.info, case, backend, "skipped", reason) if reason
                               else one.measure(case, backend))
                     with lock:

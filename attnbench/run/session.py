@@ -288,7 +288,7 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
                                trace_dir=directory if options.trace else None))]
 
 
-def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, precompiled: dict[str, float],
+def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, ahead: PoolResult | None,
                 errors: Console, should_stop: Callable[[], bool], phases: Phases) -> tuple[int, list[Record]]:
     """Adds the workers' starts and the later rounds to `phases`."""
     if plan.device == "cpu":  # a CPU's roofs are the run's measured ones
@@ -300,12 +300,14 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     info = RunInfo(run.run_id, plan.suite.name, run.folder.env["device_name"], options.peak_tflops,
                    options.peak_bandwidth_gbs, measured, bandwidth, run.roofs)
     backends = {backend.name: backend for backend in plan.backends}
+    precompiled, over_budget = (ahead.compiled_keys(), ahead.over_budget()) if ahead else ({}, {})
     records: list[Record] = []
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
     probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
     with ResultsWriter(run.folder.results) as writer, \
             ProgressListener(errors, len(run.tasks), eta, run.unavailable) as listener, frozen_heap():
-        schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning)
+        schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning,
+                            not_built=lambda case, backend: over_budget.get(backend.compile_key(case) or ""))
 
         def sink(record: Record) -> None:
             if precompiled and record.backend in backends:  # the pool's seconds, on the graph's first record
@@ -363,11 +365,10 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
         announce(plan, options, directory, run, errors)
     with phases.timing("compile_ahead"):
         ahead = compile_phase(run.tasks, mode.compile_workers, plan, options, cache, run.torch_version, errors,
-                              should_stop, mode.timeout_s)
+                              should_stop)
     if ahead is not None:
         run.folder.note(precompile=ahead.to_dict())
-    measured, records = measure_all(plan, options, directory, run, ahead.compiled_keys() if ahead else {}, errors,
-                                    should_stop, phases)
+    measured, records = measure_all(plan, options, directory, run, ahead, errors, should_stop, phases)
     return finish(plan, run, records, measured)
 
 
@@ -384,8 +385,7 @@ def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Ou
 
 
 def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, options: RunOptions, cache: Path,
-                  torch_version: str, errors: Console, should_stop: Callable[[], bool],
-                  timeout_s: float | None) -> PoolResult | None:
+                  torch_version: str, errors: Console, should_stop: Callable[[], bool]) -> PoolResult | None:
     """None when there is no pool or nothing to compile."""
     jobs = precompile.jobs_of(tasks, compile_cache.compiled(cache, torch_version))
     if not workers or not jobs:
@@ -401,13 +401,18 @@ def compile_phase(tasks: list[tuple[Case, Backend]], workers: int, plan: Plan, o
         if result.status == "failed":
             errors.print(f"  compile ahead failed ({result.job.backend} {result.job.cases[0].case_id}; its "
                          f"measurement compiles it): {result.reason}", markup=False, soft_wrap=True)
+        elif result.status == "timed_out":
+            errors.print(f"  compile ahead stopped ({result.job.backend} {result.job.cases[0].case_id}; its "
+                         f"measurements are recorded skipped): {result.reason}", markup=False, soft_wrap=True)
 
-    ahead = precompile.precompile(jobs, workers, plan.device, plan.plugins, envs, timeout_s, should_stop, done)
+    ahead = precompile.precompile(jobs, workers, plan.device, plan.plugins, envs, options.compile_timeout_s,
+                                  should_stop, done)
     compile_cache.note_compiled(cache, torch_version, ahead.compiled_keys())
     summary = ahead.to_dict()
     errors.print(f"compiled ahead: {summary['compiled']} of {len(jobs)} graph(s) in {summary['wall_s']:.1f} s "
                  f"({summary['compile_s_sum']:.1f} s of compiling in {ahead.workers} process(es)); "
-                 f"{summary['failed']} failed, {summary['skipped']} refused", markup=False)
+                 f"{summary['failed']} failed, {summary['timed_out']} past the limit, {summary['skipped']} refused",
+                 markup=False)
     return ahead
 
 
