@@ -23,9 +23,10 @@ SCANNED = ("report", "history", "cli", "cluster", "run")
 # Mappings those modules read that are not records, though some of their keys are a record field's name: env.json
 # (env, run.env, recorded: a resumed run's), a case group's or dispatch bucket's shape (shape, s, bucket), a dispatch
 # table and its rows (data, row), an A/B summary and its rows (summary, u, m), a cluster manifest, the fields a
-# record is built from before it exists (fields), and the facts of an A/B side (facts).
+# record is built from before it exists (fields), the facts of an A/B side (facts), and a run's seconds by phase
+# (phases, run.tally's phase names: "samples", "timer"...).
 NOT_RECORDS = {"env", "run.env", "recorded", "shape", "s", "self.shape", "group.shape", "fam.shape", "g.shape",
-               "bucket", "data", "row", "summary", "u", "m", "manifest", "fields", "facts"}
+               "bucket", "data", "row", "summary", "u", "m", "manifest", "fields", "facts", "phases"}
 
 
 def string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
@@ -41,7 +42,7 @@ def string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
         else:
             continue
         name = _name(receiver)
-        if key in FIELDS and name not in NOT_RECORDS and not name.endswith(".env"):
+        if key in FIELDS and name not in NOT_RECORDS and not name.endswith((".env", ".phases")):
             found.append((node.lineno, ast.unparse(node)))
     return found
 

@@ -43,8 +43,7 @@ class Prepared:
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     kv_expanded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    # Non-PyTorch runtimes: `to_tensor` (untimed), their own profiler, and memory: "rss" on the host, on a GPU the
-    # runtime's DeviceStats (attnbench.timing.memory).
+    # Non-PyTorch runtimes: `to_tensor` (untimed), their profiler, memory ("rss"; on a GPU their DeviceStats).
     to_tensor: Callable[[Any], Any] = _identity
     memory: str | DeviceStats = "torch"
     profile: Callable[[], Any] | None = None
@@ -140,8 +139,7 @@ class Capabilities:
     quant_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Profiler name patterns per device or "device:mode"; empty: no verdict.
     kernel_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # Where the call's work runs: on torch's current stream, which CUDA events time, or in a runtime of its own that
-    # returns when the work is done (OWN_RUNTIME: JAX, ONNX Runtime, OpenVINO), timed on the host around the call.
+    # torch's current stream (CUDA events time it) or OWN_RUNTIME's blocking call (timed on the host: JAX, ORT)
     runs_on: str = TORCH_STREAM
 
     def __post_init__(self) -> None:

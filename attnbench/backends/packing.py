@@ -95,8 +95,7 @@ def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:
 
 
 def int32(values: Any, device: Any) -> torch.Tensor:
-    """An int32 tensor: varlen and paged kernels' offsets and tables (int64 raises or misreads); a value past int32
-    is the case's skip reason, never a wrapped offset."""
+    """Varlen and paged kernels' int32 offsets and tables; a value past int32 is a skip, never a wrapped offset."""
     import torch
 
     flat = [int(v) for v in values]

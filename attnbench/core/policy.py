@@ -52,7 +52,6 @@ EVENTS_SHARE = 0.10
 EMPTY_PAIR_FACTOR = 2.0
 # A call declared to block whose events saw over this many times the host's time per call returned before its work
 # on torch's stream was done: the host's clock missed that work (an event pair adds a microsecond, not a factor).
-# Added after the H200 timer run (reports/NVIDIA-H200-20261204-timer), whose early returns read 7x and more.
 EARLY_RETURN_FACTOR = 2.0
 # A timing whose FLOP rate or bandwidth is over this many times its GPU's datasheet roof is a broken measurement
 # (status implausible), never a fast kernel. What a real kernel may add over a datasheet roof: twice the 16-bit rate

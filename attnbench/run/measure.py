@@ -3,7 +3,6 @@ crash included, becomes one record."""
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,13 +68,13 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
-            on_start: Callable[[CaseData], None] | None = None) -> Record:
+            on_start: Callable[[CaseData], None] | None = None, phases: Phases | None = None) -> Record:
     """One measurement. `on_start` is called once it will really run: a worker makes the case's reference then and
-    starts its time limit."""
+    starts its time limit. `phases`: what the caller timed for it already (its case's inputs)."""
     case = data.case
     timer = timer_for_work(timer, backend.capabilities.runs_on)
     work = work_fields(case, backend)
-    phases = Phases()
+    phases = phases or Phases()
     with phases.timing("availability"):  # a library's first import in this process is here
         reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
@@ -286,12 +285,12 @@ class InProcess:
                 on_start: Callable[[CaseData], None] | None = None) -> Record:
         if self.broken:
             return unmeasured(self.settings.info, case, backend, "skipped", self.broken)
-        began, made = time.perf_counter(), self.data is None or self.data.case != case
+        phases, made = Phases(), self.data is None or self.data.case != case
+        began = phases.clock()
         data = self.data_for(case)
-        inputs_ms = (time.perf_counter() - began) * 1e3
-        record = measure(data, backend, self.timer, self.settings, on_start)
         if made:  # the case's inputs, on the record of its first measurement (as its reference)
-            record.extra.setdefault("phases_ms", {})["inputs"] = round(inputs_ms, 3)
+            phases.add("inputs", phases.clock() - began)
+        record = measure(data, backend, self.timer, self.settings, on_start, phases)
         if record.status == "error" and cuda_is_broken(case.device):
             self.data = None
             self.broken = (f"not run: {record.backend} on {record.case_id} broke this process's CUDA context "

@@ -99,7 +99,7 @@ def record_phases(record: Record) -> dict[str, float]:
     extra = record.extra
     samples = sum(record.times_ms or ()) / 1e3
     warmup = float(extra.get("warmup_ms") or 0.0) / 1e3
-    out = {"samples": samples, "warmup": warmup,
+    phases = {"samples": samples, "warmup": warmup,
            "sustain": float((extra.get("sustain") or {}).get("ms") or 0.0) / 1e3,
            "reference": float(extra.get("reference_s") or 0.0)}
     parts = extra.get("setup_parts")
@@ -108,16 +108,16 @@ def record_phases(record: Record) -> dict[str, float]:
                  if extra.get(k) is not None}
     for part, ms in parts.items():
         phase = SETUP_PHASES.get(part, "prepare")
-        out[phase] = out.get(phase, 0.0) + float(ms) / 1e3
+        phases[phase] = phases.get(phase, 0.0) + float(ms) / 1e3
     if "phases_ms" not in extra and extra.get("check_ms"):  # written before phases_ms: a forward's checked call
-        out["check"] = float(extra["check_ms"]) / 1e3
+        phases["check"] = float(extra["check_ms"]) / 1e3
     for phase, ms in (extra.get("phases_ms") or {}).items():
-        out[phase] = out.get(phase, 0.0) + float(ms) / 1e3
-    if "check" in out and extra.get("check_sampled"):  # the checked call is a sample too
-        out["check"] = max(0.0, out["check"] - float(extra.get("check_call_ms") or 0.0) / 1e3)
-    if "timer" in out:  # the timer stage's wall holds its samples and warm-up
-        out["timer"] = max(0.0, out["timer"] - samples - warmup)
-    return {name: seconds for name, seconds in out.items() if seconds}
+        phases[phase] = phases.get(phase, 0.0) + float(ms) / 1e3
+    if "check" in phases and extra.get("check_sampled"):  # the checked call is a sample too
+        phases["check"] = max(0.0, phases["check"] - float(extra.get("check_call_ms") or 0.0) / 1e3)
+    if "timer" in phases:  # the timer stage's wall holds its samples and warm-up
+        phases["timer"] = max(0.0, phases["timer"] - samples - warmup)
+    return {name: seconds for name, seconds in phases.items() if seconds}
 
 
 @dataclass

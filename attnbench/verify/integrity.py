@@ -50,8 +50,7 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
 
 
 def sample_index(numel: int, device: Any = "cpu") -> torch.Tensor:
-    """SAMPLE evenly spread flat positions, the first and the last among them, computed in int64: a float32 index
-    (linspace) is exact only below 2^24 and reads past the end of a 2^25-element output."""
+    """SAMPLE evenly spread flat positions from the first to the last, in int64 (float32 is exact below 2^24 only)."""
     import torch
 
     count = min(SAMPLE, numel)
