@@ -10,7 +10,6 @@ case errored with the ValueError that unpacking gives; attnbench now reads both 
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import types
 from collections.abc import Iterator
@@ -23,10 +22,11 @@ from torch.nn import attention
 import attnbench.backends.conformance as conformance
 from attnbench.backends.conformance import Unpack, unpacks_of
 from attnbench.backends.sdpa import FA4_ROUTE_CALLS, SdpaFlashFa4, flash_impl_problem
+from attnbench.records.results import stored_lines
 from tests.helpers import make_case, measure_one, on_cpu_too
 from tests.test_conformance import Spy
 
-H200_FA4 = Path(__file__).parent.parent / "reports" / "NVIDIA-H200-20261204-c671d98" / "fa4" / "results.jsonl"
+H200_FA4 = Path(__file__).parent.parent / "reports" / "NVIDIA-H200-20261204-c671d98" / "fa4"
 FA4_MODULE = "flash_attn.cute.interface"
 VERSIONS = {"torch.nn.attention._fa4": "torch 2.11.0+cu130", FA4_MODULE: "flash-attn-4 4.0.0b36"}
 
@@ -129,7 +129,7 @@ H200_CASE = dict(dtype="bfloat16", causal=True, heads=16, kv_heads=4, head_dim=3
 
 
 def h200_reasons() -> set[str]:
-    records = [json.loads(line) for line in H200_FA4.read_text().splitlines()]
+    records = stored_lines(H200_FA4)
     return {r["reason"] for r in records if r["backend"] == "sdpa-flash-fa4"}
 
 

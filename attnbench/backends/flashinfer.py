@@ -121,6 +121,9 @@ def window_arguments(case: Case) -> dict[str, Any]:
     return {"causal": True, "window_left": case.window}
 
 
+SINGLE_TMP_BYTES = 32 << 20  # flashinfer/utils.py SINGLE_KERNEL_TMP_SIZE (0.7.2.post1)
+
+
 def route(case: Case) -> str:
     """Which FlashInfer entry point runs `case`: "single", "ragged", "paged-prefill", "decode" or "mla"."""
     if case.kv_shared:
@@ -167,6 +170,12 @@ class FlashInferBackend(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
+
+    def estimate_memory(self, case: Case) -> int:
+        """single_prefill_with_kv_cache allocates its split-KV buffer in every call (prefill.py: `tmp =
+        torch.empty(SINGLE_KERNEL_TMP_SIZE)`, 32 MiB in utils.py); the wrappers' workspaces are made in plan()."""
+        held = SINGLE_TMP_BYTES if route(case) == "single" else 0
+        return super().estimate_memory(case) + held
 
     def deterministic(self, case: Case) -> str:
         # plan() fixes the split of the keys: two calls run one schedule.
