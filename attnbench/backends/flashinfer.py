@@ -172,8 +172,7 @@ class FlashInferBackend(Backend):
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
 
     def estimate_memory(self, case: Case) -> int:
-        """single_prefill_with_kv_cache allocates its split-KV buffer in every call (prefill.py: `tmp =
-        torch.empty(SINGLE_KERNEL_TMP_SIZE)`, 32 MiB in utils.py); the wrappers' workspaces are made in plan()."""
+        """The single prefill allocates its split-KV buffer in every call (prefill.py)."""
         held = SINGLE_TMP_BYTES if route(case) == "single" else 0
         return super().estimate_memory(case) + held
 

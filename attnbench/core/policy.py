@@ -44,20 +44,14 @@ NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval nois
 CHANGE_THRESHOLD = 0.10  # asv's default factor
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
-# CUDA events beside the host's time per call (attnbench.timing.bracket), set from how the launch cover works, not
-# fitted: events that saw under a tenth of the host's time saw little of the call (a call slow to enqueue a short
-# kernel, or one whose work runs elsewhere); within twice an empty pair's time (two events back to back behind the
-# spin) they bracketed nothing, as any kernel between them adds its own.
+# CUDA events beside the host's time per call (attnbench.timing.bracket), not fitted: events that saw under a tenth
+# of the host's time saw little of the call; within twice an empty pair's time they bracketed nothing.
 EVENTS_SHARE = 0.10
 EMPTY_PAIR_FACTOR = 2.0
-# A call declared to block whose events saw over this many times the host's time per call returned before its work
-# on torch's stream was done: the host's clock missed that work (an event pair adds a microsecond, not a factor).
+# A blocking call whose events saw over this many times the host's time returned before its work was done.
 EARLY_RETURN_FACTOR = 2.0
-# A timing whose FLOP rate or bandwidth is over this many times its GPU's datasheet roof is a broken measurement
-# (status implausible), never a fast kernel. What a real kernel may add over a datasheet roof: twice the 16-bit rate
-# by computing in 8 bits inside (SageAttention's INT8), twice a GeForce card's listed rate by accumulating in fp16,
-# a clock above the datasheet's, an output still in L2 when the timer stops (at most twice the bytes): about 3× at
-# the worst; 4× leaves room, and a timer that misses the work reads tens of times over (docs/verdicts.md).
+# A timing over this many times its GPU's datasheet roof is a broken measurement (status implausible): INT8 inside,
+# fp16 accumulation, a boost clock and an output in L2 add about 3× at worst (docs/verdicts.md).
 PLAUSIBLE_MARGIN = 4.0
 
 
