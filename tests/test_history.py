@@ -14,10 +14,10 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
-from attnbench.history.plot import change_positions, file_name
 from attnbench.history.store import Store, add_runs, default_path
 from attnbench.history.trend import trends, version_changes
 from attnbench.records.results import load_records
+from attnbench.report.history_plot import change_positions, file_name
 from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
 from attnbench.records.results import results_path, stored_lines
 from attnbench.report.dispatch import DispatchTable, Shape, length_band
-from attnbench.report.pooling import TIME
 from attnbench.report.recommend import Decision, recommend_runs
+from attnbench.stats.metric import TIME
 from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -126,9 +126,9 @@ def history_plot(
     db: opts.HistoryDb = None,
 ) -> None:
     """One PNG per (GPU, case, backend): each run's median with its interval, library-version changes marked."""
-    from attnbench.history.plot import plot_trends
     from attnbench.history.store import Store
     from attnbench.history.trend import trends
+    from attnbench.report.history_plot import plot_trends
 
     with Store(db, create=False) as store:
         found = trends(store, backend, case, gpu)

@@ -15,7 +15,7 @@ from typing import Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.record import Record, upgrade
-from attnbench.report.pooling import Run, case_name, load_run, versions_of
+from attnbench.records.run import Run, case_name, load_run, versions_of
 
 STORE_VERSION = 1
 # Each GPU's clock state when the run started (env.json's gpu_state).

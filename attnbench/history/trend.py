@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.core.units import fmt_ms
 from attnbench.history.store import Store, StoredRun
 from attnbench.records.record import Record
-from attnbench.report.pooling import TIME
+from attnbench.stats.metric import TIME
 
 if TYPE_CHECKING:
     from rich.table import Table

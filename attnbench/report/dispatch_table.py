@@ -12,10 +12,11 @@ from attnbench.core import axes
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
+from attnbench.records.run import Run, versions_of
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
-from attnbench.report.pooling import Metric, Run, versions_of
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
+from attnbench.stats.metric import Metric
 
 if TYPE_CHECKING:
     from rich.table import Table

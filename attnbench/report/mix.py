@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.report.pooling import TIME, Entry, load_runs, pool
+from attnbench.records.run import load_runs
+from attnbench.report.pooling import Entry, pool
 from attnbench.report.recommend import Decision, recommend_runs
+from attnbench.stats.metric import TIME
 from attnbench.sweep.mix import PHASES, Part, Traffic
 from attnbench.sweep.suite import load_suite
 

@@ -12,18 +12,10 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
+from attnbench.records.run import Run, load_runs, same_software
 from attnbench.report.dispatch import FEATURES, Shape, bucket_key
-from attnbench.report.pooling import (
-    ENERGY,
-    METRICS,
-    TIME,
-    Entry,
-    Metric,
-    Run,
-    load_runs,
-    pool,
-    same_software,
-)
+from attnbench.report.pooling import Entry, pool
+from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 

@@ -20,6 +20,7 @@ from attnbench.records.files import write_bytes_atomic
 from attnbench.records.folder import RunFolder, report_directory
 from attnbench.records.record import Record
 from attnbench.records.results import load_records, read_env, results_path
+from attnbench.records.run import run_of
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
     correctness_chart,
@@ -35,10 +36,11 @@ from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
 from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
-from attnbench.report.pooling import TIME, pool, run_of
+from attnbench.report.pooling import pool
 from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
+from attnbench.stats.metric import TIME
 
 FORMATS = ("html", "png", "md")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends

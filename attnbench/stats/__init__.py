@@ -1,0 +1,1 @@
+"""Statistics and verdicts: intervals, pooling, comparisons and decisions; report/ formats them."""

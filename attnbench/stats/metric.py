@@ -1,0 +1,56 @@
+"""What backends are ranked by, with each figure's interval: the median time, or the energy per call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interval
+from attnbench.records.record import Record
+
+# Energy per call has no interval: it is taken as known to the counter's resolution (attnbench.timing.energy).
+ENERGY_RESOLUTION = 0.10
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What backends are ranked by: the median time per call (ms), or the energy per call (mJ)."""
+
+    name: str
+    unit: str
+
+    def value(self, record: Record) -> float | None:
+        """The record's figure, or None when it has none."""
+        if self.name == "time":
+            value = record.time_ms
+            return float(value) if value is not None and value > 0 else None
+        extra = record.extra or {}
+        if extra.get("energy_mj") is not None:
+            return float(extra["energy_mj"])
+        if extra.get("joules_per_token") is not None:  # tokens per call: batch × query length
+            return float(extra["joules_per_token"]) * 1e3 * int(record.batch) * int(record.seq_len)
+        return None
+
+    def interval(self, record: Record) -> tuple[float, float] | None:
+        """The record's median interval (from its samples when none was stored), or the energy resolution's."""
+        if self.name == "energy":
+            value = self.value(record)
+            return None if value is None else (value * (1 - ENERGY_RESOLUTION), value * (1 + ENERGY_RESOLUTION))
+        stored = record.interval
+        level = record.ci_level
+        if stored is not None and level is not None and level < CONFIDENCE and record.ci_source is None:
+            # written before ci_source: the span of under 6 samples is no interval
+            noise = RUN_TO_RUN_NOISE.get(str(record.device), RUN_TO_RUN_NOISE["cpu"])
+            median = float(record.time_ms)
+            return median * (1 - noise), median * (1 + noise)
+        if stored is not None:
+            return stored
+        samples = [float(s) for s in record.times_ms or []]
+        if not samples:
+            return None
+        interval = median_interval(samples)
+        return interval.low, interval.high
+
+
+TIME = Metric("time", "ms")
+ENERGY = Metric("energy", "mJ")
+METRICS = {"time": TIME, "energy": ENERGY}
