@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from attnbench.core.interval import median_interval  # noqa: E402
 from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.core.policy import MIN_BACKEND_CASES  # noqa: E402
-from attnbench.records.results import read_env, stored_results  # noqa: E402
+from attnbench.records.env import read_env  # noqa: E402
+from attnbench.records.results import stored_results  # noqa: E402
 from attnbench.report.change_rule import machine_pace, observed_spread  # noqa: E402
 
 
@@ -71,7 +72,7 @@ def runs_in(folders: list[Path]) -> list[dict[tuple, Record]]:
 
 def probes_in(folders: list[Path]) -> list[dict | None]:
     """Each run's machine pace probe (env.json `pace_probe`), None where it timed none."""
-    return [(read_env(p) or {}).get("pace_probe") for p in run_folders(folders)]
+    return [read_env(p).pace_probe for p in run_folders(folders)]
 
 
 def chi2_median_share(df: int) -> float:

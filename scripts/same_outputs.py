@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 
-REPORTS = ROOT / "reports"
+REPORTS = Path("reports")  # relative, from ROOT: two checkouts name their runs alike
 VERDICTS = REPORTS / "cpu-AMD-EPYC-2core-verdicts"
 
 
@@ -44,6 +44,7 @@ def render_all(out: Path) -> None:
     from attnbench.core.errors import AttnbenchError
     from attnbench.records.results import load_records
     from attnbench.report.ab import pair_up
+    from attnbench.report.ab_text import to_html, to_markdown
     from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_markdown, comparison_table
 
@@ -74,6 +75,8 @@ def render_all(out: Path) -> None:
                          json.loads((ab / "ab.json").read_text())["result"]["threshold"])
         (out / "ab").mkdir(parents=True, exist_ok=True)
         (out / "ab" / f"{ab.name}.json").write_text(json.dumps(result.to_dict(), indent=1, sort_keys=True))
+        summary = {**json.loads((ab / "ab.json").read_text()), "result": result.to_dict()}
+        (out / "ab" / f"{ab.name}.md").write_text(to_markdown(summary) + to_html(summary))
     history_all(out)
 
 
@@ -142,9 +145,11 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--against", type=Path)
     args = parser.parse_args()
-    render_all(args.out)
-    if args.against is not None:
-        sys.exit(diff(args.out, args.against))
+    out, against = args.out.resolve(), args.against.resolve() if args.against else None
+    os.chdir(ROOT)
+    render_all(out)
+    if against is not None:
+        sys.exit(diff(out, against))
 
 
 if __name__ == "__main__":

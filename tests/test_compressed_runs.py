@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.core.errors import ResultsError
+from attnbench.records.env import read_env
 from attnbench.records.merge import merge_runs
-from attnbench.records.results import load_records, read_env, results_path, stored_lines
+from attnbench.records.results import load_records, results_path, stored_lines
 
 DATA = Path(__file__).parent / "data"
 

@@ -513,17 +513,18 @@ def test_a_throttled_point_is_hollow_and_marked_and_the_gpu_state_heads_the_page
 def test_the_header_shows_the_gpu_before_the_run_and_while_timing_as_the_h200_recorded_them() -> None:
     """The H200 run of 2026-11-30 01:27 read its GPU idle at 345 MHz before the run, and timed at 1695-1980 MHz:
     the header shows both, each labelled (tests/data/gpu/h200-runs.json holds that run's env and samples)."""
+    from attnbench.records.env import RunEnv
     from attnbench.report.html import env_rows
 
     run = json.loads((DATA / "gpu" / "h200-runs.json").read_text())["runs"]["NVIDIA-H200-20261130-012712"]
-    env = {"device": "cuda", "gpus": [{"name": "NVIDIA H200"}], "gpu_state": run["gpu_state"]}
+    env = RunEnv.from_dict({"device": "cuda", "gpus": [{"name": "NVIDIA H200"}], "gpu_state": run["gpu_state"]})
     rows = dict(env_rows(env, load_records(DATA.parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")))
     assert rows["GPU 0 before the run (nvml)"].startswith("SM clock 345 MHz (application 1980, max 1980)")
     assert "clock events: gpu_idle · no other processes" in rows["GPU 0 before the run (nvml)"]
     assert rows["GPU 0 while timing"] == ("120 timings · SM clock 1695–1980 MHz · power not recorded · clock events: "
                                           "sw_power_cap (15 of 120) · other processes in 120 of 120 · "
                                           "120 of 120 flagged throttled (!)")
-    cpu = dict(env_rows({"device": "cpu", "cpu": "AMD EPYC"}, loaded([a_record()])))
+    cpu = dict(env_rows(RunEnv.from_dict({"device": "cpu", "cpu": "AMD EPYC"}), loaded([a_record()])))
     assert not [label for label in cpu if label.startswith("GPU")]
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.gpu.describe import describe
 from attnbench.gpu.read import INSTALL_HINT
 from attnbench.gpu.state import GpuState
+from attnbench.records.env import RunEnv
 
 if TYPE_CHECKING:
     from attnbench.cli.probes import Probes
@@ -138,14 +139,14 @@ def _usable(probe: Any, params: Any) -> tuple[bool, str]:
 
 def format_text(diagnosis: Diagnosis) -> list[str]:
     """Plain lines for a terminal or a bug report."""
-    env = diagnosis.environment
-    lines = [f"attnbench {env.get('attnbench')} · python {env.get('python')} · {env.get('platform')}",
-             f"torch {env.get('torch')} · CUDA {env.get('cuda') or 'none'} · cuDNN {env.get('cudnn') or 'none'}",
-             f"CPU: {env.get('cpu')} ({env.get('cpu_count')} cores)"]
-    if env.get("gpus"):
-        for index, gpu in enumerate(env["gpus"]):
+    env = RunEnv.from_dict(diagnosis.environment)
+    lines = [f"attnbench {env.attnbench} · python {env.python} · {env.platform}",
+             f"torch {env.torch} · CUDA {env.cuda or 'none'} · cuDNN {env.cudnn or 'none'}",
+             f"CPU: {env.cpu} ({env.cpu_count} cores)"]
+    if env.gpus:
+        for index, gpu in enumerate(env.gpus):
             lines.append(f"GPU {index}: {gpu['name']} · compute capability {gpu['capability']} · "
-                         f"{gpu['memory_bytes'] / 2**30:.0f} GiB · driver {env.get('driver') or 'unknown'}")
+                         f"{gpu['memory_bytes'] / 2**30:.0f} GiB · driver {env.driver or 'unknown'}")
     else:
         lines.append("GPU: none visible to torch")
     lines.append(f"device attnbench would use: {diagnosis.device}")

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import AttnbenchError
+from attnbench.records.env import RunEnv
 from attnbench.records.record import Record, upgrade
-from attnbench.records.run import Run, case_name, load_run, versions_of
+from attnbench.records.run import Run, case_name, load_run
 
 STORE_VERSION = 1
 # Each GPU's clock state when the run started (env.json's gpu_state).
@@ -203,7 +204,7 @@ class Store:
     def add(self, run: Run) -> Added:
         """Add a run and the records the store does not hold, or holds older (a resumed run)."""
         env = run.env
-        clocks = [{k: state.get(k) for k in CLOCK_FIELDS} for state in env.get("gpu_state") or []
+        clocks = [{k: state.get(k) for k in CLOCK_FIELDS} for state in env.gpu_state or []
                   if isinstance(state, dict)] or None
         latest: dict[tuple[str, str], Record] = {}
         for record in run.records:  # a repeated measurement's last record stands for it
@@ -220,10 +221,10 @@ class Store:
                     return Added(run, False, 0, known=True)
                 self.db.execute(
                     "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run.run_id, run.timestamp, run.device, run.device_name, env.get("suite_name")
+                    (run.run_id, run.timestamp, run.device, run.device_name, env.suite_name
                      or run.records[0].suite, str(run.path.resolve()), datetime.now(timezone.utc).isoformat(
-                         timespec="seconds"), env.get("git_commit"), json.dumps(versions_of(env)),
-                     json.dumps(clocks) if clocks else None, json.dumps(env, default=str)))
+                         timespec="seconds"), env.git_commit, json.dumps(env.versions()),
+                     json.dumps(clocks) if clocks else None, json.dumps(env.raw, default=str)))
                 self.db.executemany(
                     "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [(run.run_id, case, backend, str(latest[(case, backend)].status),
@@ -244,10 +245,10 @@ class Store:
         return upgrade([json.loads(row[0]) for row in
                         self.db.execute("SELECT record FROM records WHERE run_id = ? ORDER BY rowid", (run_id,))])
 
-    def env(self, run_id: str) -> dict[str, Any]:
-        """The env.json a stored run was added with ({} when none)."""
+    def env(self, run_id: str) -> RunEnv:
+        """The env.json a stored run was added with (empty when none)."""
         row = self.db.execute("SELECT env FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return json.loads(row[0]) if row and row[0] else {}
+        return RunEnv.from_dict(json.loads(row[0]) if row and row[0] else {})
 
     def pairs(self) -> Iterator[tuple[str, str, str, str]]:
         yield from self.db.execute("SELECT r.run_id, runs.device_name, r.case_id, r.backend FROM records r "

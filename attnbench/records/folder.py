@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from attnbench.records.env import RunEnv
 from attnbench.records.files import write_json_atomic
 from attnbench.records.record import Record
 from attnbench.records.results import (
@@ -62,6 +63,10 @@ class RunFolder:
     @property
     def charts(self) -> Path:
         return self.directory / CHARTS_DIR
+
+    @property
+    def facts(self) -> RunEnv:
+        return RunEnv.from_dict(self.env)
 
     @property
     def part(self) -> dict[str, Any]:

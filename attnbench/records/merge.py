@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.errors import ResultsError
+from attnbench.records.env import RunEnv, read_env
 from attnbench.records.folder import RunFolder
-from attnbench.records.results import Record, load_records, read_env
+from attnbench.records.results import Record, load_records
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,12 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
     versions: dict[int, Path] = {}
     devices: dict[Any, Path] = {}
     merged: list[Record] = []
-    envs: list[tuple[Path, dict[str, Any]]] = []
+    envs: list[tuple[Path, RunEnv]] = []
     for source in sources:
         records = load_records(source)
         env = read_env(source)
         envs.append((source, env))
-        names = {env.get("device_name")} if env else {r.device_name for r in records}
+        names = {env.device_name} if env else {r.device_name for r in records}
         for name in names:
             devices.setdefault(name, source)
         for record in records:
@@ -55,9 +56,9 @@ def merge_runs(sources: list[Path], out: Path) -> Merged:
         raise ResultsError(f"merge: runs on different devices: {listed}; their numbers do not belong in one report")
     try:
         folder.make()
-        env = dict(envs[0][1])
-        env["merged_from"] = [{"directory": str(p), "run_id": e.get("run_id"), "shard": e.get("shard"),
-                               "roofs": e.get("roofs")} for p, e in envs]  # each shard's, its records' roofs
+        env = dict(envs[0][1].raw)
+        env["merged_from"] = [{"directory": str(p), "run_id": e.run_id, "shard": e.shard,
+                               "roofs": e.roofs} for p, e in envs]  # each shard's, its records' roofs
         # env.json first, each renamed into place whole: a results file is there only with its env.json, and a
         # killed merge leaves a directory the same merge may fill again.
         folder.write_env(env)

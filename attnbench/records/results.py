@@ -43,15 +43,7 @@ RESULTS_FILE = "results.jsonl"
 # (docs/results.md "Compressed runs").
 COMPRESSED_RESULTS_FILE = RESULTS_FILE + ".gz"
 ENV_FILE = "env.json"
-# The env.json fields read and their JSON types (each may be null).
-ENV_TYPES: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(("run_id", "timestamp", "device", "device_name", "suite_name", "suite_file", "suite_text",
-                     "git_commit", "torch", "cuda", "driver", "cpu", "platform", "python", "attnbench", "timer",
-                     "shard"), (str,)),
-    "cudnn": (int, str), "peak_tflops": (int, float), "peak_bandwidth_gbs": (int, float),
-    **dict.fromkeys(("libraries", "prediction", "actual"), (dict,)),
-    **dict.fromkeys(("gpus", "gpu_state", "merged_from", "resumed", "plugins"), (list,)),
-}
+
 
 class ResultsWriter:
     """Appends records to results.jsonl, each fsynced; a record the disk has no room for is cut back off."""
@@ -284,20 +276,3 @@ def load_results(path: Path) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame.from_records([r.to_dict() for r in load_records(path)])
-
-
-def read_env(path: Path) -> dict[str, Any]:
-    """The env.json beside a results file; empty when there is none."""
-    env_file = results_path(path).parent / ENV_FILE
-    if not env_file.is_file():
-        return {}
-    env = read_json_object(env_file, str(env_file), "missing",
-                           "not an attnbench environment record (not a JSON object)")
-    for name, kind in ENV_TYPES.items():
-        value = env.get(name)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind
-                                  or name == "libraries" and not all(isinstance(v, (str, type(None)))
-                                                                     for v in value.values())):
-            raise ResultsError(f"{env_file}: field {name}: {json.dumps(value, default=str)[:40]} is not "
-                               f"{' or '.join(k.__name__ for k in kind)}; not an attnbench environment record")
-    return env

@@ -4,42 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnbench.core.errors import ResultsError
+from attnbench.records.env import RunEnv, read_env
 from attnbench.records.record import Record
-from attnbench.records.results import load_records, read_env
-
-# env.json's top-level versions; the other libraries come from its `libraries`.
-VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
-
-
-def software_of(env: dict[str, Any]) -> dict[str, Any]:
-    """What a run's timings depend on besides the machine."""
-    return {"attnbench": env.get("attnbench"), **versions_of(env)} if env.get("attnbench") else versions_of(env)
+from attnbench.records.results import load_records
 
 
 def same_software(runs: list[Run], what: str = "recommend") -> None:
     """Refuse runs whose software differs in a version both name: the run-to-run noise bounds nothing across one."""
     first = runs[0]
-    mine = software_of(first.env)
+    mine = first.env.software()
     for run in runs[1:]:
-        theirs = software_of(run.env)
+        theirs = run.env.software()
         differ = [f"{name} {mine[name]} ({first.run_id}) vs {theirs[name]} ({run.run_id})"
                   for name in mine if name in theirs and str(mine[name]) != str(theirs[name])]
         if differ:
             raise ResultsError(f"{what}: runs with different software: {'; '.join(differ)}; one table pools one "
                                "software's runs (recommend each version's runs apart; `attnbench compare` judges the "
                                "change)")
-
-
-def versions_of(env: dict[str, Any]) -> dict[str, Any]:
-    """torch (its full build name), CUDA, cuDNN, the driver, then every library installed, from env.json."""
-    versions = {key: env.get(key) for key in VERSION_KEYS if env.get(key) is not None}
-    for name, version in sorted((env.get("libraries") or {}).items()):
-        if version is not None and name not in versions:
-            versions[name] = version
-    return versions
 
 
 @dataclass(frozen=True)
@@ -51,7 +34,7 @@ class Run:
     timestamp: str
     device: str
     device_name: str | None
-    env: dict[str, Any]
+    env: RunEnv
     records: list[Record]
 
 
@@ -63,12 +46,12 @@ def load_run(path: Path) -> Run:
     return run_of(Path(path), records, read_env(Path(path)))
 
 
-def run_of(path: Path, records: list[Record], env: dict[str, Any]) -> Run:
-    """A Run from records already read (and their env.json, or {})."""
+def run_of(path: Path, records: list[Record], env: RunEnv) -> Run:
+    """A Run from records already read (and their env.json, empty when none)."""
     stamps = sorted(str(r.timestamp or "") for r in records)
-    return Run(Path(path), str(env.get("run_id") or records[0].run_id or Path(path).name),
-               str(env.get("timestamp") or stamps[0]), str(env.get("device") or records[0].device),
-               env.get("device_name") or records[0].device_name, env, records)
+    return Run(Path(path), str(env.run_id or records[0].run_id or Path(path).name),
+               str(env.timestamp or stamps[0]), str(env.device or records[0].device),
+               env.device_name or records[0].device_name, env, records)
 
 
 def load_runs(paths: list[Path], what: str = "recommend") -> list[Run]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.core.units import fmt_ms
+from attnbench.records.env import RunEnv
 
 
 def _change(ratio: float) -> str:
@@ -19,11 +20,11 @@ def _span(row: dict[str, Any]) -> str:
 
 
 def side_line(label: str, side: dict[str, Any]) -> str:
-    env = side.get("env") or {}
+    env = RunEnv.from_dict(side.get("env") or {})
     extra = ", ".join(f"{k}={v}" for k, v in sorted((side.get("vars") or {}).items()))
-    return (f"- **{label}**: `{side['python']}`: torch {env.get('torch', '?')}, attnbench {env.get('attnbench', '?')}"
-            f" (commit {env.get('git_commit') or '?'}), Python {env.get('python', '?')}, "
-            f"{env.get('torch_threads', '?')} threads" + (f"; with {extra}" if extra else ""))
+    return (f"- **{label}**: `{side['python']}`: torch {env.torch or '?'}, attnbench {env.attnbench or '?'}"
+            f" (commit {env.git_commit or '?'}), Python {env.python or '?'}, "
+            f"{env.torch_threads or '?'} threads" + (f"; with {extra}" if extra else ""))
 
 
 def verdict_line(summary: dict[str, Any]) -> str:

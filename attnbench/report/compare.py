@@ -11,8 +11,9 @@ from pathlib import Path
 from attnbench.core import policy
 from attnbench.core.errors import ResultsError
 from attnbench.core.policy import MIN_BACKEND_CASES
+from attnbench.records.env import machine_differences, read_env, software_differences
 from attnbench.records.record import Record, Status
-from attnbench.records.results import load_records, read_env, results_path
+from attnbench.records.results import load_records, results_path
 from attnbench.report.change_rule import (
     BackendShift,
     MachinePace,
@@ -25,7 +26,6 @@ from attnbench.report.change_rule import (
     machine_pace,
     spread_of,
 )
-from attnbench.report.env_notes import machine_differences, software_differences
 from attnbench.report.groups import BAD_STATUSES, case_words
 from attnbench.report.match import Match
 
@@ -323,7 +323,7 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
     comparison.machine_notes = machine_differences(base_env, new_env)
     comparison.software_notes = software_differences(base_env, new_env)
     comparison.relative = relative
-    comparison.probes = (base_env.get("pace_probe"), new_env.get("pace_probe"))
+    comparison.probes = (base_env.pace_probe, new_env.pace_probe)
     return comparison
 
 

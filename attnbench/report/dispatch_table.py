@@ -12,7 +12,7 @@ from attnbench.core import axes
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
-from attnbench.records.run import Run, versions_of
+from attnbench.records.run import Run
 from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
 from attnbench.report.recommend import DEFAULT_BACKEND, Decision
@@ -62,8 +62,8 @@ def bucket_words(bucket: dict[str, Any]) -> str:
 
 def _run_entry(run: Run) -> dict[str, Any]:
     env = run.env
-    return {"run_id": run.run_id, "path": str(run.path), "timestamp": run.timestamp, "suite": env.get("suite_name"),
-            "git_commit": env.get("git_commit"), "versions": versions_of(run.env)}
+    return {"run_id": run.run_id, "path": str(run.path), "timestamp": run.timestamp, "suite": env.suite_name,
+            "git_commit": env.git_commit, "versions": run.env.versions()}
 
 
 def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
         "contested_by": [{"backend": b, "why": why, "value": value} for b, why, value in decision.contested],
         "run_ids": decision.run_ids,
-        "versions": versions_of(source.env) if source is not None else {},
+        "versions": source.env.versions() if source is not None else {},
     }
 
 

@@ -15,6 +15,7 @@ from attnbench.core import policy
 from attnbench.gpu.describe import describe, describe_span
 from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
+from attnbench.records.env import RunEnv
 from attnbench.records.record import Record
 from attnbench.report.findings import Findings
 from attnbench.report.plotting import Chart
@@ -296,40 +297,41 @@ def _environment() -> jinja2.Environment:
     return jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined, keep_trailing_newline=True)
 
 
-def env_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
+def env_rows(env: RunEnv, records: list[Record]) -> list[tuple[str, str]]:
     """The environment header as (label, value) pairs; missing keys are left out."""
     rows: list[tuple[str, str]] = []
-    device = env.get("device") or (records[0].device if records else None)
-    gpus = env.get("gpus") or []
+    device = env.device or (records[0].device if records else None)
+    gpus = env.gpus or []
     if device == "cuda" or gpus:
-        names = ", ".join(str(g.get("name")) for g in gpus if isinstance(g, dict)) or env.get("device_name") or "?"
+        names = ", ".join(str(g.get("name")) for g in gpus if isinstance(g, dict)) or env.device_name or "?"
         rows.append(("GPU", f"{names} ×{len(gpus)}" if len(gpus) > 1 else names))
-        if env.get("driver"):
-            rows.append(("driver / CUDA", f"{env.get('driver')} / CUDA {env.get('cuda') or '?'}"))
+        if env.driver:
+            rows.append(("driver / CUDA", f"{env.driver} / CUDA {env.cuda or '?'}"))
         rows += gpu_rows(env, records)
     else:
-        cpu = env.get("cpu") or env.get("device_name") or (records[0].device_name if records else "?")
+        cpu = env.cpu or env.device_name or (records[0].device_name if records else "?")
         rows.append(("CPU", str(cpu)))
-    versions = [f"torch {env['torch']}"] if env.get("torch") else []
-    for name, version in sorted((env.get("libraries") or {}).items()):
+    versions = [f"torch {env.torch}"] if env.torch else []
+    for name, version in sorted((env.libraries or {}).items()):
         if name == "torch" and versions:  # env.json lists torch among the libraries too: name it once
             continue
         versions.append(f"{name} {version}" if version else f"{name} not installed")
     if versions:
         rows.append(("libraries", ", ".join(versions)))
-    for label, key in (("date", "timestamp"), ("suite", "suite_name"), ("suite file", "suite_file"),
-                       ("git commit", "git_commit"), ("run", "run_id"), ("python", "python"), ("platform", "platform")):
-        if env.get(key):
-            rows.append((label, str(env[key])))
+    for label, value in (("date", env.timestamp), ("suite", env.suite_name), ("suite file", env.suite_file),
+                         ("git commit", env.git_commit), ("run", env.run_id), ("python", env.python),
+                         ("platform", env.platform)):
+        if value:
+            rows.append((label, str(value)))
     if not env:
         rows.append(("environment", "no env.json beside these results"))
     return rows
 
 
-def gpu_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]]:
+def gpu_rows(env: RunEnv, records: list[Record]) -> list[tuple[str, str]]:
     """Each GPU as read when the run started and as its records saw it while timing."""
     rows = []
-    states = [GpuState.from_dict(s) for s in env.get("gpu_state") or [] if isinstance(s, dict) and "index" in s]
+    states = [GpuState.from_dict(s) for s in env.gpu_state or [] if isinstance(s, dict) and "index" in s]
     for state in states:
         _, _, text = describe(state).partition(": ")
         rows.append((f"GPU {state.index} before the run" + (f" ({state.source})" if state.source else ""), text))
@@ -340,7 +342,7 @@ def gpu_rows(env: dict[str, Any], records: list[Record]) -> list[tuple[str, str]
     return rows
 
 
-def render_html(env: dict[str, Any], records: list[Record], findings: Findings, charts: list[Chart],
+def render_html(env: RunEnv, records: list[Record], findings: Findings, charts: list[Chart],
                 chart_notes: list[str], speedups: dict[Record, float], baseline: str | None, chart_width: int,
                 recommendation: dict[str, Any] | None = None, chart_files: bool = False,
                 trace_links: dict[Record, str] | None = None) -> str:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from attnbench.core import policy
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio, md_cell
+from attnbench.records.env import RunEnv
 from attnbench.records.record import Record, Status
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
@@ -54,14 +53,14 @@ def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
     return lines
 
 
-def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Findings, baseline: str | None,
+def render_markdown(env: RunEnv, groups: list[CaseGroup], findings: Findings, baseline: str | None,
                     chart_notes: list[str]) -> str:
     """The summary as Markdown text."""
-    where = env.get("device_name") or (", ".join(str(g.get("name")) for g in env.get("gpus") or []) or env.get("cpu"))
-    lines = [f"## attnbench: {md_cell(env.get('suite_name') or 'results')}", ""]
-    facts = [f"device: {where}" if where else "", f"torch {env['torch']}" if env.get("torch") else "",
-             f"commit {str(env['git_commit'])[:12]}" if env.get("git_commit") else "",
-             str(env.get("timestamp") or "")]
+    where = env.device_name or (", ".join(str(g.get("name")) for g in env.gpus or []) or env.cpu)
+    lines = [f"## attnbench: {md_cell(env.suite_name or 'results')}", ""]
+    facts = [f"device: {where}" if where else "", f"torch {env.torch}" if env.torch else "",
+             f"commit {str(env.git_commit)[:12]}" if env.git_commit else "",
+             str(env.timestamp or "")]
     facts_line = " · ".join(md_cell(f) for f in facts if f)
     if facts_line:
         lines += [facts_line, ""]

@@ -16,10 +16,11 @@ from urllib.parse import quote
 
 from attnbench.core.errors import ResultsError
 from attnbench.core.peaks import MeasuredRoofs
+from attnbench.records.env import RunEnv, read_env
 from attnbench.records.files import write_bytes_atomic
 from attnbench.records.folder import RunFolder, report_directory
 from attnbench.records.record import Record
-from attnbench.records.results import load_records, read_env, results_path
+from attnbench.records.results import load_records, results_path
 from attnbench.records.run import run_of
 from attnbench.report.baseline import choose_baseline, group_speedups
 from attnbench.report.charts import (
@@ -155,7 +156,7 @@ def build_charts(groups: list[CaseGroup], records: list[Record], baseline: str |
     return [Chart(name, title, png) for (name, title, _, _), png in zip(drawn, pngs, strict=False)], notes
 
 
-def recommendation_section(source: Path, records: list[Record], env: dict[str, Any]) -> dict[str, Any] | None:
+def recommendation_section(source: Path, records: list[Record], env: RunEnv) -> dict[str, Any] | None:
     """What `attnbench recommend` says of this run alone, or None when no bucket had two backends to choose between."""
     from attnbench.report.dispatch_table import html_section
 
@@ -180,10 +181,10 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def roofs_of(env: dict[str, Any]) -> MeasuredRoofs | None:
+def roofs_of(env: RunEnv) -> MeasuredRoofs | None:
     """The roofs a CPU run measured at its start (env.json); None for a GPU's run."""
     try:
-        return MeasuredRoofs.from_dict(env["roofs"]) if env.get("roofs") else None
+        return MeasuredRoofs.from_dict(env.roofs) if env.roofs else None
     except (KeyError, TypeError):
         return None
 
@@ -231,10 +232,10 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
     baseline = choose_baseline(records, baseline)
     groups = group_records(records)
     findings = build_findings(groups, records, baseline)
-    device_name = env.get("device_name") or next((r.device_name for r in records if r.device_name), None)
+    device_name = env.device_name or next((r.device_name for r in records if r.device_name), None)
     if peak_tflops is None:
-        peak_tflops = env.get("peak_tflops")  # the run's --peak-tflops
-    peak_bandwidth_gbs = env.get("peak_bandwidth_gbs")
+        peak_tflops = env.peak_tflops  # the run's --peak-tflops
+    peak_bandwidth_gbs = env.peak_bandwidth_gbs
     written: list[Path] = []
     charts: list = []
     notes: list[str] = []

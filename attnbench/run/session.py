@@ -13,6 +13,7 @@ from attnbench.backends.base import Backend
 from attnbench.backends.registry import default_registry
 from attnbench.core.case import Case
 from attnbench.core.errors import AttnbenchError
+from attnbench.records.env import RunEnv
 from attnbench.records.folder import RunFolder
 from attnbench.records.results import Record, ResultsWriter, key_of, replace_records
 from attnbench.run import calibration, compile_cache, forecast, precompile, rounds
@@ -208,7 +209,7 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
               predicted: Forecast, errors: Console, roofs: MeasuredRoofs | None = None) -> Started:
     """env.json written (or a resumed part added), and the measurements left."""
     env = collect_env(plan.device)
-    torch_version = env["torch"]
+    torch_version = RunEnv.from_dict(env).torch
     if options.resume:
         folder, tasks, done = resume_part(plan, options, directory, env, errors)
         folder.add_part({"timestamp": now(), "measurements": len(tasks), "already_done": done, "env": env,
@@ -229,7 +230,7 @@ def write_env(plan: Plan, options: RunOptions, directory: Path, mode: RunMode, c
                    timer=options.timer, cache_dir=str(cache), deterministic=mode.deterministic,
                    prediction=predicted.to_dict(), roofs=roofs.to_dict() if roofs else None)
         folder.write_env(env)
-    run_id = folder.env.get("run_id") or uuid.uuid4().hex[:12]
+    run_id = folder.facts.run_id or uuid.uuid4().hex[:12]
     return Started(tasks, run_id, folder, predicted, cache, mode, torch_version, roofs)
 
 
@@ -253,7 +254,7 @@ def announce(plan: Plan, options: RunOptions, directory: Path, run: Started, err
         how += f", one worker on each of devices {','.join(map(str, options.devices))}"
     how += ", deterministic kernels only" if mode.deterministic else ""
     errors.print(f"attnbench {plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends → "
-                 f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.folder.env['device_name']}, {how}) → "
+                 f"{len(run.tasks)} measurements{scope} on {plan.device} ({run.folder.facts.device_name}, {how}) → "
                  f"{directory}; predicted {forecast.fmt_duration(run.predicted.total_s)}")
     if run.unavailable:
         errors.print("not on this machine (every measurement of theirs is recorded skipped, with this reason):",
@@ -297,7 +298,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     else:  # a GPU's are its calibration's
         machine = calibration.cached_calibration(plan.device, run.cache)
         measured, bandwidth = tuple(sorted(machine.tflops.items())), machine.bandwidth_gbs
-    info = RunInfo(run.run_id, plan.suite.name, run.folder.env["device_name"], options.peak_tflops,
+    info = RunInfo(run.run_id, plan.suite.name, run.folder.facts.device_name, options.peak_tflops,
                    options.peak_bandwidth_gbs, measured, bandwidth, run.roofs)
     backends = {backend.name: backend for backend in plan.backends}
     precompiled, over_budget = (ahead.compiled_keys(), ahead.over_budget()) if ahead else ({}, {})
