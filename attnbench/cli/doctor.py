@@ -50,7 +50,7 @@ class Diagnosis:
     @property
     def gpu_state(self) -> list[dict[str, Any]]:
         """Each GPU's state from env.json's "gpu_state" (CUDA only; empty on CPU)."""
-        return self.environment.get("gpu_state") or []
+        return RunEnv.from_dict(self.environment).gpu_state or []
 
     @property
     def problems(self) -> list[BackendHealth]:

@@ -1,0 +1,67 @@
+"""Issue 55's seams held: outside records/ no env.json key is read by string, history/ imports nothing from
+report/, and one class holds a run's records with its environment (records.run.Run)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import fields
+from pathlib import Path
+
+from attnbench.records.env import ENV_TYPES, RunEnv
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
+ENV_KEYS = {f.name for f in fields(RunEnv)} - {"raw"} | set(ENV_TYPES)
+
+
+def sources(*skip: str) -> dict[Path, ast.Module]:
+    return {path: ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))
+            if path.relative_to(PACKAGE).parts[0] not in skip}
+
+
+def key_read(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """(what is read from, the key) for `x["key"]` and `x.get("key", ...)`."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return node.value, node.slice.value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and node.args and isinstance(node.args[0], ast.Constant)):
+        return node.func.value, node.args[0].value
+    return None
+
+
+def env_key_reads() -> list[str]:
+    """Each read of an env.json key from something named *env or *environment, outside records/."""
+    found = []
+    for path, tree in sources("records").items():
+        for node in ast.walk(tree):
+            read = key_read(node)
+            if read and read[1] in ENV_KEYS and ast.unparse(read[0]).lower().endswith(("env", "environment")):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_env_json_key_is_read_by_string_outside_records() -> None:
+    assert env_key_reads() == []
+
+
+def test_history_imports_nothing_from_report() -> None:
+    imported = [f"{path.name}: {node.module}" for path, tree in sources().items() if path.parent.name == "history"
+                for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("attnbench.report")]
+    imported += [f"{path.name}: {alias.name}" for path, tree in sources().items() if path.parent.name == "history"
+                 for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+                 if alias.name.startswith("attnbench.report")]
+    assert imported == []
+
+
+def test_one_class_holds_a_run_records_and_environment() -> None:
+    """A class with `records` beside an env.json (`env` not a process's variables) is a run; records/run.py's is
+    the one."""
+    holders = []
+    for path, tree in sources().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                names = {t.target.id: ast.unparse(t.annotation) for t in node.body if isinstance(t, ast.AnnAssign)
+                         and isinstance(t.target, ast.Name)}
+                if "records" in names and names.get("env", "dict[str, str]") != "dict[str, str]" or node.name == "Run":
+                    holders.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert holders == ["records/run.py:Run"]
