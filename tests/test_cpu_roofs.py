@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from attnbench.backends.registry import default_registry
 from attnbench.cli.main import app
 from attnbench.core.peaks import MatmulRoof, MeasuredRoofs
+from attnbench.records.env import read_env
 from attnbench.records.results import load_records
 from attnbench.report.findings import build_findings
 from attnbench.report.groups import group_records
@@ -88,7 +89,7 @@ def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(
     result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-isolate"])
     assert result.exit_code == 0, result.output
     env = json.loads((out / "env.json").read_text())
-    roofs = roofs_of(env)
+    roofs = roofs_of(read_env(out))
     assert roofs is not None and {m.dtype for m in roofs.matmul} == {"float32", "bfloat16"}
     assert env["roofs"]["copy_gbs"] == roofs.copy_gbs > 0 and "best" in env["roofs"]["method"]
     assert env["prediction"]["roofs_s"] > 0

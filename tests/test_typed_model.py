@@ -1,5 +1,6 @@
-"""Issue 55's seams held: outside records/ no env.json key is read by string, history/ imports nothing from
-report/, and one class holds a run's records with its environment (records.run.Run)."""
+"""Issue 55's seams held: outside records/ no env.json key is read by string and at most MAX_EXTRA_READS keys of a
+record's `extra` (its typed parts are records/parts.py's), history/ imports nothing from report/, and one class holds
+a run's records with its environment (records.run.Run)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from attnbench.records.env import ENV_TYPES, RunEnv
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
+MAX_EXTRA_READS = 10  # today 9: gpu/sample.py's GPU state (6, below records/), a re-pooled record's bimodal, and
+# whether a backend answered `deterministic` (2)
 ENV_KEYS = {f.name for f in fields(RunEnv)} - {"raw"} | set(ENV_TYPES)
 
 
@@ -37,6 +40,28 @@ def env_key_reads() -> list[str]:
             if read and read[1] in ENV_KEYS and ast.unparse(read[0]).lower().endswith(("env", "environment")):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def extra_key_reads() -> list[str]:
+    """Each read of a key of something named *extra outside records/: `extra["k"]`, `.get`, `.pop`, `in`."""
+    def is_extra(node: ast.expr) -> bool:
+        return ast.unparse(node).endswith(("extra", "extra or {}"))
+
+    found = []
+    for path, tree in sources("records").items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_extra(node.value)
+                    or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("get", "pop", "setdefault") and is_extra(node.func.value)
+                    or isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
+                    and any(is_extra(c) for c in node.comparators)):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_at_most_ten_extra_keys_are_read_outside_records() -> None:
+    found = extra_key_reads()
+    assert len(found) <= MAX_EXTRA_READS, "\n".join(found)
 
 
 def test_no_env_json_key_is_read_by_string_outside_records() -> None:

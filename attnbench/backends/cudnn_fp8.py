@@ -203,14 +203,14 @@ class CudnnFp8Backend(CudnnBackend):
             "plan_ms": 0.0 if cached else graph.plan_s * 1e3,
             "compile_s": (0.0 if cached else graph.compile_s) + first_call_s,
             "graph_cache": "hit" if cached else "built", "cudnn_plan": graph.plan,
-            "cudnn_backend_version": backend_string(int(cudnn.backend_version())),
+            "cudnn_backend_version": (version := backend_string(int(cudnn.backend_version()))),
             "workspace_bytes": int(workspace.numel()),
         }
         words = self.kernel_name(cudnn, case.unquantized, lay, graph, None).split(" sdpa (", 1)[1]
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"cudnn-frontend {cudnn.__version__} / cuDNN {extra['cudnn_backend_version']} sdpa_fp8 ({fmt}, "
+            kernel=f"cudnn-frontend {cudnn.__version__} / cuDNN {version} sdpa_fp8 ({fmt}, "
                    f"per-tensor descales, scale_s {S_SCALE[fmt]:g}, float16 out, {words}",
             to_canonical=lay.to_canonical,
             extra=extra,

@@ -10,6 +10,14 @@ from typing import Any
 from attnbench.core import axes, peaks
 from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
+from attnbench.records.parts import (
+    CorrectnessParts,
+    EnergyParts,
+    RoofParts,
+    SetupParts,
+    TimingParts,
+    part_of,
+)
 
 # Versions the loader reads: docs/results.md, "Schema versions".
 SCHEMA_VERSION = 2
@@ -142,6 +150,26 @@ class Record:
                 data[name] = list(data[name])
         data["status"] = str(self.status)
         return data
+
+    @property
+    def timing_parts(self) -> TimingParts:
+        return part_of(TimingParts, self.extra)
+
+    @property
+    def setup(self) -> SetupParts:
+        return part_of(SetupParts, self.extra)
+
+    @property
+    def checked(self) -> CorrectnessParts:
+        return part_of(CorrectnessParts, self.extra)
+
+    @property
+    def energy(self) -> EnergyParts:
+        return part_of(EnergyParts, self.extra)
+
+    @property
+    def roof(self) -> RoofParts:
+        return part_of(RoofParts, self.extra)
 
     @property
     def key(self) -> tuple:

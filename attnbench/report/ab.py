@@ -164,7 +164,7 @@ class AbResult:
 
 def round_medians(record: Any) -> dict[int, float]:
     """A record's round medians by round number (extra.rounds' `round`, else its position)."""
-    rounds = (record.extra or {}).get("rounds") or []
+    rounds = record.timing_parts.rounds or []
     return {int(r.get("round", i)): float(r["median_ms"]) for i, r in enumerate(rounds)
             if r.get("median_ms") is not None and r["median_ms"] > 0}
 

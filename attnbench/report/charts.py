@@ -140,8 +140,7 @@ def _legend_handles(backends: list[str], styles: dict[str, BackendStyle], status
 
 def group_roof(group: CaseGroup) -> float | None:
     """The compute roof the group's records were judged against (a CPU's measured one): their extra.peak."""
-    roofs = [float(r.extra["peak"]) for r in group.records if (r.extra or {}).get("peak_bound") == "compute"
-             and (r.extra or {}).get("peak")]
+    roofs = [float(r.roof.peak) for r in group.records if r.roof.peak_bound == "compute" and r.roof.peak]
     return max(roofs) if roofs else None
 
 
@@ -403,7 +402,7 @@ def correctness_chart(records: list[Record], styles: dict[str, BackendStyle]) ->
 
 def setup_records(records: list[Record]) -> list[Record]:
     """The records whose backend's setup was measured (`extra.setup_ms`), with a median call to weigh it by."""
-    return [r for r in records if (r.extra or {}).get("setup_ms") is not None and r.time_ms]
+    return [r for r in records if r.setup.setup_ms is not None and r.time_ms]
 
 
 def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figure:
@@ -415,7 +414,7 @@ def setup_chart(records: list[Record], styles: dict[str, BackendStyle]) -> Figur
     ax_ms, ax_calls = fig.subplots(1, 2, sharey=True)
     for y, backend in enumerate(backends):
         mine = [r for r in rows if r.backend == backend]
-        setup = [max(float(r.extra["setup_ms"]), 1e-3) for r in mine]
+        setup = [max(float(r.setup.setup_ms), 1e-3) for r in mine]
         calls = [s / float(r.time_ms) for s, r in zip(setup, mine, strict=False)]
         style = styles[backend]
         for ax, values in ((ax_ms, setup), (ax_calls, calls)):

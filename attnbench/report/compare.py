@@ -361,6 +361,6 @@ def repeat_words(record: Record) -> str:
     """A record's difference between its two calls: '<tensor> by up to <diff>', '' when they agreed."""
     if not record.unrepeatable:
         return ""
-    extra = record.extra or {}
-    diff = extra.get("repeat_max_diff")
-    return f"{extra.get('repeat_tensor')} " + (f"by up to {diff:.3g}" if diff is not None else "by a NaN or Inf")
+    checked = record.checked
+    diff = checked.repeat_max_diff
+    return f"{checked.repeat_tensor} " + (f"by up to {diff:.3g}" if diff is not None else "by a NaN or Inf")

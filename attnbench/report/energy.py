@@ -18,7 +18,7 @@ MAX_PANELS = 6  # the case groups with the most measured points
 
 def energy_records(records: list[Record]) -> list[Record]:
     """The `ok` records whose loop gave an energy per token."""
-    return [r for r in records if r.status == Status.OK and (r.extra or {}).get("joules_per_token")]
+    return [r for r in records if r.status == Status.OK and r.energy.joules_per_token]
 
 
 def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Figure:
@@ -39,10 +39,10 @@ def energy_chart(groups: list[CaseGroup], styles: dict[str, BackendStyle]) -> Fi
             style = styles[backend]
             seen[backend] = style
             xs = [int(getattr(r, field)) for r in mine]
-            ys = [float(r.extra["joules_per_token"]) * 1e3 for r in mine]
+            ys = [float(r.energy.joules_per_token) * 1e3 for r in mine]
             ax.plot(xs, ys, color=style.color, linewidth=1.6)
             for x, y, r in zip(xs, ys, mine, strict=False):
-                hollow = bool(r.extra.get("energy_throttled")) or bool(r.throttled)
+                hollow = bool(r.energy.energy_throttled) or bool(r.throttled)
                 ax.plot([x], [y], marker=style.marker, color=style.color, linestyle="none", markersize=7,
                         markerfacecolor="white" if hollow else style.color)
         log2_x(ax, lengths, "KV length" if field == "kv_seq_len" else "sequence length")

@@ -165,15 +165,15 @@ def implausible_failures(records: list[Record]) -> list[Failure]:
     grouped: dict[tuple[str, str, str, tuple[str, ...], str], list[Record]] = {}
     for r in records:
         if r.status == Status.IMPLAUSIBLE:
-            found = (r.extra or {}).get("implausible") or {}
+            found = r.checked.implausible or {}
             kinds = tuple(k for k in ("compute", "memory") if k in found)
             key = (str(r.backend), str(r.device_name), str(r.dtype), kinds, str(found.get("was", "")))
             grouped.setdefault(key, []).append(r)
     every = {case_words(r) for r in records}
     failures = []
     for (backend, device_name, dtype, kinds, was), members in sorted(grouped.items()):
-        spans = {k: times_words(min(float(r.extra["implausible"][k]) for r in members),
-                                max(float(r.extra["implausible"][k]) for r in members)) for k in kinds}
+        spans = {k: times_words(min(float(r.checked.implausible[k]) for r in members),
+                                max(float(r.checked.implausible[k]) for r in members)) for k in kinds}
         what = "these timings are" if len(members) > 1 else "the timing is"
         words = beyond_words(device_name, dtype, spans.get("compute"), spans.get("memory"), what) if kinds else None
         reason = (f"{words}, never ranked" + (f"; each was {was} too (reasons in the table)" if was else "")
@@ -192,10 +192,10 @@ def repeat_lines(records: list[Record]) -> list[str]:
         lines.append(f"{len(differed)} of {len(compared)} compared measurements were not repeatable: two calls on the "
                      "same inputs gave different bits (≠ after the status in the tables).")
     for r in differed[:MAX_REPEAT_LINES]:
-        extra = r.extra or {}
-        diff = extra.get("repeat_max_diff")
+        checked = r.checked
+        diff = checked.repeat_max_diff
         size = f"by up to {fmt_float(diff, 2)}" if diff is not None else "by a NaN or Inf in one call only"
-        lines.append(f"Not repeatable: {r.backend} on {case_words(r)}: {extra.get('repeat_tensor')} differs "
+        lines.append(f"Not repeatable: {r.backend} on {case_words(r)}: {checked.repeat_tensor} differs "
                      f"{size} between two calls.")
     if len(differed) > MAX_REPEAT_LINES:
         lines.append(f"… and {len(differed) - MAX_REPEAT_LINES} more not repeatable (≠ in the tables).")
@@ -216,10 +216,10 @@ MAX_ROOF_LINES = 8  # records above their roof named one by one; the tables show
 def roof_lines(records: list[Record]) -> list[str]:
     """Every timed record above 100% of its roof (extra.above_roof): no kernel outruns the machine, so the roof is
     wrong."""
-    above = [r for r in records if r.status in TIMED and (r.extra or {}).get("above_roof")]
+    above = [r for r in records if r.status in TIMED and r.roof.above_roof]
     lines = []
     for r in above[:MAX_ROOF_LINES]:
-        source = str((r.extra or {}).get("peak_source") or "its roof")
+        source = str(r.roof.peak_source or "its roof")
         why = ("measured under load, or on too small a matmul: re-run on a quiet machine, or give --peak-tflops"
                if source.startswith("measured roof") else "that roof is below what this device reached")
         lines.append(f"Above its roof: {r.backend} on {case_words(r)} reached {float(r.percent_of_peak):.0f}% "
@@ -234,11 +234,11 @@ def dtype_lines(records: list[Record]) -> list[str]:
     float64 reference, so each backend's error is given as a share of the reference's scale."""
     cases: dict[str, list[Record]] = {}
     for r in records:
-        if r.status in TIMED and (r.extra or {}).get("dtype_limited"):
+        if r.status in TIMED and r.checked.dtype_limited:
             cases.setdefault(str(r.case_id), []).append(r)
     lines = []
     for members in list(cases.values())[:MAX_DTYPE_LINES]:
-        naive, scale = (members[0].extra.get(k) for k in ("naive_relative_error", "reference_scale"))
+        naive, scale = members[0].checked.naive_relative_error, members[0].checked.reference_scale
         errors = ", ".join(f"{r.backend} {100 * float(r.max_abs_error) / scale:.2g}%" for r in members
                            if scale and r.max_abs_error is not None)
         off = "NaN or Inf" if naive is None else f"off by {100 * naive:.0f}% of the reference's scale"

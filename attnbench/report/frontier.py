@@ -41,7 +41,7 @@ def kind_of(record: Record) -> str:
         return "qkv"
     if record.kv_dtype:
         return "kv"
-    return "internal" if (record.extra or {}).get("quantized") == "internal" else "original"
+    return "internal" if record.checked.quantized == "internal" else "original"
 
 
 def format_of(record: Record) -> str:
@@ -59,8 +59,8 @@ def format_of(record: Record) -> str:
 
 def error_vs_original(record: Record) -> float | None:
     """The relative L2 error of the record's output against the reference on the original inputs."""
-    extra = record.extra or {}
-    metric = extra.get("error_vs_original") or (extra.get("kernel_error") if kind_of(record) in ("original",
+    checked = record.checked
+    metric = checked.error_vs_original or (checked.kernel_error if kind_of(record) in ("original",
                                                                                                 "internal") else None)
     value = (metric or {}).get("rel_l2")
     return float(value) if value is not None and math.isfinite(value) else None

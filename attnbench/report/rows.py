@@ -35,8 +35,8 @@ def sort_value(record: Record, key: str, speedup: float | None) -> str:
     """The raw value a numeric column sorts by ('' when absent)."""
     raw = {
         "iqr": record.time_ms_iqr, "memory": record.peak_memory_bytes, "speedup": speedup,
-        "setup": (record.extra or {}).get("setup_ms"),
-        "measured_percent": (record.extra or {}).get("percent_of_measured_peak"),
+        "setup": record.setup.setup_ms,
+        "measured_percent": record.roof.percent_of_measured_peak,
         "rel_l2_original": rel_l2_original(record),
         "interval": record.ci_high_ms - record.ci_low_ms if record.ci_high_ms is not None
         and record.ci_low_ms is not None else None,
@@ -55,7 +55,7 @@ def _percent_of_peak_text(record: Record) -> str:
         return ""
     if record.status == Status.IMPLAUSIBLE:  # beyond the datasheet: records.record.judged
         return f"{record.percent_of_peak:.1f}% (beyond physics: the timing is broken)"
-    above = (record.extra or {}).get("above_roof")
+    above = record.roof.above_roof
     return f"{record.percent_of_peak:.1f}%" + (" (over its roof: the roof is wrong)" if above else "")
 
 
@@ -75,7 +75,7 @@ _DISPLAY: dict[str, Callable[[Record, float | None], str]] = {
     "tflops": lambda r, _: _optional(r.tflops, fmt_float),
     "bandwidth_gbs": lambda r, _: _optional(r.bandwidth_gbs, fmt_float),
     "percent_of_peak": lambda r, _: _percent_of_peak_text(r),
-    "measured_percent": lambda r, _: _optional((r.extra or {}).get("percent_of_measured_peak"),
+    "measured_percent": lambda r, _: _optional(r.roof.percent_of_measured_peak,
                                                lambda v: f"{v:.1f}%"),
     "speedup": lambda _, speedup: _optional(speedup, fmt_ratio),
     "memory": lambda r, _: _optional(r.peak_memory_bytes, fmt_bytes),
@@ -99,9 +99,8 @@ def display_value(record: Record, key: str, speedup: float | None) -> str:
 def rel_l2_original(record: Record) -> float | None:
     """The relative L2 error against the float64 reference on the original inputs (where attnbench quantized
     nothing, the kernel error)."""
-    extra = record.extra or {}
-    metric = extra.get("error_vs_original") or (None if extra.get("quantized") == "attnbench"
-                                                 else extra.get("kernel_error"))
+    checked = record.checked
+    metric = checked.error_vs_original or (None if checked.quantized == "attnbench" else checked.kernel_error)
     return None if not metric or metric.get("rel_l2") is None else float(metric["rel_l2"])
 
 
@@ -137,11 +136,11 @@ def ran_text(record: Record, trace: bool = True) -> str:
 
 def setup_text(record: Record) -> str:
     """The one-time setup in ms, with its largest reported part named ("4120 (compile 3980)"); '' when none."""
-    extra = record.extra or {}
-    if extra.get("setup_ms") is None:
+    setup = record.setup
+    if setup.setup_ms is None:
         return ""
-    text = fmt_ms(extra["setup_ms"])
-    named = {k: v for k, v in (extra.get("setup_parts") or {}).items() if k != "other"}
+    text = fmt_ms(setup.setup_ms)
+    named = {k: v for k, v in (setup.setup_parts or {}).items() if k != "other"}
     if named:
         part, value = max(named.items(), key=lambda kv: kv[1])
         text += f" ({part} {fmt_ms(value)})"

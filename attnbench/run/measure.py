@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Unsupported, first_line
 from attnbench.backends.conformance import conformance_problem
+from attnbench.records.parts import SetupParts, part_of
 from attnbench.run import stages as stage
 from attnbench.run.heap import release_memory
 from attnbench.run.profiled import Profiled
@@ -227,7 +228,7 @@ class Progress:
             fields.update(ran.fields)
             extra.update(ran.extra)
             extra["setup_ms"] += ran.profile_ms + ran.trace_ms
-            extra["setup_parts"] = {**extra["setup_parts"], "profile": ran.profile_ms,
+            extra["setup_parts"] = {**(part_of(SetupParts, extra).setup_parts or {}), "profile": ran.profile_ms,
                                     **({"trace": ran.trace_ms} if ran.trace_ms else {})}
             extra["integrity"] = self.kernels.checks
         if self.numbers is not None:

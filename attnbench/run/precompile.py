@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attnbench.records.parts import SetupParts, part_of
 from attnbench.run.child import ChildDied, ChildProcess, child_main, join_threads, requests
 
 if TYPE_CHECKING:
@@ -293,10 +294,10 @@ def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str
         if why:
             return "skipped", kernels, hits, why, tuple(modules)
         try:
-            extra = prepare(case_data(case), backend).extra
-            kernels += int(extra.get("kernels_compiled", 0))
-            hits += int(extra.get("cache_hits", 0))
-            modules += extra.get("jit_built", [])
+            setup = part_of(SetupParts, prepare(case_data(case), backend).extra)
+            kernels += int(setup.kernels_compiled or 0)
+            hits += int(setup.cache_hits or 0)
+            modules += setup.jit_built or []
         except Unsupported as exc:
             return "skipped", kernels, hits, str(exc), tuple(modules)
         except Exception as exc:  # noqa: BLE001 - the measurement meets and records any failure

@@ -11,6 +11,7 @@ from attnbench.core import counting
 from attnbench.core.interval import Interval, median_interval, run_interval, summarize, two_modes
 from attnbench.core.peaks import MeasuredRoofs, peak_for, roofs_peak
 from attnbench.core.units import clipped
+from attnbench.records.parts import SetupParts, part_of
 from attnbench.records.record import judged
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
@@ -141,13 +142,12 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
     return percent, extra
 
 
-# The one-time setup parts a backend's `prepare` reports in `extra`: (name in setup_parts, key, ms per unit).
-SETUP_PARTS = (("mask_build", "mask_build_s", 1e3), ("compile", "compile_s", 1e3), ("plan", "plan_ms", 1.0))
-
-
 def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """In ms: `setup_ms` is all of `prepare`."""
-    parts = {name: float(extra[key]) * scale for name, key, scale in SETUP_PARTS if extra.get(key) is not None}
+    """In ms: `setup_ms` is all of `prepare`; its parts are those `prepare` reports in `extra`."""
+    setup = part_of(SetupParts, extra)
+    parts = {name: float(value) * scale for name, value, scale in (
+        ("mask_build", setup.mask_build_s, 1e3), ("compile", setup.compile_s, 1e3), ("plan", setup.plan_ms, 1.0))
+        if value is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
     return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
 
@@ -167,7 +167,7 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     extra.pop("bimodal", None)
     extra.update({k: v for k, v in timing_extra(samples, None).items() if k == "bimodal"})
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"], info,
-                                                            extra.get("fp32_math"))
+                                                            record.checked.fp32_math)
     extra.update(peak_extra, rounds=rounds)
     return judged(dataclasses.replace(record, **fields, extra=extra))
 

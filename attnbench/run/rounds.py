@@ -100,7 +100,7 @@ def window_ms(record: Record, settings: TimingSettings) -> float:
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
     """What the windows a too-wide record lacks cost (ms)."""
     samples = list(record.times_ms or [])
-    windows = [w["median_ms"] for w in record.extra.get("rounds") or []] or [statistics.median(samples)]
+    windows = [w["median_ms"] for w in record.timing_parts.rounds or []] or [statistics.median(samples)]
     made = run_interval(samples, windows, record.device, settings.confidence)
     needed = windows_needed(made.windows, made.windows_part, settings.precision)
     return max(1, needed - made.windows) * window_ms(record, settings)
@@ -121,7 +121,7 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
     while rounds.refine_pass():
         after_round(records)
     rounds.result.refine_s = rounds.spent_ms / 1e3
-    unmade = [i for i in chosen if "rounds" not in records[i].extra]  # too slow for a later round
+    unmade = [i for i in chosen if records[i].timing_parts.rounds is None]  # too slow for a later round
     for i in unmade:
         records[i] = dataclasses.replace(records[i], extra={**records[i].extra, "rounds": rounds.history[i]})
     if unmade:

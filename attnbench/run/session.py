@@ -376,7 +376,7 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
 def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Outcome:
     backends = {backend.name: backend for backend in plan.backends}
     compile_cache.note_compiled(run.cache, run.torch_version, (
-        key for r in records if "compile_s" in r.extra and r.backend in backends
+        key for r in records if r.setup.compile_s is not None and r.backend in backends
         and (key := backends[r.backend].compile_key(case_of(r))) is not None))
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)

@@ -96,25 +96,25 @@ class Phases:
 
 def record_phases(record: Record) -> dict[str, float]:
     """A measurement's seconds by phase, from what its record holds."""
-    extra = record.extra
+    timing, setup = record.timing_parts, record.setup
     samples = sum(record.times_ms or ()) / 1e3
-    warmup = float(extra.get("warmup_ms") or 0.0) / 1e3
+    warmup = float(timing.warmup_ms or 0.0) / 1e3
     phases = {"samples": samples, "warmup": warmup,
-           "sustain": float((extra.get("sustain") or {}).get("ms") or 0.0) / 1e3,
-           "reference": float(extra.get("reference_s") or 0.0)}
-    parts = extra.get("setup_parts")
+           "sustain": float((timing.sustain or {}).get("ms") or 0.0) / 1e3,
+           "reference": float(timing.reference_s or 0.0)}
+    parts = setup.setup_parts
     if parts is None:  # written before setup_parts: what prepare reported
-        parts = {p: float(extra[k]) * 1e3 for p, k in (("compile", "compile_s"), ("mask_build", "mask_build_s"))
-                 if extra.get(k) is not None}
+        parts = {p: float(s) * 1e3 for p, s in (("compile", setup.compile_s), ("mask_build", setup.mask_build_s))
+                 if s is not None}
     for part, ms in parts.items():
         phase = SETUP_PHASES.get(part, "prepare")
         phases[phase] = phases.get(phase, 0.0) + float(ms) / 1e3
-    if "phases_ms" not in extra and extra.get("check_ms"):  # written before phases_ms: a forward's checked call
-        phases["check"] = float(extra["check_ms"]) / 1e3
-    for phase, ms in (extra.get("phases_ms") or {}).items():
+    if timing.phases_ms is None and timing.check_ms:  # written before phases_ms: a forward's checked call
+        phases["check"] = float(timing.check_ms) / 1e3
+    for phase, ms in (timing.phases_ms or {}).items():
         phases[phase] = phases.get(phase, 0.0) + float(ms) / 1e3
-    if "check" in phases and extra.get("check_sampled"):  # the checked call is a sample too
-        phases["check"] = max(0.0, phases["check"] - float(extra.get("check_call_ms") or 0.0) / 1e3)
+    if "check" in phases and timing.check_sampled:  # the checked call is a sample too
+        phases["check"] = max(0.0, phases["check"] - float(timing.check_call_ms or 0.0) / 1e3)
     if "timer" in phases:  # the timer stage's wall holds its samples and warm-up
         phases["timer"] = max(0.0, phases["timer"] - samples - warmup)
     return {name: seconds for name, seconds in phases.items() if seconds}
@@ -131,11 +131,11 @@ class Tally:
     phases: dict[str, float] = field(default_factory=dict)
 
     def add(self, record: Record) -> None:
-        extra = record.extra
-        check = 0.0 if extra.get("check_sampled") else float(extra.get("check_call_ms") or 0.0)
-        loop = float((extra.get("sustain") or {}).get("ms") or 0.0)
-        self.timed_s += (sum(record.times_ms) + float(extra.get("warmup_ms") or 0.0) + check + loop) / 1e3
-        self.reference_s += float(record.extra.get("reference_s") or 0.0)
+        timing = record.timing_parts
+        check = 0.0 if timing.check_sampled else float(timing.check_call_ms or 0.0)
+        loop = float((timing.sustain or {}).get("ms") or 0.0)
+        self.timed_s += (sum(record.times_ms) + float(timing.warmup_ms or 0.0) + check + loop) / 1e3
+        self.reference_s += float(timing.reference_s or 0.0)
         for name, seconds in record_phases(record).items():
             self.phases[name] = self.phases.get(name, 0.0) + seconds
 

@@ -23,11 +23,11 @@ class Metric:
         if self.name == "time":
             value = record.time_ms
             return float(value) if value is not None and value > 0 else None
-        extra = record.extra or {}
-        if extra.get("energy_mj") is not None:
-            return float(extra["energy_mj"])
-        if extra.get("joules_per_token") is not None:  # tokens per call: batch × query length
-            return float(extra["joules_per_token"]) * 1e3 * int(record.batch) * int(record.seq_len)
+        energy = record.energy
+        if energy.energy_mj is not None:
+            return float(energy.energy_mj)
+        if energy.joules_per_token is not None:  # tokens per call: batch × query length
+            return float(energy.joules_per_token) * 1e3 * int(record.batch) * int(record.seq_len)
         return None
 
     def interval(self, record: Record) -> tuple[float, float] | None:

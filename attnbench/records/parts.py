@@ -1,0 +1,80 @@
+"""A record's `extra` read as typed parts, each key declared once here (docs/results.md names them); None where the
+record does not state one. `extra` itself stays the stored form, and what a plugin adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+Part = TypeVar("Part")
+
+
+def part_of(kind: type[Part], extra: dict[str, Any] | None) -> Part:
+    """`kind` filled from `extra`'s keys of its fields' names."""
+    extra = extra or {}
+    return kind(**{f.name: extra.get(f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TimingParts:
+    """What the timer did besides the samples: warm-up, the checked call, the sustained loop, phases, rounds."""
+
+    warmup_ms: float | None = None
+    check_ms: float | None = None
+    check_sampled: bool | None = None
+    check_call_ms: float | None = None
+    sustain: dict[str, Any] | None = None
+    phases_ms: dict[str, float] | None = None
+    reference_s: float | None = None
+    rounds: list[dict[str, Any]] | None = None
+    bimodal: dict[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class SetupParts:
+    """One-time work outside the timed call: setup, compile, mask, plan, and the JIT modules built or loaded."""
+
+    setup_ms: float | None = None
+    setup_parts: dict[str, float] | None = None
+    compile_s: float | None = None
+    mask_build_s: float | None = None
+    plan_ms: float | None = None
+    kernels_compiled: int | None = None
+    cache_hits: int | None = None
+    jit_built: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class CorrectnessParts:
+    """The check's detail: a quantized case's errors, a repeat's difference, the reference's own, the roofs broken."""
+
+    error_vs_original: dict[str, Any] | None = None
+    kernel_error: dict[str, Any] | None = None
+    quantized: str | None = None
+    repeat_max_diff: float | None = None
+    repeat_tensor: str | None = None
+    naive_relative_error: float | None = None
+    reference_scale: float | None = None
+    implausible: dict[str, Any] | None = None
+    fp32_math: str | None = None
+    dtype_limited: bool | None = None
+
+
+@dataclass(frozen=True)
+class EnergyParts:
+    """Energy per call and per token from the sustained loop."""
+
+    energy_mj: float | None = None
+    joules_per_token: float | None = None
+    energy_throttled: bool | None = None
+
+
+@dataclass(frozen=True)
+class RoofParts:
+    """The roof the record was placed against, and whether its timing beat it."""
+
+    peak: float | None = None
+    peak_bound: str | None = None
+    peak_source: str | None = None
+    percent_of_measured_peak: float | None = None
+    above_roof: bool | None = None
