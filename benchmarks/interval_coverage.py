@@ -38,7 +38,7 @@ from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.core.policy import MIN_BACKEND_CASES  # noqa: E402
 from attnbench.records.env import read_env  # noqa: E402
 from attnbench.records.results import stored_results  # noqa: E402
-from attnbench.report.change_rule import machine_pace, observed_spread  # noqa: E402
+from attnbench.stats.change_rule import machine_pace, observed_spread  # noqa: E402
 
 
 def run_batch(out: Path, runs: int, suite: str) -> None:

@@ -43,10 +43,10 @@ def render_all(out: Path) -> None:
     import attnbench.report.render as render
     from attnbench.core.errors import AttnbenchError
     from attnbench.records.results import load_records
-    from attnbench.report.ab import pair_up
     from attnbench.report.ab_text import to_html, to_markdown
     from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_markdown, comparison_table
+    from attnbench.stats.ab import pair_up
 
     render._pngs = lambda tasks: [b"" for _ in tasks]
     for run in runs():

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
-from attnbench.report.ab import Paired, min_pairs, pair_up
 from attnbench.run.ab import order
+from attnbench.stats.ab import Paired, min_pairs, pair_up
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = """\

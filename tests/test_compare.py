@@ -13,11 +13,11 @@ from rich.console import Console
 
 from attnbench.core.errors import ResultsError
 from attnbench.records.results import stored_lines
-from attnbench.report.change_rule import machine_pace
 from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
-from attnbench.report.match import Match
 from attnbench.run.pace_probe import WORKLOAD
+from attnbench.stats.change_rule import machine_pace
+from attnbench.stats.match import Match
 
 DATA = Path(__file__).parent / "data"
 BASE, NEW = DATA / "compare-base", DATA / "compare-new"

@@ -201,8 +201,8 @@ def test_a_profiler_that_cannot_run_gives_null_kernels_with_a_reason() -> None:
 
 
 def test_recommend_never_chooses_an_overhead_or_wrong_kernel_record() -> None:
-    from attnbench.report.pooling import trouble
     from attnbench.stats.metric import TIME
+    from attnbench.stats.pooling import trouble
 
     clean = dataclasses.replace(quick_flash(), time_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.1, noisy=False, overhead=None)
     assert trouble(clean, TIME) is None

@@ -13,7 +13,7 @@ import typer
 from attnbench.cli import options as opts
 from attnbench.cli.app import StopFlag, app, err, out, user_errors
 from attnbench.core.errors import AttnbenchError
-from attnbench.report.ab import DEFAULT_THRESHOLD, min_pairs
+from attnbench.stats.ab import DEFAULT_THRESHOLD, min_pairs
 
 DEFAULT_ROUNDS = 6
 
@@ -38,10 +38,10 @@ def ab(
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
-    from attnbench.report.ab import pair_up
     from attnbench.report.ab_text import write_summary
     from attnbench.run import ab as paired
     from attnbench.run import session
+    from attnbench.stats.ab import pair_up
 
     plugin = plugin or []
     backend = backend or []

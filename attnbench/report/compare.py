@@ -14,7 +14,8 @@ from attnbench.core.policy import MIN_BACKEND_CASES
 from attnbench.records.env import machine_differences, read_env, software_differences
 from attnbench.records.record import Record, Status
 from attnbench.records.results import load_records, results_path
-from attnbench.report.change_rule import (
+from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.stats.change_rule import (
     BackendShift,
     MachinePace,
     Pace,
@@ -26,8 +27,7 @@ from attnbench.report.change_rule import (
     machine_pace,
     spread_of,
 )
-from attnbench.report.groups import BAD_STATUSES, case_words
-from attnbench.report.match import Match
+from attnbench.stats.match import Match
 
 
 @dataclass

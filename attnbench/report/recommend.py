@@ -14,8 +14,8 @@ from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
 from attnbench.report.dispatch import FEATURES, Shape, bucket_key
-from attnbench.report.pooling import Entry, pool
 from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
+from attnbench.stats.pooling import Entry, pool
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 

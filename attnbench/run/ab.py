@@ -160,7 +160,7 @@ class Ab:
 
 
 def round_entry(number: int, samples: list[float]) -> dict[str, Any]:
-    """A round as extra.rounds holds it, numbered: attnbench.report.ab matches the pairs on it."""
+    """A round as extra.rounds holds it, numbered: attnbench.stats.ab matches the pairs on it."""
     import statistics
 
     return {"round": number, "samples": len(samples), "median_ms": statistics.median(samples)}

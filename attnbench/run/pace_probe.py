@@ -1,5 +1,5 @@
 """The machine's own pace through a run: one fixed workload timed in short windows between measurements, so
-`compare` can divide out the machine's drift (attnbench.report.change_rule). Attention in torch's own operators at
+`compare` can divide out the machine's drift (attnbench.stats.change_rule). Attention in torch's own operators at
 one shape, on the CPU: a GPU's pace is far steadier (core.policy), and a probe there would hold a CUDA context in
 the parent."""
 
