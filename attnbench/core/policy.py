@@ -42,6 +42,7 @@ PRIOR_WINDOWS = 4
 PRIOR_RATIOS = 8
 NOISE_THRESHOLD = 0.10  # IQR share that makes a record without an interval noisy
 CHANGE_THRESHOLD = 0.10  # asv's default factor
+AB_THRESHOLD = 0.05  # a paired A/B's smallest change: interleaved rounds cancel the drift compare must allow
 FAMILY_ALPHA = 0.05  # Bonferroni-corrected
 MIN_BACKEND_CASES = 3
 # CUDA events beside the host's time per call (attnbench.timing.bracket), not fitted: events that saw under a tenth

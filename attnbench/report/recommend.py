@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
-from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
@@ -91,7 +91,7 @@ def _ratio(mine: list[Number], theirs: list[Number]) -> float:
 
 
 def _band(n: Number, noise: float) -> tuple[float, float]:
-    """A number's interval widened by the device's run-to-run noise around its median (RUN_TO_RUN_NOISE)."""
+    """A number's interval widened by the device's run-to-run noise around its median (policy.run_to_run_noise)."""
     return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
 
 
@@ -124,7 +124,7 @@ def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> Decision:
     first = next(iter(cases[0].values())).latest
     case_ids = [next(iter(c.values())).case_id for c in cases]
     decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
-                        noise=RUN_TO_RUN_NOISE.get(str(first.device), RUN_TO_RUN_NOISE["cpu"]))
+                        noise=policy.run_to_run_noise(str(first.device)))
     backends = sorted({b for c in cases for b in c})
     for backend in backends:
         entries = [c.get(backend) for c in cases]

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnbench.core import policy
 from attnbench.core.interval import CONFIDENCE, median_interval, rank
 
 # The smallest change called a regression or an improvement (B/A beyond 1 ± this).
-DEFAULT_THRESHOLD = 0.05
+DEFAULT_THRESHOLD = policy.AB_THRESHOLD
 # B's statuses, where A's is `ok`, that mean B broke the measurement.
 BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
 VERDICTS = ("slower", "faster", "within", "unchanged")

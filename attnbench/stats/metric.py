@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbench.core.interval import CONFIDENCE, RUN_TO_RUN_NOISE, median_interval
+from attnbench.core import policy
+from attnbench.core.interval import CONFIDENCE, median_interval
 from attnbench.records.record import Record
 
 # Energy per call has no interval: it is taken as known to the counter's resolution (attnbench.timing.energy).
@@ -39,7 +40,7 @@ class Metric:
         level = record.ci_level
         if stored is not None and level is not None and level < CONFIDENCE and record.ci_source is None:
             # written before ci_source: the span of under 6 samples is no interval
-            noise = RUN_TO_RUN_NOISE.get(str(record.device), RUN_TO_RUN_NOISE["cpu"])
+            noise = policy.run_to_run_noise(str(record.device))
             median = float(record.time_ms)
             return median * (1 - noise), median * (1 + noise)
         if stored is not None:
