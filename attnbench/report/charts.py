@@ -27,6 +27,7 @@ from attnbench.report.plotting import (
     log2_x,
 )
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
+from attnbench.stats.bands import chart_band
 
 # A group chart's title and skip note wrap at these many characters, each line this share of the figure's height.
 TITLE_CHARS, TITLE_LINE = 120, 0.03
@@ -34,18 +35,6 @@ NOTE_CHARS, NOTE_LINE = 200, 0.018
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use
 # Drawn as an X: no time, or (implausible) one beyond the GPU's datasheet, which is no measurement.
 FAILED = ("oom", "error", "timeout", "skipped", "implausible")
-
-
-def _band(record: Record) -> tuple[float, float]:
-    """The band around a median: its interval, else the samples' 25th and 75th percentile, else median ± IQR/2."""
-    if record.ci_low_ms is not None and record.ci_high_ms is not None:
-        return float(record.ci_low_ms), float(record.ci_high_ms)
-    samples = record.times_ms or []
-    if len(samples) >= 2:
-        q1, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 75])
-        return float(q1), float(q3)
-    median, iqr = float(record.time_ms), float(record.time_ms_iqr or 0.0)
-    return max(median - iqr / 2, median * 1e-3), median + iqr / 2
 
 
 def _mark_failures(ax: Any, failures: list[tuple[int, str, str]], styles: dict[str, BackendStyle]) -> None:
@@ -152,7 +141,7 @@ def _latency_panel(ax: Any, group: CaseGroup, backends: list[str], styles: dict[
         px, py, flags = _series(group, backend, lambda r: r.time_ms)
         _plot_series(ax, px, py, flags, styles[backend])
         if len(px) > 1:
-            bands = [_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
+            bands = [chart_band(cells[(backend, x)]) if math.isfinite(y) else (math.nan, math.nan)
                      for x, y in zip(px, py, strict=False)]
             ax.fill_between(px, [b[0] for b in bands], [b[1] for b in bands], color=styles[backend].color,
                             alpha=0.18, linewidth=0, zorder=2)

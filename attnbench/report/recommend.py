@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
 from attnbench.report.dispatch import FEATURES, Shape, bucket_key
+from attnbench.stats.bands import geomean, widened
 from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
 from attnbench.stats.pooling import Entry, pool
 
@@ -82,23 +82,14 @@ def _number_of(record: Record, entry: Entry, metric: Metric) -> Number:
     return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel)
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def _ratio(mine: list[Number], theirs: list[Number]) -> float:
-    return _geomean([a.value / b.value for a, b in zip(mine, theirs, strict=False)])
-
-
-def _band(n: Number, noise: float) -> tuple[float, float]:
-    """A number's interval widened by the device's run-to-run noise around its median (policy.run_to_run_noise)."""
-    return min(n.low, n.value * (1 - noise)), max(n.high, n.value * (1 + noise))
+    return geomean([a.value / b.value for a, b in zip(mine, theirs, strict=False)])
 
 
 def _pair(a: Number, b: Number, noise: float, always: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
     """The two intervals to compare: as measured within one run, widened across runs (or `always`)."""
     if always or a.run_id != b.run_id:
-        return _band(a, noise), _band(b, noise)
+        return widened(a, noise), widened(b, noise)
     return (a.low, a.high), (b.low, b.high)
 
 
@@ -174,7 +165,7 @@ def _decide_unopposed(decision: Decision) -> Decision:
 def _rank(decision: Decision, cases: int) -> str:
     """Scores (geomean over the bucket's cases of each time over the best), tie and runner-up; returns the leader."""
     best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(cases)]
-    decision.scores = {b: _geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
+    decision.scores = {b: geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
                        for b, numbers in decision.numbers.items()}
     ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
     leader = decision.leader = ranked[0]
@@ -194,7 +185,7 @@ def _contest(decision: Decision, cases: list[dict[str, Entry]], metric: Metric, 
             troubled = entry.troubled
             value = metric.value(troubled) if troubled is not None else None
             top = lead[i].high if troubled is None or troubled.run_id == lead[i].run_id \
-                else _band(lead[i], decision.noise)[1]
+                else widened(lead[i], decision.noise)[1]
             if value is not None and backend not in decision.numbers and value <= top:
                 decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
 
