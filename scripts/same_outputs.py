@@ -84,7 +84,7 @@ def recommend_all(out: Path) -> None:
     import attnbench.report.dispatch_table as table
     from attnbench.core.errors import AttnbenchError
     from attnbench.report.mix import mix_of_runs, to_markdown
-    from attnbench.report.recommend import recommend_runs
+    from attnbench.stats.recommend import recommend_runs
 
     (out / "recommend").mkdir(parents=True, exist_ok=True)
     sets = [[run] for run in runs()] + [sorted((VERDICTS / "compare-3").glob("I*")),

@@ -18,9 +18,9 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
 from attnbench.records.results import results_path, stored_lines
-from attnbench.report.dispatch import DispatchTable, Shape, length_band
-from attnbench.report.recommend import Decision, recommend_runs
+from attnbench.stats.dispatch import DispatchTable, Shape, length_band
 from attnbench.stats.metric import TIME
+from attnbench.stats.recommend import Decision, recommend_runs
 from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,7 +302,7 @@ def test_length_bands_are_powers_of_two() -> None:
 
 
 def test_the_dispatch_helper_imports_without_torch() -> None:
-    code = ("import sys; sys.modules['torch'] = None; import attnbench.report.dispatch as d; "
+    code = ("import sys; sys.modules['torch'] = None; import attnbench.stats.dispatch as d; "
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; print(d.SCHEMA_VERSION)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr

@@ -78,7 +78,7 @@ def test_the_old_registry_path_still_resolves_with_a_deprecation_warning() -> No
 
 def test_model_code_imports_the_dispatch_table_from_attnbench_dispatch() -> None:
     from attnbench.dispatch import DispatchTable
-    from attnbench.report.dispatch import DispatchTable as Table
+    from attnbench.stats.dispatch import DispatchTable as Table
 
     assert DispatchTable is Table
 

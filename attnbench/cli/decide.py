@@ -30,7 +30,7 @@ def recommend(
 ) -> None:
     """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
     import attnbench.report.dispatch_table as table
-    from attnbench.report.recommend import recommend_runs
+    from attnbench.stats.recommend import recommend_runs
 
     targets = [path for path in (out_file, md) if path is not None]
     if len(targets) == 2 and out_file.resolve() == md.resolve():  # type: ignore[union-attr]

@@ -13,10 +13,10 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.records.run import Run
-from attnbench.report.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
-from attnbench.report.recommend import DEFAULT_BACKEND, Decision
+from attnbench.stats.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.stats.metric import Metric
+from attnbench.stats.recommend import DEFAULT_BACKEND, Decision
 
 if TYPE_CHECKING:
     from rich.table import Table

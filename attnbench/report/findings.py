@@ -11,8 +11,8 @@ from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Recor
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
-from attnbench.report.recommend import ran_kernel
 from attnbench.report.rows import kernel_unchecked
+from attnbench.stats.recommend import ran_kernel
 
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
 # The fields that make two records the same case but for its documents.

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.run import load_runs
-from attnbench.report.recommend import Decision, recommend_runs
 from attnbench.stats.metric import TIME
 from attnbench.stats.pooling import Entry, pool
+from attnbench.stats.recommend import Decision, recommend_runs
 from attnbench.sweep.mix import PHASES, Part, Traffic
 from attnbench.sweep.suite import load_suite
 

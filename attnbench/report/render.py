@@ -37,11 +37,11 @@ from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
 from attnbench.report.markdown import render_markdown
 from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
-from attnbench.report.recommend import decide, enough_to_recommend
 from attnbench.report.roofline import roofline_chart
 from attnbench.report.styles import BackendStyle, backend_styles
 from attnbench.stats.metric import TIME
 from attnbench.stats.pooling import pool
+from attnbench.stats.recommend import decide, enough_to_recommend
 
 FORMATS = ("html", "png", "md")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent ends

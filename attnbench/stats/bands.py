@@ -11,7 +11,7 @@ from attnbench.records.record import Record
 
 
 class Number(Protocol):
-    """A figure with its interval (report.recommend's Number)."""
+    """A figure with its interval (stats.recommend's Number)."""
 
     value: float
     low: float

@@ -12,8 +12,8 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
-from attnbench.report.dispatch import FEATURES, Shape, bucket_key
 from attnbench.stats.bands import geomean, widened
+from attnbench.stats.dispatch import FEATURES, Shape, bucket_key
 from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
 from attnbench.stats.pooling import Entry, pool
 
