@@ -151,9 +151,7 @@ def summarize(samples: list[float]) -> Summary:
     return Summary(statistics.median(samples), q3 - q1, min(samples))
 
 
-# a gap over MODE_GAP of the median, with MODE_SHARE (and two) on each side
-MODE_GAP = 0.15
-MODE_SHARE = 0.10
+MODE_GAP, MODE_SHARE = policy.MODE_GAP, policy.MODE_SHARE
 
 
 @dataclass(frozen=True)

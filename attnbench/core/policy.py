@@ -54,6 +54,17 @@ EARLY_RETURN_FACTOR = 2.0
 # A timing over this many times its GPU's datasheet roof is a broken measurement (status implausible): INT8 inside,
 # fp16 accumulation, a boost clock and an output in L2 add about 3× at worst (docs/verdicts.md).
 PLAUSIBLE_MARGIN = 4.0
+# declared kernels under this share of the call: `overhead` (docs/results.md "Which kernel ran")
+OVERHEAD_SHARE = 0.80
+# naive's error share above which the dtype cannot hold the inputs' arithmetic
+DTYPE_LIMITED = 0.1
+# two modes: a gap over MODE_GAP of the median, with MODE_SHARE (and two) on each side
+MODE_GAP = 0.15
+MODE_SHARE = 0.10
+# Skipped untried when the analytic estimate exceeds free device memory by this factor.
+MEMORY_SKIP_FACTOR = 2.0
+# Energy per call has no interval: it is taken as known to the counter's resolution (attnbench.timing.energy).
+ENERGY_RESOLUTION = 0.10
 
 
 def device(name: str) -> DevicePolicy:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnbench.backends.base import refusal
+from attnbench.core import policy
 from attnbench.core.units import fmt_size
 from attnbench.verify.determinism import is_refusal
 
@@ -14,8 +15,7 @@ if TYPE_CHECKING:
     from attnbench.backends.base import Backend
     from attnbench.core.case import Case
 
-# Skipped untried when the analytic estimate exceeds free device memory by this factor.
-MEMORY_SKIP_FACTOR = 2.0
+MEMORY_SKIP_FACTOR = policy.MEMORY_SKIP_FACTOR
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ from attnbench.core import policy
 from attnbench.core.interval import CONFIDENCE, median_interval
 from attnbench.records.record import Record
 
-# Energy per call has no interval: it is taken as known to the counter's resolution (attnbench.timing.energy).
-ENERGY_RESOLUTION = 0.10
+ENERGY_RESOLUTION = policy.ENERGY_RESOLUTION
 
 
 @dataclass(frozen=True)

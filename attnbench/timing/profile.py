@@ -18,8 +18,7 @@ from typing import Any
 from attnbench.core import policy
 from attnbench.records.files import write_text_atomic
 
-# declared kernels under this share of the call: `overhead` (docs/results.md "Which kernel ran")
-OVERHEAD_SHARE = 0.80
+OVERHEAD_SHARE = policy.OVERHEAD_SHARE
 # other backends' kernels at or over the device's precision: `wrong_kernel`
 FOREIGN_SHARE = {name: device.precision for name, device in policy.DEVICES.items()}
 OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),

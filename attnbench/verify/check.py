@@ -6,14 +6,15 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from attnbench.core import policy
+
 if TYPE_CHECKING:
     import torch
 
 # keeps an exact float32 naive run from making the bound zero
 FLOOR = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
 NAMES = ("out", "dq", "dk", "dv")
-# naive's error share above which the dtype cannot hold the inputs' arithmetic
-DTYPE_LIMITED = 0.1
+DTYPE_LIMITED = policy.DTYPE_LIMITED
 
 
 @dataclass(frozen=True)
