@@ -1,5 +1,4 @@
-"""A run's env.json as read: the one loader (read_env, RunEnv.from_dict, where any upgrade of its shape goes) and the
-typed facts report, history, compare and recommend read of it."""
+"""A run's env.json, typed: its one loader (read_env, RunEnv.from_dict: upgrades go there)."""
 
 from __future__ import annotations
 
@@ -23,15 +22,15 @@ ENV_TYPES: dict[str, tuple[type, ...]] = {
 }
 # env.json's top-level versions; the other libraries come from its `libraries`.
 VERSION_KEYS = ("torch", "cuda", "cudnn", "driver")
-# What env.json says of the machine: two runs that differ here are not one machine's numbers.
+# Two runs that differ here are not one machine's numbers.
 MACHINE_KEYS = ("device", "device_name", "cpu", "cpu_count")
-# Software and its settings (kernel libraries' versions come from `libraries`): a difference is judged raw.
+# Software and its settings (and `libraries`): a difference is judged raw.
 SOFTWARE_KEYS = ("attnbench", "git_commit", "python", "torch", "torch_threads", "cuda", "cudnn", "driver")
 
 
 @dataclass(frozen=True)
 class RunEnv:
-    """env.json's facts, None where it does not state one; `raw`, the object as stored (empty: no env.json)."""
+    """None where env.json states nothing; `raw`, the object as stored."""
 
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     run_id: str | None = None
@@ -71,7 +70,7 @@ class RunEnv:
         return getattr(self, key)
 
     def versions(self) -> dict[str, Any]:
-        """torch (its full build name), CUDA, cuDNN, the driver, then every library installed."""
+        """torch, CUDA, cuDNN, the driver, then every library installed."""
         versions = {key: self.stated(key) for key in VERSION_KEYS if self.stated(key) is not None}
         for name, version in sorted((self.libraries or {}).items()):
             if version is not None and name not in versions:
@@ -101,8 +100,7 @@ def read_env(path: Path) -> RunEnv:
 
 
 def env_differences(base: RunEnv, new: RunEnv, keys: tuple[str, ...], libraries: bool = False) -> list[str]:
-    """'key: A vs B' for each of `keys` (and, with `libraries`, each kernel library's version) that both runs'
-    env.json state and disagree on; a fact one side does not state is unknown, never a difference."""
+    """'key: A vs B' for each of `keys` (and with `libraries` each library) both runs state and disagree on."""
     found = [f"{key}: {base.stated(key)} vs {new.stated(key)}" for key in keys
              if base.stated(key) is not None and new.stated(key) is not None and base.stated(key) != new.stated(key)]
     base_libs, new_libs = base.libraries, new.libraries

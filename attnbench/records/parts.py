@@ -1,5 +1,4 @@
-"""A record's `extra` read as typed parts, each key declared once here (docs/results.md names them); None where the
-record does not state one. `extra` itself stays the stored form, and what a plugin adds."""
+"""A record's `extra` as typed parts, each key declared once; None where the record states none."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ def part_of(kind: type[Part], extra: dict[str, Any] | None) -> Part:
 
 @dataclass(frozen=True)
 class TimingParts:
-    """What the timer did besides the samples: warm-up, the checked call, the sustained loop, phases, rounds."""
+    """The timer's work besides the samples."""
 
     warmup_ms: float | None = None
     check_ms: float | None = None
@@ -32,7 +31,7 @@ class TimingParts:
 
 @dataclass(frozen=True)
 class SetupParts:
-    """One-time work outside the timed call: setup, compile, mask, plan, and the JIT modules built or loaded."""
+    """One-time work outside the timed call."""
 
     setup_ms: float | None = None
     setup_parts: dict[str, float] | None = None
@@ -46,7 +45,7 @@ class SetupParts:
 
 @dataclass(frozen=True)
 class CorrectnessParts:
-    """The check's detail: a quantized case's errors, a repeat's difference, the reference's own, the roofs broken."""
+    """The check's detail."""
 
     error_vs_original: dict[str, Any] | None = None
     kernel_error: dict[str, Any] | None = None
