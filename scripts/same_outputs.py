@@ -83,7 +83,8 @@ def render_all(out: Path) -> None:
 def recommend_all(out: Path) -> None:
     import attnbench.report.dispatch_table as table
     from attnbench.core.errors import AttnbenchError
-    from attnbench.report.mix import mix_of_runs, to_markdown
+    from attnbench.report.mix import to_markdown
+    from attnbench.stats.mix import mix_of_runs
     from attnbench.stats.recommend import recommend_runs
 
     (out / "recommend").mkdir(parents=True, exist_ok=True)

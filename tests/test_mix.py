@@ -1,5 +1,5 @@
 """A suite's mix: traffic as weighted cases (attnbench.sweep.mix), and recommend --mix's numbers against a hand
-computation from records (attnbench.report.mix)."""
+computation from records (attnbench.stats.mix)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from attnbench.cli.main import app
 from attnbench.core import workload
 from attnbench.core.case import Case
 from attnbench.core.errors import SuiteError
-from attnbench.report.mix import mix_of_runs
+from attnbench.stats.mix import mix_of_runs
 from attnbench.sweep.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -41,7 +41,8 @@ def recommend(
     result = recommend_runs(runs, by)
     weighed = ""
     if mix is not None:  # weighed before anything is printed: a bad mix is one line, exit 2
-        from attnbench.report.mix import mix_of_runs, to_markdown
+        from attnbench.report.mix import to_markdown
+        from attnbench.stats.mix import mix_of_runs
 
         weighed = "\n" + to_markdown(mix_of_runs(runs, mix, result.decisions))
     out.print(table.terminal_table(result.decisions, result.runs, result.metric))
