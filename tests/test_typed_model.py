@@ -11,8 +11,7 @@ from pathlib import Path
 from attnbench.records.env import ENV_TYPES, RunEnv
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
-MAX_EXTRA_READS = 10  # today 9: gpu/sample.py's GPU state (6, below records/), a re-pooled record's bimodal, and
-# whether a backend answered `deterministic` (2)
+MAX_EXTRA_READS = 10  # today 7: gpu/sample.py's GPU state (6, below records/) and a re-pooled record's bimodal
 ENV_KEYS = {f.name for f in fields(RunEnv)} - {"raw"} | set(ENV_TYPES)
 
 
@@ -90,3 +89,14 @@ def test_one_class_holds_a_run_records_and_environment() -> None:
                 if "records" in names and names.get("env", "dict[str, str]") != "dict[str, str]" or node.name == "Run":
                     holders.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert holders == ["records/run.py:Run"]
+
+
+def test_determinism_is_read_as_its_answer_with_the_sentence_as_reason() -> None:
+    from attnbench.records.parts import Determinism, DeterminismAnswer
+
+    honoured = DeterminismAnswer.of("honoured (torch.use_deterministic_algorithms)")
+    assert honoured is not None and honoured.kind == Determinism.HONOURED
+    assert honoured.reason == "honoured (torch.use_deterministic_algorithms)"
+    assert DeterminismAnswer.of("refused: no deterministic backward").kind == Determinism.REFUSED
+    assert DeterminismAnswer.of("not applicable (forward only)").kind == Determinism.NOT_APPLICABLE
+    assert DeterminismAnswer.of(None) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -12,6 +13,27 @@ def part_of(kind: type[Part], extra: dict[str, Any] | None) -> Part:
     """`kind` filled from `extra`'s keys of its fields' names."""
     extra = extra or {}
     return kind(**{f.name: extra.get(f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
+
+class Determinism(enum.StrEnum):
+    """A backend's answer to `deterministic: true` (Backend.deterministic's sentence begins with it)."""
+
+    HONOURED = "honoured"
+    NOT_APPLICABLE = "not applicable"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class DeterminismAnswer:
+    kind: Determinism | None  # None: a sentence of none of the three
+    reason: str  # the sentence as stored
+
+    @classmethod
+    def of(cls, text: object) -> DeterminismAnswer | None:
+        """None when the run did not ask."""
+        if text is None:
+            return None
+        return cls(next((k for k in Determinism if str(text).startswith(k.value)), None), str(text))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
 from attnbench.records.parts import (
     CorrectnessParts,
+    DeterminismAnswer,
     EnergyParts,
     RoofParts,
     SetupParts,
@@ -166,6 +167,10 @@ class Record:
     @property
     def energy(self) -> EnergyParts:
         return part_of(EnergyParts, self.extra)
+
+    @property
+    def determinism(self) -> DeterminismAnswer | None:
+        return DeterminismAnswer.of((self.extra or {}).get("deterministic"))
 
     @property
     def roof(self) -> RoofParts:

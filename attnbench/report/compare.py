@@ -347,7 +347,7 @@ def compare_records(base_records: list[Record], new_records: list[Record], base:
             base_noisy=_unsteady(b), new_noisy=_unsteady(n), base_throttled=bool(b.throttled),
             new_throttled=bool(n.throttled), base_ci=b.interval, new_ci=n.interval,
             base_repeatable=b.repeatable, new_repeatable=n.repeatable,
-            new_deterministic="deterministic" in (n.extra or {}), new_repeat=repeat_words(n),
+            new_deterministic=n.determinism is not None, new_repeat=repeat_words(n),
             kernel_change=kernel_change(b, n),
         ))
     return Comparison(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from attnbench.core.peaks import beyond_words, times_words
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
+from attnbench.records.parts import Determinism
 from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
@@ -199,11 +200,11 @@ def repeat_lines(records: list[Record]) -> list[str]:
                      f"{size} between two calls.")
     if len(differed) > MAX_REPEAT_LINES:
         lines.append(f"… and {len(differed) - MAX_REPEAT_LINES} more not repeatable (≠ in the tables).")
-    answers = [str((r.extra or {}).get("deterministic", "")) for r in records]
+    answers = [r.determinism for r in records]
     refused = sum(1 for r in records if str(r.reason or "").startswith(DETERMINISTIC_SKIP))
-    if refused or any(answers):
-        honoured = sum(a.startswith("honoured") for a in answers)
-        lacking = sum(a.startswith("not applicable") for a in answers)
+    if refused or any(a is not None and a.reason for a in answers):
+        honoured = sum(a is not None and a.kind == Determinism.HONOURED for a in answers)
+        lacking = sum(a is not None and a.kind == Determinism.NOT_APPLICABLE for a in answers)
         lines.append(f"Deterministic kernels were asked for: {honoured} measurements honoured it, {lacking} needed "
                      f"nothing (no atomics, or forward only), {refused} were skipped: the backend or PyTorch refused.")
     return lines
