@@ -38,7 +38,7 @@ class GroupLead:
 def _ratio_words(runner: Number, leader: Number) -> str:
     """How much slower the runner-up is, with the interval the two medians' intervals allow."""
     low, high = runner.low / leader.high, runner.high / leader.low
-    return f"{runner.value / leader.value:.2f}× [{low:.2f}–{high:.2f}]"
+    return f"{runner.value / leader.value:.2f}× [{low:.2f}–{high:.2f}×]"
 
 
 def _numbers(decision: Decision, backend: str) -> Number:
@@ -57,18 +57,19 @@ def line_of(x: int, decision: Decision, failed: dict[str, str]) -> LeadLine:
     leader = decision.leader
     if decision.decision == "winner" and leader is not None:
         lead = _numbers(decision, leader)
-        text = f"{at}: {_merged(decision, leader)} fastest, {fmt_ms(lead.value)} ms [{fmt_ms(lead.low)}–" \
+        text = f"{at}: fastest {_merged(decision, leader)}, {fmt_ms(lead.value)} ms [{fmt_ms(lead.low)}–" \
                f"{fmt_ms(lead.high)}]"
         if decision.runner_up is not None:
-            text += f"; {decision.runner_up} {_ratio_words(_numbers(decision, decision.runner_up), lead)} slower"
+            runner = _numbers(decision, decision.runner_up)
+            text += f"; runner-up {decision.runner_up} {_ratio_words(runner, lead).replace(' [', ' slower [', 1)}"
         else:
             text += f"; {decision.why}"
         return LeadLine(x, "winner", text, leader)
     if decision.decision == "tie" and leader is not None:
         lead = _numbers(decision, leader)
         others = [f"{b} {_ratio_words(_numbers(decision, b), lead)}" for b in decision.tie if b != leader]
-        return LeadLine(x, "tie", f"{at}: no single fastest, intervals overlap: {_merged(decision, leader)} "
-                                  f"{fmt_ms(lead.value)} ms, {', '.join(others)}")
+        return LeadLine(x, "tie", f"{at}: no single fastest, the intervals overlap: "
+                                  f"{_merged(decision, leader)} {fmt_ms(lead.value)} ms, {', '.join(others)}")
     if decision.decision == "unsettled":
         return LeadLine(x, "unsettled", f"{at}: unsettled: {decision.why}")
     counts: dict[str, int] = {}

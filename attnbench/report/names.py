@@ -27,8 +27,8 @@ def short_kernel_name(name: str) -> str:
     """A kernel as a reader recognises it: no return type, namespaces, template arguments or parameters
     (`void flash::flash_fwd_kernel<Traits<128, ...>>(...)` is `flash_fwd_kernel`); a plain name as it is."""
     name = " ".join(str(name).split())
-    if not re.search(r"::|<|\w\(", name):
-        return name  # "_attn_fwd", "Memcpy DtoD (Device -> Device)"
+    if not re.search(r"<|\w\(", name):
+        return name  # "_attn_fwd", "aten::copy_", "Memcpy DtoD (Device -> Device)"
     words = _top_level(name).split()
     last = words[-1] if words else ""
     return last.rsplit("::", 1)[-1] or name
