@@ -133,7 +133,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
     the two intervals allow. Backends that ran one kernel are one name (a = b).</p>
 
 <h2 id="errors">Errors</h2>
-<details class="fold" id="fold-errors"{% if not findings.errors and not implausible %} hidden{% endif %}>\
+<details class="fold" id="fold-errors" open{% if not findings.errors and not implausible %} hidden{% endif %}>\
     <summary>{{ error_count }} record{{ "s" if error_count != 1 }} failed, {{ findings.errors | length + \
     implausible | length }} cause{{ "s" if findings.errors | length + implausible | length != 1 }}</summary>
 <ul class="findings causes">
@@ -147,7 +147,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
 
 <h2 id="more">Findings</h2>
 <details class="fold" id="fold-repeat"><summary>Repeatability: {{ repeat_summary }}</summary>
-<ul class="findings">{% for line in findings.repeat %}<li>{{ line }}</li>{% endfor %}</ul></details>
+<ul class="findings">{% for line in repeat_body %}<li>{{ line }}</li>{% endfor %}</ul></details>
 <details class="fold" id="fold-overhead"><summary>Overhead: {{ findings.overhead | length }} \
     backend{{ "s" if findings.overhead | length != 1 }} spend part of the call outside their attention \
     kernels</summary>
@@ -416,6 +416,7 @@ def render_html(env: dict[str, Any], records: list[Record], findings: Findings, 
     counts_line = f"{len(records)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     implausible = [f for f in findings.failures if f.status == Status.IMPLAUSIBLE]
     found = findings
+    counted = found.repeat[:1] if found.repeat and found.repeat[0][:1].isdigit() else []  # "18 of 91 ..."
     other = found.roofs + found.speedup + found.memory + found.packing + found.quantized + found.noise + found.dtype
     template = _environment().from_string(TEMPLATE)
     return template.render(
@@ -424,7 +425,9 @@ def render_html(env: dict[str, Any], records: list[Record], findings: Findings, 
         lead_width=LEAD_WIDTH, device_line=device_line(env, records), implausible=implausible, other_lines=other,
         error_count=sum(c.count for c in found.errors) + sum(len(f.cases) for f in implausible),
         skip_count=sum(c.count for c in found.skips),
-        repeat_summary=(found.repeat[0] if found.repeat else "every compared measurement was repeatable"),
+        repeat_summary=counted[0] if counted else "every compared measurement was repeatable"
+        if any(r.repeatable is not None for r in records) else "no two calls were compared",
+        repeat_body=found.repeat[len(counted):],
         chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
         rows_json=markupsafe.Markup(script_json(rows)), page_rows=PAGE_ROWS,
         chart_width=chart_width, recommendation=recommendation, chart_files=chart_files,
