@@ -57,11 +57,12 @@ def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
 
 def lead_lines(leads: list[GroupLead]) -> list[str]:
     """Each group's answer (report.lead) as Markdown lines."""
-    lines = ["### Fastest clean backend per case group", ""]
+    lines = ["**Fastest clean backend per case group**", ""]
     for lead in leads:
         words = "; ".join(line.text for line in lead.lines)
-        never = f"Faster but never ranked: {'; '.join(lead.unranked)}." if lead.unranked else ""
-        lines.append(f"- {md_cell(lead.group.title())}: {md_cell(words)}." + (f" {md_cell(never)}" if never else ""))
+        lines.append(f"- {md_cell(lead.group.title())}: {md_cell(words)}.")
+        if lead.unranked:  # its own line: a line naming it never says fastest
+            lines.append(f"  - faster but never ranked: {md_cell('; '.join(lead.unranked))}.")
     return lines + [""]
 
 
@@ -80,8 +81,8 @@ def render_markdown(env: dict[str, Any], groups: list[CaseGroup], findings: Find
     lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their "
               f"{policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a "
               "throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
-    lines += lead_lines(leads or [])
-    lines += ["### Errors", ""]
+    lines += ["### Findings", ""] + lead_lines(leads or [])
+    lines += ["**Errors**", ""]
     for failure in findings.failures:
         if failure.status == Status.IMPLAUSIBLE:
             lines.append(f"- **{failure.status}** {md_cell(failure.backend)}: {md_cell(failure.reason)} "
