@@ -51,8 +51,8 @@ def _merged(decision: Decision, backend: str) -> str:
     return " = ".join([backend, *same])
 
 
-def line_of(x: int, decision: Decision, failed: dict[str, str]) -> LeadLine:
-    """A length's decision in words; `failed`: each backend's status where it was not ok."""
+def line_of(x: int, decision: Decision) -> LeadLine:
+    """A length's decision in words."""
     at = fmt_length(x)
     leader = decision.leader
     if decision.decision == "winner" and leader is not None:
@@ -72,10 +72,12 @@ def line_of(x: int, decision: Decision, failed: dict[str, str]) -> LeadLine:
                                   f"{_merged(decision, leader)} {fmt_ms(lead.value)} ms, {', '.join(others)}")
     if decision.decision == "unsettled":
         return LeadLine(x, "unsettled", f"{at}: unsettled: {decision.why}")
-    counts: dict[str, int] = {}
-    for status in failed.values():
-        counts[status] = counts.get(status, 0) + 1
-    statuses = ", ".join(f"{s} ×{n}" for s, n in sorted(counts.items()) if s != Status.SKIPPED)
+    counts: dict[str, int] = {}  # why each backend is out: its status, or an ok record's trouble
+    for _, why in decision.excluded:
+        word = why.split(":")[0]
+        if word != Status.SKIPPED and not word.startswith("same kernel"):
+            counts[word] = counts.get(word, 0) + 1
+    statuses = ", ".join(f"{s} ×{n}" for s, n in sorted(counts.items()))
     return LeadLine(x, "none", f"{at}: {decision.why}" + (f" ({statuses})" if statuses else ""))
 
 
@@ -89,9 +91,7 @@ def group_lead(group: CaseGroup, pooled: dict[tuple, dict[str, Entry]]) -> Group
         if not entries:
             continue
         decision = decide_bucket([entries], TIME)
-        failed = {b: str(r.status) for b, r in here.items() if r.status != Status.OK}
-        line = line_of(x, decision, failed)
-        lead.lines.append(line)
+        lead.lines.append(line_of(x, decision))
         lead.unranked += _unranked(x, here, decision)
     return lead
 
