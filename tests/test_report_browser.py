@@ -3,6 +3,7 @@ network off: sorting, filtering, the charts, the links and the console. Planted 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -334,7 +335,8 @@ def test_the_h200_reports_first_screen_leads_with_the_answer(browser: Any, tmp_p
                             {"width": SCREEN[0], "height": SCREEN[1], "deviceScaleFactor": 1, "mobile": False})
     try:
         open_report(browser, H200_CHECK, tmp_path / "out")
-        browser.save_screenshot("/tmp/report-first-screen.png")
+        shot = Path(os.environ.get("ATTNBENCH_SCREENSHOT") or tmp_path / "first-screen.png")  # to look at it
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
         seen = browser.execute_script("""
           function onScreen(e) { var b = e.getBoundingClientRect();
             return b.height > 0 && b.top >= 0 && b.top < innerHeight; }
