@@ -3,6 +3,7 @@ network off: sorting, filtering, the charts, the links and the console. Planted 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -319,3 +320,49 @@ def test_a_skipped_row_is_one_line_with_its_reason_on_screen(browser: Any, tmp_p
         box = browser.execute_script("return arguments[0].getBoundingClientRect().toJSON()", why)
         assert box["right"] <= width, "the reason runs off the screen"
         assert row.size["height"] <= 2 * line + 8, f"a skipped row is {row.size['height']} px tall"
+
+
+H200_CHECK = Path(__file__).parent.parent / "reports" / "NVIDIA-H200-20261204-c671d98" / "check"
+SCREEN = (1400, 900)
+
+
+@pytest.mark.slow
+def test_the_h200_reports_first_screen_leads_with_the_answer(browser: Any, tmp_path: Path) -> None:
+    """The committed H200 gpu-check run re-rendered and opened at 1400×900: its first screen names the fastest clean
+    backend of the first groups beside a chart, its nine 16K errors are one cause counted 9, and jax-cudnn (timed
+    beyond the datasheet) is never called fastest."""
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": SCREEN[0], "height": SCREEN[1], "deviceScaleFactor": 1, "mobile": False})
+    try:
+        open_report(browser, H200_CHECK, tmp_path / "out")
+        shot = Path(os.environ.get("ATTNBENCH_SCREENSHOT") or tmp_path / "first-screen.png")  # to look at it
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
+        seen = browser.execute_script("""
+          function onScreen(e) { var b = e.getBoundingClientRect();
+            return b.height > 0 && b.top >= 0 && b.top < innerHeight; }
+          var leads = Array.prototype.map.call(document.querySelectorAll('section.lead'), function (s) {
+            return {title: s.querySelector('h3').textContent, shown: onScreen(s.querySelector('li')),
+                    lines: Array.prototype.map.call(s.querySelectorAll('li'), function (li) {
+                      return [li.className, li.textContent]; })}; });
+          var charts = Array.prototype.filter.call(document.images, function (i) {
+            return onScreen(i) && i.complete && i.naturalWidth > 0; }).length;
+          var causes = Array.prototype.map.call(document.querySelectorAll('#fold-errors li.cause'), function (li) {
+            return li.textContent.replace(/\\s+/g, ' '); });
+          return {height: innerHeight, leads: leads, charts: charts, causes: causes};""")
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert seen["height"] == SCREEN[1]
+    leads = seen["leads"]
+    assert len(leads) == 8
+    shown = [lead for lead in leads if lead["shown"]]
+    assert len(shown) >= 2 and shown == leads[:len(shown)], [lead["title"] for lead in shown]
+    for lead in shown:  # each group on the first screen says its answer at 4K
+        assert any(text.startswith("4K: fastest ") or text.startswith("4K: no single fastest") for _, text in
+                   lead["lines"]), lead
+    assert any(kind == "lead-winner" for lead in shown for kind, _ in lead["lines"])
+    assert seen["charts"] >= 1, "no chart on the first screen"
+    winners = [text for lead in leads for kind, text in lead["lines"] if kind == "lead-winner"]
+    assert winners and not any("jax-cudnn" in text.partition(";")[0] for text in winners), winners
+    sixteen = [c for c in seen["causes"] if "seq 16384" in c]
+    assert len(sixteen) == 1 and "×9" in sixteen[0] and "device-side assert" in sixteen[0], seen["causes"]
+    check_console(browser)

@@ -12,6 +12,7 @@ from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Recor
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
+from attnbench.report.names import cause_of, short_kernel_name
 from attnbench.report.rows import kernel_unchecked
 from attnbench.stats.recommend import ran_kernel
 
@@ -49,6 +50,33 @@ class Failure:
 
 
 @dataclass
+class Cause:
+    """Records of any backends that failed one way: one status, one reason without its shapes' numbers."""
+
+    status: str
+    reason: str
+    backends: list[str]
+    cases: list[str]
+    count: int
+
+    @property
+    def cases_text(self) -> str:
+        return Failure("", self.status, self.reason, self.cases).cases_text
+
+
+def causes(records: list[Record], statuses: tuple[str, ...]) -> list[Cause]:
+    """The records of `statuses` grouped by cause across backends, the commonest first."""
+    grouped: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        if r.status in statuses:
+            grouped.setdefault((str(r.status), cause_of(r.reason or "no reason recorded")), []).append(r)
+    found = [Cause(status, reason, sorted({str(r.backend) for r in members}),
+                   list(dict.fromkeys(case_words(r) for r in members)), len(members))
+             for (status, reason), members in grouped.items()]
+    return sorted(found, key=lambda c: (-c.count, c.status, c.reason))
+
+
+@dataclass
 class Findings:
     """What the report says up front; each list holds plain sentences."""
 
@@ -66,6 +94,9 @@ class Findings:
     failures: list[Failure] = field(default_factory=list)  # implausible, mismatch, error, wrong_kernel
     other_failures: list[Failure] = field(default_factory=list)  # oom, timeout, skipped
     counts: dict[str, int] = field(default_factory=dict)
+    errors: list[Cause] = field(default_factory=list)  # mismatch, error, wrong_kernel, oom, timeout by cause
+    skips: list[Cause] = field(default_factory=list)
+    overhead: list[str] = field(default_factory=list)  # overhead_lines, also in `kernels`
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
@@ -139,7 +170,7 @@ def flagged_fastest_lines(groups: list[CaseGroup]) -> list[str]:
                 _, backend, r = best
                 share = r.attention_share
                 outside = f"{1 - share:.0%} of its call is" if share is not None else "part of its call is"
-                rest = str(r.overhead).partition(OVERHEAD_REST)[2] or str(r.overhead)
+                rest = short_rest(str(r.overhead).partition(OVERHEAD_REST)[2]) or str(r.overhead)
                 lines.append(f"{where}: {backend}, but {outside} outside its attention kernels ({rest}).")
             wrong = [(float(r.time_ms), b, r) for b, r in here if r.status == Status.WRONG_KERNEL]
             if wrong and (best is None or min(wrong, key=lambda item: item[0])[0] < best[0]):
@@ -362,6 +393,9 @@ def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str
     found.kernels = kernel_lines(groups, records)
     found.failures = implausible_failures(records) + _group_failures(records, ("mismatch", "error", "wrong_kernel"))
     found.other_failures = _group_failures(records, ("oom", "timeout", "skipped"))
+    found.errors = causes(records, ("mismatch", "error", "wrong_kernel", "oom", "timeout"))
+    found.skips = causes(records, ("skipped",))
+    found.overhead = overhead_lines(records)
     return found
 
 
@@ -378,9 +412,9 @@ def overhead_lines(records: list[Record]) -> list[str]:
                  else f"; its declared kernels {shares[0]:.0%} of the call" if shares else "")
         rests: dict[str, int] = {}
         for r in flagged:
-            for part in str(r.overhead).partition(OVERHEAD_REST)[2].rstrip(".").split(", "):
-                found = re.fullmatch(r"(.+?) \d+%( \(.+\))?", part)  # "aten::copy_ 16% (copy)": its name and kind
-                name = found[1] + (found[2] or "") if found else part
+            for part in rest_parts(str(r.overhead).partition(OVERHEAD_REST)[2].rstrip(".")):
+                found = re.fullmatch(r"(.+) \d+%( \([^()]+\))?", part)  # "aten::copy_ 16% (copy)": name and kind
+                name = short_kernel_name(found[1]) + (found[2] or "") if found else part
                 if name:
                     rests[name] = rests.get(name, 0) + 1
         common = sorted(rests, key=lambda n: -rests[n])[:3]
@@ -388,6 +422,29 @@ def overhead_lines(records: list[Record]) -> list[str]:
         lines.append(f"{backend}: overhead in {len(flagged)} of {total} profiled records{share}"
                      + (f"; the rest most often {', '.join(common)}" if common else "") + ".")
     return lines
+
+
+def rest_parts(text: str) -> list[str]:
+    """An overhead's "the rest" split at its commas outside brackets (a C++ kernel name holds commas)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "<({[" :
+            depth += 1
+        elif char in ">)}]" and not (char == ">" and text[i - 1:i] == "-"):
+            depth = max(0, depth - 1)
+        elif depth == 0 and text.startswith(", ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    return [p for p in [*parts, text[start:]] if p]
+
+
+def short_rest(text: str) -> str:
+    """An overhead's "the rest" with each kernel's name shortened (names.short_kernel_name)."""
+    parts = []
+    for part in rest_parts(text.rstrip(".")):
+        found = re.fullmatch(r"(.+)( \d+%(?: \([^()]+\))?)", part)
+        parts.append(short_kernel_name(found[1]) + found[2] if found else part)
+    return ", ".join(parts)
 
 
 def unchecked_lines(records: list[Record], most: int = 5) -> list[str]:

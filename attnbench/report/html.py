@@ -16,13 +16,15 @@ from attnbench.gpu.describe import describe, describe_span
 from attnbench.gpu.sample import run_span
 from attnbench.gpu.state import GpuState
 from attnbench.records.env import RunEnv
-from attnbench.records.record import Record
+from attnbench.records.record import Record, Status
 from attnbench.report.findings import Findings
+from attnbench.report.lead import GroupLead
 from attnbench.report.plotting import Chart
 from attnbench.report.rows import COLUMNS, display_value, ran_text, sort_value
 
 # Rows of the records table drawn at a time; the page's script sorts and filters over every record.
 PAGE_ROWS = 100
+LEAD_WIDTH = 660  # px: a group's chart beside its answer
 _HOW_TO_READ = (
     "Statuses: ok — measured and checked; mismatch — measured, but the output missed the error bound (its time "
     "is shown, flagged, and never used for speed-ups); wrong_kernel — the profiled call ran another kernel than "
@@ -102,28 +104,69 @@ _TEMPLATE = r"""<!DOCTYPE html>
   .note { color: #57606a; font-size: 13px; }
   table.recommend th { cursor: default; } tr.dec-winner td:nth-child(3) { color: #1a7f37; font-weight: 600; }
   tr.dec-unsettled td:nth-child(2), tr.dec-none td:nth-child(2) { color: #953800; }
+  section.lead { display: flex; gap: 16px; align-items: flex-start; border-bottom: 1px solid #eee; }
+  section.lead .answer { flex: 1 1 0; min-width: 0; } section.lead figure { flex: 0 0 auto; margin: 6px 0; }
+  section.lead h3 { font-size: 15px; margin: 10px 0 4px; } section.lead ul { padding-left: 18px; margin: 4px 0; }
+  li.lead-winner { font-weight: 600; } li.lead-tie, li.lead-unsettled { color: #953800; }
+  li.lead-none { color: #57606a; } details.fold { margin: 6px 0; } details.fold summary { cursor: pointer; }
+  .count { font-weight: 600; }
 </style>
 </head>
 <body>
 <h1>attnbench report{% if env.suite_name %}: {{ env.suite_name }}{% endif %}</h1>
-<p class="note">{{ counts_line }}</p>
+<p class="note">{{ device_line }}{{ counts_line }}</p>
+
+<h2 id="fastest">Fastest clean backend per case group</h2>
+{% for lead in leads %}<section class="lead" id="lead-{{ loop.index }}">
+<div class="answer"><h3>{{ lead.title }}</h3>
+<ul>{% for line in lead.lines %}<li class="lead-{{ line.kind }}">{{ line.text }}</li>{% endfor %}</ul>
+{% if lead.unranked %}<p class="cases">Faster but never ranked: {{ lead.unranked | join("; ") }}.</p>{% endif %}
+</div>
+{% if lead.chart %}<figure id="chart-{{ lead.chart.name }}">
+<img alt="{{ lead.chart.title }}" width="{{ lead_width }}" src="data:image/png;base64,{{ lead.chart.b64 }}">
+<figcaption>{% if chart_files %}<a href="charts/{{ lead.chart.name }}">charts/{{ lead.chart.name }}</a>{% else %}\
+    charts/{{ lead.chart.name }}{% endif %}</figcaption>
+</figure>{% endif %}
+</section>
+{% endfor %}
+<p class="note">Fastest: ok, not throttled, repeatable, its kernels the call's, and its interval apart from every \
+    other clean backend's (else the overlap is named); the runner-up's time over the fastest with the interval \
+    the two intervals allow. Backends that ran one kernel are one name (a = b).</p>
+
+<h2 id="errors">Errors</h2>
+<details class="fold" id="fold-errors" open{% if not findings.errors and not implausible %} hidden{% endif %}>\
+    <summary>{{ error_count }} record{{ "s" if error_count != 1 }} failed, {{ findings.errors | length + \
+    implausible | length }} cause{{ "s" if findings.errors | length + implausible | length != 1 }}</summary>
+<ul class="findings causes">
+{% for f in implausible %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
+  {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
+{% endfor %}{% for c in findings.errors %}<li class="cause"><span class="st st-{{ c.status }}">{{ c.status }}</span> \
+    <span class="count">×{{ c.count }}</span> {{ c.reason }} <span class="cases">— {{ c.backends | join(", ") }}; \
+    {{ c.cases_text }}</span></li>
+{% endfor %}</ul></details>
+{% if not findings.errors and not implausible %}<p class="note">No mismatches and no errors.</p>{% endif %}
+
+<h2 id="more">Findings</h2>
+<details class="fold" id="fold-repeat"><summary>Repeatability: {{ repeat_summary }}</summary>
+<ul class="findings">{% for line in repeat_body %}<li>{{ line }}</li>{% endfor %}</ul></details>
+<details class="fold" id="fold-overhead"><summary>Overhead: {{ findings.overhead | length }} \
+    backend{{ "s" if findings.overhead | length != 1 }} spend part of the call outside their attention \
+    kernels</summary>
+<ul class="findings">{% for line in findings.kernels %}<li>{{ line }}</li>{% endfor %}</ul></details>
+<details class="fold" id="fold-skips"><summary>Skips: {{ skip_count }} record{{ "s" if skip_count != 1 }}, \
+    {{ findings.skips | length }} cause{{ "s" if findings.skips | length != 1 }}</summary>
+<ul class="findings">{% for c in findings.skips %}<li><span class="st st-skipped">skipped</span> \
+    <span class="count">×{{ c.count }}</span> <b>{{ c.backends | join(", ") }}</b>: {{ c.reason }} \
+    <span class="cases">({{ c.cases_text }})</span></li>
+{% endfor %}</ul></details>
+<details class="fold" id="fold-other"><summary>Other findings: roofs, speed-up, memory, noise \
+    ({{ other_lines | length }})</summary>
+<ul class="findings">{% for line in other_lines %}<li>{{ line }}</li>{% endfor %}</ul></details>
+
+<h2>Environment</h2>
 <dl class="env">
 {% for label, value in env_rows %}<dt>{{ label }}</dt><dd>{{ value }}</dd>
 {% endfor %}</dl>
-
-<h2>Findings</h2>
-<ul class="findings">
-{% for line in findings.summary_lines() %}<li>{{ line }}</li>
-{% endfor %}
-{% for f in findings.failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> <b>{{ f.backend }}</b>:
-  {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
-{% endfor %}
-{% for f in findings.other_failures %}<li><span class="st st-{{ f.status }}">{{ f.status }}</span> \
-    <b>{{ f.backend }}</b>:
-  {{ f.reason }} <span class="cases">({{ f.cases_text }})</span></li>
-{% endfor %}
-{% if not findings.failures %}<li>No mismatches and no errors.</li>{% endif %}
-</ul>
 {% if recommendation %}
 <h2 id="recommendation">Recommendation</h2>
 <p class="note">{{ recommendation.title }}. Per bucket of shapes (sequence lengths in power-of-two bands), the backend
@@ -150,7 +193,7 @@ faster. The last columns give PyTorch's own choice (sdpa) against the backend to
 <h2>Charts</h2>
 {% for note in chart_notes %}<p class="note">{{ note }}</p>
 {% endfor %}
-{% for chart in charts %}<figure id="chart-{{ chart.name }}">
+{% for chart in charts if chart.name not in lead_charts %}<figure id="chart-{{ chart.name }}">
 <img alt="{{ chart.title }}" width="{{ chart_width }}" src="data:image/png;base64,{{ chart.b64 }}">
 <figcaption>{{ chart.title }} — {% if chart_files %}\
     <a href="charts/{{ chart.name }}">charts/{{ chart.name }}</a>{% else %}\
@@ -328,6 +371,14 @@ def env_rows(env: RunEnv, records: list[Record]) -> list[tuple[str, str]]:
     return rows
 
 
+def device_line(env: RunEnv, records: list[Record]) -> str:
+    """The device, torch and date in one line, ending in " · " (the header's full form is below the answer)."""
+    gpus = ", ".join(str(g.get("name")) for g in env.gpus or [] if isinstance(g, dict))
+    device = gpus or env.device_name or env.cpu or (records[0].device_name if records else "")
+    words = [str(device or ""), f"torch {env.torch}" if env.torch else "", str(env.timestamp or "")]
+    return "".join(f"{w} · " for w in words if w)
+
+
 def gpu_rows(env: RunEnv, records: list[Record]) -> list[tuple[str, str]]:
     """Each GPU as read when the run started and as its records saw it while timing."""
     rows = []
@@ -345,10 +396,16 @@ def gpu_rows(env: RunEnv, records: list[Record]) -> list[tuple[str, str]]:
 def render_html(env: RunEnv, records: list[Record], findings: Findings, charts: list[Chart],
                 chart_notes: list[str], speedups: dict[Record, float], baseline: str | None, chart_width: int,
                 recommendation: dict[str, Any] | None = None, chart_files: bool = False,
-                trace_links: dict[Record, str] | None = None) -> str:
+                trace_links: dict[Record, str] | None = None, leads: list[GroupLead] | None = None) -> str:
     """The page as a string. `recommendation`: dispatch_table.html_section, or None; `chart_files`: captions link
-    to charts/*.png beside the page; `trace_links`: each record's --trace file, relative to the page."""
+    to charts/*.png beside the page; `trace_links`: each record's --trace file, relative to the page; `leads`: each
+    group's answer, drawn first beside its chart (the group charts, in order)."""
     links = trace_links or {}
+    drawn = [dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts]
+    group_charts = [c for c in drawn if c["name"].startswith("group-")]
+    lead_views = [dict(title=lead.group.title(), lines=lead.lines, unranked=lead.unranked,
+                       chart=group_charts[i] if i < len(group_charts) else None)
+                  for i, lead in enumerate(leads or [])]
     rows = [table_row(r, speedups.get(r), links.get(r)) for r in records]
     filters = [
         ("backend", "backend", sorted({row[0] for row in rows})),
@@ -359,10 +416,20 @@ def render_html(env: RunEnv, records: list[Record], findings: Findings, charts: 
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
     counts_line = f"{len(records)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    implausible = [f for f in findings.failures if f.status == Status.IMPLAUSIBLE]
+    found = findings
+    counted = found.repeat[:1] if found.repeat and found.repeat[0][:1].isdigit() else []  # "18 of 91 ..."
+    other = found.roofs + found.speedup + found.memory + found.packing + found.quantized + found.noise + found.dtype
     template = _environment().from_string(TEMPLATE)
     return template.render(
         env=env, env_rows=env_rows(env, records), findings=findings, how_to_read=how_to_read(), baseline=baseline,
-        charts=[dict(name=c.name, title=c.title, b64=base64.b64encode(c.png).decode("ascii")) for c in charts],
+        charts=drawn, leads=lead_views, lead_charts={v["chart"]["name"] for v in lead_views if v["chart"]},
+        lead_width=LEAD_WIDTH, device_line=device_line(env, records), implausible=implausible, other_lines=other,
+        error_count=sum(c.count for c in found.errors) + sum(len(f.cases) for f in implausible),
+        skip_count=sum(c.count for c in found.skips),
+        repeat_summary=counted[0] if counted else "every compared measurement was repeatable"
+        if any(r.repeatable is not None for r in records) else "no two calls were compared",
+        repeat_body=found.repeat[len(counted):],
         chart_notes=chart_notes, filters=filters, columns=COLUMNS, rows=rows, counts_line=counts_line,
         rows_json=markupsafe.Markup(script_json(rows)), page_rows=PAGE_ROWS,
         chart_width=chart_width, recommendation=recommendation, chart_files=chart_files,

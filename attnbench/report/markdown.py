@@ -9,6 +9,7 @@ from attnbench.records.record import Record, Status
 from attnbench.report.baseline import group_speedups
 from attnbench.report.findings import Findings
 from attnbench.report.groups import CaseGroup
+from attnbench.report.lead import GroupLead
 from attnbench.report.rows import interval_text, median_text, status_text
 
 TABLE_HEADER = ("backend", "{x}", "status", "median ms [interval]", "TFLOP/s", "peak memory", "speed-up", "note")
@@ -53,8 +54,19 @@ def group_table(group: CaseGroup, baseline: str | None) -> list[str]:
     return lines
 
 
+def lead_lines(leads: list[GroupLead]) -> list[str]:
+    """Each group's answer (report.lead) as Markdown lines."""
+    lines = ["**Fastest clean backend per case group**", ""]
+    for lead in leads:
+        words = "; ".join(line.text for line in lead.lines)
+        lines.append(f"- {md_cell(lead.group.title())}: {md_cell(words)}.")
+        if lead.unranked:  # its own line: a line naming it never says fastest
+            lines.append(f"  - faster but never ranked: {md_cell('; '.join(lead.unranked))}.")
+    return lines + [""]
+
+
 def render_markdown(env: RunEnv, groups: list[CaseGroup], findings: Findings, baseline: str | None,
-                    chart_notes: list[str]) -> str:
+                    chart_notes: list[str], leads: list[GroupLead] | None = None) -> str:
     """The summary as Markdown text."""
     where = env.device_name or (", ".join(str(g.get("name")) for g in env.gpus or []) or env.cpu)
     lines = [f"## attnbench: {md_cell(env.suite_name or 'results')}", ""]
@@ -68,13 +80,26 @@ def render_markdown(env: RunEnv, groups: list[CaseGroup], findings: Findings, ba
     lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their "
               f"{policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a "
               "throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
-    lines += ["### Findings", ""]
-    lines += [f"- {md_cell(line)}" for line in findings.summary_lines()]
-    for failure in findings.failures + findings.other_failures:
-        lines.append(f"- **{failure.status}** {md_cell(failure.backend)}: {md_cell(failure.reason)} "
-                     f"({md_cell(failure.cases_text)})")
+    lines += ["### Findings", ""] + lead_lines(leads or [])
+    lines += ["**Errors**", ""]
+    for failure in findings.failures:
+        if failure.status == Status.IMPLAUSIBLE:
+            lines.append(f"- **{failure.status}** {md_cell(failure.backend)}: {md_cell(failure.reason)} "
+                         f"({md_cell(failure.cases_text)})")
+    for cause in findings.errors:
+        lines.append(f"- **{cause.status}** ×{cause.count} {md_cell(', '.join(cause.backends))}: "
+                     f"{md_cell(cause.reason)} ({md_cell(cause.cases_text)})")
     if not findings.failures:
         lines.append("- No mismatches and no errors.")
+    skips = [f"**skipped** ×{c.count} {', '.join(c.backends)}: {c.reason} ({c.cases_text})" for c in findings.skips]
+    other = (findings.roofs + findings.speedup + findings.memory + findings.packing + findings.quantized
+             + findings.noise + findings.dtype)
+    for title, items in (("Repeatability", findings.repeat), ("Overhead", findings.kernels), ("Skips", skips),
+                         ("Other findings", other)):
+        if items:
+            lines += ["", f"<details><summary>{title} ({len(items)})</summary>", ""]
+            lines += [f"- {md_cell(line)}" for line in items] + ["", "</details>"]
+    lines.append("")
     lines += [f"- {md_cell(note)}" for note in chart_notes]
     for group in groups:
         lines += ["", f"### {md_cell(group.title())}", ""]

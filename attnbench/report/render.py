@@ -35,6 +35,7 @@ from attnbench.report.findings import build_findings
 from attnbench.report.frontier import frontier_chart, frontier_groups
 from attnbench.report.groups import CaseGroup, group_records, kv_heads_families
 from attnbench.report.html import render_html
+from attnbench.report.lead import group_leads
 from attnbench.report.markdown import render_markdown
 from attnbench.report.plotting import WIDTH_PX, Chart, render_chart
 from attnbench.report.roofline import roofline_chart
@@ -246,12 +247,14 @@ def render_report(source: Path, out_dir: Path | None = None, formats: Iterable[s
         notes.append(NO_KV_FAMILY_NOTE)
     if "png" in wanted:
         written += _write_charts(out, charts)
+    leads = group_leads(groups, pool([run_of(source, records, env)], TIME))
     if "html" in wanted:
         page = render_html(env, records, findings, charts, notes, _speedups(groups, baseline), baseline, WIDTH_PX,
                            recommendation_section(source, records, env), chart_files="png" in wanted,
-                           trace_links=trace_links(records, results_path(source).parent, out.directory))
+                           trace_links=trace_links(records, results_path(source).parent, out.directory),
+                           leads=leads)
         written.append(_write(out.report, page.encode("utf-8")))
     if "md" in wanted:
-        text = render_markdown(env, groups, findings, baseline, notes)
+        text = render_markdown(env, groups, findings, baseline, notes, leads)
         written.append(_write(out.summary, text.encode("utf-8")))
     return written

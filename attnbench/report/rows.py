@@ -7,6 +7,7 @@ from collections.abc import Callable
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
 from attnbench.report.groups import dtype_word, quant_words, shape_of
+from attnbench.report.names import short_kernel_name
 
 # Marks a noisy median (attnbench.core.policy.noisy_words).
 NOISY_MARK = "~"
@@ -124,7 +125,7 @@ def ran_text(record: Record, trace: bool = True) -> str:
     if not kernels:
         return f"unchecked: {unchecked}" if unchecked else ""
     top = kernels[0]
-    words = [f"{top['name'][:60]} {top['share']:.0%}"]
+    words = [f"{short_kernel_name(top['name'])[:60]} {top['share']:.0%}"]
     if unchecked:
         words.append(f"unchecked: {unchecked}")
     if record.overhead:
