@@ -10,6 +10,7 @@ and a lent machine's carried cache run it (docs/docker.md, "FlashInfer's kernels
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -53,10 +54,15 @@ def build_arch(suites: list[str], arch: str, listing: bool, only: str | None = N
     from flashinfer.jit import env
 
     from attnbench.backends.flashinfer_aot import spec
+    from attnbench.backends.flashinfer_kernels import MANIFEST
 
     found, unmapped = modules_for(suites, arch)
     for line in unmapped:
         print(f"{arch} not mapped: {line}")
+    if not listing:
+        env.FLASHINFER_WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
+        manifest = {"arch": arch, "suites": suites, "modules": sorted(found), "unmapped": unmapped}
+        (env.FLASHINFER_WORKSPACE_DIR / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     for name, module in sorted(found.items()):
         if only is not None and only not in name:
             continue

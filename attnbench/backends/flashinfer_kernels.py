@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 MODULE = "flashinfer"
+MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's list of the modules it built, beside cached_ops
 
 
 def nvcc_path(environ: Any = None) -> str | None:
@@ -36,6 +37,7 @@ def kernel_files() -> dict[str, Any]:
         jit_dir, cubin_dir = Path(env.FLASHINFER_JIT_DIR), Path(env.FLASHINFER_CUBIN_DIR)
         providers = [f"{p.distribution} {p.version} ({', '.join(sorted(p.cuda_architectures))})"
                      for p in getattr(env, "FLASHINFER_AOT_PROVIDERS", ())]
+        ahead = built_ahead(Path(env.FLASHINFER_CACHE_DIR) / env.flashinfer_version)
     except Exception as exc:  # noqa: BLE001 - a stand-in module, or a flashinfer whose settings moved
         return {"state": "unknown", "summary": f"cannot read {MODULE}.jit.env: {type(exc).__name__}: {exc}"}
     precompiled = sorted({so.parent.name for d in aot_dirs if d.is_dir() for so in d.glob("*/*.so")})
@@ -43,9 +45,11 @@ def kernel_files() -> dict[str, Any]:
     cubins = sum(1 for _ in cubin_dir.rglob("*.cubin")) if cubin_dir.is_dir() else 0
     nvcc = nvcc_path()
     found = {"aot_dirs": [str(d) for d in aot_dirs], "providers": providers, "precompiled": len(precompiled),
-             "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc, "cubin_dir": str(cubin_dir),
+             "built_ahead": ahead, "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc, "cubin_dir": str(cubin_dir),
              "cubins": cubins}
     cubin_note = f"; {cubins} cubins in {cubin_dir}" if cubins else ""
+    if ahead:
+        return {**found, "state": "precompiled", "summary": ahead_summary(ahead, nvcc) + cubin_note}
     if precompiled:
         source = ", ".join(providers) or ", ".join(str(d) for d in aot_dirs if d.is_dir())
         return {**found, "state": "precompiled",
@@ -63,6 +67,38 @@ def kernel_files() -> dict[str, Any]:
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
                        f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
                        f"fails{cubin_note}"}
+
+
+def built_ahead(version_dir: Any) -> list[dict[str, Any]]:
+    """Per arch folder with a MANIFEST: its arch, the modules listed, and those whose library is missing."""
+    import json
+
+    found = []
+    for manifest in sorted(version_dir.glob(f"*/{MANIFEST}")):
+        try:
+            listed = json.loads(manifest.read_text())
+            names, arch = list(listed["modules"]), str(listed["arch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        ops = manifest.parent / "cached_ops"
+        missing = [n for n in names if not (ops / n / f"{n}.so").is_file()]
+        found.append({"arch": arch, "dir": str(ops), "modules": len(names), "missing": missing,
+                      "unmapped": len(listed.get("unmapped", []))})
+    return found
+
+
+def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
+    """"5 for sm90a, 4 for sm100a built ahead in …", with what is missing and whether nvcc can JIT it."""
+    parts = []
+    for arch in ahead:
+        sm = "sm" + arch["arch"].replace(".", "")
+        have = arch["modules"] - len(arch["missing"])
+        parts.append(f"{have} for {sm}" + (f" ({len(arch['missing'])} of {arch['modules']} missing)"
+                                          if arch["missing"] else ""))
+    text = f"{', '.join(parts)} built ahead in {ahead[0]['dir'].rsplit('/', 2)[0]}"
+    if any(arch["missing"] for arch in ahead):
+        text += f"; the missing JIT-compiled at first use by {nvcc}" if nvcc else "; no nvcc to JIT the missing"
+    return text
 
 
 def registered() -> dict[str, Any]:
