@@ -45,8 +45,8 @@ def kernel_files() -> dict[str, Any]:
     cubins = sum(1 for _ in cubin_dir.rglob("*.cubin")) if cubin_dir.is_dir() else 0
     nvcc = nvcc_path()
     found = {"aot_dirs": [str(d) for d in aot_dirs], "providers": providers, "precompiled": len(precompiled),
-             "built_ahead": ahead, "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc, "cubin_dir": str(cubin_dir),
-             "cubins": cubins}
+             "built_ahead": ahead, "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc,
+             "cubin_dir": str(cubin_dir), "cubins": cubins}
     cubin_note = f"; {cubins} cubins in {cubin_dir}" if cubins else ""
     if ahead:
         return {**found, "state": "precompiled", "summary": ahead_summary(ahead, nvcc) + cubin_note}
