@@ -1,6 +1,7 @@
-"""Build, without a GPU, the FlashInfer JIT modules that suites' FlashInfer cases load, into the cache FlashInfer
-reads at run time ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch>/cached_ops): one process per arch,
-FLASHINFER_CUDA_ARCH_LIST set to it, each module by FlashInfer's own JitSpec.build (nvcc through ninja).
+"""Build, without a GPU, the FlashInfer JIT modules that suites' FlashInfer cases load on each arch, and install
+them where FlashInfer loads a module without building it: its AOT folder (flashinfer/data/aot/<name>/<name>.so,
+jit/env.py FLASHINFER_AOT_DIR), as FlashInfer's own aot.py does: one process with FLASHINFER_CUDA_ARCH_LIST set to
+every arch (one library holds each arch's code), each module built by FlashInfer's JitSpec.build (nvcc, ninja).
 
     python scripts/flashinfer_aot.py --arch 9.0a --arch 10.0a suites/gpu-check.yaml [--list]
 
@@ -49,35 +50,45 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def build_arch(suites: list[str], arch: str, listing: bool, only: str | None = None) -> int:
-    """In a process whose FLASHINFER_CUDA_ARCH_LIST is `arch`: build (or list) the modules."""
+def build(suites: list[str], arches: list[str], listing: bool, only: str | None = None) -> int:
+    """In a process whose FLASHINFER_CUDA_ARCH_LIST names `arches`: build (or list) the modules, then copy each
+    library into FlashInfer's AOT folder with a manifest of what each arch needs."""
+    import shutil
+
     from flashinfer.jit import env
 
     from attnbench.backends.flashinfer_aot import spec
     from attnbench.backends.flashinfer_kernels import MANIFEST
 
-    found, unmapped = modules_for(suites, arch)
-    for line in unmapped:
-        print(f"{arch} not mapped: {line}")
-    if not listing:
-        env.FLASHINFER_WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
-        manifest = {"arch": arch, "suites": suites, "modules": sorted(found), "unmapped": unmapped}
-        (env.FLASHINFER_WORKSPACE_DIR / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    needs: dict[str, list[str]] = {}
+    found: dict[str, object] = {}
+    unmapped: dict[str, list[str]] = {}
+    for arch in arches:
+        modules, unmapped[arch] = modules_for(suites, arch)
+        needs[arch] = sorted(modules)
+        found.update(modules)
+        for line in unmapped[arch]:
+            print(f"{arch} not mapped: {line}")
+    aot = env.FLASHINFER_AOT_DIR
     for name, module in sorted(found.items()):
-        if only is not None and only not in name:
-            continue
-        built = env.FLASHINFER_JIT_DIR / name / f"{name}.so"
-        if listing or built.exists():
-            print(f"{arch} {'built' if built.exists() else 'missing'} {name}")
+        target = aot / name / f"{name}.so"
+        if listing or target.exists() or (only is not None and only not in name):
+            wanted = " ".join(a for a in arches if name in needs[a])
+            print(f"{'built' if target.exists() else 'missing'} {name} ({wanted})")
             continue
         jit = spec(module)
         if jit.name != name:
-            print(f"{arch}: FlashInfer names the module {jit.name}, attnbench expected {name}", file=sys.stderr)
+            print(f"FlashInfer names the module {jit.name}, attnbench expected {name}", file=sys.stderr)
             return 1
         wall, cpu = time.perf_counter(), cpu_s()
         jit.build(verbose=False)
-        print(f"{arch} compiled {name} in {time.perf_counter() - wall:.1f} s wall, {cpu_s() - cpu:.1f} s CPU "
-              f"({os.environ.get('MAX_JOBS', 'all')} jobs) -> {built}", flush=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(jit.get_library_path(), target)
+        print(f"compiled {name} for {' '.join(arches)} in {time.perf_counter() - wall:.1f} s wall, "
+              f"{cpu_s() - cpu:.1f} s CPU ({os.environ.get('MAX_JOBS', 'all')} jobs) -> {target}", flush=True)
+    if not listing:
+        manifest = {"archs": needs, "suites": suites, "unmapped": unmapped}
+        (aot / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return 0
 
 
@@ -99,14 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     if args.in_process:
-        return build_arch(args.suites, arches[0], args.list, args.only)
-    for arch in arches:
-        command = [sys.executable, __file__, "--in-process", "--arch", arch, *args.suites] + (["--list"] * args.list)
-        command += ["--only", args.only] if args.only else []
-        done = subprocess.run(command, env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": arch}, check=False)
-        if done.returncode:
-            return done.returncode
-    return 0
+        return build(args.suites, arches, args.list, args.only)
+    command = [sys.executable, __file__, "--in-process", *args.suites] + (["--list"] * args.list)
+    command += [word for arch in arches for word in ("--arch", arch)] + (["--only", args.only] if args.only else [])
+    # FlashInfer reads the arch list once, at import
+    return subprocess.run(command, env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": " ".join(arches)},
+                          check=False).returncode
 
 
 if __name__ == "__main__":

@@ -76,8 +76,7 @@ def test_flash_attn_2_left_out_of_an_image_is_named_as_not_carried(tmp_path: Pat
 def flashinfer_env(monkeypatch: pytest.MonkeyPatch, root: Path, providers: tuple = ()) -> types.SimpleNamespace:
     """A stand-in flashinfer.jit.env with FlashInfer 0.7.2.post1's names, its folders under `root`."""
     env = types.SimpleNamespace(FLASHINFER_AOT_DIR=root / "data" / "aot", FLASHINFER_JIT_DIR=root / "cached_ops",
-                                FLASHINFER_CUBIN_DIR=root / "cubins", FLASHINFER_AOT_PROVIDERS=providers,
-                                FLASHINFER_CACHE_DIR=root / "cache", flashinfer_version="0.7.2.post1")
+                                FLASHINFER_CUBIN_DIR=root / "cubins", FLASHINFER_AOT_PROVIDERS=providers)
     env.FLASHINFER_AOT_DIRS = (env.FLASHINFER_AOT_DIR, *(p.jit_cache_dir for p in providers))
     package = types.ModuleType("flashinfer")
     package.__path__ = []  # type: ignore[attr-defined]
@@ -157,23 +156,22 @@ def test_doctor_shows_where_flashinfers_kernels_would_come_from() -> None:
 
 def test_flashinfer_kernels_built_ahead_per_arch_with_what_is_missing(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """scripts/flashinfer_aot.py's manifest beside each arch's cached_ops: doctor counts the libraries there."""
+    """scripts/flashinfer_aot.py's manifest in FlashInfer's AOT folder: doctor counts each arch's libraries."""
     import json
 
     flashinfer_env(monkeypatch, tmp_path)
     monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: None)
-    names = {"90a": [f"m{i}_sm90" for i in range(5)], "100a": [f"m{i}" for i in range(4)]}
-    for arch, listed in names.items():
-        folder = tmp_path / "cache" / "0.7.2.post1" / arch
-        for name in listed:
-            module(folder / "cached_ops", name)
-        manifest = {"arch": f"{arch[:-2]}.{arch[-2:]}", "modules": listed, "unmapped": []}
-        (folder / fi_kernels.MANIFEST).write_text(json.dumps(manifest))
+    aot = tmp_path / "data" / "aot"
+    archs = {"9.0a": [f"m{i}_sm90" for i in range(4)] + ["decode"], "10.0a": ["decode", "m1", "m2", "m3"]}
+    for name in {n for names in archs.values() for n in names}:
+        module(aot, name)
+    (aot / fi_kernels.MANIFEST).write_text(json.dumps({"archs": archs, "suites": [], "unmapped": {}}))
     found = kernel_files()
-    assert found["state"] == "precompiled"
-    assert found["summary"].startswith("4 for sm100a, 5 for sm90a built ahead in ")
-    (tmp_path / "cache" / "0.7.2.post1" / "90a" / "cached_ops" / "m3_sm90" / "m3_sm90.so").unlink()
+    assert found["state"] == "precompiled" and found["precompiled"] == 8
+    assert found["summary"] == f"5 for sm90a, 4 for sm100a built ahead in {aot}"
+    (aot / "decode" / "decode.so").unlink()
     summary = kernel_files()["summary"]
-    assert "4 for sm90a (1 of 5 missing)" in summary and summary.endswith("no nvcc to JIT the missing")
+    assert summary.startswith("4 for sm90a (1 of 5 missing), 3 for sm100a (1 of 4 missing)")
+    assert summary.endswith("no nvcc to JIT the missing")
     monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: "/opt/cuda/bin/nvcc")
     assert kernel_files()["summary"].endswith("the missing JIT-compiled at first use by /opt/cuda/bin/nvcc")

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 MODULE = "flashinfer"
-MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's list of the modules it built, beside cached_ops
+MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
 
 
 def nvcc_path(environ: Any = None) -> str | None:
@@ -37,13 +37,13 @@ def kernel_files() -> dict[str, Any]:
         jit_dir, cubin_dir = Path(env.FLASHINFER_JIT_DIR), Path(env.FLASHINFER_CUBIN_DIR)
         providers = [f"{p.distribution} {p.version} ({', '.join(sorted(p.cuda_architectures))})"
                      for p in getattr(env, "FLASHINFER_AOT_PROVIDERS", ())]
-        ahead = built_ahead(Path(env.FLASHINFER_CACHE_DIR) / env.flashinfer_version)
     except Exception as exc:  # noqa: BLE001 - a stand-in module, or a flashinfer whose settings moved
         return {"state": "unknown", "summary": f"cannot read {MODULE}.jit.env: {type(exc).__name__}: {exc}"}
     precompiled = sorted({so.parent.name for d in aot_dirs if d.is_dir() for so in d.glob("*/*.so")})
     compiled = sorted({so.parent.name for so in jit_dir.glob("*/*.so")}) if jit_dir.is_dir() else []
     cubins = sum(1 for _ in cubin_dir.rglob("*.cubin")) if cubin_dir.is_dir() else 0
     nvcc = nvcc_path()
+    ahead = built_ahead(aot_dirs)
     found = {"aot_dirs": [str(d) for d in aot_dirs], "providers": providers, "precompiled": len(precompiled),
              "built_ahead": ahead, "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc,
              "cubin_dir": str(cubin_dir), "cubins": cubins}
@@ -69,22 +69,19 @@ def kernel_files() -> dict[str, Any]:
                        f"fails{cubin_note}"}
 
 
-def built_ahead(version_dir: Any) -> list[dict[str, Any]]:
-    """Per arch folder with a MANIFEST: its arch, the modules listed, and those whose library is missing."""
+def built_ahead(aot_dirs: list[Any]) -> list[dict[str, Any]]:
+    """Per arch of the first AOT folder's MANIFEST: the modules it lists, and those whose library is missing."""
     import json
 
-    found = []
-    for manifest in sorted(version_dir.glob(f"*/{MANIFEST}")):
-        try:
-            listed = json.loads(manifest.read_text())
-            names, arch = list(listed["modules"]), str(listed["arch"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        ops = manifest.parent / "cached_ops"
-        missing = [n for n in names if not (ops / n / f"{n}.so").is_file()]
-        found.append({"arch": arch, "dir": str(ops), "modules": len(names), "missing": missing,
-                      "unmapped": len(listed.get("unmapped", []))})
-    return found
+    manifest = next((d / MANIFEST for d in aot_dirs if (d / MANIFEST).is_file()), None)
+    try:
+        archs = json.loads(manifest.read_text())["archs"] if manifest else {}
+        listed = {str(arch): list(names) for arch, names in archs.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [{"arch": arch, "dir": str(manifest.parent), "modules": len(names),
+             "missing": [n for n in names if not any((d / n / f"{n}.so").is_file() for d in aot_dirs)]}
+            for arch, names in listed.items()]
 
 
 def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
@@ -95,7 +92,7 @@ def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
         have = arch["modules"] - len(arch["missing"])
         parts.append(f"{have} for {sm}" + (f" ({len(arch['missing'])} of {arch['modules']} missing)"
                                           if arch["missing"] else ""))
-    text = f"{', '.join(parts)} built ahead in {ahead[0]['dir'].rsplit('/', 2)[0]}"
+    text = f"{', '.join(parts)} built ahead in {ahead[0]['dir']}"
     if any(arch["missing"] for arch in ahead):
         text += f"; the missing JIT-compiled at first use by {nvcc}" if nvcc else "; no nvcc to JIT the missing"
     return text
