@@ -6,6 +6,8 @@
 #   TORCH_CPU_FIND_LINKS=URL ...   (where the CPU image's pip finds the CPU torch; default: see "torch" below)
 #   DOCKER_CHECK_ROOT=DIR ...      (the engine's data root, kept between runs; default: under the cache below)
 #   DOCKER_CHECK_GPU=no ...        (the CPU image alone: a cold GPU build takes 14 min on 2 shared cores)
+#   DOCKER_CHECK_FLASHINFER_AOT="9.0a" ...  (the GPU image's FLASHINFER_AOT: FlashInfer's kernels built ahead for
+#                                  these archs, and doctor held to them; empty: none, and doctor held to `absent`)
 #
 # 1. Installs docker.io and debootstrap with apt-get when they are missing.
 # 2. Starts a private dockerd: its own socket, exec root and pidfile, no bridge and no iptables rules; it is
@@ -312,7 +314,10 @@ case "${DOCKER_CHECK_GPU:-yes}" in
     no) step "DOCKER_CHECK_GPU=no: the GPU image is not built; all checks passed; $IMAGE is $cpu_size"; exit 0 ;;
     *) fail "DOCKER_CHECK_GPU must be yes or no, not '${DOCKER_CHECK_GPU}'" ;;
 esac
-build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu
+fi_aot=${DOCKER_CHECK_FLASHINFER_AOT-}
+build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu --build-arg "FLASHINFER_AOT=$fi_aot"
+[ -z "$fi_aot" ] || grep -e "FlashInfer's kernels for" -e " compiled " "$work/build-${GPU_IMAGE//[^a-z]/-}.log" \
+    | sed 's/^#[0-9]* [0-9.]* /  /' | cut -c1-200 || true
 gpu_size=$size
 # Every kernel library imported, with no GPU and no driver; each version held to its pin in the Dockerfile.
 # First the layout (attnbench/backends/layout.py): flash-attn-4 lives in a directory of its own, so a plain Python
@@ -384,7 +389,7 @@ EOF
 check_cli "$GPU_IMAGE"
 # doctor: each GPU library with its pinned version and its signature conformance against attnbench's calls
 docker run --rm --network none -e COLUMNS=200 "$GPU_IMAGE" list --device cpu > "$work/list.txt" || fail "$GPU_IMAGE: attnbench list exited non-zero"
-python3 - "$work/doctor-${GPU_IMAGE//[^a-z]/-}.json" "$work/list.txt" <<'EOF' || fail "$GPU_IMAGE: doctor or list"
+python3 - "$work/doctor-${GPU_IMAGE//[^a-z]/-}.json" "$work/list.txt" "$fi_aot" <<'EOF' || fail "$GPU_IMAGE: doctor or list"
 import json, sys
 text = open(sys.argv[1]).read()
 report = json.loads(text[text.index("{"):])
@@ -408,10 +413,18 @@ print(f"  flash-attn    {fa2['reason'][:200]}")
 # FlashInfer's kernels, the files a first call would load: no release on PyPI carries precompiled kernels for the
 # calls attnbench makes (flashinfer-jit-cache is published on flashinfer.ai's own index only) and the image has no
 # nvcc, so doctor must say there are none; if that changes, this check fails and docs/docker.md is corrected.
+# Built with FLASHINFER_AOT, each of its archs has every module the shipped suites' cases need (scripts/flashinfer_aot.py's
+# manifest, each library there), and the compiler is gone.
 kernels = backends["flashinfer"]["kernels"]
 print(f"  flashinfer    kernels {kernels['state']}: {kernels['summary']}")
-assert kernels["state"] == "absent" and kernels["precompiled"] == 0 and kernels["nvcc"] is None, kernels
-assert "no nvcc" in kernels["summary"] and "flashinfer-jit-cache" in kernels["summary"], kernels
+assert kernels["nvcc"] is None, kernels
+if sys.argv[3]:
+    ahead = {a["arch"]: a for a in kernels["built_ahead"]}
+    assert kernels["state"] == "precompiled" and set(ahead) == set(sys.argv[3].split()), kernels
+    assert all(a["modules"] and not a["missing"] for a in ahead.values()), kernels
+else:
+    assert kernels["state"] == "absent" and kernels["precompiled"] == 0, kernels
+    assert "no nvcc" in kernels["summary"] and "flashinfer-jit-cache" in kernels["summary"], kernels
 print(f"attnbench list shows all {len(backends)} backends doctor knows")
 EOF
 run_quick "$GPU_IMAGE" suites/quick.yaml
