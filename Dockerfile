@@ -144,6 +144,8 @@ RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${
 ARG FLASHINFER_AOT=""
 ARG FLASHINFER_AOT_SUITES="gpu-check"
 ARG FLASHINFER_AOT_JOBS=2
+# only the modules whose name holds this (a CI build's shortcut: "batch_decode" builds the decode modules alone)
+ARG FLASHINFER_AOT_ONLY=""
 ARG CUDA_AOT_VERSION=13.0.88
 ARG CUDA_AOT_RUNTIME_VERSION=13.0.96
 COPY scripts/flashinfer_aot.py /opt/attnbench/scripts/flashinfer_aot.py
@@ -157,6 +159,7 @@ RUN if [ -z "${FLASHINFER_AOT}" ] || [ "${KERNELS}" != gpu ]; then echo "no Flas
       && echo 'void attnbench_cuda_stub(void) {}' | g++ -x c -shared -fPIC -Wl,-soname,libcuda.so.1 \
              -o "$home/lib64/stubs/libcuda.so" - \
       && for arch in ${FLASHINFER_AOT}; do set -- "$@" --arch "$arch"; done \
+      && if [ -n "${FLASHINFER_AOT_ONLY}" ]; then set -- "$@" --only "${FLASHINFER_AOT_ONLY}"; fi \
       && began=$(date +%s) && CUDA_HOME="$home" MAX_JOBS="${FLASHINFER_AOT_JOBS}" \
              python /opt/attnbench/scripts/flashinfer_aot.py "$@" ${FLASHINFER_AOT_SUITES} \
       && echo "FlashInfer's kernels for ${FLASHINFER_AOT} built in $(( $(date +%s) - began )) s" \
