@@ -140,7 +140,8 @@ RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${
 # the static runtime (the modules need no libcudart.so.13 at run time, but a driver for CUDA 13.0: R580 or later),
 # lib64/stubs/libcuda.so an empty stub for FlashInfer's -lcuda. The modules are those the suites' FlashInfer
 # cases load on each arch (scripts/flashinfer_aot.py), one library for all archs, installed into FlashInfer's AOT
-# folder (flashinfer/data/aot), which it loads without nvcc or ninja; the build's cache and the compiler go.
+# folder (flashinfer/data/aot), which it loads without nvcc or ninja; the build's own cache (not /cache, which any
+# uid must be able to write) and the compiler go.
 ARG FLASHINFER_AOT=""
 ARG FLASHINFER_AOT_SUITES="gpu-check"
 ARG FLASHINFER_AOT_JOBS=2
@@ -160,10 +161,10 @@ RUN if [ -z "${FLASHINFER_AOT}" ] || [ "${KERNELS}" != gpu ]; then echo "no Flas
              -o "$home/lib64/stubs/libcuda.so" - \
       && for arch in ${FLASHINFER_AOT}; do set -- "$@" --arch "$arch"; done \
       && if [ -n "${FLASHINFER_AOT_ONLY}" ]; then set -- "$@" --only "${FLASHINFER_AOT_ONLY}"; fi \
-      && began=$(date +%s) && CUDA_HOME="$home" MAX_JOBS="${FLASHINFER_AOT_JOBS}" \
+      && began=$(date +%s) && CUDA_HOME="$home" MAX_JOBS="${FLASHINFER_AOT_JOBS}" FLASHINFER_WORKSPACE_BASE="$home/ws" \
              python /opt/attnbench/scripts/flashinfer_aot.py "$@" ${FLASHINFER_AOT_SUITES} \
       && echo "FlashInfer's kernels for ${FLASHINFER_AOT} built in $(( $(date +%s) - began )) s" \
-      && rm -rf /opt/cuda-aot "${FLASHINFER_WORKSPACE_BASE}/.cache"; \
+      && rm -rf /opt/cuda-aot; \
     fi
 USER 1000:1000
 WORKDIR /work
