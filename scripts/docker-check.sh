@@ -6,10 +6,10 @@
 #   TORCH_CPU_FIND_LINKS=URL ...   (where the CPU image's pip finds the CPU torch; default: see "torch" below)
 #   DOCKER_CHECK_ROOT=DIR ...      (the engine's data root, kept between runs; default: under the cache below)
 #   DOCKER_CHECK_GPU=no ...        (the CPU image alone: a cold GPU build takes 14 min on 2 shared cores)
-#   DOCKER_CHECK_FLASHINFER_AOT="9.0a" ...  (the GPU image's FLASHINFER_AOT: FlashInfer's kernels built ahead for
-#                                  these archs, and doctor held to them; empty: none, and doctor held to `absent`)
-#   DOCKER_CHECK_FLASHINFER_AOT_ONLY=batch_decode ...  (its FLASHINFER_AOT_ONLY: those modules alone, the rest
-#                                  reported missing; default: every module gpu-check needs)
+#   DOCKER_CHECK_FLASHINFER_AOT="9.0a 10.0a" ...  (the GPU image's FLASHINFER_AOT, default 9.0a: FlashInfer's
+#                                  kernels built ahead for these archs, doctor held to them; empty: none, `absent`)
+#   DOCKER_CHECK_FLASHINFER_AOT_ONLY= ...  (its FLASHINFER_AOT_ONLY, default batch_decode: the two decode modules
+#                                  of gpu-check alone, 70 s on 2 cores, the rest reported missing; empty: all 5)
 #
 # 1. Installs docker.io and debootstrap with apt-get when they are missing.
 # 2. Starts a private dockerd: its own socket, exec root and pidfile, no bridge and no iptables rules; it is
@@ -27,7 +27,7 @@
 #    same base, and in it, without a GPU: checks flash-attn-4 is in its own directory (no `flash_attn` in the
 #    venv for xformers' probe to take for FlashAttention 2), imports every kernel library in attnbench's order
 #    and holds each version to its pin, checks `doctor` reports each carried library installed, importable and
-#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as absent, that
+#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as built ahead, that
 #    `list` shows every backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
 # 7. Prints each image's size, the time each step took, and how many build steps came from the layer cache.
 #
@@ -316,7 +316,7 @@ case "${DOCKER_CHECK_GPU:-yes}" in
     no) step "DOCKER_CHECK_GPU=no: the GPU image is not built; all checks passed; $IMAGE is $cpu_size"; exit 0 ;;
     *) fail "DOCKER_CHECK_GPU must be yes or no, not '${DOCKER_CHECK_GPU}'" ;;
 esac
-fi_aot=${DOCKER_CHECK_FLASHINFER_AOT-} fi_only=${DOCKER_CHECK_FLASHINFER_AOT_ONLY-}
+fi_aot=${DOCKER_CHECK_FLASHINFER_AOT-9.0a} fi_only=${DOCKER_CHECK_FLASHINFER_AOT_ONLY-batch_decode}
 build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu --build-arg "FLASHINFER_AOT=$fi_aot" \
     --build-arg "FLASHINFER_AOT_ONLY=$fi_only"
 [ -z "$fi_aot" ] || grep -e "FlashInfer's kernels for" -e " compiled " "$work/build-${GPU_IMAGE//[^a-z]/-}.log" \
