@@ -133,6 +133,39 @@ COPY README.md ./
 COPY attnbench ./attnbench
 RUN pip install -c /opt/venv/keep-torch.txt ".[nvml,runtimes]" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}" \
  && ln -s /opt/attnbench/attnbench/suites /work/suites
+
+# ---- FlashInfer's kernels built ahead for FLASHINFER_AOT's archs (empty: none; docs/docker.md) ------------------
+# nvcc needs no GPU. CUDA 12's nvcc wheels carry ptxas alone; CUDA 13.0's carry nvcc, cicc (nvidia-nvvm) and the
+# crt headers, so they build here, into /opt/cuda-aot, dropped after. A CUDA_HOME of links: lib64/libcudart.a is
+# the static runtime (the modules need no libcudart.so.13 at run time, but a driver for CUDA 13.0: R580 or later),
+# lib64/stubs/libcuda.so an empty stub for FlashInfer's -lcuda. The modules are those the suites' FlashInfer
+# cases load on each arch (scripts/flashinfer_aot.py), one library for all archs, installed into FlashInfer's AOT
+# folder (flashinfer/data/aot), which it loads without nvcc or ninja; the build's own cache (not /cache, which any
+# uid must be able to write) and the compiler go.
+ARG FLASHINFER_AOT=""
+ARG FLASHINFER_AOT_SUITES="gpu-check"
+ARG FLASHINFER_AOT_JOBS=2
+# only the modules whose name holds this (a CI build's shortcut: "batch_decode" builds the decode modules alone)
+ARG FLASHINFER_AOT_ONLY=""
+ARG CUDA_AOT_VERSION=13.0.88
+ARG CUDA_AOT_RUNTIME_VERSION=13.0.96
+COPY scripts/flashinfer_aot.py /opt/attnbench/scripts/flashinfer_aot.py
+RUN if [ -z "${FLASHINFER_AOT}" ] || [ "${KERNELS}" != gpu ]; then echo "no FlashInfer kernels built ahead"; else \
+      pip install --no-deps --target /opt/cuda-aot "nvidia-cuda-nvcc==${CUDA_AOT_VERSION}" \
+          "nvidia-nvvm==${CUDA_AOT_VERSION}" "nvidia-cuda-crt==${CUDA_AOT_VERSION}" \
+          "nvidia-cuda-runtime==${CUDA_AOT_RUNTIME_VERSION}" \
+      && cu=/opt/cuda-aot/nvidia/cu13 && home=/opt/cuda-aot/home && mkdir -p "$home/lib64/stubs" \
+      && for d in bin nvvm include; do ln -s "$cu/$d" "$home/$d"; done \
+      && ln -s "$cu/lib/libcudart_static.a" "$home/lib64/libcudart.a" \
+      && echo 'void attnbench_cuda_stub(void) {}' | g++ -x c -shared -fPIC -Wl,-soname,libcuda.so.1 \
+             -o "$home/lib64/stubs/libcuda.so" - \
+      && for arch in ${FLASHINFER_AOT}; do set -- "$@" --arch "$arch"; done \
+      && if [ -n "${FLASHINFER_AOT_ONLY}" ]; then set -- "$@" --only "${FLASHINFER_AOT_ONLY}"; fi \
+      && began=$(date +%s) && CUDA_HOME="$home" MAX_JOBS="${FLASHINFER_AOT_JOBS}" FLASHINFER_WORKSPACE_BASE="$home/ws" \
+             python /opt/attnbench/scripts/flashinfer_aot.py "$@" ${FLASHINFER_AOT_SUITES} \
+      && echo "FlashInfer's kernels for ${FLASHINFER_AOT} built in $(( $(date +%s) - began )) s" \
+      && rm -rf /opt/cuda-aot; \
+    fi
 USER 1000:1000
 WORKDIR /work
 VOLUME ["/work/reports"]

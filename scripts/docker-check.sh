@@ -6,6 +6,10 @@
 #   TORCH_CPU_FIND_LINKS=URL ...   (where the CPU image's pip finds the CPU torch; default: see "torch" below)
 #   DOCKER_CHECK_ROOT=DIR ...      (the engine's data root, kept between runs; default: under the cache below)
 #   DOCKER_CHECK_GPU=no ...        (the CPU image alone: a cold GPU build takes 14 min on 2 shared cores)
+#   DOCKER_CHECK_FLASHINFER_AOT="9.0a 10.0a" ...  (the GPU image's FLASHINFER_AOT, default 9.0a: FlashInfer's
+#                                  kernels built ahead for these archs, doctor held to them; empty: none, `absent`)
+#   DOCKER_CHECK_FLASHINFER_AOT_ONLY= ...  (its FLASHINFER_AOT_ONLY, default batch_decode: the two decode modules
+#                                  of gpu-check alone, 70 s on 2 cores, the rest reported missing; empty: all 5)
 #
 # 1. Installs docker.io and debootstrap with apt-get when they are missing.
 # 2. Starts a private dockerd: its own socket, exec root and pidfile, no bridge and no iptables rules; it is
@@ -23,7 +27,7 @@
 #    same base, and in it, without a GPU: checks flash-attn-4 is in its own directory (no `flash_attn` in the
 #    venv for xformers' probe to take for FlashAttention 2), imports every kernel library in attnbench's order
 #    and holds each version to its pin, checks `doctor` reports each carried library installed, importable and
-#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as absent, that
+#    conforming to its signatures, FlashAttention 2 as not carried and FlashInfer's kernels as built ahead, that
 #    `list` shows every backend, and runs `attnbench run suites/quick.yaml` on the CPU as in 5.
 # 7. Prints each image's size, the time each step took, and how many build steps came from the layer cache.
 #
@@ -312,7 +316,11 @@ case "${DOCKER_CHECK_GPU:-yes}" in
     no) step "DOCKER_CHECK_GPU=no: the GPU image is not built; all checks passed; $IMAGE is $cpu_size"; exit 0 ;;
     *) fail "DOCKER_CHECK_GPU must be yes or no, not '${DOCKER_CHECK_GPU}'" ;;
 esac
-build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu
+fi_aot=${DOCKER_CHECK_FLASHINFER_AOT-9.0a} fi_only=${DOCKER_CHECK_FLASHINFER_AOT_ONLY-batch_decode}
+build "$GPU_IMAGE" --build-arg "BASE=$BASE" --build-arg KERNELS=gpu --build-arg "FLASHINFER_AOT=$fi_aot" \
+    --build-arg "FLASHINFER_AOT_ONLY=$fi_only"
+[ -z "$fi_aot" ] || grep -e "FlashInfer's kernels for" -e " compiled " "$work/build-${GPU_IMAGE//[^a-z]/-}.log" \
+    | sed 's/^#[0-9]* [0-9.]* /  /' | cut -c1-200 || true
 gpu_size=$size
 # Every kernel library imported, with no GPU and no driver; each version held to its pin in the Dockerfile.
 # First the layout (attnbench/backends/layout.py): flash-attn-4 lives in a directory of its own, so a plain Python
@@ -384,7 +392,7 @@ EOF
 check_cli "$GPU_IMAGE"
 # doctor: each GPU library with its pinned version and its signature conformance against attnbench's calls
 docker run --rm --network none -e COLUMNS=200 "$GPU_IMAGE" list --device cpu > "$work/list.txt" || fail "$GPU_IMAGE: attnbench list exited non-zero"
-python3 - "$work/doctor-${GPU_IMAGE//[^a-z]/-}.json" "$work/list.txt" <<'EOF' || fail "$GPU_IMAGE: doctor or list"
+python3 - "$work/doctor-${GPU_IMAGE//[^a-z]/-}.json" "$work/list.txt" "$fi_aot" "$fi_only" <<'EOF' || fail "$GPU_IMAGE: doctor or list"
 import json, sys
 text = open(sys.argv[1]).read()
 report = json.loads(text[text.index("{"):])
@@ -408,10 +416,20 @@ print(f"  flash-attn    {fa2['reason'][:200]}")
 # FlashInfer's kernels, the files a first call would load: no release on PyPI carries precompiled kernels for the
 # calls attnbench makes (flashinfer-jit-cache is published on flashinfer.ai's own index only) and the image has no
 # nvcc, so doctor must say there are none; if that changes, this check fails and docs/docker.md is corrected.
+# Built with FLASHINFER_AOT, each of its archs has every module the shipped suites' cases need (scripts/flashinfer_aot.py's
+# manifest, each library there), and the compiler is gone.
 kernels = backends["flashinfer"]["kernels"]
 print(f"  flashinfer    kernels {kernels['state']}: {kernels['summary']}")
-assert kernels["state"] == "absent" and kernels["precompiled"] == 0 and kernels["nvcc"] is None, kernels
-assert "no nvcc" in kernels["summary"] and "flashinfer-jit-cache" in kernels["summary"], kernels
+assert kernels["nvcc"] is None, kernels
+if sys.argv[3]:
+    ahead = {a["arch"]: a for a in kernels["built_ahead"]}
+    assert kernels["state"] == "precompiled" and set(ahead) == set(sys.argv[3].split()), kernels
+    only = sys.argv[4]
+    assert all(a["modules"] and (only or not a["missing"]) and a["modules"] > len(a["missing"])
+               and not any(only in name for name in a["missing"]) for a in ahead.values()), kernels
+else:
+    assert kernels["state"] == "absent" and kernels["precompiled"] == 0, kernels
+    assert "no nvcc" in kernels["summary"] and "flashinfer-jit-cache" in kernels["summary"], kernels
 print(f"attnbench list shows all {len(backends)} backends doctor knows")
 EOF
 run_quick "$GPU_IMAGE" suites/quick.yaml

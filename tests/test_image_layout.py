@@ -152,3 +152,26 @@ def test_doctor_shows_where_flashinfers_kernels_would_come_from() -> None:
     diagnosis = doctor.Diagnosis("cpu", {}, [health])
     assert "kernels      absent: no kernels: ..." in [line.strip() for line in doctor.format_text(diagnosis)]
     assert diagnosis.to_dict()["backends"][0]["kernels"] == kernels
+
+
+def test_flashinfer_kernels_built_ahead_per_arch_with_what_is_missing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/flashinfer_aot.py's manifest in FlashInfer's AOT folder: doctor counts each arch's libraries."""
+    import json
+
+    flashinfer_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: None)
+    aot = tmp_path / "data" / "aot"
+    archs = {"9.0a": [f"m{i}_sm90" for i in range(4)] + ["decode"], "10.0a": ["decode", "m1", "m2", "m3"]}
+    for name in {n for names in archs.values() for n in names}:
+        module(aot, name)
+    (aot / fi_kernels.MANIFEST).write_text(json.dumps({"archs": archs, "suites": [], "unmapped": {}}))
+    found = kernel_files()
+    assert found["state"] == "precompiled" and found["precompiled"] == 8
+    assert found["summary"] == f"5 for sm90a, 4 for sm100a built ahead in {aot}"
+    (aot / "decode" / "decode.so").unlink()
+    summary = kernel_files()["summary"]
+    assert summary.startswith("4 for sm90a (1 of 5 missing), 3 for sm100a (1 of 4 missing)")
+    assert summary.endswith("no nvcc to JIT the missing")
+    monkeypatch.setattr(fi_kernels, "nvcc_path", lambda: "/opt/cuda/bin/nvcc")
+    assert kernel_files()["summary"].endswith("the missing JIT-compiled at first use by /opt/cuda/bin/nvcc")

@@ -82,9 +82,14 @@ def test_dockerfile_pins_satisfy_the_extras() -> None:
     # FlashAttention 2 compiles only when asked: the default kernel set is the GPU one, from wheels
     assert args["KERNELS"] == "gpu" and args["FLASH_ATTN_2"] == "no"
     assert set(args["FLASH_ATTN_CUDA_ARCHS"].split(";")) >= {"80", "90"}, "Ampere and Hopper by default"
+    # FlashInfer's compiler for its kernels built ahead (dropped from the image): nvcc and the runtime it links
+    # statically are one CUDA release
+    compiler, runtime = Version(args["CUDA_AOT_VERSION"]), Version(args["CUDA_AOT_RUNTIME_VERSION"])
+    assert compiler.release[:2] == runtime.release[:2], (compiler, runtime)
     # a new pin cannot slip in unchecked
     unchecked = {name for name in args if name.endswith("_VERSION")} - set(PINNED_EXTRAS) - {
-        "TORCH_CPU_VERSION", "TORCH_CUDA_VERSION", "CUDA_PYTHON_VERSION"}
+        "TORCH_CPU_VERSION", "TORCH_CUDA_VERSION", "CUDA_PYTHON_VERSION", "CUDA_AOT_VERSION",
+        "CUDA_AOT_RUNTIME_VERSION"}
     assert not unchecked, f"pinned in the Dockerfile without a check here: {sorted(unchecked)}"
 
 
@@ -93,8 +98,8 @@ def test_the_docker_check_imports_every_library_the_gpu_image_pins() -> None:
     its pin: a library pinned in the Dockerfile but left out of that list would be carried unchecked."""
     check = (ROOT / "scripts" / "docker-check.sh").read_text()
     checked = set(re.findall(r'\("[\w.]+", "[\w-]+", "(\w+_VERSION)"\)', check))
-    gpu_pins = {name for name in dockerfile_args() if name.endswith("_VERSION")} - {"TORCH_CPU_VERSION",
-                                                                                    "FLASH_ATTN_VERSION"}
+    gpu_pins = {name for name in dockerfile_args() if name.endswith("_VERSION")} - {
+        "TORCH_CPU_VERSION", "FLASH_ATTN_VERSION", "CUDA_AOT_VERSION", "CUDA_AOT_RUNTIME_VERSION"}  # not in the image
     assert checked == gpu_pins, (sorted(gpu_pins - checked), sorted(checked - gpu_pins))
 
 

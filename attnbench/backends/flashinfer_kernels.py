@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 MODULE = "flashinfer"
+MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
 
 
 def nvcc_path(environ: Any = None) -> str | None:
@@ -42,10 +43,13 @@ def kernel_files() -> dict[str, Any]:
     compiled = sorted({so.parent.name for so in jit_dir.glob("*/*.so")}) if jit_dir.is_dir() else []
     cubins = sum(1 for _ in cubin_dir.rglob("*.cubin")) if cubin_dir.is_dir() else 0
     nvcc = nvcc_path()
+    ahead = built_ahead(aot_dirs)
     found = {"aot_dirs": [str(d) for d in aot_dirs], "providers": providers, "precompiled": len(precompiled),
-             "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc, "cubin_dir": str(cubin_dir),
-             "cubins": cubins}
+             "built_ahead": ahead, "jit_dir": str(jit_dir), "compiled": len(compiled), "nvcc": nvcc,
+             "cubin_dir": str(cubin_dir), "cubins": cubins}
     cubin_note = f"; {cubins} cubins in {cubin_dir}" if cubins else ""
+    if ahead:
+        return {**found, "state": "precompiled", "summary": ahead_summary(ahead, nvcc) + cubin_note}
     if precompiled:
         source = ", ".join(providers) or ", ".join(str(d) for d in aot_dirs if d.is_dir())
         return {**found, "state": "precompiled",
@@ -63,6 +67,35 @@ def kernel_files() -> dict[str, Any]:
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
                        f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
                        f"fails{cubin_note}"}
+
+
+def built_ahead(aot_dirs: list[Any]) -> list[dict[str, Any]]:
+    """Per arch of the first AOT folder's MANIFEST: the modules it lists, and those whose library is missing."""
+    import json
+
+    manifest = next((d / MANIFEST for d in aot_dirs if (d / MANIFEST).is_file()), None)
+    try:
+        archs = json.loads(manifest.read_text())["archs"] if manifest else {}
+        listed = {str(arch): list(names) for arch, names in archs.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return [{"arch": arch, "dir": str(manifest.parent), "modules": len(names),
+             "missing": [n for n in names if not any((d / n / f"{n}.so").is_file() for d in aot_dirs)]}
+            for arch, names in listed.items()]
+
+
+def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
+    """"5 for sm90a, 4 for sm100a built ahead in …", with what is missing and whether nvcc can JIT it."""
+    parts = []
+    for arch in ahead:
+        sm = "sm" + arch["arch"].replace(".", "")
+        have = arch["modules"] - len(arch["missing"])
+        parts.append(f"{have} for {sm}" + (f" ({len(arch['missing'])} of {arch['modules']} missing)"
+                                          if arch["missing"] else ""))
+    text = f"{', '.join(parts)} built ahead in {ahead[0]['dir']}"
+    if any(arch["missing"] for arch in ahead):
+        text += f"; the missing JIT-compiled at first use by {nvcc}" if nvcc else "; no nvcc to JIT the missing"
+    return text
 
 
 def registered() -> dict[str, Any]:
