@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from attnbench.core import axes
-from attnbench.report import dispatch, dispatch_table
+from attnbench.report import dispatch_table
+from attnbench.stats import dispatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +64,8 @@ from pathlib import Path
 from attnbench.sweep.suite import load_suite
 from attnbench.core.errors import SuiteError
 from attnbench.records.results import WORKLOAD_DEFAULTS
-from attnbench.report import groups, dispatch, dispatch_table
+from attnbench.report import groups, dispatch_table
+from attnbench.stats import dispatch
 from attnbench.backends.registry import default_registry
 from attnbench.run.skip import Facts, why_skipped
 
