@@ -157,8 +157,8 @@ RUN if [ -z "${FLASHINFER_AOT}" ] || [ "${KERNELS}" != gpu ]; then echo "no Flas
       && cu=/opt/cuda-aot/nvidia/cu13 && home=/opt/cuda-aot/home && mkdir -p "$home/lib64/stubs" \
       && for d in bin nvvm include; do ln -s "$cu/$d" "$home/$d"; done \
       && ln -s "$cu/lib/libcudart_static.a" "$home/lib64/libcudart.a" \
-      && echo 'void attnbench_cuda_stub(void) {}' | g++ -x c -shared -fPIC -Wl,-soname,libcuda.so.1 \
-             -o "$home/lib64/stubs/libcuda.so" - \
+      && echo 'void attnbench_cuda_stub(void) {}' > "$home/stub.c" \
+      && g++ -x c -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$home/lib64/stubs/libcuda.so" "$home/stub.c" \
       && for arch in ${FLASHINFER_AOT}; do set -- "$@" --arch "$arch"; done \
       && if [ -n "${FLASHINFER_AOT_ONLY}" ]; then set -- "$@" --only "${FLASHINFER_AOT_ONLY}"; fi \
       && began=$(date +%s) && CUDA_HOME="$home" MAX_JOBS="${FLASHINFER_AOT_JOBS}" FLASHINFER_WORKSPACE_BASE="$home/ws" \
