@@ -25,10 +25,10 @@ class DevicePolicy:
 
 DEVICES: dict[str, DevicePolicy] = {
     "cpu": DevicePolicy(
-        precision=0.10, rounds=3, refine=1.0, window_noise=0.1154, run_noise=0.0354, pace_noise=0.0963,
+        precision=0.10, rounds=3, refine=1.0, window_noise=0.106, run_noise=0.0896, pace_noise=0.0963,
         ratio_noise=0.0707, probe_noise=0.0505, backend_noise=0.0313,
         evidence="a 2-core AMD EPYC VM, quick's 64 measurements (reports/cpu-AMD-EPYC-2core-verdicts/): window and "
-                 "run noise from 6 idle runs back to back (calibration); pace, ratio and backend noise from 30 "
+                 "run noise from 11 identical runs spread over 15 minutes (compare-3); pace, ratio and backend noise from 30 "
                  "identical runs spread over three batches (compare-1, compare-2, calibration-2); probe noise from "
                  "calibration-2's 8 runs, 20 s apart"),
     "cuda": DevicePolicy(
