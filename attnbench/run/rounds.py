@@ -32,7 +32,8 @@ REFINE_ASK = 2  # a refining re-timing asks at most this many budget_ms
 
 
 def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSettings) -> list[float]:
-    """The same inputs prepared again and the call timed, warm-up included; nothing else."""
+    """The same inputs prepared again and the call timed, warm-up included; nothing else (a forward makes no
+    untimed call of its own: the timer's warm-up is its first)."""
     import torch
 
     case = data.case
@@ -43,10 +44,10 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
     timing = dataclasses.replace(timing, warmed_ms=0.0, prior_ms=None, energy_ms=0.0)
     with prepared.context(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the first round recorded the backend's warnings
-        with torch.set_grad_enabled(case.needs_grad):
-            out_native = prepared.to_tensor(prepared.call(*leaves))
-        dout_native = None
+        out_native = dout_native = None
         if case.mode != "fwd":
+            with torch.set_grad_enabled(case.needs_grad):
+                out_native = prepared.to_tensor(prepared.call(*leaves))
             _, dout_native, _ = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows, False)
         samples = timer_for_work(timer, backend.capabilities.runs_on).measure(
             timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
@@ -115,9 +116,10 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
         return RoundsResult()
     rounds = _Rounds(records, chosen, backends, measurer, settings, info, random.Random(seed), should_stop, say)
     for round_number in range(2, settings.rounds + 1):
-        if not rounds.round(round_number):
+        if should_stop():
             break
-        after_round(records)
+        if rounds.round(round_number):
+            after_round(records)
     while rounds.refine_pass():
         after_round(records)
     rounds.result.refine_s = rounds.spent_ms / 1e3
@@ -143,9 +145,10 @@ class _Rounds:
 
     def round(self, round_number: int) -> bool:
         settings = self.settings
-        due = [i for i in self.chosen if due_again(self.records[i].times_ms, round_number, settings)]
+        due = [i for i in self.chosen
+               if self.records[i].noisy and due_again(self.records[i].times_ms, round_number, settings)]
         if not due or self.should_stop():
-            return False
+            return False  # a later round's larger share may find some due
         self.say(f"round {round_number} of {settings.rounds}: re-timing {len(due)} measurement(s) in shuffled order")
         share = settings.round_share()
         for i in shuffled_by_case(due, self.records, self.rng):
@@ -163,7 +166,8 @@ class _Rounds:
             return False
         self.passes += 1
         cost = {i: lacking_ms(records[i], settings) for i in wanting}
-        wanting = sorted(shuffled_by_case(wanting, records, self.rng), key=cost.__getitem__)
+        wanting = affordable(sorted(shuffled_by_case(wanting, records, self.rng), key=cost.__getitem__), cost,
+                             budget_ms - self.spent_ms)
         self.say(f"refining: {len(wanting)} measurement(s) still wider than ±{settings.precision:.0%} "
                  f"({(budget_ms - self.spent_ms) / 1e3:.1f} s of sampling left of {budget_ms / 1e3:.1f} s)")
         touched = False
@@ -191,6 +195,18 @@ class _Rounds:
         self.records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, self.settings,
                                  self.info, self.history[i])
         return sum(new) / 1e3
+
+
+def affordable(cheapest_first: list[int], cost: dict[int, float], left_ms: float) -> list[int]:
+    """The records whose lacking windows the budget left pays for all together, cheapest first, so the budget
+    settles as many as it can; all of them when it pays for none (each then gets a window, cheapest first)."""
+    chosen, spent = [], 0.0
+    for i in cheapest_first:
+        if spent + cost[i] > left_ms:
+            break
+        chosen.append(i)
+        spent += cost[i]
+    return chosen or cheapest_first
 
 
 def shuffled_by_case(chosen: list[int], records: list[Record], rng: random.Random) -> list[int]:

@@ -304,7 +304,7 @@ def timed_call(
     mode: str,
     prepared: Prepared,
     leaves: tuple[torch.Tensor, ...],
-    out_native: torch.Tensor,
+    out_native: torch.Tensor | None,
     dout_native: torch.Tensor | None,
 ) -> Callable[[], object]:
     """The call a model would make in the case's mode."""
@@ -316,5 +316,6 @@ def timed_call(
                 return prepared.call(*leaves)
         return forward
     if mode == "bwd":
+        assert out_native is not None
         return lambda: torch.autograd.grad(out_native, leaves, dout_native, retain_graph=True)
     return lambda: torch.autograd.grad(prepared.call(*leaves), leaves, dout_native)
