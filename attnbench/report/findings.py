@@ -15,6 +15,7 @@ from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
 from attnbench.report.names import cause_of, short_kernel_name
 from attnbench.report.rows import kernel_unchecked
 from attnbench.stats.recommend import ran_kernel
+from attnbench.stats.settling import unsettled
 
 DOCUMENT_FIELDS = ("documents", "doc_lengths", "doc_lens", "doc_kv_lens")
 # The fields that make two records the same case but for its documents.
@@ -85,6 +86,7 @@ class Findings:
     memory: list[str] = field(default_factory=list)
     packing: list[str] = field(default_factory=list)  # packed documents against one sequence
     quantized: list[str] = field(default_factory=list)  # report.frontier's lines
+    noisy: str | None = None  # how many timings are noisy, and why (first screen)
     noise: list[str] = field(default_factory=list)
     repeat: list[str] = field(default_factory=list)  # records whose two calls differed; what deterministic gave
     # flagged fastest lengths, then every record flagged `overhead`
@@ -100,7 +102,8 @@ class Findings:
 
     def summary_lines(self) -> list[str]:
         """Every sentence but the failures, in reading order."""
-        return (self.roofs + self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise
+        return ([self.noisy] if self.noisy else []) + (
+                self.roofs + self.fastest + self.speedup + self.memory + self.packing + self.quantized + self.noise
                 + self.repeat + self.kernels + self.dtype)
 
 
@@ -307,13 +310,19 @@ def packing_lines(timed: list[Record]) -> list[str]:
     return lines[:MAX_PACKING_LINES]
 
 
-def noise_lines(timed: list[Record]) -> list[str]:
-    """How many timings are noisy, and how many were taken on a throttled or shared GPU."""
-    lines = []
+def noisy_line(timed: list[Record]) -> str | None:
+    """How many timings are noisy and why (stats.settling), or, without windows, how many."""
+    found = unsettled(timed)
+    if found is not None:
+        return found.line()
     noisy = sum(1 for r in timed if r.noisy)
-    if noisy:
-        lines.append(f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or "
-                     "too few samples for one): marked ~ in the tables and drawn hollow.")
+    return (f"{noisy} of {len(timed)} timings are noisy (interval wider than the precision asked, or too few "
+            "samples for one): marked ~ in the tables and drawn hollow.") if noisy else None
+
+
+def noise_lines(timed: list[Record]) -> list[str]:
+    """How many timings were taken on a throttled or shared GPU."""
+    lines = []
     throttled = sum(1 for r in timed if r.throttled)
     if throttled:
         lines.append(f"{throttled} of {len(timed)} timings were taken on a throttled or shared GPU (heat or "
@@ -381,6 +390,7 @@ def build_findings(groups: list[CaseGroup], records: list[Record], baseline: str
     for r in records:
         found.counts[r.status] = found.counts.get(r.status, 0) + 1
     timed = [r for r in records if r.status in TIMED and r.time_ms is not None]
+    found.noisy = noisy_line(timed)
     found.noise = noise_lines(timed)
     found.fastest = fastest_lines(groups)
     found.speedup = [speedup_line(groups, baseline)]

@@ -115,6 +115,7 @@ _TEMPLATE = r"""<!DOCTYPE html>
 <body>
 <h1>attnbench report{% if env.suite_name %}: {{ env.suite_name }}{% endif %}</h1>
 <p class="note">{{ device_line }}{{ counts_line }}</p>
+{% if findings.noisy %}<p class="note">{{ findings.noisy }}</p>{% endif %}
 
 <h2 id="fastest">Fastest clean backend per case group</h2>
 {% for lead in leads %}<section class="lead" id="lead-{{ loop.index }}">

@@ -80,6 +80,7 @@ def render_markdown(env: RunEnv, groups: list[CaseGroup], findings: Findings, ba
     lines += [f"{sum(findings.counts.values())} records: {counts}. Times are medians in ms with their "
               f"{policy.percent(policy.CONFIDENCE)} interval in brackets ({policy.noisy_words()}; ! one timed on a "
               "throttled or shared GPU). ≠ after a status: two calls on the same inputs gave different bits.", ""]
+    lines += [findings.noisy, ""] if findings.noisy else []
     lines += ["### Findings", ""] + lead_lines(leads or [])
     lines += ["**Errors**", ""]
     for failure in findings.failures:
