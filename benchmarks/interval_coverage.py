@@ -1,6 +1,7 @@
 """Do a run's intervals hold the other runs' medians, and what does this machine's noise measure? Over repeated runs.
 
-    python benchmarks/interval_coverage.py run DIR [--runs 6] [--suite quick]   # N back-to-back runs into DIR/run-<i>
+    python benchmarks/interval_coverage.py run DIR [--runs 6] [--suite quick] [--every S]  # N runs into DIR/run-<i>,
+                                                                               # back to back or one each S seconds
     python benchmarks/interval_coverage.py calibrate DIR [DIR ...]             # the noise figures of core.policy
     python benchmarks/interval_coverage.py coverage DIR [DIR ...] [--pooled]   # leave-one-out coverage
 
@@ -28,6 +29,7 @@ import math
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,13 +43,16 @@ from attnbench.records.results import stored_results  # noqa: E402
 from attnbench.stats.change_rule import machine_pace, observed_spread  # noqa: E402
 
 
-def run_batch(out: Path, runs: int, suite: str) -> None:
-    """`runs` back-to-back runs of `suite` into out/run-<i>, each by the CLI a user runs."""
+def run_batch(out: Path, runs: int, suite: str, every_s: float = 0.0) -> None:
+    """`runs` runs of `suite` into out/run-<i>, each by the CLI a user runs: back to back, or each starting
+    `every_s` seconds after the one before started (idle between), so the batch spreads over (runs - 1) × every_s."""
     out.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
     for i in range(1, runs + 1):
         target = out / f"run-{i}"
         if stored_results(target) is not None:
             continue
+        time.sleep(max(0.0, began + (i - 1) * every_s - time.monotonic()))
         subprocess.run([sys.executable, "-m", "attnbench", "run", suite, "--out", str(target), "--no-report"], check=True,
                        stdout=subprocess.DEVNULL)
 
@@ -170,10 +175,11 @@ def main() -> None:
     parser.add_argument("folders", type=Path, nargs="+", help="a batch's folder, or the runs themselves")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--suite", default="quick")
+    parser.add_argument("--every", type=float, default=0.0, help="seconds from one run's start to the next's")
     parser.add_argument("--pooled", action="store_true", help="coverage of the pooled samples' interval instead")
     args = parser.parse_args()
     if args.action == "run":
-        run_batch(args.folders[0], args.runs, args.suite)
+        run_batch(args.folders[0], args.runs, args.suite, args.every)
         return
     runs = runs_in(args.folders)
     result = calibrate(runs, probes_in(args.folders)) if args.action == "calibrate" else coverage(runs, args.pooled)
