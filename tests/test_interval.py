@@ -41,4 +41,7 @@ def test_more_windows_narrow_the_windows_part_and_never_the_run_noise() -> None:
     assert many.windows_part < few.windows_part
     floor = math.expm1(policy.z() * policy.device("cpu").run_noise)
     assert many.interval.half_width() >= floor
-    assert windows_needed(3, 0.20, 0.10) > 3 and windows_needed(3, 0.05, 0.10) == 3
+    # On a CPU (prior: 4 windows at 10.6%) three windows 20% apart need more than three agreeing ones, and six
+    # agreeing windows are already enough; with no spread the prior alone asks for four (t(7)·0.106/2 = 9.5%).
+    assert windows_needed([80.0, 100.0, 120.0], "cpu", 0.10) > windows_needed([99.0, 100.0, 101.0], "cpu", 0.10) > 3
+    assert windows_needed([100.0] * 6, "cpu", 0.10) == 6 and windows_needed([100.0], "cpu", 0.10) == 4

@@ -141,6 +141,33 @@ def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_
     assert done.refine_budget_s == 0.5 * 10 * 8 / 1e3 and 0 < done.refine_s <= done.refine_budget_s + 1e-3
 
 
+class Steady(Scripted):
+    """Each window's samples equal the record's first call: windows that agree, so only their number is lacking."""
+
+    def resample(self, record: Record, backend: object, timing: TimingSettings) -> list[float]:
+        self.samples = [record.times_ms[0]] * timing.max_samples
+        return super().resample(record, backend, timing)
+
+
+@pytest.mark.slow
+def test_the_refining_settles_the_records_its_budget_can_pay_for_rather_than_a_window_for_each(tmp_path: Path) -> None:
+    """Four 1 ms calls and four 50 ms calls, one window each, all noisy at ±10% on a CPU (its prior wants 4 agreeing
+    windows). The budget (80 ms) pays for the cheap ones' three lacking windows twice over, not for a window each
+    of all eight: it settles two cheap records and spends nothing on the dear ones."""
+    records = stored(tmp_path)
+    cheap = [dataclasses.replace(r, noisy=True, times_ms=[1.0] * 10) for r in records[:4]]
+    dear = [dataclasses.replace(r, noisy=True, times_ms=[50.0]) for r in records[4:]]
+    steady = Steady([])
+    settings = TimingSettings(budget_ms=10, min_samples=1, max_samples=100, precision=0.10, rounds=1, refine=1.0)
+    pooled = cheap + dear
+    done = rounds.later_rounds(pooled, backends(), steady, settings, RunInfo("r", "rounds"), "s", lambda: False,
+                               lambda _: None, lambda _: None)
+    settled = [r for r in pooled if not r.noisy]
+    assert len(settled) >= 2 and all(r.times_ms[0] == 1.0 for r in settled)
+    assert {key for key in steady.order} <= {(r.backend, r.case_id) for r in cheap}
+    assert done.refine_s <= done.refine_budget_s + 1e-3
+
+
 @pytest.mark.slow
 def test_the_results_file_is_rewritten_with_the_pooled_records_and_every_other_line_kept(tmp_path: Path) -> None:
     records = stored(tmp_path)

@@ -97,12 +97,8 @@ def run_interval(samples: list[float], window_medians: list[float], device: str,
     a Student-t half-width, plus the device's run noise in quadrature."""
     own = policy.device(device)
     median = median_of_sorted(sorted(samples))
-    logs = [math.log(m) for m in window_medians if m > 0]
-    k = max(1, len(logs))
-    observed = statistics.variance(logs) if len(logs) >= 2 else 0.0
-    df = policy.PRIOR_WINDOWS + k - 1
-    pooled = (policy.PRIOR_WINDOWS * own.window_noise ** 2 + (k - 1) * observed) / df
-    between = policy.t_quantile(df, confidence) * math.sqrt(pooled / k)
+    k, observed = _spread(window_medians)
+    between = _between(k, observed, own.window_noise, confidence)
     within = median_interval(samples, confidence)
     inside = (max(math.log(median / within.low), math.log(within.high / median))
               if within.level >= confidence and within.low > 0 else 0.0)
@@ -114,13 +110,30 @@ def run_interval(samples: list[float], window_medians: list[float], device: str,
                        math.expm1(windows_part), k)
 
 
-def windows_needed(k: int, windows_part: float, precision: float) -> int:
-    """The half-width shrinks as 1/√windows."""
-    if windows_part <= precision or k == 0:
-        return k
-    if not math.isfinite(windows_part) or precision <= 0:
-        return 2 * k
-    return math.ceil(k * (math.log1p(windows_part) / math.log1p(precision)) ** 2)
+def _spread(window_medians: list[float]) -> tuple[int, float]:
+    """(windows, the log variance of their medians; 0 for one)."""
+    logs = [math.log(m) for m in window_medians if m > 0]
+    return max(1, len(logs)), statistics.variance(logs) if len(logs) >= 2 else 0.0
+
+
+def _between(k: int, observed: float, window_noise: float, confidence: float) -> float:
+    """The windows' log half-width: their variance pooled with the prior's, by Student's t."""
+    df = policy.PRIOR_WINDOWS + k - 1
+    pooled = (policy.PRIOR_WINDOWS * window_noise ** 2 + (k - 1) * observed) / df
+    return policy.t_quantile(df, confidence) * math.sqrt(pooled / k)
+
+
+MAX_WINDOWS = 64
+
+
+def windows_needed(window_medians: list[float], device: str, precision: float,
+                   confidence: float = CONFIDENCE) -> int:
+    """The fewest windows whose part of the interval is within ±precision, if more windows spread as these do
+    (MAX_WINDOWS when none are enough)."""
+    k, observed = _spread(window_medians)
+    target, noise = math.log1p(max(precision, 0.0)), policy.device(device).window_noise
+    return next((n for n in range(k, MAX_WINDOWS) if _between(n, observed, noise, confidence) <= target),
+                MAX_WINDOWS)
 
 
 def samples_needed(n: int, half_width: float, precision: float) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from attnbench.core.interval import run_interval, windows_needed
+from attnbench.core.interval import windows_needed
 from attnbench.run.heap import release_memory
 from attnbench.run.measure import InProcess
 from attnbench.run.recording import case_of, pooled
@@ -102,9 +102,8 @@ def lacking_ms(record: Record, settings: TimingSettings) -> float:
     """What the windows a too-wide record lacks cost (ms)."""
     samples = list(record.times_ms or [])
     windows = [w["median_ms"] for w in record.timing_parts.rounds or []] or [statistics.median(samples)]
-    made = run_interval(samples, windows, record.device, settings.confidence)
-    needed = windows_needed(made.windows, made.windows_part, settings.precision)
-    return max(1, needed - made.windows) * window_ms(record, settings)
+    needed = windows_needed(windows, record.device, settings.precision, settings.confidence)
+    return max(1, needed - len(windows)) * window_ms(record, settings)
 
 
 def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,

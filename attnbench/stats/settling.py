@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from attnbench.core import policy
-from attnbench.core.interval import run_interval, windows_needed
+from attnbench.core.interval import windows_needed
 from attnbench.core.units import fmt_ms
 from attnbench.records.record import Record
 
@@ -41,9 +41,8 @@ def unsettled(timed: list[Record]) -> Unsettled | None:
     had, needed = [], []
     for record in noisy:
         windows = [w["median_ms"] for w in record.timing_parts.rounds or []]
-        made = run_interval(list(record.times_ms or []), windows, record.device)
-        had.append(made.windows)
-        needed.append(windows_needed(made.windows, made.windows_part, policy.device(record.device).precision))
+        had.append(len(windows))
+        needed.append(windows_needed(windows, record.device, policy.device(record.device).precision))
     calls = [float(r.time_ms) for r in noisy if r.time_ms]
     return Unsettled(sum(1 for r in timed if r.noisy), len(timed), round(statistics.median(had)),
                      round(statistics.median(needed)), (min(calls), max(calls)), str(noisy[0].device))
