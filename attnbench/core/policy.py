@@ -28,9 +28,9 @@ DEVICES: dict[str, DevicePolicy] = {
         precision=0.10, rounds=3, refine=1.0, window_noise=0.106, run_noise=0.0896, pace_noise=0.0963,
         ratio_noise=0.0707, probe_noise=0.0505, backend_noise=0.0313,
         evidence="a 2-core AMD EPYC VM, quick's 64 measurements (reports/cpu-AMD-EPYC-2core-verdicts/): window and "
-                 "run noise from 11 identical runs spread over 15 minutes (compare-3); pace, ratio and backend noise from 30 "
-                 "identical runs spread over three batches (compare-1, compare-2, calibration-2); probe noise from "
-                 "calibration-2's 8 runs, 20 s apart"),
+                 "run noise from 11 identical runs spread over 15 minutes (compare-3); pace, ratio and backend "
+                 "noise from 30 identical runs spread over three batches (compare-1, compare-2, calibration-2); "
+                 "probe noise from calibration-2's 8 runs, 20 s apart"),
     "cuda": DevicePolicy(
         precision=0.01, rounds=1, refine=0.0, window_noise=0.0, run_noise=0.0017, pace_noise=0.0002,
         ratio_noise=0.0025, probe_noise=None, backend_noise=0.005,
