@@ -12,9 +12,9 @@ from attnbench.core import policy
 from attnbench.core.errors import ResultsError
 from attnbench.core.policy import MIN_BACKEND_CASES
 from attnbench.records.env import machine_differences, read_env, software_differences
-from attnbench.records.record import Record, Status
+from attnbench.records.record import BAD_STATUSES, Record, Status
 from attnbench.records.results import load_records, results_path
-from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.records.words import case_words
 from attnbench.stats.change_rule import (
     BackendShift,
     MachinePace,

@@ -13,7 +13,8 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.records.run import Run
-from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
+from attnbench.records.words import MODE_WORDS, dtype_word
+from attnbench.report.groups import quant_words
 from attnbench.stats.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.stats.metric import Metric
 from attnbench.stats.recommend import DEFAULT_BACKEND, Decision
