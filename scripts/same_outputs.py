@@ -44,9 +44,9 @@ def render_all(out: Path) -> None:
     from attnbench.core.errors import AttnbenchError
     from attnbench.records.results import load_records
     from attnbench.report.ab_text import to_html, to_markdown
-    from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_markdown, comparison_table
     from attnbench.stats.ab import pair_up
+    from attnbench.stats.compare import compare_runs
 
     render._pngs = lambda tasks: [b"" for _ in tasks]
     for run in runs():

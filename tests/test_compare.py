@@ -13,10 +13,10 @@ from rich.console import Console
 
 from attnbench.core.errors import ResultsError
 from attnbench.records.results import stored_lines
-from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
 from attnbench.run.pace_probe import WORKLOAD
 from attnbench.stats.change_rule import machine_pace
+from attnbench.stats.compare import compare_runs
 from attnbench.stats.match import Match
 
 DATA = Path(__file__).parent / "data"
@@ -212,7 +212,7 @@ def test_the_threshold_takes_what_its_message_allows() -> None:
 def test_a_change_under_the_default_threshold_is_not_judged_however_tight_its_intervals(tmp_path: Path) -> None:
     """A planted slowdown under the default threshold, its interval apart from the baseline's, is not a regression;
     one over it is."""
-    from attnbench.report.compare import DEFAULT_THRESHOLD
+    from attnbench.stats.compare import DEFAULT_THRESHOLD
 
     records = [json.loads(line) for line in (BASE / "results.jsonl").read_text().splitlines()]
     ok = next(r for r in records if r["status"] == "ok")
@@ -261,7 +261,7 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
     """Two runs whose 20 measurements' ratios wander ±6% around a pace of 1.05 (a robust spread of 4.5%): one at
     1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within the 2.8 spreads that 21 ratios
     judged at once ask) is not judged a regression; one at 1.40× is."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
     for odd, judged in ((1.16, False), (1.40, True)):
@@ -274,7 +274,7 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
 def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_across_the_board() -> None:
     """Five backends of 16 cases whose ratios wander ±8% around 1: one made 15% slower on every case (each case
     within the per-case bar) fails the comparison as one regression across the board; without it nothing does."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     def comparison(slower: float) -> Comparison:
         matches = [ratio_match(16 * b + i, (1 + 0.08 * ((i * 7 + b * 3) % 9 - 4) / 4) * (slower if b == 0 else 1.0),
@@ -291,7 +291,7 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
 def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wanders_more_than_the_run() -> None:
     """Two backends of 16 cases: one whose ratios wander ±4% (a fused kernel), one ±16% (a math path). A case 1.25×
     off the pace is a regression in the quiet backend and within the noise of the wandering one."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     def comparison(odd_backend: int) -> Comparison:
         matches = [ratio_match(16 * b + i, 1.25 if (b, i) == (odd_backend, 0) else

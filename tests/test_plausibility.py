@@ -13,8 +13,8 @@ import pytest
 
 from attnbench.core import peaks, policy
 from attnbench.records.results import load_records, stored_lines
-from attnbench.report.compare import compare_runs
 from attnbench.report.render import render_report
+from attnbench.stats.compare import compare_runs
 from attnbench.stats.recommend import recommend_runs
 from tests.helpers import committed_runs
 

@@ -14,10 +14,10 @@ from rich.console import Console
 
 from attnbench.backends.registry import default_registry
 from attnbench.records.results import ResultsWriter
-from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
+from attnbench.stats.compare import compare_runs
 from tests.helpers import make_case, run_cases
 from tests.test_repeat import flaky
 

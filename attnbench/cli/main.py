@@ -368,8 +368,8 @@ def compare(
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
     kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
     NEW ran on different machines and nothing broke (a kernel's change cannot be judged there)."""
-    from attnbench.report.compare import compare_runs
     from attnbench.report.compare_table import comparison_markdown, comparison_table
+    from attnbench.stats.compare import compare_runs
 
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")

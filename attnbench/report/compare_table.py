@@ -1,5 +1,5 @@
 """How a comparison is shown: compare's table for the terminal and its Markdown for a pull request, from what
-attnbench.report.compare judged."""
+attnbench.stats.compare judged."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from attnbench.core import policy
 from attnbench.core.units import md_cell
-from attnbench.report.compare import Comparison
+from attnbench.stats.compare import Comparison
 
 if TYPE_CHECKING:
     from rich.table import Table

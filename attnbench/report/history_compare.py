@@ -7,7 +7,7 @@ from pathlib import Path
 from attnbench.history.store import Store
 from attnbench.records.env import machine_differences, software_differences
 from attnbench.records.run import load_run
-from attnbench.report.compare import Comparison, compare_records
+from attnbench.stats.compare import Comparison, compare_records
 
 
 def compare_with_history(new: Path, db: Path | None, threshold: float) -> Comparison:
