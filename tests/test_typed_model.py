@@ -1,6 +1,6 @@
 """Issue 55's seams held: outside records/ no env.json key is read by string and at most MAX_EXTRA_READS keys of a
 record's `extra` (its typed parts are records/parts.py's), history/ imports nothing from report/, and one class holds
-a run's records with its environment (records.run.Run)."""
+a run's records with its environment (records.run.Run); compare and recommend decide in stats/ as enums."""
 
 from __future__ import annotations
 
@@ -100,3 +100,14 @@ def test_determinism_is_read_as_its_answer_with_the_sentence_as_reason() -> None
     assert DeterminismAnswer.of("refused: no deterministic backward").kind == Determinism.REFUSED
     assert DeterminismAnswer.of("not applicable (forward only)").kind == Determinism.NOT_APPLICABLE
     assert DeterminismAnswer.of(None) is None
+
+
+def test_compare_decides_in_stats_as_a_verdict_and_report_only_formats() -> None:
+    """No report/ module applies the change rule (report/compare.py did); compare's decision is a Verdict."""
+    from attnbench.stats.compare import Verdict
+
+    deciding = [f"{path.name}: {node.module}" for path, tree in sources().items() if path.parent.name == "report"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "attnbench.stats.change_rule"]
+    assert deciding == []
+    assert {v.name: v.exit_code for v in Verdict} == {"PASSED": 0, "REGRESSED": 1, "BROKE": 1, "NOT_JUDGED": 3}
