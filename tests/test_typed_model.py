@@ -111,3 +111,16 @@ def test_compare_decides_in_stats_as_a_verdict_and_report_only_formats() -> None
                 if isinstance(node, ast.ImportFrom) and node.module == "attnbench.stats.change_rule"]
     assert deciding == []
     assert {v.name: v.exit_code for v in Verdict} == {"PASSED": 0, "REGRESSED": 1, "BROKE": 1, "NOT_JUDGED": 3}
+
+
+def test_recommend_builds_each_decision_once_frozen_with_its_call() -> None:
+    """Decision was a mutable object filled by six functions, its kind a string, its contests split back apart."""
+    from attnbench.stats.recommend import Call, Decision
+
+    assert Decision.__dataclass_params__.frozen and Decision.__annotations__["decision"] == "Call"
+    assert [c.value for c in Call] == ["winner", "tie", "unsettled", "none"]
+    splits = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "split"
+              and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == " on "]
+    assert splits == []

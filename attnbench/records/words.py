@@ -1,4 +1,4 @@
-"""A case in words, as reports and comparisons name it: "bf16 · causal · 32 heads · d=128 · fwd · seq 4096"."""
+"""A case in words, as reports and comparisons name it."""
 
 from __future__ import annotations
 

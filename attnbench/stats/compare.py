@@ -59,7 +59,7 @@ BROKEN = {Cause.NEW_FAILURE, Cause.DETERMINISM_BROKEN}
 @dataclass(frozen=True)
 class Reason:
     cause: Cause
-    count: int  # measurements (matched ratios for the pace), backends, or machine differences
+    count: int  # measurements, backends or machine differences
 
 
 @dataclass(frozen=True)
