@@ -124,3 +124,12 @@ def test_recommend_builds_each_decision_once_frozen_with_its_call() -> None:
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "split"
               and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == " on "]
     assert splits == []
+
+
+def test_an_ab_verdict_is_an_enum_member_not_a_string() -> None:
+    import math
+
+    from attnbench.stats.ab import AbVerdict, Paired
+
+    assert Paired.of([math.log(1.15)] * 6).verdict(0.05) is AbVerdict.SLOWER
+    assert Paired.of([math.log(1.15)] * 5 + [-0.01]).verdict(0.05) is AbVerdict.UNCHANGED
