@@ -87,6 +87,7 @@ def test_the_committed_h200_runs_name_a_winner_or_a_tie_with_the_gates_applied(h
     assert (dense.decision, dense.backend, dense.leader, dense.contested) == ("winner", "sdpa", "sdpa", ())
     assert dense.margin == pytest.approx(1.3855, rel=1e-3)
     assert ("sdpa-cudnn", "same kernel as sdpa, one candidate: torch 2.11.0 sdpa CUDNN_ATTENTION") in dense.excluded
+    assert dense.folded == {"sdpa-cudnn": "sdpa"}  # the report names it "sdpa = sdpa-cudnn" from this
     # At 16K fwd+bwd the same kernel under two names was a tie before; it is the default, alone, now.
     one = row_for(h200, seq_len=16384, kv_heads=16, mode="fwd_bwd")
     assert (one.decision, one.backend, one.tie) == ("winner", "sdpa", ("sdpa",))

@@ -48,7 +48,7 @@ def _numbers(decision: Decision, backend: str) -> Number:
 
 def _merged(decision: Decision, backend: str) -> str:
     """The backend with those folded into it for running its kernel ("sdpa = sdpa-cudnn")."""
-    same = [b for b, why in decision.excluded if why.startswith(f"same kernel as {backend},")]
+    same = [b for b, kept in decision.folded.items() if kept == backend]
     return " = ".join([backend, *same])
 
 
@@ -74,9 +74,9 @@ def line_of(x: int, decision: Decision) -> LeadLine:
     if decision.decision == Call.UNSETTLED:
         return LeadLine(x, Call.UNSETTLED, f"{at}: unsettled: {decision.why}")
     counts: dict[str, int] = {}  # why each backend is out: its status, or an ok record's trouble
-    for _, why in decision.excluded:
+    for backend, why in decision.excluded:
         word = why.split(":")[0]
-        if word != Status.SKIPPED and not word.startswith("same kernel"):
+        if word != Status.SKIPPED and backend not in decision.folded:
             counts[word] = counts.get(word, 0) + 1
     statuses = ", ".join(f"{s} ×{n}" for s, n in sorted(counts.items()))
     return LeadLine(x, Call.NONE, f"{at}: {decision.why}" + (f" ({statuses})" if statuses else ""))
@@ -105,7 +105,7 @@ def _unranked(x: int, here: dict[str, Record], decision: Decision) -> list[str]:
     words = []
     for backend, why in decision.excluded:
         record = here.get(backend)
-        if record is None or record.time_ms is None or why.startswith("same kernel"):
+        if record is None or record.time_ms is None or backend in decision.folded:
             continue
         if float(record.time_ms) < best:
             words.append(f"{backend} at {fmt_length(x)} ({fmt_ms(float(record.time_ms))} ms: "

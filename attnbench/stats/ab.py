@@ -23,7 +23,7 @@ BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
 
 
 class AbVerdict(enum.StrEnum):
-    """A pairing's verdict: beyond the threshold either way, significant within it, or not significant."""
+    """B against A: beyond the threshold, significant within it, or not significant."""
 
     SLOWER = "slower"
     FASTER = "faster"

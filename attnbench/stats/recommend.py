@@ -78,6 +78,7 @@ class Decision:
     excluded: tuple[tuple[str, str], ...] = ()  # (backend, why) for non-candidates
     contested: tuple[Contest, ...] = ()
     noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
+    folded: dict[str, str] = field(default_factory=dict)  # backend -> the candidate whose kernel it ran
 
     @property
     def run_ids(self) -> list[str]:
@@ -142,6 +143,7 @@ class _Field:
     excluded: tuple[tuple[str, str], ...]
     default_kernel: str | None
     noise: float
+    folded: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -167,11 +169,11 @@ def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> _Field:
             numbers[backend] = [_number(e, metric) for e in entries if e is not None]
         else:
             excluded.append((backend, _why(entries)))
-    numbers, folded = _merge_same_kernels(numbers)
+    numbers, folded, why_folded = _merge_same_kernels(numbers)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     return _Field(Shape.of_record(first).bucket(), tuple(next(iter(c.values())).case_id for c in cases), numbers,
-                  tuple(excluded + folded), next((e.latest.kernel for e in default if e is not None), None),
-                  policy.run_to_run_noise(str(first.device)))
+                  tuple(excluded + why_folded), next((e.latest.kernel for e in default if e is not None), None),
+                  policy.run_to_run_noise(str(first.device)), folded)
 
 
 def _against_rivals(f: _Field, rivals: dict[str, list[Number]]) -> tuple[_Ranking, Call, str | None, str]:
@@ -250,7 +252,8 @@ def _decision(f: _Field, r: _Ranking, call: Call, backend: str | None, why: str 
               contested: tuple[Contest, ...] = ()) -> Decision:
     ratio, default_why = _default(f, call, backend)
     return Decision(f.bucket, f.cases, call, why, backend, r.leader, f.numbers, r.scores, r.tie, r.runner_up,
-                    r.runner_up_ratio, r.margin, ratio, default_why, f.default_kernel, f.excluded, contested, f.noise)
+                    r.runner_up_ratio, r.margin, ratio, default_why, f.default_kernel, f.excluded, contested, f.noise,
+                    f.folded)
 
 
 def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
@@ -286,9 +289,9 @@ def ran_kernel(kernel: str | None) -> str | None:
     return kernel.replace("auto→", "").split(" (")[0].strip() or None
 
 
-def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict[str, list[Number]], list[tuple[str, str]]]:
+def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[str, str], list[tuple[str, str]]]:
     """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it."""
-    numbers, folded = dict(numbers), []
+    numbers, folded, whys = dict(numbers), {}, []
     names = sorted(numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
     for i, keep in enumerate(names):
         if keep not in numbers:
@@ -299,8 +302,9 @@ def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict[str, lis
         for other in names[i + 1:]:
             if other in numbers and [ran_kernel(n.kernel) for n in numbers[other]] == mine:
                 del numbers[other]
-                folded.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
-    return numbers, folded
+                folded[other] = keep
+                whys.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
+    return numbers, folded, whys
 
 
 def bucket_order(bucket: dict[str, Any]) -> tuple:
