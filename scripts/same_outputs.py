@@ -44,9 +44,9 @@ def render_all(out: Path) -> None:
     from attnbench.core.errors import AttnbenchError
     from attnbench.records.results import load_records
     from attnbench.report.ab_text import to_html, to_markdown
-    from attnbench.report.compare import compare_runs
-    from attnbench.report.compare_table import comparison_markdown, comparison_table
+    from attnbench.report.compare_table import comparison_markdown, comparison_table, machine_warning
     from attnbench.stats.ab import pair_up
+    from attnbench.stats.compare import compare_runs
 
     render._pngs = lambda tasks: [b"" for _ in tasks]
     for run in runs():
@@ -58,13 +58,13 @@ def render_all(out: Path) -> None:
             (out / "compare").mkdir(parents=True, exist_ok=True)
             (out / "compare" / f"{batch}__{md.stem}.md").write_text(comparison_markdown(result))
             (out / "compare" / f"{batch}__{md.stem}.txt").write_text(
-                f"exit {result.exit_code}\n{result.machine_warning}\n" + text_of(comparison_table(result)))
+                f"exit {result.exit_code}\n{machine_warning(result)}\n" + text_of(comparison_table(result)))
     for pair in (("cpu-Intel-Xeon-2core-quick", "ab-quick-torch/a"), ("ab-quick-torch/a", "ab-quick-torch/b"),
                  ("cpu-Intel-Xeon-2core-quick", "cpu-AMD-EPYC-2core-verdicts/compare-3/I0"),
                  ("NVIDIA-H200-20261204-fijit/cold", "NVIDIA-H200-20261204-fijit/warm")):
         try:
             result = compare_runs(REPORTS / pair[0], REPORTS / pair[1], 0.10, relative=True)
-            text = (f"exit {result.exit_code}\n{result.machine_warning}\n" + comparison_markdown(result)
+            text = (f"exit {result.exit_code}\n{machine_warning(result)}\n" + comparison_markdown(result)
                     + text_of(comparison_table(result)))
         except AttnbenchError as error:
             text = f"error: {error}\n"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
 from attnbench.run.ab import order
-from attnbench.stats.ab import Paired, min_pairs, pair_up
+from attnbench.stats.ab import AbVerdict, Paired, min_pairs, pair_up
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = """\
@@ -37,12 +37,12 @@ def test_rounds_alternate_which_side_goes_first() -> None:
 def test_the_rule_needs_every_pair_of_six_to_agree_and_the_change_to_pass_the_threshold() -> None:
     assert min_pairs() == 6  # the fewest pairs whose sign-test interval reaches 95% (96.9%)
     slowed = Paired.of([math.log(1.15)] * 6)
-    assert slowed.verdict(0.05) == "slower" and slowed.ratio == pytest.approx(1.15)
-    assert Paired.of([math.log(1.15)] * 5 + [-0.01]).verdict(0.05) == "unchanged"  # one pair the other way
-    assert Paired.of([math.log(1.03)] * 6).verdict(0.05) == "within"
-    assert Paired.of([math.log(0.8)] * 6).verdict(0.05) == "faster"
+    assert slowed.verdict(0.05) == AbVerdict.SLOWER and slowed.ratio == pytest.approx(1.15)
+    assert Paired.of([math.log(1.15)] * 5 + [-0.01]).verdict(0.05) == AbVerdict.UNCHANGED  # one pair the other way
+    assert Paired.of([math.log(1.03)] * 6).verdict(0.05) == AbVerdict.WITHIN
+    assert Paired.of([math.log(0.8)] * 6).verdict(0.05) == AbVerdict.FASTER
     too_few = Paired.of([math.log(1.5)] * 5)
-    assert too_few.verdict(0.05) == "unchanged" and "not judged" in too_few.words(0.05)
+    assert too_few.verdict(0.05) == AbVerdict.UNCHANGED and "not judged" in too_few.words(0.05)
 
 
 @pytest.mark.slow

@@ -13,10 +13,16 @@ from rich.console import Console
 
 from attnbench.core.errors import ResultsError
 from attnbench.records.results import stored_lines
-from attnbench.report.compare import compare_runs
-from attnbench.report.compare_table import comparison_markdown, comparison_table
+from attnbench.report.compare_table import (
+    comparison_markdown,
+    comparison_table,
+    machine_warning,
+    pace_note,
+    version_note,
+)
 from attnbench.run.pace_probe import WORKLOAD
 from attnbench.stats.change_rule import machine_pace
+from attnbench.stats.compare import Cause, Reason, Verdict, compare_runs
 from attnbench.stats.match import Match
 
 DATA = Path(__file__).parent / "data"
@@ -48,7 +54,8 @@ def test_planted_regression_and_new_oom_are_found_and_nothing_else() -> None:
     assert result.regressions[0].ratio == pytest.approx(1.20, abs=0.01)
     assert [(m.backend, m.case, m.new_status) for m in result.new_failures] == [("naive", OOMED, "oom")]
     assert result.fixed == [] and result.improvements == []
-    assert result.should_fail
+    assert result.verdict == Verdict.BROKE and result.exit_code == 1
+    assert result.reasons == (Reason(Cause.NEW_FAILURE, 1), Reason(Cause.REGRESSION, 1))
     assert len(result.matches) == 9 and result.only_in_base == 0 and result.only_in_new == 0
 
 
@@ -95,7 +102,7 @@ def test_geometric_mean_per_backend() -> None:
 def test_identical_runs_report_nothing() -> None:
     result = compare_runs(BASE, BASE)
     assert result.regressions == [] and result.new_failures == [] and result.fixed == [] and result.improvements == []
-    assert not result.should_fail
+    assert result.verdict == Verdict.PASSED and result.reasons == ()
     assert all(value == pytest.approx(1.0) for value in result.geomean_by_backend.values())
 
 
@@ -103,12 +110,12 @@ def test_swapped_runs_turn_the_oom_into_a_fix() -> None:
     result = compare_runs(NEW, BASE)
     assert [(m.backend, m.case) for m in result.fixed] == [("naive", OOMED)]
     assert [(m.backend, m.case) for m in result.improvements] == [("sdpa-flash", REGRESSED)]
-    assert not result.should_fail
+    assert result.verdict == Verdict.PASSED and result.exit_code == 0
 
 
 def test_threshold_above_the_regression_leaves_only_the_oom() -> None:
     result = compare_runs(BASE, NEW, threshold=0.25)
-    assert result.regressions == [] and len(result.new_failures) == 1 and result.should_fail
+    assert result.regressions == [] and result.reasons == (Reason(Cause.NEW_FAILURE, 1),)
 
 
 def test_markdown_lists_the_regression_and_the_failure() -> None:
@@ -136,8 +143,8 @@ def test_a_run_mixing_schema_versions_is_refused_and_two_versions_compare_with_a
     older = rewrite(NEW, tmp_path / "older", schema_version=0)
     compared = compare_runs(BASE, older)
     assert compared.versions == (1, 0) and compared.regressions  # times compare across versions
-    assert "BASE's records are schema 1, NEW's 0" in compared.version_note
-    assert compare_runs(BASE, NEW).version_note is None
+    assert "BASE's records are schema 1, NEW's 0" in version_note(compared)
+    assert version_note(compare_runs(BASE, NEW)) is None
 
 
 def test_runs_with_nothing_in_common_are_refused(tmp_path: Path) -> None:
@@ -212,7 +219,7 @@ def test_the_threshold_takes_what_its_message_allows() -> None:
 def test_a_change_under_the_default_threshold_is_not_judged_however_tight_its_intervals(tmp_path: Path) -> None:
     """A planted slowdown under the default threshold, its interval apart from the baseline's, is not a regression;
     one over it is."""
-    from attnbench.report.compare import DEFAULT_THRESHOLD
+    from attnbench.stats.compare import DEFAULT_THRESHOLD
 
     records = [json.loads(line) for line in (BASE / "results.jsonl").read_text().splitlines()]
     ok = next(r for r in records if r["status"] == "ok")
@@ -225,7 +232,7 @@ def test_a_change_under_the_default_threshold_is_not_judged_however_tight_its_in
             folder.mkdir()
             (folder / "results.jsonl").write_text(json.dumps(rec) + "\n")
         result = compare_runs(a, b)
-        assert bool(result.regressions) is regressed and result.should_fail is regressed
+        assert bool(result.regressions) is regressed and (result.verdict == Verdict.REGRESSED) is regressed
 
 
 def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
@@ -241,11 +248,12 @@ def test_a_run_from_another_machine_is_said_first(tmp_path: Path) -> None:
     result = compare_runs(base, new)
     assert result.machine_notes == ["device_name: AMD EPYC vs Intel Xeon", "cpu: AMD EPYC vs Intel Xeon"]
     assert result.software_notes == ["xformers: 0.0.35 vs None"]
+    assert result.verdict == Verdict.NOT_JUDGED and result.reasons == (Reason(Cause.OTHER_MACHINE, 2),)
     assert result.exit_code == 3 and result.raw  # said first, judged raw, and not a verdict on a kernel
-    assert result.machine_warning.startswith("NOT THE SAME MACHINE: device_name: AMD EPYC vs Intel Xeon")
+    assert machine_warning(result).startswith("NOT THE SAME MACHINE: device_name: AMD EPYC vs Intel Xeon")
     assert comparison_markdown(result).splitlines()[2].startswith("**NOT THE SAME MACHINE")
     (new / "env.json").write_text(json.dumps(env))
-    assert compare_runs(base, new).machine_warning is None
+    assert machine_warning(compare_runs(base, new)) is None
     (new / "env.json").write_text(json.dumps({"": None}))  # damaged: it states no machine, so none differs
     unknown = compare_runs(base, new)
     assert unknown.machine_notes == [] and unknown.exit_code in (0, 1)
@@ -261,7 +269,7 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
     """Two runs whose 20 measurements' ratios wander ±6% around a pace of 1.05 (a robust spread of 4.5%): one at
     1.16× (10.5% off the pace: intervals apart, past the 10% threshold, but within the 2.8 spreads that 21 ratios
     judged at once ask) is not judged a regression; one at 1.40× is."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
     for odd, judged in ((1.16, False), (1.40, True)):
@@ -274,7 +282,7 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
 def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_across_the_board() -> None:
     """Five backends of 16 cases whose ratios wander ±8% around 1: one made 15% slower on every case (each case
     within the per-case bar) fails the comparison as one regression across the board; without it nothing does."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     def comparison(slower: float) -> Comparison:
         matches = [ratio_match(16 * b + i, (1 + 0.08 * ((i * 7 + b * 3) % 9 - 4) / 4) * (slower if b == 0 else 1.0),
@@ -282,16 +290,17 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
         return Comparison("base", "new", 0.10, matches)
 
     quiet, slow = comparison(1.0), comparison(1.15)
-    assert not quiet.backend_regressions and not quiet.regressions and not quiet.should_fail
+    assert not quiet.backend_regressions and not quiet.regressions and quiet.verdict == Verdict.PASSED
     assert slow.regressions == [], "no single case is beyond the per-case bar"
     assert [(b.backend, b.cases) for b in slow.backend_regressions] == [("k0", 16)]
-    assert slow.should_fail and "across the board" in comparison_markdown(slow)
+    assert slow.reasons == (Reason(Cause.BACKEND_REGRESSION, 1),) and slow.verdict == Verdict.REGRESSED
+    assert "across the board" in comparison_markdown(slow)
 
 
 def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wanders_more_than_the_run() -> None:
     """Two backends of 16 cases: one whose ratios wander ±4% (a fused kernel), one ±16% (a math path). A case 1.25×
     off the pace is a regression in the quiet backend and within the noise of the wandering one."""
-    from attnbench.report.compare import Comparison
+    from attnbench.stats.compare import Comparison
 
     def comparison(odd_backend: int) -> Comparison:
         matches = [ratio_match(16 * b + i, 1.25 if (b, i) == (odd_backend, 0) else
@@ -341,7 +350,7 @@ def test_every_time_thirty_percent_slower_fails_the_gate(tmp_path: Path, how: st
     assert result.exit_code == 1 and result.raw
     assert sorted(b.backend for b in result.backend_regressions) == ["naive", "sdpa", "sdpa-flash", "sdpa-math"]
     if how == "same machine":
-        assert result.pace_slower and "a finding that fails the gate" in result.pace_note
+        assert result.pace_slower and "a finding that fails the gate" in pace_note(result)
 
 
 def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path: Path) -> None:
@@ -353,7 +362,7 @@ def test_three_of_four_backends_slower_are_named_and_the_fourth_is_not(tmp_path:
     assert result.improvements == [] and result.exit_code == 1
     # The pace (1.25: three quarters of the ratios) is beyond the noise, but naive did not move with it: no shared
     # slowdown is claimed (a real batch of planted runs counted that claim as blaming naive too).
-    assert not result.pace_slower and result.unshared == ["naive"] and "not shared: naive did not" in result.pace_note
+    assert not result.pace_slower and result.unshared == ["naive"] and "not shared: naive did not" in pace_note(result)
     assert "every kernel together slower" not in comparison_markdown(result)
 
 
@@ -384,7 +393,7 @@ def test_a_machine_that_drifted_with_every_kernel_passes_and_says_how_far(tmp_pa
     new = edited(tmp_path / "new", 1.18, env={"pace_probe": probe(1.18)})
     result = compare_runs(base, new)
     assert result.exit_code == 0 and not result.backend_regressions and not result.regressions
-    assert "the machine's own pace, a reference workload timed through both runs, was 1.180×" in result.pace_note
+    assert "the machine's own pace, a reference workload timed through both runs, was 1.180×" in pace_note(result)
     # The same drift with the machine steady is every kernel's: it fails.
     steady = compare_runs(base, edited(tmp_path / "steady", 1.30, env={"pace_probe": probe(1.0)}))
     assert steady.pace_slower and steady.exit_code == 1

@@ -227,7 +227,7 @@ def test_the_report_names_the_top_kernel_and_lists_overhead_and_wrong_kernel() -
 
 
 def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
-    from attnbench.report.compare import compare_records
+    from attnbench.stats.compare import compare_records
 
     flash = run(default_registry().get("sdpa-flash"))
     math = dataclasses.replace(run(default_registry().get("sdpa-math")), backend="sdpa-flash")
@@ -240,7 +240,7 @@ def test_compare_calls_out_a_backend_whose_kernel_changed() -> None:
 
 def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -> None:
     """A naive CPU call's bmm and softmax hold close shares and trade the top place between identical runs."""
-    from attnbench.report.compare import compare_records
+    from attnbench.stats.compare import compare_records
 
     base = run(default_registry().get("naive"))
     kernels = base.kernels

@@ -13,8 +13,8 @@ import pytest
 
 from attnbench.core import peaks, policy
 from attnbench.records.results import load_records, stored_lines
-from attnbench.report.compare import compare_runs
 from attnbench.report.render import render_report
+from attnbench.stats.compare import compare_runs
 from attnbench.stats.recommend import recommend_runs
 from tests.helpers import committed_runs
 
@@ -122,7 +122,7 @@ def test_recommend_leaves_jax_cudnn_out_and_says_why() -> None:
     decisions = recommend_runs([CHECK]).decisions
     for d in decisions:
         assert "jax-cudnn" not in d.numbers and "jax-cudnn" not in (d.backend, d.leader, d.runner_up)
-        assert not any(backend == "jax-cudnn" for backend, _, _ in d.contested)
+        assert not any(c.backend == "jax-cudnn" for c in d.contested)
     excluded = [why for d in decisions for backend, why in d.excluded
                 if backend == "jax-cudnn" and set(d.cases) & JAX_FORWARDS]
     assert len(excluded) == 4 and all(why.startswith("implausible: faster than the GPU can run") for why in excluded)

@@ -20,7 +20,7 @@ from attnbench.core.policy import percent
 from attnbench.records.results import results_path, stored_lines
 from attnbench.stats.dispatch import DispatchTable, Shape, length_band
 from attnbench.stats.metric import TIME
-from attnbench.stats.recommend import Decision, recommend_runs
+from attnbench.stats.recommend import Contest, Decision, recommend_runs
 from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,12 +84,13 @@ def test_the_committed_h200_runs_name_a_winner_or_a_tie_with_the_gates_applied(h
     # their wider interval, which still lies apart from flex's, 1.39x below it. sdpa (auto -> cuDNN) and
     # sdpa-cudnn ran one kernel: one candidate, under the default's name, never a split or a tie with itself.
     dense = row_for(h200, seq_len=16384, kv_heads=16)
-    assert (dense.decision, dense.backend, dense.leader, dense.contested) == ("winner", "sdpa", "sdpa", [])
+    assert (dense.decision, dense.backend, dense.leader, dense.contested) == ("winner", "sdpa", "sdpa", ())
     assert dense.margin == pytest.approx(1.3855, rel=1e-3)
     assert ("sdpa-cudnn", "same kernel as sdpa, one candidate: torch 2.11.0 sdpa CUDNN_ATTENTION") in dense.excluded
+    assert dense.folded == {"sdpa-cudnn": "sdpa"}  # the report names it "sdpa = sdpa-cudnn" from this
     # At 16K fwd+bwd the same kernel under two names was a tie before; it is the default, alone, now.
     one = row_for(h200, seq_len=16384, kv_heads=16, mode="fwd_bwd")
-    assert (one.decision, one.backend, one.tie) == ("winner", "sdpa", ["sdpa"])
+    assert (one.decision, one.backend, one.tie) == ("winner", "sdpa", ("sdpa",))
     assert one.default_ratio == 1.0
 
 
@@ -103,7 +104,7 @@ def test_no_troubled_or_failed_record_ever_decides(h200: Any) -> None:
                 assert rec["status"] == "ok" and not rec.get("throttled") and rec.get("repeatable") is not False, \
                     (backend, n)
         if d.decision == "winner":
-            assert d.tie == [d.backend] and d.margin is not None and d.margin > 1
+            assert d.tie == (d.backend,) and d.margin is not None and d.margin > 1
 
 
 def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h200: Any, tmp_path: Path) -> None:
@@ -141,7 +142,7 @@ def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h2
 def test_a_planted_tie_is_named_and_sdpa_is_kept_when_it_is_in_it(tmp_path: Path) -> None:
     tie = only(tmp_path / "a", record("flex", 1.00, 0.98, 1.03), record("sdpa", 1.02, 1.01, 1.05),
                record("naive", 3.0))
-    assert (tie.decision, tie.leader, tie.backend, tie.tie) == ("tie", "flex", "sdpa", ["flex", "sdpa"])
+    assert (tie.decision, tie.leader, tie.backend, tie.tie) == ("tie", "flex", "sdpa", ("flex", "sdpa"))
     assert tie.runner_up == "sdpa" and tie.runner_up_ratio == pytest.approx(1.02)
     no_sdpa = only(tmp_path / "b", record("flex", 1.00, 0.98, 1.03), record("sdpa-cudnn", 1.02, 1.01, 1.05))
     assert (no_sdpa.decision, no_sdpa.backend, no_sdpa.default_why) == ("tie", "flex", "not measured")
@@ -158,9 +159,9 @@ def test_a_mismatch_never_wins(tmp_path: Path) -> None:
 def test_a_faster_throttled_timing_unsettles_a_slower_one_does_not(tmp_path: Path) -> None:
     d = only(tmp_path / "a", record("flex", 0.5, throttled=True), record("sdpa", 1.0), record("sdpa-flash", 2.0))
     assert (d.decision, d.backend, d.leader) == ("unsettled", None, "sdpa")
-    assert d.contested == [("flex", "throttled on cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd", 0.5)]
+    assert d.contested == (Contest("flex", "throttled", "cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd", 0.5),)
     slow = only(tmp_path / "b", record("flex", 3.0, throttled=True), record("sdpa", 1.0), record("sdpa-flash", 2.0))
-    assert (slow.decision, slow.backend, slow.contested) == ("winner", "sdpa", [])
+    assert (slow.decision, slow.backend, slow.contested) == ("winner", "sdpa", ())
     assert ("flex", "throttled") in slow.excluded
 
 
@@ -369,7 +370,7 @@ def test_a_backward_whose_gradients_were_not_checked_decides_no_bucket(tmp_path:
     assert ("sdpa", "gradients unchecked") in none.excluded and ("sdpa-flash", "gradients unchecked") in none.excluded
     alone = bucket(edited_run(tmp_path / "sdpa", FIRST_RUN, unchecked("sdpa")))
     assert (alone.decision, alone.backend) == ("unsettled", None) and "sdpa" not in alone.numbers
-    assert alone.contested[0][:2] == ("sdpa", f"gradients unchecked on {LONG_FWD_BWD}")
+    assert (alone.contested[0].backend, alone.contested[0].words) == ("sdpa", f"gradients unchecked on {LONG_FWD_BWD}")
     assert alone.why.endswith("cannot decide (gradients unchecked)")
 
 

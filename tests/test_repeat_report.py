@@ -14,10 +14,10 @@ from rich.console import Console
 
 from attnbench.backends.registry import default_registry
 from attnbench.records.results import ResultsWriter
-from attnbench.report.compare import compare_runs
 from attnbench.report.compare_table import comparison_markdown, comparison_table
 from attnbench.report.render import render_report
 from attnbench.report.rows import COLUMNS
+from attnbench.stats.compare import Cause, Reason, Verdict, compare_runs
 from tests.helpers import make_case, run_cases
 from tests.test_repeat import flaky
 
@@ -92,7 +92,7 @@ def test_compare_names_a_measurement_that_turned_non_repeatable(tmp_path: Path) 
     result = compare_runs(tmp_path / "base", new)
     (match,) = result.turned_unrepeatable
     assert match.new_repeat == "dq by up to 0.0039" and not result.determinism_broken
-    assert not result.should_fail  # a kernel that promises nothing may agree by luck on one run and not the next
+    assert result.verdict == Verdict.PASSED  # a kernel that promises nothing may agree by luck on one run, not the next
     text = comparison_markdown(result)
     assert "**pass**: 0 regression(s), 0 new failure(s), 0 improvement(s), 0 fixed, 1 turned non-repeatable." in text
     assert "### Turned non-repeatable" in text and "| dq by up to 0.0039 | no |" in text
@@ -105,7 +105,8 @@ def test_compare_names_a_measurement_that_turned_non_repeatable(tmp_path: Path) 
 
 def test_compare_fails_when_a_deterministic_run_turned_non_repeatable(tmp_path: Path) -> None:
     result = compare_runs(tmp_path / "base", turned(tmp_path, deterministic=True))
-    assert len(result.determinism_broken) == 1 and result.should_fail
+    assert len(result.determinism_broken) == 1 and result.reasons == (Reason(Cause.DETERMINISM_BROKEN, 1),)
+    assert result.verdict == Verdict.BROKE
     text = comparison_markdown(result)
     assert text.count("**FAIL**") == 1 and "1 turned non-repeatable (1 asked for deterministic kernels)" in text
     assert "| yes: fails |" in text

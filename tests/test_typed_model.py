@@ -1,6 +1,6 @@
 """Issue 55's seams held: outside records/ no env.json key is read by string and at most MAX_EXTRA_READS keys of a
 record's `extra` (its typed parts are records/parts.py's), history/ imports nothing from report/, and one class holds
-a run's records with its environment (records.run.Run)."""
+a run's records with its environment (records.run.Run); compare and recommend decide in stats/ as enums."""
 
 from __future__ import annotations
 
@@ -100,3 +100,36 @@ def test_determinism_is_read_as_its_answer_with_the_sentence_as_reason() -> None
     assert DeterminismAnswer.of("refused: no deterministic backward").kind == Determinism.REFUSED
     assert DeterminismAnswer.of("not applicable (forward only)").kind == Determinism.NOT_APPLICABLE
     assert DeterminismAnswer.of(None) is None
+
+
+def test_compare_decides_in_stats_as_a_verdict_and_report_only_formats() -> None:
+    """No report/ module applies the change rule (report/compare.py did); compare's decision is a Verdict."""
+    from attnbench.stats.compare import Verdict
+
+    deciding = [f"{path.name}: {node.module}" for path, tree in sources().items() if path.parent.name == "report"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "attnbench.stats.change_rule"]
+    assert deciding == []
+    assert {v.name: v.exit_code for v in Verdict} == {"PASSED": 0, "REGRESSED": 1, "BROKE": 1, "NOT_JUDGED": 3}
+
+
+def test_recommend_builds_each_decision_once_frozen_with_its_call() -> None:
+    """Decision was a mutable object filled by six functions, its kind a string, its contests split back apart."""
+    from attnbench.stats.recommend import Call, Decision
+
+    assert Decision.__dataclass_params__.frozen and Decision.__annotations__["decision"] == "Call"
+    assert [c.value for c in Call] == ["winner", "tie", "unsettled", "none"]
+    splits = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "split"
+              and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == " on "]
+    assert splits == []
+
+
+def test_an_ab_verdict_is_an_enum_member_not_a_string() -> None:
+    import math
+
+    from attnbench.stats.ab import AbVerdict, Paired
+
+    assert Paired.of([math.log(1.15)] * 6).verdict(0.05) is AbVerdict.SLOWER
+    assert Paired.of([math.log(1.15)] * 5 + [-0.01]).verdict(0.05) is AbVerdict.UNCHANGED

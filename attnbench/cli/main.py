@@ -368,8 +368,8 @@ def compare(
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
     kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
     NEW ran on different machines and nothing broke (a kernel's change cannot be judged there)."""
-    from attnbench.report.compare import compare_runs
-    from attnbench.report.compare_table import comparison_markdown, comparison_table
+    from attnbench.report.compare_table import comparison_markdown, comparison_table, machine_warning
+    from attnbench.stats.compare import compare_runs
 
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")
@@ -384,11 +384,10 @@ def compare(
     else:
         from attnbench.report.history_compare import compare_with_history
 
-        result = compare_with_history(runs[0], db, parse_fraction(threshold))
-        result.relative = not absolute
+        result = compare_with_history(runs[0], db, parse_fraction(threshold), relative=not absolute)
         err.print(f"base: {result.base}", markup=False)
-    if result.machine_warning:
-        err.print(result.machine_warning, style="bold yellow", markup=False)
+    if warning := machine_warning(result):
+        err.print(warning, style="bold yellow", markup=False)
     out.print(comparison_table(result))
     if md is not None:
         from attnbench.records.results import write_text_atomic

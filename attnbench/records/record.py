@@ -40,6 +40,8 @@ class Status(enum.StrEnum):
 STATUSES = tuple(Status)
 # The statuses whose call ran.
 MEASURED = (Status.OK, Status.MISMATCH, Status.WRONG_KERNEL, Status.IMPLAUSIBLE)
+# The statuses a comparison calls a failure.
+BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel", "implausible")
 # The statuses whose time is recorded (a mismatch's too).
 TIMED = (Status.OK, Status.MISMATCH)
 # The statuses whose time is judged against the GPU's datasheet (judged).

@@ -16,8 +16,9 @@ from matplotlib.transforms import blended_transform_factory
 from attnbench.core.peaks import peak_tflops_for
 from attnbench.core.units import MIB, bytes_unit, throughput_unit
 from attnbench.records.record import TIMED, Record, Status
+from attnbench.records.words import dtype_word
 from attnbench.report.baseline import group_speedups
-from attnbench.report.groups import CaseGroup, KvHeadsFamily, dtype_word, kv_cache_bytes
+from attnbench.report.groups import CaseGroup, KvHeadsFamily, kv_cache_bytes
 from attnbench.report.plotting import (
     DPI,
     GROUP_FIGSIZE,

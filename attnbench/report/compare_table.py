@@ -1,5 +1,5 @@
 """How a comparison is shown: compare's table for the terminal and its Markdown for a pull request, from what
-attnbench.report.compare judged."""
+attnbench.stats.compare judged."""
 
 from __future__ import annotations
 
@@ -7,10 +7,63 @@ from typing import TYPE_CHECKING
 
 from attnbench.core import policy
 from attnbench.core.units import md_cell
-from attnbench.report.compare import Comparison
+from attnbench.stats.compare import Comparison, Verdict
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+VERDICT_WORDS = {Verdict.PASSED: "**pass**", Verdict.REGRESSED: "**FAIL**", Verdict.BROKE: "**FAIL**",
+                 Verdict.NOT_JUDGED: "**not judged: another machine**"}
+
+
+def pace_note(c: Comparison) -> str | None:
+    """The run's pace in words, and how the ratios are judged."""
+    if c.judged is None:
+        return None
+    j, noise = c.judged, c.pace_noise
+    said = (f"NEW ran at {c.pace:.3f}× BASE's times across the board (the median of {len(c.ratios)} matched "
+            f"measurements")
+    if c.machine:
+        said += (f"; the machine's own pace, a reference workload timed through both runs, was "
+                 f"{c.machine.value:.3f}×, so the kernels ran at {j.value:.3f}× of it")
+    said += (f"; identical runs on {c.device} differ by ±{noise:.1%} (1 s.d., core.policy"
+             + (", with the reference's own error" if c.machine else "")
+             + f"): {j.departure:.1f} errors from 1)")
+    if j.finding and c.unshared:
+        said += (": beyond the threshold and the noise, but not shared: " + ", ".join(c.unshared)
+                 + (" did" if len(c.unshared) == 1 else " did each") + " not move with it, so no shared "
+                 + ("slowdown" if j.value > 1 else "speed-up") + " is claimed; " + ", ".join(c.moved_with_pace)
+                 + " moved with it, and every ratio is judged raw")
+    elif j.finding:
+        said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
+                 "noise, a finding" + (" that fails the gate" if j.value > 1 else "")
+                 + "; every ratio is judged raw")
+    elif c.raw:
+        said += ": every ratio is judged raw (" + ("--absolute" if not c.relative else
+                                                  "another machine" if c.machine_notes else
+                                                  "other software") + ")"
+    elif c.judged_pace != 1.0:
+        said += ": within the noise of one machine with the same software, so each ratio is judged against it"
+    return said
+
+
+def machine_warning(c: Comparison) -> str | None:
+    notes = c.machine_notes + c.software_notes
+    if not notes:
+        return None
+    head = "NOT THE SAME MACHINE: " if c.machine_notes else "NOT THE SAME SOFTWARE: "
+    tail = (" The gate cannot judge one kernel's change across machines (exit 3 unless something broke)."
+            if c.machine_notes else " Every ratio is judged raw: a change of software is a change.")
+    return (head + "; ".join(notes[:6]) + (f" (and {len(notes) - 6} more)" if len(notes) > 6 else "")
+            + "." + tail)
+
+
+def version_note(c: Comparison) -> str | None:
+    base, new = c.versions
+    if base == new:
+        return None
+    return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses "
+            "compare; before version 2, bytes_moved left out the score matrix's traffic")
 
 
 def comparison_table(comparison: Comparison) -> Table:
@@ -47,9 +100,9 @@ def comparison_table(comparison: Comparison) -> Table:
     if comparison.pace_slower:
         table.add_row(Text("regression", style="bold red"), Text("every backend"), Text("the pace: all matched cases"),
                       Text(""), Text(""), Text(f"{comparison.pace:.3f}×", style="bold red"))
-    notes = [comparison.version_note] if comparison.version_note else []
-    if comparison.pace_note:
-        notes.append(comparison.pace_note)
+    notes = [version_note(comparison)] if version_note(comparison) else []
+    if pace_note(comparison):
+        notes.append(pace_note(comparison))
     if comparison.throttled_anywhere:
         notes.append(f"{comparison.throttled_anywhere} matched measurement(s) timed on a throttled or shared GPU "
                      "in base or new: never judged a regression or an improvement")
@@ -72,7 +125,7 @@ def _unrepeatable_words(comparison: Comparison) -> str:
 
 
 def _verdict_line(comparison: Comparison) -> str:
-    verdict = {0: "**pass**", 1: "**FAIL**", 3: "**not judged: another machine**"}[comparison.exit_code]
+    verdict = VERDICT_WORDS[comparison.verdict]
     pace = "every kernel together slower (the pace), " if comparison.pace_slower else ""
     wide = (f"{len(comparison.backend_regressions)} backend(s) slower across the board, "
             if comparison.backend_regressions else "")
@@ -84,10 +137,10 @@ def _verdict_line(comparison: Comparison) -> str:
 
 def _header_lines(comparison: Comparison) -> list[str]:
     lines = [f"## attnbench compare: {md_cell(comparison.new)} vs {md_cell(comparison.base)}", ""]
-    if comparison.machine_warning:
-        lines += [f"**{md_cell(comparison.machine_warning)}**", ""]
-    if comparison.pace_note:
-        lines += [md_cell(comparison.pace_note) + ".", ""]
+    if machine_warning(comparison):
+        lines += [f"**{md_cell(machine_warning(comparison))}**", ""]
+    if pace_note(comparison):
+        lines += [md_cell(pace_note(comparison)) + ".", ""]
     lines.append(f"{len(comparison.matches)} matched measurements ({comparison.only_in_base} only in base, "
                  f"{comparison.only_in_new} only in new); a change is beyond the threshold "
                  f"({comparison.threshold:.0%}) with intervals of the median that do not overlap.")

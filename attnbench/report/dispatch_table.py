@@ -13,10 +13,11 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.records.run import Run
-from attnbench.report.groups import MODE_WORDS, dtype_word, quant_words
+from attnbench.records.words import MODE_WORDS, dtype_word
+from attnbench.report.groups import quant_words
 from attnbench.stats.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
 from attnbench.stats.metric import Metric
-from attnbench.stats.recommend import DEFAULT_BACKEND, Decision
+from attnbench.stats.recommend import DEFAULT_BACKEND, Call, Decision
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -71,22 +72,22 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
     source = runs.get(chosen[0].run_id) if chosen else None
     return {
         "bucket": decision.bucket,
-        "cases": decision.cases,
-        "decision": decision.decision,
+        "cases": list(decision.cases),
+        "decision": decision.decision.value,
         "why": decision.why,
         "backend": decision.backend,
         "kernel": chosen[0].kernel if chosen and decision.backend else None,
         "leader": decision.leader,
         "values": [{"case_id": n.case_id, "value": n.value, "interval": [n.low, n.high], "run_id": n.run_id}
                    for n in chosen],
-        "tie": decision.tie,
+        "tie": list(decision.tie),
         "runner_up": ({"backend": decision.runner_up, "ratio": decision.runner_up_ratio}
                       if decision.runner_up else None),
         "margin": decision.margin,
         "default": {"backend": DEFAULT_BACKEND, "kernel": decision.default_kernel, "ratio": decision.default_ratio,
                     "why": decision.default_why},
         "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
-        "contested_by": [{"backend": b, "why": why, "value": value} for b, why, value in decision.contested],
+        "contested_by": [{"backend": c.backend, "why": c.words, "value": c.value} for c in decision.contested],
         "run_ids": decision.run_ids,
         "versions": source.env.versions() if source is not None else {},
     }
@@ -188,16 +189,16 @@ def default_text(decision: Decision) -> str:
 
 def note_text(decision: Decision, metric: Metric) -> str:
     """The tie set, what contested the bucket, and the notable exclusions (not plain skips)."""
-    notes = [decision.why] if decision.decision == "none" and decision.why else []
+    notes = [decision.why] if decision.decision == Call.NONE and decision.why else []
     if decision.across_runs:
         notes.append(f"numbers from {len(decision.run_ids)} runs: each compared with ±{percent(decision.noise)} "
                      "run-to-run noise")
-    if decision.decision == "tie":
+    if decision.decision == Call.TIE:
         notes.append("tie: " + ", ".join(decision.tie))
-    for backend, why, value in decision.contested:
-        notes.append(f"{backend} {value:.3g} {metric.unit} is {why.split(' on ')[0]}: not judged")
+    for c in decision.contested:
+        notes.append(f"{c.backend} {c.value:.3g} {metric.unit} is {c.why}: not judged")
     notable = [(b, why) for b, why in decision.excluded
-               if not why.startswith("skipped") and b not in {c for c, _, _ in decision.contested}]
+               if not why.startswith("skipped") and b not in {c.backend for c in decision.contested}]
     for backend, why in notable[:SHOWN_EXCLUSIONS]:
         notes.append(f"{backend}: {clipped(why, NOTE_CHARS)}")
     if len(notable) > SHOWN_EXCLUSIONS:
@@ -242,7 +243,7 @@ def terminal_table(decisions: list[Decision], runs: list[Run], metric: Metric) -
     from rich.table import Table
     from rich.text import Text
 
-    styles = {"winner": "green", "tie": "cyan", "unsettled": "yellow", "none": "red"}
+    styles = {Call.WINNER: "green", Call.TIE: "cyan", Call.UNSETTLED: "yellow", Call.NONE: "red"}
     table = Table(title=Text(title(runs, metric)), title_justify="left")
     for column in header(metric):
         table.add_column(Text(column), overflow="fold")  # Text: '[interval]' is not Rich markup

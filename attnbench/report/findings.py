@@ -9,9 +9,10 @@ from attnbench.core.peaks import beyond_words, times_words
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 from attnbench.records.parts import Determinism
 from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
+from attnbench.records.words import case_words, shape_of, shape_words
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
-from attnbench.report.groups import CaseGroup, case_words, shape_of, shape_words
+from attnbench.report.groups import CaseGroup
 from attnbench.report.names import cause_of, short_kernel_name
 from attnbench.report.rows import kernel_unchecked
 from attnbench.stats.recommend import ran_kernel

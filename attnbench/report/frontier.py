@@ -17,8 +17,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from attnbench.core.units import fmt_length, fmt_ms
 from attnbench.records.record import TIMED, Record, Status, apart
+from attnbench.records.words import dtype_word, shape_words
 from attnbench.report.baseline import usable_time
-from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS, dtype_word, shape_words
+from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 

@@ -10,19 +10,14 @@ from typing import Any
 from attnbench.core import axes
 from attnbench.core.axes import SCALE_WORDS  # noqa: F401 - the scales' words, declared with the quant axis
 from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
-from attnbench.core.case import DTYPE_SHORT
 from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, Status
+from attnbench.records.words import DTYPE_WORDS, SHAPE_FIELDS, dtype_word, shape_words, workload_words
 
 # A failed point is never dropped: a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
-BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel", "implausible")
-# What stays fixed within a group (the sequence lengths are what vary).
-SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
 # The workload axes that stay fixed within a group too.
 WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
-MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
-DTYPE_WORDS = {**DTYPE_SHORT, "float64": "fp64"}
 DTYPE_BYTES = {**CASE_DTYPE_BYTES, "float64": 8}
 DTYPE_BYTES.update({DTYPE_WORDS[name]: size for name, size in list(DTYPE_BYTES.items())})  # by short name too
 QUANT_AXES = ("kv_dtype", "quant")
@@ -84,48 +79,9 @@ class CaseGroup:
         return {backend: why for backend, why in reasons.items() if backend not in ran}
 
 
-def dtype_word(dtype: Any) -> str:
-    return DTYPE_WORDS.get(str(dtype), str(dtype))
-
-
-def shape_words(shape: dict[str, Any]) -> list[str]:
-    """The fixed case fields of a group, as words."""
-    words = [dtype_word(shape["dtype"]), "causal" if shape["causal"] else "no mask"]
-    if shape.get("window") is not None:
-        words.append(f"window {shape['window']}")
-    heads, kv_heads = shape["heads"], shape["kv_heads"]
-    words.append(f"{heads} heads" if heads == kv_heads else f"{heads} heads / {kv_heads} KV heads")
-    words.append(f"d={shape['head_dim']}")
-    words.append(MODE_WORDS.get(str(shape["mode"]), str(shape["mode"])))
-    if int(shape.get("batch") or 1) > 1:
-        words.append(f"batch {shape['batch']}")
-    words += workload_words(shape)
-    if shape.get("device") not in (None, "cuda"):
-        words.append(str(shape["device"]))
-    return words
-
-
-def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
-    """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
-    return axes.words_of(shape, short)
-
-
 def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
     """A quantized case's FP8 K/V cache and scales, in words ("K/V fp8e4m3", "per-block 128 scales") or short."""
     return [w for a in axes.axes() if a.name in QUANT_AXES and a.words and (w := a.words(shape, short))]
-
-
-def shape_of(record: Record) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
-
-
-def case_words(record: Record) -> str:
-    words = shape_words(shape_of(record))
-    if record.seq_len == record.kv_seq_len:
-        words.append(f"seq {record.seq_len}")
-    else:
-        words.append(f"q {record.seq_len} / kv {record.kv_seq_len}")
-    return " · ".join(words)
 
 
 def _shape_key(record: Record) -> tuple:

@@ -10,15 +10,15 @@ from attnbench.records.record import Record, Status
 from attnbench.report.groups import CaseGroup
 from attnbench.stats.metric import TIME
 from attnbench.stats.pooling import Entry
-from attnbench.stats.recommend import Decision, Number, decide_bucket
+from attnbench.stats.recommend import Call, Decision, Number, decide_bucket
 
 
 @dataclass
 class LeadLine:
-    """One length of a group: `kind` is the decision (winner, tie, unsettled, none), `text` says it."""
+    """One length of a group: `kind` is its decision, `text` says it."""
 
     x: int
-    kind: str
+    kind: Call
     text: str
     backend: str | None = None  # the winner, only when `kind` is winner
 
@@ -48,7 +48,7 @@ def _numbers(decision: Decision, backend: str) -> Number:
 
 def _merged(decision: Decision, backend: str) -> str:
     """The backend with those folded into it for running its kernel ("sdpa = sdpa-cudnn")."""
-    same = [b for b, why in decision.excluded if why.startswith(f"same kernel as {backend},")]
+    same = [b for b, kept in decision.folded.items() if kept == backend]
     return " = ".join([backend, *same])
 
 
@@ -56,7 +56,7 @@ def line_of(x: int, decision: Decision) -> LeadLine:
     """A length's decision in words."""
     at = fmt_length(x)
     leader = decision.leader
-    if decision.decision == "winner" and leader is not None:
+    if decision.decision == Call.WINNER and leader is not None:
         lead = _numbers(decision, leader)
         text = f"{at}: fastest {_merged(decision, leader)}, {fmt_ms(lead.value)} ms [{fmt_ms(lead.low)}–" \
                f"{fmt_ms(lead.high)}]"
@@ -65,21 +65,21 @@ def line_of(x: int, decision: Decision) -> LeadLine:
             text += f"; runner-up {decision.runner_up} {_ratio_words(runner, lead).replace(' [', ' slower [', 1)}"
         else:
             text += f"; {decision.why}"
-        return LeadLine(x, "winner", text, leader)
-    if decision.decision == "tie" and leader is not None:
+        return LeadLine(x, Call.WINNER, text, leader)
+    if decision.decision == Call.TIE and leader is not None:
         lead = _numbers(decision, leader)
         others = [f"{b} {_ratio_words(_numbers(decision, b), lead)}" for b in decision.tie if b != leader]
-        return LeadLine(x, "tie", f"{at}: no single fastest, the intervals overlap: "
+        return LeadLine(x, Call.TIE, f"{at}: no single fastest, the intervals overlap: "
                                   f"{_merged(decision, leader)} {fmt_ms(lead.value)} ms, {', '.join(others)}")
-    if decision.decision == "unsettled":
-        return LeadLine(x, "unsettled", f"{at}: unsettled: {decision.why}")
+    if decision.decision == Call.UNSETTLED:
+        return LeadLine(x, Call.UNSETTLED, f"{at}: unsettled: {decision.why}")
     counts: dict[str, int] = {}  # why each backend is out: its status, or an ok record's trouble
-    for _, why in decision.excluded:
+    for backend, why in decision.excluded:
         word = why.split(":")[0]
-        if word != Status.SKIPPED and not word.startswith("same kernel"):
+        if word != Status.SKIPPED and backend not in decision.folded:
             counts[word] = counts.get(word, 0) + 1
     statuses = ", ".join(f"{s} ×{n}" for s, n in sorted(counts.items()))
-    return LeadLine(x, "none", f"{at}: {decision.why}" + (f" ({statuses})" if statuses else ""))
+    return LeadLine(x, Call.NONE, f"{at}: {decision.why}" + (f" ({statuses})" if statuses else ""))
 
 
 def group_lead(group: CaseGroup, pooled: dict[tuple, dict[str, Entry]]) -> GroupLead:
@@ -105,7 +105,7 @@ def _unranked(x: int, here: dict[str, Record], decision: Decision) -> list[str]:
     words = []
     for backend, why in decision.excluded:
         record = here.get(backend)
-        if record is None or record.time_ms is None or why.startswith("same kernel"):
+        if record is None or record.time_ms is None or backend in decision.folded:
             continue
         if float(record.time_ms) < best:
             words.append(f"{backend} at {fmt_length(x)} ({fmt_ms(float(record.time_ms))} ms: "

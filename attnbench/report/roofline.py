@@ -14,7 +14,7 @@ from attnbench.core.case import Case
 from attnbench.core.peaks import MeasuredRoofs, Peak, peak_for, roofs_peak
 from attnbench.core.units import throughput_unit
 from attnbench.records.record import TIMED, Record, Status
-from attnbench.report.groups import dtype_word
+from attnbench.records.words import dtype_word
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, figure_legend, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 

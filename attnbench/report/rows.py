@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
-from attnbench.report.groups import dtype_word, quant_words, shape_of
+from attnbench.records.words import dtype_word, shape_of
+from attnbench.report.groups import quant_words
 from attnbench.report.names import short_kernel_name
 
 # Marks a noisy median (attnbench.core.policy.noisy_words).

@@ -7,6 +7,7 @@ median of the pairs' log ratios, its interval the median's order-statistic inter
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,15 @@ from attnbench.core.interval import CONFIDENCE, median_interval, rank
 DEFAULT_THRESHOLD = policy.AB_THRESHOLD
 # B's statuses, where A's is `ok`, that mean B broke the measurement.
 BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
-VERDICTS = ("slower", "faster", "within", "unchanged")
+
+
+class AbVerdict(enum.StrEnum):
+    """B against A: beyond the threshold, significant within it, or not significant."""
+
+    SLOWER = "slower"
+    FASTER = "faster"
+    WITHIN = "within"
+    UNCHANGED = "unchanged"
 
 
 def min_pairs(confidence: float = CONFIDENCE) -> int:
@@ -50,14 +59,14 @@ class Paired:
         """The interval reaches `confidence` and excludes 1."""
         return self.level >= confidence and (self.low > 1.0 or self.high < 1.0)
 
-    def verdict(self, threshold: float, confidence: float = CONFIDENCE) -> str:
+    def verdict(self, threshold: float, confidence: float = CONFIDENCE) -> AbVerdict:
         if not self.significant(confidence):
-            return "unchanged"
+            return AbVerdict.UNCHANGED
         if self.ratio >= 1.0 + threshold:
-            return "slower"
+            return AbVerdict.SLOWER
         if self.ratio <= 1.0 / (1.0 + threshold):
-            return "faster"
-        return "within"
+            return AbVerdict.FASTER
+        return AbVerdict.WITHIN
 
     def words(self, threshold: float, confidence: float = CONFIDENCE) -> str:
         """The verdict as a reader's sentence: 'B slower by 15.1% [13.0%, 17.2%], significant'."""
@@ -67,9 +76,9 @@ class Paired:
         verdict = self.verdict(threshold, confidence)
         if self.level < confidence:
             judged = f"not judged: {self.pairs} pairs reach {self.level:.0%}, under {confidence:.0%}"
-        elif verdict == "unchanged":
+        elif verdict == AbVerdict.UNCHANGED:
             judged = "not significant"
-        elif verdict == "within":
+        elif verdict == AbVerdict.WITHIN:
             judged = f"significant, under the {threshold:.0%} threshold"
         else:
             judged = f"significant, beyond the {threshold:.0%} threshold"
@@ -95,12 +104,12 @@ class MeasurementPair:
     b_ms: float
     log_ratios: tuple[float, ...]
     paired: Paired
-    verdict: str
+    verdict: AbVerdict
 
     def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, "backend": self.backend, "device": self.device, "a_ms": self.a_ms,
                 "b_ms": self.b_ms, "log_ratios": [round(x, 6) for x in self.log_ratios], **self.paired.to_dict(),
-                "verdict": self.verdict}
+                "verdict": self.verdict.value}
 
 
 @dataclass(frozen=True)
@@ -110,12 +119,12 @@ class GroupVerdict:
     name: str
     measurements: int
     paired: Paired
-    verdict: str
+    verdict: AbVerdict
     words: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "measurements": self.measurements, **self.paired.to_dict(),
-                "verdict": self.verdict, "words": self.words}
+                "verdict": self.verdict.value, "words": self.words}
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,7 @@ class AbResult:
     def regressions(self) -> list[str]:
         """The backends (and `overall`) B slowed beyond the threshold and the noise, and what B broke."""
         groups = self.backends + ([self.overall] if self.overall else [])
-        slowed = [g.name for g in groups if g.verdict == "slower"]
+        slowed = [g.name for g in groups if g.verdict == AbVerdict.SLOWER]
         return slowed + [f"{u.backend} {u.case_id}: {u.b_status}" for u in self.unpaired if u.broken_in_b]
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,28 +33,52 @@ class Number:
     kernel: str | None
 
 
-@dataclass
+class Call(enum.StrEnum):
+    """A bucket's decision kind."""
+
+    WINNER = "winner"
+    TIE = "tie"
+    UNSETTLED = "unsettled"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Contest:
+    """An excluded backend whose troubled number could still beat the leader's on one case."""
+
+    backend: str
+    why: str
+    case_id: str
+    value: float
+
+    @property
+    def words(self) -> str:
+        return f"{self.why} on {self.case_id}"
+
+
+@dataclass(frozen=True)
 class Decision:
     """What the data say for one bucket."""
 
     bucket: dict[str, Any]
-    cases: list[str]
-    decision: str  # winner, tie, unsettled or none
+    cases: tuple[str, ...]
+    decision: Call
     why: str | None = None  # for unsettled and none: why nothing is called
     backend: str | None = None  # what to call
     leader: str | None = None
     numbers: dict[str, list[Number]] = field(default_factory=dict)  # each candidate's, case by case
     scores: dict[str, float] = field(default_factory=dict)  # geometric mean over the best per case (1.0: best)
-    tie: list[str] = field(default_factory=list)
+    tie: tuple[str, ...] = ()
     runner_up: str | None = None
     runner_up_ratio: float | None = None  # runner-up over the leader (geometric mean)
     margin: float | None = None  # min over cases of runner-up's interval low / leader's interval high
     default_ratio: float | None = None  # sdpa over the backend to call
     default_why: str | None = None  # why there is no ratio
     default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
-    excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
-    contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
+    excluded: tuple[tuple[str, str], ...] = ()  # (backend, why) for non-candidates
+    contested: tuple[Contest, ...] = ()
     noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
+    folded: dict[str, str] = field(default_factory=dict)  # backend -> the candidate whose kernel it ran
 
     @property
     def run_ids(self) -> list[str]:
@@ -110,122 +135,145 @@ def _why(entries: list[Entry | None]) -> str:
     return "; ".join(whys) if whys else "no clean number"
 
 
-def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> Decision:
-    """A bucket's undecided Decision: each backend's clean numbers, or why it is excluded."""
+@dataclass(frozen=True)
+class _Field:
+    bucket: dict[str, Any]
+    cases: tuple[str, ...]
+    numbers: dict[str, list[Number]]
+    excluded: tuple[tuple[str, str], ...]
+    default_kernel: str | None
+    noise: float
+    folded: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    leader: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    tie: tuple[str, ...] = ()
+    runner_up: str | None = None
+    runner_up_ratio: float | None = None
+    margin: float | None = None
+
+
+_Call = tuple[Call, str | None, str | None]  # the decision, the backend to call, why
+
+
+def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> _Field:
     first = next(iter(cases[0].values())).latest
-    case_ids = [next(iter(c.values())).case_id for c in cases]
-    decision = Decision(Shape.of_record(first).bucket(), case_ids, "none",
-                        noise=policy.run_to_run_noise(str(first.device)))
-    backends = sorted({b for c in cases for b in c})
-    for backend in backends:
+    numbers: dict[str, list[Number]] = {}
+    excluded = []
+    for backend in sorted({b for c in cases for b in c}):
         entries = [c.get(backend) for c in cases]
         if all(e is not None and e.clean is not None for e in entries):
-            decision.numbers[backend] = [_number(e, metric) for e in entries if e is not None]
+            numbers[backend] = [_number(e, metric) for e in entries if e is not None]
         else:
-            decision.excluded.append((backend, _why(entries)))
-    _merge_same_kernels(decision)
+            excluded.append((backend, _why(entries)))
+    numbers, folded, why_folded = _merge_same_kernels(numbers)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
-    decision.default_kernel = next((e.latest.kernel for e in default if e is not None), None)
-    return decision
+    return _Field(Shape.of_record(first).bucket(), tuple(next(iter(c.values())).case_id for c in cases), numbers,
+                  tuple(excluded + why_folded), next((e.latest.kernel for e in default if e is not None), None),
+                  policy.run_to_run_noise(str(first.device)), folded)
 
 
-def _decide_against_rivals(decision: Decision, rivals: dict[str, list[Number]]) -> Decision:
+def _against_rivals(f: _Field, rivals: dict[str, list[Number]]) -> tuple[_Ranking, Call, str | None, str]:
     """One candidate, told apart from the flagged rivals or not."""
-    alone = next(iter(decision.numbers))
-    decision.leader, decision.scores, decision.tie = alone, {alone: 1.0}, [alone]
+    alone = next(iter(f.numbers))
+    ranking = _Ranking(alone, {alone: 1.0}, (alone,))
     # A lone win has no clean rival beside it: it must hold beyond the run-to-run noise on both numbers.
-    close = [b for b, numbers in rivals.items()
-             if not _told_slower(numbers, decision.numbers[alone], decision.noise, always=True)]
+    close = [b for b, numbers in rivals.items() if not _told_slower(numbers, f.numbers[alone], f.noise, always=True)]
     if close:
-        decision.why = (f"only {alone} can be chosen, and it is not told apart from {', '.join(close)} by more "
-                        f"than the run-to-run noise (±{percent(decision.noise)}; flagged overhead: never chosen)")
-    else:
-        decision.decision, decision.backend = "winner", alone
-        decision.why = (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but timed as "
-                        "its user pays)")
-    if DEFAULT_BACKEND in decision.numbers and decision.backend is not None:
-        decision.default_ratio = 1.0
-    else:
-        decision.default_why = _default_why(decision)
-    return decision
+        return ranking, Call.NONE, None, (f"only {alone} can be chosen, and it is not told apart from "
+                                          f"{', '.join(close)} by more than the run-to-run noise "
+                                          f"(±{percent(f.noise)}; flagged overhead: never chosen)")
+    return ranking, Call.WINNER, alone, (f"told faster than {', '.join(rivals)} (flagged overhead: never chosen, but "
+                                         "timed as its user pays)")
 
 
-def _decide_unopposed(decision: Decision) -> Decision:
+def _unopposed(f: _Field) -> tuple[_Ranking, Call, None, str]:
     """At most one clean candidate and no rival: nothing to tell apart."""
-    alone = next(iter(decision.numbers), None)
-    decision.leader = alone
-    decision.why = (f"only {alone} has a clean number: nothing to tell it apart from" if alone
-                    else "no backend has a clean number")
-    decision.default_why = _default_why(decision)
-    if alone is not None:
-        decision.scores = {alone: 1.0}
-    return decision
+    alone = next(iter(f.numbers), None)
+    if alone is None:
+        return _Ranking(), Call.NONE, None, "no backend has a clean number"
+    why = f"only {alone} has a clean number: nothing to tell it apart from"
+    return _Ranking(alone, {alone: 1.0}), Call.NONE, None, why
 
 
-def _rank(decision: Decision, cases: int) -> str:
-    """Scores (geomean over the bucket's cases of each time over the best), tie and runner-up; returns the leader."""
-    best = [min(numbers[i].value for numbers in decision.numbers.values()) for i in range(cases)]
-    decision.scores = {b: geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
-                       for b, numbers in decision.numbers.items()}
-    ranked = sorted(decision.scores, key=lambda b: (decision.scores[b], b))
-    leader = decision.leader = ranked[0]
-    lead = decision.numbers[leader]
-    decision.tie = [b for b in ranked if b == leader or not _told_slower(decision.numbers[b], lead, decision.noise)]
-    if len(ranked) > 1:
-        runner = decision.runner_up = ranked[1]
-        decision.runner_up_ratio = _ratio(decision.numbers[runner], lead)
-        decision.margin = _margin(decision.numbers[runner], lead, decision.noise)
-    return leader
+def _rank(f: _Field, cases: int) -> _Ranking:
+    """Scores (geomean over the bucket's cases of each time over the best), the leader, tie and runner-up."""
+    best = [min(numbers[i].value for numbers in f.numbers.values()) for i in range(cases)]
+    scores = {b: geomean([n.value / m for n, m in zip(numbers, best, strict=False)])
+              for b, numbers in f.numbers.items()}
+    ranked = sorted(scores, key=lambda b: (scores[b], b))
+    leader, lead = ranked[0], f.numbers[ranked[0]]
+    tie = tuple(b for b in ranked if b == leader or not _told_slower(f.numbers[b], lead, f.noise))
+    if len(ranked) == 1:
+        return _Ranking(leader, scores, tie)
+    runner = f.numbers[ranked[1]]
+    return _Ranking(leader, scores, tie, ranked[1], _ratio(runner, lead), _margin(runner, lead, f.noise))
 
 
-def _contest(decision: Decision, cases: list[dict[str, Entry]], metric: Metric, lead: list[Number]) -> None:
+def _contest(f: _Field, cases: list[dict[str, Entry]], metric: Metric, lead: list[Number]) -> tuple[Contest, ...]:
     """Excluded backends whose troubled number could still beat the leader's."""
+    found = []
     for i, case in enumerate(cases):
         for backend, entry in sorted(case.items()):
             troubled = entry.troubled
             value = metric.value(troubled) if troubled is not None else None
             top = lead[i].high if troubled is None or troubled.run_id == lead[i].run_id \
-                else widened(lead[i], decision.noise)[1]
-            if value is not None and backend not in decision.numbers and value <= top:
-                decision.contested.append((backend, f"{entry.why} on {entry.case_id}", value))
+                else widened(lead[i], f.noise)[1]
+            if value is not None and backend not in f.numbers and value <= top:
+                found.append(Contest(backend, str(entry.why), entry.case_id, value))
+    return tuple(found)
 
 
-def _settle(decision: Decision, leader: str) -> None:
-    if decision.contested:
-        decision.decision = "unsettled"
-        names = ", ".join(dict.fromkeys(b for b, _, _ in decision.contested))
-        whys = "; ".join(dict.fromkeys(why.split(" on ")[0] for _, why, _ in decision.contested))
-        decision.why = f"{names} may be faster than {leader}, but {'its number' if ',' not in names else 'theirs'} " \
-                       f"cannot decide ({whys})"
-    elif len(decision.tie) == 1:
-        decision.decision, decision.backend = "winner", leader
-    else:
-        decision.decision = "tie"
-        decision.backend = DEFAULT_BACKEND if DEFAULT_BACKEND in decision.tie else leader
-    if decision.backend is not None and DEFAULT_BACKEND in decision.numbers:
-        decision.default_ratio = _ratio(decision.numbers[DEFAULT_BACKEND], decision.numbers[decision.backend])
-    else:
-        decision.default_why = _default_why(decision)
+def _settle(ranking: _Ranking, contested: tuple[Contest, ...]) -> _Call:
+    leader = ranking.leader
+    if contested:
+        names = ", ".join(dict.fromkeys(c.backend for c in contested))
+        whys = "; ".join(dict.fromkeys(c.why for c in contested))
+        return Call.UNSETTLED, None, (f"{names} may be faster than {leader}, but "
+                                      f"{'its number' if ',' not in names else 'theirs'} cannot decide ({whys})")
+    if len(ranking.tie) == 1:
+        return Call.WINNER, leader, None
+    return Call.TIE, DEFAULT_BACKEND if DEFAULT_BACKEND in ranking.tie else leader, None
+
+
+def _default(f: _Field, call: Call, backend: str | None) -> tuple[float | None, str | None]:
+    """sdpa's cost against the backend to call, or why there is none."""
+    if backend is None:
+        return None, f"{call}: nothing to compare with"
+    if DEFAULT_BACKEND in f.numbers:
+        return _ratio(f.numbers[DEFAULT_BACKEND], f.numbers[backend]), None
+    return None, next((why for b, why in f.excluded if b == DEFAULT_BACKEND), "not measured")
+
+
+def _decision(f: _Field, r: _Ranking, call: Call, backend: str | None, why: str | None,
+              contested: tuple[Contest, ...] = ()) -> Decision:
+    ratio, default_why = _default(f, call, backend)
+    return Decision(f.bucket, f.cases, call, why, backend, r.leader, f.numbers, r.scores, r.tie, r.runner_up,
+                    r.runner_up_ratio, r.margin, ratio, default_why, f.default_kernel, f.excluded, contested, f.noise,
+                    f.folded)
 
 
 def decide_bucket(cases: list[dict[str, Entry]], metric: Metric = TIME) -> Decision:
     """The decision for one bucket, from its cases' entries by backend (every case of one bucket)."""
-    decision = _candidates(cases, metric)
-    rivals = _rivals(cases, decision, metric)
-    if len(decision.numbers) == 1 and rivals:
-        return _decide_against_rivals(decision, rivals)
-    if len(decision.numbers) < 2:
-        return _decide_unopposed(decision)
-    leader = _rank(decision, len(cases))
-    _contest(decision, cases, metric, decision.numbers[leader])
-    _settle(decision, leader)
-    return decision
+    f = _candidates(cases, metric)
+    rivals = _rivals(cases, f.numbers, metric)
+    if len(f.numbers) == 1 and rivals:
+        return _decision(f, *_against_rivals(f, rivals))
+    if len(f.numbers) < 2:
+        return _decision(f, *_unopposed(f))
+    ranking = _rank(f, len(cases))
+    assert ranking.leader is not None
+    contested = _contest(f, cases, metric, f.numbers[ranking.leader])
+    return _decision(f, ranking, *_settle(ranking, contested), contested)
 
 
-def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -> dict[str, list[Number]]:
+def _rivals(cases: list[dict[str, Entry]], numbers: dict[str, list[Number]], metric: Metric) -> dict[str, list[Number]]:
     """Backends whose only number on every case is flagged `overhead`: never chosen, but a rival to tell apart."""
     found: dict[str, list[Number]] = {}
-    for backend in sorted({b for c in cases for b in c} - set(decision.numbers)):
+    for backend in sorted({b for c in cases for b in c} - set(numbers)):
         entries = [c.get(backend) for c in cases]
         if all(e is not None and e.troubled is not None and e.why == "overhead" and metric.value(e.troubled)
                is not None and metric.interval(e.troubled) is not None for e in entries):
@@ -241,25 +289,22 @@ def ran_kernel(kernel: str | None) -> str | None:
     return kernel.replace("auto→", "").split(" (")[0].strip() or None
 
 
-def _merge_same_kernels(decision: Decision) -> None:
+def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[str, str], list[tuple[str, str]]]:
     """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it."""
-    names = sorted(decision.numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
+    numbers, folded, whys = dict(numbers), {}, []
+    names = sorted(numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
     for i, keep in enumerate(names):
-        if keep not in decision.numbers:
+        if keep not in numbers:
             continue
-        mine = [ran_kernel(n.kernel) for n in decision.numbers[keep]]
+        mine = [ran_kernel(n.kernel) for n in numbers[keep]]
         if None in mine:
             continue
         for other in names[i + 1:]:
-            if other in decision.numbers and [ran_kernel(n.kernel) for n in decision.numbers[other]] == mine:
-                del decision.numbers[other]
-                decision.excluded.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
-
-
-def _default_why(decision: Decision) -> str:
-    if decision.backend is None:
-        return f"{decision.decision}: nothing to compare with"
-    return next((why for b, why in decision.excluded if b == DEFAULT_BACKEND), "not measured")
+            if other in numbers and [ran_kernel(n.kernel) for n in numbers[other]] == mine:
+                del numbers[other]
+                folded[other] = keep
+                whys.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
+    return numbers, folded, whys
 
 
 def bucket_order(bucket: dict[str, Any]) -> tuple:
@@ -288,7 +333,7 @@ def has_metric(pooled: dict[tuple, dict[str, Entry]], metric: Metric) -> bool:
 
 def enough_to_recommend(decisions: list[Decision]) -> bool:
     """Whether some bucket had two backends with an ok number to choose between (the report's section)."""
-    return any(len(d.numbers) + len({b for b, _, _ in d.contested}) >= 2 for d in decisions)
+    return any(len(d.numbers) + len({c.backend for c in d.contested}) >= 2 for d in decisions)
 
 
 @dataclass

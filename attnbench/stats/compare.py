@@ -1,8 +1,9 @@
-"""compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures
-(the rules: docs/verdicts.md)."""
+"""compare_runs: two stored runs matched case by case — the pace, ratios, regressions beyond the noise, new failures,
+judged as a Verdict with its Reasons (the rules: docs/verdicts.md)."""
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -12,9 +13,9 @@ from attnbench.core import policy
 from attnbench.core.errors import ResultsError
 from attnbench.core.policy import MIN_BACKEND_CASES
 from attnbench.records.env import machine_differences, read_env, software_differences
-from attnbench.records.record import Record, Status
+from attnbench.records.record import BAD_STATUSES, Record, Status
 from attnbench.records.results import load_records, results_path
-from attnbench.report.groups import BAD_STATUSES, case_words
+from attnbench.records.words import case_words
 from attnbench.stats.change_rule import (
     BackendShift,
     MachinePace,
@@ -30,7 +31,38 @@ from attnbench.stats.change_rule import (
 from attnbench.stats.match import Match
 
 
-@dataclass
+class Verdict(enum.StrEnum):
+    """compare's decision; `exit_code` is the command's exit status."""
+
+    PASSED = "pass"
+    REGRESSED = "regressed"
+    BROKE = "broke"
+    NOT_JUDGED = "not judged: another machine"
+
+    @property
+    def exit_code(self) -> int:
+        return {Verdict.PASSED: 0, Verdict.NOT_JUDGED: 3}.get(self, 1)
+
+
+class Cause(enum.StrEnum):
+    NEW_FAILURE = "new failure"
+    DETERMINISM_BROKEN = "determinism broken"
+    SHARED_SLOWDOWN = "shared slowdown"
+    REGRESSION = "regression"
+    BACKEND_REGRESSION = "backend regression"
+    OTHER_MACHINE = "another machine"
+
+
+BROKEN = {Cause.NEW_FAILURE, Cause.DETERMINISM_BROKEN}
+
+
+@dataclass(frozen=True)
+class Reason:
+    cause: Cause
+    count: int  # measurements, backends or machine differences
+
+
+@dataclass(frozen=True)
 class Comparison:
     """What changed from BASE to NEW (the rules: change_rule)."""
 
@@ -48,13 +80,13 @@ class Comparison:
     probes: tuple[dict | None, dict | None] = (None, None)  # each run's env.json pace_probe
 
     @cached_property
-    def _ratios(self) -> list[float]:
+    def ratios(self) -> list[float]:
         return sorted(m.ratio for m in self.matches if m.ratio is not None)
 
     @property
     def spread(self) -> float:
         """The log ratios' spread, pooled with the device's ratio noise."""
-        return spread_of(self._ratios, self._device.ratio_noise)
+        return spread_of(self.ratios, self._device.ratio_noise)
 
     @cached_property
     def machine(self) -> MachinePace | None:
@@ -72,7 +104,7 @@ class Comparison:
         return policy.device(self.device)
 
     @property
-    def _pace_noise(self) -> float:
+    def pace_noise(self) -> float:
         dev = self._device
         return math.hypot(dev.probe_noise or 0.0, self.machine.error) if self.machine else dev.pace_noise
 
@@ -80,7 +112,7 @@ class Comparison:
     def judged(self) -> Pace | None:
         """The kernels' pace (over the machine's own, where timed); None without ratios."""
         over = self._machine_value
-        return judge_pace([r / over for r in self._ratios], self.spread, self._pace_noise, self.threshold)
+        return judge_pace([r / over for r in self.ratios], self.spread, self.pace_noise, self.threshold)
 
     @property
     def pace(self) -> float | None:
@@ -101,7 +133,7 @@ class Comparison:
     @property
     def _shared_noise(self) -> float:
         """The device's backend noise, and judged raw the pace noise."""
-        return math.hypot(self._device.backend_noise, self._pace_noise if self.raw else 0.0)
+        return math.hypot(self._device.backend_noise, self.pace_noise if self.raw else 0.0)
 
     @property
     def unshared(self) -> list[str]:
@@ -118,56 +150,6 @@ class Comparison:
         """The pace is a slowdown finding and every backend judged moved with it: the gate fails."""
         return (self.judged is not None and self.judged.finding and self.judged.value > 1
                 and not self.unshared)
-
-    @property
-    def pace_note(self) -> str | None:
-        """The run's pace in words, and how the ratios are judged."""
-        if self.judged is None:
-            return None
-        j, noise = self.judged, self._pace_noise
-        said = (f"NEW ran at {self.pace:.3f}× BASE's times across the board (the median of {len(self._ratios)} matched "
-                f"measurements")
-        if self.machine:
-            said += (f"; the machine's own pace, a reference workload timed through both runs, was "
-                     f"{self.machine.value:.3f}×, so the kernels ran at {j.value:.3f}× of it")
-        said += (f"; identical runs on {self.device} differ by ±{noise:.1%} (1 s.d., core.policy"
-                 + (", with the reference's own error" if self.machine else "")
-                 + f"): {j.departure:.1f} errors from 1)")
-        if j.finding and self.unshared:
-            said += (": beyond the threshold and the noise, but not shared: " + ", ".join(self.unshared)
-                     + (" did" if len(self.unshared) == 1 else " did each") + " not move with it, so no shared "
-                     + ("slowdown" if j.value > 1 else "speed-up") + " is claimed; " + ", ".join(self.moved_with_pace)
-                     + " moved with it, and every ratio is judged raw")
-        elif j.finding:
-            said += (": a shared " + ("slowdown" if j.value > 1 else "speed-up") + " beyond the threshold and the "
-                     "noise, a finding" + (" that fails the gate" if j.value > 1 else "")
-                     + "; every ratio is judged raw")
-        elif self.raw:
-            said += ": every ratio is judged raw (" + ("--absolute" if not self.relative else
-                                                      "another machine" if self.machine_notes else
-                                                      "other software") + ")"
-        elif self.judged_pace != 1.0:
-            said += ": within the noise of one machine with the same software, so each ratio is judged against it"
-        return said
-
-    @property
-    def machine_warning(self) -> str | None:
-        notes = self.machine_notes + self.software_notes
-        if not notes:
-            return None
-        head = "NOT THE SAME MACHINE: " if self.machine_notes else "NOT THE SAME SOFTWARE: "
-        tail = (" The gate cannot judge one kernel's change across machines (exit 3 unless something broke)."
-                if self.machine_notes else " Every ratio is judged raw: a change of software is a change.")
-        return (head + "; ".join(notes[:6]) + (f" (and {len(notes) - 6} more)" if len(notes) > 6 else "")
-                + "." + tail)
-
-    @property
-    def version_note(self) -> str | None:
-        base, new = self.versions
-        if base == new:
-            return None
-        return (f"BASE's records are schema {base}, NEW's {new} (attnbench.records.results): times and statuses "
-                "compare; before version 2, bytes_moved left out the score matrix's traffic")
 
     def _departure(self, m: Match) -> float:
         """A match's log ratio over the pace judged against: > 0 slower, < 0 faster."""
@@ -189,7 +171,7 @@ class Comparison:
     @property
     def case_bar(self) -> float:
         """The spreads a measurement's ratio must depart from the pace by (change_rule.bar)."""
-        return bar(len(self._ratios))
+        return bar(len(self.ratios))
 
     @property
     def backend_bar(self) -> float:
@@ -270,24 +252,28 @@ class Comparison:
     def geomean_by_backend(self) -> dict[str, float]:
         return {b: math.exp(sum(map(math.log, r)) / len(r)) for b, r in sorted(self._ratios_by_backend.items())}
 
-    @property
-    def broke(self) -> bool:
-        """A new failure, or determinism broken: no change of machine explains it."""
-        return bool(self.new_failures or self.determinism_broken)
+    @cached_property
+    def reasons(self) -> tuple[Reason, ...]:
+        """What stands against a pass, each cause with its count."""
+        counts = ((Cause.NEW_FAILURE, len(self.new_failures)), (Cause.DETERMINISM_BROKEN, len(self.determinism_broken)),
+                  (Cause.SHARED_SLOWDOWN, len(self.ratios) if self.pace_slower else 0),
+                  (Cause.REGRESSION, len(self.regressions)), (Cause.BACKEND_REGRESSION, len(self.backend_regressions)),
+                  (Cause.OTHER_MACHINE, len(self.machine_notes)))
+        return tuple(Reason(cause, count) for cause, count in counts if count)
 
     @property
-    def should_fail(self) -> bool:
-        """A shared slowdown, a regression of a measurement or a backend, or something broke."""
-        return bool(self.pace_slower or self.regressions or self.backend_regressions or self.broke)
+    def verdict(self) -> Verdict:
+        """Broke outranks another machine, which outranks a slowdown: no change of machine explains a failure."""
+        causes = {r.cause for r in self.reasons}
+        if causes & BROKEN:
+            return Verdict.BROKE
+        if Cause.OTHER_MACHINE in causes:
+            return Verdict.NOT_JUDGED
+        return Verdict.REGRESSED if causes else Verdict.PASSED
 
     @property
     def exit_code(self) -> int:
-        """1 when something broke or the gate fails; 3 when the machines differ and nothing broke; else 0."""
-        if self.broke:
-            return 1
-        if self.machine_notes:
-            return 3
-        return 1 if self.should_fail else 0
+        return self.verdict.exit_code
 
 
 def _schema(records: list[Record], path: Path) -> int:
@@ -320,11 +306,9 @@ def compare_runs(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, re
             raise ResultsError(f"{results_path(Path(path))}: holds no records to compare")
     comparison = compare_records(base_records, new_records, str(base), str(new), threshold)
     base_env, new_env = read_env(Path(base)), read_env(Path(new))
-    comparison.machine_notes = machine_differences(base_env, new_env)
-    comparison.software_notes = software_differences(base_env, new_env)
-    comparison.relative = relative
-    comparison.probes = (base_env.pace_probe, new_env.pace_probe)
-    return comparison
+    return replace(comparison, machine_notes=machine_differences(base_env, new_env),
+                   software_notes=software_differences(base_env, new_env), relative=relative,
+                   probes=(base_env.pace_probe, new_env.pace_probe))
 
 
 def compare_records(base_records: list[Record], new_records: list[Record], base: str, new: str,
