@@ -119,8 +119,8 @@ def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h2
         first = d.numbers[d.leader][0] if d.leader else None
         assert first is not None
         b = d.bucket
-        shape = Shape(seq_len=b["seq_len"][0], heads=b["heads"], kv_heads=b["kv_heads"], head_dim=b["head_dim"],
-                      dtype="bf16", causal=b["causal"], window=b["window"], mode=b["mode"])
+        shape = Shape(seq_len=b.seq_len[0], heads=b.heads, kv_heads=b.kv_heads, head_dim=b.head_dim,
+                      dtype="bf16", causal=b.causal, window=b.window, mode=b.mode)
         choice = table.choose(shape)
         assert (choice.backend if choice else None) == d.backend
     # 6000 tokens fall in the 4K-8K band; a head size never measured gets no answer, not the nearest bucket's.
@@ -224,7 +224,7 @@ def test_a_quantized_format_is_a_bucket_of_its_own(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [record("sdpa", 2.0), record("flex", 1.0), fp8("flashinfer", 0.5, "tensor"),
                                        fp8("cudnn-fp8", 0.8, "tensor"), fp8("flashinfer", 0.6, "head")])
     result = recommend_runs([run])
-    assert [(d.bucket["kv_dtype"], d.bucket["quant"], d.decision, d.backend) for d in result.decisions] == [
+    assert [(d.bucket.kv_dtype, d.bucket.quant, d.decision, d.backend) for d in result.decisions] == [
         (None, None, "winner", "flex"), ("float8_e4m3fn", "head", "none", None),
         ("float8_e4m3fn", "tensor", "winner", "flashinfer")]
     out = tmp_path / "dispatch.json"
@@ -443,5 +443,5 @@ def test_a_lone_candidate_beats_overhead_flagged_rivals_only_beyond_the_run_to_r
                                     device="cpu", name="Intel Xeon")]).decisions[0]
     assert (far.decision, far.backend) == ("winner", "sdpa")
     quick = recommend_runs([ROOT / "reports" / "cpu-Intel-Xeon-2core-quick"]).decisions
-    forward = [d for d in quick if d.bucket["mode"] == "fwd"]
+    forward = [d for d in quick if d.bucket.mode == "fwd"]
     assert len(forward) == 8 and {(d.decision, d.backend) for d in forward} == {("winner", "sdpa")}

@@ -37,7 +37,7 @@ def test_each_case_is_one_frontier_of_its_formats() -> None:
     groups = frontier_groups(records)
     assert len(groups) == 2  # the dense causal case, the decode step
     dense = next(g for g in groups if g.lengths[0][0] != 1)
-    assert dense.shape["dtype"] == "bfloat16"  # its FP8 records' originals are the bf16 case's
+    assert dense.shape.dtype == "bfloat16"  # its FP8 records' originals are the bf16 case's
     formats = sorted(format_of(r) for r in dense.records)
     assert formats == ["bf16", "bf16", "bf16", "fp8e4m3 per-block 128", "fp8e4m3 per-head", "fp8e4m3 per-tensor",
                        "fp8e5m2 per-block 128", "fp8e5m2 per-head", "fp8e5m2 per-tensor"]

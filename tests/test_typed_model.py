@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from attnbench.records.env import ENV_TYPES, RunEnv
+from attnbench.records.record import Record
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
 MAX_EXTRA_READS = 10  # today 7: gpu/sample.py's GPU state (6, below records/) and a re-pooled record's bimodal
@@ -56,6 +57,25 @@ def extra_key_reads() -> list[str]:
                     and any(is_extra(c) for c in node.comparators)):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def shape_key_reads() -> list[str]:
+    """Each read of a record field's name as a key of a case shape, a dispatch bucket or a sweep combination (named
+    *shape, *bucket, *combo, or `s`) outside records/."""
+    names = {f.name for f in fields(Record)}
+    found = []
+    for path, tree in sources("records").items():
+        for node in ast.walk(tree):
+            read = key_read(node)
+            held = ast.unparse(read[0]).lower() if read else ""
+            if read and read[1] in names and (held == "s" or held.endswith(("shape", "bucket", "combo"))):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_shapes_buckets_and_combinations_are_read_by_attribute() -> None:
+    """109 such reads on 514d7d4; CaseShape, Bucket and Combo hold them as fields now."""
+    assert shape_key_reads() == []
 
 
 def test_at_most_ten_extra_keys_are_read_outside_records() -> None:

@@ -11,15 +11,13 @@ from attnbench.core import axes
 from attnbench.core.axes import SCALE_WORDS  # noqa: F401 - the scales' words, declared with the quant axis
 from attnbench.core.case import DTYPE_BYTES as CASE_DTYPE_BYTES
 from attnbench.core.case import DTYPE_SHORT
-from attnbench.records.record import DRAWN_FIELDS, WORKLOAD_DEFAULTS, Record, Status
+from attnbench.records.record import Record, Status
+from attnbench.records.shape import SHAPE_FIELDS, WORKLOAD_FIELDS, CaseShape
 
 # A failed point is never dropped: a marker on the chart and a row in the table.
 FAILED_STATUSES = ("skipped", "oom", "error", "timeout")
 BAD_STATUSES = ("oom", "error", "mismatch", "timeout", "wrong_kernel", "implausible")
 # What stays fixed within a group (the sequence lengths are what vary).
-SHAPE_FIELDS = ("device", "dtype", "causal", "window", "heads", "kv_heads", "head_dim", "mode", "batch")
-# The workload axes that stay fixed within a group too.
-WORKLOAD_FIELDS = tuple(k for k in WORKLOAD_DEFAULTS if k not in DRAWN_FIELDS)
 GROUP_FIELDS = SHAPE_FIELDS + WORKLOAD_FIELDS
 MODE_WORDS = {"fwd": "fwd", "bwd": "bwd", "fwd_bwd": "fwd+bwd"}
 DTYPE_WORDS = {**DTYPE_SHORT, "float64": "fp64"}
@@ -32,7 +30,7 @@ QUANT_AXES = ("kv_dtype", "quant")
 class CaseGroup:
     """Records sharing every case field but the sequence lengths; `x_field` is the length that varies."""
 
-    shape: dict[str, Any]
+    shape: CaseShape
     x_field: str  # "seq_len", or "kv_seq_len" for decode-like groups where the query length is fixed
     fixed: dict[str, int] = field(default_factory=dict)  # the other length when it is constant and differs
     records: list[Record] = field(default_factory=list)
@@ -58,14 +56,14 @@ class CaseGroup:
     def slug(self) -> str:
         s = self.shape
         parts = [
-            dtype_word(s["dtype"]), "causal" if s["causal"] else "full",
-            f"w{s['window']}" if s["window"] is not None else "", f"h{s['heads']}", f"kv{s['kv_heads']}",
-            f"d{s['head_dim']}", str(s["mode"]), f"b{s['batch']}" if s["batch"] != 1 else "",
+            dtype_word(s.dtype), "causal" if s.causal else "full",
+            f"w{s.window}" if s.window is not None else "", f"h{s.heads}", f"kv{s.kv_heads}",
+            f"d{s.head_dim}", str(s.mode), f"b{s.batch}" if s.batch != 1 else "",
             *(f"{'q' if k == 'seq_len' else 'k'}{v}" for k, v in self.fixed.items()),
             *workload_words(s, short=True),
         ]
-        if s["device"] != "cuda":
-            parts.insert(0, str(s["device"]))
+        if s.device != "cuda":
+            parts.insert(0, str(s.device))
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
     def by_backend_x(self) -> dict[tuple[str, int], Record]:
@@ -88,39 +86,35 @@ def dtype_word(dtype: Any) -> str:
     return DTYPE_WORDS.get(str(dtype), str(dtype))
 
 
-def shape_words(shape: dict[str, Any]) -> list[str]:
-    """The fixed case fields of a group, as words."""
-    words = [dtype_word(shape["dtype"]), "causal" if shape["causal"] else "no mask"]
-    if shape.get("window") is not None:
-        words.append(f"window {shape['window']}")
-    heads, kv_heads = shape["heads"], shape["kv_heads"]
+def shape_words(shape: CaseShape | Record) -> list[str]:
+    """The fixed case fields of a group (or a record's), as words."""
+    words = [dtype_word(shape.dtype), "causal" if shape.causal else "no mask"]
+    if shape.window is not None:
+        words.append(f"window {shape.window}")
+    heads, kv_heads = shape.heads, shape.kv_heads
     words.append(f"{heads} heads" if heads == kv_heads else f"{heads} heads / {kv_heads} KV heads")
-    words.append(f"d={shape['head_dim']}")
-    words.append(MODE_WORDS.get(str(shape["mode"]), str(shape["mode"])))
-    if int(shape.get("batch") or 1) > 1:
-        words.append(f"batch {shape['batch']}")
+    words.append(f"d={shape.head_dim}")
+    words.append(MODE_WORDS.get(str(shape.mode), str(shape.mode)))
+    if int(shape.batch or 1) > 1:
+        words.append(f"batch {shape.batch}")
     words += workload_words(shape)
-    if shape.get("device") not in (None, "cuda"):
-        words.append(str(shape["device"]))
+    if shape.device not in (None, "cuda"):
+        words.append(str(shape.device))
     return words
 
 
-def workload_words(shape: dict[str, Any], short: bool = False) -> list[str]:
+def workload_words(shape: Any, short: bool = False) -> list[str]:
     """The workload axes a group or record sets, in words ("8 documents (random)") or short ("doc8rand")."""
     return axes.words_of(shape, short)
 
 
-def quant_words(shape: dict[str, Any], short: bool = False) -> list[str]:
+def quant_words(shape: Any, short: bool = False) -> list[str]:
     """A quantized case's FP8 K/V cache and scales, in words ("K/V fp8e4m3", "per-block 128 scales") or short."""
     return [w for a in axes.axes() if a.name in QUANT_AXES and a.words and (w := a.words(shape, short))]
 
 
-def shape_of(record: Record) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in (*SHAPE_FIELDS, "seq_len", "kv_seq_len", *WORKLOAD_DEFAULTS)}
-
-
 def case_words(record: Record) -> str:
-    words = shape_words(shape_of(record))
+    words = shape_words(record)
     if record.seq_len == record.kv_seq_len:
         words.append(f"seq {record.seq_len}")
     else:
@@ -141,7 +135,7 @@ def group_records(records: Iterable[Record]) -> list[CaseGroup]:
         buckets.setdefault((_shape_key(record), self_attention), []).append(record)
     groups: list[CaseGroup] = []
     for (_, self_attention), members in buckets.items():
-        shape = {f: getattr(members[0], f) for f in GROUP_FIELDS}
+        shape = CaseShape.of(members[0])
         if self_attention:
             groups.append(CaseGroup(shape, "seq_len", {}, members))
             continue
@@ -161,9 +155,10 @@ def group_records(records: Iterable[Record]) -> list[CaseGroup]:
 def _group_order(group: CaseGroup) -> tuple:
     s = group.shape
     return (
-        str(s["device"]), str(s["mode"]), str(s["dtype"]), bool(s["causal"]), s["window"] is not None,
-        s["window"] or 0, int(s["head_dim"]), int(s["heads"]), -int(s["kv_heads"]), int(s["batch"]),
-        tuple(str(s.get(f)) for f in WORKLOAD_FIELDS), group.x_field != "seq_len", tuple(sorted(group.fixed.items())),
+        str(s.device), str(s.mode), str(s.dtype), bool(s.causal), s.window is not None,
+        s.window or 0, int(s.head_dim), int(s.heads), -int(s.kv_heads), int(s.batch),
+        tuple(str(getattr(s, f)) for f in WORKLOAD_FIELDS), group.x_field != "seq_len",
+        tuple(sorted(group.fixed.items())),
     )
 
 
@@ -177,14 +172,14 @@ def kv_cache_bytes(record: Record) -> int:
 class KvHeadsFamily:
     """Case groups that differ only in kv_heads (MHA / GQA / MQA of one shape), compared at one length."""
 
-    shape: dict[str, Any]  # the shared fields; kv_heads is left out
+    shape: CaseShape  # the shared fields; its kv_heads is the first group's
     x_field: str
     length: int  # the longest length all of them measured (or the longest any measured)
     records: list[Record]
 
     def title(self) -> str:
-        heads = self.shape["heads"]
-        words = shape_words({**self.shape, "kv_heads": heads})
+        heads = self.shape.heads
+        words = shape_words(self.shape.replace(kv_heads=heads))
         words = [f"{heads} query heads" if w == f"{heads} heads" else w for w in words]
         what = "KV length" if self.x_field == "kv_seq_len" else "seq"
         return " · ".join(words + [f"{what} {self.length}"])
@@ -194,16 +189,20 @@ def kv_heads_families(groups: list[CaseGroup]) -> list[KvHeadsFamily]:
     """The sets of groups that vary only kv_heads, each at its longest common length."""
     buckets: dict[tuple, list[CaseGroup]] = {}
     for group in groups:
-        key = tuple(str(group.shape.get(f)) for f in GROUP_FIELDS if f != "kv_heads")
+        key = tuple(str(getattr(group.shape, f)) for f in GROUP_FIELDS if f != "kv_heads")
         buckets.setdefault((key, group.x_field, tuple(sorted(group.fixed.items()))), []).append(group)
     families: list[KvHeadsFamily] = []
     for (_, x_field, _), members in buckets.items():
-        if len({g.shape["kv_heads"] for g in members}) < 2:
+        if len({g.shape.kv_heads for g in members}) < 2:
             continue
         common = set.intersection(*(set(g.xs) for g in members))
         length = max(common) if common else max(max(g.xs) for g in members)
         records = [r for g in members for r in g.records if int(getattr(r, x_field)) == length]
-        shape = {f: members[0].shape.get(f) for f in GROUP_FIELDS if f != "kv_heads"}
-        families.append(KvHeadsFamily(shape, x_field, length, records))
-    families.sort(key=lambda fam: (str(fam.shape["mode"]), str(fam.shape["dtype"]), str(fam.shape)))
+        families.append(KvHeadsFamily(members[0].shape, x_field, length, records))
+    families.sort(key=lambda fam: (str(fam.shape.mode), str(fam.shape.dtype), _family_order(fam.shape)))
     return families
+
+
+def _family_order(shape: CaseShape) -> str:
+    """As str() of the shape's dict without kv_heads ordered families."""
+    return str({f: getattr(shape, f) for f in GROUP_FIELDS if f != "kv_heads"})
