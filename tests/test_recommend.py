@@ -99,8 +99,8 @@ def test_no_troubled_or_failed_record_ever_decides(h200: Any) -> None:
         for backend, numbers in d.numbers.items():
             for n in numbers:
                 rec = next(r for r in reversed(runs[n.run_id].records)
-                           if r["backend"] == backend and r.get("case_id") == n.case_id)
-                assert rec["status"] == "ok" and not rec.get("throttled") and rec.get("repeatable") is not False, \
+                           if r.backend == backend and r.case_id == n.case_id)
+                assert rec.status == "ok" and not rec.throttled and rec.repeatable is not False, \
                     (backend, n)
         if d.decision == "winner":
             assert d.tie == [d.backend] and d.margin is not None and d.margin > 1
