@@ -78,6 +78,22 @@ def test_shapes_buckets_and_combinations_are_read_by_attribute() -> None:
     assert shape_key_reads() == []
 
 
+def env_parsers() -> list[str]:
+    """Each `read_json_object(...)` or `json.loads(...)` of an env.json (its text names ENV_FILE or env_file)."""
+    found = []
+    for path, tree in sources().items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("read_json_object", "json.loads")
+                    and any(word in ast.unparse(node) for word in ("ENV_FILE", "env_file"))):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_env_json_is_parsed_by_records_env_alone() -> None:
+    """On 514d7d4 the run folder and resume parsed it too (2), as dicts."""
+    assert [line.split(":")[0] for line in env_parsers()] == ["records/env.py"]
+
+
 def test_at_most_ten_extra_keys_are_read_outside_records() -> None:
     found = extra_key_reads()
     assert len(found) <= MAX_EXTRA_READS, "\n".join(found)
