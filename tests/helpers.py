@@ -183,27 +183,27 @@ CPU_FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"  # its backward 
 FLEX_GENERATED = "## Call CompiledFxGraph"  # Inductor's range around the C++ kernel it generated (backends/flex.py)
 
 
-def assert_kernels_named(records: list[dict[str, Any]]) -> None:
+def assert_kernels_named(records: list[Record]) -> None:
     """Every ok record carries a non-empty `kernels` list and an `attention_share`; sdpa-flash's top kernel is the
     CPU flash kernel and sdpa-math's is not; flex's is its generated kernel. In fwd_bwd, sdpa-flash's flash forward
     and backward both ran, and nothing of the math path: its top kernel there may be the gradients' `aten::fill_`
     (first touch of fresh buffers: 40-60% of one call at 256 tokens on a busy 2-core CPU, docs/results.md)."""
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if r.status == "ok"]
     assert ok
     for r in ok:
-        where = f"{r['backend']} on {r['case_id']}"
-        assert r.get("kernels") and all(k["name"] and k["calls"] >= 1 for k in r["kernels"]), where
-        assert isinstance(r.get("attention_share"), float) and 0 < r["attention_share"] <= 1, where
-        top = r["kernels"][0]["name"]
-        names = {k["name"] for k in r["kernels"]}
-        if r["backend"] == "sdpa-flash" and r["mode"] == "fwd":
+        where = f"{r.backend} on {r.case_id}"
+        assert r.kernels and all(k["name"] and k["calls"] >= 1 for k in r.kernels), where
+        assert isinstance(r.attention_share, float) and 0 < r.attention_share <= 1, where
+        top = r.kernels[0]["name"]
+        names = {k["name"] for k in r.kernels}
+        if r.backend == "sdpa-flash" and r.mode == "fwd":
             assert top.startswith(CPU_FLASH), where
-        if r["backend"] == "sdpa-flash" and r["mode"] == "fwd_bwd":
+        if r.backend == "sdpa-flash" and r.mode == "fwd_bwd":
             assert {CPU_FLASH, CPU_FLASH + "_backward"} <= names, where
             assert not names & {"aten::bmm", "aten::_softmax"}, where
-        if r["backend"] == "sdpa-math":
-            assert "flash" not in top and not any(k["name"].startswith(CPU_FLASH) for k in r["kernels"]), where
-        if r["backend"] == "flex":
+        if r.backend == "sdpa-math":
+            assert "flash" not in top and not any(k["name"].startswith(CPU_FLASH) for k in r.kernels), where
+        if r.backend == "flex":
             assert top.startswith(FLEX_GENERATED), where
 
 

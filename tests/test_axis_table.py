@@ -85,10 +85,9 @@ out["group_fields"] = [k for k in ("bias_kind", "chunk") if k in groups.GROUP_FI
 out["features"] = list(dispatch.FEATURES)
 out["schema_requires"] = "biased" in dispatch_table.schema()["$defs"]["bucket"]["required"]
 biased = next(c for c in cases if c.bias_kind and not c.chunk)
-record = {**biased.fields(), "backend": "naive", "status": "ok"}
-out["words"] = groups.workload_words(record) + groups.workload_words(record, short=True)
-out["bucket"] = dispatch.Shape.of_record(biased).bucket()["biased"]
-out["words_dense"] = groups.workload_words({**cases[0].fields()})
+out["words"] = groups.workload_words(biased) + groups.workload_words(biased, short=True)
+out["bucket"] = dispatch.Shape.of_record(biased).bucket().biased
+out["words_dense"] = groups.workload_words(cases[0])
 registry = default_registry()
 out["skips"] = {name: why_skipped(biased, registry.get(name), Facts()) for name in registry.names()}
 print(json.dumps(out))
@@ -194,11 +193,10 @@ def test_the_inputs_axis_goes_through_the_table_like_the_others(tmp_path: Path) 
     assert large.case_id == "cpu-fp32-b1-s32-h2-kv2-d16-full-large_logits-fwd" and large.inputs == "large_logits"
     assert large.seed == randn.seed  # the same draws, then transformed
     assert WORKLOAD_DEFAULTS["inputs"] is None and "inputs" in groups.GROUP_FIELDS
-    record = {**large.fields(), "backend": "naive", "status": "ok"}
-    assert groups.workload_words(record) == ["large_logits inputs"]
-    assert groups.workload_words(record, short=True) == ["large_logits"]
-    assert dispatch.Shape.of_record(large).bucket()["stress_inputs"] is True  # a case has a record's case fields
-    assert dispatch.Shape.of_record(randn).bucket()["stress_inputs"] is False
+    assert groups.workload_words(large) == ["large_logits inputs"]
+    assert groups.workload_words(large, short=True) == ["large_logits"]
+    assert dispatch.Shape.of_record(large).bucket().stress_inputs is True  # a case has a record's case fields
+    assert dispatch.Shape.of_record(randn).bucket().stress_inputs is False
     registry = default_registry()
     assert all(why_skipped(large, registry.get(n), Facts()) is None for n in ("naive", "sdpa-math", "sdpa-flash"))
     assert isinstance(large, Case)

@@ -107,8 +107,8 @@ def test_run_writes_results_and_env_and_refuses_to_overwrite(tiny: Path) -> None
     assert (out / "charts" / "setup.png") in charts
     records = load_records(out)
     assert len(records) == 4 * 3
-    assert {r["status"] for r in records if r["backend"] != "sdpa-efficient"} == {"ok"}
-    assert {r["status"] for r in records if r["backend"] == "sdpa-efficient"} == {"skipped"}
+    assert {r.status for r in records if r.backend != "sdpa-efficient"} == {"ok"}
+    assert {r.status for r in records if r.backend == "sdpa-efficient"} == {"skipped"}
     env = json.loads((out / "env.json").read_text())
     assert env["suite_text"] == TINY and env["device"] == "cpu" and env["torch"]
     again = invoke("run", tiny, "--out", out)
@@ -131,7 +131,7 @@ def test_a_mismatch_makes_run_exit_1_after_writing_everything(tiny: Path) -> Non
     result = invoke("run", tiny, "--out", out, "--plugin", "attnbench.backends.testing:FAULTY",
                     "--backend", "faulty-wrong", "--backend", "faulty-raise", "--backend", "naive")
     assert result.exit_code == 1
-    statuses = [(r["backend"], r["status"]) for r in load_records(out)]
+    statuses = [(r.backend, r.status) for r in load_records(out)]
     assert statuses[:3] == [("faulty-wrong", "mismatch"), ("faulty-raise", "error"), ("naive", "ok")]
     assert len(statuses) == 12
 
@@ -147,19 +147,19 @@ def test_quick_suite_as_a_real_subprocess(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = load_records(out)
-    assert records and {r["status"] for r in records} <= {"ok", "skipped"}
-    assert all(r["reason"] for r in records if r["status"] == "skipped")
-    assert {r["backend"] for r in records if r["status"] == "ok"} >= {"naive", "sdpa", "sdpa-math", "sdpa-flash"}
+    assert records and {r.status for r in records} <= {"ok", "skipped"}
+    assert all(r.reason for r in records if r.status == "skipped")
+    assert {r.backend for r in records if r.status == "ok"} >= {"naive", "sdpa", "sdpa-math", "sdpa-flash"}
     assert_kernels_named(records)  # each ok record names what ran, and the flash kernel is sdpa-flash's top one
     assert "Traceback" not in proc.stderr
     # The last line is the harness's overhead, from the records: samples, warm-up and the forwards' checked calls
     # (their first warm-up call) against the wall time from the process's start, which env.json keeps too.
     actual = json.loads((out / "env.json").read_text())["actual"]
-    timed = sum(sum(r["times_ms"]) + r["extra"]["warmup_ms"]
-                + (0.0 if r["extra"].get("check_sampled") else r["extra"].get("check_call_ms", 0.0))
-                for r in records if r["status"] == "ok") / 1e3
+    timed = sum(sum(r.times_ms) + r.extra["warmup_ms"]
+                + (0.0 if r.extra.get("check_sampled") else r.extra.get("check_call_ms", 0.0))
+                for r in records if r.status == "ok") / 1e3
     assert actual["timed_s"] == pytest.approx(timed, abs=0.006)
-    assert any(r["extra"].get("check_call_ms") and not r["extra"]["check_sampled"] for r in records)
+    assert any(r.extra.get("check_call_ms") and not r.extra["check_sampled"] for r in records)
     last = proc.stderr.strip().splitlines()[-1]
     printed = re.fullmatch(r"timed ([\d.]+) s of ([\d.]+) s wall \(([\d.]+)x\)", last)
     assert printed, last

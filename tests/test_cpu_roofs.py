@@ -93,24 +93,24 @@ def test_a_run_writes_its_roofs_and_every_ok_cpu_record_is_judged_against_them(
     assert roofs is not None and {m.dtype for m in roofs.matmul} == {"float32", "bfloat16"}
     assert env["roofs"]["copy_gbs"] == roofs.copy_gbs > 0 and "best" in env["roofs"]["method"]
     assert env["prediction"]["roofs_s"] > 0
-    ok = [r for r in load_records(out) if r["status"] == "ok"]
+    ok = [r for r in load_records(out) if r.status == "ok"]
     assert len(ok) == 12
     threads = f"{roofs.threads} thread{'s' if roofs.threads != 1 else ''}"
     for r in ok:
-        extra = r["extra"]
-        if r["seq_len"] == 1:  # decode-like: bytes against the copy
+        extra = r.extra
+        if r.seq_len == 1:  # decode-like: bytes against the copy
             assert extra["peak_bound"] == "memory"
-            assert r["percent_of_peak"] == pytest.approx(100 * r["bandwidth_gbs"] / roofs.copy_gbs)
+            assert r.percent_of_peak == pytest.approx(100 * r.bandwidth_gbs / roofs.copy_gbs)
             assert extra["peak_source"] == f"measured roof: {roofs.copy_gbs:.1f} GB/s copy, {threads}"
         else:
-            m = roofs.matmul_for(r["dtype"])
+            m = roofs.matmul_for(r.dtype)
             assert extra["peak_bound"] == "compute"
-            assert r["percent_of_peak"] == pytest.approx(100 * r["tflops"] / (m.gflops / 1e3))
-            assert extra["peak_source"] == f"measured roof: {m.gflops:.0f} GFLOP/s {r['dtype']} matmul, {threads}"
-        assert extra.get("above_roof", False) == (r["percent_of_peak"] > 100)
+            assert r.percent_of_peak == pytest.approx(100 * r.tflops / (m.gflops / 1e3))
+            assert extra["peak_source"] == f"measured roof: {m.gflops:.0f} GFLOP/s {r.dtype} matmul, {threads}"
+        assert extra.get("above_roof", False) == (r.percent_of_peak > 100)
     peaks = device_peaks(ok, None, None, None, roofs)  # the report's roofline draws both roofs
     assert all(p.tflops and p.bandwidth_gbs for p in peaks.values()) and (out / "charts" / "roofline.png").is_file()
-    fig = roofline_chart(ok, backend_styles(r["backend"] for r in ok), env["device_name"], roofs=roofs)
+    fig = roofline_chart(ok, backend_styles(r.backend for r in ok), env["device_name"], roofs=roofs)
     texts = [t.get_text() for t in fig.axes[0].texts]
     fp32 = roofs.matmul_for("float32").gflops
     assert f"fp32 measured roof {fp32:.0f} GFLOP/s" in texts and f"memory {roofs.copy_gbs:.4g} GB/s" in texts

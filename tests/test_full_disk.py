@@ -76,7 +76,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_every_record(small_di
     assert data.endswith(b"\n")  # never half a record
     kept = load_records(out)
     assert 0 < len(kept) < CASES and f"the {len(kept)} records before it are kept" in line
-    assert all(r["status"] == "ok" for r in kept)
+    assert all(r.status == "ok" for r in kept)
     subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)  # room again
     resumed = attnbench("run", suite, "--resume", out)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

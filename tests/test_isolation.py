@@ -41,19 +41,19 @@ def test_every_fault_becomes_its_record_and_the_others_are_ok(tmp_path: Path) ->
         args += ["--backend", name]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1, result.output  # the planted mismatch
-    records = {r["backend"]: r for r in load_records(tmp_path / "out")}
-    assert [records[n]["status"] for n in names] == ["error", "oom", "timeout", "error", "error", "mismatch",
+    records = {r.backend: r for r in load_records(tmp_path / "out")}
+    assert [records[n].status for n in names] == ["error", "oom", "timeout", "error", "error", "mismatch",
                                                      "ok", "ok"]
-    assert records["faulty-raise"]["reason"] == "ValueError: planted failure in the faulty backend"
-    assert records["faulty-hang"]["reason"] == "no result within --timeout 3 s; the worker was killed"
-    assert records["faulty-exit"]["reason"] == ("worker process exited with code 3; "
+    assert records["faulty-raise"].reason == "ValueError: planted failure in the faulty backend"
+    assert records["faulty-hang"].reason == "no result within --timeout 3 s; the worker was killed"
+    assert records["faulty-exit"].reason == ("worker process exited with code 3; "
                                                 "last stderr: planted exit in the faulty backend")
-    segfault = records["faulty-segfault"]["reason"]
+    segfault = records["faulty-segfault"].reason
     assert segfault.startswith("worker process was killed by signal SIGSEGV (11); last stderr: ")
     assert "Fatal Python error: Segmentation fault" in segfault
     for name in ("naive", "sdpa"):
-        assert records[name]["time_ms"] > 0
-        assert records[name]["case_id"] == "cpu-fp32-b1-s32-h2-kv2-d16-full-fwd"
+        assert records[name].time_ms > 0
+        assert records[name].case_id == "cpu-fp32-b1-s32-h2-kv2-d16-full-fwd"
 
 
 @pytest.mark.slow
@@ -108,11 +108,11 @@ def test_devices_share_one_queue_of_cases_and_one_results_file_on_the_visible_gp
                                       "--backend", "naive", "--backend", "sdpa"])
     assert result.exit_code == 0, result.output
     records = load_records(out)
-    assert sorted((r["seq_len"], r["backend"]) for r in records) == sorted(
+    assert sorted((r.seq_len, r.backend) for r in records) == sorted(
         (s, b) for s in (16, 32, 48, 64) for b in ("naive", "sdpa"))
-    assert {r["status"] for r in records} == {"ok"}
+    assert {r.status for r in records} == {"ok"}
     by_case: dict[int, set[str]] = {}
     for r in records:
-        by_case.setdefault(r["seq_len"], set()).add(r["extra"]["gpu"])
+        by_case.setdefault(r.seq_len, set()).add(r.extra["gpu"])
     assert all(len(gpus) == 1 for gpus in by_case.values()), "a case's backends stay on one worker"
     assert set().union(*by_case.values()) == {"4", "5"}, "both workers took cases, each on its physical GPU"

@@ -254,22 +254,23 @@ def test_compare_is_quiet_when_the_same_kernels_ran_in_another_order_of_time() -
 # ---- the issue's CPU "done when": every ok record names its kernels, and the right ones -------------------------
 def test_the_done_when_check_fails_on_a_record_that_names_no_kernel_or_the_wrong_one() -> None:
     from tests.helpers import CPU_FLASH, assert_kernels_named
+    from tests.test_report import a_record
 
-    def rec(backend: str, top: str, share: float | None = 0.9) -> dict:  # type: ignore[type-arg]
-        return {"status": "ok", "backend": backend, "case_id": "c", "mode": "fwd", "attention_share": share,
-                "kernels": [{"name": top, "calls": 1, "time_ms": 1.0, "share": 1.0}]}
+    def rec(backend: str, top: str, share: float | None = 0.9) -> Record:
+        return Record.from_dict(a_record(backend=backend, case_id="c", attention_share=share,
+                                         kernels=[{"name": top, "calls": 1, "time_ms": 1.0, "share": 1.0}]))
 
     both = [{"name": n, "calls": 1, "time_ms": 1.0, "share": 0.3} for n in ("aten::fill_", CPU_FLASH + "_backward",
                                                                                CPU_FLASH)]
     assert_kernels_named([rec("sdpa-flash", CPU_FLASH), rec("sdpa-math", "aten::bmm", 0.5),
                           rec("flex", "## Call CompiledFxGraph fabc"),
-                          {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both}])
+                          dataclasses.replace(rec("sdpa-flash", "x"), mode="fwd_bwd", kernels=both)])
     for planted in (rec("sdpa-flash", "aten::bmm"), rec("sdpa-math", CPU_FLASH), rec("flex", "aten::bmm"),
-                    rec("naive", "aten::bmm", None), {**rec("naive", "aten::bmm"), "kernels": None},
-                    {**rec("naive", "aten::bmm"), "kernels": []},
-                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd", "kernels": both[:2]},  # no flash forward
-                    {**rec("sdpa-flash", "x"), "mode": "fwd_bwd",
-                     "kernels": [*both, {**both[0], "name": "aten::bmm"}]}):  # and the math path's matmul
+                    rec("naive", "aten::bmm", None), dataclasses.replace(rec("naive", "aten::bmm"), kernels=None),
+                    dataclasses.replace(rec("naive", "aten::bmm"), kernels=[]),
+                    dataclasses.replace(rec("sdpa-flash", "x"), mode="fwd_bwd", kernels=both[:2]),  # no flash forward
+                    dataclasses.replace(rec("sdpa-flash", "x"), mode="fwd_bwd",
+                                        kernels=[*both, {**both[0], "name": "aten::bmm"}])):  # and a matmul
         with pytest.raises(AssertionError):
             assert_kernels_named([planted])
 
@@ -310,7 +311,7 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     info = RunInfo("long-cpu-small", "long")
     Schedule(info).run(tasks, records.append, InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
     as_dicts = [r.to_dict() for r in records]
-    assert_kernels_named(as_dicts)
+    assert_kernels_named(records)
     ran = {r["backend"] for r in as_dicts if r["status"] == "ok"}
     assert ran == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}, as_dicts
     assert all(r["reason"] for r in as_dicts if r["status"] != "ok")  # every other backend said why (CUDA-only)
@@ -326,9 +327,9 @@ def test_the_committed_long_cpu_run_names_the_kernels_of_every_record_at_2k_to_8
 
     records = load_records(Path(__file__).parents[1] / "reports" / "cpu-Intel-Xeon-2core-long")
     assert_kernels_named(records)
-    ok = [r for r in records if r["status"] == "ok"]
-    assert {r["seq_len"] for r in ok} == {2048, 4096, 8192} and len(ok) == 66
-    assert {r["backend"] for r in ok} == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}
+    ok = [r for r in records if r.status == "ok"]
+    assert {r.seq_len for r in ok} == {2048, 4096, 8192} and len(ok) == 66
+    assert {r.backend for r in ok} == {"naive", "sdpa", "sdpa-math", "sdpa-flash", "flex", "sliding-window"}
 
 
 @pytest.mark.slow
@@ -408,19 +409,19 @@ def committed_profiles() -> list[Record]:
     return [r for run in PROFILED_RUNS for r in load_records(root / run) if r.kernels]
 
 
-def rejudge(record: dict, extra: tuple[tuple[str, float], ...] = (), device: str | None = None):  # type: ignore[no-untyped-def,type-arg]
+def rejudge(record: Record, extra: tuple[tuple[str, float], ...] = (), device: str | None = None):  # type: ignore[no-untyped-def,type-arg]
     """A stored record's profile judged again by today's declarations, with kernels of `extra` (name, share of the
     new call) added beside it."""
     from attnbench.backends.registry import declared_kernels
     from attnbench.timing.profile import judge_kernels, kernels_from
 
-    rows = [(k["name"], k["calls"], k["time_ms"]) for k in record["kernels"]]
+    rows = [(k["name"], k["calls"], k["time_ms"]) for k in record.kernels]
     total = sum(ms for _, _, ms in rows)
     whole = total / (1 - sum(share for _, share in extra))  # the call with the planted kernels in it
     rows += [(name, 1, whole * share) for name, share in extra]
-    device = device or record["device"]
-    own = default_registry().get(record["backend"]).capabilities.attention_kernels(device, record["mode"])
-    return judge_kernels(kernels_from(rows), own, declared_kernels(device, record["mode"]), record["backend"], device)
+    device = device or record.device
+    own = default_registry().get(record.backend).capabilities.attention_kernels(device, record.mode)
+    return judge_kernels(kernels_from(rows), own, declared_kernels(device, record.mode), record.backend, device)
 
 
 def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
@@ -432,12 +433,12 @@ def test_every_committed_profile_keeps_its_verdict_under_todays_names() -> None:
     for r in records:
         verdict = rejudge(r)
         assert verdict.wrong_kernel is None, (r["backend"], r["case_id"], verdict.wrong_kernel)
-        if r["backend"] == "naive-fp8":
-            assert r.get("attention_share") is None
+        if r.backend == "naive-fp8":
+            assert r.attention_share is None
             assert verdict.overhead is not None and "aten::copy_" in verdict.overhead
             continue
-        assert round(verdict.attention_share, 4) == r["attention_share"], (r["backend"], r["case_id"])
-        assert bool(verdict.overhead) == bool(r.get("overhead")), (r["backend"], r["case_id"])
+        assert round(verdict.attention_share, 4) == r.attention_share, (r.backend, r.case_id)
+        assert bool(verdict.overhead) == bool(r.overhead), (r.backend, r.case_id)
 
 
 def quick_flash() -> Record:
@@ -465,10 +466,9 @@ def test_on_cuda_the_share_is_the_gpus_precision_and_a_gemm_crumb_in_a_flash_cal
     """The issue's case: a 0.2% sm90_xmma_gemm inside an sdpa-flash call made it wrong_kernel ("naive's kernel").
     The same real profile with its kernel named as on CUDA (FA2's forward): under the GPU's ±1% a crumb, at 5% a
     verdict (on a CPU, 9% of aten::bmm above is a crumb: the share is each device's precision)."""
-    flash = dict(quick_flash().to_dict(), device="cuda")
     fa2 = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, float>>"
-    flash["kernels"] = [dict(k, name=fa2) if k["name"].startswith("aten::_scaled_dot") else k
-                        for k in flash["kernels"]]
+    flash = dataclasses.replace(quick_flash(), device="cuda", kernels=[
+        dict(k, name=fa2) if k["name"].startswith("aten::_scaled_dot") else k for k in quick_flash().kernels or ()])
     xmma = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
     assert rejudge(flash, ((xmma, 0.002),)).wrong_kernel is None
     assert rejudge(flash, ((xmma, 0.009),)).wrong_kernel is None

@@ -152,7 +152,7 @@ def test_recommend_killed_anywhere_leaves_its_table_whole_or_absent(tmp_path: Pa
 @pytest.mark.slow
 def test_history_add_killed_anywhere_leaves_the_run_held_whole_or_not_at_all(tmp_path: Path) -> None:
     runs = [ROOT / "reports" / "NVIDIA-H200-first-run" / "run", ROOT / "reports" / "cpu-AMD-EPYC-2core-long"]
-    pairs = {load_records(r)[0]["run_id"]: len({(x["case_id"], x["backend"]) for x in load_records(r)}) for r in runs}
+    pairs = {load_records(r)[0].run_id: len({(x.case_id, x.backend) for x in load_records(r)}) for r in runs}
     duration = full_run(command("history", "add", *runs, "--db", tmp_path / "complete.sqlite"))
     for i, after in enumerate(moments(duration, 4)):
         db = tmp_path / f"killed{i}.sqlite"

@@ -112,4 +112,4 @@ def test_a_backend_that_answers_nan_is_a_mismatch_written_like_any_record(tmp_pa
     assert [r.status for r in records] == ["mismatch", "ok"]
     assert records[0].reason.startswith("out holds NaN or Inf") and records[0].max_abs_error is None
     assert records[0].extra["nonfinite"] is True and records[0].extra["errors"]["out"] is None
-    assert [r["status"] for r in load_records(tmp_path)] == ["mismatch", "ok"]
+    assert [r.status for r in load_records(tmp_path)] == ["mismatch", "ok"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.records.results import key_of, load_records
+from attnbench.records.results import load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
 from tests.test_shard import SUITE, invoke
@@ -47,7 +47,7 @@ def test_shards_merge_into_the_unsharded_key_set_and_overlaps_are_refused(suite:
     assert merged.exit_code == 0, merged.output
     plan = session.plan(suite, RunOptions(device="cpu"))
     records = load_records(tmp_path / "all")
-    assert sorted(key_of(r) for r in records) == sorted(session.task_key(*t) for t in plan.tasks())
+    assert sorted(r.key for r in records) == sorted(session.task_key(*t) for t in plan.tasks())
     assert (tmp_path / "all" / "report.html").is_file()
     env = json.loads((tmp_path / "all" / "env.json").read_text())
     assert [m["shard"] for m in env["merged_from"]] == ["0/2", "1/2"]

@@ -121,10 +121,10 @@ def test_run_peak_options_reach_an_isolated_worker(tmp_path: object) -> None:
     result = CliRunner().invoke(app, ["run", str(suite), "--out", str(out), "--no-report", "--isolate",
                                       "--peak-tflops", "0.5", "--peak-bandwidth", "20"])
     assert result.exit_code == 0, result.output
-    records = {r["seq_len"]: r for r in load_records(out)}
-    assert records[32]["percent_of_peak"] == pytest.approx(100 * records[32]["tflops"] / 0.5)
-    assert records[1]["percent_of_peak"] == pytest.approx(100 * records[1]["bandwidth_gbs"] / 20)
-    assert records[1]["extra"]["peak_source"] == "--peak-bandwidth"
+    records = {r.seq_len: r for r in load_records(out)}
+    assert records[32].percent_of_peak == pytest.approx(100 * records[32].tflops / 0.5)
+    assert records[1].percent_of_peak == pytest.approx(100 * records[1].bandwidth_gbs / 20)
+    assert records[1].extra["peak_source"] == "--peak-bandwidth"
     env = json.loads((out / "env.json").read_text())
     assert (env["peak_tflops"], env["peak_bandwidth_gbs"]) == (0.5, 20.0)
 

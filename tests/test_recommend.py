@@ -100,8 +100,8 @@ def test_no_troubled_or_failed_record_ever_decides(h200: Any) -> None:
         for backend, numbers in d.numbers.items():
             for n in numbers:
                 rec = next(r for r in reversed(runs[n.run_id].records)
-                           if r["backend"] == backend and r.get("case_id") == n.case_id)
-                assert rec["status"] == "ok" and not rec.get("throttled") and rec.get("repeatable") is not False, \
+                           if r.backend == backend and r.case_id == n.case_id)
+                assert rec.status == "ok" and not rec.throttled and rec.repeatable is not False, \
                     (backend, n)
         if d.decision == "winner":
             assert d.tie == (d.backend,) and d.margin is not None and d.margin > 1
@@ -120,8 +120,8 @@ def test_the_json_follows_its_schema_and_the_dispatch_helper_answers_the_same(h2
         first = d.numbers[d.leader][0] if d.leader else None
         assert first is not None
         b = d.bucket
-        shape = Shape(seq_len=b["seq_len"][0], heads=b["heads"], kv_heads=b["kv_heads"], head_dim=b["head_dim"],
-                      dtype="bf16", causal=b["causal"], window=b["window"], mode=b["mode"])
+        shape = Shape(seq_len=b.seq_len[0], heads=b.heads, kv_heads=b.kv_heads, head_dim=b.head_dim,
+                      dtype="bf16", causal=b.causal, window=b.window, mode=b.mode)
         choice = table.choose(shape)
         assert (choice.backend if choice else None) == d.backend
     # 6000 tokens fall in the 4K-8K band; a head size never measured gets no answer, not the nearest bucket's.
@@ -225,7 +225,7 @@ def test_a_quantized_format_is_a_bucket_of_its_own(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [record("sdpa", 2.0), record("flex", 1.0), fp8("flashinfer", 0.5, "tensor"),
                                        fp8("cudnn-fp8", 0.8, "tensor"), fp8("flashinfer", 0.6, "head")])
     result = recommend_runs([run])
-    assert [(d.bucket["kv_dtype"], d.bucket["quant"], d.decision, d.backend) for d in result.decisions] == [
+    assert [(d.bucket.kv_dtype, d.bucket.quant, d.decision, d.backend) for d in result.decisions] == [
         (None, None, "winner", "flex"), ("float8_e4m3fn", "head", "none", None),
         ("float8_e4m3fn", "tensor", "winner", "flashinfer")]
     out = tmp_path / "dispatch.json"
@@ -445,5 +445,5 @@ def test_a_lone_candidate_beats_overhead_flagged_rivals_only_beyond_the_run_to_r
                                     device="cpu", name="Intel Xeon")]).decisions[0]
     assert (far.decision, far.backend) == ("winner", "sdpa")
     quick = recommend_runs([ROOT / "reports" / "cpu-Intel-Xeon-2core-quick"]).decisions
-    forward = [d for d in quick if d.bucket["mode"] == "fwd"]
+    forward = [d for d in quick if d.bucket.mode == "fwd"]
     assert len(forward) == 8 and {(d.decision, d.backend) for d in forward} == {("winner", "sdpa")}

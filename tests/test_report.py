@@ -106,16 +106,16 @@ def test_returns_every_written_file(rendered: dict[str, Any]) -> None:
 @renders
 def test_html_shows_every_backend_and_every_failure_with_its_reason(rendered: dict[str, Any]) -> None:
     page = rendered["html"]
-    for backend in {r["backend"] for r in rendered["records"]}:
+    for backend in {r.backend for r in rendered["records"]}:
         assert f'<option value="{backend}">' in page  # in the backend filter
     rows = table_rows(page)
-    assert {row[0] for row in rows} == {r["backend"] for r in rendered["records"]}  # and in the table
+    assert {row[0] for row in rows} == {r.backend for r in rendered["records"]}  # and in the table
     assert len(rows) == len(rendered["records"])  # one table row per record, failures included
-    assert [row[2] for row in rows] == [r["status"] for r in rendered["records"]]
+    assert [row[2] for row in rows] == [r.status for r in rendered["records"]]
     texts = cell_texts(page)
     for record in rendered["records"]:
-        if record["status"] != "ok":
-            assert record["reason"] in texts, record["reason"]
+        if record.status != "ok":
+            assert record.reason in texts, record.reason
 
 
 @renders
@@ -125,8 +125,8 @@ def test_html_reason_cells_stay_three_lines_tall_with_the_whole_reason_on_hover(
     page = rendered["html"]
     reason = [k for k, _, _ in COLUMNS].index("reason")
     for row, record in zip(table_rows(page), rendered["records"], strict=False):
-        if record["status"] != "ok":
-            assert row[3][reason] == record["reason"]  # the whole reason, which the script puts in the title
+        if record.status != "ok":
+            assert row[3][reason] == record.reason  # the whole reason, which the script puts in the title
     assert 'td.className = "reason"; td.title = text(cell);' in page and "-webkit-line-clamp: 3" in page
 
 
@@ -187,8 +187,8 @@ def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: di
     assert len(tables) == len(groups)
     for group in groups:
         table = tables[group.title()]
-        timed = {r["backend"] for r in group.records if r["status"] != "skipped"}
-        never = {r["backend"] for r in group.records} - timed
+        timed = {r.backend for r in group.records if r.status != "skipped"}
+        never = {r.backend for r in group.records} - timed
         rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
         got = sorted((cells[0].lstrip("| "), int(cells[1])) for cells in rows)
         assert got == sorted(key for key in group.by_backend_x() if key[0] not in never)
@@ -196,7 +196,7 @@ def test_markdown_tables_list_what_ran_and_name_what_never_ran_once(rendered: di
         named = re.findall(r"^- (\S+): (.*)$", skipped, re.MULTILINE) if never else []
         assert sorted(name for name, _ in named) == sorted(never), group.title()
         for name, reasons in named:
-            assert all(html.escape(r["reason"], quote=False) in reasons for r in group.records if r["backend"] == name)
+            assert all(html.escape(r.reason, quote=False) in reasons for r in group.records if r.backend == name)
 
 
 def test_a_cpu_run_names_its_cuda_only_backends_once_per_group() -> None:
@@ -213,10 +213,10 @@ def test_a_cpu_run_names_its_cuda_only_backends_once_per_group() -> None:
 def test_findings_name_the_failures(rendered: dict[str, Any]) -> None:
     md = rendered["md"]
     for record in rendered["records"]:
-        if record["status"] in ("mismatch", "error"):
-            line = next(x for x in md.splitlines() if x.startswith(f"- **{record['status']}** ×")
-                        and html.escape(cause_of(record["reason"]), quote=False) in x)
-            assert record["backend"] in line.partition(": ")[0], line
+        if record.status in ("mismatch", "error"):
+            line = next(x for x in md.splitlines() if x.startswith(f"- **{record.status}** ×")
+                        and html.escape(cause_of(record.reason), quote=False) in x)
+            assert record.backend in line.partition(": ")[0], line
 
 
 def test_gpu_like_findings_are_the_planted_ones(tmp_path: Path) -> None:
@@ -293,20 +293,20 @@ def test_a_single_case_run_renders(tmp_path: Path) -> None:
 def test_every_failed_point_is_marked_on_the_chart(run: str) -> None:
     records = load_records(DATA / run)
     seen_never = False
-    styles = backend_styles(r["backend"] for r in records)
+    styles = backend_styles(r.backend for r in records)
     for group in group_records(records):
         fig = group_chart(group, styles, "sdpa-math", None, "NVIDIA H100 80GB HBM3")
         latency = fig.axes[0]
         marks = [line for line in latency.lines if line.get_marker() == "X"]
-        never = {b for b in group.backends if all(r["status"] == "skipped" for r in group.records if r["backend"] == b)}
-        failed = [r for r in group.records if r["status"] in ("oom", "error", "timeout", "skipped")
-                  and r["backend"] not in never]
+        never = {b for b in group.backends if all(r.status == "skipped" for r in group.records if r.backend == b)}
+        failed = [r for r in group.records if r.status in ("oom", "error", "timeout", "skipped")
+                  and r.backend not in never]
         assert len(marks) == len(failed), group.title()
         # a backend skipped at every length is named once in the figure instead of a row of marks
         note = " ".join(t.get_text() for t in fig.texts)
         assert all(b in note for b in never), (group.title(), never, note)
         seen_never |= bool(never)
-        mismatches = [r for r in group.records if r["status"] == "mismatch"]
+        mismatches = [r for r in group.records if r.status == "mismatch"]
         rings = [line for line in latency.lines if line.get_markeredgecolor() == "#d62728"]
         assert len(rings) == (1 if mismatches else 0)
     assert seen_never or run != "cpu-run", "the CPU run skips sdpa-efficient and sdpa-cudnn everywhere"
@@ -314,7 +314,7 @@ def test_every_failed_point_is_marked_on_the_chart(run: str) -> None:
 
 def test_a_backend_keeps_its_colour_across_charts() -> None:
     records = load_records(DATA / "gpu-like")
-    styles = backend_styles(r["backend"] for r in records)
+    styles = backend_styles(r.backend for r in records)
     colours: dict[str, set[str]] = {}
     for group in group_records(records):
         fig = group_chart(group, styles, "sdpa-math", None, None)
@@ -349,7 +349,7 @@ def test_peak_tflops_by_device_name(name: str | None, dtype: str, peak: float | 
 
 def test_peak_override_draws_the_line(tmp_path: Path) -> None:
     records = load_records(DATA / "cpu-like")
-    styles = backend_styles(r["backend"] for r in records)
+    styles = backend_styles(r.backend for r in records)
     group = group_records(records)[0]
     fig = group_chart(group, styles, "sdpa-math", 0.2, None)
     texts = [t.get_text() for t in fig.axes[2].texts]
@@ -543,13 +543,13 @@ def test_roofline_draws_both_roofs_for_a_known_gpu_and_says_when_it_cannot(tmp_p
         image.load()
         assert image.size[0] == GROUP_PX[0]
     assert 'id="chart-roofline.png"' in (out / "report.html").read_text(encoding="utf-8")
-    styles = backend_styles(r["backend"] for r in records)
+    styles = backend_styles(r.backend for r in records)
     fig = roofline_chart(records, styles, "NVIDIA H100 80GB HBM3")
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "bf16/fp16 dense peak 989 TFLOP/s" in texts and "memory 3350 GB/s" in texts
     assert "compute and bandwidth roof drawn" in fig.axes[0].get_title()
     points = roofline_points(records)
-    ok = [r for r in records if r["status"] in ("ok", "mismatch") and r.get("tflops")]
+    ok = [r for r in records if r.status in ("ok", "mismatch") and r.tflops]
     assert len(points) == len(ok) and all(p[1] > 0 for p in points)
     cpu = roofline_chart(load_records(DATA / "cpu-like"), backend_styles(["naive", "sdpa", "sdpa-math"]), "test cpu")
     assert "no known peaks" in cpu.axes[0].get_title() and not cpu.axes[0].texts
@@ -627,13 +627,13 @@ def test_the_roofline_places_the_h200s_materialising_kernels_on_the_memory_bound
     points = roofline_points(records)
     ridge = 989.0 / 4.8
     materialising = [intensity for backend, intensity, _, _ in points if backend in ("naive", "sdpa-math")]
-    fused = [(r["flops"] / r["bytes_moved"], r) for r in records
-             if r["status"] == "ok" and r["backend"] == "sdpa" and r["seq_len"] >= 4096]
+    fused = [(r.flops / r.bytes_moved, r) for r in records
+             if r.status == "ok" and r.backend == "sdpa" and r.seq_len >= 4096]
     assert len(materialising) >= 20 and max(materialising) < ridge / 4
-    assert fused and all(bytes_of(r) == r["bytes_moved"] for _, r in fused)
+    assert fused and all(bytes_of(r) == r.bytes_moved for _, r in fused)
     for r in records:
-        if r["status"] == "ok" and r["backend"] in ("naive", "sdpa-math"):
-            assert bytes_of(r) / (r["time_ms"] * 1e-3) < 4.8e12
+        if r.status == "ok" and r.backend in ("naive", "sdpa-math"):
+            assert bytes_of(r) / (r.time_ms * 1e-3) < 4.8e12
 
 
 @pytest.mark.slow
@@ -779,9 +779,9 @@ def test_a_failure_at_every_case_says_so_instead_of_naming_cases() -> None:
     records = load_records(DATA / "cpu-run")
     findings = build_findings(group_records(records), records, "sdpa-math")
     found = {(f.backend, f.status): f for f in findings.other_failures}
-    cases = {r["case_id"] for r in records}
+    cases = {r.case_id for r in records}
     for (backend, status), failure in found.items():
-        hit = {r["case_id"] for r in records if r["backend"] == backend and r["status"] == status
-               and r["reason"] == failure.reason}
+        hit = {r.case_id for r in records if r.backend == backend and r.status == status
+               and r.reason == failure.reason}
         assert failure.cases_text.startswith("every case") == (hit == cases and len(cases) > 1), failure.cases_text
     assert any(f.cases_text.startswith("every case") for f in found.values())  # sdpa-cudnn needs CUDA everywhere

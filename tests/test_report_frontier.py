@@ -37,7 +37,7 @@ def test_each_case_is_one_frontier_of_its_formats() -> None:
     groups = frontier_groups(records)
     assert len(groups) == 2  # the dense causal case, the decode step
     dense = next(g for g in groups if g.lengths[0][0] != 1)
-    assert dense.shape["dtype"] == "bfloat16"  # its FP8 records' originals are the bf16 case's
+    assert dense.shape.dtype == "bfloat16"  # its FP8 records' originals are the bf16 case's
     formats = sorted(format_of(r) for r in dense.records)
     assert formats == ["bf16", "bf16", "bf16", "fp8e4m3 per-block 128", "fp8e4m3 per-head", "fp8e4m3 per-tensor",
                        "fp8e5m2 per-block 128", "fp8e5m2 per-head", "fp8e5m2 per-tensor"]
@@ -48,10 +48,10 @@ def test_each_case_is_one_frontier_of_its_formats() -> None:
 
 def test_the_y_axis_is_the_error_against_the_original_inputs() -> None:
     for r in load_records(RUN):
-        if r["status"] != "ok":
+        if r.status != "ok":
             continue
-        extra = r["extra"]
-        if r.get("quant"):  # attnbench quantized: the kernel's output against the reference on the originals
+        extra = r.extra
+        if r.quant:  # attnbench quantized: the kernel's output against the reference on the originals
             assert error_vs_original(r) == extra["error_vs_original"]["rel_l2"]
             assert extra["error_vs_original"]["rel_l2"] > extra["kernel_error"]["rel_l2"]
         else:  # the inputs are the originals
@@ -61,7 +61,7 @@ def test_the_y_axis_is_the_error_against_the_original_inputs() -> None:
 @pytest.mark.slow
 def test_the_chart_is_drawn_and_repeatable() -> None:
     groups = frontier_groups(load_records(RUN))
-    styles = backend_styles(r["backend"] for g in groups for r in g.records)
+    styles = backend_styles(r.backend for g in groups for r in g.records)
     first = render_chart(frontier_chart, groups[0], styles)
     assert first == render_chart(frontier_chart, groups[0], styles)
     width, height = Image.open(io.BytesIO(first)).size
@@ -70,15 +70,15 @@ def test_the_chart_is_drawn_and_repeatable() -> None:
 
 def test_findings_say_the_speed_up_and_what_is_not_faster() -> None:
     lines = findings_lines(load_records(RUN))
-    records = [r for r in load_records(RUN) if r["status"] == "ok" and r["seq_len"] == 256]
-    naive = next(r for r in records if r["backend"] == "naive")
-    tensor = next(r for r in records if r["backend"] == "naive-fp8" and r["dtype"] == "float8_e4m3fn"
-                  and r["quant"] == "tensor")
+    records = [r for r in load_records(RUN) if r.status == "ok" and r.seq_len == 256]
+    naive = next(r for r in records if r.backend == "naive")
+    tensor = next(r for r in records if r.backend == "naive-fp8" and r.dtype == "float8_e4m3fn"
+                  and r.quant == "tensor")
     speed = next(line for line in lines if line.startswith("FP8 speed-up on causal") and "seq 256" in line)
-    ratio = float(naive["time_ms"]) / float(tensor["time_ms"])
+    ratio = float(naive.time_ms) / float(tensor.time_ms)
     assert f"fp8e4m3 per-tensor {ratio:.2g}×" in speed and speed.endswith("the speed of naive in bf16.")
-    best = min((r for r in records if not r.get("quant")), key=lambda r: float(r["time_ms"]))
-    slow = next(line for line in lines if line.startswith(f"Not faster than {best['backend']} in bf16"))
+    best = min((r for r in records if not r.quant), key=lambda r: float(r.time_ms))
+    slow = next(line for line in lines if line.startswith(f"Not faster than {best.backend} in bf16"))
     assert "naive-fp8 in fp8e4m3 per-tensor" in slow and f"error {error_vs_original(tensor):.2g}" in slow
 
 

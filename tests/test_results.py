@@ -15,8 +15,8 @@ def test_records_written_before_intervals_existed_load_as_schema_0() -> None:
     first = load_records(REPORTS / "NVIDIA-H200-first-run" / "run")
     second = load_records(REPORTS / "NVIDIA-H200-20261129-225523" / "run")
     later = load_records(REPORTS / "NVIDIA-H200-20261130-012712" / "run")
-    assert {r["schema_version"] for r in first + second} == {0}  # a run is one schema, its skips included
-    assert {r["schema_version"] for r in later} == {1} and SCHEMA_VERSION == 2
+    assert {r.schema_version for r in first + second} == {0}  # a run is one schema, its skips included
+    assert {r.schema_version for r in later} == {1} and SCHEMA_VERSION == 2
 
 
 def test_a_single_sample_carries_the_devices_run_to_run_noise_never_a_zero_width_interval() -> None:

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli.main import app
-from attnbench.records.results import key_of, load_records
+from attnbench.records.results import load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
 
@@ -76,10 +76,10 @@ def test_resume_after_sigkill_completes_exactly_the_missing_measurements(suite: 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the cut line is gone: every line is a whole record
         records = load_records(out)
-    keys = [key_of(r) for r in records]
+    keys = [r.key for r in records]
     assert Counter(keys).most_common(1)[0][1] == 1, "no measurement twice"
     assert sorted(keys) == planned_keys(suite), "the union is the full run"
-    assert len({r["run_id"] for r in records}) == 1, "one run, continued"
+    assert len({r.run_id for r in records}) == 1, "one run, continued"
     env = json.loads((out / "env.json").read_text())
     assert env["resumed"][0]["measurements"] == 10 - before and env["resumed"][0]["already_done"] == before
 
@@ -103,7 +103,7 @@ def test_ctrl_c_stops_after_the_current_measurement_and_prints_the_command_that_
     finished = subprocess.run([sys.executable, "-m", "attnbench", *command[1:]], cwd=ROOT, capture_output=True,
                               text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert sorted(key_of(r) for r in load_records(out)) == planned_keys(suite)
+    assert sorted(r.key for r in load_records(out)) == planned_keys(suite)
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ def test_resume_refuses_another_device_or_library_set_unless_forced(suite: Path,
     assert len(load_records(out)) == 1, "nothing appended when refused"
     forced = CliRunner().invoke(app, ["run", str(suite), "--resume", str(out), "--force", "--no-report"])
     assert forced.exit_code == 0, forced.output
-    assert sorted(key_of(r) for r in load_records(out)) == planned_keys(suite)
+    assert sorted(r.key for r in load_records(out)) == planned_keys(suite)
 
 
 def test_force_without_resume_never_overwrites(suite: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from attnbench.backends.registry import default_registry
-from attnbench.records.results import Record, key_of, load_records, replace_records
+from attnbench.records.results import Record, load_records, replace_records
 from attnbench.run import pace_probe, rounds, session
 from attnbench.run.options import RunOptions
 from attnbench.run.recording import RunInfo
@@ -228,15 +228,15 @@ def test_a_kill_during_the_later_rounds_leaves_every_measurement_once_and_whole(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a cut or damaged line would be skipped with a warning
         records = load_records(out)
-    keys = [key_of(r) for r in records]
+    keys = [r.key for r in records]
     assert len(keys) == 10 and len(set(keys)) == 10, "each measurement once"
     for record in records:
-        assert record["status"] == "ok", record["reason"]
-        assert record["samples"] == len(record["times_ms"]) >= 3
-        held = record["extra"].get("rounds")
+        assert record.status == "ok", record.reason
+        assert record.samples == len(record.times_ms) >= 3
+        held = record.extra.get("rounds")
         if held is not None:  # a record rewritten after a round: its samples are exactly its rounds'
-            assert sum(r["samples"] for r in held) == record["samples"]
+            assert sum(r["samples"] for r in held) == record.samples
     resumed = subprocess.run([sys.executable, "-m", "attnbench", "run", str(suite), "--resume", str(out)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert sorted(key_of(r) for r in load_records(out)) == sorted(keys), "nothing measured twice or lost"
+    assert sorted(r.key for r in load_records(out)) == sorted(keys), "nothing measured twice or lost"

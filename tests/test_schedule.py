@@ -31,8 +31,8 @@ def test_faults_are_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert by_name["faulty-wrong"].max_abs_error == pytest.approx(0.01, rel=0.01)
     # every record is on disk, in order, as JSON
     stored = load_records(tmp_path)
-    assert [(r["backend"], r["status"]) for r in stored] == statuses
-    assert all(r["schema_version"] == SCHEMA_VERSION and r["run_id"] == "r1" for r in stored)
+    assert [(r.backend, r.status) for r in stored] == statuses
+    assert all(r.schema_version == SCHEMA_VERSION and r.run_id == "r1" for r in stored)
 
 
 @pytest.mark.slow

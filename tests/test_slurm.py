@@ -22,7 +22,7 @@ import pytest
 import slurm_cluster
 from rich.console import Console
 
-from attnbench.records.results import key_of, load_records
+from attnbench.records.results import load_records
 from attnbench.run import session
 from attnbench.run.options import RunOptions
 
@@ -81,11 +81,11 @@ def one_machine_keys(suite: Path, out: Path) -> Counter:
     """The measurements a plain `attnbench run` of the suite on this machine records (its report left out)."""
     quiet = Console(file=io.StringIO())
     session.execute(session.plan(suite, RunOptions()), out, quiet, lambda: False)
-    return Counter(key_of(r) for r in load_records(out))
+    return Counter(r.key for r in load_records(out))
 
 
 def merged_keys(out: Path) -> Counter:
-    return Counter(key_of(r) for r in load_records(out))
+    return Counter(r.key for r in load_records(out))
 
 
 @pytest.mark.slow

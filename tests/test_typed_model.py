@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from attnbench.records.env import ENV_TYPES, RunEnv
+from attnbench.records.record import Record
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
 MAX_EXTRA_READS = 10  # today 7: gpu/sample.py's GPU state (6, below records/) and a re-pooled record's bimodal
@@ -56,6 +57,41 @@ def extra_key_reads() -> list[str]:
                     and any(is_extra(c) for c in node.comparators)):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def shape_key_reads() -> list[str]:
+    """Each read of a record field's name as a key of a case shape, a dispatch bucket or a sweep combination (named
+    *shape, *bucket, *combo, or `s`) outside records/."""
+    names = {f.name for f in fields(Record)}
+    found = []
+    for path, tree in sources("records").items():
+        for node in ast.walk(tree):
+            read = key_read(node)
+            held = ast.unparse(read[0]).lower() if read else ""
+            if read and read[1] in names and (held == "s" or held.endswith(("shape", "bucket", "combo"))):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_shapes_buckets_and_combinations_are_read_by_attribute() -> None:
+    """109 such reads on 514d7d4; CaseShape, Bucket and Combo hold them as fields now."""
+    assert shape_key_reads() == []
+
+
+def env_parsers() -> list[str]:
+    """Each `read_json_object(...)` or `json.loads(...)` of an env.json (its text names ENV_FILE or env_file)."""
+    found = []
+    for path, tree in sources().items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("read_json_object", "json.loads")
+                    and any(word in ast.unparse(node) for word in ("ENV_FILE", "env_file"))):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_env_json_is_parsed_by_records_env_alone() -> None:
+    """On 514d7d4 the run folder and resume parsed it too (2), as dicts."""
+    assert [line.split(":")[0] for line in env_parsers()] == ["records/env.py"]
 
 
 def test_at_most_ten_extra_keys_are_read_outside_records() -> None:
@@ -133,3 +169,8 @@ def test_an_ab_verdict_is_an_enum_member_not_a_string() -> None:
 
     assert Paired.of([math.log(1.15)] * 6).verdict(0.05) is AbVerdict.SLOWER
     assert Paired.of([math.log(1.15)] * 5 + [-0.01]).verdict(0.05) is AbVerdict.UNCHANGED
+
+
+def test_a_record_is_read_by_its_attributes_alone() -> None:
+    """On 514d7d4 its dict-style view (get, [], in) was read on 53 test lines and by key_of on 8 test sites."""
+    assert [name for name in ("get", "__getitem__", "__contains__") if hasattr(Record, name)] == []

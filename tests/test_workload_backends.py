@@ -256,12 +256,12 @@ def test_the_workloads_suite_runs_with_nothing_mismatched(tmp_path) -> None:  # 
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = load_records(out)
-    assert {r["status"] for r in records} <= {"ok", "skipped"}
-    assert all(r["reason"] for r in records if r["status"] == "skipped")
-    assert {r["backend"] for r in records if r["status"] == "ok"} == set(CPU)
-    flex = [r for r in records if r["backend"] == "flex"]
-    assert len(flex) == len(load_suite("workloads").cases("cpu")) and all(r["status"] == "ok" for r in flex)
-    axes = {axis for r in records if r["status"] == "ok" for axis in
+    assert {r.status for r in records} <= {"ok", "skipped"}
+    assert all(r.reason for r in records if r.status == "skipped")
+    assert {r.backend for r in records if r.status == "ok"} == set(CPU)
+    flex = [r for r in records if r.backend == "flex"]
+    assert len(flex) == len(load_suite("workloads").cases("cpu")) and all(r.status == "ok" for r in flex)
+    axes = {axis for r in records if r.status == "ok" for axis in
             ("doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp") if axis in r}
     assert axes == {"doc_lens", "kv_lens", "page_size", "softcap", "alibi", "head_dim_v", "tp"}
 

@@ -50,10 +50,10 @@ class Axis:
     fields: tuple[Field, ...] | None = None
     bounds: tuple[float, float] | None = None
     positive: bool = False
-    to_case: Callable[[Any, dict[str, Any]], Any] | None = None
+    to_case: Callable[[Any, Any], Any] | None = None  # (value, sweep.schema.Combo)
     expanded: bool = False
     fragment: Callable[[Case], str] | None = None
-    words: Callable[[dict[str, Any], bool], str | None] | None = None
+    words: Callable[[Any, bool], str | None] | None = None
     feature: str | None = None
     feature_words: str = ""
     mapped: bool = False
@@ -95,8 +95,8 @@ def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], s
         held = getattr(case, name)
         return "" if held is None or held is False else fragment(held)
 
-    def words_of(shape: dict[str, Any], short: bool) -> str | None:
-        held = shape.get(name)
+    def words_of(shape: Any, short: bool) -> str | None:
+        held = getattr(shape, name, None)
         if held is None or held is False or held == 0 and not isinstance(held, float):
             return None
         return fragment(held) if short else words(held)
@@ -122,12 +122,12 @@ def _listed(items: list[str]) -> str:
     return joined if len(joined) <= MAX_LISTED else f"{len(items)}x{zlib.crc32(joined.encode()):08x}"
 
 
-def _documents_words(shape: dict[str, Any], short: bool) -> str | None:
-    if not shape.get("documents"):
+def _documents_words(shape: Any, short: bool) -> str | None:
+    if not shape.documents:
         return None
-    kind = shape.get("doc_lengths") or "equal"
-    return (f"doc{shape['documents']}{kind[:4] if kind != 'equal' else ''}" if short
-            else f"{shape['documents']} documents ({kind})")
+    kind = shape.doc_lengths or "equal"
+    return (f"doc{shape.documents}{kind[:4] if kind != 'equal' else ''}" if short
+            else f"{shape.documents} documents ({kind})")
 
 
 def _kv_lengths_id(case: Case) -> str:
@@ -136,20 +136,20 @@ def _kv_lengths_id(case: Case) -> str:
     return "" if case.kv_lengths is None else f"kv{case.kv_lengths}"
 
 
-def _kv_lengths_words(shape: dict[str, Any], short: bool) -> str | None:
-    if not shape.get("kv_lengths"):
+def _kv_lengths_words(shape: Any, short: bool) -> str | None:
+    if not shape.kv_lengths:
         return None
-    return f"kv{shape['kv_lengths']}" if short else f"{shape['kv_lengths']} KV lengths"
+    return f"kv{shape.kv_lengths}" if short else f"{shape.kv_lengths} KV lengths"
 
 
 def _dtype_word(dtype: Any) -> str:
     return {**DTYPE_SHORT, "float64": "fp64"}.get(str(dtype), str(dtype))
 
 
-def _kv_dtype_words(shape: dict[str, Any], short: bool) -> str | None:
-    if not shape.get("kv_dtype"):
+def _kv_dtype_words(shape: Any, short: bool) -> str | None:
+    if not shape.kv_dtype:
         return None
-    return f"kv{_dtype_word(shape['kv_dtype'])}" if short else f"K/V {_dtype_word(shape['kv_dtype'])}"
+    return f"kv{_dtype_word(shape.kv_dtype)}" if short else f"K/V {_dtype_word(shape.kv_dtype)}"
 
 
 def _quant_id(case: Case) -> str:
@@ -159,14 +159,14 @@ def _quant_id(case: Case) -> str:
     return f"q{case.quant}{block}" + ("" if case.quant_scale is None else f"-scale{case.quant_scale:g}")
 
 
-def _quant_words(shape: dict[str, Any], short: bool) -> str | None:
-    if not shape.get("quant"):
+def _quant_words(shape: Any, short: bool) -> str | None:
+    if not shape.quant:
         return None
-    block = shape.get("quant_block") if shape["quant"] == "block" else None
-    scale = shape.get("quant_scale")
+    block = shape.quant_block if shape.quant == "block" else None
+    scale = getattr(shape, "quant_scale", None)  # a dispatch bucket has none
     if short:
-        return f"q{shape['quant']}{block or ''}" + (f"s{scale:g}" if scale else "")
-    return (f"{SCALE_WORDS[shape['quant']]}{f' {block}' if block else ''} scales"
+        return f"q{shape.quant}{block or ''}" + (f"s{scale:g}" if scale else "")
+    return (f"{SCALE_WORDS[shape.quant]}{f' {block}' if block else ''} scales"
             + (f" fixed at {scale:g}" if scale else ""))
 
 
@@ -190,7 +190,7 @@ TABLE: list[Axis] = [
     simple_axis("alibi", bool, False, lambda _: "alibi", lambda _: "ALiBi", mapped=True, feature="alibi",
                 feature_words="ALiBi"),
     simple_axis("head_dim_v", int | None, None, lambda d: f"dv{d}", lambda d: f"d_v={d}", bounds=(1, MAX_HEAD_DIM),
-                to_case=lambda value, combo: None if value in (None, combo["head_dim"]) else value, mapped=True),
+                to_case=lambda value, combo: None if value in (None, combo.head_dim) else value, mapped=True),
     simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
                 mapped=True, feature="kv_shared", feature_words="V shared with K"),
     simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
@@ -243,7 +243,7 @@ def id_fragments(case: Case) -> str:
     return "".join("-" + part for a in axes(shape=False) if a.fragment and (part := a.fragment(case)))
 
 
-def words_of(shape: dict[str, Any], short: bool = False) -> list[str]:
+def words_of(shape: Any, short: bool = False) -> list[str]:
     return [w for a in axes(shape=False) if a.words and (w := a.words(shape, short))]
 
 

@@ -87,14 +87,18 @@ def read_env(path: Path) -> RunEnv:
     env_file = results_path(path).parent / ENV_FILE
     if not env_file.is_file():
         return RunEnv()
-    env = read_json_object(env_file, str(env_file), "missing",
-                           "not an attnbench environment record (not a JSON object)")
+    return load_env(env_file, str(env_file), "missing", "not an attnbench environment record (not a JSON object)")
+
+
+def load_env(env_file: Path, label: str, missing: str, wrong: str) -> RunEnv:
+    """One user error, led by `label`, when missing, unreadable or mistyped."""
+    env = read_json_object(env_file, label, missing, wrong)
     for name, kind in ENV_TYPES.items():
         value = env.get(name)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind
                                   or name == "libraries" and not all(isinstance(v, (str, type(None)))
                                                                      for v in value.values())):
-            raise ResultsError(f"{env_file}: field {name}: {json.dumps(value, default=str)[:40]} is not "
+            raise ResultsError(f"{label}: field {name}: {json.dumps(value, default=str)[:40]} is not "
                                f"{' or '.join(k.__name__ for k in kind)}; not an attnbench environment record")
     return RunEnv.from_dict(env)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from attnbench.records.env import RunEnv
+from attnbench.core.errors import AttnbenchError
+from attnbench.records.env import RunEnv, load_env
 from attnbench.records.files import write_json_atomic
 from attnbench.records.record import Record
 from attnbench.records.results import (
@@ -78,17 +78,17 @@ class RunFolder:
         """The run in `directory`, refused when compressed (refuse_compressed) or recorded elsewhere
         (check_compatible)."""
         refuse_compressed(Path(directory))
-        folder = cls(directory, read_run_env(Path(directory)))
-        check_compatible(folder.directory, folder.env, here, suite_name, shard, force)
-        return folder
+        recorded = read_run_env(Path(directory))
+        check_compatible(Path(directory), recorded, RunEnv.from_dict(here), suite_name, shard, force)
+        return cls(directory, dict(recorded.raw))
 
     @classmethod
     def load(cls, directory: Path) -> RunFolder | None:
-        """The run in `directory`; None when its env.json cannot be read as JSON."""
+        """The run in `directory`; None when load_env refuses its env.json."""
         folder = cls(directory)
         try:
-            folder.env = json.loads(folder.env_file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            folder.env = dict(load_env(folder.env_file, str(folder.env_file), "missing", "not a JSON object").raw)
+        except AttnbenchError:
             return None
         return folder
 

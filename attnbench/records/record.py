@@ -214,21 +214,6 @@ class Record:
     def __hash__(self) -> int:  # so a record can key a dict
         return hash((self.run_id, self.timestamp, self.key))
 
-    # A read-only view by field name for tests and scripts.
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name) if name in _FIELD_NAMES else default
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in _FIELD_NAMES:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in _FIELD_NAMES
-
-
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
-
 
 def judged(record: Record) -> Record:
     """`record` with its time held to physics: a GPU timing over the policy's margin beyond its datasheet's compute

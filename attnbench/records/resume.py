@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from attnbench.core.errors import AttnbenchError
-from attnbench.records.results import (
-    ENV_FILE,
-    is_compressed,
-    load_records,
-    read_json_object,
-    stored_results,
-)
+from attnbench.records.env import RunEnv, load_env
+from attnbench.records.results import ENV_FILE, is_compressed, load_records, stored_results
 
 # Libraries whose version changes the numbers.
 PINNED_LIBRARIES = ("torch", "flash-attn", "xformers", "triton")
 
 
-def read_run_env(directory: Path) -> dict[str, Any]:
-    return read_json_object(directory / ENV_FILE, f"--resume {directory}",
-                            f"no {ENV_FILE} there; not an attnbench run directory",
-                            f"{ENV_FILE} is not an attnbench environment record")
+def read_run_env(directory: Path) -> RunEnv:
+    return load_env(directory / ENV_FILE, f"--resume {directory}",
+                    f"no {ENV_FILE} there; not an attnbench run directory",
+                    f"{ENV_FILE} is not an attnbench environment record")
 
 
 def refuse_compressed(directory: Path) -> None:
@@ -33,32 +27,32 @@ def refuse_compressed(directory: Path) -> None:
                              f"read-only; to continue it, decompress them beside it first (gunzip -k {held})")
 
 
-def env_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
+def env_differences(recorded: RunEnv, here: RunEnv) -> list[str]:
     """What differs, among what changes the numbers, between the run's machine and this one."""
     diffs = []
     for name in ("device", "device_name"):
-        if recorded.get(name) != here.get(name):
-            diffs.append(f"{name} {recorded.get(name)!r} there, {here.get(name)!r} here")
-    old, new = recorded.get("libraries") or {}, here.get("libraries") or {}
+        if recorded.stated(name) != here.stated(name):
+            diffs.append(f"{name} {recorded.stated(name)!r} there, {here.stated(name)!r} here")
+    old, new = recorded.libraries or {}, here.libraries or {}
     for library in PINNED_LIBRARIES:
         if old.get(library) != new.get(library):
             diffs.append(f"{library} {old.get(library) or 'absent'} there, {new.get(library) or 'absent'} here")
     return diffs
 
 
-def check_compatible(directory: Path, recorded: dict[str, Any], here: dict[str, Any], suite_name: str,
-                     shard: str | None, force: bool) -> None:
+def check_compatible(directory: Path, recorded: RunEnv, here: RunEnv, suite_name: str, shard: str | None,
+                     force: bool) -> None:
     """Refuse measurements from another machine, library set, suite or shard in one run (unless forced)."""
-    if recorded.get("shard") != shard:
-        was = f"shard {recorded.get('shard')}" if recorded.get("shard") else "not sharded"
+    if recorded.shard != shard:
+        was = f"shard {recorded.shard}" if recorded.shard else "not sharded"
         asked = f"--shard {shard}" if shard else "no --shard"
         raise AttnbenchError(f"--resume {directory}: that run was {was}, this one has {asked}; "
                              f"resume with the run's own --shard")
     if force:
         return
     diffs = env_differences(recorded, here)
-    if recorded.get("suite_name") not in (None, suite_name):
-        diffs.insert(0, f"suite {recorded.get('suite_name')!r} there, {suite_name!r} here")
+    if recorded.suite_name not in (None, suite_name):
+        diffs.insert(0, f"suite {recorded.suite_name!r} there, {suite_name!r} here")
     if diffs:
         raise AttnbenchError(f"--resume {directory}: the run was recorded elsewhere ({'; '.join(diffs)}); "
                              f"its numbers would not be comparable. Add --force to resume anyway")

@@ -186,7 +186,7 @@ def _throughput_panel(ax: Any, group: CaseGroup, backends: list[str], styles: di
         xs = group.xs
         ax.plot(xs, [peak / per_unit] * len(xs), linewidth=0)  # keeps the peak inside the scaled range
         ax.axhline(peak / per_unit, color="black", linestyle="--", linewidth=1.2, zorder=1)
-        ax.annotate(f"peak {peak / per_unit:.4g} {flops_name} ({dtype_word(group.shape['dtype'])} dense)",
+        ax.annotate(f"peak {peak / per_unit:.4g} {flops_name} ({dtype_word(group.shape.dtype)} dense)",
                     (0.01, peak / per_unit), xycoords=blended_transform_factory(ax.transAxes, ax.transData),
                     xytext=(0, 3), textcoords="offset points", va="bottom", ha="left", fontsize=8)
         title = "Achieved throughput"
@@ -244,7 +244,7 @@ def group_chart(group: CaseGroup, styles: dict[str, BackendStyle], baseline: str
 
     any_time, noisy_points, throttled_points = _latency_panel(ax_time, group, backends, styles, levels)
     _memory_panel(ax_mem, group, backends, styles, levels)
-    peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape["dtype"]))
+    peak = peak_tflops if peak_tflops is not None else (peak_tflops_for(device_name, str(group.shape.dtype))
                                                         or group_roof(group))
     _throughput_panel(ax_tflops, group, backends, styles, levels, peak)
     _speedup_panel(ax_speed, group, backends, styles, levels, baseline)

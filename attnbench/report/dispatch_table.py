@@ -15,7 +15,7 @@ from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.records.run import Run
 from attnbench.records.words import MODE_WORDS, dtype_word
 from attnbench.report.groups import quant_words
-from attnbench.stats.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION
+from attnbench.stats.dispatch import FEATURES, SCHEMA_NAME, SCHEMA_VERSION, Bucket
 from attnbench.stats.metric import Metric
 from attnbench.stats.recommend import DEFAULT_BACKEND, Call, Decision
 
@@ -39,24 +39,24 @@ def schema() -> dict[str, Any]:
     return data
 
 
-def band_words(band: list[int]) -> str:
+def band_words(band: tuple[int, int]) -> str:
     """[4096, 8192] -> '4K–8K' (the upper end excluded)."""
     return f"{fmt_length(band[0])}–{fmt_length(band[1])}"
 
 
-def bucket_words(bucket: dict[str, Any]) -> str:
+def bucket_words(bucket: Bucket) -> str:
     """A bucket predicate in words: 'bf16 · causal · window 1024 · 16 heads / 4 KV heads · d=128 · fwd · 4K–8K'."""
-    words = [dtype_word(bucket["dtype"]), "causal" if bucket["causal"] else "no mask"]
-    if bucket["window"] is not None:
-        words.append(f"window {bucket['window']}")
-    heads, kv = bucket["heads"], bucket["kv_heads"]
+    words = [dtype_word(bucket.dtype), "causal" if bucket.causal else "no mask"]
+    if bucket.window is not None:
+        words.append(f"window {bucket.window}")
+    heads, kv = bucket.heads, bucket.kv_heads
     words.append(f"{heads} heads" if heads == kv else f"{heads} heads / {kv} KV heads")
-    words.append(f"d={bucket['head_dim']}" + (f", d_v={bucket['head_dim_v']}"
-                                               if bucket["head_dim_v"] != bucket["head_dim"] else ""))
-    words += [FEATURE_WORDS[f] for f in FEATURES if bucket[f]]
+    words.append(f"d={bucket.head_dim}" + (f", d_v={bucket.head_dim_v}" if bucket.head_dim_v != bucket.head_dim
+                                           else ""))
+    words += [FEATURE_WORDS[f] for f in FEATURES if getattr(bucket, f)]
     words += quant_words(bucket)
-    words.append(MODE_WORDS.get(bucket["mode"], bucket["mode"]))
-    q, kv_band = bucket["seq_len"], bucket["kv_seq_len"]
+    words.append(MODE_WORDS.get(bucket.mode, bucket.mode))
+    q, kv_band = bucket.seq_len, bucket.kv_seq_len
     words.append(band_words(q) if q == kv_band else f"q {band_words(q)} / KV {band_words(kv_band)}")
     return " · ".join(words)
 
@@ -71,7 +71,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
     chosen = decision.chosen
     source = runs.get(chosen[0].run_id) if chosen else None
     return {
-        "bucket": decision.bucket,
+        "bucket": decision.bucket.to_dict(),
         "cases": list(decision.cases),
         "decision": decision.decision.value,
         "why": decision.why,

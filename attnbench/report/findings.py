@@ -9,7 +9,7 @@ from attnbench.core.peaks import beyond_words, times_words
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
 from attnbench.records.parts import Determinism
 from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
-from attnbench.records.words import case_words, shape_of, shape_words
+from attnbench.records.words import case_words, shape_words
 from attnbench.report.baseline import group_speedups, usable_time
 from attnbench.report.frontier import findings_lines
 from attnbench.report.groups import CaseGroup
@@ -307,7 +307,7 @@ def packing_lines(timed: list[Record]) -> list[str]:
         lines.append(f"Packed documents: {r.backend} on {r.documents} documents ({r.doc_lengths}) at "
                      f"{fmt_length(r.seq_len)} tokens takes {fmt_ms(usable_time(r))} ms, {how} than on one "
                      f"{fmt_length(r.seq_len)}-token sequence ({fmt_ms(usable_time(one))} ms); "
-                     f"{' · '.join(shape_words(shape_of(one)))}.")
+                     f"{' · '.join(shape_words(one))}.")
     return lines[:MAX_PACKING_LINES]
 
 

@@ -17,15 +17,14 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from attnbench.core.units import fmt_length, fmt_ms
 from attnbench.records.record import TIMED, Record, Status, apart
+from attnbench.records.shape import CaseShape
 from attnbench.records.words import dtype_word, shape_words
 from attnbench.report.baseline import usable_time
-from attnbench.report.groups import GROUP_FIELDS, SCALE_WORDS
+from attnbench.report.groups import SCALE_WORDS
 from attnbench.report.plotting import DPI, GROUP_FIGSIZE, plain_number
 from attnbench.report.styles import MISMATCH_COLOR, BackendStyle
 
 FP8 = ("float8_e4m3fn", "float8_e5m2")
-FORMAT_FIELDS = ("dtype", "kv_dtype", "quant", "quant_block", "quant_scale")
-SHAPE = tuple(f for f in GROUP_FIELDS if f not in FORMAT_FIELDS)
 MAX_PANELS = 3  # the longest lengths of a group, side by side
 TITLE_CHARS = 120  # a title wraps here, as the group charts' do
 FORMAT_MARKERS = {"original": "o", "qkv": "s", "kv": "^", "internal": "D"}
@@ -76,7 +75,7 @@ def family(backend: str) -> str:
 class FrontierGroup:
     """One case in every format it was measured in, at each of its lengths."""
 
-    shape: dict[str, Any]  # the case fields but the format's, and the original dtype as "dtype"
+    shape: CaseShape  # the original dtype as its dtype, no FP8 format
     records: list[Record] = field(default_factory=list)
 
     @property
@@ -88,7 +87,7 @@ class FrontierGroup:
 
     def title(self) -> str:
         words = shape_words(self.shape)[1:]  # the dtype is each point's own; the originals' is said last
-        return "Accuracy vs speed · " + " · ".join(words) + f" · originals in {dtype_word(self.shape['dtype'])}"
+        return "Accuracy vs speed · " + " · ".join(words) + f" · originals in {dtype_word(self.shape.dtype)}"
 
     def slug(self) -> str:
         from attnbench.report.groups import CaseGroup
@@ -103,8 +102,8 @@ def frontier_groups(records: list[Record]) -> list[FrontierGroup]:
         if r.status not in TIMED or usable_time(r, include_mismatch=True) is None \
                 or error_vs_original(r) is None:
             continue
-        shape = {f: getattr(r, f) for f in SHAPE}
-        shape.update(dtype=original_dtype(r), kv_dtype=None, quant=None)
+        shape = CaseShape.of(r, dtype=original_dtype(r), kv_dtype=None, quant=None, quant_block=None,
+                             quant_scale=None)
         key = tuple(str(v) for v in shape.values())
         buckets.setdefault(key, FrontierGroup(shape)).records.append(r)
     return [g for g in buckets.values()
@@ -136,7 +135,7 @@ def findings_lines(records: list[Record]) -> list[str]:
             if not found:
                 continue
             where = f"{' · '.join(shape_words(group.shape)[1:])} · {length_words(found[0][0])}"
-            original = dtype_word(group.shape["dtype"])
+            original = dtype_word(group.shape.dtype)
             ratios: dict[tuple[str, str], list[str]] = {}
             for r, twin, _ in found:
                 if twin is not None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_ms, fmt_ratio
 from attnbench.records.record import MEASURED, Record, Status
-from attnbench.records.words import dtype_word, shape_of
+from attnbench.records.words import dtype_word
 from attnbench.report.groups import quant_words
 from attnbench.report.names import short_kernel_name
 
@@ -68,7 +68,7 @@ def _error_text(value: float | None) -> str:
 # Each column not shown as the record's raw field: f(record, speed-up).
 _DISPLAY: dict[str, Callable[[Record, float | None], str]] = {
     # on one line: "fp8e4m3 qhead", "bf16 kvfp8e4m3 qtensor"
-    "dtype": lambda r, _: "\u00a0".join([dtype_word(r.dtype), *quant_words(shape_of(r), short=True)]),
+    "dtype": lambda r, _: "\u00a0".join([dtype_word(r.dtype), *quant_words(r, short=True)]),
     "status": lambda r, _: status_text(r),
     "rel_l2_original": lambda r, _: _error_text(rel_l2_original(r)),
     "time_ms": lambda r, _: median_text(r),

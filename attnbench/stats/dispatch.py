@@ -10,6 +10,7 @@ default). `Shape.bucket` is the one definition of a bucket, for writing the tabl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,33 @@ def dtype_name(dtype: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """A bucket predicate: lengths as power-of-two bands, a yes/no per feature."""
+
+    seq_len: tuple[int, int]
+    kv_seq_len: tuple[int, int]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    dtype: str
+    causal: bool
+    window: int | None
+    for _name in FEATURES:
+        __annotations__[_name] = "bool"
+    del _name
+    mode: str
+    kv_dtype: str | None
+    quant: str | None
+    quant_block: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a dispatch table row stores it (bands as lists)."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
 class Shape:
     """One attention call as a model's layer knows it (heads after any tensor parallelism)."""
 
@@ -83,8 +111,8 @@ class Shape:
     def quantized(self) -> bool:
         return dtype_name(self.dtype).startswith("float8") or self.kv_dtype is not None
 
-    def bucket(self) -> dict[str, Any]:
-        """The bucket predicate this shape falls in, as a dispatch table row stores it."""
+    def bucket(self) -> Bucket:
+        """The bucket predicate this shape falls in."""
         if self.mode not in MODES:
             raise DispatchError(f"mode {self.mode!r}: allowed: {', '.join(MODES)}")
         quant = (self.quant or "tensor") if self.quantized else None
@@ -92,16 +120,16 @@ class Shape:
             raise DispatchError(f"quant {quant!r}: allowed: {', '.join(GRANULARITIES)}")
         block = int(self.quant_block or DEFAULT_QUANT_BLOCK) if quant == "block" else None
         kv = self.kv_seq_len if self.kv_seq_len is not None else self.seq_len
-        return {
-            "seq_len": list(length_band(int(self.seq_len))), "kv_seq_len": list(length_band(int(kv))),
-            "heads": int(self.heads), "kv_heads": int(self.kv_heads), "head_dim": int(self.head_dim),
-            "head_dim_v": int(self.head_dim_v if self.head_dim_v is not None else self.head_dim),
-            "dtype": dtype_name(self.dtype), "causal": bool(self.causal),
-            "window": int(self.window) if self.window is not None else None,
-            **{name: bool(getattr(self, name)) for name in FEATURES}, "mode": self.mode,
-            "kv_dtype": dtype_name(self.kv_dtype) if self.kv_dtype is not None else None, "quant": quant,
-            "quant_block": block,
-        }
+        return Bucket(
+            seq_len=length_band(int(self.seq_len)), kv_seq_len=length_band(int(kv)),
+            heads=int(self.heads), kv_heads=int(self.kv_heads), head_dim=int(self.head_dim),
+            head_dim_v=int(self.head_dim_v if self.head_dim_v is not None else self.head_dim),
+            dtype=dtype_name(self.dtype), causal=bool(self.causal),
+            window=int(self.window) if self.window is not None else None,
+            **{name: bool(getattr(self, name)) for name in FEATURES}, mode=self.mode,
+            kv_dtype=dtype_name(self.kv_dtype) if self.kv_dtype is not None else None, quant=quant,
+            quant_block=block,
+        )
 
     @classmethod
     def of_record(cls, record: Record) -> Shape:
@@ -114,9 +142,9 @@ class Shape:
         )
 
 
-def bucket_key(bucket: dict[str, Any]) -> str:
-    """A bucket predicate as one comparable string (rows are unique by it)."""
-    return json.dumps(bucket, sort_keys=True)
+def bucket_key(bucket: Bucket | dict[str, Any]) -> str:
+    """A bucket predicate (or a stored row's) as one comparable string (rows are unique by it)."""
+    return json.dumps(bucket.to_dict() if isinstance(bucket, Bucket) else bucket, sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
@@ -14,7 +13,7 @@ from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
 from attnbench.stats.bands import geomean, widened
-from attnbench.stats.dispatch import FEATURES, Shape, bucket_key
+from attnbench.stats.dispatch import FEATURES, Bucket, Shape, bucket_key
 from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
 from attnbench.stats.pooling import Entry, pool
 
@@ -60,7 +59,7 @@ class Contest:
 class Decision:
     """What the data say for one bucket."""
 
-    bucket: dict[str, Any]
+    bucket: Bucket
     cases: tuple[str, ...]
     decision: Call
     why: str | None = None  # for unsettled and none: why nothing is called
@@ -137,7 +136,7 @@ def _why(entries: list[Entry | None]) -> str:
 
 @dataclass(frozen=True)
 class _Field:
-    bucket: dict[str, Any]
+    bucket: Bucket
     cases: tuple[str, ...]
     numbers: dict[str, list[Number]]
     excluded: tuple[tuple[str, str], ...]
@@ -307,12 +306,12 @@ def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[st
     return numbers, folded, whys
 
 
-def bucket_order(bucket: dict[str, Any]) -> tuple:
+def bucket_order(bucket: Bucket) -> tuple:
     """Buckets in reading order: mode, dtype, mask, heads, head sizes, workload kinds, then length."""
-    return (bucket["mode"], bucket["dtype"], not bucket["causal"], bucket["window"] is not None, bucket["window"] or 0,
-            bucket["head_dim"], bucket["head_dim_v"], bucket["heads"], -bucket["kv_heads"],
-            tuple(bucket[f] for f in FEATURES), bucket["kv_dtype"] or "", bucket["quant"] or "",
-            bucket["quant_block"] or 0, bucket["kv_seq_len"], bucket["seq_len"])
+    b = bucket
+    return (b.mode, b.dtype, not b.causal, b.window is not None, b.window or 0, b.head_dim, b.head_dim_v, b.heads,
+            -b.kv_heads, tuple(getattr(b, f) for f in FEATURES), b.kv_dtype or "", b.quant or "", b.quant_block or 0,
+            b.kv_seq_len, b.seq_len)
 
 
 def decide(pooled: dict[tuple, dict[str, Entry]], metric: Metric = TIME) -> list[Decision]:

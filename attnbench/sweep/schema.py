@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import make_dataclass
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -189,6 +190,17 @@ BY_NAME = {a.name: a for a in axis_table.axes()}
 NULLABLE = frozenset(name for name, axis in BY_NAME.items() if axis.nullable)
 Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__, **AXIS_FIELDS)  # type: ignore[call-overload]
 Axes.__doc__ = _AxesRules.__doc__
+
+
+def _one(annotation: Any) -> Any:
+    """list[X] (or list[X] | None) -> X."""
+    listed = next(a for a in (annotation, *get_args(annotation)) if get_origin(a) is list)
+    return get_args(listed)[0]
+
+
+# One combination of the cross: a value of each axis.
+Combo = make_dataclass("Combo", [(name, _one(annotation)) for name, (annotation, _) in AXIS_FIELDS.items()],
+                       frozen=True)
 
 
 class _CpuRules(Axes):  # type: ignore[misc, valid-type]

@@ -15,7 +15,7 @@ from attnbench.core import policy, workload
 from attnbench.core.case import DEFAULT_QUANT_BLOCK, FP8_DTYPES, Case
 from attnbench.core.errors import SuiteError, did_you_mean
 from attnbench.sweep.mix import Traffic, expand
-from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Documents, Quant, SuiteModel, Timing
+from attnbench.sweep.schema import AXIS_FIELDS, Axes, Block, Combo, Documents, Quant, SuiteModel, Timing
 
 
 @dataclass(frozen=True)
@@ -95,37 +95,37 @@ class Suite:
         check_quant_axes(f"{self.path}: {key}", axes)
         cases = []
         for values in itertools.product(*lists):
-            combo = dict(zip(names, values, strict=False))
+            combo = Combo(**dict(zip(names, values, strict=False)))
             where = f"{self.path}: {key}"
-            heads, head_dim, kv_heads, seq = combo["heads"], combo["head_dim"], combo["kv_heads"], combo["seq_len"]
+            heads, head_dim, kv_heads, seq = combo.heads, combo.head_dim, combo.kv_heads, combo.seq_len
             kv = heads if kv_heads == "heads" else kv_heads
             if kv > heads or heads % kv:
                 raise SuiteError(
                     f"{where}.kv_heads: {kv} does not divide heads {heads} "
                     f"(combination heads={heads}, kv_heads={kv}); allowed: a divisor of heads, or 'heads'"
                 )
-            heads, kv = tp_share(where, heads, kv, combo["tp"])
-            kv_seq = seq if combo["kv_seq_len"] is None else combo["kv_seq_len"]
-            documents, dtype, mode = combo["documents"], combo["dtype"], combo["mode"]
-            docs = document_fields(where, documents, combo["doc_lengths"], seq, kv_seq)
-            lengths = kv_length_fields(where, combo["kv_lengths"], batch := combo["batch"], seq, kv_seq, documents)
-            if combo["kv_shared"] and not (combo["head_dim_v"] is not None and combo["head_dim_v"] < head_dim):
+            heads, kv = tp_share(where, heads, kv, combo.tp)
+            kv_seq = seq if combo.kv_seq_len is None else combo.kv_seq_len
+            documents, dtype, mode = combo.documents, combo.dtype, combo.mode
+            docs = document_fields(where, documents, combo.doc_lengths, seq, kv_seq)
+            lengths = kv_length_fields(where, combo.kv_lengths, batch := combo.batch, seq, kv_seq, documents)
+            if combo.kv_shared and not (combo.head_dim_v is not None and combo.head_dim_v < head_dim):
                 raise SuiteError(
                     f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
-                    f"(got head_dim {head_dim}, head_dim_v {combo['head_dim_v']}); allowed: e.g. head_dim 576, "
+                    f"(got head_dim {head_dim}, head_dim_v {combo.head_dim_v}); allowed: e.g. head_dim 576, "
                     f"head_dim_v 512"
                 )
-            simple = {axis.name: (axis.to_case or _as_is)(combo[axis.name], combo)
+            simple = {axis.name: (axis.to_case or _as_is)(getattr(combo, axis.name), combo)
                       for axis in axis_table.axes(shape=False) if not axis.expanded}
-            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo["causal"], combo["window"], mode,
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo.causal, combo.window, mode,
                         **docs, **lengths, **simple,
-                        **quant_fields(where, dtype, combo["kv_dtype"], combo["quant"], mode, seq, kv_seq))
+                        **quant_fields(where, dtype, combo.kv_dtype, combo.quant, mode, seq, kv_seq))
             refuse_nothing_visible(where, case)
             cases.append(case)
         return cases
 
 
-def _as_is(value: Any, combo: dict[str, Any]) -> Any:
+def _as_is(value: Any, combo: Any) -> Any:
     return value
 
 
