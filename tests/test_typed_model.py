@@ -100,3 +100,20 @@ def test_determinism_is_read_as_its_answer_with_the_sentence_as_reason() -> None
     assert DeterminismAnswer.of("refused: no deterministic backward").kind == Determinism.REFUSED
     assert DeterminismAnswer.of("not applicable (forward only)").kind == Determinism.NOT_APPLICABLE
     assert DeterminismAnswer.of(None) is None
+
+
+def test_the_kernel_label_is_made_and_parsed_in_one_module_only() -> None:
+    """The route marker appears in no string but core/kernel_id.py's; its label round-trips every shape."""
+    from attnbench.core.kernel_id import ROUTED, KernelId
+
+    marked = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              if path.name != "kernel_id.py" for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str) and ROUTED in node.value]
+    assert marked == []
+    for label in ("torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION (is_causal, enable_gqa)",
+                  "torch 2.11.0 sdpa FLASH_ATTENTION via FA2 (built into PyTorch) (is_causal)",
+                  "flashinfer 0.7.2.post1 single_prefill_with_kv_cache(causal=True, window_left=-1)"):
+        assert KernelId.parse(label).label == label
+    routed = KernelId.parse("torch 2.11.0 sdpa auto→CUDNN_ATTENTION (explicit mask)")
+    assert (routed.ran, routed.choice, routed.how) == ("torch 2.11.0 sdpa CUDNN_ATTENTION", "CUDNN_ATTENTION",
+                                                       "(explicit mask)")

@@ -9,6 +9,7 @@ from typing import Any
 
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.kernel_id import KernelId
 from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
@@ -29,7 +30,7 @@ class Number:
     low: float
     high: float
     run_id: str
-    kernel: str | None
+    kernel: KernelId | None
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Decision:
     margin: float | None = None  # min over cases of runner-up's interval low / leader's interval high
     default_ratio: float | None = None  # sdpa over the backend to call
     default_why: str | None = None  # why there is no ratio
-    default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
+    default_kernel: KernelId | None = None  # what sdpa dispatched to (its latest record's kernel)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (backend, why) for non-candidates
     contested: list[tuple[str, str, float]] = field(default_factory=list)  # (backend, why, its median)
     noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
@@ -79,7 +80,7 @@ def _number(entry: Entry, metric: Metric) -> Number:
 def _number_of(record: Record, entry: Entry, metric: Metric) -> Number:
     value, interval = metric.value(record), metric.interval(record)
     assert value is not None and interval is not None
-    return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel)
+    return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel_id)
 
 
 def _ratio(mine: list[Number], theirs: list[Number]) -> float:
@@ -125,7 +126,7 @@ def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> Decision:
             decision.excluded.append((backend, _why(entries)))
     _merge_same_kernels(decision)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
-    decision.default_kernel = next((e.latest.kernel for e in default if e is not None), None)
+    decision.default_kernel = next((e.latest.kernel_id for e in default if e is not None), None)
     return decision
 
 
@@ -233,12 +234,9 @@ def _rivals(cases: list[dict[str, Entry]], decision: Decision, metric: Metric) -
     return found
 
 
-def ran_kernel(kernel: str | None) -> str | None:
-    """The kernel a record says ran, without how it was asked for: 'torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION
-    (is_causal)' is 'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
-    if not kernel:
-        return None
-    return kernel.replace("auto→", "").split(" (")[0].strip() or None
+def ran_kernel(kernel: KernelId | None) -> str | None:
+    """The kernel a record says ran, without how it was asked for."""
+    return kernel.ran.strip() or None if kernel else None
 
 
 def _merge_same_kernels(decision: Decision) -> None:
