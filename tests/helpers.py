@@ -21,7 +21,7 @@ from attnbench.records.results import COMPRESSED_RESULTS_FILE, RESULTS_FILE, Rec
 from attnbench.run.measure import InProcess, Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
+from attnbench.timing.timers import ClockTimer, Timer, TimingSettings, timer_for
 from attnbench.verify.inputs import CaseData
 from attnbench.verify.quant_data import case_data
 
@@ -127,7 +127,7 @@ class Standin:
                 for name, c in self.cases.items() for backend in self.backends]
 
 
-class ScriptedTimer:
+class ScriptedTimer(Timer):
     """A timer that calls the timed function once per sample and reports the samples it was given (ms)."""
 
     name = "scripted"

@@ -17,6 +17,7 @@ from attnbench.core import workload
 from attnbench.records.results import Record, ResultsWriter
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import Timer
 from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.verify.repeat import bitwise_equal, compare, max_difference
 from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
@@ -192,7 +193,7 @@ class Counting(Flaky):
         return prepared
 
 
-class NoCalls:
+class NoCalls(Timer):
     """A timer that reports samples without calling the function (a scripted test timer)."""
 
     name = "scripted"

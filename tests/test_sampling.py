@@ -11,7 +11,7 @@ from attnbench.backends.registry import default_registry
 from attnbench.core.interval import median_interval, rank, samples_needed
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.timing.timers import ClockTimer, TimingSettings
+from attnbench.timing.timers import ClockTimer, Timer, TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import make_case
 
@@ -169,7 +169,7 @@ def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_c
 
 
 def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> None:
-    class Plain:
+    class Plain(Timer):
         name = "plain"
 
         def measure(self, fn, settings):  # type: ignore[no-untyped-def]
@@ -209,13 +209,13 @@ def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> 
 
     from attnbench.core.interval import two_modes
     from attnbench.records.results import stored_lines
-    from attnbench.run.recording import timing_extra
+    from attnbench.run.recording import bimodal_extra
 
     records = stored_lines(Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
     (flex,) = [r for r in records
                if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
     assert not flex["noisy"]
-    modes = timing_extra(flex["times_ms"], object())["bimodal"]
+    modes = bimodal_extra(flex["times_ms"])["bimodal"]
     assert 0.99 < modes["low_ms"] < 1.02 and 1.4 < modes["high_ms"] < 1.6 and modes["high_share"] == round(5 / 24, 3)
     assert two_modes([1.0, 1.01, 0.99, 1.02, 1.0, 1.03, 0.98, 1.01, 1.0, 1.02]) is None  # one group
     assert two_modes([1.0] * 20 + [1.5]) is None  # one outlier is not a group

@@ -439,10 +439,10 @@ def test_one_sample_for_a_trace_is_made_as_the_timers_samples_are(monkeypatch: p
     timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=3, max_samples=3))
     batch = cuda.log[-3:]
     cuda.log.clear()
-    assert timing.one_sample(timer, cuda.launch)() == 2.0
+    assert timer.one_sample(cuda.launch)() == 2.0
     assert cuda.log == batch == ["spin 2000", "flush", "call"] and not cuda.pending  # synchronised
     ticks = iter([5_000_000, 8_000_000])
     calls = []
-    assert timing.one_sample(ClockTimer(lambda: next(ticks)), lambda: calls.append(1))() == 3.0 and calls == [1]
-    plain = lambda: None  # noqa: E731 - a timer without `sample`: the trace's second call is a plain call
-    assert timing.one_sample(object(), plain) is plain
+    assert ClockTimer(lambda: next(ticks)).one_sample(lambda: calls.append(1))() == 3.0 and calls == [1]
+    plain = lambda: None  # noqa: E731 - a graph's sample is a replay: the trace's second call is a plain call
+    assert CudaGraphTimer.one_sample(None, plain) is plain  # type: ignore[arg-type]

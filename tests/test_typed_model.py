@@ -117,3 +117,14 @@ def test_the_kernel_label_is_made_and_parsed_in_one_module_only() -> None:
     routed = KernelId.parse("torch 2.11.0 sdpa auto→CUDNN_ATTENTION (explicit mask)")
     assert (routed.ran, routed.choice, routed.how) == ("torch 2.11.0 sdpa CUDNN_ATTENTION", "CUDNN_ATTENTION",
                                                        "(explicit mask)")
+
+
+def test_the_timer_is_read_through_its_declared_attributes_never_probed() -> None:
+    from attnbench.timing import timers
+
+    probes = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr",
+              "hasattr") and node.args and "timer" in ast.unparse(node.args[0])]
+    assert probes == []
+    made = [timers.ClockTimer, timers.CudaEventTimer, timers.HostTimer, timers.CudaGraphTimer]
+    assert all(issubclass(kind, timers.Timer) for kind in made) and timers.ClockTimer().modes is None

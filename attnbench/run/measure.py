@@ -64,8 +64,8 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
     return Facts(conformance, None if conformance else backend.availability(case.device),
-                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic,
-                 getattr(timer, "runs_on", None))
+                 settings.free_memory(case.device), timer.modes, timer.name, settings.deterministic,
+                 timer.runs_on)
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,

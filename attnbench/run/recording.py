@@ -15,7 +15,7 @@ from attnbench.records.parts import SetupParts, part_of
 from attnbench.records.record import judged
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
-from attnbench.timing.timers import TimingSettings
+from attnbench.timing.timers import Timer, TimingSettings
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -103,16 +103,20 @@ def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) 
     return "budget"
 
 
-def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
-    """Warm-up, the timer's details, and `bimodal`."""
-    extra: dict[str, Any] = {}
+def bimodal_extra(samples: list[float]) -> dict[str, Any]:
     modes = two_modes(list(samples))
-    if modes is not None:
-        extra["bimodal"] = {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}
+    if modes is None:
+        return {}
+    return {"bimodal": {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}}
+
+
+def timing_extra(samples: list[float], timer: Timer) -> dict[str, Any]:
+    """Warm-up, the timer's details, and `bimodal`."""
+    extra = bimodal_extra(samples)
     if hasattr(samples, "warmup_calls"):
         extra.update(warmup_ms=samples.warmup_ms, warmup_calls=samples.warmup_calls,
                      warmup_steady=samples.steady)
-    extra.update(getattr(timer, "extra", None) or {})
+    extra.update(timer.extra)
     return extra
 
 
@@ -165,7 +169,7 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     fields.update(throughput(case, backend, fields["time_ms"]))
     extra = dict(record.extra)
     extra.pop("bimodal", None)
-    extra.update({k: v for k, v in timing_extra(samples, None).items() if k == "bimodal"})
+    extra.update(bimodal_extra(samples))
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"], info,
                                                             record.checked.fp32_math)
     extra.update(peak_extra, rounds=rounds)

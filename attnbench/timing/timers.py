@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.bracket import OWN_RUNTIME, TORCH_STREAM, Bracket
@@ -20,21 +21,29 @@ L2_FLUSH_BYTES = 256 << 20  # when the device reports no L2 size
 L2_FLUSH_FACTOR = 2
 
 
-class Timer(Protocol):
-    """Per-call samples in ms."""
+class Timer(abc.ABC):
+    """Per-call samples in ms, and what a run reads of the timer beside them."""
 
-    name: str
+    name: str = "timer"
+    modes: tuple[str, ...] | None = None  # the modes it can time; None: all
+    runs_on: tuple[str, ...] | None = None  # Capabilities.runs_on it can time; None: anywhere
+    clock: Callable[[], int] | None = None  # its samples' clock (ns), which the checked call may share
+    bracket: Bracket | None = None  # the last samples' events against host time
+    replay: tuple[Callable[[], object], int] | None = None  # a graph of the last samples: replay, calls it holds
 
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+    @abc.abstractmethod
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
 
-
-def one_sample(timer: object, fn: Callable[[], object]) -> Callable[[], object]:
-    """As `timer` makes each sample, for a trace."""
-    sample = getattr(timer, "sample", None)
-    return (lambda: sample(fn)) if callable(sample) else fn
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """As it makes each sample, for a trace."""
+        return fn
 
 
-class ClockTimer:
+class ClockTimer(Timer):
     """CPU work is synchronous: wall time is the call's."""
 
     name = "perf_counter"
@@ -47,6 +56,9 @@ class ClockTimer:
         start = clock()
         fn()
         return (clock() - start) / 1e6
+
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
 
     def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
         return run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
@@ -62,7 +74,7 @@ def flush_bytes_for(device: Any) -> int:
     return L2_FLUSH_FACTOR * l2 if l2 > 0 else L2_FLUSH_BYTES
 
 
-class CudaEventTimer:
+class CudaEventTimer(Timer):
     """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel 1.5x
     the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept beside its
     events' (attnbench.timing.bracket)."""
@@ -113,6 +125,9 @@ class CudaEventTimer:
         fn()
         end.record()
 
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
+
     def sample(self, fn: Callable[[], object]) -> float:
         """Not recorded."""
         cuda = self.cuda
@@ -160,7 +175,7 @@ class CudaEventTimer:
         return samples
 
 
-class HostTimer:
+class HostTimer(Timer):
     """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on): the
     host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover, whose
     spin would hold torch's stream only. A few calls behind the cover after the samples read what torch's stream's
@@ -177,6 +192,9 @@ class HostTimer:
     @property
     def extra(self) -> dict[str, Any]:
         return {"l2_flush_bytes": self.events.flush_bytes, **(self.bracket.extra() if self.bracket else {})}
+
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
 
     def sample(self, fn: Callable[[], object]) -> float:
         events = self.events
@@ -235,7 +253,7 @@ def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
     return statistics.median(times)
 
 
-class CudaGraphTimer:
+class CudaGraphTimer(Timer):
     """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2; warm-up on a
     side stream before capture, as torch.cuda.graphs requires."""
 
