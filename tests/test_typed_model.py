@@ -8,6 +8,8 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from attnbench.records.env import ENV_TYPES, RunEnv
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnbench"
@@ -128,3 +130,14 @@ def test_the_timer_is_read_through_its_declared_attributes_never_probed() -> Non
     assert probes == []
     made = [timers.ClockTimer, timers.CudaEventTimer, timers.HostTimer, timers.CudaGraphTimer]
     assert all(issubclass(kind, timers.Timer) for kind in made) and timers.ClockTimer().modes is None
+
+
+def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
+    import dataclasses
+
+    from attnbench.timing.sampling import Samples
+
+    made = Samples((2.0, 1.0), "precision", warmup_calls=0)
+    assert not issubclass(Samples, list) and made.times == (2.0, 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.stop = "budget"  # type: ignore[misc]

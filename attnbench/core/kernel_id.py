@@ -1,4 +1,4 @@
-"""The kernel a record names, as a value: its stored label is made from it and parsed back into it."""
+"""The kernel a record names: its label is made from this value and parsed back into it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ ROUTED = "auto→"
 
 @dataclass(frozen=True)
 class KernelId:
-    """`ran`: library, version and kernel (no " ("); `how`: the call's parenthesised detail; `routed`: PyTorch's
-    own choice, pinned to `ran`'s last word."""
+    """`ran`: library, version, kernel (no " ("); `how`: the parenthesised rest; `routed`: PyTorch chose `ran`'s
+    last word."""
 
     ran: str
     how: str = ""

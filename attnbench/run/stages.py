@@ -21,7 +21,7 @@ from attnbench.run.profiled import Profiled, profiled
 from attnbench.run.recording import setup_fields
 from attnbench.timing.bracket import judged
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
-from attnbench.timing.timers import Timer, TimingSettings
+from attnbench.timing.timers import Samples, Timer, TimingSettings
 from attnbench.verify.check import NAMES, Verdict, judge
 from attnbench.verify.inputs import Answer, CaseData, grad_checkable
 from attnbench.verify.integrity import Guard, other_inputs
@@ -94,7 +94,7 @@ class Sustained:
 class Timed:
     """The samples, the timer's first call kept for the repeatability check, and the GPU's state right after."""
 
-    samples: list[float]
+    samples: Samples
     kept: KeepFirst
     gpu: dict[str, Any]  # the record's fields of the GPU's state
     gpu_extra: dict[str, Any]  # and its extra entries

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.bracket import OWN_RUNTIME, TORCH_STREAM, Bracket
-from attnbench.timing.sampling import Sampler, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
+from attnbench.timing.sampling import Sampler, Samples, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
 
 if TYPE_CHECKING:
     import torch
@@ -25,18 +25,18 @@ class Timer(abc.ABC):
     """Per-call samples in ms, and what a run reads of the timer beside them."""
 
     name: str = "timer"
-    modes: tuple[str, ...] | None = None  # the modes it can time; None: all
-    runs_on: tuple[str, ...] | None = None  # Capabilities.runs_on it can time; None: anywhere
-    clock: Callable[[], int] | None = None  # its samples' clock (ns), which the checked call may share
-    bracket: Bracket | None = None  # the last samples' events against host time
-    replay: tuple[Callable[[], object], int] | None = None  # a graph of the last samples: replay, calls it holds
+    modes: tuple[str, ...] | None = None  # None: all
+    runs_on: tuple[str, ...] | None = None  # Capabilities.runs_on it times; None: any
+    clock: Callable[[], int] | None = None  # its samples' (ns): the checked call may join them
+    bracket: Bracket | None = None
+    replay: tuple[Callable[[], object], int] | None = None  # the last samples' graph: replay, calls
 
     @property
     def extra(self) -> dict[str, Any]:
         return {}
 
     @abc.abstractmethod
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples: ...
 
     def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
         """As it makes each sample, for a trace."""
@@ -60,7 +60,7 @@ class ClockTimer(Timer):
     def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
         return lambda: self.sample(fn)
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         return run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
 
 
@@ -152,7 +152,7 @@ class CudaEventTimer(Timer):
             self.cover_ms = cover_ms(statistics.median(host) / 1e3, 1.5, self.COVER_MAX_MS)
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], host
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         cuda = self.cuda
         cuda.synchronize()
         self.cover_ms, self.bracket = 0.0, None
@@ -186,7 +186,7 @@ class HostTimer(Timer):
 
     def __init__(self, events: CudaEventTimer) -> None:
         self.events = events
-        self.clock = events.host_clock  # its samples' clock: the checked call may join them
+        self.clock = events.host_clock
         self.bracket: Bracket | None = None
 
     @property
@@ -205,10 +205,10 @@ class HostTimer(Timer):
         fn()
         return (self.clock() - start) / 1e6
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         self.bracket = None
         samples = run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
-        host = statistics.median(samples)
+        host = statistics.median(samples.times)
         self.events.cover_ms = cover_ms(host / 1e3, 1.5, self.events.COVER_MAX_MS)
         seen, _ = self.events.covered(fn, self.EVENT_CALLS)
         self.bracket = Bracket(host, statistics.median(seen), self.events.empty_ms)
@@ -267,9 +267,8 @@ class CudaGraphTimer(Timer):
         import torch
 
         self.torch = torch
-        self.replay: tuple[Callable[[], object], int] | None = None
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         torch = self.torch
         self.replay = None
         side = torch.cuda.Stream()
@@ -302,7 +301,6 @@ class CudaGraphTimer(Timer):
 
         # a new graph warms up on its own replays
         samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)
-        # for run.profiled
         self.replay = (graph.replay, calls)
         return samples
 
