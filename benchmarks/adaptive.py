@@ -50,7 +50,7 @@ def make_call(kernel: str, batch: int, heads: int, seq: int, head_dim: int) -> t
 def ours(call: Callable[[], object]) -> tuple[float, float, float, int]:
     """(median ms, interval half-width, wall s, samples) of attnbench's ClockTimer at ±2%."""
     start = time.perf_counter()
-    samples = ClockTimer().measure(call, SETTINGS)
+    samples = ClockTimer().measure(call, SETTINGS).times
     wall = time.perf_counter() - start
     interval = median_interval(list(samples), SETTINGS.confidence)
     return interval.median, interval.half_width(), wall, len(samples)

@@ -21,7 +21,7 @@ from attnbench.records.results import COMPRESSED_RESULTS_FILE, RESULTS_FILE, Rec
 from attnbench.run.measure import InProcess, Settings, measure
 from attnbench.run.recording import RunInfo
 from attnbench.run.schedule import Schedule
-from attnbench.timing.timers import ClockTimer, TimingSettings, timer_for
+from attnbench.timing.timers import ClockTimer, Samples, Timer, TimingSettings, timer_for
 from attnbench.verify.inputs import CaseData
 from attnbench.verify.quant_data import case_data
 
@@ -127,7 +127,7 @@ class Standin:
                 for name, c in self.cases.items() for backend in self.backends]
 
 
-class ScriptedTimer:
+class ScriptedTimer(Timer):
     """A timer that calls the timed function once per sample and reports the samples it was given (ms)."""
 
     name = "scripted"
@@ -136,11 +136,11 @@ class ScriptedTimer:
         self.samples = list(samples)
         self.calls = 0
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         for _ in self.samples:
             fn()
             self.calls += 1
-        return list(self.samples)
+        return Samples(tuple(self.samples))
 
 
 class Phases:
@@ -170,7 +170,7 @@ class PhaseTimer(ClockTimer):
         super().__init__()
         self.phases = phases
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         self.phases.phase = "timed"
         try:
             return super().measure(fn, settings)

@@ -78,7 +78,7 @@ def test_events_bracket_nothing_of_a_runtimes_blocking_call_and_the_host_timer_t
     call = lambda: line.blocking_call(kernel_ns, dispatch_ns)  # noqa: E731
 
     old = events.measure(call, SETTINGS)
-    assert set(old) == {line.pair_ns / 1e6} and old[0] == pytest.approx(min(record.times_ms))  # 1.248 us, again
+    assert set(old.times) == {line.pair_ns / 1e6} and old.times[0] == pytest.approx(min(record.times_ms))  # 1.248 us
     assert events.bracket == Bracket((enqueues + dispatch_ns + kernel_ns) / 1e6, line.pair_ns / 1e6,
                                      line.pair_ns / 1e6)
     problem, note = judged(events.bracket, TORCH_STREAM)
@@ -89,15 +89,15 @@ def test_events_bracket_nothing_of_a_runtimes_blocking_call_and_the_host_timer_t
     host = timer_for_work(events, OWN_RUNTIME)
     assert isinstance(host, HostTimer) and host.name == "host (blocking call)"
     new = host.measure(call, SETTINGS)
-    assert set(new) == {(dispatch_ns + kernel_ns) / 1e6}
+    assert set(new.times) == {(dispatch_ns + kernel_ns) / 1e6}
     if dispatch == "assumed":
-        assert abs(statistics.median(new) / h200()["do_bench_ms"] - 1) < 0.05
+        assert abs(statistics.median(new.times) / h200()["do_bench_ms"] - 1) < 0.05
     else:
-        assert statistics.median(new) == pytest.approx(0.4964, abs=1e-4)
+        assert statistics.median(new.times) == pytest.approx(0.4964, abs=1e-4)
     assert host.bracket is not None and host.bracket.events_ms == line.pair_ns / 1e6
     problem, note = judged(host.bracket, OWN_RUNTIME)
     assert problem is None and note is not None and "its work runs in its own runtime, as declared" in note
-    assert host.extra["host_ms"] == statistics.median(new) and host.extra["events_empty_ms"] == 0.001248
+    assert host.extra["host_ms"] == statistics.median(new.times) and host.extra["events_empty_ms"] == 0.001248
 
 
 def test_work_on_torchs_stream_is_timed_by_its_events_and_never_flagged() -> None:
@@ -106,15 +106,15 @@ def test_work_on_torchs_stream_is_timed_by_its_events_and_never_flagged() -> Non
     time is 3.5%, under the 10%) and one that synchronises inside are not flagged: their events saw a kernel."""
     line, events, kernel_ns = timeline()
     sdpa = events.measure(lambda: line.torch_kernel(kernel_ns), SETTINGS)
-    assert set(sdpa) == {(kernel_ns + line.pair_ns) / 1e6}
-    assert abs(sdpa[0] / h200()["sdpa"].time_ms - 1) < 0.02
+    assert set(sdpa.times) == {(kernel_ns + line.pair_ns) / 1e6}
+    assert abs(sdpa.times[0] / h200()["sdpa"].time_ms - 1) < 0.02
     assert judged(events.bracket, TORCH_STREAM) == (None, None)
 
     def slow_to_enqueue() -> None:
         line.host_work(300_000)
         line.torch_kernel(10_000)
 
-    assert set(events.measure(slow_to_enqueue, SETTINGS)) == {(10_000 + line.pair_ns) / 1e6}
+    assert set(events.measure(slow_to_enqueue, SETTINGS).times) == {(10_000 + line.pair_ns) / 1e6}
     assert events.bracket is not None and events.bracket.share < policy.EVENTS_SHARE
     assert judged(events.bracket, TORCH_STREAM) == (None, None)
 
@@ -123,7 +123,7 @@ def test_work_on_torchs_stream_is_timed_by_its_events_and_never_flagged() -> Non
         line.synchronize()
 
     # the end event is enqueued after the synchronize returns: its wait and launch are in the call
-    assert set(events.measure(synchronising, SETTINGS)) == {(50_000 + line.sync_ns + line.launch_ns
+    assert set(events.measure(synchronising, SETTINGS).times) == {(50_000 + line.sync_ns + line.launch_ns
                                                              + line.pair_ns) / 1e6}
     assert judged(events.bracket, TORCH_STREAM) == (None, None)
 

@@ -83,7 +83,7 @@ def test_cuda_event_median_agrees_with_triton_do_bench() -> None:
         # MHz: ours, stopping early at the precision asked, read 0.903 where do_bench's 500 ms read 1.004. So
         # the GPU is brought to its sustained state first, by a discarded do_bench.
         triton_testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
-        ours = summarize(CudaEventTimer().measure(fn, TimingSettings(warmup_ms=100, budget_ms=500))).median
+        ours = summarize(CudaEventTimer().measure(fn, TimingSettings(warmup_ms=100, budget_ms=500)).times).median
         theirs = triton_testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
         # At ~12 µs a 0.6 µs difference in event placement is 5%, so the short call is held to 10%, the long to 5%.
         assert abs(ours / theirs - 1) <= (0.10 if seq == 256 else 0.05), (seq, ours, theirs)
@@ -108,7 +108,7 @@ def test_a_call_slow_to_enqueue_is_timed_without_its_launch_latency() -> None:
         x.add_(1)
 
     timer = CudaEventTimer()
-    median = summarize(timer.measure(slow_to_enqueue, TimingSettings(warmup_ms=5, budget_ms=50))).median
+    median = summarize(timer.measure(slow_to_enqueue, TimingSettings(warmup_ms=5, budget_ms=50)).times).median
     assert median < 0.05, (median, timer.extra)  # without the spin the GPU waited ~0.3 ms inside the events
     assert 300 <= timer.extra["launch_cover_us"] <= 2000
 

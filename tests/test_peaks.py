@@ -9,14 +9,14 @@ from attnbench.core import counting
 from attnbench.core.peaks import peak_bandwidth_for, peak_for
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.timing.timers import TimingSettings
+from attnbench.timing.timers import Samples, Timer, TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import make_case
 
 ONE_MS = TimingSettings(warmup_ms=0, budget_ms=0, min_samples=3, max_samples=3)
 
 
-class FixedTimer:
+class FixedTimer(Timer):
     """Every call takes exactly `ms`: the throughput fields become exact arithmetic."""
 
     name = "fixed"
@@ -24,8 +24,8 @@ class FixedTimer:
     def __init__(self, ms: float) -> None:
         self.ms = ms
 
-    def measure(self, fn: object, settings: TimingSettings) -> list[float]:
-        return [self.ms] * settings.min_samples
+    def measure(self, fn: object, settings: TimingSettings) -> Samples:  # type: ignore[override]
+        return Samples((self.ms,) * settings.min_samples)
 
 
 def test_flops_and_bytes_by_hand() -> None:

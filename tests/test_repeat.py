@@ -17,6 +17,7 @@ from attnbench.core import workload
 from attnbench.records.results import Record, ResultsWriter
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
+from attnbench.timing.timers import Samples, Timer
 from attnbench.verify.inputs import CaseData, naive_attention
 from attnbench.verify.repeat import bitwise_equal, compare, max_difference
 from tests.helpers import ONE_SAMPLE, ScriptedTimer, make_case, run_cases
@@ -192,13 +193,13 @@ class Counting(Flaky):
         return prepared
 
 
-class NoCalls:
+class NoCalls(Timer):
     """A timer that reports samples without calling the function (a scripted test timer)."""
 
     name = "scripted"
 
     def measure(self, fn, settings):  # type: ignore[no-untyped-def]
-        return [1.0]
+        return Samples((1.0,))
 
 
 def test_the_second_call_is_the_timers_own_and_an_untimed_one_only_without_it() -> None:

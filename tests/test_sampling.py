@@ -11,7 +11,7 @@ from attnbench.backends.registry import default_registry
 from attnbench.core.interval import median_interval, rank, samples_needed
 from attnbench.run.measure import Settings, measure
 from attnbench.run.recording import RunInfo
-from attnbench.timing.timers import ClockTimer, TimingSettings
+from attnbench.timing.timers import ClockTimer, Samples, Timer, TimingSettings
 from attnbench.verify.inputs import CaseData
 from tests.helpers import make_case
 
@@ -74,13 +74,13 @@ def test_samples_needed_scales_with_the_square_of_the_width() -> None:
 
 def test_precision_zero_samples_to_the_budget() -> None:
     samples, clock = time_calls(lambda i: 2.0 + 0.01 * (i % 3), warmup_ms=0, budget_ms=40, min_samples=3, precision=0.0)
-    assert samples.stop == "budget" and 18 <= len(samples) <= 30
+    assert samples.stop == "budget" and 18 <= len(samples.times) <= 30
 
 
 def test_steady_calls_stop_as_soon_as_the_interval_is_narrow_enough() -> None:
     samples, clock = time_calls(lambda i: 2.0, warmup_ms=100, budget_ms=1000, min_samples=3)
     assert samples.stop == "precision"
-    assert list(samples) == [2.0] * 6  # six samples are the fewest with a 95% interval
+    assert list(samples.times) == [2.0] * 6  # six samples are the fewest with a 95% interval
     # the batch of five after the first call agreed with it, and the first call with them: all six are samples
     assert samples.warmup_calls == 0 and samples.warmup_ms == 0.0 and samples.steady
     assert clock.calls == 6
@@ -91,31 +91,31 @@ def test_warm_up_ends_when_two_batches_agree_not_at_warmup_ms() -> None:
     slow = [9.0, 5.0, 3.0]
     samples, _ = time_calls(lambda i: slow[i] if i < len(slow) else 1.0, warmup_ms=100, budget_ms=50, min_samples=3)
     assert samples.steady and samples.warmup_ms < 30
-    assert 9.0 not in samples and 5.0 not in samples and 3.0 not in samples
+    assert 9.0 not in samples.times and 5.0 not in samples.times and 3.0 not in samples.times
     assert samples.stop == "precision"
 
 
 def test_a_slow_call_warm_from_the_start_costs_no_warm_up_and_a_cold_one_costs_one_call() -> None:
     """10 ms calls with warmup_ms 1: the one warm-up call is kept when it agrees with the samples after it."""
     warm, clock = time_calls(lambda i: 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
-    assert list(warm) == [10.0] * 6 and warm.warmup_calls == 0 and clock.calls == 6
+    assert list(warm.times) == [10.0] * 6 and warm.warmup_calls == 0 and clock.calls == 6
     cold, clock = time_calls(lambda i: 20.0 if i == 0 else 10.0, warmup_ms=1, budget_ms=1000, min_samples=3)
-    assert list(cold) == [10.0] * 6 and cold.warmup_calls == 1 and cold.warmup_ms == 20.0 and clock.calls == 7
+    assert list(cold.times) == [10.0] * 6 and cold.warmup_calls == 1 and cold.warmup_ms == 20.0 and clock.calls == 7
 
 
 def test_warm_up_is_bounded_by_warmup_ms_when_calls_never_settle() -> None:
     samples, _ = time_calls(lambda i: 1.0 + 0.1 * i, warmup_ms=5, budget_ms=3, min_samples=2)
     assert not samples.steady
     assert 5 <= samples.warmup_ms < 5 + 2.0  # stops with the batch that passes warmup_ms
-    assert samples.stop == "budget" and len(samples) in (2, 3)  # a batch sized from the estimate may pass it by one
+    assert samples.stop == "budget" and len(samples.times) in (2, 3)  # a batch sized from the estimate may pass by one
 
 
 def test_a_spread_that_never_narrows_stops_at_the_budget_or_at_max_samples() -> None:
     alternating = lambda i: 1.0 if i % 2 else 1.2  # noqa: E731 - the median's interval stays ±10% wide
     samples, _ = time_calls(alternating, warmup_ms=0, budget_ms=40, min_samples=3)
-    assert samples.stop == "budget" and 40 <= sum(samples) < 40 + 1.2 * 10
+    assert samples.stop == "budget" and 40 <= sum(samples.times) < 40 + 1.2 * 10
     capped, _ = time_calls(alternating, warmup_ms=0, budget_ms=10_000, min_samples=3, max_samples=50)
-    assert capped.stop == "max_samples" and len(capped) == 50
+    assert capped.stop == "max_samples" and len(capped.times) == 50
 
 
 def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
@@ -125,8 +125,9 @@ def test_a_tight_precision_asks_for_more_samples_than_a_loose_one() -> None:
     tight, _ = time_calls(lambda i: noise[i], warmup_ms=0, budget_ms=10_000, min_samples=3, precision=0.004,
                        max_samples=100_000)
     assert loose.stop == tight.stop == "precision"
-    assert len(loose) < 60 < 200 < len(tight)
-    assert median_interval(list(tight)).half_width() <= 0.004 < median_interval(list(tight)[:200]).half_width()
+    assert len(loose.times) < 60 < 200 < len(tight.times)
+    times = list(tight.times)
+    assert median_interval(times).half_width() <= 0.004 < median_interval(times[:200]).half_width()
 
 
 def test_every_record_carries_its_interval_and_why_sampling_stopped() -> None:
@@ -168,13 +169,13 @@ def test_a_backward_mode_warms_up_with_timed_calls_and_a_slow_forward_with_its_c
     assert forward.extra["warmup_calls"] == 0 and forward.times_ms == [2.0, 2.0, 2.0]
 
 
-def test_a_timer_returning_a_plain_list_still_gets_an_interval_and_a_stop() -> None:
-    class Plain:
+def test_a_timer_that_gives_no_stop_nor_warm_up_still_gets_an_interval_and_a_stop() -> None:
+    class Plain(Timer):
         name = "plain"
 
         def measure(self, fn, settings):  # type: ignore[no-untyped-def]
             fn()
-            return [1.0] * 8
+            return Samples((1.0,) * 8)
 
     record = measure(
         CaseData(make_case(seq_len=32)), default_registry().get("naive"), Plain(),
@@ -209,13 +210,13 @@ def test_two_groups_of_samples_are_flagged_with_the_h200s_own_flex_samples() -> 
 
     from attnbench.core.interval import two_modes
     from attnbench.records.results import stored_lines
-    from attnbench.run.recording import timing_extra
+    from attnbench.run.recording import bimodal_extra
 
     records = stored_lines(Path(__file__).resolve().parents[1] / "reports" / "NVIDIA-H200-20261130-012712" / "run")
     (flex,) = [r for r in records
                if r["backend"] == "flex" and r["case_id"].endswith("s4096-h16-kv4-d128-causal-fwd_bwd")]
     assert not flex["noisy"]
-    modes = timing_extra(flex["times_ms"], object())["bimodal"]
+    modes = bimodal_extra(flex["times_ms"])["bimodal"]
     assert 0.99 < modes["low_ms"] < 1.02 and 1.4 < modes["high_ms"] < 1.6 and modes["high_share"] == round(5 / 24, 3)
     assert two_modes([1.0, 1.01, 0.99, 1.02, 1.0, 1.03, 0.98, 1.01, 1.0, 1.02]) is None  # one group
     assert two_modes([1.0] * 20 + [1.5]) is None  # one outlier is not a group

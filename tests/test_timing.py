@@ -33,14 +33,14 @@ def test_clock_timer_samples_each_call_and_respects_budget_and_minimum() -> None
     timer = ClockTimer(clock=lambda: next(ticks))
     calls = []
     samples = timer.measure(lambda: calls.append(1), TimingSettings(warmup_ms=3, budget_ms=10, min_samples=2))
-    assert samples == [2.0] * 5  # 10 ms budget / 2 ms per call (six would be needed for a 95% interval)
+    assert samples.times == (2.0,) * 5  # 10 ms budget / 2 ms per call (six would be needed for a 95% interval)
     assert samples.stop == "budget"
     # two warm-up calls of 2 ms cover 3 ms and agree (steady): they are the first two of the five samples
     assert len(calls) == 5 and samples.warmup_calls == 0 and samples.steady
     few = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1, min_samples=4))
-    assert len(few) == 4  # the minimum count wins over a small budget
+    assert len(few.times) == 4  # the minimum count wins over a small budget
     capped = timer.measure(lambda: None, TimingSettings(warmup_ms=0, budget_ms=1000, min_samples=1, max_samples=3))
-    assert len(capped) == 3  # the maximum count wins over a large budget
+    assert len(capped.times) == 3  # the maximum count wins over a large budget
 
 
 def test_summary_statistics() -> None:
@@ -319,7 +319,7 @@ def test_cuda_event_timer_flushes_l2_before_every_call_and_samples_to_the_budget
     assert timer.flush.device.type == "meta"
     timer.flush = FakeFlush(cuda.log)
     samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=2, max_samples=100))
-    assert samples == [1.0, 3.0, 2.0, 5.0, 4.0, 2.0]  # the 9 ms call did not agree with them: warm-up, thrown away
+    assert samples.times == (1.0, 3.0, 2.0, 5.0, 4.0, 2.0)  # the 9 ms call did not agree: warm-up, thrown away
     assert samples.stop == "budget" and samples.warmup_calls == 1 and samples.warmup_ms == 9.0
     assert cuda.log == ["flush", "call"] * 7
 
@@ -338,7 +338,7 @@ def test_cuda_event_timer_sample_count(monkeypatch: pytest.MonkeyPatch, settings
     timer = CudaEventTimer(device="meta", flush_l2=False)
     assert timer.name == "cuda-event (no L2 flush)" and timer.flush is None
     samples = timer.measure(cuda.launch, settings)
-    assert samples == [durations] * count and samples.stop == stop
+    assert samples.times == (durations,) * count and samples.stop == stop
     # no warm-up asked: still one warm-up call, which agreed with the samples after it and became one of them
     assert cuda.log.count("call") == count and samples.warmup_calls == 0
 
@@ -354,7 +354,7 @@ def test_cuda_graph_timer_divides_each_replay_by_the_calls_it_holds(monkeypatch:
     timer = CudaGraphTimer()
     samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=warmup_ms, budget_ms=9, min_samples=2,
                                                         max_samples=100))
-    assert samples == [0.375] * 6 and samples.stop == "precision" and samples.warmup_calls == thrown_away
+    assert samples.times == (0.375,) * 6 and samples.stop == "precision" and samples.warmup_calls == thrown_away
     # 3 warm-up calls on a side stream, 1 timed to size the graph, 3 captured; then only replays
     assert cuda.log == ["call"] * 7 + ["replay"] * (thrown_away + 6)
 
@@ -418,7 +418,7 @@ def test_a_gpu_spin_before_each_call_covers_the_cpus_enqueue_time(monkeypatch: p
     timer.flush = FakeFlush(cuda.log)
     timer.cycles_per_ms = 1000.0  # as measured once on a GPU
     samples = timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=3, max_samples=3))
-    assert samples == [2.0, 2.0, 2.0]
+    assert samples.times == (2.0, 2.0, 2.0)
     assert cuda.log[:5] == ["call", "spin 2000", "flush", "call", "spin 2000"]  # the probe call, then the batch
     assert cuda.log.count("spin 2000") == cuda.log.count("flush") == 3
     # each call's host time (its enqueue: here the call's 2 ms) beside its events'
@@ -439,10 +439,10 @@ def test_one_sample_for_a_trace_is_made_as_the_timers_samples_are(monkeypatch: p
     timer.measure(cuda.launch, TimingSettings(warmup_ms=0, budget_ms=10, min_samples=3, max_samples=3))
     batch = cuda.log[-3:]
     cuda.log.clear()
-    assert timing.one_sample(timer, cuda.launch)() == 2.0
+    assert timer.one_sample(cuda.launch)() == 2.0
     assert cuda.log == batch == ["spin 2000", "flush", "call"] and not cuda.pending  # synchronised
     ticks = iter([5_000_000, 8_000_000])
     calls = []
-    assert timing.one_sample(ClockTimer(lambda: next(ticks)), lambda: calls.append(1))() == 3.0 and calls == [1]
-    plain = lambda: None  # noqa: E731 - a timer without `sample`: the trace's second call is a plain call
-    assert timing.one_sample(object(), plain) is plain
+    assert ClockTimer(lambda: next(ticks)).one_sample(lambda: calls.append(1))() == 3.0 and calls == [1]
+    plain = lambda: None  # noqa: E731 - a graph's sample is a replay: the trace's second call is a plain call
+    assert CudaGraphTimer.one_sample(None, plain) is plain  # type: ignore[arg-type]

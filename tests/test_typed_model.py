@@ -8,6 +8,8 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from attnbench.records.env import ENV_TYPES, RunEnv
 from attnbench.records.record import Record
 
@@ -174,3 +176,42 @@ def test_an_ab_verdict_is_an_enum_member_not_a_string() -> None:
 def test_a_record_is_read_by_its_attributes_alone() -> None:
     """On 514d7d4 its dict-style view (get, [], in) was read on 53 test lines and by key_of on 8 test sites."""
     assert [name for name in ("get", "__getitem__", "__contains__") if hasattr(Record, name)] == []
+
+
+def test_the_kernel_label_is_made_and_parsed_in_one_module_only() -> None:
+    """The route marker appears in no string but core/kernel_id.py's; its label round-trips every shape."""
+    from attnbench.core.kernel_id import ROUTED, KernelId
+
+    marked = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              if path.name != "kernel_id.py" for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str) and ROUTED in node.value]
+    assert marked == []
+    for label in ("torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION (is_causal, enable_gqa)",
+                  "torch 2.11.0 sdpa FLASH_ATTENTION via FA2 (built into PyTorch) (is_causal)",
+                  "flashinfer 0.7.2.post1 single_prefill_with_kv_cache(causal=True, window_left=-1)"):
+        assert KernelId.parse(label).label == label
+    routed = KernelId.parse("torch 2.11.0 sdpa auto→CUDNN_ATTENTION (explicit mask)")
+    assert (routed.ran, routed.choice, routed.how) == ("torch 2.11.0 sdpa CUDNN_ATTENTION", "CUDNN_ATTENTION",
+                                                       "(explicit mask)")
+
+
+def test_the_timer_is_read_through_its_declared_attributes_never_probed() -> None:
+    from attnbench.timing import timers
+
+    probes = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+              for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr",
+              "hasattr") and node.args and "timer" in ast.unparse(node.args[0])]
+    assert probes == []
+    made = [timers.ClockTimer, timers.CudaEventTimer, timers.HostTimer, timers.CudaGraphTimer]
+    assert all(issubclass(kind, timers.Timer) for kind in made) and timers.ClockTimer().modes is None
+
+
+def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
+    import dataclasses
+
+    from attnbench.timing.sampling import Samples
+
+    made = Samples((2.0, 1.0), "precision", warmup_calls=0)
+    assert not issubclass(Samples, list) and made.times == (2.0, 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.stop = "budget"  # type: ignore[misc]

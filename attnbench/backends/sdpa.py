@@ -26,6 +26,7 @@ from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
 from attnbench.core import workload
 from attnbench.core.counting import MemoryCost
+from attnbench.core.kernel_id import KernelId
 from attnbench.verify import determinism
 
 if TYPE_CHECKING:
@@ -128,22 +129,22 @@ class _Sdpa(Backend):
 
         kwargs, how = mask_arguments(case, q)
         call = functools.partial(F.scaled_dot_product_attention, **kwargs)
+        how = f"({how}{', enable_gqa' if kwargs['enable_gqa'] else ''})"
+        detail = ""
         if self.kernel_name is None:
-            context, kernel = sdpa_kernel_choice(q, k, v, kwargs)
+            context, choice = sdpa_kernel_choice(q, k, v, kwargs)
+            kernel, routed = choice or "auto", choice is not None
+            detail = "" if routed else "(choice unknown)"
         elif self.kernel_name == "FLASH_ATTENTION":
             pinned = [SDPBackend.FLASH_ATTENTION]
-            context = lambda: flash_pinned(self.flash_impl, pinned)  # noqa: E731
-            kernel = f"FLASH_ATTENTION {flash_impl_label(self.flash_impl, q.device.type)}"
+            context, routed = (lambda: flash_pinned(self.flash_impl, pinned)), False
+            kernel, detail = flash_impl_words(self.flash_impl, q.device.type)
         else:
             pinned = [getattr(SDPBackend, self.kernel_name)]
-            context, kernel = (lambda: sdpa_kernel(pinned)), self.kernel_name
-        return Prepared(
-            inputs=(q, k, v),
-            call=call,
-            kernel=f"torch {self.version()} sdpa {kernel} ({how}{', enable_gqa' if kwargs['enable_gqa'] else ''})",
-            context=context,
-            extra=fp32_math(case, q.device.type, "EFFICIENT_ATTENTION" in kernel),
-        )
+            context, kernel, routed = (lambda: sdpa_kernel(pinned)), self.kernel_name, False
+        made = KernelId(f"torch {self.version()} sdpa {kernel}", f"{detail} {how}".lstrip(), routed)
+        return Prepared(inputs=(q, k, v), call=call, kernel=made.label, context=context,
+                        extra=fp32_math(case, q.device.type, kernel == "EFFICIENT_ATTENTION"))
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         text = str(exc)
@@ -179,13 +180,19 @@ def flash_pinned(impl: str | None, pinned: list[Any]) -> Iterator[None]:
 
 
 def flash_impl_label(impl: str | None, device_type: str) -> str:
+    kernel, detail = flash_impl_words(impl, device_type)
+    return f"{kernel.partition(' ')[2]} {detail}".lstrip()
+
+
+def flash_impl_words(impl: str | None, device_type: str) -> tuple[str, str]:
+    """(the kernel, its parenthesised detail)."""
     if device_type != "cuda":
-        return "(PyTorch's CPU flash kernel)"
+        return "FLASH_ATTENTION", "(PyTorch's CPU flash kernel)"
     if impl is None:
-        return "via FA2 (built into PyTorch)"
+        return "FLASH_ATTENTION via FA2", "(built into PyTorch)"
     module, distribution = FLASH_IMPL_MODULES.get(impl, (None, None))
     version = installed_version(distribution) if distribution else None
-    return f"via {impl} ({module}{f', {distribution} {version}' if version else ''})"
+    return f"FLASH_ATTENTION via {impl}", f"({module}{f', {distribution} {version}' if version else ''})"
 
 
 @functools.cache
@@ -219,8 +226,9 @@ def fp32_math(case: Case, device_type: str, cutlass_efficient: bool) -> dict[str
     return {"fp32_math": "3xTF32"} if cutlass_efficient and case.dtype == "float32" and device_type == "cuda" else {}
 
 
-def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs: dict[str, Any]) -> tuple[Any, str]:
-    """The kernel PyTorch picks, pinned so the timed call cannot drift."""
+def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       kwargs: dict[str, Any]) -> tuple[Any, str | None]:
+    """The kernel PyTorch picks (None: unknown), pinned so the timed call cannot drift."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -232,8 +240,8 @@ def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kwargs
     except Exception:  # a private API: when it moves, say so rather than guess
         from contextlib import nullcontext
 
-        return nullcontext, "auto (choice unknown)"
-    return (lambda: sdpa_kernel([choice])), f"auto→{choice.name}"
+        return nullcontext, None
+    return (lambda: sdpa_kernel([choice])), choice.name
 
 
 SDPA_FLASH = kernel_names.per_device(cpu=kernel_names.ATEN_CPU_FLASH, cuda=kernel_names.FLASH_ATTENTION_2)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnbench.core import axes, peaks
+from attnbench.core.kernel_id import KernelId
 from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
 from attnbench.records.parts import (
@@ -173,6 +174,10 @@ class Record:
     @property
     def determinism(self) -> DeterminismAnswer | None:
         return DeterminismAnswer.of((self.extra or {}).get("deterministic"))
+
+    @property
+    def kernel_id(self) -> KernelId | None:
+        return KernelId.parse(self.kernel) if self.kernel else None
 
     @property
     def roof(self) -> RoofParts:

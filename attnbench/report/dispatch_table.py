@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench import __version__
 from attnbench.core import axes
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.kernel_id import KernelId
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
 from attnbench.records.run import Run
@@ -76,7 +77,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "decision": decision.decision.value,
         "why": decision.why,
         "backend": decision.backend,
-        "kernel": chosen[0].kernel if chosen and decision.backend else None,
+        "kernel": label(chosen[0].kernel) if chosen and decision.backend else None,
         "leader": decision.leader,
         "values": [{"case_id": n.case_id, "value": n.value, "interval": [n.low, n.high], "run_id": n.run_id}
                    for n in chosen],
@@ -84,8 +85,8 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "runner_up": ({"backend": decision.runner_up, "ratio": decision.runner_up_ratio}
                       if decision.runner_up else None),
         "margin": decision.margin,
-        "default": {"backend": DEFAULT_BACKEND, "kernel": decision.default_kernel, "ratio": decision.default_ratio,
-                    "why": decision.default_why},
+        "default": {"backend": DEFAULT_BACKEND, "kernel": label(decision.default_kernel),
+                    "ratio": decision.default_ratio, "why": decision.default_why},
         "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
         "contested_by": [{"backend": c.backend, "why": c.words, "value": c.value} for c in decision.contested],
         "run_ids": decision.run_ids,
@@ -172,11 +173,13 @@ def runner_text(decision: Decision) -> str:
     return text
 
 
-def sdpa_choice(kernel: str | None) -> str:
-    """The kernel sdpa dispatched to, from its record's kernel string ('... sdpa auto→CUDNN_ATTENTION ...')."""
-    if not kernel or "auto→" not in kernel:
-        return ""
-    return kernel.split("auto→", 1)[1].split()[0]
+def sdpa_choice(kernel: KernelId | None) -> str:
+    """The kernel sdpa dispatched to ('CUDNN_ATTENTION'), or ''."""
+    return kernel.choice or "" if kernel else ""
+
+
+def label(kernel: KernelId | None) -> str | None:
+    return kernel.label if kernel else None
 
 
 def default_text(decision: Decision) -> str:

@@ -143,8 +143,8 @@ def fastest_line(group: CaseGroup) -> str | None:
         timed = [(usable_time(r), b) for (b, xx), r in cells.items() if xx == x and usable_time(r) is not None]
         if timed:
             best = min(timed)
-            kernel = ran_kernel(cells[(best[1], x)].kernel)  # backends that ran that kernel are one name
-            same = sorted(b for _, b in timed if kernel and ran_kernel(cells[(b, x)].kernel) == kernel)
+            kernel = ran_kernel(cells[(best[1], x)].kernel_id)  # backends that ran that kernel are one name
+            same = sorted(b for _, b in timed if kernel and ran_kernel(cells[(b, x)].kernel_id) == kernel)
             winners.append((x, " = ".join(same) if len(same) > 1 else best[1]))
     if not winners:
         return f"{group.title()}: no backend produced a correct timing."

@@ -64,8 +64,8 @@ def facts_here(case: Case, backend: Backend, timer: Timer, settings: Settings) -
         settings.conformance[backend.name] = conformance_problem(backend)
     conformance = settings.conformance[backend.name]
     return Facts(conformance, None if conformance else backend.availability(case.device),
-                 settings.free_memory(case.device), getattr(timer, "modes", None), timer.name, settings.deterministic,
-                 getattr(timer, "runs_on", None))
+                 settings.free_memory(case.device), timer.modes, timer.name, settings.deterministic,
+                 timer.runs_on)
 
 
 def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
@@ -157,7 +157,7 @@ def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, 
             timed: stage.Timed, memory: stage.Memory, repeated: stage.Repeated, before: dict[str, Any]) -> Numbers:
     """`before`: the earlier stages' `extra` (a backend's fp32_math picks the roof)."""
     case, samples, verdict, timing = data.case, timed.samples, repeated.verdict, checked.timing
-    fields = timing_fields(samples, settings.timing, case.device)
+    fields = timing_fields(list(samples.times), settings.timing, case.device, stop=samples.stop)
     fields.update(
         **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=memory.peak, memory_method=memory.method,
         max_abs_error=finite(verdict.max_abs_error), error_bound=finite(verdict.error_bound),
@@ -167,7 +167,7 @@ def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, 
     extra = timing_extra(samples, timer)
     if timing.warmed_ms:
         extra["check_ms"] = timing.warmed_ms  # the checked call, counted toward warmup_ms
-        extra["check_sampled"] = bool(getattr(samples, "prior_joined", False))
+        extra["check_sampled"] = samples.prior_joined
         if timing.prior_ms is not None:
             extra["check_call_ms"] = timing.prior_ms  # by the timer's clock
     extra["errors"] = {name: finite(value) for name, value in verdict.errors.items()}

@@ -20,7 +20,7 @@ from attnbench.timing.profile import (
     replay_lost,
     runtime_profile,
 )
-from attnbench.timing.timers import one_sample
+from attnbench.timing.timers import Timer
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -41,7 +41,7 @@ def trace_file(directory: Path, case: Case, backend: Backend) -> Path:
     return RunFolder(directory).traces / f"{case.case_id}-{backend.name}.json"
 
 
-def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: object,
+def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: Timer,
              others: dict[str, tuple[str, ...]], trace_dir: Path | None = None,
              runtime: Callable[[], Profile] | None = None) -> Profiled:
     """`runtime`: the backend's own profiler, for work outside PyTorch that torch.profiler cannot see."""
@@ -61,22 +61,22 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: obje
         for part in parts:
             part.unlink(missing_ok=True)
         return Profiled(fields, None, spent, foreign=profile.foreign, trace_ms=traced)
-    replay = getattr(timer, "replay", None)  # (replay one graph, calls it holds)
+    replay = timer.replay
     if replay is not None:
         run_graph, calls = replay
         graph = profile_call(run_graph, case.device, str(parts[1]) if parts else None, sync,
-                             f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'graph')}: one replay of "
+                             f"{LABEL_PREFIX}timed sample ({timer.name}: one replay of "
                              f"{calls} calls)")
         spent, traced = spent + graph.profile_ms - graph.export_ms, traced + graph.export_ms
-        timer.replay = None  # type: ignore[attr-defined]  # frees the graph's memory
+        timer.replay = None  # frees the graph's memory
         if graph.kernels is None:
             wrong = wrong or f"the graph replay could not be profiled ({graph.reason}): its time is not the call's"
         else:
             lost = replay_lost(_device_only(profile), graph.kernels, calls)
             wrong = wrong or lost
     elif trace is not None:  # one sample made as the timer made them
-        sample = profile_call(one_sample(timer, fn), case.device, str(parts[1]), sync,
-                              f"{LABEL_PREFIX}timed sample ({getattr(timer, 'name', 'timer')})")
+        sample = profile_call(timer.one_sample(fn), case.device, str(parts[1]), sync,
+                              f"{LABEL_PREFIX}timed sample ({timer.name})")
         traced += sample.profile_ms
     if trace is not None:
         joined = time.perf_counter()

@@ -15,7 +15,7 @@ from attnbench.records.parts import SetupParts, part_of
 from attnbench.records.record import judged
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
-from attnbench.timing.timers import TimingSettings
+from attnbench.timing.timers import Samples, Timer, TimingSettings
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -76,8 +76,9 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
 
 
 def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu",
-                  window_medians: list[float] | None = None) -> dict[str, Any]:
-    """The interval is the run's (core.interval.run_interval) over `window_medians` (None: one window)."""
+                  window_medians: list[float] | None = None, stop: str | None = None) -> dict[str, Any]:
+    """The interval is the run's (core.interval.run_interval) over `window_medians` (None: one window); `stop`:
+    the timer's."""
     stats = summarize(samples)
     windows = window_medians if window_medians else [stats.median]
     made = run_interval(samples, windows, device, settings.confidence)
@@ -86,14 +87,13 @@ def timing_fields(samples: list[float], settings: TimingSettings, device: str = 
     return {
         "time_ms": stats.median, "time_ms_iqr": stats.iqr, "time_ms_min": stats.minimum, "samples": len(samples),
         "times_ms": list(samples), "ci_low_ms": made.interval.low, "ci_high_ms": made.interval.high,
-        "ci_source": "windows", "ci_level": made.interval.level, "stop": stop_of(samples, settings, within),
+        "ci_source": "windows", "ci_level": made.interval.level, "stop": stop_of(samples, settings, within, stop),
         "noisy": few or made.windows_part > settings.precision,
     }
 
 
-def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) -> str:
+def stop_of(samples: list[float], settings: TimingSettings, interval: Interval, stop: str | None = None) -> str:
     """Why sampling stopped: as the timer says, else as the samples show."""
-    stop = getattr(samples, "stop", None)
     if stop in STOPS:
         return stop
     if len(samples) >= settings.max_samples:
@@ -103,16 +103,20 @@ def stop_of(samples: list[float], settings: TimingSettings, interval: Interval) 
     return "budget"
 
 
-def timing_extra(samples: list[float], timer: object) -> dict[str, Any]:
-    """Warm-up, the timer's details, and `bimodal`."""
-    extra: dict[str, Any] = {}
+def bimodal_extra(samples: list[float]) -> dict[str, Any]:
     modes = two_modes(list(samples))
-    if modes is not None:
-        extra["bimodal"] = {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}
-    if hasattr(samples, "warmup_calls"):
+    if modes is None:
+        return {}
+    return {"bimodal": {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}}
+
+
+def timing_extra(samples: Samples, timer: Timer) -> dict[str, Any]:
+    """Warm-up, the timer's details, and `bimodal`."""
+    extra = bimodal_extra(list(samples.times))
+    if samples.warmup_calls is not None:
         extra.update(warmup_ms=samples.warmup_ms, warmup_calls=samples.warmup_calls,
                      warmup_steady=samples.steady)
-    extra.update(getattr(timer, "extra", None) or {})
+    extra.update(timer.extra)
     return extra
 
 
@@ -165,7 +169,7 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     fields.update(throughput(case, backend, fields["time_ms"]))
     extra = dict(record.extra)
     extra.pop("bimodal", None)
-    extra.update({k: v for k, v in timing_extra(samples, None).items() if k == "bimodal"})
+    extra.update(bimodal_extra(samples))
     fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"], info,
                                                             record.checked.fp32_math)
     extra.update(peak_extra, rounds=rounds)

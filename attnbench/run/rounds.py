@@ -51,7 +51,7 @@ def resample(data: CaseData, backend: Backend, timer: Timer, timing: TimingSetti
             _, dout_native, _ = answer_of(prepared, canonical, leaves, out_native, inp.dout, data.rows, False)
         samples = timer_for_work(timer, backend.capabilities.runs_on).measure(
             timed_call(case.mode, prepared, leaves, out_native, dout_native), timing)
-    return list(samples)
+    return list(samples.times)
 
 
 class InProcessResampler:

@@ -19,9 +19,9 @@ from attnbench.gpu import sample as gpu_sample
 from attnbench.run import sustain
 from attnbench.run.profiled import Profiled, profiled
 from attnbench.run.recording import setup_fields
-from attnbench.timing.bracket import Bracket, judged
+from attnbench.timing.bracket import judged
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
-from attnbench.timing.timers import Timer, TimingSettings
+from attnbench.timing.timers import Samples, Timer, TimingSettings
 from attnbench.verify.check import NAMES, Verdict, judge
 from attnbench.verify.inputs import Answer, CaseData, grad_checkable
 from attnbench.verify.integrity import Guard, other_inputs
@@ -94,7 +94,7 @@ class Sustained:
 class Timed:
     """The samples, the timer's first call kept for the repeatability check, and the GPU's state right after."""
 
-    samples: list[float]
+    samples: Samples
     kept: KeepFirst
     gpu: dict[str, Any]  # the record's fields of the GPU's state
     gpu_extra: dict[str, Any]  # and its extra entries
@@ -149,9 +149,8 @@ def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: T
         try:
             if case.mode == "fwd":
                 # By the timer's clock: it may join the samples (attnbench.timing.sampling).
-                clock = getattr(timer, "clock", None)
                 start = time.perf_counter()
-                call = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=clock,
+                call = call_measuring_peak(lambda: prepared.call(*leaves), case.device, clock=timer.clock,
                                            memory=prepared.memory)
                 out_native, memory = prepared.to_tensor(call.result), Memory(call.peak, call.method)
                 timing = dataclasses.replace(timing, warmed_ms=(time.perf_counter() - start) * 1e3,
@@ -191,7 +190,7 @@ def timed(case: Case, backend: Backend, timer: Timer, chosen: Calls, checked: Ch
     kept = KeepFirst(chosen.first or chosen.fn)  # the second call the repeatability check compares
     samples = timer.measure(kept if checked.native is not None else chosen.first or chosen.fn, checked.timing)
     gpu, gpu_extra = gpu_sample.sampled_parts(case.device)
-    bracket: Bracket | None = getattr(timer, "bracket", None)
+    bracket = timer.bracket
     problem, note = judged(bracket, backend.capabilities.runs_on)
     events = {**(bracket.extra() if bracket is not None else {}), **({"off_stream": note} if note else {})}
     return Timed(samples, kept, gpu, gpu_extra, events, problem)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
+from attnbench.core.kernel_id import KernelId
 from attnbench.core.policy import percent
 from attnbench.records.record import Record, Status, apart
 from attnbench.records.run import Run, load_runs, same_software
@@ -29,7 +30,7 @@ class Number:
     low: float
     high: float
     run_id: str
-    kernel: str | None
+    kernel: KernelId | None
 
 
 class Call(enum.StrEnum):
@@ -73,7 +74,7 @@ class Decision:
     margin: float | None = None  # min over cases of runner-up's interval low / leader's interval high
     default_ratio: float | None = None  # sdpa over the backend to call
     default_why: str | None = None  # why there is no ratio
-    default_kernel: str | None = None  # what sdpa dispatched to (its latest record's kernel)
+    default_kernel: KernelId | None = None  # what sdpa dispatched to (its latest record's kernel)
     excluded: tuple[tuple[str, str], ...] = ()  # (backend, why) for non-candidates
     contested: tuple[Contest, ...] = ()
     noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
@@ -103,7 +104,7 @@ def _number(entry: Entry, metric: Metric) -> Number:
 def _number_of(record: Record, entry: Entry, metric: Metric) -> Number:
     value, interval = metric.value(record), metric.interval(record)
     assert value is not None and interval is not None
-    return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel)
+    return Number(entry.case_id, value, interval[0], interval[1], str(record.run_id), record.kernel_id)
 
 
 def _ratio(mine: list[Number], theirs: list[Number]) -> float:
@@ -140,7 +141,7 @@ class _Field:
     cases: tuple[str, ...]
     numbers: dict[str, list[Number]]
     excluded: tuple[tuple[str, str], ...]
-    default_kernel: str | None
+    default_kernel: KernelId | None
     noise: float
     folded: dict[str, str]
 
@@ -171,7 +172,7 @@ def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> _Field:
     numbers, folded, why_folded = _merge_same_kernels(numbers)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     return _Field(Shape.of_record(first).bucket(), tuple(next(iter(c.values())).case_id for c in cases), numbers,
-                  tuple(excluded + why_folded), next((e.latest.kernel for e in default if e is not None), None),
+                  tuple(excluded + why_folded), next((e.latest.kernel_id for e in default if e is not None), None),
                   policy.run_to_run_noise(str(first.device)), folded)
 
 
@@ -280,12 +281,9 @@ def _rivals(cases: list[dict[str, Entry]], numbers: dict[str, list[Number]], met
     return found
 
 
-def ran_kernel(kernel: str | None) -> str | None:
-    """The kernel a record says ran, without how it was asked for: 'torch 2.13.0+cpu sdpa auto→FLASH_ATTENTION
-    (is_causal)' is 'torch 2.13.0+cpu sdpa FLASH_ATTENTION'."""
-    if not kernel:
-        return None
-    return kernel.replace("auto→", "").split(" (")[0].strip() or None
+def ran_kernel(kernel: KernelId | None) -> str | None:
+    """The kernel a record says ran, without how it was asked for."""
+    return kernel.ran.strip() or None if kernel else None
 
 
 def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[str, str], list[tuple[str, str]]]:

@@ -39,21 +39,16 @@ class TimingSettings:
         return dataclasses.replace(self, budget_ms=self.budget_ms / self.rounds)
 
 
-class Samples(list):  # type: ignore[type-arg]
-    """A list, so `Timer.measure(...) -> list[float]` callers keep working, and how it went."""
+@dataclass(frozen=True)
+class Samples:
+    """Per-call times in ms and how the sampling went; `warmup_calls` None: no warm-up was counted."""
 
+    times: tuple[float, ...]
     stop: str | None = None  # one of STOPS, or None
     warmup_ms: float = 0.0
-    warmup_calls: int = 0
+    warmup_calls: int | None = None
     steady: bool = False
-    prior_joined: bool = False
-
-    @classmethod
-    def of(cls, samples: list[float], stop: str | None, warmup_ms: float = 0.0, warmup_calls: int = 0,
-           steady: bool = False) -> Samples:
-        made = cls(samples)
-        made.stop, made.warmup_ms, made.warmup_calls, made.steady = stop, warmup_ms, warmup_calls, steady
-        return made
+    prior_joined: bool = False  # the checked call's time is the first sample
 
 
 @dataclass
@@ -177,9 +172,8 @@ class Sampler:
             self.stop = "budget"
 
     def result(self) -> Samples:
-        made = Samples.of(list(self.samples), self.stop, self.warmup_ms, len(self.discarded), self.steady)
-        made.prior_joined = self.prior_joined
-        return made
+        return Samples(tuple(self.samples), self.stop, self.warmup_ms, len(self.discarded), self.steady,
+                       self.prior_joined)
 
 
 def _agree(a: float, b: float, precision: float) -> bool:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.bracket import OWN_RUNTIME, TORCH_STREAM, Bracket
-from attnbench.timing.sampling import Sampler, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
+from attnbench.timing.sampling import Sampler, Samples, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
 
 if TYPE_CHECKING:
     import torch
@@ -20,21 +21,29 @@ L2_FLUSH_BYTES = 256 << 20  # when the device reports no L2 size
 L2_FLUSH_FACTOR = 2
 
 
-class Timer(Protocol):
-    """Per-call samples in ms."""
+class Timer(abc.ABC):
+    """Per-call samples in ms, and what a run reads of the timer beside them."""
 
-    name: str
+    name: str = "timer"
+    modes: tuple[str, ...] | None = None  # None: all
+    runs_on: tuple[str, ...] | None = None  # Capabilities.runs_on it times; None: any
+    clock: Callable[[], int] | None = None  # its samples' (ns): the checked call may join them
+    bracket: Bracket | None = None
+    replay: tuple[Callable[[], object], int] | None = None  # the last samples' graph: replay, calls
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]: ...
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+    @abc.abstractmethod
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples: ...
+
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """As it makes each sample, for a trace."""
+        return fn
 
 
-def one_sample(timer: object, fn: Callable[[], object]) -> Callable[[], object]:
-    """As `timer` makes each sample, for a trace."""
-    sample = getattr(timer, "sample", None)
-    return (lambda: sample(fn)) if callable(sample) else fn
-
-
-class ClockTimer:
+class ClockTimer(Timer):
     """CPU work is synchronous: wall time is the call's."""
 
     name = "perf_counter"
@@ -48,7 +57,10 @@ class ClockTimer:
         fn()
         return (clock() - start) / 1e6
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
+
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         return run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
 
 
@@ -62,7 +74,7 @@ def flush_bytes_for(device: Any) -> int:
     return L2_FLUSH_FACTOR * l2 if l2 > 0 else L2_FLUSH_BYTES
 
 
-class CudaEventTimer:
+class CudaEventTimer(Timer):
     """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel 1.5x
     the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept beside its
     events' (attnbench.timing.bracket)."""
@@ -113,6 +125,9 @@ class CudaEventTimer:
         fn()
         end.record()
 
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
+
     def sample(self, fn: Callable[[], object]) -> float:
         """Not recorded."""
         cuda = self.cuda
@@ -137,7 +152,7 @@ class CudaEventTimer:
             self.cover_ms = cover_ms(statistics.median(host) / 1e3, 1.5, self.COVER_MAX_MS)
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], host
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         cuda = self.cuda
         cuda.synchronize()
         self.cover_ms, self.bracket = 0.0, None
@@ -160,7 +175,7 @@ class CudaEventTimer:
         return samples
 
 
-class HostTimer:
+class HostTimer(Timer):
     """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on): the
     host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover, whose
     spin would hold torch's stream only. A few calls behind the cover after the samples read what torch's stream's
@@ -171,12 +186,15 @@ class HostTimer:
 
     def __init__(self, events: CudaEventTimer) -> None:
         self.events = events
-        self.clock = events.host_clock  # its samples' clock: the checked call may join them
+        self.clock = events.host_clock
         self.bracket: Bracket | None = None
 
     @property
     def extra(self) -> dict[str, Any]:
         return {"l2_flush_bytes": self.events.flush_bytes, **(self.bracket.extra() if self.bracket else {})}
+
+    def one_sample(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: self.sample(fn)
 
     def sample(self, fn: Callable[[], object]) -> float:
         events = self.events
@@ -187,10 +205,10 @@ class HostTimer:
         fn()
         return (self.clock() - start) / 1e6
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         self.bracket = None
         samples = run(Sampler(settings), lambda count: [self.sample(fn) for _ in range(count)])
-        host = statistics.median(samples)
+        host = statistics.median(samples.times)
         self.events.cover_ms = cover_ms(host / 1e3, 1.5, self.events.COVER_MAX_MS)
         seen, _ = self.events.covered(fn, self.EVENT_CALLS)
         self.bracket = Bracket(host, statistics.median(seen), self.events.empty_ms)
@@ -235,7 +253,7 @@ def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
     return statistics.median(times)
 
 
-class CudaGraphTimer:
+class CudaGraphTimer(Timer):
     """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2; warm-up on a
     side stream before capture, as torch.cuda.graphs requires."""
 
@@ -249,9 +267,8 @@ class CudaGraphTimer:
         import torch
 
         self.torch = torch
-        self.replay: tuple[Callable[[], object], int] | None = None
 
-    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> list[float]:
+    def measure(self, fn: Callable[[], object], settings: TimingSettings) -> Samples:
         torch = self.torch
         self.replay = None
         side = torch.cuda.Stream()
@@ -284,7 +301,6 @@ class CudaGraphTimer:
 
         # a new graph warms up on its own replays
         samples = run(Sampler(dataclasses.replace(settings, warmed_ms=0.0, prior_ms=None), cost=calls), batch)
-        # for run.profiled
         self.replay = (graph.replay, calls)
         return samples
 
