@@ -1,15 +1,8 @@
-"""What `list` and `doctor` ask each built-in backend (can it run here, do its calls fit the installed library), and
-what `doctor` asks torch itself, kept between invocations for one installation, so the two answer without importing
-every kernel library (and torch) again.
-
-Asking costs the imports themselves (JAX, ONNX Runtime, OpenVINO, xformers' dispatcher and the compiler stack it
-pulls in, torch: seconds on a small machine). The answers depend only on what is installed and on the environment,
-so they are stored in `<cache dir>/probes.json` under a fingerprint of exactly that: attnbench's backend sources,
-the Python interpreter, every directory on `sys.path` (but the first: the script's or the working directory) and on
-`PATH` (an install, upgrade or removal changes its directory), the environment variables the libraries (and
-torch's thread count) read, and how many CPUs this process may use. Any change to them, or `--fresh`, asks again.
-Only the CPU's answers are kept: a GPU's depend on its driver and on what else holds it. A run never reads this
-file: it asks for itself.
+"""What `list` and `doctor` ask each built-in backend and torch, kept per installation so they answer without
+importing every kernel library again (seconds on a small machine). The answers sit in `<cache dir>/probes.json` under
+a fingerprint of what they depend on: attnbench's backend sources, the interpreter, the directories on `sys.path`
+(but the first) and `PATH`, the environment variables the libraries read, and the usable CPUs; a change or `--fresh`
+asks again. Only the CPU's answers are kept; a run never reads this file.
 """
 
 from __future__ import annotations
