@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.naive import NaiveBackend
-from attnbench.core import counting, workload
+from attnbench.core import counting, policy, workload
 from attnbench.core.case import DTYPE_BYTES, group_of
 from attnbench.run.calibration import Machine
 from attnbench.run.skip import Facts, why_skipped
@@ -176,6 +176,16 @@ class Forecast:
                 "machine": self.machine.to_dict(), "estimate": self.machine.estimate, "basis": self.basis}
 
 
+def sample_ms_of(case: Case, t_ms: float, machine: Machine, settings: TimingSettings) -> float:
+    """Milliseconds of the first round's samples (all of them with one round)."""
+    needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
+    count = min(settings.max_samples, max(settings.min_samples, needed))
+    sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
+    if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
+        sample_ms -= CHECK_JOINS * t_ms
+    return sample_ms
+
+
 def measurement_s(case: Case, backend: Backend, machine: Machine, settings: TimingSettings,
                   overheads: Overheads, compiled: bool, shared: bool = False, trace: bool = False
                   ) -> tuple[float, float]:
@@ -189,54 +199,55 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
         warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
     else:  # the check is the first warm-up call (and, on a CPU, often the first sample)
         warm_ms = max(0.0, min(settings.warmup_ms - t_ms, 5 * t_ms))
-    needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
-    count = min(settings.max_samples, max(settings.min_samples, needed))
-    sample_ms = min(count * t_ms, max(settings.budget_ms + t_ms, settings.min_samples * t_ms))
-    if not case.needs_grad and machine.device == "cpu" and t_ms >= settings.warmup_ms:
-        sample_ms -= CHECK_JOINS * t_ms
+    sample_ms = sample_ms_of(case, t_ms, machine, settings)
     # The sustain loop at its minimum, on CUDA only: RAPL on a CPU is not assumed.
     loop_ms = max(settings.energy_ms, t_ms) if settings.energy_ms and machine.device == "cuda" else 0.0
-    later_ms = later_rounds_ms(case, t_ms, sample_ms, settings, overheads)
-    beside = (overheads.per_measurement_s + overheads.profile_s + (overheads.trace_s if trace else 0.0)
+    later_ms = sum(round_windows_ms(case, t_ms, sample_ms, settings, overheads)) - sample_ms
+    # The profiled call runs the call once more.
+    beside = (overheads.per_measurement_s + overheads.profile_s + t + (overheads.trace_s if trace else 0.0)
               + overheads.setup_s.get(kind_of(backend), 0.0))
     return beside + compile_s + check + (warm_ms + sample_ms + loop_ms + later_ms) / 1e3, compile_s
 
 
-def later_rounds_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings, overheads: Overheads) -> float:
-    """Milliseconds the later rounds add beside sample_ms."""
+def round_windows_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings,
+                     overheads: Overheads) -> list[float]:
+    """Milliseconds of each round's window, a later round's with its prepare and warm-up."""
     if settings.rounds <= 1:
-        return 0.0
+        return [sample_ms]
     from attnbench.run.rounds import due_again
 
     share = max(sample_ms / settings.rounds, settings.min_samples * t_ms)
-    spent, extra = [share], 0.0
+    spent, windows = [share], [share]
     warm_ms = t_ms if t_ms >= settings.warmup_ms else min(settings.warmup_ms, 6 * t_ms)
     for round_number in range(2, settings.rounds + 1):
         if not due_again(spent, round_number, settings):
             break
         spent.append(share)
-        extra += overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0)
-    # The rounds' shares replace sample_ms.
-    return extra + sum(spent) - sample_ms
+        windows.append(share + overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0))
+    return windows
 
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """Seconds the refining spends: the samples lacking for ±precision, at most settings.refine of all budgets."""
+    """Seconds the refining spends: the windows each measurement lacks for ±precision after its rounds, at the
+    spread this device's window noise gives, at most settings.refine of all budgets (attnbench.run.rounds)."""
     if settings.refine <= 0 or not tasks:
         return 0.0
-    from attnbench.run.rounds import REFINE_ASK
+    from attnbench.core.interval import windows_needed
 
-    needed = max(6, math.ceil((1.96 * 1.2533 * NOISE[machine.device] / settings.precision) ** 2))
+    noise = policy.device(machine.device).window_noise
+    needed = windows_needed([1.0, math.exp(noise * math.sqrt(2))], machine.device, settings.precision,
+                            settings.confidence)
     lacking, beside = 0.0, 0.0
     for case, _, t_ms in tasks:
         if t_ms <= 0:
             continue
-        ms = max(0, min(settings.max_samples, needed) - max(settings.min_samples, settings.budget_ms / t_ms)) * t_ms
-        if ms:
-            retimes = math.ceil(ms / (REFINE_ASK * settings.budget_ms))
-            lacking += ms
-            beside += retimes * (overheads.per_round_s * 1e3 + t_ms * (1 if case.mode == "fwd" else 2))
+        have = len(round_windows_ms(case, t_ms, sample_ms_of(case, t_ms, machine, settings), settings, overheads))
+        retimes = max(0, needed - have)
+        # A re-timing's warm-up call joins its samples when it is steady; a cheaper call warms up for warmup_ms.
+        warm_ms = 0.0 if t_ms >= settings.warmup_ms else settings.warmup_ms
+        lacking += retimes * max(settings.budget_ms / max(1, settings.rounds), t_ms)
+        beside += retimes * (overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0))
     spent = min(lacking, settings.refine * settings.budget_ms * len(tasks))
     return (spent + (beside * spent / lacking if lacking else 0.0)) / 1e3
 
