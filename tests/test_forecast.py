@@ -3,6 +3,7 @@ against the real wall time of suites/quick.yaml (and, when asked for, of suites/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -88,6 +89,27 @@ def test_the_model_prices_work_memory_traffic_compiles_and_skips() -> None:
     unmasked = [make_case(seq_len=s, causal=False) for s in (1024, 2048, 4096)]
     once = forecast.forecast([(c, registry.get("flex-dynamic")) for c in unmasked], settings, CPU, report=False)
     assert once.compile_s == pytest.approx(forecast.CPU_OVERHEADS.compile_s)
+
+
+def test_the_refining_is_forecast_as_the_budget_it_may_spend_and_the_profiled_call_as_a_call() -> None:
+    """On 2026-12-05 long's CPU block with a 99 s refining budget was forecast at 8.4 min and took 5.1 min: each
+    lacking sample was priced with a warm-up call beside it (6.1 min of refining), and the profiled call (48 s of
+    its wall) not at all."""
+    registry = default_registry()
+    settings = TimingSettings(warmup_ms=100, budget_ms=500, min_samples=1, precision=0.10, rounds=3, refine=3.0)
+    long_calls = [make_case(seq_len=s, heads=8, kv_heads=kv, head_dim=64, causal=True, window=w)
+                  for s in (2048, 4096, 8192) for kv in (8, 2) for w in (None, 1024)]
+    tasks = [(case, registry.get(name)) for case in long_calls for name in ("naive", "sdpa-math", "sdpa")]
+    budget_s = settings.refine * settings.budget_ms * len(tasks) / 1e3
+    predicted = forecast.forecast(tasks, settings, CPU, report=False)
+    assert budget_s <= predicted.refine_s <= 1.1 * budget_s  # these calls lack more windows than it buys
+    # A call over the budget: checked once (its time the first sample), timed once more, profiled once.
+    case, naive = next((c, b) for c, b in tasks if b.name == "naive" and c.seq_len == 8192)
+    t = forecast.call_s(case, naive, CPU)
+    assert t > settings.budget_ms / 1e3
+    one = forecast.measurement_s(case, naive, CPU, dataclasses.replace(settings, refine=0.0), forecast.CPU_OVERHEADS,
+                                 compiled=True)[0]
+    assert one >= 2 * t + forecast.CPU_OVERHEADS.per_measurement_s
 
 
 def test_the_compile_phase_costs_the_compiles_over_the_workers_and_each_measurement_a_load() -> None:
