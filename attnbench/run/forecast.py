@@ -211,7 +211,7 @@ def measurement_s(case: Case, backend: Backend, machine: Machine, settings: Timi
 
 def round_windows_ms(case: Case, t_ms: float, sample_ms: float, settings: TimingSettings,
                      overheads: Overheads) -> list[float]:
-    """Milliseconds of each round's window, a later round's with its prepare and warm-up."""
+    """Each round's window (ms), a later one's with its prepare and warm-up."""
     if settings.rounds <= 1:
         return [sample_ms]
     from attnbench.run.rounds import due_again
@@ -229,8 +229,7 @@ def round_windows_ms(case: Case, t_ms: float, sample_ms: float, settings: Timing
 
 def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings, machine: Machine,
              overheads: Overheads) -> float:
-    """Seconds the refining spends: the windows each measurement lacks for ±precision after its rounds, at the
-    spread this device's window noise gives, at most settings.refine of all budgets (attnbench.run.rounds)."""
+    """Seconds of refining: the windows each measurement lacks after its rounds, at most refine × all budgets."""
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.core.interval import windows_needed
@@ -244,7 +243,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
             continue
         have = len(round_windows_ms(case, t_ms, sample_ms_of(case, t_ms, machine, settings), settings, overheads))
         retimes = max(0, needed - have)
-        # A re-timing's warm-up call joins its samples when it is steady; a cheaper call warms up for warmup_ms.
+        # A steady warm-up call joins the samples; a cheaper call warms up for warmup_ms.
         warm_ms = 0.0 if t_ms >= settings.warmup_ms else settings.warmup_ms
         lacking += retimes * max(settings.budget_ms / max(1, settings.rounds), t_ms)
         beside += retimes * (overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0))
