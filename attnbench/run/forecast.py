@@ -233,6 +233,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
     if settings.refine <= 0 or not tasks:
         return 0.0
     from attnbench.core.interval import windows_needed
+    from attnbench.run.rounds import window_of
 
     noise = policy.device(machine.device).window_noise
     needed = windows_needed([1.0, math.exp(noise * math.sqrt(2))], machine.device, settings.precision,
@@ -245,7 +246,7 @@ def refine_s(tasks: list[tuple[Case, Backend, float]], settings: TimingSettings,
         retimes = max(0, needed - have)
         # A steady warm-up call joins the samples; a cheaper call warms up for warmup_ms.
         warm_ms = 0.0 if t_ms >= settings.warmup_ms else settings.warmup_ms
-        lacking += retimes * max(settings.budget_ms / max(1, settings.rounds), t_ms)
+        lacking += retimes * window_of(t_ms, settings)
         beside += retimes * (overheads.per_round_s * 1e3 + warm_ms + (t_ms if case.mode != "fwd" else 0.0))
     spent = min(lacking, settings.refine * settings.budget_ms * len(tasks))
     return (spent + (beside * spent / lacking if lacking else 0.0)) / 1e3

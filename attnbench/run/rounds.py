@@ -94,8 +94,12 @@ def due_again(samples: list[float], round_number: int, settings: TimingSettings)
 
 
 def window_ms(record: Record, settings: TimingSettings) -> float:
+    return window_of(statistics.median(record.times_ms), settings)
+
+
+def window_of(call_ms: float, settings: TimingSettings) -> float:
     """A round's share of the budget (ms), at least one call."""
-    return max(settings.budget_ms / max(1, settings.rounds), statistics.median(record.times_ms))
+    return max(settings.budget_ms / max(1, settings.rounds), call_ms)
 
 
 def lacking_ms(record: Record, settings: TimingSettings) -> float:
