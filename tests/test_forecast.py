@@ -110,6 +110,19 @@ def test_the_refining_is_forecast_as_the_budget_it_may_spend_and_the_profiled_ca
     one = forecast.measurement_s(case, naive, CPU, dataclasses.replace(settings, refine=0.0), forecast.CPU_OVERHEADS,
                                  compiled=True)[0]
     assert one >= 2 * t + forecast.CPU_OVERHEADS.per_measurement_s
+    assert one >= 3 * t  # the checked call, a sample beside the part of it that joins, a later round, the profiled call
+
+
+def test_a_measurement_its_rounds_settle_is_forecast_no_refining() -> None:
+    registry = default_registry()
+    settings = TimingSettings(warmup_ms=10, budget_ms=40, min_samples=3, precision=0.5, rounds=3, refine=1.5)
+    cheap = make_case(seq_len=256, heads=8, kv_heads=8, head_dim=64, causal=True)
+    sdpa = registry.get("sdpa")
+    t_ms = forecast.call_s(cheap, sdpa, CPU) * 1e3
+    assert forecast.refine_s([(cheap, sdpa, t_ms)], settings, CPU, forecast.CPU_OVERHEADS) == 0.0
+    costly = make_case(seq_len=8192, heads=8, kv_heads=8, head_dim=64, causal=True)
+    long_ms = forecast.call_s(costly, sdpa, CPU) * 1e3
+    assert forecast.refine_s([(costly, sdpa, long_ms)], settings, CPU, forecast.CPU_OVERHEADS) > 0.0
 
 
 def test_the_compile_phase_costs_the_compiles_over_the_workers_and_each_measurement_a_load() -> None:
