@@ -162,7 +162,7 @@ CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
 class BackendSpec:
     """A backend's declared facts (`backend.name` reads `spec.name`); `limits` are checked in order."""
 
-    name: str
+    name: str = ""  # "" for a base of backends
     summary: str = ""
     library: str = "torch"  # the distribution whose version is recorded
     install_hint: str | None = None  # for `doctor`

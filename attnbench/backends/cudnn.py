@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -96,17 +97,18 @@ def cudnn_module() -> Any:
 
 @register
 class CudnnBackend(Backend):
-    name = "cudnn"
-    # By analogy with SDPA→cuDNN (the same engines), not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45))
-    summary = ("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
-               "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd")
-    library = "nvidia-cudnn-frontend"
-    install_hint = ("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
-                    "a CUDA build of torch)")
-    capabilities = Capabilities(
-        devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"}))
+    spec = BackendSpec(
+        name="cudnn",
+        # By analogy with SDPA→cuDNN (the same engines), not fitted.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45)),
+        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
+                 "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
+        library="nvidia-cudnn-frontend",
+        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
+                      "a CUDA build of torch)"),
+        capabilities=Capabilities(
+          devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
+          workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})))
 
     def deterministic(self, case: Case) -> str:
         if not case.needs_grad:

@@ -126,17 +126,18 @@ def clear_cache() -> None:
 
 @register
 class CudnnFp8Backend(CudnnBackend):
-    name = "cudnn-fp8"
-    summary = ("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
-               "per-tensor descales, float16 out; the cudnn backend's masks and layouts")
-    capabilities = dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
-        "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
-        **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                          "frontend's FP8 tests): per-head and per-block factors are not mapped")
-           for g in ("head", "block")},
-        **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
-                         "is not its input") for fmt in IO},
-    })
+    spec = dataclasses.replace(
+        CudnnBackend.spec, name="cudnn-fp8",
+        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
+                 "per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
+        capabilities=dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
+          "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
+          **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
+                            "frontend's FP8 tests): per-head and per-block factors are not mapped")
+             for g in ("head", "block")},
+          **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
+                           "is not its input") for fmt in IO},
+      }))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (*super().library_calls(), *FP8_CALLS)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -99,8 +100,9 @@ class _Flash(Backend):
     warm_call: ClassVar[bool] = False  # FA4 compiles its kernels at the first call
     owner_checked: ClassVar[bool] = False  # FA4: flash-attn 2.8 bundles an older flash_attn/cute
     min_capability: ClassVar[tuple[int, int]] = (8, 0)
-    # Tests add "cpu" to run against a stand-in module.
-    capabilities = Capabilities(devices=("cuda",))
+    spec = BackendSpec(
+        # Tests add "cpu" to run against a stand-in module.
+        capabilities=Capabilities(devices=("cuda",)))
     score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
     page_table_keyword: ClassVar[str | None] = None  # flash_attn_with_kvcache's; None: paging not mapped
     page_multiple: ClassVar[int] = 1
@@ -315,19 +317,20 @@ def output_of(result: Any) -> torch.Tensor:
 
 @register
 class FlashAttn2(_Flash):
-    name = "flash-attn"
-    # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
-    # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True))
-    summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
-    library = "flash-attn"
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn",
+        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
+        # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
+        summary="FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+",
+        library="flash-attn",
+        install_hint="pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)",
+        capabilities=dataclasses.replace(
+          _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
+          workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
+          axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}))
     module = "flash_attn"
-    install_hint = "pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
-        axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"})
     score_keywords = ("softcap", "alibi_slopes")
     page_table_keyword = "block_table"
     page_multiple = 256  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
@@ -352,26 +355,27 @@ class FlashAttn2(_Flash):
 
 @register
 class FlashAttn3(_Flash):
-    name = "flash-attn-3"
-    # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
-    # head.
-    cost = Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
-    summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
-    library = "flash-attn-3"
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn-3",
+        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
+        # head.
+        cost=Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
+        summary="FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA",
+        library="flash-attn-3",
+        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)",
+        capabilities=dataclasses.replace(
+          _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
+          workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+          axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
+          quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+          quant_reasons={
+              "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
+              "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+              "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
+              "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
+                              "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
+          }))
     module = "flash_attn_interface"
-    install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
-        axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
-        quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
-        quant_reasons={
-            "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
-            "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-            "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-            "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
-                            "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
-        })
     page_table_keyword = "page_table"
     fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
                             p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
@@ -386,23 +390,24 @@ class FlashAttn3(_Flash):
 
 @register
 class FlashAttn4(_Flash):
-    name = "flash-attn-4"
-    # Backward (flash_attn/cute/interface.py _flash_attn_bwd): a float32 `dq_accum` (batch, heads,
-    # seqlen_q_rounded · head_dim_rounded); under GQA (qhead_per_kvhead > 1, `dKV_postprocess`) float32
-    # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
-    summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
-    library = "flash-attn-4"
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn-4",
+        # Backward (flash_attn/cute/interface.py _flash_attn_bwd): a float32 `dq_accum` (batch, heads,
+        # seqlen_q_rounded · head_dim_rounded); under GQA (qhead_per_kvhead > 1, `dKV_postprocess`) float32
+        # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
+        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call",
+        library="flash-attn-4",
+        install_hint="pip install flash-attn-4",
+        capabilities=dataclasses.replace(
+          _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
+          workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+          axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
+          quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
+                                        "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
+                                        "descale: attnbench maps no FP8 onto it")))
     module = "flash_attn.cute"
-    install_hint = "pip install flash-attn-4"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
-        axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
-        quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
-                                      "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
-                                      "descale: attnbench maps no FP8 onto it"))
     varlen_pages = True
     unbounded = None
     warm_call = True

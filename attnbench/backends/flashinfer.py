@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -146,27 +147,28 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 
 @register
 class FlashInferBackend(Backend):
-    name = "flashinfer"
-    # Kernels by analogy with FA2/FA3, not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
-                jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S))
-    summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
-               "fp16/bf16, native GQA, forward only")
-    library = "flashinfer-python"
-    install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
+    spec = BackendSpec(
+        name="flashinfer",
+        # Kernels by analogy with FA2/FA3, not fitted.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
+                  jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S)),
+        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
+                 "fp16/bf16, native GQA, forward only"),
+        library="flashinfer-python",
+        install_hint="pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)",
+        capabilities=Capabilities(
+          devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
+          workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
+                                   "kv_shared"}),
+          quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
+          quant_reasons={
+              **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); "
+                                "its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped "
+                                "yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
+              **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out "
+                                "*= v_scale): per-tensor factors only") for g in ("head", "block")},
+          }))
     kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
-    capabilities = Capabilities(
-        devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
-                                 "kv_shared"}),
-        quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
-        quant_reasons={
-            **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); "
-                              "its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped "
-                              "yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
-            **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out "
-                              "*= v_scale): per-tensor factors only") for g in ("head", "block")},
-        })
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, first_line
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
 from attnbench.backends.registry import register
@@ -250,17 +250,18 @@ def cpu_build_tools_missing() -> str | None:
 
 @register
 class FlexBackend(Backend):
-    name = "flex"
-    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True)
-    summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
+    spec = BackendSpec(
+        name="flex",
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True),
+        summary="torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask",
+        capabilities=Capabilities(
+          kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
+          workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
+                                   "kv_shared"}),
+          quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
+                                        "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")))
     dynamic: bool = False
-    capabilities = Capabilities(
-        kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
-        workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
-                                 "kv_shared"}),
-        quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
-                                      "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path"))
 
     def availability(self, device: str) -> str | None:
         return cpu_build_tools_missing() if device == "cpu" else None
@@ -343,15 +344,16 @@ class FlexBackend(Backend):
 
 @register
 class FlexDynamicBackend(FlexBackend):
-    name = "flex-dynamic"
-    # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
-    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True)
-    summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
-               "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
+    spec = dataclasses.replace(
+        FlexBackend.spec, name="flex-dynamic",
+        # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True),
+        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
+                 "two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
+        # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
+        capabilities=dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset()))
     dynamic = True
-    # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
-    capabilities = dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset())
 
     def compile_key(self, case: Case) -> str:
         return compile_key(self.name, case, (case.offset,))

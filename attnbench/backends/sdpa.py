@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import kernel_names
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -99,8 +100,9 @@ class _Sdpa(Backend):
         "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs FA2's "
         "deterministic path, efficient's runs with num_splits_key=1)")
     flash_impl: ClassVar[str | None] = None  # FA3/FA4 to route FLASH_ATTENTION to; None: its built-in FA2
-    capabilities = Capabilities(
-        workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"}))
+    spec = BackendSpec(
+        capabilities=Capabilities(
+          workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})))
 
     def unsupported(self, case: Case) -> str | None:
         if case.softcap is not None:
@@ -256,27 +258,29 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
 
 @register
 class SdpaAuto(_Sdpa):
-    name = "sdpa"
-    # Backward workspace: the costliest kernel it may choose.
-    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
-    summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY)
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa",
+        # Backward workspace: the costliest kernel it may choose.
+        cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True)),
+        summary="F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY))
 
 
 @register
 class SdpaMath(_Sdpa):
-    name = "sdpa-math"
-    # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
-                               score_passes_bwd=14.0, calls=6),
-                cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
-                                score_passes_bwd=16.0, calls=8),
-                memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
-    summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-math",
+        # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
+                                 score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
+                                  score_passes_bwd=16.0, calls=8),
+                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True)),
+        summary="SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX))
     kernel_name = "MATH"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX)
 
     def deterministic(self, case: Case) -> str:
         return determinism.torch_ops(case, "SDPA's MATH composite of PyTorch operations")
@@ -284,16 +288,17 @@ class SdpaMath(_Sdpa):
 
 @register
 class SdpaFlash(_Sdpa):
-    name = "sdpa-flash"
-    # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd): `grad_out.contiguous()`
-    # and `out.contiguous()` copy both (SDPA hands them over transposed), a float32 `dq_accum`, and under GQA
-    # `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
-    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
-                cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True))
-    summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-flash",
+        # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd): `grad_out.contiguous()`
+        # and `out.contiguous()` copy both (SDPA hands them over transposed), a float32 `dq_accum`, and under GQA
+        # `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
+        cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                  cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True)),
+        summary="SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH))
     kernel_name = "FLASH_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH)
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
@@ -323,8 +328,9 @@ FA4_ROUTE_CALLS = (
 
 class _SdpaFlashImpl(SdpaFlash):
 
-    # FA3/FA4 take no attn_mask.
-    capabilities = dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset())
+    spec = dataclasses.replace(
+        SdpaFlash.spec, # FA3/FA4 take no attn_mask.
+        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset()))
     route_calls: ClassVar[tuple[LibraryCall, ...]] = ()  # what PyTorch's route calls in the implementation's library
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -339,37 +345,40 @@ class _SdpaFlashImpl(SdpaFlash):
 
 @register
 class SdpaFlashFa3(_SdpaFlashImpl):
-    name = "sdpa-flash-fa3"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
-    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
+    spec = dataclasses.replace(
+        _SdpaFlashImpl.spec, name="sdpa-flash-fa3",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper",
+        capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS),
+        install_hint="build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU")
     flash_impl = "FA3"
-    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS)
     cuda_determinism = ("honoured (PyTorch's FA3 route runs num_splits=1 under the mode)",
                         "honoured (PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode)")
-    install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
 
 
 @register
 class SdpaFlashFa4(_SdpaFlashImpl):
-    name = "sdpa-flash-fa4"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
-    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
+    spec = dataclasses.replace(
+        _SdpaFlashImpl.spec, name="sdpa-flash-fa4",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100",
+        capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS),
+        install_hint="pip install flash-attn-4")
     flash_impl = "FA4"
-    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS)
     route_calls = FA4_ROUTE_CALLS
     cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
                         "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
-    install_hint = "pip install flash-attn-4"
 
 
 @register
 class SdpaEfficient(_Sdpa):
-    name = "sdpa-efficient"
-    cost = Cost(cuda=KernelCost(pairs="causal", efficiency_fwd=0.30, efficiency_bwd=0.20),
-                memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
-    summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-efficient",
+        cost=Cost(cuda=KernelCost(pairs="causal", efficiency_fwd=0.30, efficiency_bwd=0.20),
+                  memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True)),
+        summary="SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT))
     kernel_name = "EFFICIENT_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT)
     cuda_determinism = ("not applicable (the memory-efficient forward is deterministic)",
                         "honoured (PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: "
                         "no split keys, no atomics)")
@@ -382,10 +391,11 @@ CUDNN_REFUSAL = ("refused: PyTorch does not run cuDNN SDPA under torch.use_deter
 
 @register
 class SdpaCudnn(_Sdpa):
-    name = "sdpa-cudnn"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
-    summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-cudnn",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True)),
+        summary="SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_CUDNN))
     kernel_name = "CUDNN_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_CUDNN)
     cuda_determinism = (CUDNN_REFUSAL, CUDNN_REFUSAL)

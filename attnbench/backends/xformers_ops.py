@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -209,19 +210,20 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 
 @register
 class XformersBackend(Backend):
-    name = "xformers"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30))
-    summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
-    library = "xformers"
-    install_hint = "pip install 'attnbench[xformers]'  (its wheel needs torch>=2.10)"
+    spec = BackendSpec(
+        name="xformers",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30)),
+        summary="xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded",
+        library="xformers",
+        install_hint="pip install 'attnbench[xformers]'  (its wheel needs torch>=2.10)",
+        capabilities=Capabilities(
+          devices=("cuda",), workload_axes=frozenset({"documents", "kv_lengths", "page_size"}),
+          # The ops its dispatcher chooses among.
+          kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)))
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
-    capabilities = Capabilities(
-        devices=("cuda",), workload_axes=frozenset({"documents", "kv_lengths", "page_size"}),
-        # The ops its dispatcher chooses among.
-        kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
