@@ -17,6 +17,7 @@ from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, Ke
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import NOT_APPLICABLE, Answer, Answers, forward_only, unset
 from attnbench.core import workload
 from attnbench.core.quant import for_every_input
 from attnbench.core.workload import allowed
@@ -256,32 +257,27 @@ class FlexBackend(Backend):
                   cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True),
         summary="torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask",
         capabilities=Capabilities(
-          kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
-          workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
-                                   "kv_shared"}),
-          quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
-                                        "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")))
+            kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
+            workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
+                                     "kv_shared"}),
+            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
+                                          "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")),
+        limits=(forward_only("flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)",
+                             when="page_size"),
+                unset("doc_lens", "flex does not run packed documents inside a paged cache", when="page_size")),
+        # No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program.
+        determinism=Answers(
+            forward=Answer(NOT_APPLICABLE, "no atomics: its Triton forward computes each query block in one program"),
+            backward=Answer(NOT_APPLICABLE, "no atomics: its Triton backward computes each dQ and each dK/dV "
+                                            "block in one program"),
+            on={"cpu": Answer(NOT_APPLICABLE, "no atomics: Inductor's C++ kernel on a CPU")}))
     dynamic: bool = False
 
     def availability(self, device: str) -> str | None:
         return cpu_build_tools_missing() if device == "cpu" else None
 
-    def unsupported(self, case: Case) -> str | None:
-        if case.page_size is not None and case.needs_grad:
-            return "flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)"
-        if case.page_size is not None and case.doc_lens is not None:
-            return "flex does not run packed documents inside a paged cache"
-        return None
-
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
-
-    def deterministic(self, case: Case) -> str:
-        """No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program."""
-        where = "Inductor's C++ kernel on a CPU" if case.device != "cuda" else (
-            "its Triton backward computes each dQ and each dK/dV block in one program" if case.needs_grad
-            else "its Triton forward computes each query block in one program")
-        return f"not applicable (no atomics: {where})"
 
     def compile_key(self, case: Case) -> str:
         return compile_key(self.name, case, (case.seq_len, case.kv_seq_len))

@@ -14,10 +14,9 @@ from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, Ke
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
-from attnbench.backends.spec import Limit, always, unset
+from attnbench.backends.spec import REFUSED, Limit, always, unset
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
-from attnbench.records.parts import Determinism
 from attnbench.timing.bracket import OWN_RUNTIME
 from attnbench.timing.memory import DeviceStats
 
@@ -185,9 +184,11 @@ class JaxXla(_Jax):
         determinism=runtimes.answers("JAX"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                   memory=MemoryCost(score_copies_fwd=2)),
-        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential, divide.
-        capabilities=dataclasses.replace(_Jax.capabilities, devices=("cpu",),
-                                         kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}))
+        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential,
+        # divide.
+        capabilities=dataclasses.replace(
+            _Jax.capabilities, devices=("cpu",),
+            kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}))
     implementation = "xla"
 
 
@@ -200,13 +201,14 @@ class JaxCudnn(_Jax):
         limits=jax_limits(
             "jax-cudnn",
             Limit(field="dtype", allowed=HALF_DTYPES, reason=(
-                "JAX's cuDNN attention takes fp16/bf16 only, not {dtype}: \"Q must be fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")),
+                "JAX's cuDNN attention takes fp16/bf16 only, not {dtype}: \"Q must be "
+                "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")),
             Limit(field="head_dim", at_most=CUDNN_MAX_HEAD_DIM, multiple_of=8, reason=(
                 f"JAX's cuDNN attention refuses head_dim {{head_dim}}: \"The head dim must be <= {CUDNN_MAX_HEAD_DIM} "
                 f"and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")),
             Limit(field="causal", allowed=(True,), when="window", reason=(
                 "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""))),
-        determinism=always(Determinism.REFUSED, "attnbench does not set XLA's GPU determinism flag "
+        determinism=always(REFUSED, "attnbench does not set XLA's GPU determinism flag "
                            "(--xla_gpu_deterministic_ops) for JAX's cuDNN attention"),
         capabilities=dataclasses.replace(_Jax.capabilities, devices=("cuda",),
                                          kernel_names=per_device(cuda=JAX_CUDNN_FMHA)),

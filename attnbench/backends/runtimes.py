@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.spec import Answer, Answers, Limit, forward_only, unset
+from attnbench.backends.spec import NOT_APPLICABLE, Answer, Answers, Limit, forward_only, unset
 from attnbench.core import workload
-from attnbench.records.parts import Determinism
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,10 +20,10 @@ FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not f
 
 def answers(runtime: str) -> Answers:
     """Not applicable: the runtime's CPU kernel runs outside PyTorch's deterministic mode."""
-    return Answers(forward=Answer(Determinism.NOT_APPLICABLE, (
+    return Answers(forward=Answer(NOT_APPLICABLE, (
         f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside PyTorch; the "
         "record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
-        Determinism.NOT_APPLICABLE, f"{runtime}'s backend here runs on the CPU only")})
+        NOT_APPLICABLE, f"{runtime}'s backend here runs on the CPU only")})
 
 
 def forward_only_limit(runtime: str) -> Limit:

@@ -26,11 +26,10 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import SAGE, per_device
 from attnbench.backends.registry import register
-from attnbench.backends.spec import Limit, always, forward_only, unset
+from attnbench.backends.spec import NOT_APPLICABLE, Limit, always, forward_only, unset
 from attnbench.core.axes import DTYPE_BYTES, HALF_DTYPES
 from attnbench.core.counting import FLOAT32_BYTES, tensor_bytes
 from attnbench.core.quant import Numerics, for_every_input
-from attnbench.records.parts import Determinism
 from attnbench.verify.emulate import SAGE_BLOCK_K, SAGE_BLOCK_Q
 
 if TYPE_CHECKING:
@@ -81,16 +80,16 @@ class SageBackend(Backend):
         library="sageattention",
         install_hint="pip install sageattention==1.0.6  (Triton only)",
         capabilities=Capabilities(
-          devices=("cuda",), kernel_names=per_device(cuda=SAGE),
-          quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                        "inputs attnbench quantized")),
+            devices=("cuda",), kernel_names=per_device(cuda=SAGE),
+            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
+                                          "inputs attnbench quantized")),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"),
                 forward_only("SageAttention 1.0.6 is forward-only"),
                 Limit(field="head_dim", allowed=HEAD_DIMS,
                       reason="sageattn takes head_dim 64, 96 or 128 (core.py asserts it), not {head_dim}"),
                 unset("window", "SageAttention has no sliding window")),
-        determinism=always(Determinism.NOT_APPLICABLE, "forward only: sageattn's Triton forward reduces each query "
+        determinism=always(NOT_APPLICABLE, "forward only: sageattn's Triton forward reduces each query "
                            "block in one program, and SageAttention has no deterministic switch"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:

@@ -22,9 +22,8 @@ from attnbench.backends.sdpa import (
     flash_impl_problem,
     flash_pinned,
 )
-from attnbench.backends.spec import Answer, Limit, forward_backward, unset
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Limit, forward_backward, unset
 from attnbench.core.quant import Numerics
-from attnbench.records.parts import Determinism
 
 if TYPE_CHECKING:
     import torch
@@ -52,22 +51,24 @@ class SdpaFp8Backend(Backend):
         summary=("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
                  "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it"),
         capabilities=Capabilities(
-          devices=("cuda",),
-          kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
-          quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
-          quant_reasons={
-              "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",
-              "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only (DescaleType.PER_HEAD)",
-              **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
-                              "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
-          }),
+            devices=("cuda",),
+            kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
+            quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+            quant_reasons={
+                "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's "
+                                   "dtypes)",
+                "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only "
+                               "(DescaleType.PER_HEAD)",
+                **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
+                                "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
+            }),
         limits=(Limit(field="quantized", allowed=(True,), reason=(
                     "sdpa-fp8 runs FP8 cases only (sdpa and its kernels run float16, bfloat16 and float32)")),
                 unset("window", "PyTorch's quantized SDPA has no window (is_causal only)")),
         # _fa3.py's _fa3_run_forward passes num_splits=1 under the mode.
         determinism=forward_backward(
-            Answer(Determinism.HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
-            Answer(Determinism.NOT_APPLICABLE, "attnbench runs PyTorch's quantized SDPA forward only")))
+            Answer(HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
+            Answer(NOT_APPLICABLE, "attnbench runs PyTorch's quantized SDPA forward only")))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (LibraryCall(MODULE, FUNCTION, positional=("query", "key", "value"), keywords=KEYWORDS),)

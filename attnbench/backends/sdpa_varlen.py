@@ -23,11 +23,10 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_2, per_device
 from attnbench.backends.registry import register
-from attnbench.backends.spec import Answer, Limit, forward_backward, unset
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Limit, forward_backward, unset
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import FLOAT32_BYTES, MemoryCost, tensor_bytes
-from attnbench.records.parts import Determinism
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +93,8 @@ class SdpaVarlen(Backend):
         # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
-        summary=("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
+        summary=("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through "
+                 "cu_seq_q/cu_seq_k, "
                  "paged KV through block_table; fp16/bf16, CUDA"),
         capabilities=Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
                                   workload_axes=frozenset({"documents", "kv_lengths", "page_size"})),
@@ -104,8 +104,8 @@ class SdpaVarlen(Backend):
                 unset("softcap", "varlen_attn has no soft-capping"), unset("alibi", "varlen_attn has no ALiBi bias"),
                 unset("head_dim_v", "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)")),
         determinism=forward_backward(
-            Answer(Determinism.NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
-            Answer(Determinism.HONOURED, "varlen_attn's backward is aten._flash_attention_backward, which takes FA2's "
+            Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
+            Answer(HONOURED, "varlen_attn's backward is aten._flash_attention_backward, which takes FA2's "
                    "deterministic path under the mode")))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:

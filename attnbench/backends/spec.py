@@ -14,6 +14,8 @@ from attnbench.verify.determinism import CUBLAS_DETERMINISTIC, CUBLAS_VARIABLE
 if TYPE_CHECKING:
     from attnbench.core.case import Case
 
+HONOURED, NOT_APPLICABLE, REFUSED = Determinism.HONOURED, Determinism.NOT_APPLICABLE, Determinism.REFUSED
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -60,11 +62,15 @@ def forward_backward(forward: Answer, backward: Answer) -> Answers:
     return Answers(forward=forward, backward=backward)
 
 
+def on_cpu(what: str) -> dict[str, Answer]:
+    """PyTorch's operations on a CPU: no atomics."""
+    return {"cpu": Answer(Determinism.NOT_APPLICABLE, f"{what} on a CPU: no atomics")}
+
+
 def torch_ops(what: str) -> Answers:
     """PyTorch's own operations: no atomics on a CPU, the deterministic mode and cuBLAS's workspace on CUDA."""
     return Answers(forward=Answer(Determinism.HONOURED, f"{what} under torch.use_deterministic_algorithms(True)",
-                                  cublas=True),
-                   on={"cpu": Answer(Determinism.NOT_APPLICABLE, f"{what} on a CPU: no atomics")})
+                                  cublas=True), on=on_cpu(what))
 
 
 UNSET = (None, False)
