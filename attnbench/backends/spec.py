@@ -37,7 +37,7 @@ class Answer:
 
 @dataclass(frozen=True, kw_only=True)
 class Answers:
-    """A backend's answers: on a device named in `on`, that one; else `backward` for a backward, else `forward`."""
+    """A backend's answers: `on` a device, else `backward` for a backward, else `forward`."""
 
     forward: Answer
     backward: Answer | None = None
@@ -78,9 +78,8 @@ UNSET = (None, False)
 
 @dataclass(frozen=True, kw_only=True)
 class Limit:
-    """A case field's declared limit: the case is refused with `reason` (its `{dtype}`, `{head_dim}` filled in)
-    where the value is off `allowed`, in `refused`, above `at_most` or off `multiple_of`; only where the `when`
-    field is set (neither None nor False) and on device `on`, when given."""
+    """A case field's limit: `reason` ({dtype}, {head_dim} filled in) where the value is off `allowed`, in
+    `refused`, above `at_most` or off `multiple_of`; only where field `when` is set, on device `on`."""
 
     field: str
     reason: str
@@ -104,7 +103,7 @@ class Limit:
 
 
 def _among(value: object, values: tuple[object, ...]) -> bool:
-    """By identity for None and the booleans (0 is not False), else by equality."""
+    """0 is not False."""
     return any(value is v if v is None or isinstance(v, bool) else value == v for v in values)
 
 
