@@ -190,7 +190,7 @@ class Backend:
     """An attention implementation: subclasses declare `spec = BackendSpec(...)` and implement `prepare`
     (docs/backends.md#plugins)."""
 
-    spec: ClassVar[BackendSpec] = BackendSpec(name="")
+    spec: ClassVar[BackendSpec] = BackendSpec()
     name = Fact[str]()
     summary = Fact[str]()
     library = Fact[str]()

@@ -99,7 +99,9 @@ class Limit:
         off = ((self.allowed is not None and not _among(value, self.allowed)) or _among(value, self.refused)
                or (self.at_most is not None and value > self.at_most)
                or (self.multiple_of is not None and value % self.multiple_of != 0))
-        return self.reason.format(dtype=case.dtype, head_dim=case.head_dim) if off else None
+        if not off:
+            return None
+        return self.reason.format(dtype=case.dtype, head_dim=case.head_dim)
 
 
 def _among(value: object, values: tuple[object, ...]) -> bool:
