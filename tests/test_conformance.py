@@ -390,10 +390,10 @@ def flash_standin_spies(backend: flash._Flash, module: str, none_unbounded: bool
 
     functions = {"flash_attn_func": standin_flash_attn_func(none_unbounded, returns_lse=none_unbounded, qv_rule=qv),
                  "flash_attn_varlen_func": standin_varlen_func(none_unbounded, none_unbounded, qv_rule=qv)}
-    if backend.page_table_keyword is not None:
-        functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.page_table_keyword,
-                                                                    backend.page_multiple, qv_rule=qv)
-    if backend.fp8_numerics is not None:  # FP8 inputs go to the FP8 stand-in (tests/test_flash_fp8_standin.py)
+    if backend.spec.page_table_keyword is not None:
+        functions["flash_attn_with_kvcache"] = standin_kvcache_func(backend.spec.page_table_keyword,
+                                                                    backend.spec.page_multiple, qv_rule=qv)
+    if backend.spec.fp8_numerics is not None:  # FP8 inputs go to the FP8 stand-in (tests/test_flash_fp8_standin.py)
         fp8_module = make_fa3()
         functions = {name: either(fn, getattr(fp8_module, name)) for name, fn in functions.items()}
     spies = {f"{module}.{name}": Spy(fn) for name, fn in functions.items()}
@@ -409,17 +409,17 @@ def flash_cases(backend: flash._Flash) -> list[Case]:
     scores = {"softcap": 2.0, **({"alibi": True} if "alibi" in backend.capabilities.workload_axes else {})}
     cases = [make_case(dtype="bfloat16", causal=True, window=4), make_case(dtype="bfloat16"),
              make_case(**base, seq_len=32, **scores), make_case(**base, seq_len=32, documents=3, **scores)]
-    if backend.page_table_keyword is not None or backend.varlen_pages:
+    if backend.spec.page_table_keyword is not None or backend.spec.varlen_pages:
         cases.append(make_case(**base, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random",
-                               page_size=backend.page_multiple * 16 if backend.page_multiple == 1
-                               else backend.page_multiple, **scores))
-    if backend.takes_qv:  # absorbed MLA through each entry point: dense, packed documents, a paged cache
+                               page_size=backend.spec.page_multiple * 16 if backend.spec.page_multiple == 1
+                               else backend.spec.page_multiple, **scores))
+    if backend.spec.takes_qv:  # absorbed MLA through each entry point: dense, packed documents, a paged cache
         latent = 512 if isinstance(backend, FlashAttn4) else 256
         mla = dict(dtype="bfloat16", causal=True, heads=2, kv_heads=1, head_dim=latent + 64, head_dim_v=latent,
                    kv_shared=True)
         cases += [make_case(**mla, seq_len=8), make_case(**mla, seq_len=12, documents=2),
                   make_case(**mla, batch=2, seq_len=1, kv_seq_len=40, kv_lengths="random", page_size=16)]
-    if backend.fp8_numerics is not None:
+    if backend.spec.fp8_numerics is not None:
         fp8 = {**base, "dtype": "float8_e4m3fn", "quant": "head"}
         cases += [make_case(**fp8, seq_len=32), make_case(**fp8, seq_len=32, documents=3),
                   make_case(**fp8, batch=2, seq_len=2, kv_seq_len=300, kv_lengths="random", page_size=16)]

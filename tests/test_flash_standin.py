@@ -17,6 +17,7 @@ and no local window (interface.py, the head sizes without a message); FA2 has no
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import types
@@ -316,7 +317,7 @@ SABOTAGES = {
 
 def test_fa4_spelling_of_unbounded_matters(standins, monkeypatch: pytest.MonkeyPatch) -> None:
     """FA4 reads -1 as a bound: passing FA2's spelling of "no limit" would be caught."""
-    monkeypatch.setattr(FlashAttn4, "unbounded", -1)
+    monkeypatch.setattr(FlashAttn4, "spec", dataclasses.replace(FlashAttn4.spec, unbounded=-1))
     record = measure_one(case(causal=True), FlashAttn4())
     assert record.status == "mismatch"
 
@@ -344,10 +345,10 @@ def test_reason_not_installed(monkeypatch: pytest.MonkeyPatch, adapter) -> None:
 
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
 def test_reason_needs_cuda(monkeypatch: pytest.MonkeyPatch, adapter) -> None:
-    fake = types.ModuleType(adapter.module)
+    fake = types.ModuleType(adapter.spec.module)
     fake.flash_attn_func = standin_flash_attn_func(False, False)
-    monkeypatch.setitem(sys.modules, adapter.module, fake)
-    if adapter.module == "flash_attn.cute":
+    monkeypatch.setitem(sys.modules, adapter.spec.module, fake)
+    if adapter.spec.module == "flash_attn.cute":
         monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
     assert adapter().availability("cpu") == "needs CUDA (FlashAttention has no CPU kernel)"
 

@@ -215,3 +215,98 @@ def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
     assert not issubclass(Samples, list) and made.times == (2.0, 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.stop = "budget"  # type: ignore[misc]
+
+
+FACT_METHODS = {"deterministic": 1, "unsupported": 9}  # 18 and 18 before backends declared a BackendSpec
+SPEC_FACTS = {"name", "summary", "library", "install_hint", "capabilities", "cost"}
+
+
+def backend_classes() -> dict[str, ast.ClassDef]:
+    """The classes of attnbench/backends/ but base.py's and testing.py's."""
+    return {f"{path.name}:{node.name}": node for path, tree in sources().items()
+            if path.parent.name == "backends" and path.name not in ("base.py", "testing.py")
+            for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def test_the_fact_methods_are_overridden_only_where_the_answer_needs_code() -> None:
+    """A determinism answer or a field limit is data in the spec: FlashAttention 3's head_dim refusal and the
+    refusals that read a library, a route or several fields are the overrides left."""
+    counts = dict.fromkeys(FACT_METHODS, 0)
+    for node in backend_classes().values():
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name in counts:
+                counts[item.name] += 1
+    assert counts == FACT_METHODS
+
+
+def test_a_built_in_backend_declares_its_facts_in_its_spec_alone() -> None:
+    assigned = [f"{where}.{target.id}" for where, node in backend_classes().items() for item in node.body
+                if isinstance(item, ast.Assign) for target in item.targets
+                if isinstance(target, ast.Name) and target.id in SPEC_FACTS | {"cuda_determinism", "module"}]
+    assert assigned == []
+
+
+def test_a_backends_facts_are_read_from_its_spec() -> None:
+    from dataclasses import replace
+
+    from attnbench.backends.base import Backend
+    from attnbench.backends.naive import NaiveBackend
+    from attnbench.backends.registry import default_registry
+    from attnbench.backends.spec import REFUSED, Limit, always
+    from tests.helpers import make_case
+
+    for name in default_registry().names():
+        backend = default_registry().get(name)
+        assert {fact: getattr(backend, fact) for fact in SPEC_FACTS} == {
+            fact: getattr(backend.spec, fact) for fact in SPEC_FACTS}, name
+
+    class Renamed(NaiveBackend):
+        spec = replace(NaiveBackend.spec, name="renamed", library="elsewhere",
+                       limits=(Limit(field="dtype", allowed=("float16",), reason="{dtype}: float16 only"),),
+                       determinism=always(REFUSED, "no switch"))
+
+    backend = Renamed()
+    assert (Renamed.name, backend.name, backend.library) == ("renamed", "renamed", "elsewhere")
+    assert backend.unsupported(make_case(dtype="float32")) == "float32: float16 only"
+    assert backend.unsupported(make_case(dtype="float16")) is None
+    assert backend.deterministic(make_case()) == "refused: no switch"
+
+    class Plugin(Backend):  # docs/backends.md#plugins: facts as class variables, folded into the spec
+        name = "plugin"
+        summary = "a plugin"
+
+    assert (Plugin.spec.name, Plugin.spec.summary, Plugin().name, Plugin.library) == (
+        "plugin", "a plugin", "plugin", "torch")
+    with pytest.raises(TypeError, match="beside spec"):
+        class Both(Backend):
+            spec = Plugin.spec
+            name = "both"
+
+
+@pytest.mark.parametrize(("backend", "fields", "sentence"), [
+    ("flash-attn-3", dict(device="cuda", dtype="bfloat16", mode="fwd_bwd", head_dim=256),
+     "refused: FlashAttention 3's deterministic backward does not support head_dim 256"),
+    ("flash-attn", dict(device="cuda", dtype="bfloat16", mode="fwd_bwd"),
+     "honoured (deterministic=True to flash-attn's backward)"),
+    ("sdpa-flash", dict(), "not applicable (PyTorch's FLASH_ATTENTION kernel on a CPU: no atomics)"),
+    ("sdpa-cudnn", dict(device="cuda"), "refused: PyTorch does not run cuDNN SDPA under "
+     "torch.use_deterministic_algorithms(True), forward included (\"cuDNN SDPA is not deterministic\")"),
+    ("onnxruntime", dict(device="cuda"), "not applicable (ONNX Runtime's backend here runs on the CPU only)"),
+    ("flex", dict(device="cuda", mode="fwd_bwd"), "not applicable (no atomics: its Triton backward computes each dQ "
+     "and each dK/dV block in one program)"),
+])
+def test_a_declared_determinism_answer_keeps_its_stored_sentence(backend: str, fields: dict, sentence: str) -> None:
+    from attnbench.backends.registry import default_registry
+    from tests.helpers import make_case
+
+    assert default_registry().get(backend).deterministic(make_case(**fields)) == sentence
+
+
+def test_a_torch_ops_answer_names_the_cublas_workspace_in_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnbench.backends.registry import default_registry
+    from tests.helpers import make_case
+
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert default_registry().get("naive").deterministic(make_case(device="cuda")) == (
+        "honoured (matmul, softmax and masking under torch.use_deterministic_algorithms(True), cuBLAS with "
+        "CUBLAS_WORKSPACE_CONFIG=:16:8)")

@@ -7,10 +7,11 @@ import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from attnbench.backends.spec import Answers, Limit
 from attnbench.core import axes, counting, quant
 from attnbench.core.counting import FUSED, MemoryCost
 from attnbench.timing.bracket import TORCH_STREAM, WORK_PLACES
@@ -157,23 +158,60 @@ class Capabilities:
 CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
 
 
+@dataclass(frozen=True, kw_only=True)
+class BackendSpec:
+    """A backend's declared facts (`backend.name` reads `spec.name`); `limits` are checked in order."""
+
+    name: str = ""  # "" for a base of backends
+    summary: str = ""
+    library: str = "torch"  # the distribution whose version is recorded
+    install_hint: str | None = None  # for `doctor`
+    capabilities: Capabilities = Capabilities()
+    cost: Cost = Cost()
+    limits: tuple[Limit, ...] = ()
+    determinism: Answers | None = None  # None: refused, as undeclared
+
+
+SPEC_FACTS = ("name", "summary", "library", "install_hint", "capabilities", "cost")
+T = TypeVar("T")
+
+
+class Fact(Generic[T]):
+    """A spec field read on the class or an instance: `Backend.cost` is `Backend.spec.cost`."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
+
+    def __get__(self, obj: object, owner: type[Backend]) -> T:
+        return getattr(owner.spec, self.field)
+
+
 class Backend:
-    """An attention implementation: subclasses set `name`, declare `capabilities` and implement `prepare`
+    """An attention implementation: subclasses declare `spec = BackendSpec(...)` and implement `prepare`
     (docs/backends.md#plugins)."""
 
-    name: ClassVar[str]
-    summary: ClassVar[str] = ""
-    library: ClassVar[str] = "torch"  # the distribution whose version is recorded
-    install_hint: ClassVar[str | None] = None  # for `doctor`
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    cost: ClassVar[Cost] = Cost()
+    spec: ClassVar[BackendSpec] = BackendSpec()
+    name = Fact[str]()
+    summary = Fact[str]()
+    library = Fact[str]()
+    install_hint = Fact[str | None]()
+    capabilities = Fact[Capabilities]()
+    cost = Fact[Cost]()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        where = f"{cls.__module__}.{cls.__qualname__}"
         for name in CAPABILITY_FIELDS:
             if name in vars(cls):
-                raise TypeError(f"{cls.__module__}.{cls.__qualname__} sets {name}: declare {name} in "
+                raise TypeError(f"{where} sets {name}: declare {name} in "
                                 "capabilities = Capabilities(...) (docs/backends.md#plugins)")
+        declared = {name: vars(cls)[name] for name in SPEC_FACTS if name in vars(cls)}
+        if declared and "spec" in vars(cls):
+            raise TypeError(f"{where} sets {', '.join(declared)} beside spec: declare them in its BackendSpec")
+        if declared:  # a plugin's facts as class variables: into its spec
+            cls.spec = replace(cls.spec, **declared)
+            for name in declared:
+                delattr(cls, name)
 
     def version(self) -> str | None:
         return installed_version(self.library)
@@ -187,8 +225,8 @@ class Backend:
         return None
 
     def unsupported(self, case: Case) -> str | None:
-        """Why this backend cannot run `case`, before any tensor exists; None when it may."""
-        return None
+        """Why this backend cannot run `case`, before any tensor exists (its spec's first limit); None when it may."""
+        return next((reason for limit in self.spec.limits if (reason := limit.refusal(case))), None)
 
     def numerics(self, case: Case) -> Numerics | None:
         """How the kernel computes `case` where not as the naive run in its dtype (attnbench.verify.emulate)."""
@@ -208,7 +246,9 @@ class Backend:
 
     def deterministic(self, case: Case) -> str:
         """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (skipped)."""
-        return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
+        if self.spec.determinism is None:
+            return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
+        return self.spec.determinism.of(case).sentence()
 
     def compile_key(self, case: Case) -> str | None:
         """What a compile in `prepare` specialises on; None when it compiles nothing."""

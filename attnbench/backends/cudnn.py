@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -40,6 +41,7 @@ from attnbench.backends.cudnn_graph import (
 from attnbench.backends.cudnn_layout import DTYPES, Layout, layout, route
 from attnbench.backends.kernel_names import CUDNN_SDPA, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Limit, forward_backward, unset
 
 if TYPE_CHECKING:
     import torch
@@ -96,22 +98,25 @@ def cudnn_module() -> Any:
 
 @register
 class CudnnBackend(Backend):
-    name = "cudnn"
-    # By analogy with SDPA→cuDNN (the same engines), not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45))
-    summary = ("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
-               "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd")
-    library = "nvidia-cudnn-frontend"
-    install_hint = ("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
-                    "a CUDA build of torch)")
-    capabilities = Capabilities(
-        devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"}))
-
-    def deterministic(self, case: Case) -> str:
-        if not case.needs_grad:
-            return "not applicable (cuDNN's frontend offers a deterministic option for sdpa_backward only)"
-        return "honoured (sdpa_backward(use_deterministic_algorithm=True))"
+    spec = BackendSpec(
+        name="cudnn",
+        # By analogy with SDPA→cuDNN (the same engines), not fitted.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45)),
+        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
+                 "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
+        library="nvidia-cudnn-frontend",
+        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
+                      "a CUDA build of torch)"),
+        capabilities=Capabilities(
+            devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})),
+        limits=(Limit(field="dtype", allowed=tuple(DTYPES),
+                      reason="{dtype} is not supported (cuDNN's SDPA takes float16 or bfloat16)"),
+                unset("softcap", "cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses "
+                      "together with masks)")),
+        determinism=forward_backward(
+            Answer(NOT_APPLICABLE, "cuDNN's frontend offers a deterministic option for sdpa_backward only"),
+            Answer(HONOURED, "sdpa_backward(use_deterministic_algorithm=True)")))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return GRAPH_CALLS
@@ -144,12 +149,7 @@ class CudnnBackend(Backend):
         return None
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in DTYPES:
-            return f"{case.dtype} is not supported (cuDNN's SDPA takes float16 or bfloat16)"
-        if case.softcap is not None:
-            return ("cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses together "
-                    "with masks)")
-        if reason := packing.documents_in_pages(case, "cuDNN"):
+        if reason := super().unsupported(case) or packing.documents_in_pages(case, "cuDNN"):
             return reason
         if case.page_size is not None and case.needs_grad:
             return "cuDNN's sdpa_backward takes no page tables: a paged cache is forward only"

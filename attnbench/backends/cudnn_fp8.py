@@ -21,6 +21,7 @@ from attnbench.backends.cudnn import (
 from attnbench.backends.cudnn_graph import Built, handle_for, pin_backend
 from attnbench.backends.cudnn_layout import Operand, Spec, layout
 from attnbench.backends.registry import register
+from attnbench.backends.spec import NOT_APPLICABLE, always
 from attnbench.core.quant import Numerics
 
 if TYPE_CHECKING:
@@ -126,17 +127,20 @@ def clear_cache() -> None:
 
 @register
 class CudnnFp8Backend(CudnnBackend):
-    name = "cudnn-fp8"
-    summary = ("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
-               "per-tensor descales, float16 out; the cudnn backend's masks and layouts")
-    capabilities = dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
-        "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
-        **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                          "frontend's FP8 tests): per-head and per-block factors are not mapped")
-           for g in ("head", "block")},
-        **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
-                         "is not its input") for fmt in IO},
-    })
+    spec = dataclasses.replace(
+        CudnnBackend.spec, name="cudnn-fp8",
+        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
+                 "per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
+        capabilities=dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
+            "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
+            **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
+                              "frontend's FP8 tests): per-head and per-block factors are not mapped")
+               for g in ("head", "block")},
+            **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
+                             "is not its input") for fmt in IO},
+        }),
+        determinism=always(NOT_APPLICABLE, "forward only here: cuDNN's frontend offers a deterministic option for "
+                           "sdpa_backward only"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (*super().library_calls(), *FP8_CALLS)
@@ -161,10 +165,6 @@ class CudnnFp8Backend(CudnnBackend):
         if case.head_dim_v is not None:
             return "attnbench maps cuDNN's FP8 SDPA with one head size for Q/K and V"
         return super().unsupported(case.unquantized)
-
-    def deterministic(self, case: Case) -> str:
-        return ("not applicable (forward only here: cuDNN's frontend offers a deterministic option for sdpa_backward "
-                "only)")
 
     def numerics(self, case: Case) -> Numerics | None:
         fmt = case.dtype

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -38,6 +39,7 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_2, FLASH_ATTENTION_3, FLASH_ATTENTION_4, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Answers, forward_backward
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
@@ -91,41 +93,52 @@ def from_flash_layout(out: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FlashSpec(BackendSpec):
+    """A FlashAttention backend's facts, and its module's: entry points, window spelling, what it maps."""
+
+    module: str = ""
+    function: str = "flash_attn_func"
+    unbounded: int | None = -1
+    warm_call: bool = False  # FA4 compiles its kernels at the first call
+    owner_checked: bool = False  # FA4: flash-attn 2.8 bundles an older flash_attn/cute
+    min_capability: tuple[int, int] = (8, 0)
+    score_keywords: tuple[str, ...] = ("softcap",)
+    page_table_keyword: str | None = None  # flash_attn_with_kvcache's; None: paging not mapped
+    page_multiple: int = 1
+    varlen_pages: bool = False  # FA4: pages through flash_attn_varlen_func
+    takes_qv: bool = False
+    fp8_numerics: Numerics | None = None
+
+
+def flash_answers(library: str) -> Answers:
+    return forward_backward(Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
+                            Answer(HONOURED, f"{DETERMINISTIC_KEYWORD}=True to {library}'s backward"))
+
+
 class _Flash(Backend):
 
-    module: ClassVar[str]
-    function: ClassVar[str] = "flash_attn_func"
-    unbounded: ClassVar[int | None] = -1
-    warm_call: ClassVar[bool] = False  # FA4 compiles its kernels at the first call
-    owner_checked: ClassVar[bool] = False  # FA4: flash-attn 2.8 bundles an older flash_attn/cute
-    min_capability: ClassVar[tuple[int, int]] = (8, 0)
     # Tests add "cpu" to run against a stand-in module.
-    capabilities = Capabilities(devices=("cuda",))
-    score_keywords: ClassVar[tuple[str, ...]] = ("softcap",)
-    page_table_keyword: ClassVar[str | None] = None  # flash_attn_with_kvcache's; None: paging not mapped
-    page_multiple: ClassVar[int] = 1
-    varlen_pages: ClassVar[bool] = False  # FA4: pages through flash_attn_varlen_func
-    takes_qv: ClassVar[bool] = False
+    spec: ClassVar[FlashSpec] = FlashSpec(capabilities=Capabilities(devices=("cuda",)))
 
     def qv_reason(self, case: Case) -> str | None:
         """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
         return None
-    fp8_numerics: ClassVar[Numerics | None] = None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
-        return getattr(importlib.import_module(self.module), name or self.function)
+        return getattr(importlib.import_module(self.spec.module), name or self.spec.function)
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        paged_varlen = ("seqused_k", "page_table") if self.varlen_pages else ()
-        scores = (*self.score_keywords, *(("qv",) if self.takes_qv else ()),
-                  *(DESCALE_KEYWORDS if self.fp8_numerics else ()))
-        calls = [LibraryCall(self.module, self.function, FLASH_POSITIONAL,
+        paged_varlen = ("seqused_k", "page_table") if self.spec.varlen_pages else ()
+        scores = (*self.spec.score_keywords, *(("qv",) if self.spec.takes_qv else ()),
+                  *(DESCALE_KEYWORDS if self.spec.fp8_numerics else ()))
+        calls = [LibraryCall(self.spec.module, self.spec.function, FLASH_POSITIONAL,
                              (*FLASH_KEYWORDS, *scores, DETERMINISTIC_KEYWORD)),
-                 LibraryCall(self.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
+                 LibraryCall(self.spec.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
                              (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD), optional=True)]
-        if self.page_table_keyword is not None:
-            calls.append(LibraryCall(self.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
-                                     ("cache_seqlens", self.page_table_keyword, *FLASH_KEYWORDS, *scores),
+        if self.spec.page_table_keyword is not None:
+            calls.append(LibraryCall(self.spec.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
+                                     ("cache_seqlens", self.spec.page_table_keyword, *FLASH_KEYWORDS, *scores),
                                      optional=True))
         return tuple(calls)
 
@@ -133,11 +146,11 @@ class _Flash(Backend):
         try:
             self._function()
         except ImportError as exc:
-            return f"{self.library} is not installed (cannot import {self.module}: {exc})"
+            return f"{self.library} is not installed (cannot import {self.spec.module}: {exc})"
         except AttributeError:
-            return f"{self.library}: {self.module} has no {self.function}"
-        if self.owner_checked:
-            problem = module_owner(self.module, self.library)
+            return f"{self.library}: {self.spec.module} has no {self.spec.function}"
+        if self.spec.owner_checked:
+            problem = module_owner(self.spec.module, self.library)
             if problem:
                 return problem
         problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashAttention has no CPU kernel)")
@@ -147,13 +160,13 @@ class _Flash(Backend):
             import torch
 
             cap = torch.cuda.get_device_capability()
-            if cap < self.min_capability:
-                need = ".".join(map(str, self.min_capability))
+            if cap < self.spec.min_capability:
+                need = ".".join(map(str, self.spec.min_capability))
                 return f"needs compute capability ≥ {need} (this GPU: {cap[0]}.{cap[1]})"
         return None
 
     def numerics(self, case: Case) -> Numerics | None:
-        return self.fp8_numerics if case.quantized else None
+        return self.spec.fp8_numerics if case.quantized else None
 
     def unsupported(self, case: Case) -> str | None:
         checks = (self._dtype_reason, self._head_dim_reason, self._axis_reason, self._qv_form_reason,
@@ -186,27 +199,22 @@ class _Flash(Backend):
             return None
         if "page_size" in self.capabilities.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
-        if self.varlen_pages and case.needs_grad:
+        if self.spec.varlen_pages and case.needs_grad:
             return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
-        if self.page_table_keyword is None:
+        if self.spec.page_table_keyword is None:
             return None
         if case.needs_grad:
             return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
-        if case.page_size % self.page_multiple:
-            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.page_multiple} tokens "
+        if case.page_size % self.spec.page_multiple:
+            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.spec.page_multiple} tokens "
                     f"(page_size {case.page_size})")
         return None
-
-    def deterministic(self, case: Case) -> str:
-        if not case.needs_grad:
-            return "not applicable (FlashAttention's forward is deterministic)"
-        return f"honoured ({DETERMINISTIC_KEYWORD}=True to {self.library}'s backward)"
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scales: Scales | None = None) -> Prepared:
         import torch
 
-        kwargs = {**flash_window_args(case, self.unbounded), "softmax_scale": case.head_dim ** -0.5,
+        kwargs = {**flash_window_args(case, self.spec.unbounded), "softmax_scale": case.head_dim ** -0.5,
                   **self.score_arguments(case, q.device)}
         words = [f"causal={kwargs['causal']}", f"window_size={kwargs['window_size']}"]
         words += [f"softcap={case.softcap:g}"] if "softcap" in kwargs else []
@@ -224,9 +232,9 @@ class _Flash(Backend):
                          ", kv_heads)")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
-            name = VARLEN_FUNCTION if self.varlen_pages else KVCACHE_FUNCTION
-            lengths, table = ("seqused_k", "page_table") if self.varlen_pages else \
-                ("cache_seqlens", str(self.page_table_keyword))
+            name = VARLEN_FUNCTION if self.spec.varlen_pages else KVCACHE_FUNCTION
+            lengths, table = ("seqused_k", "page_table") if self.spec.varlen_pages else \
+                ("cache_seqlens", str(self.spec.page_table_keyword))
             fn = self._library_function(name)
             layout = workload.pages(case)
             paged = {lengths: packing.int32(workload.request_kv_lens(case), q.device),
@@ -254,7 +262,7 @@ class _Flash(Backend):
                       *(packing.pack_q(t) for t in latent))
             to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
         else:
-            name = self.function
+            name = self.spec.function
             fn = self._function()
 
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
@@ -262,13 +270,13 @@ class _Flash(Backend):
 
             inputs = tuple(to_flash_layout(t) for t in (q, k, v, *latent))
         extra: dict[str, Any] = {}
-        if self.warm_call:
+        if self.spec.warm_call:
             extra["compile_s"] = warm_up(call, inputs, case.needs_grad)
         gqa = "" if case.kv_heads == case.heads else f", native GQA {case.heads}/{case.kv_heads}"
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"{self.library} {self.version()} {self.module}.{name}({', '.join(words)}{gqa})",
+            kernel=f"{self.library} {self.version()} {self.spec.module}.{name}({', '.join(words)}{gqa})",
             to_canonical=to_canonical,
             extra=extra,
         )
@@ -277,7 +285,7 @@ class _Flash(Backend):
         try:
             return self._function(name)
         except AttributeError:
-            raise Unsupported(f"{self.library}: {self.module} has no {name}") from None
+            raise Unsupported(f"{self.library}: {self.spec.module} has no {name}") from None
 
     def score_arguments(self, case: Case, device: Any) -> dict[str, Any]:
         """`softcap` and `alibi_slopes` (fp32, the case's), only when the case sets them."""
@@ -315,22 +323,22 @@ def output_of(result: Any) -> torch.Tensor:
 
 @register
 class FlashAttn2(_Flash):
-    name = "flash-attn"
-    # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
-    # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True))
-    summary = "FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+"
-    library = "flash-attn"
-    module = "flash_attn"
-    install_hint = "pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
-        axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"})
-    score_keywords = ("softcap", "alibi_slopes")
-    page_table_keyword = "block_table"
-    page_multiple = 256  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn",
+        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
+        # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
+        summary="FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+",
+        library="flash-attn",
+        install_hint="pip install 'attnbench[flash]' --no-build-isolation  (compiles against your torch)",
+        capabilities=dataclasses.replace(
+            _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
+            axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}),
+        module="flash_attn", score_keywords=("softcap", "alibi_slopes"), page_table_keyword="block_table",
+        page_multiple=256,  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
+        determinism=flash_answers("flash-attn"))
 
     def availability(self, device: str) -> str | None:
         reason = super().availability(device)
@@ -338,12 +346,12 @@ class FlashAttn2(_Flash):
             return reason
         # flash-attn-4 alone leaves `flash_attn` a namespace package
         try:
-            package = importlib.import_module(self.module)
+            package = importlib.import_module(self.spec.module)
         except ImportError:
             package = None
         if package is not None and getattr(package, "__file__", None) is None and hasattr(package, "__path__"):
-            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.module} here is only the namespace "
-                      f"package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
+            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only the "
+                      f"namespace package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
         if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
             reason = (f"not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from source, "
                       f"on a CUDA-toolkit base; docs/docker.md); {reason}")
@@ -352,31 +360,32 @@ class FlashAttn2(_Flash):
 
 @register
 class FlashAttn3(_Flash):
-    name = "flash-attn-3"
-    # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
-    # head.
-    cost = Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
-    summary = "FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA"
-    library = "flash-attn-3"
-    module = "flash_attn_interface"
-    install_hint = "build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
-        axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
-        quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
-        quant_reasons={
-            "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
-            "kv:float8_e4m3fn": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-            "kv:float8_e5m2": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries",
-            "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
-                            "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not expressible"),
-        })
-    page_table_keyword = "page_table"
-    fp8_numerics = Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
-                            p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
-
-    takes_qv = True  # rope <= 64, head_dim_v >= 256 on Hopper: flash_api.cpp refuses the rest
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn-3",
+        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
+        # head.
+        cost=Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
+        summary="FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA",
+        library="flash-attn-3",
+        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)",
+        capabilities=dataclasses.replace(
+            _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
+            quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+            quant_reasons={
+                "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
+                **{f"kv:{fmt}": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries"
+                   for fmt in ("float8_e4m3fn", "float8_e5m2")},
+                "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
+                                "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not "
+                                "expressible"),
+            }),
+        module="flash_attn_interface", page_table_keyword="page_table",
+        fp8_numerics=Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
+                              p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16"),
+        takes_qv=True,  # rope <= 64, head_dim_v >= 256 on Hopper: flash_api.cpp refuses the rest
+        determinism=flash_answers("flash-attn-3"))
 
     def deterministic(self, case: Case) -> str:
         if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
@@ -386,28 +395,26 @@ class FlashAttn3(_Flash):
 
 @register
 class FlashAttn4(_Flash):
-    name = "flash-attn-4"
-    # Backward (flash_attn/cute/interface.py _flash_attn_bwd): a float32 `dq_accum` (batch, heads,
-    # seqlen_q_rounded · head_dim_rounded); under GQA (qhead_per_kvhead > 1, `dKV_postprocess`) float32
-    # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True))
-    summary = "FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call"
-    library = "flash-attn-4"
-    module = "flash_attn.cute"
-    install_hint = "pip install flash-attn-4"
-    capabilities = dataclasses.replace(
-        _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
-        axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
-        quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only (flash_attn/cute/interface.py "
-                                      "asserts arch 10.x) and flash-attn-4 4.0.0b36's flash_attn_func takes no "
-                                      "descale: attnbench maps no FP8 onto it"))
-    varlen_pages = True
-    unbounded = None
-    warm_call = True
-    owner_checked = True
-    takes_qv = True
+    spec = dataclasses.replace(
+        _Flash.spec, name="flash-attn-4",
+        # Backward (flash_attn/cute/interface.py _flash_attn_bwd): a float32 `dq_accum` (batch, heads,
+        # seqlen_q_rounded · head_dim_rounded); under GQA (qhead_per_kvhead > 1, `dKV_postprocess`) float32
+        # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
+        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call",
+        library="flash-attn-4",
+        install_hint="pip install flash-attn-4",
+        capabilities=dataclasses.replace(
+            _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
+            quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only "
+                                          "(flash_attn/cute/interface.py asserts arch 10.x) and flash-attn-4 "
+                                          "4.0.0b36's flash_attn_func takes no descale: attnbench maps no FP8 onto "
+                                          "it")),
+        module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True, takes_qv=True,
+        determinism=flash_answers("flash-attn-4"))
 
     def qv_reason(self, case: Case) -> str | None:
         """interface.py's qv asserts, some without a message: rope 64, head_dim_v 512, no window, no soft-cap."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from attnbench.backends import fp8, packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -36,6 +37,7 @@ from attnbench.backends.flash import qv_split
 from attnbench.backends.flashinfer_kernels import JitWatch, compiling_now, kernel_files
 from attnbench.backends.kernel_names import FLASHINFER, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import NOT_APPLICABLE, Limit, always, forward_only
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.quant import Numerics
@@ -146,27 +148,33 @@ def short_causal(case: Case) -> tuple[int, int] | None:
 
 @register
 class FlashInferBackend(Backend):
-    name = "flashinfer"
-    # Kernels by analogy with FA2/FA3, not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
-                jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S))
-    summary = ("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
-               "fp16/bf16, native GQA, forward only")
-    library = "flashinfer-python"
-    install_hint = "pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)"
+    spec = BackendSpec(
+        name="flashinfer",
+        # Kernels by analogy with FA2/FA3, not fitted.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
+                  jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S)),
+        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
+                 "fp16/bf16, native GQA, forward only"),
+        library="flashinfer-python",
+        install_hint="pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)",
+        capabilities=Capabilities(
+            devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
+                                     "kv_shared"}),
+            quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
+            quant_reasons={
+                **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 "
+                                  "queries); its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) "
+                                  "is not mapped yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
+                **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, "
+                                  "out *= v_scale): per-tensor factors only") for g in ("head", "block")},
+            }),
+        limits=(Limit(field="dtype", allowed=HALF_DTYPES,
+                      reason="{dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"),
+                forward_only("FlashInfer's attention is forward-only (no backward kernel)")),
+        # plan() fixes the split of the keys: two calls run one schedule.
+        determinism=always(NOT_APPLICABLE, "forward only; FlashInfer's attention has no deterministic switch"))
     kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
-    capabilities = Capabilities(
-        devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
-        workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
-                                 "kv_shared"}),
-        quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
-        quant_reasons={
-            **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 queries); "
-                              "its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) is not mapped "
-                              "yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
-            **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, out "
-                              "*= v_scale): per-tensor factors only") for g in ("head", "block")},
-        })
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SINGLE_CALL, *RAGGED_CALLS, *PAGED_PREFILL_CALLS, *DECODE_CALLS, *MLA_CALLS)
@@ -175,10 +183,6 @@ class FlashInferBackend(Backend):
         """The single prefill allocates its split-KV buffer in every call (prefill.py)."""
         held = SINGLE_TMP_BYTES if route(case) == "single" else 0
         return super().estimate_memory(case) + held
-
-    def deterministic(self, case: Case) -> str:
-        # plan() fixes the split of the keys: two calls run one schedule.
-        return "not applicable (forward only; FlashInfer's attention has no deterministic switch)"
 
     def availability(self, device: str) -> str | None:
         # it has crashed at import on CPU-only torch builds
@@ -197,9 +201,8 @@ class FlashInferBackend(Backend):
         return kernel_files() if installed_version(self.library) is not None else None
 
     def unsupported(self, case: Case) -> str | None:
-        checks = (_dtype_reason, _grad_reason, _pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason,
-                  _window_reason)
-        return next((reason for check in checks if (reason := check(case))), None)
+        checks = (_pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason, _window_reason)
+        return super().unsupported(case) or next((reason for check in checks if (reason := check(case))), None)
 
     def compile_key(self, case: Case) -> str:
         """What a JIT module specialises on (flashinfer/jit/attention/modules.py get_*_uri)."""
@@ -263,24 +266,14 @@ class FlashInferBackend(Backend):
                                                              AssertionError))
 
 
-def _dtype_reason(case: Case) -> str | None:
-    if case.dtype not in HALF_DTYPES:
-        return f"{case.dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"
-    return None
-
-
-def _grad_reason(case: Case) -> str | None:
-    return "FlashInfer's attention is forward-only (no backward kernel)" if case.needs_grad else None
-
-
 def _pages_reason(case: Case) -> str | None:
     if reason := packing.documents_in_pages(case, "FlashInfer"):
         return reason
     if case.kv_shared and (reason := mla_reason(case)):
         return reason
     if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
-        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in "
-                "[1, page_size]): a request with an empty cache is not mapped")
+        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in [1, page_size]): a "
+                "request with an empty cache is not mapped")
     return None
 
 
@@ -288,14 +281,14 @@ def _alibi_reason(case: Case) -> str | None:
     if not case.alibi:
         return None
     if case.softcap is not None:
-        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
-                "attnbench does not run alibi with softcap on flashinfer")
+        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); attnbench does "
+                "not run alibi with softcap on flashinfer")
     if (case.tp or 1) > 1:
         return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
                 "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
     if not case.causal and case.seq_len > 1:
-        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
-                "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
+        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's −slope·|i "
+                "+ off − j| only where no query sees a later key (causal, or decode)")
     return None
 
 
@@ -309,15 +302,15 @@ def _short_causal_reason(case: Case) -> str | None:
     if short := short_causal(case):
         return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
                 f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
-                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip "
-                "'qo_len > kv_len and causal'; an empty cache is mapped")
+                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip 'qo_len "
+                "> kv_len and causal'; an empty cache is mapped")
     return None
 
 
 def _window_reason(case: Case) -> str | None:
     if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
-        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
-                "expressible with more than one query per request")
+        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not expressible with "
+                "more than one query per request")
     return None
 
 

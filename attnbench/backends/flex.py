@@ -13,10 +13,11 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, first_line
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLEX_CPU, FLEX_TRITON, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import NOT_APPLICABLE, Answer, Answers, forward_only, unset
 from attnbench.core import workload
 from attnbench.core.quant import for_every_input
 from attnbench.core.workload import allowed
@@ -250,37 +251,33 @@ def cpu_build_tools_missing() -> str | None:
 
 @register
 class FlexBackend(Backend):
-    name = "flex"
-    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True)
-    summary = "torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask"
+    spec = BackendSpec(
+        name="flex",
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.28), compiles=True),
+        summary="torch FlexAttention (torch.compile, dynamic=False) with a block mask from the case's mask",
+        capabilities=Capabilities(
+            kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
+            workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
+                                     "kv_shared"}),
+            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
+                                          "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")),
+        limits=(forward_only("flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)",
+                             when="page_size"),
+                unset("doc_lens", "flex does not run packed documents inside a paged cache", when="page_size")),
+        # No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program.
+        determinism=Answers(
+            forward=Answer(NOT_APPLICABLE, "no atomics: its Triton forward computes each query block in one program"),
+            backward=Answer(NOT_APPLICABLE, "no atomics: its Triton backward computes each dQ and each dK/dV "
+                                            "block in one program"),
+            on={"cpu": Answer(NOT_APPLICABLE, "no atomics: Inductor's C++ kernel on a CPU")}))
     dynamic: bool = False
-    capabilities = Capabilities(
-        kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
-        workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
-                                 "kv_shared"}),
-        quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
-                                      "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path"))
 
     def availability(self, device: str) -> str | None:
         return cpu_build_tools_missing() if device == "cpu" else None
 
-    def unsupported(self, case: Case) -> str | None:
-        if case.page_size is not None and case.needs_grad:
-            return "flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)"
-        if case.page_size is not None and case.doc_lens is not None:
-            return "flex does not run packed documents inside a paged cache"
-        return None
-
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (FLEX_ATTENTION_CALL, CREATE_BLOCK_MASK_CALL, PAGED_ATTENTION_CALL)
-
-    def deterministic(self, case: Case) -> str:
-        """No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program."""
-        where = "Inductor's C++ kernel on a CPU" if case.device != "cuda" else (
-            "its Triton backward computes each dQ and each dK/dV block in one program" if case.needs_grad
-            else "its Triton forward computes each query block in one program")
-        return f"not applicable (no atomics: {where})"
 
     def compile_key(self, case: Case) -> str:
         return compile_key(self.name, case, (case.seq_len, case.kv_seq_len))
@@ -343,15 +340,16 @@ class FlexBackend(Backend):
 
 @register
 class FlexDynamicBackend(FlexBackend):
-    name = "flex-dynamic"
-    # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
-    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True)
-    summary = ("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
-               "two compiles (a bounds-checked kernel, unlike flex's per-shape one)")
+    spec = dataclasses.replace(
+        FlexBackend.spec, name="flex-dynamic",
+        # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True),
+        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
+                 "two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
+        # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
+        capabilities=dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset()))
     dynamic = True
-    # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
-    capabilities = dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset())
 
     def compile_key(self, case: Case) -> str:
         return compile_key(self.name, case, (case.offset,))

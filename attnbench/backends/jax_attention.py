@@ -10,10 +10,11 @@ import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import JAX_CUDNN_FMHA, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import REFUSED, Limit, always, unset
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import MemoryCost
 from attnbench.timing.bracket import OWN_RUNTIME
@@ -33,12 +34,19 @@ HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([
 HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 
 
+def jax_limits(name: str, *implementation: Limit) -> tuple[Limit, ...]:
+    """Forward only, no soft-cap, the implementation's refusals in JAX's words, then the unmapped axes."""
+    return (runtimes.forward_only_limit("JAX"), unset("softcap", "jax.nn.dot_product_attention has no softcap"),
+            *implementation, *runtimes.unmapped(name))
+
+
 class _Jax(Backend):
-    library = "jax"
-    install_hint = "pip install 'attnbench[jax]'"
+    spec = BackendSpec(
+        library="jax",
+        install_hint="pip install 'attnbench[jax]'",
+        # XLA runs the call on its own stream; block_until_ready returns when it is done.
+        capabilities=Capabilities(workload_axes=frozenset({"documents", "kv_lengths"}), runs_on=OWN_RUNTIME))
     implementation: ClassVar[str]
-    # XLA runs the call on its own stream; block_until_ready returns when it is done.
-    capabilities = Capabilities(workload_axes=frozenset({"documents", "kv_lengths"}), runs_on=OWN_RUNTIME)
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
@@ -49,37 +57,6 @@ class _Jax(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (JAX_CALL,)
-
-    def deterministic(self, case: Case) -> str:
-        if self.implementation == "cudnn":
-            return ("refused: attnbench does not set XLA's GPU determinism flag (--xla_gpu_deterministic_ops) for "
-                    "JAX's cuDNN attention")
-        return runtimes.deterministic("JAX", case)
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.needs_grad:
-            return runtimes.FORWARD_ONLY.format(runtime="JAX")
-        if case.softcap is not None:
-            return "jax.nn.dot_product_attention has no softcap"
-        return self.implementation_refuses(case) or runtimes.unmapped(case, self.name)
-
-    def implementation_refuses(self, case: Case) -> str | None:
-        """Refusals in JAX's words: XLA's CPU compiler has no float16 dot at F16_F16_F32 (jax/_src/nn/functions.py);
-        cuDNN's from check_layout and check_is_flash_attention (jax/_src/cudnn/fused_attention_stablehlo.py)."""
-        if self.implementation == "xla":
-            if case.device == "cpu" and case.dtype == "float16":
-                return ("XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by "
-                        "dot_general on CPU\"")
-            return None
-        if case.dtype not in HALF_DTYPES:
-            return (f"JAX's cuDNN attention takes fp16/bf16 only, not {case.dtype}: \"Q must be "
-                    "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")
-        if case.head_dim % 8 or case.head_dim > CUDNN_MAX_HEAD_DIM:
-            return (f"JAX's cuDNN attention refuses head_dim {case.head_dim}: \"The head dim must be <= "
-                    f"{CUDNN_MAX_HEAD_DIM} and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")
-        if case.window is not None and not case.causal:
-            return "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""
-        return None
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
@@ -197,21 +174,43 @@ def jax_profile(call: Any, labels: dict[str, str]) -> Any:
 
 @register
 class JaxXla(_Jax):
-    name = "jax"
-    summary = "jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)"
+    spec = dataclasses.replace(
+        _Jax.spec, name="jax",
+        summary="jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)",
+        # jax/_src/nn/functions.py: XLA's CPU compiler has no float16 dot at F16_F16_F32.
+        limits=jax_limits("jax", Limit(field="dtype", refused=("float16",), on="cpu", reason=(
+            "XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by dot_general "
+            "on CPU\""))),
+        determinism=runtimes.answers("JAX"),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
+                  memory=MemoryCost(score_copies_fwd=2)),
+        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential,
+        # divide.
+        capabilities=dataclasses.replace(
+            _Jax.capabilities, devices=("cpu",),
+            kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}))
     implementation = "xla"
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
-                memory=MemoryCost(score_copies_fwd=2))
-    # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential, divide.
-    capabilities = dataclasses.replace(_Jax.capabilities, devices=("cpu",),
-                                       kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")})
 
 
 @register
 class JaxCudnn(_Jax):
-    name = "jax-cudnn"
-    summary = "jax.nn.dot_product_attention pinned to implementation='cudnn' (GPU; unverified here)"
+    spec = dataclasses.replace(
+        _Jax.spec, name="jax-cudnn",
+        summary="jax.nn.dot_product_attention pinned to implementation='cudnn' (GPU; unverified here)",
+        # check_layout and check_is_flash_attention (jax/_src/cudnn/fused_attention_stablehlo.py).
+        limits=jax_limits(
+            "jax-cudnn",
+            Limit(field="dtype", allowed=HALF_DTYPES, reason=(
+                "JAX's cuDNN attention takes fp16/bf16 only, not {dtype}: \"Q must be "
+                "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")),
+            Limit(field="head_dim", at_most=CUDNN_MAX_HEAD_DIM, multiple_of=8, reason=(
+                f"JAX's cuDNN attention refuses head_dim {{head_dim}}: \"The head dim must be <= {CUDNN_MAX_HEAD_DIM} "
+                f"and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")),
+            Limit(field="causal", allowed=(True,), when="window", reason=(
+                "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""))),
+        determinism=always(REFUSED, "attnbench does not set XLA's GPU determinism flag "
+                           "(--xla_gpu_deterministic_ops) for JAX's cuDNN attention"),
+        capabilities=dataclasses.replace(_Jax.capabilities, devices=("cuda",),
+                                         kernel_names=per_device(cuda=JAX_CUDNN_FMHA)),
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.45, efficiency_bwd=0.0)))
     implementation = "cudnn"
-    capabilities = dataclasses.replace(_Jax.capabilities, devices=("cuda",),
-                                       kernel_names=per_device(cuda=JAX_CUDNN_FMHA))
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.45, efficiency_bwd=0.0))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
+from attnbench.backends.spec import torch_ops
 from attnbench.core import workload
 from attnbench.core.case import DTYPE_BYTES
 from attnbench.core.counting import MemoryCost
-from attnbench.verify import determinism
 from attnbench.verify.inputs import naive_attention
 
 if TYPE_CHECKING:
@@ -23,16 +23,17 @@ if TYPE_CHECKING:
 
 @register
 class NaiveBackend(Backend):
-    name = "naive"
-    # Scores and probabilities; with backward P kept and dP, dS made.
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
-                               score_passes_bwd=14.0, calls=6),
-                cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
-                                score_passes_bwd=14.0, calls=6),
-                memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True))
-    summary = "textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory"
-
-    capabilities = Capabilities(workload_axes=frozenset(workload.MEANT), kernel_names=MATMUL_SOFTMAX)
+    spec = BackendSpec(
+        name="naive",
+        # Scores and probabilities; with backward P kept and dP, dS made.
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
+                                 score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
+                                  score_passes_bwd=14.0, calls=6),
+                  memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)),
+        summary="textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory",
+        capabilities=Capabilities(workload_axes=frozenset(workload.MEANT), kernel_names=MATMUL_SOFTMAX),
+        determinism=torch_ops("matmul, softmax and masking"))
 
     def estimate_memory(self, case: Case) -> int:
         """Its MemoryCost, and with pages the K and V gathered in the call."""
@@ -41,9 +42,6 @@ class NaiveBackend(Backend):
             estimate += (case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
                          * DTYPE_BYTES[case.dtype])
         return estimate
-
-    def deterministic(self, case: Case) -> str:
-        return determinism.torch_ops(case, "matmul, softmax and masking")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         mask = workload.visibility(case, device=q.device)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnbench.backends import fp8
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, expand_kv
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.naive import laid_out
 from attnbench.backends.registry import register
+from attnbench.backends.spec import Limit, torch_ops
 from attnbench.core import quant, workload
 from attnbench.core.counting import MemoryCost, bytes_moved, tensor_bytes
-from attnbench.verify import determinism
 from attnbench.verify.inputs import dtype_of, naive_attention
 
 if TYPE_CHECKING:
@@ -34,29 +34,25 @@ def row_factors(scales: Scales, name: str, case: Case) -> torch.Tensor:
 
 @register
 class NaiveFp8Backend(Backend):
-    name = "naive-fp8"
-    # naive's, in float32 (not fitted).
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=40.0,
-                               score_passes_bwd=0.0, calls=8),
-                cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
-                                score_passes_bwd=0.0, calls=8),
-                memory=MemoryCost(score_copies_fwd=2, expands_kv=True))
-    summary = ("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then textbook "
-               "attention in float32; every format and axis, on every device")
-    capabilities = Capabilities(quantized=EVERY_FORMAT, kernel_names=MATMUL_SOFTMAX,
-                                workload_axes=frozenset(workload.MEANT))
-
-    def unsupported(self, case: Case) -> str | None:
-        if not case.quantized:
-            return ("naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook attention in "
-                    "the case's own dtype")
-        return None
+    spec = BackendSpec(
+        name="naive-fp8",
+        # naive's, in float32 (not fitted).
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=40.0,
+                                 score_passes_bwd=0.0, calls=8),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
+                                  score_passes_bwd=0.0, calls=8),
+                  memory=MemoryCost(score_copies_fwd=2, expands_kv=True)),
+        summary=("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then "
+                 "textbook attention in float32; every format and axis, on every device"),
+        capabilities=Capabilities(quantized=EVERY_FORMAT, kernel_names=MATMUL_SOFTMAX,
+                                  workload_axes=frozenset(workload.MEANT)),
+        limits=(Limit(field="quantized", allowed=(True,), reason=(
+            "naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook attention in the "
+            "case's own dtype")),),
+        determinism=torch_ops("dequantization, matmul, softmax and masking"))
 
     def numerics(self, case: Case) -> Numerics:
         return quant.plain_numerics(case)
-
-    def deterministic(self, case: Case) -> str:
-        return determinism.torch_ops(case, "dequantization, matmul, softmax and masking")
 
     def bytes_moved(self, case: Case) -> int:
         """The inputs' floor and the float32 scores and probabilities, two passes each."""

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, library_refusal
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared, library_refusal
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
+from attnbench.backends.spec import Limit, unset
 from attnbench.core.counting import MemoryCost
 from attnbench.timing.bracket import OWN_RUNTIME
 from attnbench.timing.memory import call_measuring_peak
@@ -71,24 +72,34 @@ def contrib_schema(op: str) -> OpSchema:
     return OpSchema(onnxruntime.__version__, GQA_INPUTS, frozenset())
 
 
-def op_capabilities(op: str, workload_axes: set[str]) -> Capabilities:
-    """An ONNX Runtime backend's capabilities: CPU only, its op's node the attention kernel, its work in the
-    session's run (the CUDA provider's on a stream of its own unless given torch's)."""
-    return Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
-                        kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)}, runs_on=OWN_RUNTIME)
+ORT = "ONNX Runtime"
+ORT_COST = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=3.0),
+                memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
+# Registered by the op's CPU kernel (1.32); another dtype runs between inserted Cast nodes.
+KERNEL_DTYPES = ("float32", "float16")
+
+
+def op_spec(op: str, workload_axes: set[str], *, name: str, summary: str, cost: Cost = ORT_COST,
+            kernel_dtypes: tuple[str, ...] = KERNEL_DTYPES, limits: tuple[Limit, ...] = ()) -> BackendSpec:
+    """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's run
+    (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's own."""
+    return BackendSpec(
+        name=name, summary=summary, library="onnxruntime", install_hint="pip install 'attnbench[onnxruntime]'",
+        cost=cost, determinism=runtimes.answers(ORT),
+        capabilities=Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
+                                  kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)}, runs_on=OWN_RUNTIME),
+        limits=(*limits, runtimes.forward_only_limit(ORT),
+                Limit(field="dtype", allowed=NUMPY_DTYPES,  # NumPy has no bfloat16
+                      reason=f"attnbench maps float32 and float16 onto {ORT}'s {op} only, not {{dtype}}"),
+                Limit(field="dtype", allowed=kernel_dtypes,
+                      reason=(f"{ORT}'s CPU kernel of {op} registers {' and '.join(kernel_dtypes)} only, not {{dtype}} "
+                              "(a {dtype} graph would run it between Cast nodes)")),
+                *runtimes.unmapped(name)))
 
 
 class _Ort(Backend):
-
-    library = "onnxruntime"
-    capabilities = Capabilities(devices=("cpu",), runs_on=OWN_RUNTIME)
-    install_hint = "pip install 'attnbench[onnxruntime]'"
     op: ClassVar[str]
     domain: ClassVar[str] = ""
-    # Registered by the op's CPU kernel (1.32); another dtype runs between inserted Cast nodes.
-    kernel_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=3.0),
-                memory=MemoryCost(score_copies_fwd=2, expands_kv=False))
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
@@ -100,19 +111,6 @@ class _Ort(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return CALLS
-
-    def deterministic(self, case: Case) -> str:
-        return runtimes.deterministic("ONNX Runtime", case)
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.needs_grad:
-            return runtimes.FORWARD_ONLY.format(runtime="ONNX Runtime")
-        if case.dtype not in NUMPY_DTYPES:  # NumPy has no bfloat16
-            return f"attnbench maps float32 and float16 onto ONNX Runtime's {self.op} only, not {case.dtype}"
-        if case.dtype not in self.kernel_dtypes:
-            return (f"ONNX Runtime's CPU kernel of {self.op} registers {' and '.join(self.kernel_dtypes)} only, not "
-                    f"{case.dtype} (a {case.dtype} graph would run it between Cast nodes)")
-        return runtimes.unmapped(case, self.name)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
         return library_refusal(exc, "ONNX Runtime", REFUSALS, (Exception,))
@@ -216,13 +214,9 @@ def bshd(t: torch.Tensor) -> np.ndarray:
 
 @register
 class OrtAttention(_Ort):
-    name = "onnxruntime"
-    summary = "ONNX Runtime's standard Attention op (opset 23), CPU execution provider; materialises the scores"
     op = "Attention"
-    capabilities = op_capabilities(op, {"softcap", "documents", "kv_lengths"})
-
-    def unsupported(self, case: Case) -> str | None:
-        return super().unsupported(case)
+    spec = op_spec(op, {"softcap", "documents", "kv_lengths"}, name="onnxruntime", summary=(
+        "ONNX Runtime's standard Attention op (opset 23), CPU execution provider; materialises the scores"))
 
     def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
@@ -254,20 +248,16 @@ class OrtAttention(_Ort):
 
 @register
 class OrtMultiHeadAttention(_Ort):
-    name = "onnxruntime-mha"
-    summary = ("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when unmasked, "
-               "else unfused; no GQA (K/V repeated)")
     op = "MultiHeadAttention"
+    spec = op_spec(
+        op, {"documents", "kv_lengths"}, name="onnxruntime-mha",
+        summary=("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when unmasked, "
+                 "else unfused; no GQA (K/V repeated)"),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
+                  memory=MemoryCost(score_copies_fwd=1, expands_kv=True)),
+        kernel_dtypes=("float32",),
+        limits=(unset("softcap", "com.microsoft.MultiHeadAttention has no softcap attribute"),))
     domain = MS
-    kernel_dtypes = ("float32",)
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
-                memory=MemoryCost(score_copies_fwd=1, expands_kv=True))
-    capabilities = op_capabilities(op, {"documents", "kv_lengths"})
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.softcap is not None:
-            return "com.microsoft.MultiHeadAttention has no softcap attribute"
-        return super().unsupported(case)
 
     def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
@@ -298,14 +288,14 @@ class OrtMultiHeadAttention(_Ort):
 
 @register
 class OrtGroupQueryAttention(_Ort):
-    name = "onnxruntime-gqa"
-    summary = ("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
-               "before the queries as its past K/V")
     op = "GroupQueryAttention"
+    spec = op_spec(
+        op, {"softcap"}, name="onnxruntime-gqa",
+        summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
+                 "before the queries as its past K/V"),
+        cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
+                  memory=MemoryCost(score_copies_fwd=1)))
     domain = MS
-    cost = Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
-                memory=MemoryCost(score_copies_fwd=1))
-    capabilities = op_capabilities(op, {"softcap"})
 
     def unsupported(self, case: Case) -> str | None:
         """ORT's rules for the op, in its words (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""

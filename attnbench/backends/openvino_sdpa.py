@@ -9,9 +9,19 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import runtimes
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared, expand_kv, library_refusal
+from attnbench.backends.base import (
+    Backend,
+    BackendSpec,
+    Capabilities,
+    Cost,
+    KernelCost,
+    Prepared,
+    expand_kv,
+    library_refusal,
+)
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.registry import register
+from attnbench.backends.spec import Limit, unset
 from attnbench.core.counting import MemoryCost
 from attnbench.timing.bracket import OWN_RUNTIME
 
@@ -28,17 +38,26 @@ PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 
 @register
 class OpenVinoSdpa(Backend):
-    name = "openvino"
-    summary = ("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
-               "broadcast for MQA")
-    library = "openvino"
-    install_hint = "pip install 'attnbench[openvino]'"
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
-                memory=MemoryCost(expands_kv=True))
-    capabilities = Capabilities(
-        devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
-        # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split off.
-        kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)}, runs_on=OWN_RUNTIME)
+    spec = BackendSpec(
+        name="openvino",
+        summary=("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
+                 "broadcast for MQA"),
+        library="openvino",
+        install_hint="pip install 'attnbench[openvino]'",
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
+                  memory=MemoryCost(expands_kv=True)),
+        capabilities=Capabilities(
+            devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
+            # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split
+            # off.
+            kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)}, runs_on=OWN_RUNTIME),
+        limits=(runtimes.forward_only_limit("OpenVINO"),
+                # a bf16 run answered wrongly through int16 views: not mapped until checked
+                Limit(field="dtype", allowed=("float32",),
+                      reason="attnbench maps float32 onto OpenVINO only, not {dtype} yet"),
+                unset("softcap", "OpenVINO's ScaledDotProductAttention has no softcap"),
+                *runtimes.unmapped("openvino")),
+        determinism=runtimes.answers("OpenVINO"))
 
     def availability(self, device: str) -> str | None:
         from attnbench.backends.base import device_problem, import_problem
@@ -48,18 +67,6 @@ class OpenVinoSdpa(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (OV_CALL,)
-
-    def deterministic(self, case: Case) -> str:
-        return runtimes.deterministic("OpenVINO", case)
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.needs_grad:
-            return runtimes.FORWARD_ONLY.format(runtime="OpenVINO")
-        if case.dtype != "float32":  # a bf16 run answered wrongly through int16 views: not mapped until checked
-            return f"attnbench maps float32 onto OpenVINO only, not {case.dtype} yet"
-        if case.softcap is not None:
-            return "OpenVINO's ScaledDotProductAttention has no softcap"
-        return runtimes.unmapped(case, self.name)
 
     def estimate_memory(self, case: Case) -> int:
         """The declared estimate, without repeated K/V where one KV head is broadcast."""

@@ -43,7 +43,7 @@ class Registry:
         self._targets[name] = target
 
     def register(self, cls: B) -> B:
-        self.add(cls.name, cls)
+        self.add(cls.spec.name, cls)
         return cls
 
     def names(self) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from attnbench.backends.spec import NOT_APPLICABLE, Answer, Answers, Limit, forward_only, unset
 from attnbench.core import workload
 
 if TYPE_CHECKING:
@@ -17,11 +18,16 @@ if TYPE_CHECKING:
 FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not flow back into PyTorch's autograd)"
 
 
-def deterministic(runtime: str, case: Case) -> str:
-    if case.device != "cpu":
-        return f"not applicable ({runtime}'s backend here runs on the CPU only)"
-    return (f"not applicable (PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside "
-            "PyTorch; the record's repeatability check compares two calls bit for bit)")
+def answers(runtime: str) -> Answers:
+    """Not applicable: the runtime's CPU kernel runs outside PyTorch's deterministic mode."""
+    return Answers(forward=Answer(NOT_APPLICABLE, (
+        f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside PyTorch; the "
+        "record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
+        NOT_APPLICABLE, f"{runtime}'s backend here runs on the CPU only")})
+
+
+def forward_only_limit(runtime: str) -> Limit:
+    return forward_only(FORWARD_ONLY.format(runtime=runtime))
 
 
 def run_threads() -> int:
@@ -31,11 +37,10 @@ def run_threads() -> int:
     return torch.get_num_threads()
 
 
-def unmapped(case: Case, backend: str) -> str | None:
-    """The axes no runtime adapter maps (ALiBi, head_dim_v), by name; None when the case has neither."""
-    if case.alibi or case.head_dim_v is not None:
-        return f"attnbench does not map alibi or head_dim_v onto {backend}"
-    return None
+def unmapped(backend: str) -> tuple[Limit, ...]:
+    """The axes no runtime adapter maps (ALiBi, head_dim_v), by name."""
+    reason = f"attnbench does not map alibi or head_dim_v onto {backend}"
+    return unset("alibi", reason), unset("head_dim_v", reason)
 
 
 def native_causal(case: Case) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -25,6 +26,7 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import SAGE, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import NOT_APPLICABLE, Limit, always, forward_only, unset
 from attnbench.core.axes import DTYPE_BYTES, HALF_DTYPES
 from attnbench.core.counting import FLOAT32_BYTES, tensor_bytes
 from attnbench.core.quant import Numerics, for_every_input
@@ -69,17 +71,26 @@ def mean_workspace(outputs: int, reduced: int) -> int:
 
 @register
 class SageBackend(Backend):
-    name = "sage"
-    # By analogy, not fitted.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0))
-    summary = ("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
-               "from bf16/fp16; judged against its own scheme")
-    library = "sageattention"
-    install_hint = "pip install sageattention==1.0.6  (Triton only)"
-    capabilities = Capabilities(
-        devices=("cuda",), kernel_names=per_device(cuda=SAGE),
-        quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                      "inputs attnbench quantized"))
+    spec = BackendSpec(
+        name="sage",
+        # By analogy, not fitted.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0)),
+        summary=("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
+                 "from bf16/fp16; judged against its own scheme"),
+        library="sageattention",
+        install_hint="pip install sageattention==1.0.6  (Triton only)",
+        capabilities=Capabilities(
+            devices=("cuda",), kernel_names=per_device(cuda=SAGE),
+            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
+                                          "inputs attnbench quantized")),
+        limits=(Limit(field="dtype", allowed=HALF_DTYPES,
+                      reason="{dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"),
+                forward_only("SageAttention 1.0.6 is forward-only"),
+                Limit(field="head_dim", allowed=HEAD_DIMS,
+                      reason="sageattn takes head_dim 64, 96 or 128 (core.py asserts it), not {head_dim}"),
+                unset("window", "SageAttention has no sliding window")),
+        determinism=always(NOT_APPLICABLE, "forward only: sageattn's Triton forward reduces each query "
+                           "block in one program, and SageAttention has no deterministic switch"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SAGE_CALL,)
@@ -92,14 +103,8 @@ class SageBackend(Backend):
                               "needs CUDA (SageAttention's kernels are Triton's, for a GPU)")
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in HALF_DTYPES:
-            return f"{case.dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"
-        if case.needs_grad:
-            return "SageAttention 1.0.6 is forward-only"
-        if case.head_dim not in HEAD_DIMS:
-            return f"sageattn takes head_dim 64, 96 or 128 (core.py asserts it), not {case.head_dim}"
-        if case.window is not None:
-            return "SageAttention has no sliding window"
+        if reason := super().unsupported(case):
+            return reason
         if case.causal and case.seq_len not in (1, case.kv_seq_len):
             return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel asserts it): "
                     "a prefill with a cache is not expressible")
@@ -123,10 +128,6 @@ class SageBackend(Backend):
         scales = FLOAT32_BYTES * (-(-queries // SAGE_BLOCK_Q) + -(-keys // SAGE_BLOCK_K))
         quantized = v16 + (queries + keys) * case.head_dim + scales + tensor_bytes(case)["o"]
         return km + max(mean, quantized)
-
-    def deterministic(self, case: Case) -> str:
-        return ("not applicable (forward only: sageattn's Triton forward reduces each query block in one program, "
-                "and SageAttention has no deterministic switch)")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         sageattn = importlib.import_module(MODULE).sageattn

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnbench.backends import kernel_names
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -24,10 +25,10 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall, UnpackedCall
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, REFUSED, Answer, Answers, on_cpu, torch_ops, unset
 from attnbench.core import workload
 from attnbench.core.counting import MemoryCost
 from attnbench.core.kernel_id import KernelId
-from attnbench.verify import determinism
 
 if TYPE_CHECKING:
     import torch
@@ -93,22 +94,13 @@ def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
 class _Sdpa(Backend):
 
     kernel_name: ClassVar[str | None] = None  # an SDPBackend member name; None lets PyTorch choose
-    # (forward, backward) under torch.use_deterministic_algorithms(True) on CUDA; sources in docs/suites.md.
-    cuda_determinism: ClassVar[tuple[str, str]] = (
-        "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode)",
-        "honoured (PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs FA2's "
-        "deterministic path, efficient's runs with num_splits_key=1)")
     flash_impl: ClassVar[str | None] = None  # FA3/FA4 to route FLASH_ATTENTION to; None: its built-in FA2
-    capabilities = Capabilities(
-        workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"}))
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.softcap is not None:
-            return "SDPA has no soft-capping"
-        if case.page_size is not None:
-            return ("SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as SDPA's own "
-                    "work; attnbench does not time one)")
-        return None
+    spec = BackendSpec(
+        capabilities=Capabilities(
+            workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})),
+        limits=(unset("softcap", "SDPA has no soft-capping"),
+                unset("page_size", "SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as "
+                      "SDPA's own work; attnbench does not time one)")))
 
     def availability(self, device: str) -> str | None:
         if device not in self.capabilities.devices:
@@ -117,11 +109,6 @@ class _Sdpa(Backend):
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL,)
-
-    def deterministic(self, case: Case) -> str:
-        if case.device != "cuda":
-            return determinism.torch_ops(case, f"PyTorch's {self.kernel_name or 'SDPA'} kernel")
-        return self.cuda_determinism[case.needs_grad]
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         import torch.nn.functional as F
@@ -254,48 +241,59 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
             for device in ("cpu", "cuda")}
 
 
+def sdpa_answers(kernel: str, forward: Answer, backward: Answer) -> Answers:
+    """Under torch.use_deterministic_algorithms(True) on CUDA (sources in docs/suites.md); on a CPU PyTorch's ops."""
+    return Answers(forward=forward, backward=backward, on=on_cpu(f"PyTorch's {kernel} kernel"))
+
+
 @register
 class SdpaAuto(_Sdpa):
-    name = "sdpa"
-    # Backward workspace: the costliest kernel it may choose.
-    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True))
-    summary = "F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY)
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa",
+        # Backward workspace: the costliest kernel it may choose.
+        cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_workspace=4, bwd_expands_kv=True)),
+        summary="F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY),
+        determinism=sdpa_answers(
+            "SDPA", Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode"),
+            Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs "
+                   "FA2's deterministic path, efficient's runs with num_splits_key=1")))
 
 
 @register
 class SdpaMath(_Sdpa):
-    name = "sdpa-math"
-    # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
-    cost = Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
-                               score_passes_bwd=14.0, calls=6),
-                cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
-                                score_passes_bwd=16.0, calls=8),
-                memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True))
-    summary = "SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-math",
+        # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
+                                 score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
+                                  score_passes_bwd=16.0, calls=8),
+                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True)),
+        summary="SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX),
+        determinism=torch_ops("SDPA's MATH composite of PyTorch operations"))
     kernel_name = "MATH"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX)
-
-    def deterministic(self, case: Case) -> str:
-        return determinism.torch_ops(case, "SDPA's MATH composite of PyTorch operations")
 
 
 @register
 class SdpaFlash(_Sdpa):
-    name = "sdpa-flash"
-    # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd): `grad_out.contiguous()`
-    # and `out.contiguous()` copy both (SDPA hands them over transposed), a float32 `dq_accum`, and under GQA
-    # `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
-    cost = Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
-                cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True))
-    summary = "SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-flash",
+        # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd):
+        # `grad_out.contiguous()` and `out.contiguous()` copy both (SDPA hands them over transposed), a float32
+        # `dq_accum`, and under GQA `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
+        cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
+                  cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True)),
+        summary="SDPA pinned to FLASH_ATTENTION (PyTorch's FlashAttention-2 on CUDA, fused kernel on CPU)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH),
+        determinism=sdpa_answers(
+            "FLASH_ATTENTION", Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
+            Answer(HONOURED, "PyTorch passes deterministic=true to FA2's backward under the mode")))
     kernel_name = "FLASH_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_FLASH)
-    cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
-                        "honoured (PyTorch passes deterministic=true to FA2's backward under the mode)")
 
 
 # torch >= 2.11.
@@ -324,7 +322,9 @@ FA4_ROUTE_CALLS = (
 class _SdpaFlashImpl(SdpaFlash):
 
     # FA3/FA4 take no attn_mask.
-    capabilities = dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset())
+    spec = dataclasses.replace(
+        SdpaFlash.spec,
+        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset()))
     route_calls: ClassVar[tuple[LibraryCall, ...]] = ()  # what PyTorch's route calls in the implementation's library
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -339,53 +339,60 @@ class _SdpaFlashImpl(SdpaFlash):
 
 @register
 class SdpaFlashFa3(_SdpaFlashImpl):
-    name = "sdpa-flash-fa3"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
-    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper"
+    spec = dataclasses.replace(
+        _SdpaFlashImpl.spec, name="sdpa-flash-fa3",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper",
+        capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS),
+        install_hint="build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU",
+        determinism=sdpa_answers(
+            "FLASH_ATTENTION", Answer(HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
+            Answer(HONOURED, "PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode")))
     flash_impl = "FA3"
-    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS)
-    cuda_determinism = ("honoured (PyTorch's FA3 route runs num_splits=1 under the mode)",
-                        "honoured (PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode)")
-    install_hint = "build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU"
 
 
 @register
 class SdpaFlashFa4(_SdpaFlashImpl):
-    name = "sdpa-flash-fa4"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45))
-    summary = "SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100"
+    spec = dataclasses.replace(
+        _SdpaFlashImpl.spec, name="sdpa-flash-fa4",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100",
+        capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS),
+        install_hint="pip install flash-attn-4",
+        determinism=sdpa_answers(
+            "FLASH_ATTENTION", Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
+            Answer(HONOURED, "PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode")))
     flash_impl = "FA4"
-    capabilities = dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS)
     route_calls = FA4_ROUTE_CALLS
-    cuda_determinism = ("not applicable (FlashAttention's forward is deterministic)",
-                        "honoured (PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode)")
-    install_hint = "pip install flash-attn-4"
 
 
 @register
 class SdpaEfficient(_Sdpa):
-    name = "sdpa-efficient"
-    cost = Cost(cuda=KernelCost(pairs="causal", efficiency_fwd=0.30, efficiency_bwd=0.20),
-                memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True))
-    summary = "SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-efficient",
+        cost=Cost(cuda=KernelCost(pairs="causal", efficiency_fwd=0.30, efficiency_bwd=0.20),
+                  memory=MemoryCost(bwd_workspace=3, bwd_expands_kv=True)),
+        summary="SDPA pinned to EFFICIENT_ATTENTION (memory-efficient, CUTLASS); no native GQA",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT),
+        determinism=sdpa_answers(
+            "EFFICIENT_ATTENTION", Answer(NOT_APPLICABLE, "the memory-efficient forward is deterministic"),
+            Answer(HONOURED, "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
+                             "split keys, no atomics")))
     kernel_name = "EFFICIENT_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT)
-    cuda_determinism = ("not applicable (the memory-efficient forward is deterministic)",
-                        "honoured (PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: "
-                        "no split keys, no atomics)")
 
 
 # sdp_utils.cpp's check_cudnn_deterministic drops cuDNN whenever the mode is on.
-CUDNN_REFUSAL = ("refused: PyTorch does not run cuDNN SDPA under torch.use_deterministic_algorithms(True), forward "
-                 "included (\"cuDNN SDPA is not deterministic\")")
+CUDNN_REFUSAL = Answer(REFUSED, "PyTorch does not run cuDNN SDPA under torch.use_deterministic_algorithms"
+                       "(True), forward included (\"cuDNN SDPA is not deterministic\")")
 
 
 @register
 class SdpaCudnn(_Sdpa):
-    name = "sdpa-cudnn"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True))
-    summary = "SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)"
+    spec = dataclasses.replace(
+        _Sdpa.spec, name="sdpa-cudnn",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_workspace=2, bwd_expands_kv=True)),
+        summary="SDPA pinned to CUDNN_ATTENTION (cuDNN's fused attention)",
+        capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_CUDNN),
+        determinism=sdpa_answers("CUDNN_ATTENTION", CUDNN_REFUSAL, CUDNN_REFUSAL))
     kernel_name = "CUDNN_ATTENTION"
-    capabilities = dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_CUDNN)
-    cuda_determinism = (CUDNN_REFUSAL, CUDNN_REFUSAL)

@@ -12,7 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from attnbench.backends import fp8
-from attnbench.backends.base import Backend, Capabilities, Cost, Prepared, device_problem, first_line
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, Prepared, device_problem, first_line
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_3, per_device
 from attnbench.backends.registry import register
@@ -22,6 +22,7 @@ from attnbench.backends.sdpa import (
     flash_impl_problem,
     flash_pinned,
 )
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Limit, forward_backward, unset
 from attnbench.core.quant import Numerics
 
 if TYPE_CHECKING:
@@ -44,20 +45,30 @@ def entry_point() -> Any:
 
 @register
 class SdpaFp8Backend(Backend):
-    name = "sdpa-fp8"
-    cost = Cost(cuda=fp8.FA3_KERNEL)  # the same kernel as flash-attn-3
-    summary = ("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
-               "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it")
-    capabilities = Capabilities(
-        devices=("cuda",),
-        kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
-        quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
-        quant_reasons={
-            "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's dtypes)",
-            "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only (DescaleType.PER_HEAD)",
-            **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
-                            "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
-        })
+    spec = BackendSpec(
+        name="sdpa-fp8",
+        cost=Cost(cuda=fp8.FA3_KERNEL),  # the same kernel as flash-attn-3
+        summary=("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
+                 "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it"),
+        capabilities=Capabilities(
+            devices=("cuda",),
+            kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
+            quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
+            quant_reasons={
+                "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's "
+                                   "dtypes)",
+                "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only "
+                               "(DescaleType.PER_HEAD)",
+                **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
+                                "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
+            }),
+        limits=(Limit(field="quantized", allowed=(True,), reason=(
+                    "sdpa-fp8 runs FP8 cases only (sdpa and its kernels run float16, bfloat16 and float32)")),
+                unset("window", "PyTorch's quantized SDPA has no window (is_causal only)")),
+        # _fa3.py's _fa3_run_forward passes num_splits=1 under the mode.
+        determinism=forward_backward(
+            Answer(HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
+            Answer(NOT_APPLICABLE, "attnbench runs PyTorch's quantized SDPA forward only")))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (LibraryCall(MODULE, FUNCTION, positional=("query", "key", "value"), keywords=KEYWORDS),)
@@ -82,10 +93,8 @@ class SdpaFp8Backend(Backend):
         return flash_impl_problem("FA3")
 
     def unsupported(self, case: Case) -> str | None:
-        if not case.quantized:
-            return "sdpa-fp8 runs FP8 cases only (sdpa and its kernels run float16, bfloat16 and float32)"
-        if case.window is not None:
-            return "PyTorch's quantized SDPA has no window (is_causal only)"
+        if reason := super().unsupported(case):
+            return reason
         if case.causal and case.seq_len != case.kv_seq_len:
             return ("SDPA's is_causal is top-left, docs/conventions.md's causal mask only where "
                     "seq_len == kv_seq_len, and this entry point takes no explicit mask")
@@ -93,12 +102,6 @@ class SdpaFp8Backend(Backend):
 
     def numerics(self, case: Case) -> Numerics:
         return NUMERICS
-
-    def deterministic(self, case: Case) -> str:
-        """_fa3.py's _fa3_run_forward passes num_splits=1 under the mode."""
-        if case.needs_grad:
-            return "not applicable (attnbench runs PyTorch's quantized SDPA forward only)"
-        return "honoured (PyTorch's FA3 route runs num_splits=1 under the mode)"
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scales: Scales | None = None) -> Prepared:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -22,6 +23,7 @@ from attnbench.backends.base import (
 from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import FLASH_ATTENTION_2, per_device
 from attnbench.backends.registry import register
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, Limit, forward_backward, unset
 from attnbench.core import workload
 from attnbench.core.axes import HALF_DTYPES
 from attnbench.core.counting import FLOAT32_BYTES, MemoryCost, tensor_bytes
@@ -85,15 +87,26 @@ def paged_reason(case: Case) -> str | None:
 
 @register
 class SdpaVarlen(Backend):
-    name = "sdpa-varlen"
-    # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward → flash_api.cpp
-    # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
-                memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True))
-    summary = ("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through cu_seq_q/cu_seq_k, "
-               "paged KV through block_table; fp16/bf16, CUDA")
-    capabilities = Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
-                                workload_axes=frozenset({"documents", "kv_lengths", "page_size"}))
+    spec = BackendSpec(
+        name="sdpa-varlen",
+        # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward → flash_api.cpp
+        # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
+                  memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
+        summary=("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through "
+                 "cu_seq_q/cu_seq_k, "
+                 "paged KV through block_table; fp16/bf16, CUDA"),
+        capabilities=Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
+                                  workload_axes=frozenset({"documents", "kv_lengths", "page_size"})),
+        limits=(Limit(field="dtype", allowed=HALF_DTYPES,
+                      reason="{dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"),
+                Limit(field="head_dim", at_most=MAX_HEAD_DIM, reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
+                unset("softcap", "varlen_attn has no soft-capping"), unset("alibi", "varlen_attn has no ALiBi bias"),
+                unset("head_dim_v", "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)")),
+        determinism=forward_backward(
+            Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
+            Answer(HONOURED, "varlen_attn's backward is aten._flash_attention_backward, which takes FA2's "
+                   "deterministic path under the mode")))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (VARLEN_CALL,)
@@ -112,17 +125,7 @@ class SdpaVarlen(Backend):
                               "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 
     def unsupported(self, case: Case) -> str | None:
-        if case.dtype not in HALF_DTYPES:
-            return f"{case.dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"
-        if case.head_dim > MAX_HEAD_DIM:
-            return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}"
-        if case.softcap is not None:
-            return "varlen_attn has no soft-capping"
-        if case.alibi:
-            return "varlen_attn has no ALiBi bias"
-        if case.head_dim_v is not None:
-            return "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)"
-        return paged_reason(case)
+        return super().unsupported(case) or paged_reason(case)
 
     def estimate_memory(self, case: Case) -> int:
         """Its MemoryCost, and with a backward what mha_varlen_bwd and the packing add: `dq_accum`'s
@@ -135,12 +138,6 @@ class SdpaVarlen(Backend):
         padding = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences * case.heads * case.head_dim * FLOAT32_BYTES
         strided = case.batch == 1 and case.heads > 1
         return estimate + padding + (tensor_bytes(case)["o"] if strided else 0)
-
-    def deterministic(self, case: Case) -> str:
-        if not case.needs_grad:
-            return "not applicable (FlashAttention's forward is deterministic)"
-        return ("honoured (varlen_attn's backward is aten._flash_attention_backward, which takes FA2's deterministic "
-                "path under the mode)")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         fn = varlen_function()

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnbench.backends.base import Backend, Capabilities, Cost, KernelCost, Prepared
+from attnbench.backends.base import Backend, BackendSpec, Capabilities, Cost, KernelCost, Prepared
 from attnbench.backends.kernel_names import MATMUL_SOFTMAX
 from attnbench.backends.registry import register
+from attnbench.backends.spec import Limit, torch_ops, unset
 from attnbench.core import counting, workload
 from attnbench.core.case import DTYPE_BYTES
-from attnbench.verify import determinism
 
 if TYPE_CHECKING:
     import torch
@@ -174,13 +174,21 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 
 @register
 class SlidingWindowBackend(Backend):
-    name = "sliding-window"
-    cost = Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
-                               score_passes_bwd=0.0, calls=8),
-                cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
-                                score_passes_bwd=0.0, calls=8))
-    summary = "our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only"
-    capabilities = Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX)
+    spec = BackendSpec(
+        name="sliding-window",
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
+                                 score_passes_bwd=0.0, calls=8),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
+                                  score_passes_bwd=0.0, calls=8)),
+        summary="our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only",
+        capabilities=Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX),
+        limits=(Limit(field="window", refused=(None,), reason=(
+                    "needs a window (sliding-window attention is local by design; a full or plain causal mask is "
+                    "O(seq²) work, measured by naive, sdpa and flex)")),
+                unset("doc_kv_lens", "sliding-window blocks documents whose keys are their queries; attnbench does not "
+                      "map documents with a cached prefix onto it")),
+        # unfold's backward raises where PyTorch has no deterministic implementation: the skip names it.
+        determinism=torch_ops("matmul, softmax and unfold"))
 
     def estimate_memory(self, case: Case) -> int:
         """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""
@@ -191,19 +199,6 @@ class SlidingWindowBackend(Backend):
         windows = case.batch * case.kv_heads * blocks * span * (case.head_dim + case.v_dim) * elem
         grads = sizes["q"] + sizes["k"] + sizes["v"] if case.needs_grad else 0
         return (4 if case.needs_grad else 2) * band + windows + 2 * sizes["o"] + grads
-
-    def unsupported(self, case: Case) -> str | None:
-        if case.window is None:
-            return ("needs a window (sliding-window attention is local by design; a full or plain causal "
-                    "mask is O(seq²) work, measured by naive, sdpa and flex)")
-        if case.doc_kv_lens is not None:
-            return ("sliding-window blocks documents whose keys are their queries; attnbench does not map documents "
-                    "with a cached prefix onto it")
-        return None
-
-    def deterministic(self, case: Case) -> str:
-        # unfold's backward raises where PyTorch has no deterministic implementation: the skip names it.
-        return determinism.torch_ops(case, "matmul, softmax and unfold")
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         assert case.window is not None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends import packing
 from attnbench.backends.base import (
     Backend,
+    BackendSpec,
     Capabilities,
     Cost,
     KernelCost,
@@ -26,6 +27,7 @@ from attnbench.backends.conformance import LibraryCall
 from attnbench.backends.kernel_names import CUTLASS_FMHA, FLASH_ATTENTION_2, FLASH_ATTENTION_3, per_device
 from attnbench.backends.registry import register
 from attnbench.backends.sdpa import fp32_math
+from attnbench.backends.spec import HONOURED, NOT_APPLICABLE, Answer, forward_backward, unset
 from attnbench.core import workload
 
 if TYPE_CHECKING:
@@ -209,34 +211,34 @@ MEA_CALL = LibraryCall("xformers.ops", "memory_efficient_attention", positional=
 
 @register
 class XformersBackend(Backend):
-    name = "xformers"
-    cost = Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30))
-    summary = "xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded"
-    library = "xformers"
-    install_hint = "pip install 'attnbench[xformers]'  (its wheel needs torch>=2.10)"
+    spec = BackendSpec(
+        name="xformers",
+        cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.40, efficiency_bwd=0.30)),
+        summary="xformers.ops.memory_efficient_attention (BMHK; GQA via BMGHK forward-only); op recorded",
+        library="xformers",
+        install_hint="pip install 'attnbench[xformers]'  (its wheel needs torch>=2.10)",
+        capabilities=Capabilities(
+            devices=("cuda",), workload_axes=frozenset({"documents", "kv_lengths", "page_size"}),
+            # The ops its dispatcher chooses among.
+            kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)),
+        limits=(unset("softcap", "xformers has no soft-capping (its flash operator passes softcap 0)"),
+                unset("alibi", "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto "
+                      "xformers")),
+        # Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B).
+        determinism=forward_backward(
+            Answer(NOT_APPLICABLE, "xformers' forward operators are deterministic"),
+            Answer(HONOURED, "xformers' dispatcher picks only operators marked deterministic under the mode")))
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
-    capabilities = Capabilities(
-        devices=("cuda",), workload_axes=frozenset({"documents", "kv_lengths", "page_size"}),
-        # The ops its dispatcher chooses among.
-        kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
 
-    def deterministic(self, case: Case) -> str:
-        """Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B)."""
-        if not case.needs_grad:
-            return "not applicable (xformers' forward operators are deterministic)"
-        return "honoured (xformers' dispatcher picks only operators marked deterministic under the mode)"
-
     def unsupported(self, case: Case) -> str | None:
-        if case.softcap is not None:
-            return "xformers has no soft-capping (its flash operator passes softcap 0)"
-        if case.alibi:
-            return "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto xformers"
+        if reason := super().unsupported(case):
+            return reason
         if case.page_size is not None:
             if case.doc_lens is not None:
                 return packing.documents_in_pages(case, "xformers' paged bias")
