@@ -215,3 +215,15 @@ def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
     assert not issubclass(Samples, list) and made.times == (2.0, 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.stop = "budget"  # type: ignore[misc]
+
+
+def test_an_ab_is_judged_in_stats_and_put_in_words_in_report() -> None:
+    """stats/ab.py built its sentences (Paired.words, the regressions' names); report/ab_text.py does now."""
+    from attnbench.stats.ab import AbResult, GroupVerdict, Paired
+
+    tree = sources()[PACKAGE / "stats" / "ab.py"]
+    worded = [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+              and any(isinstance(v, ast.Constant) and any(c.isalpha() for c in v.value) for v in node.values)]
+    assert worded == []
+    assert not hasattr(Paired, "words") and "words" not in GroupVerdict.__annotations__
+    assert isinstance(AbResult.__dict__["regressed"], property) and not hasattr(AbResult, "regressions")
