@@ -227,3 +227,17 @@ def test_an_ab_is_judged_in_stats_and_put_in_words_in_report() -> None:
     assert worded == []
     assert not hasattr(Paired, "words") and "words" not in GroupVerdict.__annotations__
     assert isinstance(AbResult.__dict__["regressed"], property) and not hasattr(AbResult, "regressions")
+
+
+def test_an_exclusion_is_read_by_its_cause_never_from_its_reason() -> None:
+    """report/lead.py and dispatch_table.py split the reason (`why.split(":")[0]`, `startswith("skipped")`)."""
+    from attnbench.records.record import Status
+    from attnbench.stats.pooling import Trouble
+    from attnbench.stats.recommend import Exclusion, Unranked
+
+    parsed = [f"{path.name}:{node.lineno}" for path, tree in sources().items() if path.parent.name == "report"
+              for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("split", "startswith") and "why" in ast.unparse(node.func.value)]
+    assert parsed == []
+    assert Exclusion.__annotations__["cause"] == "Status | Trouble | Unranked"
+    assert not set(Status) & set(Trouble) and not set(Trouble) & set(Unranked)
