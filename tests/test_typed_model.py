@@ -241,3 +241,12 @@ def test_an_exclusion_is_read_by_its_cause_never_from_its_reason() -> None:
     assert parsed == []
     assert Exclusion.__annotations__["cause"] == "Status | Trouble | Unranked"
     assert not set(Status) & set(Trouble) and not set(Trouble) & set(Unranked)
+
+
+def test_report_loads_no_history_store_and_no_run() -> None:
+    """report/history_compare.py opened the Store and loaded the run to compare; history/compare.py does now."""
+    loading = [f"{path.name}: {alias.name}" for path, tree in sources().items() if path.parent.name == "report"
+               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and node.module in ("attnbench.history.store", "attnbench.records.run")
+               for alias in node.names if alias.name in ("Store", "load_run", "load_runs")]
+    assert loading == []
