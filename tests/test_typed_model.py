@@ -250,3 +250,30 @@ def test_report_loads_no_history_store_and_no_run() -> None:
                and node.module in ("attnbench.history.store", "attnbench.records.run")
                for alias in node.names if alias.name in ("Store", "load_run", "load_runs")]
     assert loading == []
+
+
+def device_fallbacks() -> list[str]:
+    """Each `x or "cpu"`, `.get(d, X["cuda"])` and default "cpu"/"cuda" outside core/policy.py."""
+    def named(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in ("cpu", "cuda")
+
+    found = []
+    for path, tree in sources().items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and named(node.values[-1])
+                    or isinstance(node, ast.arguments) and any(map(named, node.defaults + node.kw_defaults))
+                    or isinstance(node, ast.AnnAssign) and named(node.value)
+                    or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and any(map(named, ast.walk(node.args[1])))):
+                found.append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+def test_one_device_fallback_the_policy_s() -> None:
+    """compare fell back to cpu, the policy and profile.py to cuda, timing_fields to cpu: the policy's is the one."""
+    from attnbench.core import policy
+
+    tensors = ["timing/timers.py", "verify/integrity.py"]  # a tensor's device, not whose figures apply
+    assert device_fallbacks() == tensors
+    assert policy.device("xpu") == policy.DEVICES[policy.FALLBACK_DEVICE]
+

@@ -37,6 +37,7 @@ DEVICES: dict[str, DevicePolicy] = {
         evidence="4 committed H200 runs, 53 measurements in all four (reports/NVIDIA-H200-*; one window each)"),
 }
 
+FALLBACK_DEVICE = "cuda"  # for a device the table does not name
 CONFIDENCE = 0.95
 PRIOR_WINDOWS = 4
 PRIOR_RATIOS = 8
@@ -68,7 +69,7 @@ ENERGY_RESOLUTION = 0.10
 
 
 def device(name: str) -> DevicePolicy:
-    return DEVICES.get(name, DEVICES["cuda"])
+    return DEVICES.get(name, DEVICES[FALLBACK_DEVICE])
 
 
 def z(confidence: float = CONFIDENCE) -> float:
