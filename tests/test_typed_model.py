@@ -277,3 +277,14 @@ def test_one_device_fallback_the_policy_s() -> None:
     assert device_fallbacks() == tensors
     assert policy.device("xpu") == policy.DEVICES[policy.FALLBACK_DEVICE]
 
+
+def test_a_fraction_that_decides_a_verdict_is_declared_in_the_policy() -> None:
+    """verify/check.py held the correctness rule's floors; its factor and floors are policy.ERROR_*."""
+    allowed = {1.4826, 1e-12, 1e-3, 1e3}  # MAD's normal factor, a division's guard, a chart band's floor, ms per s
+    decides = [PACKAGE / "stats", PACKAGE / "verify" / "check.py", PACKAGE / "timing" / "profile.py",
+               PACKAGE / "run" / "skip.py"]
+    bare = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value}" for path, tree in sources().items()
+            if any(path == d or d in path.parents for d in decides) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and type(node.value) is float and node.value not in {0.0, 1.0, *allowed}]
+    assert bare == []
+    assert ast.unparse(sources()[PACKAGE / "verify" / "check.py"]).count("policy.ERROR_FACTOR * ") == 1
