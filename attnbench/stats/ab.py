@@ -15,11 +15,10 @@ from typing import Any
 
 from attnbench.core import policy
 from attnbench.core.interval import CONFIDENCE, median_interval, rank
+from attnbench.records.record import BAD_STATUSES, Status
 
 # The smallest change called a regression or an improvement (B/A beyond 1 ± this).
 DEFAULT_THRESHOLD = policy.AB_THRESHOLD
-# B's statuses, where A's is `ok`, that mean B broke the measurement.
-BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
 
 
 class AbVerdict(enum.StrEnum):
@@ -118,7 +117,7 @@ class Unpaired:
 
     @property
     def broken_in_b(self) -> bool:
-        return self.a_status == "ok" and self.b_status in BROKEN
+        return self.a_status == Status.OK and self.b_status in BAD_STATUSES
 
     def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, "backend": self.backend, "a_status": self.a_status,
