@@ -43,7 +43,7 @@ def render_all(out: Path) -> None:
     import attnbench.report.render as render
     from attnbench.core.errors import AttnbenchError
     from attnbench.records.results import load_records
-    from attnbench.report.ab_text import to_html, to_markdown
+    from attnbench.report.ab_text import result_dict, to_html, to_markdown
     from attnbench.report.compare_table import comparison_markdown, comparison_table, machine_warning
     from attnbench.stats.ab import pair_up
     from attnbench.stats.compare import compare_runs
@@ -74,8 +74,8 @@ def render_all(out: Path) -> None:
         result = pair_up(load_records(ab / "a"), load_records(ab / "b"),
                          json.loads((ab / "ab.json").read_text())["result"]["threshold"])
         (out / "ab").mkdir(parents=True, exist_ok=True)
-        (out / "ab" / f"{ab.name}.json").write_text(json.dumps(result.to_dict(), indent=1, sort_keys=True))
-        summary = {**json.loads((ab / "ab.json").read_text()), "result": result.to_dict()}
+        (out / "ab" / f"{ab.name}.json").write_text(json.dumps(result_dict(result), indent=1, sort_keys=True))
+        summary = {**json.loads((ab / "ab.json").read_text()), "result": result_dict(result)}
         (out / "ab" / f"{ab.name}.md").write_text(to_markdown(summary) + to_html(summary))
     history_all(out)
 

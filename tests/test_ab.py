@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli.main import app
 from attnbench.records.results import load_records
+from attnbench.report.ab_text import paired_words, result_dict
 from attnbench.run.ab import order
 from attnbench.stats.ab import AbVerdict, Paired, min_pairs, pair_up
 
@@ -42,7 +43,7 @@ def test_the_rule_needs_every_pair_of_six_to_agree_and_the_change_to_pass_the_th
     assert Paired.of([math.log(1.03)] * 6).verdict(0.05) == AbVerdict.WITHIN
     assert Paired.of([math.log(0.8)] * 6).verdict(0.05) == AbVerdict.FASTER
     too_few = Paired.of([math.log(1.5)] * 5)
-    assert too_few.verdict(0.05) == AbVerdict.UNCHANGED and "not judged" in too_few.words(0.05)
+    assert too_few.verdict(0.05) == AbVerdict.UNCHANGED and "not judged" in paired_words(too_few, 0.05)
 
 
 @pytest.mark.slow
@@ -83,7 +84,7 @@ def test_a_slowdown_planted_in_b_only_is_caught_paired_and_interleaved(tmp_path:
     assert {r.extra["ab"] for r in a} == {"A"} and {r.extra["ab"] for r in b} == {"B"}
     assert all([x["round"] for x in r.extra["rounds"]] == list(range(1, ROUNDS + 1)) for r in a + b)
     again = pair_up(a, b)
-    assert [g.to_dict() for g in again.backends] == summary["result"]["backends"]
+    assert result_dict(again)["backends"] == summary["result"]["backends"]
     first = again.measurements[0]
     a0 = next(r for r in a if (r.case_id, r.backend) == (first.case_id, first.backend))
     b0 = next(r for r in b if (r.case_id, r.backend) == (first.case_id, first.backend))

@@ -274,7 +274,8 @@ def test_a_ratio_within_the_runs_own_spread_of_the_pace_is_no_regression_and_one
     wander = [1.05 * (1 + 0.06 * ((i % 5) - 2) / 2) for i in range(20)]
     for odd, judged in ((1.16, False), (1.40, True)):
         ratios = wander + [odd]
-        comparison = Comparison("base", "new", 0.10, [ratio_match(i, r) for i, r in enumerate(ratios)])
+        comparison = Comparison("base", "new", 0.10, [ratio_match(i, r) for i, r in enumerate(ratios)],
+                                device="cpu")
         assert comparison.case_bar * comparison.spread > math.log(1.16 / 1.05)
         assert [m.backend for m in comparison.regressions] == (["b20"] if judged else []), (odd, comparison.spread)
 
@@ -287,7 +288,7 @@ def test_a_backend_slower_on_every_case_within_each_cases_noise_is_a_regression_
     def comparison(slower: float) -> Comparison:
         matches = [ratio_match(16 * b + i, (1 + 0.08 * ((i * 7 + b * 3) % 9 - 4) / 4) * (slower if b == 0 else 1.0),
                                f"k{b}") for b in range(5) for i in range(16)]
-        return Comparison("base", "new", 0.10, matches)
+        return Comparison("base", "new", 0.10, matches, device="cpu")
 
     quiet, slow = comparison(1.0), comparison(1.15)
     assert not quiet.backend_regressions and not quiet.regressions and quiet.verdict == Verdict.PASSED
@@ -306,7 +307,7 @@ def test_a_measurement_is_judged_against_its_own_backends_spread_when_that_wande
         matches = [ratio_match(16 * b + i, 1.25 if (b, i) == (odd_backend, 0) else
                                1 + (0.04 if b == 0 else 0.16) * ((i * 5) % 9 - 4) / 4, f"k{b}")
                    for b in range(2) for i in range(16)]
-        return Comparison("base", "new", 0.10, matches)
+        return Comparison("base", "new", 0.10, matches, device="cpu")
 
     assert [m.backend for m in comparison(0).regressions] == ["k0"]
     assert comparison(1).regressions == []

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from attnbench.core import peaks, policy
+from attnbench.records.record import Status
 from attnbench.records.results import load_records, stored_lines
 from attnbench.report.render import render_report
 from attnbench.stats.compare import compare_runs
@@ -123,9 +124,9 @@ def test_recommend_leaves_jax_cudnn_out_and_says_why() -> None:
     for d in decisions:
         assert "jax-cudnn" not in d.numbers and "jax-cudnn" not in (d.backend, d.leader, d.runner_up)
         assert not any(c.backend == "jax-cudnn" for c in d.contested)
-    excluded = [why for d in decisions for backend, why in d.excluded
-                if backend == "jax-cudnn" and set(d.cases) & JAX_FORWARDS]
-    assert len(excluded) == 4 and all(why.startswith("implausible: faster than the GPU can run") for why in excluded)
+    excluded = [x for d in decisions for x in d.excluded if x.backend == "jax-cudnn" and set(d.cases) & JAX_FORWARDS]
+    assert len(excluded) == 4 and all(x.cause == Status.IMPLAUSIBLE for x in excluded)
+    assert all(x.reason.startswith("implausible: faster than the GPU can run") for x in excluded)
     assert [d.backend for d in decisions if set(d.cases) & JAX_FORWARDS] == ["sdpa", "cudnn", "cudnn", "cudnn"]
 
 

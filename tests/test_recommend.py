@@ -17,10 +17,12 @@ from attnbench.cli.main import app
 from attnbench.core.errors import AttnbenchError
 from attnbench.core.interval import RUN_TO_RUN_NOISE
 from attnbench.core.policy import percent
+from attnbench.records.record import Status
 from attnbench.records.results import results_path, stored_lines
 from attnbench.stats.dispatch import DispatchTable, Shape, length_band
 from attnbench.stats.metric import TIME
-from attnbench.stats.recommend import Contest, Decision, recommend_runs
+from attnbench.stats.pooling import Trouble
+from attnbench.stats.recommend import Contest, Decision, Exclusion, Unranked, recommend_runs
 from tests.helpers import committed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +88,8 @@ def test_the_committed_h200_runs_name_a_winner_or_a_tie_with_the_gates_applied(h
     dense = row_for(h200, seq_len=16384, kv_heads=16)
     assert (dense.decision, dense.backend, dense.leader, dense.contested) == ("winner", "sdpa", "sdpa", ())
     assert dense.margin == pytest.approx(1.3855, rel=1e-3)
-    assert ("sdpa-cudnn", "same kernel as sdpa, one candidate: torch 2.11.0 sdpa CUDNN_ATTENTION") in dense.excluded
+    assert Exclusion("sdpa-cudnn", Unranked.FOLDED,
+                     "same kernel as sdpa, one candidate: torch 2.11.0 sdpa CUDNN_ATTENTION") in dense.excluded
     assert dense.folded == {"sdpa-cudnn": "sdpa"}  # the report names it "sdpa = sdpa-cudnn" from this
     # At 16K fwd+bwd the same kernel under two names was a tie before; it is the default, alone, now.
     one = row_for(h200, seq_len=16384, kv_heads=16, mode="fwd_bwd")
@@ -152,7 +155,7 @@ def test_a_mismatch_never_wins(tmp_path: Path) -> None:
     d = only(tmp_path, record("flex", 0.5, status="mismatch", reason="max error 0.3 > bound 0.05"),
              record("sdpa", 1.0), record("sdpa-flash", 2.0))
     assert (d.decision, d.backend, d.runner_up) == ("winner", "sdpa", "sdpa-flash")
-    assert ("flex", "mismatch: max error 0.3 > bound 0.05") in d.excluded
+    assert Exclusion("flex", Status.MISMATCH, "mismatch: max error 0.3 > bound 0.05") in d.excluded
     assert d.default_ratio == 1.0
 
 
@@ -162,7 +165,7 @@ def test_a_faster_throttled_timing_unsettles_a_slower_one_does_not(tmp_path: Pat
     assert d.contested == (Contest("flex", "throttled", "cuda-bf16-b1-s4096-h16-kv16-d128-causal-fwd", 0.5),)
     slow = only(tmp_path / "b", record("flex", 3.0, throttled=True), record("sdpa", 1.0), record("sdpa-flash", 2.0))
     assert (slow.decision, slow.backend, slow.contested) == ("winner", "sdpa", ())
-    assert ("flex", "throttled") in slow.excluded
+    assert Exclusion("flex", Trouble.THROTTLED, "throttled") in slow.excluded
 
 
 def test_a_noisy_number_counts_with_its_interval_and_a_non_repeatable_one_never_decides(tmp_path: Path) -> None:
@@ -172,7 +175,7 @@ def test_a_noisy_number_counts_with_its_interval_and_a_non_repeatable_one_never_
     assert (noisy.decision, noisy.backend) == ("winner", "flex")
     flaky = only(tmp_path / "b", record("flex", 0.5, repeatable=False), record("sdpa", 1.0), record("naive", 3.0))
     assert (flaky.decision, flaky.backend) == ("winner", "sdpa")
-    assert ("flex", "not repeatable") in flaky.excluded
+    assert Exclusion("flex", Trouble.NOT_REPEATABLE, "not repeatable") in flaky.excluded
 
 
 def test_one_kernel_under_two_names_is_one_candidate(tmp_path: Path) -> None:
@@ -210,7 +213,8 @@ def test_a_bucket_of_several_cases_needs_its_winner_ahead_on_every_one(tmp_path:
     partial = only(tmp_path / "c", record("flex", 0.5), record("sdpa", 2.0), record("sdpa-flash", 4.0),
                    record("sdpa", 3.0, seq_len=6144, kv_seq_len=6144),
                    record("sdpa-flash", 5.0, seq_len=6144, kv_seq_len=6144))
-    assert partial.backend == "sdpa" and ("flex", "not measured on every case of the bucket") in partial.excluded
+    assert partial.backend == "sdpa" and Exclusion(
+        "flex", Unranked.NOT_MEASURED, "not measured on every case of the bucket") in partial.excluded
 
 
 def test_a_quantized_format_is_a_bucket_of_its_own(tmp_path: Path) -> None:
@@ -253,7 +257,7 @@ def test_pooling_the_latest_status_decides_and_an_older_clean_timing_stands_in(t
     d = recommend_runs([new, old]).decisions[0]  # order on the command line does not matter
     assert (d.decision, d.backend) == ("winner", "flex")
     assert d.numbers["flex"][0].run_id == "old" and d.numbers["sdpa"][0].run_id == "new"
-    assert ("xformers", "mismatch: wrong") in d.excluded
+    assert Exclusion("xformers", Status.MISMATCH, "mismatch: wrong") in d.excluded
 
 
 def test_by_energy_ranks_energy_per_call(tmp_path: Path) -> None:
@@ -367,7 +371,8 @@ def test_a_backward_whose_gradients_were_not_checked_decides_no_bucket(tmp_path:
 
     none = bucket(edited_run(tmp_path / "all", FIRST_RUN, unchecked(None)))
     assert (none.decision, none.backend, none.numbers) == ("none", None, {})
-    assert ("sdpa", "gradients unchecked") in none.excluded and ("sdpa-flash", "gradients unchecked") in none.excluded
+    assert all(Exclusion(b, Trouble.GRADIENTS_UNCHECKED, "gradients unchecked") in none.excluded
+               for b in ("sdpa", "sdpa-flash"))
     alone = bucket(edited_run(tmp_path / "sdpa", FIRST_RUN, unchecked("sdpa")))
     assert (alone.decision, alone.backend) == ("unsettled", None) and "sdpa" not in alone.numbers
     assert (alone.contested[0].backend, alone.contested[0].words) == ("sdpa", f"gradients unchecked on {LONG_FWD_BWD}")

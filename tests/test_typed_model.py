@@ -310,3 +310,76 @@ def test_a_torch_ops_answer_names_the_cublas_workspace_in_force(monkeypatch: pyt
     assert default_registry().get("naive").deterministic(make_case(device="cuda")) == (
         "honoured (matmul, softmax and masking under torch.use_deterministic_algorithms(True), cuBLAS with "
         "CUBLAS_WORKSPACE_CONFIG=:16:8)")
+
+
+def test_an_ab_is_judged_in_stats_and_put_in_words_in_report() -> None:
+    """stats/ab.py built its sentences (Paired.words, the regressions' names); report/ab_text.py does now."""
+    from attnbench.stats.ab import AbResult, GroupVerdict, Paired
+
+    tree = sources()[PACKAGE / "stats" / "ab.py"]
+    worded = [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+              and any(isinstance(v, ast.Constant) and any(c.isalpha() for c in v.value) for v in node.values)]
+    assert worded == []
+    assert not hasattr(Paired, "words") and "words" not in GroupVerdict.__annotations__
+    assert isinstance(AbResult.__dict__["regressed"], property) and not hasattr(AbResult, "regressions")
+
+
+def test_an_exclusion_is_read_by_its_cause_never_from_its_reason() -> None:
+    """report/lead.py and dispatch_table.py split the reason (`why.split(":")[0]`, `startswith("skipped")`)."""
+    from attnbench.records.record import Status
+    from attnbench.stats.pooling import Trouble
+    from attnbench.stats.recommend import Exclusion, Unranked
+
+    parsed = [f"{path.name}:{node.lineno}" for path, tree in sources().items() if path.parent.name == "report"
+              for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("split", "startswith") and "why" in ast.unparse(node.func.value)]
+    assert parsed == []
+    assert Exclusion.__annotations__["cause"] == "Status | Trouble | Unranked"
+    assert not set(Status) & set(Trouble) and not set(Trouble) & set(Unranked)
+
+
+def test_report_loads_no_history_store_and_no_run() -> None:
+    """report/history_compare.py opened the Store and loaded the run to compare; history/compare.py does now."""
+    loading = [f"{path.name}: {alias.name}" for path, tree in sources().items() if path.parent.name == "report"
+               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and node.module in ("attnbench.history.store", "attnbench.records.run")
+               for alias in node.names if alias.name in ("Store", "load_run", "load_runs")]
+    assert loading == []
+
+
+def device_fallbacks() -> list[str]:
+    """Each `x or "cpu"`, `.get(d, X["cuda"])` and default "cpu"/"cuda" outside core/policy.py."""
+    def named(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in ("cpu", "cuda")
+
+    found = []
+    for path, tree in sources().items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and named(node.values[-1])
+                    or isinstance(node, ast.arguments) and any(map(named, node.defaults + node.kw_defaults))
+                    or isinstance(node, ast.AnnAssign) and named(node.value)
+                    or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and any(map(named, ast.walk(node.args[1])))):
+                found.append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+def test_one_device_fallback_the_policy_s() -> None:
+    """compare fell back to cpu, the policy and profile.py to cuda, timing_fields to cpu: the policy's is the one."""
+    from attnbench.core import policy
+
+    tensors = ["timing/timers.py", "verify/integrity.py"]  # a tensor's device, not whose figures apply
+    assert device_fallbacks() == tensors
+    assert policy.device("xpu") == policy.DEVICES[policy.FALLBACK_DEVICE]
+
+
+def test_a_fraction_that_decides_a_verdict_is_declared_in_the_policy() -> None:
+    """verify/check.py held the correctness rule's floors; its factor and floors are policy.ERROR_*."""
+    allowed = {1.4826, 1e-12, 1e-3, 1e3}  # MAD's normal factor, a division's guard, a chart band's floor, ms per s
+    decides = [PACKAGE / "stats", PACKAGE / "verify" / "check.py", PACKAGE / "timing" / "profile.py",
+               PACKAGE / "run" / "skip.py"]
+    bare = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value}" for path, tree in sources().items()
+            if any(path == d or d in path.parents for d in decides) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and type(node.value) is float and node.value not in {0.0, 1.0, *allowed}]
+    assert bare == []
+    assert ast.unparse(sources()[PACKAGE / "verify" / "check.py"]).count("policy.ERROR_FACTOR * ") == 1

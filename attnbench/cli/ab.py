@@ -38,7 +38,7 @@ def ab(
 ) -> None:
     """Measure a suite in two Python environments, rounds interleaved (A B B A); judge B against A, paired.
     Exit 1 when B is slower beyond --threshold and the noise (or broke a measurement A ran), else 0."""
-    from attnbench.report.ab_text import write_summary
+    from attnbench.report.ab_text import result_dict, write_summary
     from attnbench.run import ab as paired
     from attnbench.run import session
     from attnbench.stats.ab import pair_up
@@ -68,7 +68,7 @@ def ab(
     load["end"] = round(os.getloadavg()[0], 2)
     result = pair_up(records["A"], records["B"], threshold)
     summary = {**paired.describe(run), "wall_s": round(time.time() - start, 1), "load": load,
-               "exit_code": 1 if result.regressions else 0, "result": result.to_dict()}
+               "exit_code": int(result.regressed), "result": result_dict(result)}
     write_summary(directory, summary)
     for group in summary["result"]["backends"] + [summary["result"]["overall"] or {}]:
         if group:

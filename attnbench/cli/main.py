@@ -382,7 +382,7 @@ def compare(
     if against is None:
         result = compare_runs(runs[0], runs[1], parse_fraction(threshold), relative=not absolute)
     else:
-        from attnbench.report.history_compare import compare_with_history
+        from attnbench.history.compare import compare_with_history
 
         result = compare_with_history(runs[0], db, parse_fraction(threshold), relative=not absolute)
         err.print(f"base: {result.base}", markup=False)

@@ -37,6 +37,7 @@ DEVICES: dict[str, DevicePolicy] = {
         evidence="4 committed H200 runs, 53 measurements in all four (reports/NVIDIA-H200-*; one window each)"),
 }
 
+FALLBACK_DEVICE = "cuda"  # for a device the table does not name
 CONFIDENCE = 0.95
 PRIOR_WINDOWS = 4
 PRIOR_RATIOS = 8
@@ -58,6 +59,9 @@ PLAUSIBLE_MARGIN = 4.0
 OVERHEAD_SHARE = 0.80
 # naive's error share above which the dtype cannot hold the inputs' arithmetic
 DTYPE_LIMITED = 0.1
+# a backend's error bound: ERROR_FACTOR × naive's + the dtype's floor (verify/check.py)
+ERROR_FACTOR = 2.0
+ERROR_FLOOR = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
 # two modes: a gap over MODE_GAP of the median, with MODE_SHARE (and two) on each side
 MODE_GAP = 0.15
 MODE_SHARE = 0.10
@@ -68,7 +72,7 @@ ENERGY_RESOLUTION = 0.10
 
 
 def device(name: str) -> DevicePolicy:
-    return DEVICES.get(name, DEVICES["cuda"])
+    return DEVICES.get(name, DEVICES[FALLBACK_DEVICE])
 
 
 def z(confidence: float = CONFIDENCE) -> float:

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from attnbench.core.interval import CONFIDENCE
 from attnbench.core.units import fmt_ms
 from attnbench.records.env import RunEnv
+from attnbench.stats.ab import AbResult, AbVerdict, GroupVerdict, Paired
 
 
 def _change(ratio: float) -> str:
@@ -17,6 +19,35 @@ def _change(ratio: float) -> str:
 
 def _span(row: dict[str, Any]) -> str:
     return f"[{_change(row['low'])}, {_change(row['high'])}]"
+
+
+def paired_words(paired: Paired, threshold: float, confidence: float = CONFIDENCE) -> str:
+    """The verdict as a reader's sentence: 'B slower by 15.1% [+13.0%, +17.2%], significant, ...'."""
+    change = "slower" if paired.ratio >= 1 else "faster"
+    verdict = paired.verdict(threshold, confidence)
+    if paired.level < confidence:
+        judged = f"not judged: {paired.pairs} pairs reach {paired.level:.0%}, under {confidence:.0%}"
+    elif verdict == AbVerdict.UNCHANGED:
+        judged = "not significant"
+    elif verdict == AbVerdict.WITHIN:
+        judged = f"significant, under the {threshold:.0%} threshold"
+    else:
+        judged = f"significant, beyond the {threshold:.0%} threshold"
+    span = _span({"low": paired.low, "high": paired.high})
+    return f"B {change} by {abs(paired.ratio - 1):.1%} {span}, {judged}"
+
+
+def result_dict(result: AbResult) -> dict[str, Any]:
+    """ab.json's `result`: the verdicts with their sentences and the regressions named."""
+    def group(g: GroupVerdict) -> dict[str, Any]:
+        return {**g.to_dict(), "words": paired_words(g.paired, result.threshold, result.confidence)}
+
+    regressions = [g.name for g in result.slowed] + [f"{u.backend} {u.case_id}: {u.b_status}" for u in result.broken]
+    return {"threshold": result.threshold, "confidence": result.confidence,
+            "overall": group(result.overall) if result.overall else None,
+            "backends": [group(g) for g in result.backends],
+            "measurements": [m.to_dict() for m in result.measurements],
+            "unpaired": [u.to_dict() for u in result.unpaired], "regressions": regressions}
 
 
 def side_line(label: str, side: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from attnbench.core.errors import AttnbenchError
 from attnbench.core.kernel_id import KernelId
 from attnbench.core.policy import percent
 from attnbench.core.units import clipped, fmt_length, fmt_ratio, md_cell
+from attnbench.records.record import Status
 from attnbench.records.run import Run
 from attnbench.records.words import MODE_WORDS, dtype_word
 from attnbench.report.groups import quant_words
@@ -87,7 +88,7 @@ def _row(decision: Decision, runs: dict[str, Run], metric: Metric) -> dict[str, 
         "margin": decision.margin,
         "default": {"backend": DEFAULT_BACKEND, "kernel": label(decision.default_kernel),
                     "ratio": decision.default_ratio, "why": decision.default_why},
-        "excluded": [{"backend": b, "why": why} for b, why in decision.excluded],
+        "excluded": [{"backend": x.backend, "why": x.reason} for x in decision.excluded],
         "contested_by": [{"backend": c.backend, "why": c.words, "value": c.value} for c in decision.contested],
         "run_ids": decision.run_ids,
         "versions": source.env.versions() if source is not None else {},
@@ -200,10 +201,10 @@ def note_text(decision: Decision, metric: Metric) -> str:
         notes.append("tie: " + ", ".join(decision.tie))
     for c in decision.contested:
         notes.append(f"{c.backend} {c.value:.3g} {metric.unit} is {c.why}: not judged")
-    notable = [(b, why) for b, why in decision.excluded
-               if not why.startswith("skipped") and b not in {c.backend for c in decision.contested}]
-    for backend, why in notable[:SHOWN_EXCLUSIONS]:
-        notes.append(f"{backend}: {clipped(why, NOTE_CHARS)}")
+    notable = [x for x in decision.excluded
+               if x.cause != Status.SKIPPED and x.backend not in {c.backend for c in decision.contested}]
+    for x in notable[:SHOWN_EXCLUSIONS]:
+        notes.append(f"{x.backend}: {clipped(x.reason, NOTE_CHARS)}")
     if len(notable) > SHOWN_EXCLUSIONS:
         notes.append(f"{len(notable) - SHOWN_EXCLUSIONS} more excluded (see the JSON)")
     return "; ".join(notes)

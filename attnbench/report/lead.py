@@ -74,10 +74,9 @@ def line_of(x: int, decision: Decision) -> LeadLine:
     if decision.decision == Call.UNSETTLED:
         return LeadLine(x, Call.UNSETTLED, f"{at}: unsettled: {decision.why}")
     counts: dict[str, int] = {}  # why each backend is out: its status, or an ok record's trouble
-    for backend, why in decision.excluded:
-        word = why.split(":")[0]
-        if word != Status.SKIPPED and backend not in decision.folded:
-            counts[word] = counts.get(word, 0) + 1
+    for out in decision.excluded:
+        if out.cause != Status.SKIPPED and out.backend not in decision.folded:
+            counts[out.cause] = counts.get(out.cause, 0) + 1
     statuses = ", ".join(f"{s} ×{n}" for s, n in sorted(counts.items()))
     return LeadLine(x, Call.NONE, f"{at}: {decision.why}" + (f" ({statuses})" if statuses else ""))
 
@@ -103,13 +102,12 @@ def _unranked(x: int, here: dict[str, Record], decision: Decision) -> list[str]:
         return []
     best = _numbers(decision, decision.leader).value
     words = []
-    for backend, why in decision.excluded:
-        record = here.get(backend)
-        if record is None or record.time_ms is None or backend in decision.folded:
+    for out in decision.excluded:
+        record = here.get(out.backend)
+        if record is None or record.time_ms is None or out.backend in decision.folded:
             continue
         if float(record.time_ms) < best:
-            words.append(f"{backend} at {fmt_length(x)} ({fmt_ms(float(record.time_ms))} ms: "
-                         f"{why.split(':')[0]})")
+            words.append(f"{out.backend} at {fmt_length(x)} ({fmt_ms(float(record.time_ms))} ms: {out.cause})")
     return words
 
 

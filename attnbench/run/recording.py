@@ -75,7 +75,7 @@ def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]
             "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
 
 
-def timing_fields(samples: list[float], settings: TimingSettings, device: str = "cpu",
+def timing_fields(samples: list[float], settings: TimingSettings, device: str,
                   window_medians: list[float] | None = None, stop: str | None = None) -> dict[str, Any]:
     """The interval is the run's (core.interval.run_interval) over `window_medians` (None: one window); `stop`:
     the timer's."""

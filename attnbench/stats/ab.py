@@ -15,11 +15,10 @@ from typing import Any
 
 from attnbench.core import policy
 from attnbench.core.interval import CONFIDENCE, median_interval, rank
+from attnbench.records.record import BAD_STATUSES, Status
 
 # The smallest change called a regression or an improvement (B/A beyond 1 ± this).
 DEFAULT_THRESHOLD = policy.AB_THRESHOLD
-# B's statuses, where A's is `ok`, that mean B broke the measurement.
-BROKEN = ("error", "mismatch", "wrong_kernel", "timeout", "oom", "implausible")
 
 
 class AbVerdict(enum.StrEnum):
@@ -68,29 +67,9 @@ class Paired:
             return AbVerdict.FASTER
         return AbVerdict.WITHIN
 
-    def words(self, threshold: float, confidence: float = CONFIDENCE) -> str:
-        """The verdict as a reader's sentence: 'B slower by 15.1% [13.0%, 17.2%], significant'."""
-        change = "slower" if self.ratio >= 1 else "faster"
-        size = abs(self.ratio - 1) if change == "slower" else abs(1 - self.ratio)
-        span = f"[{_signed(self.low)}, {_signed(self.high)}]"
-        verdict = self.verdict(threshold, confidence)
-        if self.level < confidence:
-            judged = f"not judged: {self.pairs} pairs reach {self.level:.0%}, under {confidence:.0%}"
-        elif verdict == AbVerdict.UNCHANGED:
-            judged = "not significant"
-        elif verdict == AbVerdict.WITHIN:
-            judged = f"significant, under the {threshold:.0%} threshold"
-        else:
-            judged = f"significant, beyond the {threshold:.0%} threshold"
-        return f"B {change} by {size:.1%} {span}, {judged}"
-
     def to_dict(self) -> dict[str, Any]:
         return {"ratio": round(self.ratio, 5), "low": round(self.low, 5), "high": round(self.high, 5),
                 "level": round(self.level, 4), "pairs": self.pairs}
-
-
-def _signed(ratio: float) -> str:
-    return f"{ratio - 1:+.1%}"
 
 
 @dataclass(frozen=True)
@@ -120,11 +99,10 @@ class GroupVerdict:
     measurements: int
     paired: Paired
     verdict: AbVerdict
-    words: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "measurements": self.measurements, **self.paired.to_dict(),
-                "verdict": self.verdict.value, "words": self.words}
+                "verdict": self.verdict.value}
 
 
 @dataclass(frozen=True)
@@ -139,7 +117,7 @@ class Unpaired:
 
     @property
     def broken_in_b(self) -> bool:
-        return self.a_status == "ok" and self.b_status in BROKEN
+        return self.a_status == Status.OK and self.b_status in BAD_STATUSES
 
     def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, "backend": self.backend, "a_status": self.a_status,
@@ -158,18 +136,17 @@ class AbResult:
     unpaired: list[Unpaired] = field(default_factory=list)
 
     @property
-    def regressions(self) -> list[str]:
-        """The backends (and `overall`) B slowed beyond the threshold and the noise, and what B broke."""
-        groups = self.backends + ([self.overall] if self.overall else [])
-        slowed = [g.name for g in groups if g.verdict == AbVerdict.SLOWER]
-        return slowed + [f"{u.backend} {u.case_id}: {u.b_status}" for u in self.unpaired if u.broken_in_b]
+    def slowed(self) -> list[GroupVerdict]:
+        """The backends (and `overall`) B slowed beyond the threshold and the noise."""
+        return [g for g in self.backends + ([self.overall] if self.overall else []) if g.verdict == AbVerdict.SLOWER]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "confidence": self.confidence,
-                "overall": self.overall.to_dict() if self.overall else None,
-                "backends": [g.to_dict() for g in self.backends],
-                "measurements": [m.to_dict() for m in self.measurements],
-                "unpaired": [u.to_dict() for u in self.unpaired], "regressions": self.regressions}
+    @property
+    def broken(self) -> list[Unpaired]:
+        return [u for u in self.unpaired if u.broken_in_b]
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.slowed or self.broken)
 
 
 def round_medians(record: Any) -> dict[int, float]:
@@ -186,8 +163,7 @@ def log_ratios(a: Any, b: Any) -> list[float]:
 
 def judged(name: str, pairs: list[MeasurementPair], threshold: float, confidence: float) -> GroupVerdict:
     paired = Paired.of([x for m in pairs for x in m.log_ratios], confidence)
-    return GroupVerdict(name, len(pairs), paired, paired.verdict(threshold, confidence),
-                        paired.words(threshold, confidence))
+    return GroupVerdict(name, len(pairs), paired, paired.verdict(threshold, confidence))
 
 
 def pair_up(a_records: Iterable[Any], b_records: Iterable[Any], threshold: float = DEFAULT_THRESHOLD,

@@ -76,7 +76,7 @@ class Comparison:
     machine_notes: list[str] = field(default_factory=list)  # env.json differences
     software_notes: list[str] = field(default_factory=list)
     relative: bool = True  # False with --absolute: every ratio is judged raw
-    device: str = "cpu"  # whose noise figures apply (core.policy)
+    device: str = policy.FALLBACK_DEVICE  # whose noise figures apply
     probes: tuple[dict | None, dict | None] = (None, None)  # each run's env.json pace_probe
 
     @cached_property
@@ -337,7 +337,7 @@ def compare_records(base_records: list[Record], new_records: list[Record], base:
     return Comparison(
         base=base, new=new, threshold=threshold, matches=matches,
         only_in_base=len(base_index) - len(shared), only_in_new=len(new_index) - len(shared), versions=versions,
-        device=str(base_index[shared[0]].device or "cpu"),
+        device=str(base_index[shared[0]].device),
     )
 
 

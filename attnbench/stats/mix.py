@@ -11,7 +11,7 @@ from pathlib import Path
 from attnbench.core.errors import AttnbenchError
 from attnbench.records.run import load_runs
 from attnbench.stats.metric import TIME
-from attnbench.stats.pooling import Entry, pool
+from attnbench.stats.pooling import Entry, Trouble, pool
 from attnbench.stats.recommend import Decision, recommend_runs
 from attnbench.sweep.mix import Part, Traffic
 from attnbench.sweep.suite import load_suite
@@ -108,7 +108,7 @@ def numbers(entries: dict[str, Entry], flagged: bool = False) -> dict[str, Span]
     """Each backend's clean number on one case; with `flagged`, the numbers flagged `overhead` instead."""
     found = {}
     for backend, entry in entries.items():
-        record = (entry.troubled if entry.why == "overhead" else None) if flagged else entry.clean
+        record = (entry.troubled if entry.cause == Trouble.OVERHEAD else None) if flagged else entry.clean
         value = None if record is None else TIME.value(record)
         interval = None if record is None else TIME.interval(record)
         if value is not None and interval is not None:

@@ -4,6 +4,7 @@ record gives its number; samples are never pooled across runs, and runs of diffe
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from attnbench.records.record import Record, Status
@@ -11,6 +12,19 @@ from attnbench.records.run import Run, case_name
 from attnbench.stats.metric import TIME, Metric
 
 BACKWARD = ("bwd", "fwd_bwd")  # modes whose profiled call also zeroes and accumulates gradients
+
+
+class Trouble(enum.StrEnum):
+    """Why an ok record's figure cannot decide anything."""
+
+    WRONG_KERNEL = "wrong kernel"
+    OVERHEAD = "overhead"
+    GRADIENTS_UNCHECKED = "gradients unchecked"
+    THROTTLED = "throttled"
+    NOT_REPEATABLE = "not repeatable"
+    NO_ENERGY = "no energy figure"
+    NO_TIME = "no time"
+    NO_INTERVAL = "no interval"
 
 
 @dataclass
@@ -21,30 +35,34 @@ class Entry:
     latest: Record  # its latest record: decides whether the backend is in
     clean: Record | None = None  # the latest ok record measured untroubled: its number counts
     troubled: Record | None = None  # with no clean one: the latest ok record, which cannot win
-    why: str | None = None  # why no number of this pair counts (None when `clean` is set)
+    cause: Status | Trouble | None = None  # why no number of this pair counts (None when `clean` is set)
 
     @property
     def case_id(self) -> str:
         return case_name(self.latest)
 
+    @property
+    def why(self) -> str | None:
+        return status_words(self.latest) if isinstance(self.cause, Status) else self.cause
 
-def trouble(record: Record, metric: Metric) -> str | None:
+
+def trouble(record: Record, metric: Metric) -> Trouble | None:
     """Why an ok record's figure cannot decide anything, or None. A noisy record is not troubled (its interval is
     wider); an unrepeatable one is."""
     if record.kernel_trouble == "wrong kernel" or (record.kernel_trouble and record.mode not in BACKWARD):
         # its time is not (only) its kernel's; a backward's overhead (gradients) is its user's too: shown, not a gate
-        return record.kernel_trouble
+        return Trouble(record.kernel_trouble)
     if record.mode in BACKWARD and record.grad_checked is False:
         # its time may be that of wrong gradients
-        return "gradients unchecked"
+        return Trouble.GRADIENTS_UNCHECKED
     if record.throttled:
-        return "throttled"
+        return Trouble.THROTTLED
     if record.unrepeatable:
-        return "not repeatable"
+        return Trouble.NOT_REPEATABLE
     if metric.value(record) is None:
-        return "no energy figure" if metric.name == "energy" else "no time"
+        return Trouble.NO_ENERGY if metric.name == "energy" else Trouble.NO_TIME
     if metric.interval(record) is None:
-        return "no interval"
+        return Trouble.NO_INTERVAL
     return None
 
 
@@ -70,15 +88,15 @@ def pool(runs: list[Run], metric: Metric = TIME) -> dict[tuple, dict[str, Entry]
         for backend, records in backends.items():
             entry = Entry(backend, records[-1])
             if entry.latest.status != Status.OK:
-                entry.why = status_words(entry.latest)
+                entry.cause = entry.latest.status
             else:
                 oks = [r for r in records if r.status == Status.OK]
                 clean = [r for r in oks if trouble(r, metric) is None]
                 if clean:
                     entry.clean = clean[-1]
                 else:
-                    entry.why = trouble(oks[-1], metric)
-                    if entry.why != "not repeatable":  # may be faster, timed badly; a flaky kernel is simply out
+                    entry.cause = trouble(oks[-1], metric)
+                    if entry.cause != Trouble.NOT_REPEATABLE:  # may be faster, timed badly; a flaky one is out
                         entry.troubled = oks[-1]
             pooled.setdefault(case, {})[backend] = entry
     return pooled

@@ -16,7 +16,7 @@ from attnbench.records.run import Run, load_runs, same_software
 from attnbench.stats.bands import geomean, widened
 from attnbench.stats.dispatch import FEATURES, Bucket, Shape, bucket_key
 from attnbench.stats.metric import ENERGY, METRICS, TIME, Metric
-from attnbench.stats.pooling import Entry, pool
+from attnbench.stats.pooling import Entry, Trouble, pool
 
 DEFAULT_BACKEND = "sdpa"  # PyTorch's scaled_dot_product_attention with its own kernel choice
 
@@ -40,6 +40,23 @@ class Call(enum.StrEnum):
     TIE = "tie"
     UNSETTLED = "unsettled"
     NONE = "none"
+
+
+class Unranked(enum.StrEnum):
+    """Why a backend is out of a bucket when no record's status or trouble says."""
+
+    NOT_MEASURED = "not measured on every case of the bucket"
+    NO_CLEAN_NUMBER = "no clean number"
+    FOLDED = "same kernel"
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A backend out of a bucket's candidates: its first case's cause and every case's, in words."""
+
+    backend: str
+    cause: Status | Trouble | Unranked
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -75,7 +92,7 @@ class Decision:
     default_ratio: float | None = None  # sdpa over the backend to call
     default_why: str | None = None  # why there is no ratio
     default_kernel: KernelId | None = None  # what sdpa dispatched to (its latest record's kernel)
-    excluded: tuple[tuple[str, str], ...] = ()  # (backend, why) for non-candidates
+    excluded: tuple[Exclusion, ...] = ()
     contested: tuple[Contest, ...] = ()
     noise: float = 0.0  # the device's run-to-run noise, added where two numbers come from different runs
     folded: dict[str, str] = field(default_factory=dict)  # backend -> the candidate whose kernel it ran
@@ -128,11 +145,13 @@ def _margin(mine: list[Number], leader: list[Number], noise: float) -> float:
     return min(pa[0] / pb[1] for pa, pb in (_pair(a, b, noise) for a, b in zip(mine, leader, strict=False)))
 
 
-def _why(entries: list[Entry | None]) -> str:
+def _exclusion(backend: str, entries: list[Entry | None]) -> Exclusion:
     if any(e is None for e in entries):
-        return "not measured on every case of the bucket"
-    whys = list(dict.fromkeys(str(e.why) for e in entries if e is not None and e.why))
-    return "; ".join(whys) if whys else "no clean number"
+        return Exclusion(backend, Unranked.NOT_MEASURED, Unranked.NOT_MEASURED.value)
+    causes = [e for e in entries if e is not None and e.cause is not None]
+    if not causes:
+        return Exclusion(backend, Unranked.NO_CLEAN_NUMBER, Unranked.NO_CLEAN_NUMBER.value)
+    return Exclusion(backend, causes[0].cause, "; ".join(dict.fromkeys(str(e.why) for e in causes)))
 
 
 @dataclass(frozen=True)
@@ -140,7 +159,7 @@ class _Field:
     bucket: Bucket
     cases: tuple[str, ...]
     numbers: dict[str, list[Number]]
-    excluded: tuple[tuple[str, str], ...]
+    excluded: tuple[Exclusion, ...]
     default_kernel: KernelId | None
     noise: float
     folded: dict[str, str]
@@ -168,7 +187,7 @@ def _candidates(cases: list[dict[str, Entry]], metric: Metric) -> _Field:
         if all(e is not None and e.clean is not None for e in entries):
             numbers[backend] = [_number(e, metric) for e in entries if e is not None]
         else:
-            excluded.append((backend, _why(entries)))
+            excluded.append(_exclusion(backend, entries))
     numbers, folded, why_folded = _merge_same_kernels(numbers)
     default = [c.get(DEFAULT_BACKEND) for c in cases]
     return _Field(Shape.of_record(first).bucket(), tuple(next(iter(c.values())).case_id for c in cases), numbers,
@@ -245,7 +264,7 @@ def _default(f: _Field, call: Call, backend: str | None) -> tuple[float | None, 
         return None, f"{call}: nothing to compare with"
     if DEFAULT_BACKEND in f.numbers:
         return _ratio(f.numbers[DEFAULT_BACKEND], f.numbers[backend]), None
-    return None, next((why for b, why in f.excluded if b == DEFAULT_BACKEND), "not measured")
+    return None, next((x.reason for x in f.excluded if x.backend == DEFAULT_BACKEND), "not measured")
 
 
 def _decision(f: _Field, r: _Ranking, call: Call, backend: str | None, why: str | None,
@@ -275,7 +294,7 @@ def _rivals(cases: list[dict[str, Entry]], numbers: dict[str, list[Number]], met
     found: dict[str, list[Number]] = {}
     for backend in sorted({b for c in cases for b in c} - set(numbers)):
         entries = [c.get(backend) for c in cases]
-        if all(e is not None and e.troubled is not None and e.why == "overhead" and metric.value(e.troubled)
+        if all(e is not None and e.troubled is not None and e.cause == Trouble.OVERHEAD and metric.value(e.troubled)
                is not None and metric.interval(e.troubled) is not None for e in entries):
             found[backend] = [_number_of(e.troubled, e, metric) for e in entries if e is not None]
     return found
@@ -286,7 +305,7 @@ def ran_kernel(kernel: KernelId | None) -> str | None:
     return kernel.ran.strip() or None if kernel else None
 
 
-def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[str, str], list[tuple[str, str]]]:
+def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[str, str], list[Exclusion]]:
     """One candidate per kernel: a backend that ran another candidate's kernel on every case is folded into it."""
     numbers, folded, whys = dict(numbers), {}, []
     names = sorted(numbers, key=lambda b: (b != DEFAULT_BACKEND, b))
@@ -300,7 +319,7 @@ def _merge_same_kernels(numbers: dict[str, list[Number]]) -> tuple[dict, dict[st
             if other in numbers and [ran_kernel(n.kernel) for n in numbers[other]] == mine:
                 del numbers[other]
                 folded[other] = keep
-                whys.append((other, f"same kernel as {keep}, one candidate: {mine[0]}"))
+                whys.append(Exclusion(other, Unranked.FOLDED, f"same kernel as {keep}, one candidate: {mine[0]}"))
     return numbers, folded, whys
 
 

@@ -19,8 +19,6 @@ from attnbench.core import policy
 from attnbench.records.files import write_text_atomic
 
 OVERHEAD_SHARE = policy.OVERHEAD_SHARE
-# other backends' kernels at or over the device's precision: `wrong_kernel`
-FOREIGN_SHARE = {name: device.precision for name, device in policy.DEVICES.items()}
 OTHER_WORK = (("copy", ("copy_", "contiguous", "clone", "Memcpy", "memcpy", "to_copy")),
               ("transpose", ("transpose", "permute")),
               ("mask construction", ("where", "isneginf", "tril", "triu", "logical", "arange", "fill_", "ge", "le")),
@@ -232,7 +230,7 @@ def judge_kernels(kernels: tuple[Kernel, ...], own: tuple[str, ...], others: dic
     if not any(matches(k.name, own) for k in kernels):
         return KernelVerdict(share, f"none of {backend}'s declared kernels ran; ran {ran}")
     foreign = foreign_share(kernels, own, others, backend)
-    least = FOREIGN_SHARE.get(device, FOREIGN_SHARE["cuda"])  # as policy does
+    least = policy.device(device).precision  # others' kernels at or over it: `wrong_kernel`
     if foreign is not None and foreign[1] >= least:
         name, taken, theirs = foreign
         return KernelVerdict(share, f"{theirs[0].name} ({name}'s kernel{'s' if len(theirs) > 1 else ''}: "

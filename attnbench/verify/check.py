@@ -11,8 +11,7 @@ from attnbench.core import policy
 if TYPE_CHECKING:
     import torch
 
-# keeps an exact float32 naive run from making the bound zero
-FLOOR = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-3}
+FLOOR = policy.ERROR_FLOOR  # keeps an exact float32 naive run from making the bound zero
 NAMES = ("out", "dq", "dk", "dv")
 DTYPE_LIMITED = policy.DTYPE_LIMITED
 
@@ -69,7 +68,7 @@ def judge(answer: Answer, ref: Answer, naive: Answer, dtype: str,
     for name, got, want, low in pairs:
         errors[name] = max_abs_error(got, want)
         low_error = naive_err[name] if naive_err is not None and name in naive_err else max_abs_error(low, want)
-        bounds[name] = 2 * low_error + FLOOR[dtype]
+        bounds[name] = policy.ERROR_FACTOR * low_error + FLOOR[dtype]
     worst = max(errors, key=lambda n: errors[n] / bounds[n] if math.isfinite(bounds[n]) else errors[n])
     return Verdict(
         passed=all(math.isfinite(errors[n]) and errors[n] <= bounds[n] for n in errors),
