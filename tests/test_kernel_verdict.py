@@ -161,9 +161,9 @@ def test_profiling_leaves_the_samples_as_they_were(monkeypatch: pytest.MonkeyPat
 
 
 def _unprofiled():  # type: ignore[no-untyped-def]
-    from attnbench.run.profiled import Profiled
+    from attnbench.run.profiled import KernelFields, Profiled
 
-    return Profiled({}, None, 0.0)
+    return Profiled(KernelFields(), None, 0.0)
 
 
 def test_trace_is_written_as_chrome_json_holding_the_profiled_call_and_one_timed_sample(tmp_path) -> None:  # type: ignore[no-untyped-def]

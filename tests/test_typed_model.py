@@ -215,3 +215,38 @@ def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
     assert not issubclass(Samples, list) and made.times == (2.0, 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.stop = "budget"  # type: ignore[misc]
+
+
+def test_each_stage_returns_a_frozen_value_without_an_untyped_extra() -> None:
+    """On 4499ad1 the prepared, sustained, repeated and statistics stages each returned an `extra` dict and the
+    profiled call its fields as a dict, merged later by hand."""
+    import dataclasses
+    import inspect
+
+    from attnbench.run import measure, profiled, record_parts, stages
+
+    values = {name: kind for name, kind in vars(stages).items()
+              if dataclasses.is_dataclass(kind) and kind.__module__ == stages.__name__}
+    made = [inspect.signature(getattr(stages, name)).return_annotation.removesuffix(" | None")
+            for name in ("prepare", "check", "calls", "sustained", "timed", "memory", "repeated", "kernels")]
+    made.append(inspect.signature(measure.numbers).return_annotation.removeprefix("stage."))
+    assert set(made) <= set(values)
+    assert all(kind.__dataclass_params__.frozen and "extra" not in {f.name for f in dataclasses.fields(kind)}
+               for kind in values.values())
+    assert {f.name: f.type for f in dataclasses.fields(profiled.Profiled)}["fields"] == "KernelFields"
+    held = [f.type.removeprefix("stage.").removesuffix(" | None") for f in dataclasses.fields(record_parts.Progress)]
+    assert set(held) <= set(values)
+
+
+def test_a_record_stores_its_extra_entries_in_the_stages_order() -> None:
+    """results.jsonl's layout: the backend's and setup's entries, then each stage's, then the measurement's own."""
+    from attnbench.backends.registry import default_registry
+    from tests.helpers import make_case, measure_one
+
+    record = measure_one(make_case(seq_len=32), default_registry().get("naive"))
+    assert list(record.extra) == [
+        "setup_ms", "setup_parts", "repeat_calls", "repeat_tensors", "integrity", "warmup_ms", "warmup_calls",
+        "warmup_steady", "check_ms", "check_sampled", "check_call_ms", "errors", "kernel_error",
+        "naive_relative_error", "dtype_limited", "reference_scale", "peak_bound", "peak_source", "reference_s",
+        "phases_ms"]
+    assert list(record.extra["setup_parts"]) == ["other", "profile"]
