@@ -309,7 +309,8 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]
     records: list[Record] = []
     info = RunInfo("long-cpu-small", "long")
-    Schedule(info).run(tasks, records.append, InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
+    Schedule(info).run(tasks, lambda case, record: records.append(record),
+                       InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
     as_dicts = [r.to_dict() for r in records]
     assert_kernels_named(records)
     ran = {r["backend"] for r in as_dicts if r["status"] == "ok"}

@@ -250,3 +250,24 @@ def test_a_record_stores_its_extra_entries_in_the_stages_order() -> None:
         "naive_relative_error", "dtype_limited", "reference_scale", "peak_bound", "peak_source", "reference_s",
         "phases_ms"]
     assert list(record.extra["setup_parts"]) == ["other", "profile"]
+
+
+def test_the_pool_seconds_go_on_a_new_record_for_the_first_measurement_of_its_graph() -> None:
+    """The sink finds the graph from the measured case, and leaves the measured record as it was made."""
+    from attnbench.core.case import Case
+    from attnbench.run.recording import RunInfo, make_record
+    from attnbench.run.session import Compiles
+    from tests.helpers import make_case
+
+    class Compiling:
+        name = "compiling"
+
+        def compile_key(self, case: Case) -> str:
+            return f"graph {case.seq_len}"
+
+    case = make_case(seq_len=16)
+    made = make_record(RunInfo("r", "t"), case, "compiling", "ok", None, {"extra": {"compile_s": 0.5}})
+    compiles = Compiles({"graph 16": 1.23456}, {"compiling": Compiling()})  # type: ignore[dict-item]
+    first, again = compiles.noted(case, made), compiles.noted(case, made)
+    assert first.extra == {"compile_s": 0.5, "precompile_s": 1.235} and made.extra == again.extra == {"compile_s": 0.5}
+    assert compiles.compiled == ["graph 16", "graph 16"]
