@@ -325,6 +325,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     backends = {backend.name: backend for backend in plan.backends}
     precompiled, over_budget = (ahead.compiled_keys(), ahead.over_budget()) if ahead else ({}, {})
     records: list[Record] = []
+    cases: list[Case] = []
     compiles = Compiles(precompiled, backends)
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
     probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
@@ -338,6 +339,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
             with phases.timing("records"):
                 writer.append(record)
             records.append(record)
+            cases.append(case)
             if probe is not None:
                 with phases.timing("pace"):
                     probe.tick()
@@ -355,8 +357,8 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
         sampled_s, began = Tally.of(records).phases.get("samples", 0.0), phases.clock()
         with frozen_heap():
-            done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
-                                       lambda changed: replace_records(run.folder.results, changed),
+            done = rounds.later_rounds(records, cases, backends, resampler, settings, info, run.run_id,
+                                       should_stop, lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
         added_s = Tally.of(records).phases.get("samples", 0.0) - sampled_s  # the records' samples hold them
         phases.add("rounds", max(0.0, phases.clock() - began - added_s))
