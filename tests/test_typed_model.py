@@ -271,3 +271,14 @@ def test_the_pool_seconds_go_on_a_new_record_for_the_first_measurement_of_its_gr
     first, again = compiles.noted(case, made), compiles.noted(case, made)
     assert first.extra == {"compile_s": 0.5, "precompile_s": 1.235} and made.extra == again.extra == {"compile_s": 0.5}
     assert compiles.compiled == ["graph 16", "graph 16"]
+
+
+def test_no_record_extra_is_written_into_after_the_record_is_made() -> None:
+    """On 4499ad1 the worker set extra.gpu and extra.gpu_name, the run's sink extra.precompile_s, on a frozen
+    record."""
+    written = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+               for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+               if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
+               and target.value.attr == "extra"]
+    assert written == []
