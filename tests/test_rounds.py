@@ -19,10 +19,11 @@ from rich.console import Console
 from attnbench.backends.base import Backend
 from attnbench.backends.registry import default_registry
 from attnbench.core.case import Case
+from attnbench.records.record import case_of
 from attnbench.records.results import Record, load_records, replace_records
 from attnbench.run import pace_probe, rounds, session
 from attnbench.run.options import RunOptions
-from attnbench.run.recording import RunInfo, case_of
+from attnbench.run.recording import RunInfo
 from attnbench.timing.timers import TimingSettings
 
 ROOT = Path(__file__).resolve().parent.parent

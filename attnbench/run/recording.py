@@ -39,12 +39,6 @@ class RunInfo:
     roofs: MeasuredRoofs | None = None
 
 
-def case_of(record: Record) -> Case:
-    from attnbench.core.case import Case
-
-    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
-
-
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
                 timer: str | None = None) -> Record:
     """`timer` is named only where samples were taken; a timing beyond the GPU's datasheet is `implausible`
