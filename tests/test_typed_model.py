@@ -282,3 +282,11 @@ def test_no_record_extra_is_written_into_after_the_record_is_made() -> None:
                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
                and target.value.attr == "extra"]
     assert written == []
+
+
+def test_no_case_is_rebuilt_from_a_record_outside_records() -> None:
+    """On 4499ad1 the session, the later rounds and the A/B made a measurement's Case again from its record (6)."""
+    rebuilt = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources("records").items()
+               for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "case_of"]
+    assert rebuilt == []
