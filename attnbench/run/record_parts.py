@@ -57,8 +57,8 @@ class Progress:
         if self.repeated is not None:
             repeated = self.repeated
             found["repeatable"] = repeated.repeatable
-            extra.update(repeat_extra(repeated.compared, list(repeated.calls), repeated.tensors, GRADS_UNCHECKED),
-                         **judged_extra(list(repeated.judged)))
+            seen = repeat_extra(repeated.compared, list(repeated.calls), repeated.tensors, GRADS_UNCHECKED)
+            extra.update(seen, **judged_extra(list(repeated.judged)))
         if self.kernels is not None:
             ran = self.kernels.ran
             found.update(as_fields(ran.fields))
@@ -81,11 +81,13 @@ class Progress:
 
     def add_numbers(self, numbers: stage.Numbers, found: dict[str, Any], extra: dict[str, Any]) -> None:
         assert self.checked is not None and self.timed is not None and self.repeated is not None
-        timing, samples, verdict, memory = self.checked.timing, self.timed.samples, self.repeated.verdict, self.memory
+        timing, samples, verdict = self.checked.timing, self.timed.samples, self.repeated.verdict
+        memory = self.memory
         assert memory is not None
         found.update(numbers.timing, tflops=numbers.tflops, bandwidth_gbs=numbers.bandwidth_gbs,
                      peak_memory_bytes=memory.peak, memory_method=memory.method,
-                     max_abs_error=stage.finite(verdict.max_abs_error), error_bound=stage.finite(verdict.error_bound),
+                     max_abs_error=stage.finite(verdict.max_abs_error),
+                     error_bound=stage.finite(verdict.error_bound),
                      rows_checked=numbers.rows_checked, grad_checked=numbers.grad_checked,
                      percent_of_peak=numbers.percent_of_peak)
         extra.update(timing_extra(samples, numbers.timer_extra))
