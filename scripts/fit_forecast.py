@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 
 from attnbench.backends.registry import default_registry  # noqa: E402
 from attnbench.core.case import group_of  # noqa: E402
+from attnbench.records.record import case_of  # noqa: E402
 from attnbench.records.results import Record, load_records  # noqa: E402
 from attnbench.run import calibration, forecast  # noqa: E402
-from attnbench.run.recording import case_of  # noqa: E402
 from attnbench.run.tally import record_phases  # noqa: E402
 
 REPORTS = ROOT / "reports"

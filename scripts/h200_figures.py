@@ -23,9 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnbench.backends.registry import default_registry  # noqa: E402
-from attnbench.records.record import Record  # noqa: E402
+from attnbench.records.record import Record, case_of  # noqa: E402
 from attnbench.records.results import ENV_FILE, load_records  # noqa: E402
-from attnbench.run.recording import case_of  # noqa: E402
 
 REPORTS = ROOT / "reports"
 CHECK = REPORTS / "NVIDIA-H200-20261204-c671d98"

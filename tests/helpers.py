@@ -50,7 +50,8 @@ def run_cases(cases: list[Case], backends: list[Backend], sink: Callable[[Record
               timing: TimingSettings = ONE_SAMPLE, **schedule: Any) -> int:
     """Every backend on every case, in this process, through the run's one loop (attnbench.run.schedule)."""
     info = RunInfo("r1", "unit")
-    return Schedule(info, **schedule).run([(case, backend) for case in cases for backend in backends], sink,
+    return Schedule(info, **schedule).run([(case, backend) for case in cases for backend in backends],
+                                          lambda case, record: sink(record),
                                           InProcess(timer or ClockTimer(), Settings(info, timing)))
 
 

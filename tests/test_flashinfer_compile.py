@@ -176,7 +176,7 @@ def test_one_compile_key_is_one_set_of_modules(tmp_path: Path, monkeypatch: pyte
         for module in ("flashinfer", "flashinfer.jit.core", "flashinfer.jit.env"):
             sys.modules.pop(module, None)
         install()
-        extra = prepare(case_data(case), fi).extra
+        extra = prepare(case_data(case), fi).prepared.extra
         used = frozenset(extra["jit_built"] + extra["jit_loaded"])
         assert used, name
         modules.setdefault(fi.compile_key(case), set()).add(used)

@@ -65,7 +65,7 @@ def test_the_worker_lives_on_after_an_exception_and_is_replaced_after_an_exit() 
     tasks = [(case, registry.get(name)) for name in ("faulty-raise", "naive", "faulty-exit", "naive")]
     tasks.append((other, registry.get("sdpa")))
     records: list[Record] = []
-    Schedule(info).run(tasks, records.append, isolated)
+    Schedule(info).run(tasks, lambda case, record: records.append(record), isolated)
     assert [r.status for r in records] == ["error", "ok", "error", "ok", "ok"]
     assert isolated.started == 2, "one worker until the exit, a fresh one after it"
     assert records[4].seq_len == 48 and records[4].backend == "sdpa"
@@ -79,7 +79,8 @@ def test_a_fresh_workers_first_measurement_does_not_pay_the_profilers_first_use(
     info = RunInfo("r", "unit", "cpu")
     isolated = Isolated(WorkerConfig(info, "cpu", ONE_SAMPLE), timeout_s=60)
     records: list[Record] = []
-    Schedule(info).run([(make_case(seq_len=32), registry.get("naive"))], records.append, isolated)
+    Schedule(info).run([(make_case(seq_len=32), registry.get("naive"))], lambda case, record: records.append(record),
+                       isolated)
     isolated.close()
     assert records[0].status == "ok"
     assert records[0].extra["setup_parts"]["profile"] < 500, records[0].extra["setup_parts"]

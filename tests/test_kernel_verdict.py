@@ -161,9 +161,9 @@ def test_profiling_leaves_the_samples_as_they_were(monkeypatch: pytest.MonkeyPat
 
 
 def _unprofiled():  # type: ignore[no-untyped-def]
-    from attnbench.run.profiled import Profiled
+    from attnbench.run.profiled import KernelFields, Profiled
 
-    return Profiled({}, None, 0.0)
+    return Profiled(KernelFields(), None, 0.0)
 
 
 def test_trace_is_written_as_chrome_json_holding_the_profiled_call_and_one_timed_sample(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -309,7 +309,8 @@ def test_every_ok_record_of_the_long_cpu_block_names_its_kernels() -> None:
     tasks = [(c, registry.get(b)) for c, b in long_cpu_block_at(LONG_SMALLEST)]
     records: list[Record] = []
     info = RunInfo("long-cpu-small", "long")
-    Schedule(info).run(tasks, records.append, InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
+    Schedule(info).run(tasks, lambda case, record: records.append(record),
+                       InProcess(ClockTimer(), Settings(info, ONE_SAMPLE)))
     as_dicts = [r.to_dict() for r in records]
     assert_kernels_named(records)
     ran = {r["backend"] for r in as_dicts if r["status"] == "ok"}

@@ -54,7 +54,7 @@ def test_several_measurers_share_one_queue_of_whole_cases_and_one_oom_pruner() -
     log: list[tuple[str, str, str]] = []
     measurers = [FakeMeasurer(log) for _ in range(2)]
     records: list[Record] = []
-    made = Schedule(INFO).run(tasks(), records.append, measurers)
+    made = Schedule(INFO).run(tasks(), lambda case, record: records.append(record), measurers)
     assert made == len(records) == 12
     assert all(m.closed for m in measurers)
     by_case: dict[str, set[str]] = {}
@@ -89,7 +89,7 @@ def test_a_stop_request_lets_every_measurer_finish_its_current_measurement_only(
     stop = threading.Event()
     records: list[Record] = []
 
-    def sink(record: Record) -> None:
+    def sink(case: object, record: Record) -> None:
         records.append(record)
         if len(records) == 3:
             stop.set()

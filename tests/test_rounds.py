@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from attnbench.backends.base import Backend
 from attnbench.backends.registry import default_registry
+from attnbench.core.case import Case
+from attnbench.records.record import case_of
 from attnbench.records.results import Record, load_records, replace_records
 from attnbench.run import pace_probe, rounds, session
 from attnbench.run.options import RunOptions
@@ -75,9 +78,9 @@ class Scripted:
     def __init__(self, samples: list[float]) -> None:
         self.samples, self.order = samples, []
 
-    def resample(self, record: Record, backend: object, timing: TimingSettings) -> list[float]:
+    def resample(self, case: Case, backend: Backend, timing: TimingSettings) -> list[float]:
         """As a timer does: samples until the budget is spent (the call that crosses it included) or max_samples."""
-        self.order.append((record.backend, record.case_id))
+        self.order.append((backend.name, case.case_id))
         taken: list[float] = []
         for sample in self.samples[: timing.max_samples]:
             if sum(taken) >= timing.budget_ms:
@@ -89,6 +92,10 @@ class Scripted:
 def stored(tmp_path: Path) -> list[Record]:
     records, _ = run(tmp_path, SUITE.replace("rounds: 3", "rounds: 1"))
     return [Record(**r) for r in records]
+
+
+def cases_of(records: list[Record]) -> list[Case]:
+    return [case_of(r) for r in records]
 
 
 def backends() -> dict:
@@ -105,8 +112,8 @@ def test_each_later_round_walks_the_measurements_in_its_own_shuffled_order_repea
     walks = []
     for _ in range(2):
         scripted = Scripted([0.5])
-        rounds.later_rounds(list(records), backends(), scripted, settings, RunInfo("r", "rounds"), "seed-1",
-                            lambda: False, lambda _: None, lambda _: None)
+        rounds.later_rounds(list(records), cases_of(records), backends(), scripted, settings, RunInfo("r", "rounds"),
+                            "seed-1", lambda: False, lambda _: None, lambda _: None)
         walks.append(scripted.order)
     second, third = walks[0][:8], walks[0][8:]
     assert sorted(second) == sorted(third) == sorted(order)
@@ -121,8 +128,8 @@ def test_a_call_slower_than_its_share_is_not_re_timed_and_max_samples_holds(tmp_
     full = dataclasses.replace(records[1], times_ms=[0.1, 0.1])  # max_samples reached
     scripted = Scripted([0.1, 0.1, 0.1])
     settings = TimingSettings(budget_ms=30, min_samples=1, max_samples=2, rounds=3)
-    rounds.later_rounds([slow, full], backends(), scripted, settings, RunInfo("r", "rounds"), "s", lambda: False,
-                        lambda _: None, lambda _: None)
+    rounds.later_rounds([slow, full], cases_of([slow, full]), backends(), scripted, settings, RunInfo("r", "rounds"),
+                        "s", lambda: False, lambda _: None, lambda _: None)
     assert scripted.order == []
     assert not rounds.due_again([40.0], 2, settings) and rounds.due_again([5.0], 2, settings)
 
@@ -134,8 +141,8 @@ def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_
     narrow = [dataclasses.replace(r, noisy=False) for r in records[4:]]
     scripted = Scripted([1.0] * 50)
     settings = TimingSettings(budget_ms=10, min_samples=1, precision=0.05, rounds=1, refine=0.5)
-    done = rounds.later_rounds(wide + narrow, backends(), scripted, settings, RunInfo("r", "rounds"), "s",
-                               lambda: False, lambda _: None, lambda _: None)
+    done = rounds.later_rounds(wide + narrow, cases_of(wide + narrow), backends(), scripted, settings,
+                               RunInfo("r", "rounds"), "s", lambda: False, lambda _: None, lambda _: None)
     assert {key for key in scripted.order} <= {(r.backend, r.case_id) for r in wide}
     # The budget is what the samples cost; a last call may cross it, as a timer's does.
     assert done.refine_budget_s == 0.5 * 10 * 8 / 1e3 and 0 < done.refine_s <= done.refine_budget_s + 1e-3
@@ -144,9 +151,13 @@ def test_the_refining_spends_at_most_its_budget_and_only_on_intervals_still_too_
 class Steady(Scripted):
     """Each window's samples equal the record's first call: windows that agree, so only their number is lacking."""
 
-    def resample(self, record: Record, backend: object, timing: TimingSettings) -> list[float]:
-        self.samples = [record.times_ms[0]] * timing.max_samples
-        return super().resample(record, backend, timing)
+    def __init__(self, records: list[Record]) -> None:
+        super().__init__([])
+        self.first = {(r.backend, r.case_id): r.times_ms[0] for r in records}
+
+    def resample(self, case: Case, backend: Backend, timing: TimingSettings) -> list[float]:
+        self.samples = [self.first[backend.name, case.case_id]] * timing.max_samples
+        return super().resample(case, backend, timing)
 
 
 @pytest.mark.slow
@@ -157,11 +168,11 @@ def test_the_refining_settles_the_records_its_budget_can_pay_for_rather_than_a_w
     records = stored(tmp_path)
     cheap = [dataclasses.replace(r, noisy=True, times_ms=[1.0] * 10) for r in records[:4]]
     dear = [dataclasses.replace(r, noisy=True, times_ms=[50.0]) for r in records[4:]]
-    steady = Steady([])
+    steady = Steady(cheap + dear)
     settings = TimingSettings(budget_ms=10, min_samples=1, max_samples=100, precision=0.10, rounds=1, refine=1.0)
     pooled = cheap + dear
-    done = rounds.later_rounds(pooled, backends(), steady, settings, RunInfo("r", "rounds"), "s", lambda: False,
-                               lambda _: None, lambda _: None)
+    done = rounds.later_rounds(pooled, cases_of(pooled), backends(), steady, settings, RunInfo("r", "rounds"), "s",
+                               lambda: False, lambda _: None, lambda _: None)
     settled = [r for r in pooled if not r.noisy]
     assert len(settled) >= 2 and all(r.times_ms[0] == 1.0 for r in settled)
     assert {key for key in steady.order} <= {(r.backend, r.case_id) for r in cheap}

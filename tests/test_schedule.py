@@ -124,6 +124,6 @@ def test_an_interrupt_aborts_the_measurer_instead_of_waiting_for_it() -> None:
 
     measurer = Measurer()
     with pytest.raises(KeyboardInterrupt):
-        Schedule(RunInfo("r", "unit")).run([(make_case(seq_len=16), default_registry().get("naive"))], lambda r: None,
-                                           measurer)
+        Schedule(RunInfo("r", "unit")).run([(make_case(seq_len=16), default_registry().get("naive"))],
+                                           lambda case, record: None, measurer)
     assert measurer.calls == ["abort"]

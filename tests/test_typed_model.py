@@ -383,3 +383,78 @@ def test_a_fraction_that_decides_a_verdict_is_declared_in_the_policy() -> None:
             if isinstance(node, ast.Constant) and type(node.value) is float and node.value not in {0.0, 1.0, *allowed}]
     assert bare == []
     assert ast.unparse(sources()[PACKAGE / "verify" / "check.py"]).count("policy.ERROR_FACTOR * ") == 1
+
+
+def test_each_stage_returns_a_frozen_value_without_an_untyped_extra() -> None:
+    """On 4499ad1 the prepared, sustained, repeated and statistics stages each returned an `extra` dict and the
+    profiled call its fields as a dict, merged later by hand."""
+    import dataclasses
+    import inspect
+
+    from attnbench.run import measure, profiled, record_parts, stages
+
+    values = {name: kind for name, kind in vars(stages).items()
+              if dataclasses.is_dataclass(kind) and kind.__module__ == stages.__name__}
+    made = [inspect.signature(getattr(stages, name)).return_annotation.removesuffix(" | None")
+            for name in ("prepare", "check", "calls", "sustained", "timed", "memory", "repeated", "kernels")]
+    made.append(inspect.signature(measure.numbers).return_annotation.removeprefix("stage."))
+    assert set(made) <= set(values)
+    assert all(kind.__dataclass_params__.frozen and "extra" not in {f.name for f in dataclasses.fields(kind)}
+               for kind in values.values())
+    assert {f.name: f.type for f in dataclasses.fields(profiled.Profiled)}["fields"] == "KernelFields"
+    held = [f.type.removeprefix("stage.").removesuffix(" | None") for f in dataclasses.fields(record_parts.Progress)]
+    assert set(held) <= set(values)
+
+
+def test_a_record_stores_its_extra_entries_in_the_stages_order() -> None:
+    """results.jsonl's layout: the backend's and setup's entries, then each stage's, then the measurement's own."""
+    from attnbench.backends.registry import default_registry
+    from tests.helpers import make_case, measure_one
+
+    record = measure_one(make_case(seq_len=32), default_registry().get("naive"))
+    assert list(record.extra) == [
+        "setup_ms", "setup_parts", "repeat_calls", "repeat_tensors", "integrity", "warmup_ms", "warmup_calls",
+        "warmup_steady", "check_ms", "check_sampled", "check_call_ms", "errors", "kernel_error",
+        "naive_relative_error", "dtype_limited", "reference_scale", "peak_bound", "peak_source", "reference_s",
+        "phases_ms"]
+    assert list(record.extra["setup_parts"]) == ["other", "profile"]
+
+
+def test_the_pool_seconds_go_on_a_new_record_for_the_first_measurement_of_its_graph() -> None:
+    """The sink finds the graph from the measured case, and leaves the measured record as it was made."""
+    from attnbench.core.case import Case
+    from attnbench.run.recording import RunInfo, make_record
+    from attnbench.run.session import Compiles
+    from tests.helpers import make_case
+
+    class Compiling:
+        name = "compiling"
+
+        def compile_key(self, case: Case) -> str:
+            return f"graph {case.seq_len}"
+
+    case = make_case(seq_len=16)
+    made = make_record(RunInfo("r", "t"), case, "compiling", "ok", None, {"extra": {"compile_s": 0.5}})
+    compiles = Compiles({"graph 16": 1.23456}, {"compiling": Compiling()})  # type: ignore[dict-item]
+    first, again = compiles.noted(case, made), compiles.noted(case, made)
+    assert first.extra == {"compile_s": 0.5, "precompile_s": 1.235} and made.extra == again.extra == {"compile_s": 0.5}
+    assert compiles.compiled == ["graph 16", "graph 16"]
+
+
+def test_no_record_extra_is_written_into_after_the_record_is_made() -> None:
+    """On 4499ad1 the worker set extra.gpu and extra.gpu_name, the run's sink extra.precompile_s, on a frozen
+    record."""
+    written = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources().items()
+               for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+               if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
+               and target.value.attr == "extra"]
+    assert written == []
+
+
+def test_no_case_is_rebuilt_from_a_record_outside_records() -> None:
+    """On 4499ad1 the session, the later rounds and the A/B made a measurement's Case again from its record (6)."""
+    rebuilt = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path, tree in sources("records").items()
+               for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "case_of"]
+    assert rebuilt == []

@@ -229,7 +229,7 @@ def test_records_carry_the_axes_when_set_and_nothing_new_otherwise() -> None:
 def test_a_record_read_back_is_the_same_case_and_key() -> None:
     import json
 
-    from attnbench.run.session import case_of
+    from attnbench.records.record import case_of
 
     case = make_case(seq_len=10, documents=3, doc_lengths="random", alibi=True)
     stored = json.loads(json.dumps(record_of(case).to_dict()))
@@ -381,7 +381,7 @@ def test_a_long_explicit_list_is_named_by_its_count_and_a_checksum_so_ids_stay_f
 def test_records_carry_the_prefix_and_read_back_as_the_same_case() -> None:
     import json
 
-    from attnbench.run.session import case_of
+    from attnbench.records.record import case_of
 
     case = make_case(seq_len=20, kv_seq_len=27, documents=4, doc_lengths="explicit", doc_lens=(6, 0, 9, 5),
                      doc_kv_lens=(10, 3, 9, 5), causal=True)

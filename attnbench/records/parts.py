@@ -15,6 +15,12 @@ def part_of(kind: type[Part], extra: dict[str, Any] | None) -> Part:
     return kind(**{f.name: extra.get(f.name) for f in fields(kind)})  # type: ignore[arg-type]
 
 
+def entries_of(part: object) -> dict[str, Any]:
+    """`part`'s stored `extra` entries: its fields that are not None, in order."""
+    found = {f.name: getattr(part, f.name) for f in fields(part)}  # type: ignore[arg-type]
+    return {name: value for name, value in found.items() if value is not None}
+
+
 class Determinism(enum.StrEnum):
     """A backend's answer to `deterministic: true` (Backend.deterministic's sentence begins with it)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnbench.core import axes, peaks
 from attnbench.core.kernel_id import KernelId
@@ -20,6 +20,9 @@ from attnbench.records.parts import (
     TimingParts,
     part_of,
 )
+
+if TYPE_CHECKING:
+    from attnbench.core.case import Case
 
 # Versions the loader reads: docs/results.md, "Schema versions".
 SCHEMA_VERSION = 2
@@ -260,6 +263,13 @@ def key_of(record: dict[str, Any]) -> tuple:
     """Record.key of a stored line not read into a record."""
     workload = (_hashable(record.get(name, default)) for name, default in WORKLOAD_DEFAULTS.items())
     return (*(record.get(name) for name in KEY_FIELDS), *workload)
+
+
+def case_of(record: Record) -> Case:
+    """The case a stored record measured."""
+    from attnbench.core.case import Case
+
+    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
 
 
 def _hashable(value: Any) -> Any:

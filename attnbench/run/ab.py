@@ -19,7 +19,7 @@ from attnbench.records.results import Record
 from attnbench.run.ab_worker import AB_WORKER_COMMAND
 from attnbench.run.child import ChildDied, ChildProcess
 from attnbench.run.isolation import WorkerConfig
-from attnbench.run.recording import RunInfo, case_of, now, pooled, unmeasured
+from attnbench.run.recording import RunInfo, now, pooled, unmeasured
 from attnbench.run.rounds import shuffled_by_case
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class Ab:
     say: Callable[[str], None]
     stopped: bool = False  # Ctrl-C: the rounds made so far are written and judged
     sequence: list[str] = field(default_factory=list)  # 'round side backend case_id', in order
+    cases: dict[tuple, Case] = field(default_factory=dict)  # by key
 
     def side(self, label: str) -> Side:
         return self.sides[SIDES.index(label)]
@@ -131,6 +132,7 @@ class Ab:
 
     def first_round(self, case: Case, backend: Backend, sides: tuple[str, str]) -> None:
         key = (case.device, case.case_id, backend.name)
+        self.cases[key] = case
         for label in sides:
             side = self.side(label)
             self.sequence.append(f"1 {label} {backend.name} {case.case_id}")
@@ -148,7 +150,7 @@ class Ab:
             side = self.side(label)
             record = side.records[key]
             self.sequence.append(f"{number} {label} {record.backend} {record.case_id}")
-            answer = self.ask(side, ("resample", case_of(record).fields(), record.backend, share))
+            answer = self.ask(side, ("resample", self.cases[key].fields(), record.backend, share))
             samples, reason = ((answer[1], answer[2]) if answer else
                                ([], f"worker process {side.facts['worker_deaths'][-1]}"))
             if samples:
@@ -226,7 +228,7 @@ def write_side(ab: Ab, side: Side) -> list[Record]:
     records = []
     for key, record in side.records.items():
         if record.status == "ok" and side.rounds[key]:
-            record = pooled(record, case_of(record), backends[record.backend], side.samples[key], ab.settings,
+            record = pooled(record, ab.cases[key], backends[record.backend], side.samples[key], ab.settings,
                             side.config.info, side.rounds[key])
         records.append(replace(record, extra={**record.extra, "ab": side.label}))
     folder = RunFolder(ab.directory / side.folder)

@@ -3,6 +3,7 @@ measurement starts a fresh worker."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -108,8 +109,6 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     gc.freeze()  # collections between cases skip torch's own objects
     info = config.info
     if config.device == "cuda" and "CUDA_VISIBLE_DEVICES" in config.env:
-        import dataclasses
-
         import torch
 
         # The GPU given, not the parent's first: its name picks the peak for percent_of_peak.
@@ -132,8 +131,9 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         case = Case(**fields)
         record = measurer.measure(case, registry.get(name), on_start=started)
         if "CUDA_VISIBLE_DEVICES" in config.env:
-            record.extra["gpu"] = config.env["CUDA_VISIBLE_DEVICES"]  # physical id or UUID
-            record.extra["gpu_name"] = info.device_name
+            gpu = config.env["CUDA_VISIBLE_DEVICES"]  # physical id or UUID
+            named = {"gpu": gpu, "gpu_name": info.device_name}
+            record = dataclasses.replace(record, extra={**record.extra, **named})
         retire = record.status == "error" and cuda_is_broken(case.device)
         conn.send(("record", record.to_dict(), retire))
         if retire:

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Unsupported, first_line
 from attnbench.backends.conformance import conformance_problem
-from attnbench.records.parts import SetupParts, part_of
+from attnbench.records.parts import CorrectnessParts, part_of
 from attnbench.run import stages as stage
 from attnbench.run.heap import release_memory
 from attnbench.run.profiled import Profiled
+from attnbench.run.record_parts import Closing, Progress
 from attnbench.run.recording import (
     RunInfo,
     make_record,
     percent_of_peak,
     throughput,
-    timing_extra,
     timing_fields,
     unmeasured,
     work_fields,
@@ -28,7 +28,7 @@ from attnbench.run.recording import (
 from attnbench.run.skip import Facts, why_skipped
 from attnbench.run.stages import finite
 from attnbench.run.tally import Phases
-from attnbench.timing.timers import Timer, TimingSettings, timer_for_work
+from attnbench.timing.timers import Samples, Timer, TimingSettings, timer_for_work
 from attnbench.verify.determinism import TORCH_REFUSAL, deterministic_mode
 from attnbench.verify.inputs import CaseData
 from attnbench.verify.integrity import Guard
@@ -80,7 +80,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         reason = why_skipped(case, backend, facts_here(case, backend, timer, settings))
     if reason:
         return make_record(settings.info, case, backend.name, "skipped", reason,
-                           {**work, "extra": {"phases_ms": phases.ms()}})
+                           {**work, **Closing(phases.ms()).fields({}, {})})
     reference_before = data.reference_s
     if on_start is not None:
         on_start(data)
@@ -96,19 +96,17 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         status, reason = classify(exc, backend, caught, settings.deterministic)
         del exc
         collect = True  # a traceback holds the failed call's tensors in cycles
-    fields = {**work, **progress.fields()}
+    found, extra = progress.parts()
     del progress  # free its tensors before release_memory
-    if settings.deterministic:
-        fields.setdefault("extra", {})["deterministic"] = backend.deterministic(case)
-    if data.reference_s > reference_before:  # this measurement made the case's reference
-        fields.setdefault("extra", {})["reference_s"] = data.reference_s - reference_before
+    asked = backend.deterministic(case) if settings.deterministic else None
+    made_s = data.reference_s - reference_before if data.reference_s > reference_before else None
     try:
         with phases.timing("release"):
             release_memory(case.device, collect=collect)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error raises again here
         status = "error"
         reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
-    fields.setdefault("extra", {})["phases_ms"] = phases.ms()
+    fields = {**work, **Closing(phases.ms(), asked, made_s).fields(found, extra)}
     return make_record(settings.info, case, backend.name, status, reason, fields, timer.name)
 
 
@@ -122,7 +120,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     with ready.prepared.context():
         began, reference_s = phases.clock(), data.reference_s
         try:
-            checked = stage.check(data, backend, ready, guard, timer, timing, caught)
+            checked = progress.checked = stage.check(data, backend, ready, guard, timer, timing, caught)
             calls = stage.calls(case, ready, checked)
         finally:  # in this process the check makes the case's reference if none did before: that is `reference_s`
             phases.add("check", phases.clock() - began - (data.reference_s - reference_s))
@@ -130,7 +128,7 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
         with phases.timing("timer"):
             timed = progress.timed = stage.timed(case, backend, timer, calls, checked)
         with phases.timing("memory"):
-            memory = stage.memory(calls, checked)
+            progress.memory = stage.memory(calls, checked)
         with phases.timing("repeat"):
             repeated = progress.repeated = stage.repeated(data, ready, checked, timed.kept)
         began = phases.clock()
@@ -142,42 +140,22 @@ def _measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
     if broken:  # the time is not of the work asked for
         return "error", "integrity: " + "; ".join(broken)
     with phases.timing("statistics"):
-        progress.numbers = numbers(data, backend, timer, settings, checked, timed, memory, repeated,
-                                   progress.parts()[1])
+        progress.numbers = numbers(data, backend, timer, settings, timed.samples, checked, progress.parts()[1])
     return status_of(repeated, kernels.ran)
 
 
-@dataclass(frozen=True)
-class Numbers:
-    fields: dict[str, Any]
-    extra: dict[str, Any]
-
-
-def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, checked: stage.Checked,
-            timed: stage.Timed, memory: stage.Memory, repeated: stage.Repeated, before: dict[str, Any]) -> Numbers:
+def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, samples: Samples,
+            checked: stage.Checked, before: dict[str, Any]) -> stage.Numbers:
     """`before`: the earlier stages' `extra` (a backend's fp32_math picks the roof)."""
-    case, samples, verdict, timing = data.case, timed.samples, repeated.verdict, checked.timing
-    fields = timing_fields(list(samples.times), settings.timing, case.device, stop=samples.stop)
-    fields.update(
-        **throughput(case, backend, fields["time_ms"]), peak_memory_bytes=memory.peak, memory_method=memory.method,
-        max_abs_error=finite(verdict.max_abs_error), error_bound=finite(verdict.error_bound),
-        rows_checked=case.seq_len if data.rows is None else len(data.rows),
-        grad_checked=data.reference.grads is not None,
-    )
-    extra = timing_extra(samples, timer)
-    if timing.warmed_ms:
-        extra["check_ms"] = timing.warmed_ms  # the checked call, counted toward warmup_ms
-        extra["check_sampled"] = samples.prior_joined
-        if timing.prior_ms is not None:
-            extra["check_call_ms"] = timing.prior_ms  # by the timer's clock
-    extra["errors"] = {name: finite(value) for name, value in verdict.errors.items()}
-    if any(finite(value) is None for value in verdict.errors.values()):
-        extra["nonfinite"] = True
-    extra.update(accuracy_extra(data, checked.stick, checked.answer, checked.out_native))
-    fields["percent_of_peak"], peak_extra = percent_of_peak(case, fields["tflops"], fields["bandwidth_gbs"],
-                                                            settings.info, {**before, **extra}.get("fp32_math"))
-    extra.update(peak_extra)
-    return Numbers(fields, extra)
+    case = data.case
+    timing = timing_fields(list(samples.times), settings.timing, case.device, stop=samples.stop)
+    rates = throughput(case, backend, timing["time_ms"])
+    accuracy = accuracy_extra(data, checked.stick, checked.answer, checked.out_native)
+    fp32_math = part_of(CorrectnessParts, {**before, **accuracy}).fp32_math
+    percent, roof = percent_of_peak(case, rates["tflops"], rates["bandwidth_gbs"], settings.info, fp32_math)
+    return stage.Numbers(timing, rates["tflops"], rates["bandwidth_gbs"], percent,
+                         case.seq_len if data.rows is None else len(data.rows), data.reference.grads is not None,
+                         timer.extra, accuracy, roof)
 
 
 def status_of(repeated: stage.Repeated, ran: Profiled) -> tuple[str, str | None]:
@@ -191,50 +169,6 @@ def status_of(repeated: stage.Repeated, ran: Profiled) -> tuple[str, str | None]
     if ran.wrong_kernel:
         return "wrong_kernel", ran.wrong_kernel + (f"; and {mismatch}" if mismatch else "")
     return "mismatch", mismatch
-
-
-@dataclass
-class Progress:
-    """The finished stages: a failed measurement's record keeps what they found."""
-
-    ready: stage.Ready | None = None
-    sustained: stage.Sustained | None = None
-    timed: stage.Timed | None = None
-    repeated: stage.Repeated | None = None
-    kernels: stage.Kernels | None = None
-    numbers: Numbers | None = None
-
-    def fields(self) -> dict[str, Any]:
-        if self.ready is None:
-            return {}
-        fields, extra = self.parts()
-        return {**fields, "extra": extra}
-
-    def parts(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The record's fields the finished stages found, and its extra entries."""
-        assert self.ready is not None
-        extra = dict(self.ready.extra)
-        fields: dict[str, Any] = {"kernel": self.ready.prepared.kernel, "kv_expanded": self.ready.prepared.kv_expanded}
-        if self.sustained is not None:
-            extra.update(self.sustained.extra)
-        if self.timed is not None:
-            extra.update(self.timed.gpu_extra, **self.timed.events)
-            fields.update(self.timed.gpu)
-        if self.repeated is not None:
-            fields["repeatable"] = self.repeated.repeatable
-            extra.update(self.repeated.extra)
-        if self.kernels is not None:
-            ran = self.kernels.ran
-            fields.update(ran.fields)
-            extra.update(ran.extra)
-            extra["setup_ms"] += ran.profile_ms + ran.trace_ms
-            extra["setup_parts"] = {**(part_of(SetupParts, extra).setup_parts or {}), "profile": ran.profile_ms,
-                                    **({"trace": ran.trace_ms} if ran.trace_ms else {})}
-            extra["integrity"] = self.kernels.checks
-        if self.numbers is not None:
-            fields.update(self.numbers.fields)
-            extra.update(self.numbers.extra)
-        return fields, extra
 
 
 def classify(exc: BaseException, backend: Backend, caught: list[warnings.WarningMessage],

@@ -294,7 +294,7 @@ def compile_job(backend: Backend, cases: list[Case]) -> tuple[str, int, int, str
         if why:
             return "skipped", kernels, hits, why, tuple(modules)
         try:
-            setup = part_of(SetupParts, prepare(case_data(case), backend).extra)
+            setup = part_of(SetupParts, prepare(case_data(case), backend).prepared.extra)
             kernels += int(setup.kernels_compiled or 0)
             hits += int(setup.cache_hits or 0)
             modules += setup.jit_built or []

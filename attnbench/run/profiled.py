@@ -4,6 +4,7 @@ is setup ("profile", and with --trace "trace": the traced sample and the trace w
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +29,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class KernelFields:
+    """The record's fields the profiled call fills."""
+
+    kernels: list[dict[str, Any]] | None = None
+    kernels_reason: str | None = None
+    kernels_source: str | None = None
+    attention_share: float | None = None
+    overhead: str | None = None
+    trace: str | None = None
+
+
+@dataclass(frozen=True)
 class Profiled:
-    fields: dict[str, Any]
+    fields: KernelFields
     wrong_kernel: str | None
     profile_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
@@ -83,23 +96,21 @@ def profiled(fn: Callable[[], object], case: Case, backend: Backend, timer: Time
         written = [part for part in parts if part.exists()]
         if written:
             join_traces(trace, written)
-            fields["trace"] = f"traces/{trace.name}"
+            fields = dataclasses.replace(fields, trace=f"traces/{trace.name}")
         traced += (time.perf_counter() - joined) * 1e3
     return Profiled(fields, wrong, spent, foreign=profile.foreign, trace_ms=traced)
 
 
 def kernel_fields(profile: Profile, case: Case, backend: Backend, others: dict[str, tuple[str, ...]]
-                  ) -> tuple[dict[str, Any], str | None]:
+                  ) -> tuple[KernelFields, str | None]:
     """Judged against the backend's declared kernels."""
     if profile.kernels is None:
-        return {"kernels": None, "kernels_reason": profile.reason}, None
-    fields: dict[str, Any] = {"kernels": [k.to_dict() for k in profile.kernels], "kernels_source": profile.source}
+        return KernelFields(kernels_reason=profile.reason), None
     declared = backend.capabilities.attention_kernels(case.device, case.mode)
     verdict = judge_kernels(profile.kernels, declared, others, backend.name, case.device)
-    fields["attention_share"] = None if verdict.attention_share is None else round(verdict.attention_share, 4)
-    if verdict.overhead:
-        fields["overhead"] = verdict.overhead
-    return fields, verdict.wrong_kernel
+    share = None if verdict.attention_share is None else round(verdict.attention_share, 4)
+    return KernelFields([k.to_dict() for k in profile.kernels], None, profile.source, share,
+                        verdict.overhead or None), verdict.wrong_kernel
 
 
 def _device_only(profile: Profile) -> tuple:

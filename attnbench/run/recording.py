@@ -15,7 +15,7 @@ from attnbench.records.parts import SetupParts, part_of
 from attnbench.records.record import judged
 from attnbench.records.results import Record
 from attnbench.timing.sampling import STOPS
-from attnbench.timing.timers import Samples, Timer, TimingSettings
+from attnbench.timing.timers import Samples, TimingSettings
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
@@ -37,12 +37,6 @@ class RunInfo:
     measured_bandwidth_gbs: float | None = None
     # A CPU's, measured at the run's start.
     roofs: MeasuredRoofs | None = None
-
-
-def case_of(record: Record) -> Case:
-    from attnbench.core.case import Case
-
-    return Case(**{name: getattr(record, name) for name in Case.__dataclass_fields__})
 
 
 def make_record(info: RunInfo, case: Case, backend: str, status: str, reason: str | None, fields: dict[str, Any],
@@ -110,13 +104,13 @@ def bimodal_extra(samples: list[float]) -> dict[str, Any]:
     return {"bimodal": {"low_ms": modes.low, "high_ms": modes.high, "high_share": round(modes.high_share, 3)}}
 
 
-def timing_extra(samples: Samples, timer: Timer) -> dict[str, Any]:
-    """Warm-up, the timer's details, and `bimodal`."""
+def timing_extra(samples: Samples, timer_extra: dict[str, Any]) -> dict[str, Any]:
+    """`bimodal`, warm-up, and the timer's own entries."""
     extra = bimodal_extra(list(samples.times))
     if samples.warmup_calls is not None:
         extra.update(warmup_ms=samples.warmup_ms, warmup_calls=samples.warmup_calls,
                      warmup_steady=samples.steady)
-    extra.update(timer.extra)
+    extra.update(timer_extra)
     return extra
 
 
@@ -146,14 +140,14 @@ def percent_of_peak(case: Case, tflops: float, bandwidth_gbs: float, info: RunIn
     return percent, extra
 
 
-def setup_fields(setup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
+def setup_fields(setup_s: float, extra: dict[str, Any]) -> SetupParts:
     """In ms: `setup_ms` is all of `prepare`; its parts are those `prepare` reports in `extra`."""
     setup = part_of(SetupParts, extra)
     parts = {name: float(value) * scale for name, value, scale in (
         ("mask_build", setup.mask_build_s, 1e3), ("compile", setup.compile_s, 1e3), ("plan", setup.plan_ms, 1.0))
         if value is not None}
     parts["other"] = max(0.0, setup_s * 1e3 - sum(parts.values()))
-    return {"setup_ms": setup_s * 1e3, "setup_parts": parts}
+    return SetupParts(setup_ms=setup_s * 1e3, setup_parts=parts)
 
 
 def now() -> str:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Protocol
 from attnbench.core.interval import windows_needed
 from attnbench.run.heap import release_memory
 from attnbench.run.measure import InProcess
-from attnbench.run.recording import case_of, pooled
+from attnbench.run.recording import pooled
 from attnbench.run.stages import answer_of, timed_call
 from attnbench.timing.timers import timer_for_work
 from attnbench.verify.quant_data import prepare_kwargs
 
 if TYPE_CHECKING:
     from attnbench.backends.base import Backend
+    from attnbench.core.case import Case
     from attnbench.records.results import Record
     from attnbench.run.recording import RunInfo
     from attnbench.timing.timers import Timer, TimingSettings
@@ -61,10 +62,9 @@ class InProcessResampler:
         self.measurer = measurer
         self.between = between
 
-    def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]:
+    def resample(self, case: Case, backend: Backend, timing: TimingSettings) -> list[float]:
         if self.between is not None:
             self.between()
-        case = case_of(record)
         try:
             return resample(self.measurer.data_for(case), backend, self.measurer.timer, timing)
         finally:
@@ -72,7 +72,7 @@ class InProcessResampler:
 
 
 class Resampler(Protocol):
-    def resample(self, record: Record, backend: Backend, timing: TimingSettings) -> list[float]: ...
+    def resample(self, case: Case, backend: Backend, timing: TimingSettings) -> list[float]: ...
 
 
 @dataclass
@@ -110,14 +110,15 @@ def lacking_ms(record: Record, settings: TimingSettings) -> float:
     return max(1, needed - len(windows)) * window_ms(record, settings)
 
 
-def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings,
-                 info: RunInfo, seed: str, should_stop: Callable[[], bool],
+def later_rounds(records: list[Record], cases: list[Case], backends: dict[str, Backend], measurer: Resampler,
+                 settings: TimingSettings, info: RunInfo, seed: str, should_stop: Callable[[], bool],
                  after_round: Callable[[list[Record]], None], say: Callable[[str], None]) -> RoundsResult:
-    """Rounds 2..settings.rounds, then the refining, pooling `records` in place."""
+    """Rounds 2..settings.rounds, then the refining, pooling `records` (of `cases`, one each) in place."""
     chosen = [i for i, r in enumerate(records) if r.status == "ok" and r.times_ms and r.backend in backends]
     if not chosen:
         return RoundsResult()
-    rounds = _Rounds(records, chosen, backends, measurer, settings, info, random.Random(seed), should_stop, say)
+    rounds = _Rounds(records, cases, chosen, backends, measurer, settings, info, random.Random(seed),
+                     should_stop, say)
     for round_number in range(2, settings.rounds + 1):
         if should_stop():
             break
@@ -135,10 +136,11 @@ def later_rounds(records: list[Record], backends: dict[str, Backend], measurer: 
 
 
 class _Rounds:
-    def __init__(self, records: list[Record], chosen: list[int], backends: dict[str, Backend], measurer: Resampler,
-                 settings: TimingSettings, info: RunInfo, rng: random.Random, should_stop: Callable[[], bool],
-                 say: Callable[[str], None]) -> None:
-        self.records, self.chosen, self.backends, self.measurer = records, chosen, backends, measurer
+    def __init__(self, records: list[Record], cases: list[Case], chosen: list[int],
+                 backends: dict[str, Backend], measurer: Resampler, settings: TimingSettings, info: RunInfo,
+                 rng: random.Random, should_stop: Callable[[], bool], say: Callable[[str], None]) -> None:
+        self.records, self.cases, self.chosen = records, cases, chosen
+        self.backends, self.measurer = backends, measurer
         self.settings, self.info, self.rng, self.should_stop, self.say = settings, info, rng, should_stop, say
         self.history = {i: [_round_of(records[i].times_ms)] for i in chosen}
         self.result = RoundsResult()
@@ -190,12 +192,12 @@ class _Rounds:
         left = self.settings.max_samples - len(record.times_ms)
         if left <= 0:
             return 0.0
-        new = self.measurer.resample(record, backend, dataclasses.replace(
+        new = self.measurer.resample(self.cases[i], backend, dataclasses.replace(
             timing, max_samples=left, min_samples=min(timing.min_samples, left)))
         if not new:
             return 0.0
         self.history[i].append(_round_of(new))
-        self.records[i] = pooled(record, case_of(record), backend, list(record.times_ms) + new, self.settings,
+        self.records[i] = pooled(record, self.cases[i], backend, list(record.times_ms) + new, self.settings,
                                  self.info, self.history[i])
         return sum(new) / 1e3
 

@@ -42,9 +42,11 @@ class Schedule:
     # Why a measurement is skipped for what the compile phase could not build.
     not_built: Callable[[Case, Backend], str | None] = lambda case, backend: None
 
-    def run(self, tasks: list[Task], sink: Callable[[Record], None], measurers: Measurer | list[Measurer]) -> int:
+    def run(self, tasks: list[Task], sink: Callable[[Case, Record], None],
+            measurers: Measurer | list[Measurer]) -> int:
         """Each measurer takes the next whole case (its inputs and reference are made once); after an `oom`, longer
-        sequences of that backend and case group are skipped untried. Returns how many records were made."""
+        sequences of that backend and case group are skipped untried; `sink` gets each record with its case.
+        Returns how many records were made."""
         measurers = measurers if isinstance(measurers, list) else [measurers]
         queue = TaskQueue(tasks)
         pruner = OomPruner(self.oom_pruning)
@@ -66,7 +68,7 @@ class Schedule:
                               else one.measure(case, backend))
                     with lock:
                         pruner.note(case, backend, record)
-                        sink(record)
+                        sink(case, record)
                         done += 1
                         if self.listener:
                             self.listener.finished(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from attnbench.run.measure import InProcess, Settings
 from attnbench.run.options import RunOptions
 from attnbench.run.pace_probe import PaceProbe
 from attnbench.run.progress import Eta, ProgressListener
-from attnbench.run.recording import RunInfo, case_of, now
+from attnbench.run.recording import RunInfo, now
 from attnbench.run.schedule import Schedule
 from attnbench.run.shard import select
 from attnbench.run.tally import Phases, Tally, actual
@@ -289,6 +290,27 @@ def measurers_for(plan: Plan, options: RunOptions, mode: RunMode, info: RunInfo,
                                trace_dir=directory if options.trace else None))]
 
 
+@dataclass
+class Compiles:
+    """The pool's seconds by graph, and the graphs the measurements compiled."""
+
+    ahead: dict[str, float]
+    backends: dict[str, Backend]
+    compiled: list[str] = field(default_factory=list)
+
+    def noted(self, case: Case, record: Record) -> Record:
+        backend = self.backends.get(record.backend)
+        if backend is None or not (self.ahead or record.setup.compile_s is not None):
+            return record
+        key = backend.compile_key(case)
+        if key is not None and record.setup.compile_s is not None:
+            self.compiled.append(key)
+        seconds = self.ahead.pop(key or "", None)
+        if seconds is None:
+            return record
+        return dataclasses.replace(record, extra={**record.extra, "precompile_s": round(seconds, 3)})
+
+
 def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, ahead: PoolResult | None,
                 errors: Console, should_stop: Callable[[], bool], phases: Phases) -> tuple[int, list[Record]]:
     """Adds the workers' starts and the later rounds to `phases`."""
@@ -303,6 +325,8 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
     backends = {backend.name: backend for backend in plan.backends}
     precompiled, over_budget = (ahead.compiled_keys(), ahead.over_budget()) if ahead else ({}, {})
     records: list[Record] = []
+    cases: list[Case] = []
+    compiles = Compiles(precompiled, backends)
     eta = Eta(run.predicted, run.tasks, run.mode.workers)
     probe = PaceProbe() if plan.device == "cpu" and options.devices is None else None
     with ResultsWriter(run.folder.results) as writer, \
@@ -310,14 +334,12 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         schedule = Schedule(info, listener, should_stop, oom_pruning=options.oom_pruning,
                             not_built=lambda case, backend: over_budget.get(backend.compile_key(case) or ""))
 
-        def sink(record: Record) -> None:
-            if precompiled and record.backend in backends:  # the pool's seconds, on the graph's first record
-                seconds = precompiled.pop(backends[record.backend].compile_key(case_of(record)) or "", None)
-                if seconds is not None:
-                    record.extra["precompile_s"] = round(seconds, 3)
+        def sink(case: Case, record: Record) -> None:
+            record = compiles.noted(case, record)
             with phases.timing("records"):
                 writer.append(record)
             records.append(record)
+            cases.append(case)
             if probe is not None:
                 with phases.timing("pace"):
                     probe.tick()
@@ -335,8 +357,8 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         resampler = rounds.InProcessResampler(measurers[0], probe.tick if probe is not None else None)
         sampled_s, began = Tally.of(records).phases.get("samples", 0.0), phases.clock()
         with frozen_heap():
-            done = rounds.later_rounds(records, backends, resampler, settings, info, run.run_id, should_stop,
-                                       lambda changed: replace_records(run.folder.results, changed),
+            done = rounds.later_rounds(records, cases, backends, resampler, settings, info, run.run_id,
+                                       should_stop, lambda changed: replace_records(run.folder.results, changed),
                                        lambda line: errors.print(line, markup=False))
         added_s = Tally.of(records).phases.get("samples", 0.0) - sampled_s  # the records' samples hold them
         phases.add("rounds", max(0.0, phases.clock() - began - added_s))
@@ -346,6 +368,7 @@ def measure_all(plan: Plan, options: RunOptions, directory: Path, run: Started, 
         facts["pace_probe"] = probe.to_dict()
     if facts:
         run.folder.note(**facts)
+    compile_cache.note_compiled(run.cache, run.torch_version, compiles.compiled)
     return measured, records
 
 
@@ -370,14 +393,10 @@ def execute(plan: Plan, directory: Path, errors: Console, should_stop: Callable[
     if ahead is not None:
         run.folder.note(precompile=ahead.to_dict())
     measured, records = measure_all(plan, options, directory, run, ahead, errors, should_stop, phases)
-    return finish(plan, run, records, measured)
+    return finish(run, records, measured)
 
 
-def finish(plan: Plan, run: Started, records: list[Record], measured: int) -> Outcome:
-    backends = {backend.name: backend for backend in plan.backends}
-    compile_cache.note_compiled(run.cache, run.torch_version, (
-        key for r in records if r.setup.compile_s is not None and r.backend in backends
-        and (key := backends[r.backend].compile_key(case_of(r))) is not None))
+def finish(run: Started, records: list[Record], measured: int) -> Outcome:
     total = len(run.tasks)
     mismatches = sum(r.status == "mismatch" for r in records)
     return Outcome(total, measured, mismatches, measured < total, Tally.of(records), records,

@@ -1,5 +1,5 @@
 """The stages of one measurement, in order: prepare, check, sustain, time, memory, repeat, kernels. Each returns a
-frozen value; attnbench.run.measure assembles the record from them once, also when a stage raised."""
+frozen value; attnbench.run.record_parts makes the record from them, also when a stage raised."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from attnbench.backends.base import Backend, Prepared
 from attnbench.backends.registry import declared_kernels
 from attnbench.gpu import sample as gpu_sample
+from attnbench.gpu.state import torch_gpu
+from attnbench.records.parts import SetupParts
 from attnbench.run import sustain
 from attnbench.run.profiled import Profiled, profiled
 from attnbench.run.recording import setup_fields
-from attnbench.timing.bracket import judged
+from attnbench.timing.bracket import Bracket, judged
 from attnbench.timing.memory import PeakOnFirstCall, call_measuring_peak
 from attnbench.timing.timers import Samples, Timer, TimingSettings
 from attnbench.verify.check import NAMES, Verdict, judge
@@ -27,14 +29,12 @@ from attnbench.verify.inputs import Answer, CaseData, grad_checkable
 from attnbench.verify.integrity import Guard, other_inputs
 from attnbench.verify.quant_data import Yardstick, prepare_kwargs, yardstick
 from attnbench.verify.repeat import (
-    GRADS_UNCHECKED,
     KeepFirst,
+    Repeat,
     aliased,
     as_tensors,
     compare,
-    judged_extra,
     outcome,
-    repeat_extra,
     worse,
 )
 
@@ -46,12 +46,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Ready:
-    """The backend's case made ready, its inputs as leaves, and `extra` with setup."""
+    """The backend's case made ready, its inputs as leaves, and `prepare`'s time as setup."""
 
     prepared: Prepared
     canonical: tuple[torch.Tensor, ...]
     leaves: tuple[torch.Tensor, ...]
-    extra: dict[str, Any]
+    setup: SetupParts
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ class Calls:
 
 @dataclass(frozen=True)
 class Sustained:
-    extra: dict[str, Any]
+    """The loop's and its energy's entries (run.sustain)."""
+
+    entries: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -96,18 +98,41 @@ class Timed:
 
     samples: Samples
     kept: KeepFirst
-    gpu: dict[str, Any]  # the record's fields of the GPU's state
-    gpu_extra: dict[str, Any]  # and its extra entries
-    events: dict[str, Any] = dataclasses.field(default_factory=dict)  # the host's time beside the events', a note
+    gpu: gpu_sample.GpuSample | None
+    bracket: Bracket | None = None  # the host's time beside the events'
+    events_note: str | None = None  # how the events' time was judged
     off_stream: str | None = None  # the events bracketed none of the call's work: its time is of nothing
 
 
 @dataclass(frozen=True)
 class Repeated:
+    """The worst verdict and its note; the calls compared and how; each judged call's verdict."""
+
     verdict: Verdict
     note: str
-    repeatable: bool | None
-    extra: dict[str, Any]
+    compared: Repeat | None
+    calls: tuple[str, ...]
+    tensors: tuple[str, ...]
+    judged: tuple[tuple[str, Verdict], ...]
+
+    @property
+    def repeatable(self) -> bool | None:
+        return None if self.compared is None else self.compared.equal
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The statistics of the samples, and the entries the timer, the check and the roof add."""
+
+    timing: dict[str, Any]
+    tflops: float
+    bandwidth_gbs: float
+    percent_of_peak: float | None
+    rows_checked: int
+    grad_checked: bool
+    timer_extra: dict[str, Any]
+    accuracy: dict[str, Any]
+    roof: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -129,10 +154,8 @@ def prepare(data: CaseData, backend: Backend) -> Ready:
     if case.device == "cuda":
         torch.cuda.synchronize()
     setup_s = time.perf_counter() - start
-    extra = dict(prepared.extra)
-    extra.update(setup_fields(setup_s, extra))
     leaves = tuple(t.detach().requires_grad_(case.needs_grad) for t in prepared.inputs)
-    return Ready(prepared, canonical, leaves, extra)
+    return Ready(prepared, canonical, leaves, setup_fields(setup_s, prepared.extra))
 
 
 def check(data: CaseData, backend: Backend, ready: Ready, guard: Guard, timer: Timer, timing: TimingSettings,
@@ -189,11 +212,18 @@ def timed(case: Case, backend: Backend, timer: Timer, chosen: Calls, checked: Ch
     judged against the host's time (attnbench.timing.bracket)."""
     kept = KeepFirst(chosen.first or chosen.fn)  # the second call the repeatability check compares
     samples = timer.measure(kept if checked.native is not None else chosen.first or chosen.fn, checked.timing)
-    gpu, gpu_extra = gpu_sample.sampled_parts(case.device)
+    gpu = gpu_now(case.device)
     bracket = timer.bracket
     problem, note = judged(bracket, backend.capabilities.runs_on)
-    events = {**(bracket.extra() if bracket is not None else {}), **({"off_stream": note} if note else {})}
-    return Timed(samples, kept, gpu, gpu_extra, events, problem)
+    return Timed(samples, kept, gpu, bracket, note, problem)
+
+
+def gpu_now(device: str) -> gpu_sample.GpuSample | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    return gpu_sample.measurement_sample(torch_gpu(torch.cuda.current_device()))
 
 
 def memory(chosen: Calls, checked: Checked) -> Memory | None:
@@ -252,8 +282,7 @@ def repeated(data: CaseData, ready: Ready, checked: Checked, kept: KeepFirst) ->
             result = worse(result, compare(native, native_again, names))
             calls_made.append("re-check call")
     verdict, note = outcome(judged)
-    extra = {**repeat_extra(result, calls_made, names, GRADS_UNCHECKED), **judged_extra(judged)}
-    return Repeated(verdict, note, None if result is None else result.equal, extra)
+    return Repeated(verdict, note, result, tuple(calls_made), tuple(names), tuple(judged))
 
 
 def finite(value: float) -> float | None:
