@@ -217,7 +217,7 @@ def test_samples_are_a_frozen_value_of_a_tuple_of_times() -> None:
         made.stop = "budget"  # type: ignore[misc]
 
 
-PARTS = ("Timing", "GpuReading", "Memory", "Correctness", "KernelsRan", "SetupParts", "Integrity", "Implausibility")
+PARTS = ("Timing", "GpuReading", "Memory", "Correctness", "Kernels", "SetupParts", "Integrity", "Implausibility")
 
 
 def bare_record(**fields: object) -> Record:
@@ -237,7 +237,7 @@ def test_the_record_declares_no_field_a_part_declares_and_takes_each_from_its_pa
     declared = {f.name for name in PARTS for f in fields(getattr(parts, name))}
     assert own & declared == set()
     flat = {f.name: f for f in fields(Record)}
-    for name in ("Timing", "Memory", "Correctness", "KernelsRan"):
+    for name in ("Timing", "Memory", "Correctness", "Kernels"):
         for spec in fields(getattr(parts, name)):
             assert (flat[spec.name].type, parts.unset(flat[spec.name])) == (spec.type, parts.unset(spec))
     assert flat["throttled"].type == "bool | None" and "sm_clock_mhz" not in flat

@@ -90,7 +90,7 @@ class Correctness:
 
 
 @dataclass(frozen=True)
-class KernelsRan:
+class Kernels:
     """The backend's kernel and what the profiled call ran."""
 
     kernel: str | None = None

@@ -19,7 +19,7 @@ from attnbench.records.parts import (
     GpuReading,
     Implausibility,
     Integrity,
-    KernelsRan,
+    Kernels,
     Memory,
     Part,
     RoofParts,
@@ -103,7 +103,7 @@ class Record:
         vars()[_field.name] = _field.default
     del _field
     reason: str | None = None
-    _declare(vars(), KernelsRan, "kernel")
+    _declare(vars(), Kernels, "kernel")
     device_name: str | None = None
     case_id: str | None = None
     _declare(vars(), Timing)
@@ -116,7 +116,7 @@ class Record:
     _declare(vars(), Memory)
     _declare(vars(), Correctness)
     kv_expanded: bool = False
-    _declare(vars(), KernelsRan)
+    _declare(vars(), Kernels)
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -170,8 +170,8 @@ class Record:
         return self.part(GpuReading)
 
     @property
-    def kernels_ran(self) -> KernelsRan | None:
-        return self.part(KernelsRan)
+    def kernels_ran(self) -> Kernels | None:
+        return self.part(Kernels)
 
     @property
     def integrity(self) -> Integrity | None:
