@@ -269,7 +269,8 @@ def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
 
 def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
     records = [a_record(backend=b, seq_len=s, kv_seq_len=s, status=st, reason=f"{b} {st} at {s}", time_ms=None,
-                        tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
+                        time_ms_iqr=None, time_ms_min=None, samples=0, times_ms=[], tflops=None,
+                        peak_memory_bytes=None, max_abs_error=None, error_bound=None)
                for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
     paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
     assert sorted(p.name for p in paths if p.suffix == ".png") == [

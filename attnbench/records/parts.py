@@ -46,7 +46,7 @@ class Timing:
     samples: int = 0
     times_ms: list[float] = field(default_factory=list)
     timer: str | None = None
-    # ci_source: "windows" (core.interval.run_interval), or in older records "samples" or "run-to-run noise".
+    # ci_source: "windows" (core.interval.run_interval); older: "samples" or "run-to-run noise".
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
     ci_level: float | None = None

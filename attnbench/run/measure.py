@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Unsupported, first_line
 from attnbench.backends.conformance import conformance_problem
+from attnbench.records.carries import RELEASE_FAILED
 from attnbench.records.parts import SetupParts, part_of
 from attnbench.run import stages as stage
 from attnbench.run.heap import release_memory
@@ -107,7 +108,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             release_memory(case.device, collect=collect)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error raises again here
         status = "error"
-        reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
+        reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} {RELEASE_FAILED}: {first_line(exc)}"
     fields.setdefault("extra", {})["phases_ms"] = phases.ms()
     return make_record(settings.info, case, backend.name, status, reason, fields, timer.name)
 
