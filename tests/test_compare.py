@@ -6,12 +6,14 @@ import json
 import math
 import re
 import shutil
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from attnbench.core.errors import ResultsError
+from attnbench.records.parts import Timing
 from attnbench.records.results import stored_lines
 from attnbench.report.compare_table import (
     comparison_markdown,
@@ -32,6 +34,9 @@ OOMED = "bf16 · causal · 16 heads · d=128 · fwd · seq 4096"
 NOISY = "bf16 · causal · 16 heads · d=128 · fwd · seq 1024"
 
 
+TIMING = {f.name for f in fields(Timing)}
+
+
 def rewrite(source: Path, target: Path, **changes: object) -> Path:
     """A copy of a run with some fields of every record changed (or of the first record, for `first_`)."""
     shutil.copytree(source, target)
@@ -42,7 +47,7 @@ def rewrite(source: Path, target: Path, **changes: object) -> Path:
             if name.startswith("first_"):
                 if i == 0:
                     record[name[len("first_"):]] = value
-            else:
+            elif name not in TIMING or record.get("time_ms") is not None:  # an untimed record stays untimed
                 record[name] = value
     (target / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return target
@@ -84,8 +89,8 @@ def test_a_regression_needs_intervals_apart_not_only_the_threshold(tmp_path: Pat
 
 
 def test_records_without_intervals_fall_back_to_the_iqrs(tmp_path: Path) -> None:
-    old_base = rewrite(BASE, tmp_path / "old-base", ci_low_ms=None, ci_high_ms=None)
-    old_new = rewrite(NEW, tmp_path / "old-new", ci_low_ms=None, ci_high_ms=None)
+    old_base = rewrite(BASE, tmp_path / "old-base", ci_low_ms=None, ci_high_ms=None, schema_version=0)
+    old_new = rewrite(NEW, tmp_path / "old-new", ci_low_ms=None, ci_high_ms=None, schema_version=0)
     result = compare_runs(old_base, old_new)
     assert [(m.backend, m.case) for m in result.regressions] == [("sdpa-flash", REGRESSED)]
     noisy = next(m for m in result.matches if m.backend == "sdpa" and m.case == NOISY)
@@ -168,7 +173,8 @@ def test_a_wide_spread_is_judged_by_the_interval_it_widened(tmp_path: Path) -> N
 def test_a_noisy_measurement_without_an_interval_is_listed_as_noisy_never_as_a_regression(tmp_path: Path) -> None:
     """A record written before intervals (no ci_low_ms) whose samples spread wide (IQR 0.15 ms, over 10% of the
     planted case's medians of 0.88 and 1.06 ms, under their difference): unsteady, so never judged."""
-    noisy_new = rewrite(NEW, tmp_path / "noisy-new", time_ms_iqr=0.15, ci_low_ms=None, ci_high_ms=None, noisy=True)
+    noisy_new = rewrite(NEW, tmp_path / "noisy-new", time_ms_iqr=0.15, ci_low_ms=None, ci_high_ms=None, noisy=True,
+                        schema_version=0)
     result = compare_runs(BASE, noisy_new)
     assert result.regressions == [] and result.improvements == []
     assert [(m.backend, m.case, m.noise_words()) for m in result.noisy] == [("sdpa-flash", REGRESSED, "new")]
@@ -177,7 +183,7 @@ def test_a_noisy_measurement_without_an_interval_is_listed_as_noisy_never_as_a_r
     assert "### Noisy" in text and re.search(r"1\.201× \(1\.\d+× of the pace\) \(noisy: new\)", text)
     assert "1 change(s) not judged: noisy" in text
     noisy_base = compare_runs(rewrite(BASE, tmp_path / "noisy-base", time_ms_iqr=0.15, ci_low_ms=None, noisy=True,
-                                      ci_high_ms=None), NEW)
+                                      ci_high_ms=None, schema_version=0), NEW)
     assert noisy_base.regressions == [] and [m.noise_words() for m in noisy_base.noisy] == ["base"]
     console = Console(record=True, width=200)
     console.print(comparison_table(result))

@@ -38,11 +38,15 @@ def record(backend: str, ms: float, low: float | None = None, high: float | None
         seq_len=4096, kv_seq_len=4096, heads=16, kv_heads=16, head_dim=128, causal=True, window=None, mode="fwd",
         status="ok", reason=None, time_ms=ms, time_ms_iqr=ms * 0.002, samples=20, times_ms=[ms] * 20,
         ci_low_ms=ms * 0.995 if low is None else low, ci_high_ms=ms * 1.005 if high is None else high,
-        ci_level=0.95, noisy=False, throttled=False,
+        ci_level=0.95, noisy=False, throttled=False, rows_checked=4096,
     )
     base.update(overrides)
     base["case_id"] = f"cuda-bf16-b1-s{base['seq_len']}-h{base['heads']}-kv{base['kv_heads']}-d128-causal-fwd"
     return base
+
+
+# A failure's fields of `record`: it carries no timing.
+UNTIMED = dict(time_ms=None, time_ms_iqr=None, samples=0, times_ms=[], ci_low_ms=None, ci_high_ms=None, ci_level=None)
 
 
 def write_run(directory: Path, records: list[dict], run_id: str = "r1", timestamp: str = "2026-01-01T00:00:00",
@@ -194,7 +198,8 @@ def test_one_kernel_under_two_names_is_one_candidate(tmp_path: Path) -> None:
 def test_a_lone_clean_backend_decides_nothing(tmp_path: Path) -> None:
     # The H200 run of 2026-11-29 22:55 timed only naive cleanly at 16K fwd+bwd (sdpa-cudnn's timing there was
     # throttled, the others were never reached): naive "winning" would be a wrong answer, so nothing is called.
-    d = only(tmp_path, record("naive", 75.0), record("sdpa-math", 200.0, status="oom", reason="out of memory"))
+    d = only(tmp_path, record("naive", 75.0),
+             record("sdpa-math", 200.0, status="oom", reason="out of memory", **UNTIMED))
     assert (d.decision, d.backend, d.leader) == ("none", None, "naive")
     assert d.why == "only naive has a clean number: nothing to tell it apart from"
 
@@ -323,7 +328,8 @@ def test_the_report_has_a_recommendation_section_when_two_backends_ran_ok(tmp_pa
     assert section.count('<tr class="dec-') == 10  # the ten buckets that run measured
     assert '<tr class="dec-winner"><td>bf16 · causal · window 1024 · 16 heads · d=128 · fwd · 4K–8K</td>' \
            '<td>winner</td><td>flex</td>' in section
-    lone = write_run(tmp_path / "lone", [record("sdpa", 1.0), record("flex", 2.0, status="error", reason="boom")])
+    lone = write_run(tmp_path / "lone", [record("sdpa", 1.0),
+                                         record("flex", 2.0, status="error", reason="boom", **UNTIMED)])
     render_report(lone, tmp_path / "lone-out", formats=("html",))
     assert 'id="recommendation"' not in (tmp_path / "lone-out" / "report.html").read_text(encoding="utf-8")
 

@@ -30,11 +30,11 @@ NOT_RECORDS = {"env", "run.env", "recorded", "shape", "s", "self.shape", "group.
 
 
 def string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, source) of each `X["field"]` and `X.get("field", ...)` whose key is a Record field and X is no
-    mapping of NOT_RECORDS."""
+    """(line, source) of each read `X["field"]` and `X.get("field", ...)` whose key is a Record field and X is no
+    mapping of NOT_RECORDS (a write `X["field"] = ...` builds a record's fields: no record is read)."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Load):
             key, receiver = node.slice.value, node.value
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
                 and node.args and isinstance(node.args[0], ast.Constant):
@@ -61,7 +61,7 @@ def _name(receiver: ast.expr) -> str:
 
 def test_the_scan_finds_a_string_key_read_and_passes_other_mappings() -> None:
     source = ('x = r["time_ms"]\ny = (record.get("extra") or {})\nz = (env or {}).get("device")\n'
-              'w = r["median_ms"]\nv = side.get("env")["device"]\n')
+              'w = r["median_ms"]\nv = side.get("env")["device"]\nu["time_ms"] = 1\n')
     assert [line for line, _ in string_key_reads(ast.parse(source))] == [1, 2]
 
 

@@ -51,6 +51,10 @@ def write_run(directory: Path, records: list[dict[str, Any]], env: dict[str, Any
     return directory
 
 
+# A failure's fields of `a_record`: it carries no timing.
+UNTIMED: dict[str, Any] = dict(time_ms=None, time_ms_iqr=None, time_ms_min=None, samples=0, times_ms=[])
+
+
 def a_record(**overrides: Any) -> dict[str, Any]:
     """One ok record; any field can be overridden."""
     record: dict[str, Any] = dict(
@@ -246,8 +250,8 @@ def test_a_group_with_one_timed_backend_says_only_not_fastest() -> None:
 def test_strings_from_a_run_are_escaped(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>"
     records = [a_record(seq_len=s, kv_seq_len=s) for s in (256, 512)]
-    records.append(a_record(backend="<b>x</b>", status="error", reason=evil, time_ms=None, tflops=None,
-                            kernel="<img src=x onerror=alert(2)>"))
+    records.append(a_record(backend="<b>x</b>", status="error", reason=evil, tflops=None,
+                            kernel="<img src=x onerror=alert(2)>", **UNTIMED))
     env = {"suite_name": "<i>suite</i>", "device": "cpu", "cpu": "<u>cpu</u>"}
     render_report(write_run(tmp_path / "run", records, env), tmp_path / "out")
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
@@ -268,8 +272,8 @@ def test_rendering_twice_gives_identical_files(tmp_path: Path) -> None:
 
 
 def test_an_all_failed_run_renders_and_says_why(tmp_path: Path) -> None:
-    records = [a_record(backend=b, seq_len=s, kv_seq_len=s, status=st, reason=f"{b} {st} at {s}", time_ms=None,
-                        tflops=None, peak_memory_bytes=None, max_abs_error=None, error_bound=None)
+    records = [a_record(backend=b, seq_len=s, kv_seq_len=s, status=st, reason=f"{b} {st} at {s}", tflops=None,
+                        peak_memory_bytes=None, max_abs_error=None, error_bound=None, **UNTIMED)
                for b, st in (("naive", "oom"), ("sdpa", "error")) for s in (256, 512)]
     paths = render_report(write_run(tmp_path / "run", records), tmp_path / "out")
     assert sorted(p.name for p in paths if p.suffix == ".png") == [
@@ -392,11 +396,11 @@ def large_run(directory: Path, n: int) -> Path:
         for s in lengths:
             for b in backends:
                 status = "oom" if b == "naive" and s == 16384 else "ok"
+                timing = UNTIMED if status == "oom" else dict(time_ms=s / 1000 * (1 + backends.index(b)),
+                                                              times_ms=[1.0 + k / 10 for k in range(10)])
                 records.append(a_record(backend=b, dtype=dtype, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                                         causal=causal, mode=mode, batch=batch, seq_len=s, kv_seq_len=s, device="cuda",
-                                        status=status, reason="out of memory" if status != "ok" else None,
-                                        time_ms=s / 1000 * (1 + backends.index(b)),
-                                        times_ms=[1.0 + k / 10 for k in range(10)]))
+                                        status=status, reason="out of memory" if status != "ok" else None, **timing))
         i += 1
     return write_run(directory, records[:n], {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"})
 

@@ -458,3 +458,63 @@ def test_no_case_is_rebuilt_from_a_record_outside_records() -> None:
                for node in ast.walk(tree)
                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "case_of"]
     assert rebuilt == []
+
+
+PARTS = ("Timing", "GpuReading", "Memory", "Correctness", "Kernels", "SetupParts", "Integrity", "Implausibility")
+
+
+def bare_record(**fields: object) -> Record:
+    """A skipped record of a one-token case: no part of it set."""
+    return Record(run_id="r", suite="s", timestamp="t", backend="b", device="cpu", dtype="float32", batch=1,
+                  seq_len=1, kv_seq_len=1, heads=1, kv_heads=1, head_dim=1, causal=False, window=None, mode="fwd",
+                  status="skipped", reason="not here", **fields)  # type: ignore[arg-type]
+
+
+def test_the_record_declares_no_field_a_part_declares_and_takes_each_from_its_part() -> None:
+    """On 4499ad1 Record listed its ~55 fields itself, the parts none: time_ms, max_abs_error... were untyped."""
+    from attnbench.records import parts
+
+    record_py = next(node for node in ast.walk(ast.parse((PACKAGE / "records/record.py").read_text()))
+                     if isinstance(node, ast.ClassDef) and node.name == "Record")
+    own = {node.target.id for node in record_py.body if isinstance(node, ast.AnnAssign)}
+    declared = {f.name for name in PARTS for f in fields(getattr(parts, name))}
+    assert own & declared == set()
+    flat = {f.name: f for f in fields(Record)}
+    for name in ("Timing", "Memory", "Correctness", "Kernels"):
+        for spec in fields(getattr(parts, name)):
+            assert (flat[spec.name].type, parts.unset(flat[spec.name])) == (spec.type, parts.unset(spec))
+    assert flat["throttled"].type == "bool | None" and "sm_clock_mhz" not in flat
+
+
+@pytest.mark.parametrize("name", PARTS)
+def test_each_part_is_none_exactly_where_its_fields_are_all_unset(name: str) -> None:
+    from dataclasses import replace
+
+    from attnbench.records import parts
+
+    kind, flat = getattr(parts, name), {f.name for f in fields(Record)}
+    assert [other for other in PARTS if bare_record().part(getattr(parts, other)) is not None] == []
+    for spec in fields(kind):
+        if kind in parts.NESTED:
+            record = bare_record(extra={parts.NESTED[kind]: {spec.name: 7}})
+        elif spec.name in flat:
+            record = replace(bare_record(), **{spec.name: 7})
+        else:
+            record = bare_record(extra={spec.name: 7})
+        held = record.part(kind)
+        assert held is not None and getattr(held, spec.name) == 7, spec.name
+        assert [other for other in PARTS if other != name and record.part(getattr(parts, other))] == []
+
+
+def test_the_named_parts_are_the_records_parts() -> None:
+    record = bare_record(time_ms=1.5, samples=2, times_ms=[1.0, 2.0], max_abs_error=0.0, peak_memory_bytes=64,
+                         kernel="k", throttled=False, extra={"integrity": ["stale output"], "setup_ms": 3.0,
+                                                             "implausible": {"compute": 5.2, "was": "mismatch"}})
+    assert record.timing is not None and (record.timing.time_ms, record.timing.times_ms) == (1.5, [1.0, 2.0])
+    assert record.correctness is not None and record.correctness.max_abs_error == 0.0
+    assert record.memory is not None and record.memory.peak_memory_bytes == 64
+    assert record.kernels_ran is not None and record.kernels_ran.kernel == "k"
+    assert record.gpu_reading is not None and record.gpu_reading.throttled is False
+    assert record.integrity is not None and record.integrity.integrity == ["stale output"]
+    assert record.implausible is not None and record.implausible.roofs() == {"compute": 5.2}
+    assert record.implausible.was == "mismatch"

@@ -12,13 +12,22 @@ from attnbench.core.kernel_id import KernelId
 from attnbench.core.memory_methods import STORED_RSS_ON_GPU, host_peak_on_gpu
 from attnbench.core.policy import NOISE_THRESHOLD
 from attnbench.records.parts import (
+    Correctness,
     CorrectnessParts,
     DeterminismAnswer,
     EnergyParts,
+    GpuReading,
+    Implausibility,
+    Integrity,
+    Kernels,
+    Memory,
+    Part,
     RoofParts,
     SetupParts,
+    Timing,
     TimingParts,
     part_of,
+    read_part,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +71,16 @@ WORKLOAD_DEFAULTS: dict[str, Any] = axes.record_defaults()
 DRAWN_FIELDS = axes.drawn_fields()
 
 
+def _declare(namespace: dict[str, Any], kind: type, *only: str) -> None:
+    """`kind`'s fields (those in `only`, if named) not declared yet, declared in the class body `namespace`."""
+    notes = namespace["__annotations__"]
+    for spec in dataclasses.fields(kind):
+        if spec.name not in notes and (not only or spec.name in only):
+            notes[spec.name] = spec.type
+            made = spec.default_factory
+            namespace[spec.name] = spec.default if made is dataclasses.MISSING else field(default_factory=made)
+
+
 @dataclass(frozen=True)
 class Record:
     """One measurement: a backend on a case (fields: docs/results.md)."""
@@ -87,45 +106,20 @@ class Record:
         vars()[_field.name] = _field.default
     del _field
     reason: str | None = None
-    kernel: str | None = None
+    _declare(vars(), Kernels, "kernel")
     device_name: str | None = None
     case_id: str | None = None
-    time_ms: float | None = None
-    time_ms_iqr: float | None = None
-    time_ms_min: float | None = None
-    samples: int = 0
-    times_ms: list[float] = field(default_factory=list)
-    timer: str | None = None
-    # ci_source: "windows" (core.interval.run_interval), or in older records "samples" or "run-to-run noise".
-    ci_low_ms: float | None = None
-    ci_high_ms: float | None = None
-    ci_level: float | None = None
-    ci_source: str | None = None
-    stop: str | None = None  # why sampling stopped: "precision", "budget" or "max_samples"
-    noisy: bool = False
-    # CUDA: the GPU was slowed or shared (attnbench.gpu.judge); None where not sampled.
-    throttled: bool | None = None
+    _declare(vars(), Timing)
+    _declare(vars(), GpuReading, "throttled")
     flops: int | None = None
     tflops: float | None = None
     bytes_moved: int | None = None  # the mode's memory-traffic floor
     bandwidth_gbs: float | None = None  # in 1e9 bytes/s
     percent_of_peak: float | None = None  # of the compute roof (decode: the bandwidth roof)
-    peak_memory_bytes: int | None = None
-    memory_method: str | None = None
-    memory_estimate_bytes: int | None = None
-    max_abs_error: float | None = None
-    error_bound: float | None = None
-    rows_checked: int | None = None
-    grad_checked: bool = False
-    # None where not compared (attnbench.verify.repeat).
-    repeatable: bool | None = None
+    _declare(vars(), Memory)
+    _declare(vars(), Correctness)
     kv_expanded: bool = False
-    kernels: list[dict[str, Any]] | None = None
-    kernels_reason: str | None = None
-    kernels_source: str | None = None
-    attention_share: float | None = None
-    overhead: str | None = None
-    trace: str | None = None
+    _declare(vars(), Kernels)
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -149,7 +143,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as stored on one line of results.jsonl."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # asdict's copy is slow
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for name, default in WORKLOAD_DEFAULTS.items():
             if data[name] == default:
                 del data[name]
@@ -157,6 +151,38 @@ class Record:
                 data[name] = list(data[name])
         data["status"] = str(self.status)
         return data
+
+    def part(self, kind: type[Part]) -> Part | None:
+        """The record's part of type `kind`; None where it carries none of it."""
+        return read_part(kind, self.__getattribute__, FLAT_FIELDS, self.extra)
+
+    @property
+    def timing(self) -> Timing | None:
+        return self.part(Timing)
+
+    @property
+    def correctness(self) -> Correctness | None:
+        return self.part(Correctness)
+
+    @property
+    def memory(self) -> Memory | None:
+        return self.part(Memory)
+
+    @property
+    def gpu_reading(self) -> GpuReading | None:
+        return self.part(GpuReading)
+
+    @property
+    def kernels_ran(self) -> Kernels | None:
+        return self.part(Kernels)
+
+    @property
+    def integrity(self) -> Integrity | None:
+        return self.part(Integrity)
+
+    @property
+    def implausible(self) -> Implausibility | None:
+        return self.part(Implausibility)
 
     @property
     def timing_parts(self) -> TimingParts:
@@ -219,15 +245,18 @@ class Record:
             return "overhead"
         return None
 
-    def __hash__(self) -> int:  # so a record can key a dict
+    def __hash__(self) -> int:
         return hash((self.run_id, self.timestamp, self.key))
+
+
+FLAT_FIELDS = frozenset(f.name for f in dataclasses.fields(Record))
 
 
 def judged(record: Record) -> Record:
     """`record` with its time held to physics: a GPU timing over the policy's margin beyond its datasheet's compute
     or bandwidth roof is `implausible` (`extra.implausible`: how many times each roof it read, and `was`, the
-    verdict it replaces, kept in the reason too); every other record as it is. The run applies it as a record is
-    made, the loader as one is read, so a run written before it reads right."""
+    verdict it replaces, kept in the reason too); every other record as it is. Applied as a record is made and as
+    one is read, so an older run reads right."""
     if record.device != "cuda" or record.status not in JUDGED:
         return record
     over = peaks.beyond_datasheet(record.device_name, record.dtype, record.tflops, record.bandwidth_gbs)

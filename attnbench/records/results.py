@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from attnbench.core.errors import ResultsError
+from attnbench.records.carries import rule_problem
 from attnbench.records.files import (  # noqa: F401 - re-exported
     count_lines,
     read_json_object,
@@ -54,6 +55,10 @@ class ResultsWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # unbuffered
 
     def append(self, record: Record) -> None:
+        problem = rule_problem(record)
+        if problem:
+            raise ResultsError(f"{self.path}: not written, the record of {record.backend} on {record.case_id}: "
+                               f"{problem}")
         data = record_line(record.to_dict()).encode("utf-8")
         size = os.fstat(self._fd).st_size
         try:
@@ -152,9 +157,11 @@ def stored_lines(path: Path) -> list[dict[str, Any]]:
 
 def load_records(path: Path, writing: bool = False) -> list[Record]:
     """Every record of a results file or directory; a bad line is skipped and counted on stderr, a file without one
-    record refused. `writing`: an unfinished last line is left out quietly."""
+    record refused, and so is one breaking its status's rule (carries.py). `writing`: an unfinished last line is
+    left out quietly."""
     file = results_path(path)
     records: list[dict[str, Any]] = []
+    numbers: list[int] = []
     bad: list[tuple[int, str]] = []
     try:
         with open_results(file) as lines:
@@ -167,6 +174,7 @@ def load_records(path: Path, writing: bool = False) -> list[Record]:
                         bad.append((number, record))
                 else:
                     records.append(record)
+                    numbers.append(number)
     except (OSError, EOFError, zlib.error) as exc:  # gzip's: not gzip, cut short, corrupt
         raise ResultsError(f"{file}: cannot be read ({exc or type(exc).__name__})") from None
     if bad and not records:
@@ -174,7 +182,12 @@ def load_records(path: Path, writing: bool = False) -> list[Record]:
         raise ResultsError(f"{file}:{bad[0][0]}: {bad[0][1]}{more}; no line of it is an attnbench record")
     if bad:
         print(skipped_line(file, bad), file=sys.stderr, flush=True)
-    return upgrade(records)
+    read = upgrade(records)
+    for number, record in zip(numbers, read, strict=True):
+        problem = rule_problem(record)
+        if problem:
+            raise ResultsError(f"{file}:{number}: {problem}")
+    return read
 
 
 def skipped_line(file: Path, bad: list[tuple[int, str]], shown: int = 10) -> str:

@@ -30,7 +30,7 @@ from attnbench.report.plotting import (
 from attnbench.report.styles import MISMATCH_COLOR, STATUS_LABELS, BackendStyle
 from attnbench.stats.bands import chart_band
 
-# A group chart's title and skip note wrap at these many characters, each line this share of the figure's height.
+# A group chart's title and skip note: characters a line, and a line's share of the figure's height.
 TITLE_CHARS, TITLE_LINE = 120, 0.03
 NOTE_CHARS, NOTE_LINE = 200, 0.018
 MAX_KV_FAMILIES = 8  # rows of the MQA/GQA figure; more would make one image taller than a screen can use

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from attnbench.core.peaks import beyond_words, times_words
 from attnbench.core.units import fmt_bytes, fmt_float, fmt_length, fmt_ms
-from attnbench.records.parts import Determinism
+from attnbench.records.parts import Determinism, Implausibility
 from attnbench.records.record import KEY_FIELDS, TIMED, WORKLOAD_DEFAULTS, Record, Status, apart
 from attnbench.records.words import case_words, shape_words
 from attnbench.report.baseline import group_speedups, usable_time
@@ -201,15 +201,14 @@ def implausible_failures(records: list[Record]) -> list[Failure]:
     grouped: dict[tuple[str, str, str, tuple[str, ...], str], list[Record]] = {}
     for r in records:
         if r.status == Status.IMPLAUSIBLE:
-            found = r.checked.implausible or {}
-            kinds = tuple(k for k in ("compute", "memory") if k in found)
-            key = (str(r.backend), str(r.device_name), str(r.dtype), kinds, str(found.get("was", "")))
+            found = r.implausible or Implausibility()
+            key = (str(r.backend), str(r.device_name), str(r.dtype), tuple(found.roofs()), str(found.was or ""))
             grouped.setdefault(key, []).append(r)
     every = {case_words(r) for r in records}
     failures = []
     for (backend, device_name, dtype, kinds, was), members in sorted(grouped.items()):
-        spans = {k: times_words(min(float(r.checked.implausible[k]) for r in members),
-                                max(float(r.checked.implausible[k]) for r in members)) for k in kinds}
+        read = [r.implausible.roofs() for r in members if r.implausible]
+        spans = {k: times_words(min(roofs[k] for roofs in read), max(roofs[k] for roofs in read)) for k in kinds}
         what = "these timings are" if len(members) > 1 else "the timing is"
         words = beyond_words(device_name, dtype, spans.get("compute"), spans.get("memory"), what) if kinds else None
         reason = (f"{words}, never ranked" + (f"; each was {was} too (reasons in the table)" if was else "")

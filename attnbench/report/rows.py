@@ -40,8 +40,7 @@ def sort_value(record: Record, key: str, speedup: float | None) -> str:
         "setup": record.setup.setup_ms,
         "measured_percent": record.roof.percent_of_measured_peak,
         "rel_l2_original": rel_l2_original(record),
-        "interval": record.ci_high_ms - record.ci_low_ms if record.ci_high_ms is not None
-        and record.ci_low_ms is not None else None,
+        "interval": record.interval and record.interval[1] - record.interval[0],
     }.get(key, getattr(record, key, None))
     if raw is None or isinstance(raw, bool):
         return ""
@@ -156,9 +155,9 @@ def status_text(record: Record) -> str:
 
 def interval_text(record: Record) -> str:
     """The median's interval as "low–high" ms, '' for a record without one."""
-    if record.ci_low_ms is None or record.ci_high_ms is None:
+    if record.interval is None:
         return ""
-    return f"{fmt_ms(record.ci_low_ms)}–{fmt_ms(record.ci_high_ms)}"
+    return "–".join(fmt_ms(bound) for bound in record.interval)
 
 
 def median_text(record: Record) -> str:

@@ -156,14 +156,13 @@ def cached_calibration(device: str, cache_dir: Path | None) -> Machine:
     return machine
 
 
-# A CPU's roofs: the best of short repetitions, as interference only slows one; over a few sizes, as the fastest size
-# differs by dtype (caches, AMX tiles for bf16).
+# A CPU's roofs: the best of short repetitions over a few sizes (the fastest differs by dtype).
 ROOF_SIZES = (512, 1024, 2048)
 ROOF_BUDGET_S = 0.8  # per dtype; at least MIN_ROUNDS rounds whatever it costs
 COPY_BUDGET_S = 0.25
 COPY_BYTES = 1 << 26  # beyond private caches and most shared ones
 MIN_ROUNDS = 2
-# A size whose first call takes over budget / WARM_SHARE is the last tried: the next (8× the work) would not fit.
+# A size whose first call takes over budget / WARM_SHARE is the last tried.
 WARM_SHARE = 8 * (MIN_ROUNDS + 1) * 2
 ROOF_BUDGET_VAR = "ATTNBENCH_ROOF_BUDGET_S"  # overrides ROOF_BUDGET_S; 0 measures no roof
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.backends.base import Backend, Unsupported, first_line
 from attnbench.backends.conformance import conformance_problem
-from attnbench.records.parts import CorrectnessParts, part_of
+from attnbench.records.carries import RELEASE_FAILED
+from attnbench.records.parts import CorrectnessParts, Timing, part_of
 from attnbench.run import stages as stage
 from attnbench.run.heap import release_memory
 from attnbench.run.profiled import Profiled
@@ -105,7 +106,7 @@ def measure(data: CaseData, backend: Backend, timer: Timer, settings: Settings,
             release_memory(case.device, collect=collect)
     except Exception as exc:  # noqa: BLE001 - a sticky CUDA error raises again here
         status = "error"
-        reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} while releasing memory: {first_line(exc)}"
+        reason = f"{reason + '; then ' if reason else ''}{type(exc).__name__} {RELEASE_FAILED}: {first_line(exc)}"
     fields = {**work, **Closing(phases.ms(), asked, made_s).fields(found, extra)}
     return make_record(settings.info, case, backend.name, status, reason, fields, timer.name)
 
@@ -149,11 +150,11 @@ def numbers(data: CaseData, backend: Backend, timer: Timer, settings: Settings, 
     """`before`: the earlier stages' `extra` (a backend's fp32_math picks the roof)."""
     case = data.case
     timing = timing_fields(list(samples.times), settings.timing, case.device, stop=samples.stop)
-    rates = throughput(case, backend, timing["time_ms"])
+    rates = throughput(case, backend, Timing(**timing).time_ms)
     accuracy = accuracy_extra(data, checked.stick, checked.answer, checked.out_native)
     fp32_math = part_of(CorrectnessParts, {**before, **accuracy}).fp32_math
-    percent, roof = percent_of_peak(case, rates["tflops"], rates["bandwidth_gbs"], settings.info, fp32_math)
-    return stage.Numbers(timing, rates["tflops"], rates["bandwidth_gbs"], percent,
+    percent, roof = percent_of_peak(case, rates.tflops, rates.bandwidth_gbs, settings.info, fp32_math)
+    return stage.Numbers(timing, rates.tflops, rates.bandwidth_gbs, percent,
                          case.seq_len if data.rows is None else len(data.rows), data.reference.grads is not None,
                          timer.extra, accuracy, roof)
 

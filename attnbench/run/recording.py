@@ -63,10 +63,15 @@ def work_fields(case: Case, backend: Backend) -> dict[str, Any]:
             "bytes_moved": backend.bytes_moved(case)}
 
 
-def throughput(case: Case, backend: Backend, median_ms: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rates:
+    tflops: float
+    bandwidth_gbs: float
+
+
+def throughput(case: Case, backend: Backend, median_ms: float) -> Rates:
     seconds = median_ms * 1e-3
-    return {"tflops": counting.flops(case) / seconds / 1e12,
-            "bandwidth_gbs": backend.bytes_moved(case) / seconds / 1e9}
+    return Rates(counting.flops(case) / seconds / 1e12, backend.bytes_moved(case) / seconds / 1e9)
 
 
 def timing_fields(samples: list[float], settings: TimingSettings, device: str,
@@ -160,7 +165,8 @@ def pooled(record: Record, case: Case, backend: Backend, samples: list[float], s
     import dataclasses
 
     fields = timing_fields(samples, settings, case.device, [r["median_ms"] for r in rounds])
-    fields.update(throughput(case, backend, fields["time_ms"]))
+    rates = throughput(case, backend, fields["time_ms"])
+    fields.update(tflops=rates.tflops, bandwidth_gbs=rates.bandwidth_gbs)
     extra = dict(record.extra)
     extra.pop("bimodal", None)
     extra.update(bimodal_extra(samples))

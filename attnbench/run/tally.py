@@ -29,8 +29,7 @@ def process_start() -> float:
 
 _IMPORTED = time.time()
 
-# The phases of a run (docs/run-time.md "Where the time goes"): name, what it holds. Those of a measurement come
-# from its record (record_phases); the run's own are timed by the run (session, cli).
+# The phases of a run (docs/run-time.md "Where the time goes"): name, what it holds.
 PHASES: dict[str, str] = {
     "samples": "the timed samples, by the timer's clock",
     "warmup": "the warm-up calls thrown away, by the timer's clock",

@@ -20,8 +20,8 @@ class Number(Protocol):
 
 def chart_band(record: Record) -> tuple[float, float]:
     """The band around a median: its interval, else the samples' 25th and 75th percentile, else median ± IQR/2."""
-    if record.ci_low_ms is not None and record.ci_high_ms is not None:
-        return float(record.ci_low_ms), float(record.ci_high_ms)
+    if record.interval is not None:
+        return record.interval
     samples = record.times_ms or []
     if len(samples) >= 2:
         q1, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 75])
