@@ -367,7 +367,7 @@ def import_problem(load: Callable[[], Any], distribution: str, module: str) -> s
             load()
     except ImportError as exc:
         return f"{distribution} is not installed (cannot import {module}: {first_line(exc)})"
-    except Exception as exc:  # noqa: BLE001 - a library that fails to import any other way is not usable here
+    except Exception as exc:  # a library that fails to import any other way is not usable here
         return f"{module} does not import here ({type(exc).__name__}: {first_line(exc)})"
     return None
 

@@ -487,7 +487,7 @@ def check_returns(call: UnpackedCall, obj: Any) -> tuple[str, str]:
     if call.caller is not None:
         try:
             caller = call.caller.resolve()
-        except Exception as exc:  # noqa: BLE001 - no such caller here: nothing makes this call
+        except Exception as exc:  # no such caller here: nothing makes this call
             return "n/a", f"{call.caller.target} is absent ({type(exc).__name__}): nothing here makes this call"
         read = unpacks_of(caller, call.name)
         if read == []:

@@ -141,7 +141,7 @@ class CudnnBackend(Backend):
                 return f"cuDNN's SDPA needs compute capability ≥ 8.0 (this GPU: {cap[0]}.{cap[1]})"
         try:
             backend = int(cudnn.backend_version())
-        except Exception as exc:  # noqa: BLE001 - no libcudnn
+        except Exception as exc:  # no libcudnn
             return f"the cuDNN library does not load for the frontend ({first_line(exc)})"
         if backend < MIN_BACKEND:
             return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} (bottom-right "

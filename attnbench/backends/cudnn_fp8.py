@@ -68,7 +68,9 @@ def fp8_spec(spec: Spec, fmt: str) -> Spec:
 
 def factor_values(scales: Scales, fmt: str) -> dict[str, float]:
     """The six factors by operand: the per-tensor descales, P's scale and its inverse, O's 1."""
-    value = lambda t: float(t.reshape(()))  # noqa: E731
+    def value(t: Any) -> float:
+        return float(t.reshape(()))
+
     return {"descale_q": value(scales.q), "descale_k": value(scales.k), "descale_v": value(scales.v),
             "descale_s": 1.0 / S_SCALE[fmt], "scale_s": S_SCALE[fmt], "scale_o": 1.0}
 

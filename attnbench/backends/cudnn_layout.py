@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,10 @@ class Layout:
     words: list[str] = field(default_factory=list)
 
 
+def heads_second(out: torch.Tensor) -> torch.Tensor:
+    return out.transpose(1, 2)
+
+
 def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Layout:
 
     io = DTYPES[case.dtype]
@@ -130,7 +135,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
                                      ragged=f"{role}_offset")
         total_q = seqs.cu_q[-1]
         out_shape, stats_shape = (total_q, h, dv), (total_q, h, 1)
-        to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: packing.unpack_out(out, case)  # noqa: E731
+        to_canonical: Callable[[torch.Tensor], torch.Tensor] = partial(packing.unpack_out, case=case)
         words.append(f"ragged, {n} sequences")
     else:
         b, sq, sk = case.batch, case.seq_len, case.kv_seq_len
@@ -160,7 +165,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
             operands[role] = Operand(dim, token_major_strides(dim), io)
         operands["stats"] = Operand((b, h, sq, 1), (h * sq, sq, 1, 1), "FLOAT")
         out_shape, stats_shape = (b, sq, h, dv), (b, h, sq, 1)
-        to_canonical = lambda out: out.transpose(1, 2)  # noqa: E731
+        to_canonical = heads_second
     spec = Spec(io, tuple(operands.items()), tuple(keywords.items()), case.needs_grad)
     return Layout(spec, inputs, runtime, out_shape, stats_shape, to_canonical, words)
 

@@ -260,7 +260,9 @@ class _Flash(Backend):
 
             inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case),
                       *(packing.pack_q(t) for t in latent))
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+
+            def to_canonical(out: torch.Tensor) -> torch.Tensor:
+                return packing.unpack_out(out, case)
         else:
             name = self.spec.function
             fn = self._function()

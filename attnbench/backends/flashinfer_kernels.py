@@ -37,7 +37,7 @@ def kernel_files() -> dict[str, Any]:
         jit_dir, cubin_dir = Path(env.FLASHINFER_JIT_DIR), Path(env.FLASHINFER_CUBIN_DIR)
         providers = [f"{p.distribution} {p.version} ({', '.join(sorted(p.cuda_architectures))})"
                      for p in getattr(env, "FLASHINFER_AOT_PROVIDERS", ())]
-    except Exception as exc:  # noqa: BLE001 - a stand-in module, or a flashinfer whose settings moved
+    except Exception as exc:  # a stand-in module, or a flashinfer whose settings moved
         return {"state": "unknown", "summary": f"cannot read {MODULE}.jit.env: {type(exc).__name__}: {exc}"}
     precompiled = sorted({so.parent.name for d in aot_dirs if d.is_dir() for so in d.glob("*/*.so")})
     compiled = sorted({so.parent.name for so in jit_dir.glob("*/*.so")}) if jit_dir.is_dir() else []
@@ -103,7 +103,7 @@ def registered() -> dict[str, Any]:
     core = sys.modules.get(f"{MODULE}.jit.core")
     try:
         return dict(core.jit_spec_registry.get_all_specs()) if core is not None else {}
-    except Exception:  # noqa: BLE001 - a registry that moved
+    except Exception:  # a registry that moved
         return {}
 
 

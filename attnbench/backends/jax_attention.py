@@ -113,7 +113,7 @@ class _Jax(Backend):
         extra["threads_note"] = "XLA's CPU client uses its own thread pool (set at import, not per call)"
         try:  # XLA's temp buffer: the logits, where materialised
             extra["xla_temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
-        except Exception:  # noqa: BLE001 - not every backend of XLA reports it
+        except Exception:  # not every backend of XLA reports it
             pass
         labels = hlo_labels(compiled.as_text())
         # On a GPU, XLA's allocator's own accounting: host RSS is not device memory.

@@ -25,7 +25,7 @@ def add_flash_attn_4_path(environ: Mapping[str, str] = os.environ) -> str | None
 
         try:
             quiet_import(PROBING_MODULE)
-        except Exception:  # noqa: BLE001 - the xformers backend reports why, in its own row
+        except Exception:  # the xformers backend reports why, in its own row
             pass
     sys.path.append(path)
     return path

@@ -191,7 +191,9 @@ def xformers_bias(case: Case, ops: Any) -> Any:
 
 
 def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    bmhk = lambda t: t.transpose(1, 2).contiguous()  # noqa: E731
+    def bmhk(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).contiguous()
+
     if case.kv_heads == case.heads:
         return bmhk(q), bmhk(k), bmhk(v)
     if case.needs_grad:  # BMGHK is forward-only

@@ -217,7 +217,10 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
         return lambda row, q, k: allowed(q, k, 0, causal, window) & (doc[q] == doc[k])
     if case.doc_lens is not None:
         q_lens, k_lens = np.array(case.doc_lens), np.array(doc_key_lens(case))
-        as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+
+        def as_tensor(a: Any) -> Any:
+            return torch.as_tensor(a, device=device)
+
         q_doc, k_doc = as_tensor(doc_ids(case)), as_tensor(key_doc_ids(case))
         q_first, k_first = as_tensor(np.cumsum(q_lens) - q_lens), as_tensor(np.cumsum(k_lens) - k_lens)
         off = as_tensor(k_lens - q_lens)
