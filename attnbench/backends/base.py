@@ -118,7 +118,8 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
-SHAPE_MASK_KINDS = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)  # a backend maps these by default
+# a backend maps these by default
+SHAPE_MASK_KINDS = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
 
 
 def _frozen_map(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

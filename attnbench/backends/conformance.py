@@ -165,7 +165,8 @@ def _keyword_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
 
 
 def _missing_required(call: LibraryCall, sig: inspect.Signature, shown: str, problems: list[Problem]) -> None:
-    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)  # a moved one: reported
+    # a moved one: reported
+    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)
     for p in sig.parameters.values():
         required = p.default is inspect.Parameter.empty and p.kind not in (
             inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -521,7 +522,8 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         return CallVerdict(**base, state="n/a", detail=f"cannot import {call.module}: {first_line(exc)}")
     except AttributeError:
         if call.optional:
-            return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
+            return CallVerdict(**base, state="n/a",
+                               detail=f"{call.target} is absent (the adapter does without it)")
         return CallVerdict(**base, state="mismatch", parameter=call.name,
                            detail=f"the installed {call.module} has no {call.qualname}")
     except Exception as exc:  # not installed usably
@@ -538,7 +540,8 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
     if problems:
         first = problems[0]
         return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems),
-                           parameter=first.parameter, signature=shown, signature_source=source, notes=tuple(notes))
+                           parameter=first.parameter, signature=shown, signature_source=source,
+                           notes=tuple(notes))
     if isinstance(call, UnpackedCall):
         state, detail = check_returns(call, obj)
         if state == "mismatch":
@@ -567,8 +570,9 @@ def check_backend(backend: Backend) -> Conformance:
     unchecked = [v for v in verdicts if v.state == "unchecked"]
     if missing and not checked:  # the import failure is in the verdict
         imported = not missing[0].detail.startswith("cannot import")
-        return Conformance("n/a", f"n/a: {missing[0].detail}" if imported else f"n/a: {backend.library} not installed",
-                           verdicts)
+        return Conformance("n/a",
+                           f"n/a: {missing[0].detail}" if imported
+                           else f"n/a: {backend.library} not installed", verdicts)
     if unchecked and not checked:
         return Conformance("unchecked", f"unchecked: {unchecked[0].detail}", verdicts)
     sources = sorted({v.signature_source for v in checked if v.signature_source != "inspect.signature"})
@@ -577,7 +581,8 @@ def check_backend(backend: Backend) -> Conformance:
                    and not _optional(calls, v))
     via = f" (signature from the {', '.join(s for s in sources if s)})" if sources else ""
     state = "ok" if not tail else "unchecked"
-    return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}", verdicts)
+    return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}",
+                       verdicts)
 
 
 def _optional(calls: tuple[LibraryCall, ...], verdict: CallVerdict) -> bool:

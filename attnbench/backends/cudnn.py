@@ -56,21 +56,27 @@ MIN_FRONTEND = (1, 32)
 MIN_BACKEND = 90600
 
 # The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against those too.
-MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound", "use_alibi_mask")
-LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv")
+MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound",
+                 "use_alibi_mask")
+LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q",
+                   "max_total_seq_len_kv")
 PAGED_KEYWORDS = ("paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")
 SDPA_KEYWORDS = ("name", "attn_scale", "generate_stats", *MASK_KEYWORDS, *LENGTH_KEYWORDS, *PAGED_KEYWORDS)
-SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS, "use_deterministic_algorithm")
+SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS,
+                          "use_deterministic_algorithm")
 GRAPH_CALLS = (
-    LibraryCall(MODULE, "pygraph", keywords=("io_data_type", "intermediate_data_type", "compute_data_type", "handle")),
-    LibraryCall(MODULE, "pygraph.tensor", positional=("self",), keywords=("dim", "stride", "data_type", "name")),
+    LibraryCall(MODULE, "pygraph",
+                keywords=("io_data_type", "intermediate_data_type", "compute_data_type", "handle")),
+    LibraryCall(MODULE, "pygraph.tensor", positional=("self",),
+                keywords=("dim", "stride", "data_type", "name")),
     LibraryCall(MODULE, "pygraph.sdpa", positional=("self", "q", "k", "v"), keywords=SDPA_KEYWORDS),
     LibraryCall(MODULE, "pygraph.sdpa_backward", positional=("self", "q", "k", "v", "o", "dO", "stats"),
                 keywords=SDPA_BACKWARD_KEYWORDS),
     LibraryCall(BINDING, "backend_graph.sdpa", positional=("self", "q", "k", "v"),
                 keywords=SDPA_KEYWORDS, optional=True),
-    LibraryCall(BINDING, "backend_graph.sdpa_backward", positional=("self", "q", "k", "v", "o", "dO", "stats"),
-                keywords=SDPA_BACKWARD_KEYWORDS, optional=True),
+    LibraryCall(BINDING, "backend_graph.sdpa_backward",
+                positional=("self", "q", "k", "v", "o", "dO", "stats"), keywords=SDPA_BACKWARD_KEYWORDS,
+                optional=True),
     LibraryCall(MODULE, "pygraph.validate", positional=("self",)),
     LibraryCall(MODULE, "pygraph.build_operation_graph", positional=("self",)),
     LibraryCall(MODULE, "pygraph.create_execution_plans", positional=("self", "heuristics")),
@@ -80,7 +86,8 @@ GRAPH_CALLS = (
     LibraryCall(MODULE, "pygraph.check_support", positional=("self",)),
     LibraryCall(MODULE, "pygraph.build_plans", positional=("self",)),
     LibraryCall(MODULE, "pygraph.get_workspace_size", positional=("self",)),
-    LibraryCall(MODULE, "pygraph.execute", positional=("self", "tensor_dict", "workspace"), keywords=("handle",)),
+    LibraryCall(MODULE, "pygraph.execute", positional=("self", "tensor_dict", "workspace"),
+                keywords=("handle",)),
     LibraryCall(MODULE, "Tensor.set_output", positional=("self", "value")),
     LibraryCall(MODULE, "Tensor.set_dim", positional=("self", "dim")),
     LibraryCall(MODULE, "Tensor.set_stride", positional=("self", "stride")),
@@ -112,7 +119,8 @@ class CudnnBackend(Backend):
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})),
         limits=(Limit(field="dtype", allowed=tuple(DTYPES),
                       reason="{dtype} is not supported (cuDNN's SDPA takes float16 or bfloat16)"),
-                unset("softcap", "cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses "
+                unset("softcap",
+                      "cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses "
                       "together with masks)")),
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "cuDNN's frontend offers a deterministic option for sdpa_backward only"),
@@ -130,7 +138,8 @@ class CudnnBackend(Backend):
         if version_tuple(version) < MIN_FRONTEND:
             need = ".".join(map(str, MIN_FRONTEND))
             return f"nvidia-cudnn-frontend {version} is older than {need}, whose graph API attnbench maps"
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (cuDNN's SDPA has no CPU engine)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (cuDNN's SDPA has no CPU engine)")
         if problem:
             return problem
         import torch

@@ -46,7 +46,8 @@ FP8_KEYWORDS = ("name", "attn_scale", "generate_stats", "diagonal_alignment", "l
                 "max_total_seq_len_kv", "paged_attention_k_table", "paged_attention_v_table",
                 "paged_attention_max_seq_len_kv")
 FP8_CALLS = (
-    LibraryCall(MODULE, "pygraph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS), keywords=FP8_KEYWORDS),
+    LibraryCall(MODULE, "pygraph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS),
+                keywords=FP8_KEYWORDS),
     LibraryCall(BINDING, "backend_graph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS),
                 keywords=FP8_KEYWORDS, optional=True),
 )
@@ -141,7 +142,8 @@ class CudnnFp8Backend(CudnnBackend):
             **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
                              "is not its input") for fmt in IO},
         }),
-        determinism=always(NOT_APPLICABLE, "forward only here: cuDNN's frontend offers a deterministic option for "
+        determinism=always(NOT_APPLICABLE,
+                           "forward only here: cuDNN's frontend offers a deterministic option for "
                            "sdpa_backward only"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:

@@ -162,15 +162,18 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
 class Runner:
     """Runs the built graphs into fresh outputs: `graph.execute` and the allocation only."""
 
-    def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None, workspace: torch.Tensor,
-                 handle: Any, padded: bool) -> None:
+    def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None,
+                 workspace: torch.Tensor, handle: Any, padded: bool) -> None:
         self.lay, self.fwd, self.bwd = lay, forward, backward
         self.workspace, self.handle, self.padded = workspace, handle, padded
-        self.fixed_fwd = {forward.tensors[role]: t for role, t in lay.runtime.items() if role in forward.tensors}
-        self.fixed_bwd = ({backward.tensors[role]: t for role, t in lay.runtime.items() if role in backward.tensors}
+        self.fixed_fwd = {forward.tensors[role]: t for role, t in lay.runtime.items()
+                          if role in forward.tensors}
+        self.fixed_bwd = ({backward.tensors[role]: t for role, t in lay.runtime.items()
+                           if role in backward.tensors}
                           if backward is not None else {})
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
         t = self.fwd.tensors
@@ -183,8 +186,8 @@ class Runner:
         self.fwd.graph.execute(pack, self.workspace, handle=self.handle)
         return out, stats
 
-    def backward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dout: torch.Tensor,
-                 stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 dout: torch.Tensor, stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         import torch
 
         assert self.bwd is not None
@@ -204,7 +207,8 @@ def attention_function() -> Any:
 
     class CudnnSdpa(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, runner: Runner, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def forward(ctx: Any, runner: Runner, q: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor) -> torch.Tensor:
             out, stats = runner.forward(q, k, v)
             ctx.runner = runner
             ctx.save_for_backward(q, k, v, out, stats)

@@ -120,12 +120,14 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
         seqs = packing.varlen(case)
         n, sq, sk = seqs.sequences, seqs.max_q, seqs.max_k
         # contiguous: cuDNN reads at the declared strides, and packing may return a view
-        inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
+        inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case),
+                                                packing.pack_kv(v, case)))
         lens = tuple(b - a for a, b in pairwise(seqs.cu_q))
         lengths(lens, seqs.kv_lens)
         keywords["max_total_seq_len_q"], keywords["max_total_seq_len_kv"] = seqs.cu_q[-1], seqs.cu_k[-1]
-        for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d), ("v", seqs.cu_k, kvh * dv),
-                                ("o", seqs.cu_q, h * dv), ("stats", seqs.cu_q, h)):
+        for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d),
+                                ("v", seqs.cu_k, kvh * dv), ("o", seqs.cu_q, h * dv),
+                                ("stats", seqs.cu_q, h)):
             operands[f"{role}_offset"] = Operand((n + 1, 1, 1, 1), (1, 1, 1, 1), "INT64")
             runtime[f"{role}_offset"] = ragged_offsets(cu, width, device)
         dims = {"q": (n, h, sq, d), "k": (n, kvh, sk, d), "v": (n, kvh, sk, dv), "o": (n, h, sq, dv),
@@ -146,7 +148,8 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
             inputs = (native_q, *pools)
             num, p = pages.num_pages, pages.page_size
             kv_dims = {"k": (num, kvh, p, d), "v": (num, kvh, p, dv)}  # each page read as (KVH, P, D)
-            table = packing.block_table(pages, device)  # (B, pages) int32, unused entries → page 0 (never read)
+            # (B, pages) int32, unused entries → page 0 (never read)
+            table = packing.block_table(pages, device)
             width = table.shape[1]
             for role in ("k_table", "v_table"):
                 operands[role] = Operand((b, 1, width, 1), (width, width, 1, 1), "INT32")

@@ -135,10 +135,12 @@ class _Flash(Backend):
         calls = [LibraryCall(self.spec.module, self.spec.function, FLASH_POSITIONAL,
                              (*FLASH_KEYWORDS, *scores, DETERMINISTIC_KEYWORD)),
                  LibraryCall(self.spec.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
-                             (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD), optional=True)]
+                             (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD),
+                             optional=True)]
         if self.spec.page_table_keyword is not None:
             calls.append(LibraryCall(self.spec.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
-                                     ("cache_seqlens", self.spec.page_table_keyword, *FLASH_KEYWORDS, *scores),
+                                     ("cache_seqlens", self.spec.page_table_keyword, *FLASH_KEYWORDS,
+                                      *scores),
                                      optional=True))
         return tuple(calls)
 
@@ -153,7 +155,8 @@ class _Flash(Backend):
             problem = module_owner(self.spec.module, self.library)
             if problem:
                 return problem
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashAttention has no CPU kernel)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (FlashAttention has no CPU kernel)")
         if problem:
             return problem
         if device == "cuda":
@@ -179,7 +182,8 @@ class _Flash(Backend):
         return None
 
     def _head_dim_reason(self, case: Case) -> str | None:
-        qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
+        # qv form: q and k are the rope part
+        qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim
         return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}" if qk_dim > MAX_HEAD_DIM else None
 
     def _axis_reason(self, case: Case) -> str | None:
@@ -241,7 +245,8 @@ class _Flash(Backend):
                      table: packing.block_table(layout, q.device)}
             words.append(f"{table} over pages of {case.page_size}")
 
-            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     *qv: torch.Tensor) -> torch.Tensor:
                 return output_of(fn(q, k_cache, v_cache, **paged, **kwargs, **qv_argument(qv)))
 
             inputs = (to_flash_layout(q), fp8.to_pages(k, layout), fp8.to_pages(v, layout),
@@ -297,7 +302,8 @@ class _Flash(Backend):
         if case.softcap is not None:
             args["softcap"] = float(case.softcap)
         if case.alibi:
-            args["alibi_slopes"] = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device)
+            args["alibi_slopes"] = torch.tensor(workload.case_slopes(case), dtype=torch.float32,
+                                                device=device)
         return args
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -351,7 +357,8 @@ class FlashAttn2(_Flash):
             package = importlib.import_module(self.spec.module)
         except ImportError:
             package = None
-        if package is not None and getattr(package, "__file__", None) is None and hasattr(package, "__path__"):
+        if package is not None and getattr(package, "__file__", None) is None and hasattr(package,
+                                                                                          "__path__"):
             reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only the "
                       f"namespace package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
         if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
@@ -372,7 +379,8 @@ class FlashAttn3(_Flash):
         install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)",
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
-            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v",
+                                     "kv_shared"}),
             axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
             quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
             quant_reasons={
@@ -390,7 +398,8 @@ class FlashAttn3(_Flash):
         determinism=flash_answers("flash-attn-3"))
 
     def deterministic(self, case: Case) -> str:
-        if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
+        # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
+        if case.needs_grad and case.head_dim > 192:
             return "refused: FlashAttention 3's deterministic backward does not support head_dim 256"
         return super().deterministic(case)
 
@@ -409,14 +418,15 @@ class FlashAttn4(_Flash):
         install_hint="pip install flash-attn-4",
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
-            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v",
+                                     "kv_shared"}),
             axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
             quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only "
                                           "(flash_attn/cute/interface.py asserts arch 10.x) and flash-attn-4 "
                                           "4.0.0b36's flash_attn_func takes no descale: attnbench maps no FP8 onto "
                                           "it")),
-        module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True, takes_qv=True,
-        determinism=flash_answers("flash-attn-4"))
+        module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True,
+        takes_qv=True, determinism=flash_answers("flash-attn-4"))
 
     def qv_reason(self, case: Case) -> str | None:
         """interface.py's qv asserts, some without a message: rope 64, head_dim_v 512, no window, no soft-cap."""

@@ -78,8 +78,9 @@ PAGED_PREFILL_CALLS = (
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
                 keywords=("kv_layout",)),
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.plan",
-                positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
-                            "num_qo_heads", "num_kv_heads", "head_dim_qk", "page_size"),
+                positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices",
+                            "paged_kv_last_page_len", "num_qo_heads", "num_kv_heads", "head_dim_qk",
+                            "page_size"),
                 keywords=("head_dim_vo", *PLAN_ARGS)),
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache"),
                 keywords=SCALE_ARGS),
@@ -105,7 +106,8 @@ MLA_PLAN_KEYWORDS = ("qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_
                      "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type")
 MLA_CALLS = (
     LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper", positional=("float_workspace_buffer",)),
-    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.plan", positional=("self",), keywords=MLA_PLAN_KEYWORDS),
+    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.plan", positional=("self",),
+                keywords=MLA_PLAN_KEYWORDS),
     LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.run", positional=("self",),
                 keywords=("q_nope", "q_pe", "ckv_cache", "kpe_cache")),
 )
@@ -173,7 +175,8 @@ class FlashInferBackend(Backend):
                       reason="{dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"),
                 forward_only("FlashInfer's attention is forward-only (no backward kernel)")),
         # plan() fixes the split of the keys: two calls run one schedule.
-        determinism=always(NOT_APPLICABLE, "forward only; FlashInfer's attention has no deterministic switch"))
+        determinism=always(NOT_APPLICABLE,
+                           "forward only; FlashInfer's attention has no deterministic switch"))
     kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -189,7 +192,8 @@ class FlashInferBackend(Backend):
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashInfer has no CPU kernels)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (FlashInfer has no CPU kernels)")
         if problem or device != "cuda":
             return problem
         kernels = kernel_files()
@@ -202,14 +206,15 @@ class FlashInferBackend(Backend):
 
     def unsupported(self, case: Case) -> str | None:
         checks = (_pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason, _window_reason)
-        return super().unsupported(case) or next((reason for check in checks if (reason := check(case))), None)
+        return super().unsupported(case) or next((reason for check in checks if (reason := check(case))),
+                                                 None)
 
     def compile_key(self, case: Case) -> str:
         """What a JIT module specialises on (flashinfer/jit/attention/modules.py get_*_uri)."""
         return "|".join(str(part) for part in (
-            f"{self.name} {self.version()}", case.device, route(case), case.dtype, case.kv_dtype or case.dtype,
-            case.head_dim, case.v_dim, f"alibi={case.alibi}", f"window={case.window is not None}",
-            f"softcap={bool(case.softcap)}"))
+            f"{self.name} {self.version()}", case.device, route(case), case.dtype,
+            case.kv_dtype or case.dtype, case.head_dim, case.v_dim, f"alibi={case.alibi}",
+            f"window={case.window is not None}", f"softcap={bool(case.softcap)}"))
 
     def compiling(self) -> str | None:
         module = compiling_now()
@@ -219,7 +224,8 @@ class FlashInferBackend(Backend):
         if not case.quantized:
             return None
         decode = route(case) == "decode"
-        return Numerics(source="FlashInfer's FP8 K/V cache " + ("decode (CUDA cores)" if decode else "prefill"),
+        return Numerics(source="FlashInfer's FP8 K/V cache " + ("decode (CUDA cores)" if decode
+                                                                else "prefill"),
                         p_format=None if decode else case.dtype, v_scale_after=True, out_dtype=case.dtype)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -332,8 +338,9 @@ def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> 
     return {"qo_indptr": packing.int32(seqs.cu_q, device), "kv_indptr": packing.int32(indptr, device),
             "kv_indices": packing.int32(indices, device),
             "kv_len_arr": packing.int32(workload.request_kv_lens(case), device), "num_heads": case.heads,
-            "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim, "page_size": case.page_size,
-            "causal": case.causal, "sm_scale": case.head_dim ** -0.5, "q_data_type": q_dtype, "kv_data_type": kv_dtype}
+            "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim,
+            "page_size": case.page_size, "causal": case.causal, "sm_scale": case.head_dim ** -0.5,
+            "q_data_type": q_dtype, "kv_data_type": kv_dtype}
 
 
 class Planned(NamedTuple):
@@ -355,8 +362,8 @@ def single_planned(fi: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     return Planned(None, inputs, call, None, lambda out: out.transpose(0, 1)[None])
 
 
-def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
-                   scaled: dict[str, float]) -> Planned:
+def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   common: dict[str, Any], scaled: dict[str, float]) -> Planned:
     device = q.device
     seqs = packing.varlen(case)
     wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
@@ -447,7 +454,8 @@ def synced(start: float, device: torch.device) -> float:
 def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, chosen: Any) -> str:
     function = {"single": "single_prefill_with_kv_cache", "ragged": "BatchPrefillWithRaggedKVCacheWrapper",
                 "paged-prefill": "BatchPrefillWithPagedKVCacheWrapper",
-                "decode": "BatchDecodeWithPagedKVCacheWrapper", "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]
+                "decode": "BatchDecodeWithPagedKVCacheWrapper",
+                "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]
     if how == "mla":
         words = [f"causal={case.causal}", f"ckv {case.v_dim} + kpe {case.head_dim - case.v_dim}",
                  f"pages of {case.page_size}"]

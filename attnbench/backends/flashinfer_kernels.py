@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 MODULE = "flashinfer"
-MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
+# scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
+MANIFEST = "attnbench-aot.json"
 
 
 def nvcc_path(environ: Any = None) -> str | None:
@@ -20,7 +21,8 @@ def nvcc_path(environ: Any = None) -> str | None:
     environ = os.environ if environ is None else environ
     home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
     candidates = [environ.get("FLASHINFER_NVCC"),
-                  os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc", path=environ.get("PATH")),
+                  os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc",
+                                                                              path=environ.get("PATH")),
                   "/usr/local/cuda/bin/nvcc"]
     return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
@@ -57,7 +59,8 @@ def kernel_files() -> dict[str, Any]:
     none_precompiled = ("no precompiled module (no flashinfer-jit-cache installed, no flashinfer/data/aot)"
                         if not providers else f"no precompiled module in {', '.join(providers)}")
     if nvcc:
-        return {**found, "state": "jit", "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
+        return {**found, "state": "jit",
+                "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
                                                     f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
     if compiled:
         return {**found, "state": "jit-cache",
@@ -145,4 +148,5 @@ class JitWatch:
         if not self.readable:
             return {}
         built, loaded = self.split()
-        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built, "jit_loaded": loaded}
+        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built,
+                "jit_loaded": loaded}

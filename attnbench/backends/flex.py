@@ -43,7 +43,8 @@ CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "creat
                                      positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"),
                                      keywords=("device", "BLOCK_SIZE"))
 PAGED_ATTENTION_CALL = LibraryCall("torch.nn.attention.experimental._paged_attention", "PagedAttention",
-                                   positional=("n_pages", "page_size", "max_batch_size"), keywords=("device",))
+                                   positional=("n_pages", "page_size", "max_batch_size"),
+                                   keywords=("device",))
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
@@ -84,7 +85,8 @@ def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[...,
               f"    return allowed(q_idx, kv_idx, {int(offset)!r}, {bool(causal)!r}, "
               f"{None if window is None else int(window)!r})\n")
     namespace: dict[str, Any] = {"allowed": allowed}
-    exec(compile(source, f"<attnbench flex mask off={offset} causal={causal} window={window}>", "exec"), namespace)
+    exec(compile(source, f"<attnbench flex mask off={offset} causal={causal} window={window}>", "exec"),
+         namespace)
     return namespace["mask_mod"]
 
 
@@ -95,14 +97,16 @@ def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None
     return eager > MASK_EAGER_LIMIT
 
 
-def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
+def flex_block_mask(case: Case, device: torch.device | str,
+                    dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
     """The block mask (None when unmasked), with `mask_build` and `mask_build_s`."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
     if not workload.has_mask(case):
         return None, {}
-    mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None and case.kv_lens is None
+    mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None
+                and case.kv_lens is None
                 else workload_mask_mod(case, device))
     rows = case.batch if case.kv_lens is not None else None  # ragged lengths: a mask per request
     kind = torch.device(device).type
@@ -113,7 +117,8 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
     block_mask = build(mask_mod, rows, None, case.seq_len, case.kv_seq_len, device=device)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-    return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
+    return block_mask, {"mask_build": "compiled" if compiled else "eager",
+                        "mask_build_s": time.perf_counter() - start}
 
 
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
@@ -166,15 +171,16 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
     start = time.perf_counter()
     paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))
-    table = torch.tensor(layout.table, dtype=torch.int64, device=device)  # (B, pages); -1: none, as PagedAttention
+    # (B, pages); -1: none, as PagedAttention
+    table = torch.tensor(layout.table, dtype=torch.int64, device=device)
     width = table.shape[1]
     paged.page_table[:, :width] = table
     used = table >= 0
     rows = torch.arange(case.batch, device=device)[:, None].expand_as(table)
     logical = torch.arange(width, device=device)[None, :].expand_as(table)
     paged.physical_to_logical[rows[used], table[used]] = logical[used]
-    logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
-                                     device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
+    logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len,
+                                     width * size, device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
     block_mask = paged.convert_logical_block_mask(logical_mask)
     if score_mod is not None:
         score_mod = paged.get_score_mod(score_mod)
@@ -264,10 +270,12 @@ class FlexBackend(Backend):
                                           "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")),
         limits=(forward_only("flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)",
                              when="page_size"),
-                unset("doc_lens", "flex does not run packed documents inside a paged cache", when="page_size")),
+                unset("doc_lens", "flex does not run packed documents inside a paged cache",
+                      when="page_size")),
         # No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program.
         determinism=Answers(
-            forward=Answer(NOT_APPLICABLE, "no atomics: its Triton forward computes each query block in one program"),
+            forward=Answer(NOT_APPLICABLE,
+                           "no atomics: its Triton forward computes each query block in one program"),
             backward=Answer(NOT_APPLICABLE, "no atomics: its Triton backward computes each dQ and each dK/dV "
                                             "block in one program"),
             on={"cpu": Answer(NOT_APPLICABLE, "no atomics: Inductor's C++ kernel on a CPU")}))
@@ -362,7 +370,8 @@ class FlexDynamicBackend(FlexBackend):
 def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
     key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
-    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens", "kv_lens",
-                                                                          "softcap", "alibi", "head_dim_v")
+    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens",
+                                                                          "kv_lens", "softcap", "alibi",
+                                                                          "head_dim_v")
                              if getattr(case, axis))
     return f"{key}|{workload_part}" if workload_part else key

@@ -36,8 +36,9 @@ HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 
 def jax_limits(name: str, *implementation: Limit) -> tuple[Limit, ...]:
     """Forward only, no soft-cap, the implementation's refusals in JAX's words, then the unmapped axes."""
-    return (runtimes.forward_only_limit("JAX"), unset("softcap", "jax.nn.dot_product_attention has no softcap"),
-            *implementation, *runtimes.unmapped(name))
+    return (runtimes.forward_only_limit("JAX"),
+            unset("softcap", "jax.nn.dot_product_attention has no softcap"), *implementation,
+            *runtimes.unmapped(name))
 
 
 class _Jax(Backend):
@@ -59,7 +60,8 @@ class _Jax(Backend):
         return (JAX_CALL,)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
+        return library_refusal(exc, "JAX",
+                               ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:
@@ -119,7 +121,8 @@ class _Jax(Backend):
         # On a GPU, XLA's allocator's own accounting: host RSS is not device memory.
         memory = "rss" if case.device == "cpu" else DeviceStats(device.memory_stats, f"jax {jax.__version__} "
                                                                 "Device.memory_stats()")
-        return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=lambda out: out.transpose(1, 2),
+        return Prepared(inputs=(), call=call, to_tensor=to_tensor,
+                        to_canonical=lambda out: out.transpose(1, 2),
                         kernel=f"jax {jax.__version__} dot_product_attention implementation={self.implementation!r} "
                                f"({how}{', GQA native' if case.kv_heads != case.heads else ''})",
                         memory=memory, extra=extra, profile=lambda: jax_profile(call, labels))

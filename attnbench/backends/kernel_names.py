@@ -30,8 +30,8 @@ FLEX_CPU = (r"^## Call CompiledFxGraph",)
 # SageAttention 1.0.6 (attn_qk_int8_per_block*.py, quant_per_block*.py).
 SAGE = (r"^_attn_fwd$", r"^quant_per_block_int8_kernel$")
 # cuBLAS's GEMMs: nvjet, xmma, per-architecture, embedded CUTLASS (one identifier), small-matrix kernels.
-CUBLAS_GEMM = (r"\bnvjet_\w+", r"\bsm\d+_xmma_gemm_", r"\b(volta|turing|ampere)_\w*gemm", r"\bcutlass_\d+_\w*gemm",
-               r"\bgemmSN_[NT]{2}_kernel", r"\bgemv2[NT]_kernel")
+CUBLAS_GEMM = (r"\bnvjet_\w+", r"\bsm\d+_xmma_gemm_", r"\b(volta|turing|ampere)_\w*gemm",
+               r"\bcutlass_\d+_\w*gemm", r"\bgemmSN_[NT]{2}_kernel", r"\bgemv2[NT]_kernel")
 # PyTorch's CUDA softmax (aten/src/ATen/native/cuda/SoftMax.cu, PersistentSoftmax.cuh).
 ATEN_CUDA_SOFTMAX = (r"\bcunn_SoftMax(Forward|Backward)", r"\bsoftmax_warp_(forward|backward)")
 

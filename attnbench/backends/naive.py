@@ -26,10 +26,10 @@ class NaiveBackend(Backend):
     spec = BackendSpec(
         name="naive",
         # Scores and probabilities; with backward P kept and dP, dS made.
-        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
-                                 score_passes_bwd=14.0, calls=6),
-                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
-                                  score_passes_bwd=14.0, calls=6),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8,
+                                 score_passes_fwd=40.0, score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35,
+                                  score_passes_fwd=6.0, score_passes_bwd=14.0, calls=6),
                   memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)),
         summary="textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory",
         capabilities=Capabilities(workload_axes=frozenset(workload.MEANT), kernel_names=MATMUL_SOFTMAX),

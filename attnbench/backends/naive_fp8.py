@@ -80,10 +80,13 @@ class NaiveFp8Backend(Backend):
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             qf = q.float() if q_factor is None else q.float() * q_factor
-            return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap, bias).to(out)
+            return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap,
+                                   bias).to(out)
 
-        words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}", f"{case.quant} descales"]
-        inputs, call, paged = laid_out(case, q, k, v, attend, fp8.to_pages)  # the FP8 pool, as naive gathers it
+        words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}",
+                 f"{case.quant} descales"]
+        # the FP8 pool, as naive gathers it
+        inputs, call, paged = laid_out(case, q, k, v, attend, fp8.to_pages)
         words += paged
         return Prepared(
             inputs=inputs,

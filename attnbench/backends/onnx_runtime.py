@@ -40,7 +40,8 @@ CALLS = (
     LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"),
                 keywords=("providers",)),
     LibraryCall("onnxruntime", "OrtValue.ortvalue_from_numpy", positional=("numpy_obj",)),
-    LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"), keywords=("domain",)),
+    LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"),
+                keywords=("domain",)),
 )
 
 
@@ -84,10 +85,11 @@ def op_spec(op: str, workload_axes: set[str], *, name: str, summary: str, cost: 
     """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's run
     (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's own."""
     return BackendSpec(
-        name=name, summary=summary, library="onnxruntime", install_hint="pip install 'attnbench[onnxruntime]'",
-        cost=cost, determinism=runtimes.answers(ORT),
+        name=name, summary=summary, library="onnxruntime",
+        install_hint="pip install 'attnbench[onnxruntime]'", cost=cost, determinism=runtimes.answers(ORT),
         capabilities=Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
-                                  kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)}, runs_on=OWN_RUNTIME),
+                                  kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)},
+                                  runs_on=OWN_RUNTIME),
         limits=(*limits, runtimes.forward_only_limit(ORT),
                 Limit(field="dtype", allowed=NUMPY_DTYPES,  # NumPy has no bfloat16
                       reason=f"attnbench maps float32 and float16 onto {ORT}'s {op} only, not {{dtype}}"),
@@ -159,7 +161,8 @@ class _Ort(Backend):
         placed = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in inputs.items()}
         for name, value in placed.items():
             binding.bind_ortvalue_input(name, value)
-        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.dtype(case.dtype).type)
+        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)),
+                                                        np.dtype(case.dtype).type)
         binding.bind_ortvalue_output("out", out)
         for name in self.extra_outputs():
             binding.bind_output(name, "cpu")
@@ -174,7 +177,8 @@ class _Ort(Backend):
         def to_tensor(value: Any) -> torch.Tensor:  # a copy: the bound output is overwritten by the next call
             return torch.from_numpy(value.numpy().copy())
 
-        extra: dict[str, Any] = {"threads": threads, "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
+        extra: dict[str, Any] = {"threads": threads,
+                                 "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
                                  "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
                         kernel=f"onnxruntime {ort.__version__} {self.domain + '.' if self.domain else ''}{self.op} "
@@ -293,7 +297,8 @@ class OrtGroupQueryAttention(_Ort):
         op, {"softcap"}, name="onnxruntime-gqa",
         summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
                  "before the queries as its past K/V"),
-        cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
+        cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0,
+                                 score_passes_fwd=2.0),
                   memory=MemoryCost(score_copies_fwd=1)))
     domain = MS
 
@@ -327,7 +332,8 @@ class OrtGroupQueryAttention(_Ort):
 
         past = case.kv_seq_len - case.seq_len  # bottom-right: the first keys are the cache
         inputs = {"query": bshd(q), "key": bshd(k[:, :, past:]), "value": bshd(v[:, :, past:]),
-                  "past_key": runtimes.as_numpy(k[:, :, :past]), "past_value": runtimes.as_numpy(v[:, :, :past]),
+                  "past_key": runtimes.as_numpy(k[:, :, :past]),
+                  "past_value": runtimes.as_numpy(v[:, :, :past]),
                   "seqlens_k": np.full((case.batch,), case.kv_seq_len - 1, dtype=np.int32),
                   "total_sequence_length": np.array([case.kv_seq_len], dtype=np.int32)}
         attributes: dict[str, Any] = {"num_heads": case.heads, "kv_num_heads": case.kv_heads}
@@ -350,7 +356,8 @@ class OrtGroupQueryAttention(_Ort):
         """Positional inputs in the schema's order: an absent optional one is an empty name."""
         order = contrib_schema(self.op).inputs
         last = max(order.index(name) for name in inputs)
-        return _positional_model(self, inputs, attributes, [n if n in inputs else "" for n in order[: last + 1]])
+        return _positional_model(self, inputs, attributes,
+                                 [n if n in inputs else "" for n in order[: last + 1]])
 
     def window_of(self, window: int) -> int:
         return window + 1
@@ -371,7 +378,8 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     graph = helper.make_graph(
         [node], backend.name,
         [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])  # the query's type
+        # the query's type
+        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     model.ir_version = min(model.ir_version, onnx.IR_VERSION)
     return model.SerializeToString()

@@ -100,13 +100,15 @@ class OpenVinoSdpa(Backend):
         tensors = [q, *((expand_kv(k, case), expand_kv(v, case)) if expanded else (k, v))]
         kind = ov.Type.bf16 if case.dtype == "bfloat16" else ov.Type.f32
         # bf16 has no NumPy dtype: int16 views given to OpenVINO as bf16.
-        arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16" else t)
+        arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16"
+                                    else t)
                   for t in tensors]
         params = [ops.parameter(list(a.shape), kind) for a in arrays]
         if mask is not None:
             params.append(ops.parameter(list(mask.shape), ov.Type.boolean))
             arrays.append(np.ascontiguousarray(mask))
-        node = ops.scaled_dot_product_attention(*params[:3], params[3] if mask is not None else None, causal=causal)
+        node = ops.scaled_dot_product_attention(*params[:3], params[3] if mask is not None else None,
+                                                causal=causal)
         model = ov.Model([node], params, self.name)
         threads = runtimes.run_threads()
         config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": PRECISION[case.dtype]}
@@ -147,13 +149,15 @@ def broadcast_refused(case: Case) -> bool:
     return case.kv_heads not in (1, case.heads)
 
 
-def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> Profile:
+def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any],
+                  params: list[Any]) -> Profile:
     """The plugin's counters of one warm call: "<node_type> <exec_type> (<node name>)", the name's counter dropped."""
     import openvino as ov
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
     request = compiled.create_infer_request()
-    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params, strict=False)]
+    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params,
+                                                                                 strict=False)]
     request.infer(tensors)  # the first call of a compiled model pays its one-time work
     request.infer(tensors)
     rows: dict[str, list[float]] = {}

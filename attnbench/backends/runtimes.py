@@ -63,7 +63,8 @@ def runtime_profile(rows: dict[str, list[float]], source: str, **extra: Any) -> 
     """A runtime profiler's {name: each call's ms} as the record's `kernels`, with `source` and `extra`."""
     from attnbench.timing.profile import Profile, kernels_from
 
-    return Profile(kernels_from([(name, len(ms), sum(ms)) for name, ms in rows.items()]), source=source, extra=extra)
+    return Profile(kernels_from([(name, len(ms), sum(ms)) for name, ms in rows.items()]), source=source,
+                   extra=extra)
 
 
 def score_bytes(case: Case) -> int:

@@ -41,7 +41,8 @@ MODULE = "sageattention"
 HEAD_DIMS = (64, 96, 128)
 SAGE_CALL = LibraryCall(MODULE, "sageattn", positional=("q", "k", "v"),
                         keywords=("tensor_layout", "is_causal", "sm_scale", "smooth_k"))
-SCHEME = {"by": "kernel", "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
+SCHEME = {"by": "kernel",
+          "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
           "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
           "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
 REFUSALS = ("should be", "must be", "only", "Only")
@@ -132,8 +133,8 @@ class SageBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         sageattn = importlib.import_module(MODULE).sageattn
         causal = case.causal and case.seq_len > 1  # one query over a cache sees every key
-        kwargs: dict[str, Any] = {"tensor_layout": "HND", "is_causal": causal, "sm_scale": case.head_dim ** -0.5,
-                                  "smooth_k": True}
+        kwargs: dict[str, Any] = {"tensor_layout": "HND", "is_causal": causal,
+                                  "sm_scale": case.head_dim ** -0.5, "smooth_k": True}
         inputs = (q.contiguous(), k.detach().clone(), v.contiguous())  # sageattn subtracts K's mean in place
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -63,7 +63,8 @@ def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
     own = groups.get(kernel) if kernel in KERNEL_HEADERS else [t for ts in groups.values() for t in ts]
     return list(dict.fromkeys(own or []))
 SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
-                        positional=("query", "key", "value"), keywords=("enable_gqa", "is_causal", "attn_mask"))
+                        positional=("query", "key", "value"),
+                        keywords=("enable_gqa", "is_causal", "attn_mask"))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
@@ -99,7 +100,8 @@ class _Sdpa(Backend):
         capabilities=Capabilities(
             workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})),
         limits=(unset("softcap", "SDPA has no soft-capping"),
-                unset("page_size", "SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as "
+                unset("page_size",
+                      "SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as "
                       "SDPA's own work; attnbench does not time one)")))
 
     def availability(self, device: str) -> str | None:
@@ -144,7 +146,8 @@ class _Sdpa(Backend):
 
 
 FLASH_IMPL_MODULES = {"FA3": ("flash_attn_interface", "flash-attn-3"),
-                      "FA4": ("flash_attn.cute.interface", "flash-attn-4")}  # imported module, owning distribution
+                      # imported module, owning distribution
+                      "FA4": ("flash_attn.cute.interface", "flash-attn-4")}
 
 
 @contextmanager
@@ -257,8 +260,10 @@ class SdpaAuto(_Sdpa):
         summary="F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)",
         capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY),
         determinism=sdpa_answers(
-            "SDPA", Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode"),
-            Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs "
+            "SDPA",
+            Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode"),
+            Answer(HONOURED,
+                   "PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs "
                    "FA2's deterministic path, efficient's runs with num_splits_key=1")))
 
 
@@ -267,11 +272,12 @@ class SdpaMath(_Sdpa):
     spec = dataclasses.replace(
         _Sdpa.spec, name="sdpa-math",
         # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
-        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
-                                 score_passes_bwd=14.0, calls=6),
-                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
-                                  score_passes_bwd=16.0, calls=8),
-                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True)),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8,
+                                 score_passes_fwd=35.0, score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35,
+                                  score_passes_fwd=8.0, score_passes_bwd=16.0, calls=8),
+                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True,
+                                    expands_kv=True)),
         summary="SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)",
         capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX),
         determinism=torch_ops("SDPA's MATH composite of PyTorch operations"))
@@ -313,7 +319,8 @@ FA4_ROUTE_CALLS = (
                  keywords=("softmax_scale", "causal", "window_size_left", "window_size_right", "return_lse",
                            "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "out"),
                  optional=True, unpacks=2, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_forward")),
-    UnpackedCall("flash_attn.cute.interface", "_flash_attn_bwd", positional=("q", "k", "v", "out", "dout", "lse"),
+    UnpackedCall("flash_attn.cute.interface", "_flash_attn_bwd",
+                 positional=("q", "k", "v", "out", "dout", "lse"),
                  keywords=("softmax_scale", "causal", "cu_seqlens_q", "cu_seqlens_k", "deterministic"),
                  optional=True, unpacks=3, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_backward")),
 )
@@ -324,8 +331,10 @@ class _SdpaFlashImpl(SdpaFlash):
     # FA3/FA4 take no attn_mask.
     spec = dataclasses.replace(
         SdpaFlash.spec,
-        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset()))
-    route_calls: ClassVar[tuple[LibraryCall, ...]] = ()  # what PyTorch's route calls in the implementation's library
+        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",),
+                                         workload_axes=frozenset()))
+    # what PyTorch's route calls in the implementation's library
+    route_calls: ClassVar[tuple[LibraryCall, ...]] = ()
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL, *FLASH_IMPL_CALLS, *self.route_calls)
@@ -347,7 +356,8 @@ class SdpaFlashFa3(_SdpaFlashImpl):
         install_hint="build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU",
         determinism=sdpa_answers(
             "FLASH_ATTENTION", Answer(HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
-            Answer(HONOURED, "PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode")))
+            Answer(HONOURED,
+                   "PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode")))
     flash_impl = "FA3"
 
 
@@ -361,7 +371,8 @@ class SdpaFlashFa4(_SdpaFlashImpl):
         install_hint="pip install flash-attn-4",
         determinism=sdpa_answers(
             "FLASH_ATTENTION", Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
-            Answer(HONOURED, "PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode")))
+            Answer(HONOURED,
+                   "PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode")))
     flash_impl = "FA4"
     route_calls = FA4_ROUTE_CALLS
 
@@ -376,7 +387,8 @@ class SdpaEfficient(_Sdpa):
         capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT),
         determinism=sdpa_answers(
             "EFFICIENT_ATTENTION", Answer(NOT_APPLICABLE, "the memory-efficient forward is deterministic"),
-            Answer(HONOURED, "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
+            Answer(HONOURED,
+                   "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
                              "split keys, no atomics")))
     kernel_name = "EFFICIENT_ATTENTION"
 

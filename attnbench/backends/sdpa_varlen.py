@@ -100,8 +100,10 @@ class SdpaVarlen(Backend):
                                   workload_axes=frozenset({"documents", "kv_lengths", "page_size"})),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"),
-                Limit(field="head_dim", at_most=MAX_HEAD_DIM, reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
-                unset("softcap", "varlen_attn has no soft-capping"), unset("alibi", "varlen_attn has no ALiBi bias"),
+                Limit(field="head_dim", at_most=MAX_HEAD_DIM,
+                      reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
+                unset("softcap", "varlen_attn has no soft-capping"),
+                unset("alibi", "varlen_attn has no ALiBi bias"),
                 unset("head_dim_v", "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)")),
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),

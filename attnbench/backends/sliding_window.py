@@ -88,10 +88,12 @@ def plan_for(
     keep = allowed(q_idx, k_idx) & (q_idx < seq_len) & (k_idx >= 0) & (k_idx < kv_seq_len)
     seen = keep.any(dim=-1)
     real = q_idx[..., 0] < seq_len
-    return Blocking(seq_len, kv_seq_len, block, span, left, blocks, ~keep, None if bool(seen[real].all()) else seen)
+    return Blocking(seq_len, kv_seq_len, block, span, left, blocks, ~keep,
+                    None if bool(seen[real].all()) else seen)
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Blocking) -> torch.Tensor:
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             plan: Blocking) -> torch.Tensor:
     """Local attention of q (B, H, Sq, D) over k, v (B, KVH, Sk, D); O(B·H·Sq·span), backward too."""
     import torch
     import torch.nn.functional as F
@@ -176,16 +178,17 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 class SlidingWindowBackend(Backend):
     spec = BackendSpec(
         name="sliding-window",
-        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
-                                 score_passes_bwd=0.0, calls=8),
-                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
-                                  score_passes_bwd=0.0, calls=8)),
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2,
+                                 score_passes_fwd=0.0, score_passes_bwd=0.0, calls=8),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15,
+                                  score_passes_fwd=0.0, score_passes_bwd=0.0, calls=8)),
         summary="our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only",
         capabilities=Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX),
         limits=(Limit(field="window", refused=(None,), reason=(
                     "needs a window (sliding-window attention is local by design; a full or plain causal mask is "
                     "O(seq²) work, measured by naive, sdpa and flex)")),
-                unset("doc_kv_lens", "sliding-window blocks documents whose keys are their queries; attnbench does not "
+                unset("doc_kv_lens",
+                      "sliding-window blocks documents whose keys are their queries; attnbench does not "
                       "map documents with a cached prefix onto it")),
         # unfold's backward raises where PyTorch has no deterministic implementation: the skip names it.
         determinism=torch_ops("matmul, softmax and unfold"))

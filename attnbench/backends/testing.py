@@ -123,21 +123,23 @@ class CheatingBackend(Backend):
         kept: list[torch.Tensor] = []
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return naive_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), mask)
+            return naive_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+                                   mask)
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if self.cheat == "stale":
                 if not kept:
                     kept.append(attend(q, k, v).detach())
-                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())  # the first values, with a graph to every input
+                # the first values, with a graph to every input
+                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())
             if self.cheat == "writes-query":
                 q.mul_(LOG2E)  # the exp2 form's factor, applied in place and undone after: not exactly
                 out = attend(q / LOG2E, k, v)
                 q.div_(LOG2E)
                 return out
             if self.cheat == "overflow":
-                return _unshifted_softmax(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
-                                          mask, scale)
+                return _unshifted_softmax(q, k.repeat_interleave(group, dim=1),
+                                          v.repeat_interleave(group, dim=1), mask, scale)
             return _deferred(attend, q, k, v)
 
         return Prepared(inputs=(q, k, v), call=call, kernel=f"cheat ({self.cheat})")

@@ -54,9 +54,10 @@ BIAS_CALLS = (
 
 # Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound.
 VARLEN_BIAS_CALLS = (
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens", positional=("q_seqlen", "kv_seqlen"),
-                keywords=("device",)),
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright", positional=("self",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens",
+                positional=("q_seqlen", "kv_seqlen"), keywords=("device",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright",
+                positional=("self",)),
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_local_attention_from_bottomright",
                 positional=("self", "window_size")),
 )
@@ -68,7 +69,8 @@ PADDED_BIAS_CALLS = (
       for name in ("BlockDiagonalPaddedKeysMask", "BlockDiagonalCausalWithOffsetPaddedKeysMask")),
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalPaddedKeysMask.make_local_attention",
                 positional=("self", "window_left", "window_right")),
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local",
+    LibraryCall("xformers.ops",
+                "fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local",
                 positional=("q_seqlen", "kv_padding", "kv_seqlen", "window_size")),
 )
 
@@ -107,10 +109,12 @@ def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
     table = torch.tensor(packing.spare_filled_table(layout), dtype=torch.int32, device=device)
     cls = (ops.fmha.attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if case.causal
            else ops.fmha.attn_bias.PagedBlockDiagonalPaddedKeysMask)
-    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size, device=device)
+    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size,
+                            device=device)
 
 
-def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Queries (1, B·Sq, H, K) and the K and V pools (1, pages·page_size, KVH, K); BMGHK for GQA."""
     layout = workload.pages(case)
     qp = packing.pack_q(q)[None]
@@ -149,7 +153,8 @@ def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> 
         return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,
                                                                                         case.window + 1)
     if case.causal:
-        return bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
+        return bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens,
+                                                                             device=device)
     block = bias.BlockDiagonalPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
     return block if case.window is None else block.make_local_attention(case.window, case.window)
 
@@ -164,7 +169,8 @@ def xformers_padded_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
     return ((qp, kp, vp) if kp.shape[2] == case.heads else grouped(case, qp, kp, vp)), pad
 
 
-def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                           v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Canonical tensors packed into one BMHK row (1, tokens, heads, K), or BMGHK for forward GQA."""
     if case.kv_heads != case.heads and case.needs_grad:
         k, v = expand_kv(k, case), expand_kv(v, case)
@@ -190,7 +196,8 @@ def xformers_bias(case: Case, ops: Any) -> Any:
     return bias.LocalAttentionFromBottomRightMask(window_left=case.window, window_right=case.window)
 
 
-def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     def bmhk(t: torch.Tensor) -> torch.Tensor:
         return t.transpose(1, 2).contiguous()
 
@@ -224,19 +231,22 @@ class XformersBackend(Backend):
             # The ops its dispatcher chooses among.
             kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)),
         limits=(unset("softcap", "xformers has no soft-capping (its flash operator passes softcap 0)"),
-                unset("alibi", "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto "
+                unset("alibi",
+                      "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto "
                       "xformers")),
         # Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B).
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "xformers' forward operators are deterministic"),
-            Answer(HONOURED, "xformers' dispatcher picks only operators marked deterministic under the mode")))
+            Answer(HONOURED,
+                   "xformers' dispatcher picks only operators marked deterministic under the mode")))
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS,
+                *PAGED_BIAS_CALLS)
 
     def unsupported(self, case: Case) -> str | None:
         if reason := super().unsupported(case):
@@ -332,7 +342,8 @@ def biased_inputs(case: Case, ops: Any, q: torch.Tensor, k: torch.Tensor,
     return xformers_bias(case, ops), xformers_layout(case, q, k, v), None
 
 
-def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_grad: bool) -> tuple[Any, Any]:
+def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any,
+                   needs_grad: bool) -> tuple[Any, Any]:
     """The forward and backward operators xformers' dispatcher picks; None where its private API is gone."""
     try:
         op = dispatch_fw(ops, *inputs, bias, needs_gradient=needs_grad)
@@ -351,7 +362,8 @@ def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_
 
 
 def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
-    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
+    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads
+                                                   else "BMHK")
     if case.page_size is not None:
         layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
     elif padded is not None:
@@ -362,7 +374,8 @@ def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
 
 
 DISPATCH_CALLS = (
-    LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"), optional=True),
+    LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"),
+                optional=True),
     LibraryCall("xformers.ops", "fmha._dispatch_fw", positional=("inp", "needs_gradient"), optional=True),
     LibraryCall("xformers.ops", "fmha._dispatch_bw", positional=("inp",), keywords=("varlen_lse_packed",),
                 optional=True),

@@ -23,15 +23,19 @@ DEFAULT_ROUNDS = 6
 def ab(
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
     python_a: str = typer.Option(..., "--a", metavar="PYTHON", help="Environment A's Python (the baseline)."),
-    python_b: str = typer.Option(..., "--b", metavar="PYTHON", help="Environment B's Python (the candidate)."),
-    a_env: list[str] = typer.Option([], "--a-env", metavar="NAME=VALUE", help="A variable for A's worker only."),
-    b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE", help="A variable for B's worker only."),
+    python_b: str = typer.Option(..., "--b", metavar="PYTHON",
+                                 help="Environment B's Python (the candidate)."),
+    a_env: list[str] = typer.Option([], "--a-env", metavar="NAME=VALUE",
+                                    help="A variable for A's worker only."),
+    b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE",
+                                    help="A variable for B's worker only."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=1, metavar="N",
                                help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% verdict); "
                                     f"each side's round gets budget_ms / N."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", min=0.0, metavar="FRACTION",
                                     help="The smallest B/A change called a regression or an improvement."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/ab-<suite>-<time>)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Output directory (default reports/ab-<suite>-<time>)."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
     plugin: opts.Plugins = None,
@@ -49,8 +53,8 @@ def ab(
         raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))
     plan = session.plan(suite, opts.run_options(
-        backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True, peak_tflops=None,
-        peak_bandwidth=None, timer="auto", deterministic=False))
+        backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True,
+        peak_tflops=None, peak_bandwidth=None, timer="auto", deterministic=False))
     directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     start = time.time()
     load = {"start": round(os.getloadavg()[0], 2)}

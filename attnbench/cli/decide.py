@@ -16,7 +16,8 @@ from attnbench.core.errors import AttnbenchError
 @app.command()
 @user_errors
 def recommend(
-    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are "
+    runs: list[Path] = typer.Argument(...,
+                                      help="Run directories (or results.jsonl) of one device; several are "
                                                 "pooled."),
     out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
                                             help="Write the dispatch table as JSON (an existing file is refused)."),
@@ -57,7 +58,8 @@ def recommend(
         err.print(f"markdown: {md}", markup=False)
 
 
-history_app = typer.Typer(no_args_is_help=True, help="A local store of runs over time: add runs, show and plot "
+history_app = typer.Typer(no_args_is_help=True,
+                          help="A local store of runs over time: add runs, show and plot "
                                                          "their trends, compare against them.")
 app.add_typer(history_app, name="history")
 

@@ -96,8 +96,8 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
         if state == "ok" and conformance["state"] == "mismatch":  # a run would skip it with this reason
             state, reason = "mismatch", conformance["summary"]
             fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
-        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
-                                      conformance, backend.kernels() or {}))
+        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix,
+                                      name in default, conformance, backend.kernels() or {}))
     environment = collect_env(device, torch_part=probes.torch_facts())
     probes.save()
     return Diagnosis(device, environment, backends, sdpa_kernel_usability(device), probes.note())
@@ -119,7 +119,8 @@ def sdpa_kernel_usability(device: str) -> dict[str, str]:
             verdicts[kernel] = "unknown: this torch has no torch.backends.cuda." + check
             continue
         mha, mha_why = _usable(probe, torch.backends.cuda.SDPAParams(q, q, q, None, 0.0, True, False))
-        gqa, gqa_why = _usable(probe, torch.backends.cuda.SDPAParams(q, kv_gqa, kv_gqa, None, 0.0, True, True))
+        gqa, gqa_why = _usable(probe,
+                               torch.backends.cuda.SDPAParams(q, kv_gqa, kv_gqa, None, 0.0, True, True))
         if mha and gqa:
             verdicts[kernel] = "yes"
         elif mha:
@@ -152,7 +153,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
     lines.append(f"device attnbench would use: {diagnosis.device}")
     lines += gpu_lines(diagnosis.gpu_state)  # clocks, throttling, other processes; lock advice
     lines.append("")
-    lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}" for k, v in diagnosis.sdpa_kernels.items()))
+    lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}"
+                                                             for k, v in diagnosis.sdpa_kernels.items()))
     lines.append("")
     width = max(len(b.name) for b in diagnosis.backends)
     for b in diagnosis.backends:

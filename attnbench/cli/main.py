@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import options as opts
-from attnbench.cli.app import StopFlag, app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
+from attnbench.cli.app import StopFlag, app, err, out, user_errors
+from attnbench.cli.app import state as state  # tests reset --debug
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
 
@@ -116,7 +117,8 @@ def list_suites() -> None:
 
 @app.command()
 @user_errors
-def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write the starter suite.")) -> None:
+def init(path: Path = typer.Argument(Path("my-suite.yaml"),
+                                     help="Where to write the starter suite.")) -> None:
     """Write a commented starter suite to edit."""
     from attnbench.sweep.suite import STARTER
 
@@ -133,17 +135,20 @@ def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write
 @user_errors
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Output directory (default reports/<suite>-<time>)."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the cases and their memory estimates; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the cases and their memory estimates; run nothing."),
     plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
     oom_pruning: opts.OomPruning = True,
     resume: Path | None = typer.Option(None, "--resume", metavar="DIR",
                                           help="Finish the run in DIR: only measurements it lacks, appended."),
-    force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
+    force: bool = typer.Option(False, "--force",
+                               help="With --resume: continue even on another device or library set."),
     shard: str | None = typer.Option(None, "--shard", metavar="I/N",
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
     devices: str | None = typer.Option(None, "--devices", metavar="0,1,...",
@@ -173,11 +178,12 @@ def run(
 
     check_run_flags(out_dir, resume, estimate_gpu, dry_run)
     options = opts.run_options(
-        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout, oom_pruning=oom_pruning,
-        peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
-        devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
-        shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
-        compile_workers=compile_workers, compile_timeout=compile_timeout, trace=trace)
+        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout,
+        oom_pruning=oom_pruning, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer,
+        deterministic=deterministic, devices=tuple(parse_devices(devices)) if devices is not None else None,
+        cache_dir=cache_dir, shard=parse_shard(shard) if shard is not None else None,
+        resume=resume is not None, force=force, compile_workers=compile_workers,
+        compile_timeout=compile_timeout, trace=trace)
     plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
         tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
@@ -219,7 +225,8 @@ def run(
         raise typer.Exit(1)
 
 
-def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None, dry_run: bool) -> None:
+def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None,
+                    dry_run: bool) -> None:
     """The rules between `run`'s flags that are not run options (those are RunOptions')."""
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
         raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
@@ -233,7 +240,8 @@ def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str
 @user_errors
 def merge(
     sources: list[Path] = typer.Argument(..., help="Run directories (shards) to combine."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for the merged results.jsonl, env.json and report."),
+    out_dir: Path = typer.Option(..., "--out",
+                                 help="Directory for the merged results.jsonl, env.json and report."),
 ) -> None:
     """Combine shard runs into one: refuses overlapping measurements, mixed schema versions or devices."""
     from attnbench.records.merge import merge_runs
@@ -250,8 +258,10 @@ def merge(
 def submit(
     ctx: typer.Context,
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
-    shards: int = typer.Option(..., "--shards", metavar="N", help="Number of shards: one SLURM array task each."),
-    gpus_per_task: int | None = typer.Option(None, "--gpus-per-task", metavar="G", help="GPUs for each task."),
+    shards: int = typer.Option(..., "--shards", metavar="N",
+                               help="Number of shards: one SLURM array task each."),
+    gpus_per_task: int | None = typer.Option(None, "--gpus-per-task", metavar="G",
+                                             help="GPUs for each task."),
     partition: str | None = typer.Option(None, "--partition", metavar="P", help="SLURM partition."),
     time: str | None = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
     account: str | None = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
@@ -259,7 +269,8 @@ def submit(
                                          help="Another sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)."),
     out_dir: Path | None = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
                                                                "merged run (default reports/<suite>-<time>)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the scripts and the sbatch calls; submit nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the scripts and the sbatch calls; submit nothing."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
                                                     "'auto', cuda when the tasks ask for GPUs)."),
@@ -331,10 +342,12 @@ def status(
 def report(
     source: Path = typer.Argument(..., help="A run directory, or its results.jsonl (or a committed run's "
                                             "results.jsonl.gz)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results; for "
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Where to write (default: beside the results; for "
                                                              "compressed results, their folder's rendered/)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
-    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else "
+    baseline: str | None = typer.Option(None,
+                                        help="Backend speed-ups are relative to (default sdpa-math, else "
                                                    "naive)."),
     peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:

@@ -41,7 +41,8 @@ def fingerprint(device: str) -> str:
     parts = [attnbench.__version__, device, os.path.realpath(sys.executable), sys.version,
              *map(stamp, map(str, sources)), *map(stamp, sys.path[1:]),
              *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
-    parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
+    parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES
+                    or k.startswith(_ENV_PREFIXES))
     parts.append(f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
@@ -123,7 +124,8 @@ class Probes:
             return
         if self.asked_at is None:
             self.asked_at = time.strftime("%Y-%m-%d %H:%M:%S")
-        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers, "torch": self.torch}
+        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers,
+                "torch": self.torch}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probes-")

@@ -90,15 +90,18 @@ def print_summary(records: list[Record], console: Console, unavailable: dict[str
         by_case.setdefault(record.case_id or "", []).append(record)
     for case_id, rows in by_case.items():
         table = Table(title=case_id, title_justify="left", title_style="bold")
-        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound", "note"):
-            table.add_column(column, justify="right" if column not in ("backend", "status", "note") else "left",
+        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound",
+                       "note"):
+            table.add_column(column,
+                             justify="right" if column not in ("backend", "status", "note") else "left",
                              overflow="fold")
         for r in rows:
             timed = r.time_ms is not None
             table.add_row(
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed else "–",
+                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed
+                else "–",
                 f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
                 f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
                 fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",

@@ -47,7 +47,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
     """The submission.json in `root`; a user error when there is none."""
     path = Layout(root).manifest
     name = path.relative_to(root)
-    manifest = read_json_object(path, str(root), f"no {name} there; not a directory written by attnbench submit",
+    manifest = read_json_object(path, str(root),
+                                f"no {name} there; not a directory written by attnbench submit",
                                 f"{name} is not an attnbench submission record")
     if not isinstance(manifest.get("planned"), list):
         raise AttnbenchError(f"{root}: {name} is not an attnbench submission record")
@@ -105,7 +106,8 @@ def scheduler_states(job_ids: list[str], run: Runner = run_command) -> dict[str,
 
 def job_ids(manifest: dict[str, Any]) -> list[str]:
     return [str(job) for entry in manifest.get("submissions", []) for job in (entry.get("array_job"),
-                                                                                 entry.get("merge_job")) if job]
+                                                                                 entry.get("merge_job"))
+            if job]
 
 
 def latest_task(manifest: dict[str, Any], shard: int) -> str | None:

@@ -96,7 +96,8 @@ def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int,
 
 def submit_command(request: Request, root: Path) -> str:
     """The `attnbench submit` line that repeats this submission into `root`."""
-    suite = str(request.suite.absolute()) if request.suite.is_file() else str(request.suite)  # else a packaged name
+    # else a packaged name
+    suite = str(request.suite.absolute()) if request.suite.is_file() else str(request.suite)
     words = ["attnbench", "submit", suite, "--shards", str(request.shards), "--out", str(root)]
     slurm = request.slurm
     for flag, value in (("--partition", slurm.partition), ("--time", slurm.time),
@@ -184,7 +185,8 @@ def manifest(submission: Submission, jobs: dict[str, Any] | None = None) -> dict
                   run_options=list(batch.run_options), planned=list(submission.planned), python=batch.python,
                   command=batch.command, slurm={"partition": batch.slurm.partition, "time": batch.slurm.time,
                                                 "gpus_per_task": batch.slurm.gpus_per_task,
-                                                "account": batch.slurm.account, "extra": list(batch.slurm.extra)})
+                                                "account": batch.slurm.account,
+                                                "extra": list(batch.slurm.extra)})
     record.setdefault("submissions", [])
     if jobs is not None:
         record["submissions"] = [*record["submissions"], jobs]

@@ -74,7 +74,8 @@ class Case:
         if self.documents is not None and self.doc_kv_lens is None and self.kv_seq_len != self.seq_len:
             assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, "explicit [q, k] pairs otherwise"
             shares = equal_doc_lens(self.kv_seq_len - self.seq_len, len(self.doc_lens))
-            object.__setattr__(self, "doc_kv_lens", tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))
+            object.__setattr__(self, "doc_kv_lens",
+                               tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))

@@ -58,7 +58,8 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
     if not memory.score_copies_fwd:
         return 0
     halves = memory.upcast_halves and case.dtype in HALF_DTYPES
-    matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves else DTYPE_BYTES[case.dtype])
+    matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves
+                                                                         else DTYPE_BYTES[case.dtype])
     passes = {"fwd": 2 * memory.score_copies_fwd, "bwd": SCORE_PASSES_BWD,
               "fwd_bwd": 2 * memory.score_copies_fwd + SCORE_PASSES_BWD}[case.mode]
     return int(passes * matrix)

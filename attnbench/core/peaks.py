@@ -36,8 +36,8 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
 )
 # dense FP8 TFLOP/s by row label
 FP8_TFLOPS = {"H100 PCIe": 1513.0, "H100 NVL": 1670.5, "H100 SXM": 1979.0, "GH200 144GB HBM3e": 1979.0,
-              "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0, "L40S": 733.0,
-              "L4": 242.5, "MI300X": 2614.9}
+              "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0,
+              "L40S": 733.0, "L4": 242.5, "MI300X": 2614.9}
 FP32_MATH = {"3xTF32": 3.0}
 NO_BF16 = (r"V100", r"\bT4\b")
 HALF = ("float16", "bfloat16", "fp16", "bf16")
@@ -151,7 +151,8 @@ def beyond_words(device_name: str | None, dtype: str, compute: str | None, memor
             f"by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
 
 
-def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None], dtype: str) -> str:
+def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None],
+                dtype: str) -> str:
     if dtype in FP8_DTYPES:
         return "dense FP8 rate"
     if dtype in FULL:
@@ -215,7 +216,7 @@ def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = N
 
 
 # GB: a case estimated above twice the free memory is skipped
-GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144, "GH200 96GB HBM3": 96,
-                 "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80, "A100 80GB SXM": 80,
-                 "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24, "V100 PCIe": 16, "V100 SXM2": 16,
-                 "T4": 16, "RTX 4090": 24, "RTX 3090": 24, "MI300X": 192}
+GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144,
+                 "GH200 96GB HBM3": 96, "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80,
+                 "A100 80GB SXM": 80, "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24,
+                 "V100 PCIe": 16, "V100 SXM2": 16, "T4": 16, "RTX 4090": 24, "RTX 3090": 24, "MI300X": 192}

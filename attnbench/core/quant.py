@@ -58,7 +58,8 @@ def requirement_words(item: str, case: Case) -> str:
     return REQUIREMENT_WORDS[kind].format(value, case.dtype)
 
 
-def refusal(name: str, takes: frozenset[str], case: Case, reasons: Mapping[str, str] | None = None) -> str | None:
+def refusal(name: str, takes: frozenset[str], case: Case,
+            reasons: Mapping[str, str] | None = None) -> str | None:
     """None, or why the backend is skipped: never run in bf16 instead."""
     missing = [item for item in requirement(case) if item not in takes]
     if not missing:
@@ -115,7 +116,8 @@ def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, g
 
     b, h, s, _ = x.shape
     if fixed is not None:
-        shape = {"tensor": (1, 1, 1, 1), "head": (b, h // group, 1, 1), "block": (b, h, s // int(block or 1), 1)}
+        shape = {"tensor": (1, 1, 1, 1), "head": (b, h // group, 1, 1),
+                 "block": (b, h, s // int(block or 1), 1)}
         return torch.full(shape[granularity], float(fixed), dtype=torch.float32, device=x.device)
     a = x.detach().abs().float()
     if granularity == "tensor":
@@ -171,8 +173,9 @@ def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.T
 
 
 def scheme(case: Case) -> dict[str, object]:
-    return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case), "granularity": case.quant,
-            "block": case.quant_block, "scale": "amax" if case.quant_scale is None else case.quant_scale,
+    return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case),
+            "granularity": case.quant, "block": case.quant_block,
+            "scale": "amax" if case.quant_scale is None else case.quant_scale,
             "rounding": "nearest-even after dividing by the descale factor, saturated"}
 
 

@@ -90,7 +90,8 @@ class Mix(_Geometry):
     def on(self, device: str) -> Mix:
         if device != "cpu" or self.cpu is None:
             return self
-        return Mix.model_validate({**self.model_dump(exclude={"cpu"}), **self.cpu.model_dump(exclude_unset=True)})
+        return Mix.model_validate({**self.model_dump(exclude={"cpu"}),
+                                   **self.cpu.model_dump(exclude_unset=True)})
 
 
 @dataclass(frozen=True)
@@ -180,18 +181,20 @@ def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
             empty = not chosen or not sum(q for q, _ in chosen) or not sum(k for _, k in chosen)
             case = None if empty else _case(here, device, phase, chosen)
             if case is not None and workload.visible_total(case) > 0:
-                parts.append(Part(case, phase, batch.weight, len(chosen), sum(q for q, _ in chosen), batch.source))
+                parts.append(Part(case, phase, batch.weight, len(chosen), sum(q for q, _ in chosen),
+                                  batch.source))
     if not parts:
         raise SuiteError(f"{where}: no batch of the mix has a query that sees a key: nothing to measure")
     return Traffic(tuple(batches), tuple(parts))
 
 
 def _case(mix: Mix, device: str, phase: str, requests: list[Request]) -> Case:
-    shape = dict(device=device, dtype=mix.dtype, heads=mix.heads, kv_heads=mix.kv_heads, head_dim=mix.head_dim,
-                 causal=mix.causal, window=None, mode="fwd")
+    shape = dict(device=device, dtype=mix.dtype, heads=mix.heads, kv_heads=mix.kv_heads,
+                 head_dim=mix.head_dim, causal=mix.causal, window=None, mode="fwd")
     if phase == "decode":
         lens = tuple(k for _, k in requests)
-        return Case(batch=len(lens), seq_len=1, kv_seq_len=max(1, max(lens)), kv_lengths="explicit", kv_lens=lens,
+        return Case(batch=len(lens), seq_len=1, kv_seq_len=max(1, max(lens)), kv_lengths="explicit",
+                    kv_lens=lens,
                     page_size=mix.page_size, **shape)  # type: ignore[arg-type]
     queries, keys = tuple(q for q, _ in requests), tuple(k for _, k in requests)
     return Case(batch=1, seq_len=max(1, sum(queries)), kv_seq_len=max(1, sum(keys)), documents=len(requests),

@@ -112,7 +112,8 @@ class _AxesRules(_Strict):
     @classmethod
     def _explicit_inside(cls, value: Any) -> Any:
         """A flat list of ints means explicit lengths written one level too high: say where it goes."""
-        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                     for v in value):
             raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
                              f"random, or [[one length per request]]")
         return value
@@ -170,7 +171,8 @@ def _axis_fields() -> dict[str, tuple[Any, Any]]:
     fields: dict[str, tuple[Any, Any]] = {}
     for name, (value, default) in SHAPE_AXES.items():
         annotation = list[value] if default is not None else list[value] | None
-        fields[name] = (annotation, Field(min_length=1) if default is ... else Field(default=default, min_length=1))
+        fields[name] = (annotation,
+                        Field(min_length=1) if default is ... else Field(default=default, min_length=1))
     for axis in masks:
         fields[axis.name] = _table_field(axis)
     fields["mode"] = (list[Mode], Field(default=["fwd"], min_length=1))
@@ -188,7 +190,8 @@ AXIS_FIELDS = _axis_fields()
 AXIS_NAMES = frozenset(AXIS_FIELDS)
 BY_NAME = {a.name: a for a in axis_table.axes()}
 NULLABLE = frozenset(name for name, axis in BY_NAME.items() if axis.nullable)
-Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__, **AXIS_FIELDS)  # type: ignore[call-overload]
+Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__,
+                    **AXIS_FIELDS)  # type: ignore[call-overload]
 Axes.__doc__ = _AxesRules.__doc__
 
 
@@ -233,9 +236,11 @@ class Timing(_Strict):
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
     precision: float | None = Field(default=None, gt=0, le=1)  # unset: the device's own (core.policy)
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)  # --timeout overrides it
-    energy_ms: float | None = Field(default=None, ge=0, le=60_000)  # run.sustain; unset: 1000 on CUDA, off on CPU
+    # run.sustain; unset: 1000 on CUDA, off on CPU
+    energy_ms: float | None = Field(default=None, ge=0, le=60_000)
     rounds: int | None = Field(default=None, ge=1, le=100)  # run.rounds; unset: the device's own
-    refine: float | None = Field(default=None, ge=0, le=100)  # a share of budget_ms × measurements; unset: policy
+    # a share of budget_ms × measurements; unset: policy
+    refine: float | None = Field(default=None, ge=0, le=100)
 
 
 class CpuBlock(CpuAxes):

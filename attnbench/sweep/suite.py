@@ -51,7 +51,8 @@ class Suite:
         timing = self.model.timing
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
-            timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
+            timing = Timing.model_validate({**timing.model_dump(),
+                                            **cpu.timing.model_dump(exclude_unset=True)})
         own = {name: getattr(policy.device(device), name) for name in ("precision", "rounds", "refine")
                if getattr(timing, name) is None}
         return timing.model_copy(update=own) if own else timing
@@ -117,8 +118,8 @@ class Suite:
                 )
             simple = {axis.name: (axis.to_case or _as_is)(getattr(combo, axis.name), combo)
                       for axis in axis_table.axes(shape=False) if not axis.expanded}
-            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo.causal, combo.window, mode,
-                        **docs, **lengths, **simple,
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo.causal, combo.window,
+                        mode, **docs, **lengths, **simple,
                         **quant_fields(where, dtype, combo.kv_dtype, combo.quant, mode, seq, kv_seq))
             refuse_nothing_visible(where, case)
             cases.append(case)
@@ -190,7 +191,8 @@ def check_quant_axes(where: str, axes: Axes) -> None:
                          "kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, float8_e5m2) or a kv_dtype")
 
 
-def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
+def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int,
+                    kv_seq: int) -> dict[str, Any]:
     """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives lengths
     or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
     if documents is None:

@@ -37,7 +37,8 @@ def merged(batches: list[Batch]) -> list[Batch]:
     held: dict[tuple[Request, ...], Batch] = {}
     for batch in batches:
         seen = held.get(batch.requests)
-        held[batch.requests] = batch if seen is None else Batch(seen.requests, seen.weight + batch.weight, seen.source)
+        held[batch.requests] = batch if seen is None else Batch(seen.requests, seen.weight + batch.weight,
+                                                                seen.source)
     return list(held.values())
 
 
@@ -120,8 +121,8 @@ def _skew_shuffled(rng: Any, batch: int, seq_len: int) -> list[int]:
     return [lens[i] for i in rng.permutation(batch).tolist()]
 
 
-LENGTHS = {"constant": _constant, "uniform": _uniform, "wide": _wide, "longtail": _longtail, "bimodal": _bimodal,
-           "skew": _skew, "skew_shuffled": _skew_shuffled}
+LENGTHS = {"constant": _constant, "uniform": _uniform, "wide": _wide, "longtail": _longtail,
+           "bimodal": _bimodal, "skew": _skew, "skew_shuffled": _skew_shuffled}
 assert tuple(LENGTHS) == PATTERNS
 
 
@@ -181,7 +182,8 @@ def write_safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
     body = b""
     for key, values in tensors.items():
         chunk = struct.pack(f"<{len(values)}i", *values)
-        header[key] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(body), len(body) + len(chunk)]}
+        header[key] = {"dtype": "I32", "shape": [len(values)],
+                       "data_offsets": [len(body), len(body) + len(chunk)]}
         body += chunk
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # padded to 8 bytes, as the reference writer does
@@ -263,7 +265,8 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     kv = _lengths(where, tensors["kv_indptr"], "kv_indptr")
     if definition.page_size not in (None, 1):
         last = tensors["kv_last_page_len"]
-        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last, strict=False) if p):
+        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last,
+                                                                                         strict=False) if p):
             raise SuiteError(f"{where}: kv_last_page_len {last} does not fit {len(kv)} requests of pages of "
                              f"{definition.page_size}")
         kv = [(p - 1) * definition.page_size + n if p else 0 for p, n in zip(kv, last, strict=False)]

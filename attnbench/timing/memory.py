@@ -41,7 +41,8 @@ class PeakCall:
 
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
-                        clock: Callable[[], int] | None = None, memory: str | DeviceStats = "torch") -> PeakCall:
+                        clock: Callable[[], int] | None = None,
+                        memory: str | DeviceStats = "torch") -> PeakCall:
     """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
     inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates outside
     PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""

@@ -125,7 +125,8 @@ class Sampler:
         self._end_warm_up(agree)
         last = self._batches[-1]
         keep = 1
-        if agree and all(_agree(t, statistics.median(last), self.settings.precision) for t in self._batches[-2]):
+        if agree and all(_agree(t, statistics.median(last), self.settings.precision)
+                         for t in self._batches[-2]):
             keep = 2
         for batch in self._batches[:-keep] if agree else self._batches[:-1]:
             self.discarded.extend(batch)

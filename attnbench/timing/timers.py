@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.bracket import OWN_RUNTIME, TORCH_STREAM, Bracket
-from attnbench.timing.sampling import Sampler, Samples, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
+from attnbench.timing.sampling import Sampler, Samples, run
+from attnbench.timing.sampling import TimingSettings as TimingSettings  # its public home
 
 if TYPE_CHECKING:
     import torch
@@ -116,7 +117,8 @@ class CudaEventTimer(Timer):
     def _spin(self) -> Callable[[int], None] | None:
         return getattr(self.cuda, "_sleep", None) if self.cycles_per_ms else None
 
-    def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any, end: Any) -> None:
+    def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any,
+                 end: Any) -> None:
         if spin is not None and self.cover_ms > 0:
             spin(int(self.cover_ms * self.cycles_per_ms))
         if self.flush is not None:

@@ -70,7 +70,8 @@ class Probe:
     def __init__(self, prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> None:
         self.prepared, self.grad = prepared, grad
         with one_thread():
-            self.flipped = [sign_flipped(t.detach()).requires_grad_(t.requires_grad) if t.is_floating_point() else t
+            self.flipped = [sign_flipped(t.detach()).requires_grad_(t.requires_grad) if t.is_floating_point()
+                            else t
                             for t in leaves]
             self.before = sample(out)
         self.result: Any = None
@@ -92,7 +93,8 @@ class Probe:
             return bool(torch.equal(self.before, after)) and bool(self.before.ne(0).any())
 
 
-def other_inputs(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> Probe | None:
+def other_inputs(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool,
+                 out: torch.Tensor) -> Probe | None:
     if not any(t.is_floating_point() for t in leaves):
         return None
     return Probe(prepared, leaves, grad, out)
@@ -142,7 +144,8 @@ class Guard:
         found = list(self.deferred)
         with one_thread():
             found += [f"the call wrote into its input {name} (its checksum changed)"
-                      for (name, t), before in zip(self.watched, self.sums, strict=False) if checksum(t) != before]
+                      for (name, t), before in zip(self.watched, self.sums, strict=False)
+                      if checksum(t) != before]
         if _storage(out) in {_storage(t) for _, t in self.watched} - {0}:
             found.append("the output shares memory with an input")
         if other is not None:
