@@ -389,7 +389,11 @@ def _tuple_lengths(value: ast.expr | None) -> frozenset[int] | None:
 
 
 def _dotted_tail(node: ast.expr) -> str | None:
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
 
 
 _SINGLE = frozenset({"Tensor", "None", "int", "float", "bool", "str"})

@@ -65,7 +65,12 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
                           compute_data_type=dtype.FLOAT, handle=handle)
     declared = _Declared(graph, dtype, dict(spec.operands))
     inputs = ("q", "k", "v", "o", "dO", "stats") if backward else ("q", "k", "v")
-    outputs = ("q", "k", "v") if backward else ("o", "stats") if spec.training else ("o",)
+    if backward:
+        outputs = ("q", "k", "v")
+    elif spec.training:
+        outputs = ("o", "stats")
+    else:
+        outputs = ("o",)
     declared.inputs(inputs, outputs, backward)
     keywords = dict(spec.keywords)
     keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])

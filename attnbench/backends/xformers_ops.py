@@ -362,8 +362,12 @@ def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any,
 
 
 def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
-    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads
-                                                   else "BMHK")
+    if five_d:
+        layout = "BMGHK, K/V expanded"
+    elif case.kv_heads != case.heads:
+        layout = "BMHK, K/V repeated"
+    else:
+        layout = "BMHK"
     if case.page_size is not None:
         layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
     elif padded is not None:

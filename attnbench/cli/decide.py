@@ -77,9 +77,13 @@ def history_add(
     for done in add_runs(runs, db):
         run = done.run
         what = f"{run.run_id} ({run.device_name or run.device}, {run.timestamp}) from {run.path}"
-        out.print(f"added {what}: {done.records} records" if done.added else
-                  f"updated {what}: {done.records} records new or newer" if done.records else
-                  f"already held: {what}; nothing added", markup=False)
+        if done.added:
+            message = f"added {what}: {done.records} records"
+        elif done.records:
+            message = f"updated {what}: {done.records} records new or newer"
+        else:
+            message = f"already held: {what}; nothing added"
+        out.print(message, markup=False)
     err.print(f"store: {db or default_path()}", markup=False)
 
 

@@ -142,7 +142,12 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
              f"{done} of {planned} measurements done"]
     for p in progress:
         task = latest_task(manifest, p.index)
-        where = f"{p.state} (job {task})" if p.state else f"job {task}" if task else "not submitted"
+        if p.state:
+            where = f"{p.state} (job {task})"
+        elif task:
+            where = f"job {task}"
+        else:
+            where = "not submitted"
         lines.append(f"  shard {p.index}: {p.done:>5} of {p.planned:<5} {'complete' if p.complete else '':<9}"
                      f"{where}  {Layout(root).shard(p.index)}")
     merged = stored_results(root)

@@ -99,12 +99,13 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
         table_tflops = tf32 / FP32_MATH[fp32_math] if tf32 else None
         tflops_label = f"{label} TF32 / {FP32_MATH[fp32_math]:g} (fp32 as {fp32_math} on tensor cores)"
     table_bw = peak_bandwidth_for(device_name)
-    return Peak(
-        tflops if tflops is not None else table_tflops,
-        bandwidth_gbs if bandwidth_gbs is not None else table_bw,
-        "--peak-tflops" if tflops is not None else (tflops_label if table_tflops else None),
-        "--peak-bandwidth" if bandwidth_gbs is not None else (label if table_bw else None),
-    )
+    tflops_source = tflops_label if table_tflops else None
+    bandwidth_source = label if table_bw else None
+    if tflops is not None:
+        table_tflops, tflops_source = tflops, "--peak-tflops"
+    if bandwidth_gbs is not None:
+        table_bw, bandwidth_source = bandwidth_gbs, "--peak-bandwidth"
+    return Peak(table_tflops, table_bw, tflops_source, bandwidth_source)
 
 
 def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:

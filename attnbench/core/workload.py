@@ -160,7 +160,12 @@ def case_slopes(case: Case) -> tuple[float, ...]:
 def window_bounds(pos: Any, causal: bool, window: int | None) -> tuple[Any, Any]:
     """First and last key a query at `pos` may see (None: unbounded); docs/conventions.md."""
     first = None if window is None else pos - window
-    last = pos if causal else None if window is None else pos + window
+    if causal:
+        last = pos
+    elif window is None:
+        last = None
+    else:
+        last = pos + window
     return first, last
 
 

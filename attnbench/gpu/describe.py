@@ -21,7 +21,9 @@ def describe(state: GpuState) -> str:
         return (f"{now} MHz" if now is not None else "? MHz") + (f" ({', '.join(extra)})" if extra else "")
 
     def flag(value: Any) -> str:
-        return "?" if value is None else "on" if value else "off"
+        if value is None:
+            return "?"
+        return "on" if value else "off"
 
     power = (f"{state.power_draw_w:.0f} W of {state.power_limit_w:.0f} W"
              if state.power_draw_w is not None and state.power_limit_w is not None else "power ?")

@@ -147,8 +147,12 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
     explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
     if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:
         return
-    axis = ("kv_lengths" if case.kv_lengths == "explicit"
-            else "documents" if case.documents is not None else "kv_seq_len")
+    if case.kv_lengths == "explicit":
+        axis = "kv_lengths"
+    elif case.documents is not None:
+        axis = "documents"
+    else:
+        axis = "kv_seq_len"
     lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
     raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
                      f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
