@@ -136,12 +136,14 @@ class Capabilities:
     mask_kinds: frozenset[str] = SHAPE_MASK_KINDS
     # Why not, in the library's terms, by axis or mask kind.
     axis_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
-    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.
+    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by
+    # name.
     quantized: frozenset[str] = frozenset()
     quant_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Profiler name patterns per device or "device:mode"; empty: no verdict.
     kernel_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # torch's current stream (CUDA events time it) or OWN_RUNTIME's blocking call (timed on the host: JAX, ORT)
+    # torch's current stream (CUDA events time it) or OWN_RUNTIME's blocking call (timed on the host: JAX,
+    # ORT)
     runs_on: str = TORCH_STREAM
 
     def __post_init__(self) -> None:

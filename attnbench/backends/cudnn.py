@@ -55,7 +55,8 @@ MIN_FRONTEND = (1, 32)
 # Bottom-right causal masks at any length (sdpa_support_surface.h).
 MIN_BACKEND = 90600
 
-# The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against those too.
+# The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against
+# those too.
 MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound",
                  "use_alibi_mask")
 LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q",

@@ -58,7 +58,8 @@ IMAGE_FLASH_ATTN_2 = "ATTNBENCH_IMAGE_FLASH_ATTN_2"
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
-# The backward's deterministic path, on flash_attn_func and flash_attn_varlen_func (not the inference-only kvcache).
+# The backward's deterministic path, on flash_attn_func and flash_attn_varlen_func (not the inference-only
+# kvcache).
 DETERMINISTIC_KEYWORD = "deterministic"
 # Offsets by keyword: FA4 puts `qv` before them.
 VARLEN_FUNCTION = "flash_attn_varlen_func"
@@ -333,8 +334,9 @@ def output_of(result: Any) -> torch.Tensor:
 class FlashAttn2(_Flash):
     spec = dataclasses.replace(
         _Flash.spec, name="flash-attn",
-        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
-        # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
+        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA
+        # `dk_expanded`/`dv_expanded` per query head, summed after; dO and O arrive contiguous
+        # (maybe_contiguous copies nothing).
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
         summary="FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+",
@@ -371,8 +373,8 @@ class FlashAttn2(_Flash):
 class FlashAttn3(_Flash):
     spec = dataclasses.replace(
         _Flash.spec, name="flash-attn-3",
-        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
-        # head.
+        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32
+        # `dk_accum`/`dv_accum` per KV head.
         cost=Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
         summary="FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA",
         library="flash-attn-3",

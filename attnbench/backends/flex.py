@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled (docs/backends.md#flex).
+# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled
+# (docs/backends.md#flex).
 MASK_BYTES_PER_PAIR = 11
 MASK_EAGER_LIMIT = 256 << 20
 MASK_FREE_SHARE = 0.25

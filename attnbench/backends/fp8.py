@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Scales
     from attnbench.core.workload import Pages
 
-# FA3's forward (flash-attn-3, and PyTorch's quantized SDPA): its cost, and P's scale before e4m3 (hopper/softmax.h).
+# FA3's forward (flash-attn-3, and PyTorch's quantized SDPA): its cost, and P's scale before e4m3
+# (hopper/softmax.h).
 FA3_KERNEL = KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45)
 FA3_P_SCALE = 256.0
 

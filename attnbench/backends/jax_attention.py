@@ -29,7 +29,8 @@ JAX_CALL = LibraryCall("jax.nn", "dot_product_attention", positional=("query", "
                        keywords=("mask", "is_causal", "local_window_size", "implementation"))
 # JAX's cap for cuDNN's flash attention (Hopper on; 128 before).
 CUDNN_MAX_HEAD_DIM = 256
-# One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if any.
+# One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if
+# any.
 HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([\w\-]+)\(")
 HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 
@@ -187,8 +188,8 @@ class JaxXla(_Jax):
         determinism=runtimes.answers("JAX"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                   memory=MemoryCost(score_copies_fwd=2)),
-        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential,
-        # divide.
+        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce,
+        # exponential, divide.
         capabilities=dataclasses.replace(
             _Jax.capabilities, devices=("cpu",),
             kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}))

@@ -10,7 +10,8 @@ from __future__ import annotations
 ATEN_CPU_FLASH = (r"^aten::_scaled_dot_product_flash_attention_for_cpu",)
 ATEN_CPU_MATMUL_SOFTMAX = (r"^aten::bmm$", r"^aten::_softmax", r"^aten::_softmax_backward_data$")
 
-# FlashAttention 2 (csrc/flash_attn/src; PyTorch's copy too); the word boundary keeps FA4's `cuteflash_fwd_...` out.
+# FlashAttention 2 (csrc/flash_attn/src; PyTorch's copy too); the word boundary keeps FA4's
+# `cuteflash_fwd_...` out.
 FLASH_ATTENTION_2 = (r"\bflash_fwd_\w*kernel\b", r"\bflash_bwd_\w*kernel\b")
 # FlashAttention 3 (hopper/flash_*_kernel*.h).
 FLASH_ATTENTION_3 = (r"\bFlashAttn(Fwd|Bwd)\w*",)

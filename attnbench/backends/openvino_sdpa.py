@@ -48,8 +48,8 @@ class OpenVinoSdpa(Backend):
                   memory=MemoryCost(expands_kv=True)),
         capabilities=Capabilities(
             devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
-            # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split
-            # off.
+            # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and
+            # Transpose split off.
             kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)}, runs_on=OWN_RUNTIME),
         limits=(runtimes.forward_only_limit("OpenVINO"),
                 # a bf16 run answered wrongly through int16 views: not mapped until checked

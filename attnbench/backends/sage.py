@@ -46,9 +46,9 @@ SCHEME = {"by": "kernel",
           "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
           "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
 REFUSALS = ("should be", "must be", "only", "Only")
-# torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's `k.mean(dim=seq)`
-# meets it: outputs vectorised by 4 (head_dim % 4 == 0) over 512 threads, at most one resident grid (16 blocks of 128
-# threads on each of an H100's or H200's 132 SMs).
+# torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's
+# `k.mean(dim=seq)` meets it: outputs vectorised by 4 (head_dim % 4 == 0) over 512 threads, at most one
+# resident grid (16 blocks of 128 threads on each of an H100's or H200's 132 SMs).
 REDUCE_VEC = 4
 REDUCE_THREADS = 512 // REDUCE_VEC
 RESIDENT_BLOCKS = 132 * 2048 // REDUCE_THREADS

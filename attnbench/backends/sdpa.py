@@ -289,8 +289,9 @@ class SdpaFlash(_Sdpa):
     spec = dataclasses.replace(
         _Sdpa.spec, name="sdpa-flash",
         # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd):
-        # `grad_out.contiguous()` and `out.contiguous()` copy both (SDPA hands them over transposed), a float32
-        # `dq_accum`, and under GQA `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
+        # `grad_out.contiguous()` and `out.contiguous()` copy both (SDPA hands them over transposed), a
+        # float32 `dq_accum`, and under GQA `dk_expanded`/`dv_expanded` per query head, summed into dK/dV
+        # after.
         cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
                   cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True)),
@@ -310,9 +311,10 @@ FLASH_IMPL_CALLS = (
 )
 
 
-# What torch's FA4 route (torch/nn/attention/_fa4.py) passes to flash-attn-4 and unpacks from it, as torch 2.11.0
-# writes it: `out, lse = module._flash_attn_fwd(...)` (line 206), `dq, dk, dv = module._flash_attn_bwd(...)` (line
-# 226). Conformance reads the installed torch's own unpacking and the installed flash-attn-4's return statements.
+# What torch's FA4 route (torch/nn/attention/_fa4.py) passes to flash-attn-4 and unpacks from it, as torch
+# 2.11.0 writes it: `out, lse = module._flash_attn_fwd(...)` (line 206), `dq, dk, dv =
+# module._flash_attn_bwd(...)` (line 226). Conformance reads the installed torch's own unpacking and the
+# installed flash-attn-4's return statements.
 _FA4_ROUTE = "torch.nn.attention._fa4"
 FA4_ROUTE_CALLS = (
     UnpackedCall("flash_attn.cute.interface", "_flash_attn_fwd", positional=("q", "k", "v"),

@@ -89,8 +89,9 @@ def paged_reason(case: Case) -> str | None:
 class SdpaVarlen(Backend):
     spec = BackendSpec(
         name="sdpa-varlen",
-        # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward → flash_api.cpp
-        # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
+        # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward →
+        # flash_api.cpp mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query
+        # head, summed after.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
         summary=("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through "

@@ -52,7 +52,8 @@ BIAS_CALLS = (
 )
 
 
-# Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound.
+# Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read
+# bound.
 VARLEN_BIAS_CALLS = (
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens",
                 positional=("q_seqlen", "kv_seqlen"), keywords=("device",)),

@@ -43,9 +43,9 @@ def user_errors(fn: F) -> F:
         except AttnbenchError as exc:
             if state["debug"]:
                 raise
-            # the message is text, not markup: "[queries, keys]" in it must print as written
-            # one line, whatever the input put in it: a control character or line separator (in a suite key, say)
-            # is shown escaped
+            # the message is text, not markup: "[queries, keys]" in it must print as written one line,
+            # whatever the input put in it: a control character or line separator (in a suite key, say) is
+            # shown escaped
             text = "".join(c.encode("unicode_escape").decode("ascii")
                            if unicodedata.category(c) in LINE_BREAKING
                            else c for c in str(exc))

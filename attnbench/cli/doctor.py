@@ -31,7 +31,8 @@ class BackendHealth:
     reason: str | None
     fix: str | None
     in_default_suite: bool
-    # attnbench.backends.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and each call.
+    # attnbench.backends.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and
+    # each call.
     conformance: dict[str, Any] = field(default_factory=dict)
     # Backend.kernels(): where the library's compiled kernels would load from (FlashInfer's), when it says.
     kernels: dict[str, Any] = field(default_factory=dict)
@@ -179,7 +180,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
     return lines
 
 
-# ---- the GPU's state: what it means for the timings, and how to lock the clocks ------------------------------
+# ---- the GPU's state: what it means for the timings, and how to lock the clocks
+# ------------------------------
 
 def lock_commands(state: GpuState) -> list[str]:
     """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum, and the ones that undo it."""

@@ -421,8 +421,8 @@ def parse_fraction(text: str) -> float:
     return value
 
 
-# recommend and history live in their own module, which adds them to the app: imported last, they come after compare
-# in --help.
+# recommend and history live in their own module, which adds them to the app: imported last, they come after
+# compare in --help.
 from attnbench.cli import ab as cli_ab  # noqa: E402,F401 - `ab`, a paired A/B of two environments
 from attnbench.cli import decide as cli_decide  # noqa: E402,F401
 

@@ -37,7 +37,8 @@ HistoryCases = Annotated[list[str], typer.Option(
     "--case", help="Only cases whose id contains this, or matches it as a glob (*-causal-fwd) (repeatable).")]
 HistoryGpus = Annotated[list[str], typer.Option(
     "--gpu", help="Only GPUs (or CPUs) whose name contains this, or matches it as a glob (repeatable).")]
-# `list` and `doctor`: ask every backend again instead of reusing this installation's answers (attnbench.cli.probes).
+# `list` and `doctor`: ask every backend again instead of reusing this installation's answers
+# (attnbench.cli.probes).
 FreshProbes = Annotated[bool, typer.Option(
     "--fresh",
     help="Ask every backend again (import its library) instead of reusing this installation's answers.")]

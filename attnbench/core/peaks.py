@@ -9,8 +9,8 @@ from typing import Any
 from attnbench.core import policy
 from attnbench.core.case import FP8_DTYPES
 
-# (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from the
-# vendors' datasheets (RTX: Ada/GA102 whitepapers).
+# (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from
+# the vendors' datasheets (RTX: Ada/GA102 whitepapers).
 PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | None], ...] = (
     ("H100 PCIe", r"H100.*PCIe", 756.0, 51.0, 2000.0, 378.0),
     ("H100 NVL", r"H100.*NVL", 835.0, 60.0, 3900.0, 417.5),

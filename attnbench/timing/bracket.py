@@ -9,8 +9,8 @@ from typing import Any
 
 from attnbench.core import policy
 
-# Capabilities.runs_on: the call enqueues its work on torch's current stream, or runs it in its own runtime (its own
-# stream) and returns when it is done.
+# Capabilities.runs_on: the call enqueues its work on torch's current stream, or runs it in its own runtime
+# (its own stream) and returns when it is done.
 TORCH_STREAM = "torch-stream"
 OWN_RUNTIME = "own-runtime"
 WORK_PLACES = (TORCH_STREAM, OWN_RUNTIME)
