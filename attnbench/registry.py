@@ -7,6 +7,7 @@ import warnings
 
 from attnbench.backends import registry as _registry
 
-warnings.warn("attnbench.registry is now attnbench.backends.registry; the old path will go in a later release",
+warnings.warn("attnbench.registry is now attnbench.backends.registry; the old path "
+              "will go in a later release",
               DeprecationWarning, stacklevel=2)
 sys.modules[__name__] = _registry

@@ -210,7 +210,8 @@ class Backend:
                                 "capabilities = Capabilities(...) (docs/backends.md#plugins)")
         declared = {name: vars(cls)[name] for name in SPEC_FACTS if name in vars(cls)}
         if declared and "spec" in vars(cls):
-            raise TypeError(f"{where} sets {', '.join(declared)} beside spec: declare them in its BackendSpec")
+            raise TypeError(f"{where} sets {', '.join(declared)} beside spec: "
+                            "declare them in its BackendSpec")
         if declared:  # a plugin's facts as class variables: into its spec
             cls.spec = replace(cls.spec, **declared)
             for name in declared:
@@ -250,7 +251,8 @@ class Backend:
     def deterministic(self, case: Case) -> str:
         """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (skipped)."""
         if self.spec.determinism is None:
-            return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
+            return (f"refused: {self.name} does not say whether its kernel is "
+                    "deterministic (Backend.deterministic)")
         return self.spec.determinism.of(case).sentence()
 
     def compile_key(self, case: Case) -> str | None:

@@ -493,7 +493,8 @@ def check_returns(call: UnpackedCall, obj: Any) -> tuple[str, str]:
         try:
             caller = call.caller.resolve()
         except Exception as exc:  # no such caller here: nothing makes this call
-            return "n/a", f"{call.caller.target} is absent ({type(exc).__name__}): nothing here makes this call"
+            return "n/a", (f"{call.caller.target} is absent ({type(exc).__name__}): "
+                           "nothing here makes this call")
         read = unpacks_of(caller, call.name)
         if read == []:
             return "ok", f"{call.caller.target} does not unpack what {call.name} returns"

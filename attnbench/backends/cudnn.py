@@ -110,11 +110,11 @@ class CudnnBackend(Backend):
         name="cudnn",
         # By analogy with SDPA→cuDNN (the same engines), not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45)),
-        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
-                 "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
+        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, "
+                 "windows, ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
         library="nvidia-cudnn-frontend",
-        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
-                      "a CUDA build of torch)"),
+        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself "
+                      "comes with a CUDA build of torch)"),
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})),
@@ -154,8 +154,8 @@ class CudnnBackend(Backend):
         except Exception as exc:  # no libcudnn
             return f"the cuDNN library does not load for the frontend ({first_line(exc)})"
         if backend < MIN_BACKEND:
-            return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} (bottom-right "
-                    "causal masks at any length)")
+            return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} "
+                    "(bottom-right causal masks at any length)")
         return None
 
     def unsupported(self, case: Case) -> str | None:
@@ -165,8 +165,8 @@ class CudnnBackend(Backend):
             return "cuDNN's sdpa_backward takes no page tables: a paged cache is forward only"
         if case.alibi:
             if (case.tp or 1) > 1:
-                return ("cuDNN's ALiBi slopes are fixed for the graph's query heads; a tensor-parallel share needs "
-                        "the whole model's slopes: alibi with tp is not mapped")
+                return ("cuDNN's ALiBi slopes are fixed for the graph's query heads; a tensor-parallel share "
+                        "needs the whole model's slopes: alibi with tp is not mapped")
             if not case.causal:
                 return "cuDNN takes ALiBi only with a causal mask (diagonal_band_right_bound must be 0)"
             if case.kv_lens is not None or (case.doc_lens is None and case.seq_len != case.kv_seq_len):

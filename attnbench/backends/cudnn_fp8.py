@@ -132,15 +132,15 @@ def clear_cache() -> None:
 class CudnnFp8Backend(CudnnBackend):
     spec = dataclasses.replace(
         CudnnBackend.spec, name="cudnn-fp8",
-        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
-                 "per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
+        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K "
+                 "and V, per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
         capabilities=dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
             "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
-            **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                              "frontend's FP8 tests): per-head and per-block factors are not mapped")
+            **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in "
+                              "the frontend's FP8 tests): per-head and per-block factors are not mapped")
                for g in ("head", "block")},
-            **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
-                             "is not its input") for fmt in IO},
+            **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under "
+                             "bf16 queries is not its input") for fmt in IO},
         }),
         determinism=always(NOT_APPLICABLE,
                            "forward only here: cuDNN's frontend offers a deterministic option for "
@@ -157,10 +157,12 @@ class CudnnFp8Backend(CudnnBackend):
 
         cap = torch.cuda.get_device_capability()
         if cap < (9, 0):
-            return f"cuDNN's FP8 SDPA needs Hopper or later (compute capability ≥ 9.0; this GPU: {cap[0]}.{cap[1]})"
+            return ("cuDNN's FP8 SDPA needs Hopper or later (compute capability ≥ 9.0; "
+                    f"this GPU: {cap[0]}.{cap[1]})")
         version = int(cudnn_module().backend_version())
         if version < MIN_FP8_BACKEND:
-            return f"cuDNN {backend_string(version)} is older than {backend_string(MIN_FP8_BACKEND)} (FP8 SDPA)"
+            return (f"cuDNN {backend_string(version)} is older than "
+                    f"{backend_string(MIN_FP8_BACKEND)} (FP8 SDPA)")
         return None
 
     def unsupported(self, case: Case) -> str | None:

@@ -157,7 +157,8 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
         others = ", ".join(graph.get_plan_name_at_index(i) for i in range(count))
         raise Unsupported("cuDNN's backend has no plan for this graph"
                           + (f" ({first_line(declined)})" if declined is not None else "")
-                          + f"; only the frontend's own engines offered one ({others}), which is not cuDNN's SDPA")
+                          + f"; only the frontend's own engines offered one ({others}), "
+                            "which is not cuDNN's SDPA")
     graph.check_support()
     planned = time.perf_counter()
     graph.build_plans()

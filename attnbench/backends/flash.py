@@ -195,8 +195,8 @@ class _Flash(Backend):
         if not (case.kv_shared and "kv_shared" in self.capabilities.workload_axes):
             return None
         if case.needs_grad:
-            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
-                    "share into dV (K_nope is V there), which the reference keeps apart")
+            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's "
+                    "latent share into dV (K_nope is V there), which the reference keeps apart")
         return self.qv_reason(case)
 
     def _pages_reason(self, case: Case) -> str | None:
@@ -205,14 +205,15 @@ class _Flash(Backend):
         if "page_size" in self.capabilities.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
         if self.spec.varlen_pages and case.needs_grad:
-            return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
+            return (f"attnbench runs {self.library}'s paged KV cache forward only "
+                    "(page_table is for inference)")
         if self.spec.page_table_keyword is None:
             return None
         if case.needs_grad:
             return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
         if case.page_size % self.spec.page_multiple:
-            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.spec.page_multiple} tokens "
-                    f"(page_size {case.page_size})")
+            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.spec.page_multiple} "
+                    f"tokens (page_size {case.page_size})")
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -233,8 +234,8 @@ class _Flash(Backend):
             words.append(f"qv: rope {case.head_dim - case.v_dim}, latent {case.v_dim}")
         if scales is not None:
             kwargs.update(descale_arguments(case, scales))
-            words.append(f"{case.dtype}, q/k/v_descale ({case.quant}) as ({'sequences' if case.doc_lens else 'batch'}"
-                         ", kv_heads)")
+            words.append(f"{case.dtype}, q/k/v_descale ({case.quant}) as "
+                         f"({'sequences' if case.doc_lens else 'batch'}, kv_heads)")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
             name = VARLEN_FUNCTION if self.spec.varlen_pages else KVCACHE_FUNCTION
@@ -345,7 +346,8 @@ class FlashAttn2(_Flash):
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
-            axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}),
+            axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size "
+                                        "equal to Q/K's (no head_dim_v)"}),
         module="flash_attn", score_keywords=("softcap", "alibi_slopes"), page_table_keyword="block_table",
         page_multiple=256,  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
         determinism=flash_answers("flash-attn"))
@@ -361,11 +363,12 @@ class FlashAttn2(_Flash):
             package = None
         if package is not None and getattr(package, "__file__", None) is None and hasattr(package,
                                                                                           "__path__"):
-            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only the "
-                      f"namespace package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
+            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only "
+                      "the namespace package flash-attn-4 installs flash_attn/cute into "
+                      f"({', '.join(package.__path__)})")
         if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
-            reason = (f"not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from source, "
-                      f"on a CUDA-toolkit base; docs/docker.md); {reason}")
+            reason = ("not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from "
+                      f"source, on a CUDA-toolkit base; docs/docker.md); {reason}")
         return reason
 
 
@@ -378,7 +381,8 @@ class FlashAttn3(_Flash):
         cost=Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
         summary="FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA",
         library="flash-attn-3",
-        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)",
+        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper "
+                     "&& python setup.py install)",
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v",
@@ -387,11 +391,12 @@ class FlashAttn3(_Flash):
             quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
             quant_reasons={
                 "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
-                **{f"kv:{fmt}": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries"
+                **{f"kv:{fmt}": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 "
+                                "K/V cache under bf16 queries"
                    for fmt in ("float8_e4m3fn", "float8_e5m2")},
-                "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
-                                "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not "
-                                "expressible"),
+                "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) "
+                                "(hopper/flash_api.cpp CHECK_SHAPE(q_descale, batch_size, num_heads_k)): "
+                                "per-block factors are not expressible"),
             }),
         module="flash_attn_interface", page_table_keyword="page_table",
         fp8_numerics=Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
@@ -415,7 +420,8 @@ class FlashAttn4(_Flash):
         # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
-        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call",
+        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): "
+                "fp16/bf16, compiled at first call",
         library="flash-attn-4",
         install_hint="pip install flash-attn-4",
         capabilities=dataclasses.replace(
@@ -425,8 +431,8 @@ class FlashAttn4(_Flash):
             axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
             quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only "
                                           "(flash_attn/cute/interface.py asserts arch 10.x) and flash-attn-4 "
-                                          "4.0.0b36's flash_attn_func takes no descale: attnbench maps no FP8 onto "
-                                          "it")),
+                                          "4.0.0b36's flash_attn_func takes no descale: "
+                                          "attnbench maps no FP8 onto it")),
         module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True,
         takes_qv=True, determinism=flash_answers("flash-attn-4"))
 

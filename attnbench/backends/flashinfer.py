@@ -155,21 +155,24 @@ class FlashInferBackend(Backend):
         # Kernels by analogy with FA2/FA3, not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
                   jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S)),
-        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
-                 "fp16/bf16, native GQA, forward only"),
+        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed "
+                 "call); fp16/bf16, native GQA, forward only"),
         library="flashinfer-python",
-        install_hint="pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)",
+        install_hint=("pip install 'attnbench[flashinfer]'  "
+                      "(its kernels are JIT-compiled with nvcc at first use)"),
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
                                      "kv_shared"}),
             quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
             quant_reasons={
-                **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 "
-                                  "queries); its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) "
-                                  "is not mapped yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
-                **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, "
-                                  "out *= v_scale): per-tensor factors only") for g in ("head", "block")},
+                **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under "
+                                  "bf16/fp16 queries); its FP8-query prefill (single_prefill_with_kv_cache's "
+                                  "per-head scale_q) is not mapped yet")
+                   for fmt in ("float8_e4m3fn", "float8_e5m2")},
+                **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= "
+                                  "k_scale, out *= v_scale): per-tensor factors only")
+                   for g in ("head", "block")},
             }),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"),
@@ -261,7 +264,8 @@ class FlashInferBackend(Backend):
             inputs=inputs,
             call=call,
             kernel=f"flashinfer {self.version()} {kernel_words(case, how, mask, self.kv_layout, chosen)}"
-                   + (f" with {case.kv_dtype} K/V, k_scale {scaled['k_scale']:.4g}, v_scale {scaled['v_scale']:.4g}"
+                   + (f" with {case.kv_dtype} K/V, k_scale {scaled['k_scale']:.4g}, "
+                      f"v_scale {scaled['v_scale']:.4g}"
                       if scaled else ""),
             to_canonical=to_canonical,
             extra=extra,
@@ -278,8 +282,8 @@ def _pages_reason(case: Case) -> str | None:
     if case.kv_shared and (reason := mla_reason(case)):
         return reason
     if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
-        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in [1, page_size]): a "
-                "request with an empty cache is not mapped")
+        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in [1, "
+                "page_size]): a request with an empty cache is not mapped")
     return None
 
 
@@ -287,14 +291,14 @@ def _alibi_reason(case: Case) -> str | None:
     if not case.alibi:
         return None
     if case.softcap is not None:
-        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); attnbench does "
-                "not run alibi with softcap on flashinfer")
+        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                "attnbench does not run alibi with softcap on flashinfer")
     if (case.tp or 1) > 1:
         return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
                 "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
     if not case.causal and case.seq_len > 1:
-        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's −slope·|i "
-                "+ off − j| only where no query sees a later key (causal, or decode)")
+        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
+                "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
     return None
 
 
@@ -306,28 +310,29 @@ def _head_dim_v_reason(case: Case) -> str | None:
 
 def _short_causal_reason(case: Case) -> str | None:
     if short := short_causal(case):
-        return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
-                f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
-                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip 'qo_len "
-                "> kv_len and causal'; an empty cache is mapped")
+        return ("FlashInfer does not take a causal sequence whose cache is shorter than its queries "
+                f"({short[0]} queries over {short[1]} keys): its single prefill raises 'kv_len must be "
+                "greater than or equal to qo_len', its batch and MLA kernels' causal bounds wrap around "
+                "(uint32) and its tests skip 'qo_len > kv_len and causal'; an empty cache is mapped")
     return None
 
 
 def _window_reason(case: Case) -> str | None:
     if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
-        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not expressible with "
-                "more than one query per request")
+        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
+                "expressible with more than one query per request")
     return None
 
 
 def mla_reason(case: Case) -> str | None:
     if case.page_size is None:
-        return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads a paged "
-                "ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
+        return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads "
+                "a paged ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
     if case.kv_heads != 1:
         return f"FlashInfer's MLA cache is one latent KV head (kv_heads {case.kv_heads})"
     if case.window is not None or case.softcap is not None or case.alibi:
-        return "FlashInfer's MLA wrapper has no window, soft-cap or ALiBi (plan takes causal and sm_scale only)"
+        return ("FlashInfer's MLA wrapper has no window, soft-cap or ALiBi (plan takes "
+                "causal and sm_scale only)")
     return None
 
 

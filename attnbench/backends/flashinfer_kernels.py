@@ -64,12 +64,12 @@ def kernel_files() -> dict[str, Any]:
                                                     f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
     if compiled:
         return {**found, "state": "jit-cache",
-                "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and no nvcc "
-                           f"to compile any other{cubin_note}"}
+                "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and "
+                           f"no nvcc to compile any other{cubin_note}"}
     return {**found, "state": "absent",
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
-                       f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
-                       f"fails{cubin_note}"}
+                       "JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call "
+                       f"on a GPU fails{cubin_note}"}
 
 
 def built_ahead(aot_dirs: list[Any]) -> list[dict[str, Any]]:
@@ -97,7 +97,8 @@ def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
                                           if arch["missing"] else ""))
     text = f"{', '.join(parts)} built ahead in {ahead[0]['dir']}"
     if any(arch["missing"] for arch in ahead):
-        text += f"; the missing JIT-compiled at first use by {nvcc}" if nvcc else "; no nvcc to JIT the missing"
+        text += ("; the missing "
+                 f"JIT-compiled at first use by {nvcc}") if nvcc else "; no nvcc to JIT the missing"
     return text
 
 

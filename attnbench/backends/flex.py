@@ -247,8 +247,8 @@ def cpu_build_tools_missing() -> str | None:
 
     compilers = [c for c in inductor_cxx() if c]
     if not any(shutil.which(c) for c in compilers):
-        return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} not found; "
-                "install g++ or set CXX)")
+        return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} "
+                "not found; install g++ or set CXX)")
     include = Path(sysconfig.get_path("include"))
     if not (include / "Python.h").is_file():
         return (f"needs Python's C headers for torch.compile's CPU kernels (no Python.h in {include}; "
@@ -267,8 +267,9 @@ class FlexBackend(Backend):
             kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
             workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
                                      "kv_shared"}),
-            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
-                                          "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")),
+            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may "
+                                          "compile an FP8 flex kernel; untried), and "
+                                          "PyTorch's CPU flex has no FP8 path")),
         limits=(forward_only("flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)",
                              when="page_size"),
                 unset("doc_lens", "flex does not run packed documents inside a paged cache",
@@ -354,8 +355,8 @@ class FlexDynamicBackend(FlexBackend):
         # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
         cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
                   cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True),
-        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
-                 "two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
+        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after "
+                 "at most two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
         # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
         capabilities=dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset()))
     dynamic = True

@@ -124,7 +124,8 @@ class _Jax(Backend):
                                                                 "Device.memory_stats()")
         return Prepared(inputs=(), call=call, to_tensor=to_tensor,
                         to_canonical=lambda out: out.transpose(1, 2),
-                        kernel=f"jax {jax.__version__} dot_product_attention implementation={self.implementation!r} "
+                        kernel=f"jax {jax.__version__} dot_product_attention "
+                               f"implementation={self.implementation!r} "
                                f"({how}{', GQA native' if case.kv_heads != case.heads else ''})",
                         memory=memory, extra=extra, profile=lambda: jax_profile(call, labels))
 
@@ -183,8 +184,8 @@ class JaxXla(_Jax):
         summary="jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)",
         # jax/_src/nn/functions.py: XLA's CPU compiler has no float16 dot at F16_F16_F32.
         limits=jax_limits("jax", Limit(field="dtype", refused=("float16",), on="cpu", reason=(
-            "XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by dot_general "
-            "on CPU\""))),
+            "XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not "
+            "supported by dot_general on CPU\""))),
         determinism=runtimes.answers("JAX"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                   memory=MemoryCost(score_copies_fwd=2)),
@@ -208,10 +209,12 @@ class JaxCudnn(_Jax):
                 "JAX's cuDNN attention takes fp16/bf16 only, not {dtype}: \"Q must be "
                 "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")),
             Limit(field="head_dim", at_most=CUDNN_MAX_HEAD_DIM, multiple_of=8, reason=(
-                f"JAX's cuDNN attention refuses head_dim {{head_dim}}: \"The head dim must be <= {CUDNN_MAX_HEAD_DIM} "
-                f"and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")),
+                "JAX's cuDNN attention refuses head_dim {head_dim}: \"The head dim must be <= "
+                f"{CUDNN_MAX_HEAD_DIM} and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} "
+                "from Hopper on, 128 before)")),
             Limit(field="causal", allowed=(True,), when="window", reason=(
-                "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""))),
+                "JAX's cuDNN attention refuses a window without causal: \"cuDNN "
+                "doesn't support right window\""))),
         determinism=always(REFUSED, "attnbench does not set XLA's GPU determinism flag "
                            "(--xla_gpu_deterministic_ops) for JAX's cuDNN attention"),
         capabilities=dataclasses.replace(_Jax.capabilities, devices=("cuda",),

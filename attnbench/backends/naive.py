@@ -79,4 +79,5 @@ def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
         return attend(q, k, v)
 
-    return (q, to_pages(k, layout), to_pages(v, layout)), call, [f"pages of {case.page_size} gathered in the call"]
+    return (q, to_pages(k, layout), to_pages(v, layout)), call, [f"pages of {case.page_size} "
+                                                                 "gathered in the call"]

@@ -42,13 +42,13 @@ class NaiveFp8Backend(Backend):
                   cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
                                   score_passes_bwd=0.0, calls=8),
                   memory=MemoryCost(score_copies_fwd=2, expands_kv=True)),
-        summary=("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then "
-                 "textbook attention in float32; every format and axis, on every device"),
+        summary=("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), "
+                 "then textbook attention in float32; every format and axis, on every device"),
         capabilities=Capabilities(quantized=EVERY_FORMAT, kernel_names=MATMUL_SOFTMAX,
                                   workload_axes=frozenset(workload.MEANT)),
         limits=(Limit(field="quantized", allowed=(True,), reason=(
-            "naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook attention in the "
-            "case's own dtype")),),
+            "naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook "
+            "attention in the case's own dtype")),),
         determinism=torch_ops("dequantization, matmul, softmax and masking"))
 
     def numerics(self, case: Case) -> Numerics:

@@ -94,8 +94,8 @@ def op_spec(op: str, workload_axes: set[str], *, name: str, summary: str, cost: 
                 Limit(field="dtype", allowed=NUMPY_DTYPES,  # NumPy has no bfloat16
                       reason=f"attnbench maps float32 and float16 onto {ORT}'s {op} only, not {{dtype}}"),
                 Limit(field="dtype", allowed=kernel_dtypes,
-                      reason=(f"{ORT}'s CPU kernel of {op} registers {' and '.join(kernel_dtypes)} only, not {{dtype}} "
-                              "(a {dtype} graph would run it between Cast nodes)")),
+                      reason=(f"{ORT}'s CPU kernel of {op} registers {' and '.join(kernel_dtypes)} only, not "
+                              "{dtype} (a {dtype} graph would run it between Cast nodes)")),
                 *runtimes.unmapped(name)))
 
 
@@ -181,8 +181,8 @@ class _Ort(Backend):
                                  "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
                                  "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
-                        kernel=f"onnxruntime {ort.__version__} {self.domain + '.' if self.domain else ''}{self.op} "
-                               f"(CPU EP, {how})",
+                        kernel=f"onnxruntime {ort.__version__} "
+                               f"{self.domain + '.' if self.domain else ''}{self.op} (CPU EP, {how})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: self.profile(case, model, inputs, threads))
 
@@ -255,8 +255,8 @@ class OrtMultiHeadAttention(_Ort):
     op = "MultiHeadAttention"
     spec = op_spec(
         op, {"documents", "kv_lengths"}, name="onnxruntime-mha",
-        summary=("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when unmasked, "
-                 "else unfused; no GQA (K/V repeated)"),
+        summary=("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when "
+                 "unmasked, else unfused; no GQA (K/V repeated)"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                   memory=MemoryCost(score_copies_fwd=1, expands_kv=True)),
         kernel_dtypes=("float32",),
@@ -295,8 +295,8 @@ class OrtGroupQueryAttention(_Ort):
     op = "GroupQueryAttention"
     spec = op_spec(
         op, {"softcap"}, name="onnxruntime-gqa",
-        summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
-                 "before the queries as its past K/V"),
+        summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, "
+                 "softcap; keys before the queries as its past K/V"),
         cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0,
                                  score_passes_fwd=2.0),
                   memory=MemoryCost(score_copies_fwd=1)))
@@ -310,7 +310,8 @@ class OrtGroupQueryAttention(_Ort):
         if case.kv_seq_len < case.seq_len:
             return f"{GQA} needs at least as many keys as queries (its queries are the last of its keys)"
         if not case.causal and "causal" not in schema.attributes:
-            return f"{GQA} of onnxruntime {schema.version} is always causal (its schema has no causal attribute)"
+            return (f"{GQA} of onnxruntime {schema.version} is always causal (its "
+                    "schema has no causal attribute)")
         if not case.causal and case.window is not None:
             return f"{GQA} refuses a window without causal: \"local_window_size must be -1 when causal is 0\""
         if self.needs_query_seqlens(case) and not (case.causal and "query_seqlens" in schema.inputs):

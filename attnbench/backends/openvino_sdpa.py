@@ -40,8 +40,8 @@ PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 class OpenVinoSdpa(Backend):
     spec = BackendSpec(
         name="openvino",
-        summary=("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
-                 "broadcast for MQA"),
+        summary=("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V "
+                 "repeated for GQA, broadcast for MQA"),
         library="openvino",
         install_hint="pip install 'attnbench[openvino]'",
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),

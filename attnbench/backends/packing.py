@@ -39,8 +39,8 @@ class Varlen:
 def documents_in_pages(case: Case, library: str) -> str | None:
     """The skip reason for documents in a paged cache (a request's pages are one sequence); None otherwise."""
     if case.doc_lens is not None and case.page_size is not None:
-        return (f"{library} reads a request's pages as one sequence: documents inside a paged cache would need a "
-                "document mask it does not take (attnbench does not map documents with page_size)")
+        return (f"{library} reads a request's pages as one sequence: documents inside a paged cache would "
+                "need a document mask it does not take (attnbench does not map documents with page_size)")
     return None
 
 

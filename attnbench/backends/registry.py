@@ -72,8 +72,9 @@ class Registry:
         for index, name in enumerate(names):
             if name not in self:
                 position = f"[{index}]" if where != "--backend" else ""
-                raise SuiteError(f"{where}{position}: unknown backend {name!r}{did_you_mean(name, self.names())}; "
-                                 f"allowed: {', '.join(self.names())}")
+                raise SuiteError(f"{where}{position}: unknown backend "
+                                 f"{name!r}{did_you_mean(name, self.names())}; allowed: "
+                                 f"{', '.join(self.names())}")
         return list(dict.fromkeys(names))
 
     def resolve(self, names: list[str] | None) -> list[Backend]:
@@ -109,7 +110,8 @@ def load_object(spec: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a plugin may fail in any way while importing
-        raise RegistryError(f"plugin {spec!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+        raise RegistryError(f"plugin {spec!r}: cannot import {module_name} "
+                            f"({type(exc).__name__}: {exc})") from None
     try:
         return getattr(module, attr)
     except AttributeError:

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
     from attnbench.timing.profile import Profile
 
-FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not flow back into PyTorch's autograd)"
+FORWARD_ONLY = ("attnbench times {runtime}'s forward only (its gradients do not flow "
+                "back into PyTorch's autograd)")
 
 
 def answers(runtime: str) -> Answers:
@@ -85,4 +86,5 @@ def path_evidence(peak: int, case: Case) -> str:
     if peak >= scores:
         return f"unfused ({sizes})"
     # Memory an allocator kept from earlier calls is unseen: a low peak is no proof of a tiled kernel.
-    return f"undetermined ({sizes}: below one score matrix, but memory kept resident from earlier calls is not seen)"
+    return (f"undetermined ({sizes}: below one score matrix, but memory kept resident from "
+            "earlier calls is not seen)")

@@ -43,7 +43,8 @@ SAGE_CALL = LibraryCall(MODULE, "sageattn", positional=("q", "k", "v"),
                         keywords=("tensor_layout", "is_causal", "sm_scale", "smooth_k"))
 SCHEME = {"by": "kernel",
           "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
-          "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
+          "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean "
+               "over the sequence (smooth_k)",
           "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
 REFUSALS = ("should be", "must be", "only", "Only")
 # torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's
@@ -76,14 +77,14 @@ class SageBackend(Backend):
         name="sage",
         # By analogy, not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0)),
-        summary=("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
-                 "from bf16/fp16; judged against its own scheme"),
+        summary=("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized "
+                 "inside from bf16/fp16; judged against its own scheme"),
         library="sageattention",
         install_hint="pip install sageattention==1.0.6  (Triton only)",
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=SAGE),
-            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                          "inputs attnbench quantized")),
+            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it "
+                                          "takes no inputs attnbench quantized")),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"),
                 forward_only("SageAttention 1.0.6 is forward-only"),
@@ -107,8 +108,8 @@ class SageBackend(Backend):
         if reason := super().unsupported(case):
             return reason
         if case.causal and case.seq_len not in (1, case.kv_seq_len):
-            return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel asserts it): "
-                    "a prefill with a cache is not expressible")
+            return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel "
+                    "asserts it): a prefill with a cache is not expressible")
         return None
 
     def numerics(self, case: Case) -> Numerics:
@@ -146,8 +147,9 @@ class SageBackend(Backend):
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, smooth_k=True; "
-                   f"INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} tokens, float16 P·V{gqa})",
+            kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, "
+                   f"smooth_k=True; INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} "
+                   f"tokens, float16 P·V{gqa})",
             extra=extra,
             writes=(1,),  # its own copy of K
         )

@@ -192,7 +192,8 @@ def flash_impl_problem(impl: str) -> str | None:
     from torch.nn import attention
 
     if not hasattr(attention, "list_flash_attention_impls"):
-        return f"torch {torch.__version__} cannot switch SDPA's flash implementation (no activate_flash_attention_impl)"
+        return (f"torch {torch.__version__} cannot switch SDPA's flash implementation (no "
+                "activate_flash_attention_impl)")
     listed = attention.list_flash_attention_impls()
     if impl not in listed:
         return f"torch {torch.__version__} lists no {impl} flash implementation (it lists {listed or 'none'})"
@@ -353,7 +354,8 @@ class SdpaFlashFa3(_SdpaFlashImpl):
     spec = dataclasses.replace(
         _SdpaFlashImpl.spec, name="sdpa-flash-fa3",
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
-        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper",
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 "
+                "(activate_flash_attention_impl('FA3')), Hopper",
         capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS),
         install_hint="build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU",
         determinism=sdpa_answers(
@@ -368,7 +370,8 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     spec = dataclasses.replace(
         _SdpaFlashImpl.spec, name="sdpa-flash-fa4",
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
-        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100",
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 "
+                "(activate_flash_attention_impl('FA4')), sm90/sm100",
         capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS),
         install_hint="pip install flash-attn-4",
         determinism=sdpa_answers(

@@ -100,7 +100,8 @@ class SdpaVarlen(Backend):
         capabilities=Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
                                   workload_axes=frozenset({"documents", "kv_lengths", "page_size"})),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
-                      reason="{dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"),
+                      reason="{dtype} is not supported (varlen_attn runs "
+                             "FlashAttention: float16 or bfloat16)"),
                 Limit(field="head_dim", at_most=MAX_HEAD_DIM,
                       reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
                 unset("softcap", "varlen_attn has no soft-capping"),
@@ -119,11 +120,13 @@ class SdpaVarlen(Backend):
 
         if device not in self.capabilities.devices:  # before importing dynamo
             return device_problem(device, self.capabilities.devices,
-                                  "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
+                                  "needs CUDA (varlen_attn runs PyTorch's CUDA "
+                                  "FlashAttention; no CPU kernel)")
         try:
             varlen_function()
         except (ImportError, AttributeError):
-            return f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (added in torch 2.10)"
+            return (f"torch {torch.__version__} has no "
+                    "torch.nn.attention.varlen.varlen_attn (added in torch 2.10)")
         return device_problem(device, self.capabilities.devices,
                               "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 

@@ -185,8 +185,8 @@ class SlidingWindowBackend(Backend):
         summary="our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only",
         capabilities=Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX),
         limits=(Limit(field="window", refused=(None,), reason=(
-                    "needs a window (sliding-window attention is local by design; a full or plain causal mask is "
-                    "O(seq²) work, measured by naive, sdpa and flex)")),
+                    "needs a window (sliding-window attention is local by design; a full or plain causal "
+                    "mask is O(seq²) work, measured by naive, sdpa and flex)")),
                 unset("doc_kv_lens",
                       "sliding-window blocks documents whose keys are their queries; attnbench does not "
                       "map documents with a cached prefix onto it")),
@@ -210,8 +210,8 @@ class SlidingWindowBackend(Backend):
         return Prepared(
             inputs=(q, k, v),
             call=lambda q, k, v: sliding_window_attention(q, k, v, plan),
-            kernel=(f"attnbench sliding-window r{REVISION} on torch {self.version()}: blocked (block {plan.block}, "
-                    f"span {plan.span}, "
-                    f"{'causal' if case.causal else 'two-sided'}, K/V broadcast over groups)"),
+            kernel=(f"attnbench sliding-window r{REVISION} on torch {self.version()}: blocked (block "
+                    f"{plan.block}, span {plan.span}, {'causal' if case.causal else 'two-sided'}, "
+                    "K/V broadcast over groups)"),
             extra={"block": plan.block, "span": plan.span},
         )

@@ -29,7 +29,8 @@ class Answer:
         """As records store it: "honoured (why)", "not applicable (why)" or "refused: why"."""
         reason = self.reason
         if self.cublas:
-            reason += f", cuBLAS with {CUBLAS_VARIABLE}={os.environ.get(CUBLAS_VARIABLE, CUBLAS_DETERMINISTIC)}"
+            reason += (", cuBLAS with "
+                       f"{CUBLAS_VARIABLE}={os.environ.get(CUBLAS_VARIABLE, CUBLAS_DETERMINISTIC)}")
         if self.kind is Determinism.REFUSED:
             return f"{self.kind}: {reason}"
         return f"{self.kind} ({reason})"

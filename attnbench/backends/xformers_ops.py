@@ -273,7 +273,8 @@ class XformersBackend(Backend):
             from importlib.metadata import PackageNotFoundError, version
 
             try:
-                return f"xformers {version('xformers')} is installed but xformers.ops cannot be imported: {exc}"
+                return (f"xformers {version('xformers')} is installed but xformers.ops "
+                        f"cannot be imported: {exc}")
             except PackageNotFoundError:
                 return f"xformers is not installed (cannot import xformers.ops: {exc})"
         import torch
@@ -286,7 +287,8 @@ class XformersBackend(Backend):
             dispatch_fw(ops, t, t, t, None, needs_gradient=False)
         except NotImplementedError as exc:
             where = "CUDA-only: " if device != "cuda" else ""
-            return f"{where}xformers has no operator for {device} inputs here{built_for()}: {condense(str(exc))}"
+            return (f"{where}xformers has no operator for {device} inputs "
+                    f"here{built_for()}: {condense(str(exc))}")
         except AttributeError:  # the private dispatcher moved
             return None if device == "cuda" else "needs CUDA (xformers' attention operators are CUDA-only)"
         return None
@@ -306,13 +308,15 @@ class XformersBackend(Backend):
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
         if case.needs_grad:
-            ops_named += f", bw op {getattr(op_bw, 'NAME', None) or 'unknown (xformers dispatcher not reachable)'}"
+            ops_named += (", bw op "
+                          f"{getattr(op_bw, 'NAME', None) or 'unknown (xformers dispatcher not reachable)'}")
         cutlass = "cutlass" in str(op_name).lower()
         return Prepared(
             inputs=inputs,
             call=call,
             kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
-                    f"({layout_words(case, five_d, padded)}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
+                    f"({layout_words(case, five_d, padded)}, "
+                    f"attn_bias={type(bias).__name__}{_window_of(bias)})"),
             extra=fp32_math(case, inputs[0].device.type, cutlass),
             to_canonical=lambda out: out.reshape(b, sq, h, out.shape[-1]).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,

@@ -30,8 +30,8 @@ def ab(
     b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE",
                                     help="A variable for B's worker only."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=1, metavar="N",
-                               help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% verdict); "
-                                    f"each side's round gets budget_ms / N."),
+                               help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% "
+                                    "verdict); each side's round gets budget_ms / N."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", min=0.0, metavar="FRACTION",
                                     help="The smallest B/A change called a regression or an improvement."),
     out_dir: Path | None = typer.Option(None, "--out",
@@ -50,7 +50,8 @@ def ab(
     plugin = plugin or []
     backend = backend or []
     if rounds < min_pairs():
-        raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
+        raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at "
+                             f"least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))
     plan = session.plan(suite, opts.run_options(
         backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True,

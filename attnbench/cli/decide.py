@@ -20,14 +20,15 @@ def recommend(
                                       help="Run directories (or results.jsonl) of one device; several are "
                                                 "pooled."),
     out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
-                                            help="Write the dispatch table as JSON (an existing file is refused)."),
+                                            help="Write the dispatch table as JSON (an "
+                                                 "existing file is refused)."),
     md: Path | None = typer.Option(None, "--md", metavar="FILE",
                                       help="Also write the table as Markdown (an existing file is refused)."),
     by: str = typer.Option("time", "--by", metavar="time|energy",
                            help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
     mix: Path | None = typer.Option(None, "--mix", metavar="SUITE",
-                                       help="Also weigh the suite's mix: traffic: time per request for each backend "
-                                            "and for the dispatch, its gain, prefill/decode shares."),
+                                       help="Also weigh the suite's mix: traffic: time per request for each "
+                                            "backend and for the dispatch, its gain, prefill/decode shares."),
 ) -> None:
     """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
     import attnbench.report.dispatch_table as table
@@ -118,8 +119,8 @@ def history_show(
         raise AttnbenchError(f"no record in {title.split(':')[0]} matches the filters")
     out.print(trend_table(shown, title))
     if len(shown) < len(found):
-        err.print(f"{len(found) - len(shown)} (case, backend) pairs never timed in any run (skipped or failed): "
-                  "not shown", markup=False)
+        err.print(f"{len(found) - len(shown)} (case, backend) pairs never timed in any run "
+                  "(skipped or failed): not shown", markup=False)
 
 
 @history_app.command("plot")
@@ -129,7 +130,8 @@ def history_plot(
     case: opts.HistoryCases = [],  # noqa: B006
     gpu: opts.HistoryGpus = [],  # noqa: B006
     out_dir: Path = typer.Option(Path("history-plots"), "--out", metavar="DIR",
-                                 help="Where the PNGs go (one per GPU, case and backend; same names are redrawn)."),
+                                 help="Where the PNGs go (one per GPU, case and "
+                                      "backend; same names are redrawn)."),
     db: opts.HistoryDb = None,
 ) -> None:
     """One PNG per (GPU, case, backend): each run's median with its interval, library-version changes marked."""

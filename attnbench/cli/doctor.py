@@ -176,7 +176,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
                      f"{diagnosis.device} can run here")
     else:
         names = ", ".join(b.name for b in diagnosis.problems)
-        lines.append(f"not ready: the default suite ({DEFAULT_SUITE}) names {names}, which cannot run here (see fix)")
+        lines.append(f"not ready: the default suite ({DEFAULT_SUITE}) names {names}, which "
+                     "cannot run here (see fix)")
     return lines
 
 
@@ -201,7 +202,8 @@ def gpu_warnings(state: GpuState) -> list[str]:
     index = state.index
     if state.error:
         hint = f" ({INSTALL_HINT}, or put nvidia-smi on PATH)" if "no NVML" in state.error else ""
-        return [f"GPU {index}: its state (clocks, throttling, other processes) is not recorded: {state.error}{hint}"]
+        return [f"GPU {index}: its state (clocks, throttling, other processes) is not "
+                f"recorded: {state.error}{hint}"]
     warnings = []
     if state.clocks_locked is not True:
         verdict = "are not locked" if state.clocks_locked is False else "may not be locked"

@@ -146,7 +146,8 @@ def run(
     timeout: opts.Timeout = None,
     oom_pruning: opts.OomPruning = True,
     resume: Path | None = typer.Option(None, "--resume", metavar="DIR",
-                                          help="Finish the run in DIR: only measurements it lacks, appended."),
+                                          help="Finish the run in DIR: only "
+                                               "measurements it lacks, appended."),
     force: bool = typer.Option(False, "--force",
                                help="With --resume: continue even on another device or library set."),
     shard: str | None = typer.Option(None, "--shard", metavar="I/N",
@@ -158,11 +159,12 @@ def run(
     timer: opts.Timer = "auto",
     deterministic: opts.Deterministic = False,
     cache_dir: Path | None = typer.Option(None, "--cache-dir", metavar="DIR",
-                                             help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
+                                             help="torch.compile's caches between runs "
+                                                  "(default ~/.cache/attnbench)."),
     estimate_gpu: str | None = typer.Option(None, "--estimate-gpu", metavar="NAME",
-                                               help="With --dry-run: estimate the run on this GPU (e.g. H100) from "
-                                                    "the datasheet table (with 16 compile workers unless "
-                                                    "--compile-workers says)."),
+                                               help="With --dry-run: estimate the run on this GPU (e.g. "
+                                                    "H100) from the datasheet table (with 16 compile workers "
+                                                    "unless --compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
     compile_timeout: opts.CompileTimeout = None,
     trace: opts.Trace = False,
@@ -199,7 +201,8 @@ def run(
         outcome = session.execute(plan, directory, err, stop.is_set, options, phases)
     with phases.timing("report"):
         tables.print_summary(outcome.records, out, outcome.unavailable)
-        err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
+        err.print(f"results: {outcome.results}; "
+                  f"{reference_line(outcome.tally, time.time() - process_start())}")
         if outcome.measured and report:
             from attnbench.report.render import render_report
 
@@ -212,8 +215,8 @@ def run(
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.implausible:
-        err.print(f"[bold red]{outcome.implausible} measurement(s) timed faster than the GPU can run: their timing is "
-                  "broken (status implausible)[/]")
+        err.print(f"[bold red]{outcome.implausible} measurement(s) timed faster than the GPU can run: their "
+                  "timing is broken (status implausible)[/]")
     if outcome.stopped:
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
@@ -229,11 +232,13 @@ def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str
                     dry_run: bool) -> None:
     """The rules between `run`'s flags that are not run options (those are RunOptions')."""
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
-        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes "
+                             "into DIR; give one of them")
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     if estimate_gpu is not None and not dry_run:
-        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
+        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run "
+                             "on a GPU that is not here)")
 
 
 @app.command()
@@ -266,7 +271,8 @@ def submit(
     time: str | None = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
     account: str | None = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
     sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
-                                         help="Another sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)."),
+                                         help="Another sbatch option, e.g. "
+                                              "--sbatch-arg=--qos=high (repeatable)."),
     out_dir: Path | None = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
                                                                "merged run (default reports/<suite>-<time>)."),
     dry_run: bool = typer.Option(False, "--dry-run",
@@ -366,17 +372,17 @@ def compare(
                                       help="BASE and NEW run directories (or results.jsonl); NEW alone with "
                                            "--against."),
     against: str | None = typer.Option(None, "--against", metavar="history",
-                                          help="Compare NEW with the latest earlier run of its GPU in the history "
-                                               "store (attnbench history add)."),
+                                          help="Compare NEW with the latest earlier run of its GPU in the "
+                                               "history store (attnbench history add)."),
     db: opts.HistoryDb = None,
     threshold: str = typer.Option(policy.percent(policy.CHANGE_THRESHOLD),
                                   help="Smallest change judged (a regression or an improvement), with the "
                                        "two intervals apart; e.g. 10% or 0.1."),
     md: Path | None = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
     absolute: bool = typer.Option(False, "--absolute",
-                                  help="Judge the raw ratios, not each against the run's pace (the median ratio, "
-                                       "used when both runs come from one machine with the same software and the "
-                                       "pace is within that machine's noise)."),
+                                  help="Judge the raw ratios, not each against the run's pace (the median "
+                                       "ratio, used when both runs come from one machine with the same "
+                                       "software and the pace is within that machine's noise)."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
     kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
@@ -387,7 +393,8 @@ def compare(
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")
     if against is None and len(runs) != 2:
-        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW alone with --against history")
+        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW "
+                             "alone with --against history")
     if against is not None and len(runs) != 1:
         raise AttnbenchError(f"compare --against history takes NEW alone ({len(runs)} given)")
     if db is not None and against is None:
@@ -415,7 +422,8 @@ def parse_fraction(text: str) -> float:
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise AttnbenchError(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+        raise AttnbenchError(f"--threshold {text!r}: expected a percentage like "
+                             "5% or a fraction like 0.05") from None
     if not 0 <= value <= 10:
         raise AttnbenchError(f"--threshold {text!r}: out of range; allowed: 0% to 1000%")
     return value

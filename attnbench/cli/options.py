@@ -44,13 +44,14 @@ FreshProbes = Annotated[bool, typer.Option(
     help="Ask every backend again (import its library) instead of reusing this installation's answers.")]
 CompileWorkers = Annotated[int | None, typer.Option(
     "--compile-workers", min=0, metavar="N",
-    help="Compile torch.compile graphs (flex) and FlashInfer's JIT modules ahead in N processes before the first "
-         "measurement; 0: compile each in its measurement (default: one per core but one, at most 16; 0 on 2 "
-         "cores).")]
+    help="Compile torch.compile graphs (flex) and FlashInfer's JIT modules ahead in N processes before the "
+         "first measurement; 0: compile each in its measurement (default: one per core but one, "
+         "at most 16; 0 on 2 cores).")]
 CompileTimeout = Annotated[float | None, typer.Option(
     "--compile-timeout", min=1, metavar="SECONDS",
-    help="Each compile ahead (a flex graph, FlashInfer's JIT modules) may take this long; past it its process is "
-         "killed and its measurements are recorded skipped with the reason, never timed out (default 900).")]
+    help="Each compile ahead (a flex graph, FlashInfer's JIT modules) may take this long; past it its "
+         "process is killed and its measurements are recorded skipped with the reason, "
+         "never timed out (default 900).")]
 Timer = Annotated[str, typer.Option(
     "--timer", metavar="auto|cuda-graph",
     help="cuda-graph: replay N forward calls in one CUDA graph (no launch overhead).")]

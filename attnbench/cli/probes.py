@@ -109,7 +109,8 @@ class Probes:
         stored, or when none would be (a GPU's)."""
         if self.answers or self.path is None:
             return None
-        return "asking every backend's library once (imports: seconds); the answers are kept for the next call"
+        return ("asking every backend's library once (imports: seconds); the answers "
+                "are kept for the next call")
 
     def note(self) -> str | None:
         """The line that says some answers were reused, and how to ask again; None when all were asked now."""

@@ -24,7 +24,8 @@ STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "m
 def print_dry_run(dry: DryRun, console: Console) -> None:
     """The cases a run would measure, with their work and memory, and the run's predicted wall time per backend."""
     plan = dry.plan
-    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends on {plan.device}",
+    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} "
+                        f"backends on {plan.device}",
                   title_justify="left")
     table.add_column("case")
     table.add_column("GFLOP", justify="right")
@@ -38,12 +39,12 @@ def print_dry_run(dry: DryRun, console: Console) -> None:
     print_forecast(dry.forecast, console)
     timing = dry.timing
     source = " (with the cpu: block's timing)" if dry.cpu_timing else ""
-    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
-                  f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
-                  f"{timing.min_samples} to {timing.max_samples} samples"
+    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples "
+                  f"until the median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of "
+                  f"them, {timing.min_samples} to {timing.max_samples} samples"
                   + (f", in {timing.rounds} rounds spread over the run" if (timing.rounds or 1) > 1 else "")
-                  + (f", then up to {timing.refine:g}× that budget over all measurements where the interval is "
-                     "still too wide" if timing.refine else ""), markup=False)
+                  + (f", then up to {timing.refine:g}× that budget over all measurements where the "
+                     "interval is still too wide" if timing.refine else ""), markup=False)
 
 
 def print_forecast(predicted: Forecast, console: Console) -> None:
@@ -68,8 +69,8 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
     table.add_row("startup and report", "", "", fmt_duration(startup_s))
     console.print(table)
     if predicted.compile_workers:
-        compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs in "
-                    f"{predicted.compile_workers} processes, --compile-workers), loading them "
+        compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs "
+                    f"in {predicted.compile_workers} processes, --compile-workers), loading them "
                     f"{fmt_duration(predicted.compile_s)}")
     else:
         compiles = f"flex compiles {fmt_duration(predicted.compile_s)}"
@@ -113,8 +114,8 @@ def print_summary(records: list[Record], console: Console, unavailable: dict[str
         console.print(f"not on this machine, skipped at every case (reasons above the progress): "
                       f"{', '.join(unavailable)}", markup=False, soft_wrap=True)
     if any(r.noisy for r in records):
-        console.print("~ before a median: noisy, its interval is wider than the precision asked (or it has too few "
-                      "samples for one)", markup=False)
+        console.print("~ before a median: noisy, its interval is wider than the precision asked (or it "
+                      "has too few samples for one)", markup=False)
     if any(r.throttled for r in records):
         console.print("! before a median: timed on a throttled or shared GPU (extra.clock_event_reasons, "
                       "extra.other_gpu_processes)", markup=False)

@@ -138,8 +138,8 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
     """What `attnbench status` prints: the totals, then one line per shard, then the merge."""
     done = sum(min(p.done, p.planned) for p in progress)
     planned = sum(p.planned for p in progress)
-    lines = [f"{root}: suite {manifest.get('suite_name')}, {len(progress)} shards on {manifest.get('device')}: "
-             f"{done} of {planned} measurements done"]
+    lines = [f"{root}: suite {manifest.get('suite_name')}, {len(progress)} shards on "
+             f"{manifest.get('device')}: {done} of {planned} measurements done"]
     for p in progress:
         task = latest_task(manifest, p.index)
         if p.state:
@@ -154,7 +154,8 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
     merge_job = next((str(e["merge_job"]) for e in reversed(manifest.get("submissions", []))
                       if e.get("merge_job")), None)
     if merged is not None:
-        lines.append(f"  merged: {len(load_records(root))} records in {merged}, report {root / 'report.html'}")
+        lines.append(f"  merged: {len(load_records(root))} records in {merged}, "
+                     f"report {root / 'report.html'}")
     elif merge_job:
         state = states.get(merge_job)
         lines.append(f"  merge: job {merge_job}{' ' + state if state else ''}; not merged yet")

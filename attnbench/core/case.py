@@ -72,7 +72,8 @@ class Case:
                     else equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lens", lens)
         if self.documents is not None and self.doc_kv_lens is None and self.kv_seq_len != self.seq_len:
-            assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, "explicit [q, k] pairs otherwise"
+            assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, ("explicit [q, k] "
+                                                                                  "pairs otherwise")
             shares = equal_doc_lens(self.kv_seq_len - self.seq_len, len(self.doc_lens))
             object.__setattr__(self, "doc_kv_lens",
                                tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))

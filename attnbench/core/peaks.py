@@ -144,12 +144,13 @@ def beyond_words(device_name: str | None, dtype: str, compute: str | None, memor
     if row is None:
         return None
     ceiling = datasheet_ceiling(device_name, dtype)
-    parts = [f"{compute} the {_rate_words(row, dtype)} of the {row[0]} ({ceiling.tflops:g} TFLOP/s)"] if compute else []
+    parts = [f"{compute} the {_rate_words(row, dtype)} of the {row[0]} "
+             f"({ceiling.tflops:g} TFLOP/s)"] if compute else []
     if memory:
         whose = "its" if compute else f"the {row[0]}'s"
         parts.append(f"{memory} {whose} bandwidth ({ceiling.bandwidth_gbs:g} GB/s)")
-    return (f"faster than the GPU can run: {' and '.join(parts)} by its datasheet; no kernel beats a datasheet roof "
-            f"by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
+    return (f"faster than the GPU can run: {' and '.join(parts)} by its datasheet; no kernel beats a "
+            f"datasheet roof by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
 
 
 def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None],

@@ -196,7 +196,8 @@ class Numerics:
     def describe(self) -> str:
         words = [f"emulation of {self.source}: "]
         words.append({"as-given": "the inputs as given (dequantized)",
-                      "sage-int8": "Q and mean-subtracted K quantized to INT8 per block (128 Q / 64 K tokens)"}
+                      "sage-int8": "Q and mean-subtracted K quantized to INT8 per "
+                                   "block (128 Q / 64 K tokens)"}
                      [self.inputs])
         if self.p_format is not None:
             scale = f" after ×{self.p_scale:g}" if self.p_scale != 1 else ""

@@ -63,7 +63,8 @@ def clock_lock(state: GpuState) -> tuple[bool | None, str]:
     if throttles:
         return None, f"throttled ({', '.join(throttles)}) at {current} MHz"
     if below and "applications_clocks_setting" in reasons:
-        return True, f"the SM clock is held at {current} MHz, below its {target} MHz, by a lock or application clocks"
+        return True, (f"the SM clock is held at {current} MHz, below its {target} MHz, by a "
+                      "lock or application clocks")
     return None, f"the GPU was busy at {current} MHz, where locked and boosting clocks look alike"
 
 

@@ -133,8 +133,9 @@ class NvmlReader:
         try:
             return int(self.lib.nvmlDeviceGetTotalEnergyConsumption(whole))
         except self.error as exc:
-            raise GpuStateError(f"NVML has no energy counter for this GPU "
-                                f"(nvmlDeviceGetTotalEnergyConsumption: {exc or type(exc).__name__})") from None
+            raise GpuStateError("NVML has no energy counter for this GPU "
+                                "(nvmlDeviceGetTotalEnergyConsumption: "
+                                f"{exc or type(exc).__name__})") from None
 
 
 def _text(value: Any) -> str:

@@ -42,13 +42,15 @@ class Source(_Strict):
     def _one_kind(self) -> Source:
         kinds = [k for k in ("generate", "vllm", "flashinfer") if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"a source is one of generate, vllm or flashinfer (got {', '.join(kinds) or 'none'})")
+            raise ValueError("a source is one of generate, vllm or flashinfer (got "
+                             f"{', '.join(kinds) or 'none'})")
         sized = self.batch is not None and self.seq_len is not None
         if self.generate is not None and not sized:
-            raise ValueError("generate needs batch and seq_len (requests per batch, and the longest sequence)")
+            raise ValueError("generate needs batch and seq_len (requests per batch, "
+                             "and the longest sequence)")
         if self.generate is not None and (self.batch or 0) * self.seeds > MAX_BATCH:
-            raise ValueError(f"generate draws batch x seeds = {self.batch} x {self.seeds} requests; allowed: at most "
-                             f"{MAX_BATCH}")
+            raise ValueError(f"generate draws batch x seeds = {self.batch} x {self.seeds} requests; "
+                             f"allowed: at most {MAX_BATCH}")
         if self.generate is None and (self.batch, self.seq_len, self.seeds, self.decode_fraction,
                                       self.zero_fraction) != (None, None, 1, 0.0, 0.0):
             raise ValueError("batch, seq_len, seeds, decode_fraction and zero_fraction belong to generate")
@@ -153,8 +155,8 @@ def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> No
         theirs["causal"] = definition.causal
     for name, value in theirs.items():
         if getattr(mix, name) != value:
-            raise SuiteError(f"mix: flashinfer {where}: definition {definition.name} has {name} {value}, the mix "
-                             f"{getattr(mix, name)}; allowed: the geometry the trace was captured at")
+            raise SuiteError(f"mix: flashinfer {where}: definition {definition.name} has {name} {value}, the "
+                             f"mix {getattr(mix, name)}; allowed: the geometry the trace was captured at")
 
 
 def check_size(batch: Batch, where: str) -> None:
@@ -163,9 +165,9 @@ def check_size(batch: Batch, where: str) -> None:
     queries = sum(q for q, _ in batch.requests if q != 1)
     keys = sum(k for q, k in batch.requests if q != 1)
     if decodes > MAX_BATCH or max(queries, keys, *(k for _, k in batch.requests)) > MAX_SEQ:
-        raise SuiteError(f"{where}: batch {batch.source} holds {decodes} decodes and {queries} queries over {keys} "
-                         f"keys in its other requests; allowed: at most {MAX_BATCH} decodes and {MAX_SEQ} tokens "
-                         "in one row")
+        raise SuiteError(f"{where}: batch {batch.source} holds {decodes} decodes and {queries} queries over "
+                         f"{keys} keys in its other requests; allowed: at most {MAX_BATCH} decodes and "
+                         f"{MAX_SEQ} tokens in one row")
 
 
 def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:

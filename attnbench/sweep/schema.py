@@ -54,15 +54,16 @@ class Quant(_Strict):
             return value
         if isinstance(value, (int, float)):
             if not 0 < value < float("inf"):  # NaN fails too
-                raise ValueError(f"{value!r} is out of range; allowed: a positive finite descale factor, or amax")
+                raise ValueError(f"{value!r} is out of range; allowed: a positive "
+                                 "finite descale factor, or amax")
             return float(value)
         return value
 
     @model_validator(mode="after")
     def _block_needs_blocks(self) -> Quant:
         if self.block is not None and self.granularity != "block":
-            raise ValueError(f"block {self.block} is given with granularity {self.granularity}; allowed: block only "
-                             "with granularity block")
+            raise ValueError(f"block {self.block} is given with granularity {self.granularity}; allowed: "
+                             "block only with granularity block")
         return self
 
 
@@ -102,7 +103,8 @@ class _AxesRules(_Strict):
                     raise ValueError("an explicit list of document lengths is empty")
                 for item in entry:
                     if isinstance(item, list) and len(item) != 2:
-                        raise ValueError(f"{item} is not a document; allowed: a length, or a [queries, keys] pair")
+                        raise ValueError(f"{item} is not a document; allowed: a length, "
+                                         "or a [queries, keys] pair")
                     _bounded(item if isinstance(item, list) else [item], 0, MAX_SEQ)
             elif entry is not None:
                 _bounded([entry], 1, MAX_SEQ)
@@ -114,8 +116,8 @@ class _AxesRules(_Strict):
         """A flat list of ints means explicit lengths written one level too high: say where it goes."""
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
                                                      for v in value):
-            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
-                             f"random, or [[one length per request]]")
+            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: "
+                             "equal, random, or [[one length per request]]")
         return value
 
     @field_validator("kv_lengths", check_fields=False)
@@ -124,7 +126,8 @@ class _AxesRules(_Strict):
         for entry in value or []:
             if isinstance(entry, list):
                 if not entry:
-                    raise ValueError("an explicit list of cache lengths is empty; allowed: one length per request")
+                    raise ValueError("an explicit list of cache lengths is empty; "
+                                     "allowed: one length per request")
                 _bounded(entry, 0, MAX_SEQ)
         return value
 

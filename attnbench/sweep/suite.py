@@ -86,7 +86,8 @@ class Suite:
 
     def traffic(self, device: str) -> Traffic:
         if self.model.mix is None:
-            raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with mix: (e.g. suites/mix.yaml)")
+            raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with "
+                             "mix: (e.g. suites/mix.yaml)")
         return expand(self.model.mix, device, self.path.parent, f"{self.path}: mix")
 
     def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
@@ -112,9 +113,9 @@ class Suite:
             lengths = kv_length_fields(where, combo.kv_lengths, batch := combo.batch, seq, kv_seq, documents)
             if combo.kv_shared and not (combo.head_dim_v is not None and combo.head_dim_v < head_dim):
                 raise SuiteError(
-                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
-                    f"(got head_dim {head_dim}, head_dim_v {combo.head_dim_v}); allowed: e.g. head_dim 576, "
-                    f"head_dim_v 512"
+                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below "
+                    f"head_dim (got head_dim {head_dim}, head_dim_v {combo.head_dim_v}); allowed: e.g. "
+                    "head_dim 576, head_dim_v 512"
                 )
             simple = {axis.name: (axis.to_case or _as_is)(getattr(combo, axis.name), combo)
                       for axis in axis_table.axes(shape=False) if not axis.expanded}
@@ -137,8 +138,8 @@ def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
     if heads % tp:
         raise SuiteError(f"{where}.tp: {tp} does not divide heads {heads}; allowed: a divisor of heads")
     if (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
-        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the other); "
-                         f"allowed: a tp that divides kv_heads or that kv_heads divides")
+        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the "
+                         "other); allowed: a tp that divides kv_heads or that kv_heads divides")
     return heads // tp, max(1, kv_heads // tp)
 
 
@@ -154,9 +155,9 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
     else:
         axis = "kv_seq_len"
     lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
-    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
-                     f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
-                     f"query a key")
+    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len "
+                     f"{case.kv_seq_len}{lens}): every output row would be zeros, nothing to measure; "
+                     "allowed: lengths that give some query a key")
 
 
 def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
@@ -165,8 +166,8 @@ def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | No
     adds nothing."""
     if kv_dtype is not None and dtype in FP8_DTYPES:
         if kv_dtype != dtype:
-            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to {dtype} "
-                             "already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
+            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to "
+                             f"{dtype} already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
         kv_dtype = None
     if dtype not in FP8_DTYPES and kv_dtype is None:
         return {}
@@ -180,9 +181,9 @@ def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | No
         lengths = [("kv_seq_len", kv_seq)] + ([("seq_len", seq)] if dtype in FP8_DTYPES else [])
         for name, length in lengths:
             if length % block:
-                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale per "
-                                 f"block of {block} tokens); allowed: a block size that divides every length it "
-                                 "blocks")
+                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale "
+                                 f"per block of {block} tokens); allowed: a block size that "
+                                 "divides every length it blocks")
     return {"kv_dtype": kv_dtype, "quant": quant.granularity, "quant_block": block,
             "quant_scale": None if quant.scale == "amax" else float(quant.scale)}
 
@@ -191,8 +192,9 @@ def check_quant_axes(where: str, axes: Axes) -> None:
     """`quant` with nothing to quantize is a mistake."""
     if any(q is not None for q in axes.quant) and not any(d in FP8_DTYPES for d in axes.dtype) \
             and not any(axes.kv_dtype):
-        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} with no "
-                         "kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, float8_e5m2) or a kv_dtype")
+        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} "
+                         "with no kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, "
+                         "float8_e5m2) or a kv_dtype")
 
 
 def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int,
@@ -208,18 +210,21 @@ def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int
         queries = [d[0] if isinstance(d, list) else d for d in documents]
         keys = [d[1] if isinstance(d, list) else d for d in documents]
         if sum(queries) != seq:
-            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} queries, not seq_len {seq}")
+            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} "
+                             f"queries, not seq_len {seq}")
         if sum(keys) != kv_seq:
-            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not kv_seq_len "
-                             f"{kv_seq}; allowed: [queries, keys] pairs whose keys sum to kv_seq_len")
+            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not "
+                             f"kv_seq_len {kv_seq}; allowed: [queries, keys] pairs "
+                             "whose keys sum to kv_seq_len")
         return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(queries),
                 "doc_kv_lens": None if keys == queries else tuple(keys)}
     if kv_seq < seq:
-        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: a count "
-                         f"shares out a cached prefix (kv_seq_len - seq_len keys); allowed: kv_seq_len >= seq_len, or "
-                         f"explicit [queries, keys] pairs")
+        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: "
+                         "a count shares out a cached prefix (kv_seq_len - seq_len keys); allowed: "
+                         "kv_seq_len >= seq_len, or explicit [queries, keys] pairs")
     if documents > seq:
-        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len {seq} (each needs a token)")
+        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len "
+                         f"{seq} (each needs a token)")
     return {"documents": documents, "doc_lengths": doc_lengths}
 
 
@@ -229,8 +234,8 @@ def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: 
     if kv_lengths == "equal":
         return {}
     if documents is not None:
-        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are given in "
-                         f"documents ([queries, keys] pairs); allowed: equal with documents")
+        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are "
+                         "given in documents ([queries, keys] pairs); allowed: equal with documents")
     if kv_lengths == "random":
         if kv_seq <= seq:
             raise SuiteError(
@@ -240,11 +245,11 @@ def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: 
             )
         return {"kv_lengths": "random"}
     if len(kv_lengths) != batch:
-        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch {batch}; "
-                         f"allowed: one length per request")
+        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch "
+                         f"{batch}; allowed: one length per request")
     if max(kv_lengths) > kv_seq:
-        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len {kv_seq}; allowed: 0 to "
-                         f"kv_seq_len")
+        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len "
+                         f"{kv_seq}; allowed: 0 to kv_seq_len")
     return {"kv_lengths": "explicit", "kv_lens": tuple(kv_lengths)}
 
 
@@ -288,7 +293,8 @@ def load_suite(path: Path | str, expand: bool = True) -> Suite:
     if data is None:
         raise SuiteError(f"{path}: the file is empty; expected a mapping with name and sweep")
     if not isinstance(data, dict):
-        raise SuiteError(f"{path}: expected a mapping with name and sweep at the top, got a {type(data).__name__}")
+        raise SuiteError(f"{path}: expected a mapping with name and sweep at the top, "
+                         f"got a {type(data).__name__}")
     try:
         model = SuiteModel.model_validate(data)
     except ValidationError as exc:
@@ -326,7 +332,8 @@ def _describe_one(error: Any, allowed_list: bool = True) -> str:
         return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}"
     if kind == "literal_error":
         allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
-        return f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; allowed: {', '.join(allowed)}"
+        return (f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; "
+                f"allowed: {', '.join(allowed)}")
     if kind == "value_error":
         return f"{loc}: {error['msg'].removeprefix('Value error, ')}"
     return f"{loc}: {value!r}: {error['msg']}"

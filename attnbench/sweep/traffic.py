@@ -51,14 +51,14 @@ def parse_vllm(spec: str) -> tuple[Request, ...]:
     for segment in spec.split("_"):
         match = VLLM_SEGMENT.match(segment)
         if match is None:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} is not (<count>)q<len>(k)(s<len>(k)); "
-                             "allowed: e.g. q2k, 8q1s1k, 2q2k_32q1s1k")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} is not "
+                             "(<count>)q<len>(k)(s<len>(k)); allowed: e.g. q2k, 8q1s1k, 2q2k_32q1s1k")
         count = int(match.group(1) or 1)
         q = int(match.group(2)) * (1024 if match.group(3) else 1)
         k = q if match.group(4) is None else int(match.group(4)) * (1024 if match.group(5) else 1)
         if not 1 <= count <= MAX_BATCH or k > MAX_SEQ:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} tokens; "
-                             f"allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} "
+                             f"tokens; allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
         if k < q:
             raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence of {k} "
                              "tokens; allowed: s at least q (the sequence holds its new tokens)")
@@ -78,7 +78,8 @@ def generate(pattern: str, batch: int, seq_len: int, decode_fraction: float = 0.
 
     draw = LENGTHS.get(pattern)
     if draw is None:
-        raise SuiteError(f"generate: {pattern!r} is not a length distribution; allowed: {', '.join(PATTERNS)}")
+        raise SuiteError(f"generate: {pattern!r} is not a length distribution; "
+                         f"allowed: {', '.join(PATTERNS)}")
     lens = draw(np.random.default_rng([seed, STREAM_LENGTHS]), batch, seq_len)
     queries, keys = [int(n) for n in lens], [int(n) for n in lens]
     for i in _picked(batch, decode_fraction, [seed, STREAM_DECODE]):
@@ -199,7 +200,8 @@ def read_definition(path: Path, name: str) -> Definition:
     """definitions/{op_type}/{name}.json under the file's root."""
     kind = next((k for k in FLASHINFER_KINDS if name.startswith(k + "_")), None)
     if kind is None:
-        raise SuiteError(f"{path}: definition {name!r}: attnbench reads {', '.join(FLASHINFER_KINDS)} workloads")
+        raise SuiteError(f"{path}: definition {name!r}: attnbench reads "
+                         f"{', '.join(FLASHINFER_KINDS)} workloads")
     where = flashinfer_root(path) / "definitions" / path.parent.name / f"{name}.json"
     try:
         data = json.loads(where.read_text(encoding="utf-8"))
@@ -207,7 +209,8 @@ def read_definition(path: Path, name: str) -> Definition:
         dtype = str(data["inputs"]["q"]["dtype"])
         heads, kv_heads, head_dim = int(consts["num_qo_heads"]), int(consts["num_kv_heads"]), int(consts["head_dim"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SuiteError(f"{where}: the definition of {name} cannot be read ({type(exc).__name__}: {exc})") from None
+        raise SuiteError(f"{where}: the definition of {name} cannot be read "
+                         f"({type(exc).__name__}: {exc})") from None
     decode, paged = FLASHINFER_KINDS[kind]
     page_size = int(consts.get("page_size", 1)) if paged else None
     return Definition(name, heads, kv_heads, head_dim, page_size, "causal" in name.split("_"), dtype, decode)
@@ -230,15 +233,16 @@ def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
             name, work = str(entry["definition"]), entry["workload"]
             uuid, axes, inputs = str(work["uuid"]), dict(work["axes"]), dict(work["inputs"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise SuiteError(f"{where}: not a flashinfer-bench workload ({type(exc).__name__}: {exc})") from None
+            raise SuiteError(f"{where}: not a flashinfer-bench workload "
+                             f"({type(exc).__name__}: {exc})") from None
         if uuid in seen:  # a trace holds a workload once per solution
             continue
         seen.add(uuid)
         if definition is None:
             definition = read_definition(path, name)
         elif name != definition.name:
-            raise SuiteError(f"{where}: definition {name!r} in a file of {definition.name!r}; allowed: one definition "
-                             "per file, as flashinfer-trace stores them")
+            raise SuiteError(f"{where}: definition {name!r} in a file of {definition.name!r}; allowed: one "
+                             "definition per file, as flashinfer-trace stores them")
         batches.append(Batch(_requests(where, definition, axes, inputs, flashinfer_root(path)), 1.0,
                              f"{definition.name} {uuid}"))
     if definition is None:
@@ -256,8 +260,8 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     for name in names:
         spec = inputs.get(name)
         if not isinstance(spec, dict) or spec.get("type") != "safetensors":
-            raise SuiteError(f"{where}: input {name} is {spec!r}, not a safetensors tensor: the lengths of its "
-                             "requests were not recorded")
+            raise SuiteError(f"{where}: input {name} is {spec!r}, not a safetensors tensor: the lengths of "
+                             "its requests were not recorded")
         blob = root / str(spec.get("path"))
         tensors[name] = read_safetensors(blob).get(str(spec.get("tensor_key")), [])
         if not tensors[name]:
@@ -283,6 +287,6 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
 def _lengths(where: str, indptr: list[int], name: str) -> list[int]:
     """Refused unless it starts at 0 and never falls."""
     if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in pairwise(indptr)):
-        raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, then "
-                         "non-decreasing ends)")
+        raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, "
+                         "then non-decreasing ends)")
     return [b - a for a, b in pairwise(indptr)]

@@ -37,8 +37,8 @@ class Bracket:
         return self.events_ms / self.host_ms if self.host_ms > 0 else 1.0
 
     def saw(self) -> str:
-        return (f"the events on torch's stream saw {us(self.events_ms)} of the {us(self.host_ms)} each call held the "
-                f"host ({self.share:.1%}, under {policy.percent(policy.EVENTS_SHARE)})")
+        return (f"the events on torch's stream saw {us(self.events_ms)} of the {us(self.host_ms)} each call "
+                f"held the host ({self.share:.1%}, under {policy.percent(policy.EVENTS_SHARE)})")
 
 
 def us(ms: float) -> str:
@@ -52,9 +52,10 @@ def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | Non
     if bracket is None:
         return None, None
     if runs_on == OWN_RUNTIME and bracket.share > policy.EARLY_RETURN_FACTOR:
-        return (f"the call, declared to block, returned before its work was done: the events on torch's stream saw "
-                f"{us(bracket.events_ms)}, over {policy.EARLY_RETURN_FACTOR:g}x the {us(bracket.host_ms)} it held "
-                f"the host (a call that enqueues on torch's stream declares Capabilities(runs_on=\"{TORCH_STREAM}\"))"
+        return ("the call, declared to block, returned before its work was done: the events on torch's "
+                f"stream saw {us(bracket.events_ms)}, over {policy.EARLY_RETURN_FACTOR:g}x the "
+                f"{us(bracket.host_ms)} it held the host (a call that enqueues on torch's stream declares "
+                f"Capabilities(runs_on=\"{TORCH_STREAM}\"))"
                 ), None
     if bracket.share >= policy.EVENTS_SHARE:
         return None, None
@@ -63,6 +64,6 @@ def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | Non
     empty = bracket.empty_ms
     if empty is None or bracket.events_ms > policy.EMPTY_PAIR_FACTOR * empty:
         return None, None
-    return (f"{bracket.saw()}, within {policy.EMPTY_PAIR_FACTOR:g}x an empty pair's {us(empty)}: they bracketed "
-            "nothing, the call's work ran off torch's stream (a runtime of its own declares "
+    return (f"{bracket.saw()}, within {policy.EMPTY_PAIR_FACTOR:g}x an empty pair's {us(empty)}: they "
+            "bracketed nothing, the call's work ran off torch's stream (a runtime of its own declares "
             f"Capabilities(runs_on=\"{OWN_RUNTIME}\"), docs/backends.md#plugins)"), None

@@ -18,8 +18,8 @@ CPU_METHOD = "torch.profiler CPU allocator events"
 # a runtime on a GPU without device accounting
 NO_DEVICE_METHOD = "none: host RSS is not device memory, and this runtime gives no device accounting"
 RAISED = "peak_bytes_in_use, raised by the call, less bytes_in_use before it"
-HIDDEN = ("none: the call stayed under an earlier high-water mark (peak_bytes_in_use has no reset), so its own peak "
-          "is unknown")
+HIDDEN = ("none: the call stayed under an earlier high-water mark (peak_bytes_in_use has no reset), "
+          "so its own peak is unknown")
 UNREPORTED = "none: it reports no peak_bytes_in_use"
 
 

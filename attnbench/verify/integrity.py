@@ -137,8 +137,8 @@ class Guard:
         with one_thread():
             changed = checksum(out) != at_return
         if changed:
-            self.deferred = ["the output changed after the call returned: its work ran past the timed call on "
-                             f"{len(started)} thread(s) it started"]
+            self.deferred = ["the output changed after the call returned: its work ran past the timed call "
+                             f"on {len(started)} thread(s) it started"]
 
     def problems(self, out: torch.Tensor, other: Probe | None) -> list[str]:
         found = list(self.deferred)

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from attnbench.verify.check import Verdict
 
 CHUNK = 1 << 24
-GRADS_UNCHECKED = "not compared: the gradients are compared only where they are checked (grad_checked is false)"
+GRADS_UNCHECKED = ("not compared: the gradients are compared only where they are "
+                   "checked (grad_checked is false)")
 
 
 class KeepFirst:
