@@ -75,7 +75,8 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
     keywords = dict(spec.keywords)
     keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])
     if "use_padding_mask" in keywords:
-        keywords["seq_len_q"], keywords["seq_len_kv"] = declared.tensors["seq_len_q"], declared.tensors["seq_len_kv"]
+        keywords["seq_len_q"] = declared.tensors["seq_len_q"]
+        keywords["seq_len_kv"] = declared.tensors["seq_len_kv"]
     if backward:
         _sdpa_backward(declared, inputs, keywords)
     else:

@@ -61,7 +61,7 @@ def kernel_files() -> dict[str, Any]:
     if nvcc:
         return {**found, "state": "jit",
                 "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
-                                                    f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
+                           f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
     if compiled:
         return {**found, "state": "jit-cache",
                 "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and "

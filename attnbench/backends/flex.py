@@ -140,7 +140,9 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
     cap = case.softcap
     if cap is None and not case.alibi:
         return None
-    slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device) if case.alibi else None
+    slopes = None
+    if case.alibi:
+        slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device)
     positions = torch.tensor(workload.query_positions(case), device=device)
     positions = positions.expand(case.batch, -1) if len(positions) == 1 else positions  # (B, Sq)
 
@@ -168,7 +170,8 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
     def cache(x: torch.Tensor) -> torch.Tensor:
         pool = workload.to_pages(x.detach(), layout)  # (num_pages, P, KVH, D)
-        return pool.permute(2, 0, 1, 3).reshape(1, pool.shape[2], layout.num_pages * size, pool.shape[3]).contiguous()
+        heads_first = pool.permute(2, 0, 1, 3)
+        return heads_first.reshape(1, pool.shape[2], layout.num_pages * size, pool.shape[3]).contiguous()
 
     start = time.perf_counter()
     paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))

@@ -32,7 +32,8 @@ def per_batch_kv_head(scales: Scales, name: str, case: Case) -> torch.Tensor:
     """`name`'s descales as contiguous float32 (batch, kv_heads) (hopper/flash_api.cpp: "(b, h_k), not (b, h)")."""
     factor = getattr(scales, name)
     assert scales.granularity in ("tensor", "head"), scales.granularity
-    return factor.reshape(factor.shape[0], factor.shape[1]).expand(case.batch, case.kv_heads).float().contiguous()
+    per_head = factor.reshape(factor.shape[0], factor.shape[1])
+    return per_head.expand(case.batch, case.kv_heads).float().contiguous()
 
 
 def per_tensor(scales: Scales, name: str) -> float:

@@ -64,7 +64,8 @@ class NaiveFp8Backend(Backend):
         sizes = tensor_bytes(case)
         rows = case.batch * case.heads
         scores = 2 * rows * case.seq_len * case.kv_seq_len * FLOAT32_BYTES
-        copies = rows * (case.seq_len * case.head_dim + case.kv_seq_len * (case.head_dim + case.v_dim)) * FLOAT32_BYTES
+        elements = case.seq_len * case.head_dim + case.kv_seq_len * (case.head_dim + case.v_dim)
+        copies = rows * elements * FLOAT32_BYTES
         gathered = case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
         return sizes["o"] + scores + copies + (gathered if case.page_size is not None else 0)
 

@@ -127,7 +127,8 @@ class OpenVinoSdpa(Backend):
             request.infer()
             return request.get_output_tensor(0)
 
-        def to_tensor(out: Any) -> torch.Tensor:  # a copy: the request's output is overwritten by the next call
+        # a copy: the request's output is overwritten by the next call
+        def to_tensor(out: Any) -> torch.Tensor:
             data = np.array(out.data, copy=True)
             t = torch.from_numpy(data)
             return t.view(torch.bfloat16) if case.dtype == "bfloat16" and t.dtype == torch.int16 else t

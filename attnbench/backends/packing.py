@@ -120,7 +120,8 @@ def spare_filled_table(layout: workload.Pages) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(page if page >= 0 else spare for page in row) for row in layout.table)
 
 
-def flashinfer_page_indices(layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def flashinfer_page_indices(
+        layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len); last page length in [1, page_size]
     (page.get_seq_lens)."""
     p = layout.page_size

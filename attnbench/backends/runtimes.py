@@ -22,8 +22,8 @@ FORWARD_ONLY = ("attnbench times {runtime}'s forward only (its gradients do not 
 def answers(runtime: str) -> Answers:
     """Not applicable: the runtime's CPU kernel runs outside PyTorch's deterministic mode."""
     return Answers(forward=Answer(NOT_APPLICABLE, (
-        f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside PyTorch; the "
-        "record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
+        f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside "
+        "PyTorch; the record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
         NOT_APPLICABLE, f"{runtime}'s backend here runs on the CPU only")})
 
 

@@ -214,7 +214,9 @@ def flash_impl_problem(impl: str) -> str | None:
 def fp32_math(case: Case, device_type: str, cutlass_efficient: bool) -> dict[str, Any]:
     """`fp32_math: 3xTF32` where CUTLASS's memory-efficient kernel runs float32 on tensor cores
     (OpMultiplyAddFastF32), so percent_of_peak uses the TF32 roof."""
-    return {"fp32_math": "3xTF32"} if cutlass_efficient and case.dtype == "float32" and device_type == "cuda" else {}
+    if cutlass_efficient and case.dtype == "float32" and device_type == "cuda":
+        return {"fp32_math": "3xTF32"}
+    return {}
 
 
 def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -394,7 +396,7 @@ class SdpaEfficient(_Sdpa):
             "EFFICIENT_ATTENTION", Answer(NOT_APPLICABLE, "the memory-efficient forward is deterministic"),
             Answer(HONOURED,
                    "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
-                             "split keys, no atomics")))
+                   "split keys, no atomics")))
     kernel_name = "EFFICIENT_ATTENTION"
 
 

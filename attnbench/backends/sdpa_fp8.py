@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 MODULE = "torch.nn.attention.experimental._scaled_dot_product_attention_quantized"
 FUNCTION = "_scaled_dot_product_attention_quantized"
 KEYWORDS = ("is_causal", "scale", "q_descale", "k_descale", "v_descale")
-NUMERICS = Numerics(source="PyTorch's quantized SDPA on FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to "
-                           "e4m3)", p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
+NUMERICS = Numerics(source=("PyTorch's quantized SDPA on FlashAttention 3's FP8 forward "
+                            "(hopper/softmax.h: P·2^8 to e4m3)"),
+                    p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
 
 def entry_point() -> Any:

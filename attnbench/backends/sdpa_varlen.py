@@ -141,7 +141,8 @@ class SdpaVarlen(Backend):
         estimate = super().estimate_memory(case)
         if not case.needs_grad:
             return estimate
-        padding = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences * case.heads * case.head_dim * FLOAT32_BYTES
+        rows = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences
+        padding = rows * case.heads * case.head_dim * FLOAT32_BYTES
         strided = case.batch == 1 and case.heads > 1
         return estimate + padding + (tensor_bytes(case)["o"] if strided else 0)
 

@@ -56,7 +56,8 @@ def ab(
     plan = session.plan(suite, opts.run_options(
         backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True,
         peak_tflops=None, peak_bandwidth=None, timer="auto", deterministic=False))
-    directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{stamp}"
     start = time.time()
     load = {"start": round(os.getloadavg()[0], 2)}
 

@@ -18,7 +18,7 @@ from attnbench.core.errors import AttnbenchError
 def recommend(
     runs: list[Path] = typer.Argument(...,
                                       help="Run directories (or results.jsonl) of one device; several are "
-                                                "pooled."),
+                                           "pooled."),
     out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
                                             help="Write the dispatch table as JSON (an "
                                                  "existing file is refused)."),
@@ -61,7 +61,7 @@ def recommend(
 
 history_app = typer.Typer(no_args_is_help=True,
                           help="A local store of runs over time: add runs, show and plot "
-                                                         "their trends, compare against them.")
+                               "their trends, compare against them.")
 app.add_typer(history_app, name="history")
 
 

@@ -111,8 +111,9 @@ def list_suites() -> None:
     width = max(map(len, suites), default=10)
     for name, path in suites.items():
         suite = load_suite(path)
-        out.print(f"{name:<{width}} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
-                  f"{suite.description}", markup=False)
+        cuda, cpu = len(suite.cases("cuda")), len(suite.cases("cpu"))
+        out.print(f"{name:<{width}} {cuda:>5} cases on cuda, {cpu:>3} on cpu  {suite.description}",
+                  markup=False)
 
 
 @app.command()
@@ -273,13 +274,14 @@ def submit(
     sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
                                          help="Another sbatch option, e.g. "
                                               "--sbatch-arg=--qos=high (repeatable)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
-                                                               "merged run (default reports/<suite>-<time>)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Directory for the shards, scripts, logs and the "
+                                             "merged run (default reports/<suite>-<time>)."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Print the scripts and the sbatch calls; submit nothing."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
-                                                    "'auto', cuda when the tasks ask for GPUs)."),
+                                                 "'auto', cuda when the tasks ask for GPUs)."),
     plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
@@ -350,11 +352,11 @@ def report(
                                             "results.jsonl.gz)."),
     out_dir: Path | None = typer.Option(None, "--out",
                                         help="Where to write (default: beside the results; for "
-                                                             "compressed results, their folder's rendered/)."),
+                                             "compressed results, their folder's rendered/)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
     baseline: str | None = typer.Option(None,
                                         help="Backend speed-ups are relative to (default sdpa-math, else "
-                                                   "naive)."),
+                                             "naive)."),
     peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""

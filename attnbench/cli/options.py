@@ -64,7 +64,7 @@ Trace = Annotated[bool, typer.Option(
 Report = Annotated[bool, typer.Option(
     "--report/--no-report",
     help="Render report.html and summary.md after the run (`attnbench report` renders them "
-                                 "later).")]
+         "later).")]
 
 
 def run_options(*, backend: list[str] | None, device: str | None, plugin: list[str] | None,

@@ -43,7 +43,10 @@ def fingerprint(device: str) -> str:
              *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
     parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES
                     or k.startswith(_ENV_PREFIXES))
-    parts.append(f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
+    if hasattr(os, "sched_getaffinity"):
+        parts.append(f"cpus={len(os.sched_getaffinity(0))}")
+    else:
+        parts.append(f"cpus={os.cpu_count()}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -200,7 +200,9 @@ def manifest(submission: Submission, jobs: dict[str, Any] | None = None) -> dict
 def array_call(submission: Submission) -> list[str]:
     """sbatch of the job array, limited to the pending shards when not all of them are."""
     pending = submission.pending
-    limit = [] if pending == tuple(range(submission.batch.shards)) else [f"--array={','.join(map(str, pending))}"]
+    limit: list[str] = []
+    if pending != tuple(range(submission.batch.shards)):
+        limit = [f"--array={','.join(map(str, pending))}"]
     return ["sbatch", "--parsable", *limit, str(submission.layout.array_script)]
 
 

@@ -74,7 +74,9 @@ class Axis:
     def is_set(self, case: Any) -> bool:
         """Any of its fields away from the dense case."""
         if self.mask and self.shape:
-            return self.name == "window" and case.window is not None or self.name == "causal" and bool(case.causal)
+            if self.name == "window":
+                return case.window is not None
+            return self.name == "causal" and bool(case.causal)
         return any(getattr(case, f.name) != f.default for f in self.case_fields if not f.drawn)
 
 

@@ -27,7 +27,9 @@ def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
     import numpy as np
 
     rng = np.random.default_rng([seed, STREAM_DOCS])
-    cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
+    cuts = []
+    if documents > 1:
+        cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False))
     bounds = [0, *(int(c) for c in cuts), seq_len]
     return tuple(b - a for a, b in pairwise(bounds))
 
@@ -144,7 +146,8 @@ class Case:
     @property
     def layout_seed(self) -> int:
         """From the lengths only: pages, dtype or mode keep the same documents."""
-        key = f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-{self.documents}-{self.doc_lengths}-{self.kv_lengths}"
+        key = (f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-"
+               f"{self.documents}-{self.doc_lengths}-{self.kv_lengths}")
         return zlib.crc32(key.encode())
 
     def fields(self) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from attnbench.core.case import FP8_DTYPES
 
 # (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from
 # the vendors' datasheets (RTX: Ada/GA102 whitepapers).
-PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | None], ...] = (
+PeakRow = tuple[str, str, float | None, float | None, float | None, float | None]
+PEAKS: tuple[PeakRow, ...] = (
     ("H100 PCIe", r"H100.*PCIe", 756.0, 51.0, 2000.0, 378.0),
     ("H100 NVL", r"H100.*NVL", 835.0, 60.0, 3900.0, 417.5),
     ("H100 SXM", r"H100", 989.0, 67.0, 3350.0, 494.5),
@@ -58,7 +59,7 @@ class Peak:
         return None
 
 
-def _row(device_name: str | None) -> tuple[str, str, float | None, float | None, float | None, float | None] | None:
+def _row(device_name: str | None) -> PeakRow | None:
     if not device_name:
         return None
     for row in PEAKS:

@@ -68,8 +68,8 @@ def refusal(name: str, takes: frozenset[str], case: Case,
         if reasons and item in reasons:
             return reasons[item]
     if not any(item.startswith(("qkv:", "kv:")) for item in takes):
-        return f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); attnbench never runs " \
-               "an FP8 case in bf16 instead"
+        return (f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); "
+                "attnbench never runs an FP8 case in bf16 instead")
     return f"{name} does not take {' with '.join(requirement_words(m, case) for m in missing)}"
 
 

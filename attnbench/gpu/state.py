@@ -164,7 +164,8 @@ class GpuState:
         values["index"] = data.get("index", 0)
         values["clock_event_reasons"] = _tuple(data.get("clock_event_reasons"))
         values["throttle_reasons"] = tuple(data.get("throttle_reasons") or ())
-        values["unavailable"] = dict(data["unavailable"]) if isinstance(data.get("unavailable"), dict) else None
+        unavailable = data.get("unavailable")
+        values["unavailable"] = dict(unavailable) if isinstance(unavailable, dict) else None
         listed = data.get("other_processes")
         values["other_processes"] = None if listed is None else tuple(GpuProcess.from_dict(p) for p in listed)
         values["pid_namespace_differs"] = bool(data.get("pid_namespace_differs"))

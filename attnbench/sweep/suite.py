@@ -172,8 +172,9 @@ def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | No
     if dtype not in FP8_DTYPES and kv_dtype is None:
         return {}
     if mode != "fwd":
-        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only (got {mode} with "
-                         f"{'kv_dtype ' + kv_dtype if kv_dtype else 'dtype ' + dtype}); allowed: fwd")
+        got = f"kv_dtype {kv_dtype}" if kv_dtype else f"dtype {dtype}"
+        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only "
+                         f"(got {mode} with {got}); allowed: fwd")
     quant = quant or Quant()
     block = None
     if quant.granularity == "block":
@@ -205,8 +206,8 @@ def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int
         return {}
     if isinstance(documents, list):
         if doc_lengths == "random":
-            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} gives them; "
-                             f"allowed: equal with explicit lengths")
+            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} "
+                             "gives them; allowed: equal with explicit lengths")
         queries = [d[0] if isinstance(d, list) else d for d in documents]
         keys = [d[1] if isinstance(d, list) else d for d in documents]
         if sum(queries) != seq:
@@ -219,8 +220,8 @@ def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int
         return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(queries),
                 "doc_kv_lens": None if keys == queries else tuple(keys)}
     if kv_seq < seq:
-        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: "
-                         "a count shares out a cached prefix (kv_seq_len - seq_len keys); allowed: "
+        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len "
+                         f"{seq}: a count shares out a cached prefix (kv_seq_len - seq_len keys); allowed: "
                          "kv_seq_len >= seq_len, or explicit [queries, keys] pairs")
     if documents > seq:
         raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len "
@@ -331,7 +332,8 @@ def _describe_one(error: Any, allowed_list: bool = True) -> str:
     if kind in ("model_type", "dict_type"):
         return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}"
     if kind == "literal_error":
-        allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
+        expected = error.get("ctx", {}).get("expected", "")
+        allowed = list(expected.replace("'", "").replace(" or ", ", ").split(", "))
         return (f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; "
                 f"allowed: {', '.join(allowed)}")
     if kind == "value_error":
@@ -339,12 +341,15 @@ def _describe_one(error: Any, allowed_list: bool = True) -> str:
     return f"{loc}: {value!r}: {error['msg']}"
 
 
+UNION_TAGS = ("int", "bool", "str", "none", "literal['heads']", "float")
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("int", "bool", "str", "none", "literal['heads']", "float") or str(part).startswith("literal["):
+        elif part in UNION_TAGS or str(part).startswith("literal["):
             continue  # union-branch tags
         else:
             path += ("." if path else "") + str(part)

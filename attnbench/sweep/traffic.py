@@ -60,8 +60,8 @@ def parse_vllm(spec: str) -> tuple[Request, ...]:
             raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} "
                              f"tokens; allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
         if k < q:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence of {k} "
-                             "tokens; allowed: s at least q (the sequence holds its new tokens)")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence "
+                             f"of {k} tokens; allowed: s at least q (the sequence holds its new tokens)")
         requests.extend([(q, k)] * count)
     return tuple(requests)
 
@@ -207,7 +207,8 @@ def read_definition(path: Path, name: str) -> Definition:
         data = json.loads(where.read_text(encoding="utf-8"))
         consts = {k: v["value"] for k, v in data["axes"].items() if v.get("type") == "const"}
         dtype = str(data["inputs"]["q"]["dtype"])
-        heads, kv_heads, head_dim = int(consts["num_qo_heads"]), int(consts["num_kv_heads"]), int(consts["head_dim"])
+        heads, kv_heads = int(consts["num_qo_heads"]), int(consts["num_kv_heads"])
+        head_dim = int(consts["head_dim"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SuiteError(f"{where}: the definition of {name} cannot be read "
                          f"({type(exc).__name__}: {exc})") from None

@@ -91,7 +91,8 @@ class Sampler:
         if self.warming:
             if not self._batches:
                 return 1
-            left = self.settings.warmup_ms - self.settings.warmed_ms - sum(sum(b) for b in self._batches) * self.cost
+            batched_ms = sum(sum(b) for b in self._batches) * self.cost
+            left = self.settings.warmup_ms - self.settings.warmed_ms - batched_ms
             return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
         if self.stop is not None:
             return 0

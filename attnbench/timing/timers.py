@@ -97,7 +97,9 @@ class CudaEventTimer(Timer):
             self.name = "cuda-event (no L2 flush)"
         on_gpu = cuda is not None or torch.device(device).type == "cuda"
         self.cycles_per_ms = spin_cycles_per_ms(self.cuda) if on_gpu else 0.0
-        self.empty_ms = empty_pair_ms(self.cuda, self.cycles_per_ms, self.EMPTY_PAIRS) if self.cycles_per_ms else None
+        self.empty_ms: float | None = None
+        if self.cycles_per_ms:
+            self.empty_ms = empty_pair_ms(self.cuda, self.cycles_per_ms, self.EMPTY_PAIRS)
         self.cover_ms = 0.0
         self.bracket: Bracket | None = None
         self._host: HostTimer | None = None
