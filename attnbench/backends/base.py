@@ -34,8 +34,8 @@ def _identity(out: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Prepared:
-    """A case made ready: `inputs` in the kernel's layout (differentiable from q, k, v), `call(*inputs)` the only
-    timed thing, `to_canonical` back to (B, H, Sq, D)."""
+    """A case made ready: `inputs` in the kernel's layout (differentiable from q, k, v), `call(*inputs)` the
+    only timed thing, `to_canonical` back to (B, H, Sq, D)."""
 
     inputs: tuple[torch.Tensor, ...]
     call: Callable[..., torch.Tensor]
@@ -54,8 +54,8 @@ class Prepared:
 
 @dataclass(frozen=True)
 class LibraryCall:
-    """A library function an adapter calls: its positional parameters' names in order and every keyword it may pass
-    (see attnbench.backends.conformance); `optional`: the adapter copes without it."""
+    """A library function an adapter calls: its positional parameters' names in order and every keyword it may
+    pass (see attnbench.backends.conformance); `optional`: the adapter copes without it."""
 
     module: str
     qualname: str
@@ -84,8 +84,8 @@ class LibraryCall:
 
 @dataclass(frozen=True, kw_only=True)
 class KernelCost:
-    """A kernel's cost on one device kind. `pairs`: "visible" (masked blocks skipped), "causal" (triangle only),
-    "dense", or "causal-flag" (triangle when causal is the whole mask); score passes: 0 when fused."""
+    """A kernel's cost on one device kind. `pairs`: "visible" (masked blocks skipped), "causal" (triangle
+    only), "dense", or "causal-flag" (triangle when causal is the whole mask); score passes: 0 when fused."""
 
     pairs: str
     efficiency_fwd: float
@@ -97,8 +97,8 @@ class KernelCost:
 
 @dataclass(frozen=True, kw_only=True)
 class LibraryCompile:
-    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the pool every
-    run. Seconds of one key built, and loaded."""
+    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the
+    pool every run. Seconds of one key built, and loaded."""
 
     cold_s: float
     cached_s: float

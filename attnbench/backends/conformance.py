@@ -1,8 +1,7 @@
-"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the docstring's
-signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made. An `UnpackedCall`
-is also held against what the installed function returns: the tuple lengths of its own return statements (else its
-return annotation) against how many names its caller unpacks the result into.
-"""
+"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the
+docstring's signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made.
+An `UnpackedCall` is also held against what the installed function returns: the tuple lengths of its own
+return statements (else its return annotation) against how many names its caller unpacks the result into. """
 
 from __future__ import annotations
 
@@ -44,9 +43,9 @@ class CallVerdict:
 
 @dataclass(frozen=True)
 class UnpackedCall(LibraryCall):
-    """A call whose result is unpacked into `unpacks` names: by attnbench, or by `caller`, another library's function
-    making the call on attnbench's behalf, whose installed source says how many names it unpacks into (`unpacks` is
-    what its recorded version does, used where that source cannot be read)."""
+    """A call whose result is unpacked into `unpacks` names: by attnbench, or by `caller`, another library's
+    function making the call on attnbench's behalf, whose installed source says how many names it unpacks into
+    (`unpacks` is what its recorded version does, used where that source cannot be read)."""
 
     unpacks: int = 1
     caller: LibraryCall | None = None
@@ -210,8 +209,9 @@ def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
 
 
 def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
-    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`, nanobind's
-    lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are read."""
+    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`,
+    nanobind's lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are
+    read."""
     if not name:
         return []
     found = []
@@ -400,8 +400,8 @@ _SINGLE = frozenset({"Tensor", "None", "int", "float", "bool", "str"})
 
 
 def _annotation_lengths(node: ast.expr) -> frozenset[int] | None:
-    """The lengths an annotation allows: `Tuple[a, b]` 2, `Union`/`Optional`/`|` each member's, a tensor 1; None for
-    `Tuple[X, ...]` or anything else."""
+    """The lengths an annotation allows: `Tuple[a, b]` 2, `Union`/`Optional`/`|` each member's, a tensor 1;
+    None for `Tuple[X, ...]` or anything else."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         return _union((node.left, node.right))
     if isinstance(node, ast.Constant) and node.value is None:
@@ -434,8 +434,9 @@ def _return_annotation(obj: Any) -> str | None:
 
 
 def returns_of(obj: Any) -> Returns | None:
-    """What `obj` returns, read from its own return statements (an annotation can lag behind them: flash-attn-4
-    4.0.0b19 annotated two values and returned four), else from its return annotation; None when neither says."""
+    """What `obj` returns, read from its own return statements (an annotation can lag behind them:
+    flash-attn-4 4.0.0b19 annotated two values and returned four), else from its return annotation; None when
+    neither says."""
     function = _definition(obj)
     statements = _own_returns(function) if function is not None else []
     read = [(r, _tuple_lengths(r.value)) for r in statements]
@@ -452,8 +453,8 @@ def returns_of(obj: Any) -> Returns | None:
 
 
 def unpacks_of(caller: Any, callee: str) -> list[Unpack] | None:
-    """How `caller`'s source unpacks the results of its calls to a function named `callee` (none: it does not);
-    None when its source cannot be read."""
+    """How `caller`'s source unpacks the results of its calls to a function named `callee` (none: it does
+    not); None when its source cannot be read."""
     function = _definition(caller)
     if function is None:
         return None

@@ -1,6 +1,6 @@
-"""`cudnn`: cuDNN's SDPA graph through its own frontend (docs/backends.md#cudnn); `graph.execute` alone is timed.
-Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h, test/python/sdpa/
-fp16_ref.py):
+"""`cudnn`: cuDNN's SDPA graph through its own frontend (docs/backends.md#cudnn); `graph.execute` alone is
+timed. Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h,
+test/python/sdpa/ fp16_ref.py):
 
 - Tensors (B, H, S, D) by strides over token-major memory, as the ragged form needs; native GQA.
 - `diagonal_alignment=BOTTOM_RIGHT`: off = seq_len_kv − seq_len_q per sequence, as docs/conventions.md;

@@ -1,8 +1,8 @@
-"""`cudnn-fp8`: cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend 1.32 `graph.sdpa_fp8`; docs/backends.md#cudnn-fp8)
-over the cudnn backend's layouts and masks. From the binding and test/python/sdpa/fp8.py, fp8_ref.py: every factor a
-(1, 1, 1, 1) float tensor (per-tensor only); bounds named `left_bound` / `right_bound`; returns [O, Stats, Amax_S,
-Amax_O]; P·scale_s rounded to the input's FP8 type, P·V times descale_s and descale_v; O float16 (test_mhas_v2.py).
-"""
+"""`cudnn-fp8`: cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend 1.32 `graph.sdpa_fp8`;
+docs/backends.md#cudnn-fp8) over the cudnn backend's layouts and masks. From the binding and
+test/python/sdpa/fp8.py, fp8_ref.py: every factor a (1, 1, 1, 1) float tensor (per-tensor only); bounds named
+`left_bound` / `right_bound`; returns [O, Stats, Amax_S, Amax_O]; P·scale_s rounded to the input's FP8 type,
+P·V times descale_s and descale_v; O float16 (test_mhas_v2.py). """
 
 from __future__ import annotations
 

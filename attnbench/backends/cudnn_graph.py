@@ -142,8 +142,8 @@ def _sdpa_forward(declared: _Declared, training: bool, keywords: dict[str, Any])
 
 
 def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
-    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines are
-    not cuDNN's SDPA); its name and the seconds planning and building."""
+    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines
+    are not cuDNN's SDPA); its name and the seconds planning and building."""
     start = time.perf_counter()
     graph.validate()
     graph.build_operation_graph()

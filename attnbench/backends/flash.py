@@ -6,11 +6,10 @@ Entry points: documents and ragged lengths → `flash_attn_varlen_func` (int32 c
 `flash_attn_varlen_func(page_table=, seqused_k=)` without `cu_seqlens_k` (refused with a page table); else
 `flash_attn_func`. `alibi_slopes` FA2 only, after the soft-cap.
 
-Absorbed MLA (`kv_shared`) is FA3's and FA4's `qv` form: score = (q·k + qv·v)·softmax_scale (hopper/test_util.py's
-attention_ref), q and k the rope channels, qv the query's latent ones, v the latent cache; the scale stays
-1/sqrt(head_dim). FP8: FA3 only, e4m3 with float32 (batch, kv_heads) descales (hopper/flash_api.cpp CHECK_SHAPE),
-bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h).
-"""
+Absorbed MLA (`kv_shared`) is FA3's and FA4's `qv` form: score = (q·k + qv·v)·softmax_scale
+(hopper/test_util.py's attention_ref), q and k the rope channels, qv the query's latent ones, v the latent
+cache; the scale stays 1/sqrt(head_dim). FP8: FA3 only, e4m3 with float32 (batch, kv_heads) descales
+(hopper/flash_api.cpp CHECK_SHAPE), bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h). """
 
 from __future__ import annotations
 

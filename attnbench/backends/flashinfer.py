@@ -1,13 +1,13 @@
-"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by `route`.
-Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with the flat
-plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
+"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by
+`route`. Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with
+the flat plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
 
 Causal is bottom-right per request (prefill.cuh: masked when kv_idx + qo_len > kv_len + q_idx), as
 docs/conventions.md; `window_left=W` keeps W keys before the diagonal, no right bound. `logits_soft_cap=c` is
-c·tanh(s·sm_scale/c). ALiBi: `pos_encoding_mode="ALIBI"`, own slopes (`get_alibi_slopes(H)`, the conventions'), a
-signed bias slope·(kv_idx − q_idx), equal to ours only where no query sees a later key. FP8 K/V cache: `k_scale`,
-`v_scale` floats (decode.py / prefill.py: `sm_scale *= k_scale`, `out *= v_scale`), plan's `kv_data_type` FP8.
-"""
+c·tanh(s·sm_scale/c). ALiBi: `pos_encoding_mode="ALIBI"`, own slopes (`get_alibi_slopes(H)`, the
+conventions'), a signed bias slope·(kv_idx − q_idx), equal to ours only where no query sees a later key. FP8
+K/V cache: `k_scale`, `v_scale` floats (decode.py / prefill.py: `sm_scale *= k_scale`, `out *= v_scale`),
+plan's `kv_data_type` FP8. """
 
 from __future__ import annotations
 
@@ -118,8 +118,8 @@ def flashinfer_module() -> Any:
 
 
 def window_arguments(case: Case) -> dict[str, Any]:
-    """`causal` and `window_left` (W keys before the query, inclusive). A two-sided W equals causal + W where every
-    query is its sequence's last position; unsupported() refuses the rest."""
+    """`causal` and `window_left` (W keys before the query, inclusive). A two-sided W equals causal + W where
+    every query is its sequence's last position; unsupported() refuses the rest."""
     if case.window is None:
         return {"causal": case.causal, "window_left": -1}
     return {"causal": True, "window_left": case.window}

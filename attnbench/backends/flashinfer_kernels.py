@@ -1,5 +1,5 @@
-"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or loaded
-(flashinfer/jit/core.py `jit_spec_registry`)."""
+"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or
+loaded (flashinfer/jit/core.py `jit_spec_registry`)."""
 
 from __future__ import annotations
 

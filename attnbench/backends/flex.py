@@ -1,8 +1,8 @@
-"""`flex` and `flex-dynamic`: FlexAttention under torch.compile (eager materialises every score), with a block mask
-from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prepare`'s warm call compiles (setup).
-`flex` (dynamic=False): a kernel per shape, specialised on whether the lengths divide the 128-token block
-(IS_DIVISIBLE). `flex-dynamic` (dynamic=True): one bounds-checked kernel for every sequence length of a case group.
-"""
+"""`flex` and `flex-dynamic`: FlexAttention under torch.compile (eager materialises every score), with a block
+mask from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prepare`'s warm call compiles
+(setup). `flex` (dynamic=False): a kernel per shape, specialised on whether the lengths divide the 128-token
+block (IS_DIVISIBLE). `flex-dynamic` (dynamic=True): one bounds-checked kernel for every sequence length of a
+case group. """
 
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 @functools.cache
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
     """The mask_mod of workload.allowed for these values, one function per mask. The values are literals, not
-    captured: Dynamo makes captured ints symbolic under dynamic=True, which Inductor's CPU template fails to compile
-    (torch 2.13); and no Case is captured, so a compile does not guard on lengths."""
+    captured: Dynamo makes captured ints symbolic under dynamic=True, which Inductor's CPU template fails to
+    compile (torch 2.13); and no Case is captured, so a compile does not guard on lengths."""
     source = (f"def mask_mod(b, h, q_idx, kv_idx):\n"
               f"    return allowed(q_idx, kv_idx, {int(offset)!r}, {bool(causal)!r}, "
               f"{None if window is None else int(window)!r})\n")
@@ -133,8 +133,8 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
 
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
-    """Soft-cap c·tanh(s/c) then ALiBi −slope_h·|i − j| (i from workload.query_positions), docs/conventions.md's
-    order; None when the case has neither."""
+    """Soft-cap c·tanh(s/c) then ALiBi −slope_h·|i − j| (i from workload.query_positions),
+    docs/conventions.md's order; None when the case has neither."""
     import torch
 
     cap = case.softcap
@@ -158,8 +158,9 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
 
 def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
                  score_mod: Callable[..., Any] | None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-    """K and V as PyTorch's PagedAttention cache (1, kv_heads, num_pages·page_size, d) under the workload's page
-    table, the logical block mask (a page per KV block) and score_mod converted to physical pages; untimed."""
+    """K and V as PyTorch's PagedAttention cache (1, kv_heads, num_pages·page_size, d) under the workload's
+    page table, the logical block mask (a page per KV block) and score_mod converted to physical pages;
+    untimed."""
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask

@@ -1,6 +1,6 @@
-"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla') and `jax-cudnn` (pinned to 'cudnn': a refusal
-is JAX's skip reason, never an XLA fallback). The timed call ends with `block_until_ready()`; kernels come from
-jax.profiler, each HLO op named by its fused computation's root op."""
+"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla') and `jax-cudnn` (pinned to 'cudnn': a
+refusal is JAX's skip reason, never an XLA fallback). The timed call ends with `block_until_ready()`; kernels
+come from jax.profiler, each HLO op named by its fused computation's root op."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ class _Jax(Backend):
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:
-        """The mask's keywords, boolean array (or None), and how it was given. JAX's is_causal and local_window_size
-        are top-left: docs/conventions.md's only where Sq == Sk in one dense sequence."""
+        """The mask's keywords, boolean array (or None), and how it was given. JAX's is_causal and
+        local_window_size are top-left: docs/conventions.md's only where Sq == Sk in one dense sequence."""
         kwargs: dict[str, Any] = {"implementation": self.implementation}
         keep = runtimes.keep_mask(case)
         if keep is None:

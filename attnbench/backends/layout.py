@@ -1,7 +1,7 @@
-"""flash-attn-4 kept off sys.path until xformers.ops has imported (docs/docker.md): flash-attn-4 makes `flash_attn` a
-namespace package, and xformers 0.0.35 probes for it at import (xformers/ops/fmha/flash.py `find_spec("flash_attn")`,
-then `import flash_attn.flash_attn_interface`), which fails without FlashAttention 2.
-"""
+"""flash-attn-4 kept off sys.path until xformers.ops has imported (docs/docker.md): flash-attn-4 makes
+`flash_attn` a namespace package, and xformers 0.0.35 probes for it at import (xformers/ops/fmha/flash.py
+`find_spec("flash_attn")`, then `import flash_attn.flash_attn_interface`), which fails without FlashAttention
+2. """
 
 from __future__ import annotations
 

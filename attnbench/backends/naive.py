@@ -68,8 +68,8 @@ def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
              to_pages: Callable[[torch.Tensor, workload.Pages], torch.Tensor] = workload.to_pages,
              ) -> tuple[tuple[torch.Tensor, ...], Callable[..., torch.Tensor], list[str]]:
-    """The inputs and call of `attend(q, k, v)` over expanded K/V, and the kernel label's words; with pages the call
-    gathers K/V from the pool (timed, as a naive paged attention does)."""
+    """The inputs and call of `attend(q, k, v)` over expanded K/V, and the kernel label's words; with pages
+    the call gathers K/V from the pool (timed, as a naive paged attention does)."""
     if case.page_size is None:
         return (q, expand_kv(k, case), expand_kv(v, case)), attend, []
     layout = workload.pages(case)

@@ -1,6 +1,5 @@
-"""`naive-fp8`: the FP8 yardstick: quantized inputs dequantized (timed), then textbook attention in float32, on every
-device; its numerics are attnbench.core.quant.plain_numerics.
-"""
+"""`naive-fp8`: the FP8 yardstick: quantized inputs dequantized (timed), then textbook attention in float32,
+on every device; its numerics are attnbench.core.quant.plain_numerics. """
 
 from __future__ import annotations
 

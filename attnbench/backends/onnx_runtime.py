@@ -1,6 +1,7 @@
 """ONNX Runtime's CPU attention ops (docs/backends.md, "Runtimes beyond PyTorch"): `Attention` (opset 23),
-`com.microsoft.MultiHeadAttention` and `GroupQueryAttention`, each a one-node graph. The timed call runs the session
-over IOBinding with pre-placed OrtValues; kernels come from ORT's session profiling, "<op_name> (<provider>)"."""
+`com.microsoft.MultiHeadAttention` and `GroupQueryAttention`, each a one-node graph. The timed call runs the
+session over IOBinding with pre-placed OrtValues; kernels come from ORT's session profiling, "<op_name>
+(<provider>)"."""
 
 from __future__ import annotations
 
@@ -82,8 +83,9 @@ KERNEL_DTYPES = ("float32", "float16")
 
 def op_spec(op: str, workload_axes: set[str], *, name: str, summary: str, cost: Cost = ORT_COST,
             kernel_dtypes: tuple[str, ...] = KERNEL_DTYPES, limits: tuple[Limit, ...] = ()) -> BackendSpec:
-    """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's run
-    (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's own."""
+    """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's
+    run (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's
+    own."""
     return BackendSpec(
         name=name, summary=summary, library="onnxruntime",
         install_hint="pip install 'attnbench[onnxruntime]'", cost=cost, determinism=runtimes.answers(ORT),

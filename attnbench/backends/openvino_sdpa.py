@@ -1,6 +1,6 @@
-"""OpenVINO's `ScaledDotProductAttention` (opset13) on its CPU plugin, the case's dtype as inference precision (else
-float32 graphs run in bf16 where the CPU has it). The timed call is one `infer()` over shared input memory; kernels
-come from the plugin's PERF_COUNT exec_types."""
+"""OpenVINO's `ScaledDotProductAttention` (opset13) on its CPU plugin, the case's dtype as inference precision
+(else float32 graphs run in bf16 where the CPU has it). The timed call is one `infer()` over shared input
+memory; kernels come from the plugin's PERF_COUNT exec_types."""
 
 from __future__ import annotations
 
@@ -145,8 +145,9 @@ class OpenVinoSdpa(Backend):
 
 
 def broadcast_refused(case: Case) -> bool:
-    """Whether K/V must be repeated: the op broadcasts NumPy's way (scaled_dot_product_attention_shape_inference.hpp),
-    so one KV head broadcasts, 2..heads-1 do not (a rank-5 query would, off the fused SDPA node)."""
+    """Whether K/V must be repeated: the op broadcasts NumPy's way
+    (scaled_dot_product_attention_shape_inference.hpp), so one KV head broadcasts, 2..heads-1 do not (a rank-5
+    query would, off the fused SDPA node)."""
     return case.kv_heads not in (1, case.heads)
 
 

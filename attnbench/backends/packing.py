@@ -1,7 +1,6 @@
 """attnbench.core.workload's structures in the spellings varlen and paged kernels take: token-major
-(total_tokens, heads, head_dim) with cumulative offsets, page-table index tensors. Packing is differentiable and
-untimed (in `prepare`).
-"""
+(total_tokens, heads, head_dim) with cumulative offsets, page-table index tensors. Packing is differentiable
+and untimed (in `prepare`). """
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Varlen:
-    """A varlen kernel's sequences (a document each, or a request each): cumulative offsets from 0, maxima, key
-    counts."""
+    """A varlen kernel's sequences (a document each, or a request each): cumulative offsets from 0, maxima,
+    key counts."""
 
     cu_q: tuple[int, ...]
     cu_k: tuple[int, ...]
@@ -45,8 +44,8 @@ def documents_in_pages(case: Case, library: str) -> str | None:
 
 
 def varlen(case: Case) -> Varlen:
-    """The varlen sequences of `case`: its documents (workload.cu_seqlens, cu_seqlens_k) or its requests (the last
-    Sq queries of each request's workload.request_kv_lens keys)."""
+    """The varlen sequences of `case`: its documents (workload.cu_seqlens, cu_seqlens_k) or its requests (the
+    last Sq queries of each request's workload.request_kv_lens keys)."""
     if case.doc_lens is not None:
         keys = workload.doc_key_lens(case)
         cu_q, cu_k = workload.cu_seqlens(case), workload.cu_seqlens_k(case)
@@ -122,8 +121,8 @@ def spare_filled_table(layout: workload.Pages) -> tuple[tuple[int, ...], ...]:
 
 def flashinfer_page_indices(
         layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len); last page length in [1, page_size]
-    (page.get_seq_lens)."""
+    """FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len); last page length in [1,
+    page_size] (page.get_seq_lens)."""
     p = layout.page_size
     indptr, indices, last = [0], [], []
     for row, n in zip(layout.table, layout.kv_lens, strict=False):

@@ -1,5 +1,5 @@
-"""What the JAX, ONNX Runtime and OpenVINO backends share: threads, the mask as a boolean array, NumPy views, and a
-runtime profiler's kernels as the record's."""
+"""What the JAX, ONNX Runtime and OpenVINO backends share: threads, the mask as a boolean array, NumPy views,
+and a runtime profiler's kernels as the record's."""
 
 from __future__ import annotations
 

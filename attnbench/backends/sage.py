@@ -1,9 +1,9 @@
-"""`sage`: SageAttention 1.0.6 `sageattn` (Triton), quantizing bf16/fp16 inputs itself (docs/backends.md#sage).
-Read from the wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_causal].py): HND layout (ours), native GQA,
-head_dim 64/96/128; `smooth_k` subtracts K's mean in place (`k -= km`: it gets its own copy; the softmax is
-unchanged); Q·sm_scale·log2(e) and K to INT8 per 128 / 64-token block (amax/127); P·V in float16 per 64 keys.
-`is_causal` is top-left and asserts qo_len == kv_len. Judged against attnbench.verify.emulate.sage_inputs.
-"""
+"""`sage`: SageAttention 1.0.6 `sageattn` (Triton), quantizing bf16/fp16 inputs itself
+(docs/backends.md#sage). Read from the wheel (core.py, quant_per_block.py,
+attn_qk_int8_per_block[_causal].py): HND layout (ours), native GQA, head_dim 64/96/128; `smooth_k` subtracts
+K's mean in place (`k -= km`: it gets its own copy; the softmax is unchanged); Q·sm_scale·log2(e) and K to
+INT8 per 128 / 64-token block (amax/127); P·V in float16 per 64 keys. `is_causal` is top-left and asserts
+qo_len == kv_len. Judged against attnbench.verify.emulate.sage_inputs. """
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ RESIDENT_BLOCKS = 132 * 2048 // REDUCE_THREADS
 
 def mean_workspace(outputs: int, reduced: int) -> int:
     """Bytes of the float32 buffer in which torch's CUDA mean over a strided dimension combines its blocks:
-    Reduce.cuh's global_memory_size, 4 · outputs · ctas_per_output · block.x · output_vec_size; 0 when one block
-    reduces each output."""
+    Reduce.cuh's global_memory_size, 4 · outputs · ctas_per_output · block.x · output_vec_size; 0 when one
+    block reduces each output."""
     wide = min(1 << ((outputs // REDUCE_VEC).bit_length() - 1), REDUCE_THREADS)
     high = min(1 << (reduced.bit_length() - 1), REDUCE_THREADS)
     height = min(high, REDUCE_THREADS // min(wide, 32))
@@ -118,10 +118,10 @@ class SageBackend(Backend):
                         out_dtype=case.dtype)
 
     def estimate_memory(self, case: Case) -> int:
-        """The larger of sageattn's two moments (core.py), with `km = k.mean(dim=seq_dim, keepdim=True)` held through
-        both: the mean's cross-block buffer (mean_workspace), then V in float16 (`v.to(torch.float16)` from
-        bfloat16), INT8 Q and K with float32 scales per 128 / 64-token block (quant_per_block.py per_block_int8) and
-        the output (`torch.empty(q.shape, dtype=output_dtype)`)."""
+        """The larger of sageattn's two moments (core.py), with `km = k.mean(dim=seq_dim, keepdim=True)` held
+        through both: the mean's cross-block buffer (mean_workspace), then V in float16 (`v.to(torch.float16)`
+        from bfloat16), INT8 Q and K with float32 scales per 128 / 64-token block (quant_per_block.py
+        per_block_int8) and the output (`torch.empty(q.shape, dtype=output_dtype)`)."""
         keys = case.batch * case.kv_heads * case.kv_seq_len
         queries = case.batch * case.heads * case.seq_len
         km = case.batch * case.kv_heads * case.head_dim * DTYPE_BYTES[case.dtype]

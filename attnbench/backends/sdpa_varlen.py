@@ -1,7 +1,6 @@
-"""`sdpa-varlen`: `torch.nn.attention.varlen.varlen_attn` (torch >= 2.10, CUDA; docs/backends.md#sdpa-varlen), packed
-(total_tokens, heads, head_dim) with int32 `cu_seq_q` / `cu_seq_k`, on PyTorch's FlashAttention. No `is_causal`:
-torch 2.13 reads causal from `window_size == (-1, 0)` (a tuple), bottom-right per sequence.
-"""
+"""`sdpa-varlen`: `torch.nn.attention.varlen.varlen_attn` (torch >= 2.10, CUDA; docs/backends.md#sdpa-varlen),
+packed (total_tokens, heads, head_dim) with int32 `cu_seq_q` / `cu_seq_k`, on PyTorch's FlashAttention. No
+`is_causal`: torch 2.13 reads causal from `window_size == (-1, 0)` (a tuple), bottom-right per sequence. """
 
 from __future__ import annotations
 

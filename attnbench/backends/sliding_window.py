@@ -1,9 +1,8 @@
 """`sliding-window`: our local attention in PyTorch ops, O(seq_len × window) work and memory.
 
-Each block of `block` queries sees one span of `block + W + W_right` keys (W_right 0 causal, W two-sided), spans
-`block` apart: K and V, padded, are viewed as overlapping windows (`unfold`, no copy), and each block is a small
-dense attention under the exact mask. GQA folds a KV head's query group into the block's rows.
-"""
+Each block of `block` queries sees one span of `block + W + W_right` keys (W_right 0 causal, W two-sided),
+spans `block` apart: K and V, padded, are viewed as overlapping windows (`unfold`, no copy), and each block is
+a small dense attention under the exact mask. GQA folds a KV head's query group into the block's rows. """
 
 from __future__ import annotations
 

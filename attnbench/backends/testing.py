@@ -1,7 +1,6 @@
-"""Backends with planted faults, for tests and demos (not registered): `--plugin attnbench.backends.testing:FAULTY`
-(raise, out of memory, wrong), `:CRASHING` (hang, exit, segfault: only with `--isolate`), `:CHEATING` (cheats the
-integrity guards must catch).
-"""
+"""Backends with planted faults, for tests and demos (not registered): `--plugin
+attnbench.backends.testing:FAULTY` (raise, out of memory, wrong), `:CRASHING` (hang, exit, segfault: only with
+`--isolate`), `:CHEATING` (cheats the integrity guards must catch). """
 
 from __future__ import annotations
 
@@ -109,9 +108,9 @@ LOG2E = 1.4426950408889634
 
 
 class CheatingBackend(Backend):
-    """Naive attention with a planted cheat (docs/conventions.md "Integrity guards"): "stale" (the first output
-    again), "writes-query" (scales q in place and back, an ulp off), "overflow" (no max subtracted) or "side-stream"
-    (the output returned before another stream or thread writes it)."""
+    """Naive attention with a planted cheat (docs/conventions.md "Integrity guards"): "stale" (the first
+    output again), "writes-query" (scales q in place and back, an ulp off), "overflow" (no max subtracted) or
+    "side-stream" (the output returned before another stream or thread writes it)."""
 
     cheat: ClassVar[str] = "stale"
     name = "cheat-stale"

@@ -1,8 +1,7 @@
-"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers). BMHK; GQA
-as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows count the diagonal
-(W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize() reads it (not its
-docstring's "at most wl + wr - 1 keys").
-"""
+"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers).
+BMHK; GQA as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows
+count the diagonal (W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize()
+reads it (not its docstring's "at most wl + wr - 1 keys"). """
 
 from __future__ import annotations
 
@@ -83,8 +82,8 @@ PAGED_BIAS_CALLS = tuple(
 
 
 def built_for() -> str:
-    """" (its C++ extension was built for torch X; ...)" when cpp_lib.json names another torch release (xformers then
-    loads no C++ operator); "" else."""
+    """" (its C++ extension was built for torch X; ...)" when cpp_lib.json names another torch release
+    (xformers then loads no C++ operator); "" else."""
     import importlib.util
     import json
     from pathlib import Path

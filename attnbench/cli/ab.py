@@ -1,5 +1,5 @@
-"""`attnbench ab`: a paired A/B of two Python environments in one run (attnbench.run.ab). Declared like every other
-command (attnbench.cli.main): a thin call into the package, user errors one line and exit 2."""
+"""`attnbench ab`: a paired A/B of two Python environments in one run (attnbench.run.ab). Declared like every
+other command (attnbench.cli.main): a thin call into the package, user errors one line and exit 2."""
 
 from __future__ import annotations
 

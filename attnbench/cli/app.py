@@ -1,6 +1,6 @@
 """The command line's one Typer app and what every command module shares: the consoles, the user-error wrapper
-(one line, exit 2), the Ctrl-C stop flag, --version and --debug. attnbench.cli.main and attnbench.cli.decide add
-their commands to it."""
+(one line, exit 2), the Ctrl-C stop flag, --version and --debug. attnbench.cli.main and attnbench.cli.decide
+add their commands to it."""
 
 from __future__ import annotations
 

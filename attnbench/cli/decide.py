@@ -1,5 +1,6 @@
-"""The commands that turn runs into decisions and keep them over time: `recommend`, and `history add|show|plot`.
-Declared like every other command (attnbench.cli.main): thin calls into the package, user errors one line and exit 2."""
+"""The commands that turn runs into decisions and keep them over time: `recommend`, and `history
+add|show|plot`. Declared like every other command (attnbench.cli.main): thin calls into the package, user
+errors one line and exit 2."""
 
 from __future__ import annotations
 

@@ -69,8 +69,8 @@ class Diagnosis:
 
 
 def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
-    """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through `probes`
-    (default: asked now, nothing reused or stored)."""
+    """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through
+    `probes` (default: asked now, nothing reused or stored)."""
     from attnbench.backends.registry import default_registry
     from attnbench.cli.probes import Probes
     from attnbench.run.env import collect_env

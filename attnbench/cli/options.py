@@ -1,5 +1,5 @@
-"""The options `run` and `submit` share, declared once (asv's common_args): each is a type a command annotates a
-parameter with, and `run_options` turns their values into the one RunOptions both commands hand on."""
+"""The options `run` and `submit` share, declared once (asv's common_args): each is a type a command annotates
+a parameter with, and `run_options` turns their values into the one RunOptions both commands hand on."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ def run_options(*, backend: list[str] | None, device: str | None, plugin: list[s
                 shard: Shard | None = None, resume: bool = False, force: bool = False,
                 compile_workers: int | None = None, compile_timeout: float | None = None,
                 trace: bool = False) -> RunOptions:
-    """The shared options' values, by the names of the command's parameters, as the RunOptions a run (or each shard
-    of a submission) is made with."""
+    """The shared options' values, by the names of the command's parameters, as the RunOptions a run (or each
+    shard of a submission) is made with."""
     from attnbench.run.options import RunOptions
 
     return RunOptions(backends=tuple(backend or ()), device=device, plugins=tuple(plugin or ()),

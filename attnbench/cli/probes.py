@@ -1,9 +1,9 @@
 """What `list` and `doctor` ask each built-in backend and torch, kept per installation so they answer without
-importing every kernel library again (seconds on a small machine). The answers sit in `<cache dir>/probes.json` under
-a fingerprint of what they depend on: attnbench's backend sources, the interpreter, the directories on `sys.path`
-(but the first) and `PATH`, the environment variables the libraries read, and the usable CPUs; a change or `--fresh`
-asks again. Only the CPU's answers are kept; a run never reads this file.
-"""
+importing every kernel library again (seconds on a small machine). The answers sit in `<cache
+dir>/probes.json` under a fingerprint of what they depend on: attnbench's backend sources, the interpreter,
+the directories on `sys.path` (but the first) and `PATH`, the environment variables the libraries read, and
+the usable CPUs; a change or `--fresh` asks again. Only the CPU's answers are kept; a run never reads this
+file. """
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def fingerprint(device: str) -> str:
 
 
 class Probes:
-    """Each built-in backend's availability on `device` and its conformance, from the store when its fingerprint
-    still holds, else asked now (and stored by `save`). A plugin's backend is always asked."""
+    """Each built-in backend's availability on `device` and its conformance, from the store when its
+    fingerprint still holds, else asked now (and stored by `save`). A plugin's backend is always asked."""
 
     def __init__(self, device: str, cache_dir: Path | None = None, fresh: bool = False) -> None:
         self.device = device
@@ -68,8 +68,9 @@ class Probes:
         self._builtin: set[str] | None = None
 
     def builtin(self, backend: Backend) -> bool:
-        """Whether `backend` is one of attnbench's own (a module the registry discovers), whose source the fingerprint
-        covers; a plugin's, or a test backend's (attnbench.backends.testing, told how to fail), is not."""
+        """Whether `backend` is one of attnbench's own (a module the registry discovers), whose source the
+        fingerprint covers; a plugin's, or a test backend's (attnbench.backends.testing, told how to fail), is
+        not."""
         if self._builtin is None:
             from attnbench.backends.registry import builtin_modules
 
@@ -108,8 +109,8 @@ class Probes:
         return self.torch
 
     def first_call(self) -> str | None:
-        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some are
-        stored, or when none would be (a GPU's)."""
+        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some
+        are stored, or when none would be (a GPU's)."""
         if self.answers or self.path is None:
             return None
         return ("asking every backend's library once (imports: seconds); the answers "

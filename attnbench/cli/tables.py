@@ -81,8 +81,9 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
 
 
 def print_summary(records: list[Record], console: Console, unavailable: dict[str, str] | None = None) -> None:
-    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends in
-    `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one line."""
+    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends
+    in `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one
+    line."""
     unavailable = unavailable or {}
     by_case: dict[str, list[Record]] = {}
     for record in records:

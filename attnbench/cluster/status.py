@@ -1,5 +1,5 @@
-"""Where a submitted run stands: measurements done per shard, and what the scheduler (sacct, squeue) says of each
-task."""
+"""Where a submitted run stands: measurements done per shard, and what the scheduler (sacct, squeue) says of
+each task."""
 
 from __future__ import annotations
 

@@ -110,9 +110,9 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
 
 
 def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:
-    """The fastest a kernel on `dtype` may run by the device's datasheet row, never a user's or a measured roof: the
-    dtype's dense rate (float32: TF32's where the device has it, as fp32 matmuls may run on TF32 tensor cores) and
-    the memory bandwidth."""
+    """The fastest a kernel on `dtype` may run by the device's datasheet row, never a user's or a measured
+    roof: the dtype's dense rate (float32: TF32's where the device has it, as fp32 matmuls may run on TF32
+    tensor cores) and the memory bandwidth."""
     row = _row(device_name)
     if row is None:
         return Peak()
@@ -123,8 +123,8 @@ def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:
 
 def beyond_datasheet(device_name: str | None, dtype: str, tflops: float | None,
                      bandwidth_gbs: float | None) -> dict[str, float]:
-    """How many times its datasheet roof each rate reached, for each over the policy's PLAUSIBLE_MARGIN times it
-    ({"compute": 34.0, "memory": 6.8}); empty when both are within, or the device has no row."""
+    """How many times its datasheet roof each rate reached, for each over the policy's PLAUSIBLE_MARGIN times
+    it ({"compute": 34.0, "memory": 6.8}); empty when both are within, or the device has no row."""
     ceiling = datasheet_ceiling(device_name, dtype)
     rates = (("compute", tflops, ceiling.tflops), ("memory", bandwidth_gbs, ceiling.bandwidth_gbs))
     return {kind: rate / roof for kind, rate, roof in rates if rate is not None and roof

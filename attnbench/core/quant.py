@@ -1,5 +1,5 @@
-"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized inputs"),
-and the numerics a kernel declares so its accuracy bound can be emulated."""
+"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized
+inputs"), and the numerics a kernel declares so its accuracy bound can be emulated."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"), for the reference and every
-adapter; random ones from the case's layout seed."""
+"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"), for the reference and
+every adapter; random ones from the case's layout seed."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def request_kv_lens(case: Case) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Pages:
-    """Request b's logical page p is `table[b][p]` (-1: none); pool (num_pages, page_size, kv_heads, head_dim):
-    FlashAttention's paged `k_cache`, FlashInfer's NHD."""
+    """Request b's logical page p is `table[b][p]` (-1: none); pool (num_pages, page_size, kv_heads,
+    head_dim): FlashAttention's paged `k_cache`, FlashInfer's NHD."""
 
     page_size: int
     num_pages: int

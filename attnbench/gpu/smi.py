@@ -1,5 +1,5 @@
-"""Reading a GPU by parsing `nvidia-smi --query-gpu`, where NVML's binding is missing; only `run_nvidia_smi` runs
-anything."""
+"""Reading a GPU by parsing `nvidia-smi --query-gpu`, where NVML's binding is missing; only `run_nvidia_smi`
+runs anything."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported value is
-None, with the reader's reason in `unavailable`."""
+"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported
+value is None, with the reader's reason in `unavailable`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A suite's `mix:` block: serving traffic as weighted cases (docs/traffic.md). Each batch becomes at most two
-cases, as a server splits it: its decodes a paged ragged decode, its other requests one row of packed `[queries,
-keys]` documents (varlen); a part where no query sees a key is left out."""
+cases, as a server splits it: its decodes a paged ragged decode, its other requests one row of packed
+`[queries, keys]` documents (varlen); a part where no query sees a key is left out."""
 
 from __future__ import annotations
 

@@ -162,8 +162,8 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
 
 def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
                  kv_seq: int) -> dict[str, Any]:
-    """Case's quantization fields. Beside an unquantized dtype `quant` is left out; an FP8 dtype's own kv_dtype
-    adds nothing."""
+    """Case's quantization fields. Beside an unquantized dtype `quant` is left out; an FP8 dtype's own
+    kv_dtype adds nothing."""
     if kv_dtype is not None and dtype in FP8_DTYPES:
         if kv_dtype != dtype:
             raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to "
@@ -200,8 +200,8 @@ def check_quant_axes(where: str, axes: Axes) -> None:
 
 def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int,
                     kv_seq: int) -> dict[str, Any]:
-    """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives lengths
-    or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
+    """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives
+    lengths or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
     if documents is None:
         return {}
     if isinstance(documents, list):

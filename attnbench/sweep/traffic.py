@@ -1,6 +1,7 @@
-"""Serving traffic in: batches of (queries, keys) requests, each batch weighted. Three sources, each read as its
-project writes it (docs/traffic.md cites the files): flashinfer-bench workload files, vLLM batch-spec strings, and
-FlashAttention's length distributions. Pure data; anything unreadable is a one-line SuiteError."""
+"""Serving traffic in: batches of (queries, keys) requests, each batch weighted. Three sources, each read as
+its project writes it (docs/traffic.md cites the files): flashinfer-bench workload files, vLLM batch-spec
+strings, and FlashAttention's length distributions. Pure data; anything unreadable is a one-line
+SuiteError."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ STREAM_LENGTHS, STREAM_DECODE, STREAM_ZERO = 1, 2, 3  # separate draws, as FA se
 
 def generate(pattern: str, batch: int, seq_len: int, decode_fraction: float = 0.0, zero_fraction: float = 0.0,
              seed: int = 0) -> tuple[Request, ...]:
-    """Lengths drawn by benchmark_varlen_sched.py's rules from numpy's seeded generator (other draws than torch's);
-    then decode_fraction made decodes and zero_fraction empty. A prefill's keys are its queries."""
+    """Lengths drawn by benchmark_varlen_sched.py's rules from numpy's seeded generator (other draws than
+    torch's); then decode_fraction made decodes and zero_fraction empty. A prefill's keys are its queries."""
     import numpy as np
 
     draw = LENGTHS.get(pattern)

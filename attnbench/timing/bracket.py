@@ -1,6 +1,6 @@
 """Where a call's work runs, and whether CUDA events saw it: the host's time per call beside the events'
-(docs/conventions.md "Timing"). Events time torch's current stream only; a runtime with its own stream (JAX, ONNX
-Runtime's CUDA provider) is timed on the host around its blocking call."""
+(docs/conventions.md "Timing"). Events time torch's current stream only; a runtime with its own stream (JAX,
+ONNX Runtime's CUDA provider) is timed on the host around its blocking call."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ WORK_PLACES = (TORCH_STREAM, OWN_RUNTIME)
 
 @dataclass(frozen=True)
 class Bracket:
-    """Medians per call (ms): the host's time, the events' on torch's stream behind the launch cover, and an empty
-    pair's (two events back to back after the spin; None without a spin)."""
+    """Medians per call (ms): the host's time, the events' on torch's stream behind the launch cover, and an
+    empty pair's (two events back to back after the spin; None without a spin)."""
 
     host_ms: float
     events_ms: float
@@ -46,9 +46,10 @@ def us(ms: float) -> str:
 
 
 def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | None]:
-    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted, and one
-    whose events saw far more than it held the host is a problem (it returned before its work was done); an
-    undeclared one whose events bracketed nothing while it held the host is a problem (its time is of no work)."""
+    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted, and
+    one whose events saw far more than it held the host is a problem (it returned before its work was done);
+    an undeclared one whose events bracketed nothing while it held the host is a problem (its time is of no
+    work)."""
     if bracket is None:
         return None, None
     if runs_on == OWN_RUNTIME and bracket.share > policy.EARLY_RETURN_FACTOR:

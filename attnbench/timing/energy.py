@@ -1,5 +1,5 @@
-"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU, RAPL's per CPU
-package."""
+"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU, RAPL's per
+CPU package."""
 
 from __future__ import annotations
 

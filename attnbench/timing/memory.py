@@ -43,9 +43,9 @@ class PeakCall:
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
                         clock: Callable[[], int] | None = None,
                         memory: str | DeviceStats = "torch") -> PeakCall:
-    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
-    inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates outside
-    PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""
+    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are
+    freed inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates
+    outside PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""
     call_ms: list[float] = []
 
     def timed() -> Any:
@@ -76,8 +76,8 @@ def _peak(fn: Callable[[], Any], device: str, memory: str | DeviceStats) -> tupl
 
 
 def _device_stats_peak(fn: Callable[[], Any], stats: DeviceStats) -> tuple[Any, int | None, str]:
-    """The call's peak where it raised the device's high-water mark; unknown where it stayed under an earlier one
-    (the mark has no reset), never guessed. `fn` returns once the device's work is done."""
+    """The call's peak where it raised the device's high-water mark; unknown where it stayed under an earlier
+    one (the mark has no reset), never guessed. `fn` returns once the device's work is done."""
     before = stats.read() or {}
     result = fn()
     after = stats.read() or {}

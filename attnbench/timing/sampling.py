@@ -1,5 +1,5 @@
-"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules are
-written once."""
+"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules
+are written once."""
 
 from __future__ import annotations
 

@@ -76,9 +76,9 @@ def flush_bytes_for(device: Any) -> int:
 
 
 class CudaEventTimer(Timer):
-    """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel 1.5x
-    the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept beside its
-    events' (attnbench.timing.bracket)."""
+    """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel
+    1.5x the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept
+    beside its events' (attnbench.timing.bracket)."""
 
     name = "cuda-event"
     COVER_MAX_MS = 2.0  # a call that synchronises inside needs no cover
@@ -141,8 +141,8 @@ class CudaEventTimer(Timer):
         return start.elapsed_time(end)
 
     def covered(self, fn: Callable[[], object], count: int) -> tuple[list[float], list[float]]:
-        """`count` calls behind the launch cover: each one's events' ms and host ms (its enqueue); the cover is then
-        sized from the host's median."""
+        """`count` calls behind the launch cover: each one's events' ms and host ms (its enqueue); the cover
+        is then sized from the host's median."""
         cuda, clock, spin = self.cuda, self.host_clock, self._spin()
         starts = [cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [cuda.Event(enable_timing=True) for _ in range(count)]
@@ -180,10 +180,10 @@ class CudaEventTimer(Timer):
 
 
 class HostTimer(Timer):
-    """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on): the
-    host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover, whose
-    spin would hold torch's stream only. A few calls behind the cover after the samples read what torch's stream's
-    events see of it."""
+    """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on):
+    the host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover,
+    whose spin would hold torch's stream only. A few calls behind the cover after the samples read what
+    torch's stream's events see of it."""
 
     name = "host (blocking call)"
     EVENT_CALLS = 5
@@ -258,8 +258,8 @@ def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
 
 
 class CudaGraphTimer(Timer):
-    """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2; warm-up on a
-    side stream before capture, as torch.cuda.graphs requires."""
+    """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2;
+    warm-up on a side stream before capture, as torch.cuda.graphs requires."""
 
     name = "cuda-graph"
     modes = ("fwd",)

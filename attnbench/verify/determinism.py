@@ -1,5 +1,5 @@
-"""`deterministic: true` (docs/suites.md "Deterministic kernels"): PyTorch's deterministic mode, and the words of a
-backend's answer."""
+"""`deterministic: true` (docs/suites.md "Deterministic kernels"): PyTorch's deterministic mode, and the words
+of a backend's answer."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding points,
-not its tiling."""
+"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding
+points, not its tiling."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the work done;
-a violation is the record's `error`, never a timing."""
+"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the
+work done; a violation is the record's `error`, never a timing."""
 
 from __future__ import annotations
 

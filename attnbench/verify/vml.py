@@ -1,5 +1,5 @@
-"""Settle MKL VML's lazy kernel dispatch on one thread: a first call on two threads at once may run one share with
-the low-accuracy kernel (pytorch/pytorch#188792)."""
+"""Settle MKL VML's lazy kernel dispatch on one thread: a first call on two threads at once may run one share
+with the low-accuracy kernel (pytorch/pytorch#188792)."""
 
 from __future__ import annotations
 
