@@ -1,4 +1,5 @@
-"""The old import path of the backend registry, kept for plugins written against it: attnbench.backends.registry."""
+"""The old import path of the backend registry, kept for plugins written against it:
+attnbench.backends.registry."""
 
 from __future__ import annotations
 

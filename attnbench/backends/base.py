@@ -229,11 +229,13 @@ class Backend:
         return None
 
     def unsupported(self, case: Case) -> str | None:
-        """Why this backend cannot run `case`, before any tensor exists (its spec's first limit); None when it may."""
+        """Why this backend cannot run `case`, before any tensor exists (its spec's first limit);
+        None when it may."""
         return next((reason for limit in self.spec.limits if (reason := limit.refusal(case))), None)
 
     def numerics(self, case: Case) -> Numerics | None:
-        """How the kernel computes `case` where not as the naive run in its dtype (attnbench.verify.emulate)."""
+        """How the kernel computes `case` where not as the naive run in its dtype
+        (attnbench.verify.emulate)."""
         return None
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -241,7 +243,8 @@ class Backend:
         return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        """Canonical (B, H, S, D) inputs to the kernel's layout, arguments bound; quantized: FP8 tensors, `scales=`."""
+        """Canonical (B, H, S, D) inputs to the kernel's layout, arguments bound;
+        quantized: FP8 tensors, `scales=`."""
         raise NotImplementedError
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -249,7 +252,8 @@ class Backend:
         return None
 
     def deterministic(self, case: Case) -> str:
-        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (skipped)."""
+        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why"
+        (skipped)."""
         if self.spec.determinism is None:
             return (f"refused: {self.name} does not say whether its kernel is "
                     "deterministic (Backend.deterministic)")
@@ -264,7 +268,8 @@ class Backend:
         return None
 
     def compiling(self) -> str | None:
-        """What `prepare` is compiling now, in words, for a compile stopped at its budget (asked from a thread)."""
+        """What `prepare` is compiling now, in words, for a compile stopped at its budget
+        (asked from a thread)."""
         return None
 
     @property

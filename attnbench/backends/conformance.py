@@ -101,7 +101,8 @@ def parameter_list(sig: inspect.Signature) -> str:
 
 
 def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Problem], list[str]]:
-    """The problems of calling `sig` as `call` declares, and notes: arguments landing in `*args` or `**kwargs`."""
+    """The problems of calling `sig` as `call` declares, and notes:
+    arguments landing in `*args` or `**kwargs`."""
     shown = f"{call.name}({parameter_list(sig)})"
     problems: list[Problem] = []
     notes: list[str] = []
@@ -273,7 +274,8 @@ def _parameter_texts(text: str) -> list[str] | None:
 
 
 def _unit_end(text: str, index: int, before: str) -> int | None:
-    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes; None: none opens."""
+    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes;
+    None: none opens."""
     char = text[index]
     if char in "\'\"":
         close = text.find(char, index + 1)
@@ -341,7 +343,8 @@ class Returns:
 
 @dataclass(frozen=True)
 class Unpack:
-    """An assignment unpacking a call's result into `count` names (`starred`: `a, b, *rest =`, at least `count`)."""
+    """An assignment unpacking a call's result into `count` names
+    (`starred`: `a, b, *rest =`, at least `count`)."""
 
     count: int
     starred: bool = False
@@ -379,7 +382,8 @@ def _own_returns(function: ast.AST) -> list[ast.Return]:
 
 
 def _tuple_lengths(value: ast.expr | None) -> frozenset[int] | None:
-    """The lengths of the tuple `value` builds (`a if c else b` of tuples: either); None: not a tuple we can count."""
+    """The lengths of the tuple `value` builds (`a if c else b` of tuples: either);
+    None: not a tuple we can count."""
     if isinstance(value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in value.elts):
         return frozenset({len(value.elts)})
     if isinstance(value, ast.IfExp):
@@ -471,7 +475,8 @@ def unpacks_of(caller: Any, callee: str) -> list[Unpack] | None:
 
 
 def installed_as(module: str) -> str:
-    """The distribution and version that installed `module` ("flash-attn-4 4.0.0b36"), else "the installed TOP"."""
+    """The distribution and version that installed `module`
+    ("flash-attn-4 4.0.0b36"), else "the installed TOP"."""
     import importlib.metadata
 
     top = module.partition(".")[0]
@@ -596,7 +601,8 @@ def _optional(calls: tuple[LibraryCall, ...], verdict: CallVerdict) -> bool:
 
 
 def conformance_problem(backend: Backend) -> str | None:
-    """The skip reason when `backend`'s calls do not fit the installed library (naming the parameter); else None."""
+    """The skip reason when `backend`'s calls do not fit the installed library (naming the parameter);
+    else None."""
     conformance = check_backend(backend)
     problem = conformance.problem
     if problem is None:

@@ -56,7 +56,8 @@ _CACHE: OrderedDict[tuple[Any, ...], Built] = OrderedDict()
 
 
 def fp8_spec(spec: Spec, fmt: str) -> Spec:
-    """The cudnn spec in FP8: Q, K, V in `fmt`, O float16, factor and amax operands, sdpa_fp8's bound names."""
+    """The cudnn spec in FP8: Q, K, V in `fmt`, O float16, factor and amax operands,
+    sdpa_fp8's bound names."""
     operands = dict(spec.operands)
     for role in ("q", "k", "v"):
         operands[role] = dataclasses.replace(operands[role], dtype=IO[fmt])

@@ -68,7 +68,8 @@ class Operand:
 
 @dataclass(frozen=True)
 class Spec:
-    """A built graph's cache key: operands by role, the sdpa node's keywords (runtime values are not in it)."""
+    """A built graph's cache key: operands by role, the sdpa node's keywords
+    (runtime values are not in it)."""
 
     io: str
     operands: tuple[tuple[str, Operand], ...]
@@ -84,7 +85,8 @@ class Spec:
 
 @dataclass
 class Layout:
-    """A case laid out for cuDNN: spec, inputs, the variant pack's runtime tensors, output shapes and the way back."""
+    """A case laid out for cuDNN: spec, inputs, the variant pack's runtime tensors,
+    output shapes and the way back."""
 
     spec: Spec
     inputs: tuple[torch.Tensor, ...]

@@ -122,7 +122,8 @@ class _Flash(Backend):
     spec: ClassVar[FlashSpec] = FlashSpec(capabilities=Capabilities(devices=("cuda",)))
 
     def qv_reason(self, case: Case) -> str | None:
-        """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
+        """Why this library's qv form cannot run `case`, where attnbench knows before the call;
+        None: let it try."""
         return None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
@@ -317,7 +318,8 @@ def qv_argument(latent: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
 
 
 def descale_arguments(case: Case, scales: Scales) -> dict[str, Any]:
-    """FA3's q/k/v_descale: float32 (batch, kv_heads), a row per varlen sequence (a document's: its batch row's)."""
+    """FA3's q/k/v_descale: float32 (batch, kv_heads), a row per varlen sequence
+    (a document's: its batch row's)."""
     factors = {f"{n}_descale": fp8.per_batch_kv_head(scales, n, case) for n in ("q", "k", "v")}
     if case.doc_lens is not None and case.page_size is None:
         rows = [row for row in range(case.batch) for _ in case.doc_lens]
@@ -436,7 +438,8 @@ class FlashAttn4(_Flash):
         takes_qv=True, determinism=flash_answers("flash-attn-4"))
 
     def qv_reason(self, case: Case) -> str | None:
-        """interface.py's qv asserts, some without a message: rope 64, head_dim_v 512, no window, no soft-cap."""
+        """interface.py's qv asserts, some without a message:
+        rope 64, head_dim_v 512, no window, no soft-cap."""
         if (case.head_dim - case.v_dim, case.v_dim) != (64, 512):
             return (f"FlashAttention 4's qv form takes a 64-channel rope part and head_dim_v 512 (got "
                     f"{case.head_dim - case.v_dim}/{case.v_dim})")

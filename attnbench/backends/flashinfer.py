@@ -140,7 +140,8 @@ def route(case: Case) -> str:
 
 
 def short_causal(case: Case) -> tuple[int, int] | None:
-    """The first (queries, keys) of a causal sequence with 0 < keys < queries, which FlashInfer does not take."""
+    """The first (queries, keys) of a causal sequence with 0 < keys < queries,
+    which FlashInfer does not take."""
     if not case.causal:
         return None
     pairs = (zip(case.doc_lens, workload.doc_key_lens(case), strict=False) if case.doc_lens is not None
@@ -337,7 +338,8 @@ def mla_reason(case: Case) -> str | None:
 
 
 def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> dict[str, Any]:
-    """BatchMLAPagedAttentionWrapper.plan's keywords: the page table in CSR form, ckv = head_dim_v, kpe the rest."""
+    """BatchMLAPagedAttentionWrapper.plan's keywords:
+    the page table in CSR form, ckv = head_dim_v, kpe the rest."""
     seqs = packing.varlen(case)
     indptr, indices, _ = packing.flashinfer_page_indices(workload.pages(case))
     return {"qo_indptr": packing.int32(seqs.cu_q, device), "kv_indptr": packing.int32(indptr, device),

@@ -73,7 +73,8 @@ def kernel_files() -> dict[str, Any]:
 
 
 def built_ahead(aot_dirs: list[Any]) -> list[dict[str, Any]]:
-    """Per arch of the first AOT folder's MANIFEST: the modules it lists, and those whose library is missing."""
+    """Per arch of the first AOT folder's MANIFEST:
+    the modules it lists, and those whose library is missing."""
     import json
 
     manifest = next((d / MANIFEST for d in aot_dirs if (d / MANIFEST).is_file()), None)

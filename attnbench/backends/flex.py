@@ -244,7 +244,8 @@ def inductor_cxx() -> tuple[str | None, ...]:
 
 @functools.cache
 def cpu_build_tools_missing() -> str | None:
-    """Why Inductor cannot build FlexAttention's CPU kernels (C++ including Python.h) here; None when it can."""
+    """Why Inductor cannot build FlexAttention's CPU kernels (C++ including Python.h) here;
+    None when it can."""
     import shutil
     import sysconfig
     from pathlib import Path

@@ -29,7 +29,8 @@ def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
 
 
 def per_batch_kv_head(scales: Scales, name: str, case: Case) -> torch.Tensor:
-    """`name`'s descales as contiguous float32 (batch, kv_heads) (hopper/flash_api.cpp: "(b, h_k), not (b, h)")."""
+    """`name`'s descales as contiguous float32 (batch, kv_heads)
+    (hopper/flash_api.cpp: "(b, h_k), not (b, h)")."""
     factor = getattr(scales, name)
     assert scales.granularity in ("tensor", "head"), scales.granularity
     per_head = factor.reshape(factor.shape[0], factor.shape[1])

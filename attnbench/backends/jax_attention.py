@@ -131,7 +131,8 @@ class _Jax(Backend):
 
 
 def hlo_labels(text: str) -> dict[str, str]:
-    """Each entry instruction of the compiled HLO as "<name> (<root opcode, custom-call target or opcode>)"."""
+    """Each entry instruction of the compiled HLO as "<name>
+    (<root opcode, custom-call target or opcode>)"."""
     roots: dict[str, str] = {}
     entry: dict[str, tuple[str, str | None, str]] = {}
     computation, is_entry = "", False

@@ -61,7 +61,8 @@ GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "t
 
 @functools.cache
 def contrib_schema(op: str) -> OpSchema:
-    """The installed schema of com.microsoft `op`; without ONNX Runtime the oldest one (no rule assumed lifted)."""
+    """The installed schema of com.microsoft `op`;
+    without ONNX Runtime the oldest one (no rule assumed lifted)."""
     try:
         import onnxruntime
         from onnxruntime.capi import onnxruntime_pybind11_state as capi
@@ -121,7 +122,8 @@ class _Ort(Backend):
 
     def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
-        """The named NumPy inputs, the node's attributes, how the mask was given, whether K/V were expanded."""
+        """The named NumPy inputs, the node's attributes, how the mask was given,
+        whether K/V were expanded."""
         raise NotImplementedError
 
     def output_shape(self, case: Case) -> tuple[int, ...]:
@@ -189,7 +191,8 @@ class _Ort(Backend):
                         profile=lambda: self.profile(case, model, inputs, threads))
 
     def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> Profile:
-        """ORT's session profiling of one call on a session of its own: node kernels, SESSION_REST, the peak."""
+        """ORT's session profiling of one call on a session of its own:
+        node kernels, SESSION_REST, the peak."""
         with tempfile.TemporaryDirectory() as folder:
             session = self.session(model, threads, folder)
             measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", memory="rss")
@@ -305,7 +308,8 @@ class OrtGroupQueryAttention(_Ort):
     domain = MS
 
     def unsupported(self, case: Case) -> str | None:
-        """ORT's rules for the op, in its words (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""
+        """ORT's rules for the op, in its words
+        (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""
         schema = contrib_schema(self.op)
         if case.head_dim % 8:
             return f"{GQA} refuses head_dim {case.head_dim}: \"head_size must be a multiple of 8\""
@@ -323,7 +327,8 @@ class OrtGroupQueryAttention(_Ort):
 
     @staticmethod
     def needs_query_seqlens(case: Case) -> bool:
-        """Whether the case is ORT's batched chunk (batch > 1, several queries after keys): needs query_seqlens."""
+        """Whether the case is ORT's batched chunk
+        (batch > 1, several queries after keys): needs query_seqlens."""
         return case.batch > 1 and 1 < case.seq_len < case.kv_seq_len
 
     def extra_outputs(self) -> tuple[str, ...]:

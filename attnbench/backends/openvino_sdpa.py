@@ -153,7 +153,8 @@ def broadcast_refused(case: Case) -> bool:
 
 def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any],
                   params: list[Any]) -> Profile:
-    """The plugin's counters of one warm call: "<node_type> <exec_type> (<node name>)", the name's counter dropped."""
+    """The plugin's counters of one warm call: "<node_type> <exec_type>
+    (<node name>)", the name's counter dropped."""
     import openvino as ov
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})

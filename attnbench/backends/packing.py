@@ -62,7 +62,8 @@ def pack_q(t: torch.Tensor) -> torch.Tensor:
 
 
 def pack_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
-    """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D); ragged requests keep their own keys."""
+    """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D);
+    ragged requests keep their own keys."""
     import torch
 
     if case.kv_lens is None:
@@ -94,7 +95,8 @@ def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:
 
 
 def int32(values: Any, device: Any) -> torch.Tensor:
-    """Varlen and paged kernels' int32 offsets and tables; a value past int32 is a skip, never a wrapped offset."""
+    """Varlen and paged kernels' int32 offsets and tables;
+    a value past int32 is a skip, never a wrapped offset."""
     import torch
 
     flat = [int(v) for v in values]
@@ -113,7 +115,8 @@ def block_table(layout: workload.Pages, device: Any) -> torch.Tensor:
 
 
 def spare_filled_table(layout: workload.Pages) -> tuple[tuple[int, ...], ...]:
-    """The page table with unused entries on a spare page instead of -1, so none aliases a real page (xformers)."""
+    """The page table with unused entries on a spare page instead of -1, so none aliases a real page
+    (xformers)."""
     owned = {page for row in layout.table for page in row if page >= 0}
     spare = next(page for page in range(layout.num_pages) if page not in owned)
     return tuple(tuple(page if page >= 0 else spare for page in row) for row in layout.table)

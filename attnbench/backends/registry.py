@@ -62,7 +62,8 @@ class Registry:
         return self._loaded[name]
 
     def chosen(self, requested: list[str] | None, suite: Suite | None = None) -> list[str]:
-        """The backend names a run measures: `requested`, else the suite's, else every registered one; all known."""
+        """The backend names a run measures: `requested`, else the suite's, else every registered one;
+        all known."""
         if requested is not None:
             names, where = requested, "--backend"
         elif suite is not None and suite.model.backends is not None:

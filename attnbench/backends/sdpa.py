@@ -48,7 +48,8 @@ IMPL_REFUSAL = re.compile(r"\bFA\d\b.*\bunsupported\b")
 
 
 def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
-    """PyTorch's reasons for `kernel` alone, without "(Triggered internally at ...)" or "runtime disabled" lines."""
+    """PyTorch's reasons for `kernel` alone,
+    without "(Triggered internally at ...)" or "runtime disabled" lines."""
     groups: dict[str | None, list[str]] = {}
     current: str | None = None
     for message in messages:
@@ -248,7 +249,8 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
 
 
 def sdpa_answers(kernel: str, forward: Answer, backward: Answer) -> Answers:
-    """Under torch.use_deterministic_algorithms(True) on CUDA (sources in docs/suites.md); on a CPU PyTorch's ops."""
+    """Under torch.use_deterministic_algorithms(True) on CUDA (sources in docs/suites.md);
+    on a CPU PyTorch's ops."""
     return Answers(forward=forward, backward=backward, on=on_cpu(f"PyTorch's {kernel} kernel"))
 
 

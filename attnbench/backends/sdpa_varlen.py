@@ -48,7 +48,8 @@ REFUSALS = ("not supported", "only support", "must be", "Expect", "does not supp
 
 
 def varlen_window(case: Case) -> tuple[int, int]:
-    """`window_size`: causal (-1, 0), causal + W (W, 0), W (W, W), none (-1, -1); a tuple (compared with one)."""
+    """`window_size`: causal (-1, 0), causal + W (W, 0), W (W, W), none (-1, -1);
+    a tuple (compared with one)."""
     if case.window is None:
         return (-1, 0) if case.causal else (-1, -1)
     return (case.window, 0) if case.causal else (case.window, case.window)

@@ -127,7 +127,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def overlapping_windows(x: torch.Tensor, span: int, step: int) -> torch.Tensor:
-    """`x.unfold(2, span, step)` whose backward sums in float32: in bf16, a rounding per window exceeds the bound."""
+    """`x.unfold(2, span, step)` whose backward sums in float32:
+    in bf16, a rounding per window exceeds the bound."""
     return _WindowsFp32Grad.apply(x, span, step)
 
 
@@ -193,7 +194,8 @@ class SlidingWindowBackend(Backend):
         determinism=torch_ops("matmul, softmax and unfold"))
 
     def estimate_memory(self, case: Case) -> int:
-        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""
+        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs;
+        gradients."""
         block, blocks, span = blocking(case.seq_len, case.kv_seq_len, case.window or 0, case.causal)
         elem = DTYPE_BYTES[case.dtype]
         sizes = counting.tensor_bytes(case)

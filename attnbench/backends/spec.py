@@ -69,7 +69,8 @@ def on_cpu(what: str) -> dict[str, Answer]:
 
 
 def torch_ops(what: str) -> Answers:
-    """PyTorch's own operations: no atomics on a CPU, the deterministic mode and cuBLAS's workspace on CUDA."""
+    """PyTorch's own operations: no atomics on a CPU,
+    the deterministic mode and cuBLAS's workspace on CUDA."""
     return Answers(forward=Answer(Determinism.HONOURED,
                                   f"{what} under torch.use_deterministic_algorithms(True)", cublas=True),
                    on=on_cpu(what))

@@ -136,7 +136,8 @@ def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
 
 
 def needs_padded_keys(case: Case) -> bool:
-    """Whether packed sequences need padded keys: a two-sided window, or causal with fewer keys than queries."""
+    """Whether packed sequences need padded keys:
+    a two-sided window, or causal with fewer keys than queries."""
     if case.window is not None and not case.causal:
         return True
     seqs = packing.varlen(case)
@@ -145,7 +146,8 @@ def needs_padded_keys(case: Case) -> bool:
 
 
 def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
-    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`."""
+    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys
+    of its slot of `pad`."""
     seqs = packing.varlen(case)
     q_lens, kv_lens = [b - a for a, b in pairwise(seqs.cu_q)], list(seqs.kv_lens)
     bias = ops.fmha.attn_bias
@@ -179,7 +181,8 @@ def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
 
 
 def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """BMGHK (B, M, KVH, G, K), K/V expanded over each group, not copied (head kv_head·G + i reads kv_head)."""
+    """BMGHK (B, M, KVH, G, K), K/V expanded over each group, not copied
+    (head kv_head·G + i reads kv_head)."""
     g, kvh = case.group_size, case.kv_heads
     q5 = q.view(*q.shape[:2], kvh, g, q.shape[-1])
     k5, v5 = (t.unsqueeze(3).expand(*t.shape[:2], kvh, g, t.shape[-1]) for t in (k, v))
@@ -187,7 +190,8 @@ def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
-    """The attn_bias of a dense case's mask, bottom-right (never LowerTriangularMask: top-left); None unmasked."""
+    """The attn_bias of a dense case's mask, bottom-right (never LowerTriangularMask: top-left);
+    None unmasked."""
     bias = ops.fmha.attn_bias
     if case.window is None:
         return bias.LowerTriangularFromBottomRightMask() if case.causal else None

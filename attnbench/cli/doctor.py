@@ -1,4 +1,5 @@
-"""`attnbench doctor`: what this machine can run — devices, versions, and every backend with its reason and fix."""
+"""`attnbench doctor`: what this machine can run — devices, versions,
+and every backend with its reason and fix."""
 
 from __future__ import annotations
 
@@ -185,7 +186,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
 # ------------------------------
 
 def lock_commands(state: GpuState) -> list[str]:
-    """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum, and the ones that undo it."""
+    """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum,
+    and the ones that undo it."""
     gpu = state.nvml_index if state.nvml_index is not None else state.uuid or state.index
     sm = state.sm_clock_max_mhz or "<max SM MHz>"
     mem = state.memory_clock_max_mhz or "<max memory MHz>"
@@ -227,12 +229,14 @@ def gpu_warnings(state: GpuState) -> list[str]:
 
 
 def needs_lock(state: GpuState) -> bool:
-    """Whether doctor should print the lock commands: the state was read and the clocks are not known locked."""
+    """Whether doctor should print the lock commands:
+    the state was read and the clocks are not known locked."""
     return not state.error and state.clocks_locked is not True
 
 
 def gpu_lines(stored: list[dict[str, Any]]) -> list[str]:
-    """Each GPU's state (env.json's "gpu_state" entries), its warnings and, where clocks float, the lock commands."""
+    """Each GPU's state (env.json's "gpu_state" entries), its warnings and, where clocks float,
+    the lock commands."""
     lines = []
     for state in map(GpuState.from_dict, stored):
         lines.append(describe(state))

@@ -26,7 +26,8 @@ _ENV_PREFIXES = ("XFORMERS", "JAX_", "XLA_", "ORT_", "OV_", "TORCH", "ONNX")
 
 
 def fingerprint(device: str) -> str:
-    """A digest of everything a built-in backend's answer on `device` depends on (see the module's docstring)."""
+    """A digest of everything a built-in backend's answer on `device` depends on
+    (see the module's docstring)."""
     import attnbench
     import attnbench.backends as package
 
@@ -124,7 +125,8 @@ class Probes:
                 "--fresh asks again")
 
     def save(self) -> None:
-        """Store the answers (atomically: a reader never sees half a file; of two writers the last one stays)."""
+        """Store the answers (atomically: a reader never sees half a file;
+        of two writers the last one stays)."""
         if self.path is None or not self._changed:
             return
         if self.asked_at is None:

@@ -1,4 +1,5 @@
-"""What a run prints for people: the dry run's cases and forecast, and the per-case table of what was measured."""
+"""What a run prints for people: the dry run's cases and forecast,
+and the per-case table of what was measured."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "m
 
 
 def print_dry_run(dry: DryRun, console: Console) -> None:
-    """The cases a run would measure, with their work and memory, and the run's predicted wall time per backend."""
+    """The cases a run would measure, with their work and memory,
+    and the run's predicted wall time per backend."""
     plan = dry.plan
     table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} "
                         f"backends on {plan.device}",

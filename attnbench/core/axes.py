@@ -1,4 +1,5 @@
-"""The one table of sweep-axis facts beyond the shape; schema, suite, Case, records and report derive from TABLE."""
+"""The one table of sweep-axis facts beyond the shape;
+schema, suite, Case, records and report derive from TABLE."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A GPU's state, and its span over a run's timings, in words (doctor, the report's header); advice is doctor's."""
+"""A GPU's state, and its span over a run's timings, in words (doctor, the report's header);
+advice is doctor's."""
 
 from __future__ import annotations
 

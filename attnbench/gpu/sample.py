@@ -52,7 +52,8 @@ class GpuSample:
 
 
 def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> GpuSample:
-    """Read and judged from the measuring process; a harness that holds a context there is not another process."""
+    """Read and judged from the measuring process;
+    a harness that holds a context there is not another process."""
     try:
         state = (reader or default_reader()).read(gpu, full=False)
         state = judged(state, os.getpid(), holds_context=True, harness=harness_holds(gpu),

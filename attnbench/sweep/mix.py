@@ -132,7 +132,8 @@ class Traffic:
 
 
 def batches_of(mix: Mix, source: Source, folder: Path) -> list[Batch]:
-    """Weighted; a flashinfer definition must match `mix` as written (a CPU's `cpu:` shrinks it on purpose)."""
+    """Weighted; a flashinfer definition must match `mix` as written
+    (a CPU's `cpu:` shrinks it on purpose)."""
     if source.generate is not None:
         assert source.batch is not None and source.seq_len is not None
         found = [Batch(traffic.generate(source.generate, source.batch, source.seq_len, source.decode_fraction,

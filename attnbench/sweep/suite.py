@@ -47,7 +47,8 @@ class Suite:
         return [*first, *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
 
     def timing(self, device: str) -> Timing:
-        """On a CPU the top-level `cpu:` block's `timing:` fields replace the suite's; unset ones are the policy's."""
+        """On a CPU the top-level `cpu:` block's `timing:` fields replace the suite's;
+        unset ones are the policy's."""
         timing = self.model.timing
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
@@ -132,7 +133,8 @@ def _as_is(value: Any, combo: Any) -> Any:
 
 
 def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
-    """One GPU's share: heads/tp query heads and max(1, kv_heads/tp) KV heads (replicated when tp > kv_heads)."""
+    """One GPU's share: heads/tp query heads and max(1, kv_heads/tp) KV heads
+    (replicated when tp > kv_heads)."""
     if tp == 1:
         return heads, kv_heads
     if heads % tp:
@@ -272,7 +274,8 @@ def resolve_suite(path: Path | str) -> Path:
 
 
 def load_suite(path: Path | str, expand: bool = True) -> Suite:
-    """Any problem raises SuiteError in one line; `expand=False` checks the schema only (faster, for doctor)."""
+    """Any problem raises SuiteError in one line;
+    `expand=False` checks the schema only (faster, for doctor)."""
     path = resolve_suite(path)
     if not path.exists():
         names = list(packaged_suites())
@@ -307,7 +310,8 @@ def load_suite(path: Path | str, expand: bool = True) -> Suite:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """`field.path: problem; allowed: ...` with a did-you-mean: the first in full, the rest on the same line."""
+    """`field.path: problem; allowed: ...` with a did-you-mean:
+    the first in full, the rest on the same line."""
     errors, seen = [], set()
     for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
         if _field_path(error["loc"]) not in seen:  # a union's branches report one field each

@@ -60,7 +60,8 @@ def joules_between(before: EnergyReading, after: EnergyReading) -> float:
 
 def loop_energy(before: EnergyReading, after: EnergyReading, calls: int, seconds: float,
                 tokens_per_call: int | None = None) -> LoopEnergy:
-    """Refused for a loop under MIN_LOOP_S or a counter that did not move; `tokens_per_call`: batch × queries."""
+    """Refused for a loop under MIN_LOOP_S or a counter that did not move;
+    `tokens_per_call`: batch × queries."""
     if calls < 1 or seconds <= 0:
         raise ValueError(f"a loop of {calls} calls in {seconds} s")
     if seconds < before.min_loop_s:

@@ -111,7 +111,8 @@ class CudaEventTimer(Timer):
 
     @property
     def host(self) -> HostTimer:
-        """The host timer for calls that run in their own runtime, sharing this one's flush, spin and clock."""
+        """The host timer for calls that run in their own runtime, sharing this one's flush,
+        spin and clock."""
         if self._host is None:
             self._host = HostTimer(self)
         return self._host
@@ -244,7 +245,8 @@ def spin_cycles_per_ms(cuda: Any) -> float:
 
 
 def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
-    """The median time of two events recorded back to back behind a spin: what events that bracket nothing read."""
+    """The median time of two events recorded back to back behind a spin:
+    what events that bracket nothing read."""
     spin = cuda._sleep
     times = []
     for _ in range(pairs):

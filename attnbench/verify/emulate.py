@@ -52,7 +52,8 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64; ×ln 2 in Q for a natural softmax."""
+    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64;
+    ×ln 2 in Q for a natural softmax."""
     import torch
 
     k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km`

@@ -50,7 +50,8 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
 
 
 def sample_index(numel: int, device: Any = "cpu") -> torch.Tensor:
-    """SAMPLE evenly spread flat positions from the first to the last, in int64 (float32 is exact below 2^24 only)."""
+    """SAMPLE evenly spread flat positions from the first to the last, in int64
+    (float32 is exact below 2^24 only)."""
     import torch
 
     count = min(SAMPLE, numel)
