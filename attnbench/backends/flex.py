@@ -332,14 +332,16 @@ class FlexBackend(Backend):
         if sparsity is not None and not 0 <= sparsity <= 100:
             sparsity = None  # torch's is out of range when Q_LEN is below one 128-row block
         where = "Inductor C++" if q.device.type == "cpu" else "Inductor Triton"
+        options = ["block_mask" if block_mask is not None else "no mask"]
+        if score_mod is not None:
+            options.append(f"score_mod {score_words(case)}")
+        if gqa:
+            options.append("enable_gqa")
         return Prepared(
             inputs=(q, k, v),
             call=call,
-            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
-                    f"{', block_mask' if block_mask is not None else ', no mask'}"
-                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}"
-                    f"{', enable_gqa' if gqa else ''}"
-                    f"{paged or ''})"),
+            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}, "
+                    f"{', '.join(options)}{paged or ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 

@@ -184,9 +184,9 @@ class _Ort(Backend):
         extra: dict[str, Any] = {"threads": threads,
                                  "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
                                  "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
+        op = f"{self.domain}.{self.op}" if self.domain else self.op
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
-                        kernel=f"onnxruntime {ort.__version__} "
-                               f"{self.domain + '.' if self.domain else ''}{self.op} (CPU EP, {how})",
+                        kernel=f"onnxruntime {ort.__version__} {op} (CPU EP, {how})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: self.profile(case, model, inputs, threads))
 

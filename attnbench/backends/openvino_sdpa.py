@@ -136,10 +136,13 @@ class OpenVinoSdpa(Backend):
         extra: dict[str, Any] = {"threads": threads, "runtime": f"openvino {ov.__version__} CPU plugin",
                                  "inference_precision": PRECISION[case.dtype],
                                  "inputs": "OpenVINO tensors sharing the tensors' memory"}
+        notes = ""
+        if expanded:
+            notes += ", K/V repeated per query head"
+        if case.kv_heads == 1 < case.heads:
+            notes += ", one KV head broadcast"
         return Prepared(inputs=(), call=call, to_tensor=to_tensor,
-                        kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}"
-                               f"{', K/V repeated per query head' if expanded else ''}"
-                               f"{', one KV head broadcast' if case.kv_heads == 1 < case.heads else ''})",
+                        kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}{notes})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: perf_counters(core, model, config, arrays, params))
 

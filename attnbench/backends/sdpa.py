@@ -183,7 +183,9 @@ def flash_impl_words(impl: str | None, device_type: str) -> tuple[str, str]:
         return "FLASH_ATTENTION via FA2", "(built into PyTorch)"
     module, distribution = FLASH_IMPL_MODULES.get(impl, (None, None))
     version = installed_version(distribution) if distribution else None
-    return f"FLASH_ATTENTION via {impl}", f"({module}{f', {distribution} {version}' if version else ''})"
+    if version:
+        return f"FLASH_ATTENTION via {impl}", f"({module}, {distribution} {version})"
+    return f"FLASH_ATTENTION via {impl}", f"({module})"
 
 
 @functools.cache

@@ -158,5 +158,6 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
                      f"report {root / 'report.html'}")
     elif merge_job:
         state = states.get(merge_job)
-        lines.append(f"  merge: job {merge_job}{' ' + state if state else ''}; not merged yet")
+        job = f"{merge_job} {state}" if state else merge_job
+        lines.append(f"  merge: job {job}; not merged yet")
     return lines

@@ -111,7 +111,8 @@ def run_nvidia_smi(args: list[str]) -> str:
         raise GpuStateError(f"nvidia-smi did not run ({exc})") from None
     if out.returncode != 0:
         said = (out.stdout.strip() or out.stderr.strip()).splitlines()
-        raise GpuStateError(f"nvidia-smi {args[0]} failed: {said[0] if said else f'exit {out.returncode}'}")
+        reason = said[0] if said else f"exit {out.returncode}"
+        raise GpuStateError(f"nvidia-smi {args[0]} failed: {reason}")
     return out.stdout
 
 
