@@ -580,10 +580,9 @@ def check_backend(backend: Backend) -> Conformance:
     missing = [v for v in verdicts if v.state == "n/a" and not _optional(calls, v)]
     unchecked = [v for v in verdicts if v.state == "unchecked"]
     if missing and not checked:  # the import failure is in the verdict
-        imported = not missing[0].detail.startswith("cannot import")
-        return Conformance("n/a",
-                           f"n/a: {missing[0].detail}" if imported
-                           else f"n/a: {backend.library} not installed", verdicts)
+        if missing[0].detail.startswith("cannot import"):
+            return Conformance("n/a", f"n/a: {backend.library} not installed", verdicts)
+        return Conformance("n/a", f"n/a: {missing[0].detail}", verdicts)
     if unchecked and not checked:
         return Conformance("unchecked", f"unchecked: {unchecked[0].detail}", verdicts)
     sources = sorted({v.signature_source for v in checked if v.signature_source != "inspect.signature"})

@@ -82,6 +82,16 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
                   + (f"; overheads {predicted.basis}" if predicted.basis else ""), markup=False)
 
 
+def timing_cells(r: Record) -> tuple[str, str, str]:
+    """Median, interval and TFLOP/s; "–" where not timed."""
+    if r.time_ms is None:
+        return "–", "–", "–"
+    median = ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}"
+    interval = f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if r.ci_low_ms is not None else "–"
+    tflops = f"{r.tflops:.3f}" if r.tflops is not None else "–"
+    return median, interval, tflops
+
+
 def print_summary(records: list[Record], console: Console, unavailable: dict[str, str] | None = None) -> None:
     """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends
     in `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one
@@ -100,14 +110,10 @@ def print_summary(records: list[Record], console: Console, unavailable: dict[str
                              justify="right" if column not in ("backend", "status", "note") else "left",
                              overflow="fold")
         for r in rows:
-            timed = r.time_ms is not None
             table.add_row(
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed
-                else "–",
-                f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
-                f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
+                *timing_cells(r),
                 fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
                 f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
                 (r.reason or r.kernel or "")[:160],

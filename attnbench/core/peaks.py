@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from attnbench.core import policy
@@ -211,11 +211,12 @@ class MeasuredRoofs:
 
 def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = None,
                bandwidth_gbs: float | None = None) -> Peak:
-    measured = roofs.peak(dtype) if roofs is not None else Peak()
-    return Peak(tflops if tflops is not None else measured.tflops,
-                bandwidth_gbs if bandwidth_gbs is not None else measured.bandwidth_gbs,
-                "--peak-tflops" if tflops is not None else measured.tflops_source,
-                "--peak-bandwidth" if bandwidth_gbs is not None else measured.bandwidth_source)
+    peak = roofs.peak(dtype) if roofs is not None else Peak()
+    if tflops is not None:
+        peak = replace(peak, tflops=tflops, tflops_source="--peak-tflops")
+    if bandwidth_gbs is not None:
+        peak = replace(peak, bandwidth_gbs=bandwidth_gbs, bandwidth_source="--peak-bandwidth")
+    return peak
 
 
 # GB: a case estimated above twice the free memory is skipped
