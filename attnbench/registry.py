@@ -1,4 +1,5 @@
-"""The old import path of the backend registry, kept for plugins written against it: attnbench.backends.registry."""
+"""The old import path of the backend registry, kept for plugins written against it:
+attnbench.backends.registry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import warnings
 
 from attnbench.backends import registry as _registry
 
-warnings.warn("attnbench.registry is now attnbench.backends.registry; the old path will go in a later release",
+warnings.warn("attnbench.registry is now attnbench.backends.registry; the old path "
+              "will go in a later release",
               DeprecationWarning, stacklevel=2)
 sys.modules[__name__] = _registry

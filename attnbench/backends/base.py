@@ -34,8 +34,8 @@ def _identity(out: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Prepared:
-    """A case made ready: `inputs` in the kernel's layout (differentiable from q, k, v), `call(*inputs)` the only
-    timed thing, `to_canonical` back to (B, H, Sq, D)."""
+    """A case made ready: `inputs` in the kernel's layout (differentiable from q, k, v), `call(*inputs)` the
+    only timed thing, `to_canonical` back to (B, H, Sq, D)."""
 
     inputs: tuple[torch.Tensor, ...]
     call: Callable[..., torch.Tensor]
@@ -54,8 +54,8 @@ class Prepared:
 
 @dataclass(frozen=True)
 class LibraryCall:
-    """A library function an adapter calls: its positional parameters' names in order and every keyword it may pass
-    (see attnbench.backends.conformance); `optional`: the adapter copes without it."""
+    """A library function an adapter calls: its positional parameters' names in order and every keyword it may
+    pass (see attnbench.backends.conformance); `optional`: the adapter copes without it."""
 
     module: str
     qualname: str
@@ -84,8 +84,8 @@ class LibraryCall:
 
 @dataclass(frozen=True, kw_only=True)
 class KernelCost:
-    """A kernel's cost on one device kind. `pairs`: "visible" (masked blocks skipped), "causal" (triangle only),
-    "dense", or "causal-flag" (triangle when causal is the whole mask); score passes: 0 when fused."""
+    """A kernel's cost on one device kind. `pairs`: "visible" (masked blocks skipped), "causal" (triangle
+    only), "dense", or "causal-flag" (triangle when causal is the whole mask); score passes: 0 when fused."""
 
     pairs: str
     efficiency_fwd: float
@@ -97,8 +97,8 @@ class KernelCost:
 
 @dataclass(frozen=True, kw_only=True)
 class LibraryCompile:
-    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the pool every
-    run. Seconds of one key built, and loaded."""
+    """A library's own JIT (FlashInfer's), with a cache compiled.json cannot vouch for: its keys go to the
+    pool every run. Seconds of one key built, and loaded."""
 
     cold_s: float
     cached_s: float
@@ -118,7 +118,8 @@ class Cost:
         return self.cuda if device == "cuda" else self.cpu
 
 
-SHAPE_MASK_KINDS = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)  # a backend maps these by default
+# a backend maps these by default
+SHAPE_MASK_KINDS = frozenset(a.name for a in axes.TABLE if a.mask and a.shape)
 
 
 def _frozen_map(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -135,12 +136,14 @@ class Capabilities:
     mask_kinds: frozenset[str] = SHAPE_MASK_KINDS
     # Why not, in the library's terms, by axis or mask kind.
     axis_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
-    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by name.
+    # Quantized inputs taken (quant.requirement: "qkv:<fmt>", "kv:<fmt>", "scale:<gran>"); others skipped by
+    # name.
     quantized: frozenset[str] = frozenset()
     quant_reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Profiler name patterns per device or "device:mode"; empty: no verdict.
     kernel_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # torch's current stream (CUDA events time it) or OWN_RUNTIME's blocking call (timed on the host: JAX, ORT)
+    # torch's current stream (CUDA events time it) or OWN_RUNTIME's blocking call (timed on the host: JAX,
+    # ORT)
     runs_on: str = TORCH_STREAM
 
     def __post_init__(self) -> None:
@@ -207,7 +210,8 @@ class Backend:
                                 "capabilities = Capabilities(...) (docs/backends.md#plugins)")
         declared = {name: vars(cls)[name] for name in SPEC_FACTS if name in vars(cls)}
         if declared and "spec" in vars(cls):
-            raise TypeError(f"{where} sets {', '.join(declared)} beside spec: declare them in its BackendSpec")
+            raise TypeError(f"{where} sets {', '.join(declared)} beside spec: "
+                            "declare them in its BackendSpec")
         if declared:  # a plugin's facts as class variables: into its spec
             cls.spec = replace(cls.spec, **declared)
             for name in declared:
@@ -225,11 +229,13 @@ class Backend:
         return None
 
     def unsupported(self, case: Case) -> str | None:
-        """Why this backend cannot run `case`, before any tensor exists (its spec's first limit); None when it may."""
+        """Why this backend cannot run `case`, before any tensor exists (its spec's first limit);
+        None when it may."""
         return next((reason for limit in self.spec.limits if (reason := limit.refusal(case))), None)
 
     def numerics(self, case: Case) -> Numerics | None:
-        """How the kernel computes `case` where not as the naive run in its dtype (attnbench.verify.emulate)."""
+        """How the kernel computes `case` where not as the naive run in its dtype
+        (attnbench.verify.emulate)."""
         return None
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -237,7 +243,8 @@ class Backend:
         return ()
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        """Canonical (B, H, S, D) inputs to the kernel's layout, arguments bound; quantized: FP8 tensors, `scales=`."""
+        """Canonical (B, H, S, D) inputs to the kernel's layout, arguments bound;
+        quantized: FP8 tensors, `scales=`."""
         raise NotImplementedError
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -245,9 +252,11 @@ class Backend:
         return None
 
     def deterministic(self, case: Case) -> str:
-        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why" (skipped)."""
+        """Under `deterministic: true`: "honoured (how)", "not applicable (why)" or "refused: why"
+        (skipped)."""
         if self.spec.determinism is None:
-            return f"refused: {self.name} does not say whether its kernel is deterministic (Backend.deterministic)"
+            return (f"refused: {self.name} does not say whether its kernel is "
+                    "deterministic (Backend.deterministic)")
         return self.spec.determinism.of(case).sentence()
 
     def compile_key(self, case: Case) -> str | None:
@@ -259,7 +268,8 @@ class Backend:
         return None
 
     def compiling(self) -> str | None:
-        """What `prepare` is compiling now, in words, for a compile stopped at its budget (asked from a thread)."""
+        """What `prepare` is compiling now, in words, for a compile stopped at its budget
+        (asked from a thread)."""
         return None
 
     @property
@@ -367,7 +377,7 @@ def import_problem(load: Callable[[], Any], distribution: str, module: str) -> s
             load()
     except ImportError as exc:
         return f"{distribution} is not installed (cannot import {module}: {first_line(exc)})"
-    except Exception as exc:  # noqa: BLE001 - a library that fails to import any other way is not usable here
+    except Exception as exc:  # a library that fails to import any other way is not usable here
         return f"{module} does not import here ({type(exc).__name__}: {first_line(exc)})"
     return None
 

@@ -1,8 +1,7 @@
-"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the docstring's
-signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made. An `UnpackedCall`
-is also held against what the installed function returns: the tuple lengths of its own return statements (else its
-return annotation) against how many names its caller unpacks the result into.
-"""
+"""Each adapter's `LibraryCall`s held against the installed signatures (else the ATen schema, else the
+docstring's signature lines): a mismatch is the skip reason, naming the parameter, before any tensor is made.
+An `UnpackedCall` is also held against what the installed function returns: the tuple lengths of its own
+return statements (else its return annotation) against how many names its caller unpacks the result into. """
 
 from __future__ import annotations
 
@@ -44,9 +43,9 @@ class CallVerdict:
 
 @dataclass(frozen=True)
 class UnpackedCall(LibraryCall):
-    """A call whose result is unpacked into `unpacks` names: by attnbench, or by `caller`, another library's function
-    making the call on attnbench's behalf, whose installed source says how many names it unpacks into (`unpacks` is
-    what its recorded version does, used where that source cannot be read)."""
+    """A call whose result is unpacked into `unpacks` names: by attnbench, or by `caller`, another library's
+    function making the call on attnbench's behalf, whose installed source says how many names it unpacks into
+    (`unpacks` is what its recorded version does, used where that source cannot be read)."""
 
     unpacks: int = 1
     caller: LibraryCall | None = None
@@ -102,7 +101,8 @@ def parameter_list(sig: inspect.Signature) -> str:
 
 
 def check_signature(call: LibraryCall, sig: inspect.Signature) -> tuple[list[Problem], list[str]]:
-    """The problems of calling `sig` as `call` declares, and notes: arguments landing in `*args` or `**kwargs`."""
+    """The problems of calling `sig` as `call` declares, and notes:
+    arguments landing in `*args` or `**kwargs`."""
     shown = f"{call.name}({parameter_list(sig)})"
     problems: list[Problem] = []
     notes: list[str] = []
@@ -165,7 +165,8 @@ def _keyword_problems(call: LibraryCall, sig: inspect.Signature, shown: str,
 
 
 def _missing_required(call: LibraryCall, sig: inspect.Signature, shown: str, problems: list[Problem]) -> None:
-    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)  # a moved one: reported
+    # a moved one: reported
+    filled = {p.name for p in _slots(sig)[: len(call.positional)]} | set(call.keywords)
     for p in sig.parameters.values():
         required = p.default is inspect.Parameter.empty and p.kind not in (
             inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -209,8 +210,9 @@ def _aten_schema_signature(obj: Any) -> tuple[inspect.Signature, str] | None:
 
 
 def docstring_signatures(doc: str, name: str) -> list[inspect.Signature]:
-    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`, nanobind's
-    lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are read."""
+    """The signatures a builtin's docstring states, one per overload (PyTorch's `name(...) -> Tensor`,
+    nanobind's lines, pybind11's numbered `1. name(...)`); only names, kinds and whether a default exists are
+    read."""
     if not name:
         return []
     found = []
@@ -272,7 +274,8 @@ def _parameter_texts(text: str) -> list[str] | None:
 
 
 def _unit_end(text: str, index: int, before: str) -> int | None:
-    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes; None: none opens."""
+    """The end of a quoted string or `<repr>` default opening at `index`; -1: never closes;
+    None: none opens."""
     char = text[index]
     if char in "\'\"":
         close = text.find(char, index + 1)
@@ -340,7 +343,8 @@ class Returns:
 
 @dataclass(frozen=True)
 class Unpack:
-    """An assignment unpacking a call's result into `count` names (`starred`: `a, b, *rest =`, at least `count`)."""
+    """An assignment unpacking a call's result into `count` names
+    (`starred`: `a, b, *rest =`, at least `count`)."""
 
     count: int
     starred: bool = False
@@ -378,7 +382,8 @@ def _own_returns(function: ast.AST) -> list[ast.Return]:
 
 
 def _tuple_lengths(value: ast.expr | None) -> frozenset[int] | None:
-    """The lengths of the tuple `value` builds (`a if c else b` of tuples: either); None: not a tuple we can count."""
+    """The lengths of the tuple `value` builds (`a if c else b` of tuples: either);
+    None: not a tuple we can count."""
     if isinstance(value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in value.elts):
         return frozenset({len(value.elts)})
     if isinstance(value, ast.IfExp):
@@ -388,15 +393,19 @@ def _tuple_lengths(value: ast.expr | None) -> frozenset[int] | None:
 
 
 def _dotted_tail(node: ast.expr) -> str | None:
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
 
 
 _SINGLE = frozenset({"Tensor", "None", "int", "float", "bool", "str"})
 
 
 def _annotation_lengths(node: ast.expr) -> frozenset[int] | None:
-    """The lengths an annotation allows: `Tuple[a, b]` 2, `Union`/`Optional`/`|` each member's, a tensor 1; None for
-    `Tuple[X, ...]` or anything else."""
+    """The lengths an annotation allows: `Tuple[a, b]` 2, `Union`/`Optional`/`|` each member's, a tensor 1;
+    None for `Tuple[X, ...]` or anything else."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         return _union((node.left, node.right))
     if isinstance(node, ast.Constant) and node.value is None:
@@ -429,8 +438,9 @@ def _return_annotation(obj: Any) -> str | None:
 
 
 def returns_of(obj: Any) -> Returns | None:
-    """What `obj` returns, read from its own return statements (an annotation can lag behind them: flash-attn-4
-    4.0.0b19 annotated two values and returned four), else from its return annotation; None when neither says."""
+    """What `obj` returns, read from its own return statements (an annotation can lag behind them:
+    flash-attn-4 4.0.0b19 annotated two values and returned four), else from its return annotation; None when
+    neither says."""
     function = _definition(obj)
     statements = _own_returns(function) if function is not None else []
     read = [(r, _tuple_lengths(r.value)) for r in statements]
@@ -447,8 +457,8 @@ def returns_of(obj: Any) -> Returns | None:
 
 
 def unpacks_of(caller: Any, callee: str) -> list[Unpack] | None:
-    """How `caller`'s source unpacks the results of its calls to a function named `callee` (none: it does not);
-    None when its source cannot be read."""
+    """How `caller`'s source unpacks the results of its calls to a function named `callee` (none: it does
+    not); None when its source cannot be read."""
     function = _definition(caller)
     if function is None:
         return None
@@ -465,7 +475,8 @@ def unpacks_of(caller: Any, callee: str) -> list[Unpack] | None:
 
 
 def installed_as(module: str) -> str:
-    """The distribution and version that installed `module` ("flash-attn-4 4.0.0b36"), else "the installed TOP"."""
+    """The distribution and version that installed `module`
+    ("flash-attn-4 4.0.0b36"), else "the installed TOP"."""
     import importlib.metadata
 
     top = module.partition(".")[0]
@@ -487,8 +498,9 @@ def check_returns(call: UnpackedCall, obj: Any) -> tuple[str, str]:
     if call.caller is not None:
         try:
             caller = call.caller.resolve()
-        except Exception as exc:  # noqa: BLE001 - no such caller here: nothing makes this call
-            return "n/a", f"{call.caller.target} is absent ({type(exc).__name__}): nothing here makes this call"
+        except Exception as exc:  # no such caller here: nothing makes this call
+            return "n/a", (f"{call.caller.target} is absent ({type(exc).__name__}): "
+                           "nothing here makes this call")
         read = unpacks_of(caller, call.name)
         if read == []:
             return "ok", f"{call.caller.target} does not unpack what {call.name} returns"
@@ -521,7 +533,8 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
         return CallVerdict(**base, state="n/a", detail=f"cannot import {call.module}: {first_line(exc)}")
     except AttributeError:
         if call.optional:
-            return CallVerdict(**base, state="n/a", detail=f"{call.target} is absent (the adapter does without it)")
+            return CallVerdict(**base, state="n/a",
+                               detail=f"{call.target} is absent (the adapter does without it)")
         return CallVerdict(**base, state="mismatch", parameter=call.name,
                            detail=f"the installed {call.module} has no {call.qualname}")
     except Exception as exc:  # not installed usably
@@ -538,7 +551,8 @@ def check_call(call: LibraryCall, resolve: Callable[[LibraryCall], Any] | None =
     if problems:
         first = problems[0]
         return CallVerdict(**base, state="mismatch", detail="; ".join(p.text for p in problems),
-                           parameter=first.parameter, signature=shown, signature_source=source, notes=tuple(notes))
+                           parameter=first.parameter, signature=shown, signature_source=source,
+                           notes=tuple(notes))
     if isinstance(call, UnpackedCall):
         state, detail = check_returns(call, obj)
         if state == "mismatch":
@@ -566,9 +580,9 @@ def check_backend(backend: Backend) -> Conformance:
     missing = [v for v in verdicts if v.state == "n/a" and not _optional(calls, v)]
     unchecked = [v for v in verdicts if v.state == "unchecked"]
     if missing and not checked:  # the import failure is in the verdict
-        imported = not missing[0].detail.startswith("cannot import")
-        return Conformance("n/a", f"n/a: {missing[0].detail}" if imported else f"n/a: {backend.library} not installed",
-                           verdicts)
+        if missing[0].detail.startswith("cannot import"):
+            return Conformance("n/a", f"n/a: {backend.library} not installed", verdicts)
+        return Conformance("n/a", f"n/a: {missing[0].detail}", verdicts)
     if unchecked and not checked:
         return Conformance("unchecked", f"unchecked: {unchecked[0].detail}", verdicts)
     sources = sorted({v.signature_source for v in checked if v.signature_source != "inspect.signature"})
@@ -577,7 +591,8 @@ def check_backend(backend: Backend) -> Conformance:
                    and not _optional(calls, v))
     via = f" (signature from the {', '.join(s for s in sources if s)})" if sources else ""
     state = "ok" if not tail else "unchecked"
-    return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}", verdicts)
+    return Conformance(state, f"{state}: {text} {'match' if len(checked) > 1 else 'matches'}{via}{tail}",
+                       verdicts)
 
 
 def _optional(calls: tuple[LibraryCall, ...], verdict: CallVerdict) -> bool:
@@ -585,7 +600,8 @@ def _optional(calls: tuple[LibraryCall, ...], verdict: CallVerdict) -> bool:
 
 
 def conformance_problem(backend: Backend) -> str | None:
-    """The skip reason when `backend`'s calls do not fit the installed library (naming the parameter); else None."""
+    """The skip reason when `backend`'s calls do not fit the installed library (naming the parameter);
+    else None."""
     conformance = check_backend(backend)
     problem = conformance.problem
     if problem is None:

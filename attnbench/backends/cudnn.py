@@ -1,6 +1,6 @@
-"""`cudnn`: cuDNN's SDPA graph through its own frontend (docs/backends.md#cudnn); `graph.execute` alone is timed.
-Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h, test/python/sdpa/
-fp16_ref.py):
+"""`cudnn`: cuDNN's SDPA graph through its own frontend (docs/backends.md#cudnn); `graph.execute` alone is
+timed. Read from nvidia-cudnn-frontend 1.32.0 (node/diagonal_band_mask.h, node/sdpa_support_surface.h,
+test/python/sdpa/ fp16_ref.py):
 
 - Tensors (B, H, S, D) by strides over token-major memory, as the ragged form needs; native GQA.
 - `diagonal_alignment=BOTTOM_RIGHT`: off = seq_len_kv − seq_len_q per sequence, as docs/conventions.md;
@@ -55,22 +55,29 @@ MIN_FRONTEND = (1, 32)
 # Bottom-right causal masks at any length (sdpa_support_surface.h).
 MIN_BACKEND = 90600
 
-# The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against those too.
-MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound", "use_alibi_mask")
-LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q", "max_total_seq_len_kv")
+# The 1.32 pygraph's sdpa / sdpa_backward forward every keyword to the C++ binding's methods: held against
+# those too.
+MASK_KEYWORDS = ("diagonal_alignment", "diagonal_band_left_bound", "diagonal_band_right_bound",
+                 "use_alibi_mask")
+LENGTH_KEYWORDS = ("use_padding_mask", "seq_len_q", "seq_len_kv", "max_total_seq_len_q",
+                   "max_total_seq_len_kv")
 PAGED_KEYWORDS = ("paged_attention_k_table", "paged_attention_v_table", "paged_attention_max_seq_len_kv")
 SDPA_KEYWORDS = ("name", "attn_scale", "generate_stats", *MASK_KEYWORDS, *LENGTH_KEYWORDS, *PAGED_KEYWORDS)
-SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS, "use_deterministic_algorithm")
+SDPA_BACKWARD_KEYWORDS = ("name", "attn_scale", *MASK_KEYWORDS, *LENGTH_KEYWORDS,
+                          "use_deterministic_algorithm")
 GRAPH_CALLS = (
-    LibraryCall(MODULE, "pygraph", keywords=("io_data_type", "intermediate_data_type", "compute_data_type", "handle")),
-    LibraryCall(MODULE, "pygraph.tensor", positional=("self",), keywords=("dim", "stride", "data_type", "name")),
+    LibraryCall(MODULE, "pygraph",
+                keywords=("io_data_type", "intermediate_data_type", "compute_data_type", "handle")),
+    LibraryCall(MODULE, "pygraph.tensor", positional=("self",),
+                keywords=("dim", "stride", "data_type", "name")),
     LibraryCall(MODULE, "pygraph.sdpa", positional=("self", "q", "k", "v"), keywords=SDPA_KEYWORDS),
     LibraryCall(MODULE, "pygraph.sdpa_backward", positional=("self", "q", "k", "v", "o", "dO", "stats"),
                 keywords=SDPA_BACKWARD_KEYWORDS),
     LibraryCall(BINDING, "backend_graph.sdpa", positional=("self", "q", "k", "v"),
                 keywords=SDPA_KEYWORDS, optional=True),
-    LibraryCall(BINDING, "backend_graph.sdpa_backward", positional=("self", "q", "k", "v", "o", "dO", "stats"),
-                keywords=SDPA_BACKWARD_KEYWORDS, optional=True),
+    LibraryCall(BINDING, "backend_graph.sdpa_backward",
+                positional=("self", "q", "k", "v", "o", "dO", "stats"), keywords=SDPA_BACKWARD_KEYWORDS,
+                optional=True),
     LibraryCall(MODULE, "pygraph.validate", positional=("self",)),
     LibraryCall(MODULE, "pygraph.build_operation_graph", positional=("self",)),
     LibraryCall(MODULE, "pygraph.create_execution_plans", positional=("self", "heuristics")),
@@ -80,7 +87,8 @@ GRAPH_CALLS = (
     LibraryCall(MODULE, "pygraph.check_support", positional=("self",)),
     LibraryCall(MODULE, "pygraph.build_plans", positional=("self",)),
     LibraryCall(MODULE, "pygraph.get_workspace_size", positional=("self",)),
-    LibraryCall(MODULE, "pygraph.execute", positional=("self", "tensor_dict", "workspace"), keywords=("handle",)),
+    LibraryCall(MODULE, "pygraph.execute", positional=("self", "tensor_dict", "workspace"),
+                keywords=("handle",)),
     LibraryCall(MODULE, "Tensor.set_output", positional=("self", "value")),
     LibraryCall(MODULE, "Tensor.set_dim", positional=("self", "dim")),
     LibraryCall(MODULE, "Tensor.set_stride", positional=("self", "stride")),
@@ -102,17 +110,18 @@ class CudnnBackend(Backend):
         name="cudnn",
         # By analogy with SDPA→cuDNN (the same engines), not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.6, efficiency_bwd=0.45)),
-        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, windows, "
-                 "ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
+        summary=("cuDNN's SDPA graph through its own frontend (nvidia-cudnn-frontend): bottom-right masks, "
+                 "windows, ragged, padded and paged K/V; fp16/bf16, native GQA, fwd and bwd"),
         library="nvidia-cudnn-frontend",
-        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself comes with "
-                      "a CUDA build of torch)"),
+        install_hint=("pip install nvidia-cudnn-frontend  (or 'attnbench[cudnn]'; the cuDNN library itself "
+                      "comes with a CUDA build of torch)"),
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=CUDNN_SDPA),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "alibi", "head_dim_v"})),
         limits=(Limit(field="dtype", allowed=tuple(DTYPES),
                       reason="{dtype} is not supported (cuDNN's SDPA takes float16 or bfloat16)"),
-                unset("softcap", "cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses "
+                unset("softcap",
+                      "cuDNN's SDPA graph has no soft-cap (only a score_mod callback, which cuDNN refuses "
                       "together with masks)")),
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "cuDNN's frontend offers a deterministic option for sdpa_backward only"),
@@ -130,7 +139,8 @@ class CudnnBackend(Backend):
         if version_tuple(version) < MIN_FRONTEND:
             need = ".".join(map(str, MIN_FRONTEND))
             return f"nvidia-cudnn-frontend {version} is older than {need}, whose graph API attnbench maps"
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (cuDNN's SDPA has no CPU engine)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (cuDNN's SDPA has no CPU engine)")
         if problem:
             return problem
         import torch
@@ -141,11 +151,11 @@ class CudnnBackend(Backend):
                 return f"cuDNN's SDPA needs compute capability ≥ 8.0 (this GPU: {cap[0]}.{cap[1]})"
         try:
             backend = int(cudnn.backend_version())
-        except Exception as exc:  # noqa: BLE001 - no libcudnn
+        except Exception as exc:  # no libcudnn
             return f"the cuDNN library does not load for the frontend ({first_line(exc)})"
         if backend < MIN_BACKEND:
-            return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} (bottom-right "
-                    "causal masks at any length)")
+            return (f"cuDNN {backend_string(backend)} is older than {backend_string(MIN_BACKEND)} "
+                    "(bottom-right causal masks at any length)")
         return None
 
     def unsupported(self, case: Case) -> str | None:
@@ -155,8 +165,8 @@ class CudnnBackend(Backend):
             return "cuDNN's sdpa_backward takes no page tables: a paged cache is forward only"
         if case.alibi:
             if (case.tp or 1) > 1:
-                return ("cuDNN's ALiBi slopes are fixed for the graph's query heads; a tensor-parallel share needs "
-                        "the whole model's slopes: alibi with tp is not mapped")
+                return ("cuDNN's ALiBi slopes are fixed for the graph's query heads; a tensor-parallel share "
+                        "needs the whole model's slopes: alibi with tp is not mapped")
             if not case.causal:
                 return "cuDNN takes ALiBi only with a causal mask (diagonal_band_right_bound must be 0)"
             if case.kv_lens is not None or (case.doc_lens is None and case.seq_len != case.kv_seq_len):

@@ -1,8 +1,8 @@
-"""`cudnn-fp8`: cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend 1.32 `graph.sdpa_fp8`; docs/backends.md#cudnn-fp8)
-over the cudnn backend's layouts and masks. From the binding and test/python/sdpa/fp8.py, fp8_ref.py: every factor a
-(1, 1, 1, 1) float tensor (per-tensor only); bounds named `left_bound` / `right_bound`; returns [O, Stats, Amax_S,
-Amax_O]; P·scale_s rounded to the input's FP8 type, P·V times descale_s and descale_v; O float16 (test_mhas_v2.py).
-"""
+"""`cudnn-fp8`: cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend 1.32 `graph.sdpa_fp8`;
+docs/backends.md#cudnn-fp8) over the cudnn backend's layouts and masks. From the binding and
+test/python/sdpa/fp8.py, fp8_ref.py: every factor a (1, 1, 1, 1) float tensor (per-tensor only); bounds named
+`left_bound` / `right_bound`; returns [O, Stats, Amax_S, Amax_O]; P·scale_s rounded to the input's FP8 type,
+P·V times descale_s and descale_v; O float16 (test_mhas_v2.py). """
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ FP8_KEYWORDS = ("name", "attn_scale", "generate_stats", "diagonal_alignment", "l
                 "max_total_seq_len_kv", "paged_attention_k_table", "paged_attention_v_table",
                 "paged_attention_max_seq_len_kv")
 FP8_CALLS = (
-    LibraryCall(MODULE, "pygraph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS), keywords=FP8_KEYWORDS),
+    LibraryCall(MODULE, "pygraph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS),
+                keywords=FP8_KEYWORDS),
     LibraryCall(BINDING, "backend_graph.sdpa_fp8", positional=("self", "q", "k", "v", *FACTORS),
                 keywords=FP8_KEYWORDS, optional=True),
 )
@@ -55,7 +56,8 @@ _CACHE: OrderedDict[tuple[Any, ...], Built] = OrderedDict()
 
 
 def fp8_spec(spec: Spec, fmt: str) -> Spec:
-    """The cudnn spec in FP8: Q, K, V in `fmt`, O float16, factor and amax operands, sdpa_fp8's bound names."""
+    """The cudnn spec in FP8: Q, K, V in `fmt`, O float16, factor and amax operands,
+    sdpa_fp8's bound names."""
     operands = dict(spec.operands)
     for role in ("q", "k", "v"):
         operands[role] = dataclasses.replace(operands[role], dtype=IO[fmt])
@@ -68,7 +70,9 @@ def fp8_spec(spec: Spec, fmt: str) -> Spec:
 
 def factor_values(scales: Scales, fmt: str) -> dict[str, float]:
     """The six factors by operand: the per-tensor descales, P's scale and its inverse, O's 1."""
-    value = lambda t: float(t.reshape(()))  # noqa: E731
+    def value(t: Any) -> float:
+        return float(t.reshape(()))
+
     return {"descale_q": value(scales.q), "descale_k": value(scales.k), "descale_v": value(scales.v),
             "descale_s": 1.0 / S_SCALE[fmt], "scale_s": S_SCALE[fmt], "scale_o": 1.0}
 
@@ -129,17 +133,18 @@ def clear_cache() -> None:
 class CudnnFp8Backend(CudnnBackend):
     spec = dataclasses.replace(
         CudnnBackend.spec, name="cudnn-fp8",
-        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K and V, "
-                 "per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
+        summary=("cuDNN's FP8 SDPA forward (graph.sdpa_fp8) on attnbench's quantized inputs: e4m3/e5m2 Q, K "
+                 "and V, per-tensor descales, float16 out; the cudnn backend's masks and layouts"),
         capabilities=dataclasses.replace(CudnnBackend.capabilities, quantized=frozenset({
             "qkv:float8_e4m3fn", "qkv:float8_e5m2", "scale:tensor"}), quant_reasons={
-            **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in the "
-                              "frontend's FP8 tests): per-head and per-block factors are not mapped")
+            **{f"scale:{g}": ("cuDNN's sdpa_fp8 takes one descale per tensor ((1, 1, 1, 1) descale_q/k/v in "
+                              "the frontend's FP8 tests): per-head and per-block factors are not mapped")
                for g in ("head", "block")},
-            **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under bf16 queries "
-                             "is not its input") for fmt in IO},
+            **{f"kv:{fmt}": ("cuDNN's sdpa_fp8 takes Q, K and V in one FP8 type: an FP8 K/V cache under "
+                             "bf16 queries is not its input") for fmt in IO},
         }),
-        determinism=always(NOT_APPLICABLE, "forward only here: cuDNN's frontend offers a deterministic option for "
+        determinism=always(NOT_APPLICABLE,
+                           "forward only here: cuDNN's frontend offers a deterministic option for "
                            "sdpa_backward only"))
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -153,10 +158,12 @@ class CudnnFp8Backend(CudnnBackend):
 
         cap = torch.cuda.get_device_capability()
         if cap < (9, 0):
-            return f"cuDNN's FP8 SDPA needs Hopper or later (compute capability ≥ 9.0; this GPU: {cap[0]}.{cap[1]})"
+            return ("cuDNN's FP8 SDPA needs Hopper or later (compute capability ≥ 9.0; "
+                    f"this GPU: {cap[0]}.{cap[1]})")
         version = int(cudnn_module().backend_version())
         if version < MIN_FP8_BACKEND:
-            return f"cuDNN {backend_string(version)} is older than {backend_string(MIN_FP8_BACKEND)} (FP8 SDPA)"
+            return (f"cuDNN {backend_string(version)} is older than "
+                    f"{backend_string(MIN_FP8_BACKEND)} (FP8 SDPA)")
         return None
 
     def unsupported(self, case: Case) -> str | None:

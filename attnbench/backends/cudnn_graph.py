@@ -65,12 +65,18 @@ def build_graph(cudnn: Any, spec: Spec, backward: bool, handle: Any) -> Built:
                           compute_data_type=dtype.FLOAT, handle=handle)
     declared = _Declared(graph, dtype, dict(spec.operands))
     inputs = ("q", "k", "v", "o", "dO", "stats") if backward else ("q", "k", "v")
-    outputs = ("q", "k", "v") if backward else ("o", "stats") if spec.training else ("o",)
+    if backward:
+        outputs = ("q", "k", "v")
+    elif spec.training:
+        outputs = ("o", "stats")
+    else:
+        outputs = ("o",)
     declared.inputs(inputs, outputs, backward)
     keywords = dict(spec.keywords)
     keywords["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, keywords["diagonal_alignment"])
     if "use_padding_mask" in keywords:
-        keywords["seq_len_q"], keywords["seq_len_kv"] = declared.tensors["seq_len_q"], declared.tensors["seq_len_kv"]
+        keywords["seq_len_q"] = declared.tensors["seq_len_q"]
+        keywords["seq_len_kv"] = declared.tensors["seq_len_kv"]
     if backward:
         _sdpa_backward(declared, inputs, keywords)
     else:
@@ -136,8 +142,8 @@ def _sdpa_forward(declared: _Declared, training: bool, keywords: dict[str, Any])
 
 
 def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
-    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines are
-    not cuDNN's SDPA); its name and the seconds planning and building."""
+    """Plan `graph`, pin and build the first backend plan (`selected_engine` None: the frontend's own engines
+    are not cuDNN's SDPA); its name and the seconds planning and building."""
     start = time.perf_counter()
     graph.validate()
     graph.build_operation_graph()
@@ -152,7 +158,8 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
         others = ", ".join(graph.get_plan_name_at_index(i) for i in range(count))
         raise Unsupported("cuDNN's backend has no plan for this graph"
                           + (f" ({first_line(declined)})" if declined is not None else "")
-                          + f"; only the frontend's own engines offered one ({others}), which is not cuDNN's SDPA")
+                          + f"; only the frontend's own engines offered one ({others}), "
+                            "which is not cuDNN's SDPA")
     graph.check_support()
     planned = time.perf_counter()
     graph.build_plans()
@@ -162,15 +169,18 @@ def pin_backend(cudnn: Any, graph: Any) -> tuple[str, float, float]:
 class Runner:
     """Runs the built graphs into fresh outputs: `graph.execute` and the allocation only."""
 
-    def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None, workspace: torch.Tensor,
-                 handle: Any, padded: bool) -> None:
+    def __init__(self, cudnn: Any, lay: Layout, forward: Built, backward: Built | None,
+                 workspace: torch.Tensor, handle: Any, padded: bool) -> None:
         self.lay, self.fwd, self.bwd = lay, forward, backward
         self.workspace, self.handle, self.padded = workspace, handle, padded
-        self.fixed_fwd = {forward.tensors[role]: t for role, t in lay.runtime.items() if role in forward.tensors}
-        self.fixed_bwd = ({backward.tensors[role]: t for role, t in lay.runtime.items() if role in backward.tensors}
+        self.fixed_fwd = {forward.tensors[role]: t for role, t in lay.runtime.items()
+                          if role in forward.tensors}
+        self.fixed_bwd = ({backward.tensors[role]: t for role, t in lay.runtime.items()
+                           if role in backward.tensors}
                           if backward is not None else {})
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
 
         t = self.fwd.tensors
@@ -183,8 +193,8 @@ class Runner:
         self.fwd.graph.execute(pack, self.workspace, handle=self.handle)
         return out, stats
 
-    def backward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, dout: torch.Tensor,
-                 stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 dout: torch.Tensor, stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         import torch
 
         assert self.bwd is not None
@@ -204,7 +214,8 @@ def attention_function() -> Any:
 
     class CudnnSdpa(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, runner: Runner, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def forward(ctx: Any, runner: Runner, q: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor) -> torch.Tensor:
             out, stats = runner.forward(q, k, v)
             ctx.runner = runner
             ctx.save_for_backward(q, k, v, out, stats)

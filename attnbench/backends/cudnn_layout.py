@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +68,8 @@ class Operand:
 
 @dataclass(frozen=True)
 class Spec:
-    """A built graph's cache key: operands by role, the sdpa node's keywords (runtime values are not in it)."""
+    """A built graph's cache key: operands by role, the sdpa node's keywords
+    (runtime values are not in it)."""
 
     io: str
     operands: tuple[tuple[str, Operand], ...]
@@ -83,7 +85,8 @@ class Spec:
 
 @dataclass
 class Layout:
-    """A case laid out for cuDNN: spec, inputs, the variant pack's runtime tensors, output shapes and the way back."""
+    """A case laid out for cuDNN: spec, inputs, the variant pack's runtime tensors,
+    output shapes and the way back."""
 
     spec: Spec
     inputs: tuple[torch.Tensor, ...]
@@ -92,6 +95,10 @@ class Layout:
     stats_shape: tuple[int, ...]
     to_canonical: Callable[[torch.Tensor], torch.Tensor]
     words: list[str] = field(default_factory=list)
+
+
+def heads_second(out: torch.Tensor) -> torch.Tensor:
+    return out.transpose(1, 2)
 
 
 def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Layout:
@@ -115,12 +122,14 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
         seqs = packing.varlen(case)
         n, sq, sk = seqs.sequences, seqs.max_q, seqs.max_k
         # contiguous: cuDNN reads at the declared strides, and packing may return a view
-        inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case)))
+        inputs = tuple(t.contiguous() for t in (packing.pack_q(q), packing.pack_kv(k, case),
+                                                packing.pack_kv(v, case)))
         lens = tuple(b - a for a, b in pairwise(seqs.cu_q))
         lengths(lens, seqs.kv_lens)
         keywords["max_total_seq_len_q"], keywords["max_total_seq_len_kv"] = seqs.cu_q[-1], seqs.cu_k[-1]
-        for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d), ("v", seqs.cu_k, kvh * dv),
-                                ("o", seqs.cu_q, h * dv), ("stats", seqs.cu_q, h)):
+        for role, cu, width in (("q", seqs.cu_q, h * d), ("k", seqs.cu_k, kvh * d),
+                                ("v", seqs.cu_k, kvh * dv), ("o", seqs.cu_q, h * dv),
+                                ("stats", seqs.cu_q, h)):
             operands[f"{role}_offset"] = Operand((n + 1, 1, 1, 1), (1, 1, 1, 1), "INT64")
             runtime[f"{role}_offset"] = ragged_offsets(cu, width, device)
         dims = {"q": (n, h, sq, d), "k": (n, kvh, sk, d), "v": (n, kvh, sk, dv), "o": (n, h, sq, dv),
@@ -130,7 +139,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
                                      ragged=f"{role}_offset")
         total_q = seqs.cu_q[-1]
         out_shape, stats_shape = (total_q, h, dv), (total_q, h, 1)
-        to_canonical: Callable[[torch.Tensor], torch.Tensor] = lambda out: packing.unpack_out(out, case)  # noqa: E731
+        to_canonical: Callable[[torch.Tensor], torch.Tensor] = partial(packing.unpack_out, case=case)
         words.append(f"ragged, {n} sequences")
     else:
         b, sq, sk = case.batch, case.seq_len, case.kv_seq_len
@@ -141,7 +150,8 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
             inputs = (native_q, *pools)
             num, p = pages.num_pages, pages.page_size
             kv_dims = {"k": (num, kvh, p, d), "v": (num, kvh, p, dv)}  # each page read as (KVH, P, D)
-            table = packing.block_table(pages, device)  # (B, pages) int32, unused entries → page 0 (never read)
+            # (B, pages) int32, unused entries → page 0 (never read)
+            table = packing.block_table(pages, device)
             width = table.shape[1]
             for role in ("k_table", "v_table"):
                 operands[role] = Operand((b, 1, width, 1), (width, width, 1, 1), "INT32")
@@ -160,7 +170,7 @@ def layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Lay
             operands[role] = Operand(dim, token_major_strides(dim), io)
         operands["stats"] = Operand((b, h, sq, 1), (h * sq, sq, 1, 1), "FLOAT")
         out_shape, stats_shape = (b, sq, h, dv), (b, h, sq, 1)
-        to_canonical = lambda out: out.transpose(1, 2)  # noqa: E731
+        to_canonical = heads_second
     spec = Spec(io, tuple(operands.items()), tuple(keywords.items()), case.needs_grad)
     return Layout(spec, inputs, runtime, out_shape, stats_shape, to_canonical, words)
 

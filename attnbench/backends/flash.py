@@ -6,11 +6,10 @@ Entry points: documents and ragged lengths → `flash_attn_varlen_func` (int32 c
 `flash_attn_varlen_func(page_table=, seqused_k=)` without `cu_seqlens_k` (refused with a page table); else
 `flash_attn_func`. `alibi_slopes` FA2 only, after the soft-cap.
 
-Absorbed MLA (`kv_shared`) is FA3's and FA4's `qv` form: score = (q·k + qv·v)·softmax_scale (hopper/test_util.py's
-attention_ref), q and k the rope channels, qv the query's latent ones, v the latent cache; the scale stays
-1/sqrt(head_dim). FP8: FA3 only, e4m3 with float32 (batch, kv_heads) descales (hopper/flash_api.cpp CHECK_SHAPE),
-bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h).
-"""
+Absorbed MLA (`kv_shared`) is FA3's and FA4's `qv` form: score = (q·k + qv·v)·softmax_scale
+(hopper/test_util.py's attention_ref), q and k the rope channels, qv the query's latent ones, v the latent
+cache; the scale stays 1/sqrt(head_dim). FP8: FA3 only, e4m3 with float32 (batch, kv_heads) descales
+(hopper/flash_api.cpp CHECK_SHAPE), bf16 out, P·2^8 rounded to e4m3 (hopper/softmax.h). """
 
 from __future__ import annotations
 
@@ -58,7 +57,8 @@ IMAGE_FLASH_ATTN_2 = "ATTNBENCH_IMAGE_FLASH_ATTN_2"
 REFUSALS = ("only support", "not supported", "does not support", "must be", "Unsupported", "should be")
 FLASH_POSITIONAL = ("q", "k", "v")
 FLASH_KEYWORDS = ("causal", "window_size", "softmax_scale")
-# The backward's deterministic path, on flash_attn_func and flash_attn_varlen_func (not the inference-only kvcache).
+# The backward's deterministic path, on flash_attn_func and flash_attn_varlen_func (not the inference-only
+# kvcache).
 DETERMINISTIC_KEYWORD = "deterministic"
 # Offsets by keyword: FA4 puts `qv` before them.
 VARLEN_FUNCTION = "flash_attn_varlen_func"
@@ -122,7 +122,8 @@ class _Flash(Backend):
     spec: ClassVar[FlashSpec] = FlashSpec(capabilities=Capabilities(devices=("cuda",)))
 
     def qv_reason(self, case: Case) -> str | None:
-        """Why this library's qv form cannot run `case`, where attnbench knows before the call; None: let it try."""
+        """Why this library's qv form cannot run `case`, where attnbench knows before the call;
+        None: let it try."""
         return None
 
     def _function(self, name: str | None = None) -> Callable[..., Any]:
@@ -135,10 +136,12 @@ class _Flash(Backend):
         calls = [LibraryCall(self.spec.module, self.spec.function, FLASH_POSITIONAL,
                              (*FLASH_KEYWORDS, *scores, DETERMINISTIC_KEYWORD)),
                  LibraryCall(self.spec.module, VARLEN_FUNCTION, FLASH_POSITIONAL,
-                             (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD), optional=True)]
+                             (*VARLEN_KEYWORDS, *paged_varlen, *scores, DETERMINISTIC_KEYWORD),
+                             optional=True)]
         if self.spec.page_table_keyword is not None:
             calls.append(LibraryCall(self.spec.module, KVCACHE_FUNCTION, KVCACHE_POSITIONAL,
-                                     ("cache_seqlens", self.spec.page_table_keyword, *FLASH_KEYWORDS, *scores),
+                                     ("cache_seqlens", self.spec.page_table_keyword, *FLASH_KEYWORDS,
+                                      *scores),
                                      optional=True))
         return tuple(calls)
 
@@ -153,7 +156,8 @@ class _Flash(Backend):
             problem = module_owner(self.spec.module, self.library)
             if problem:
                 return problem
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashAttention has no CPU kernel)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (FlashAttention has no CPU kernel)")
         if problem:
             return problem
         if device == "cuda":
@@ -179,7 +183,8 @@ class _Flash(Backend):
         return None
 
     def _head_dim_reason(self, case: Case) -> str | None:
-        qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim  # qv form: q and k are the rope part
+        # qv form: q and k are the rope part
+        qk_dim = case.head_dim - case.v_dim if case.kv_shared else case.head_dim
         return f"head_dim {case.head_dim} > {MAX_HEAD_DIM}" if qk_dim > MAX_HEAD_DIM else None
 
     def _axis_reason(self, case: Case) -> str | None:
@@ -190,8 +195,8 @@ class _Flash(Backend):
         if not (case.kv_shared and "kv_shared" in self.capabilities.workload_axes):
             return None
         if case.needs_grad:
-            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's latent "
-                    "share into dV (K_nope is V there), which the reference keeps apart")
+            return (f"{self.library}'s qv form (absorbed MLA) is run forward only: its gradient puts K's "
+                    "latent share into dV (K_nope is V there), which the reference keeps apart")
         return self.qv_reason(case)
 
     def _pages_reason(self, case: Case) -> str | None:
@@ -200,14 +205,15 @@ class _Flash(Backend):
         if "page_size" in self.capabilities.workload_axes and case.doc_lens is not None:
             return packing.documents_in_pages(case, self.library)
         if self.spec.varlen_pages and case.needs_grad:
-            return f"attnbench runs {self.library}'s paged KV cache forward only (page_table is for inference)"
+            return (f"attnbench runs {self.library}'s paged KV cache forward only "
+                    "(page_table is for inference)")
         if self.spec.page_table_keyword is None:
             return None
         if case.needs_grad:
             return f"{KVCACHE_FUNCTION} (the paged KV cache) is inference-only: no backward"
         if case.page_size % self.spec.page_multiple:
-            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.spec.page_multiple} tokens "
-                    f"(page_size {case.page_size})")
+            return (f"{self.library}'s paged KV cache takes pages of a multiple of {self.spec.page_multiple} "
+                    f"tokens (page_size {case.page_size})")
         return None
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -228,8 +234,8 @@ class _Flash(Backend):
             words.append(f"qv: rope {case.head_dim - case.v_dim}, latent {case.v_dim}")
         if scales is not None:
             kwargs.update(descale_arguments(case, scales))
-            words.append(f"{case.dtype}, q/k/v_descale ({case.quant}) as ({'sequences' if case.doc_lens else 'batch'}"
-                         ", kv_heads)")
+            words.append(f"{case.dtype}, q/k/v_descale ({case.quant}) as "
+                         f"({'sequences' if case.doc_lens else 'batch'}, kv_heads)")
         to_canonical: Callable[[torch.Tensor], torch.Tensor] = from_flash_layout
         if case.page_size is not None:
             name = VARLEN_FUNCTION if self.spec.varlen_pages else KVCACHE_FUNCTION
@@ -241,7 +247,8 @@ class _Flash(Backend):
                      table: packing.block_table(layout, q.device)}
             words.append(f"{table} over pages of {case.page_size}")
 
-            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *qv: torch.Tensor) -> torch.Tensor:
+            def call(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     *qv: torch.Tensor) -> torch.Tensor:
                 return output_of(fn(q, k_cache, v_cache, **paged, **kwargs, **qv_argument(qv)))
 
             inputs = (to_flash_layout(q), fp8.to_pages(k, layout), fp8.to_pages(v, layout),
@@ -260,7 +267,9 @@ class _Flash(Backend):
 
             inputs = (packing.pack_q(q), packing.pack_kv(k, case), packing.pack_kv(v, case),
                       *(packing.pack_q(t) for t in latent))
-            to_canonical = lambda out: packing.unpack_out(out, case)  # noqa: E731
+
+            def to_canonical(out: torch.Tensor) -> torch.Tensor:
+                return packing.unpack_out(out, case)
         else:
             name = self.spec.function
             fn = self._function()
@@ -295,7 +304,8 @@ class _Flash(Backend):
         if case.softcap is not None:
             args["softcap"] = float(case.softcap)
         if case.alibi:
-            args["alibi_slopes"] = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device)
+            args["alibi_slopes"] = torch.tensor(workload.case_slopes(case), dtype=torch.float32,
+                                                device=device)
         return args
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
@@ -308,7 +318,8 @@ def qv_argument(latent: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
 
 
 def descale_arguments(case: Case, scales: Scales) -> dict[str, Any]:
-    """FA3's q/k/v_descale: float32 (batch, kv_heads), a row per varlen sequence (a document's: its batch row's)."""
+    """FA3's q/k/v_descale: float32 (batch, kv_heads), a row per varlen sequence
+    (a document's: its batch row's)."""
     factors = {f"{n}_descale": fp8.per_batch_kv_head(scales, n, case) for n in ("q", "k", "v")}
     if case.doc_lens is not None and case.page_size is None:
         rows = [row for row in range(case.batch) for _ in case.doc_lens]
@@ -325,8 +336,9 @@ def output_of(result: Any) -> torch.Tensor:
 class FlashAttn2(_Flash):
     spec = dataclasses.replace(
         _Flash.spec, name="flash-attn",
-        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded`
-        # per query head, summed after; dO and O arrive contiguous (maybe_contiguous copies nothing).
+        # Backward (csrc/flash_attn/flash_api.cpp mha_bwd): a float32 `dq_accum`, under GQA
+        # `dk_expanded`/`dv_expanded` per query head, summed after; dO and O arrive contiguous
+        # (maybe_contiguous copies nothing).
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
         summary="FlashAttention 2 (flash_attn.flash_attn_func): fp16/bf16, native GQA, sm80+",
@@ -335,7 +347,8 @@ class FlashAttn2(_Flash):
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_2),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi"}),
-            axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size equal to Q/K's (no head_dim_v)"}),
+            axis_reasons={"head_dim_v": "FlashAttention 2 needs V's head size "
+                                        "equal to Q/K's (no head_dim_v)"}),
         module="flash_attn", score_keywords=("softcap", "alibi_slopes"), page_table_keyword="block_table",
         page_multiple=256,  # flash_attn_with_kvcache's docstring: "page_block_size must be a multiple of 256"
         determinism=flash_answers("flash-attn"))
@@ -349,12 +362,14 @@ class FlashAttn2(_Flash):
             package = importlib.import_module(self.spec.module)
         except ImportError:
             package = None
-        if package is not None and getattr(package, "__file__", None) is None and hasattr(package, "__path__"):
-            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only the "
-                      f"namespace package flash-attn-4 installs flash_attn/cute into ({', '.join(package.__path__)})")
+        if package is not None and getattr(package, "__file__", None) is None and hasattr(package,
+                                                                                          "__path__"):
+            reason = (f"{self.library} (FlashAttention 2) is not installed: {self.spec.module} here is only "
+                      "the namespace package flash-attn-4 installs flash_attn/cute into "
+                      f"({', '.join(package.__path__)})")
         if os.environ.get(IMAGE_FLASH_ATTN_2) == "no":
-            reason = (f"not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from source, "
-                      f"on a CUDA-toolkit base; docs/docker.md); {reason}")
+            reason = ("not carried by this image (built with FLASH_ATTN_2=no: FlashAttention 2 compiles from "
+                      f"source, on a CUDA-toolkit base; docs/docker.md); {reason}")
         return reason
 
 
@@ -362,24 +377,27 @@ class FlashAttn2(_Flash):
 class FlashAttn3(_Flash):
     spec = dataclasses.replace(
         _Flash.spec, name="flash-attn-3",
-        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32 `dk_accum`/`dv_accum` per KV
-        # head.
+        # Backward (hopper/flash_api.cpp mha_bwd): a float32 `dq_accum`; under GQA float32
+        # `dk_accum`/`dv_accum` per KV head.
         cost=Cost(cuda=fp8.FA3_KERNEL, memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
         summary="FlashAttention 3 for Hopper (flash_attn_interface.flash_attn_func): fp16/bf16, native GQA",
         library="flash-attn-3",
-        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper && python setup.py install)",
+        install_hint="build flash-attention's hopper/ package on a Hopper GPU (cd hopper "
+                     "&& python setup.py install)",
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_3),
-            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v",
+                                     "kv_shared"}),
             axis_reasons={"alibi": "FlashAttention 3 has no alibi_slopes"},
             quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
             quant_reasons={
                 "qkv:float8_e5m2": "FlashAttention 3 takes FP8 as float8_e4m3fn only (hopper/flash_api.cpp)",
-                **{f"kv:{fmt}": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 K/V cache under bf16 queries"
+                **{f"kv:{fmt}": "FlashAttention 3 takes Q, K and V in one dtype: no FP8 "
+                                "K/V cache under bf16 queries"
                    for fmt in ("float8_e4m3fn", "float8_e5m2")},
-                "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) (hopper/flash_api.cpp "
-                                "CHECK_SHAPE(q_descale, batch_size, num_heads_k)): per-block factors are not "
-                                "expressible"),
+                "scale:block": ("FlashAttention 3 takes one descale per (batch, KV head) "
+                                "(hopper/flash_api.cpp CHECK_SHAPE(q_descale, batch_size, num_heads_k)): "
+                                "per-block factors are not expressible"),
             }),
         module="flash_attn_interface", page_table_keyword="page_table",
         fp8_numerics=Numerics(source="FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to e4m3)",
@@ -388,7 +406,8 @@ class FlashAttn3(_Flash):
         determinism=flash_answers("flash-attn-3"))
 
     def deterministic(self, case: Case) -> str:
-        if case.needs_grad and case.head_dim > 192:  # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
+        # hdim rounded to 256 (hopper/flash_api.cpp's backward check)
+        if case.needs_grad and case.head_dim > 192:
             return "refused: FlashAttention 3's deterministic backward does not support head_dim 256"
         return super().deterministic(case)
 
@@ -402,22 +421,25 @@ class FlashAttn4(_Flash):
         # `dk_accum`/`dv_accum` per KV head; `dpsum` and `lse_log2` one float32 per query row each.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_dkv_accum=True)),
-        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): fp16/bf16, compiled at first call",
+        summary="FlashAttention 4, CuTe DSL (flash_attn.cute.flash_attn_func): "
+                "fp16/bf16, compiled at first call",
         library="flash-attn-4",
         install_hint="pip install flash-attn-4",
         capabilities=dataclasses.replace(
             _Flash.capabilities, kernel_names=per_device(cuda=FLASH_ATTENTION_4),
-            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v", "kv_shared"}),
+            workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "head_dim_v",
+                                     "kv_shared"}),
             axis_reasons={"alibi": "FlashAttention 4 has no alibi_slopes (only a CuTe score_mod)"},
             quant_reasons=for_every_input("FlashAttention 4's FP8 forward runs on SM100 only "
                                           "(flash_attn/cute/interface.py asserts arch 10.x) and flash-attn-4 "
-                                          "4.0.0b36's flash_attn_func takes no descale: attnbench maps no FP8 onto "
-                                          "it")),
-        module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True, takes_qv=True,
-        determinism=flash_answers("flash-attn-4"))
+                                          "4.0.0b36's flash_attn_func takes no descale: "
+                                          "attnbench maps no FP8 onto it")),
+        module="flash_attn.cute", varlen_pages=True, unbounded=None, warm_call=True, owner_checked=True,
+        takes_qv=True, determinism=flash_answers("flash-attn-4"))
 
     def qv_reason(self, case: Case) -> str | None:
-        """interface.py's qv asserts, some without a message: rope 64, head_dim_v 512, no window, no soft-cap."""
+        """interface.py's qv asserts, some without a message:
+        rope 64, head_dim_v 512, no window, no soft-cap."""
         if (case.head_dim - case.v_dim, case.v_dim) != (64, 512):
             return (f"FlashAttention 4's qv form takes a 64-channel rope part and head_dim_v 512 (got "
                     f"{case.head_dim - case.v_dim}/{case.v_dim})")

@@ -1,13 +1,13 @@
-"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by `route`.
-Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with the flat
-plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
+"""`flashinfer` (flashinfer-python, CUDA, forward only; docs/backends.md#flashinfer), its entry point by
+`route`. Absorbed MLA: scores (q_nope·ckv + q_pe·kpe)·sm_scale (include/flashinfer/attention/mla.cuh), with
+the flat plan()/run() keywords of 0.2+ (0.7.4 deprecates, still accepts them).
 
 Causal is bottom-right per request (prefill.cuh: masked when kv_idx + qo_len > kv_len + q_idx), as
 docs/conventions.md; `window_left=W` keeps W keys before the diagonal, no right bound. `logits_soft_cap=c` is
-c·tanh(s·sm_scale/c). ALiBi: `pos_encoding_mode="ALIBI"`, own slopes (`get_alibi_slopes(H)`, the conventions'), a
-signed bias slope·(kv_idx − q_idx), equal to ours only where no query sees a later key. FP8 K/V cache: `k_scale`,
-`v_scale` floats (decode.py / prefill.py: `sm_scale *= k_scale`, `out *= v_scale`), plan's `kv_data_type` FP8.
-"""
+c·tanh(s·sm_scale/c). ALiBi: `pos_encoding_mode="ALIBI"`, own slopes (`get_alibi_slopes(H)`, the
+conventions'), a signed bias slope·(kv_idx − q_idx), equal to ours only where no query sees a later key. FP8
+K/V cache: `k_scale`, `v_scale` floats (decode.py / prefill.py: `sm_scale *= k_scale`, `out *= v_scale`),
+plan's `kv_data_type` FP8. """
 
 from __future__ import annotations
 
@@ -78,8 +78,9 @@ PAGED_PREFILL_CALLS = (
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper", positional=("float_workspace_buffer",),
                 keywords=("kv_layout",)),
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.plan",
-                positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
-                            "num_qo_heads", "num_kv_heads", "head_dim_qk", "page_size"),
+                positional=("self", "qo_indptr", "paged_kv_indptr", "paged_kv_indices",
+                            "paged_kv_last_page_len", "num_qo_heads", "num_kv_heads", "head_dim_qk",
+                            "page_size"),
                 keywords=("head_dim_vo", *PLAN_ARGS)),
     LibraryCall(MODULE, "BatchPrefillWithPagedKVCacheWrapper.run", positional=("self", "q", "paged_kv_cache"),
                 keywords=SCALE_ARGS),
@@ -105,7 +106,8 @@ MLA_PLAN_KEYWORDS = ("qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_
                      "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type")
 MLA_CALLS = (
     LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper", positional=("float_workspace_buffer",)),
-    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.plan", positional=("self",), keywords=MLA_PLAN_KEYWORDS),
+    LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.plan", positional=("self",),
+                keywords=MLA_PLAN_KEYWORDS),
     LibraryCall(MODULE, "mla.BatchMLAPagedAttentionWrapper.run", positional=("self",),
                 keywords=("q_nope", "q_pe", "ckv_cache", "kpe_cache")),
 )
@@ -116,8 +118,8 @@ def flashinfer_module() -> Any:
 
 
 def window_arguments(case: Case) -> dict[str, Any]:
-    """`causal` and `window_left` (W keys before the query, inclusive). A two-sided W equals causal + W where every
-    query is its sequence's last position; unsupported() refuses the rest."""
+    """`causal` and `window_left` (W keys before the query, inclusive). A two-sided W equals causal + W where
+    every query is its sequence's last position; unsupported() refuses the rest."""
     if case.window is None:
         return {"causal": case.causal, "window_left": -1}
     return {"causal": True, "window_left": case.window}
@@ -138,7 +140,8 @@ def route(case: Case) -> str:
 
 
 def short_causal(case: Case) -> tuple[int, int] | None:
-    """The first (queries, keys) of a causal sequence with 0 < keys < queries, which FlashInfer does not take."""
+    """The first (queries, keys) of a causal sequence with 0 < keys < queries,
+    which FlashInfer does not take."""
     if not case.causal:
         return None
     pairs = (zip(case.doc_lens, workload.doc_key_lens(case), strict=False) if case.doc_lens is not None
@@ -153,27 +156,31 @@ class FlashInferBackend(Backend):
         # Kernels by analogy with FA2/FA3, not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.55, efficiency_bwd=0.0), compiles=True,
                   jit=LibraryCompile(cold_s=JIT_COLD_S, cached_s=JIT_CACHED_S)),
-        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed call); "
-                 "fp16/bf16, native GQA, forward only"),
+        summary=("FlashInfer: single/ragged prefill, paged prefill and decode (plan() outside the timed "
+                 "call); fp16/bf16, native GQA, forward only"),
         library="flashinfer-python",
-        install_hint="pip install 'attnbench[flashinfer]'  (its kernels are JIT-compiled with nvcc at first use)",
+        install_hint=("pip install 'attnbench[flashinfer]'  "
+                      "(its kernels are JIT-compiled with nvcc at first use)"),
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=FLASHINFER),
             workload_axes=frozenset({"documents", "kv_lengths", "page_size", "softcap", "alibi", "head_dim_v",
                                      "kv_shared"}),
             quantized=frozenset({"kv:float8_e4m3fn", "kv:float8_e5m2", "scale:tensor"}),
             quant_reasons={
-                **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under bf16/fp16 "
-                                  "queries); its FP8-query prefill (single_prefill_with_kv_cache's per-head scale_q) "
-                                  "is not mapped yet") for fmt in ("float8_e4m3fn", "float8_e5m2")},
-                **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= k_scale, "
-                                  "out *= v_scale): per-tensor factors only") for g in ("head", "block")},
+                **{f"qkv:{fmt}": ("attnbench maps FlashInfer's FP8 K/V cache (k_scale, v_scale under "
+                                  "bf16/fp16 queries); its FP8-query prefill (single_prefill_with_kv_cache's "
+                                  "per-head scale_q) is not mapped yet")
+                   for fmt in ("float8_e4m3fn", "float8_e5m2")},
+                **{f"scale:{g}": ("FlashInfer's k_scale and v_scale are one float each (run(): sm_scale *= "
+                                  "k_scale, out *= v_scale): per-tensor factors only")
+                   for g in ("head", "block")},
             }),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not supported (FlashInfer's attention takes float16 or bfloat16)"),
                 forward_only("FlashInfer's attention is forward-only (no backward kernel)")),
         # plan() fixes the split of the keys: two calls run one schedule.
-        determinism=always(NOT_APPLICABLE, "forward only; FlashInfer's attention has no deterministic switch"))
+        determinism=always(NOT_APPLICABLE,
+                           "forward only; FlashInfer's attention has no deterministic switch"))
     kv_layout: ClassVar[str] = "NHD"  # the paged pool's: NHD (pages, page_size, KVH, D), or HND
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
@@ -189,7 +196,8 @@ class FlashInferBackend(Backend):
         problem = import_problem(flashinfer_module, "flashinfer-python", "flashinfer")
         if problem:
             return problem
-        problem = device_problem(device, self.capabilities.devices, "needs CUDA (FlashInfer has no CPU kernels)")
+        problem = device_problem(device, self.capabilities.devices,
+                                 "needs CUDA (FlashInfer has no CPU kernels)")
         if problem or device != "cuda":
             return problem
         kernels = kernel_files()
@@ -202,14 +210,15 @@ class FlashInferBackend(Backend):
 
     def unsupported(self, case: Case) -> str | None:
         checks = (_pages_reason, _alibi_reason, _head_dim_v_reason, _short_causal_reason, _window_reason)
-        return super().unsupported(case) or next((reason for check in checks if (reason := check(case))), None)
+        return super().unsupported(case) or next((reason for check in checks if (reason := check(case))),
+                                                 None)
 
     def compile_key(self, case: Case) -> str:
         """What a JIT module specialises on (flashinfer/jit/attention/modules.py get_*_uri)."""
         return "|".join(str(part) for part in (
-            f"{self.name} {self.version()}", case.device, route(case), case.dtype, case.kv_dtype or case.dtype,
-            case.head_dim, case.v_dim, f"alibi={case.alibi}", f"window={case.window is not None}",
-            f"softcap={bool(case.softcap)}"))
+            f"{self.name} {self.version()}", case.device, route(case), case.dtype,
+            case.kv_dtype or case.dtype, case.head_dim, case.v_dim, f"alibi={case.alibi}",
+            f"window={case.window is not None}", f"softcap={bool(case.softcap)}"))
 
     def compiling(self) -> str | None:
         module = compiling_now()
@@ -219,7 +228,8 @@ class FlashInferBackend(Backend):
         if not case.quantized:
             return None
         decode = route(case) == "decode"
-        return Numerics(source="FlashInfer's FP8 K/V cache " + ("decode (CUDA cores)" if decode else "prefill"),
+        return Numerics(source="FlashInfer's FP8 K/V cache " + ("decode (CUDA cores)" if decode
+                                                                else "prefill"),
                         p_format=None if decode else case.dtype, v_scale_after=True, out_dtype=case.dtype)
 
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -255,7 +265,8 @@ class FlashInferBackend(Backend):
             inputs=inputs,
             call=call,
             kernel=f"flashinfer {self.version()} {kernel_words(case, how, mask, self.kv_layout, chosen)}"
-                   + (f" with {case.kv_dtype} K/V, k_scale {scaled['k_scale']:.4g}, v_scale {scaled['v_scale']:.4g}"
+                   + (f" with {case.kv_dtype} K/V, k_scale {scaled['k_scale']:.4g}, "
+                      f"v_scale {scaled['v_scale']:.4g}"
                       if scaled else ""),
             to_canonical=to_canonical,
             extra=extra,
@@ -272,8 +283,8 @@ def _pages_reason(case: Case) -> str | None:
     if case.kv_shared and (reason := mla_reason(case)):
         return reason
     if case.page_size is not None and min(workload.request_kv_lens(case)) == 0:
-        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in [1, page_size]): a "
-                "request with an empty cache is not mapped")
+        return ("FlashInfer's paged layout gives each request at least one key (kv_last_page_len in [1, "
+                "page_size]): a request with an empty cache is not mapped")
     return None
 
 
@@ -281,14 +292,14 @@ def _alibi_reason(case: Case) -> str | None:
     if not case.alibi:
         return None
     if case.softcap is not None:
-        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); attnbench does "
-                "not run alibi with softcap on flashinfer")
+        return ("FlashInfer applies sm_scale twice where ALiBi meets logits_soft_cap (variants.cuh); "
+                "attnbench does not run alibi with softcap on flashinfer")
     if (case.tp or 1) > 1:
         return ("FlashInfer's ALiBi slopes are fixed for the heads it is given (get_alibi_slopes(H)); a "
                 "tensor-parallel share needs the whole model's slopes: alibi with tp is not mapped")
     if not case.causal and case.seq_len > 1:
-        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's −slope·|i "
-                "+ off − j| only where no query sees a later key (causal, or decode)")
+        return ("FlashInfer's ALiBi bias is signed, slope·(kv_idx − q_idx): it equals docs/conventions.md's "
+                "−slope·|i + off − j| only where no query sees a later key (causal, or decode)")
     return None
 
 
@@ -300,40 +311,43 @@ def _head_dim_v_reason(case: Case) -> str | None:
 
 def _short_causal_reason(case: Case) -> str | None:
     if short := short_causal(case):
-        return (f"FlashInfer does not take a causal sequence whose cache is shorter than its queries ({short[0]} "
-                f"queries over {short[1]} keys): its single prefill raises 'kv_len must be greater than or equal "
-                "to qo_len', its batch and MLA kernels' causal bounds wrap around (uint32) and its tests skip 'qo_len "
-                "> kv_len and causal'; an empty cache is mapped")
+        return ("FlashInfer does not take a causal sequence whose cache is shorter than its queries "
+                f"({short[0]} queries over {short[1]} keys): its single prefill raises 'kv_len must be "
+                "greater than or equal to qo_len', its batch and MLA kernels' causal bounds wrap around "
+                "(uint32) and its tests skip 'qo_len > kv_len and causal'; an empty cache is mapped")
     return None
 
 
 def _window_reason(case: Case) -> str | None:
     if case.window is not None and not case.causal and (case.seq_len > 1 or case.doc_lens is not None):
-        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not expressible with "
-                "more than one query per request")
+        return ("FlashInfer has no right window bound (window_left only): a two-sided window is not "
+                "expressible with more than one query per request")
     return None
 
 
 def mla_reason(case: Case) -> str | None:
     if case.page_size is None:
-        return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads a paged "
-                "ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
+        return ("FlashInfer runs absorbed MLA (kv_shared) through BatchMLAPagedAttentionWrapper, which reads "
+                "a paged ckv/kpe cache: attnbench maps kv_shared onto it with page_size")
     if case.kv_heads != 1:
         return f"FlashInfer's MLA cache is one latent KV head (kv_heads {case.kv_heads})"
     if case.window is not None or case.softcap is not None or case.alibi:
-        return "FlashInfer's MLA wrapper has no window, soft-cap or ALiBi (plan takes causal and sm_scale only)"
+        return ("FlashInfer's MLA wrapper has no window, soft-cap or ALiBi (plan takes "
+                "causal and sm_scale only)")
     return None
 
 
 def mla_plan_arguments(case: Case, device: Any, q_dtype: Any, kv_dtype: Any) -> dict[str, Any]:
-    """BatchMLAPagedAttentionWrapper.plan's keywords: the page table in CSR form, ckv = head_dim_v, kpe the rest."""
+    """BatchMLAPagedAttentionWrapper.plan's keywords:
+    the page table in CSR form, ckv = head_dim_v, kpe the rest."""
     seqs = packing.varlen(case)
     indptr, indices, _ = packing.flashinfer_page_indices(workload.pages(case))
     return {"qo_indptr": packing.int32(seqs.cu_q, device), "kv_indptr": packing.int32(indptr, device),
             "kv_indices": packing.int32(indices, device),
             "kv_len_arr": packing.int32(workload.request_kv_lens(case), device), "num_heads": case.heads,
-            "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim, "page_size": case.page_size,
-            "causal": case.causal, "sm_scale": case.head_dim ** -0.5, "q_data_type": q_dtype, "kv_data_type": kv_dtype}
+            "head_dim_ckv": case.v_dim, "head_dim_kpe": case.head_dim - case.v_dim,
+            "page_size": case.page_size, "causal": case.causal, "sm_scale": case.head_dim ** -0.5,
+            "q_data_type": q_dtype, "kv_data_type": kv_dtype}
 
 
 class Planned(NamedTuple):
@@ -355,8 +369,8 @@ def single_planned(fi: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     return Planned(None, inputs, call, None, lambda out: out.transpose(0, 1)[None])
 
 
-def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, common: dict[str, Any],
-                   scaled: dict[str, float]) -> Planned:
+def ragged_planned(fi: Any, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   common: dict[str, Any], scaled: dict[str, float]) -> Planned:
     device = q.device
     seqs = packing.varlen(case)
     wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(device), kv_layout="NHD")
@@ -447,7 +461,8 @@ def synced(start: float, device: torch.device) -> float:
 def kernel_words(case: Case, how: str, mask: dict[str, Any], kv_layout: str, chosen: Any) -> str:
     function = {"single": "single_prefill_with_kv_cache", "ragged": "BatchPrefillWithRaggedKVCacheWrapper",
                 "paged-prefill": "BatchPrefillWithPagedKVCacheWrapper",
-                "decode": "BatchDecodeWithPagedKVCacheWrapper", "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]
+                "decode": "BatchDecodeWithPagedKVCacheWrapper",
+                "mla": "mla.BatchMLAPagedAttentionWrapper"}[how]
     if how == "mla":
         words = [f"causal={case.causal}", f"ckv {case.v_dim} + kpe {case.head_dim - case.v_dim}",
                  f"pages of {case.page_size}"]

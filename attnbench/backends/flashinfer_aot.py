@@ -52,7 +52,8 @@ def module_args(case: Case, arch: str) -> tuple[list[ModuleArgs], str | None]:
                                                        *flags))], None
     backend = prefill_backend(case, arch)
     if how == "ragged" and backend == "fa2" and arch_major(arch) >= 10:
-        return [], "FlashInfer's ragged prefill on SM100 may take cuDNN or CUTLASS at plan(): not mapped ahead"
+        return [], ("FlashInfer's ragged prefill on SM100 may take cuDNN or CUTLASS "
+                    "at plan(): not mapped ahead")
     dims = (case.head_dim, case.v_dim, *flags, False)
     if how == "single":
         return [ModuleArgs("gen_single_prefill_module", (backend, q, kv, q, *dims))], None

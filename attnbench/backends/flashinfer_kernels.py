@@ -1,5 +1,5 @@
-"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or loaded
-(flashinfer/jit/core.py `jit_spec_registry`)."""
+"""Where FlashInfer would load its compiled kernels from (for `doctor`), and which JIT modules a call built or
+loaded (flashinfer/jit/core.py `jit_spec_registry`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 MODULE = "flashinfer"
-MANIFEST = "attnbench-aot.json"  # scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
+# scripts/flashinfer_aot.py's: each arch's modules, in FlashInfer's AOT folder
+MANIFEST = "attnbench-aot.json"
 
 
 def nvcc_path(environ: Any = None) -> str | None:
@@ -20,7 +21,8 @@ def nvcc_path(environ: Any = None) -> str | None:
     environ = os.environ if environ is None else environ
     home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
     candidates = [environ.get("FLASHINFER_NVCC"),
-                  os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc", path=environ.get("PATH")),
+                  os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc",
+                                                                              path=environ.get("PATH")),
                   "/usr/local/cuda/bin/nvcc"]
     return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
@@ -37,7 +39,7 @@ def kernel_files() -> dict[str, Any]:
         jit_dir, cubin_dir = Path(env.FLASHINFER_JIT_DIR), Path(env.FLASHINFER_CUBIN_DIR)
         providers = [f"{p.distribution} {p.version} ({', '.join(sorted(p.cuda_architectures))})"
                      for p in getattr(env, "FLASHINFER_AOT_PROVIDERS", ())]
-    except Exception as exc:  # noqa: BLE001 - a stand-in module, or a flashinfer whose settings moved
+    except Exception as exc:  # a stand-in module, or a flashinfer whose settings moved
         return {"state": "unknown", "summary": f"cannot read {MODULE}.jit.env: {type(exc).__name__}: {exc}"}
     precompiled = sorted({so.parent.name for d in aot_dirs if d.is_dir() for so in d.glob("*/*.so")})
     compiled = sorted({so.parent.name for so in jit_dir.glob("*/*.so")}) if jit_dir.is_dir() else []
@@ -57,20 +59,22 @@ def kernel_files() -> dict[str, Any]:
     none_precompiled = ("no precompiled module (no flashinfer-jit-cache installed, no flashinfer/data/aot)"
                         if not providers else f"no precompiled module in {', '.join(providers)}")
     if nvcc:
-        return {**found, "state": "jit", "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
-                                                    f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
+        return {**found, "state": "jit",
+                "summary": f"{none_precompiled}: JIT-compiled at first use by {nvcc} into "
+                           f"{jit_dir} ({len(compiled)} there now){cubin_note}"}
     if compiled:
         return {**found, "state": "jit-cache",
-                "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and no nvcc "
-                           f"to compile any other{cubin_note}"}
+                "summary": f"{none_precompiled}; {len(compiled)} modules compiled earlier in {jit_dir}, and "
+                           f"no nvcc to compile any other{cubin_note}"}
     return {**found, "state": "absent",
             "summary": f"no kernels: {none_precompiled}, none compiled earlier in {jit_dir}, and no nvcc to "
-                       f"JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call on a GPU "
-                       f"fails{cubin_note}"}
+                       "JIT-compile one (CUDA_HOME unset, none on PATH or in /usr/local/cuda): a first call "
+                       f"on a GPU fails{cubin_note}"}
 
 
 def built_ahead(aot_dirs: list[Any]) -> list[dict[str, Any]]:
-    """Per arch of the first AOT folder's MANIFEST: the modules it lists, and those whose library is missing."""
+    """Per arch of the first AOT folder's MANIFEST:
+    the modules it lists, and those whose library is missing."""
     import json
 
     manifest = next((d / MANIFEST for d in aot_dirs if (d / MANIFEST).is_file()), None)
@@ -94,7 +98,8 @@ def ahead_summary(ahead: list[dict[str, Any]], nvcc: str | None) -> str:
                                           if arch["missing"] else ""))
     text = f"{', '.join(parts)} built ahead in {ahead[0]['dir']}"
     if any(arch["missing"] for arch in ahead):
-        text += f"; the missing JIT-compiled at first use by {nvcc}" if nvcc else "; no nvcc to JIT the missing"
+        text += ("; the missing "
+                 f"JIT-compiled at first use by {nvcc}") if nvcc else "; no nvcc to JIT the missing"
     return text
 
 
@@ -103,7 +108,7 @@ def registered() -> dict[str, Any]:
     core = sys.modules.get(f"{MODULE}.jit.core")
     try:
         return dict(core.jit_spec_registry.get_all_specs()) if core is not None else {}
-    except Exception:  # noqa: BLE001 - a registry that moved
+    except Exception:  # a registry that moved
         return {}
 
 
@@ -145,4 +150,5 @@ class JitWatch:
         if not self.readable:
             return {}
         built, loaded = self.split()
-        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built, "jit_loaded": loaded}
+        return {"kernels_compiled": len(built), "cache_hits": len(loaded), "jit_built": built,
+                "jit_loaded": loaded}

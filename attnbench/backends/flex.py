@@ -1,8 +1,8 @@
-"""`flex` and `flex-dynamic`: FlexAttention under torch.compile (eager materialises every score), with a block mask
-from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prepare`'s warm call compiles (setup).
-`flex` (dynamic=False): a kernel per shape, specialised on whether the lengths divide the 128-token block
-(IS_DIVISIBLE). `flex-dynamic` (dynamic=True): one bounds-checked kernel for every sequence length of a case group.
-"""
+"""`flex` and `flex-dynamic`: FlexAttention under torch.compile (eager materialises every score), with a block
+mask from docs/conventions.md's mask; canonical layout, GQA through enable_gqa. `prepare`'s warm call compiles
+(setup). `flex` (dynamic=False): a kernel per shape, specialised on whether the lengths divide the 128-token
+block (IS_DIVISIBLE). `flex-dynamic` (dynamic=True): one bounds-checked kernel for every sequence length of a
+case group. """
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from attnbench.core.case import Case
 
-# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled (docs/backends.md#flex).
+# An eager block mask costs ~11 bytes a pair; past these bounds create_block_mask is compiled
+# (docs/backends.md#flex).
 MASK_BYTES_PER_PAIR = 11
 MASK_EAGER_LIMIT = 256 << 20
 MASK_FREE_SHARE = 0.25
@@ -43,7 +44,8 @@ CREATE_BLOCK_MASK_CALL = LibraryCall("torch.nn.attention.flex_attention", "creat
                                      positional=("mask_mod", "B", "H", "Q_LEN", "KV_LEN"),
                                      keywords=("device", "BLOCK_SIZE"))
 PAGED_ATTENTION_CALL = LibraryCall("torch.nn.attention.experimental._paged_attention", "PagedAttention",
-                                   positional=("n_pages", "page_size", "max_batch_size"), keywords=("device",))
+                                   positional=("n_pages", "page_size", "max_batch_size"),
+                                   keywords=("device",))
 
 
 def compiled_flex_attention(dynamic: bool = False) -> Callable[..., Any]:
@@ -78,13 +80,14 @@ def compiled_create_block_mask(dynamic: bool = False) -> Callable[..., Any]:
 @functools.cache
 def mask_mod_for(offset: int, causal: bool, window: int | None) -> Callable[..., Any]:
     """The mask_mod of workload.allowed for these values, one function per mask. The values are literals, not
-    captured: Dynamo makes captured ints symbolic under dynamic=True, which Inductor's CPU template fails to compile
-    (torch 2.13); and no Case is captured, so a compile does not guard on lengths."""
+    captured: Dynamo makes captured ints symbolic under dynamic=True, which Inductor's CPU template fails to
+    compile (torch 2.13); and no Case is captured, so a compile does not guard on lengths."""
     source = (f"def mask_mod(b, h, q_idx, kv_idx):\n"
               f"    return allowed(q_idx, kv_idx, {int(offset)!r}, {bool(causal)!r}, "
               f"{None if window is None else int(window)!r})\n")
     namespace: dict[str, Any] = {"allowed": allowed}
-    exec(compile(source, f"<attnbench flex mask off={offset} causal={causal} window={window}>", "exec"), namespace)
+    exec(compile(source, f"<attnbench flex mask off={offset} causal={causal} window={window}>", "exec"),
+         namespace)
     return namespace["mask_mod"]
 
 
@@ -95,14 +98,16 @@ def mask_is_compiled(case: Case, device_type: str, free_bytes: int | None = None
     return eager > MASK_EAGER_LIMIT
 
 
-def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
+def flex_block_mask(case: Case, device: torch.device | str,
+                    dynamic: bool = False) -> tuple[Any, dict[str, Any]]:
     """The block mask (None when unmasked), with `mask_build` and `mask_build_s`."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
     if not workload.has_mask(case):
         return None, {}
-    mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None and case.kv_lens is None
+    mask_mod = (mask_mod_for(case.offset, case.causal, case.window) if case.doc_lens is None
+                and case.kv_lens is None
                 else workload_mask_mod(case, device))
     rows = case.batch if case.kv_lens is not None else None  # ragged lengths: a mask per request
     kind = torch.device(device).type
@@ -113,7 +118,8 @@ def flex_block_mask(case: Case, device: torch.device | str, dynamic: bool = Fals
     block_mask = build(mask_mod, rows, None, case.seq_len, case.kv_seq_len, device=device)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-    return block_mask, {"mask_build": "compiled" if compiled else "eager", "mask_build_s": time.perf_counter() - start}
+    return block_mask, {"mask_build": "compiled" if compiled else "eager",
+                        "mask_build_s": time.perf_counter() - start}
 
 
 def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., Any]:
@@ -127,14 +133,16 @@ def workload_mask_mod(case: Case, device: torch.device | str) -> Callable[..., A
 
 
 def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., Any] | None:
-    """Soft-cap c·tanh(s/c) then ALiBi −slope_h·|i − j| (i from workload.query_positions), docs/conventions.md's
-    order; None when the case has neither."""
+    """Soft-cap c·tanh(s/c) then ALiBi −slope_h·|i − j| (i from workload.query_positions),
+    docs/conventions.md's order; None when the case has neither."""
     import torch
 
     cap = case.softcap
     if cap is None and not case.alibi:
         return None
-    slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device) if case.alibi else None
+    slopes = None
+    if case.alibi:
+        slopes = torch.tensor(workload.case_slopes(case), dtype=torch.float32, device=device)
     positions = torch.tensor(workload.query_positions(case), device=device)
     positions = positions.expand(case.batch, -1) if len(positions) == 1 else positions  # (B, Sq)
 
@@ -150,8 +158,9 @@ def workload_score_mod(case: Case, device: torch.device | str) -> Callable[..., 
 
 def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
                  score_mod: Callable[..., Any] | None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-    """K and V as PyTorch's PagedAttention cache (1, kv_heads, num_pages·page_size, d) under the workload's page
-    table, the logical block mask (a page per KV block) and score_mod converted to physical pages; untimed."""
+    """K and V as PyTorch's PagedAttention cache (1, kv_heads, num_pages·page_size, d) under the workload's
+    page table, the logical block mask (a page per KV block) and score_mod converted to physical pages;
+    untimed."""
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask
@@ -162,19 +171,21 @@ def paged_inputs(case: Case, k: torch.Tensor, v: torch.Tensor,
 
     def cache(x: torch.Tensor) -> torch.Tensor:
         pool = workload.to_pages(x.detach(), layout)  # (num_pages, P, KVH, D)
-        return pool.permute(2, 0, 1, 3).reshape(1, pool.shape[2], layout.num_pages * size, pool.shape[3]).contiguous()
+        heads_first = pool.permute(2, 0, 1, 3)
+        return heads_first.reshape(1, pool.shape[2], layout.num_pages * size, pool.shape[3]).contiguous()
 
     start = time.perf_counter()
     paged = PagedAttention(layout.num_pages, size, case.batch, device=str(device))
-    table = torch.tensor(layout.table, dtype=torch.int64, device=device)  # (B, pages); -1: none, as PagedAttention
+    # (B, pages); -1: none, as PagedAttention
+    table = torch.tensor(layout.table, dtype=torch.int64, device=device)
     width = table.shape[1]
     paged.page_table[:, :width] = table
     used = table >= 0
     rows = torch.arange(case.batch, device=device)[:, None].expand_as(table)
     logical = torch.arange(width, device=device)[None, :].expand_as(table)
     paged.physical_to_logical[rows[used], table[used]] = logical[used]
-    logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len, width * size,
-                                     device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
+    logical_mask = create_block_mask(workload_mask_mod(case, device), case.batch, None, case.seq_len,
+                                     width * size, device=device, BLOCK_SIZE=(FLEX_Q_BLOCK, size))
     block_mask = paged.convert_logical_block_mask(logical_mask)
     if score_mod is not None:
         score_mod = paged.get_score_mod(score_mod)
@@ -233,15 +244,16 @@ def inductor_cxx() -> tuple[str | None, ...]:
 
 @functools.cache
 def cpu_build_tools_missing() -> str | None:
-    """Why Inductor cannot build FlexAttention's CPU kernels (C++ including Python.h) here; None when it can."""
+    """Why Inductor cannot build FlexAttention's CPU kernels (C++ including Python.h) here;
+    None when it can."""
     import shutil
     import sysconfig
     from pathlib import Path
 
     compilers = [c for c in inductor_cxx() if c]
     if not any(shutil.which(c) for c in compilers):
-        return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} not found; "
-                "install g++ or set CXX)")
+        return (f"needs a C++ compiler for torch.compile's CPU kernels ({' or '.join(compilers) or 'none'} "
+                "not found; install g++ or set CXX)")
     include = Path(sysconfig.get_path("include"))
     if not (include / "Python.h").is_file():
         return (f"needs Python's C headers for torch.compile's CPU kernels (no Python.h in {include}; "
@@ -260,14 +272,17 @@ class FlexBackend(Backend):
             kernel_names=per_device(cpu=FLEX_CPU, cuda=FLEX_TRITON),
             workload_axes=frozenset({"documents", "kv_lengths", "softcap", "alibi", "head_dim_v", "page_size",
                                      "kv_shared"}),
-            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may compile an "
-                                          "FP8 flex kernel; untried), and PyTorch's CPU flex has no FP8 path")),
+            quant_reasons=for_every_input("attnbench maps no FP8 inputs onto flex yet (on a GPU Triton may "
+                                          "compile an FP8 flex kernel; untried), and "
+                                          "PyTorch's CPU flex has no FP8 path")),
         limits=(forward_only("flex runs paged K/V forward only (PyTorch's PagedAttention serves inference)",
                              when="page_size"),
-                unset("doc_lens", "flex does not run packed documents inside a paged cache", when="page_size")),
+                unset("doc_lens", "flex does not run packed documents inside a paged cache",
+                      when="page_size")),
         # No atomics: flex_attention_backward_grid gives each dQ and dK/dV block one program.
         determinism=Answers(
-            forward=Answer(NOT_APPLICABLE, "no atomics: its Triton forward computes each query block in one program"),
+            forward=Answer(NOT_APPLICABLE,
+                           "no atomics: its Triton forward computes each query block in one program"),
             backward=Answer(NOT_APPLICABLE, "no atomics: its Triton backward computes each dQ and each dK/dV "
                                             "block in one program"),
             on={"cpu": Answer(NOT_APPLICABLE, "no atomics: Inductor's C++ kernel on a CPU")}))
@@ -317,14 +332,16 @@ class FlexBackend(Backend):
         if sparsity is not None and not 0 <= sparsity <= 100:
             sparsity = None  # torch's is out of range when Q_LEN is below one 128-row block
         where = "Inductor C++" if q.device.type == "cpu" else "Inductor Triton"
+        options = ["block_mask" if block_mask is not None else "no mask"]
+        if score_mod is not None:
+            options.append(f"score_mod {score_words(case)}")
+        if gqa:
+            options.append("enable_gqa")
         return Prepared(
             inputs=(q, k, v),
             call=call,
-            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}"
-                    f"{', block_mask' if block_mask is not None else ', no mask'}"
-                    f"{', score_mod ' + score_words(case) if score_mod is not None else ''}"
-                    f"{', enable_gqa' if gqa else ''}"
-                    f"{paged or ''})"),
+            kernel=(f"torch {self.version()} flex_attention compiled ({where}, dynamic={self.dynamic}, "
+                    f"{', '.join(options)}{paged or ''})"),
             extra={"compile_s": compile_s, **compiled, "sparsity_percent": sparsity, **mask_extra},
         )
 
@@ -345,8 +362,8 @@ class FlexDynamicBackend(FlexBackend):
         # Bounds-checked loads (IS_DIVISIBLE unknown): a tenth slower on a GPU.
         cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.25),
                   cuda=KernelCost(pairs="visible", efficiency_fwd=0.36, efficiency_bwd=0.25), compiles=True),
-        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after at most "
-                 "two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
+        summary=("torch FlexAttention compiled with dynamic=True: one kernel for every sequence length after "
+                 "at most two compiles (a bounds-checked kernel, unlike flex's per-shape one)"),
         # The workload's tensors would be captured, hence symbolic under dynamic=True: not mapped.
         capabilities=dataclasses.replace(FlexBackend.capabilities, workload_axes=frozenset()))
     dynamic = True
@@ -362,7 +379,8 @@ class FlexDynamicBackend(FlexBackend):
 def compile_key(backend: str, case: Case, lengths: tuple[int, ...]) -> str:
     key = "|".join(str(v) for v in (backend, case.device, case.dtype, case.batch, *lengths, case.heads,
                                     case.kv_heads, case.head_dim, case.causal, case.window, case.needs_grad))
-    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens", "kv_lens",
-                                                                          "softcap", "alibi", "head_dim_v")
+    workload_part = "|".join(f"{axis}={getattr(case, axis)}" for axis in ("doc_lens", "doc_kv_lens",
+                                                                          "kv_lens", "softcap", "alibi",
+                                                                          "head_dim_v")
                              if getattr(case, axis))
     return f"{key}|{workload_part}" if workload_part else key

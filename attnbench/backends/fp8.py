@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from attnbench.core.quant import Scales
     from attnbench.core.workload import Pages
 
-# FA3's forward (flash-attn-3, and PyTorch's quantized SDPA): its cost, and P's scale before e4m3 (hopper/softmax.h).
+# FA3's forward (flash-attn-3, and PyTorch's quantized SDPA): its cost, and P's scale before e4m3
+# (hopper/softmax.h).
 FA3_KERNEL = KernelCost(pairs="visible", efficiency_fwd=0.65, efficiency_bwd=0.45)
 FA3_P_SCALE = 256.0
 
@@ -28,10 +29,12 @@ def to_pages(x: torch.Tensor, layout: Pages) -> torch.Tensor:
 
 
 def per_batch_kv_head(scales: Scales, name: str, case: Case) -> torch.Tensor:
-    """`name`'s descales as contiguous float32 (batch, kv_heads) (hopper/flash_api.cpp: "(b, h_k), not (b, h)")."""
+    """`name`'s descales as contiguous float32 (batch, kv_heads)
+    (hopper/flash_api.cpp: "(b, h_k), not (b, h)")."""
     factor = getattr(scales, name)
     assert scales.granularity in ("tensor", "head"), scales.granularity
-    return factor.reshape(factor.shape[0], factor.shape[1]).expand(case.batch, case.kv_heads).float().contiguous()
+    per_head = factor.reshape(factor.shape[0], factor.shape[1])
+    return per_head.expand(case.batch, case.kv_heads).float().contiguous()
 
 
 def per_tensor(scales: Scales, name: str) -> float:

@@ -1,6 +1,6 @@
-"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla') and `jax-cudnn` (pinned to 'cudnn': a refusal
-is JAX's skip reason, never an XLA fallback). The timed call ends with `block_until_ready()`; kernels come from
-jax.profiler, each HLO op named by its fused computation's root op."""
+"""JAX's `jax.nn.dot_product_attention`: `jax` (implementation='xla') and `jax-cudnn` (pinned to 'cudnn': a
+refusal is JAX's skip reason, never an XLA fallback). The timed call ends with `block_until_ready()`; kernels
+come from jax.profiler, each HLO op named by its fused computation's root op."""
 
 from __future__ import annotations
 
@@ -29,15 +29,17 @@ JAX_CALL = LibraryCall("jax.nn", "dot_product_attention", positional=("query", "
                        keywords=("mask", "is_causal", "local_window_size", "implementation"))
 # JAX's cap for cuDNN's flash attention (Hopper on; 128 before).
 CUDNN_MAX_HEAD_DIM = 256
-# One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if any.
+# One HLO instruction: its name and opcode (a tuple's shape holds spaces), the fused computation it calls, if
+# any.
 HLO_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([\w\-]+)\(")
 HLO_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 
 
 def jax_limits(name: str, *implementation: Limit) -> tuple[Limit, ...]:
     """Forward only, no soft-cap, the implementation's refusals in JAX's words, then the unmapped axes."""
-    return (runtimes.forward_only_limit("JAX"), unset("softcap", "jax.nn.dot_product_attention has no softcap"),
-            *implementation, *runtimes.unmapped(name))
+    return (runtimes.forward_only_limit("JAX"),
+            unset("softcap", "jax.nn.dot_product_attention has no softcap"), *implementation,
+            *runtimes.unmapped(name))
 
 
 class _Jax(Backend):
@@ -59,12 +61,13 @@ class _Jax(Backend):
         return (JAX_CALL,)
 
     def skip_reason(self, exc: BaseException, caught: list[warnings.WarningMessage]) -> str | None:
-        return library_refusal(exc, "JAX", ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
+        return library_refusal(exc, "JAX",
+                               ("cuDNN", "cudnn", "Unsupported", "not supported", "head dim must be"),
                                (ValueError, NotImplementedError, RuntimeError))
 
     def arguments(self, case: Case) -> tuple[dict[str, Any], Any, str]:
-        """The mask's keywords, boolean array (or None), and how it was given. JAX's is_causal and local_window_size
-        are top-left: docs/conventions.md's only where Sq == Sk in one dense sequence."""
+        """The mask's keywords, boolean array (or None), and how it was given. JAX's is_causal and
+        local_window_size are top-left: docs/conventions.md's only where Sq == Sk in one dense sequence."""
         kwargs: dict[str, Any] = {"implementation": self.implementation}
         keep = runtimes.keep_mask(case)
         if keep is None:
@@ -113,20 +116,23 @@ class _Jax(Backend):
         extra["threads_note"] = "XLA's CPU client uses its own thread pool (set at import, not per call)"
         try:  # XLA's temp buffer: the logits, where materialised
             extra["xla_temp_bytes"] = int(compiled.memory_analysis().temp_size_in_bytes)
-        except Exception:  # noqa: BLE001 - not every backend of XLA reports it
+        except Exception:  # not every backend of XLA reports it
             pass
         labels = hlo_labels(compiled.as_text())
         # On a GPU, XLA's allocator's own accounting: host RSS is not device memory.
         memory = "rss" if case.device == "cpu" else DeviceStats(device.memory_stats, f"jax {jax.__version__} "
                                                                 "Device.memory_stats()")
-        return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=lambda out: out.transpose(1, 2),
-                        kernel=f"jax {jax.__version__} dot_product_attention implementation={self.implementation!r} "
+        return Prepared(inputs=(), call=call, to_tensor=to_tensor,
+                        to_canonical=lambda out: out.transpose(1, 2),
+                        kernel=f"jax {jax.__version__} dot_product_attention "
+                               f"implementation={self.implementation!r} "
                                f"({how}{', GQA native' if case.kv_heads != case.heads else ''})",
                         memory=memory, extra=extra, profile=lambda: jax_profile(call, labels))
 
 
 def hlo_labels(text: str) -> dict[str, str]:
-    """Each entry instruction of the compiled HLO as "<name> (<root opcode, custom-call target or opcode>)"."""
+    """Each entry instruction of the compiled HLO as "<name>
+    (<root opcode, custom-call target or opcode>)"."""
     roots: dict[str, str] = {}
     entry: dict[str, tuple[str, str | None, str]] = {}
     computation, is_entry = "", False
@@ -179,13 +185,13 @@ class JaxXla(_Jax):
         summary="jax.nn.dot_product_attention, implementation='xla' (materialises the logits in float32)",
         # jax/_src/nn/functions.py: XLA's CPU compiler has no float16 dot at F16_F16_F32.
         limits=jax_limits("jax", Limit(field="dtype", refused=("float16",), on="cpu", reason=(
-            "XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not supported by dot_general "
-            "on CPU\""))),
+            "XLA's CPU compiler refuses float16 here: \"The precision 'F16_F16_F32' is not "
+            "supported by dot_general on CPU\""))),
         determinism=runtimes.answers("JAX"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=4.0),
                   memory=MemoryCost(score_copies_fwd=2)),
-        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce, exponential,
-        # divide.
+        # XLA's CPU executable has no attention op: YNNPACK fusions and fusions rooted in dot, reduce,
+        # exponential, divide.
         capabilities=dataclasses.replace(
             _Jax.capabilities, devices=("cpu",),
             kernel_names={"cpu": (r"^ynn_fusion", r"\((dot|exponential|reduce|divide)\)$")}))
@@ -204,10 +210,12 @@ class JaxCudnn(_Jax):
                 "JAX's cuDNN attention takes fp16/bf16 only, not {dtype}: \"Q must be "
                 "fp16/bf16/fp8_e4m3fn/fp8_e5m2\"")),
             Limit(field="head_dim", at_most=CUDNN_MAX_HEAD_DIM, multiple_of=8, reason=(
-                f"JAX's cuDNN attention refuses head_dim {{head_dim}}: \"The head dim must be <= {CUDNN_MAX_HEAD_DIM} "
-                f"and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} from Hopper on, 128 before)")),
+                "JAX's cuDNN attention refuses head_dim {head_dim}: \"The head dim must be <= "
+                f"{CUDNN_MAX_HEAD_DIM} and a multiple of 8\" ({CUDNN_MAX_HEAD_DIM} "
+                "from Hopper on, 128 before)")),
             Limit(field="causal", allowed=(True,), when="window", reason=(
-                "JAX's cuDNN attention refuses a window without causal: \"cuDNN doesn't support right window\""))),
+                "JAX's cuDNN attention refuses a window without causal: \"cuDNN "
+                "doesn't support right window\""))),
         determinism=always(REFUSED, "attnbench does not set XLA's GPU determinism flag "
                            "(--xla_gpu_deterministic_ops) for JAX's cuDNN attention"),
         capabilities=dataclasses.replace(_Jax.capabilities, devices=("cuda",),

@@ -10,7 +10,8 @@ from __future__ import annotations
 ATEN_CPU_FLASH = (r"^aten::_scaled_dot_product_flash_attention_for_cpu",)
 ATEN_CPU_MATMUL_SOFTMAX = (r"^aten::bmm$", r"^aten::_softmax", r"^aten::_softmax_backward_data$")
 
-# FlashAttention 2 (csrc/flash_attn/src; PyTorch's copy too); the word boundary keeps FA4's `cuteflash_fwd_...` out.
+# FlashAttention 2 (csrc/flash_attn/src; PyTorch's copy too); the word boundary keeps FA4's
+# `cuteflash_fwd_...` out.
 FLASH_ATTENTION_2 = (r"\bflash_fwd_\w*kernel\b", r"\bflash_bwd_\w*kernel\b")
 # FlashAttention 3 (hopper/flash_*_kernel*.h).
 FLASH_ATTENTION_3 = (r"\bFlashAttn(Fwd|Bwd)\w*",)
@@ -30,8 +31,8 @@ FLEX_CPU = (r"^## Call CompiledFxGraph",)
 # SageAttention 1.0.6 (attn_qk_int8_per_block*.py, quant_per_block*.py).
 SAGE = (r"^_attn_fwd$", r"^quant_per_block_int8_kernel$")
 # cuBLAS's GEMMs: nvjet, xmma, per-architecture, embedded CUTLASS (one identifier), small-matrix kernels.
-CUBLAS_GEMM = (r"\bnvjet_\w+", r"\bsm\d+_xmma_gemm_", r"\b(volta|turing|ampere)_\w*gemm", r"\bcutlass_\d+_\w*gemm",
-               r"\bgemmSN_[NT]{2}_kernel", r"\bgemv2[NT]_kernel")
+CUBLAS_GEMM = (r"\bnvjet_\w+", r"\bsm\d+_xmma_gemm_", r"\b(volta|turing|ampere)_\w*gemm",
+               r"\bcutlass_\d+_\w*gemm", r"\bgemmSN_[NT]{2}_kernel", r"\bgemv2[NT]_kernel")
 # PyTorch's CUDA softmax (aten/src/ATen/native/cuda/SoftMax.cu, PersistentSoftmax.cuh).
 ATEN_CUDA_SOFTMAX = (r"\bcunn_SoftMax(Forward|Backward)", r"\bsoftmax_warp_(forward|backward)")
 

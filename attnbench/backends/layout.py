@@ -1,7 +1,7 @@
-"""flash-attn-4 kept off sys.path until xformers.ops has imported (docs/docker.md): flash-attn-4 makes `flash_attn` a
-namespace package, and xformers 0.0.35 probes for it at import (xformers/ops/fmha/flash.py `find_spec("flash_attn")`,
-then `import flash_attn.flash_attn_interface`), which fails without FlashAttention 2.
-"""
+"""flash-attn-4 kept off sys.path until xformers.ops has imported (docs/docker.md): flash-attn-4 makes
+`flash_attn` a namespace package, and xformers 0.0.35 probes for it at import (xformers/ops/fmha/flash.py
+`find_spec("flash_attn")`, then `import flash_attn.flash_attn_interface`), which fails without FlashAttention
+2. """
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def add_flash_attn_4_path(environ: Mapping[str, str] = os.environ) -> str | None
 
         try:
             quiet_import(PROBING_MODULE)
-        except Exception:  # noqa: BLE001 - the xformers backend reports why, in its own row
+        except Exception:  # the xformers backend reports why, in its own row
             pass
     sys.path.append(path)
     return path

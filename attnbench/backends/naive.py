@@ -26,10 +26,10 @@ class NaiveBackend(Backend):
     spec = BackendSpec(
         name="naive",
         # Scores and probabilities; with backward P kept and dP, dS made.
-        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=40.0,
-                                 score_passes_bwd=14.0, calls=6),
-                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=6.0,
-                                  score_passes_bwd=14.0, calls=6),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8,
+                                 score_passes_fwd=40.0, score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35,
+                                  score_passes_fwd=6.0, score_passes_bwd=14.0, calls=6),
                   memory=MemoryCost(score_copies_fwd=2, score_copies_bwd=4, expands_kv=True)),
         summary="textbook attention in PyTorch ops (QKᵀ/√d, mask, softmax, ·V); O(seq²) memory",
         capabilities=Capabilities(workload_axes=frozenset(workload.MEANT), kernel_names=MATMUL_SOFTMAX),
@@ -68,8 +68,8 @@ def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
              to_pages: Callable[[torch.Tensor, workload.Pages], torch.Tensor] = workload.to_pages,
              ) -> tuple[tuple[torch.Tensor, ...], Callable[..., torch.Tensor], list[str]]:
-    """The inputs and call of `attend(q, k, v)` over expanded K/V, and the kernel label's words; with pages the call
-    gathers K/V from the pool (timed, as a naive paged attention does)."""
+    """The inputs and call of `attend(q, k, v)` over expanded K/V, and the kernel label's words; with pages
+    the call gathers K/V from the pool (timed, as a naive paged attention does)."""
     if case.page_size is None:
         return (q, expand_kv(k, case), expand_kv(v, case)), attend, []
     layout = workload.pages(case)
@@ -79,4 +79,5 @@ def laid_out(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k, v = (expand_kv(workload.gather(pool, table, case.kv_seq_len), case) for pool in (k_pool, v_pool))
         return attend(q, k, v)
 
-    return (q, to_pages(k, layout), to_pages(v, layout)), call, [f"pages of {case.page_size} gathered in the call"]
+    return (q, to_pages(k, layout), to_pages(v, layout)), call, [f"pages of {case.page_size} "
+                                                                 "gathered in the call"]

@@ -1,6 +1,5 @@
-"""`naive-fp8`: the FP8 yardstick: quantized inputs dequantized (timed), then textbook attention in float32, on every
-device; its numerics are attnbench.core.quant.plain_numerics.
-"""
+"""`naive-fp8`: the FP8 yardstick: quantized inputs dequantized (timed), then textbook attention in float32,
+on every device; its numerics are attnbench.core.quant.plain_numerics. """
 
 from __future__ import annotations
 
@@ -42,13 +41,13 @@ class NaiveFp8Backend(Backend):
                   cuda=KernelCost(pairs="dense", efficiency_fwd=0.4, efficiency_bwd=0.0, score_passes_fwd=6.0,
                                   score_passes_bwd=0.0, calls=8),
                   memory=MemoryCost(score_copies_fwd=2, expands_kv=True)),
-        summary=("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), then "
-                 "textbook attention in float32; every format and axis, on every device"),
+        summary=("FP8 yardstick: attnbench's quantized inputs dequantized (tensor, head or block scales), "
+                 "then textbook attention in float32; every format and axis, on every device"),
         capabilities=Capabilities(quantized=EVERY_FORMAT, kernel_names=MATMUL_SOFTMAX,
                                   workload_axes=frozenset(workload.MEANT)),
         limits=(Limit(field="quantized", allowed=(True,), reason=(
-            "naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook attention in the "
-            "case's own dtype")),),
+            "naive-fp8 runs quantized cases only (an FP8 dtype or kv_dtype); `naive` is textbook "
+            "attention in the case's own dtype")),),
         determinism=torch_ops("dequantization, matmul, softmax and masking"))
 
     def numerics(self, case: Case) -> Numerics:
@@ -64,7 +63,8 @@ class NaiveFp8Backend(Backend):
         sizes = tensor_bytes(case)
         rows = case.batch * case.heads
         scores = 2 * rows * case.seq_len * case.kv_seq_len * FLOAT32_BYTES
-        copies = rows * (case.seq_len * case.head_dim + case.kv_seq_len * (case.head_dim + case.v_dim)) * FLOAT32_BYTES
+        elements = case.seq_len * case.head_dim + case.kv_seq_len * (case.head_dim + case.v_dim)
+        copies = rows * elements * FLOAT32_BYTES
         gathered = case.batch * case.kv_heads * case.kv_seq_len * (case.head_dim + case.v_dim)
         return sizes["o"] + scores + copies + (gathered if case.page_size is not None else 0)
 
@@ -80,10 +80,13 @@ class NaiveFp8Backend(Backend):
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             qf = q.float() if q_factor is None else q.float() * q_factor
-            return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap, bias).to(out)
+            return naive_attention(qf, k.float() * k_factor, v.float() * v_factor, mask, softcap,
+                                   bias).to(out)
 
-        words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}", f"{case.quant} descales"]
-        inputs, call, paged = laid_out(case, q, k, v, attend, fp8.to_pages)  # the FP8 pool, as naive gathers it
+        words = [f"{quant.kv_format(case)} {'K/V' if scales.q is None else 'Q/K/V'}",
+                 f"{case.quant} descales"]
+        # the FP8 pool, as naive gathers it
+        inputs, call, paged = laid_out(case, q, k, v, attend, fp8.to_pages)
         words += paged
         return Prepared(
             inputs=inputs,

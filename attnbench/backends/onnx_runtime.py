@@ -1,6 +1,7 @@
 """ONNX Runtime's CPU attention ops (docs/backends.md, "Runtimes beyond PyTorch"): `Attention` (opset 23),
-`com.microsoft.MultiHeadAttention` and `GroupQueryAttention`, each a one-node graph. The timed call runs the session
-over IOBinding with pre-placed OrtValues; kernels come from ORT's session profiling, "<op_name> (<provider>)"."""
+`com.microsoft.MultiHeadAttention` and `GroupQueryAttention`, each a one-node graph. The timed call runs the
+session over IOBinding with pre-placed OrtValues; kernels come from ORT's session profiling, "<op_name>
+(<provider>)"."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ CALLS = (
     LibraryCall("onnxruntime", "InferenceSession", positional=("path_or_bytes", "sess_options"),
                 keywords=("providers",)),
     LibraryCall("onnxruntime", "OrtValue.ortvalue_from_numpy", positional=("numpy_obj",)),
-    LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"), keywords=("domain",)),
+    LibraryCall("onnx.helper", "make_node", positional=("op_type", "inputs", "outputs"),
+                keywords=("domain",)),
 )
 
 
@@ -59,7 +61,8 @@ GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "t
 
 @functools.cache
 def contrib_schema(op: str) -> OpSchema:
-    """The installed schema of com.microsoft `op`; without ONNX Runtime the oldest one (no rule assumed lifted)."""
+    """The installed schema of com.microsoft `op`;
+    without ONNX Runtime the oldest one (no rule assumed lifted)."""
     try:
         import onnxruntime
         from onnxruntime.capi import onnxruntime_pybind11_state as capi
@@ -81,19 +84,21 @@ KERNEL_DTYPES = ("float32", "float16")
 
 def op_spec(op: str, workload_axes: set[str], *, name: str, summary: str, cost: Cost = ORT_COST,
             kernel_dtypes: tuple[str, ...] = KERNEL_DTYPES, limits: tuple[Limit, ...] = ()) -> BackendSpec:
-    """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's run
-    (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's own."""
+    """An ONNX Runtime backend's spec: CPU only, its op's node the attention kernel, its work in the session's
+    run (the CUDA provider's on a stream of its own unless given torch's); `limits` before ONNX Runtime's
+    own."""
     return BackendSpec(
-        name=name, summary=summary, library="onnxruntime", install_hint="pip install 'attnbench[onnxruntime]'",
-        cost=cost, determinism=runtimes.answers(ORT),
+        name=name, summary=summary, library="onnxruntime",
+        install_hint="pip install 'attnbench[onnxruntime]'", cost=cost, determinism=runtimes.answers(ORT),
         capabilities=Capabilities(devices=("cpu",), workload_axes=frozenset(workload_axes),
-                                  kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)}, runs_on=OWN_RUNTIME),
+                                  kernel_names={"cpu": (rf"^{op} \(CPUExecutionProvider\)",)},
+                                  runs_on=OWN_RUNTIME),
         limits=(*limits, runtimes.forward_only_limit(ORT),
                 Limit(field="dtype", allowed=NUMPY_DTYPES,  # NumPy has no bfloat16
                       reason=f"attnbench maps float32 and float16 onto {ORT}'s {op} only, not {{dtype}}"),
                 Limit(field="dtype", allowed=kernel_dtypes,
-                      reason=(f"{ORT}'s CPU kernel of {op} registers {' and '.join(kernel_dtypes)} only, not {{dtype}} "
-                              "(a {dtype} graph would run it between Cast nodes)")),
+                      reason=(f"{ORT}'s CPU kernel of {op} registers {' and '.join(kernel_dtypes)} only, not "
+                              "{dtype} (a {dtype} graph would run it between Cast nodes)")),
                 *runtimes.unmapped(name)))
 
 
@@ -117,7 +122,8 @@ class _Ort(Backend):
 
     def graph_inputs(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                      ) -> tuple[dict[str, np.ndarray], dict[str, Any], str, bool]:
-        """The named NumPy inputs, the node's attributes, how the mask was given, whether K/V were expanded."""
+        """The named NumPy inputs, the node's attributes, how the mask was given,
+        whether K/V were expanded."""
         raise NotImplementedError
 
     def output_shape(self, case: Case) -> tuple[int, ...]:
@@ -159,7 +165,8 @@ class _Ort(Backend):
         placed = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in inputs.items()}
         for name, value in placed.items():
             binding.bind_ortvalue_input(name, value)
-        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)), np.dtype(case.dtype).type)
+        out = ort.OrtValue.ortvalue_from_shape_and_type(list(self.output_shape(case)),
+                                                        np.dtype(case.dtype).type)
         binding.bind_ortvalue_output("out", out)
         for name in self.extra_outputs():
             binding.bind_output(name, "cpu")
@@ -174,16 +181,18 @@ class _Ort(Backend):
         def to_tensor(value: Any) -> torch.Tensor:  # a copy: the bound output is overwritten by the next call
             return torch.from_numpy(value.numpy().copy())
 
-        extra: dict[str, Any] = {"threads": threads, "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
+        extra: dict[str, Any] = {"threads": threads,
+                                 "runtime": f"onnxruntime {ort.__version__} CPUExecutionProvider",
                                  "inputs": "pre-placed OrtValues over the tensors' memory (IOBinding)"}
+        op = f"{self.domain}.{self.op}" if self.domain else self.op
         return Prepared(inputs=(), call=call, to_tensor=to_tensor, to_canonical=self.to_canonical(case),
-                        kernel=f"onnxruntime {ort.__version__} {self.domain + '.' if self.domain else ''}{self.op} "
-                               f"(CPU EP, {how})",
+                        kernel=f"onnxruntime {ort.__version__} {op} (CPU EP, {how})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: self.profile(case, model, inputs, threads))
 
     def profile(self, case: Case, model: bytes, inputs: dict[str, np.ndarray], threads: int) -> Profile:
-        """ORT's session profiling of one call on a session of its own: node kernels, SESSION_REST, the peak."""
+        """ORT's session profiling of one call on a session of its own:
+        node kernels, SESSION_REST, the peak."""
         with tempfile.TemporaryDirectory() as folder:
             session = self.session(model, threads, folder)
             measured = call_measuring_peak(lambda: session.run(None, inputs), "cpu", memory="rss")
@@ -251,8 +260,8 @@ class OrtMultiHeadAttention(_Ort):
     op = "MultiHeadAttention"
     spec = op_spec(
         op, {"documents", "kv_lengths"}, name="onnxruntime-mha",
-        summary=("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when unmasked, "
-                 "else unfused; no GQA (K/V repeated)"),
+        summary=("ONNX Runtime's com.microsoft.MultiHeadAttention, CPU EP: tiled MlasFlashAttention when "
+                 "unmasked, else unfused; no GQA (K/V repeated)"),
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                   memory=MemoryCost(score_copies_fwd=1, expands_kv=True)),
         kernel_dtypes=("float32",),
@@ -291,21 +300,24 @@ class OrtGroupQueryAttention(_Ort):
     op = "GroupQueryAttention"
     spec = op_spec(
         op, {"softcap"}, name="onnxruntime-gqa",
-        summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, softcap; keys "
-                 "before the queries as its past K/V"),
-        cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=2.0),
+        summary=("ONNX Runtime's com.microsoft.GroupQueryAttention, CPU EP: native GQA, local window, "
+                 "softcap; keys before the queries as its past K/V"),
+        cost=Cost(cpu=KernelCost(pairs="causal", efficiency_fwd=0.5, efficiency_bwd=0.0,
+                                 score_passes_fwd=2.0),
                   memory=MemoryCost(score_copies_fwd=1)))
     domain = MS
 
     def unsupported(self, case: Case) -> str | None:
-        """ORT's rules for the op, in its words (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""
+        """ORT's rules for the op, in its words
+        (contrib_ops/cpu/bert/group_query_attention_helper.h, its schema)."""
         schema = contrib_schema(self.op)
         if case.head_dim % 8:
             return f"{GQA} refuses head_dim {case.head_dim}: \"head_size must be a multiple of 8\""
         if case.kv_seq_len < case.seq_len:
             return f"{GQA} needs at least as many keys as queries (its queries are the last of its keys)"
         if not case.causal and "causal" not in schema.attributes:
-            return f"{GQA} of onnxruntime {schema.version} is always causal (its schema has no causal attribute)"
+            return (f"{GQA} of onnxruntime {schema.version} is always causal (its "
+                    "schema has no causal attribute)")
         if not case.causal and case.window is not None:
             return f"{GQA} refuses a window without causal: \"local_window_size must be -1 when causal is 0\""
         if self.needs_query_seqlens(case) and not (case.causal and "query_seqlens" in schema.inputs):
@@ -315,7 +327,8 @@ class OrtGroupQueryAttention(_Ort):
 
     @staticmethod
     def needs_query_seqlens(case: Case) -> bool:
-        """Whether the case is ORT's batched chunk (batch > 1, several queries after keys): needs query_seqlens."""
+        """Whether the case is ORT's batched chunk
+        (batch > 1, several queries after keys): needs query_seqlens."""
         return case.batch > 1 and 1 < case.seq_len < case.kv_seq_len
 
     def extra_outputs(self) -> tuple[str, ...]:
@@ -327,7 +340,8 @@ class OrtGroupQueryAttention(_Ort):
 
         past = case.kv_seq_len - case.seq_len  # bottom-right: the first keys are the cache
         inputs = {"query": bshd(q), "key": bshd(k[:, :, past:]), "value": bshd(v[:, :, past:]),
-                  "past_key": runtimes.as_numpy(k[:, :, :past]), "past_value": runtimes.as_numpy(v[:, :, :past]),
+                  "past_key": runtimes.as_numpy(k[:, :, :past]),
+                  "past_value": runtimes.as_numpy(v[:, :, :past]),
                   "seqlens_k": np.full((case.batch,), case.kv_seq_len - 1, dtype=np.int32),
                   "total_sequence_length": np.array([case.kv_seq_len], dtype=np.int32)}
         attributes: dict[str, Any] = {"num_heads": case.heads, "kv_num_heads": case.kv_heads}
@@ -350,7 +364,8 @@ class OrtGroupQueryAttention(_Ort):
         """Positional inputs in the schema's order: an absent optional one is an empty name."""
         order = contrib_schema(self.op).inputs
         last = max(order.index(name) for name in inputs)
-        return _positional_model(self, inputs, attributes, [n if n in inputs else "" for n in order[: last + 1]])
+        return _positional_model(self, inputs, attributes,
+                                 [n if n in inputs else "" for n in order[: last + 1]])
 
     def window_of(self, window: int) -> int:
         return window + 1
@@ -371,7 +386,8 @@ def _positional_model(backend: _Ort, inputs: dict[str, np.ndarray], attributes: 
     graph = helper.make_graph(
         [node], backend.name,
         [helper.make_tensor_value_info(n, types[a.dtype], list(a.shape)) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])  # the query's type
+        # the query's type
+        [helper.make_tensor_value_info(n, types[inputs[names[0]].dtype], None) for n in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     model.ir_version = min(model.ir_version, onnx.IR_VERSION)
     return model.SerializeToString()

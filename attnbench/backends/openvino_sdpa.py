@@ -1,6 +1,6 @@
-"""OpenVINO's `ScaledDotProductAttention` (opset13) on its CPU plugin, the case's dtype as inference precision (else
-float32 graphs run in bf16 where the CPU has it). The timed call is one `infer()` over shared input memory; kernels
-come from the plugin's PERF_COUNT exec_types."""
+"""OpenVINO's `ScaledDotProductAttention` (opset13) on its CPU plugin, the case's dtype as inference precision
+(else float32 graphs run in bf16 where the CPU has it). The timed call is one `infer()` over shared input
+memory; kernels come from the plugin's PERF_COUNT exec_types."""
 
 from __future__ import annotations
 
@@ -40,16 +40,16 @@ PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 class OpenVinoSdpa(Backend):
     spec = BackendSpec(
         name="openvino",
-        summary=("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V repeated for GQA, "
-                 "broadcast for MQA"),
+        summary=("OpenVINO's ScaledDotProductAttention op on its CPU plugin (its own SDPA node); K/V "
+                 "repeated for GQA, broadcast for MQA"),
         library="openvino",
         install_hint="pip install 'attnbench[openvino]'",
         cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.5, efficiency_bwd=0.0, score_passes_fwd=1.0),
                   memory=MemoryCost(expands_kv=True)),
         capabilities=Capabilities(
             devices=("cpu",), workload_axes=frozenset({"documents", "kv_lengths"}),
-            # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and Transpose split
-            # off.
+            # A Snippets "Subgraph jit_<isa>_f32 (ScaledDotProductAttention)" beside the Multiply and
+            # Transpose split off.
             kernel_names={"cpu": (r"\(ScaledDotProductAttention\)$",)}, runs_on=OWN_RUNTIME),
         limits=(runtimes.forward_only_limit("OpenVINO"),
                 # a bf16 run answered wrongly through int16 views: not mapped until checked
@@ -100,13 +100,15 @@ class OpenVinoSdpa(Backend):
         tensors = [q, *((expand_kv(k, case), expand_kv(v, case)) if expanded else (k, v))]
         kind = ov.Type.bf16 if case.dtype == "bfloat16" else ov.Type.f32
         # bf16 has no NumPy dtype: int16 views given to OpenVINO as bf16.
-        arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16" else t)
+        arrays = [runtimes.as_numpy(t.detach().contiguous().view(torch.int16) if case.dtype == "bfloat16"
+                                    else t)
                   for t in tensors]
         params = [ops.parameter(list(a.shape), kind) for a in arrays]
         if mask is not None:
             params.append(ops.parameter(list(mask.shape), ov.Type.boolean))
             arrays.append(np.ascontiguousarray(mask))
-        node = ops.scaled_dot_product_attention(*params[:3], params[3] if mask is not None else None, causal=causal)
+        node = ops.scaled_dot_product_attention(*params[:3], params[3] if mask is not None else None,
+                                                causal=causal)
         model = ov.Model([node], params, self.name)
         threads = runtimes.run_threads()
         config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": PRECISION[case.dtype]}
@@ -125,7 +127,8 @@ class OpenVinoSdpa(Backend):
             request.infer()
             return request.get_output_tensor(0)
 
-        def to_tensor(out: Any) -> torch.Tensor:  # a copy: the request's output is overwritten by the next call
+        # a copy: the request's output is overwritten by the next call
+        def to_tensor(out: Any) -> torch.Tensor:
             data = np.array(out.data, copy=True)
             t = torch.from_numpy(data)
             return t.view(torch.bfloat16) if case.dtype == "bfloat16" and t.dtype == torch.int16 else t
@@ -133,27 +136,34 @@ class OpenVinoSdpa(Backend):
         extra: dict[str, Any] = {"threads": threads, "runtime": f"openvino {ov.__version__} CPU plugin",
                                  "inference_precision": PRECISION[case.dtype],
                                  "inputs": "OpenVINO tensors sharing the tensors' memory"}
+        notes = ""
+        if expanded:
+            notes += ", K/V repeated per query head"
+        if case.kv_heads == 1 < case.heads:
+            notes += ", one KV head broadcast"
         return Prepared(inputs=(), call=call, to_tensor=to_tensor,
-                        kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}"
-                               f"{', K/V repeated per query head' if expanded else ''}"
-                               f"{', one KV head broadcast' if case.kv_heads == 1 < case.heads else ''})",
+                        kernel=f"openvino {ov.__version__} ScaledDotProductAttention (CPU, {how}{notes})",
                         kv_expanded=expanded, memory="rss", extra=extra,
                         profile=lambda: perf_counters(core, model, config, arrays, params))
 
 
 def broadcast_refused(case: Case) -> bool:
-    """Whether K/V must be repeated: the op broadcasts NumPy's way (scaled_dot_product_attention_shape_inference.hpp),
-    so one KV head broadcasts, 2..heads-1 do not (a rank-5 query would, off the fused SDPA node)."""
+    """Whether K/V must be repeated: the op broadcasts NumPy's way
+    (scaled_dot_product_attention_shape_inference.hpp), so one KV head broadcasts, 2..heads-1 do not (a rank-5
+    query would, off the fused SDPA node)."""
     return case.kv_heads not in (1, case.heads)
 
 
-def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any], params: list[Any]) -> Profile:
-    """The plugin's counters of one warm call: "<node_type> <exec_type> (<node name>)", the name's counter dropped."""
+def perf_counters(core: Any, model: Any, config: dict[str, Any], arrays: list[Any],
+                  params: list[Any]) -> Profile:
+    """The plugin's counters of one warm call: "<node_type> <exec_type>
+    (<node name>)", the name's counter dropped."""
     import openvino as ov
 
     compiled = core.compile_model(model, "CPU", {**config, "PERF_COUNT": True})
     request = compiled.create_infer_request()
-    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params, strict=False)]
+    tensors = [ov.Tensor(a, list(a.shape), p.get_element_type()) for a, p in zip(arrays, params,
+                                                                                 strict=False)]
     request.infer(tensors)  # the first call of a compiled model pays its one-time work
     request.infer(tensors)
     rows: dict[str, list[float]] = {}

@@ -1,7 +1,6 @@
 """attnbench.core.workload's structures in the spellings varlen and paged kernels take: token-major
-(total_tokens, heads, head_dim) with cumulative offsets, page-table index tensors. Packing is differentiable and
-untimed (in `prepare`).
-"""
+(total_tokens, heads, head_dim) with cumulative offsets, page-table index tensors. Packing is differentiable
+and untimed (in `prepare`). """
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Varlen:
-    """A varlen kernel's sequences (a document each, or a request each): cumulative offsets from 0, maxima, key
-    counts."""
+    """A varlen kernel's sequences (a document each, or a request each): cumulative offsets from 0, maxima,
+    key counts."""
 
     cu_q: tuple[int, ...]
     cu_k: tuple[int, ...]
@@ -39,14 +38,14 @@ class Varlen:
 def documents_in_pages(case: Case, library: str) -> str | None:
     """The skip reason for documents in a paged cache (a request's pages are one sequence); None otherwise."""
     if case.doc_lens is not None and case.page_size is not None:
-        return (f"{library} reads a request's pages as one sequence: documents inside a paged cache would need a "
-                "document mask it does not take (attnbench does not map documents with page_size)")
+        return (f"{library} reads a request's pages as one sequence: documents inside a paged cache would "
+                "need a document mask it does not take (attnbench does not map documents with page_size)")
     return None
 
 
 def varlen(case: Case) -> Varlen:
-    """The varlen sequences of `case`: its documents (workload.cu_seqlens, cu_seqlens_k) or its requests (the last
-    Sq queries of each request's workload.request_kv_lens keys)."""
+    """The varlen sequences of `case`: its documents (workload.cu_seqlens, cu_seqlens_k) or its requests (the
+    last Sq queries of each request's workload.request_kv_lens keys)."""
     if case.doc_lens is not None:
         keys = workload.doc_key_lens(case)
         cu_q, cu_k = workload.cu_seqlens(case), workload.cu_seqlens_k(case)
@@ -63,7 +62,8 @@ def pack_q(t: torch.Tensor) -> torch.Tensor:
 
 
 def pack_kv(t: torch.Tensor, case: Case) -> torch.Tensor:
-    """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D); ragged requests keep their own keys."""
+    """Canonical K or V (B, KVH, Sk, D) to token-major (total keys, KVH, D);
+    ragged requests keep their own keys."""
     import torch
 
     if case.kv_lens is None:
@@ -95,7 +95,8 @@ def unpack_out(out: torch.Tensor, case: Case) -> torch.Tensor:
 
 
 def int32(values: Any, device: Any) -> torch.Tensor:
-    """Varlen and paged kernels' int32 offsets and tables; a value past int32 is a skip, never a wrapped offset."""
+    """Varlen and paged kernels' int32 offsets and tables;
+    a value past int32 is a skip, never a wrapped offset."""
     import torch
 
     flat = [int(v) for v in values]
@@ -114,15 +115,17 @@ def block_table(layout: workload.Pages, device: Any) -> torch.Tensor:
 
 
 def spare_filled_table(layout: workload.Pages) -> tuple[tuple[int, ...], ...]:
-    """The page table with unused entries on a spare page instead of -1, so none aliases a real page (xformers)."""
+    """The page table with unused entries on a spare page instead of -1, so none aliases a real page
+    (xformers)."""
     owned = {page for row in layout.table for page in row if page >= 0}
     spare = next(page for page in range(layout.num_pages) if page not in owned)
     return tuple(tuple(page if page >= 0 else spare for page in row) for row in layout.table)
 
 
-def flashinfer_page_indices(layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len); last page length in [1, page_size]
-    (page.get_seq_lens)."""
+def flashinfer_page_indices(
+        layout: workload.Pages) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len); last page length in [1,
+    page_size] (page.get_seq_lens)."""
     p = layout.page_size
     indptr, indices, last = [0], [], []
     for row, n in zip(layout.table, layout.kv_lens, strict=False):

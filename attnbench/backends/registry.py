@@ -62,7 +62,8 @@ class Registry:
         return self._loaded[name]
 
     def chosen(self, requested: list[str] | None, suite: Suite | None = None) -> list[str]:
-        """The backend names a run measures: `requested`, else the suite's, else every registered one; all known."""
+        """The backend names a run measures: `requested`, else the suite's, else every registered one;
+        all known."""
         if requested is not None:
             names, where = requested, "--backend"
         elif suite is not None and suite.model.backends is not None:
@@ -72,8 +73,9 @@ class Registry:
         for index, name in enumerate(names):
             if name not in self:
                 position = f"[{index}]" if where != "--backend" else ""
-                raise SuiteError(f"{where}{position}: unknown backend {name!r}{did_you_mean(name, self.names())}; "
-                                 f"allowed: {', '.join(self.names())}")
+                raise SuiteError(f"{where}{position}: unknown backend "
+                                 f"{name!r}{did_you_mean(name, self.names())}; allowed: "
+                                 f"{', '.join(self.names())}")
         return list(dict.fromkeys(names))
 
     def resolve(self, names: list[str] | None) -> list[Backend]:
@@ -109,7 +111,8 @@ def load_object(spec: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a plugin may fail in any way while importing
-        raise RegistryError(f"plugin {spec!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+        raise RegistryError(f"plugin {spec!r}: cannot import {module_name} "
+                            f"({type(exc).__name__}: {exc})") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -162,7 +165,7 @@ def declared_kernels(device: str, mode: str) -> dict[str, tuple[str, ...]]:
     for name in registry.names():
         try:
             patterns = registry.get(name).capabilities.attention_kernels(device, mode)
-        except Exception:  # noqa: BLE001 - a plugin that cannot load declares nothing here
+        except Exception:  # a plugin that cannot load declares nothing here
             continue
         if patterns:
             found[name] = patterns

@@ -1,5 +1,5 @@
-"""What the JAX, ONNX Runtime and OpenVINO backends share: threads, the mask as a boolean array, NumPy views, and a
-runtime profiler's kernels as the record's."""
+"""What the JAX, ONNX Runtime and OpenVINO backends share: threads, the mask as a boolean array, NumPy views,
+and a runtime profiler's kernels as the record's."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
     from attnbench.timing.profile import Profile
 
-FORWARD_ONLY = "attnbench times {runtime}'s forward only (its gradients do not flow back into PyTorch's autograd)"
+FORWARD_ONLY = ("attnbench times {runtime}'s forward only (its gradients do not flow "
+                "back into PyTorch's autograd)")
 
 
 def answers(runtime: str) -> Answers:
     """Not applicable: the runtime's CPU kernel runs outside PyTorch's deterministic mode."""
     return Answers(forward=Answer(NOT_APPLICABLE, (
-        f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside PyTorch; the "
-        "record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
+        f"PyTorch's deterministic mode does not reach {runtime}'s CPU kernel, which runs outside "
+        "PyTorch; the record's repeatability check compares two calls bit for bit")), on={"cuda": Answer(
         NOT_APPLICABLE, f"{runtime}'s backend here runs on the CPU only")})
 
 
@@ -63,7 +64,8 @@ def runtime_profile(rows: dict[str, list[float]], source: str, **extra: Any) -> 
     """A runtime profiler's {name: each call's ms} as the record's `kernels`, with `source` and `extra`."""
     from attnbench.timing.profile import Profile, kernels_from
 
-    return Profile(kernels_from([(name, len(ms), sum(ms)) for name, ms in rows.items()]), source=source, extra=extra)
+    return Profile(kernels_from([(name, len(ms), sum(ms)) for name, ms in rows.items()]), source=source,
+                   extra=extra)
 
 
 def score_bytes(case: Case) -> int:
@@ -84,4 +86,5 @@ def path_evidence(peak: int, case: Case) -> str:
     if peak >= scores:
         return f"unfused ({sizes})"
     # Memory an allocator kept from earlier calls is unseen: a low peak is no proof of a tiled kernel.
-    return f"undetermined ({sizes}: below one score matrix, but memory kept resident from earlier calls is not seen)"
+    return (f"undetermined ({sizes}: below one score matrix, but memory kept resident from "
+            "earlier calls is not seen)")

@@ -1,9 +1,9 @@
-"""`sage`: SageAttention 1.0.6 `sageattn` (Triton), quantizing bf16/fp16 inputs itself (docs/backends.md#sage).
-Read from the wheel (core.py, quant_per_block.py, attn_qk_int8_per_block[_causal].py): HND layout (ours), native GQA,
-head_dim 64/96/128; `smooth_k` subtracts K's mean in place (`k -= km`: it gets its own copy; the softmax is
-unchanged); Q·sm_scale·log2(e) and K to INT8 per 128 / 64-token block (amax/127); P·V in float16 per 64 keys.
-`is_causal` is top-left and asserts qo_len == kv_len. Judged against attnbench.verify.emulate.sage_inputs.
-"""
+"""`sage`: SageAttention 1.0.6 `sageattn` (Triton), quantizing bf16/fp16 inputs itself
+(docs/backends.md#sage). Read from the wheel (core.py, quant_per_block.py,
+attn_qk_int8_per_block[_causal].py): HND layout (ours), native GQA, head_dim 64/96/128; `smooth_k` subtracts
+K's mean in place (`k -= km`: it gets its own copy; the softmax is unchanged); Q·sm_scale·log2(e) and K to
+INT8 per 128 / 64-token block (amax/127); P·V in float16 per 64 keys. `is_causal` is top-left and asserts
+qo_len == kv_len. Judged against attnbench.verify.emulate.sage_inputs. """
 
 from __future__ import annotations
 
@@ -41,13 +41,15 @@ MODULE = "sageattention"
 HEAD_DIMS = (64, 96, 128)
 SAGE_CALL = LibraryCall(MODULE, "sageattn", positional=("q", "k", "v"),
                         keywords=("tensor_layout", "is_causal", "sm_scale", "smooth_k"))
-SCHEME = {"by": "kernel", "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
-          "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean over the sequence (smooth_k)",
+SCHEME = {"by": "kernel",
+          "q": f"INT8 per block of {SAGE_BLOCK_Q} tokens, scaled by sm_scale·log2(e), factor amax/127",
+          "k": f"INT8 per block of {SAGE_BLOCK_K} tokens after subtracting K's mean "
+               "over the sequence (smooth_k)",
           "pv": f"float16 P and V, float16 accumulation per {SAGE_BLOCK_K} keys, summed in float32"}
 REFUSALS = ("should be", "must be", "only", "Only")
-# torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's `k.mean(dim=seq)`
-# meets it: outputs vectorised by 4 (head_dim % 4 == 0) over 512 threads, at most one resident grid (16 blocks of 128
-# threads on each of an H100's or H200's 132 SMs).
+# torch's CUDA reduction (aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig) as smooth_k's
+# `k.mean(dim=seq)` meets it: outputs vectorised by 4 (head_dim % 4 == 0) over 512 threads, at most one
+# resident grid (16 blocks of 128 threads on each of an H100's or H200's 132 SMs).
 REDUCE_VEC = 4
 REDUCE_THREADS = 512 // REDUCE_VEC
 RESIDENT_BLOCKS = 132 * 2048 // REDUCE_THREADS
@@ -55,8 +57,8 @@ RESIDENT_BLOCKS = 132 * 2048 // REDUCE_THREADS
 
 def mean_workspace(outputs: int, reduced: int) -> int:
     """Bytes of the float32 buffer in which torch's CUDA mean over a strided dimension combines its blocks:
-    Reduce.cuh's global_memory_size, 4 · outputs · ctas_per_output · block.x · output_vec_size; 0 when one block
-    reduces each output."""
+    Reduce.cuh's global_memory_size, 4 · outputs · ctas_per_output · block.x · output_vec_size; 0 when one
+    block reduces each output."""
     wide = min(1 << ((outputs // REDUCE_VEC).bit_length() - 1), REDUCE_THREADS)
     high = min(1 << (reduced.bit_length() - 1), REDUCE_THREADS)
     height = min(high, REDUCE_THREADS // min(wide, 32))
@@ -75,14 +77,14 @@ class SageBackend(Backend):
         name="sage",
         # By analogy, not fitted.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.5, efficiency_bwd=0.0)),
-        summary=("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized inside "
-                 "from bf16/fp16; judged against its own scheme"),
+        summary=("SageAttention 1.0.6 (sageattn): INT8 Q·Kᵀ per block with smoothed K, fp16 P·V, quantized "
+                 "inside from bf16/fp16; judged against its own scheme"),
         library="sageattention",
         install_hint="pip install sageattention==1.0.6  (Triton only)",
         capabilities=Capabilities(
             devices=("cuda",), kernel_names=per_device(cuda=SAGE),
-            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it takes no "
-                                          "inputs attnbench quantized")),
+            quant_reasons=for_every_input("SageAttention quantizes bf16/fp16 inputs itself (INT8 Q·Kᵀ): it "
+                                          "takes no inputs attnbench quantized")),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
                       reason="{dtype} is not mapped (attnbench runs SageAttention on float16 or bfloat16)"),
                 forward_only("SageAttention 1.0.6 is forward-only"),
@@ -106,8 +108,8 @@ class SageBackend(Backend):
         if reason := super().unsupported(case):
             return reason
         if case.causal and case.seq_len not in (1, case.kv_seq_len):
-            return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel asserts it): "
-                    "a prefill with a cache is not expressible")
+            return ("sageattn's causal mask is top-left and needs qo_len == kv_len (its causal kernel "
+                    "asserts it): a prefill with a cache is not expressible")
         return None
 
     def numerics(self, case: Case) -> Numerics:
@@ -116,10 +118,10 @@ class SageBackend(Backend):
                         out_dtype=case.dtype)
 
     def estimate_memory(self, case: Case) -> int:
-        """The larger of sageattn's two moments (core.py), with `km = k.mean(dim=seq_dim, keepdim=True)` held through
-        both: the mean's cross-block buffer (mean_workspace), then V in float16 (`v.to(torch.float16)` from
-        bfloat16), INT8 Q and K with float32 scales per 128 / 64-token block (quant_per_block.py per_block_int8) and
-        the output (`torch.empty(q.shape, dtype=output_dtype)`)."""
+        """The larger of sageattn's two moments (core.py), with `km = k.mean(dim=seq_dim, keepdim=True)` held
+        through both: the mean's cross-block buffer (mean_workspace), then V in float16 (`v.to(torch.float16)`
+        from bfloat16), INT8 Q and K with float32 scales per 128 / 64-token block (quant_per_block.py
+        per_block_int8) and the output (`torch.empty(q.shape, dtype=output_dtype)`)."""
         keys = case.batch * case.kv_heads * case.kv_seq_len
         queries = case.batch * case.heads * case.seq_len
         km = case.batch * case.kv_heads * case.head_dim * DTYPE_BYTES[case.dtype]
@@ -132,8 +134,8 @@ class SageBackend(Backend):
     def prepare(self, case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         sageattn = importlib.import_module(MODULE).sageattn
         causal = case.causal and case.seq_len > 1  # one query over a cache sees every key
-        kwargs: dict[str, Any] = {"tensor_layout": "HND", "is_causal": causal, "sm_scale": case.head_dim ** -0.5,
-                                  "smooth_k": True}
+        kwargs: dict[str, Any] = {"tensor_layout": "HND", "is_causal": causal,
+                                  "sm_scale": case.head_dim ** -0.5, "smooth_k": True}
         inputs = (q.contiguous(), k.detach().clone(), v.contiguous())  # sageattn subtracts K's mean in place
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -145,8 +147,9 @@ class SageBackend(Backend):
         return Prepared(
             inputs=inputs,
             call=call,
-            kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, smooth_k=True; "
-                   f"INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} tokens, float16 P·V{gqa})",
+            kernel=f"sageattention {self.version()} sageattn(tensor_layout=HND, is_causal={causal}, "
+                   f"smooth_k=True; INT8 Q·Kᵀ per block of {SAGE_BLOCK_Q}/{SAGE_BLOCK_K} "
+                   f"tokens, float16 P·V{gqa})",
             extra=extra,
             writes=(1,),  # its own copy of K
         )

@@ -48,7 +48,8 @@ IMPL_REFUSAL = re.compile(r"\bFA\d\b.*\bunsupported\b")
 
 
 def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
-    """PyTorch's reasons for `kernel` alone, without "(Triggered internally at ...)" or "runtime disabled" lines."""
+    """PyTorch's reasons for `kernel` alone,
+    without "(Triggered internally at ...)" or "runtime disabled" lines."""
     groups: dict[str | None, list[str]] = {}
     current: str | None = None
     for message in messages:
@@ -63,7 +64,8 @@ def pinned_kernel_reasons(kernel: str | None, messages: list[str]) -> list[str]:
     own = groups.get(kernel) if kernel in KERNEL_HEADERS else [t for ts in groups.values() for t in ts]
     return list(dict.fromkeys(own or []))
 SDPA_CALL = LibraryCall("torch.nn.functional", "scaled_dot_product_attention",
-                        positional=("query", "key", "value"), keywords=("enable_gqa", "is_causal", "attn_mask"))
+                        positional=("query", "key", "value"),
+                        keywords=("enable_gqa", "is_causal", "attn_mask"))
 
 
 def mask_arguments(case: Case, q: torch.Tensor) -> tuple[dict[str, Any], str]:
@@ -99,7 +101,8 @@ class _Sdpa(Backend):
         capabilities=Capabilities(
             workload_axes=frozenset({"documents", "kv_lengths", "alibi", "head_dim_v", "kv_shared"})),
         limits=(unset("softcap", "SDPA has no soft-capping"),
-                unset("page_size", "SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as "
+                unset("page_size",
+                      "SDPA reads contiguous K/V, not a page pool (a gather before it would be timed as "
                       "SDPA's own work; attnbench does not time one)")))
 
     def availability(self, device: str) -> str | None:
@@ -144,7 +147,8 @@ class _Sdpa(Backend):
 
 
 FLASH_IMPL_MODULES = {"FA3": ("flash_attn_interface", "flash-attn-3"),
-                      "FA4": ("flash_attn.cute.interface", "flash-attn-4")}  # imported module, owning distribution
+                      # imported module, owning distribution
+                      "FA4": ("flash_attn.cute.interface", "flash-attn-4")}
 
 
 @contextmanager
@@ -179,7 +183,9 @@ def flash_impl_words(impl: str | None, device_type: str) -> tuple[str, str]:
         return "FLASH_ATTENTION via FA2", "(built into PyTorch)"
     module, distribution = FLASH_IMPL_MODULES.get(impl, (None, None))
     version = installed_version(distribution) if distribution else None
-    return f"FLASH_ATTENTION via {impl}", f"({module}{f', {distribution} {version}' if version else ''})"
+    if version:
+        return f"FLASH_ATTENTION via {impl}", f"({module}, {distribution} {version})"
+    return f"FLASH_ATTENTION via {impl}", f"({module})"
 
 
 @functools.cache
@@ -189,7 +195,8 @@ def flash_impl_problem(impl: str) -> str | None:
     from torch.nn import attention
 
     if not hasattr(attention, "list_flash_attention_impls"):
-        return f"torch {torch.__version__} cannot switch SDPA's flash implementation (no activate_flash_attention_impl)"
+        return (f"torch {torch.__version__} cannot switch SDPA's flash implementation (no "
+                "activate_flash_attention_impl)")
     listed = attention.list_flash_attention_impls()
     if impl not in listed:
         return f"torch {torch.__version__} lists no {impl} flash implementation (it lists {listed or 'none'})"
@@ -210,7 +217,9 @@ def flash_impl_problem(impl: str) -> str | None:
 def fp32_math(case: Case, device_type: str, cutlass_efficient: bool) -> dict[str, Any]:
     """`fp32_math: 3xTF32` where CUTLASS's memory-efficient kernel runs float32 on tensor cores
     (OpMultiplyAddFastF32), so percent_of_peak uses the TF32 roof."""
-    return {"fp32_math": "3xTF32"} if cutlass_efficient and case.dtype == "float32" and device_type == "cuda" else {}
+    if cutlass_efficient and case.dtype == "float32" and device_type == "cuda":
+        return {"fp32_math": "3xTF32"}
+    return {}
 
 
 def sdpa_kernel_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -242,7 +251,8 @@ SDPA_ANY = {device: tuple(dict.fromkeys(p for names in (SDPA_FLASH, SDPA_EFFICIE
 
 
 def sdpa_answers(kernel: str, forward: Answer, backward: Answer) -> Answers:
-    """Under torch.use_deterministic_algorithms(True) on CUDA (sources in docs/suites.md); on a CPU PyTorch's ops."""
+    """Under torch.use_deterministic_algorithms(True) on CUDA (sources in docs/suites.md);
+    on a CPU PyTorch's ops."""
     return Answers(forward=forward, backward=backward, on=on_cpu(f"PyTorch's {kernel} kernel"))
 
 
@@ -257,8 +267,10 @@ class SdpaAuto(_Sdpa):
         summary="F.scaled_dot_product_attention, PyTorch's own kernel choice (recorded)",
         capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=SDPA_ANY),
         determinism=sdpa_answers(
-            "SDPA", Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode"),
-            Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs "
+            "SDPA",
+            Answer(HONOURED, "PyTorch chooses among deterministic kernels: cuDNN is excluded under the mode"),
+            Answer(HONOURED,
+                   "PyTorch chooses among deterministic kernels: cuDNN is excluded, flash's backward runs "
                    "FA2's deterministic path, efficient's runs with num_splits_key=1")))
 
 
@@ -267,11 +279,12 @@ class SdpaMath(_Sdpa):
     spec = dataclasses.replace(
         _Sdpa.spec, name="sdpa-math",
         # Computes fp16/bf16 in float32 (copies of Q, K, V, scores, softmax) and expands K/V for GQA.
-        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8, score_passes_fwd=35.0,
-                                 score_passes_bwd=14.0, calls=6),
-                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35, score_passes_fwd=8.0,
-                                  score_passes_bwd=16.0, calls=8),
-                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True, expands_kv=True)),
+        cost=Cost(cpu=KernelCost(pairs="dense", efficiency_fwd=0.55, efficiency_bwd=0.8,
+                                 score_passes_fwd=35.0, score_passes_bwd=14.0, calls=6),
+                  cuda=KernelCost(pairs="dense", efficiency_fwd=0.45, efficiency_bwd=0.35,
+                                  score_passes_fwd=8.0, score_passes_bwd=16.0, calls=8),
+                  memory=MemoryCost(score_copies_fwd=2.25, score_copies_bwd=4, upcast_halves=True,
+                                    expands_kv=True)),
         summary="SDPA pinned to the MATH kernel (reference C++ composite; O(seq²) memory)",
         capabilities=dataclasses.replace(_Sdpa.capabilities, kernel_names=MATMUL_SOFTMAX),
         determinism=torch_ops("SDPA's MATH composite of PyTorch operations"))
@@ -283,8 +296,9 @@ class SdpaFlash(_Sdpa):
     spec = dataclasses.replace(
         _Sdpa.spec, name="sdpa-flash",
         # Backward (torch's attention_backward.cu _flash_attention_backward, flash_api.cpp mha_bwd):
-        # `grad_out.contiguous()` and `out.contiguous()` copy both (SDPA hands them over transposed), a float32
-        # `dq_accum`, and under GQA `dk_expanded`/`dv_expanded` per query head, summed into dK/dV after.
+        # `grad_out.contiguous()` and `out.contiguous()` copy both (SDPA hands them over transposed), a
+        # float32 `dq_accum`, and under GQA `dk_expanded`/`dv_expanded` per query head, summed into dK/dV
+        # after.
         cost=Cost(cpu=KernelCost(pairs="causal-flag", efficiency_fwd=0.8, efficiency_bwd=0.35),
                   cuda=KernelCost(pairs="causal", efficiency_fwd=0.45, efficiency_bwd=0.32),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_out_copies=2, bwd_expands_kv=True)),
@@ -304,16 +318,18 @@ FLASH_IMPL_CALLS = (
 )
 
 
-# What torch's FA4 route (torch/nn/attention/_fa4.py) passes to flash-attn-4 and unpacks from it, as torch 2.11.0
-# writes it: `out, lse = module._flash_attn_fwd(...)` (line 206), `dq, dk, dv = module._flash_attn_bwd(...)` (line
-# 226). Conformance reads the installed torch's own unpacking and the installed flash-attn-4's return statements.
+# What torch's FA4 route (torch/nn/attention/_fa4.py) passes to flash-attn-4 and unpacks from it, as torch
+# 2.11.0 writes it: `out, lse = module._flash_attn_fwd(...)` (line 206), `dq, dk, dv =
+# module._flash_attn_bwd(...)` (line 226). Conformance reads the installed torch's own unpacking and the
+# installed flash-attn-4's return statements.
 _FA4_ROUTE = "torch.nn.attention._fa4"
 FA4_ROUTE_CALLS = (
     UnpackedCall("flash_attn.cute.interface", "_flash_attn_fwd", positional=("q", "k", "v"),
                  keywords=("softmax_scale", "causal", "window_size_left", "window_size_right", "return_lse",
                            "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "out"),
                  optional=True, unpacks=2, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_forward")),
-    UnpackedCall("flash_attn.cute.interface", "_flash_attn_bwd", positional=("q", "k", "v", "out", "dout", "lse"),
+    UnpackedCall("flash_attn.cute.interface", "_flash_attn_bwd",
+                 positional=("q", "k", "v", "out", "dout", "lse"),
                  keywords=("softmax_scale", "causal", "cu_seqlens_q", "cu_seqlens_k", "deterministic"),
                  optional=True, unpacks=3, caller=LibraryCall(_FA4_ROUTE, "_fa4_run_backward")),
 )
@@ -324,8 +340,10 @@ class _SdpaFlashImpl(SdpaFlash):
     # FA3/FA4 take no attn_mask.
     spec = dataclasses.replace(
         SdpaFlash.spec,
-        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",), workload_axes=frozenset()))
-    route_calls: ClassVar[tuple[LibraryCall, ...]] = ()  # what PyTorch's route calls in the implementation's library
+        capabilities=dataclasses.replace(SdpaFlash.capabilities, devices=("cuda",),
+                                         workload_axes=frozenset()))
+    # what PyTorch's route calls in the implementation's library
+    route_calls: ClassVar[tuple[LibraryCall, ...]] = ()
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
         return (SDPA_CALL, *FLASH_IMPL_CALLS, *self.route_calls)
@@ -342,12 +360,14 @@ class SdpaFlashFa3(_SdpaFlashImpl):
     spec = dataclasses.replace(
         _SdpaFlashImpl.spec, name="sdpa-flash-fa3",
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
-        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 (activate_flash_attention_impl('FA3')), Hopper",
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 3 "
+                "(activate_flash_attention_impl('FA3')), Hopper",
         capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA3_KERNELS),
         install_hint="build flash-attention's hopper/ package (flash_attn_interface) on a Hopper GPU",
         determinism=sdpa_answers(
             "FLASH_ATTENTION", Answer(HONOURED, "PyTorch's FA3 route runs num_splits=1 under the mode"),
-            Answer(HONOURED, "PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode")))
+            Answer(HONOURED,
+                   "PyTorch's FA3 route passes deterministic=true to FA3's backward under the mode")))
     flash_impl = "FA3"
 
 
@@ -356,12 +376,14 @@ class SdpaFlashFa4(_SdpaFlashImpl):
     spec = dataclasses.replace(
         _SdpaFlashImpl.spec, name="sdpa-flash-fa4",
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.60, efficiency_bwd=0.45)),
-        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 (activate_flash_attention_impl('FA4')), sm90/sm100",
+        summary="SDPA's FLASH_ATTENTION routed to FlashAttention 4 "
+                "(activate_flash_attention_impl('FA4')), sm90/sm100",
         capabilities=dataclasses.replace(_SdpaFlashImpl.capabilities, kernel_names=FA4_KERNELS),
         install_hint="pip install flash-attn-4",
         determinism=sdpa_answers(
             "FLASH_ATTENTION", Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
-            Answer(HONOURED, "PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode")))
+            Answer(HONOURED,
+                   "PyTorch's FA4 route passes deterministic=true to FA4's backward under the mode")))
     flash_impl = "FA4"
     route_calls = FA4_ROUTE_CALLS
 
@@ -376,8 +398,9 @@ class SdpaEfficient(_Sdpa):
         capabilities=dataclasses.replace(_Sdpa.capabilities, devices=("cuda",), kernel_names=SDPA_EFFICIENT),
         determinism=sdpa_answers(
             "EFFICIENT_ATTENTION", Answer(NOT_APPLICABLE, "the memory-efficient forward is deterministic"),
-            Answer(HONOURED, "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
-                             "split keys, no atomics")))
+            Answer(HONOURED,
+                   "PyTorch runs the memory-efficient backward with num_splits_key=1 under the mode: no "
+                   "split keys, no atomics")))
     kernel_name = "EFFICIENT_ATTENTION"
 
 

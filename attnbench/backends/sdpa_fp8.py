@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 MODULE = "torch.nn.attention.experimental._scaled_dot_product_attention_quantized"
 FUNCTION = "_scaled_dot_product_attention_quantized"
 KEYWORDS = ("is_causal", "scale", "q_descale", "k_descale", "v_descale")
-NUMERICS = Numerics(source="PyTorch's quantized SDPA on FlashAttention 3's FP8 forward (hopper/softmax.h: P·2^8 to "
-                           "e4m3)", p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
+NUMERICS = Numerics(source=("PyTorch's quantized SDPA on FlashAttention 3's FP8 forward "
+                            "(hopper/softmax.h: P·2^8 to e4m3)"),
+                    p_format="float8_e4m3fn", p_scale=fp8.FA3_P_SCALE, out_dtype="bfloat16")
 
 
 def entry_point() -> Any:
@@ -48,19 +49,20 @@ class SdpaFp8Backend(Backend):
     spec = BackendSpec(
         name="sdpa-fp8",
         cost=Cost(cuda=fp8.FA3_KERNEL),  # the same kernel as flash-attn-3
-        summary=("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 implementation): "
-                 "float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where the installed torch has it"),
+        summary=("PyTorch's quantized SDPA (_scaled_dot_product_attention_quantized, on its FA3 "
+                 "implementation): float8_e4m3fn Q/K/V with (batch, kv_heads) descales, bf16 out; where "
+                 "the installed torch has it"),
         capabilities=Capabilities(
             devices=("cuda",),
             kernel_names=per_device(cuda=FLASH_ATTENTION_3),  # its one kernel is FA3's FP8 forward
             quantized=frozenset({"qkv:float8_e4m3fn", "scale:tensor", "scale:head"}),
             quant_reasons={
-                "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its FA3 implementation's "
-                                   "dtypes)",
+                "qkv:float8_e5m2": "PyTorch's quantized SDPA takes float8_e4m3fn only (its "
+                                   "FA3 implementation's dtypes)",
                 "scale:block": "PyTorch's quantized SDPA takes descales per (batch, KV head) only "
                                "(DescaleType.PER_HEAD)",
-                **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 K/V cache under "
-                                "bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
+                **{f"kv:{fmt}": "PyTorch's quantized SDPA takes Q, K and V in float8_e4m3fn: no FP8 "
+                                "K/V cache under bf16 queries" for fmt in ("float8_e4m3fn", "float8_e5m2")},
             }),
         limits=(Limit(field="quantized", allowed=(True,), reason=(
                     "sdpa-fp8 runs FP8 cases only (sdpa and its kernels run float16, bfloat16 and float32)")),
@@ -89,7 +91,8 @@ class SdpaFp8Backend(Backend):
             return problem
         cap = torch.cuda.get_device_capability()
         if cap[0] != 9:
-            return f"PyTorch's FA3 implementation requires compute capability 9.0 (this GPU: {cap[0]}.{cap[1]})"
+            return ("PyTorch's FA3 implementation requires compute capability 9.0 "
+                    f"(this GPU: {cap[0]}.{cap[1]})")
         return flash_impl_problem("FA3")
 
     def unsupported(self, case: Case) -> str | None:

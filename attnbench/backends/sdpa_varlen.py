@@ -1,7 +1,6 @@
-"""`sdpa-varlen`: `torch.nn.attention.varlen.varlen_attn` (torch >= 2.10, CUDA; docs/backends.md#sdpa-varlen), packed
-(total_tokens, heads, head_dim) with int32 `cu_seq_q` / `cu_seq_k`, on PyTorch's FlashAttention. No `is_causal`:
-torch 2.13 reads causal from `window_size == (-1, 0)` (a tuple), bottom-right per sequence.
-"""
+"""`sdpa-varlen`: `torch.nn.attention.varlen.varlen_attn` (torch >= 2.10, CUDA; docs/backends.md#sdpa-varlen),
+packed (total_tokens, heads, head_dim) with int32 `cu_seq_q` / `cu_seq_k`, on PyTorch's FlashAttention. No
+`is_causal`: torch 2.13 reads causal from `window_size == (-1, 0)` (a tuple), bottom-right per sequence. """
 
 from __future__ import annotations
 
@@ -49,7 +48,8 @@ REFUSALS = ("not supported", "only support", "must be", "Expect", "does not supp
 
 
 def varlen_window(case: Case) -> tuple[int, int]:
-    """`window_size`: causal (-1, 0), causal + W (W, 0), W (W, W), none (-1, -1); a tuple (compared with one)."""
+    """`window_size`: causal (-1, 0), causal + W (W, 0), W (W, W), none (-1, -1);
+    a tuple (compared with one)."""
     if case.window is None:
         return (-1, 0) if case.causal else (-1, -1)
     return (case.window, 0) if case.causal else (case.window, case.window)
@@ -89,8 +89,9 @@ def paged_reason(case: Case) -> str | None:
 class SdpaVarlen(Backend):
     spec = BackendSpec(
         name="sdpa-varlen",
-        # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward → flash_api.cpp
-        # mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query head, summed after.
+        # Kernel: by analogy with sdpa-flash, not fitted. Backward (aten _flash_attention_backward →
+        # flash_api.cpp mha_varlen_bwd): a float32 `dq_accum`, under GQA `dk_expanded`/`dv_expanded` per query
+        # head, summed after.
         cost=Cost(cuda=KernelCost(pairs="visible", efficiency_fwd=0.50, efficiency_bwd=0.35),
                   memory=MemoryCost(bwd_dq_accum=True, bwd_expands_kv=True)),
         summary=("torch.nn.attention.varlen.varlen_attn: packed documents and ragged batches through "
@@ -99,9 +100,12 @@ class SdpaVarlen(Backend):
         capabilities=Capabilities(devices=("cuda",), kernel_names=per_device(cuda=FLASH_ATTENTION_2),
                                   workload_axes=frozenset({"documents", "kv_lengths", "page_size"})),
         limits=(Limit(field="dtype", allowed=HALF_DTYPES,
-                      reason="{dtype} is not supported (varlen_attn runs FlashAttention: float16 or bfloat16)"),
-                Limit(field="head_dim", at_most=MAX_HEAD_DIM, reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
-                unset("softcap", "varlen_attn has no soft-capping"), unset("alibi", "varlen_attn has no ALiBi bias"),
+                      reason="{dtype} is not supported (varlen_attn runs "
+                             "FlashAttention: float16 or bfloat16)"),
+                Limit(field="head_dim", at_most=MAX_HEAD_DIM,
+                      reason=f"head_dim {{head_dim}} > {MAX_HEAD_DIM}"),
+                unset("softcap", "varlen_attn has no soft-capping"),
+                unset("alibi", "varlen_attn has no ALiBi bias"),
                 unset("head_dim_v", "varlen_attn needs V's head size equal to Q/K's (no head_dim_v)")),
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "FlashAttention's forward is deterministic"),
@@ -116,11 +120,13 @@ class SdpaVarlen(Backend):
 
         if device not in self.capabilities.devices:  # before importing dynamo
             return device_problem(device, self.capabilities.devices,
-                                  "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
+                                  "needs CUDA (varlen_attn runs PyTorch's CUDA "
+                                  "FlashAttention; no CPU kernel)")
         try:
             varlen_function()
         except (ImportError, AttributeError):
-            return f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (added in torch 2.10)"
+            return (f"torch {torch.__version__} has no "
+                    "torch.nn.attention.varlen.varlen_attn (added in torch 2.10)")
         return device_problem(device, self.capabilities.devices,
                               "needs CUDA (varlen_attn runs PyTorch's CUDA FlashAttention; no CPU kernel)")
 
@@ -135,7 +141,8 @@ class SdpaVarlen(Backend):
         estimate = super().estimate_memory(case)
         if not case.needs_grad:
             return estimate
-        padding = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences * case.heads * case.head_dim * FLOAT32_BYTES
+        rows = DQ_ACCUM_PAD_ROWS * packing.varlen(case).sequences
+        padding = rows * case.heads * case.head_dim * FLOAT32_BYTES
         strided = case.batch == 1 and case.heads > 1
         return estimate + padding + (tensor_bytes(case)["o"] if strided else 0)
 

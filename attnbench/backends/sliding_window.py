@@ -1,9 +1,8 @@
 """`sliding-window`: our local attention in PyTorch ops, O(seq_len × window) work and memory.
 
-Each block of `block` queries sees one span of `block + W + W_right` keys (W_right 0 causal, W two-sided), spans
-`block` apart: K and V, padded, are viewed as overlapping windows (`unfold`, no copy), and each block is a small
-dense attention under the exact mask. GQA folds a KV head's query group into the block's rows.
-"""
+Each block of `block` queries sees one span of `block + W + W_right` keys (W_right 0 causal, W two-sided),
+spans `block` apart: K and V, padded, are viewed as overlapping windows (`unfold`, no copy), and each block is
+a small dense attention under the exact mask. GQA folds a KV head's query group into the block's rows. """
 
 from __future__ import annotations
 
@@ -88,10 +87,12 @@ def plan_for(
     keep = allowed(q_idx, k_idx) & (q_idx < seq_len) & (k_idx >= 0) & (k_idx < kv_seq_len)
     seen = keep.any(dim=-1)
     real = q_idx[..., 0] < seq_len
-    return Blocking(seq_len, kv_seq_len, block, span, left, blocks, ~keep, None if bool(seen[real].all()) else seen)
+    return Blocking(seq_len, kv_seq_len, block, span, left, blocks, ~keep,
+                    None if bool(seen[real].all()) else seen)
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Blocking) -> torch.Tensor:
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             plan: Blocking) -> torch.Tensor:
     """Local attention of q (B, H, Sq, D) over k, v (B, KVH, Sk, D); O(B·H·Sq·span), backward too."""
     import torch
     import torch.nn.functional as F
@@ -126,7 +127,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 def overlapping_windows(x: torch.Tensor, span: int, step: int) -> torch.Tensor:
-    """`x.unfold(2, span, step)` whose backward sums in float32: in bf16, a rounding per window exceeds the bound."""
+    """`x.unfold(2, span, step)` whose backward sums in float32:
+    in bf16, a rounding per window exceeds the bound."""
     return _WindowsFp32Grad.apply(x, span, step)
 
 
@@ -176,22 +178,24 @@ def allowed_of(case: Case, device: torch.device) -> Callable[[torch.Tensor, torc
 class SlidingWindowBackend(Backend):
     spec = BackendSpec(
         name="sliding-window",
-        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2, score_passes_fwd=0.0,
-                                 score_passes_bwd=0.0, calls=8),
-                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15, score_passes_fwd=0.0,
-                                  score_passes_bwd=0.0, calls=8)),
+        cost=Cost(cpu=KernelCost(pairs="visible", efficiency_fwd=0.2, efficiency_bwd=0.2,
+                                 score_passes_fwd=0.0, score_passes_bwd=0.0, calls=8),
+                  cuda=KernelCost(pairs="visible", efficiency_fwd=0.25, efficiency_bwd=0.15,
+                                  score_passes_fwd=0.0, score_passes_bwd=0.0, calls=8)),
         summary="our blocked local attention in PyTorch ops: O(seq × window) work and memory; windows only",
         capabilities=Capabilities(workload_axes=frozenset({"documents"}), kernel_names=MATMUL_SOFTMAX),
         limits=(Limit(field="window", refused=(None,), reason=(
-                    "needs a window (sliding-window attention is local by design; a full or plain causal mask is "
-                    "O(seq²) work, measured by naive, sdpa and flex)")),
-                unset("doc_kv_lens", "sliding-window blocks documents whose keys are their queries; attnbench does not "
+                    "needs a window (sliding-window attention is local by design; a full or plain causal "
+                    "mask is O(seq²) work, measured by naive, sdpa and flex)")),
+                unset("doc_kv_lens",
+                      "sliding-window blocks documents whose keys are their queries; attnbench does not "
                       "map documents with a cached prefix onto it")),
         # unfold's backward raises where PyTorch has no deterministic implementation: the skip names it.
         determinism=torch_ops("matmul, softmax and unfold"))
 
     def estimate_memory(self, case: Case) -> int:
-        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs; gradients."""
+        """The band (B, H, Sq, span) twice, four times with backward; the K/V windows; two outputs;
+        gradients."""
         block, blocks, span = blocking(case.seq_len, case.kv_seq_len, case.window or 0, case.causal)
         elem = DTYPE_BYTES[case.dtype]
         sizes = counting.tensor_bytes(case)
@@ -207,8 +211,8 @@ class SlidingWindowBackend(Backend):
         return Prepared(
             inputs=(q, k, v),
             call=lambda q, k, v: sliding_window_attention(q, k, v, plan),
-            kernel=(f"attnbench sliding-window r{REVISION} on torch {self.version()}: blocked (block {plan.block}, "
-                    f"span {plan.span}, "
-                    f"{'causal' if case.causal else 'two-sided'}, K/V broadcast over groups)"),
+            kernel=(f"attnbench sliding-window r{REVISION} on torch {self.version()}: blocked (block "
+                    f"{plan.block}, span {plan.span}, {'causal' if case.causal else 'two-sided'}, "
+                    "K/V broadcast over groups)"),
             extra={"block": plan.block, "span": plan.span},
         )

@@ -29,7 +29,8 @@ class Answer:
         """As records store it: "honoured (why)", "not applicable (why)" or "refused: why"."""
         reason = self.reason
         if self.cublas:
-            reason += f", cuBLAS with {CUBLAS_VARIABLE}={os.environ.get(CUBLAS_VARIABLE, CUBLAS_DETERMINISTIC)}"
+            reason += (", cuBLAS with "
+                       f"{CUBLAS_VARIABLE}={os.environ.get(CUBLAS_VARIABLE, CUBLAS_DETERMINISTIC)}")
         if self.kind is Determinism.REFUSED:
             return f"{self.kind}: {reason}"
         return f"{self.kind} ({reason})"
@@ -68,9 +69,11 @@ def on_cpu(what: str) -> dict[str, Answer]:
 
 
 def torch_ops(what: str) -> Answers:
-    """PyTorch's own operations: no atomics on a CPU, the deterministic mode and cuBLAS's workspace on CUDA."""
-    return Answers(forward=Answer(Determinism.HONOURED, f"{what} under torch.use_deterministic_algorithms(True)",
-                                  cublas=True), on=on_cpu(what))
+    """PyTorch's own operations: no atomics on a CPU,
+    the deterministic mode and cuBLAS's workspace on CUDA."""
+    return Answers(forward=Answer(Determinism.HONOURED,
+                                  f"{what} under torch.use_deterministic_algorithms(True)", cublas=True),
+                   on=on_cpu(what))
 
 
 UNSET = (None, False)

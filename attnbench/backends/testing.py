@@ -1,7 +1,6 @@
-"""Backends with planted faults, for tests and demos (not registered): `--plugin attnbench.backends.testing:FAULTY`
-(raise, out of memory, wrong), `:CRASHING` (hang, exit, segfault: only with `--isolate`), `:CHEATING` (cheats the
-integrity guards must catch).
-"""
+"""Backends with planted faults, for tests and demos (not registered): `--plugin
+attnbench.backends.testing:FAULTY` (raise, out of memory, wrong), `:CRASHING` (hang, exit, segfault: only with
+`--isolate`), `:CHEATING` (cheats the integrity guards must catch). """
 
 from __future__ import annotations
 
@@ -109,9 +108,9 @@ LOG2E = 1.4426950408889634
 
 
 class CheatingBackend(Backend):
-    """Naive attention with a planted cheat (docs/conventions.md "Integrity guards"): "stale" (the first output
-    again), "writes-query" (scales q in place and back, an ulp off), "overflow" (no max subtracted) or "side-stream"
-    (the output returned before another stream or thread writes it)."""
+    """Naive attention with a planted cheat (docs/conventions.md "Integrity guards"): "stale" (the first
+    output again), "writes-query" (scales q in place and back, an ulp off), "overflow" (no max subtracted) or
+    "side-stream" (the output returned before another stream or thread writes it)."""
 
     cheat: ClassVar[str] = "stale"
     name = "cheat-stale"
@@ -123,21 +122,23 @@ class CheatingBackend(Backend):
         kept: list[torch.Tensor] = []
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return naive_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), mask)
+            return naive_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+                                   mask)
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if self.cheat == "stale":
                 if not kept:
                     kept.append(attend(q, k, v).detach())
-                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())  # the first values, with a graph to every input
+                # the first values, with a graph to every input
+                return kept[0] + 0 * (q.sum() + k.sum() + v.sum())
             if self.cheat == "writes-query":
                 q.mul_(LOG2E)  # the exp2 form's factor, applied in place and undone after: not exactly
                 out = attend(q / LOG2E, k, v)
                 q.div_(LOG2E)
                 return out
             if self.cheat == "overflow":
-                return _unshifted_softmax(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
-                                          mask, scale)
+                return _unshifted_softmax(q, k.repeat_interleave(group, dim=1),
+                                          v.repeat_interleave(group, dim=1), mask, scale)
             return _deferred(attend, q, k, v)
 
         return Prepared(inputs=(q, k, v), call=call, kernel=f"cheat ({self.cheat})")

@@ -1,8 +1,7 @@
-"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers). BMHK; GQA
-as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows count the diagonal
-(W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize() reads it (not its
-docstring's "at most wl + wr - 1 keys").
-"""
+"""`xformers`: memory_efficient_attention, the dispatcher's operator recorded (docs/backends.md#xformers).
+BMHK; GQA as BMGHK, forward only. xformers' bottom-right bias classes (docs/conventions.md); their windows
+count the diagonal (W + 1). `make_local_attention(W, W)` keeps [i + off − W, i + off + W] as its materialize()
+reads it (not its docstring's "at most wl + wr - 1 keys"). """
 
 from __future__ import annotations
 
@@ -52,11 +51,13 @@ BIAS_CALLS = (
 )
 
 
-# Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read bound.
+# Methods are declared with `self`, as their unbound signatures read; from_seqlens is a classmethod, read
+# bound.
 VARLEN_BIAS_CALLS = (
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens", positional=("q_seqlen", "kv_seqlen"),
-                keywords=("device",)),
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright", positional=("self",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.from_seqlens",
+                positional=("q_seqlen", "kv_seqlen"), keywords=("device",)),
+    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_causal_from_bottomright",
+                positional=("self",)),
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalMask.make_local_attention_from_bottomright",
                 positional=("self", "window_size")),
 )
@@ -68,7 +69,8 @@ PADDED_BIAS_CALLS = (
       for name in ("BlockDiagonalPaddedKeysMask", "BlockDiagonalCausalWithOffsetPaddedKeysMask")),
     LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalPaddedKeysMask.make_local_attention",
                 positional=("self", "window_left", "window_right")),
-    LibraryCall("xformers.ops", "fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local",
+    LibraryCall("xformers.ops",
+                "fmha.attn_bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local",
                 positional=("q_seqlen", "kv_padding", "kv_seqlen", "window_size")),
 )
 
@@ -80,8 +82,8 @@ PAGED_BIAS_CALLS = tuple(
 
 
 def built_for() -> str:
-    """" (its C++ extension was built for torch X; ...)" when cpp_lib.json names another torch release (xformers then
-    loads no C++ operator); "" else."""
+    """" (its C++ extension was built for torch X; ...)" when cpp_lib.json names another torch release
+    (xformers then loads no C++ operator); "" else."""
     import importlib.util
     import json
     from pathlib import Path
@@ -107,10 +109,12 @@ def xformers_paged_bias(case: Case, ops: Any, device: Any = None) -> Any:
     table = torch.tensor(packing.spare_filled_table(layout), dtype=torch.int32, device=device)
     cls = (ops.fmha.attn_bias.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if case.causal
            else ops.fmha.attn_bias.PagedBlockDiagonalPaddedKeysMask)
-    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size, device=device)
+    return cls.from_seqlens([case.seq_len] * case.batch, list(layout.kv_lens), table, case.page_size,
+                            device=device)
 
 
-def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def xformers_paged_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Queries (1, B·Sq, H, K) and the K and V pools (1, pages·page_size, KVH, K); BMGHK for GQA."""
     layout = workload.pages(case)
     qp = packing.pack_q(q)[None]
@@ -132,7 +136,8 @@ def xformers_varlen_bias(case: Case, ops: Any, device: Any = None) -> Any:
 
 
 def needs_padded_keys(case: Case) -> bool:
-    """Whether packed sequences need padded keys: a two-sided window, or causal with fewer keys than queries."""
+    """Whether packed sequences need padded keys:
+    a two-sided window, or causal with fewer keys than queries."""
     if case.window is not None and not case.causal:
         return True
     seqs = packing.varlen(case)
@@ -141,7 +146,8 @@ def needs_padded_keys(case: Case) -> bool:
 
 
 def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> Any:
-    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys of its slot of `pad`."""
+    """The padded-keys attn_bias: sequence i's queries against the first kv_lens[i] keys
+    of its slot of `pad`."""
     seqs = packing.varlen(case)
     q_lens, kv_lens = [b - a for a, b in pairwise(seqs.cu_q)], list(seqs.kv_lens)
     bias = ops.fmha.attn_bias
@@ -149,7 +155,8 @@ def xformers_padded_bias(case: Case, ops: Any, pad: int, device: Any = None) -> 
         return bias.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(q_lens, pad, kv_lens,
                                                                                         case.window + 1)
     if case.causal:
-        return bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
+        return bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens,
+                                                                             device=device)
     block = bias.BlockDiagonalPaddedKeysMask.from_seqlens(q_lens, pad, kv_lens, device=device)
     return block if case.window is None else block.make_local_attention(case.window, case.window)
 
@@ -164,7 +171,8 @@ def xformers_padded_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
     return ((qp, kp, vp) if kp.shape[2] == case.heads else grouped(case, qp, kp, vp)), pad
 
 
-def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                           v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Canonical tensors packed into one BMHK row (1, tokens, heads, K), or BMGHK for forward GQA."""
     if case.kv_heads != case.heads and case.needs_grad:
         k, v = expand_kv(k, case), expand_kv(v, case)
@@ -173,7 +181,8 @@ def xformers_varlen_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torc
 
 
 def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """BMGHK (B, M, KVH, G, K), K/V expanded over each group, not copied (head kv_head·G + i reads kv_head)."""
+    """BMGHK (B, M, KVH, G, K), K/V expanded over each group, not copied
+    (head kv_head·G + i reads kv_head)."""
     g, kvh = case.group_size, case.kv_heads
     q5 = q.view(*q.shape[:2], kvh, g, q.shape[-1])
     k5, v5 = (t.unsqueeze(3).expand(*t.shape[:2], kvh, g, t.shape[-1]) for t in (k, v))
@@ -181,7 +190,8 @@ def grouped(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tu
 
 
 def xformers_bias(case: Case, ops: Any) -> Any:
-    """The attn_bias of a dense case's mask, bottom-right (never LowerTriangularMask: top-left); None unmasked."""
+    """The attn_bias of a dense case's mask, bottom-right (never LowerTriangularMask: top-left);
+    None unmasked."""
     bias = ops.fmha.attn_bias
     if case.window is None:
         return bias.LowerTriangularFromBottomRightMask() if case.causal else None
@@ -190,8 +200,11 @@ def xformers_bias(case: Case, ops: Any) -> Any:
     return bias.LocalAttentionFromBottomRightMask(window_left=case.window, window_right=case.window)
 
 
-def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    bmhk = lambda t: t.transpose(1, 2).contiguous()  # noqa: E731
+def xformers_layout(case: Case, q: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def bmhk(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).contiguous()
+
     if case.kv_heads == case.heads:
         return bmhk(q), bmhk(k), bmhk(v)
     if case.needs_grad:  # BMGHK is forward-only
@@ -222,19 +235,22 @@ class XformersBackend(Backend):
             # The ops its dispatcher chooses among.
             kernel_names=per_device(cuda=CUTLASS_FMHA + FLASH_ATTENTION_2 + FLASH_ATTENTION_3)),
         limits=(unset("softcap", "xformers has no soft-capping (its flash operator passes softcap 0)"),
-                unset("alibi", "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto "
+                unset("alibi",
+                      "xformers takes ALiBi only as a dense tensor bias; attnbench does not map alibi onto "
                       "xformers")),
         # Under the mode the dispatcher skips IS_DETERMINISTIC = False operators (fa2B).
         determinism=forward_backward(
             Answer(NOT_APPLICABLE, "xformers' forward operators are deterministic"),
-            Answer(HONOURED, "xformers' dispatcher picks only operators marked deterministic under the mode")))
+            Answer(HONOURED,
+                   "xformers' dispatcher picks only operators marked deterministic under the mode")))
 
     def __init__(self) -> None:
         self._availability: dict[str, str | None] = {}
 
 
     def library_calls(self) -> tuple[LibraryCall, ...]:
-        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS, *PAGED_BIAS_CALLS)
+        return (MEA_CALL, *BIAS_CALLS, *DISPATCH_CALLS, *VARLEN_BIAS_CALLS, *PADDED_BIAS_CALLS,
+                *PAGED_BIAS_CALLS)
 
     def unsupported(self, case: Case) -> str | None:
         if reason := super().unsupported(case):
@@ -260,7 +276,8 @@ class XformersBackend(Backend):
             from importlib.metadata import PackageNotFoundError, version
 
             try:
-                return f"xformers {version('xformers')} is installed but xformers.ops cannot be imported: {exc}"
+                return (f"xformers {version('xformers')} is installed but xformers.ops "
+                        f"cannot be imported: {exc}")
             except PackageNotFoundError:
                 return f"xformers is not installed (cannot import xformers.ops: {exc})"
         import torch
@@ -273,7 +290,8 @@ class XformersBackend(Backend):
             dispatch_fw(ops, t, t, t, None, needs_gradient=False)
         except NotImplementedError as exc:
             where = "CUDA-only: " if device != "cuda" else ""
-            return f"{where}xformers has no operator for {device} inputs here{built_for()}: {condense(str(exc))}"
+            return (f"{where}xformers has no operator for {device} inputs "
+                    f"here{built_for()}: {condense(str(exc))}")
         except AttributeError:  # the private dispatcher moved
             return None if device == "cuda" else "needs CUDA (xformers' attention operators are CUDA-only)"
         return None
@@ -293,13 +311,15 @@ class XformersBackend(Backend):
         op_name = getattr(op, "NAME", None) or "op unknown (xformers dispatcher not reachable)"
         ops_named = f"fw op {op_name}"
         if case.needs_grad:
-            ops_named += f", bw op {getattr(op_bw, 'NAME', None) or 'unknown (xformers dispatcher not reachable)'}"
+            ops_named += (", bw op "
+                          f"{getattr(op_bw, 'NAME', None) or 'unknown (xformers dispatcher not reachable)'}")
         cutlass = "cutlass" in str(op_name).lower()
         return Prepared(
             inputs=inputs,
             call=call,
             kernel=(f"xformers {self.version()} memory_efficient_attention {ops_named} "
-                    f"({layout_words(case, five_d, padded)}, attn_bias={type(bias).__name__}{_window_of(bias)})"),
+                    f"({layout_words(case, five_d, padded)}, "
+                    f"attn_bias={type(bias).__name__}{_window_of(bias)})"),
             extra=fp32_math(case, inputs[0].device.type, cutlass),
             to_canonical=lambda out: out.reshape(b, sq, h, out.shape[-1]).transpose(1, 2),
             kv_expanded=case.kv_heads != case.heads and not five_d,
@@ -330,7 +350,8 @@ def biased_inputs(case: Case, ops: Any, q: torch.Tensor, k: torch.Tensor,
     return xformers_bias(case, ops), xformers_layout(case, q, k, v), None
 
 
-def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_grad: bool) -> tuple[Any, Any]:
+def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any,
+                   needs_grad: bool) -> tuple[Any, Any]:
     """The forward and backward operators xformers' dispatcher picks; None where its private API is gone."""
     try:
         op = dispatch_fw(ops, *inputs, bias, needs_gradient=needs_grad)
@@ -349,7 +370,12 @@ def dispatched_ops(ops: Any, inputs: tuple[torch.Tensor, ...], bias: Any, needs_
 
 
 def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
-    layout = "BMGHK, K/V expanded" if five_d else ("BMHK, K/V repeated" if case.kv_heads != case.heads else "BMHK")
+    if five_d:
+        layout = "BMGHK, K/V expanded"
+    elif case.kv_heads != case.heads:
+        layout = "BMHK, K/V repeated"
+    else:
+        layout = "BMHK"
     if case.page_size is not None:
         layout += f", {case.batch} requests over a pool of pages of {case.page_size}"
     elif padded is not None:
@@ -360,7 +386,8 @@ def layout_words(case: Case, five_d: bool, padded: int | None) -> str:
 
 
 DISPATCH_CALLS = (
-    LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"), optional=True),
+    LibraryCall("xformers.ops", "fmha.Inputs", keywords=("query", "key", "value", "attn_bias"),
+                optional=True),
     LibraryCall("xformers.ops", "fmha._dispatch_fw", positional=("inp", "needs_gradient"), optional=True),
     LibraryCall("xformers.ops", "fmha._dispatch_bw", positional=("inp",), keywords=("varlen_lse_packed",),
                 optional=True),

@@ -1,5 +1,5 @@
-"""`attnbench ab`: a paired A/B of two Python environments in one run (attnbench.run.ab). Declared like every other
-command (attnbench.cli.main): a thin call into the package, user errors one line and exit 2."""
+"""`attnbench ab`: a paired A/B of two Python environments in one run (attnbench.run.ab). Declared like every
+other command (attnbench.cli.main): a thin call into the package, user errors one line and exit 2."""
 
 from __future__ import annotations
 
@@ -23,15 +23,19 @@ DEFAULT_ROUNDS = 6
 def ab(
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
     python_a: str = typer.Option(..., "--a", metavar="PYTHON", help="Environment A's Python (the baseline)."),
-    python_b: str = typer.Option(..., "--b", metavar="PYTHON", help="Environment B's Python (the candidate)."),
-    a_env: list[str] = typer.Option([], "--a-env", metavar="NAME=VALUE", help="A variable for A's worker only."),
-    b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE", help="A variable for B's worker only."),
+    python_b: str = typer.Option(..., "--b", metavar="PYTHON",
+                                 help="Environment B's Python (the candidate)."),
+    a_env: list[str] = typer.Option([], "--a-env", metavar="NAME=VALUE",
+                                    help="A variable for A's worker only."),
+    b_env: list[str] = typer.Option([], "--b-env", metavar="NAME=VALUE",
+                                    help="A variable for B's worker only."),
     rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=1, metavar="N",
-                               help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% verdict); "
-                                    f"each side's round gets budget_ms / N."),
+                               help=f"Paired rounds per measurement (at least {min_pairs()} for a 95% "
+                                    "verdict); each side's round gets budget_ms / N."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", min=0.0, metavar="FRACTION",
                                     help="The smallest B/A change called a regression or an improvement."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/ab-<suite>-<time>)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Output directory (default reports/ab-<suite>-<time>)."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
     plugin: opts.Plugins = None,
@@ -46,12 +50,14 @@ def ab(
     plugin = plugin or []
     backend = backend or []
     if rounds < min_pairs():
-        raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at least {min_pairs()} rounds")
+        raise AttnbenchError(f"--rounds {rounds}: a paired verdict at 95% needs at "
+                             f"least {min_pairs()} rounds")
     envs = (paired.parse_env(a_env, "--a-env"), paired.parse_env(b_env, "--b-env"))
     plan = session.plan(suite, opts.run_options(
-        backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True, peak_tflops=None,
-        peak_bandwidth=None, timer="auto", deterministic=False))
-    directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        backend=backend, device=device, plugin=plugin, isolate=True, timeout=None, oom_pruning=True,
+        peak_tflops=None, peak_bandwidth=None, timer="auto", deterministic=False))
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    directory = out_dir or Path("reports") / f"ab-{plan.suite.name}-{stamp}"
     start = time.time()
     load = {"start": round(os.getloadavg()[0], 2)}
 

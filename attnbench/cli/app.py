@@ -1,6 +1,6 @@
 """The command line's one Typer app and what every command module shares: the consoles, the user-error wrapper
-(one line, exit 2), the Ctrl-C stop flag, --version and --debug. attnbench.cli.main and attnbench.cli.decide add
-their commands to it."""
+(one line, exit 2), the Ctrl-C stop flag, --version and --debug. attnbench.cli.main and attnbench.cli.decide
+add their commands to it."""
 
 from __future__ import annotations
 
@@ -43,10 +43,11 @@ def user_errors(fn: F) -> F:
         except AttnbenchError as exc:
             if state["debug"]:
                 raise
-            # the message is text, not markup: "[queries, keys]" in it must print as written
-            # one line, whatever the input put in it: a control character or line separator (in a suite key, say)
-            # is shown escaped
-            text = "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in LINE_BREAKING
+            # the message is text, not markup: "[queries, keys]" in it must print as written one line,
+            # whatever the input put in it: a control character or line separator (in a suite key, say) is
+            # shown escaped
+            text = "".join(c.encode("unicode_escape").decode("ascii")
+                           if unicodedata.category(c) in LINE_BREAKING
                            else c for c in str(exc))
             err.print(f"[bold red]error:[/] {escape(text)}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
@@ -62,7 +63,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Show the version."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors."),
 ) -> None:
     state["debug"] = debug

@@ -1,5 +1,6 @@
-"""The commands that turn runs into decisions and keep them over time: `recommend`, and `history add|show|plot`.
-Declared like every other command (attnbench.cli.main): thin calls into the package, user errors one line and exit 2."""
+"""The commands that turn runs into decisions and keep them over time: `recommend`, and `history
+add|show|plot`. Declared like every other command (attnbench.cli.main): thin calls into the package, user
+errors one line and exit 2."""
 
 from __future__ import annotations
 
@@ -16,17 +17,19 @@ from attnbench.core.errors import AttnbenchError
 @app.command()
 @user_errors
 def recommend(
-    runs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl) of one device; several are "
-                                                "pooled."),
+    runs: list[Path] = typer.Argument(...,
+                                      help="Run directories (or results.jsonl) of one device; several are "
+                                           "pooled."),
     out_file: Path | None = typer.Option(None, "--out", metavar="FILE",
-                                            help="Write the dispatch table as JSON (an existing file is refused)."),
+                                            help="Write the dispatch table as JSON (an "
+                                                 "existing file is refused)."),
     md: Path | None = typer.Option(None, "--md", metavar="FILE",
                                       help="Also write the table as Markdown (an existing file is refused)."),
     by: str = typer.Option("time", "--by", metavar="time|energy",
                            help="Rank by median time per call, or by energy per call (extra.energy_mj)."),
     mix: Path | None = typer.Option(None, "--mix", metavar="SUITE",
-                                       help="Also weigh the suite's mix: traffic: time per request for each backend "
-                                            "and for the dispatch, its gain, prefill/decode shares."),
+                                       help="Also weigh the suite's mix: traffic: time per request for each "
+                                            "backend and for the dispatch, its gain, prefill/decode shares."),
 ) -> None:
     """Per bucket of shapes, the backend to call: correct, untroubled, told apart from the runner-up; sdpa's cost."""
     import attnbench.report.dispatch_table as table
@@ -57,8 +60,9 @@ def recommend(
         err.print(f"markdown: {md}", markup=False)
 
 
-history_app = typer.Typer(no_args_is_help=True, help="A local store of runs over time: add runs, show and plot "
-                                                         "their trends, compare against them.")
+history_app = typer.Typer(no_args_is_help=True,
+                          help="A local store of runs over time: add runs, show and plot "
+                               "their trends, compare against them.")
 app.add_typer(history_app, name="history")
 
 
@@ -75,9 +79,13 @@ def history_add(
     for done in add_runs(runs, db):
         run = done.run
         what = f"{run.run_id} ({run.device_name or run.device}, {run.timestamp}) from {run.path}"
-        out.print(f"added {what}: {done.records} records" if done.added else
-                  f"updated {what}: {done.records} records new or newer" if done.records else
-                  f"already held: {what}; nothing added", markup=False)
+        if done.added:
+            message = f"added {what}: {done.records} records"
+        elif done.records:
+            message = f"updated {what}: {done.records} records new or newer"
+        else:
+            message = f"already held: {what}; nothing added"
+        out.print(message, markup=False)
     err.print(f"store: {db or default_path()}", markup=False)
 
 
@@ -112,8 +120,8 @@ def history_show(
         raise AttnbenchError(f"no record in {title.split(':')[0]} matches the filters")
     out.print(trend_table(shown, title))
     if len(shown) < len(found):
-        err.print(f"{len(found) - len(shown)} (case, backend) pairs never timed in any run (skipped or failed): "
-                  "not shown", markup=False)
+        err.print(f"{len(found) - len(shown)} (case, backend) pairs never timed in any run "
+                  "(skipped or failed): not shown", markup=False)
 
 
 @history_app.command("plot")
@@ -123,7 +131,8 @@ def history_plot(
     case: opts.HistoryCases = [],  # noqa: B006
     gpu: opts.HistoryGpus = [],  # noqa: B006
     out_dir: Path = typer.Option(Path("history-plots"), "--out", metavar="DIR",
-                                 help="Where the PNGs go (one per GPU, case and backend; same names are redrawn)."),
+                                 help="Where the PNGs go (one per GPU, case and "
+                                      "backend; same names are redrawn)."),
     db: opts.HistoryDb = None,
 ) -> None:
     """One PNG per (GPU, case, backend): each run's median with its interval, library-version changes marked."""

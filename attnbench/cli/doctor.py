@@ -1,4 +1,5 @@
-"""`attnbench doctor`: what this machine can run — devices, versions, and every backend with its reason and fix."""
+"""`attnbench doctor`: what this machine can run — devices, versions,
+and every backend with its reason and fix."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class BackendHealth:
     reason: str | None
     fix: str | None
     in_default_suite: bool
-    # attnbench.backends.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and each call.
+    # attnbench.backends.conformance's verdict: state ("ok", "mismatch", "n/a", "unchecked"), summary, and
+    # each call.
     conformance: dict[str, Any] = field(default_factory=dict)
     # Backend.kernels(): where the library's compiled kernels would load from (FlashInfer's), when it says.
     kernels: dict[str, Any] = field(default_factory=dict)
@@ -68,8 +70,8 @@ class Diagnosis:
 
 
 def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
-    """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through `probes`
-    (default: asked now, nothing reused or stored)."""
+    """Inspect this machine for `device` ("cpu" or "cuda", already resolved); each backend is asked through
+    `probes` (default: asked now, nothing reused or stored)."""
     from attnbench.backends.registry import default_registry
     from attnbench.cli.probes import Probes
     from attnbench.run.env import collect_env
@@ -96,8 +98,8 @@ def diagnose(device: str, probes: Probes | None = None) -> Diagnosis:
         if state == "ok" and conformance["state"] == "mismatch":  # a run would skip it with this reason
             state, reason = "mismatch", conformance["summary"]
             fix = f"install a {backend.library} version attnbench's adapter knows, or update attnbench"
-        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix, name in default,
-                                      conformance, backend.kernels() or {}))
+        backends.append(BackendHealth(name, state, backend.library, backend.version(), reason, fix,
+                                      name in default, conformance, backend.kernels() or {}))
     environment = collect_env(device, torch_part=probes.torch_facts())
     probes.save()
     return Diagnosis(device, environment, backends, sdpa_kernel_usability(device), probes.note())
@@ -119,7 +121,8 @@ def sdpa_kernel_usability(device: str) -> dict[str, str]:
             verdicts[kernel] = "unknown: this torch has no torch.backends.cuda." + check
             continue
         mha, mha_why = _usable(probe, torch.backends.cuda.SDPAParams(q, q, q, None, 0.0, True, False))
-        gqa, gqa_why = _usable(probe, torch.backends.cuda.SDPAParams(q, kv_gqa, kv_gqa, None, 0.0, True, True))
+        gqa, gqa_why = _usable(probe,
+                               torch.backends.cuda.SDPAParams(q, kv_gqa, kv_gqa, None, 0.0, True, True))
         if mha and gqa:
             verdicts[kernel] = "yes"
         elif mha:
@@ -152,7 +155,8 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
     lines.append(f"device attnbench would use: {diagnosis.device}")
     lines += gpu_lines(diagnosis.gpu_state)  # clocks, throttling, other processes; lock advice
     lines.append("")
-    lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}" for k, v in diagnosis.sdpa_kernels.items()))
+    lines.append("SDPA kernels on this device: " + ", ".join(f"{k} {v}"
+                                                             for k, v in diagnosis.sdpa_kernels.items()))
     lines.append("")
     width = max(len(b.name) for b in diagnosis.backends)
     for b in diagnosis.backends:
@@ -173,14 +177,17 @@ def format_text(diagnosis: Diagnosis) -> list[str]:
                      f"{diagnosis.device} can run here")
     else:
         names = ", ".join(b.name for b in diagnosis.problems)
-        lines.append(f"not ready: the default suite ({DEFAULT_SUITE}) names {names}, which cannot run here (see fix)")
+        lines.append(f"not ready: the default suite ({DEFAULT_SUITE}) names {names}, which "
+                     "cannot run here (see fix)")
     return lines
 
 
-# ---- the GPU's state: what it means for the timings, and how to lock the clocks ------------------------------
+# ---- the GPU's state: what it means for the timings, and how to lock the clocks
+# ------------------------------
 
 def lock_commands(state: GpuState) -> list[str]:
-    """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum, and the ones that undo it."""
+    """The nvidia-smi commands (as root) that lock this GPU's clocks at their maximum,
+    and the ones that undo it."""
     gpu = state.nvml_index if state.nvml_index is not None else state.uuid or state.index
     sm = state.sm_clock_max_mhz or "<max SM MHz>"
     mem = state.memory_clock_max_mhz or "<max memory MHz>"
@@ -197,7 +204,8 @@ def gpu_warnings(state: GpuState) -> list[str]:
     index = state.index
     if state.error:
         hint = f" ({INSTALL_HINT}, or put nvidia-smi on PATH)" if "no NVML" in state.error else ""
-        return [f"GPU {index}: its state (clocks, throttling, other processes) is not recorded: {state.error}{hint}"]
+        return [f"GPU {index}: its state (clocks, throttling, other processes) is not "
+                f"recorded: {state.error}{hint}"]
     warnings = []
     if state.clocks_locked is not True:
         verdict = "are not locked" if state.clocks_locked is False else "may not be locked"
@@ -221,12 +229,14 @@ def gpu_warnings(state: GpuState) -> list[str]:
 
 
 def needs_lock(state: GpuState) -> bool:
-    """Whether doctor should print the lock commands: the state was read and the clocks are not known locked."""
+    """Whether doctor should print the lock commands:
+    the state was read and the clocks are not known locked."""
     return not state.error and state.clocks_locked is not True
 
 
 def gpu_lines(stored: list[dict[str, Any]]) -> list[str]:
-    """Each GPU's state (env.json's "gpu_state" entries), its warnings and, where clocks float, the lock commands."""
+    """Each GPU's state (env.json's "gpu_state" entries), its warnings and, where clocks float,
+    the lock commands."""
     lines = []
     for state in map(GpuState.from_dict, stored):
         lines.append(describe(state))

@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import options as opts
-from attnbench.cli.app import StopFlag, app, err, out, state, user_errors  # noqa: F401 - state: tests reset --debug
+from attnbench.cli.app import StopFlag, app, err, out, user_errors
+from attnbench.cli.app import state as state  # tests reset --debug
 from attnbench.core import policy
 from attnbench.core.errors import AttnbenchError
 
@@ -110,13 +111,15 @@ def list_suites() -> None:
     width = max(map(len, suites), default=10)
     for name, path in suites.items():
         suite = load_suite(path)
-        out.print(f"{name:<{width}} {len(suite.cases('cuda')):>5} cases on cuda, {len(suite.cases('cpu')):>3} on cpu  "
-                  f"{suite.description}", markup=False)
+        cuda, cpu = len(suite.cases("cuda")), len(suite.cases("cpu"))
+        out.print(f"{name:<{width}} {cuda:>5} cases on cuda, {cpu:>3} on cpu  {suite.description}",
+                  markup=False)
 
 
 @app.command()
 @user_errors
-def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write the starter suite.")) -> None:
+def init(path: Path = typer.Argument(Path("my-suite.yaml"),
+                                     help="Where to write the starter suite.")) -> None:
     """Write a commented starter suite to edit."""
     from attnbench.sweep.suite import STARTER
 
@@ -133,17 +136,21 @@ def init(path: Path = typer.Argument(Path("my-suite.yaml"), help="Where to write
 @user_errors
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML file."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output directory (default reports/<suite>-<time>)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Output directory (default reports/<suite>-<time>)."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="auto, cpu or cuda (default: the suite's device)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the cases and their memory estimates; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the cases and their memory estimates; run nothing."),
     plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
     oom_pruning: opts.OomPruning = True,
     resume: Path | None = typer.Option(None, "--resume", metavar="DIR",
-                                          help="Finish the run in DIR: only measurements it lacks, appended."),
-    force: bool = typer.Option(False, "--force", help="With --resume: continue even on another device or library set."),
+                                          help="Finish the run in DIR: only "
+                                               "measurements it lacks, appended."),
+    force: bool = typer.Option(False, "--force",
+                               help="With --resume: continue even on another device or library set."),
     shard: str | None = typer.Option(None, "--shard", metavar="I/N",
                                         help="Run shard I (from 0) of N, balanced by estimated cost."),
     devices: str | None = typer.Option(None, "--devices", metavar="0,1,...",
@@ -153,11 +160,12 @@ def run(
     timer: opts.Timer = "auto",
     deterministic: opts.Deterministic = False,
     cache_dir: Path | None = typer.Option(None, "--cache-dir", metavar="DIR",
-                                             help="torch.compile's caches between runs (default ~/.cache/attnbench)."),
+                                             help="torch.compile's caches between runs "
+                                                  "(default ~/.cache/attnbench)."),
     estimate_gpu: str | None = typer.Option(None, "--estimate-gpu", metavar="NAME",
-                                               help="With --dry-run: estimate the run on this GPU (e.g. H100) from "
-                                                    "the datasheet table (with 16 compile workers unless "
-                                                    "--compile-workers says)."),
+                                               help="With --dry-run: estimate the run on this GPU (e.g. "
+                                                    "H100) from the datasheet table (with 16 compile workers "
+                                                    "unless --compile-workers says)."),
     compile_workers: opts.CompileWorkers = None,
     compile_timeout: opts.CompileTimeout = None,
     trace: opts.Trace = False,
@@ -173,11 +181,12 @@ def run(
 
     check_run_flags(out_dir, resume, estimate_gpu, dry_run)
     options = opts.run_options(
-        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout, oom_pruning=oom_pruning,
-        peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer, deterministic=deterministic,
-        devices=tuple(parse_devices(devices)) if devices is not None else None, cache_dir=cache_dir,
-        shard=parse_shard(shard) if shard is not None else None, resume=resume is not None, force=force,
-        compile_workers=compile_workers, compile_timeout=compile_timeout, trace=trace)
+        backend=backend, device=device, plugin=plugin, isolate=isolate, timeout=timeout,
+        oom_pruning=oom_pruning, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth, timer=timer,
+        deterministic=deterministic, devices=tuple(parse_devices(devices)) if devices is not None else None,
+        cache_dir=cache_dir, shard=parse_shard(shard) if shard is not None else None,
+        resume=resume is not None, force=force, compile_workers=compile_workers,
+        compile_timeout=compile_timeout, trace=trace)
     plan = session.plan(suite, options, estimate_gpu)
     if dry_run:
         tables.print_dry_run(session.dry_run(plan, options, estimate_gpu), out)
@@ -193,7 +202,8 @@ def run(
         outcome = session.execute(plan, directory, err, stop.is_set, options, phases)
     with phases.timing("report"):
         tables.print_summary(outcome.records, out, outcome.unavailable)
-        err.print(f"results: {outcome.results}; {reference_line(outcome.tally, time.time() - process_start())}")
+        err.print(f"results: {outcome.results}; "
+                  f"{reference_line(outcome.tally, time.time() - process_start())}")
         if outcome.measured and report:
             from attnbench.report.render import render_report
 
@@ -206,8 +216,8 @@ def run(
     if outcome.mismatches:
         err.print(f"[bold red]{outcome.mismatches} measurement(s) did not match the reference[/]")
     if outcome.implausible:
-        err.print(f"[bold red]{outcome.implausible} measurement(s) timed faster than the GPU can run: their timing is "
-                  "broken (status implausible)[/]")
+        err.print(f"[bold red]{outcome.implausible} measurement(s) timed faster than the GPU can run: their "
+                  "timing is broken (status implausible)[/]")
     if outcome.stopped:
         err.print(f"stopped after {outcome.measured} of {outcome.planned} measurements; "
                   f"the results so far are in {directory}")
@@ -219,21 +229,25 @@ def run(
         raise typer.Exit(1)
 
 
-def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None, dry_run: bool) -> None:
+def check_run_flags(out_dir: Path | None, resume: Path | None, estimate_gpu: str | None,
+                    dry_run: bool) -> None:
     """The rules between `run`'s flags that are not run options (those are RunOptions')."""
     if resume is not None and out_dir is not None and out_dir.resolve() != resume.resolve():
-        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes into DIR; give one of them")
+        raise AttnbenchError(f"--out {out_dir} and --resume {resume}: a resumed run writes "
+                             "into DIR; give one of them")
     if resume is not None and not resume.is_dir():
         raise AttnbenchError(f"--resume {resume}: no such run directory")
     if estimate_gpu is not None and not dry_run:
-        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run on a GPU that is not here)")
+        raise AttnbenchError("--estimate-gpu only applies with --dry-run (it predicts a run "
+                             "on a GPU that is not here)")
 
 
 @app.command()
 @user_errors
 def merge(
     sources: list[Path] = typer.Argument(..., help="Run directories (shards) to combine."),
-    out_dir: Path = typer.Option(..., "--out", help="Directory for the merged results.jsonl, env.json and report."),
+    out_dir: Path = typer.Option(..., "--out",
+                                 help="Directory for the merged results.jsonl, env.json and report."),
 ) -> None:
     """Combine shard runs into one: refuses overlapping measurements, mixed schema versions or devices."""
     from attnbench.records.merge import merge_runs
@@ -250,19 +264,24 @@ def merge(
 def submit(
     ctx: typer.Context,
     suite: Path = typer.Argument(..., help="Suite YAML file (or a packaged suite's name)."),
-    shards: int = typer.Option(..., "--shards", metavar="N", help="Number of shards: one SLURM array task each."),
-    gpus_per_task: int | None = typer.Option(None, "--gpus-per-task", metavar="G", help="GPUs for each task."),
+    shards: int = typer.Option(..., "--shards", metavar="N",
+                               help="Number of shards: one SLURM array task each."),
+    gpus_per_task: int | None = typer.Option(None, "--gpus-per-task", metavar="G",
+                                             help="GPUs for each task."),
     partition: str | None = typer.Option(None, "--partition", metavar="P", help="SLURM partition."),
     time: str | None = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit of each task."),
     account: str | None = typer.Option(None, "--account", metavar="A", help="SLURM account to charge."),
     sbatch_arg: list[str] = typer.Option([], "--sbatch-arg", metavar="OPTION",
-                                         help="Another sbatch option, e.g. --sbatch-arg=--qos=high (repeatable)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Directory for the shards, scripts, logs and the "
-                                                               "merged run (default reports/<suite>-<time>)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the scripts and the sbatch calls; submit nothing."),
+                                         help="Another sbatch option, e.g. "
+                                              "--sbatch-arg=--qos=high (repeatable)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Directory for the shards, scripts, logs and the "
+                                             "merged run (default reports/<suite>-<time>)."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the scripts and the sbatch calls; submit nothing."),
     backend: opts.Backends = None,
     device: str | None = typer.Option(None, help="cpu or cuda for every shard (default: the suite's; for "
-                                                    "'auto', cuda when the tasks ask for GPUs)."),
+                                                 "'auto', cuda when the tasks ask for GPUs)."),
     plugin: opts.Plugins = None,
     isolate: opts.Isolate = None,
     timeout: opts.Timeout = None,
@@ -331,11 +350,13 @@ def status(
 def report(
     source: Path = typer.Argument(..., help="A run directory, or its results.jsonl (or a committed run's "
                                             "results.jsonl.gz)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Where to write (default: beside the results; for "
-                                                             "compressed results, their folder's rendered/)."),
+    out_dir: Path | None = typer.Option(None, "--out",
+                                        help="Where to write (default: beside the results; for "
+                                             "compressed results, their folder's rendered/)."),
     formats: str = typer.Option("html,png,md", "--format", help="Comma-separated: html, png, md."),
-    baseline: str | None = typer.Option(None, help="Backend speed-ups are relative to (default sdpa-math, else "
-                                                   "naive)."),
+    baseline: str | None = typer.Option(None,
+                                        help="Backend speed-ups are relative to (default sdpa-math, else "
+                                             "naive)."),
     peak_tflops: float | None = typer.Option(None, help="Device peak TFLOP/s for the reference line."),
 ) -> None:
     """Re-render report.html, charts/*.png and summary.md from stored results; runs nothing."""
@@ -353,17 +374,17 @@ def compare(
                                       help="BASE and NEW run directories (or results.jsonl); NEW alone with "
                                            "--against."),
     against: str | None = typer.Option(None, "--against", metavar="history",
-                                          help="Compare NEW with the latest earlier run of its GPU in the history "
-                                               "store (attnbench history add)."),
+                                          help="Compare NEW with the latest earlier run of its GPU in the "
+                                               "history store (attnbench history add)."),
     db: opts.HistoryDb = None,
     threshold: str = typer.Option(policy.percent(policy.CHANGE_THRESHOLD),
                                   help="Smallest change judged (a regression or an improvement), with the "
                                        "two intervals apart; e.g. 10% or 0.1."),
     md: Path | None = typer.Option(None, "--md", help="Also write the comparison as Markdown to this file."),
     absolute: bool = typer.Option(False, "--absolute",
-                                  help="Judge the raw ratios, not each against the run's pace (the median ratio, "
-                                       "used when both runs come from one machine with the same software and the "
-                                       "pace is within that machine's noise)."),
+                                  help="Judge the raw ratios, not each against the run's pace (the median "
+                                       "ratio, used when both runs come from one machine with the same "
+                                       "software and the pace is within that machine's noise)."),
 ) -> None:
     """NEW/BASE median-time ratios per matching measurement; exit 1 on a regression, a shared slowdown of every
     kernel, or a new failure (or, in a deterministic run, a measurement turned non-repeatable); exit 3 when BASE and
@@ -374,7 +395,8 @@ def compare(
     if against is not None and against != "history":
         raise AttnbenchError(f"--against {against!r}: allowed: history")
     if against is None and len(runs) != 2:
-        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW alone with --against history")
+        raise AttnbenchError(f"compare takes BASE and NEW ({len(runs)} given), or NEW "
+                             "alone with --against history")
     if against is not None and len(runs) != 1:
         raise AttnbenchError(f"compare --against history takes NEW alone ({len(runs)} given)")
     if db is not None and against is None:
@@ -402,14 +424,15 @@ def parse_fraction(text: str) -> float:
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise AttnbenchError(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+        raise AttnbenchError(f"--threshold {text!r}: expected a percentage like "
+                             "5% or a fraction like 0.05") from None
     if not 0 <= value <= 10:
         raise AttnbenchError(f"--threshold {text!r}: out of range; allowed: 0% to 1000%")
     return value
 
 
-# recommend and history live in their own module, which adds them to the app: imported last, they come after compare
-# in --help.
+# recommend and history live in their own module, which adds them to the app: imported last, they come after
+# compare in --help.
 from attnbench.cli import ab as cli_ab  # noqa: E402,F401 - `ab`, a paired A/B of two environments
 from attnbench.cli import decide as cli_decide  # noqa: E402,F401
 

@@ -1,9 +1,9 @@
 """What `list` and `doctor` ask each built-in backend and torch, kept per installation so they answer without
-importing every kernel library again (seconds on a small machine). The answers sit in `<cache dir>/probes.json` under
-a fingerprint of what they depend on: attnbench's backend sources, the interpreter, the directories on `sys.path`
-(but the first) and `PATH`, the environment variables the libraries read, and the usable CPUs; a change or `--fresh`
-asks again. Only the CPU's answers are kept; a run never reads this file.
-"""
+importing every kernel library again (seconds on a small machine). The answers sit in `<cache
+dir>/probes.json` under a fingerprint of what they depend on: attnbench's backend sources, the interpreter,
+the directories on `sys.path` (but the first) and `PATH`, the environment variables the libraries read, and
+the usable CPUs; a change or `--fresh` asks again. Only the CPU's answers are kept; a run never reads this
+file. """
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ _ENV_PREFIXES = ("XFORMERS", "JAX_", "XLA_", "ORT_", "OV_", "TORCH", "ONNX")
 
 
 def fingerprint(device: str) -> str:
-    """A digest of everything a built-in backend's answer on `device` depends on (see the module's docstring)."""
+    """A digest of everything a built-in backend's answer on `device` depends on
+    (see the module's docstring)."""
     import attnbench
     import attnbench.backends as package
 
@@ -41,14 +42,18 @@ def fingerprint(device: str) -> str:
     parts = [attnbench.__version__, device, os.path.realpath(sys.executable), sys.version,
              *map(stamp, map(str, sources)), *map(stamp, sys.path[1:]),
              *map(stamp, os.environ.get("PATH", "").split(os.pathsep))]
-    parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
-    parts.append(f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
+    parts += sorted(f"{k}={v}" for k, v in os.environ.items() if k in _ENV_NAMES
+                    or k.startswith(_ENV_PREFIXES))
+    if hasattr(os, "sched_getaffinity"):
+        parts.append(f"cpus={len(os.sched_getaffinity(0))}")
+    else:
+        parts.append(f"cpus={os.cpu_count()}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 class Probes:
-    """Each built-in backend's availability on `device` and its conformance, from the store when its fingerprint
-    still holds, else asked now (and stored by `save`). A plugin's backend is always asked."""
+    """Each built-in backend's availability on `device` and its conformance, from the store when its
+    fingerprint still holds, else asked now (and stored by `save`). A plugin's backend is always asked."""
 
     def __init__(self, device: str, cache_dir: Path | None = None, fresh: bool = False) -> None:
         self.device = device
@@ -64,8 +69,9 @@ class Probes:
         self._builtin: set[str] | None = None
 
     def builtin(self, backend: Backend) -> bool:
-        """Whether `backend` is one of attnbench's own (a module the registry discovers), whose source the fingerprint
-        covers; a plugin's, or a test backend's (attnbench.backends.testing, told how to fail), is not."""
+        """Whether `backend` is one of attnbench's own (a module the registry discovers), whose source the
+        fingerprint covers; a plugin's, or a test backend's (attnbench.backends.testing, told how to fail), is
+        not."""
         if self._builtin is None:
             from attnbench.backends.registry import builtin_modules
 
@@ -104,11 +110,12 @@ class Probes:
         return self.torch
 
     def first_call(self) -> str | None:
-        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some are
-        stored, or when none would be (a GPU's)."""
+        """The line that says every answer is about to be asked (seconds of imports) and kept; None when some
+        are stored, or when none would be (a GPU's)."""
         if self.answers or self.path is None:
             return None
-        return "asking every backend's library once (imports: seconds); the answers are kept for the next call"
+        return ("asking every backend's library once (imports: seconds); the answers "
+                "are kept for the next call")
 
     def note(self) -> str | None:
         """The line that says some answers were reused, and how to ask again; None when all were asked now."""
@@ -118,12 +125,14 @@ class Probes:
                 "--fresh asks again")
 
     def save(self) -> None:
-        """Store the answers (atomically: a reader never sees half a file; of two writers the last one stays)."""
+        """Store the answers (atomically: a reader never sees half a file;
+        of two writers the last one stays)."""
         if self.path is None or not self._changed:
             return
         if self.asked_at is None:
             self.asked_at = time.strftime("%Y-%m-%d %H:%M:%S")
-        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers, "torch": self.torch}
+        data = {"fingerprint": self._print, "asked_at": self.asked_at, "backends": self.answers,
+                "torch": self.torch}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probes-")

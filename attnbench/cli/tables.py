@@ -1,4 +1,5 @@
-"""What a run prints for people: the dry run's cases and forecast, and the per-case table of what was measured."""
+"""What a run prints for people: the dry run's cases and forecast,
+and the per-case table of what was measured."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "oom": "m
 
 
 def print_dry_run(dry: DryRun, console: Console) -> None:
-    """The cases a run would measure, with their work and memory, and the run's predicted wall time per backend."""
+    """The cases a run would measure, with their work and memory,
+    and the run's predicted wall time per backend."""
     plan = dry.plan
-    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} backends on {plan.device}",
+    table = Table(title=f"{plan.suite.name}: {len(plan.cases)} cases × {len(plan.backends)} "
+                        f"backends on {plan.device}",
                   title_justify="left")
     table.add_column("case")
     table.add_column("GFLOP", justify="right")
@@ -38,12 +41,12 @@ def print_dry_run(dry: DryRun, console: Console) -> None:
     print_forecast(dry.forecast, console)
     timing = dry.timing
     source = " (with the cpu: block's timing)" if dry.cpu_timing else ""
-    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples until the "
-                  f"median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of them, "
-                  f"{timing.min_samples} to {timing.max_samples} samples"
+    console.print(f"timing on {plan.device}{source}: warm-up up to {timing.warmup_ms:g} ms, then samples "
+                  f"until the median is known to ±{timing.precision * 100:g}% or {timing.budget_ms:g} ms of "
+                  f"them, {timing.min_samples} to {timing.max_samples} samples"
                   + (f", in {timing.rounds} rounds spread over the run" if (timing.rounds or 1) > 1 else "")
-                  + (f", then up to {timing.refine:g}× that budget over all measurements where the interval is "
-                     "still too wide" if timing.refine else ""), markup=False)
+                  + (f", then up to {timing.refine:g}× that budget over all measurements where the "
+                     "interval is still too wide" if timing.refine else ""), markup=False)
 
 
 def print_forecast(predicted: Forecast, console: Console) -> None:
@@ -68,8 +71,8 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
     table.add_row("startup and report", "", "", fmt_duration(startup_s))
     console.print(table)
     if predicted.compile_workers:
-        compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs in "
-                    f"{predicted.compile_workers} processes, --compile-workers), loading them "
+        compiles = (f"compiles ahead {fmt_duration(predicted.precompile_s)} ({predicted.precompiled} graphs "
+                    f"in {predicted.compile_workers} processes, --compile-workers), loading them "
                     f"{fmt_duration(predicted.compile_s)}")
     else:
         compiles = f"flex compiles {fmt_duration(predicted.compile_s)}"
@@ -79,9 +82,20 @@ def print_forecast(predicted: Forecast, console: Console) -> None:
                   + (f"; overheads {predicted.basis}" if predicted.basis else ""), markup=False)
 
 
+def timing_cells(r: Record) -> tuple[str, str, str]:
+    """Median, interval and TFLOP/s; "–" where not timed."""
+    if r.time_ms is None:
+        return "–", "–", "–"
+    median = ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}"
+    interval = f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if r.ci_low_ms is not None else "–"
+    tflops = f"{r.tflops:.3f}" if r.tflops is not None else "–"
+    return median, interval, tflops
+
+
 def print_summary(records: list[Record], console: Console, unavailable: dict[str, str] | None = None) -> None:
-    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends in
-    `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one line."""
+    """A compact table per case: rows backends; status, median ms, TFLOP/s, peak memory, error. The backends
+    in `unavailable` (not on this machine at all: named with their reasons before the run) get no rows, one
+    line."""
     unavailable = unavailable or {}
     by_case: dict[str, list[Record]] = {}
     for record in records:
@@ -90,17 +104,16 @@ def print_summary(records: list[Record], console: Console, unavailable: dict[str
         by_case.setdefault(record.case_id or "", []).append(record)
     for case_id, rows in by_case.items():
         table = Table(title=case_id, title_justify="left", title_style="bold")
-        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound", "note"):
-            table.add_column(column, justify="right" if column not in ("backend", "status", "note") else "left",
+        for column in ("backend", "status", "median ms", "interval", "TFLOP/s", "peak mem", "error / bound",
+                       "note"):
+            table.add_column(column,
+                             justify="right" if column not in ("backend", "status", "note") else "left",
                              overflow="fold")
         for r in rows:
-            timed = r.time_ms is not None
             table.add_row(
                 r.backend,
                 f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
-                ("~" if r.noisy else "") + ("!" if r.throttled else "") + f"{r.time_ms:.3f}" if timed else "–",
-                f"{r.ci_low_ms:.3f}–{r.ci_high_ms:.3f}" if timed and r.ci_low_ms is not None else "–",
-                f"{r.tflops:.3f}" if timed and r.tflops is not None else "–",
+                *timing_cells(r),
                 fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "–",
                 f"{r.max_abs_error:.1e} / {r.error_bound:.1e}" if r.max_abs_error is not None else "–",
                 (r.reason or r.kernel or "")[:160],
@@ -110,8 +123,8 @@ def print_summary(records: list[Record], console: Console, unavailable: dict[str
         console.print(f"not on this machine, skipped at every case (reasons above the progress): "
                       f"{', '.join(unavailable)}", markup=False, soft_wrap=True)
     if any(r.noisy for r in records):
-        console.print("~ before a median: noisy, its interval is wider than the precision asked (or it has too few "
-                      "samples for one)", markup=False)
+        console.print("~ before a median: noisy, its interval is wider than the precision asked (or it "
+                      "has too few samples for one)", markup=False)
     if any(r.throttled for r in records):
         console.print("! before a median: timed on a throttled or shared GPU (extra.clock_event_reasons, "
                       "extra.other_gpu_processes)", markup=False)

@@ -127,7 +127,8 @@ def merge_time(shard_time: str | None) -> str | None:
 def check_root(root: Path) -> None:
     """The directory goes into #SBATCH --output, which takes no quotes and reads % as a pattern."""
     if re.search(r"[\s%'\"\\]", str(root)):
-        raise AttnbenchError(f"--out {root}: SLURM's log paths cannot hold spaces, quotes or %; choose another")
+        raise AttnbenchError(f"--out {root}: SLURM's log paths cannot hold spaces, "
+                             "quotes or %; choose another")
 
 
 def check_options(options: SlurmOptions) -> None:
@@ -138,10 +139,12 @@ def check_options(options: SlurmOptions) -> None:
     if options.time is not None:
         parse_time(options.time)
     if options.gpus_per_task is not None and options.gpus_per_task < 1:
-        raise AttnbenchError(f"--gpus-per-task {options.gpus_per_task}: must be at least 1 (leave it out for none)")
+        raise AttnbenchError(f"--gpus-per-task {options.gpus_per_task}: must be at least "
+                             "1 (leave it out for none)")
     for arg in options.extra:
         if not arg.startswith("-") or any(c in arg for c in "\n\r\0"):
-            raise AttnbenchError(f"--sbatch-arg {arg!r}: expected one sbatch option on one line, e.g. --qos=high")
+            raise AttnbenchError(f"--sbatch-arg {arg!r}: expected one sbatch option on "
+                                 "one line, e.g. --qos=high")
         name = option_name(arg)
         if name in OWNED:
             instead = f"use submit's own {OWNED[name]}" if OWNED[name] else "submit sets it itself"
@@ -190,7 +193,8 @@ def array_script(batch: Batch) -> str:
         'shard="${SLURM_ARRAY_TASK_ID:?submit this script with sbatch: it is a job array}"',
         'out="$root/shard$shard"',
         'if [ -f "$out/env.json" ]; then where=(--resume "$out"); else where=(--out "$out"); fi',
-        f'echo "== $(date -Is) job ${{SLURM_ARRAY_JOB_ID}}_$shard on $(hostname): shard $shard/{n} ${{where[*]}}"',
+        'echo "== $(date -Is) job ${SLURM_ARRAY_JOB_ID}_$shard on $(hostname): shard '
+        f'$shard/{n} ${{where[*]}}"',
         f"exec {q(batch.python)} -m attnbench run {q(str(layout.suite))} \\",
         f"    --shard \"$shard/{n}\" {run + ' ' if run else ''}\"${{where[@]}}\"",
         "",
@@ -204,7 +208,8 @@ def merge_script(batch: Batch) -> str:
     q = shlex.quote
     lines = [
         "#!/bin/bash",
-        f"# attnbench: suite {batch.name}, merge the {n} shard directories into this one and render report.html,",
+        f"# attnbench: suite {batch.name}, merge the {n} shard directories into this "
+        "one and render report.html,",
         "# after every array task has ended (afterany). It merges only when every shard holds all its",
         "# measurements; otherwise it names the shards that do not and the command that reruns just them.",
         "# Written by",

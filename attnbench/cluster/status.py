@@ -1,5 +1,5 @@
-"""Where a submitted run stands: measurements done per shard, and what the scheduler (sacct, squeue) says of each
-task."""
+"""Where a submitted run stands: measurements done per shard, and what the scheduler (sacct, squeue) says of
+each task."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
     """The submission.json in `root`; a user error when there is none."""
     path = Layout(root).manifest
     name = path.relative_to(root)
-    manifest = read_json_object(path, str(root), f"no {name} there; not a directory written by attnbench submit",
+    manifest = read_json_object(path, str(root),
+                                f"no {name} there; not a directory written by attnbench submit",
                                 f"{name} is not an attnbench submission record")
     if not isinstance(manifest.get("planned"), list):
         raise AttnbenchError(f"{root}: {name} is not an attnbench submission record")
@@ -105,7 +106,8 @@ def scheduler_states(job_ids: list[str], run: Runner = run_command) -> dict[str,
 
 def job_ids(manifest: dict[str, Any]) -> list[str]:
     return [str(job) for entry in manifest.get("submissions", []) for job in (entry.get("array_job"),
-                                                                                 entry.get("merge_job")) if job]
+                                                                                 entry.get("merge_job"))
+            if job]
 
 
 def latest_task(manifest: dict[str, Any], shard: int) -> str | None:
@@ -136,19 +138,26 @@ def report_lines(root: Path, manifest: dict[str, Any], progress: list[ShardProgr
     """What `attnbench status` prints: the totals, then one line per shard, then the merge."""
     done = sum(min(p.done, p.planned) for p in progress)
     planned = sum(p.planned for p in progress)
-    lines = [f"{root}: suite {manifest.get('suite_name')}, {len(progress)} shards on {manifest.get('device')}: "
-             f"{done} of {planned} measurements done"]
+    lines = [f"{root}: suite {manifest.get('suite_name')}, {len(progress)} shards on "
+             f"{manifest.get('device')}: {done} of {planned} measurements done"]
     for p in progress:
         task = latest_task(manifest, p.index)
-        where = f"{p.state} (job {task})" if p.state else f"job {task}" if task else "not submitted"
+        if p.state:
+            where = f"{p.state} (job {task})"
+        elif task:
+            where = f"job {task}"
+        else:
+            where = "not submitted"
         lines.append(f"  shard {p.index}: {p.done:>5} of {p.planned:<5} {'complete' if p.complete else '':<9}"
                      f"{where}  {Layout(root).shard(p.index)}")
     merged = stored_results(root)
     merge_job = next((str(e["merge_job"]) for e in reversed(manifest.get("submissions", []))
                       if e.get("merge_job")), None)
     if merged is not None:
-        lines.append(f"  merged: {len(load_records(root))} records in {merged}, report {root / 'report.html'}")
+        lines.append(f"  merged: {len(load_records(root))} records in {merged}, "
+                     f"report {root / 'report.html'}")
     elif merge_job:
         state = states.get(merge_job)
-        lines.append(f"  merge: job {merge_job}{' ' + state if state else ''}; not merged yet")
+        job = f"{merge_job} {state}" if state else merge_job
+        lines.append(f"  merge: job {job}; not merged yet")
     return lines

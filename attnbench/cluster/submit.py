@@ -96,7 +96,8 @@ def planned_per_shard(suite: Suite, request: Request, device: str) -> tuple[int,
 
 def submit_command(request: Request, root: Path) -> str:
     """The `attnbench submit` line that repeats this submission into `root`."""
-    suite = str(request.suite.absolute()) if request.suite.is_file() else str(request.suite)  # else a packaged name
+    # else a packaged name
+    suite = str(request.suite.absolute()) if request.suite.is_file() else str(request.suite)
     words = ["attnbench", "submit", suite, "--shards", str(request.shards), "--out", str(root)]
     slurm = request.slurm
     for flag, value in (("--partition", slurm.partition), ("--time", slurm.time),
@@ -134,7 +135,8 @@ def prepare(request: Request, run: Runner = run_command) -> Submission:
         live = live_jobs(earlier, states)
         if live:
             raise AttnbenchError(f"--out {root}: its jobs {', '.join(live)} are still queued or running "
-                                 f"(squeue -j {','.join(live)}); wait for them or scancel them, then submit again")
+                                 f"(squeue -j {','.join(live)}); wait for them or "
+                                 "scancel them, then submit again")
         pending = tuple(p.index for p in shard_progress(root, earlier, states) if not p.complete)
     return Submission(batch, suite.text, device, reason, planned, pending, earlier)
 
@@ -145,20 +147,23 @@ def earlier_submission(layout: Layout, suite_text: str, batch: Batch,
     root = layout.root
     merged = stored_results(root)
     if merged is not None:
-        raise AttnbenchError(f"--out {root}: already holds merged results ({merged.name}); choose another --out")
+        raise AttnbenchError(f"--out {root}: already holds merged results "
+                             f"({merged.name}); choose another --out")
     if not layout.manifest.is_file():
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise AttnbenchError(f"--out {root}: exists and was not written by attnbench submit; choose another")
+            raise AttnbenchError(f"--out {root}: exists and was not written by "
+                                 "attnbench submit; choose another")
         return None
     earlier = read_manifest(root)
     was = (earlier.get("shards"), earlier.get("run_options"), earlier.get("planned"))
     now = (batch.shards, list(batch.run_options), list(planned))
     if was != now:
         raise AttnbenchError(f"--out {root}: it was submitted with {was[0]} shards and run options "
-                             f"{shlex.join(was[1] or [])}; repeat those to resubmit into it, or choose another --out")
+                             f"{shlex.join(was[1] or [])}; repeat those to resubmit into "
+                             "it, or choose another --out")
     if layout.suite.is_file() and layout.suite.read_text(encoding="utf-8") != suite_text:
-        raise AttnbenchError(f"--out {root}: the suite changed since it was submitted ({layout.suite} holds the "
-                             f"submitted one); choose another --out for the new suite")
+        raise AttnbenchError(f"--out {root}: the suite changed since it was submitted ({layout.suite} holds "
+                             "the submitted one); choose another --out for the new suite")
     return earlier
 
 
@@ -184,7 +189,8 @@ def manifest(submission: Submission, jobs: dict[str, Any] | None = None) -> dict
                   run_options=list(batch.run_options), planned=list(submission.planned), python=batch.python,
                   command=batch.command, slurm={"partition": batch.slurm.partition, "time": batch.slurm.time,
                                                 "gpus_per_task": batch.slurm.gpus_per_task,
-                                                "account": batch.slurm.account, "extra": list(batch.slurm.extra)})
+                                                "account": batch.slurm.account,
+                                                "extra": list(batch.slurm.extra)})
     record.setdefault("submissions", [])
     if jobs is not None:
         record["submissions"] = [*record["submissions"], jobs]
@@ -194,7 +200,9 @@ def manifest(submission: Submission, jobs: dict[str, Any] | None = None) -> dict
 def array_call(submission: Submission) -> list[str]:
     """sbatch of the job array, limited to the pending shards when not all of them are."""
     pending = submission.pending
-    limit = [] if pending == tuple(range(submission.batch.shards)) else [f"--array={','.join(map(str, pending))}"]
+    limit: list[str] = []
+    if pending != tuple(range(submission.batch.shards)):
+        limit = [f"--array={','.join(map(str, pending))}"]
     return ["sbatch", "--parsable", *limit, str(submission.layout.array_script)]
 
 
@@ -253,10 +261,12 @@ def submitted_lines(submission: Submission, jobs: dict[str, Any]) -> list[str]:
                      f"{submission.device}: {submission.device_reason}) -> {layout.root}/shardI")
     else:
         lines.append(f"every shard of {layout.root} is complete: only the merge is submitted")
-    lines += [f"submitted job {jobs['merge_job']}: merge after {'they end' if jobs['array_job'] else 'nothing'} "
-              f"-> {layout.root / RESULTS_FILE} and {layout.root / 'report.html'}",
+    lines += [f"submitted job {jobs['merge_job']}: merge after "
+              f"{'they end' if jobs['array_job'] else 'nothing'} -> {layout.root / RESULTS_FILE} and "
+              f"{layout.root / 'report.html'}",
               f"scripts: {layout.array_script}, {layout.merge_script}; logs: {layout.logs}/",
-              f"watch: squeue -j {ids}   afterwards: sacct -X -j {ids} --format=JobID,JobName,State,Elapsed,NodeList",
+              f"watch: squeue -j {ids}   afterwards: sacct -X -j {ids} "
+              "--format=JobID,JobName,State,Elapsed,NodeList",
               f"progress: attnbench status {layout.root}",
               f"if a shard is cancelled, preempted or fails, this resubmits just the unfinished ones: "
               f"{submission.batch.command}"]
@@ -267,8 +277,8 @@ def dry_run_text(submission: Submission) -> str:
     """The scripts and the sbatch calls a submission would make; nothing is written or submitted."""
     layout, batch = submission.layout, submission.batch
     parts = [f"# {layout.array_script}", array_script(batch), f"# {layout.merge_script}", merge_script(batch),
-             f"# {len(submission.pending)} of {batch.shards} shards, {sum(submission.planned)} measurements on "
-             f"{submission.device} ({submission.device_reason}); per shard: "
+             f"# {len(submission.pending)} of {batch.shards} shards, {sum(submission.planned)} measurements "
+             f"on {submission.device} ({submission.device_reason}); per shard: "
              f"{', '.join(map(str, submission.planned))}",
              "# would run:", *([shlex.join(array_call(submission))] if submission.pending else []),
              shlex.join(merge_call(submission, "ARRAY_JOB" if submission.pending else None)), ""]

@@ -1,2 +1,2 @@
-"""The small values everything shares: the case, axis facts, workloads and their counts, quantized formats, units,
-errors."""
+"""The small values everything shares: the case, axis facts, workloads and their counts, quantized formats,
+units, errors."""

@@ -1,4 +1,5 @@
-"""The one table of sweep-axis facts beyond the shape; schema, suite, Case, records and report derive from TABLE."""
+"""The one table of sweep-axis facts beyond the shape;
+schema, suite, Case, records and report derive from TABLE."""
 
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ class Axis:
     def is_set(self, case: Any) -> bool:
         """Any of its fields away from the dense case."""
         if self.mask and self.shape:
-            return self.name == "window" and case.window is not None or self.name == "causal" and bool(case.causal)
+            if self.name == "window":
+                return case.window is not None
+            return self.name == "causal" and bool(case.causal)
         return any(getattr(case, f.name) != f.default for f in self.case_fields if not f.drawn)
 
 
@@ -88,8 +91,8 @@ def _annotation(value: Any) -> str:
     return "Any"
 
 
-def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], str], words: Callable[[Any], str],
-                **facts: Any) -> Axis:
+def simple_axis(name: str, value: Any, default: Any, fragment: Callable[[Any], str],
+                words: Callable[[Any], str], **facts: Any) -> Axis:
     """An axis held in one field of its name."""
     def fragment_of(case: Case) -> str:
         held = getattr(case, name)
@@ -173,8 +176,8 @@ def _quant_words(shape: Any, short: bool) -> str | None:
 TABLE: list[Axis] = [
     Axis("causal", bool, False, fields=(), mask=True, shape=True),
     Axis("window", int | None, None, fields=(), bounds=(0, MAX_SEQ), mask=True, shape=True),
-    Axis("documents", Documents, None, expanded=True, mapped=True, fragment=_documents_id, words=_documents_words,
-         feature="documents", feature_words="packed documents",
+    Axis("documents", Documents, None, expanded=True, mapped=True, fragment=_documents_id,
+         words=_documents_words, feature="documents", feature_words="packed documents",
          fields=(Field("documents", "int | None"), Field("doc_lengths", "str | None"),
                  Field("doc_lens", "tuple[int, ...] | None", drawn=True),
                  Field("doc_kv_lens", "tuple[int, ...] | None", drawn=True))),
@@ -184,17 +187,18 @@ TABLE: list[Axis] = [
          fields=(Field("kv_lengths", "str | None"), Field("kv_lens", "tuple[int, ...] | None", drawn=True))),
     simple_axis("page_size", int | None, None, lambda n: f"page{n}", lambda n: f"pages of {n}",
                 bounds=(1, MAX_SEQ), mapped=True, feature="paged", feature_words="paged KV"),
-    simple_axis("softcap", float | None, None, lambda c: f"cap{c:g}", lambda c: f"softcap {c:g}", positive=True,
-                to_case=lambda value, combo: None if value is None else float(value), mapped=True,
-                feature="softcap", feature_words="softcap"),
+    simple_axis("softcap", float | None, None, lambda c: f"cap{c:g}", lambda c: f"softcap {c:g}",
+                positive=True, to_case=lambda value, combo: None if value is None else float(value),
+                mapped=True, feature="softcap", feature_words="softcap"),
     simple_axis("alibi", bool, False, lambda _: "alibi", lambda _: "ALiBi", mapped=True, feature="alibi",
                 feature_words="ALiBi"),
-    simple_axis("head_dim_v", int | None, None, lambda d: f"dv{d}", lambda d: f"d_v={d}", bounds=(1, MAX_HEAD_DIM),
-                to_case=lambda value, combo: None if value in (None, combo.head_dim) else value, mapped=True),
+    simple_axis("head_dim_v", int | None, None, lambda d: f"dv{d}", lambda d: f"d_v={d}",
+                bounds=(1, MAX_HEAD_DIM), to_case=lambda value,
+                combo: None if value in (None, combo.head_dim) else value, mapped=True),
     simple_axis("kv_shared", bool, False, lambda _: "kvshared", lambda _: "V shared with K (absorbed MLA)",
                 mapped=True, feature="kv_shared", feature_words="V shared with K"),
-    simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)", bounds=(1, MAX_HEADS),
-                to_case=lambda value, combo: None if value == 1 else value,
+    simple_axis("tp", int, 1, lambda n: f"tp{n}", lambda n: f"tp {n} (one GPU's share)",
+                bounds=(1, MAX_HEADS), to_case=lambda value, combo: None if value == 1 else value,
                 fields=(Field("tp", "int | None"),)),
     Axis("kv_dtype", KvDtype | None, None, expanded=True, words=_kv_dtype_words,
          fragment=lambda case: "" if case.kv_dtype is None else f"kv{DTYPE_SHORT[case.kv_dtype]}",

@@ -27,7 +27,9 @@ def random_doc_lens(seq_len: int, documents: int, seed: int) -> tuple[int, ...]:
     import numpy as np
 
     rng = np.random.default_rng([seed, STREAM_DOCS])
-    cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False)) if documents > 1 else []
+    cuts = []
+    if documents > 1:
+        cuts = np.sort(rng.choice(np.arange(1, seq_len), size=documents - 1, replace=False))
     bounds = [0, *(int(c) for c in cuts), seq_len]
     return tuple(b - a for a, b in pairwise(bounds))
 
@@ -72,9 +74,11 @@ class Case:
                     else equal_doc_lens(self.seq_len, self.documents))
             object.__setattr__(self, "doc_lens", lens)
         if self.documents is not None and self.doc_kv_lens is None and self.kv_seq_len != self.seq_len:
-            assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, "explicit [q, k] pairs otherwise"
+            assert self.doc_lens is not None and self.kv_seq_len > self.seq_len, ("explicit [q, k] "
+                                                                                  "pairs otherwise")
             shares = equal_doc_lens(self.kv_seq_len - self.seq_len, len(self.doc_lens))
-            object.__setattr__(self, "doc_kv_lens", tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))
+            object.__setattr__(self, "doc_kv_lens",
+                               tuple(q + s for q, s in zip(self.doc_lens, shares, strict=False)))
         if self.kv_lengths == "random" and self.kv_lens is None:
             object.__setattr__(self, "kv_lens", random_kv_lens(self.batch, self.seq_len, self.kv_seq_len,
                                                                         self.layout_seed))
@@ -142,7 +146,8 @@ class Case:
     @property
     def layout_seed(self) -> int:
         """From the lengths only: pages, dtype or mode keep the same documents."""
-        key = f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-{self.documents}-{self.doc_lengths}-{self.kv_lengths}"
+        key = (f"{self.batch}-{self.seq_len}-{self.kv_seq_len}-"
+               f"{self.documents}-{self.doc_lengths}-{self.kv_lengths}")
         return zlib.crc32(key.encode())
 
     def fields(self) -> dict[str, Any]:

@@ -58,7 +58,8 @@ def score_traffic(case: Case, memory: MemoryCost) -> int:
     if not memory.score_copies_fwd:
         return 0
     halves = memory.upcast_halves and case.dtype in HALF_DTYPES
-    matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves else DTYPE_BYTES[case.dtype])
+    matrix = case.batch * case.heads * case.seq_len * case.kv_seq_len * (4 if halves
+                                                                         else DTYPE_BYTES[case.dtype])
     passes = {"fwd": 2 * memory.score_copies_fwd, "bwd": SCORE_PASSES_BWD,
               "fwd_bwd": 2 * memory.score_copies_fwd + SCORE_PASSES_BWD}[case.mode]
     return int(passes * matrix)
@@ -131,7 +132,9 @@ def memory_estimate(case: Case, memory: MemoryCost = FUSED) -> int:
         score_elem = FLOAT32_BYTES if halves else DTYPE_BYTES[case.dtype]
         estimate += int(copies * case.batch * case.heads * case.seq_len * case.kv_seq_len * score_elem)
     if halves:  # float32 copies of Q, K, V
-        kv = expanded_kv_bytes(case) if memory.expands_kv and case.kv_heads != case.heads else sizes["k"] + sizes["v"]
+        kv = sizes["k"] + sizes["v"]
+        if memory.expands_kv and case.kv_heads != case.heads:
+            kv = expanded_kv_bytes(case)
         estimate += 2 * (sizes["q"] + kv)
     return estimate
 

@@ -9,8 +9,8 @@ ROUTED = "auto→"
 
 @dataclass(frozen=True)
 class KernelId:
-    """`ran`: library, version, kernel (no " ("); `how`: the parenthesised rest; `routed`: PyTorch chose `ran`'s
-    last word."""
+    """`ran`: library, version, kernel (no " ("); `how`: the parenthesised rest; `routed`: PyTorch chose
+    `ran`'s last word."""
 
     ran: str
     how: str = ""

@@ -1,4 +1,5 @@
-"""What a record's `memory_method` says that its reader acts on: a GPU peak read from host RSS is no device memory."""
+"""What a record's `memory_method` says that its reader acts on:
+a GPU peak read from host RSS is no device memory."""
 
 from __future__ import annotations
 
@@ -9,5 +10,6 @@ STORED_RSS_ON_GPU = "none: the stored peak was host RSS, which is not device mem
 
 
 def host_peak_on_gpu(device: str | None, method: str | None) -> bool:
-    """Whether a stored GPU record's peak is host RSS (a run before RSS was refused on a GPU): not device memory."""
+    """Whether a stored GPU record's peak is host RSS
+    (a run before RSS was refused on a GPU): not device memory."""
     return device == "cuda" and method == RSS_METHOD

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from attnbench.core import policy
 from attnbench.core.case import FP8_DTYPES
 
-# (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from the
-# vendors' datasheets (RTX: Ada/GA102 whitepapers).
-PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | None], ...] = (
+# (label, name pattern, fp16/bf16 TFLOP/s, fp32 (TF32 off), GB/s, TF32), first match wins; dense rates from
+# the vendors' datasheets (RTX: Ada/GA102 whitepapers).
+PeakRow = tuple[str, str, float | None, float | None, float | None, float | None]
+PEAKS: tuple[PeakRow, ...] = (
     ("H100 PCIe", r"H100.*PCIe", 756.0, 51.0, 2000.0, 378.0),
     ("H100 NVL", r"H100.*NVL", 835.0, 60.0, 3900.0, 417.5),
     ("H100 SXM", r"H100", 989.0, 67.0, 3350.0, 494.5),
@@ -36,8 +37,8 @@ PEAKS: tuple[tuple[str, str, float | None, float | None, float | None, float | N
 )
 # dense FP8 TFLOP/s by row label
 FP8_TFLOPS = {"H100 PCIe": 1513.0, "H100 NVL": 1670.5, "H100 SXM": 1979.0, "GH200 144GB HBM3e": 1979.0,
-              "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0, "L40S": 733.0,
-              "L4": 242.5, "MI300X": 2614.9}
+              "GH200 96GB HBM3": 1979.0, "H200 NVL": 1670.5, "H200 SXM": 1979.0, "B200": 4500.0,
+              "L40S": 733.0, "L4": 242.5, "MI300X": 2614.9}
 FP32_MATH = {"3xTF32": 3.0}
 NO_BF16 = (r"V100", r"\bT4\b")
 HALF = ("float16", "bfloat16", "fp16", "bf16")
@@ -58,7 +59,7 @@ class Peak:
         return None
 
 
-def _row(device_name: str | None) -> tuple[str, str, float | None, float | None, float | None, float | None] | None:
+def _row(device_name: str | None) -> PeakRow | None:
     if not device_name:
         return None
     for row in PEAKS:
@@ -99,18 +100,19 @@ def peak_for(device_name: str | None, dtype: str, tflops: float | None = None,
         table_tflops = tf32 / FP32_MATH[fp32_math] if tf32 else None
         tflops_label = f"{label} TF32 / {FP32_MATH[fp32_math]:g} (fp32 as {fp32_math} on tensor cores)"
     table_bw = peak_bandwidth_for(device_name)
-    return Peak(
-        tflops if tflops is not None else table_tflops,
-        bandwidth_gbs if bandwidth_gbs is not None else table_bw,
-        "--peak-tflops" if tflops is not None else (tflops_label if table_tflops else None),
-        "--peak-bandwidth" if bandwidth_gbs is not None else (label if table_bw else None),
-    )
+    tflops_source = tflops_label if table_tflops else None
+    bandwidth_source = label if table_bw else None
+    if tflops is not None:
+        table_tflops, tflops_source = tflops, "--peak-tflops"
+    if bandwidth_gbs is not None:
+        table_bw, bandwidth_source = bandwidth_gbs, "--peak-bandwidth"
+    return Peak(table_tflops, table_bw, tflops_source, bandwidth_source)
 
 
 def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:
-    """The fastest a kernel on `dtype` may run by the device's datasheet row, never a user's or a measured roof: the
-    dtype's dense rate (float32: TF32's where the device has it, as fp32 matmuls may run on TF32 tensor cores) and
-    the memory bandwidth."""
+    """The fastest a kernel on `dtype` may run by the device's datasheet row, never a user's or a measured
+    roof: the dtype's dense rate (float32: TF32's where the device has it, as fp32 matmuls may run on TF32
+    tensor cores) and the memory bandwidth."""
     row = _row(device_name)
     if row is None:
         return Peak()
@@ -121,8 +123,8 @@ def datasheet_ceiling(device_name: str | None, dtype: str) -> Peak:
 
 def beyond_datasheet(device_name: str | None, dtype: str, tflops: float | None,
                      bandwidth_gbs: float | None) -> dict[str, float]:
-    """How many times its datasheet roof each rate reached, for each over the policy's PLAUSIBLE_MARGIN times it
-    ({"compute": 34.0, "memory": 6.8}); empty when both are within, or the device has no row."""
+    """How many times its datasheet roof each rate reached, for each over the policy's PLAUSIBLE_MARGIN times
+    it ({"compute": 34.0, "memory": 6.8}); empty when both are within, or the device has no row."""
     ceiling = datasheet_ceiling(device_name, dtype)
     rates = (("compute", tflops, ceiling.tflops), ("memory", bandwidth_gbs, ceiling.bandwidth_gbs))
     return {kind: rate / roof for kind, rate, roof in rates if rate is not None and roof
@@ -143,15 +145,17 @@ def beyond_words(device_name: str | None, dtype: str, compute: str | None, memor
     if row is None:
         return None
     ceiling = datasheet_ceiling(device_name, dtype)
-    parts = [f"{compute} the {_rate_words(row, dtype)} of the {row[0]} ({ceiling.tflops:g} TFLOP/s)"] if compute else []
+    parts = [f"{compute} the {_rate_words(row, dtype)} of the {row[0]} "
+             f"({ceiling.tflops:g} TFLOP/s)"] if compute else []
     if memory:
         whose = "its" if compute else f"the {row[0]}'s"
         parts.append(f"{memory} {whose} bandwidth ({ceiling.bandwidth_gbs:g} GB/s)")
-    return (f"faster than the GPU can run: {' and '.join(parts)} by its datasheet; no kernel beats a datasheet roof "
-            f"by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
+    return (f"faster than the GPU can run: {' and '.join(parts)} by its datasheet; no kernel beats a "
+            f"datasheet roof by over {policy.PLAUSIBLE_MARGIN:g}×, so {what} broken")
 
 
-def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None], dtype: str) -> str:
+def _rate_words(row: tuple[str, str, float | None, float | None, float | None, float | None],
+                dtype: str) -> str:
     if dtype in FP8_DTYPES:
         return "dense FP8 rate"
     if dtype in FULL:
@@ -207,15 +211,16 @@ class MeasuredRoofs:
 
 def roofs_peak(roofs: MeasuredRoofs | None, dtype: str, tflops: float | None = None,
                bandwidth_gbs: float | None = None) -> Peak:
-    measured = roofs.peak(dtype) if roofs is not None else Peak()
-    return Peak(tflops if tflops is not None else measured.tflops,
-                bandwidth_gbs if bandwidth_gbs is not None else measured.bandwidth_gbs,
-                "--peak-tflops" if tflops is not None else measured.tflops_source,
-                "--peak-bandwidth" if bandwidth_gbs is not None else measured.bandwidth_source)
+    peak = roofs.peak(dtype) if roofs is not None else Peak()
+    if tflops is not None:
+        peak = replace(peak, tflops=tflops, tflops_source="--peak-tflops")
+    if bandwidth_gbs is not None:
+        peak = replace(peak, bandwidth_gbs=bandwidth_gbs, bandwidth_source="--peak-bandwidth")
+    return peak
 
 
 # GB: a case estimated above twice the free memory is skipped
-GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144, "GH200 96GB HBM3": 96,
-                 "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80, "A100 80GB SXM": 80,
-                 "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24, "V100 PCIe": 16, "V100 SXM2": 16,
-                 "T4": 16, "RTX 4090": 24, "RTX 3090": 24, "MI300X": 192}
+GPU_MEMORY_GB = {"H100 PCIe": 80, "H100 NVL": 94, "H100 SXM": 80, "GH200 144GB HBM3e": 144,
+                 "GH200 96GB HBM3": 96, "H200 NVL": 141, "H200 SXM": 141, "B200": 180, "A100 80GB PCIe": 80,
+                 "A100 80GB SXM": 80, "A100 40GB": 40, "A10": 24, "L40S": 48, "L40": 48, "L4": 24,
+                 "V100 PCIe": 16, "V100 SXM2": 16, "T4": 16, "RTX 4090": 24, "RTX 3090": 24, "MI300X": 192}

@@ -1,5 +1,5 @@
-"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized inputs"),
-and the numerics a kernel declares so its accuracy bound can be emulated."""
+"""Quantized inputs: how attnbench quantizes a case's inputs (descale shapes: docs/suites.md "Quantized
+inputs"), and the numerics a kernel declares so its accuracy bound can be emulated."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def requirement_words(item: str, case: Case) -> str:
     return REQUIREMENT_WORDS[kind].format(value, case.dtype)
 
 
-def refusal(name: str, takes: frozenset[str], case: Case, reasons: Mapping[str, str] | None = None) -> str | None:
+def refusal(name: str, takes: frozenset[str], case: Case,
+            reasons: Mapping[str, str] | None = None) -> str | None:
     """None, or why the backend is skipped: never run in bf16 instead."""
     missing = [item for item in requirement(case) if item not in takes]
     if not missing:
@@ -67,8 +68,8 @@ def refusal(name: str, takes: frozenset[str], case: Case, reasons: Mapping[str, 
         if reasons and item in reasons:
             return reasons[item]
     if not any(item.startswith(("qkv:", "kv:")) for item in takes):
-        return f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); attnbench never runs " \
-               "an FP8 case in bf16 instead"
+        return (f"{name} takes no quantized inputs ({requirement_words(missing[0], case)}); "
+                "attnbench never runs an FP8 case in bf16 instead")
     return f"{name} does not take {' with '.join(requirement_words(m, case) for m in missing)}"
 
 
@@ -115,7 +116,8 @@ def descale_of(x: torch.Tensor, fmt: str, granularity: str, block: int | None, g
 
     b, h, s, _ = x.shape
     if fixed is not None:
-        shape = {"tensor": (1, 1, 1, 1), "head": (b, h // group, 1, 1), "block": (b, h, s // int(block or 1), 1)}
+        shape = {"tensor": (1, 1, 1, 1), "head": (b, h // group, 1, 1),
+                 "block": (b, h, s // int(block or 1), 1)}
         return torch.full(shape[granularity], float(fixed), dtype=torch.float32, device=x.device)
     a = x.detach().abs().float()
     if granularity == "tensor":
@@ -171,8 +173,9 @@ def dequantized(case: Case, quantized: Quantized) -> tuple[torch.Tensor, torch.T
 
 
 def scheme(case: Case) -> dict[str, object]:
-    return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case), "granularity": case.quant,
-            "block": case.quant_block, "scale": "amax" if case.quant_scale is None else case.quant_scale,
+    return {"by": "attnbench", "q": q_format(case) or case.dtype, "kv": kv_format(case),
+            "granularity": case.quant, "block": case.quant_block,
+            "scale": "amax" if case.quant_scale is None else case.quant_scale,
             "rounding": "nearest-even after dividing by the descale factor, saturated"}
 
 
@@ -193,7 +196,8 @@ class Numerics:
     def describe(self) -> str:
         words = [f"emulation of {self.source}: "]
         words.append({"as-given": "the inputs as given (dequantized)",
-                      "sage-int8": "Q and mean-subtracted K quantized to INT8 per block (128 Q / 64 K tokens)"}
+                      "sage-int8": "Q and mean-subtracted K quantized to INT8 per "
+                                   "block (128 Q / 64 K tokens)"}
                      [self.inputs])
         if self.p_format is not None:
             scale = f" after ×{self.p_scale:g}" if self.p_scale != 1 else ""

@@ -1,5 +1,5 @@
-"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"), for the reference and every
-adapter; random ones from the case's layout seed."""
+"""A workload's shared structures beyond the dense case (docs/suites.md "Workloads"), for the reference and
+every adapter; random ones from the case's layout seed."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def request_kv_lens(case: Case) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Pages:
-    """Request b's logical page p is `table[b][p]` (-1: none); pool (num_pages, page_size, kv_heads, head_dim):
-    FlashAttention's paged `k_cache`, FlashInfer's NHD."""
+    """Request b's logical page p is `table[b][p]` (-1: none); pool (num_pages, page_size, kv_heads,
+    head_dim): FlashAttention's paged `k_cache`, FlashInfer's NHD."""
 
     page_size: int
     num_pages: int
@@ -160,7 +160,12 @@ def case_slopes(case: Case) -> tuple[float, ...]:
 def window_bounds(pos: Any, causal: bool, window: int | None) -> tuple[Any, Any]:
     """First and last key a query at `pos` may see (None: unbounded); docs/conventions.md."""
     first = None if window is None else pos - window
-    last = pos if causal else None if window is None else pos + window
+    if causal:
+        last = pos
+    elif window is None:
+        last = None
+    else:
+        last = pos + window
     return first, last
 
 
@@ -217,7 +222,10 @@ def allowed_fn(case: Case, device: Any = None) -> Callable[[Any, Any, Any], Any]
         return lambda row, q, k: allowed(q, k, 0, causal, window) & (doc[q] == doc[k])
     if case.doc_lens is not None:
         q_lens, k_lens = np.array(case.doc_lens), np.array(doc_key_lens(case))
-        as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+
+        def as_tensor(a: Any) -> Any:
+            return torch.as_tensor(a, device=device)
+
         q_doc, k_doc = as_tensor(doc_ids(case)), as_tensor(key_doc_ids(case))
         q_first, k_first = as_tensor(np.cumsum(q_lens) - q_lens), as_tensor(np.cumsum(k_lens) - k_lens)
         off = as_tensor(k_lens - q_lens)

@@ -1,4 +1,5 @@
-"""A GPU's state, and its span over a run's timings, in words (doctor, the report's header); advice is doctor's."""
+"""A GPU's state, and its span over a run's timings, in words (doctor, the report's header);
+advice is doctor's."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ def describe(state: GpuState) -> str:
         return f"GPU {state.index} state: unknown ({state.error})"
 
     def mhz(now: int | None, app: int | None, top: int | None) -> str:
-        extra = [f"{word} {value}" for word, value in (("application", app), ("max", top)) if value is not None]
+        extra = [f"{word} {value}" for word, value in (("application", app), ("max", top))
+                 if value is not None]
         return (f"{now} MHz" if now is not None else "? MHz") + (f" ({', '.join(extra)})" if extra else "")
 
     def flag(value: Any) -> str:
-        return "?" if value is None else "on" if value else "off"
+        if value is None:
+            return "?"
+        return "on" if value else "off"
 
     power = (f"{state.power_draw_w:.0f} W of {state.power_limit_w:.0f} W"
              if state.power_draw_w is not None and state.power_limit_w is not None else "power ?")
@@ -40,12 +44,14 @@ def describe(state: GpuState) -> str:
 def describe_span(span: RunSpan) -> str:
     """'SM clock 1695–1980 MHz · power … · clock events: …'."""
     n = span.timings
-    clock = (f"SM clock {_range(span.sm_clock_mhz, '{:.0f}')} MHz" if span.sm_clock_mhz else "SM clock not read")
+    clock = (f"SM clock {_range(span.sm_clock_mhz, '{:.0f}')} MHz" if span.sm_clock_mhz
+             else "SM clock not read")
     power = (f"power {_range(span.power_w, '{:.0f}')} W" if span.power_w else "power not recorded")
     events = ", ".join(f"{name} ({count} of {n})" for name, count in span.reasons.items()) or "none"
     parts = [f"{n} timing{'s' if n != 1 else ''}", clock, power, f"clock events: {events}"]
     parts.append(f"other processes in {span.shared} of {n}" if span.shared else "no other processes")
-    parts.append(f"{span.throttled} of {n} flagged throttled (!)" if span.throttled else "none flagged throttled")
+    parts.append(f"{span.throttled} of {n} flagged throttled (!)" if span.throttled
+                 else "none flagged throttled")
     if span.unread:
         parts.append(f"state not read for {span.unread} of {n}")
     return " · ".join(parts)

@@ -1,5 +1,5 @@
-"""NVML's total energy counter (nvmlDeviceGetTotalEnergyConsumption: mJ since driver load, Volta and later; a MIG
-slice reads its whole GPU's) as an EnergyReading."""
+"""NVML's total energy counter (nvmlDeviceGetTotalEnergyConsumption: mJ since driver load, Volta and later; a
+MIG slice reads its whole GPU's) as an EnergyReading."""
 
 from __future__ import annotations
 

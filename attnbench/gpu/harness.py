@@ -1,5 +1,5 @@
-"""Which CUDA contexts on a GPU are this run's own harness: the measuring worker's parent is not another user of
-the GPU and must not make a record `throttled`."""
+"""Which CUDA contexts on a GPU are this run's own harness: the measuring worker's parent is not another user
+of the GPU and must not make a record `throttled`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Pure judgements of a GPU's state. `throttled` means a throttling clock event reason (heat or power) or a process
-on the GPU that is not this run's own (docs/gpu.md)."""
+"""Pure judgements of a GPU's state. `throttled` means a throttling clock event reason (heat or power) or a
+process on the GPU that is not this run's own (docs/gpu.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ class Others:
 
 def others(processes: tuple[GpuProcess, ...] | list[GpuProcess], own_pid: int, holds_context: bool,
            harness: bool = False, parent_pid: int | None = None) -> Others:
-    """Listed processes but this one and, with `harness`, the parent. When the list does not show our pid (another
-    PID namespace) ours are counted off unnamed."""
+    """Listed processes but this one and, with `harness`, the parent. When the list does not show our pid
+    (another PID namespace) ours are counted off unnamed."""
     processes = tuple(processes)
     comparable = not (holds_context and processes and all(p.pid != own_pid for p in processes))
     listed = tuple(p for p in processes if p.pid != own_pid) if comparable else processes
@@ -48,8 +48,9 @@ def throttled(clock_event_reasons: tuple[str, ...] | None, other_count: int | No
 
 
 def clock_lock(state: GpuState) -> tuple[bool | None, str]:
-    """Whether the SM clock is locked, and the evidence; None where a snapshot cannot tell. NVML has no getter for
-    `nvidia-smi -lgc` locks, so this judges by behaviour: idle below its target is not locked, idle at it is."""
+    """Whether the SM clock is locked, and the evidence; None where a snapshot cannot tell. NVML has no getter
+    for `nvidia-smi -lgc` locks, so this judges by behaviour: idle below its target is not locked, idle at it
+    is."""
     current, target = state.sm_clock_mhz, state.sm_clock_app_mhz or state.sm_clock_max_mhz
     reasons = state.clock_event_reasons or ()
     if current is None or target is None:
@@ -63,7 +64,8 @@ def clock_lock(state: GpuState) -> tuple[bool | None, str]:
     if throttles:
         return None, f"throttled ({', '.join(throttles)}) at {current} MHz"
     if below and "applications_clocks_setting" in reasons:
-        return True, f"the SM clock is held at {current} MHz, below its {target} MHz, by a lock or application clocks"
+        return True, (f"the SM clock is held at {current} MHz, below its {target} MHz, by a "
+                      "lock or application clocks")
     return None, f"the GPU was busy at {current} MHz, where locked and boosting clocks look alike"
 
 

@@ -33,7 +33,8 @@ class NvmlReader:
         lib = self.lib
         handle, matched = self._by_uuid(gpu)
         if handle is None and gpu.pci_bus_id:
-            handle, matched = self._ask(lambda: lib.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id), "pci_bus_id")
+            handle, matched = self._ask(lambda: lib.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id),
+                                        "pci_bus_id")
         physical = gpu.physical_index()
         if handle is None and physical is not None and not gpu.uuid and not gpu.pci_bus_id:
             handle, matched = self._ask(lambda: lib.nvmlDeviceGetHandleByIndex(physical), "index")
@@ -103,9 +104,11 @@ class NvmlReader:
             ask("persistence_mode", lambda: lib.nvmlDeviceGetPersistenceMode(whole), bool)
             ask("ecc", lambda: lib.nvmlDeviceGetEccMode(whole)[0], bool)
             ask("mig", lambda: lib.nvmlDeviceGetMigMode(whole)[0], bool)
-            ask("compute_mode", lambda: lib.nvmlDeviceGetComputeMode(handle), lambda m: COMPUTE_MODES.get(m, str(m)))
+            ask("compute_mode", lambda: lib.nvmlDeviceGetComputeMode(handle),
+                lambda m: COMPUTE_MODES.get(m, str(m)))
         ask("clock_event_reasons", lambda: reasons(whole), reason_names)
-        ask("processes", lambda: tuple(self._process(p) for p in lib.nvmlDeviceGetComputeRunningProcesses(handle)))
+        ask("processes",
+            lambda: tuple(self._process(p) for p in lib.nvmlDeviceGetComputeRunningProcesses(handle)))
         if full:
             values["matched_by"] = matched
             values["unavailable"] = unavailable
@@ -130,8 +133,9 @@ class NvmlReader:
         try:
             return int(self.lib.nvmlDeviceGetTotalEnergyConsumption(whole))
         except self.error as exc:
-            raise GpuStateError(f"NVML has no energy counter for this GPU "
-                                f"(nvmlDeviceGetTotalEnergyConsumption: {exc or type(exc).__name__})") from None
+            raise GpuStateError("NVML has no energy counter for this GPU "
+                                "(nvmlDeviceGetTotalEnergyConsumption: "
+                                f"{exc or type(exc).__name__})") from None
 
 
 def _text(value: Any) -> str:

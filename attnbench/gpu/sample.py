@@ -25,8 +25,8 @@ class GpuSample:
 
     @classmethod
     def of(cls, state: GpuState) -> GpuSample:
-        return cls(state.sm_clock_mhz, state.power_draw_w, state.clock_event_reasons, state.other_process_count,
-                   state.throttled)
+        return cls(state.sm_clock_mhz, state.power_draw_w, state.clock_event_reasons,
+                   state.other_process_count, state.throttled)
 
     def record_fields(self) -> dict[str, Any]:
         """`throttled` and the `extra` entries (only `gpu_state_error` when nothing was read)."""
@@ -46,15 +46,18 @@ class GpuSample:
         if not {"sm_clock_mhz", "clock_event_reasons", "other_gpu_processes"} & set(extra):
             return None
         reasons = extra.get("clock_event_reasons")
-        return cls(extra.get("sm_clock_mhz"), extra.get("power_w"), None if reasons is None else tuple(reasons),
-                   extra.get("other_gpu_processes"), record.get("throttled"))
+        return cls(extra.get("sm_clock_mhz"), extra.get("power_w"),
+                   None if reasons is None else tuple(reasons), extra.get("other_gpu_processes"),
+                   record.get("throttled"))
 
 
 def measurement_sample(gpu: GpuId, reader: Reader | None = None) -> GpuSample:
-    """Read and judged from the measuring process; a harness that holds a context there is not another process."""
+    """Read and judged from the measuring process;
+    a harness that holds a context there is not another process."""
     try:
         state = (reader or default_reader()).read(gpu, full=False)
-        state = judged(state, os.getpid(), holds_context=True, harness=harness_holds(gpu), parent_pid=os.getppid())
+        state = judged(state, os.getpid(), holds_context=True, harness=harness_holds(gpu),
+                       parent_pid=os.getppid())
     except GpuStateError as exc:
         return GpuSample(error=str(exc))
     except Exception as exc:  # never costs the measurement

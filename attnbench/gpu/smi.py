@@ -1,5 +1,5 @@
-"""Reading a GPU by parsing `nvidia-smi --query-gpu`, where NVML's binding is missing; only `run_nvidia_smi` runs
-anything."""
+"""Reading a GPU by parsing `nvidia-smi --query-gpu`, where NVML's binding is missing; only `run_nvidia_smi`
+runs anything."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from attnbench.gpu.state import GpuId, GpuProcess, GpuState, GpuStateError, reas
 
 # Before driver 535 the reasons field is SMI_OLD_REASONS, asked for when the new name is refused.
 SMI_FIELDS = ("index", "name", "uuid", "pci.bus_id", "clocks.current.sm", "clocks.current.memory",
-              "clocks.applications.graphics", "clocks.applications.memory", "clocks.max.sm", "clocks.max.memory",
-              "power.limit", "power.draw", "temperature.gpu", "persistence_mode", "ecc.mode.current",
-              "mig.mode.current", "compute_mode", "clocks_event_reasons.active")
+              "clocks.applications.graphics", "clocks.applications.memory", "clocks.max.sm",
+              "clocks.max.memory", "power.limit", "power.draw", "temperature.gpu", "persistence_mode",
+              "ecc.mode.current", "mig.mode.current", "compute_mode", "clocks_event_reasons.active")
 SMI_OLD_REASONS = "clocks_throttle_reasons.active"
 SMI_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory"
 SMI_KEYS = {"sm_clock_mhz": "clocks.current.sm", "sm_clock_app_mhz": "clocks.applications.graphics",
@@ -81,16 +81,19 @@ def state_from_smi(index: int, row: dict[str, str], apps: list[dict[str, str]] |
         "memory_clock_mhz": smi_int(row.get("clocks.current.memory")),
         "memory_clock_app_mhz": smi_int(row.get("clocks.applications.memory")),
         "memory_clock_max_mhz": smi_int(row.get("clocks.max.memory")),
-        "power_limit_w": smi_number(row.get("power.limit")), "power_draw_w": smi_number(row.get("power.draw")),
+        "power_limit_w": smi_number(row.get("power.limit")),
+        "power_draw_w": smi_number(row.get("power.draw")),
         "temperature_c": smi_int(row.get("temperature.gpu")),
-        "persistence_mode": smi_flag(row.get("persistence_mode")), "ecc": smi_flag(row.get("ecc.mode.current")),
-        "mig": smi_flag(row.get("mig.mode.current")), "compute_mode": mode.lower() if mode else None,
+        "persistence_mode": smi_flag(row.get("persistence_mode")),
+        "ecc": smi_flag(row.get("ecc.mode.current")), "mig": smi_flag(row.get("mig.mode.current")),
+        "compute_mode": mode.lower() if mode else None,
         "clock_event_reasons": reason_names(int(reasons_text, 16) if reasons_text else None),
     }
     values["unavailable"] = {key: row.get(field) or "absent" for key, field in SMI_KEYS.items()
                              if values.get(key) is None and field in row}
     values["processes"] = None if apps is None else tuple(
-        GpuProcess(smi_int(app.get("pid")), smi_value(app.get("process_name")), _mib(app.get("used_gpu_memory")))
+        GpuProcess(smi_int(app.get("pid")), smi_value(app.get("process_name")),
+                   _mib(app.get("used_gpu_memory")))
         for app in apps if not values["uuid"] or app.get("gpu_uuid") == values["uuid"])
     return GpuState(index, source="nvidia-smi", **values)
 
@@ -108,7 +111,8 @@ def run_nvidia_smi(args: list[str]) -> str:
         raise GpuStateError(f"nvidia-smi did not run ({exc})") from None
     if out.returncode != 0:
         said = (out.stdout.strip() or out.stderr.strip()).splitlines()
-        raise GpuStateError(f"nvidia-smi {args[0]} failed: {said[0] if said else f'exit {out.returncode}'}")
+        reason = said[0] if said else f"exit {out.returncode}"
+        raise GpuStateError(f"nvidia-smi {args[0]} failed: {reason}")
     return out.stdout
 
 
@@ -137,7 +141,8 @@ class SmiReader:
                         == gpu.pci_bus_id.upper()), None))
         matched = "uuid" if row and row.get("uuid") in gpu.uuids() else "pci_bus_id"
         if row is None and not gpu.uuid and not gpu.pci_bus_id:
-            row, matched = next((r for r in rows if smi_int(r.get("index")) == gpu.physical_index()), None), "index"
+            row, matched = next((r for r in rows if smi_int(r.get("index")) == gpu.physical_index()),
+                                None), "index"
         if row is None:
             raise GpuStateError(f"nvidia-smi lists no GPU with torch device {gpu.index}'s UUID {gpu.uuid} "
                                 f"or PCI bus id {gpu.pci_bus_id}")

@@ -1,5 +1,5 @@
-"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported value is
-None, with the reader's reason in `unavailable`."""
+"""What is known about one GPU: which one (GpuId), its state (GpuState), who else was on it; an unreported
+value is None, with the reader's reason in `unavailable`."""
 
 from __future__ import annotations
 
@@ -146,12 +146,13 @@ class GpuState:
         data["clock_event_reasons"] = _list(self.clock_event_reasons)
         data["matched_by"] = self.matched_by
         data["unavailable"] = dict(self.unavailable or {})
-        data["other_processes"] = None if self.other_processes is None else [p.to_dict() for p in self.other_processes]
+        data["other_processes"] = None if self.other_processes is None else [p.to_dict()
+                                                                             for p in self.other_processes]
         if self.pid_namespace_differs:
             data["pid_namespace_differs"] = True
-        data.update(other_process_count=self.other_process_count, throttle_reasons=list(self.throttle_reasons),
-                    throttled=self.throttled, clocks_locked=self.clocks_locked,
-                    clocks_lock_evidence=self.clocks_lock_evidence)
+        data.update(other_process_count=self.other_process_count,
+                    throttle_reasons=list(self.throttle_reasons), throttled=self.throttled,
+                    clocks_locked=self.clocks_locked, clocks_lock_evidence=self.clocks_lock_evidence)
         return data
 
     @classmethod
@@ -163,7 +164,8 @@ class GpuState:
         values["index"] = data.get("index", 0)
         values["clock_event_reasons"] = _tuple(data.get("clock_event_reasons"))
         values["throttle_reasons"] = tuple(data.get("throttle_reasons") or ())
-        values["unavailable"] = dict(data["unavailable"]) if isinstance(data.get("unavailable"), dict) else None
+        unavailable = data.get("unavailable")
+        values["unavailable"] = dict(unavailable) if isinstance(unavailable, dict) else None
         listed = data.get("other_processes")
         values["other_processes"] = None if listed is None else tuple(GpuProcess.from_dict(p) for p in listed)
         values["pid_namespace_differs"] = bool(data.get("pid_namespace_differs"))
@@ -171,9 +173,10 @@ class GpuState:
 
 
 # The reader's fields in env.json's order.
-READ_KEYS = ("nvml_index", "name", "uuid", "pci_bus_id", "sm_clock_mhz", "sm_clock_app_mhz", "sm_clock_max_mhz",
-             "memory_clock_mhz", "memory_clock_app_mhz", "memory_clock_max_mhz", "power_limit_w", "power_draw_w",
-             "temperature_c", "persistence_mode", "ecc", "mig", "compute_mode")
+READ_KEYS = ("nvml_index", "name", "uuid", "pci_bus_id", "sm_clock_mhz", "sm_clock_app_mhz",
+             "sm_clock_max_mhz", "memory_clock_mhz", "memory_clock_app_mhz", "memory_clock_max_mhz",
+             "power_limit_w", "power_draw_w", "temperature_c", "persistence_mode", "ecc", "mig",
+             "compute_mode")
 
 
 def _list(names: tuple[str, ...] | None) -> list[str] | None:

@@ -1,6 +1,6 @@
 """A suite's `mix:` block: serving traffic as weighted cases (docs/traffic.md). Each batch becomes at most two
-cases, as a server splits it: its decodes a paged ragged decode, its other requests one row of packed `[queries,
-keys]` documents (varlen); a part where no query sees a key is left out."""
+cases, as a server splits it: its decodes a paged ragged decode, its other requests one row of packed
+`[queries, keys]` documents (varlen); a part where no query sees a key is left out."""
 
 from __future__ import annotations
 
@@ -42,13 +42,15 @@ class Source(_Strict):
     def _one_kind(self) -> Source:
         kinds = [k for k in ("generate", "vllm", "flashinfer") if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"a source is one of generate, vllm or flashinfer (got {', '.join(kinds) or 'none'})")
+            raise ValueError("a source is one of generate, vllm or flashinfer (got "
+                             f"{', '.join(kinds) or 'none'})")
         sized = self.batch is not None and self.seq_len is not None
         if self.generate is not None and not sized:
-            raise ValueError("generate needs batch and seq_len (requests per batch, and the longest sequence)")
+            raise ValueError("generate needs batch and seq_len (requests per batch, "
+                             "and the longest sequence)")
         if self.generate is not None and (self.batch or 0) * self.seeds > MAX_BATCH:
-            raise ValueError(f"generate draws batch x seeds = {self.batch} x {self.seeds} requests; allowed: at most "
-                             f"{MAX_BATCH}")
+            raise ValueError(f"generate draws batch x seeds = {self.batch} x {self.seeds} requests; "
+                             f"allowed: at most {MAX_BATCH}")
         if self.generate is None and (self.batch, self.seq_len, self.seeds, self.decode_fraction,
                                       self.zero_fraction) != (None, None, 1, 0.0, 0.0):
             raise ValueError("batch, seq_len, seeds, decode_fraction and zero_fraction belong to generate")
@@ -90,7 +92,8 @@ class Mix(_Geometry):
     def on(self, device: str) -> Mix:
         if device != "cpu" or self.cpu is None:
             return self
-        return Mix.model_validate({**self.model_dump(exclude={"cpu"}), **self.cpu.model_dump(exclude_unset=True)})
+        return Mix.model_validate({**self.model_dump(exclude={"cpu"}),
+                                   **self.cpu.model_dump(exclude_unset=True)})
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ class Traffic:
 
 
 def batches_of(mix: Mix, source: Source, folder: Path) -> list[Batch]:
-    """Weighted; a flashinfer definition must match `mix` as written (a CPU's `cpu:` shrinks it on purpose)."""
+    """Weighted; a flashinfer definition must match `mix` as written
+    (a CPU's `cpu:` shrinks it on purpose)."""
     if source.generate is not None:
         assert source.batch is not None and source.seq_len is not None
         found = [Batch(traffic.generate(source.generate, source.batch, source.seq_len, source.decode_fraction,
@@ -152,8 +156,8 @@ def check_definition(mix: Mix, definition: traffic.Definition, where: str) -> No
         theirs["causal"] = definition.causal
     for name, value in theirs.items():
         if getattr(mix, name) != value:
-            raise SuiteError(f"mix: flashinfer {where}: definition {definition.name} has {name} {value}, the mix "
-                             f"{getattr(mix, name)}; allowed: the geometry the trace was captured at")
+            raise SuiteError(f"mix: flashinfer {where}: definition {definition.name} has {name} {value}, the "
+                             f"mix {getattr(mix, name)}; allowed: the geometry the trace was captured at")
 
 
 def check_size(batch: Batch, where: str) -> None:
@@ -162,9 +166,9 @@ def check_size(batch: Batch, where: str) -> None:
     queries = sum(q for q, _ in batch.requests if q != 1)
     keys = sum(k for q, k in batch.requests if q != 1)
     if decodes > MAX_BATCH or max(queries, keys, *(k for _, k in batch.requests)) > MAX_SEQ:
-        raise SuiteError(f"{where}: batch {batch.source} holds {decodes} decodes and {queries} queries over {keys} "
-                         f"keys in its other requests; allowed: at most {MAX_BATCH} decodes and {MAX_SEQ} tokens "
-                         "in one row")
+        raise SuiteError(f"{where}: batch {batch.source} holds {decodes} decodes and {queries} queries over "
+                         f"{keys} keys in its other requests; allowed: at most {MAX_BATCH} decodes and "
+                         f"{MAX_SEQ} tokens in one row")
 
 
 def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
@@ -180,18 +184,20 @@ def expand(mix: Mix, device: str, folder: Path, where: str) -> Traffic:
             empty = not chosen or not sum(q for q, _ in chosen) or not sum(k for _, k in chosen)
             case = None if empty else _case(here, device, phase, chosen)
             if case is not None and workload.visible_total(case) > 0:
-                parts.append(Part(case, phase, batch.weight, len(chosen), sum(q for q, _ in chosen), batch.source))
+                parts.append(Part(case, phase, batch.weight, len(chosen), sum(q for q, _ in chosen),
+                                  batch.source))
     if not parts:
         raise SuiteError(f"{where}: no batch of the mix has a query that sees a key: nothing to measure")
     return Traffic(tuple(batches), tuple(parts))
 
 
 def _case(mix: Mix, device: str, phase: str, requests: list[Request]) -> Case:
-    shape = dict(device=device, dtype=mix.dtype, heads=mix.heads, kv_heads=mix.kv_heads, head_dim=mix.head_dim,
-                 causal=mix.causal, window=None, mode="fwd")
+    shape = dict(device=device, dtype=mix.dtype, heads=mix.heads, kv_heads=mix.kv_heads,
+                 head_dim=mix.head_dim, causal=mix.causal, window=None, mode="fwd")
     if phase == "decode":
         lens = tuple(k for _, k in requests)
-        return Case(batch=len(lens), seq_len=1, kv_seq_len=max(1, max(lens)), kv_lengths="explicit", kv_lens=lens,
+        return Case(batch=len(lens), seq_len=1, kv_seq_len=max(1, max(lens)), kv_lengths="explicit",
+                    kv_lens=lens,
                     page_size=mix.page_size, **shape)  # type: ignore[arg-type]
     queries, keys = tuple(q for q, _ in requests), tuple(k for _, k in requests)
     return Case(batch=1, seq_len=max(1, sum(queries)), kv_seq_len=max(1, sum(keys)), documents=len(requests),

@@ -54,15 +54,16 @@ class Quant(_Strict):
             return value
         if isinstance(value, (int, float)):
             if not 0 < value < float("inf"):  # NaN fails too
-                raise ValueError(f"{value!r} is out of range; allowed: a positive finite descale factor, or amax")
+                raise ValueError(f"{value!r} is out of range; allowed: a positive "
+                                 "finite descale factor, or amax")
             return float(value)
         return value
 
     @model_validator(mode="after")
     def _block_needs_blocks(self) -> Quant:
         if self.block is not None and self.granularity != "block":
-            raise ValueError(f"block {self.block} is given with granularity {self.granularity}; allowed: block only "
-                             "with granularity block")
+            raise ValueError(f"block {self.block} is given with granularity {self.granularity}; allowed: "
+                             "block only with granularity block")
         return self
 
 
@@ -102,7 +103,8 @@ class _AxesRules(_Strict):
                     raise ValueError("an explicit list of document lengths is empty")
                 for item in entry:
                     if isinstance(item, list) and len(item) != 2:
-                        raise ValueError(f"{item} is not a document; allowed: a length, or a [queries, keys] pair")
+                        raise ValueError(f"{item} is not a document; allowed: a length, "
+                                         "or a [queries, keys] pair")
                     _bounded(item if isinstance(item, list) else [item], 0, MAX_SEQ)
             elif entry is not None:
                 _bounded([entry], 1, MAX_SEQ)
@@ -112,9 +114,10 @@ class _AxesRules(_Strict):
     @classmethod
     def _explicit_inside(cls, value: Any) -> Any:
         """A flat list of ints means explicit lengths written one level too high: say where it goes."""
-        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: equal, "
-                             f"random, or [[one length per request]]")
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                     for v in value):
+            raise ValueError(f"explicit cache lengths go in a list inside the axis list: [{value}]; allowed: "
+                             "equal, random, or [[one length per request]]")
         return value
 
     @field_validator("kv_lengths", check_fields=False)
@@ -123,7 +126,8 @@ class _AxesRules(_Strict):
         for entry in value or []:
             if isinstance(entry, list):
                 if not entry:
-                    raise ValueError("an explicit list of cache lengths is empty; allowed: one length per request")
+                    raise ValueError("an explicit list of cache lengths is empty; "
+                                     "allowed: one length per request")
                 _bounded(entry, 0, MAX_SEQ)
         return value
 
@@ -170,7 +174,8 @@ def _axis_fields() -> dict[str, tuple[Any, Any]]:
     fields: dict[str, tuple[Any, Any]] = {}
     for name, (value, default) in SHAPE_AXES.items():
         annotation = list[value] if default is not None else list[value] | None
-        fields[name] = (annotation, Field(min_length=1) if default is ... else Field(default=default, min_length=1))
+        fields[name] = (annotation,
+                        Field(min_length=1) if default is ... else Field(default=default, min_length=1))
     for axis in masks:
         fields[axis.name] = _table_field(axis)
     fields["mode"] = (list[Mode], Field(default=["fwd"], min_length=1))
@@ -188,7 +193,8 @@ AXIS_FIELDS = _axis_fields()
 AXIS_NAMES = frozenset(AXIS_FIELDS)
 BY_NAME = {a.name: a for a in axis_table.axes()}
 NULLABLE = frozenset(name for name, axis in BY_NAME.items() if axis.nullable)
-Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__, **AXIS_FIELDS)  # type: ignore[call-overload]
+Axes = create_model("Axes", __base__=_AxesRules, __module__=__name__,
+                    **AXIS_FIELDS)  # type: ignore[call-overload]
 Axes.__doc__ = _AxesRules.__doc__
 
 
@@ -233,9 +239,11 @@ class Timing(_Strict):
     max_samples: int = Field(default=1000, ge=1, le=1_000_000)
     precision: float | None = Field(default=None, gt=0, le=1)  # unset: the device's own (core.policy)
     timeout_s: float | None = Field(default=None, gt=0, le=86_400)  # --timeout overrides it
-    energy_ms: float | None = Field(default=None, ge=0, le=60_000)  # run.sustain; unset: 1000 on CUDA, off on CPU
+    # run.sustain; unset: 1000 on CUDA, off on CPU
+    energy_ms: float | None = Field(default=None, ge=0, le=60_000)
     rounds: int | None = Field(default=None, ge=1, le=100)  # run.rounds; unset: the device's own
-    refine: float | None = Field(default=None, ge=0, le=100)  # a share of budget_ms × measurements; unset: policy
+    # a share of budget_ms × measurements; unset: policy
+    refine: float | None = Field(default=None, ge=0, le=100)
 
 
 class CpuBlock(CpuAxes):

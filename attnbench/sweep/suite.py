@@ -47,11 +47,13 @@ class Suite:
         return [*first, *((f"also[{i}]", a) for i, a in enumerate(self.model.also or []))]
 
     def timing(self, device: str) -> Timing:
-        """On a CPU the top-level `cpu:` block's `timing:` fields replace the suite's; unset ones are the policy's."""
+        """On a CPU the top-level `cpu:` block's `timing:` fields replace the suite's;
+        unset ones are the policy's."""
         timing = self.model.timing
         cpu = self.model.cpu
         if device == "cpu" and cpu is not None and cpu.timing is not None:
-            timing = Timing.model_validate({**timing.model_dump(), **cpu.timing.model_dump(exclude_unset=True)})
+            timing = Timing.model_validate({**timing.model_dump(),
+                                            **cpu.timing.model_dump(exclude_unset=True)})
         own = {name: getattr(policy.device(device), name) for name in ("precision", "rounds", "refine")
                if getattr(timing, name) is None}
         return timing.model_copy(update=own) if own else timing
@@ -85,7 +87,8 @@ class Suite:
 
     def traffic(self, device: str) -> Traffic:
         if self.model.mix is None:
-            raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with mix: (e.g. suites/mix.yaml)")
+            raise SuiteError(f"{self.path}: has no mix: block; allowed: a suite with "
+                             "mix: (e.g. suites/mix.yaml)")
         return expand(self.model.mix, device, self.path.parent, f"{self.path}: mix")
 
     def _cross(self, device: str, axes: Axes, key: str) -> list[Case]:
@@ -111,14 +114,14 @@ class Suite:
             lengths = kv_length_fields(where, combo.kv_lengths, batch := combo.batch, seq, kv_seq, documents)
             if combo.kv_shared and not (combo.head_dim_v is not None and combo.head_dim_v < head_dim):
                 raise SuiteError(
-                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below head_dim "
-                    f"(got head_dim {head_dim}, head_dim_v {combo.head_dim_v}); allowed: e.g. head_dim 576, "
-                    f"head_dim_v 512"
+                    f"{where}.kv_shared: V is K's first head_dim_v channels, so it needs a head_dim_v below "
+                    f"head_dim (got head_dim {head_dim}, head_dim_v {combo.head_dim_v}); allowed: e.g. "
+                    "head_dim 576, head_dim_v 512"
                 )
             simple = {axis.name: (axis.to_case or _as_is)(getattr(combo, axis.name), combo)
                       for axis in axis_table.axes(shape=False) if not axis.expanded}
-            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo.causal, combo.window, mode,
-                        **docs, **lengths, **simple,
+            case = Case(device, dtype, batch, seq, kv_seq, heads, kv, head_dim, combo.causal, combo.window,
+                        mode, **docs, **lengths, **simple,
                         **quant_fields(where, dtype, combo.kv_dtype, combo.quant, mode, seq, kv_seq))
             refuse_nothing_visible(where, case)
             cases.append(case)
@@ -130,14 +133,15 @@ def _as_is(value: Any, combo: Any) -> Any:
 
 
 def tp_share(where: str, heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
-    """One GPU's share: heads/tp query heads and max(1, kv_heads/tp) KV heads (replicated when tp > kv_heads)."""
+    """One GPU's share: heads/tp query heads and max(1, kv_heads/tp) KV heads
+    (replicated when tp > kv_heads)."""
     if tp == 1:
         return heads, kv_heads
     if heads % tp:
         raise SuiteError(f"{where}.tp: {tp} does not divide heads {heads}; allowed: a divisor of heads")
     if (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
-        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the other); "
-                         f"allowed: a tp that divides kv_heads or that kv_heads divides")
+        raise SuiteError(f"{where}.tp: {tp} GPUs cannot share {kv_heads} KV heads (neither divides the "
+                         "other); allowed: a tp that divides kv_heads or that kv_heads divides")
     return heads // tp, max(1, kv_heads // tp)
 
 
@@ -146,28 +150,33 @@ def refuse_nothing_visible(where: str, case: Case) -> None:
     explicit = case.doc_lengths == "explicit" or case.kv_lengths == "explicit"
     if not (explicit or case.kv_seq_len < case.seq_len) or workload.visible_total(case) > 0:
         return
-    axis = ("kv_lengths" if case.kv_lengths == "explicit"
-            else "documents" if case.documents is not None else "kv_seq_len")
+    if case.kv_lengths == "explicit":
+        axis = "kv_lengths"
+    elif case.documents is not None:
+        axis = "documents"
+    else:
+        axis = "kv_seq_len"
     lens = "" if case.kv_lens is None else f", cache lengths {list(case.kv_lens)}"
-    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len {case.kv_seq_len}"
-                     f"{lens}): every output row would be zeros, nothing to measure; allowed: lengths that give some "
-                     f"query a key")
+    raise SuiteError(f"{where}.{axis}: no query sees any key (seq_len {case.seq_len}, kv_seq_len "
+                     f"{case.kv_seq_len}{lens}): every output row would be zeros, nothing to measure; "
+                     "allowed: lengths that give some query a key")
 
 
 def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | None, mode: str, seq: int,
                  kv_seq: int) -> dict[str, Any]:
-    """Case's quantization fields. Beside an unquantized dtype `quant` is left out; an FP8 dtype's own kv_dtype
-    adds nothing."""
+    """Case's quantization fields. Beside an unquantized dtype `quant` is left out; an FP8 dtype's own
+    kv_dtype adds nothing."""
     if kv_dtype is not None and dtype in FP8_DTYPES:
         if kv_dtype != dtype:
-            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to {dtype} "
-                             "already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
+            raise SuiteError(f"{where}.kv_dtype: {kv_dtype} under dtype {dtype}: Q, K and V are quantized to "
+                             f"{dtype} already; allowed: kv_dtype with dtype bfloat16, float16 or float32")
         kv_dtype = None
     if dtype not in FP8_DTYPES and kv_dtype is None:
         return {}
     if mode != "fwd":
-        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only (got {mode} with "
-                         f"{'kv_dtype ' + kv_dtype if kv_dtype else 'dtype ' + dtype}); allowed: fwd")
+        got = f"kv_dtype {kv_dtype}" if kv_dtype else f"dtype {dtype}"
+        raise SuiteError(f"{where}.mode: attnbench quantizes inputs for forward measurements only "
+                         f"(got {mode} with {got}); allowed: fwd")
     quant = quant or Quant()
     block = None
     if quant.granularity == "block":
@@ -175,9 +184,9 @@ def quant_fields(where: str, dtype: str, kv_dtype: str | None, quant: Quant | No
         lengths = [("kv_seq_len", kv_seq)] + ([("seq_len", seq)] if dtype in FP8_DTYPES else [])
         for name, length in lengths:
             if length % block:
-                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale per "
-                                 f"block of {block} tokens); allowed: a block size that divides every length it "
-                                 "blocks")
+                raise SuiteError(f"{where}.quant.block: {block} does not divide {name} {length} (one scale "
+                                 f"per block of {block} tokens); allowed: a block size that "
+                                 "divides every length it blocks")
     return {"kv_dtype": kv_dtype, "quant": quant.granularity, "quant_block": block,
             "quant_scale": None if quant.scale == "amax" else float(quant.scale)}
 
@@ -186,34 +195,39 @@ def check_quant_axes(where: str, axes: Axes) -> None:
     """`quant` with nothing to quantize is a mistake."""
     if any(q is not None for q in axes.quant) and not any(d in FP8_DTYPES for d in axes.dtype) \
             and not any(axes.kv_dtype):
-        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} with no "
-                         "kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, float8_e5m2) or a kv_dtype")
+        raise SuiteError(f"{where}.quant: scales need quantized inputs, but dtype is {', '.join(axes.dtype)} "
+                         "with no kv_dtype; allowed: quant with an FP8 dtype (float8_e4m3fn, "
+                         "float8_e5m2) or a kv_dtype")
 
 
-def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int, kv_seq: int) -> dict[str, Any]:
-    """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives lengths
-    or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
+def document_fields(where: str, documents: Documents, doc_lengths: str, seq: int,
+                    kv_seq: int) -> dict[str, Any]:
+    """A count splits seq_len (equal or random) and a cached prefix (equal shares); an explicit list gives
+    lengths or [queries, keys] pairs, summing to seq_len and kv_seq_len."""
     if documents is None:
         return {}
     if isinstance(documents, list):
         if doc_lengths == "random":
-            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} gives them; "
-                             f"allowed: equal with explicit lengths")
+            raise SuiteError(f"{where}.doc_lengths: random draws the lengths, but documents {documents} "
+                             "gives them; allowed: equal with explicit lengths")
         queries = [d[0] if isinstance(d, list) else d for d in documents]
         keys = [d[1] if isinstance(d, list) else d for d in documents]
         if sum(queries) != seq:
-            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} queries, not seq_len {seq}")
+            raise SuiteError(f"{where}.documents: lengths {documents} sum to {sum(queries)} "
+                             f"queries, not seq_len {seq}")
         if sum(keys) != kv_seq:
-            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not kv_seq_len "
-                             f"{kv_seq}; allowed: [queries, keys] pairs whose keys sum to kv_seq_len")
+            raise SuiteError(f"{where}.documents: the documents' keys {keys} sum to {sum(keys)}, not "
+                             f"kv_seq_len {kv_seq}; allowed: [queries, keys] pairs "
+                             "whose keys sum to kv_seq_len")
         return {"documents": len(documents), "doc_lengths": "explicit", "doc_lens": tuple(queries),
                 "doc_kv_lens": None if keys == queries else tuple(keys)}
     if kv_seq < seq:
-        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len {seq}: a count "
-                         f"shares out a cached prefix (kv_seq_len - seq_len keys); allowed: kv_seq_len >= seq_len, or "
-                         f"explicit [queries, keys] pairs")
+        raise SuiteError(f"{where}.documents: {documents} documents with kv_seq_len {kv_seq} < seq_len "
+                         f"{seq}: a count shares out a cached prefix (kv_seq_len - seq_len keys); allowed: "
+                         "kv_seq_len >= seq_len, or explicit [queries, keys] pairs")
     if documents > seq:
-        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len {seq} (each needs a token)")
+        raise SuiteError(f"{where}.documents: {documents} documents cannot fit in seq_len "
+                         f"{seq} (each needs a token)")
     return {"documents": documents, "doc_lengths": doc_lengths}
 
 
@@ -223,8 +237,8 @@ def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: 
     if kv_lengths == "equal":
         return {}
     if documents is not None:
-        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are given in "
-                         f"documents ([queries, keys] pairs); allowed: equal with documents")
+        raise SuiteError(f"{where}.kv_lengths: {kv_lengths} with packed documents: a document's keys are "
+                         "given in documents ([queries, keys] pairs); allowed: equal with documents")
     if kv_lengths == "random":
         if kv_seq <= seq:
             raise SuiteError(
@@ -234,11 +248,11 @@ def kv_length_fields(where: str, kv_lengths: Any, batch: int, seq: int, kv_seq: 
             )
         return {"kv_lengths": "random"}
     if len(kv_lengths) != batch:
-        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch {batch}; "
-                         f"allowed: one length per request")
+        raise SuiteError(f"{where}.kv_lengths: {len(kv_lengths)} cache lengths {kv_lengths} for batch "
+                         f"{batch}; allowed: one length per request")
     if max(kv_lengths) > kv_seq:
-        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len {kv_seq}; allowed: 0 to "
-                         f"kv_seq_len")
+        raise SuiteError(f"{where}.kv_lengths: cache length {max(kv_lengths)} > kv_seq_len "
+                         f"{kv_seq}; allowed: 0 to kv_seq_len")
     return {"kv_lengths": "explicit", "kv_lens": tuple(kv_lengths)}
 
 
@@ -260,7 +274,8 @@ def resolve_suite(path: Path | str) -> Path:
 
 
 def load_suite(path: Path | str, expand: bool = True) -> Suite:
-    """Any problem raises SuiteError in one line; `expand=False` checks the schema only (faster, for doctor)."""
+    """Any problem raises SuiteError in one line;
+    `expand=False` checks the schema only (faster, for doctor)."""
     path = resolve_suite(path)
     if not path.exists():
         names = list(packaged_suites())
@@ -282,7 +297,8 @@ def load_suite(path: Path | str, expand: bool = True) -> Suite:
     if data is None:
         raise SuiteError(f"{path}: the file is empty; expected a mapping with name and sweep")
     if not isinstance(data, dict):
-        raise SuiteError(f"{path}: expected a mapping with name and sweep at the top, got a {type(data).__name__}")
+        raise SuiteError(f"{path}: expected a mapping with name and sweep at the top, "
+                         f"got a {type(data).__name__}")
     try:
         model = SuiteModel.model_validate(data)
     except ValidationError as exc:
@@ -294,7 +310,8 @@ def load_suite(path: Path | str, expand: bool = True) -> Suite:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """`field.path: problem; allowed: ...` with a did-you-mean: the first in full, the rest on the same line."""
+    """`field.path: problem; allowed: ...` with a did-you-mean:
+    the first in full, the rest on the same line."""
     errors, seen = [], set()
     for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
         if _field_path(error["loc"]) not in seen:  # a union's branches report one field each
@@ -319,11 +336,16 @@ def _describe_one(error: Any, allowed_list: bool = True) -> str:
     if kind in ("model_type", "dict_type"):
         return f"{loc}: expected a mapping of keys to values, got a {type(value).__name__}"
     if kind == "literal_error":
-        allowed = list(error.get("ctx", {}).get("expected", "").replace("'", "").replace(" or ", ", ").split(", "))
-        return f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; allowed: {', '.join(allowed)}"
+        expected = error.get("ctx", {}).get("expected", "")
+        allowed = list(expected.replace("'", "").replace(" or ", ", ").split(", "))
+        return (f"{loc}: {value!r} is not allowed{did_you_mean(str(value), allowed)}; "
+                f"allowed: {', '.join(allowed)}")
     if kind == "value_error":
         return f"{loc}: {error['msg'].removeprefix('Value error, ')}"
     return f"{loc}: {value!r}: {error['msg']}"
+
+
+UNION_TAGS = ("int", "bool", "str", "none", "literal['heads']", "float")
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -331,7 +353,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("int", "bool", "str", "none", "literal['heads']", "float") or str(part).startswith("literal["):
+        elif part in UNION_TAGS or str(part).startswith("literal["):
             continue  # union-branch tags
         else:
             path += ("." if path else "") + str(part)

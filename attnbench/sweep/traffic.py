@@ -1,6 +1,7 @@
-"""Serving traffic in: batches of (queries, keys) requests, each batch weighted. Three sources, each read as its
-project writes it (docs/traffic.md cites the files): flashinfer-bench workload files, vLLM batch-spec strings, and
-FlashAttention's length distributions. Pure data; anything unreadable is a one-line SuiteError."""
+"""Serving traffic in: batches of (queries, keys) requests, each batch weighted. Three sources, each read as
+its project writes it (docs/traffic.md cites the files): flashinfer-bench workload files, vLLM batch-spec
+strings, and FlashAttention's length distributions. Pure data; anything unreadable is a one-line
+SuiteError."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def merged(batches: list[Batch]) -> list[Batch]:
     held: dict[tuple[Request, ...], Batch] = {}
     for batch in batches:
         seen = held.get(batch.requests)
-        held[batch.requests] = batch if seen is None else Batch(seen.requests, seen.weight + batch.weight, seen.source)
+        held[batch.requests] = batch if seen is None else Batch(seen.requests, seen.weight + batch.weight,
+                                                                seen.source)
     return list(held.values())
 
 
@@ -50,17 +52,17 @@ def parse_vllm(spec: str) -> tuple[Request, ...]:
     for segment in spec.split("_"):
         match = VLLM_SEGMENT.match(segment)
         if match is None:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} is not (<count>)q<len>(k)(s<len>(k)); "
-                             "allowed: e.g. q2k, 8q1s1k, 2q2k_32q1s1k")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} is not "
+                             "(<count>)q<len>(k)(s<len>(k)); allowed: e.g. q2k, 8q1s1k, 2q2k_32q1s1k")
         count = int(match.group(1) or 1)
         q = int(match.group(2)) * (1024 if match.group(3) else 1)
         k = q if match.group(4) is None else int(match.group(4)) * (1024 if match.group(5) else 1)
         if not 1 <= count <= MAX_BATCH or k > MAX_SEQ:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} tokens; "
-                             f"allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} holds {count} requests of {k} "
+                             f"tokens; allowed: 1 to {MAX_BATCH} requests of up to {MAX_SEQ} tokens")
         if k < q:
-            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence of {k} "
-                             "tokens; allowed: s at least q (the sequence holds its new tokens)")
+            raise SuiteError(f"vLLM batch spec {spec!r}: segment {segment!r} has {q} queries in a sequence "
+                             f"of {k} tokens; allowed: s at least q (the sequence holds its new tokens)")
         requests.extend([(q, k)] * count)
     return tuple(requests)
 
@@ -71,13 +73,14 @@ STREAM_LENGTHS, STREAM_DECODE, STREAM_ZERO = 1, 2, 3  # separate draws, as FA se
 
 def generate(pattern: str, batch: int, seq_len: int, decode_fraction: float = 0.0, zero_fraction: float = 0.0,
              seed: int = 0) -> tuple[Request, ...]:
-    """Lengths drawn by benchmark_varlen_sched.py's rules from numpy's seeded generator (other draws than torch's);
-    then decode_fraction made decodes and zero_fraction empty. A prefill's keys are its queries."""
+    """Lengths drawn by benchmark_varlen_sched.py's rules from numpy's seeded generator (other draws than
+    torch's); then decode_fraction made decodes and zero_fraction empty. A prefill's keys are its queries."""
     import numpy as np
 
     draw = LENGTHS.get(pattern)
     if draw is None:
-        raise SuiteError(f"generate: {pattern!r} is not a length distribution; allowed: {', '.join(PATTERNS)}")
+        raise SuiteError(f"generate: {pattern!r} is not a length distribution; "
+                         f"allowed: {', '.join(PATTERNS)}")
     lens = draw(np.random.default_rng([seed, STREAM_LENGTHS]), batch, seq_len)
     queries, keys = [int(n) for n in lens], [int(n) for n in lens]
     for i in _picked(batch, decode_fraction, [seed, STREAM_DECODE]):
@@ -120,8 +123,8 @@ def _skew_shuffled(rng: Any, batch: int, seq_len: int) -> list[int]:
     return [lens[i] for i in rng.permutation(batch).tolist()]
 
 
-LENGTHS = {"constant": _constant, "uniform": _uniform, "wide": _wide, "longtail": _longtail, "bimodal": _bimodal,
-           "skew": _skew, "skew_shuffled": _skew_shuffled}
+LENGTHS = {"constant": _constant, "uniform": _uniform, "wide": _wide, "longtail": _longtail,
+           "bimodal": _bimodal, "skew": _skew, "skew_shuffled": _skew_shuffled}
 assert tuple(LENGTHS) == PATTERNS
 
 
@@ -181,7 +184,8 @@ def write_safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
     body = b""
     for key, values in tensors.items():
         chunk = struct.pack(f"<{len(values)}i", *values)
-        header[key] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(body), len(body) + len(chunk)]}
+        header[key] = {"dtype": "I32", "shape": [len(values)],
+                       "data_offsets": [len(body), len(body) + len(chunk)]}
         body += chunk
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # padded to 8 bytes, as the reference writer does
@@ -197,15 +201,18 @@ def read_definition(path: Path, name: str) -> Definition:
     """definitions/{op_type}/{name}.json under the file's root."""
     kind = next((k for k in FLASHINFER_KINDS if name.startswith(k + "_")), None)
     if kind is None:
-        raise SuiteError(f"{path}: definition {name!r}: attnbench reads {', '.join(FLASHINFER_KINDS)} workloads")
+        raise SuiteError(f"{path}: definition {name!r}: attnbench reads "
+                         f"{', '.join(FLASHINFER_KINDS)} workloads")
     where = flashinfer_root(path) / "definitions" / path.parent.name / f"{name}.json"
     try:
         data = json.loads(where.read_text(encoding="utf-8"))
         consts = {k: v["value"] for k, v in data["axes"].items() if v.get("type") == "const"}
         dtype = str(data["inputs"]["q"]["dtype"])
-        heads, kv_heads, head_dim = int(consts["num_qo_heads"]), int(consts["num_kv_heads"]), int(consts["head_dim"])
+        heads, kv_heads = int(consts["num_qo_heads"]), int(consts["num_kv_heads"])
+        head_dim = int(consts["head_dim"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SuiteError(f"{where}: the definition of {name} cannot be read ({type(exc).__name__}: {exc})") from None
+        raise SuiteError(f"{where}: the definition of {name} cannot be read "
+                         f"({type(exc).__name__}: {exc})") from None
     decode, paged = FLASHINFER_KINDS[kind]
     page_size = int(consts.get("page_size", 1)) if paged else None
     return Definition(name, heads, kv_heads, head_dim, page_size, "causal" in name.split("_"), dtype, decode)
@@ -228,15 +235,16 @@ def read_flashinfer(path: Path) -> tuple[Definition, list[Batch]]:
             name, work = str(entry["definition"]), entry["workload"]
             uuid, axes, inputs = str(work["uuid"]), dict(work["axes"]), dict(work["inputs"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise SuiteError(f"{where}: not a flashinfer-bench workload ({type(exc).__name__}: {exc})") from None
+            raise SuiteError(f"{where}: not a flashinfer-bench workload "
+                             f"({type(exc).__name__}: {exc})") from None
         if uuid in seen:  # a trace holds a workload once per solution
             continue
         seen.add(uuid)
         if definition is None:
             definition = read_definition(path, name)
         elif name != definition.name:
-            raise SuiteError(f"{where}: definition {name!r} in a file of {definition.name!r}; allowed: one definition "
-                             "per file, as flashinfer-trace stores them")
+            raise SuiteError(f"{where}: definition {name!r} in a file of {definition.name!r}; allowed: one "
+                             "definition per file, as flashinfer-trace stores them")
         batches.append(Batch(_requests(where, definition, axes, inputs, flashinfer_root(path)), 1.0,
                              f"{definition.name} {uuid}"))
     if definition is None:
@@ -254,8 +262,8 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     for name in names:
         spec = inputs.get(name)
         if not isinstance(spec, dict) or spec.get("type") != "safetensors":
-            raise SuiteError(f"{where}: input {name} is {spec!r}, not a safetensors tensor: the lengths of its "
-                             "requests were not recorded")
+            raise SuiteError(f"{where}: input {name} is {spec!r}, not a safetensors tensor: the lengths of "
+                             "its requests were not recorded")
         blob = root / str(spec.get("path"))
         tensors[name] = read_safetensors(blob).get(str(spec.get("tensor_key")), [])
         if not tensors[name]:
@@ -263,7 +271,8 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
     kv = _lengths(where, tensors["kv_indptr"], "kv_indptr")
     if definition.page_size not in (None, 1):
         last = tensors["kv_last_page_len"]
-        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last, strict=False) if p):
+        if len(last) != len(kv) or any(not 0 < n <= definition.page_size for p, n in zip(kv, last,
+                                                                                         strict=False) if p):
             raise SuiteError(f"{where}: kv_last_page_len {last} does not fit {len(kv)} requests of pages of "
                              f"{definition.page_size}")
         kv = [(p - 1) * definition.page_size + n if p else 0 for p, n in zip(kv, last, strict=False)]
@@ -280,6 +289,6 @@ def _requests(where: str, definition: Definition, axes: dict[str, Any], inputs: 
 def _lengths(where: str, indptr: list[int], name: str) -> list[int]:
     """Refused unless it starts at 0 and never falls."""
     if len(indptr) < 2 or indptr[0] != 0 or any(b < a for a, b in pairwise(indptr)):
-        raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, then "
-                         "non-decreasing ends)")
+        raise SuiteError(f"{where}: {name} {indptr[:8]}{'…' if len(indptr) > 8 else ''} is not an indptr (0, "
+                         "then non-decreasing ends)")
     return [b - a for a, b in pairwise(indptr)]

@@ -1,6 +1,6 @@
 """Where a call's work runs, and whether CUDA events saw it: the host's time per call beside the events'
-(docs/conventions.md "Timing"). Events time torch's current stream only; a runtime with its own stream (JAX, ONNX
-Runtime's CUDA provider) is timed on the host around its blocking call."""
+(docs/conventions.md "Timing"). Events time torch's current stream only; a runtime with its own stream (JAX,
+ONNX Runtime's CUDA provider) is timed on the host around its blocking call."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from attnbench.core import policy
 
-# Capabilities.runs_on: the call enqueues its work on torch's current stream, or runs it in its own runtime (its own
-# stream) and returns when it is done.
+# Capabilities.runs_on: the call enqueues its work on torch's current stream, or runs it in its own runtime
+# (its own stream) and returns when it is done.
 TORCH_STREAM = "torch-stream"
 OWN_RUNTIME = "own-runtime"
 WORK_PLACES = (TORCH_STREAM, OWN_RUNTIME)
@@ -18,8 +18,8 @@ WORK_PLACES = (TORCH_STREAM, OWN_RUNTIME)
 
 @dataclass(frozen=True)
 class Bracket:
-    """Medians per call (ms): the host's time, the events' on torch's stream behind the launch cover, and an empty
-    pair's (two events back to back after the spin; None without a spin)."""
+    """Medians per call (ms): the host's time, the events' on torch's stream behind the launch cover, and an
+    empty pair's (two events back to back after the spin; None without a spin)."""
 
     host_ms: float
     events_ms: float
@@ -37,8 +37,8 @@ class Bracket:
         return self.events_ms / self.host_ms if self.host_ms > 0 else 1.0
 
     def saw(self) -> str:
-        return (f"the events on torch's stream saw {us(self.events_ms)} of the {us(self.host_ms)} each call held the "
-                f"host ({self.share:.1%}, under {policy.percent(policy.EVENTS_SHARE)})")
+        return (f"the events on torch's stream saw {us(self.events_ms)} of the {us(self.host_ms)} each call "
+                f"held the host ({self.share:.1%}, under {policy.percent(policy.EVENTS_SHARE)})")
 
 
 def us(ms: float) -> str:
@@ -46,15 +46,17 @@ def us(ms: float) -> str:
 
 
 def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | None]:
-    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted, and one
-    whose events saw far more than it held the host is a problem (it returned before its work was done); an
-    undeclared one whose events bracketed nothing while it held the host is a problem (its time is of no work)."""
+    """(problem, note): a call declared to run in its own runtime whose events saw little of it is noted, and
+    one whose events saw far more than it held the host is a problem (it returned before its work was done);
+    an undeclared one whose events bracketed nothing while it held the host is a problem (its time is of no
+    work)."""
     if bracket is None:
         return None, None
     if runs_on == OWN_RUNTIME and bracket.share > policy.EARLY_RETURN_FACTOR:
-        return (f"the call, declared to block, returned before its work was done: the events on torch's stream saw "
-                f"{us(bracket.events_ms)}, over {policy.EARLY_RETURN_FACTOR:g}x the {us(bracket.host_ms)} it held "
-                f"the host (a call that enqueues on torch's stream declares Capabilities(runs_on=\"{TORCH_STREAM}\"))"
+        return ("the call, declared to block, returned before its work was done: the events on torch's "
+                f"stream saw {us(bracket.events_ms)}, over {policy.EARLY_RETURN_FACTOR:g}x the "
+                f"{us(bracket.host_ms)} it held the host (a call that enqueues on torch's stream declares "
+                f"Capabilities(runs_on=\"{TORCH_STREAM}\"))"
                 ), None
     if bracket.share >= policy.EVENTS_SHARE:
         return None, None
@@ -63,6 +65,6 @@ def judged(bracket: Bracket | None, runs_on: str) -> tuple[str | None, str | Non
     empty = bracket.empty_ms
     if empty is None or bracket.events_ms > policy.EMPTY_PAIR_FACTOR * empty:
         return None, None
-    return (f"{bracket.saw()}, within {policy.EMPTY_PAIR_FACTOR:g}x an empty pair's {us(empty)}: they bracketed "
-            "nothing, the call's work ran off torch's stream (a runtime of its own declares "
+    return (f"{bracket.saw()}, within {policy.EMPTY_PAIR_FACTOR:g}x an empty pair's {us(empty)}: they "
+            "bracketed nothing, the call's work ran off torch's stream (a runtime of its own declares "
             f"Capabilities(runs_on=\"{OWN_RUNTIME}\"), docs/backends.md#plugins)"), None

@@ -1,5 +1,5 @@
-"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU, RAPL's per CPU
-package."""
+"""Energy per call from cumulative counters read around a loop of the timed call: NVML's per GPU, RAPL's per
+CPU package."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def joules_between(before: EnergyReading, after: EnergyReading) -> float:
         delta = new.count - old.count
         if delta < 0:
             if old.wrap is None:
-                raise EnergyUnavailable(f"{before.source}'s energy counter for {old.name} went back from {old.count} "
-                                        f"to {new.count} (the driver reloaded?)")
+                raise EnergyUnavailable(f"{before.source}'s energy counter for {old.name} went back from "
+                                        f"{old.count} to {new.count} (the driver reloaded?)")
             delta += old.wrap
         counts += delta
     return counts * before.unit_j
@@ -60,12 +60,13 @@ def joules_between(before: EnergyReading, after: EnergyReading) -> float:
 
 def loop_energy(before: EnergyReading, after: EnergyReading, calls: int, seconds: float,
                 tokens_per_call: int | None = None) -> LoopEnergy:
-    """Refused for a loop under MIN_LOOP_S or a counter that did not move; `tokens_per_call`: batch × queries."""
+    """Refused for a loop under MIN_LOOP_S or a counter that did not move;
+    `tokens_per_call`: batch × queries."""
     if calls < 1 or seconds <= 0:
         raise ValueError(f"a loop of {calls} calls in {seconds} s")
     if seconds < before.min_loop_s:
-        raise EnergyUnavailable(f"the loop lasted {seconds:.3g} s, under the {before.min_loop_s:g} s {before.source}'s "
-                                f"energy counter needs to resolve it")
+        raise EnergyUnavailable(f"the loop lasted {seconds:.3g} s, under the {before.min_loop_s:g} s "
+                                f"{before.source}'s energy counter needs to resolve it")
     joules = joules_between(before, after)
     if joules <= 0:
         raise EnergyUnavailable(f"{before.source}'s energy counter did not move in {seconds:.3g} s")
@@ -89,7 +90,8 @@ def read_rapl(root: Path = POWERCAP) -> EnergyReading:
         read.append(Zone(name, int(_text(zone / "energy_uj")), int(_text(zone / "max_energy_range_uj"))))
     if not read:
         found = ", ".join(sorted(p.name for p in root.iterdir())) or "nothing"
-        raise EnergyUnavailable(f"RAPL not readable: {root} has no intel-rapl:N package zone (it holds {found})")
+        raise EnergyUnavailable(f"RAPL not readable: {root} has no intel-rapl:N "
+                                f"package zone (it holds {found})")
     return EnergyReading("rapl", 1e-6, tuple(read))
 
 

@@ -18,8 +18,8 @@ CPU_METHOD = "torch.profiler CPU allocator events"
 # a runtime on a GPU without device accounting
 NO_DEVICE_METHOD = "none: host RSS is not device memory, and this runtime gives no device accounting"
 RAISED = "peak_bytes_in_use, raised by the call, less bytes_in_use before it"
-HIDDEN = ("none: the call stayed under an earlier high-water mark (peak_bytes_in_use has no reset), so its own peak "
-          "is unknown")
+HIDDEN = ("none: the call stayed under an earlier high-water mark (peak_bytes_in_use has no reset), "
+          "so its own peak is unknown")
 UNREPORTED = "none: it reports no peak_bytes_in_use"
 
 
@@ -41,10 +41,11 @@ class PeakCall:
 
 
 def call_measuring_peak(fn: Callable[[], Any], device: str, collect: bool = True,
-                        clock: Callable[[], int] | None = None, memory: str | DeviceStats = "torch") -> PeakCall:
-    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are freed
-    inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates outside
-    PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""
+                        clock: Callable[[], int] | None = None,
+                        memory: str | DeviceStats = "torch") -> PeakCall:
+    """Young garbage collected before (unless `collect=False`) and none during, so no earlier tensors are
+    freed inside; `clock` (ns) times the call alone. `memory` (Prepared.memory): "torch", "rss" (allocates
+    outside PyTorch, on the host) or a runtime's DeviceStats; a GPU's peak is never read from host RSS."""
     call_ms: list[float] = []
 
     def timed() -> Any:
@@ -75,8 +76,8 @@ def _peak(fn: Callable[[], Any], device: str, memory: str | DeviceStats) -> tupl
 
 
 def _device_stats_peak(fn: Callable[[], Any], stats: DeviceStats) -> tuple[Any, int | None, str]:
-    """The call's peak where it raised the device's high-water mark; unknown where it stayed under an earlier one
-    (the mark has no reset), never guessed. `fn` returns once the device's work is done."""
+    """The call's peak where it raised the device's high-water mark; unknown where it stayed under an earlier
+    one (the mark has no reset), never guessed. `fn` returns once the device's work is done."""
     before = stats.read() or {}
     result = fn()
     after = stats.read() or {}

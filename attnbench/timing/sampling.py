@@ -1,5 +1,5 @@
-"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules are
-written once."""
+"""When to stop (docs/conventions.md "Timing"): every timer feeds one `Sampler`, so warm-up and the stop rules
+are written once."""
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ class Sampler:
         if self.warming:
             if not self._batches:
                 return 1
-            left = self.settings.warmup_ms - self.settings.warmed_ms - sum(sum(b) for b in self._batches) * self.cost
+            batched_ms = sum(sum(b) for b in self._batches) * self.cost
+            left = self.settings.warmup_ms - self.settings.warmed_ms - batched_ms
             return max(1, min(WARMUP_BATCH_MAX, int(left / max(self.estimate_ms(), 1e-6) / 2)))
         if self.stop is not None:
             return 0
@@ -125,7 +126,8 @@ class Sampler:
         self._end_warm_up(agree)
         last = self._batches[-1]
         keep = 1
-        if agree and all(_agree(t, statistics.median(last), self.settings.precision) for t in self._batches[-2]):
+        if agree and all(_agree(t, statistics.median(last), self.settings.precision)
+                         for t in self._batches[-2]):
             keep = 2
         for batch in self._batches[:-keep] if agree else self._batches[:-1]:
             self.discarded.extend(batch)

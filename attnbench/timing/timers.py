@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnbench.core.errors import AttnbenchError
 from attnbench.timing.bracket import OWN_RUNTIME, TORCH_STREAM, Bracket
-from attnbench.timing.sampling import Sampler, Samples, TimingSettings, run  # noqa: F401 - TimingSettings: its public home
+from attnbench.timing.sampling import Sampler, Samples, run
+from attnbench.timing.sampling import TimingSettings as TimingSettings  # its public home
 
 if TYPE_CHECKING:
     import torch
@@ -75,9 +76,9 @@ def flush_bytes_for(device: Any) -> int:
 
 
 class CudaEventTimer(Timer):
-    """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel 1.5x
-    the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept beside its
-    events' (attnbench.timing.bracket)."""
+    """CUDA events around each call with the L2 overwritten before it (as triton's do_bench); a spin kernel
+    1.5x the CPU's enqueue time keeps the events from timing launch latency. Each call's host time is kept
+    beside its events' (attnbench.timing.bracket)."""
 
     name = "cuda-event"
     COVER_MAX_MS = 2.0  # a call that synchronises inside needs no cover
@@ -96,7 +97,9 @@ class CudaEventTimer(Timer):
             self.name = "cuda-event (no L2 flush)"
         on_gpu = cuda is not None or torch.device(device).type == "cuda"
         self.cycles_per_ms = spin_cycles_per_ms(self.cuda) if on_gpu else 0.0
-        self.empty_ms = empty_pair_ms(self.cuda, self.cycles_per_ms, self.EMPTY_PAIRS) if self.cycles_per_ms else None
+        self.empty_ms: float | None = None
+        if self.cycles_per_ms:
+            self.empty_ms = empty_pair_ms(self.cuda, self.cycles_per_ms, self.EMPTY_PAIRS)
         self.cover_ms = 0.0
         self.bracket: Bracket | None = None
         self._host: HostTimer | None = None
@@ -108,7 +111,8 @@ class CudaEventTimer(Timer):
 
     @property
     def host(self) -> HostTimer:
-        """The host timer for calls that run in their own runtime, sharing this one's flush, spin and clock."""
+        """The host timer for calls that run in their own runtime, sharing this one's flush,
+        spin and clock."""
         if self._host is None:
             self._host = HostTimer(self)
         return self._host
@@ -116,7 +120,8 @@ class CudaEventTimer(Timer):
     def _spin(self) -> Callable[[int], None] | None:
         return getattr(self.cuda, "_sleep", None) if self.cycles_per_ms else None
 
-    def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any, end: Any) -> None:
+    def _enqueue(self, fn: Callable[[], object], spin: Callable[[int], None] | None, start: Any,
+                 end: Any) -> None:
         if spin is not None and self.cover_ms > 0:
             spin(int(self.cover_ms * self.cycles_per_ms))
         if self.flush is not None:
@@ -137,8 +142,8 @@ class CudaEventTimer(Timer):
         return start.elapsed_time(end)
 
     def covered(self, fn: Callable[[], object], count: int) -> tuple[list[float], list[float]]:
-        """`count` calls behind the launch cover: each one's events' ms and host ms (its enqueue); the cover is then
-        sized from the host's median."""
+        """`count` calls behind the launch cover: each one's events' ms and host ms (its enqueue); the cover
+        is then sized from the host's median."""
         cuda, clock, spin = self.cuda, self.host_clock, self._spin()
         starts = [cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [cuda.Event(enable_timing=True) for _ in range(count)]
@@ -176,10 +181,10 @@ class CudaEventTimer(Timer):
 
 
 class HostTimer(Timer):
-    """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on): the
-    host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover, whose
-    spin would hold torch's stream only. A few calls behind the cover after the samples read what torch's stream's
-    events see of it."""
+    """For a call that runs its work in its own runtime and returns when it is done (Capabilities.runs_on):
+    the host's clock around it, started on a synchronised device with the L2 overwritten, and no launch cover,
+    whose spin would hold torch's stream only. A few calls behind the cover after the samples read what
+    torch's stream's events see of it."""
 
     name = "host (blocking call)"
     EVENT_CALLS = 5
@@ -240,7 +245,8 @@ def spin_cycles_per_ms(cuda: Any) -> float:
 
 
 def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
-    """The median time of two events recorded back to back behind a spin: what events that bracket nothing read."""
+    """The median time of two events recorded back to back behind a spin:
+    what events that bracket nothing read."""
     spin = cuda._sleep
     times = []
     for _ in range(pairs):
@@ -254,8 +260,8 @@ def empty_pair_ms(cuda: Any, cycles_per_ms: float, pairs: int) -> float:
 
 
 class CudaGraphTimer(Timer):
-    """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2; warm-up on a
-    side stream before capture, as torch.cuda.graphs requires."""
+    """One CUDA graph of back-to-back forward calls, replayed and divided: no launch overhead, warm L2;
+    warm-up on a side stream before capture, as torch.cuda.graphs requires."""
 
     name = "cuda-graph"
     modes = ("fwd",)

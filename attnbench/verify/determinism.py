@@ -1,5 +1,5 @@
-"""`deterministic: true` (docs/suites.md "Deterministic kernels"): PyTorch's deterministic mode, and the words of a
-backend's answer."""
+"""`deterministic: true` (docs/suites.md "Deterministic kernels"): PyTorch's deterministic mode, and the words
+of a backend's answer."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def deterministic_mode(on: bool) -> Iterator[None]:
     import torch
     import torch.utils.deterministic as settings
 
-    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-           settings.fill_uninitialized_memory)
+    was = (torch.are_deterministic_algorithms_enabled(),
+           torch.is_deterministic_algorithms_warn_only_enabled(), settings.fill_uninitialized_memory)
     torch.use_deterministic_algorithms(True)
     settings.fill_uninitialized_memory = False
     try:

@@ -37,7 +37,8 @@ def _unit(case: Case, gen: torch.Generator, device: Any) -> torch.Tensor:
     return (u / u.norm()).to(device)
 
 
-def outliers(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+def outliers(case: Case, q: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
     import torch
 
     count = max(1, case.head_dim // OUTLIER_EVERY)
@@ -47,7 +48,8 @@ def outliers(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | Non
     return (q, k, v), {"channels": [int(c) for c in channels], "factor": OUTLIER_FACTOR, "tensor": "k"}
 
 
-def sink(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+def sink(case: Case, q: torch.Tensor, k: torch.Tensor,
+         v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
     u = _unit(case, _choices(case), q.device)
     q = q + SINK_SHIFT * u
     k = k.clone()
@@ -85,16 +87,19 @@ def near_constant(case: Case, q: torch.Tensor, k: torch.Tensor,
     return (q, flat(k), None if v is None else flat(v)), {"spread": NEAR_SPREAD, "tensors": "k, v"}
 
 
-def denormal(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
+def denormal(case: Case, q: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor | None) -> tuple[Tensors, dict[str, Any]]:
     import torch
 
     scale = torch.finfo(getattr(torch, case.dtype)).tiny / DENORMAL_DIVISOR
     return (q * scale, k * scale, v), {"scale": scale, "tensors": "q, k"}
 
 
-Transform = Callable[["Case", "torch.Tensor", "torch.Tensor", "torch.Tensor | None"], tuple[Tensors, dict[str, Any]]]
+Transform = Callable[["Case", "torch.Tensor", "torch.Tensor", "torch.Tensor | None"],
+                     tuple[Tensors, dict[str, Any]]]
 TRANSFORMS: dict[str, Transform] = {"outliers": outliers, "sink": sink, "large_logits": large_logits,
-                                    "shifted_keys": shifted_keys, "near_constant": near_constant, "denormal": denormal}
+                                    "shifted_keys": shifted_keys, "near_constant": near_constant,
+                                    "denormal": denormal}
 assert set(TRANSFORMS) == set(axes.INPUTS) - {"randn"}, "every distribution the axis names has its transform"
 
 

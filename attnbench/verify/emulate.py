@@ -1,5 +1,5 @@
-"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding points,
-not its tiling."""
+"""Error metrics, and the emulation of a kernel's declared numerics that bounds its error: its rounding
+points, not its tiling."""
 
 from __future__ import annotations
 
@@ -30,7 +30,11 @@ def metrics(x: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
     if not bool(torch.isfinite(a).all()):
         return {"max_abs": math.inf, "rel_l2": math.inf, "cosine": 0.0}
     ref_norm, x_norm = float(b.norm()), float(a.norm())
-    rel = float(diff.norm()) / ref_norm if ref_norm > 0 else (0.0 if float(diff.norm()) == 0 else math.inf)
+    diff_norm = float(diff.norm())
+    if ref_norm > 0:
+        rel = diff_norm / ref_norm
+    else:
+        rel = 0.0 if diff_norm == 0 else math.inf
     cosine = float(a @ b) / (x_norm * ref_norm) if x_norm > 0 and ref_norm > 0 else float(x_norm == ref_norm)
     return {"max_abs": float(diff.abs().max()) if diff.numel() else 0.0, "rel_l2": rel, "cosine": cosine}
 
@@ -48,7 +52,8 @@ def round_to(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def sage_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64; ×ln 2 in Q for a natural softmax."""
+    """What sageattn 1.0.6 multiplies (core.py, quant_per_block.py), in float64;
+    ×ln 2 in Q for a natural softmax."""
     import torch
 
     k = k - k.float().mean(dim=2, keepdim=True).to(k.dtype)  # `k -= km`

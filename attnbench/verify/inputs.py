@@ -148,7 +148,11 @@ def upcast(inputs: Inputs) -> Inputs:
     """float64 everywhere: an fp32 reference would be naive in fp32, its bound a bare floor."""
     import torch
 
-    cast = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
+    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        return t.to(torch.float64)
+
     return Inputs(cast(inputs.q), cast(inputs.k), cast(inputs.v), cast(inputs.dout))
 
 

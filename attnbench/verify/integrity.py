@@ -1,5 +1,5 @@
-"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the work done;
-a violation is the record's `error`, never a timing."""
+"""Integrity guards on every measured call (docs/conventions.md "Integrity guards"): the work timed is the
+work done; a violation is the record's `error`, never a timing."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def sign_flipped(t: torch.Tensor) -> torch.Tensor:
 
 
 def sample_index(numel: int, device: Any = "cpu") -> torch.Tensor:
-    """SAMPLE evenly spread flat positions from the first to the last, in int64 (float32 is exact below 2^24 only)."""
+    """SAMPLE evenly spread flat positions from the first to the last, in int64
+    (float32 is exact below 2^24 only)."""
     import torch
 
     count = min(SAMPLE, numel)
@@ -70,7 +71,8 @@ class Probe:
     def __init__(self, prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> None:
         self.prepared, self.grad = prepared, grad
         with one_thread():
-            self.flipped = [sign_flipped(t.detach()).requires_grad_(t.requires_grad) if t.is_floating_point() else t
+            self.flipped = [sign_flipped(t.detach()).requires_grad_(t.requires_grad) if t.is_floating_point()
+                            else t
                             for t in leaves]
             self.before = sample(out)
         self.result: Any = None
@@ -92,7 +94,8 @@ class Probe:
             return bool(torch.equal(self.before, after)) and bool(self.before.ne(0).any())
 
 
-def other_inputs(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool, out: torch.Tensor) -> Probe | None:
+def other_inputs(prepared: Any, leaves: Sequence[torch.Tensor], grad: bool,
+                 out: torch.Tensor) -> Probe | None:
     if not any(t.is_floating_point() for t in leaves):
         return None
     return Probe(prepared, leaves, grad, out)
@@ -135,14 +138,15 @@ class Guard:
         with one_thread():
             changed = checksum(out) != at_return
         if changed:
-            self.deferred = ["the output changed after the call returned: its work ran past the timed call on "
-                             f"{len(started)} thread(s) it started"]
+            self.deferred = ["the output changed after the call returned: its work ran past the timed call "
+                             f"on {len(started)} thread(s) it started"]
 
     def problems(self, out: torch.Tensor, other: Probe | None) -> list[str]:
         found = list(self.deferred)
         with one_thread():
             found += [f"the call wrote into its input {name} (its checksum changed)"
-                      for (name, t), before in zip(self.watched, self.sums, strict=False) if checksum(t) != before]
+                      for (name, t), before in zip(self.watched, self.sums, strict=False)
+                      if checksum(t) != before]
         if _storage(out) in {_storage(t) for _, t in self.watched} - {0}:
             found.append("the output shares memory with an input")
         if other is not None:

@@ -127,13 +127,15 @@ def recorded(errors: dict[str, float]) -> dict[str, float | None]:
 def accuracy_extra(data: CaseData, stick: Yardstick, answer: Answer, out: torch.Tensor) -> dict[str, Any]:
     extra: dict[str, Any] = {"kernel_error": recorded(metrics(answer.out, data.reference.out))}
     if isinstance(data, QuantCaseData):
-        extra.update(quantized="attnbench", quant_scheme=quant.scheme(data.case), quant_error=data.quant_error,
+        extra.update(quantized="attnbench", quant_scheme=quant.scheme(data.case),
+                     quant_error=data.quant_error,
                      error_vs_original=recorded(metrics(answer.out, data.original_reference.out)))
     if stick.numerics is not None:
         extra.update(bound_source=stick.numerics.describe(), out_dtype=str(out.dtype).removeprefix("torch."))
     elif stick.errors is not None:
         relative = check.relative(stick.errors["out"], data.reference.out)
-        extra.update(naive_relative_error=relative, dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
+        extra.update(naive_relative_error=relative,
+                     dtype_limited=relative is None or relative > check.DTYPE_LIMITED,
                      reference_scale=float(data.reference.out.abs().max()))
     params = (data.originals if isinstance(data, QuantCaseData) else data.inputs).params
     if params:

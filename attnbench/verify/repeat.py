@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from attnbench.verify.check import Verdict
 
 CHUNK = 1 << 24
-GRADS_UNCHECKED = "not compared: the gradients are compared only where they are checked (grad_checked is false)"
+GRADS_UNCHECKED = ("not compared: the gradients are compared only where they are "
+                   "checked (grad_checked is false)")
 
 
 class KeepFirst:
@@ -96,7 +97,8 @@ def worse(a: Repeat | None, b: Repeat) -> Repeat:
     return a if a.max_diff >= b.max_diff else b
 
 
-def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str], note: str | None) -> dict[str, Any]:
+def repeat_extra(result: Repeat | None, calls: list[str], names: Sequence[str],
+                 note: str | None) -> dict[str, Any]:
     if result is None:
         return {"repeat_note": note} if note else {}
     extra: dict[str, Any] = {"repeat_calls": list(calls), "repeat_tensors": list(names)}
@@ -133,5 +135,6 @@ def outcome(judged: list[tuple[str, Verdict]]) -> tuple[Verdict, str]:
         return judged[0][1], ""
     label, verdict = max(failed, key=lambda item: item[1].max_abs_error / item[1].error_bound)
     where = "" if label == judged[0][0] else f" on the {label} call"
-    others = ", ".join(f"{other} call {'passed' if v.passed else 'failed'}" for other, v in judged if other != label)
+    others = ", ".join(f"{other} call {'passed' if v.passed else 'failed'}" for other, v in judged
+                       if other != label)
     return verdict, where + (f"; {others}" if others else "")

@@ -1,13 +1,13 @@
-"""Settle MKL VML's lazy kernel dispatch on one thread: a first call on two threads at once may run one share with
-the low-accuracy kernel (pytorch/pytorch#188792)."""
+"""Settle MKL VML's lazy kernel dispatch on one thread: a first call on two threads at once may run one share
+with the low-accuracy kernel (pytorch/pytorch#188792)."""
 
 from __future__ import annotations
 
 import threading
 
 # the float unary ops ATen routes to VML (ATen/cpu/vml.h, torch 2.13.0+cpu), and their family
-OPS = ("acos", "asin", "atan", "cos", "cosh", "erf", "erfc", "erfinv", "exp", "expm1", "lgamma", "log", "log10",
-       "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh", "trunc")
+OPS = ("acos", "asin", "atan", "cos", "cosh", "erf", "erfc", "erfinv", "exp", "expm1", "lgamma", "log",
+       "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan", "tanh", "trunc")
 DTYPES = ("float32", "float64")
 
 _lock = threading.Lock()
