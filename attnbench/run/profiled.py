@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnbench.records.folder import RunFolder
+from attnbench.records.parts import Kernels
 from attnbench.timing.profile import (
     LABEL_PREFIX,
     Profile,
@@ -28,16 +29,10 @@ if TYPE_CHECKING:
     from attnbench.core.case import Case
 
 
-@dataclass(frozen=True)
-class KernelFields:
-    """The record's fields the profiled call fills."""
-
-    kernels: list[dict[str, Any]] | None = None
-    kernels_reason: str | None = None
-    kernels_source: str | None = None
-    attention_share: float | None = None
-    overhead: str | None = None
-    trace: str | None = None
+# The record's Kernels part but the backend's kernel, which `prepare` names: the fields the profiled call fills.
+KernelFields = dataclasses.make_dataclass(
+    "KernelFields", [(f.name, f.type, field(default=None)) for f in dataclasses.fields(Kernels) if f.name != "kernel"],
+    frozen=True)
 
 
 @dataclass(frozen=True)
